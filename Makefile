@@ -1,0 +1,48 @@
+# Logbus: `make run` starts one broker, `make test` runs everything CI runs.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+STAMP  := $(VENV)/.installed
+
+HOST     ?= 127.0.0.1
+PORT     ?= 8080
+DATA_DIR ?= ./data
+
+.PHONY: install run test lint unit bench clean openapi
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+
+$(STAMP): pyproject.toml | $(PY)
+	$(PIP) install --quiet -e '.[test,bench]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: install
+	$(VENV)/bin/logbus serve --data-dir $(DATA_DIR) --host $(HOST) --port $(PORT)
+
+lint: install
+	$(VENV)/bin/ruff check app tests bench
+	$(VENV)/bin/ruff format --check app tests bench
+	$(VENV)/bin/mypy
+
+test: install lint
+	$(VENV)/bin/pytest -q tests
+
+# Debian's redis-server is the standing baseline; installed when missing (root only).
+redis-server:
+	@command -v redis-server >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq redis-server; \
+	  else echo "redis-server missing: run 'sudo apt-get install redis-server'"; exit 1; fi; }
+
+bench: install redis-server
+	$(PY) -m bench.run
+
+openapi: install
+	$(PY) -m app.api.openapi_dump > openapi/openapi.json
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,78 @@
+"""Broker settings: one typed place, from arguments, ``LOGBUS_*`` env vars or a config file.
+
+Precedence (highest first): explicit arguments (the CLI's flags), environment
+variables ``LOGBUS_<NAME>``, the optional config file (TOML or JSON, passed as
+``--config`` or ``LOGBUS_CONFIG``), then the defaults below.
+
+Topic defaults use Kafka's names under ``log_defaults``, e.g. in TOML::
+
+    port = 9090
+    [log_defaults]
+    "retention.ms" = 3600000
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from app.core.log.config import LogConfig
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="LOGBUS_", extra="forbid")
+
+    data_dir: Path = Field(default=Path("./data"), description="Where the logs live.")
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+    broker_id: int = Field(default=0, ge=0)
+    advertised_url: str | None = Field(
+        default=None, description="URL clients use to reach this broker (default http://host:port)."
+    )
+    auto_create_topics_enable: bool = Field(
+        default=True, description="Kafka's auto.create.topics.enable: produce creates a topic."
+    )
+    num_partitions: int = Field(default=1, ge=1, description="Partitions of auto-created topics.")
+    max_request_bytes: int = Field(
+        default=100 * 1024 * 1024, ge=1024, description="Largest request body accepted (413 above)."
+    )
+    fetch_max_bytes: int = Field(default=50 * 1024 * 1024, ge=1)
+    log_retention_check_interval_ms: int = Field(default=300_000, ge=10)
+    log_flush_scheduler_interval_ms: int = Field(default=1000, ge=10)
+    log_defaults: dict[str, Any] = Field(
+        default_factory=dict, description="Broker-wide topic config defaults, Kafka names."
+    )
+
+    @field_validator("log_defaults")
+    @classmethod
+    def _check_log_defaults(cls, value: dict[str, Any]) -> dict[str, Any]:
+        LogConfig().with_overrides(value)  # raises InvalidConfig on a bad name or value
+        return value
+
+    @property
+    def log_config(self) -> LogConfig:
+        return LogConfig().with_overrides(self.log_defaults)
+
+    @property
+    def url(self) -> str:
+        return self.advertised_url or f"http://{self.host}:{self.port}"
+
+    @classmethod
+    def load(cls, config_file: Path | str | None = None, **overrides: Any) -> Settings:
+        """Settings from an optional file, env vars and explicit overrides (None = not given)."""
+        file_values: dict[str, Any] = {}
+        path = config_file or os.environ.get("LOGBUS_CONFIG")
+        if path:
+            text = Path(path).read_text()
+            file_values = json.loads(text) if str(path).endswith(".json") else tomllib.loads(text)
+        given = {k: v for k, v in overrides.items() if v is not None}
+        env_set = {name for name in cls.model_fields if f"LOGBUS_{name.upper()}" in os.environ}
+        merged = {k: v for k, v in file_values.items() if k not in env_set}
+        merged.update(given)
+        return cls(**merged)
