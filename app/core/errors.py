@@ -13,7 +13,8 @@ place without parsing messages.
     │   ├── InvalidConfig              INVALID_CONFIG
     │   ├── InvalidTopic               INVALID_TOPIC_EXCEPTION
     │   ├── InvalidPartitions          INVALID_PARTITIONS
-    │   └── InvalidReplicationFactor   INVALID_REPLICATION_FACTOR
+    │   ├── InvalidReplicationFactor   INVALID_REPLICATION_FACTOR
+    │   └── InvalidRequiredAcks        INVALID_REQUIRED_ACKS
     ├── CorruptRecord                  CORRUPT_MESSAGE
     ├── InvalidRecord                  INVALID_RECORD
     ├── UnsupportedMessageFormat       UNSUPPORTED_FOR_MESSAGE_FORMAT
@@ -26,6 +27,7 @@ place without parsing messages.
     ├── RequestTimedOut                REQUEST_TIMED_OUT            (retriable)
     ├── NotLeaderOrFollower            NOT_LEADER_OR_FOLLOWER       (retriable)
     ├── NotEnoughReplicas              NOT_ENOUGH_REPLICAS          (retriable)
+    ├── BrokerNotAvailable             BROKER_NOT_AVAILABLE         (retriable)
     └── KafkaStorageError              KAFKA_STORAGE_ERROR          (retriable)
 """
 
@@ -82,6 +84,10 @@ class InvalidPartitions(InvalidRequest):
 
 class InvalidReplicationFactor(InvalidRequest):
     error_code = "INVALID_REPLICATION_FACTOR"
+
+
+class InvalidRequiredAcks(InvalidRequest):
+    error_code = "INVALID_REQUIRED_ACKS"
 
 
 class CorruptRecord(LogbusError):
@@ -192,6 +198,13 @@ class NotLeaderOrFollower(LogbusError):
 
 class NotEnoughReplicas(LogbusError):
     error_code = "NOT_ENOUGH_REPLICAS"
+    retriable = True
+
+
+class BrokerNotAvailable(LogbusError):
+    """The broker is up but not serving yet (starting, recovering logs) or already stopping."""
+
+    error_code = "BROKER_NOT_AVAILABLE"
     retriable = True
 
 

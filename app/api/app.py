@@ -1,0 +1,112 @@
+"""The FastAPI application: routers, error mapping, metrics, lifespan, OpenAPI."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+from app.api import errors, openapi_docs
+from app.api.metrics import MetricsMiddleware, PartitionCollector
+from app.api.routers import ALL
+from app.api.state import AppState
+from app.config import Settings
+
+if TYPE_CHECKING:
+    from app.core.log.manager import LogManager
+
+DESCRIPTION = """A Kafka-style partitioned commit log over HTTP.
+
+Records are stored as Kafka RecordBatch v2; keys are placed with Kafka's murmur2
+partitioner. Every error answers `{"error_code", "message", "retriable", ...}` where
+`error_code` is the Kafka error name; bad input is always a 4xx."""
+
+
+def _version() -> str:
+    try:
+        return version("logbus")
+    except PackageNotFoundError:
+        return "0.0.0"
+
+
+def create_app(settings: Settings, manager: LogManager | None = None) -> FastAPI:
+    """The HTTP app. Without ``manager`` it owns one: started and stopped by the lifespan.
+
+    A ``manager`` passed in is the caller's to start and stop; the app serves
+    it as soon as it is built.
+    """
+    owns = manager is None
+    state = AppState(settings=settings, manager=manager, owns_manager=owns, ready=not owns)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if state.owns_manager:
+            from app.core.log.manager import LogManager
+
+            owned = LogManager(
+                settings.data_dir,
+                settings.log_config,
+                retention_check_interval_ms=settings.log_retention_check_interval_ms,
+                flush_scheduler_interval_ms=settings.log_flush_scheduler_interval_ms,
+            )
+            # Loading and recovering logs reads files: keep the loop free meanwhile.
+            await asyncio.to_thread(owned.start)
+            state.manager = owned
+        state.ready = True
+        try:
+            yield
+        finally:
+            state.ready = False
+            state.waiters.close()
+            if state.owns_manager and state.manager is not None:
+                await asyncio.to_thread(state.manager.shutdown)
+                state.manager = None
+
+    app = FastAPI(
+        title="Logbus",
+        version=_version(),
+        description=DESCRIPTION,
+        lifespan=lifespan,
+    )
+    app.state.logbus = state
+    state.registry.register(PartitionCollector(state))
+    errors.install(app)
+    app.add_middleware(MetricsMiddleware)
+    for router in ALL:
+        app.include_router(router)
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = build_openapi(app)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    return app
+
+
+def build_openapi(app: FastAPI) -> dict[str, Any]:
+    spec = get_openapi(
+        title=app.title,
+        version=app.version,
+        description=app.description,
+        routes=app.routes,
+    )
+    schemas: dict[str, Any] = spec.setdefault("components", {}).setdefault("schemas", {})
+    for model in openapi_docs.BODY_MODELS:
+        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        for name, sub in schema.pop("$defs", {}).items():
+            schemas.setdefault(name, sub)
+        schemas[model.__name__] = schema
+    # Validation errors answer 400 with the ErrorBody, never FastAPI's 422.
+    for path_item in spec.get("paths", {}).values():
+        for operation in path_item.values():
+            if isinstance(operation, dict):
+                operation.get("responses", {}).pop("422", None)
+    for name in ("HTTPValidationError", "ValidationError"):
+        schemas.pop(name, None)
+    return spec

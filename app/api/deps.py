@@ -1,0 +1,65 @@
+"""Plain FastAPI dependencies: the app's state, and request bodies read under a limit."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated
+
+from fastapi import Depends, Request
+
+from app.api.state import AppState
+from app.config import Settings
+from app.core.errors import BrokerNotAvailable, InvalidRequest, PayloadTooLarge
+
+if TYPE_CHECKING:
+    from app.core.log.manager import LogManager
+
+
+def get_state(request: Request) -> AppState:
+    state: AppState = request.app.state.logbus
+    return state
+
+
+def get_settings(request: Request) -> Settings:
+    return get_state(request).settings
+
+
+def get_manager(request: Request) -> LogManager:
+    state = get_state(request)
+    if not state.ready or state.manager is None:
+        raise BrokerNotAvailable("the broker is not serving yet (starting) or is stopping")
+    return state.manager
+
+
+StateDep = Annotated[AppState, Depends(get_state)]
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+# A string: the engine is imported lazily so the API package loads without it.
+ManagerDep = Annotated["LogManager", Depends(get_manager)]
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The whole request body, refused with 413 as soon as it passes ``limit`` bytes.
+
+    The declared Content-Length is checked before reading anything, and the
+    running total while streaming, so an oversized (or lying) upload costs at
+    most ``limit`` bytes of memory.
+    """
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        try:
+            size = int(declared)
+        except ValueError:
+            raise InvalidRequest(f"bad Content-Length header {declared!r}") from None
+        if size > limit:
+            raise PayloadTooLarge(size, limit)
+    chunks: list[bytes] = []
+    total = 0
+    async for chunk in request.stream():
+        if not chunk:
+            continue
+        total += len(chunk)
+        if total > limit:
+            raise PayloadTooLarge(total, limit)
+        chunks.append(chunk)
+    if len(chunks) == 1:
+        return chunks[0]
+    return b"".join(chunks)

@@ -1,0 +1,292 @@
+"""The one place where errors become HTTP answers.
+
+Every error body is ``{"error_code", "message", "retriable", ...fields()}``:
+``error_code`` is the Kafka error name clients switch on, ``retriable`` says
+whether the same request may succeed later, and the core error's ``fields()``
+add what explains it (both offset bounds for OFFSET_OUT_OF_RANGE, the config
+name for INVALID_CONFIG, ...). Bad input is always a 4xx; only a bug is a 500.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+from app.core import errors as core
+
+log = logging.getLogger(__name__)
+
+# Most specific class first: the first isinstance match wins.
+STATUS_BY_ERROR: tuple[tuple[type[core.LogbusError], int], ...] = (
+    (core.OffsetOutOfRange, 416),
+    (core.UnknownTopicOrPartition, 404),
+    (core.TopicAlreadyExists, 409),
+    (core.RecordTooLarge, 413),  # PayloadTooLarge included
+    (core.RequestTimedOut, 504),
+    (core.NotLeaderOrFollower, 421),
+    (core.NotEnoughReplicas, 503),
+    (core.BrokerNotAvailable, 503),
+    (core.KafkaStorageError, 503),
+    (core.InvalidRequest, 400),
+    (core.CorruptRecord, 400),
+    (core.InvalidRecord, 400),
+    (core.UnsupportedMessageFormat, 400),
+    (core.UnsupportedCompressionType, 400),
+)
+
+
+class NotAcceptable(core.InvalidRequest):
+    """The client asked (``Accept``) for a representation we don't produce."""
+
+    def __init__(self, accept: str, offered: Sequence[str]) -> None:
+        super().__init__(f"cannot answer with {accept!r}; acceptable: {', '.join(offered)}")
+        self.offered = list(offered)
+
+    def fields(self) -> dict[str, Any]:
+        return {"acceptable": self.offered}
+
+
+API_STATUS: tuple[tuple[type[core.LogbusError], int], ...] = ((NotAcceptable, 406),)
+
+
+def status_for(exc: core.LogbusError) -> int:
+    for cls, status in API_STATUS + STATUS_BY_ERROR:
+        if isinstance(exc, cls):
+            return status
+    return 500
+
+
+class ErrorBody(BaseModel):
+    """Every error answer. Extra fields depend on the error (see each endpoint's examples)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    error_code: str = Field(
+        description="Kafka error name, e.g. UNKNOWN_TOPIC_OR_PARTITION, OFFSET_OUT_OF_RANGE.",
+        examples=["UNKNOWN_TOPIC_OR_PARTITION"],
+    )
+    message: str = Field(description="What went wrong, for humans.")
+    retriable: bool = Field(description="Whether the same request may succeed if retried.")
+
+
+def error_response(
+    status: int,
+    error_code: str,
+    message: str,
+    retriable: bool = False,
+    extra: dict[str, Any] | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> Response:
+    body: dict[str, Any] = {"error_code": error_code, "message": message, "retriable": retriable}
+    if extra:
+        body.update(extra)
+    return Response(
+        orjson.dumps(body, default=str),
+        status_code=status,
+        media_type="application/json",
+        headers=headers,
+    )
+
+
+def response_for(exc: core.LogbusError) -> Response:
+    status = status_for(exc)
+    if status >= 500 and status not in (503, 504):
+        log.error("unmapped core error %s", exc, exc_info=exc)
+    return error_response(status, exc.error_code, exc.message, exc.retriable, exc.fields())
+
+
+def describe_validation_errors(errors: Sequence[Any]) -> str:
+    """``query.offset: Input should be a valid integer; body.records.0.key: ...``"""
+    parts = []
+    for err in errors:
+        loc = ".".join(str(p) for p in err.get("loc", ()) if p != "__root__")
+        msg = err.get("msg", "invalid value")
+        parts.append(f"{loc}: {msg}" if loc else msg)
+    return "; ".join(parts) or "invalid request"
+
+
+def _invalid_fields(errors: Sequence[Any]) -> list[str]:
+    return [".".join(str(p) for p in err.get("loc", ())) for err in errors]
+
+
+def validation_response(exc: RequestValidationError) -> Response:
+    errs = exc.errors()
+    message = describe_validation_errors(errs)
+    if any(e.get("type") == "json_invalid" for e in errs):
+        message = f"malformed JSON body: {message}"
+    return error_response(400, "INVALID_REQUEST", message, extra={"fields": _invalid_fields(errs)})
+
+
+async def _logbus_handler(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, core.LogbusError)
+    return response_for(exc)
+
+
+async def _validation_handler(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    return validation_response(exc)
+
+
+async def _http_handler(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StarletteHTTPException)
+    # Unknown routes and wrong methods still answer in the one error shape.
+    code = "INVALID_REQUEST"
+    message = str(exc.detail)
+    if exc.status_code == 404:
+        message = f"no such endpoint: {request.method} {request.url.path}"
+    elif exc.status_code == 405:
+        message = f"method {request.method} is not allowed on {request.url.path}"
+    return error_response(exc.status_code, code, message, headers=exc.headers)
+
+
+async def _unhandled_handler(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return error_response(
+        500, "UNKNOWN_SERVER_ERROR", f"internal error: {type(exc).__name__}", retriable=False
+    )
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(core.LogbusError, _logbus_handler)
+    app.add_exception_handler(RequestValidationError, _validation_handler)
+    app.add_exception_handler(StarletteHTTPException, _http_handler)
+    app.add_exception_handler(Exception, _unhandled_handler)
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` entries for the given error statuses, all with the ErrorBody model."""
+    return {status: ERROR_DOCS[status] for status in statuses}
+
+
+def _doc(description: str, *examples: tuple[str, dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "model": ErrorBody,
+        "description": description,
+        "content": {
+            "application/json": {
+                "examples": {name: {"summary": name, "value": value} for name, value in examples}
+            }
+        },
+    }
+
+
+ERROR_DOCS: dict[int, dict[str, Any]] = {
+    400: _doc(
+        "Bad input: malformed JSON, a wrong type, bad base64, an invalid topic name or config, "
+        "a corrupt or truncated record batch.",
+        (
+            "INVALID_REQUEST",
+            {
+                "error_code": "INVALID_REQUEST",
+                "message": "query.offset: Input should be a valid integer",
+                "retriable": False,
+                "fields": ["query.offset"],
+            },
+        ),
+        (
+            "CORRUPT_MESSAGE",
+            {
+                "error_code": "CORRUPT_MESSAGE",
+                "message": "CRC-32C mismatch in record batch at byte 0",
+                "retriable": False,
+            },
+        ),
+    ),
+    404: _doc(
+        "The topic or partition does not exist.",
+        (
+            "UNKNOWN_TOPIC_OR_PARTITION",
+            {
+                "error_code": "UNKNOWN_TOPIC_OR_PARTITION",
+                "message": "partition orders-7 does not exist",
+                "retriable": False,
+                "topic": "orders",
+                "partition": 7,
+            },
+        ),
+    ),
+    406: _doc(
+        "The Accept header asks for a representation this endpoint does not produce.",
+        (
+            "INVALID_REQUEST",
+            {
+                "error_code": "INVALID_REQUEST",
+                "message": "cannot answer with 'text/html'; acceptable: application/json",
+                "retriable": False,
+                "acceptable": ["application/json", "application/octet-stream"],
+            },
+        ),
+    ),
+    409: _doc(
+        "The topic already exists.",
+        (
+            "TOPIC_ALREADY_EXISTS",
+            {
+                "error_code": "TOPIC_ALREADY_EXISTS",
+                "message": "topic 'orders' already exists",
+                "retriable": False,
+                "topic": "orders",
+            },
+        ),
+    ),
+    413: _doc(
+        "The request body is over the server's limit, or a batch is over max.message.bytes.",
+        (
+            "MESSAGE_TOO_LARGE",
+            {
+                "error_code": "MESSAGE_TOO_LARGE",
+                "message": "request body of 104857601 bytes exceeds the limit of 104857600 bytes",
+                "retriable": False,
+                "size": 104857601,
+                "limit": 104857600,
+            },
+        ),
+    ),
+    416: _doc(
+        "The offset is outside the partition's log; the body carries both bounds.",
+        (
+            "OFFSET_OUT_OF_RANGE",
+            {
+                "error_code": "OFFSET_OUT_OF_RANGE",
+                "message": "offset 99 is out of range for orders-0: valid offsets are 0 to 42",
+                "retriable": False,
+                "topic": "orders",
+                "partition": 0,
+                "offset": 99,
+                "log_start_offset": 0,
+                "log_end_offset": 42,
+            },
+        ),
+    ),
+    503: _doc(
+        "The broker is not ready (starting or stopping) or its storage failed; retry.",
+        (
+            "BROKER_NOT_AVAILABLE",
+            {
+                "error_code": "BROKER_NOT_AVAILABLE",
+                "message": "the broker is starting",
+                "retriable": True,
+            },
+        ),
+    ),
+    504: _doc(
+        "The write did not complete within timeout_ms; it may still be applied.",
+        (
+            "REQUEST_TIMED_OUT",
+            {
+                "error_code": "REQUEST_TIMED_OUT",
+                "message": "append to orders-0 did not finish within 100 ms",
+                "retriable": True,
+            },
+        ),
+    ),
+}

@@ -1,0 +1,149 @@
+"""Prometheus metrics: HTTP traffic (process-wide) and partition offsets (per app).
+
+The HTTP metrics are module-level and live in prometheus_client's default
+registry, like ``logbus_zerocopy_bytes_total``: one process serves one app,
+and defining them per app would fail with duplicate registration as soon as
+a test builds a second app. Partition gauges come from a collector over the
+app's own LogManager, registered in the app's private registry; ``/metrics``
+renders both.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import REGISTRY, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import Collector
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.core.errors import LogbusError
+
+if TYPE_CHECKING:
+    from app.api.state import AppState
+
+REQUESTS = Counter(
+    "logbus_http_requests",
+    "HTTP requests answered, by method, route template and status.",
+    ["method", "route", "status"],
+)
+LATENCY = Histogram(
+    "logbus_http_request_duration_seconds",
+    "Time from request start to the end of the response body, by method and route template.",
+    ["method", "route"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+BYTES_IN = Counter(
+    "logbus_http_request_bytes", "Request body bytes received, by route template.", ["route"]
+)
+BYTES_OUT = Counter(
+    "logbus_http_response_bytes",
+    "Response body bytes sent (zero-copy file bytes included), by route template.",
+    ["route"],
+)
+
+UNMATCHED = "<unmatched>"
+
+
+def route_template(scope: Scope) -> str:
+    route = scope.get("route")
+    path = getattr(route, "path", None)
+    return path if isinstance(path, str) else UNMATCHED
+
+
+class MetricsMiddleware:
+    """Counts every HTTP request by the route it matched, not its raw path (bounded labels)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        received = 0
+        sent = 0
+        status = 500
+
+        async def counting_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+            return message
+
+        async def counting_send(message: Message) -> None:
+            nonlocal sent, status
+            kind = message["type"]
+            if kind == "http.response.start":
+                status = message["status"]
+            elif kind == "http.response.body":
+                sent += len(message.get("body", b""))
+            elif kind == "http.response.zerocopysend":
+                sent += int(message.get("count") or 0)
+            await send(message)
+
+        try:
+            await self.app(scope, counting_receive, counting_send)
+        finally:
+            route = route_template(scope)
+            REQUESTS.labels(scope["method"], route, str(status)).inc()
+            LATENCY.labels(scope["method"], route).observe(time.perf_counter() - start)
+            if received:
+                BYTES_IN.labels(route).inc(received)
+            if sent:
+                BYTES_OUT.labels(route).inc(sent)
+
+
+class PartitionCollector(Collector):
+    """Offsets of every partition this broker holds, read when scraped."""
+
+    def __init__(self, state: AppState) -> None:
+        self.state = state
+
+    def describe(self) -> list[Any]:
+        # No describe-time collection: the manager may not be started yet.
+        return []
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        labels = ["topic", "partition"]
+        start = GaugeMetricFamily(
+            "logbus_log_start_offset", "First offset still in the log.", labels=labels
+        )
+        end = GaugeMetricFamily(
+            "logbus_log_end_offset", "Offset the next appended record gets.", labels=labels
+        )
+        hwm = GaugeMetricFamily(
+            "logbus_high_watermark",
+            "Last committed offset + 1 (what consumers see).",
+            labels=labels,
+        )
+        topics_gauge = GaugeMetricFamily("logbus_topics", "Topics on this broker.")
+        manager = self.state.manager
+        count = 0
+        if manager is not None and self.state.ready:
+            for topic in manager.topics():
+                count += 1
+                try:
+                    n = manager.partition_count(topic)
+                    for p in range(n):
+                        log = manager.get_log(topic, p)
+                        values = [topic, str(p)]
+                        start.add_metric(values, log.log_start_offset)
+                        end.add_metric(values, log.log_end_offset)
+                        hwm.add_metric(values, log.high_watermark)
+                except LogbusError:
+                    continue  # deleted or offline mid-scrape: it just drops out
+        topics_gauge.add_metric([], count)
+        yield start
+        yield end
+        yield hwm
+        yield topics_gauge
+
+
+def render_metrics(state: AppState) -> tuple[bytes, str]:
+    return generate_latest(REGISTRY) + generate_latest(state.registry), CONTENT_TYPE_LATEST

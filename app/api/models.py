@@ -1,0 +1,210 @@
+"""Request and response bodies of the v1 HTTP API (the OpenAPI schemas).
+
+Request models are strict (``"3"`` is not a partition number) and forbid
+unknown fields, so a typo like ``"vlaue"`` is a 400 naming the field rather
+than a silently empty record. Responses are serialized with orjson straight
+from dicts on the hot paths; the response models here document them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Format = Literal["json", "string", "binary"]
+
+FORMAT_DOC = (
+    "`json` (default): any JSON value, stored as its JSON text; `string`: a string stored "
+    "as UTF-8; `binary`: base64 (standard alphabet) of the bytes. JSON `null` always means "
+    "no key / no value (a tombstone), whatever the format."
+)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+
+class Header(_Strict):
+    key: str = Field(description="Header name.")
+    value: str | None = Field(default=None, description="Header value as a UTF-8 string.")
+
+
+class ProduceRecord(_Strict):
+    key: Any = Field(
+        default=None,
+        description="Record key, rendered per `key_format`. Keys place records on partitions "
+        "with Kafka's murmur2 over the serialized key bytes; null keys go to a sticky partition.",
+        examples=["user-42"],
+    )
+    value: Any = Field(
+        default=None,
+        description="Record value, rendered per `value_format`.",
+        examples=[{"amount": 12.5}],
+    )
+    headers: list[Header] | dict[str, str | None] | None = Field(
+        default=None,
+        description='Either a list `[{"key": "k", "value": "v"}]` (ordered, duplicates allowed) '
+        'or an object `{"k": "v"}`. Values are UTF-8 strings or null.',
+    )
+    partition: int | None = Field(
+        default=None,
+        ge=0,
+        description="Send this record to this partition instead of letting the partitioner pick.",
+    )
+    timestamp: int | None = Field(
+        default=None,
+        ge=0,
+        description="CreateTime in ms since the epoch; default: when the broker received it.",
+    )
+
+
+class ProduceRequest(_Strict):
+    records: list[ProduceRecord] = Field(min_length=1, description="One or more records.")
+    key_format: Format = Field(default="json", description=FORMAT_DOC)
+    value_format: Format = Field(default="json", description=FORMAT_DOC)
+
+    model_config = ConfigDict(
+        strict=True,
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "records": [
+                        {"key": "user-42", "value": {"amount": 12.5}},
+                        {"key": "user-7", "value": {"amount": 3}, "headers": {"source": "web"}},
+                        {"value": "no key: sticky partition"},
+                    ],
+                    "key_format": "string",
+                    "value_format": "json",
+                }
+            ]
+        },
+    )
+
+
+class ProducedOffset(BaseModel):
+    partition: int
+    offset: int
+    timestamp: int = Field(
+        description="The record's timestamp: its CreateTime, or the broker's append time "
+        "when the topic uses message.timestamp.type=LogAppendTime."
+    )
+
+
+class ProduceResponse(BaseModel):
+    offsets: list[ProducedOffset] = Field(description="One entry per record, in request order.")
+
+
+class AppendedBatch(BaseModel):
+    base_offset: int
+    last_offset: int
+    record_count: int
+
+
+class BatchProduceResponse(BaseModel):
+    topic: str
+    partition: int
+    batches: list[AppendedBatch] = Field(description="One entry per batch, in body order.")
+    log_append_time: int = Field(description="-1 unless the topic uses LogAppendTime.")
+    log_start_offset: int
+
+
+class FetchedHeader(BaseModel):
+    key: str
+    value: str | None = Field(description="UTF-8 decoded (invalid bytes become U+FFFD).")
+
+
+class FetchedRecord(BaseModel):
+    offset: int
+    timestamp: int
+    key: Any = Field(description="Rendered per `key_format`.")
+    value: Any = Field(description="Rendered per `value_format`.")
+    headers: list[FetchedHeader]
+
+
+class FetchResponse(BaseModel):
+    topic: str
+    partition: int
+    high_watermark: int
+    log_start_offset: int
+    next_offset: int = Field(description="The offset to fetch next.")
+    records: list[FetchedRecord]
+
+
+class OffsetAnswer(BaseModel):
+    offset: int = Field(description="-1 when no record has a timestamp at or after `at`.")
+    timestamp: int = Field(description="The found record's timestamp; -1 for earliest/latest.")
+
+
+class CreateTopicRequest(_Strict):
+    name: str = Field(
+        description="1-249 characters of ASCII letters, digits, '.', '_' and '-'; not '.' or '..'.",
+        examples=["orders"],
+    )
+    partitions: int | None = Field(
+        default=None, description="Number of partitions; default: the broker's num_partitions."
+    )
+    replication_factor: int | None = Field(
+        default=None, description="Copies of each partition; this broker supports 1 (or -1)."
+    )
+    configs: dict[str, str | int | float | bool] = Field(
+        default_factory=dict,
+        description="Topic config overrides with Kafka's names, e.g. retention.ms.",
+        examples=[{"retention.ms": 3600000, "cleanup.policy": "delete"}],
+    )
+
+
+class PartitionDescription(BaseModel):
+    partition: int
+    leader: int
+    replicas: list[int]
+    isr: list[int]
+    log_start_offset: int
+    high_watermark: int
+    log_end_offset: int
+
+
+class TopicDescription(BaseModel):
+    name: str
+    partitions: list[PartitionDescription]
+    configs: dict[str, Any] = Field(description="Every effective topic config, Kafka names.")
+    config_overrides: dict[str, Any] = Field(
+        description="The configs set on this topic (the rest are broker defaults)."
+    )
+
+
+class TopicSummary(BaseModel):
+    name: str
+    partitions: int
+
+
+class TopicList(BaseModel):
+    topics: list[TopicSummary]
+
+
+class Broker(BaseModel):
+    id: int
+    url: str
+
+
+class PartitionMetadata(BaseModel):
+    partition: int
+    leader: int
+    replicas: list[int]
+    isr: list[int]
+
+
+class TopicMetadata(BaseModel):
+    name: str
+    partitions: list[PartitionMetadata]
+
+
+class Metadata(BaseModel):
+    brokers: list[Broker]
+    controller: int
+    topics: list[TopicMetadata]
+
+
+class Status(BaseModel):
+    status: str

@@ -1,0 +1,196 @@
+"""Descriptions, examples and hand-written request/response content for the OpenAPI spec.
+
+Produce and topic-create bodies are read by the endpoints themselves (to
+enforce the size limit while reading and to parse JSON in one pass), so
+FastAPI does not see them as parameters; their schemas are declared here and
+the models are added to the spec's components by ``app.api.app``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.api.models import FORMAT_DOC, CreateTopicRequest, ProduceRequest
+
+# Models whose schemas the spec needs although no parameter uses them.
+BODY_MODELS = (ProduceRequest, CreateTopicRequest)
+
+
+def json_request_body(model: str, examples: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": {"$ref": f"#/components/schemas/{model}"},
+                    "examples": examples,
+                }
+            },
+        }
+    }
+
+
+PRODUCE = f"""Append records; the answer carries each record's partition, offset and timestamp
+in request order.
+
+Placement: a record's `partition` wins; otherwise a non-null key goes to Kafka's
+`toPositive(murmur2(key bytes)) % partitions` (the serialized key: with `key_format=json`
+the key `"a"` is the three bytes `"a"` with quotes; use `key_format=string` to match a
+Kafka producer with a StringSerializer); records without a key all go to one sticky
+partition per request, a different one on the next request. Each partition touched
+receives exactly one record batch per request.
+
+Formats: {FORMAT_DOC}
+
+An unknown topic is created with the broker's `num_partitions` when
+`auto_create_topics_enable` is on (Kafka's auto.create.topics.enable), otherwise 404.
+The body is refused with 413 as soon as it passes the broker's `max_request_bytes`.
+Nothing is appended unless the whole request is valid."""
+
+PRODUCE_PARTITION = f"""Append records to one partition; every record goes to the partition
+in the path (a record's own `partition`, if given, must agree).
+
+Formats: {FORMAT_DOC}"""
+
+PRODUCE_EXAMPLES: dict[str, Any] = {
+    "json": {
+        "summary": "JSON values, string keys",
+        "value": {
+            "records": [
+                {"key": "user-42", "value": {"amount": 12.5}},
+                {"key": "user-7", "value": {"amount": 3}, "headers": {"source": "web"}},
+                {"value": {"note": "no key: sticky partition"}},
+            ],
+            "key_format": "string",
+        },
+    },
+    "binary": {
+        "summary": "Base64 bytes with list headers and a timestamp",
+        "value": {
+            "records": [
+                {
+                    "key": "a2V5",
+                    "value": "AAEC/w==",
+                    "headers": [{"key": "trace", "value": "abc"}],
+                    "timestamp": 1700000000000,
+                }
+            ],
+            "key_format": "binary",
+            "value_format": "binary",
+        },
+    },
+}
+
+PRODUCE_PARTITION_EXAMPLES: dict[str, Any] = {
+    "string": {
+        "summary": "Plain strings",
+        "value": {"records": [{"value": "hello"}, {"value": "world"}], "value_format": "string"},
+    }
+}
+
+PRODUCE_BATCHES = """Append one or more Kafka RecordBatch v2 (magic 2) back to back, exactly
+as a Kafka producer would send them: the broker checks each batch (CRC-32C, lengths,
+magic, record count, max.message.bytes), stamps its base offset and leader epoch in
+place, and writes the same bytes. Compressed batches (gzip, snappy, lz4, zstd) are stored
+compressed. A corrupt or truncated batch is 400 CORRUPT_MESSAGE and nothing is written.
+The answer gives each batch's assigned offsets."""
+
+BINARY_REQUEST_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "description": "One or more RecordBatch v2, back to back.",
+        "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+    }
+}
+
+FETCH = f"""Read records from `offset` onwards.
+
+`Accept: application/json` (the default) answers decoded records from `offset` on (a
+batch that starts earlier is trimmed) with keys and values rendered per
+`key_format`/`value_format`: {FORMAT_DOC} With `json`, stored bytes that are not
+valid JSON come back as a string. Header values are UTF-8 strings.
+
+`Accept: application/octet-stream` answers the stored RecordBatch v2 bytes as they are
+on disk (sent with sendfile): whole batches, so the first may start before `offset`.
+Headers `Logbus-High-Watermark`, `Logbus-Log-Start-Offset` and `Logbus-Log-End-Offset`
+come with both answers.
+
+When fewer than `min_bytes` are available the request waits up to `max_wait_ms`, and
+returns as soon as an append brings enough. `offset` equal to the log end offset is an
+empty answer (or a wait); below the log start or past the end it is 416
+OFFSET_OUT_OF_RANGE with both bounds."""
+
+_OFFSET_HEADERS: dict[str, Any] = {
+    "Logbus-High-Watermark": {
+        "description": "Offset after the last committed record.",
+        "schema": {"type": "integer"},
+    },
+    "Logbus-Log-Start-Offset": {
+        "description": "First offset in the log.",
+        "schema": {"type": "integer"},
+    },
+    "Logbus-Log-End-Offset": {
+        "description": "Offset the next appended record gets.",
+        "schema": {"type": "integer"},
+    },
+}
+
+FETCH_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "Records (JSON) or raw record batches (octet-stream).",
+        "headers": _OFFSET_HEADERS,
+        "content": {
+            "application/json": {
+                "example": {
+                    "topic": "orders",
+                    "partition": 0,
+                    "high_watermark": 3,
+                    "log_start_offset": 0,
+                    "next_offset": 3,
+                    "records": [
+                        {
+                            "offset": 2,
+                            "timestamp": 1700000000000,
+                            "key": "user-42",
+                            "value": {"amount": 12.5},
+                            "headers": [{"key": "source", "value": "web"}],
+                        }
+                    ],
+                }
+            },
+            "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+        },
+    }
+}
+
+LIST_OFFSETS = """Kafka's ListOffsets. `at=earliest` gives the log start offset, `at=latest`
+the high watermark (the offset the next record gets), and a timestamp in ms the first
+offset whose record timestamp is at or after it, with that timestamp; `offset` -1 and
+`timestamp` -1 when there is none (as Kafka answers)."""
+
+CREATE_TOPIC = """Create a topic with `partitions` partitions (default: the broker's
+`num_partitions`) and Kafka-named config overrides. Names are 1-249 characters of
+ASCII letters, digits, `.`, `_` and `-`. Errors: 400 INVALID_TOPIC_EXCEPTION,
+INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR (this broker keeps one copy) or
+INVALID_CONFIG (unknown name or bad value; the body names the config), 409
+TOPIC_ALREADY_EXISTS. The answer is the new topic's description."""
+
+CREATE_TOPIC_EXAMPLES: dict[str, Any] = {
+    "simple": {"summary": "Three partitions", "value": {"name": "orders", "partitions": 3}},
+    "configs": {
+        "summary": "With config overrides",
+        "value": {
+            "name": "clicks",
+            "partitions": 6,
+            "replication_factor": 1,
+            "configs": {"retention.ms": 3600000, "segment.bytes": 104857600},
+        },
+    },
+}
+
+DESCRIBE_TOPIC = """Partitions with their leader, replicas and in-sync replicas (broker
+ids), log start offset, high watermark and log end offset, and every effective topic
+config under its Kafka name (`config_overrides` lists the ones set on this topic)."""
+
+METADATA = """Kafka's Metadata: the brokers (`id`, `url`), the controller's broker id,
+and every topic's partitions with leader, replicas and in-sync replicas."""

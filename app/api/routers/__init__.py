@@ -1,0 +1,7 @@
+"""One router per resource."""
+
+from app.api.routers import fetch, health, metadata, offsets, records, topics
+
+ALL = (health.router, metadata.router, topics.router, records.router, fetch.router, offsets.router)
+
+__all__ = ["ALL"]

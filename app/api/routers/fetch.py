@@ -1,0 +1,211 @@
+"""Fetch: decoded JSON records, or the raw batches straight from the segment files.
+
+A fetch that finds fewer than ``min_bytes`` waits up to ``max_wait_ms`` and is
+woken by the append that brings data (:mod:`app.api.longpoll`), never by a
+sleep loop. The binary answer is the file bytes themselves, sent with
+``os.sendfile`` by :class:`~app.api.zerocopy.ZeroCopyResponse`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import TYPE_CHECKING, Annotated, Any
+
+import orjson
+from fastapi import APIRouter, Path, Query, Request
+from starlette.responses import Response
+
+from app.api import openapi_docs as docs
+from app.api.codec import DECODERS, decode_headers
+from app.api.deps import ManagerDep, StateDep
+from app.api.errors import NotAcceptable, error_responses
+from app.api.longpoll import FetchWaiters
+from app.api.models import FetchResponse, Format
+from app.api.util import (
+    INLINE_WORK_BYTES,
+    INT_MAX,
+    JSON,
+    LONG_MAX,
+    OCTET_STREAM,
+    JSONBytes,
+    run_blocking,
+)
+from app.api.zerocopy import ZeroCopyResponse
+from app.core.log.batch import decode_records, iter_headers
+
+if TYPE_CHECKING:
+    from app.core.log.log import FetchInfo, Log
+
+router = APIRouter(tags=["fetch"])
+
+MAX_WAIT_MS_LIMIT = 60_000
+OFFERED = (JSON, OCTET_STREAM)
+
+
+def negotiate(accept: str | None) -> str:
+    """The media type to answer with: the client's most preferred one we offer."""
+    if not accept:
+        return JSON
+    best: tuple[float, int, str] | None = None
+    for index, part in enumerate(accept.split(",")):
+        fields = part.strip().split(";")
+        media = fields[0].strip().lower()
+        q = 1.0
+        for param in fields[1:]:
+            name, _, raw = param.strip().partition("=")
+            if name.strip() == "q":
+                try:
+                    q = float(raw)
+                except ValueError:
+                    q = 0.0
+        if q <= 0:
+            continue
+        if media in OFFERED:
+            chosen = media
+        elif media in ("*/*", "application/*"):
+            chosen = JSON
+        else:
+            continue
+        # Higher q wins; among equal q, the first listed wins.
+        candidate = (q, -index, chosen)
+        if best is None or candidate[:2] > best[:2]:
+            best = candidate
+    if best is None:
+        raise NotAcceptable(accept, OFFERED)
+    return best[2]
+
+
+async def wait_for_data(
+    waiters: FetchWaiters,
+    log: Log,
+    offset: int,
+    max_bytes: int,
+    min_bytes: int,
+    max_wait_ms: int,
+) -> FetchInfo:
+    """Read again after each append until ``min_bytes`` are there or the wait is over."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max_wait_ms / 1000
+    event = waiters.register(log)
+    try:
+        while True:
+            # Clear before reading: an append after this read sets it again.
+            event.clear()
+            info = log.read(offset, max_bytes)
+            remaining = deadline - loop.time()
+            if info.size >= min_bytes or remaining <= 0 or waiters.closed:
+                return info
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), remaining)
+    finally:
+        waiters.unregister(log, event)
+
+
+def render_json(
+    topic: str,
+    partition: int,
+    offset: int,
+    info: FetchInfo,
+    key_format: str,
+    value_format: str,
+) -> bytes:
+    data = info.read_bytes() if info.size else b""
+    decode_key = DECODERS[key_format]
+    decode_value = DECODERS[value_format]
+    records = [
+        {
+            "offset": r.offset,
+            "timestamp": r.timestamp,
+            "key": decode_key(r.key),
+            "value": decode_value(r.value),
+            "headers": decode_headers(r.headers) if r.headers else [],
+        }
+        for r in decode_records(data, min_offset=offset)
+    ]
+    next_offset = offset
+    for _, header in iter_headers(data):
+        next_offset = max(next_offset, header.next_offset)
+    body: dict[str, Any] = {
+        "topic": topic,
+        "partition": partition,
+        "high_watermark": info.high_watermark,
+        "log_start_offset": info.log_start_offset,
+        "next_offset": next_offset,
+        "records": records,
+    }
+    return orjson.dumps(body)
+
+
+@router.get(
+    "/topics/{topic}/partitions/{partition}/records",
+    summary="Fetch records from an offset",
+    description=docs.FETCH,
+    response_model=FetchResponse,
+    responses={
+        **docs.FETCH_RESPONSES,
+        **error_responses(400, 404, 406, 416, 503),
+    },
+)
+async def fetch(
+    topic: Annotated[str, Path(description="Topic name.")],
+    partition: Annotated[int, Path(description="Partition number.", le=INT_MAX)],
+    request: Request,
+    state: StateDep,
+    manager: ManagerDep,
+    offset: Annotated[
+        int,
+        Query(
+            le=LONG_MAX,
+            description="First offset wanted. Out of the log's range: 416 with both bounds.",
+        ),
+    ],
+    max_bytes: Annotated[
+        int,
+        Query(
+            ge=1,
+            le=INT_MAX,
+            description="Answer size goal in bytes (capped by the broker's fetch_max_bytes). "
+            "At least one whole batch is returned even when it is larger.",
+        ),
+    ] = 1024 * 1024,
+    min_bytes: Annotated[
+        int,
+        Query(
+            ge=0,
+            le=INT_MAX,
+            description="Wait (up to max_wait_ms) until at least this many bytes are available.",
+        ),
+    ] = 1,
+    max_wait_ms: Annotated[
+        int,
+        Query(
+            ge=0,
+            le=MAX_WAIT_MS_LIMIT,
+            description="Longest wait for min_bytes, in ms; an append ends it early.",
+        ),
+    ] = 500,
+    key_format: Annotated[Format, Query(description="How JSON answers render keys.")] = "json",
+    value_format: Annotated[Format, Query(description="How JSON answers render values.")] = "json",
+) -> Response:
+    media = negotiate(request.headers.get("accept"))
+    log = manager.get_log(topic, partition)
+    max_bytes = min(max_bytes, state.settings.fetch_max_bytes)
+    min_bytes = min(min_bytes, max_bytes)
+    info = log.read(offset, max_bytes)
+    if info.size < min_bytes and max_wait_ms > 0:
+        info = await wait_for_data(state.waiters, log, offset, max_bytes, min_bytes, max_wait_ms)
+    headers = {
+        "Logbus-High-Watermark": str(info.high_watermark),
+        "Logbus-Log-Start-Offset": str(info.log_start_offset),
+        "Logbus-Log-End-Offset": str(info.log_end_offset),
+    }
+    if media == OCTET_STREAM:
+        return ZeroCopyResponse(info.slices, headers=headers)
+    if info.size > INLINE_WORK_BYTES:
+        body = await run_blocking(
+            render_json, topic, partition, offset, info, key_format, value_format
+        )
+    else:
+        body = render_json(topic, partition, offset, info, key_format, value_format)
+    return JSONBytes(body, headers=headers)

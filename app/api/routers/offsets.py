@@ -1,0 +1,66 @@
+"""ListOffsets: the earliest, the latest, or the first offset at or after a time."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query
+from starlette.responses import Response
+
+from app.api import openapi_docs as docs
+from app.api.deps import ManagerDep
+from app.api.errors import error_responses
+from app.api.models import OffsetAnswer
+from app.api.util import INT_MAX, LONG_MAX, JSONBytes
+from app.core.errors import InvalidRequest
+
+router = APIRouter(tags=["fetch"])
+
+
+def parse_at(at: str) -> str | int:
+    text = at.strip().lower()
+    if text in ("earliest", "latest"):
+        return text
+    try:
+        ts = int(text)
+    except ValueError:
+        raise InvalidRequest(
+            f"query.at: expected earliest, latest or a timestamp in ms, got {at!r}"
+        ) from None
+    if not 0 <= ts <= LONG_MAX:
+        raise InvalidRequest(f"query.at: a timestamp must be between 0 and {LONG_MAX}, got {ts}")
+    return ts
+
+
+@router.get(
+    "/topics/{topic}/partitions/{partition}/offsets",
+    summary="Look up an offset (earliest, latest, or by timestamp)",
+    description=docs.LIST_OFFSETS,
+    response_model=OffsetAnswer,
+    responses=error_responses(400, 404, 503),
+)
+async def list_offsets(
+    topic: Annotated[str, Path(description="Topic name.")],
+    partition: Annotated[int, Path(description="Partition number.", le=INT_MAX)],
+    manager: ManagerDep,
+    at: Annotated[
+        str,
+        Query(
+            description="`earliest` (the log start offset), `latest` (the high watermark: "
+            "the next offset to be written) or a timestamp in ms since the epoch.",
+            examples=["earliest", "latest", "1700000000000"],
+        ),
+    ] = "latest",
+) -> Response:
+    where = parse_at(at)
+    log = manager.get_log(topic, partition)
+    if where == "earliest":
+        return JSONBytes({"offset": log.log_start_offset, "timestamp": -1})
+    if where == "latest":
+        return JSONBytes({"offset": log.high_watermark, "timestamp": -1})
+    assert isinstance(where, int)
+    found = log.offset_for_timestamp(where)
+    if found is None:
+        return JSONBytes({"offset": -1, "timestamp": -1})
+    offset, timestamp = found
+    return JSONBytes({"offset": offset, "timestamp": timestamp})

@@ -1,0 +1,268 @@
+"""Produce: JSON records (the broker builds the batches) and raw RecordBatch v2 bytes.
+
+A JSON produce request becomes exactly one RecordBatch per partition it
+touches: records are encoded and placed in one pass, each partition's
+batch is built once, every batch is checked against max.message.bytes
+before anything is appended (a bad request leaves every log unchanged), and
+all appends of the request share one hop to a worker thread, because an
+append may fsync (flush.messages) or roll a segment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any
+
+from fastapi import APIRouter, Path, Query, Request
+from pydantic import ValidationError
+from starlette.responses import Response
+
+from app.api import openapi_docs as docs
+from app.api.codec import ENCODERS, BodyInvalid, encode_headers
+from app.api.deps import ManagerDep, StateDep, read_body
+from app.api.errors import error_responses
+from app.api.models import BatchProduceResponse, ProduceRequest, ProduceResponse
+from app.api.state import AppState
+from app.api.util import INT_MAX, JSONBytes, partitions_of
+from app.core.errors import (
+    InvalidRequiredAcks,
+    RecordTooLarge,
+    RequestTimedOut,
+    UnknownTopicOrPartition,
+)
+from app.core.log.batch import BatchBuilder, iter_headers
+from app.core.partitioner import partition_for_key
+
+if TYPE_CHECKING:
+    from app.core.log.log import AppendInfo, Log
+    from app.core.log.manager import LogManager
+
+router = APIRouter(tags=["produce"])
+
+TopicPath = Annotated[str, Path(description="Topic name.")]
+PartitionPath = Annotated[int, Path(description="Partition number.", le=INT_MAX)]
+AcksQuery = Annotated[
+    str,
+    Query(
+        description="`0`: answer 204 once appended, no body; `1`: answer after the leader "
+        "appended; `all` (or `-1`): after every in-sync replica has it (with one broker, "
+        "the same as 1).",
+        examples=["1"],
+    ),
+]
+TimeoutQuery = Annotated[
+    int,
+    Query(
+        ge=1,
+        le=INT_MAX,
+        description="How long the broker may take to complete the write (ms) before "
+        "answering 504 REQUEST_TIMED_OUT; the write may still be applied then.",
+    ),
+]
+
+
+def parse_acks(acks: str) -> int:
+    value = {"0": 0, "1": 1, "all": -1, "-1": -1}.get(acks.strip().lower())
+    if value is None:
+        raise InvalidRequiredAcks(f"acks must be 0, 1 or all (-1), got {acks!r}")
+    return value
+
+
+@dataclass(slots=True)
+class _PartitionBatch:
+    builder: BatchBuilder
+    data: bytes = b""
+    info: AppendInfo | None = None
+
+
+def _append_all(work: list[tuple[Log, bytes]]) -> list[AppendInfo]:
+    return [log.append(data) for log, data in work]
+
+
+async def _append(work: list[tuple[Log, bytes]], timeout_ms: int, topic: str) -> list[AppendInfo]:
+    try:
+        return await asyncio.wait_for(asyncio.to_thread(_append_all, work), timeout_ms / 1000)
+    except TimeoutError:
+        raise RequestTimedOut(
+            f"append to {topic} did not finish within {timeout_ms} ms; it may still be applied"
+        ) from None
+
+
+def _parse_request(body: bytes) -> ProduceRequest:
+    try:
+        return ProduceRequest.model_validate_json(body)
+    except ValidationError as exc:
+        raise BodyInvalid.from_validation(exc) from None
+
+
+async def _produce(
+    state: AppState,
+    manager: LogManager,
+    topic: str,
+    request: Request,
+    acks: str,
+    timeout_ms: int,
+    fixed_partition: int | None,
+) -> Response:
+    required_acks = parse_acks(acks)
+    body = await read_body(request, state.settings.max_request_bytes)
+    req = _parse_request(body)
+    num_partitions = await partitions_of(state, manager, topic, auto_create=True)
+    if fixed_partition is not None and not 0 <= fixed_partition < num_partitions:
+        raise UnknownTopicOrPartition(topic, fixed_partition)
+
+    encode_key = ENCODERS[req.key_format]
+    encode_value = ENCODERS[req.value_format]
+    now_ms = int(time.time() * 1000)
+    sticky: int | None = None
+    batches: dict[int, _PartitionBatch] = {}
+    # Per record: (partition, index within that partition's batch, timestamp).
+    placed: list[tuple[int, int, int]] = []
+    for i, rec in enumerate(req.records):
+        key = encode_key(rec.key, f"body.records.{i}.key")
+        value = encode_value(rec.value, f"body.records.{i}.value")
+        headers = encode_headers(rec.headers, f"body.records.{i}.headers")
+        p = rec.partition
+        if fixed_partition is not None:
+            if p is not None and p != fixed_partition:
+                raise BodyInvalid(
+                    f"body.records.{i}.partition: {p} disagrees with partition "
+                    f"{fixed_partition} in the path",
+                    [f"body.records.{i}.partition"],
+                )
+            p = fixed_partition
+        elif p is None:
+            if key is None:
+                if sticky is None:
+                    sticky = state.sticky.next_partition(topic, num_partitions)
+                p = sticky
+            else:
+                p = partition_for_key(key, num_partitions)
+        elif p >= num_partitions:
+            raise UnknownTopicOrPartition(topic, p)
+        pb = batches.get(p)
+        if pb is None:
+            pb = batches[p] = _PartitionBatch(BatchBuilder())
+        ts = now_ms if rec.timestamp is None else rec.timestamp
+        placed.append((p, len(pb.builder), ts))
+        if not pb.builder.append(value, key, headers, ts):
+            raise RecordTooLarge(
+                pb.builder.size_in_bytes(), 1 << 30, what=f"record batch for {topic}-{p}"
+            )
+
+    limit = manager.topic_config(topic).max_message_bytes
+    work: list[tuple[Log, bytes]] = []
+    order = sorted(batches)
+    for p in order:
+        pb = batches[p]
+        pb.data = pb.builder.build()
+        if len(pb.data) > limit:
+            raise RecordTooLarge(len(pb.data), limit, what=f"record batch for {topic}-{p}")
+        work.append((manager.get_log(topic, p), pb.data))
+
+    infos = await _append(work, timeout_ms, topic)
+    if required_acks == 0:
+        return Response(status_code=204)
+    for p, info in zip(order, infos, strict=True):
+        batches[p].info = info
+
+    offsets: list[dict[str, int]] = []
+    for p, j, ts in placed:
+        info = batches[p].info
+        assert info is not None
+        offsets.append(
+            {
+                "partition": p,
+                "offset": info.first_offset + j,
+                "timestamp": ts if info.log_append_time < 0 else info.log_append_time,
+            }
+        )
+    return JSONBytes({"offsets": offsets})
+
+
+_PRODUCE_ERRORS = error_responses(400, 404, 413, 503, 504)
+
+
+@router.post(
+    "/topics/{topic}/records",
+    summary="Produce records (the partitioner picks partitions)",
+    description=docs.PRODUCE,
+    response_model=ProduceResponse,
+    responses={**_PRODUCE_ERRORS, 204: {"description": "Appended (acks=0): no body."}},
+    openapi_extra=docs.json_request_body("ProduceRequest", docs.PRODUCE_EXAMPLES),
+)
+async def produce(
+    topic: TopicPath,
+    request: Request,
+    state: StateDep,
+    manager: ManagerDep,
+    acks: AcksQuery = "1",
+    timeout_ms: TimeoutQuery = 30_000,
+) -> Response:
+    return await _produce(state, manager, topic, request, acks, timeout_ms, None)
+
+
+@router.post(
+    "/topics/{topic}/partitions/{partition}/records",
+    summary="Produce records to one partition",
+    description=docs.PRODUCE_PARTITION,
+    response_model=ProduceResponse,
+    responses={**_PRODUCE_ERRORS, 204: {"description": "Appended (acks=0): no body."}},
+    openapi_extra=docs.json_request_body("ProduceRequest", docs.PRODUCE_PARTITION_EXAMPLES),
+)
+async def produce_to_partition(
+    topic: TopicPath,
+    partition: PartitionPath,
+    request: Request,
+    state: StateDep,
+    manager: ManagerDep,
+    acks: AcksQuery = "1",
+    timeout_ms: TimeoutQuery = 30_000,
+) -> Response:
+    return await _produce(state, manager, topic, request, acks, timeout_ms, partition)
+
+
+@router.post(
+    "/topics/{topic}/partitions/{partition}/batches",
+    summary="Produce raw RecordBatch v2 bytes",
+    description=docs.PRODUCE_BATCHES,
+    response_model=BatchProduceResponse,
+    responses={**_PRODUCE_ERRORS, 204: {"description": "Appended (acks=0): no body."}},
+    openapi_extra=docs.BINARY_REQUEST_BODY,
+)
+async def produce_batches(
+    topic: TopicPath,
+    partition: PartitionPath,
+    request: Request,
+    state: StateDep,
+    manager: ManagerDep,
+    acks: AcksQuery = "1",
+    timeout_ms: TimeoutQuery = 30_000,
+) -> Response:
+    required_acks = parse_acks(acks)
+    body = await read_body(request, state.settings.max_request_bytes)
+    await partitions_of(state, manager, topic, auto_create=True)
+    log = manager.get_log(topic, partition)
+    # Log.append validates every batch (CRC, sizes, magic) before writing any.
+    (info,) = await _append([(log, body)], timeout_ms, topic)
+    if required_acks == 0:
+        return Response(status_code=204)
+    appended: list[dict[str, Any]] = []
+    base = info.first_offset
+    for _, header in iter_headers(body):
+        count = header.last_offset_delta + 1
+        appended.append(
+            {"base_offset": base, "last_offset": base + count - 1, "record_count": count}
+        )
+        base += count
+    return JSONBytes(
+        {
+            "topic": topic,
+            "partition": partition,
+            "batches": appended,
+            "log_append_time": info.log_append_time,
+            "log_start_offset": info.log_start_offset,
+        }
+    )

@@ -1,0 +1,59 @@
+"""Small helpers shared by the routers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import orjson
+from starlette.responses import Response
+
+from app.api.state import AppState
+from app.core.errors import TopicAlreadyExists, UnknownTopicOrPartition
+
+if TYPE_CHECKING:
+    from app.core.log.manager import LogManager
+
+T = TypeVar("T")
+
+LONG_MAX = (1 << 63) - 1
+INT_MAX = (1 << 31) - 1
+
+JSON = "application/json"
+OCTET_STREAM = "application/octet-stream"
+
+# Below this many bytes, decoding or reading inline costs less than a thread hop.
+INLINE_WORK_BYTES = 256 * 1024
+
+
+class JSONBytes(Response):
+    """A JSON response serialized once with orjson (no jsonable_encoder pass)."""
+
+    media_type = JSON
+
+    def render(self, content: Any) -> bytes:
+        if isinstance(content, bytes):
+            return content
+        return orjson.dumps(content)
+
+
+async def run_blocking(fn: Callable[..., T], *args: Any) -> T:
+    """Run disk work (fsync, segment roll, large reads) off the event loop."""
+    return await asyncio.to_thread(fn, *args)
+
+
+async def partitions_of(
+    state: AppState, manager: LogManager, topic: str, *, auto_create: bool
+) -> int:
+    """The topic's partition count, creating it first like Kafka's auto.create.topics.enable."""
+    try:
+        return manager.partition_count(topic)
+    except UnknownTopicOrPartition:
+        if not (auto_create and state.settings.auto_create_topics_enable):
+            raise
+    # A concurrent request may have created it first: same outcome.
+    with contextlib.suppress(TopicAlreadyExists):
+        await run_blocking(manager.create_topic, topic, state.settings.num_partitions)
+    return manager.partition_count(topic)
