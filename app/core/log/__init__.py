@@ -1,0 +1,29 @@
+"""The segment-log engine: record batches on disk, indexed, recovered, retained.
+
+No web framework in here; ``app.api`` calls :class:`LogManager` and
+:class:`Log` and maps :mod:`app.core.errors` to HTTP answers.
+"""
+
+from app.core.log.checkpoint import OffsetCheckpointFile
+from app.core.log.config import LogConfig
+from app.core.log.epoch import LeaderEpochCache
+from app.core.log.index import OffsetIndex, TimeIndex
+from app.core.log.log import AppendInfo, AppendListener, FetchInfo, FileSlice, Log
+from app.core.log.manager import LogManager, validate_topic_name
+from app.core.log.segment import LogSegment
+
+__all__ = [
+    "AppendInfo",
+    "AppendListener",
+    "FetchInfo",
+    "FileSlice",
+    "LeaderEpochCache",
+    "Log",
+    "LogConfig",
+    "LogManager",
+    "LogSegment",
+    "OffsetCheckpointFile",
+    "OffsetIndex",
+    "TimeIndex",
+    "validate_topic_name",
+]

@@ -1,0 +1,601 @@
+"""One partition's log: an ordered list of segments with a single active one.
+
+Offsets: ``log_start_offset`` is the first offset that may be read (retention
+moves it), ``log_end_offset`` the offset the next record gets, and
+``high_watermark`` the end of what consumers may see. Until replication
+exists the high watermark follows the log end offset (``hw_follows_leo``);
+it is a separate field so the replication layer can drive it.
+
+Durability: by default a log never fsyncs on the append path
+(``flush.messages`` and ``flush.ms`` are "never", as in Kafka). An append is
+in the OS page cache when it returns, so it survives a crash of the process
+but not of the machine; durability across machines is replication's job. A
+rolled segment is fsynced in the background (``flush_rolled``) and the
+recovery point advances, so recovery after a crash only scans the active
+segment. ``flush.messages=N`` fsyncs on the appending thread every N
+messages and ``flush.ms`` from the manager's background thread.
+
+Concurrency: appends, truncation, rolls and retention are serialized by one
+lock per log. Reads take no lock: they work from a snapshot of the segment
+list (replaced, never mutated, on roll and deletion) and positional reads.
+Deleted segments are renamed to ``.deleted`` and their files stay open for
+``file.delete.delay.ms`` so that slices already handed out remain readable.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from app.core.errors import (
+    CorruptRecord,
+    InvalidRecord,
+    KafkaStorageError,
+    OffsetOutOfRange,
+    UnsupportedMessageFormat,
+)
+from app.core.log.batch import (
+    HEADER_SIZE,
+    MAGIC,
+    BatchHeader,
+    compute_crc,
+    read_header,
+    stamp,
+    stamp_log_append_time,
+    validate_batches,
+)
+from app.core.log.checkpoint import fsync_dir
+from app.core.log.config import LogConfig
+from app.core.log.epoch import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
+from app.core.log.loader import load_segments
+from app.core.log.segment import BatchInfo, FileSlice, LogSegment, now_ms
+
+__all__ = ["AppendInfo", "AppendListener", "FetchInfo", "FileSlice", "Log", "parse_log_dir_name"]
+
+_log = logging.getLogger(__name__)
+
+AppendListener = Callable[["Log"], None]
+
+
+@dataclass(frozen=True, slots=True)
+class FetchInfo:
+    """The answer to a read: whole batches as file slices, plus the offsets a fetch reports."""
+
+    slices: list[FileSlice]
+    size: int
+    high_watermark: int
+    log_start_offset: int
+    log_end_offset: int
+
+    def read_bytes(self) -> bytes:
+        """The slices' bytes, concatenated (the copy path)."""
+        if len(self.slices) == 1:
+            return self.slices[0].read()
+        return b"".join(s.read() for s in self.slices)
+
+
+@dataclass(frozen=True, slots=True)
+class AppendInfo:
+    first_offset: int
+    last_offset: int
+    record_count: int
+    max_timestamp: int
+    log_append_time: int
+    log_start_offset: int
+
+
+@dataclass(slots=True)
+class _View:
+    """What readers snapshot: base offsets (for bisect) and segments, never mutated."""
+
+    bases: list[int] = field(default_factory=list)
+    segments: list[LogSegment] = field(default_factory=list)
+
+
+def parse_log_dir_name(name: str) -> tuple[str, int]:
+    """``orders-3`` -> ``("orders", 3)``; raises ValueError."""
+    topic, sep, partition = name.rpartition("-")
+    if not sep or not topic or not partition.isdigit():
+        raise ValueError(f"{name!r} is not a <topic>-<partition> directory")
+    return topic, int(partition)
+
+
+def _validate_follower_batches(
+    buf: bytes | bytearray | memoryview,
+) -> list[tuple[int, BatchHeader]]:
+    """Structure and CRC of replicated batches, which carry their offsets already."""
+    total = len(buf)
+    if total == 0:
+        raise InvalidRecord("the request carries no record batch")
+    out: list[tuple[int, BatchHeader]] = []
+    pos = 0
+    next_offset = -1
+    while pos < total:
+        if total - pos < HEADER_SIZE:
+            raise CorruptRecord(f"truncated record batch at byte {pos}")
+        header = read_header(buf, pos)
+        if header.magic != MAGIC:
+            raise UnsupportedMessageFormat(header.magic)
+        size = header.size
+        if size < HEADER_SIZE or pos + size > total or header.last_offset_delta < 0:
+            raise CorruptRecord(f"malformed record batch at byte {pos}")
+        if compute_crc(buf, pos, size) != header.crc:
+            raise CorruptRecord(f"CRC-32C mismatch in record batch at byte {pos}")
+        if header.base_offset < next_offset:
+            raise InvalidRecord(f"record batch at byte {pos} overlaps the one before it")
+        next_offset = header.next_offset
+        out.append((pos, header))
+        pos += size
+    return out
+
+
+class Log:
+    """One partition's log; see the module docstring for durability and concurrency."""
+
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig | None = None,
+        *,
+        topic: str | None = None,
+        partition: int | None = None,
+        recovery_point: int = 0,
+        log_start_offset: int = 0,
+        clean_shutdown: bool = False,
+        clock_ms: Callable[[], int] = now_ms,
+    ) -> None:
+        self.dir = Path(directory)
+        if topic is None or partition is None:
+            topic, partition = parse_log_dir_name(self.dir.name)
+        self.topic = topic
+        self.partition = partition
+        self.config = config if config is not None else LogConfig()
+        self._clock = clock_ms
+        self._lock = threading.RLock()
+        self._flush_lock = threading.Lock()
+        self._pending_lock = threading.Lock()
+        self._pending_deletes: list[tuple[int, LogSegment]] = []
+        self._listeners: tuple[AppendListener, ...] = ()
+        self._closed = False
+        self._offline = False
+        loaded = load_segments(
+            self.dir,
+            self.config,
+            recovery_point=recovery_point,
+            log_start_offset=log_start_offset,
+            clean_shutdown=clean_shutdown,
+        )
+        self.truncated_bytes_on_load = loaded.truncated_bytes
+        self.recovered_segments_on_load = loaded.recovered_segments
+        self._view = _View([s.base_offset for s in loaded.segments], loaded.segments)
+        self._log_start_offset = loaded.log_start_offset
+        self._log_end_offset = loaded.segments[-1].next_offset
+        self._high_watermark = self._log_end_offset
+        self.hw_follows_leo = True
+        self.recovery_point = loaded.recovery_point
+        self._unflushed_messages = 0
+        self._last_flush_ms = self._clock()
+        self.leader_epoch_cache = LeaderEpochCache(
+            self.dir / LEADER_EPOCH_CHECKPOINT, lambda: self._log_end_offset
+        )
+        self.leader_epoch_cache.truncate_from_end(self._log_end_offset)
+        self.leader_epoch_cache.truncate_from_start(self._log_start_offset)
+
+    # -- offsets -----------------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._log_end_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @high_watermark.setter
+    def high_watermark(self, offset: int) -> None:
+        with self._lock:
+            self._high_watermark = min(max(offset, self._log_start_offset), self._log_end_offset)
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        """A snapshot of the segments, oldest first."""
+        return list(self._view.segments)
+
+    @property
+    def size_in_bytes(self) -> int:
+        return sum(s.size for s in self._view.segments)
+
+    def __repr__(self) -> str:
+        return (
+            f"Log({self.topic}-{self.partition}, start={self._log_start_offset}, "
+            f"end={self._log_end_offset}, segments={len(self._view.segments)})"
+        )
+
+    # -- appending ---------------------------------------------------------------
+
+    def append(self, data: bytes | bytearray | memoryview, *, leader_epoch: int = 0) -> AppendInfo:
+        """Validate, assign offsets, stamp and write one or more batches from a producer.
+
+        A ``bytearray`` is stamped in place (no copy); other buffers are copied once.
+        Raises the errors of :func:`app.core.log.batch.validate_batches`.
+        """
+        batches = validate_batches(data, self.config.max_message_bytes)
+        buf = data if isinstance(data, bytearray) else bytearray(data)
+        log_append_time = self.config.message_timestamp_type == "LogAppendTime"
+        records = 0
+        with self._lock:
+            self._check_open()
+            now = self._clock()
+            first = offset = self._log_end_offset
+            infos: list[BatchInfo] = []
+            max_ts = -1
+            for pos, header in batches:
+                stamp(buf, pos, offset, leader_epoch)
+                ts = header.max_timestamp
+                if log_append_time:
+                    stamp_log_append_time(buf, pos, header.size, now)
+                    ts = now
+                last = offset + header.last_offset_delta
+                infos.append(BatchInfo(pos, header.size, offset, last, ts))
+                max_ts = max(max_ts, ts)
+                records += header.record_count
+                offset = last + 1
+            self._write(buf, infos, now, first)
+            if leader_epoch >= 0 and self.leader_epoch_cache.latest_epoch != leader_epoch:
+                self.leader_epoch_cache.assign(leader_epoch, first)
+            info = AppendInfo(
+                first,
+                offset - 1,
+                records,
+                max_ts,
+                now if log_append_time else -1,
+                self._log_start_offset,
+            )
+        self._after_append(records)
+        return info
+
+    def append_as_follower(self, data: bytes | bytearray | memoryview) -> AppendInfo:
+        """Append replicated batches verbatim: offsets and epochs are already assigned."""
+        batches = _validate_follower_batches(data)
+        records = sum(h.record_count for _, h in batches)
+        with self._lock:
+            self._check_open()
+            first = batches[0][1].base_offset
+            if first < self._log_end_offset:
+                raise InvalidRecord(
+                    f"replicated batch at offset {first} is below the log end offset "
+                    f"{self._log_end_offset} of {self.topic}-{self.partition}"
+                )
+            infos = [
+                BatchInfo(pos, h.size, h.base_offset, h.last_offset, h.max_timestamp)
+                for pos, h in batches
+            ]
+            self._write(data, infos, self._clock(), first)
+            for _, h in batches:
+                latest = self.leader_epoch_cache.latest_epoch
+                if h.partition_leader_epoch >= 0 and (
+                    latest is None or h.partition_leader_epoch > latest
+                ):
+                    self.leader_epoch_cache.assign(h.partition_leader_epoch, h.base_offset)
+            info = AppendInfo(
+                first,
+                infos[-1].last_offset,
+                records,
+                max(b.max_timestamp for b in infos),
+                -1,
+                self._log_start_offset,
+            )
+        self._after_append(records)
+        return info
+
+    def _write(
+        self, data: bytes | bytearray | memoryview, infos: Sequence[BatchInfo], now: int, first: int
+    ) -> None:
+        active = self._view.segments[-1]
+        if active.should_roll(
+            len(data), infos[-1].last_offset, now, self.config.segment_bytes, self.config.segment_ms
+        ):
+            active = self._roll(first)
+        active.append(data, infos, now)
+        self._log_end_offset = infos[-1].last_offset + 1
+        if self.hw_follows_leo:
+            self._high_watermark = self._log_end_offset
+
+    def _after_append(self, records: int) -> None:
+        self._unflushed_messages += records
+        if self._unflushed_messages >= self.config.flush_messages:
+            self.flush()
+        for listener in self._listeners:
+            try:
+                listener(self)
+            except Exception:
+                _log.exception("append listener of %s-%s failed", self.topic, self.partition)
+
+    def roll(self) -> LogSegment:
+        """Start a new active segment now (no-op when the active one is empty)."""
+        with self._lock:
+            return self._roll(self._log_end_offset)
+
+    def _roll(self, base_offset: int) -> LogSegment:
+        view = self._view
+        active = view.segments[-1]
+        if active.size == 0:
+            if active.base_offset == base_offset:
+                return active
+            # An empty active segment with the wrong base (a follower's offset gap): replace it.
+            self._set_view(view.bases[:-1], view.segments[:-1])
+            active.delete_files()
+        else:
+            active.seal()
+        seg = LogSegment.create(
+            self.dir,
+            base_offset,
+            index_interval_bytes=self.config.index_interval_bytes,
+            max_index_bytes=self.config.segment_index_bytes,
+        )
+        view = self._view
+        self._set_view([*view.bases, base_offset], [*view.segments, seg])
+        return seg
+
+    def _set_view(self, bases: list[int], segments: list[LogSegment]) -> None:
+        self._view = _View(bases, segments)
+
+    # -- listeners ---------------------------------------------------------------
+
+    def add_append_listener(self, cb: AppendListener) -> None:
+        with self._lock:
+            self._listeners = (*self._listeners, cb)
+
+    def remove_append_listener(self, cb: AppendListener) -> None:
+        with self._lock:
+            self._listeners = tuple(x for x in self._listeners if x is not cb)
+
+    # -- reading -----------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> FetchInfo:
+        """Whole batches from the one holding ``offset``, up to ``max_bytes`` (at least one).
+
+        Only batches entirely below ``max_offset`` (default: the high
+        watermark) are returned. Raises :class:`OffsetOutOfRange` unless
+        ``log_start_offset <= offset <= log_end_offset``.
+        """
+        # Order matters: the end offset first, then the segments (which then
+        # hold everything below it), then the start (which only grows).
+        end = self._log_end_offset
+        hw = self._high_watermark
+        view = self._view
+        start = self._log_start_offset
+        if offset < start or offset > end:
+            raise OffsetOutOfRange(self.topic, self.partition, offset, start, end)
+        limit = hw if max_offset is None else max_offset
+        slices: list[FileSlice] = []
+        total = 0
+        if offset < limit:
+            bases, segments = view.bases, view.segments
+            i = max(bisect.bisect_right(bases, offset) - 1, 0)
+            budget = max_bytes
+            current = offset
+            while i < len(segments):
+                seg = segments[i]
+                piece = seg.read(current, max(budget, 0), limit, min_one=not slices)
+                if piece is not None:
+                    if piece.length == 0:
+                        break
+                    slices.append(piece)
+                    total += piece.length
+                    budget -= piece.length
+                    if budget <= 0 or piece.position + piece.length < seg.size:
+                        break
+                i += 1
+                if i >= len(segments) or bases[i] >= limit:
+                    break
+                current = bases[i]
+        return FetchInfo(slices, total, hw, start, end)
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the first record with timestamp >= ``timestamp_ms``.
+
+        ``None`` when every record is older (Kafka answers the log end offset then).
+        """
+        hw = self._high_watermark
+        start = self._log_start_offset
+        for seg in self._view.segments:
+            if seg.max_timestamp < timestamp_ms:
+                continue
+            found = seg.find_offset_by_timestamp(timestamp_ms)
+            if found is not None and found[0] >= start:
+                return found if found[0] < hw else None
+        return None
+
+    # -- truncation --------------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every batch holding an offset >= ``offset`` (a batch holding ``offset`` goes whole)."""
+        with self._lock:
+            self._check_open()
+            if offset >= self._log_end_offset:
+                return
+            view = self._view
+            if offset < view.bases[0]:
+                self._truncate_fully_and_start_at(max(offset, 0))
+                return
+            keep = bisect.bisect_right(view.bases, offset)
+            doomed = view.segments[keep:]
+            target = view.segments[keep - 1]
+            self._set_view(view.bases[:keep], view.segments[:keep])
+            target.truncate_to(offset)
+            target.make_active()
+            self._schedule_delete(doomed)
+            self._log_end_offset = target.next_offset
+            self._log_start_offset = min(self._log_start_offset, self._log_end_offset)
+            self._high_watermark = min(self._high_watermark, self._log_end_offset)
+            self.recovery_point = min(self.recovery_point, self._log_end_offset)
+            self.leader_epoch_cache.truncate_from_end(self._log_end_offset)
+
+    def _truncate_fully_and_start_at(self, offset: int) -> None:
+        doomed = self._view.segments
+        # Rename first: the new segment may reuse a doomed segment's name.
+        self._schedule_delete(doomed)
+        seg = LogSegment.create(
+            self.dir,
+            offset,
+            index_interval_bytes=self.config.index_interval_bytes,
+            max_index_bytes=self.config.segment_index_bytes,
+        )
+        self._set_view([offset], [seg])
+        self._log_start_offset = self._log_end_offset = self._high_watermark = offset
+        self.recovery_point = offset
+        self.leader_epoch_cache.clear()
+
+    # -- retention ---------------------------------------------------------------
+
+    def delete_old_segments(self, now: int | None = None) -> int:
+        """Apply ``retention.ms`` and ``retention.bytes``; returns the number of segments deleted.
+
+        Only whole segments below the high watermark are deleted, oldest
+        first, never the active one. The log start offset moves to the first
+        remaining segment.
+        """
+        if not self.config.delete:
+            return 0
+        with self._lock:
+            if self._closed:
+                return 0
+            now = self._clock() if now is None else now
+            view = self._view
+            segments = view.segments
+            candidates = len(segments) - 1
+            # A segment may go only if everything in it is below the high watermark and log start.
+            count = 0
+            retention_ms = self.config.retention_ms
+            retention_bytes = self.config.retention_bytes
+            excess = self.size_in_bytes - retention_bytes if retention_bytes >= 0 else -1
+            while count < candidates and view.bases[count + 1] <= self._high_watermark:
+                seg = segments[count]
+                below_start = view.bases[count + 1] <= self._log_start_offset
+                expired = False
+                if retention_ms >= 0:
+                    ts = seg.max_timestamp
+                    if ts < 0:
+                        ts = seg.last_modified_ms()
+                    expired = now - ts > retention_ms
+                too_big = retention_bytes >= 0 and excess - seg.size >= 0
+                if not (below_start or expired or too_big):
+                    break
+                excess -= seg.size
+                count += 1
+            if count == 0:
+                return 0
+            doomed = segments[:count]
+            new_start = max(self._log_start_offset, view.bases[count])
+            # Start offset first: a reader holding the old view then still finds its data.
+            self._log_start_offset = new_start
+            self._set_view(view.bases[count:], segments[count:])
+            self.recovery_point = max(self.recovery_point, new_start)
+            self.leader_epoch_cache.truncate_from_start(new_start)
+            self._schedule_delete(doomed)
+            _log.info(
+                "%s-%s: retention deleted %d segment(s), log start offset now %d",
+                self.topic,
+                self.partition,
+                count,
+                new_start,
+            )
+            return count
+
+    def _schedule_delete(self, segments: Sequence[LogSegment]) -> None:
+        if not segments:
+            return
+        for seg in segments:
+            seg.rename_to_deleted()
+        delay = self.config.file_delete_delay_ms
+        if delay <= 0:
+            for seg in segments:
+                seg.delete_files()
+            return
+        due = self._clock() + delay
+        with self._pending_lock:
+            self._pending_deletes.extend((due, seg) for seg in segments)
+
+    def delete_expired_files(self, now: int | None = None) -> int:
+        """Remove ``.deleted`` segments whose delay is over; returns how many."""
+        now = self._clock() if now is None else now
+        with self._pending_lock:
+            due = [seg for when, seg in self._pending_deletes if when <= now]
+            self._pending_deletes = [(w, s) for w, s in self._pending_deletes if w > now]
+        for seg in due:
+            seg.delete_files()
+        return len(due)
+
+    # -- flushing ----------------------------------------------------------------
+
+    def flush(self, up_to: int | None = None) -> None:
+        """fsync every segment holding offsets below ``up_to`` (default: the end) and move the recovery point."""
+        with self._flush_lock:
+            target = self._log_end_offset if up_to is None else min(up_to, self._log_end_offset)
+            if up_to is None:
+                self._unflushed_messages = 0
+                self._last_flush_ms = self._clock()
+            if target <= self.recovery_point:
+                return
+            view = self._view
+            first = max(bisect.bisect_right(view.bases, self.recovery_point) - 1, 0)
+            last = bisect.bisect_left(view.bases, target)
+            for seg in view.segments[first:last]:
+                seg.flush()
+            fsync_dir(self.dir)
+            with self._lock:
+                if target <= self._log_end_offset:
+                    self.recovery_point = max(self.recovery_point, target)
+
+    def flush_rolled(self) -> None:
+        """fsync segments that were rolled since the last flush (from the background thread)."""
+        active_base = self._view.bases[-1]
+        if self.recovery_point < active_base:
+            self.flush(active_base)
+
+    def maybe_flush(self, now: int | None = None) -> bool:
+        """Apply ``flush.ms``; returns True if it flushed."""
+        now = self._clock() if now is None else now
+        if self._unflushed_messages and now - self._last_flush_ms >= self.config.flush_ms:
+            self.flush()
+            return True
+        return False
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed or self._offline:
+            raise KafkaStorageError(f"log {self.topic}-{self.partition} is closed")
+
+    def mark_offline(self) -> None:
+        """Refuse further writes but keep files open for in-flight reads (topic deletion)."""
+        with self._lock:
+            self._offline = True
+
+    def close(self) -> None:
+        """Seal the active segment's indexes, close every file, run pending deletes."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for seg in self._view.segments:
+                seg.close()
+        self.delete_expired_files(now=1 << 62)
+
+    def delete(self) -> None:
+        """Close and remove the whole directory (the topic was deleted)."""
+        self.close()
+        for path in sorted(self.dir.iterdir(), reverse=True):
+            if path.is_file():
+                path.unlink(missing_ok=True)
+        os.rmdir(self.dir)

@@ -1,0 +1,487 @@
+"""The log manager: every partition log of one broker's data directory.
+
+Data-dir layout (see also DESIGN.md, "On disk")::
+
+    <data-dir>/
+      meta.json                          {"version": 1, "broker_id": 0, "cluster_id": "..."}
+      topics/<topic>.json                {"name", "topic_id", "partitions", "configs"}
+      <topic>-<partition>/               segments, indexes, leader-epoch-checkpoint,
+                                         partition.metadata (topic id, Kafka's format)
+      recovery-point-offset-checkpoint   per partition: offsets below it are fsynced
+      log-start-offset-checkpoint        per partition: first readable offset
+      .clean_shutdown                    present only after a clean stop
+
+Topic configs: ``topics/<topic>.json`` keeps the topic's *overrides* (Kafka
+names, parsed values) and partition count; the effective config is the
+broker's defaults with those overrides applied, so changing a broker default
+reaches every topic that did not override it. That file is the commit point
+of topic creation and deletion: it is written (atomically) before the
+partition directories are made, and removed before they are renamed to
+``<topic>-<p>.<uuid>-delete`` for asynchronous removal. A partition
+directory without a topic file is therefore the rest of a deletion and is
+removed on start.
+
+Threads: public methods are thread-safe. One background thread
+(``logbus-log-manager``) flushes rolled segments, applies ``flush.ms``,
+retention (every ``retention_check_interval_ms``) and delayed deletes, and
+writes the checkpoint files; ``shutdown`` stops it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import re
+import resource
+import shutil
+import threading
+import uuid
+from base64 import urlsafe_b64encode
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from app.core.errors import (
+    InvalidPartitions,
+    InvalidTopic,
+    KafkaStorageError,
+    TopicAlreadyExists,
+    UnknownTopicOrPartition,
+)
+from app.core.log.checkpoint import (
+    CheckpointCorrupt,
+    OffsetCheckpointFile,
+    fsync_dir,
+    write_atomically,
+)
+from app.core.log.config import LogConfig
+from app.core.log.log import Log
+from app.core.log.segment import now_ms
+
+_log = logging.getLogger(__name__)
+
+META_FILE = "meta.json"
+TOPICS_DIR = "topics"
+CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+PARTITION_METADATA = "partition.metadata"
+DELETE_DIR_SUFFIX = "-delete"
+FORMAT_VERSION = 1
+MAX_TOPIC_NAME_LENGTH = 249
+MAX_PARTITIONS = 10_000
+
+DEFAULT_CONFIG = LogConfig()  # frozen, so one shared default is safe
+
+_TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
+_PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
+
+
+def validate_topic_name(name: str) -> None:
+    """Kafka's rules: 1..249 of ``[a-zA-Z0-9._-]``, not ``.`` or ``..``; raises InvalidTopic."""
+    if not name:
+        raise InvalidTopic(name, "the name is empty")
+    if name in (".", ".."):
+        raise InvalidTopic(name, "'.' and '..' are not allowed")
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise InvalidTopic(name, f"longer than {MAX_TOPIC_NAME_LENGTH} characters")
+    if not _TOPIC_NAME.match(name):
+        raise InvalidTopic(name, "only ASCII letters, digits, '.', '_' and '-' are allowed")
+
+
+def _collision_key(name: str) -> str:
+    # Kafka refuses topics that differ only by '.' versus '_' (they clash in metric names).
+    return name.replace(".", "_")
+
+
+@dataclass
+class _Topic:
+    name: str
+    topic_id: str
+    overrides: dict[str, object]
+    config: LogConfig
+    logs: list[Log] = field(default_factory=list)
+
+
+class LogManager:
+    """Creates, loads, deletes and looks after every partition log; see the module docstring."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        default_config: LogConfig = DEFAULT_CONFIG,
+        *,
+        retention_check_interval_ms: int = 300_000,
+        flush_scheduler_interval_ms: int = 1000,
+        broker_id: int = 0,
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.default_config = default_config
+        self.retention_check_interval_ms = retention_check_interval_ms
+        self.flush_scheduler_interval_ms = flush_scheduler_interval_ms
+        self.broker_id = broker_id
+        self.cluster_id = ""
+        self._lock = threading.RLock()
+        self._checkpoint_lock = threading.Lock()
+        self._topics: dict[str, _Topic] = {}
+        self._pending_dir_deletes: list[tuple[int, list[Log], list[Path]]] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._started = False
+        self._last_checkpoint: (
+            tuple[dict[tuple[str, int], int], dict[tuple[str, int], int]] | None
+        ) = None
+        self.loaded_cleanly = False
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    def start(self) -> None:
+        """Load and recover every log, then start the background thread."""
+        with self._lock:
+            if self._started:
+                return
+            _raise_fd_limit()
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            (self.data_dir / TOPICS_DIR).mkdir(exist_ok=True)
+            self._load_meta()
+            clean_marker = self.data_dir / CLEAN_SHUTDOWN_FILE
+            clean = clean_marker.exists()
+            self.loaded_cleanly = clean
+            recovery_points = self._read_checkpoint(RECOVERY_POINT_CHECKPOINT)
+            start_offsets = self._read_checkpoint(LOG_START_OFFSET_CHECKPOINT)
+            for path in self.data_dir.glob("*.tmp"):
+                path.unlink(missing_ok=True)
+            for path in (self.data_dir / TOPICS_DIR).glob("*.tmp"):
+                path.unlink(missing_ok=True)
+            self._remove_deleted_dirs()
+            for meta_path in sorted((self.data_dir / TOPICS_DIR).glob("*.json")):
+                self._load_topic(meta_path, recovery_points, start_offsets, clean)
+            self._remove_orphan_dirs()
+            # From here on a crash must trigger recovery again.
+            if clean:
+                clean_marker.unlink()
+                fsync_dir(self.data_dir)
+            self.checkpoint()
+            self._started = True
+            self._stop.clear()
+            self._thread = threading.Thread(
+                target=self._run, name="logbus-log-manager", daemon=True
+            )
+            self._thread.start()
+
+    def shutdown(self) -> None:
+        """Stop background work, flush every log, write checkpoints and ``.clean_shutdown``."""
+        with self._lock:
+            if not self._started:
+                return
+            self._stop.set()
+            thread = self._thread
+        if thread is not None:
+            thread.join()
+        with self._lock:
+            logs = self._all_logs()
+            for log in logs:
+                log.flush()
+            self.checkpoint()
+            for log in logs:
+                log.close()
+            for _, dead_logs, paths in self._pending_dir_deletes:
+                self._remove_dirs(dead_logs, paths)
+            self._pending_dir_deletes = []
+            (self.data_dir / CLEAN_SHUTDOWN_FILE).touch()
+            fsync_dir(self.data_dir)
+            self._topics = {}
+            self._thread = None
+            self._started = False
+
+    def __enter__(self) -> LogManager:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def _load_meta(self) -> None:
+        path = self.data_dir / META_FILE
+        if path.exists():
+            try:
+                meta = json.loads(path.read_text())
+                broker_id = int(meta["broker_id"])
+                self.cluster_id = str(meta["cluster_id"])
+            except (ValueError, KeyError, TypeError) as e:
+                raise KafkaStorageError(f"{path} is damaged: {e}") from e
+            if broker_id != self.broker_id:
+                raise KafkaStorageError(
+                    f"{path} belongs to broker {broker_id}, not broker {self.broker_id}"
+                )
+            return
+        self.cluster_id = urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        meta = {
+            "version": FORMAT_VERSION,
+            "broker_id": self.broker_id,
+            "cluster_id": self.cluster_id,
+        }
+        write_atomically(path, json.dumps(meta, indent=2).encode() + b"\n")
+
+    def _read_checkpoint(self, name: str) -> dict[tuple[str, int], int]:
+        try:
+            return OffsetCheckpointFile(self.data_dir / name).read()
+        except (CheckpointCorrupt, OSError) as e:
+            # Falling back to 0 means scanning everything / trusting the segments: safe.
+            _log.warning("ignoring %s: %s", name, e)
+            return {}
+
+    def _load_topic(
+        self,
+        meta_path: Path,
+        recovery_points: Mapping[tuple[str, int], int],
+        start_offsets: Mapping[tuple[str, int], int],
+        clean: bool,
+    ) -> None:
+        try:
+            meta = json.loads(meta_path.read_text())
+            name = str(meta["name"])
+            partitions = int(meta["partitions"])
+            overrides = dict(meta.get("configs", {}))
+            topic_id = str(meta.get("topic_id", ""))
+        except (ValueError, KeyError, TypeError) as e:
+            raise KafkaStorageError(f"{meta_path} is damaged: {e}") from e
+        config = self.default_config.with_overrides(overrides)
+        topic = _Topic(name, topic_id, overrides, config)
+        for p in range(partitions):
+            directory = self.data_dir / f"{name}-{p}"
+            topic.logs.append(
+                Log(
+                    directory,
+                    config,
+                    topic=name,
+                    partition=p,
+                    recovery_point=recovery_points.get((name, p), 0),
+                    log_start_offset=start_offsets.get((name, p), 0),
+                    clean_shutdown=clean,
+                )
+            )
+            self._write_partition_metadata(directory, topic_id)
+        self._topics[name] = topic
+
+    def _remove_deleted_dirs(self) -> None:
+        for path in self.data_dir.iterdir():
+            if path.is_dir() and path.name.endswith(DELETE_DIR_SUFFIX):
+                shutil.rmtree(path, ignore_errors=True)
+
+    def _remove_orphan_dirs(self) -> None:
+        known = {f"{t.name}-{i}" for t in self._topics.values() for i in range(len(t.logs))}
+        for path in self.data_dir.iterdir():
+            if path.is_dir() and _PARTITION_DIR.match(path.name) and path.name not in known:
+                _log.warning("removing %s: its topic was deleted", path)
+                shutil.rmtree(path, ignore_errors=True)
+
+    @staticmethod
+    def _write_partition_metadata(directory: Path, topic_id: str) -> None:
+        path = directory / PARTITION_METADATA
+        if topic_id and not path.exists():
+            write_atomically(path, f"version: 0\ntopic_id: {topic_id}\n".encode())
+
+    # -- topics ------------------------------------------------------------------
+
+    def _check_started(self) -> None:
+        if not self._started:
+            raise KafkaStorageError("the log manager is not running")
+
+    def create_topic(
+        self, name: str, partitions: int, overrides: Mapping[str, object] = {}
+    ) -> None:
+        """Create ``name`` with ``partitions`` empty logs.
+
+        Raises InvalidTopic, InvalidPartitions, InvalidConfig or TopicAlreadyExists.
+        """
+        validate_topic_name(name)
+        if (
+            isinstance(partitions, bool)
+            or not isinstance(partitions, int)
+            or not 1 <= partitions <= MAX_PARTITIONS
+        ):
+            raise InvalidPartitions(
+                f"a topic needs 1 to {MAX_PARTITIONS} partitions, not {partitions!r}"
+            )
+        config = self.default_config.with_overrides(overrides)
+        names = LogConfig.kafka_names()
+        normalized = {k: getattr(config, names[k]) for k in overrides}
+        with self._lock:
+            self._check_started()
+            if name in self._topics:
+                raise TopicAlreadyExists(name)
+            clash = next(
+                (t for t in self._topics if _collision_key(t) == _collision_key(name)), None
+            )
+            if clash is not None:
+                raise InvalidTopic(
+                    name, f"collides with existing topic {clash!r} ('.' and '_' clash)"
+                )
+            topic_id = urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            meta = {
+                "name": name,
+                "topic_id": topic_id,
+                "partitions": partitions,
+                "configs": normalized,
+            }
+            write_atomically(
+                self.data_dir / TOPICS_DIR / f"{name}.json",
+                json.dumps(meta, indent=2).encode() + b"\n",
+            )
+            topic = _Topic(name, topic_id, normalized, config)
+            for p in range(partitions):
+                directory = self.data_dir / f"{name}-{p}"
+                if directory.exists():  # leftover of an interrupted deletion
+                    shutil.rmtree(directory)
+                topic.logs.append(
+                    Log(directory, config, topic=name, partition=p, clean_shutdown=True)
+                )
+                self._write_partition_metadata(directory, topic_id)
+            fsync_dir(self.data_dir)
+            self._topics[name] = topic
+
+    def delete_topic(self, name: str) -> None:
+        """Delete ``name``; its files go after ``file.delete.delay.ms``. Raises UnknownTopicOrPartition."""
+        with self._lock:
+            self._check_started()
+            topic = self._topics.pop(name, None)
+            if topic is None:
+                raise UnknownTopicOrPartition(name)
+            (self.data_dir / TOPICS_DIR / f"{name}.json").unlink()
+            fsync_dir(self.data_dir / TOPICS_DIR)
+            paths: list[Path] = []
+            for log in topic.logs:
+                log.mark_offline()
+                dead = log.dir.with_name(f"{log.dir.name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
+                log.dir.rename(dead)
+                paths.append(dead)
+            fsync_dir(self.data_dir)
+            due = now_ms() + topic.config.file_delete_delay_ms
+            self._pending_dir_deletes.append((due, topic.logs, paths))
+            if topic.config.file_delete_delay_ms <= 0:
+                self._delete_expired_dirs(due)
+
+    def _delete_expired_dirs(self, now: int) -> None:
+        with self._lock:
+            due = [d for d in self._pending_dir_deletes if d[0] <= now]
+            self._pending_dir_deletes = [d for d in self._pending_dir_deletes if d[0] > now]
+        for _, logs, paths in due:
+            self._remove_dirs(logs, paths)
+
+    @staticmethod
+    def _remove_dirs(logs: list[Log], paths: list[Path]) -> None:
+        for log in logs:
+            with contextlib.suppress(OSError):
+                log.close()
+        for path in paths:
+            shutil.rmtree(path, ignore_errors=True)
+
+    def topics(self) -> list[str]:
+        return sorted(self._topics)
+
+    def _topic(self, name: str) -> _Topic:
+        topic = self._topics.get(name)
+        if topic is None:
+            raise UnknownTopicOrPartition(name)
+        return topic
+
+    def partition_count(self, topic: str) -> int:
+        return len(self._topic(topic).logs)
+
+    def topic_config(self, topic: str) -> LogConfig:
+        return self._topic(topic).config
+
+    def topic_overrides(self, topic: str) -> dict[str, object]:
+        return dict(self._topic(topic).overrides)
+
+    def topic_id(self, topic: str) -> str:
+        return self._topic(topic).topic_id
+
+    def get_log(self, topic: str, partition: int) -> Log:
+        t = self._topics.get(topic)
+        if t is None or not 0 <= partition < len(t.logs):
+            raise UnknownTopicOrPartition(topic, partition)
+        return t.logs[partition]
+
+    def _all_logs(self) -> list[Log]:
+        return [log for t in list(self._topics.values()) for log in t.logs]
+
+    def logs(self) -> list[Log]:
+        """Every live partition log."""
+        return self._all_logs()
+
+    # -- background work ---------------------------------------------------------
+
+    def checkpoint(self) -> None:
+        """Write both offset checkpoint files if anything changed."""
+        with self._checkpoint_lock:
+            logs = self._all_logs()
+            recovery = {(log.topic, log.partition): log.recovery_point for log in logs}
+            starts = {(log.topic, log.partition): log.log_start_offset for log in logs}
+            if self._last_checkpoint == (recovery, starts):
+                return
+            OffsetCheckpointFile(self.data_dir / RECOVERY_POINT_CHECKPOINT).write(recovery)
+            OffsetCheckpointFile(self.data_dir / LOG_START_OFFSET_CHECKPOINT).write(starts)
+            self._last_checkpoint = (recovery, starts)
+
+    def run_retention(self, now: int | None = None) -> int:
+        """Apply retention to every log now; returns the number of segments deleted."""
+        deleted = 0
+        for log in self._all_logs():
+            try:
+                deleted += log.delete_old_segments(now)
+            except Exception:
+                _log.exception("retention of %s-%s failed", log.topic, log.partition)
+        return deleted
+
+    def _run(self) -> None:
+        tick = min(self.flush_scheduler_interval_ms, self.retention_check_interval_ms) / 1000
+        next_retention = now_ms() + self.retention_check_interval_ms
+        while not self._stop.wait(tick):
+            now = now_ms()
+            for log in self._all_logs():
+                try:
+                    log.flush_rolled()
+                    log.maybe_flush(now)
+                    log.delete_expired_files(now)
+                except Exception:
+                    _log.exception("background work on %s-%s failed", log.topic, log.partition)
+            if now >= next_retention:
+                self.run_retention(now)
+                next_retention = now + self.retention_check_interval_ms
+            self._delete_expired_dirs(now)
+            try:
+                self.checkpoint()
+            except Exception:
+                _log.exception("writing offset checkpoints failed")
+
+
+def _raise_fd_limit() -> None:
+    """Every segment keeps its .log open, so use all the descriptors we are allowed."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def describe(manager: LogManager, topic: str) -> dict[str, Any]:
+    """A plain summary of a topic (for debugging and the CLI)."""
+    return {
+        "name": topic,
+        "topic_id": manager.topic_id(topic),
+        "partitions": [
+            {
+                "partition": log.partition,
+                "log_start_offset": log.log_start_offset,
+                "log_end_offset": log.log_end_offset,
+                "high_watermark": log.high_watermark,
+                "size": log.size_in_bytes,
+                "segments": len(log.segments),
+            }
+            for log in (manager.get_log(topic, p) for p in range(manager.partition_count(topic)))
+        ],
+        "configs": manager.topic_config(topic).to_kafka(),
+    }

@@ -1,0 +1,577 @@
+"""One segment of a partition's log: a ``.log`` file and its two sparse indexes.
+
+File format: ``<base offset, 20 digits>.log`` holds RecordBatch v2 batches
+back to back, exactly as produced and stamped (see :mod:`app.core.log.batch`
+for the 61-byte header). ``.index`` and ``.timeindex`` beside it are described
+in :mod:`app.core.log.index`.
+
+Invariants:
+
+* Batches are whole and in offset order: each batch's base offset is at or
+  after the previous batch's last offset + 1 (gaps are allowed, overlaps are
+  not), and every offset is within 2^32 - 1 of the segment's base offset.
+* ``size`` only moves after the bytes below it are written, so anything a
+  reader finds below its snapshot of ``size`` is a whole batch.
+* Every index entry points at the start of a batch below ``size``.
+
+Concurrency (as Kafka's ``LogSegment``): appends, truncation, rolling and
+recovery must be serialized by the caller (the log's lock). Reads
+(``translate_offset``, ``read``, ``find_offset_by_timestamp``) are safe
+concurrently with appends: they work from a snapshot of ``size`` and use
+positional reads only. A read racing a *truncation* may return a slice that
+later reads short; truncation happens only on follower divergence.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+from app.core.errors import KafkaStorageError
+from app.core.log.batch import (
+    HEADER_SIZE,
+    MAGIC,
+    BatchHeader,
+    compute_crc,
+    decode_records,
+    read_header,
+)
+from app.core.log.index import MAX_RELATIVE_OFFSET, IndexCorrupt, OffsetIndex, TimeIndex
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+DELETED_SUFFIX = ".deleted"
+
+# Positions are u32 in the offset index.
+MAX_POSITION = (1 << 32) - 1
+# Header hops read this much at a time: an index interval plus a header, typically.
+_HOP_CHUNK = 8192
+# Recovery verifies CRCs over chunks this large (one pread per chunk, not per batch).
+_RECOVERY_CHUNK = 8 << 20
+
+
+def segment_name(base_offset: int) -> str:
+    return f"{base_offset:020d}"
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class FileSlice:
+    """A byte range of a segment file, for ``os.sendfile``.
+
+    ``fd`` stays open at least ``file.delete.delay.ms`` after the segment is
+    deleted, so a slice handed out just before a deletion can still be sent.
+    """
+
+    fd: int
+    position: int
+    length: int
+
+    def read(self) -> bytes:
+        """The bytes, through ``os.pread`` (the copy path; prefer sendfile)."""
+        data = os.pread(self.fd, self.length, self.position)
+        if len(data) == self.length:
+            return data
+        parts = [data]
+        got = len(data)
+        while got < self.length:
+            chunk = os.pread(self.fd, self.length - got, self.position + got)
+            if not chunk:  # the file was truncated under us
+                break
+            parts.append(chunk)
+            got += len(chunk)
+        return b"".join(parts)
+
+
+class BatchInfo(NamedTuple):
+    """What a segment needs to know about each batch of an append."""
+
+    position: int  # within the appended buffer
+    size: int
+    base_offset: int
+    last_offset: int
+    max_timestamp: int
+
+
+class RecoveryResult(NamedTuple):
+    truncated_bytes: int
+    batches: int
+
+
+class LogSegment:
+    """A ``.log`` file plus its ``.index`` and ``.timeindex``; see the module docstring."""
+
+    def __init__(
+        self,
+        directory: Path,
+        base_offset: int,
+        *,
+        index_interval_bytes: int,
+        max_index_bytes: int,
+        fd: int,
+        size: int,
+    ) -> None:
+        self.dir = directory
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        name = segment_name(base_offset)
+        self.log_path = directory / (name + LOG_SUFFIX)
+        self.offset_index = OffsetIndex(
+            directory / (name + INDEX_SUFFIX), base_offset, max_index_bytes
+        )
+        self.time_index = TimeIndex(
+            directory / (name + TIME_INDEX_SUFFIX), base_offset, max_index_bytes
+        )
+        self.fd = fd
+        self._size = size
+        self._next_offset: int | None = base_offset if size == 0 else None
+        self._max_timestamp: int | None = -1 if size == 0 else None
+        self._bytes_since_index = 0
+        self._rolling_base_ms: int | None = None
+        self._lock = threading.RLock()
+        self._indexes_checked = False
+        self.deleted = False
+
+    # -- construction ------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls, directory: Path, base_offset: int, *, index_interval_bytes: int, max_index_bytes: int
+    ) -> LogSegment:
+        """A new, empty, writable segment."""
+        path = directory / (segment_name(base_offset) + LOG_SUFFIX)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        if os.fstat(fd).st_size:
+            os.close(fd)
+            raise KafkaStorageError(f"cannot create segment {path}: a non-empty file is in the way")
+        seg = cls(
+            directory,
+            base_offset,
+            index_interval_bytes=index_interval_bytes,
+            max_index_bytes=max_index_bytes,
+            fd=fd,
+            size=0,
+        )
+        seg.offset_index.reset()
+        seg.time_index.reset()
+        seg._indexes_checked = True
+        return seg
+
+    @classmethod
+    def open(
+        cls, directory: Path, base_offset: int, *, index_interval_bytes: int, max_index_bytes: int
+    ) -> LogSegment:
+        """An existing segment; its indexes are loaded (and checked) on first use."""
+        path = directory / (segment_name(base_offset) + LOG_SUFFIX)
+        fd = os.open(path, os.O_RDWR)
+        return cls(
+            directory,
+            base_offset,
+            index_interval_bytes=index_interval_bytes,
+            max_index_bytes=max_index_bytes,
+            fd=fd,
+            size=os.fstat(fd).st_size,
+        )
+
+    # -- state -------------------------------------------------------------------
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    @property
+    def next_offset(self) -> int:
+        """Last offset + 1 (the base offset when empty)."""
+        n = self._next_offset
+        if n is None:
+            with self._lock:
+                if self._next_offset is None:
+                    self._next_offset = self._compute_next_offset()
+                n = self._next_offset
+        return n
+
+    @property
+    def max_timestamp(self) -> int:
+        """Largest batch maxTimestamp in the segment, -1 if none."""
+        ts = self._max_timestamp
+        if ts is None:
+            with self._lock:
+                if self._max_timestamp is None:
+                    self._max_timestamp = self._compute_max_timestamp()
+                ts = self._max_timestamp
+        return ts
+
+    def last_modified_ms(self) -> int:
+        return os.fstat(self.fd).st_mtime_ns // 1_000_000
+
+    def _offset_index(self) -> OffsetIndex:
+        if not self._indexes_checked:
+            self._check_indexes()
+        return self.offset_index
+
+    def _time_index(self) -> TimeIndex:
+        if not self._indexes_checked:
+            self._check_indexes()
+        return self.time_index
+
+    def _check_indexes(self) -> None:
+        """Load both indexes, cross-check them with the log, rebuild them if anything is off."""
+        with self._lock:
+            if self._indexes_checked:
+                return
+            try:
+                self.offset_index.load()
+                self.time_index.load()
+                offset, position = self.offset_index.last_entry()
+                if position:
+                    if position + HEADER_SIZE > self._size:
+                        raise IndexCorrupt("offset index points beyond the log")
+                    header = read_header(os.pread(self.fd, HEADER_SIZE, position))
+                    if header.base_offset != offset or header.magic != MAGIC:
+                        raise IndexCorrupt("offset index does not point at a batch")
+            except IndexCorrupt:
+                self.rebuild_indexes()
+            self._indexes_checked = True
+
+    def _compute_next_offset(self) -> int:
+        end = self._size
+        _, position = self._offset_index().last_entry()
+        nxt = self.base_offset
+        for _, header in self._headers(position, end):
+            nxt = header.next_offset
+        return nxt
+
+    def _compute_max_timestamp(self) -> int:
+        entry = self._time_index().last_entry()
+        if entry is None:
+            ts, start = -1, self.base_offset
+        else:
+            ts, start = entry[0], entry[1] + 1
+        end = self._size
+        _, position = self._offset_index().lookup(start, end)
+        for _, header in self._headers(position, end):
+            if header.last_offset >= start and header.max_timestamp > ts:
+                ts = header.max_timestamp
+        return ts
+
+    def rolling_base_ms(self, now: int) -> int:
+        """When the segment got its first batch (what segment.ms counts from)."""
+        base = self._rolling_base_ms
+        if base is None:
+            base = now
+            if self._size >= HEADER_SIZE:
+                first = read_header(os.pread(self.fd, HEADER_SIZE, 0))
+                if 0 <= first.max_timestamp <= now:
+                    base = first.max_timestamp
+            self._rolling_base_ms = base
+        return base
+
+    # -- reading -----------------------------------------------------------------
+
+    def _headers(self, position: int, end: int) -> Iterator[tuple[int, BatchHeader]]:
+        """Headers of the whole batches from ``position`` (a batch start) up to ``end``."""
+        buf = b""
+        buf_pos = position
+        while end - position >= HEADER_SIZE:
+            off = position - buf_pos
+            if off + HEADER_SIZE > len(buf):
+                buf = os.pread(self.fd, min(_HOP_CHUNK, end - position), position)
+                buf_pos, off = position, 0
+                if len(buf) < HEADER_SIZE:
+                    return
+            header = read_header(buf, off)
+            size = header.size
+            if size < HEADER_SIZE or position + size > end:
+                return
+            yield position, header
+            position += size
+
+    def translate_offset(
+        self, offset: int, end: int | None = None
+    ) -> tuple[int, BatchHeader] | None:
+        """Position and header of the first batch whose last offset is >= ``offset``."""
+        limit = self._size if end is None else end
+        _, position = self._offset_index().lookup(offset, limit)
+        for pos, header in self._headers(position, limit):
+            if header.last_offset >= offset:
+                return pos, header
+        return None
+
+    def read(
+        self, offset: int, max_bytes: int, max_offset: int, *, min_one: bool
+    ) -> FileSlice | None:
+        """Whole batches from the one holding ``offset``, below ``max_offset``, within ``max_bytes``.
+
+        With ``min_one`` the first batch is returned even when it alone is
+        larger than ``max_bytes``. ``None`` when nothing qualifies.
+        """
+        end = self._size
+        found = self.translate_offset(offset, end)
+        if found is None:
+            return None
+        start, first = found
+        if first.last_offset >= max_offset:
+            return None
+        limit = end
+        if max_offset < self.next_offset:
+            bound = self.translate_offset(max_offset, end)
+            if bound is not None:
+                limit = bound[0]
+        want_end = start + max_bytes
+        if want_end >= limit:
+            return FileSlice(self.fd, start, limit - start)
+        if start + first.size > want_end:
+            return FileSlice(self.fd, start, first.size) if min_one else None
+        # Index entries are batch starts, so jump to the last one within budget and hop from there.
+        _, position = self._offset_index().lookup_position(want_end)
+        boundary = max(position, start + first.size)
+        for pos, header in self._headers(boundary, limit):
+            if pos + header.size > want_end:
+                break
+            boundary = pos + header.size
+        return FileSlice(self.fd, start, boundary - start)
+
+    def find_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the first record with timestamp >= ``timestamp``."""
+        end = self._size
+        entry = self._time_index().lookup_before(timestamp)
+        start = self.base_offset if entry is None else entry[1] + 1
+        _, position = self._offset_index().lookup(start, end)
+        for pos, header in self._headers(position, end):
+            if header.max_timestamp < timestamp:
+                continue
+            # One batch is decoded to find the exact record, as Kafka's ListOffsets does.
+            data = os.pread(self.fd, header.size, pos)
+            for record in decode_records(data, skip_control=False):
+                if record.timestamp >= timestamp:
+                    return record.offset, record.timestamp
+        return None
+
+    # -- writing (serialized by the caller) ---------------------------------------
+
+    def should_roll(
+        self, append_size: int, last_offset: int, now: int, segment_bytes: int, segment_ms: int
+    ) -> bool:
+        if self._size == 0:
+            return False
+        return (
+            self._size + append_size > segment_bytes
+            or self._size + append_size > MAX_POSITION
+            or now - self.rolling_base_ms(now) > segment_ms
+            or last_offset - self.base_offset > MAX_RELATIVE_OFFSET
+            or self._offset_index().is_full
+            or self._time_index().is_full
+        )
+
+    def append(
+        self, data: bytes | bytearray | memoryview, batches: Sequence[BatchInfo], now: int
+    ) -> None:
+        """Write stamped batches in one ``pwrite`` and index them."""
+        start = self._size
+        view = memoryview(data)
+        written = 0
+        try:
+            while written < len(view):
+                written += os.pwrite(self.fd, view[written:], start + written)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self.fd, start)
+            raise KafkaStorageError(f"write to {self.log_path} failed: {e}") from e
+        if start == 0:
+            self._rolling_base_ms = now
+        # Publish the bytes before any index entry that points at them.
+        self._size = start + written
+        self._next_offset = batches[-1].last_offset + 1
+        for b in batches:
+            self._index_batch(
+                start + b.position, b.size, b.base_offset, b.last_offset, b.max_timestamp
+            )
+
+    def _index_batch(
+        self, position: int, size: int, base_offset: int, last_offset: int, max_timestamp: int
+    ) -> None:
+        current = self.max_timestamp
+        if max_timestamp > current:
+            self._max_timestamp = current = max_timestamp
+        if self._bytes_since_index >= self.index_interval_bytes:
+            if not self.offset_index.is_full:
+                self.offset_index.append(base_offset, position)
+            if not self.time_index.is_full:
+                self.time_index.maybe_append(current, last_offset)
+            self._bytes_since_index = 0
+        self._bytes_since_index += size
+
+    def seal(self) -> None:
+        """The segment stops being active: index its final max timestamp, release index fds."""
+        with self._lock:
+            self._seal_time_index()
+            self.offset_index.seal()
+            self.time_index.seal()
+
+    def _seal_time_index(self) -> None:
+        ts = self.max_timestamp
+        if ts >= 0 and self._size and not self.time_index.is_full:
+            was_open = self.time_index.writable
+            if not was_open:
+                self.time_index.open_for_append()
+            self.time_index.maybe_append(ts, self.next_offset - 1)
+            if not was_open:
+                self.time_index.seal()
+
+    def make_active(self) -> None:
+        """Reopen a loaded segment for appends (the last one of a log)."""
+        with self._lock:
+            self._offset_index()
+            self.offset_index.open_for_append()
+            self.time_index.open_for_append()
+            self._max_timestamp = self.max_timestamp
+            self._next_offset = self.next_offset
+            _, position = self.offset_index.last_entry()
+            self._bytes_since_index = self._size - position
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch holding an offset >= ``offset``; returns bytes removed."""
+        with self._lock:
+            end = self._size
+            found = self.translate_offset(offset, end)
+            if found is None:
+                return 0
+            position, header = found
+            self._offset_index()
+            self.offset_index.truncate_to_position(position)
+            self.time_index.truncate_to_offset(min(header.base_offset, offset))
+            os.ftruncate(self.fd, position)
+            self._size = position
+            self._next_offset = min(header.base_offset, max(offset, self.base_offset))
+            self._max_timestamp = None
+            self._max_timestamp = self._compute_max_timestamp()
+            self._bytes_since_index = 0
+            if position == 0:
+                self._rolling_base_ms = None
+            return end - position
+
+    def rebuild_indexes(self) -> None:
+        """Recreate both indexes by hopping batch headers (the bytes are trusted)."""
+        self._scan(verify=False)
+
+    def recover(self) -> RecoveryResult:
+        """Check every batch (CRC, structure, offsets), rebuild the indexes and
+        truncate the file at the first short or damaged batch."""
+        return self._scan(verify=True)
+
+    def _scan(self, *, verify: bool) -> RecoveryResult:
+        with self._lock:
+            was_writable = self.offset_index.writable
+            file_size = os.fstat(self.fd).st_size
+            self.offset_index.reset()
+            self.time_index.reset()
+            self._max_timestamp = -1
+            self._bytes_since_index = 0
+            expected = self.base_offset
+            position = 0
+            batches = 0
+            buf = b""
+            buf_pos = 0
+            chunk = _RECOVERY_CHUNK if verify else _HOP_CHUNK
+            while file_size - position >= HEADER_SIZE:
+                off = position - buf_pos
+                if off + HEADER_SIZE > len(buf):
+                    buf = os.pread(self.fd, min(chunk, file_size - position), position)
+                    buf_pos, off = position, 0
+                header = read_header(buf, off)
+                size = header.size
+                if (
+                    header.magic != MAGIC
+                    or size < HEADER_SIZE
+                    or position + size > file_size
+                    or header.base_offset < expected
+                    or header.last_offset_delta < 0
+                    or header.last_offset - self.base_offset > MAX_RELATIVE_OFFSET
+                ):
+                    break
+                if verify:
+                    if off + size > len(buf):
+                        buf = os.pread(
+                            self.fd, min(max(chunk, size), file_size - position), position
+                        )
+                        buf_pos, off = position, 0
+                        if len(buf) < size:
+                            break
+                    if compute_crc(buf, off, size) != header.crc:
+                        break
+                self._index_batch(
+                    position, size, header.base_offset, header.last_offset, header.max_timestamp
+                )
+                expected = header.next_offset
+                position += size
+                batches += 1
+            truncated = file_size - position
+            if truncated and verify:
+                os.ftruncate(self.fd, position)
+            self._size = position
+            self._next_offset = expected
+            self._indexes_checked = True
+            if not was_writable:
+                self.offset_index.seal()
+                self.time_index.seal()
+            return RecoveryResult(truncated if verify else 0, batches)
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    def flush(self) -> None:
+        """fsync the log and its indexes."""
+        with self._lock:
+            if self.deleted:
+                return
+            os.fdatasync(self.fd)
+            for index in (self.offset_index, self.time_index):
+                if index.writable:
+                    index.flush()
+                elif index.path.exists():
+                    fd = os.open(index.path, os.O_RDONLY)
+                    try:
+                        os.fsync(fd)
+                    finally:
+                        os.close(fd)
+
+    def rename_to_deleted(self) -> None:
+        """Step one of a delayed delete: the fd stays open for in-flight reads."""
+        with self._lock:
+            self.offset_index.seal()
+            self.time_index.seal()
+            new_log = self.log_path.with_name(self.log_path.name + DELETED_SUFFIX)
+            os.replace(self.log_path, new_log)
+            self.log_path = new_log
+            for index in (self.offset_index, self.time_index):
+                if index.path.exists():
+                    index.rename(index.path.with_name(index.path.name + DELETED_SUFFIX))
+            self.deleted = True
+
+    def close(self) -> None:
+        with self._lock:
+            if not self.deleted and self._size and self.offset_index.writable:
+                self._seal_time_index()
+            self.offset_index.seal()
+            self.time_index.seal()
+            if self.fd >= 0:
+                os.close(self.fd)
+                self.fd = -1
+
+    def delete_files(self) -> None:
+        """Close and remove the files (wherever they were renamed to)."""
+        self.close()
+        for path in (self.log_path, self.offset_index.path, self.time_index.path):
+            path.unlink(missing_ok=True)
+
+    def __repr__(self) -> str:
+        return f"LogSegment({self.log_path}, size={self._size})"
