@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
@@ -50,6 +49,7 @@ AcksQuery = Annotated[
         "appended; `all` (or `-1`): after every in-sync replica has it (with one broker, "
         "the same as 1).",
         examples=["1"],
+        json_schema_extra={"enum": ["0", "1", "all", "-1"]},
     ),
 ]
 TimeoutQuery = Annotated[
@@ -68,13 +68,6 @@ def parse_acks(acks: str) -> int:
     if value is None:
         raise InvalidRequiredAcks(f"acks must be 0, 1 or all (-1), got {acks!r}")
     return value
-
-
-@dataclass(slots=True)
-class _PartitionBatch:
-    builder: BatchBuilder
-    data: bytes = b""
-    info: AppendInfo | None = None
 
 
 def _append_all(work: list[tuple[Log, bytes]]) -> list[AppendInfo]:
@@ -117,7 +110,7 @@ async def _produce(
     encode_value = ENCODERS[req.value_format]
     now_ms = int(time.time() * 1000)
     sticky: int | None = None
-    batches: dict[int, _PartitionBatch] = {}
+    builders: dict[int, BatchBuilder] = {}
     # Per record: (partition, index within that partition's batch, timestamp).
     placed: list[tuple[int, int, int]] = []
     for i, rec in enumerate(req.records):
@@ -142,36 +135,33 @@ async def _produce(
                 p = partition_for_key(key, num_partitions)
         elif p >= num_partitions:
             raise UnknownTopicOrPartition(topic, p)
-        pb = batches.get(p)
-        if pb is None:
-            pb = batches[p] = _PartitionBatch(BatchBuilder())
+        builder = builders.get(p)
+        if builder is None:
+            builder = builders[p] = BatchBuilder()
         ts = now_ms if rec.timestamp is None else rec.timestamp
-        placed.append((p, len(pb.builder), ts))
-        if not pb.builder.append(value, key, headers, ts):
+        placed.append((p, len(builder), ts))
+        if not builder.append(value, key, headers, ts):
             raise RecordTooLarge(
-                pb.builder.size_in_bytes(), 1 << 30, what=f"record batch for {topic}-{p}"
+                builder.size_in_bytes(), 1 << 30, what=f"record batch for {topic}-{p}"
             )
 
     limit = manager.topic_config(topic).max_message_bytes
     work: list[tuple[Log, bytes]] = []
-    order = sorted(batches)
+    order = sorted(builders)
     for p in order:
-        pb = batches[p]
-        pb.data = pb.builder.build()
-        if len(pb.data) > limit:
-            raise RecordTooLarge(len(pb.data), limit, what=f"record batch for {topic}-{p}")
-        work.append((manager.get_log(topic, p), pb.data))
+        data = builders[p].build()
+        if len(data) > limit:
+            raise RecordTooLarge(len(data), limit, what=f"record batch for {topic}-{p}")
+        work.append((manager.get_log(topic, p), data))
 
     infos = await _append(work, timeout_ms, topic)
     if required_acks == 0:
         return Response(status_code=204)
-    for p, info in zip(order, infos, strict=True):
-        batches[p].info = info
+    appended = dict(zip(order, infos, strict=True))
 
     offsets: list[dict[str, int]] = []
     for p, j, ts in placed:
-        info = batches[p].info
-        assert info is not None
+        info = appended[p]
         offsets.append(
             {
                 "partition": p,

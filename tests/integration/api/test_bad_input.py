@@ -1,0 +1,684 @@
+"""Bad input gets the exact status and Kafka error name, never a 5xx, and changes nothing."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import orjson
+import pytest
+from api_helpers import MAX_REQUEST_BYTES, create_topic, make_settings, produce
+from starlette.testclient import TestClient
+from starlette.types import Message
+
+from app.api import create_app
+from app.core.log.batch import build_batch
+
+GOOD_BATCH = build_batch([(b"k", b"v"), (b"k2", b"v2")])
+
+
+def _corrupt_crc(batch: bytes) -> bytes:
+    data = bytearray(batch)
+    data[-1] ^= 0xFF  # a payload byte under the CRC
+    return bytes(data)
+
+
+def _magic(batch: bytes, magic: int) -> bytes:
+    data = bytearray(batch)
+    data[16] = magic
+    return bytes(data)
+
+
+def _lying_length(batch: bytes) -> bytes:
+    data = bytearray(batch)
+    struct.pack_into(">i", data, 8, len(batch) * 4)
+    return bytes(data)
+
+
+@dataclass
+class Case:
+    id: str
+    method: str
+    url: str
+    status: int
+    error: str
+    json: Any = None
+    content: bytes | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    params: dict[str, Any] = field(default_factory=dict)
+    check: dict[str, Any] = field(default_factory=dict)
+
+
+def R(*records: dict[str, Any], **body: Any) -> dict[str, Any]:
+    return {"records": list(records), **body}
+
+
+CASES = [
+    # --- JSON produce ---
+    Case(
+        "malformed-json",
+        "POST",
+        "/topics/t/records",
+        400,
+        "INVALID_REQUEST",
+        content=b'{"records": [',
+        headers={"content-type": "application/json"},
+    ),
+    Case(
+        "not-json-at-all",
+        "POST",
+        "/topics/t/records",
+        400,
+        "INVALID_REQUEST",
+        content=b"hello",
+        headers={"content-type": "text/plain"},
+    ),
+    Case("empty-body", "POST", "/topics/t/records", 400, "INVALID_REQUEST", content=b""),
+    Case(
+        "invalid-utf8-body",
+        "POST",
+        "/topics/t/records",
+        400,
+        "INVALID_REQUEST",
+        content=b'{"records": [{"value": "\xff"}]}',
+    ),
+    Case(
+        "records-not-a-list",
+        "POST",
+        "/topics/t/records",
+        400,
+        "INVALID_REQUEST",
+        json={"records": {"value": 1}},
+    ),
+    Case("records-empty", "POST", "/topics/t/records", 400, "INVALID_REQUEST", json=R()),
+    Case("records-missing", "POST", "/topics/t/records", 400, "INVALID_REQUEST", json={}),
+    Case("body-is-a-list", "POST", "/topics/t/records", 400, "INVALID_REQUEST", json=[1]),
+    Case(
+        "partition-wrong-type",
+        "POST",
+        "/topics/t/records",
+        400,
+        "INVALID_REQUEST",
+        json=R({"value": 1, "partition": "0"}),
+        check={"fields": ["body.records.0.partition"]},
+    ),
+    Case(
+        "partition-negative",
+        "POST",
+        "/topics/t/records",
+        400,
+        "INVALID_REQUEST",
+        json=R({"value": 1, "partition": -1}),
+    ),
+    Case(
+        "unknown-record-field",
+        "POST",
+        "/topics/t/records",
+        400,
+        "INVALID_REQUEST",
+        json=R({"vaule": 1}),
+    ),
+    Case(
+        "bad-format-name",
+        "POST",
+        "/topics/t/records",
+        400,
+        "INVALID_REQUEST",
+        json=R({"value": 1}, value_format="avro"),
+    ),
+    Case(
+        "string-format-non-string",
+        "POST",
+        "/topics/t/records",
+        400,
+        "INVALID_REQUEST",
+        json=R({"value": "ok"}, {"value": 5}, value_format="string"),
+        check={"fields": ["body.records.1.value"]},
+    ),
+    Case(
+        "bad-base64",
+        "POST",
+        "/topics/t/records",
+        400,
+        "INVALID_REQUEST",
+        json=R(
+            {"value": "AAEC"},
+            {"key": "%%%not base64", "value": "AA=="},
+            key_format="binary",
+            value_format="binary",
+        ),
+        check={"fields": ["body.records.1.key"]},
+    ),
+    Case(
+        "base64-bad-padding",
+        "POST",
+        "/topics/t/records",
+        400,
+        "INVALID_REQUEST",
+        json=R({"value": "AAE"}, value_format="binary"),
+    ),
+    Case(
+        "negative-timestamp",
+        "POST",
+        "/topics/t/records",
+        400,
+        "INVALID_REQUEST",
+        json=R({"value": 1, "timestamp": -5}),
+    ),
+    Case(
+        "timestamp-float",
+        "POST",
+        "/topics/t/records",
+        400,
+        "INVALID_REQUEST",
+        json=R({"value": 1, "timestamp": 1.5}),
+    ),
+    Case(
+        "headers-non-string",
+        "POST",
+        "/topics/t/records",
+        400,
+        "INVALID_REQUEST",
+        json=R({"value": 1, "headers": {"h": 5}}),
+    ),
+    Case(
+        "json-int-too-big",
+        "POST",
+        "/topics/t/records",
+        400,
+        "INVALID_REQUEST",
+        json=R({"value": 2**70}),
+    ),
+    Case(
+        "record-partition-unknown",
+        "POST",
+        "/topics/t/records",
+        404,
+        "UNKNOWN_TOPIC_OR_PARTITION",
+        json=R({"value": 1}, {"value": 2, "partition": 9}),
+        check={"topic": "t", "partition": 9},
+    ),
+    Case(
+        "path-partition-unknown",
+        "POST",
+        "/topics/t/partitions/9/records",
+        404,
+        "UNKNOWN_TOPIC_OR_PARTITION",
+        json=R({"value": 1}),
+    ),
+    Case(
+        "path-partition-negative",
+        "POST",
+        "/topics/t/partitions/-1/records",
+        404,
+        "UNKNOWN_TOPIC_OR_PARTITION",
+        json=R({"value": 1}),
+    ),
+    Case(
+        "path-partition-not-int",
+        "POST",
+        "/topics/t/partitions/abc/records",
+        400,
+        "INVALID_REQUEST",
+        json=R({"value": 1}),
+    ),
+    Case(
+        "path-partition-huge",
+        "POST",
+        "/topics/t/partitions/99999999999/records",
+        400,
+        "INVALID_REQUEST",
+        json=R({"value": 1}),
+    ),
+    Case(
+        "partition-disagrees-with-path",
+        "POST",
+        "/topics/t/partitions/0/records",
+        400,
+        "INVALID_REQUEST",
+        json=R({"value": 1, "partition": 1}),
+    ),
+    Case(
+        "bad-acks",
+        "POST",
+        "/topics/t/records",
+        400,
+        "INVALID_REQUIRED_ACKS",
+        json=R({"value": 1}),
+        params={"acks": "2"},
+    ),
+    Case(
+        "bad-timeout",
+        "POST",
+        "/topics/t/records",
+        400,
+        "INVALID_REQUEST",
+        json=R({"value": 1}),
+        params={"timeout_ms": 0},
+    ),
+    Case(
+        "oversize-body",
+        "POST",
+        "/topics/t/records",
+        413,
+        "MESSAGE_TOO_LARGE",
+        json=R({"value": "x" * MAX_REQUEST_BYTES}),
+        check={"limit": MAX_REQUEST_BYTES},
+    ),
+    Case(
+        "batch-over-max-message-bytes",
+        "POST",
+        "/topics/small/records",
+        413,
+        "MESSAGE_TOO_LARGE",
+        json=R(*({"value": "y" * 100} for _ in range(20))),
+    ),
+    Case(
+        "bad-topic-name-auto-create",
+        "POST",
+        "/topics/bad%20name/records",
+        400,
+        "INVALID_TOPIC_EXCEPTION",
+        json=R({"value": 1}),
+    ),
+    # --- binary produce ---
+    Case(
+        "batch-wrong-crc",
+        "POST",
+        "/topics/t/partitions/0/batches",
+        400,
+        "CORRUPT_MESSAGE",
+        content=GOOD_BATCH + _corrupt_crc(GOOD_BATCH),
+    ),
+    Case(
+        "batch-truncated",
+        "POST",
+        "/topics/t/partitions/0/batches",
+        400,
+        "CORRUPT_MESSAGE",
+        content=GOOD_BATCH + GOOD_BATCH[:-3],
+    ),
+    Case(
+        "batch-short-header",
+        "POST",
+        "/topics/t/partitions/0/batches",
+        400,
+        "CORRUPT_MESSAGE",
+        content=GOOD_BATCH[:40],
+    ),
+    Case(
+        "batch-length-lies",
+        "POST",
+        "/topics/t/partitions/0/batches",
+        400,
+        "CORRUPT_MESSAGE",
+        content=_lying_length(GOOD_BATCH),
+    ),
+    Case(
+        "batch-empty-body",
+        "POST",
+        "/topics/t/partitions/0/batches",
+        400,
+        "INVALID_RECORD",
+        content=b"",
+    ),
+    Case(
+        "batch-magic-1",
+        "POST",
+        "/topics/t/partitions/0/batches",
+        400,
+        "UNSUPPORTED_FOR_MESSAGE_FORMAT",
+        content=_magic(GOOD_BATCH, 1),
+    ),
+    Case(
+        "batch-json-body",
+        "POST",
+        "/topics/t/partitions/0/batches",
+        400,
+        "CORRUPT_MESSAGE",
+        content=b'{"records": [{"value": 1}]}',
+    ),
+    Case(
+        "batch-unknown-partition",
+        "POST",
+        "/topics/t/partitions/5/batches",
+        404,
+        "UNKNOWN_TOPIC_OR_PARTITION",
+        content=GOOD_BATCH,
+    ),
+    Case(
+        "batch-oversize-body",
+        "POST",
+        "/topics/t/partitions/0/batches",
+        413,
+        "MESSAGE_TOO_LARGE",
+        content=GOOD_BATCH * (MAX_REQUEST_BYTES // len(GOOD_BATCH) + 1),
+    ),
+    Case(
+        "batch-over-max-message-bytes",
+        "POST",
+        "/topics/small/partitions/0/batches",
+        413,
+        "MESSAGE_TOO_LARGE",
+        content=build_batch([(None, b"z" * 2000)]),
+    ),
+    # --- fetch ---
+    Case(
+        "fetch-negative-offset",
+        "GET",
+        "/topics/t/partitions/0/records",
+        416,
+        "OFFSET_OUT_OF_RANGE",
+        params={"offset": -1},
+        check={"log_start_offset": 0, "log_end_offset": 3, "offset": -1},
+    ),
+    Case(
+        "fetch-offset-past-end",
+        "GET",
+        "/topics/t/partitions/0/records",
+        416,
+        "OFFSET_OUT_OF_RANGE",
+        params={"offset": 4},
+        check={"log_start_offset": 0, "log_end_offset": 3},
+    ),
+    Case(
+        "fetch-offset-huge",
+        "GET",
+        "/topics/t/partitions/0/records",
+        400,
+        "INVALID_REQUEST",
+        params={"offset": 2**63},
+    ),
+    Case(
+        "fetch-offset-not-int",
+        "GET",
+        "/topics/t/partitions/0/records",
+        400,
+        "INVALID_REQUEST",
+        params={"offset": "abc"},
+        check={"fields": ["query.offset"]},
+    ),
+    Case("fetch-offset-missing", "GET", "/topics/t/partitions/0/records", 400, "INVALID_REQUEST"),
+    Case(
+        "fetch-unknown-topic",
+        "GET",
+        "/topics/nope/partitions/0/records",
+        404,
+        "UNKNOWN_TOPIC_OR_PARTITION",
+        params={"offset": 0},
+    ),
+    Case(
+        "fetch-unknown-partition",
+        "GET",
+        "/topics/t/partitions/2/records",
+        404,
+        "UNKNOWN_TOPIC_OR_PARTITION",
+        params={"offset": 0},
+    ),
+    Case(
+        "fetch-max-bytes-zero",
+        "GET",
+        "/topics/t/partitions/0/records",
+        400,
+        "INVALID_REQUEST",
+        params={"offset": 0, "max_bytes": 0},
+    ),
+    Case(
+        "fetch-negative-wait",
+        "GET",
+        "/topics/t/partitions/0/records",
+        400,
+        "INVALID_REQUEST",
+        params={"offset": 0, "max_wait_ms": -1},
+    ),
+    Case(
+        "fetch-bad-format",
+        "GET",
+        "/topics/t/partitions/0/records",
+        400,
+        "INVALID_REQUEST",
+        params={"offset": 0, "value_format": "xml"},
+    ),
+    Case(
+        "fetch-not-acceptable",
+        "GET",
+        "/topics/t/partitions/0/records",
+        406,
+        "INVALID_REQUEST",
+        params={"offset": 0},
+        headers={"accept": "text/html"},
+    ),
+    # --- offsets ---
+    Case(
+        "offsets-bad-at",
+        "GET",
+        "/topics/t/partitions/0/offsets",
+        400,
+        "INVALID_REQUEST",
+        params={"at": "yesterday"},
+    ),
+    Case(
+        "offsets-negative-at",
+        "GET",
+        "/topics/t/partitions/0/offsets",
+        400,
+        "INVALID_REQUEST",
+        params={"at": "-5"},
+    ),
+    Case(
+        "offsets-unknown-partition",
+        "GET",
+        "/topics/t/partitions/7/offsets",
+        404,
+        "UNKNOWN_TOPIC_OR_PARTITION",
+        params={"at": "latest"},
+    ),
+    # --- topics ---
+    Case("create-malformed-json", "POST", "/topics", 400, "INVALID_REQUEST", content=b'{"name": '),
+    Case("create-name-missing", "POST", "/topics", 400, "INVALID_REQUEST", json={"partitions": 1}),
+    Case(
+        "create-bad-name",
+        "POST",
+        "/topics",
+        400,
+        "INVALID_TOPIC_EXCEPTION",
+        json={"name": "bad name!"},
+    ),
+    Case("create-empty-name", "POST", "/topics", 400, "INVALID_TOPIC_EXCEPTION", json={"name": ""}),
+    Case("create-dotdot", "POST", "/topics", 400, "INVALID_TOPIC_EXCEPTION", json={"name": ".."}),
+    Case(
+        "create-long-name",
+        "POST",
+        "/topics",
+        400,
+        "INVALID_TOPIC_EXCEPTION",
+        json={"name": "x" * 250},
+    ),
+    Case(
+        "create-zero-partitions",
+        "POST",
+        "/topics",
+        400,
+        "INVALID_PARTITIONS",
+        json={"name": "z", "partitions": 0},
+    ),
+    Case(
+        "create-negative-partitions",
+        "POST",
+        "/topics",
+        400,
+        "INVALID_PARTITIONS",
+        json={"name": "z", "partitions": -5},
+    ),
+    Case(
+        "create-partitions-string",
+        "POST",
+        "/topics",
+        400,
+        "INVALID_REQUEST",
+        json={"name": "z", "partitions": "3"},
+    ),
+    Case(
+        "create-replication-3",
+        "POST",
+        "/topics",
+        400,
+        "INVALID_REPLICATION_FACTOR",
+        json={"name": "z", "replication_factor": 3},
+    ),
+    Case(
+        "create-replication-0",
+        "POST",
+        "/topics",
+        400,
+        "INVALID_REPLICATION_FACTOR",
+        json={"name": "z", "replication_factor": 0},
+    ),
+    Case(
+        "create-unknown-config",
+        "POST",
+        "/topics",
+        400,
+        "INVALID_CONFIG",
+        json={"name": "z", "configs": {"retention.msec": 5}},
+        check={"config": "retention.msec"},
+    ),
+    Case(
+        "create-bad-config-value",
+        "POST",
+        "/topics",
+        400,
+        "INVALID_CONFIG",
+        json={"name": "z", "configs": {"retention.ms": "soon"}},
+        check={"config": "retention.ms"},
+    ),
+    Case(
+        "create-config-null",
+        "POST",
+        "/topics",
+        400,
+        "INVALID_REQUEST",
+        json={"name": "z", "configs": {"retention.ms": None}},
+    ),
+    Case(
+        "create-exists",
+        "POST",
+        "/topics",
+        409,
+        "TOPIC_ALREADY_EXISTS",
+        json={"name": "t", "partitions": 2},
+        check={"topic": "t"},
+    ),
+    Case("describe-unknown", "GET", "/topics/nope", 404, "UNKNOWN_TOPIC_OR_PARTITION"),
+    Case("delete-unknown", "DELETE", "/topics/nope", 404, "UNKNOWN_TOPIC_OR_PARTITION"),
+    # --- routing ---
+    Case("unknown-route", "GET", "/nowhere", 404, "INVALID_REQUEST"),
+    Case("wrong-method", "PUT", "/topics", 405, "INVALID_REQUEST"),
+]
+
+
+def _log_bytes(data_dir: Path) -> dict[str, int]:
+    return {str(p.relative_to(data_dir)): p.stat().st_size for p in data_dir.rglob("*.log")}
+
+
+@pytest.fixture(scope="module")
+def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TestClient, Path]]:
+    tmp = tmp_path_factory.mktemp("bad-input")
+    settings = make_settings(tmp)
+    with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+        create_topic(client, "t", partitions=2)
+        create_topic(client, "small", **{"max.message.bytes": 1000})
+        produce(client, "t", [{"value": i, "partition": 0} for i in range(3)])
+        yield client, settings.data_dir
+
+
+def _state(client: TestClient, data_dir: Path) -> Any:
+    topics = client.get("/topics").json()
+    described = {t["name"]: client.get(f"/topics/{t['name']}").json() for t in topics["topics"]}
+    return topics, described, _log_bytes(data_dir)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input(seeded: tuple[TestClient, Path], case: Case) -> None:
+    client, data_dir = seeded
+    before = _state(client, data_dir)
+    kwargs: dict[str, Any] = {"params": case.params, "headers": case.headers}
+    if case.json is not None:
+        kwargs["json"] = case.json
+    if case.content is not None:
+        kwargs["content"] = case.content
+    r = client.request(case.method, case.url, **kwargs)
+    assert r.status_code == case.status, r.text
+    body = r.json()
+    assert body["error_code"] == case.error, body
+    assert isinstance(body["message"], str) and body["message"]
+    assert body["retriable"] is False
+    for name, value in case.check.items():
+        assert body[name] == value, (name, body)
+    assert _state(client, data_dir) == before
+
+
+def test_streamed_oversize_body_is_cut_while_reading(seeded: tuple[TestClient, Path]) -> None:
+    client, data_dir = seeded
+    before = _state(client, data_dir)
+    chunk = 64 * 1024
+    pulled = 0
+    sent: list[Message] = []
+
+    async def receive() -> Message:
+        nonlocal pulled
+        if pulled == 0:
+            pulled += 1
+            return {"type": "http.request", "body": b'{"records": [{"value": "', "more_body": True}
+        pulled += chunk
+        # 64 MB in total if the app kept reading.
+        return {"type": "http.request", "body": b"x" * chunk, "more_body": pulled < 64 << 20}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    # No Content-Length header: only the check while streaming can stop it.
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/topics/t/records",
+        "raw_path": b"/topics/t/records",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"content-type", b"application/json")],
+        "client": ("127.0.0.1", 5000),
+        "server": ("127.0.0.1", 8080),
+        "state": {},
+    }
+    anyio.run(client.app, scope, receive, send)
+    assert sent[0]["status"] == 413
+    body = orjson.loads(b"".join(m.get("body", b"") for m in sent[1:]))
+    assert body["error_code"] == "MESSAGE_TOO_LARGE"
+    assert body["limit"] == MAX_REQUEST_BYTES
+    assert pulled <= MAX_REQUEST_BYTES + 2 * chunk
+    assert _state(client, data_dir) == before
+
+
+def test_declared_content_length_is_checked_up_front(seeded: tuple[TestClient, Path]) -> None:
+    client, _ = seeded
+    r = client.post(
+        "/topics/t/partitions/0/batches",
+        content=GOOD_BATCH,
+        headers={"content-length": str(MAX_REQUEST_BYTES + 1)},
+    )
+    assert r.status_code == 413
+    assert r.json()["size"] == MAX_REQUEST_BYTES + 1
+
+
+def test_every_error_body_is_documented_shape(seeded: tuple[TestClient, Path]) -> None:
+    client, _ = seeded
+    r = client.get("/topics/t/partitions/0/records", params={"offset": 99})
+    assert set(r.json()) >= {"error_code", "message", "retriable"}
+    assert r.headers["content-type"] == "application/json"

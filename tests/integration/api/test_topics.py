@@ -1,0 +1,113 @@
+"""Topic admin and metadata through HTTP against a real LogManager."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from api_helpers import create_topic, make_settings, produce
+from starlette.testclient import TestClient
+
+from app.api import create_app
+from app.core.log.config import LogConfig
+
+
+def test_create_describe_list_delete(client: TestClient) -> None:
+    r = client.post(
+        "/topics",
+        json={
+            "name": "orders",
+            "partitions": 3,
+            "replication_factor": 1,
+            "configs": {"retention.ms": 3600000, "cleanup.policy": "compact"},
+        },
+    )
+    assert r.status_code == 201, r.text
+    assert r.headers["location"] == "/topics/orders"
+    created = r.json()
+    assert created["name"] == "orders"
+
+    desc = client.get("/topics/orders").json()
+    assert desc == created
+    assert [p["partition"] for p in desc["partitions"]] == [0, 1, 2]
+    for p in desc["partitions"]:
+        assert p["leader"] == 3
+        assert p["replicas"] == [3]
+        assert p["isr"] == [3]
+        assert p["log_start_offset"] == p["high_watermark"] == p["log_end_offset"] == 0
+    # Every effective config, Kafka names, overrides applied.
+    assert set(desc["configs"]) == set(LogConfig.kafka_names())
+    assert desc["configs"]["retention.ms"] == 3600000
+    assert desc["configs"]["cleanup.policy"] == "compact"
+    assert desc["configs"]["segment.bytes"] == LogConfig().segment_bytes
+    assert set(desc["config_overrides"]) == {"retention.ms", "cleanup.policy"}
+
+    create_topic(client, "audit")
+    assert client.get("/topics").json() == {
+        "topics": [{"name": "audit", "partitions": 1}, {"name": "orders", "partitions": 3}]
+    }
+
+    r = client.delete("/topics/orders")
+    assert r.status_code == 204
+    assert client.get("/topics/orders").status_code == 404
+    assert client.get("/topics").json() == {"topics": [{"name": "audit", "partitions": 1}]}
+
+
+def test_description_offsets_follow_appends(client: TestClient) -> None:
+    create_topic(client, "t", partitions=2)
+    produce(client, "t", [{"value": i, "partition": 1} for i in range(5)])
+    parts = client.get("/topics/t").json()["partitions"]
+    assert (parts[1]["log_start_offset"], parts[1]["high_watermark"]) == (0, 5)
+    assert parts[1]["log_end_offset"] == 5
+    assert parts[0]["log_end_offset"] == 0
+
+
+def test_metadata(client: TestClient) -> None:
+    create_topic(client, "a", partitions=2)
+    body = client.get("/metadata").json()
+    assert body == {
+        "brokers": [{"id": 3, "url": "http://broker-3:8080"}],
+        "controller": 3,
+        "topics": [
+            {
+                "name": "a",
+                "partitions": [
+                    {"partition": 0, "leader": 3, "replicas": [3], "isr": [3]},
+                    {"partition": 1, "leader": 3, "replicas": [3], "isr": [3]},
+                ],
+            }
+        ],
+    }
+
+
+def test_partitions_default_to_num_partitions(tmp_path: Path) -> None:
+    with TestClient(create_app(make_settings(tmp_path, num_partitions=4))) as client:
+        r = client.post("/topics", json={"name": "d"})
+        assert r.status_code == 201
+        assert len(r.json()["partitions"]) == 4
+
+
+def test_produce_auto_creates_topic(tmp_path: Path) -> None:
+    with TestClient(create_app(make_settings(tmp_path, num_partitions=3))) as client:
+        offsets = produce(client, "fresh", [{"key": "k", "value": 1}])
+        assert offsets[0]["offset"] == 0
+        assert len(client.get("/topics/fresh").json()["partitions"]) == 3
+
+
+def test_auto_create_disabled(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, auto_create_topics_enable=False)
+    with TestClient(create_app(settings)) as client:
+        r = client.post("/topics/nope/records", json={"records": [{"value": 1}]})
+        assert r.status_code == 404
+        assert r.json()["error_code"] == "UNKNOWN_TOPIC_OR_PARTITION"
+        assert client.get("/topics").json() == {"topics": []}
+
+
+def test_topics_survive_restart(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path)
+    with TestClient(create_app(settings)) as client:
+        create_topic(client, "kept", partitions=2, **{"retention.ms": 1000})
+        produce(client, "kept", [{"value": "x", "partition": 1}])
+    with TestClient(create_app(settings)) as client:
+        desc = client.get("/topics/kept").json()
+        assert desc["configs"]["retention.ms"] == 1000
+        assert desc["partitions"][1]["log_end_offset"] == 1
