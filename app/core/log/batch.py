@@ -304,6 +304,9 @@ class BatchBuilder:
             batch_size=max_bytes,
         )
         self._count = 0
+        # aiokafka's builder compresses its buffer in place on build(), so a second
+        # build() would compress the compressed bytes: build once and keep the result.
+        self._built: bytes | None = None
 
     def __len__(self) -> int:
         return self._count
@@ -315,6 +318,8 @@ class BatchBuilder:
         headers: Sequence[tuple[str, bytes | None]] = (),
         timestamp: int | None = None,
     ) -> bool:
+        if self._built is not None:
+            raise InvalidRecord("the batch is already built")
         ts = int(time.time() * 1000) if timestamp is None else timestamp
         meta = self._builder.append(self._count, ts, key, value, list(headers))
         if meta is None:
@@ -329,7 +334,9 @@ class BatchBuilder:
     def build(self) -> bytes:
         if self._count == 0:
             raise InvalidRecord("a record batch needs at least one record")
-        return bytes(self._builder.build())
+        if self._built is None:
+            self._built = bytes(self._builder.build())
+        return self._built
 
 
 def build_batch(
