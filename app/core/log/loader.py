@@ -38,7 +38,7 @@ from app.core.log.segment import (
 _log = logging.getLogger(__name__)
 
 STRAY_SUFFIXES = (".tmp", ".cleaned", ".swap", DELETED_SUFFIX)
-_SEGMENT_FILE = re.compile(r"^(\d{20})(\.log|\.index|\.timeindex)$")
+_SEGMENT_FILE = re.compile(r"(\d{20})(\.log|\.index|\.timeindex)")
 
 
 class LoadedLog(NamedTuple):
@@ -57,7 +57,7 @@ def remove_stray_files(directory: Path) -> list[str]:
     for path in entries:
         name = path.name
         orphan = False
-        m = _SEGMENT_FILE.match(name)
+        m = _SEGMENT_FILE.fullmatch(name)
         if m and m.group(2) in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) and m.group(1) not in logs:
             orphan = True
         if (orphan or name.endswith(STRAY_SUFFIXES)) and path.is_file():
@@ -82,7 +82,7 @@ def load_segments(
     bases = sorted(
         int(p.name[:20])
         for p in directory.iterdir()
-        if (m := _SEGMENT_FILE.match(p.name)) and m.group(2) == LOG_SUFFIX
+        if (m := _SEGMENT_FILE.fullmatch(p.name)) and m.group(2) == LOG_SUFFIX
     )
     kwargs = {
         "index_interval_bytes": config.index_interval_bytes,

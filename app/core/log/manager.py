@@ -75,8 +75,8 @@ MAX_PARTITIONS = 10_000
 
 DEFAULT_CONFIG = LogConfig()  # frozen, so one shared default is safe
 
-_TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
-_PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
+_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
+_PARTITION_DIR = re.compile(r"(.+)-(\d+)")
 
 
 def validate_topic_name(name: str) -> None:
@@ -87,7 +87,7 @@ def validate_topic_name(name: str) -> None:
         raise InvalidTopic(name, "'.' and '..' are not allowed")
     if len(name) > MAX_TOPIC_NAME_LENGTH:
         raise InvalidTopic(name, f"longer than {MAX_TOPIC_NAME_LENGTH} characters")
-    if not _TOPIC_NAME.match(name):
+    if not _TOPIC_NAME.fullmatch(name):
         raise InvalidTopic(name, "only ASCII letters, digits, '.', '_' and '-' are allowed")
 
 
@@ -274,7 +274,7 @@ class LogManager:
     def _remove_orphan_dirs(self) -> None:
         known = {f"{t.name}-{i}" for t in self._topics.values() for i in range(len(t.logs))}
         for path in self.data_dir.iterdir():
-            if path.is_dir() and _PARTITION_DIR.match(path.name) and path.name not in known:
+            if path.is_dir() and _PARTITION_DIR.fullmatch(path.name) and path.name not in known:
                 _log.warning("removing %s: its topic was deleted", path)
                 shutil.rmtree(path, ignore_errors=True)
 

@@ -1,0 +1,195 @@
+"""LogManager: data-dir layout, topic lifecycle, restart, background work."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from log_helpers import check_log_dir, value_batch
+
+from app.core.errors import (
+    InvalidConfig,
+    InvalidPartitions,
+    InvalidTopic,
+    KafkaStorageError,
+    TopicAlreadyExists,
+    UnknownTopicOrPartition,
+)
+from app.core.log import LogConfig, LogManager, validate_topic_name
+from app.core.log.batch import decode_records
+
+
+@pytest.fixture
+def manager(tmp_path: Path) -> Iterator[LogManager]:
+    m = LogManager(
+        tmp_path / "data", flush_scheduler_interval_ms=20, retention_check_interval_ms=50
+    )
+    m.start()
+    yield m
+    m.shutdown()
+
+
+@pytest.mark.parametrize("name", ["a", "A.b_c-1", "__consumer_offsets", "x" * 249, "..a", "-"])
+def test_valid_topic_names(name: str) -> None:
+    validate_topic_name(name)
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "x" * 250, "a b", "a/b", "ä", "a\n", "a:b", "a*"])
+def test_invalid_topic_names(name: str) -> None:
+    with pytest.raises(InvalidTopic):
+        validate_topic_name(name)
+
+
+def test_layout_after_start_and_shutdown(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    m = LogManager(data, broker_id=3)
+    m.start()
+    assert not (data / ".clean_shutdown").exists()
+    m.create_topic("orders", 2, {"retention.ms": 1000})
+    m.get_log("orders", 1).append(value_batch(0, 4))
+    m.shutdown()
+    names = sorted(p.name for p in data.iterdir())
+    assert names == [
+        ".clean_shutdown",
+        "log-start-offset-checkpoint",
+        "meta.json",
+        "orders-0",
+        "orders-1",
+        "recovery-point-offset-checkpoint",
+        "topics",
+    ]
+    meta = json.loads((data / "meta.json").read_text())
+    assert meta["broker_id"] == 3 and meta["version"] == 1 and meta["cluster_id"]
+    topic = json.loads((data / "topics" / "orders.json").read_text())
+    assert topic["partitions"] == 2 and topic["configs"] == {"retention.ms": 1000}
+    assert (
+        data / "recovery-point-offset-checkpoint"
+    ).read_text() == "0\n2\norders 0 0\norders 1 4\n"
+    assert (data / "log-start-offset-checkpoint").read_text() == "0\n2\norders 0 0\norders 1 0\n"
+    assert (data / "orders-0" / "partition.metadata").read_text() == (
+        f"version: 0\ntopic_id: {topic['topic_id']}\n"
+    )
+    assert sorted(p.name for p in (data / "orders-1").iterdir()) == [
+        "00000000000000000000.index",
+        "00000000000000000000.log",
+        "00000000000000000000.timeindex",
+        "leader-epoch-checkpoint",
+        "partition.metadata",
+    ]
+    # Restart: everything comes back and the clean marker is consumed.
+    m2 = LogManager(data, broker_id=3)
+    m2.start()
+    assert m2.loaded_cleanly and not (data / ".clean_shutdown").exists()
+    assert m2.topics() == ["orders"] and m2.partition_count("orders") == 2
+    assert m2.topic_overrides("orders") == {"retention.ms": 1000}
+    assert m2.topic_config("orders").retention_ms == 1000
+    assert m2.cluster_id == meta["cluster_id"]
+    log = m2.get_log("orders", 1)
+    assert log.log_end_offset == 4 and log.recovered_segments_on_load == 0
+    assert log.append(value_batch(4, 1)).first_offset == 4
+    m2.shutdown()
+    with pytest.raises(KafkaStorageError):
+        LogManager(data, broker_id=4).start()
+
+
+def test_create_topic_errors(manager: LogManager) -> None:
+    manager.create_topic("t", 1)
+    with pytest.raises(TopicAlreadyExists):
+        manager.create_topic("t", 1)
+    with pytest.raises(InvalidPartitions):
+        manager.create_topic("u", 0)
+    with pytest.raises(InvalidConfig):
+        manager.create_topic("u", 1, {"retention.mss": 1})
+    with pytest.raises(InvalidConfig):
+        manager.create_topic("u", 1, {"retention.ms": "soon"})
+    with pytest.raises(InvalidTopic):
+        manager.create_topic("a/b", 1)
+    manager.create_topic("my.topic", 1)
+    with pytest.raises(InvalidTopic):
+        manager.create_topic("my_topic", 1)
+    assert manager.topics() == ["my.topic", "t"]
+
+
+def test_unknown_topics_and_partitions(manager: LogManager) -> None:
+    manager.create_topic("t", 2)
+    with pytest.raises(UnknownTopicOrPartition):
+        manager.get_log("t", 2)
+    with pytest.raises(UnknownTopicOrPartition):
+        manager.get_log("nope", 0)
+    with pytest.raises(UnknownTopicOrPartition):
+        manager.partition_count("nope")
+    with pytest.raises(UnknownTopicOrPartition):
+        manager.delete_topic("nope")
+
+
+def test_delete_topic_and_recreate(manager: LogManager) -> None:
+    manager.create_topic("t", 2, {"file.delete.delay.ms": 100})
+    log = manager.get_log("t", 0)
+    log.append(value_batch(0, 3))
+    in_flight = log.read(0, 1 << 20)
+    manager.delete_topic("t")
+    assert manager.topics() == []
+    with pytest.raises(UnknownTopicOrPartition):
+        manager.get_log("t", 0)
+    with pytest.raises(KafkaStorageError):
+        log.append(value_batch(0, 1))
+    # The data stays readable for file.delete.delay.ms, then the background thread removes it.
+    assert [r.offset for r in decode_records(in_flight.read_bytes())] == [0, 1, 2]
+    data_dir = manager.data_dir
+    assert len(list(data_dir.glob("t-*-delete"))) == 2
+    deadline = time.monotonic() + 5
+    while list(data_dir.glob("t-*")) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert list(data_dir.glob("t-*")) == []
+    manager.create_topic("t", 1)
+    assert manager.get_log("t", 0).log_end_offset == 0
+
+
+def test_background_retention(manager: LogManager) -> None:
+    manager.create_topic(
+        "r", 1, {"segment.bytes": 1000, "retention.bytes": 0, "file.delete.delay.ms": 0}
+    )
+    log = manager.get_log("r", 0)
+    for i in range(20):
+        log.append(value_batch(i * 2, 2, size=100))
+    deadline = time.monotonic() + 5
+    while len(log.segments) > 1 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert len(log.segments) == 1
+    assert log.log_start_offset == log.segments[0].base_offset > 0
+    deadline = time.monotonic() + 5
+    expected = f"0\n1\nr 0 {log.log_start_offset}\n"
+    path = manager.data_dir / "log-start-offset-checkpoint"
+    while path.read_text() != expected and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert path.read_text() == expected
+
+
+def test_unclean_restart_recovers(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    m = LogManager(data, LogConfig().with_overrides({"segment.bytes": 1000}))
+    m.start()
+    m.create_topic("c", 1)
+    log = m.get_log("c", 0)
+    for i in range(20):
+        log.append(value_batch(i * 2, 2, size=100))
+    log.flush_rolled()
+    m.checkpoint()
+    active_base = log.segments[-1].base_offset
+    # "Crash": stop the thread, never write .clean_shutdown, tear the last batch.
+    m._stop.set()
+    path = log.segments[-1].log_path
+    with open(path, "r+b") as f:
+        f.truncate(path.stat().st_size - 7)
+    m2 = LogManager(data, LogConfig().with_overrides({"segment.bytes": 1000}))
+    m2.start()
+    assert not m2.loaded_cleanly
+    log2 = m2.get_log("c", 0)
+    assert log2.recovered_segments_on_load == 1  # only from the recovery point
+    assert log2.log_end_offset == 38 and log2.segments[-1].base_offset == active_base
+    assert log2.append(value_batch(38, 2)).first_offset == 38
+    assert [o for o, _ in check_log_dir(log2.dir, start=0)] == list(range(40))
+    m2.shutdown()
