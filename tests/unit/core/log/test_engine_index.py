@@ -100,10 +100,10 @@ def test_time_lookup_matches_reference(
     last_ts: int | None = None
     for ts, step in entries:
         offset += step
-        if idx.maybe_append(ts, offset):
+        appended = idx.maybe_append(ts, offset)
+        assert appended == (last_ts is None or ts > last_ts)
+        if appended:
             ref[ts] = offset
-        assert (last_ts is None or ts > last_ts) == (ts in ref and ref[ts] == offset)
-        if ts in ref and ref[ts] == offset:
             last_ts = ts
     keys = sorted(ref)
     reloaded = TimeIndex(idx.path, 0, 1 << 20)
