@@ -26,8 +26,13 @@ from pydantic import ValidationError
 from app.api.models import Header
 from app.core.errors import InvalidRequest
 
-Encoder = Callable[[Any, str], bytes | None]
+Encoder = Callable[[Any], bytes | None]
 Decoder = Callable[[bytes | None], Any]
+
+
+class FormatError(ValueError):
+    """A key or value that its format cannot encode. Carries no location: the produce
+    loop adds it, so a valid record never pays for building one."""
 
 
 class BodyInvalid(InvalidRequest):
@@ -49,46 +54,49 @@ class BodyInvalid(InvalidRequest):
             loc = ".".join(str(p) for p in (where, *err["loc"]))
             malformed = malformed or err["type"] == "json_invalid"
             locs.append(loc)
-            parts.append(f"{loc}: {err['msg']}")
+            msg = err["msg"]
+            if err["type"] == "value_error" and "error" in err.get("ctx", {}):
+                msg = str(err["ctx"]["error"])  # our own sentence, without "Value error, "
+            parts.append(f"{loc}: {msg}")
         message = "; ".join(parts)
         if malformed:
             message = f"malformed JSON body: {message}"
         return cls(message, locs)
 
+    @classmethod
+    def at(cls, where: str, reason: str) -> BodyInvalid:
+        return cls(f"{where}: {reason}", [where])
 
-def _bad(where: str, fmt: str, reason: str) -> BodyInvalid:
-    return BodyInvalid(f"{where}: {reason} (format {fmt})", [where])
 
-
-def _encode_json(value: Any, where: str) -> bytes | None:
+def _encode_json(value: Any) -> bytes | None:
     if value is None:
         return None
     try:
         return orjson.dumps(value)
     except orjson.JSONEncodeError as exc:
-        raise _bad(where, "json", str(exc)) from None
+        raise FormatError(f"{exc} (format json)") from None
 
 
-def _encode_string(value: Any, where: str) -> bytes | None:
+def _encode_string(value: Any) -> bytes | None:
     if value is None:
         return None
-    if not isinstance(value, str):
-        raise _bad(where, "string", f"expected a string, got {type(value).__name__}")
+    if type(value) is not str:
+        raise FormatError(f"expected a string, got {type(value).__name__} (format string)")
     try:
         return value.encode()
     except UnicodeEncodeError:
-        raise _bad(where, "string", "not encodable as UTF-8 (lone surrogate)") from None
+        raise FormatError("not encodable as UTF-8: lone surrogate (format string)") from None
 
 
-def _encode_binary(value: Any, where: str) -> bytes | None:
+def _encode_binary(value: Any) -> bytes | None:
     if value is None:
         return None
-    if not isinstance(value, str):
-        raise _bad(where, "binary", f"expected a base64 string, got {type(value).__name__}")
+    if type(value) is not str:
+        raise FormatError(f"expected a base64 string, got {type(value).__name__} (format binary)")
     try:
         return base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError) as exc:
-        raise _bad(where, "binary", f"invalid base64: {exc}") from None
+        raise FormatError(f"invalid base64: {exc} (format binary)") from None
 
 
 ENCODERS: dict[str, Encoder] = {
@@ -123,16 +131,21 @@ DECODERS: dict[str, Decoder] = {
 
 
 def encode_headers(
-    headers: list[Header] | Mapping[str, str | None] | None, where: str
+    headers: Sequence[Header | Mapping[str, Any]] | Mapping[str, str | None] | None,
 ) -> list[tuple[str, bytes | None]]:
+    """Headers as given in a produce body (an object, or a list of {"key", "value"})."""
     if not headers:
         return []
     try:
         if isinstance(headers, Mapping):
             return [(k, None if v is None else v.encode()) for k, v in headers.items()]
-        return [(h.key, None if h.value is None else h.value.encode()) for h in headers]
+        out: list[tuple[str, bytes | None]] = []
+        for h in headers:
+            key, value = (h.key, h.value) if isinstance(h, Header) else (h["key"], h.get("value"))
+            out.append((key, None if value is None else value.encode()))
+        return out
     except UnicodeEncodeError:
-        raise BodyInvalid(f"{where}: not encodable as UTF-8", [where]) from None
+        raise FormatError("not encodable as UTF-8: lone surrogate") from None
 
 
 def decode_headers(headers: Sequence[tuple[str, bytes | None]]) -> list[dict[str, Any]]:

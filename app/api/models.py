@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+)
 
 Format = Literal["json", "string", "binary"]
 
@@ -57,6 +64,18 @@ class ProduceRecord(_Strict):
         ge=0,
         description="CreateTime in ms since the epoch; default: when the broker received it.",
     )
+
+    @field_validator("headers", mode="wrap")
+    @classmethod
+    def _one_headers_error(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        # A union reports one error per member; one sentence reads better.
+        try:
+            return handler(value)
+        except ValidationError:
+            raise ValueError(
+                'expected a list of {"key": string, "value": string or null} objects '
+                "or an object of string (or null) values"
+            ) from None
 
 
 class ProduceRequest(_Strict):
@@ -153,6 +172,16 @@ class CreateTopicRequest(_Strict):
         description="Topic config overrides with Kafka's names, e.g. retention.ms.",
         examples=[{"retention.ms": 3600000, "cleanup.policy": "delete"}],
     )
+
+    @field_validator("configs", mode="wrap")
+    @classmethod
+    def _one_configs_error(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        try:
+            return handler(value)
+        except ValidationError:
+            raise ValueError(
+                "expected an object of config name to string, number or boolean"
+            ) from None
 
 
 class PartitionDescription(BaseModel):

@@ -12,17 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
-from pydantic import ValidationError
 from starlette.responses import Response
 
 from app.api import openapi_docs as docs
-from app.api.codec import ENCODERS, BodyInvalid, encode_headers
+from app.api.codec import ENCODERS, BodyInvalid, FormatError, encode_headers
 from app.api.deps import ManagerDep, StateDep, read_body
 from app.api.errors import error_responses
-from app.api.models import BatchProduceResponse, ProduceRequest, ProduceResponse
+from app.api.models import BatchProduceResponse, ProduceResponse
+from app.api.produce_body import ParsedProduce, parse_produce_body
 from app.api.state import AppState
 from app.api.util import INT_MAX, JSONBytes, partitions_of
 from app.core.errors import (
@@ -83,11 +84,58 @@ async def _append(work: list[tuple[Log, bytes]], timeout_ms: int, topic: str) ->
         ) from None
 
 
-def _parse_request(body: bytes) -> ProduceRequest:
+def build_batches(
+    req: ParsedProduce,
+    num_partitions: int,
+    fixed_partition: int | None,
+    sticky_partition: Callable[[], int],
+    now_ms: int,
+) -> tuple[dict[int, BatchBuilder], list[tuple[int, int, int]]]:
+    """One batch per partition, and per record (partition, index in its batch, timestamp).
+
+    Partitions are not range-checked here beyond what placement needs; the
+    caller checks the partitions that got a batch, once each.
+    """
+    encode_key = ENCODERS[req.key_format]
+    encode_value = ENCODERS[req.value_format]
+    sticky: int | None = None
+    builders: dict[int, BatchBuilder] = {}
+    counts: dict[int, int] = {}
+    placed: list[tuple[int, int, int]] = []
+    field = "key"
     try:
-        return ProduceRequest.model_validate_json(body)
-    except ValidationError as exc:
-        raise BodyInvalid.from_validation(exc) from None
+        for raw_key, raw_value, raw_headers, p, timestamp in req.records:
+            field = "key"
+            key = encode_key(raw_key)
+            field = "value"
+            value = encode_value(raw_value)
+            field = "headers"
+            headers = encode_headers(raw_headers) if raw_headers else []
+            if fixed_partition is not None:
+                if p is not None and p != fixed_partition:
+                    field = "partition"
+                    raise FormatError(f"{p} disagrees with partition {fixed_partition} in the path")
+                p = fixed_partition
+            elif p is None:
+                if key is None:
+                    if sticky is None:
+                        sticky = sticky_partition()
+                    p = sticky
+                else:
+                    p = partition_for_key(key, num_partitions)
+            builder = builders.get(p)
+            if builder is None:
+                builder = builders[p] = BatchBuilder()
+                counts[p] = 0
+            ts = now_ms if timestamp is None else timestamp
+            placed.append((p, counts[p], ts))
+            counts[p] += 1
+            if not builder.append(value, key, headers, ts):
+                raise RecordTooLarge(builder.size_in_bytes(), 1 << 30, what="record batch")
+    except FormatError as exc:
+        # Every record before the bad one was placed: its index is their count.
+        raise BodyInvalid.at(f"body.records.{len(placed)}.{field}", str(exc)) from None
+    return builders, placed
 
 
 async def _produce(
@@ -101,49 +149,21 @@ async def _produce(
 ) -> Response:
     required_acks = parse_acks(acks)
     body = await read_body(request, state.settings.max_request_bytes)
-    req = _parse_request(body)
+    req = parse_produce_body(body)
     num_partitions = await partitions_of(state, manager, topic, auto_create=True)
     if fixed_partition is not None and not 0 <= fixed_partition < num_partitions:
         raise UnknownTopicOrPartition(topic, fixed_partition)
 
-    encode_key = ENCODERS[req.key_format]
-    encode_value = ENCODERS[req.value_format]
-    now_ms = int(time.time() * 1000)
-    sticky: int | None = None
-    builders: dict[int, BatchBuilder] = {}
-    # Per record: (partition, index within that partition's batch, timestamp).
-    placed: list[tuple[int, int, int]] = []
-    for i, rec in enumerate(req.records):
-        key = encode_key(rec.key, f"body.records.{i}.key")
-        value = encode_value(rec.value, f"body.records.{i}.value")
-        headers = encode_headers(rec.headers, f"body.records.{i}.headers")
-        p = rec.partition
-        if fixed_partition is not None:
-            if p is not None and p != fixed_partition:
-                raise BodyInvalid(
-                    f"body.records.{i}.partition: {p} disagrees with partition "
-                    f"{fixed_partition} in the path",
-                    [f"body.records.{i}.partition"],
-                )
-            p = fixed_partition
-        elif p is None:
-            if key is None:
-                if sticky is None:
-                    sticky = state.sticky.next_partition(topic, num_partitions)
-                p = sticky
-            else:
-                p = partition_for_key(key, num_partitions)
-        elif p >= num_partitions:
+    builders, placed = build_batches(
+        req,
+        num_partitions,
+        fixed_partition,
+        lambda: state.sticky.next_partition(topic, num_partitions),
+        int(time.time() * 1000),
+    )
+    for p in builders:
+        if p >= num_partitions:
             raise UnknownTopicOrPartition(topic, p)
-        builder = builders.get(p)
-        if builder is None:
-            builder = builders[p] = BatchBuilder()
-        ts = now_ms if rec.timestamp is None else rec.timestamp
-        placed.append((p, len(builder), ts))
-        if not builder.append(value, key, headers, ts):
-            raise RecordTooLarge(
-                builder.size_in_bytes(), 1 << 30, what=f"record batch for {topic}-{p}"
-            )
 
     limit = manager.topic_config(topic).max_message_bytes
     work: list[tuple[Log, bytes]] = []
@@ -159,16 +179,16 @@ async def _produce(
         return Response(status_code=204)
     appended = dict(zip(order, infos, strict=True))
 
-    offsets: list[dict[str, int]] = []
-    for p, j, ts in placed:
-        info = appended[p]
-        offsets.append(
-            {
-                "partition": p,
-                "offset": info.first_offset + j,
-                "timestamp": ts if info.log_append_time < 0 else info.log_append_time,
-            }
-        )
+    first = {p: info.first_offset for p, info in appended.items()}
+    append_time = {p: info.log_append_time for p, info in appended.items()}
+    offsets = [
+        {
+            "partition": p,
+            "offset": first[p] + j,
+            "timestamp": ts if append_time[p] < 0 else append_time[p],
+        }
+        for p, j, ts in placed
+    ]
     return JSONBytes({"offsets": offsets})
 
 

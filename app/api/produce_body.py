@@ -1,0 +1,116 @@
+"""Parsing a JSON produce body fast, with the pydantic model as the judge of what is valid.
+
+The model (:class:`~app.api.models.ProduceRequest`) defines the body and its
+error messages, but validating every record through it costs ~2.8 us per
+record against ~0.6 us for ``orjson.loads``, which made it the largest cost
+of a JSON produce. So a body is parsed with orjson and checked by hand; the
+hand check accepts only bodies the model accepts, and anything it does not
+recognise goes to the model, which then produces the exact error (or, if the
+model accepts it, its result is used). Bad input is the slow path, good
+input the fast one.
+
+The JSON grammar is orjson's (RFC 8259): ``NaN`` and ``Infinity`` are
+malformed, and integers beyond 64 bits are read as floats.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import orjson
+from pydantic import ValidationError
+
+from app.api.codec import BodyInvalid
+from app.api.models import Header, ProduceRequest
+
+FORMATS = frozenset(("json", "string", "binary"))
+_BODY_FIELDS = frozenset(("records", "key_format", "value_format"))
+_RECORD_FIELDS = frozenset(("key", "value", "headers", "partition", "timestamp"))
+_HEADER_FIELDS = frozenset(("key", "value"))
+
+# Headers stay in their JSON shape (a dict, or a list of {"key", "value"} dicts)
+# and are turned into bytes by the produce loop.
+Headers = dict[str, str | None] | list[dict[str, Any]] | list[Header] | None
+
+
+# (key, value, headers, partition, timestamp): a plain tuple, because building a
+# NamedTuple per record costs more than the rest of the check.
+ParsedRecord = tuple[Any, Any, Headers, int | None, int | None]
+
+
+class ParsedProduce(NamedTuple):
+    records: list[ParsedRecord]
+    key_format: str
+    value_format: str
+
+
+def _headers_ok(headers: Any) -> bool:
+    if headers is None:
+        return True
+    if type(headers) is dict:
+        return all(v is None or type(v) is str for v in headers.values())
+    if type(headers) is list:
+        for h in headers:
+            if type(h) is not dict or not h.keys() <= _HEADER_FIELDS:
+                return False
+            if type(h.get("key")) is not str:
+                return False
+            v = h.get("value")
+            if v is not None and type(v) is not str:
+                return False
+        return True
+    return False
+
+
+def _fast(obj: Any) -> ParsedProduce | None:
+    """The parsed body, or None when the model must judge it."""
+    if type(obj) is not dict or not obj.keys() <= _BODY_FIELDS:
+        return None
+    key_format = obj.get("key_format", "json")
+    value_format = obj.get("value_format", "json")
+    if key_format not in FORMATS or value_format not in FORMATS:
+        return None
+    raw = obj.get("records")
+    if type(raw) is not list or not raw:
+        return None
+    records: list[ParsedRecord] = []
+    append = records.append
+    fields = _RECORD_FIELDS
+    for rec in raw:
+        if type(rec) is not dict or not fields.issuperset(rec):
+            return None
+        get = rec.get
+        partition = get("partition")
+        timestamp = get("timestamp")
+        headers = get("headers")
+        # None or a non-negative int; bool is not an int here, as in the strict model.
+        if partition is not None and (type(partition) is not int or partition < 0):
+            return None
+        if timestamp is not None and (type(timestamp) is not int or timestamp < 0):
+            return None
+        if headers is not None and not _headers_ok(headers):
+            return None
+        append((get("key"), get("value"), headers, partition, timestamp))
+    return ParsedProduce(records, key_format, value_format)
+
+
+def _from_model(req: ProduceRequest) -> ParsedProduce:
+    return ParsedProduce(
+        [(r.key, r.value, r.headers, r.partition, r.timestamp) for r in req.records],
+        req.key_format,
+        req.value_format,
+    )
+
+
+def parse_produce_body(body: bytes) -> ParsedProduce:
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise BodyInvalid(f"malformed JSON body: {exc}", ["body"]) from None
+    parsed = _fast(obj)
+    if parsed is not None:
+        return parsed
+    try:
+        return _from_model(ProduceRequest.model_validate_json(body))
+    except ValidationError as exc:
+        raise BodyInvalid.from_validation(exc) from None

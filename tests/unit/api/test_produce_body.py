@@ -1,0 +1,145 @@
+"""The fast produce-body check must never accept what the pydantic model rejects."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from app.api.codec import BodyInvalid
+from app.api.models import Header, ProduceRequest
+from app.api.produce_body import _fast, parse_produce_body
+
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-5, 5)
+    | st.text(max_size=3)
+    | st.floats(allow_nan=False, allow_infinity=False)
+)
+anything = st.recursive(
+    scalars,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+header_item = st.dictionaries(
+    st.sampled_from(["key", "value", "other"]),
+    st.none() | st.text(max_size=3) | st.integers(-5, 5),
+    max_size=3,
+)
+headers = (
+    st.none()
+    | st.dictionaries(
+        st.text(max_size=3), st.none() | st.text(max_size=3) | st.integers(-5, 5), max_size=3
+    )
+    | st.lists(header_item, max_size=3)
+    | anything
+)
+offsets = st.none() | st.integers(-2, 5) | st.booleans() | st.text(max_size=2) | st.floats(0, 3)
+record = st.fixed_dictionaries(
+    {},
+    optional={
+        "key": anything,
+        "value": anything,
+        "headers": headers,
+        "partition": offsets,
+        "timestamp": offsets,
+        "vaule": anything,
+    },
+)
+formats = st.sampled_from(["json", "string", "binary", "avro", 1, None])
+good_offsets = st.none() | st.integers(0, 5)
+good_headers = (
+    st.none()
+    | st.dictionaries(st.text(max_size=3), st.none() | st.text(max_size=3), max_size=3)
+    | st.lists(
+        st.fixed_dictionaries(
+            {"key": st.text(max_size=3)}, optional={"value": st.none() | st.text(max_size=3)}
+        ),
+        max_size=3,
+    )
+)
+# Mostly valid bodies, one field at a time possibly wrong: where the two checks could differ.
+near_valid = st.fixed_dictionaries(
+    {
+        "records": st.lists(
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "key": anything,
+                    "value": anything,
+                    "headers": good_headers | headers,
+                    "partition": good_offsets | offsets,
+                    "timestamp": good_offsets,
+                },
+            ),
+            min_size=1,
+            max_size=4,
+        )
+    },
+    optional={"key_format": st.sampled_from(["json", "string", "binary"]) | formats},
+)
+body = (
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "records": st.lists(record, max_size=4) | anything,
+            "key_format": formats,
+            "value_format": formats,
+            "extra": anything,
+        },
+    )
+    | anything
+    | near_valid
+)
+
+
+def _normalize_headers(h: Any) -> Any:
+    if isinstance(h, list):
+        return [
+            (x.key, x.value) if isinstance(x, Header) else (x["key"], x.get("value")) for x in h
+        ]
+    return h
+
+
+@settings(max_examples=600)
+@given(body)
+def test_fast_path_agrees_with_model(obj: Any) -> None:
+    raw = orjson.dumps(obj)
+    fast = _fast(orjson.loads(raw))
+    try:
+        model = ProduceRequest.model_validate_json(raw)
+    except ValidationError:
+        assert fast is None, obj
+        with pytest.raises(BodyInvalid):
+            parse_produce_body(raw)
+        return
+    parsed = parse_produce_body(raw)
+    assert (parsed.key_format, parsed.value_format) == (model.key_format, model.value_format)
+    expected = [
+        (r.key, r.value, _normalize_headers(r.headers), r.partition, r.timestamp)
+        for r in model.records
+    ]
+    got = [(k, v, _normalize_headers(h), p, t) for k, v, h, p, t in parsed.records]
+    assert got == expected
+    if fast is not None:
+        assert [(k, v, _normalize_headers(h), p, t) for k, v, h, p, t in fast.records] == expected
+
+
+def test_malformed_json_names_the_body() -> None:
+    with pytest.raises(BodyInvalid) as info:
+        parse_produce_body(b'{"records": [{"value": NaN}]}')
+    assert info.value.message.startswith("malformed JSON body")
+    assert info.value.fields() == {"fields": ["body"]}
+
+
+def test_numbers_beyond_64_bits_are_doubles() -> None:
+    # orjson's reading, documented: like JavaScript, not an error.
+    parsed = parse_produce_body(b'{"records": [{"value": 123456789012345678901234567890}]}')
+    assert parsed.records[0][1] == pytest.approx(1.2345678901234568e29)
