@@ -80,6 +80,15 @@ class FetchWaiters:
         if waiters is not None:
             waiters.discard(event)
 
+    def forget_topic(self, topic: str) -> None:
+        """After a topic is deleted: wake its waiters (they find it gone) and drop its listeners."""
+        for key in [k for k in self._listening if k[0] == topic]:
+            self._detach(self._listening.pop(key))
+        for key, waiters in self._waiters.items():
+            if key[0] == topic:
+                for event in waiters:
+                    event.set()
+
     @property
     def closed(self) -> bool:
         return self._closed

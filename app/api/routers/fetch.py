@@ -32,10 +32,12 @@ from app.api.util import (
     run_blocking,
 )
 from app.api.zerocopy import ZeroCopyResponse
+from app.core.errors import UnknownTopicOrPartition
 from app.core.log.batch import decode_records, iter_headers
 
 if TYPE_CHECKING:
     from app.core.log.log import FetchInfo, Log
+    from app.core.log.manager import LogManager
 
 router = APIRouter(tags=["fetch"])
 
@@ -78,6 +80,7 @@ def negotiate(accept: str | None) -> str:
 
 async def wait_for_data(
     waiters: FetchWaiters,
+    manager: LogManager,
     log: Log,
     offset: int,
     max_bytes: int,
@@ -92,6 +95,9 @@ async def wait_for_data(
         while True:
             # Clear before reading: an append after this read sets it again.
             event.clear()
+            if manager.get_log(log.topic, log.partition) is not log:
+                # Deleted (and maybe recreated) while we waited: these offsets are gone.
+                raise UnknownTopicOrPartition(log.topic, log.partition)
             info = log.read(offset, max_bytes)
             remaining = deadline - loop.time()
             if info.size >= min_bytes or remaining <= 0 or waiters.closed:
@@ -194,7 +200,9 @@ async def fetch(
     min_bytes = min(min_bytes, max_bytes)
     info = log.read(offset, max_bytes)
     if info.size < min_bytes and max_wait_ms > 0:
-        info = await wait_for_data(state.waiters, log, offset, max_bytes, min_bytes, max_wait_ms)
+        info = await wait_for_data(
+            state.waiters, manager, log, offset, max_bytes, min_bytes, max_wait_ms
+        )
     headers = {
         "Logbus-High-Watermark": str(info.high_watermark),
         "Logbus-Log-Start-Offset": str(info.log_start_offset),

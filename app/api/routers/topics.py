@@ -137,4 +137,5 @@ async def delete_topic(
 ) -> Response:
     await run_blocking(manager.delete_topic, topic)
     state.sticky.forget(topic)
+    state.waiters.forget_topic(topic)
     return Response(status_code=204)

@@ -116,3 +116,16 @@ def test_list_offsets(client: TestClient) -> None:
     assert client.get(url, params={"at": "2000"}).json() == {"offset": 5, "timestamp": 2000}
     assert client.get(url, params={"at": "9999"}).json() == {"offset": -1, "timestamp": -1}
     assert fetch(client, "lo", 0, 2)["records"][0]["timestamp"] == 1020
+
+
+def test_deleting_the_topic_ends_a_waiting_fetch(client: TestClient) -> None:
+    create_topic(client, "gone")
+    t, out = _fetch_in_thread(
+        client, "/topics/gone/partitions/0/records", {"offset": 0, "max_wait_ms": 10_000}
+    )
+    _wait_for_waiter(client)
+    assert client.delete("/topics/gone").status_code == 204
+    t.join(10)
+    assert out["response"].status_code == 404
+    assert out["response"].json()["error_code"] == "UNKNOWN_TOPIC_OR_PARTITION"
+    assert out["elapsed"] < 5
