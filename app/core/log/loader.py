@@ -100,14 +100,24 @@ def load_segments(
             seg = segments[i]
             result = seg.recover()
             scanned += 1
-            if result.truncated_bytes:
+            following = segments[i + 1] if i + 1 < len(segments) else None
+            # Offsets run on from segment to segment (a roll starts the next segment at the
+            # log end offset), so a segment that ends early lost its tail. Compaction may
+            # leave legitimate gaps, so there only torn or failing batches count.
+            ends_early = (
+                following is not None
+                and not config.compact
+                and seg.next_offset != following.base_offset
+            )
+            if result.truncated_bytes or ends_early:
                 truncated += result.truncated_bytes
                 _log.warning(
-                    "%s: truncated %d damaged bytes at offset %d of segment %d",
+                    "%s: log ends at offset %d in segment %d (%d damaged bytes cut%s)",
                     directory.name,
-                    result.truncated_bytes,
                     seg.next_offset,
                     seg.base_offset,
+                    result.truncated_bytes,
+                    ", later segments dropped" if following is not None else "",
                 )
                 for later in segments[i + 1 :]:
                     truncated += later.size
