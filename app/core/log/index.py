@@ -74,6 +74,7 @@ class _SparseIndex:
     ENTRY: ClassVar[struct.Struct]
     KEY_TYPE: ClassVar[str]
     VALUE_TYPE: ClassVar[str]
+    __slots__ = ("_fd", "_keys", "_lock", "_values", "base_offset", "max_entries", "path")
 
     def __init__(self, path: Path, base_offset: int, max_index_bytes: int) -> None:
         self.path = path
@@ -197,6 +198,7 @@ class _SparseIndex:
 class OffsetIndex(_SparseIndex):
     """Maps offsets to byte positions in the segment's ``.log``: keys are relative offsets."""
 
+    __slots__ = ()
     ENTRY = OFFSET_ENTRY
     KEY_TYPE = "I"
     VALUE_TYPE = "I"
@@ -269,6 +271,7 @@ class OffsetIndex(_SparseIndex):
 class TimeIndex(_SparseIndex):
     """Maps timestamps to offsets: keys are timestamps, values relative offsets."""
 
+    __slots__ = ()
     ENTRY = TIME_ENTRY
     KEY_TYPE = "q"
     VALUE_TYPE = "I"

@@ -28,6 +28,7 @@ import bisect
 import logging
 import os
 import threading
+from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,7 +94,7 @@ class AppendInfo:
 class _View:
     """What readers snapshot: base offsets (for bisect) and segments, never mutated."""
 
-    bases: list[int] = field(default_factory=list)
+    bases: array[int] = field(default_factory=lambda: array("q"))
     segments: list[LogSegment] = field(default_factory=list)
 
 
@@ -172,7 +173,7 @@ class Log:
         )
         self.truncated_bytes_on_load = loaded.truncated_bytes
         self.recovered_segments_on_load = loaded.recovered_segments
-        self._view = _View([s.base_offset for s in loaded.segments], loaded.segments)
+        self._view = _View(array("q", [s.base_offset for s in loaded.segments]), loaded.segments)
         self._log_start_offset = loaded.log_start_offset
         self._log_end_offset = loaded.segments[-1].next_offset
         self._high_watermark = self._log_end_offset
@@ -343,10 +344,10 @@ class Log:
             max_index_bytes=self.config.segment_index_bytes,
         )
         view = self._view
-        self._set_view([*view.bases, base_offset], [*view.segments, seg])
+        self._set_view(view.bases + array("q", [base_offset]), [*view.segments, seg])
         return seg
 
-    def _set_view(self, bases: list[int], segments: list[LogSegment]) -> None:
+    def _set_view(self, bases: array[int], segments: list[LogSegment]) -> None:
         self._view = _View(bases, segments)
 
     # -- listeners ---------------------------------------------------------------
@@ -451,7 +452,7 @@ class Log:
             index_interval_bytes=self.config.index_interval_bytes,
             max_index_bytes=self.config.segment_index_bytes,
         )
-        self._set_view([offset], [seg])
+        self._set_view(array("q", [offset]), [seg])
         self._log_start_offset = self._log_end_offset = self._high_watermark = offset
         self.recovery_point = offset
         self.leader_epoch_cache.clear()
