@@ -312,8 +312,10 @@ class Log:
             self._high_watermark = self._log_end_offset
 
     def _after_append(self, records: int) -> None:
-        self._unflushed_messages += records
-        if self._unflushed_messages >= self.config.flush_messages:
+        with self._lock:
+            self._unflushed_messages += records
+            flush = self._unflushed_messages >= self.config.flush_messages
+        if flush:
             self.flush()
         for listener in self._listeners:
             try:
@@ -542,6 +544,8 @@ class Log:
     def flush(self, up_to: int | None = None) -> None:
         """fsync every segment holding offsets below ``up_to`` (default: the end) and move the recovery point."""
         with self._flush_lock:
+            if self._closed or self._offline:
+                return
             target = self._log_end_offset if up_to is None else min(up_to, self._log_end_offset)
             if up_to is None:
                 self._unflushed_messages = 0

@@ -337,7 +337,9 @@ class LogSegment:
         """Whole batches from the one holding ``offset``, below ``max_offset``, within ``max_bytes``.
 
         With ``min_one`` the first batch is returned even when it alone is
-        larger than ``max_bytes``. ``None`` when nothing qualifies.
+        larger than ``max_bytes``; without it an empty slice says it does not
+        fit. ``None`` when no batch here holds ``offset`` or a later one
+        below ``max_offset``.
         """
         end = self._size
         found = self.translate_offset(offset, end)
@@ -355,7 +357,9 @@ class LogSegment:
         if want_end >= limit:
             return FileSlice(self.fd, start, limit - start)
         if start + first.size > want_end:
-            return FileSlice(self.fd, start, first.size) if min_one else None
+            # An empty slice tells the caller to stop: skipping this batch for a
+            # smaller one further on would leave a hole in the fetch.
+            return FileSlice(self.fd, start, first.size if min_one else 0)
         # Index entries are batch starts, so jump to the last one within budget and hop from there.
         _, position = self._offset_index().lookup_position(want_end)
         boundary = max(position, start + first.size)
@@ -555,7 +559,7 @@ class LogSegment:
     def flush(self) -> None:
         """fsync the log and its indexes."""
         with self._lock:
-            if self.deleted:
+            if self.deleted or self.fd < 0:
                 return
             os.fdatasync(self.fd)
             for index in (self.offset_index, self.time_index):

@@ -386,3 +386,20 @@ def test_empty_read_budget_zero_still_returns_one_batch(tmp_path: Path) -> None:
     log.append(make_batch([b"a", b"b"]))
     assert log.read(0, 0).size == len(make_batch([b"a", b"b"]))
     log.close()
+
+
+def test_a_batch_that_does_not_fit_ends_the_fetch(tmp_path: Path) -> None:
+    # Segments of one batch each: 100-ish, 500-ish, 100-ish bytes. A budget that fits the
+    # first and the third but not the second must stop after the first.
+    log = _log(tmp_path, **{"segment.bytes": 14})
+    small = value_batch(0, 1)
+    log.append(small)
+    big = value_batch(1, 1, size=400)
+    log.append(big)
+    log.append(value_batch(2, 1))
+    assert [s.base_offset for s in log.segments] == [0, 1, 2]
+    got = log.read(0, 2 * len(small) + 10)
+    assert [r.offset for r in decode_records(got.read_bytes())] == [0]
+    got = log.read(0, len(small) + len(big))
+    assert [r.offset for r in decode_records(got.read_bytes())] == [0, 1]
+    log.close()
