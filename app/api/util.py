@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
@@ -44,15 +45,33 @@ async def run_blocking(fn: Callable[..., T], *args: Any) -> T:
     return await asyncio.to_thread(fn, *args)
 
 
-async def partitions_of(
-    state: AppState, manager: LogManager, topic: str, *, auto_create: bool
-) -> int:
-    """The topic's partition count, creating it first like Kafka's auto.create.topics.enable."""
+@dataclass(frozen=True, slots=True)
+class TopicPlan:
+    """A produce target: the topic as it is, or as auto-create will make it."""
+
+    partitions: int
+    max_message_bytes: int
+    exists: bool
+
+
+def plan_topic(state: AppState, manager: LogManager, topic: str) -> TopicPlan:
+    """The topic's shape, or the shape Kafka's auto.create.topics.enable would give it.
+
+    Nothing is created here: a request is checked against the plan first, so a
+    bad request to a new topic leaves no topic behind.
+    """
     try:
-        return manager.partition_count(topic)
+        partitions = manager.partition_count(topic)
     except UnknownTopicOrPartition:
-        if not (auto_create and state.settings.auto_create_topics_enable):
+        if not state.settings.auto_create_topics_enable:
             raise
+        defaults = state.settings.log_config
+        return TopicPlan(state.settings.num_partitions, defaults.max_message_bytes, False)
+    return TopicPlan(partitions, manager.topic_config(topic).max_message_bytes, True)
+
+
+async def create_planned(state: AppState, manager: LogManager, topic: str) -> int:
+    """Create an auto-created topic; returns its partition count (another request may have won)."""
     # A concurrent request may have created it first: same outcome.
     with contextlib.suppress(TopicAlreadyExists):
         await run_blocking(manager.create_topic, topic, state.settings.num_partitions)

@@ -25,14 +25,14 @@ from app.api.errors import error_responses
 from app.api.models import BatchProduceResponse, ProduceResponse
 from app.api.produce_body import ParsedProduce, parse_produce_body
 from app.api.state import AppState
-from app.api.util import INT_MAX, JSONBytes, partitions_of
+from app.api.util import INT_MAX, JSONBytes, TopicPlan, create_planned, plan_topic
 from app.core.errors import (
     InvalidRequiredAcks,
     RecordTooLarge,
     RequestTimedOut,
     UnknownTopicOrPartition,
 )
-from app.core.log.batch import BatchBuilder, iter_headers
+from app.core.log.batch import BatchBuilder, iter_headers, validate_batches
 from app.core.partitioner import partition_for_key
 
 if TYPE_CHECKING:
@@ -138,6 +138,34 @@ def build_batches(
     return builders, placed
 
 
+def _plan_batches(
+    state: AppState,
+    topic: str,
+    req: ParsedProduce,
+    plan: TopicPlan,
+    fixed_partition: int | None,
+    now_ms: int,
+) -> tuple[dict[int, bytes], list[tuple[int, int, int]]]:
+    """The request's batch per partition, each checked against the topic before any append."""
+    n = plan.partitions
+    if fixed_partition is not None and not 0 <= fixed_partition < n:
+        raise UnknownTopicOrPartition(topic, fixed_partition)
+    builders, placed = build_batches(
+        req, n, fixed_partition, lambda: state.sticky.next_partition(topic, n), now_ms
+    )
+    batches: dict[int, bytes] = {}
+    for p, builder in builders.items():
+        if p >= n:
+            raise UnknownTopicOrPartition(topic, p)
+        data = builder.build()
+        if len(data) > plan.max_message_bytes:
+            raise RecordTooLarge(
+                len(data), plan.max_message_bytes, what=f"record batch for {topic}-{p}"
+            )
+        batches[p] = data
+    return batches, placed
+
+
 async def _produce(
     state: AppState,
     manager: LogManager,
@@ -150,29 +178,21 @@ async def _produce(
     required_acks = parse_acks(acks)
     body = await read_body(request, state.settings.max_request_bytes)
     req = parse_produce_body(body)
-    num_partitions = await partitions_of(state, manager, topic, auto_create=True)
-    if fixed_partition is not None and not 0 <= fixed_partition < num_partitions:
-        raise UnknownTopicOrPartition(topic, fixed_partition)
+    now_ms = int(time.time() * 1000)
+    plan = plan_topic(state, manager, topic)
+    while True:
+        batches, placed = _plan_batches(state, topic, req, plan, fixed_partition, now_ms)
+        if plan.exists:
+            break
+        # Every check passed against the planned topic: only now create it. A
+        # concurrent create with another partition count means placing again.
+        created = await create_planned(state, manager, topic)
+        if created == plan.partitions:
+            break
+        plan = plan_topic(state, manager, topic)
 
-    builders, placed = build_batches(
-        req,
-        num_partitions,
-        fixed_partition,
-        lambda: state.sticky.next_partition(topic, num_partitions),
-        int(time.time() * 1000),
-    )
-    for p in builders:
-        if p >= num_partitions:
-            raise UnknownTopicOrPartition(topic, p)
-
-    limit = manager.topic_config(topic).max_message_bytes
-    work: list[tuple[Log, bytes]] = []
-    order = sorted(builders)
-    for p in order:
-        data = builders[p].build()
-        if len(data) > limit:
-            raise RecordTooLarge(len(data), limit, what=f"record batch for {topic}-{p}")
-        work.append((manager.get_log(topic, p), data))
+    order = sorted(batches)
+    work = [(manager.get_log(topic, p), batches[p]) for p in order]
 
     infos = await _append(work, timeout_ms, topic)
     if required_acks == 0:
@@ -253,7 +273,14 @@ async def produce_batches(
 ) -> Response:
     required_acks = parse_acks(acks)
     body = await read_body(request, state.settings.max_request_bytes)
-    await partitions_of(state, manager, topic, auto_create=True)
+    plan = plan_topic(state, manager, topic)
+    if not plan.exists:
+        # Check before creating, so a bad request leaves no topic behind; an
+        # existing topic's log checks the batches itself as it appends.
+        if not 0 <= partition < plan.partitions:
+            raise UnknownTopicOrPartition(topic, partition)
+        validate_batches(body, plan.max_message_bytes)
+        await create_planned(state, manager, topic)
     log = manager.get_log(topic, partition)
     # Log.append validates every batch (CRC, sizes, magic) before writing any.
     (info,) = await _append([(log, body)], timeout_ms, topic)

@@ -127,6 +127,15 @@ CASES = [
          "MESSAGE_TOO_LARGE", json=R(*({"value": "y" * 100} for _ in range(20)))),
     Case("bad-topic-name-auto-create", "POST", "/topics/bad%20name/records", 400,
          "INVALID_TOPIC_EXCEPTION", json=R({"value": 1})),
+    # A bad request to a topic that does not exist yet must not auto-create it.
+    Case("new-topic-bad-base64", "POST", "/topics/fresh/records", 400, "INVALID_REQUEST",
+         json=R({"value": "***"}, value_format="binary")),
+    Case("new-topic-partition-out-of-range", "POST", "/topics/fresh/partitions/1/records", 404,
+         "UNKNOWN_TOPIC_OR_PARTITION", json=R({"value": 1})),
+    Case("new-topic-corrupt-batch", "POST", "/topics/fresh/partitions/0/batches", 400,
+         "CORRUPT_MESSAGE", content=_corrupt_crc(GOOD_BATCH)),
+    Case("new-topic-batch-partition-out-of-range", "POST", "/topics/fresh/partitions/3/batches",
+         404, "UNKNOWN_TOPIC_OR_PARTITION", content=GOOD_BATCH),
     # --- binary produce ---
     Case("batch-wrong-crc", "POST", "/topics/t/partitions/0/batches", 400, "CORRUPT_MESSAGE",
          content=GOOD_BATCH + _corrupt_crc(GOOD_BATCH)),
