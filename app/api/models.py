@@ -112,6 +112,19 @@ class ProducedOffset(BaseModel):
 
 
 class ProduceResponse(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "offsets": [
+                        {"partition": 2, "offset": 41, "timestamp": 1700000000000},
+                        {"partition": 0, "offset": 7, "timestamp": 1700000000000},
+                    ]
+                }
+            ]
+        }
+    )
+
     offsets: list[ProducedOffset] = Field(description="One entry per record, in request order.")
 
 
@@ -122,6 +135,23 @@ class AppendedBatch(BaseModel):
 
 
 class BatchProduceResponse(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "topic": "orders",
+                    "partition": 0,
+                    "batches": [
+                        {"base_offset": 100, "last_offset": 149, "record_count": 50},
+                        {"base_offset": 150, "last_offset": 151, "record_count": 2},
+                    ],
+                    "log_append_time": -1,
+                    "log_start_offset": 0,
+                }
+            ]
+        }
+    )
+
     topic: str
     partition: int
     batches: list[AppendedBatch] = Field(description="One entry per batch, in body order.")
@@ -152,6 +182,10 @@ class FetchResponse(BaseModel):
 
 
 class OffsetAnswer(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"offset": 1234, "timestamp": 1700000000000}]}
+    )
+
     offset: int = Field(description="-1 when no record has a timestamp at or after `at`.")
     timestamp: int = Field(description="The found record's timestamp; -1 for earliest/latest.")
 
@@ -195,6 +229,29 @@ class PartitionDescription(BaseModel):
 
 
 class TopicDescription(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "name": "orders",
+                    "partitions": [
+                        {
+                            "partition": 0,
+                            "leader": 0,
+                            "replicas": [0],
+                            "isr": [0],
+                            "log_start_offset": 0,
+                            "high_watermark": 42,
+                            "log_end_offset": 42,
+                        }
+                    ],
+                    "configs": {"retention.ms": 3600000, "cleanup.policy": "delete"},
+                    "config_overrides": {"retention.ms": 3600000},
+                }
+            ]
+        }
+    )
+
     name: str
     partitions: list[PartitionDescription]
     configs: dict[str, Any] = Field(description="Every effective topic config, Kafka names.")
@@ -209,6 +266,19 @@ class TopicSummary(BaseModel):
 
 
 class TopicList(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "topics": [
+                        {"name": "clicks", "partitions": 6},
+                        {"name": "orders", "partitions": 3},
+                    ]
+                }
+            ]
+        }
+    )
+
     topics: list[TopicSummary]
 
 
@@ -230,10 +300,31 @@ class TopicMetadata(BaseModel):
 
 
 class Metadata(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "brokers": [{"id": 0, "url": "http://127.0.0.1:8080"}],
+                    "controller": 0,
+                    "topics": [
+                        {
+                            "name": "orders",
+                            "partitions": [
+                                {"partition": 0, "leader": 0, "replicas": [0], "isr": [0]}
+                            ],
+                        }
+                    ],
+                }
+            ]
+        }
+    )
+
     brokers: list[Broker]
     controller: int
     topics: list[TopicMetadata]
 
 
 class Status(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"status": "ok"}]})
+
     status: str
