@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from openapi_spec_validator import validate
+
 from app.api.openapi_dump import render, spec
 
 SNAPSHOT = Path(__file__).resolve().parents[3] / "openapi" / "openapi.json"
@@ -69,3 +71,7 @@ def test_refs_resolve() -> None:
     for ref in {part.split('"')[0] for part in text.split('"$ref": "')[1:]}:
         assert ref.startswith("#/components/schemas/")
         assert ref.rsplit("/", 1)[1] in schemas, ref
+
+
+def test_spec_is_valid_openapi() -> None:
+    validate(spec())
