@@ -25,8 +25,9 @@ that is not a multiple of the entry size. ``segment.index.bytes`` caps the
 entry count; a full index makes the segment roll, as in Kafka.
 
 The columns of an index whose segment is no longer active are loaded lazily
-and can be dropped again (``unload``) to bound memory; they are reloaded from
-the file on the next lookup.
+and dropped again when all such columns together pass a budget
+(:data:`SEALED_INDEXES`, 256 MiB); they are reloaded from the file on the
+next lookup.
 
 Concurrency: one writer (the log's append lock) and any number of readers.
 The writer appends to the key column first and to the value column second,
@@ -41,6 +42,7 @@ import os
 import struct
 import sys
 import threading
+import weakref
 from array import array
 from itertools import islice
 from operator import lt
@@ -60,6 +62,50 @@ class IndexCorrupt(Exception):
     """An index file failed its sanity check; the caller rebuilds it from the log."""
 
 
+class SealedIndexBudget:
+    """Bounds the memory held by the columns of sealed (no longer active) indexes.
+
+    A sealed index is loaded on its first lookup. Once the loaded ones pass
+    ``budget_bytes`` together, those loaded longest ago are dropped (first in,
+    first out: no bookkeeping on the lookup path) and reload from their file
+    when next used. Held weakly, so closed segments need no deregistration.
+    """
+
+    def __init__(self, budget_bytes: int) -> None:
+        self.budget_bytes = budget_bytes
+        self._lock = threading.Lock()
+        self._loaded: weakref.WeakKeyDictionary[_SparseIndex, int] = weakref.WeakKeyDictionary()
+        # Running total; entries that vanish with their index leave it high until
+        # the next time it passes the budget and is recounted.
+        self._total = 0
+
+    @property
+    def used_bytes(self) -> int:
+        with self._lock:
+            return sum(self._loaded.values())
+
+    def track(self, index: _SparseIndex, nbytes: int) -> None:
+        with self._lock:
+            self._total += nbytes - self._loaded.pop(index, 0)
+            self._loaded[index] = nbytes
+            victims = []
+            if self._total > self.budget_bytes:
+                self._total = sum(self._loaded.values())
+                for other, size in list(self._loaded.items()):
+                    if self._total <= self.budget_bytes or other is index:
+                        break
+                    victims.append(other)
+                    self._total -= size
+                    del self._loaded[other]
+        # Outside our lock: unloading takes the index's own lock.
+        for victim in victims:
+            victim.drop_columns()
+
+    def forget(self, index: _SparseIndex) -> None:
+        with self._lock:
+            self._total -= self._loaded.pop(index, 0)
+
+
 def _strictly_increasing(column: array[int]) -> bool:
     return all(map(lt, column, islice(column, 1, None)))
 
@@ -74,13 +120,22 @@ class _SparseIndex:
     ENTRY: ClassVar[struct.Struct]
     KEY_TYPE: ClassVar[str]
     VALUE_TYPE: ClassVar[str]
-    __slots__ = ("_fd", "_keys", "_lock", "_values", "base_offset", "max_entries", "path")
+    __slots__ = (
+        "__weakref__",
+        "_fd",
+        "_keys",
+        "_lock",
+        "_values",
+        "base_offset",
+        "max_entries",
+        "path",
+    )
 
     def __init__(self, path: Path, base_offset: int, max_index_bytes: int) -> None:
         self.path = path
         self.base_offset = base_offset
         self.max_entries = max(1, max_index_bytes // self.ENTRY.size)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._keys: array[int] | None = None
         self._values: array[int] | None = None
         self._fd = -1  # open only while the index is writable
@@ -98,9 +153,14 @@ class _SparseIndex:
         if keys is not None and values is not None:
             return keys, values
         with self._lock:
-            if self._keys is None or self._values is None:
-                self._keys, self._values = self._load()
-            return self._keys, self._values
+            keys, values = self._keys, self._values
+            loaded_now = keys is None or values is None
+            if keys is None or values is None:
+                keys, values = self._keys, self._values = self._load()
+            sealed = self._fd < 0
+        if loaded_now and sealed:
+            SEALED_INDEXES.track(self, len(values) * self.ENTRY.size)
+        return keys, values
 
     def _load(self) -> tuple[array[int], array[int]]:
         try:
@@ -123,18 +183,29 @@ class _SparseIndex:
 
     def open_for_append(self) -> None:
         """Make the index writable (the active segment's); loads it first."""
-        self._columns()
-        if self._fd < 0:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        with self._lock:
+            self._columns()
+            if self._fd < 0:
+                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        SEALED_INDEXES.forget(self)
 
     def seal(self) -> None:
         """The segment stopped being active: release the file descriptor."""
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+            values = self._values
+            if values is not None:
+                SEALED_INDEXES.track(self, len(values) * self.ENTRY.size)
 
     def unload(self) -> None:
         """Drop the in-memory columns of a sealed index (reloaded on demand)."""
+        with self._lock:
+            if self._fd < 0:
+                self._keys = self._values = None
+        SEALED_INDEXES.forget(self)
+
+    def drop_columns(self) -> None:
         with self._lock:
             if self._fd < 0:
                 self._keys = self._values = None
@@ -161,6 +232,7 @@ class _SparseIndex:
 
     def delete(self) -> None:
         self.seal()
+        SEALED_INDEXES.forget(self)
         self.path.unlink(missing_ok=True)
 
     def flush(self) -> None:
@@ -183,16 +255,23 @@ class _SparseIndex:
 
     def _truncate(self, count: int) -> None:
         """Keep the first ``count`` entries."""
-        keys, values = self._columns()
-        if count >= len(values):
-            return
-        # Shrink the value column first: readers bound their search by its length.
-        del values[count:]
-        del keys[count:]
-        if self._fd >= 0:
-            os.ftruncate(self._fd, count * self.ENTRY.size)
-        else:
-            os.truncate(self.path, count * self.ENTRY.size)
+        # Under the lock, so that a sealed index cannot be dropped and reloaded
+        # from the file between the two steps.
+        with self._lock:
+            keys, values = self._columns()
+            if count >= len(values):
+                return
+            # Shrink the value column first: readers bound their search by its length.
+            del values[count:]
+            del keys[count:]
+            if self._fd >= 0:
+                os.ftruncate(self._fd, count * self.ENTRY.size)
+            else:
+                os.truncate(self.path, count * self.ENTRY.size)
+
+
+# Sealed indexes of every log share one budget (~2.3 MiB per 1 GiB segment at the defaults).
+SEALED_INDEXES = SealedIndexBudget(256 << 20)
 
 
 class OffsetIndex(_SparseIndex):

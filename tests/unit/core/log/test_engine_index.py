@@ -175,3 +175,44 @@ def test_full_index_and_unload(tmp_path: Path) -> None:
     assert not idx.loaded
     assert idx.lookup(2) == (2, 20)
     assert idx.loaded
+
+
+def test_sealed_index_budget_drops_the_oldest(tmp_path: Path) -> None:
+    from app.core.log.index import SealedIndexBudget
+
+    budget = SealedIndexBudget(8 * 10 * 2)  # room for two indexes of 10 entries
+    indexes = []
+    for n in range(4):
+        idx = OffsetIndex(tmp_path / f"{n}.index", 0, 1 << 20)
+        idx.reset()
+        for i in range(10):
+            idx.append(i + 1, (i + 1) * 100)
+        idx.seal()
+        indexes.append(idx)
+    for idx in indexes:
+        assert idx.lookup(5) == (5, 500)  # loads (or keeps) the columns
+        budget.track(idx, len(idx) * 8)
+    assert [idx.loaded for idx in indexes] == [False, False, True, True]
+    assert budget.used_bytes == 160
+    # A dropped index reloads transparently.
+    assert indexes[0].lookup(7) == (7, 700)
+    budget.forget(indexes[3])
+    assert budget.used_bytes == 80
+
+
+def test_global_budget_keeps_lookups_right(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from app.core.log import index as index_module
+
+    monkeypatch.setattr(index_module.SEALED_INDEXES, "budget_bytes", 64)
+    indexes = []
+    for n in range(20):
+        idx = OffsetIndex(tmp_path / f"{n}.index", 1000 * n, 1 << 20)
+        idx.reset()
+        for i in range(5):
+            idx.append(1000 * n + i + 1, (i + 1) * 10)
+        idx.seal()
+        indexes.append(idx)
+    for _ in range(3):
+        for n, idx in enumerate(indexes):
+            assert idx.lookup(1000 * n + 3) == (1000 * n + 3, 30)
+    assert sum(idx.loaded for idx in indexes) <= 2
