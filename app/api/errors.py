@@ -18,7 +18,7 @@ from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from app.core import errors as core
@@ -148,6 +148,11 @@ async def _http_handler(request: Request, exc: Exception) -> Response:
     return error_response(exc.status_code, code, message, headers=exc.headers)
 
 
+async def _disconnect_handler(request: Request, exc: Exception) -> Response:
+    # The client hung up mid-body: nobody will read this answer, and it is not a server fault.
+    return error_response(400, "INVALID_REQUEST", "the client disconnected before the body ended")
+
+
 async def _unhandled_handler(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     return error_response(
@@ -159,6 +164,7 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(core.LogbusError, _logbus_handler)
     app.add_exception_handler(RequestValidationError, _validation_handler)
     app.add_exception_handler(StarletteHTTPException, _http_handler)
+    app.add_exception_handler(ClientDisconnect, _disconnect_handler)
     app.add_exception_handler(Exception, _unhandled_handler)
 
 

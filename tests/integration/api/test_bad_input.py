@@ -13,7 +13,7 @@ import orjson
 import pytest
 from api_helpers import MAX_REQUEST_BYTES, create_topic, make_settings, produce
 from starlette.testclient import TestClient
-from starlette.types import Message
+from starlette.types import Message, Receive
 
 from app.api import create_app
 from app.core.log.batch import build_batch
@@ -270,12 +270,39 @@ def test_bad_input(seeded: tuple[TestClient, Path], case: Case) -> None:
     assert _state(client, data_dir) == before
 
 
+def _call_asgi(app: Any, path: str, receive: Receive) -> tuple[int, dict[str, Any]]:
+    """Drive the app with our own ``receive`` (TestClient sends a body in one piece)."""
+    sent: list[Message] = []
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        # No Content-Length: only the checks while streaming apply.
+        "headers": [(b"content-type", b"application/json")],
+        "client": ("127.0.0.1", 5000),
+        "server": ("127.0.0.1", 8080),
+        "state": {},
+    }
+    anyio.run(app, scope, receive, send)
+    body = orjson.loads(b"".join(m.get("body", b"") for m in sent[1:]))
+    return sent[0]["status"], body
+
+
 def test_streamed_oversize_body_is_cut_while_reading(seeded: tuple[TestClient, Path]) -> None:
     client, data_dir = seeded
     before = _state(client, data_dir)
     chunk = 64 * 1024
     pulled = 0
-    sent: list[Message] = []
 
     async def receive() -> Message:
         nonlocal pulled
@@ -286,31 +313,28 @@ def test_streamed_oversize_body_is_cut_while_reading(seeded: tuple[TestClient, P
         # 64 MB in total if the app kept reading.
         return {"type": "http.request", "body": b"x" * chunk, "more_body": pulled < 64 << 20}
 
-    async def send(message: Message) -> None:
-        sent.append(message)
-
-    # No Content-Length header: only the check while streaming can stop it.
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": "/topics/t/records",
-        "raw_path": b"/topics/t/records",
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"content-type", b"application/json")],
-        "client": ("127.0.0.1", 5000),
-        "server": ("127.0.0.1", 8080),
-        "state": {},
-    }
-    anyio.run(client.app, scope, receive, send)
-    assert sent[0]["status"] == 413
-    body = orjson.loads(b"".join(m.get("body", b"") for m in sent[1:]))
+    status, body = _call_asgi(client.app, "/topics/t/records", receive)
+    assert status == 413
     assert body["error_code"] == "MESSAGE_TOO_LARGE"
     assert body["limit"] == MAX_REQUEST_BYTES
     assert pulled <= MAX_REQUEST_BYTES + 2 * chunk
+    assert _state(client, data_dir) == before
+
+
+def test_client_disconnect_mid_body_is_not_a_server_error(seeded: tuple[TestClient, Path]) -> None:
+    client, data_dir = seeded
+    before = _state(client, data_dir)
+    messages: list[Message] = [
+        {"type": "http.request", "body": b'{"records": [{"val', "more_body": True},
+        {"type": "http.disconnect"},
+    ]
+
+    async def receive() -> Message:
+        return messages.pop(0)
+
+    status, body = _call_asgi(client.app, "/topics/t/records", receive)
+    assert status == 400
+    assert body["error_code"] == "INVALID_REQUEST"
     assert _state(client, data_dir) == before
 
 
