@@ -75,7 +75,12 @@ def parse_entries(path: Path, fields: int) -> list[list[str]]:
 
 
 class OffsetCheckpointFile:
-    """``topic partition offset`` per line; see the module docstring."""
+    """A file of ``topic partition offset`` lines after a version and a count line.
+
+    Each ``write`` replaces the whole file atomically (tmp, fsync, rename,
+    directory fsync). Not for concurrent writers: the log manager serializes
+    its writes; reads may run at any time and see the old or the new file.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path

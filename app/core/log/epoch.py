@@ -37,6 +37,13 @@ _log = logging.getLogger(__name__)
 
 
 class LeaderEpochCache:
+    """``epoch -> start offset`` of one partition, persisted in ``leader-epoch-checkpoint``.
+
+    Format: Kafka's text checkpoint (version, count, ``epoch startOffset``
+    lines). Invariants: epochs and start offsets strictly increasing.
+    Thread-safe: every method takes the cache's lock.
+    """
+
     def __init__(self, path: Path, log_end_offset: Callable[[], int]) -> None:
         self.path = path
         self._log_end_offset = log_end_offset

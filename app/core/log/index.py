@@ -275,7 +275,13 @@ SEALED_INDEXES = SealedIndexBudget(256 << 20)
 
 
 class OffsetIndex(_SparseIndex):
-    """Maps offsets to byte positions in the segment's ``.log``: keys are relative offsets."""
+    """``.index``: base offset of a batch -> its byte position in the segment's ``.log``.
+
+    Format: 8-byte entries ``relativeOffset u32, position u32`` (big-endian).
+    Invariants: both columns strictly increasing; every position is the start
+    of a batch below the log's size. Concurrency: one appender (under the
+    log's lock), lock-free concurrent lookups.
+    """
 
     __slots__ = ()
     ENTRY = OFFSET_ENTRY
@@ -348,7 +354,13 @@ class OffsetIndex(_SparseIndex):
 
 
 class TimeIndex(_SparseIndex):
-    """Maps timestamps to offsets: keys are timestamps, values relative offsets."""
+    """``.timeindex``: running max timestamp -> last offset of the batch that reached it.
+
+    Format: 12-byte entries ``timestamp i64, relativeOffset u32`` (big-endian).
+    Invariants: timestamps strictly increasing, offsets non-decreasing; an
+    entry ``(T, O)`` means every batch up to offset ``O`` has maxTimestamp <= T.
+    Concurrency: one appender (under the log's lock), lock-free concurrent lookups.
+    """
 
     __slots__ = ()
     ENTRY = TIME_ENTRY

@@ -53,8 +53,10 @@ from app.core.log.batch import (
 from app.core.log.checkpoint import fsync_dir
 from app.core.log.config import LogConfig
 from app.core.log.epoch import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
+from app.core.log.fileslice import FileSlice
 from app.core.log.loader import load_segments
-from app.core.log.segment import BatchInfo, FileSlice, LogSegment, now_ms
+from app.core.log.retention import deletable_prefix
+from app.core.log.segment import BatchInfo, LogSegment, now_ms
 
 __all__ = ["AppendInfo", "AppendListener", "FetchInfo", "FileSlice", "Log", "parse_log_dir_name"]
 
@@ -462,40 +464,24 @@ class Log:
     # -- retention ---------------------------------------------------------------
 
     def delete_old_segments(self, now: int | None = None) -> int:
-        """Apply ``retention.ms`` and ``retention.bytes``; returns the number of segments deleted.
+        """Apply retention (see :mod:`app.core.log.retention`); returns the number of segments deleted.
 
-        Only whole segments below the high watermark are deleted, oldest
-        first, never the active one. The log start offset moves to the first
-        remaining segment.
+        The log start offset moves to the first remaining segment; the files
+        are renamed ``.deleted`` and removed after ``file.delete.delay.ms``.
         """
-        if not self.config.delete:
-            return 0
         with self._lock:
             if self._closed:
                 return 0
-            now = self._clock() if now is None else now
             view = self._view
             segments = view.segments
-            candidates = len(segments) - 1
-            # A segment may go only if everything in it is below the high watermark and log start.
-            count = 0
-            retention_ms = self.config.retention_ms
-            retention_bytes = self.config.retention_bytes
-            excess = self.size_in_bytes - retention_bytes if retention_bytes >= 0 else -1
-            while count < candidates and view.bases[count + 1] <= self._high_watermark:
-                seg = segments[count]
-                below_start = view.bases[count + 1] <= self._log_start_offset
-                expired = False
-                if retention_ms >= 0:
-                    ts = seg.max_timestamp
-                    if ts < 0:
-                        ts = seg.last_modified_ms()
-                    expired = now - ts > retention_ms
-                too_big = retention_bytes >= 0 and excess - seg.size >= 0
-                if not (below_start or expired or too_big):
-                    break
-                excess -= seg.size
-                count += 1
+            count = deletable_prefix(
+                segments,
+                view.bases,
+                self.config,
+                now=self._clock() if now is None else now,
+                high_watermark=self._high_watermark,
+                log_start_offset=self._log_start_offset,
+            )
             if count == 0:
                 return 0
             doomed = segments[:count]

@@ -29,7 +29,6 @@ import os
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
@@ -42,6 +41,7 @@ from app.core.log.batch import (
     decode_records,
     read_header,
 )
+from app.core.log.fileslice import FileSlice
 from app.core.log.index import MAX_RELATIVE_OFFSET, IndexCorrupt, OffsetIndex, TimeIndex
 
 LOG_SUFFIX = ".log"
@@ -67,34 +67,6 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-@dataclass(frozen=True, slots=True)
-class FileSlice:
-    """A byte range of a segment file, for ``os.sendfile``.
-
-    ``fd`` stays open at least ``file.delete.delay.ms`` after the segment is
-    deleted, so a slice handed out just before a deletion can still be sent.
-    """
-
-    fd: int
-    position: int
-    length: int
-
-    def read(self) -> bytes:
-        """The bytes, through ``os.pread`` (the copy path; prefer sendfile)."""
-        data = os.pread(self.fd, self.length, self.position)
-        if len(data) == self.length:
-            return data
-        parts = [data]
-        got = len(data)
-        while got < self.length:
-            chunk = os.pread(self.fd, self.length - got, self.position + got)
-            if not chunk:  # the file was truncated under us
-                break
-            parts.append(chunk)
-            got += len(chunk)
-        return b"".join(parts)
-
-
 class BatchInfo(NamedTuple):
     """What a segment needs to know about each batch of an append."""
 
@@ -111,7 +83,14 @@ class RecoveryResult(NamedTuple):
 
 
 class LogSegment:
-    """A ``.log`` file plus its ``.index`` and ``.timeindex``; see the module docstring."""
+    """A ``.log`` file of whole RecordBatch v2 batches plus its ``.index`` and ``.timeindex``.
+
+    Invariants: batches in offset order without overlap, all offsets within
+    2^32 - 1 of ``base_offset``, ``size`` moves only after the bytes below it
+    are written, index entries point at batch starts below ``size``.
+    Concurrency: writes (append, truncate, recover, seal) serialized by the
+    caller; reads safe concurrently with them (see the module docstring).
+    """
 
     # Slots keep a segment in a few cache lines: a lookup in a log of 10,000
     # segments touches one segment cold, and every miss shows in its latency.
