@@ -300,15 +300,17 @@ def run(
     """
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _exit_cleanly)
+    if zerocopy is None:
+        zerocopy = _zerocopy_from_env()
     config = build_config(
         settings, zerocopy=zerocopy, loop=loop, log_level=log_level, access_log=access_log
     )
     logger.info(
-        "logbus broker %d serving %s on %s (zero-copy %s)",
+        "logbus broker %d serving %s on %s (zero-copy fetch %s)",
         settings.broker_id,
         settings.data_dir,
         settings.url,
-        "on" if config.http_protocol_class is ZeroCopyHttpToolsProtocol else "off",
+        "on" if zerocopy else "off",
     )
     server = uvicorn.Server(config)
     server.run()

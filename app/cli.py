@@ -1,0 +1,591 @@
+"""``logbus``: run a broker, manage topics, produce from stdin, consume to stdout.
+
+Every client command talks to the HTTP API (DESIGN.md) at ``--url`` (default
+``$LOGBUS_URL`` or ``http://127.0.0.1:8080``). A failure prints the server's
+``error_code`` and message and exits non-zero:
+
+    0  success
+    1  the broker answered with an error, or could not be reached
+    2  bad command line or settings
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import os
+import queue
+import select
+import sys
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, BinaryIO, NoReturn
+from urllib.parse import quote
+
+import httpx
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+# A pipe of many lines goes out in full requests; a person typing waits this
+# long at most before the lines typed so far are sent.
+PRODUCE_LINGER_SECONDS = 0.05
+STDIN_READ_BYTES = 1 << 20
+# The server caps a long poll at 60 s; the client waits a little longer so the
+# server, not the socket timeout, decides when an empty poll ends.
+HTTP_TIMEOUT_SLACK_SECONDS = 10.0
+
+
+class CliError(Exception):
+    """A failure to report as ``logbus: <message>`` with exit status ``code``."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+# ---------------------------------------------------------------- HTTP client
+
+
+class Api:
+    """Thin wrapper over httpx: raises CliError with the server's error_code on failure."""
+
+    def __init__(self, url: str, timeout: float = 30.0) -> None:
+        self.url = url.rstrip("/")
+        self.client = httpx.Client(base_url=self.url, timeout=timeout)
+
+    def close(self) -> None:
+        self.client.close()
+
+    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            response = self.client.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            raise CliError(f"cannot reach the broker at {self.url}: {exc}") from exc
+        if response.status_code >= 400:
+            raise CliError(_describe_error(response))
+        return response
+
+    def json(self, method: str, path: str, **kwargs: Any) -> Any:
+        response = self.request(method, path, **kwargs)
+        if response.status_code == 204 or not response.content:
+            return None
+        return response.json()
+
+
+def _describe_error(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and "error_code" in body:
+        message = f"{body['error_code']}: {body.get('message', '')}"
+        if body.get("retriable"):
+            message += " (retriable)"
+        return message
+    text = response.text.strip() or response.reason_phrase
+    return f"HTTP {response.status_code}: {text}"
+
+
+def _topic_path(topic: str) -> str:
+    return f"/topics/{quote(topic, safe='')}"
+
+
+# ---------------------------------------------------------------- serve
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from app.api.server import run
+    from app.config import Settings
+    from app.core.errors import LogbusError
+
+    try:
+        settings = Settings.load(
+            args.config,
+            data_dir=args.data_dir,
+            host=args.host,
+            port=args.port,
+            broker_id=args.broker_id,
+        )
+    except (ValidationError, LogbusError, OSError, ValueError) as exc:
+        raise CliError(f"invalid settings: {exc}", code=2) from exc
+    run(
+        settings,
+        zerocopy=False if args.no_zerocopy else None,
+        log_level=args.log_level,
+        access_log=args.access_log,
+    )
+    return 0
+
+
+# ---------------------------------------------------------------- topics
+
+
+def _parse_configs(pairs: Sequence[str]) -> dict[str, str]:
+    configs: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise CliError(f"--config expects name=value, got {pair!r}", code=2)
+        configs[name.strip()] = value.strip()
+    return configs
+
+
+def cmd_topics_create(api: Api, args: argparse.Namespace) -> int:
+    body: dict[str, Any] = {"name": args.name, "configs": _parse_configs(args.config)}
+    if args.partitions is not None:
+        body["partitions"] = args.partitions
+    if args.replication_factor is not None:
+        body["replication_factor"] = args.replication_factor
+    created = api.json("POST", "/topics", json=body)
+    partitions = len(created.get("partitions", [])) if isinstance(created, dict) else "?"
+    print(f"Created topic {args.name} with {partitions} partition(s).")
+    return 0
+
+
+def cmd_topics_list(api: Api, args: argparse.Namespace) -> int:
+    answer = api.json("GET", "/topics")
+    if args.json:
+        _print_json(answer)
+        return 0
+    for topic in answer.get("topics", []):
+        print(topic["name"] if isinstance(topic, dict) else topic)
+    return 0
+
+
+def cmd_topics_describe(api: Api, args: argparse.Namespace) -> int:
+    topic = api.json("GET", _topic_path(args.name))
+    if args.json:
+        _print_json(topic)
+        return 0
+    partitions = topic.get("partitions", [])
+    overrides = topic.get("config_overrides") or {}
+    print(f"Topic: {topic['name']}\tPartitions: {len(partitions)}")
+    if overrides:
+        print("Configs: " + ", ".join(f"{k}={v}" for k, v in sorted(overrides.items())))
+    for p in partitions:
+        print(
+            f"\tPartition: {p['partition']}\tLeader: {p.get('leader')}"
+            f"\tReplicas: {_ids(p.get('replicas'))}\tIsr: {_ids(p.get('isr'))}"
+            f"\tLogStartOffset: {p.get('log_start_offset')}"
+            f"\tHighWatermark: {p.get('high_watermark')}"
+            f"\tLogEndOffset: {p.get('log_end_offset')}"
+        )
+    return 0
+
+
+def _ids(ids: Any) -> str:
+    return ",".join(str(i) for i in ids) if isinstance(ids, list) else str(ids)
+
+
+def cmd_topics_delete(api: Api, args: argparse.Namespace) -> int:
+    api.request("DELETE", _topic_path(args.name))
+    print(f"Deleted topic {args.name}.")
+    return 0
+
+
+def _print_json(value: Any) -> None:
+    import json
+
+    print(json.dumps(value, indent=2, sort_keys=True))
+
+
+# ---------------------------------------------------------------- produce
+
+
+def _separator(raw: str | None) -> str | None:
+    if raw is None:
+        return None
+    named = {"TAB": "\t", "\\t": "\t", "SPACE": " ", "COMMA": ",", "\\n": "\n"}
+    sep = named.get(raw, raw)
+    if not sep:
+        raise CliError("--key-separator must not be empty", code=2)
+    return sep
+
+
+def read_line_batches(
+    stream: BinaryIO, max_lines: int, linger: float = PRODUCE_LINGER_SECONDS
+) -> Iterator[list[bytes]]:
+    """Lines of ``stream`` (without their newline) in lists of at most ``max_lines``.
+
+    A list is handed out early when ``linger`` passes without new input, so
+    an interactive producer's lines do not wait for a full request.
+    """
+    fd = stream.fileno()
+    pending = b""
+    batch: list[bytes] = []
+    eof = False
+    while not eof:
+        if batch and not select.select([fd], [], [], linger)[0]:
+            yield batch
+            batch = []
+            continue
+        chunk = os.read(fd, STDIN_READ_BYTES)
+        if not chunk:
+            eof = True
+            if pending:
+                batch.append(pending)
+                pending = b""
+        else:
+            lines = (pending + chunk).split(b"\n")
+            pending = lines.pop()
+            batch.extend(lines)
+        while len(batch) >= max_lines:
+            yield batch[:max_lines]
+            batch = batch[max_lines:]
+    if batch:
+        yield batch
+
+
+def _record(line: bytes, number: int, sep: str | None) -> dict[str, Any]:
+    if line.endswith(b"\r"):
+        line = line[:-1]
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CliError(f"line {number} is not UTF-8 text: {exc}") from exc
+    if sep is not None:
+        key, found, value = text.partition(sep)
+        if found:
+            return {"key": key, "value": value}
+    return {"value": text}
+
+
+@dataclass
+class _Span:
+    first: int
+    last: int
+    count: int
+
+
+def cmd_produce(api: Api, args: argparse.Namespace) -> int:
+    sep = _separator(args.key_separator)
+    path = _topic_path(args.topic)
+    path += f"/partitions/{args.partition}/records" if args.partition is not None else "/records"
+    params = {"acks": args.acks} if args.acks is not None else {}
+    spans: dict[int, _Span] = {}
+    total = 0
+    try:
+        for lines in read_line_batches(sys.stdin.buffer, args.batch_size):
+            records = [_record(line, total + i + 1, sep) for i, line in enumerate(lines)]
+            body = {"records": records, "key_format": "string", "value_format": "string"}
+            answer = api.json("POST", path, params=params, json=body)
+            total += len(records)
+            for entry in (answer or {}).get("offsets", []):
+                partition, offset = entry["partition"], entry["offset"]
+                span = spans.get(partition)
+                if span is None:
+                    spans[partition] = _Span(offset, offset, 1)
+                else:
+                    span.first = min(span.first, offset)
+                    span.last = max(span.last, offset)
+                    span.count += 1
+    finally:
+        _produce_summary(args.topic, total, spans)
+    return 0
+
+
+def _produce_summary(topic: str, total: int, spans: dict[int, _Span]) -> None:
+    detail = "; ".join(
+        f"partition {p}: {s.count} at offsets {s.first}-{s.last}" for p, s in sorted(spans.items())
+    )
+    line = f"Produced {total} record(s) to {topic}"
+    print(line + (f" ({detail})" if detail else ""), file=sys.stderr)
+
+
+# ---------------------------------------------------------------- consume
+
+
+def _start_offset(api: Api, topic: str, partition: int, start: str) -> int:
+    if start in ("earliest", "latest"):
+        answer = api.json(
+            "GET", f"{_topic_path(topic)}/partitions/{partition}/offsets", params={"at": start}
+        )
+        return int(answer["offset"])
+    try:
+        offset = int(start)
+    except ValueError as exc:
+        raise CliError(f"--from expects earliest, latest or an offset, got {start!r}", 2) from exc
+    if offset < 0:
+        raise CliError("--from offset must be >= 0", code=2)
+    return offset
+
+
+def _decode(value: str | None) -> bytes | None:
+    return None if value is None else base64.b64decode(value)
+
+
+def fetch_partition(
+    api: Api,
+    topic: str,
+    partition: int,
+    offset: int,
+    *,
+    follow: bool,
+    max_bytes: int,
+    max_wait_ms: int,
+    stop: threading.Event,
+    emit: Callable[[list[dict[str, Any]]], bool],
+) -> None:
+    """Fetch from ``offset`` and hand each batch of records to ``emit`` until caught up
+    (or forever with ``follow``); ``emit`` returns False to stop."""
+    path = f"{_topic_path(topic)}/partitions/{partition}/records"
+    params: dict[str, Any] = {
+        "max_bytes": max_bytes,
+        "max_wait_ms": max_wait_ms if follow else 0,
+        "key_format": "binary",
+        "value_format": "binary",
+    }
+    while not stop.is_set():
+        params["offset"] = offset
+        answer = api.json("GET", path, params=params, headers={"accept": "application/json"})
+        records = answer.get("records", [])
+        next_offset = int(answer.get("next_offset", offset))
+        if records and not emit(records):
+            return
+        caught_up = next_offset >= int(answer.get("high_watermark", next_offset))
+        if not follow and (caught_up or next_offset == offset):
+            return
+        offset = next_offset
+
+
+class _Printer:
+    def __init__(self, out: BinaryIO, print_key: bool, sep: bytes, limit: int | None) -> None:
+        self.out = out
+        self.print_key = print_key
+        self.sep = sep
+        self.limit = limit
+        self.count = 0
+
+    def __call__(self, records: list[dict[str, Any]]) -> bool:
+        parts: list[bytes] = []
+        for record in records:
+            if self.limit is not None and self.count >= self.limit:
+                break
+            if self.print_key:
+                key = _decode(record.get("key"))
+                parts += [b"null" if key is None else key, self.sep]
+            value = _decode(record.get("value"))
+            parts += [b"null" if value is None else value, b"\n"]
+            self.count += 1
+        self.out.write(b"".join(parts))
+        self.out.flush()
+        return self.limit is None or self.count < self.limit
+
+
+def cmd_consume(api: Api, args: argparse.Namespace) -> int:
+    if args.partition is not None:
+        partitions = [args.partition]
+    else:
+        described = api.json("GET", _topic_path(args.topic))
+        partitions = [int(p["partition"]) for p in described.get("partitions", [])]
+    starts = {p: _start_offset(api, args.topic, p, args.start) for p in partitions}
+    sep = (_separator(args.key_separator) or "\t").encode()
+    printer = _Printer(sys.stdout.buffer, args.print_key, sep, args.max_records)
+    stop = threading.Event()
+    options: dict[str, Any] = {
+        "follow": args.follow,
+        "max_bytes": args.max_bytes,
+        "max_wait_ms": args.max_wait_ms,
+        "stop": stop,
+    }
+    try:
+        if len(partitions) == 1 or not args.follow:
+            for p in partitions:
+                if printer.limit is not None and printer.count >= printer.limit:
+                    break
+                fetch_partition(api, args.topic, p, starts[p], emit=printer, **options)
+        else:
+            _follow_many(api, args.topic, starts, printer, options, stop)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stop.set()
+        print(f"Consumed {printer.count} record(s)", file=sys.stderr)
+    return 0
+
+
+def _follow_many(
+    api: Api,
+    topic: str,
+    starts: dict[int, int],
+    printer: _Printer,
+    options: dict[str, Any],
+    stop: threading.Event,
+) -> None:
+    """Long-poll every partition at once (one thread each); print from the main thread."""
+    inbox: queue.Queue[list[dict[str, Any]] | BaseException] = queue.Queue(maxsize=64)
+
+    def worker(partition: int, offset: int) -> None:
+        # httpx clients are not shared across threads while requests are in flight.
+        own = Api(api.url, timeout=api.client.timeout.read or 30.0)
+
+        def forward(records: list[dict[str, Any]]) -> bool:
+            inbox.put(records)
+            return True
+
+        try:
+            fetch_partition(own, topic, partition, offset, emit=forward, **options)
+        except BaseException as exc:
+            inbox.put(exc)
+        finally:
+            own.close()
+
+    for partition, offset in starts.items():
+        threading.Thread(target=worker, args=(partition, offset), daemon=True).start()
+    while True:
+        item = inbox.get()
+        if isinstance(item, BaseException):
+            raise item
+        if not printer(item):
+            return
+
+
+# ---------------------------------------------------------------- parser
+
+
+def _env_url() -> str:
+    return os.environ.get("LOGBUS_URL") or DEFAULT_URL
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="logbus", description="Logbus: a Kafka-style commit log over HTTP."
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    client = argparse.ArgumentParser(add_help=False)
+    client.add_argument(
+        "--url",
+        default=_env_url(),
+        help="broker URL (default: $LOGBUS_URL or %(default)s)",
+    )
+
+    serve = commands.add_parser(
+        "serve",
+        help="run a broker",
+        description="Run a broker. Flags override LOGBUS_* environment variables, "
+        "which override the --config file (TOML or JSON).",
+    )
+    serve.add_argument("--data-dir", help="where the logs live (LOGBUS_DATA_DIR)")
+    serve.add_argument("--host", help="address to listen on (LOGBUS_HOST)")
+    serve.add_argument("--port", type=int, help="port to listen on (LOGBUS_PORT)")
+    serve.add_argument("--broker-id", type=int, help="this broker's id (LOGBUS_BROKER_ID)")
+    serve.add_argument("--config", metavar="FILE", help="settings file (LOGBUS_CONFIG)")
+    serve.add_argument(
+        "--no-zerocopy",
+        action="store_true",
+        help="send fetched batches with pread+write instead of sendfile (LOGBUS_ZEROCOPY=0)",
+    )
+    serve.add_argument("--log-level", default="info", help="uvicorn log level (%(default)s)")
+    serve.add_argument("--access-log", action="store_true", help="log every request")
+    serve.set_defaults(handler=cmd_serve)
+
+    topics = commands.add_parser("topics", help="create, list, describe and delete topics")
+    topic_commands = topics.add_subparsers(dest="topics_command", required=True, metavar="ACTION")
+    create = topic_commands.add_parser("create", parents=[client], help="create a topic")
+    create.add_argument("name")
+    create.add_argument("--partitions", type=int, help="partition count (broker default)")
+    create.add_argument("--replication-factor", type=int)
+    create.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="topic config override, Kafka names (repeatable), e.g. retention.ms=60000",
+    )
+    create.set_defaults(client_handler=cmd_topics_create)
+    listing = topic_commands.add_parser("list", parents=[client], help="list topic names")
+    listing.add_argument("--json", action="store_true", help="print the API's JSON answer")
+    listing.set_defaults(client_handler=cmd_topics_list)
+    describe = topic_commands.add_parser("describe", parents=[client], help="describe a topic")
+    describe.add_argument("name")
+    describe.add_argument("--json", action="store_true", help="print the API's JSON answer")
+    describe.set_defaults(client_handler=cmd_topics_describe)
+    delete = topic_commands.add_parser("delete", parents=[client], help="delete a topic")
+    delete.add_argument("name")
+    delete.set_defaults(client_handler=cmd_topics_delete)
+
+    produce = commands.add_parser(
+        "produce",
+        parents=[client],
+        help="produce stdin lines as records",
+        description="Each stdin line is a record value; with --key-separator, the text "
+        "before the first separator is the key.",
+    )
+    produce.add_argument("topic")
+    produce.add_argument("--partition", type=int, help="one partition (default: partitioner)")
+    produce.add_argument(
+        "--key-separator", metavar="SEP", help="split key SEP value (TAB, SPACE, COMMA or text)"
+    )
+    produce.add_argument(
+        "--batch-size", type=int, default=1000, help="lines per request (%(default)s)"
+    )
+    produce.add_argument("--acks", choices=["0", "1", "all", "-1"], help="broker default if unset")
+    produce.set_defaults(client_handler=cmd_produce)
+
+    consume = commands.add_parser(
+        "consume", parents=[client], help="print record values, one per line"
+    )
+    consume.add_argument("topic")
+    consume.add_argument("--partition", type=int, help="one partition (default: all)")
+    consume.add_argument(
+        "--from",
+        dest="start",
+        default="earliest",
+        metavar="earliest|latest|OFFSET",
+        help="where to start (%(default)s)",
+    )
+    consume.add_argument("--follow", "-f", action="store_true", help="wait for new records")
+    consume.add_argument("--max-records", type=int, metavar="N", help="stop after N records")
+    consume.add_argument("--print-key", action="store_true", help="print key SEP value")
+    consume.add_argument("--key-separator", metavar="SEP", help="with --print-key (TAB)")
+    consume.add_argument(
+        "--max-bytes", type=int, default=1 << 20, help="bytes per fetch (%(default)s)"
+    )
+    consume.add_argument(
+        "--max-wait-ms", type=int, default=30_000, help="long-poll wait with --follow"
+    )
+    consume.set_defaults(client_handler=cmd_consume)
+    return parser
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    print(f"logbus: {message}", file=sys.stderr)
+    raise SystemExit(code)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "max_records", None) is not None and args.max_records < 1:
+        parser.error("--max-records must be >= 1")
+    if getattr(args, "batch_size", 1) < 1:
+        parser.error("--batch-size must be >= 1")
+    try:
+        if hasattr(args, "client_handler"):
+            timeout = max(30.0, getattr(args, "max_wait_ms", 0) / 1000 + HTTP_TIMEOUT_SLACK_SECONDS)
+            api = Api(args.url, timeout=timeout)
+            try:
+                code: int = args.client_handler(api, args)
+            finally:
+                api.close()
+        else:
+            code = args.handler(args)
+    except CliError as exc:
+        _fail(exc.message, exc.code)
+    except BrokenPipeError:
+        # `logbus consume ... | head`: the reader left; that is not an error.
+        with contextlib.suppress(OSError):
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+        return 0
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
