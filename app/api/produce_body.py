@@ -68,6 +68,9 @@ def _fast(obj: Any) -> ParsedProduce | None:
         return None
     key_format = obj.get("key_format", "json")
     value_format = obj.get("value_format", "json")
+    # type() first: a list or dict here is unhashable and would raise on `in`.
+    if type(key_format) is not str or type(value_format) is not str:
+        return None
     if key_format not in FORMATS or value_format not in FORMATS:
         return None
     raw = obj.get("records")

@@ -53,7 +53,7 @@ record = st.fixed_dictionaries(
         "vaule": anything,
     },
 )
-formats = st.sampled_from(["json", "string", "binary", "avro", 1, None])
+formats = st.sampled_from(["json", "string", "binary", "avro", 1, None]) | anything
 good_offsets = st.none() | st.integers(0, 5)
 good_headers = (
     st.none()
