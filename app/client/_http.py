@@ -1,0 +1,147 @@
+"""JSON calls to the broker, described once and run by a sync or an asyncio httpx client.
+
+A call is a plain :class:`Call` (method, path, query, body, how to read the
+answer), so the admin client, the producer's metadata lookups and the
+consumer's offset lookups are written once for both flavours.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+from urllib.parse import quote
+
+import httpx
+import orjson
+
+from app.client.errors import BrokerUnavailable, error_from_body
+from app.core.errors import RequestTimedOut
+
+T = TypeVar("T")
+
+USER_AGENT = "logbus-python"
+
+
+def normalize_url(url: str) -> str:
+    url = url.strip().rstrip("/")
+    if "://" not in url:
+        url = f"http://{url}"
+    return url
+
+
+def topic_path(topic: str) -> str:
+    # Topic names are [a-zA-Z0-9._-]; quoting still keeps a bad name from forming another path.
+    return f"/topics/{quote(topic, safe='')}"
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    method: str
+    path: str
+    parse: Callable[[Any], T]
+    params: dict[str, str | int] = field(default_factory=dict)
+    json: Any = None
+    # Statuses answered without a JSON body (204) are parsed from None.
+    empty_ok: bool = False
+
+
+def _finish(call: Call[T], response: httpx.Response) -> T:
+    if response.status_code >= 300:
+        raise error_from_body(response.status_code, response.content)
+    if not response.content:
+        return call.parse(None)
+    return call.parse(orjson.loads(response.content))
+
+
+def _request_args(call: Call[Any]) -> dict[str, Any]:
+    args: dict[str, Any] = {"params": call.params or None}
+    if call.json is not None:
+        args["content"] = orjson.dumps(call.json)
+        args["headers"] = {"content-type": "application/json"}
+    return args
+
+
+def transport_error(exc: httpx.HTTPError, url: str) -> Exception:
+    """A connection-level failure as the SDK's retriable error."""
+    if isinstance(exc, httpx.TimeoutException):
+        return RequestTimedOut(f"no answer from {url} in time: {type(exc).__name__}")
+    return BrokerUnavailable(f"cannot reach the broker at {url}: {type(exc).__name__}: {exc}")
+
+
+def run_sync(client: httpx.Client, call: Call[T]) -> T:
+    try:
+        response = client.request(call.method, call.path, **_request_args(call))
+    except httpx.HTTPError as exc:
+        raise transport_error(exc, str(client.base_url)) from exc
+    return _finish(call, response)
+
+
+async def run_async(client: httpx.AsyncClient, call: Call[T]) -> T:
+    try:
+        response = await client.request(call.method, call.path, **_request_args(call))
+    except httpx.HTTPError as exc:
+        raise transport_error(exc, str(client.base_url)) from exc
+    return _finish(call, response)
+
+
+def timeout_config(request_timeout_ms: int) -> httpx.Timeout:
+    seconds = request_timeout_ms / 1000
+    return httpx.Timeout(seconds, connect=min(seconds, 10.0))
+
+
+def sync_client(url: str, request_timeout_ms: int, max_connections: int = 100) -> httpx.Client:
+    return httpx.Client(
+        base_url=normalize_url(url),
+        timeout=timeout_config(request_timeout_ms),
+        headers={"user-agent": USER_AGENT},
+        limits=httpx.Limits(
+            max_connections=max_connections, max_keepalive_connections=max_connections
+        ),
+    )
+
+
+def async_client(
+    url: str,
+    request_timeout_ms: int,
+    max_connections: int = 100,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> httpx.AsyncClient:
+    return httpx.AsyncClient(
+        base_url=normalize_url(url),
+        timeout=timeout_config(request_timeout_ms),
+        headers={"user-agent": USER_AGENT},
+        limits=httpx.Limits(
+            max_connections=max_connections, max_keepalive_connections=max_connections
+        ),
+        transport=transport,
+    )
+
+
+# ---- the calls -------------------------------------------------------------
+
+
+def partition_count_call(topic: str) -> Call[int]:
+    return Call("GET", topic_path(topic), lambda body: len(body["partitions"]))
+
+
+def describe_topic_call(topic: str) -> Call[dict[str, Any]]:
+    return Call("GET", topic_path(topic), lambda body: dict(body))
+
+
+def list_offset_call(topic: str, partition: int, at: str | int) -> Call[tuple[int, int]]:
+    return Call(
+        "GET",
+        f"{topic_path(topic)}/partitions/{partition}/offsets",
+        lambda body: (int(body["offset"]), int(body["timestamp"])),
+        params={"at": at},
+    )
+
+
+def init_producer_call() -> Call[tuple[int, int]]:
+    return Call(
+        "POST",
+        "/producers",
+        lambda body: (int(body["producer_id"]), int(body["producer_epoch"])),
+        json={},
+    )

@@ -1,0 +1,203 @@
+"""Admin: topics (create, list, describe, delete) and offset lookups, sync and asyncio."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+from app.client import _http
+from app.client._http import Call, topic_path
+from app.client.types import OffsetAndTimestamp, TopicPartition
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    partition: int
+    leader: int
+    replicas: list[int]
+    isr: list[int]
+    log_start_offset: int
+    high_watermark: int
+    log_end_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDescription:
+    name: str
+    partitions: list[PartitionInfo]
+    configs: dict[str, Any]
+
+
+def _description(body: Any) -> TopicDescription:
+    return TopicDescription(
+        name=body["name"],
+        partitions=[
+            PartitionInfo(
+                partition=p["partition"],
+                leader=p["leader"],
+                replicas=list(p["replicas"]),
+                isr=list(p["isr"]),
+                log_start_offset=p["log_start_offset"],
+                high_watermark=p["high_watermark"],
+                log_end_offset=p["log_end_offset"],
+            )
+            for p in body["partitions"]
+        ],
+        configs=dict(body.get("configs") or {}),
+    )
+
+
+def _create_call(
+    name: str, partitions: int | None, replication_factor: int | None, configs: Mapping[str, Any]
+) -> Call[TopicDescription]:
+    body: dict[str, Any] = {"name": name}
+    if partitions is not None:
+        body["partitions"] = partitions
+    if replication_factor is not None:
+        body["replication_factor"] = replication_factor
+    if configs:
+        body["configs"] = dict(configs)
+    return Call("POST", "/topics", _description, json=body)
+
+
+def _list_call() -> Call[dict[str, int]]:
+    return Call("GET", "/topics", lambda body: {t["name"]: t["partitions"] for t in body["topics"]})
+
+
+def _describe_call(name: str) -> Call[TopicDescription]:
+    return Call("GET", topic_path(name), _description)
+
+
+def _delete_call(name: str) -> Call[None]:
+    return Call("DELETE", topic_path(name), lambda body: None, empty_ok=True)
+
+
+def _at(spec: str | int) -> str | int:
+    if isinstance(spec, str) and spec not in ("earliest", "latest"):
+        raise ValueError(
+            f"an offset spec is 'earliest', 'latest' or a timestamp in ms, got {spec!r}"
+        )
+    return spec
+
+
+def _offset_result(found: tuple[int, int]) -> OffsetAndTimestamp | None:
+    offset, timestamp = found
+    return None if offset < 0 else OffsetAndTimestamp(offset, timestamp)
+
+
+class Admin:
+    """Blocking admin client. ``url`` is a broker's base URL, e.g. ``http://127.0.0.1:8080``."""
+
+    def __init__(self, url: str, *, request_timeout_ms: int = 30_000) -> None:
+        self._client = _http.sync_client(url, request_timeout_ms)
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int | None = None,
+        *,
+        replication_factor: int | None = None,
+        configs: Mapping[str, Any] | None = None,
+    ) -> TopicDescription:
+        """Create a topic (``partitions=None``: the broker's ``num_partitions``); TopicAlreadyExists if it exists."""
+        return _http.run_sync(
+            self._client, _create_call(name, partitions, replication_factor, configs or {})
+        )
+
+    def list_topics(self) -> dict[str, int]:
+        """Topic name -> partition count."""
+        return _http.run_sync(self._client, _list_call())
+
+    def describe_topic(self, name: str) -> TopicDescription:
+        return _http.run_sync(self._client, _describe_call(name))
+
+    def delete_topic(self, name: str) -> None:
+        _http.run_sync(self._client, _delete_call(name))
+
+    def list_offsets(
+        self, partitions: Iterable[TopicPartition], spec: str | int = "latest"
+    ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        """``earliest``, ``latest`` (the high watermark) or the first offset at/after a timestamp (ms).
+
+        ``None`` for a partition with no record at or after the timestamp.
+        For ``earliest``/``latest`` the timestamp is -1.
+        """
+        at = _at(spec)
+        return {
+            tp: _offset_result(
+                _http.run_sync(self._client, _http.list_offset_call(tp.topic, tp.partition, at))
+            )
+            for tp in partitions
+        }
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> Admin:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class AsyncAdmin:
+    """The asyncio twin of :class:`Admin`."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        request_timeout_ms: int = 30_000,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._client = _http.async_client(url, request_timeout_ms, transport=transport)
+
+    async def create_topic(
+        self,
+        name: str,
+        partitions: int | None = None,
+        *,
+        replication_factor: int | None = None,
+        configs: Mapping[str, Any] | None = None,
+    ) -> TopicDescription:
+        return await _http.run_async(
+            self._client, _create_call(name, partitions, replication_factor, configs or {})
+        )
+
+    async def list_topics(self) -> dict[str, int]:
+        return await _http.run_async(self._client, _list_call())
+
+    async def describe_topic(self, name: str) -> TopicDescription:
+        return await _http.run_async(self._client, _describe_call(name))
+
+    async def delete_topic(self, name: str) -> None:
+        await _http.run_async(self._client, _delete_call(name))
+
+    async def list_offsets(
+        self, partitions: Iterable[TopicPartition], spec: str | int = "latest"
+    ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        at = _at(spec)
+        out: dict[TopicPartition, OffsetAndTimestamp | None] = {}
+        for tp in partitions:
+            found = await _http.run_async(
+                self._client, _http.list_offset_call(tp.topic, tp.partition, at)
+            )
+            out[tp] = _offset_result(found)
+        return out
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+    async def __aenter__(self) -> AsyncAdmin:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()

@@ -1,0 +1,142 @@
+"""Errors the SDK raises: the broker's own error classes, plus a few that only a client meets.
+
+A broker error body (``{"error_code", "message", "retriable", ...}``) becomes
+the :mod:`app.core.errors` class with the same ``error_code``, so
+``except OffsetOutOfRange`` works the same in the broker and in an
+application, and the body's extra fields (``log_start_offset``, ``topic``, ...)
+become attributes. Codes this SDK does not know become :class:`ServerError`
+carrying the code and the broker's ``retriable`` flag.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from app.core import errors as core
+from app.core.errors import LogbusError
+
+# Only leaf classes: a parent shares its code with nothing else, and PayloadTooLarge
+# shares MESSAGE_TOO_LARGE with RecordTooLarge, of which it is a kind.
+_BY_CODE: dict[str, type[LogbusError]] = {
+    cls.error_code: cls
+    for cls in (
+        core.InvalidRequest,
+        core.InvalidConfig,
+        core.InvalidTopic,
+        core.InvalidPartitions,
+        core.InvalidReplicationFactor,
+        core.InvalidRequiredAcks,
+        core.CorruptRecord,
+        core.InvalidRecord,
+        core.UnsupportedMessageFormat,
+        core.UnsupportedCompressionType,
+        core.RecordTooLarge,
+        core.OffsetOutOfRange,
+        core.UnknownTopicOrPartition,
+        core.TopicAlreadyExists,
+        core.RequestTimedOut,
+        core.NotLeaderOrFollower,
+        core.NotEnoughReplicas,
+        core.BrokerNotAvailable,
+        core.KafkaStorageError,
+    )
+}
+
+
+class ClientError(LogbusError):
+    """Raised by the SDK itself, not answered by a broker."""
+
+    error_code = "CLIENT_ERROR"
+
+
+class BrokerUnavailable(core.BrokerNotAvailable):
+    """The broker could not be reached or the connection broke (retriable).
+
+    A subclass of :class:`~app.core.errors.BrokerNotAvailable`, so one
+    ``except`` covers a broker that is down and one that says it is not ready.
+    """
+
+    error_code = "NETWORK_EXCEPTION"
+    retriable = True
+
+
+class ServerError(LogbusError):
+    """An error code this SDK has no class for; ``error_code`` and ``retriable`` come from the body."""
+
+    def __init__(self, error_code: str, message: str, retriable: bool, status: int) -> None:
+        super().__init__(message)
+        self.error_code = error_code  # type: ignore[misc]
+        self.retriable = retriable  # type: ignore[misc]
+        self.status = status
+
+
+class UnsupportedByBroker(ClientError):
+    """The broker lacks an endpoint this feature needs (an older broker)."""
+
+    error_code = "UNSUPPORTED_VERSION"
+
+
+class DeliveryTimeout(ClientError):
+    """A record was not acknowledged within ``delivery_timeout_ms`` (retries included)."""
+
+    error_code = "REQUEST_TIMED_OUT"
+
+
+class BufferFull(ClientError):
+    """``send`` waited ``max_block_ms`` for buffer memory or metadata and gave up."""
+
+    error_code = "REQUEST_TIMED_OUT"
+
+
+class ProducerClosed(ClientError):
+    """``send`` after ``close()``, or a record still buffered when ``close`` gave up."""
+
+
+class ConsumerClosed(ClientError):
+    """The consumer was used after ``close()``."""
+
+
+class NoOffsetForPartition(ClientError):
+    """No position and ``auto_offset_reset="none"`` (Kafka's NoOffsetForPartitionException)."""
+
+    error_code = "OFFSET_OUT_OF_RANGE"
+
+
+def error_from_body(status: int, body: bytes) -> LogbusError:
+    """The exception for an error answer (any status >= 300)."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        data = None
+    if not isinstance(data, dict) or not isinstance(data.get("error_code"), str):
+        text = body[:200].decode("utf-8", "replace")
+        # 5xx without our error shape: a proxy or a crash, worth another try.
+        return ServerError("UNKNOWN_SERVER_ERROR", f"HTTP {status}: {text}", status >= 500, status)
+    return error_from_fields(status, data)
+
+
+def error_from_fields(status: int, data: dict[str, Any]) -> LogbusError:
+    code: str = data["error_code"]
+    message = str(data.get("message", code))
+    cls = _BY_CODE.get(code)
+    if cls is None:
+        return ServerError(code, message, bool(data.get("retriable", False)), status)
+    # The classes' constructors build their message from fields; the broker
+    # already wrote the message, so keep it verbatim and set the fields as attributes.
+    exc = cls.__new__(cls)
+    Exception.__init__(exc, message)
+    exc.message = message
+    details = {k: v for k, v in data.items() if k not in ("error_code", "message", "retriable")}
+    for name, value in details.items():
+        # Never shadow a method (an INVALID_REQUEST body has a "fields" list; fields() is a method).
+        if not callable(getattr(cls, name, None)):
+            setattr(exc, name, value)
+    exc.details = details  # type: ignore[attr-defined]
+    exc.status = status  # type: ignore[attr-defined]
+    return exc
+
+
+def is_retriable(exc: BaseException) -> bool:
+    return isinstance(exc, LogbusError) and bool(exc.retriable)
