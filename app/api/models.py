@@ -304,6 +304,7 @@ class Metadata(BaseModel):
         json_schema_extra={
             "examples": [
                 {
+                    "cluster_id": "Cq3sNa8TQ0SUkJ0G7ZbNxg",
                     "brokers": [{"id": 0, "url": "http://127.0.0.1:8080"}],
                     "controller": 0,
                     "topics": [
@@ -319,6 +320,9 @@ class Metadata(BaseModel):
         }
     )
 
+    cluster_id: str = Field(
+        description="Identifies the cluster; fixed when the data dir is created."
+    )
     brokers: list[Broker]
     controller: int
     topics: list[TopicMetadata]

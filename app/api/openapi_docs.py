@@ -192,5 +192,5 @@ DESCRIBE_TOPIC = """Partitions with their leader, replicas and in-sync replicas 
 ids), log start offset, high watermark and log end offset, and every effective topic
 config under its Kafka name (`config_overrides` lists the ones set on this topic)."""
 
-METADATA = """Kafka's Metadata: the brokers (`id`, `url`), the controller's broker id,
+METADATA = """Kafka's Metadata: the cluster id, the brokers (`id`, `url`), the controller's broker id,
 and every topic's partitions with leader, replicas and in-sync replicas."""

@@ -41,6 +41,7 @@ async def metadata(state: StateDep, manager: ManagerDep) -> Response:
         )
     return JSONBytes(
         {
+            "cluster_id": manager.cluster_id,
             "brokers": [{"id": broker, "url": state.settings.url}],
             "controller": broker,
             "topics": topics,
