@@ -41,12 +41,11 @@ class FetchWaiters:
         if current is not None:
             self._detach(current)
         waiters = self._waiters.setdefault(key, set())
-        loop = self._loop
-        assert loop is not None
 
         def on_append(_: Log) -> None:
             # Runs on the appending thread: read the set only, mutate on the loop.
-            if waiters and not loop.is_closed():
+            loop = self._loop
+            if waiters and loop is not None and not loop.is_closed():
                 loop.call_soon_threadsafe(self._wake, key)
 
         log.add_append_listener(on_append)
@@ -65,8 +64,8 @@ class FetchWaiters:
 
     def register(self, log: Log) -> asyncio.Event:
         """A fresh event set by the next append to ``log``; pair with :meth:`unregister`."""
-        if self._loop is None:
-            self._loop = asyncio.get_running_loop()
+        # The loop serving requests now (an app can outlive a loop, e.g. under a test client).
+        self._loop = asyncio.get_running_loop()
         event = asyncio.Event()
         if self._closed:
             event.set()
