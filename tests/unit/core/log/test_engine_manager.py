@@ -193,3 +193,42 @@ def test_unclean_restart_recovers(tmp_path: Path) -> None:
     assert log2.append(value_batch(38, 2)).first_offset == 38
     assert [o for o, _ in check_log_dir(log2.dir, start=0)] == list(range(40))
     m2.shutdown()
+
+
+def test_interrupted_deletes_are_finished_on_start(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    m = LogManager(data)
+    m.start()
+    m.create_topic("gone", 2)
+    m.create_topic("kept", 1)
+    m.get_log("kept", 0).append(value_batch(0, 2))
+    m.shutdown()
+    # A crash after the topic file went but before the directories were renamed,
+    # and a renamed directory whose removal never ran.
+    (data / "topics" / "gone.json").unlink()
+    (data / "gone-1").rename(data / "gone-1.0123abcd-delete")
+    m = LogManager(data)
+    m.start()
+    assert m.topics() == ["kept"]
+    assert sorted(p.name for p in data.iterdir() if p.is_dir()) == ["kept-0", "topics"]
+    assert m.get_log("kept", 0).log_end_offset == 2
+    m.shutdown()
+
+
+def test_stray_checkpoint_tmp_and_damaged_checkpoint(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    m = LogManager(data)
+    m.start()
+    m.create_topic("t", 1)
+    m.get_log("t", 0).append(value_batch(0, 3))
+    m.shutdown()
+    (data / "recovery-point-offset-checkpoint.tmp").write_text("junk")
+    (data / "recovery-point-offset-checkpoint").write_text("garbage")
+    (data / ".clean_shutdown").unlink()
+    m = LogManager(data)
+    m.start()  # a damaged recovery point means: recover everything
+    log = m.get_log("t", 0)
+    assert log.recovered_segments_on_load == 1 and log.log_end_offset == 3
+    assert not (data / "recovery-point-offset-checkpoint.tmp").exists()
+    assert (data / "recovery-point-offset-checkpoint").read_text() == "0\n1\nt 0 3\n"
+    m.shutdown()
