@@ -36,6 +36,19 @@ SettingsDep = Annotated[Settings, Depends(get_settings)]
 ManagerDep = Annotated["LogManager", Depends(get_manager)]
 
 
+def _declared_length(request: Request, limit: int) -> int | None:
+    declared = request.headers.get("content-length")
+    if declared is None:
+        return None
+    try:
+        size = int(declared)
+    except ValueError:
+        raise InvalidRequest(f"bad Content-Length header {declared!r}") from None
+    if size > limit:
+        raise PayloadTooLarge(size, limit)
+    return size
+
+
 async def read_body(request: Request, limit: int) -> bytes:
     """The whole request body, refused with 413 as soon as it passes ``limit`` bytes.
 
@@ -43,14 +56,7 @@ async def read_body(request: Request, limit: int) -> bytes:
     running total while streaming, so an oversized (or lying) upload costs at
     most ``limit`` bytes of memory.
     """
-    declared = request.headers.get("content-length")
-    if declared is not None:
-        try:
-            size = int(declared)
-        except ValueError:
-            raise InvalidRequest(f"bad Content-Length header {declared!r}") from None
-        if size > limit:
-            raise PayloadTooLarge(size, limit)
+    _declared_length(request, limit)
     chunks: list[bytes] = []
     total = 0
     async for chunk in request.stream():
@@ -63,3 +69,20 @@ async def read_body(request: Request, limit: int) -> bytes:
     if len(chunks) == 1:
         return chunks[0]
     return b"".join(chunks)
+
+
+async def read_body_mutable(request: Request, limit: int) -> bytearray:
+    """Like :func:`read_body`, into one bytearray: ``Log.append`` stamps it in place
+    instead of copying the whole body once more."""
+    declared = _declared_length(request, limit)
+    buf = bytearray()
+    async for chunk in request.stream():
+        if not chunk:
+            continue
+        if len(buf) + len(chunk) > limit:
+            raise PayloadTooLarge(len(buf) + len(chunk), limit)
+        if not buf and declared is not None and len(chunk) == declared:
+            buf = bytearray(chunk)  # the usual case: one chunk, one copy
+        else:
+            buf += chunk
+    return buf

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
@@ -20,7 +20,7 @@ from starlette.responses import Response
 
 from app.api import openapi_docs as docs
 from app.api.codec import ENCODERS, BodyInvalid, FormatError, encode_headers
-from app.api.deps import ManagerDep, StateDep, read_body
+from app.api.deps import ManagerDep, StateDep, read_body, read_body_mutable
 from app.api.errors import error_responses
 from app.api.models import BatchProduceResponse, ProduceResponse
 from app.api.produce_body import ParsedProduce, parse_produce_body
@@ -71,11 +71,14 @@ def parse_acks(acks: str) -> int:
     return value
 
 
-def _append_all(work: list[tuple[Log, bytes]]) -> list[AppendInfo]:
+AppendWork = Sequence[tuple["Log", bytes | bytearray]]
+
+
+def _append_all(work: AppendWork) -> list[AppendInfo]:
     return [log.append(data) for log, data in work]
 
 
-async def _append(work: list[tuple[Log, bytes]], timeout_ms: int, topic: str) -> list[AppendInfo]:
+async def _append(work: AppendWork, timeout_ms: int, topic: str) -> list[AppendInfo]:
     try:
         return await asyncio.wait_for(asyncio.to_thread(_append_all, work), timeout_ms / 1000)
     except TimeoutError:
@@ -272,7 +275,7 @@ async def produce_batches(
     timeout_ms: TimeoutQuery = 30_000,
 ) -> Response:
     required_acks = parse_acks(acks)
-    body = await read_body(request, state.settings.max_request_bytes)
+    body = await read_body_mutable(request, state.settings.max_request_bytes)
     plan = plan_topic(state, manager, topic)
     if not plan.exists:
         # Check before creating, so a bad request leaves no topic behind; an
