@@ -305,6 +305,20 @@ class LogSegment:
         """Position and header of the first batch whose last offset is >= ``offset``."""
         limit = self._size if end is None else end
         _, position = self._offset_index().lookup(offset, limit)
+        # The fetch path: one pread usually holds the batch; hop without a generator.
+        buf = os.pread(self.fd, min(_HOP_CHUNK, limit - position), position)
+        buf_pos = position
+        while limit - position >= HEADER_SIZE:
+            off = position - buf_pos
+            if off + HEADER_SIZE > len(buf):
+                break
+            header = read_header(buf, off)
+            size = header.size
+            if size < HEADER_SIZE or position + size > limit:
+                return None
+            if header.base_offset + header.last_offset_delta >= offset:
+                return position, header
+            position += size
         for pos, header in self._headers(position, limit):
             if header.last_offset >= offset:
                 return pos, header
