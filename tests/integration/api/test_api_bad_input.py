@@ -354,3 +354,20 @@ def test_every_error_body_is_documented_shape(seeded: tuple[TestClient, Path]) -
     r = client.get("/topics/t/partitions/0/records", params={"offset": 99})
     assert set(r.json()) >= {"error_code", "message", "retriable"}
     assert r.headers["content-type"] == "application/json"
+
+
+def test_streamed_oversize_batches_are_cut_while_reading(seeded: tuple[TestClient, Path]) -> None:
+    client, data_dir = seeded
+    before = _state(client, data_dir)
+    chunk = GOOD_BATCH * 800
+    pulled = 0
+
+    async def receive() -> Message:
+        nonlocal pulled
+        pulled += len(chunk)
+        return {"type": "http.request", "body": chunk, "more_body": pulled < 64 << 20}
+
+    status, body = _call_asgi(client.app, "/topics/t/partitions/0/batches", receive)
+    assert (status, body["error_code"]) == (413, "MESSAGE_TOO_LARGE")
+    assert pulled <= MAX_REQUEST_BYTES + 2 * len(chunk)
+    assert _state(client, data_dir) == before
