@@ -65,6 +65,11 @@ CHUNKED_COPY_BYTES = 1024 * 1024
 # Long polls may still be waiting at shutdown; they are cut after this.
 GRACEFUL_SHUTDOWN_SECONDS = 5
 
+# The send wrapper hooks uvicorn's per-request task start. Should a uvicorn
+# release rename it, the extension must not be offered: an app would send
+# zerocopysend messages that plain uvicorn rejects mid-response.
+_CAN_WRAP_SEND = callable(getattr(HttpToolsProtocol, "_start_asgi_task", None))
+
 _DISCONNECT_ERRNOS = frozenset(
     {errno.EPIPE, errno.ECONNRESET, errno.ECONNABORTED, errno.ENOTCONN, errno.ESHUTDOWN}
 )
@@ -90,7 +95,10 @@ class ZeroCopyHttpToolsProtocol(HttpToolsProtocol):
         super().connection_made(transport)
         # TLS encrypts in user space: there is nothing sendfile could skip.
         self._zerocopy_ok = (
-            self.zerocopy and not is_ssl(transport) and self._socket_fd(transport) >= 0
+            _CAN_WRAP_SEND
+            and self.zerocopy
+            and not is_ssl(transport)
+            and self._socket_fd(transport) >= 0
         )
 
     @staticmethod
