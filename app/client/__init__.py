@@ -7,13 +7,16 @@ ones in :mod:`app.client.errors`.
 """
 
 from app.client.admin import Admin, AsyncAdmin
+from app.client.consumer import AsyncConsumer, Consumer
 from app.client.producer import AsyncProducer, DeliveryFuture, DeliveryReport, Producer
 from app.client.types import ConsumerRecord, OffsetAndTimestamp, RecordMetadata, TopicPartition
 
 __all__ = [
     "Admin",
     "AsyncAdmin",
+    "AsyncConsumer",
     "AsyncProducer",
+    "Consumer",
     "ConsumerRecord",
     "DeliveryFuture",
     "DeliveryReport",

@@ -465,46 +465,49 @@ class _Accumulator:
     ) -> DeliveryFuture:
         """The general path: any key, partition, headers and callback; may block for space."""
         notify = False
-        with self.lock:
-            if self.closed:
-                raise ProducerClosed("the producer is closed")
-            if self.buffered >= self.limit:
-                self._wait_for_space(block_s)
-            sticky = partition is None and key is None
-            if partition is None:
-                if key is None:
-                    partition = self._sticky.get(topic)
-                    if partition is None:
+        try:
+            with self.lock:
+                if self.closed:
+                    raise ProducerClosed("the producer is closed")
+                if self.buffered >= self.limit:
+                    self._wait_for_space(block_s)
+                sticky = partition is None and key is None
+                if partition is None:
+                    if key is None:
+                        partition = self._sticky.get(topic)
+                        if partition is None:
+                            partition = self._sticky_choice.next_partition(topic, num_partitions)
+                            self._sticky[topic] = partition
+                    else:
+                        partition = partition_for_key(key, num_partitions)
+                tp = self._tp(topic, partition)
+                batch = self.open.get(tp)
+                if batch is None:
+                    batch = self._new_batch(tp)
+                    notify = True
+                index = batch.count
+                if batch.append(index, timestamp, key, value, headers) is None:
+                    self._seal(batch)
+                    if sticky:
                         partition = self._sticky_choice.next_partition(topic, num_partitions)
                         self._sticky[topic] = partition
-                else:
-                    partition = partition_for_key(key, num_partitions)
-            tp = self._tp(topic, partition)
-            batch = self.open.get(tp)
-            if batch is None:
-                batch = self._new_batch(tp)
-                notify = True
-            index = batch.count
-            if batch.append(index, timestamp, key, value, headers) is None:
-                self._seal(batch)
-                if sticky:
-                    partition = self._sticky_choice.next_partition(topic, num_partitions)
-                    self._sticky[topic] = partition
-                    tp = self._tp(topic, partition)
-                batch = self.open.get(tp) or self._new_batch(tp)
-                if tp.partition == self._sticky.get(topic):
-                    self.sticky_batch[topic] = batch
-                index = batch.count
-                # The first record of a batch always fits (an oversized one makes an oversized batch).
-                batch.append(index, timestamp, key, value, headers)
-                notify = True
-            batch.count = index + 1
-            if callback is not None:
-                if batch.callbacks is None:
-                    batch.callbacks = []
-                batch.callbacks.append((index, timestamp, callback))
-        if notify:
-            self._notify()
+                        tp = self._tp(topic, partition)
+                    batch = self.open.get(tp) or self._new_batch(tp)
+                    if tp.partition == self._sticky.get(topic):
+                        self.sticky_batch[topic] = batch
+                    index = batch.count
+                    # The first record of a batch always fits (an oversized one makes an oversized batch).
+                    batch.append(index, timestamp, key, value, headers)
+                    notify = True
+                batch.count = index + 1
+                if callback is not None:
+                    if batch.callbacks is None:
+                        batch.callbacks = []
+                    batch.callbacks.append((index, timestamp, callback))
+        finally:
+            # Also after a failed encode: a batch opened for it must still get its linger timer.
+            if notify:
+                self._notify()
         return DeliveryFuture(batch, index, timestamp)
 
     def append_many(

@@ -1,0 +1,77 @@
+"""Helpers for the SDK tests (a unique module name: test dirs are not packages)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import httpx
+
+from app.core.log.batch import BatchHeader, iter_headers
+
+
+def raw_batches(url: str, topic: str, partition: int, offset: int = 0) -> list[BatchHeader]:
+    """Every batch header of a partition from ``offset``, read with plain httpx."""
+    headers: list[BatchHeader] = []
+    with httpx.Client(base_url=url, timeout=30) as client:
+        while True:
+            r = client.get(
+                f"/topics/{topic}/partitions/{partition}/records",
+                params={"offset": offset, "max_wait_ms": 0},
+                headers={"accept": "application/octet-stream"},
+            )
+            assert r.status_code == 200, r.text
+            found = [h for _, h in iter_headers(r.content)]
+            if not found:
+                return headers
+            headers.extend(found)
+            offset = found[-1].next_offset
+
+
+def high_watermarks(url: str, topic: str) -> list[int]:
+    r = httpx.get(f"{url}/topics/{topic}", timeout=30)
+    assert r.status_code == 200, r.text
+    return [p["high_watermark"] for p in r.json()["partitions"]]
+
+
+class FaultyTransport(httpx.AsyncBaseTransport):
+    """A real transport to the real broker that fails chosen produce requests.
+
+    ``plan(n)`` is asked for the n-th binary produce request (from 0) and
+    answers ``None`` (pass through), ``"connect"`` (fail before sending),
+    ``"lost"`` (send it, let the broker append, then lose the answer) or an
+    ``httpx.Response`` to answer instead of the broker.
+    """
+
+    def __init__(self, plan: Callable[[int], object]) -> None:
+        self.inner = httpx.AsyncHTTPTransport()
+        self.plan = plan
+        self.produce_requests = 0
+        self.delay = 0.0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if not request.url.path.endswith("/batches"):
+            return await self.inner.handle_async_request(request)
+        n = self.produce_requests
+        self.produce_requests += 1
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        action = self.plan(n)
+        if action == "connect":
+            raise httpx.ConnectError("injected: connection refused", request=request)
+        if action == "lost":
+            response = await self.inner.handle_async_request(request)
+            await response.aread()
+            raise httpx.ReadError("injected: connection reset before the answer", request=request)
+        if isinstance(action, httpx.Response):
+            return action
+        return await self.inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def error_response(status: int, code: str, retriable: bool) -> httpx.Response:
+    return httpx.Response(
+        status, json={"error_code": code, "message": f"injected {code}", "retriable": retriable}
+    )
