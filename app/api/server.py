@@ -40,7 +40,7 @@ import logging
 import os
 import signal
 from types import FrameType
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 from uvicorn._types import ASGI3Application, ASGIReceiveCallable, ASGISendEvent, Scope
@@ -87,18 +87,13 @@ def _file_fd(file: Any) -> int:
 class ZeroCopyHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol plus the ``http.response.zerocopysend`` extension."""
 
-    zerocopy: ClassVar[bool] = True
-
     def connection_made(  # type: ignore[override]
         self, transport: asyncio.Transport
     ) -> None:
         super().connection_made(transport)
         # TLS encrypts in user space: there is nothing sendfile could skip.
         self._zerocopy_ok = (
-            _CAN_WRAP_SEND
-            and self.zerocopy
-            and not is_ssl(transport)
-            and self._socket_fd(transport) >= 0
+            _CAN_WRAP_SEND and not is_ssl(transport) and self._socket_fd(transport) >= 0
         )
 
     @staticmethod
