@@ -668,6 +668,8 @@ class AsyncConsumer(_ConsumerCore):
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return []
+            if any(st.position is None for st in self.states.values()):
+                continue  # an answer asked for a reset: look the offset up now
             self._arrived.clear()
             if any(st.in_flight is not None and st.in_flight.done() for st in self.states.values()):
                 continue

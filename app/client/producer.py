@@ -630,7 +630,7 @@ class _Accumulator:
         return pending
 
     def take(
-        self, now: float, can_send: Callable[[TopicPartition], bool]
+        self, now: float, can_send: Callable[[TopicPartition], int]
     ) -> tuple[list[tuple[TopicPartition, list[_Batch]]], float | None]:
         """Seal lingered batches and hand out sendable ones; also the next linger deadline."""
         linger = self.cfg.linger_ms / 1000
@@ -645,7 +645,10 @@ class _Accumulator:
                 elif next_deadline is None or due < next_deadline:
                     next_deadline = due
             for tp, queue in self.ready.items():
-                while queue and can_send(tp):
+                # can_send(tp) is how many more requests tp may have in flight.
+                slots = can_send(tp)
+                while queue and slots > 0:
+                    slots -= 1
                     group = [queue.popleft()]
                     size = group[0].size
                     while queue and size + queue[0].size <= max_request:
@@ -700,8 +703,8 @@ class _Sender:
     def wake(self) -> None:
         self._wake.set()
 
-    def _can_send(self, tp: TopicPartition) -> bool:
-        return self.in_flight.get(tp, 0) < self.cfg.max_in_flight_per_partition
+    def _can_send(self, tp: TopicPartition) -> int:
+        return self.cfg.max_in_flight_per_partition - self.in_flight.get(tp, 0)
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
