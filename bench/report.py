@@ -1,0 +1,186 @@
+"""Render bench/results.json into bench/RESULTS.md, the README's table and a chart."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).parent
+README = HERE.parent / "README.md"
+
+
+def _num(value: float, digits: int = 0) -> str:
+    return f"{value:,.{digits}f}"
+
+
+def rows(r: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """(figure, Logbus, baseline or goal, ratio / note) rows, in the order of the issues."""
+    out: list[tuple[str, str, str, str]] = []
+    redis = r.get("redis", {})
+    xadd = redis.get("redis_xadd_records_per_s")
+    xread = redis.get("redis_xread_records_per_s")
+    if e := r.get("engine"):
+        lk = e["lookup_us"]
+        out += [
+            (
+                "engine: append 1 MiB batches (page cache)",
+                f"{_num(e['append_mb_s'])} MB/s",
+                "goal ≥ 1,000 MB/s",
+                "",
+            ),
+            ("engine: append, stamped in place", f"{_num(e['append_in_place_mb_s'])} MB/s", "", ""),
+            ("engine: sequential read", f"{_num(e['read_mb_s'])} MB/s", "goal ≥ 2,000 MB/s", ""),
+            (
+                "engine: random lookup, 10 vs 10,000 segments",
+                f"{lk['segments_10_us']} µs vs {lk['segments_10000_us']} µs",
+                "goal within 1.5x",
+                f"{lk['ratio_10000_vs_10']}x ({lk['ratio_10000_vs_10_same_data']}x against 10 segments holding the same data)",
+            ),
+        ]
+    if h := r.get("http_produce"):
+        jp = h["json_produce_records_per_s"]
+        out += [
+            (
+                "HTTP JSON produce, 1,000 records/request, 100 B",
+                f"{_num(jp)} records/s",
+                f"Redis XADD pipelined: {_num(xadd)} records/s" if xadd else "",
+                f"{jp / xadd:.1f}x Redis; goal ≥ 300,000" if xadd else "goal ≥ 300,000",
+            ),
+            (
+                "HTTP binary produce, 1 MiB batches",
+                f"{_num(h['binary_produce_mb_per_s'])} MB/s",
+                "goal ≥ 500 MB/s",
+                "",
+            ),
+        ]
+    if f := r.get("fetch"):
+        zc, cp = f["zerocopy"], f["copy"]
+        out += [
+            (
+                "HTTP binary fetch, cached, one client (whole partition)",
+                f"{zc['whole_gbps']:.2f} GB/s",
+                f"read-and-send path: {cp['whole_gbps']:.2f} GB/s",
+                f"{f['speedup_whole']}x; goal ≥ 1 GB/s",
+            ),
+            (
+                "HTTP binary fetch, consumer loop of 16 MiB fetches",
+                f"{zc['consumer_gbps']:.2f} GB/s",
+                f"read-and-send path: {cp['consumer_gbps']:.2f} GB/s",
+                f"{f['speedup_consumer']}x",
+            ),
+            (
+                "broker CPU per GB fetched",
+                f"{zc['server_cpu_s_per_gb']:.2f} s",
+                f"read-and-send path: {cp['server_cpu_s_per_gb']:.2f} s",
+                f"{f.get('cpu_saving', 0) * 100:.0f}% saved",
+            ),
+        ]
+    if s := r.get("sdk"):
+        for key, label, goal, base in (
+            ("produce_records_per_s", "SDK produce, 100 B, acks=1", "goal ≥ 1,500,000", xadd),
+            ("consume_records_per_s", "SDK consume, 100 B", "goal ≥ 3,000,000", xread),
+        ):
+            if key in s:
+                out.append(
+                    (
+                        label,
+                        f"{_num(s[key])} records/s",
+                        f"Redis: {_num(base)} records/s" if base else "",
+                        (f"{s[key] / base:.1f}x Redis; " if base else "") + goal,
+                    )
+                )
+    if xadd:
+        out.append(
+            ("Redis Streams XADD, pipelined 1,000 (baseline)", f"{_num(xadd)} records/s", "", "")
+        )
+    if xread:
+        out.append(
+            ("Redis Streams XREAD COUNT 1,000 (baseline)", f"{_num(xread)} records/s", "", "")
+        )
+    return out
+
+
+def table(r: dict[str, Any]) -> str:
+    lines = ["| figure | Logbus | baseline / goal | ratio |", "| --- | --- | --- | --- |"]
+    lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows(r)]
+    return "\n".join(lines)
+
+
+def write_results_md(r: dict[str, Any], path: Path) -> None:
+    m = r["machine"]
+    machine = "\n".join(f"- `{k}`: {v}" for k, v in m.items())
+    text = f"""# Benchmark results
+
+Measured by `make bench` (`python -m bench.run`) on {m["date"]}. Every figure is
+the median of several runs (raw samples in `bench/results.json`); the Redis
+Streams baseline (redis-py, Debian's `redis-server`, persistence off as
+Logbus's page-cache default) is measured in the same run. These machines are
+shared and noisy: trust the ratios more than the absolutes.
+
+Machine:
+{machine}
+
+{table(r)}
+
+How each figure is taken:
+- engine: `python -m bench.engine` — `Log.append` of 1 MiB batches (validate,
+  CRC-32C, stamp, one write), sequential `Log.read` through `os.pread`, and
+  median `Log.read(random offset)` latency in logs of 10 and 10,000 segments.
+- HTTP produce: `bench/http_produce.py` — a `logbus serve` subprocess, two
+  client threads on keep-alive connections posting the same prebuilt body.
+- HTTP fetch: `python -m bench.fetch` — a ~256 MB cached partition read by one
+  client over loopback, from a broker with zero-copy (`os.sendfile`) and one
+  with `LOGBUS_ZEROCOPY=0` (pread + send), on the same data.
+- SDK: `python -m bench.sdk` when present — the Python producer and consumer.
+
+![Logbus vs Redis Streams](chart.png)
+"""
+    path.write_text(text)
+    if README.exists():
+        readme = README.read_text()
+        readme = re.sub(
+            r"(<!-- bench-table:start -->\n).*?(\n<!-- bench-table:end -->)",
+            lambda mt: mt.group(1) + table(r) + mt.group(2),
+            readme,
+            flags=re.S,
+        )
+        README.write_text(readme)
+
+
+def write_chart(r: dict[str, Any], path: Path) -> None:
+    """Records/s of Logbus paths beside the Redis baseline, log scale."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    bars: list[tuple[str, float, str]] = []
+    redis = r.get("redis", {})
+    if "redis_xadd_records_per_s" in redis:
+        bars.append(("Redis XADD\n(pipelined)", redis["redis_xadd_records_per_s"], "#999999"))
+    if "redis_xread_records_per_s" in redis:
+        bars.append(("Redis XREAD", redis["redis_xread_records_per_s"], "#bbbbbb"))
+    if h := r.get("http_produce"):
+        bars.append(("Logbus JSON\nproduce", h["json_produce_records_per_s"], "#1f77b4"))
+    if s := r.get("sdk"):
+        if "produce_records_per_s" in s:
+            bars.append(("Logbus SDK\nproduce", s["produce_records_per_s"], "#2ca02c"))
+        if "consume_records_per_s" in s:
+            bars.append(("Logbus SDK\nconsume", s["consume_records_per_s"], "#98df8a"))
+    fig, ax = plt.subplots(figsize=(8, 4))
+    ax.bar([b[0] for b in bars], [b[1] for b in bars], color=[b[2] for b in bars])
+    ax.set_ylabel("records/s (100-byte values)")
+    ax.set_title("Logbus vs Redis Streams, one machine, same run")
+    for i, (_, v, _) in enumerate(bars):
+        ax.text(i, v, f"{v / 1000:,.0f}k", ha="center", va="bottom")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    data = json.loads((HERE / "results.json").read_text())
+    write_results_md(data, HERE / "RESULTS.md")
+    write_chart(data, HERE / "chart.png")

@@ -1,0 +1,61 @@
+"""`make bench`: every benchmark in one run, with the Redis baseline measured beside it.
+
+Writes bench/RESULTS.md (and bench/results.json with the raw samples) and
+bench/chart.png. Each figure is the median of several runs: these machines are
+shared and noisy, so compare ratios measured in the same run, not absolutes
+across runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench import common
+
+HERE = Path(__file__).parent
+
+
+def _section(name: str, fn: Callable[[], dict[str, Any]], results: dict[str, Any]) -> None:
+    print(f"== {name}", flush=True)
+    results[name] = fn()
+    print(json.dumps(results[name], indent=2, default=str), flush=True)
+
+
+def collect(quick: bool) -> dict[str, Any]:
+    from bench import engine, fetch, http_produce, redis_baseline
+
+    runs = 1 if quick else 3
+    results: dict[str, Any] = {"machine": common.machine()}
+    _section("redis", lambda: redis_baseline.run(runs=runs), results)
+    _section("engine", lambda: engine.run(quick=quick), results)
+    with common.broker() as url:
+        _section("http_produce", lambda: http_produce.run(url, runs=runs), results)
+    _section("fetch", lambda: fetch.run(rounds=runs + 2), results)
+    try:
+        from bench import sdk
+    except ImportError:  # the SDK benchmark arrives with the SDK
+        return results
+    with common.broker() as url:
+        _section("sdk", lambda: sdk.run(url), results)
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="one run per figure")
+    args = parser.parse_args()
+    results = collect(args.quick)
+    (HERE / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+    from bench.report import write_chart, write_results_md
+
+    write_results_md(results, HERE / "RESULTS.md")
+    write_chart(results, HERE / "chart.png")
+    print(f"wrote {HERE / 'RESULTS.md'}")
+
+
+if __name__ == "__main__":
+    main()
