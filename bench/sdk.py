@@ -1,0 +1,128 @@
+"""Throughput through the Python SDK (app.client): produce and consume, 100-byte values, acks=1.
+
+``python -m bench.sdk URL`` against a running broker prints the figures as
+JSON; ``run(url)`` returns them. Each figure is the median of ``runs`` runs,
+each on a fresh topic, timed from the first send to the last acknowledgement
+(``flush``) and, for consume, from the first poll to the last record.
+
+Two produce figures, because they measure different things:
+
+* ``produce_send``: one ``Producer.send`` call per record, each returning a
+  delivery future: what code written like Kafka's Java client gets.
+* ``produce_send_many``: ``Producer.send_many`` with lists of 10,000 values:
+  the same batches, requests and acknowledgements, without a Python call,
+  lock and future per record.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import uuid
+from typing import Any
+
+from app.client import Admin, Consumer, Producer, TopicPartition
+from bench.common import median_of
+
+VALUE = b"x" * 100
+PARTITIONS = 4
+
+
+def _topic(admin: Admin) -> str:
+    name = f"bench-sdk-{uuid.uuid4().hex[:8]}"
+    admin.create_topic(name, PARTITIONS)
+    return name
+
+
+def produce_send(url: str, topic: str, records: int) -> float:
+    """Records/s with one ``send`` per record."""
+    with Producer(url, acks=1) as producer:
+        producer.send(topic, VALUE).result(timeout=30)  # metadata and connections are warm
+        send = producer.send
+        start = time.perf_counter()
+        for _ in range(records):
+            send(topic, VALUE)
+        producer.flush()
+        return records / (time.perf_counter() - start)
+
+
+def produce_send_many(url: str, topic: str, records: int, chunk: int = 10_000) -> float:
+    """Records/s with ``send_many`` over lists of ``chunk`` values."""
+    values = [VALUE] * chunk
+    with Producer(url, acks=1) as producer:
+        producer.send(topic, VALUE).result(timeout=30)
+        send_many = producer.send_many
+        start = time.perf_counter()
+        for _ in range(records // chunk):
+            send_many(topic, values)
+        producer.flush()
+        return (records // chunk) * chunk / (time.perf_counter() - start)
+
+
+def consume(url: str, topic: str, max_records: int = 10_000) -> float:
+    """Records/s reading the whole topic from the beginning."""
+    tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+    with Consumer(url, auto_offset_reset="earliest", max_poll_records=max_records) as consumer:
+        consumer.assign(tps)
+        total = sum(consumer.end_offsets(tps).values())
+        for tp in tps:
+            consumer.position(tp)
+        seen = 0
+        start = time.perf_counter()
+        while seen < total:
+            records = consumer.poll(timeout_ms=10_000)
+            if not records:
+                raise RuntimeError(f"consume stalled at {seen} of {total}")
+            seen += len(records)
+        return seen / (time.perf_counter() - start)
+
+
+def run(
+    url: str, runs: int = 3, send_records: int = 1_000_000, many_records: int = 3_000_000
+) -> dict[str, Any]:
+    topics: list[str] = []
+    with Admin(url) as admin:
+
+        def one_send() -> float:
+            topics.append(_topic(admin))
+            return produce_send(url, topics[-1], send_records)
+
+        def one_many() -> float:
+            topics.append(_topic(admin))
+            return produce_send_many(url, topics[-1], many_records)
+
+        send_rate, send_samples = median_of(runs, one_send)
+        many_rate, many_samples = median_of(runs, one_many)
+        # Consume the send_many topics: the biggest, and written in full batches.
+        many_topics = iter(topics[runs:])
+        consume_rate, consume_samples = median_of(runs, lambda: consume(url, next(many_topics)))
+        for name in topics:
+            admin.delete_topic(name)
+    bytes_per_record = len(VALUE)
+    return {
+        "value_bytes": bytes_per_record,
+        "partitions": PARTITIONS,
+        "acks": 1,
+        "produce_send_records_per_s": send_rate,
+        "produce_send_mb_per_s": send_rate * bytes_per_record / 1e6,
+        "produce_send_samples": send_samples,
+        "produce_send_many_records_per_s": many_rate,
+        "produce_send_many_mb_per_s": many_rate * bytes_per_record / 1e6,
+        "produce_send_many_samples": many_samples,
+        "consume_records_per_s": consume_rate,
+        "consume_mb_per_s": consume_rate * bytes_per_record / 1e6,
+        "consume_samples": consume_samples,
+    }
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m bench.sdk URL", file=sys.stderr)
+        return 2
+    print(json.dumps(run(argv[0]), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
