@@ -31,7 +31,9 @@ def collect(quick: bool) -> dict[str, Any]:
     runs = 1 if quick else 3
     results: dict[str, Any] = {"machine": common.machine()}
     _section("redis", lambda: redis_baseline.run(runs=runs), results)
+    common.warm_memory()
     _section("engine", lambda: engine.run(quick=quick), results)
+    common.warm_memory()
     with common.broker() as url:
         _section("http_produce", lambda: http_produce.run(url, runs=runs), results)
     _section("fetch", lambda: fetch.run(rounds=runs + 2), results)
