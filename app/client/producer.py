@@ -8,6 +8,10 @@ How a record travels::
               one request per partition at a time, many partitions at once,
               consecutive sealed batches of a partition share one request body
 
+``send_many(topic, values)`` fills the same batches in bulk: no lock, lookup
+or future per record (one :class:`DeliveryReport` per call), for callers
+that have many records at hand; ``send`` pays ~0.7-1 us of Python per record.
+
 Building (the caller's thread) overlaps sending and the broker's append: while
 a request is out, ``send`` keeps filling the next batch, and requests for
 different partitions are in flight together. :class:`Producer` runs the
@@ -881,6 +885,10 @@ class Producer:
         self._wake_pending = False
         self._wake_lock = threading.Lock()
         self._acc = _Accumulator(self.config, self._notify)
+        # Bound once: send's fast path runs a million times a second.
+        self._acquire = self._acc.lock.acquire
+        self._release = self._acc.lock.release
+        self._sticky_get = self._acc.sticky_batch.get
         self._closed = False
         started = threading.Event()
         self._start_error: BaseException | None = None
@@ -969,16 +977,16 @@ class Producer:
             # costs one lock and one encode; anything else takes the general path.
             # (acquire/try/release measured ~100 ns here against ~270 ns for a with block.)
             acc = self._acc
-            acc.lock.acquire()
+            self._acquire()
             try:
-                batch = acc.sticky_batch.get(topic)
+                batch = self._sticky_get(topic)
                 if batch is not None and acc.buffered < acc.limit:
                     index = batch.count
                     if batch.append(index, timestamp, None, value, _NO_HEADERS) is not None:
                         batch.count = index + 1
                         return DeliveryFuture(batch, index, timestamp)
             finally:
-                acc.lock.release()
+                self._release()
         if self._closed:
             raise ProducerClosed("the producer is closed")
         n = self._partition_counts.get(topic) or self.partitions_for(topic)
