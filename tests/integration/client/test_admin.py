@@ -16,7 +16,7 @@ def test_topic_lifecycle_and_offsets(broker_url: str) -> None:
         assert all(p.high_watermark == 0 and p.isr == [p.leader] for p in desc.partitions)
         with pytest.raises(TopicAlreadyExists) as info:
             admin.create_topic(name, 3)
-        assert info.value.topic == name  # type: ignore[attr-defined]
+        assert info.value.topic == name
         with pytest.raises(InvalidPartitions):
             admin.create_topic("sdk-admin-bad", 0)
         assert admin.list_topics()[name] == 3

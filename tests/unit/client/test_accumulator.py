@@ -67,7 +67,7 @@ def test_send_many_spans_cover_every_value_in_order() -> None:
     assert finished
     assert sum(count for _, _, count in spans) == 500
     # Spans follow the input; each continues its batch where the last one stopped.
-    decoded = []
+    decoded: list[int] = []
     for batch, start, count in spans:
         assert start + count <= batch.count
         decoded.extend(range(start, start + count))
