@@ -15,8 +15,15 @@ because nothing past the cut survives.
 
 Stray files of unfinished operations are removed first: ``.tmp`` (a
 checkpoint written but not renamed), ``.deleted`` (a delayed delete that did
-not run), ``.cleaned`` and ``.swap`` (an unfinished compaction; compaction
-restarts from the original segments, which are still in place).
+not run) and ``.cleaned`` (a compacted copy not yet complete: the original
+segments are all still in place, and compaction starts over).
+
+A ``<base>.log.swap`` is a compacted copy that was complete and fsynced
+before it got that name (see :mod:`app.core.log.cleaner`), so an interrupted
+swap is finished, never undone: the live segments it replaces (those whose
+base offset is within the copy's offset range) are deleted and the copy is
+renamed live, with indexes rebuilt. Only if the copy fails its own check and
+the first segment it replaces is still there is the copy dropped instead.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import re
 from pathlib import Path
 from typing import NamedTuple
 
+from app.core.log.checkpoint import fsync_dir
 from app.core.log.config import LogConfig
 from app.core.log.segment import (
     DELETED_SUFFIX,
@@ -33,11 +41,14 @@ from app.core.log.segment import (
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
     LogSegment,
+    segment_name,
 )
 
 _log = logging.getLogger(__name__)
 
-STRAY_SUFFIXES = (".tmp", ".cleaned", ".swap", DELETED_SUFFIX)
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+STRAY_SUFFIXES = (".tmp", CLEANED_SUFFIX, DELETED_SUFFIX)
 _SEGMENT_FILE = re.compile(r"(\d{20})(\.log|\.index|\.timeindex)")
 
 
@@ -68,6 +79,46 @@ def remove_stray_files(directory: Path) -> list[str]:
     return removed
 
 
+def complete_swaps(directory: Path, config: LogConfig) -> list[int]:
+    """Finish compaction swaps a crash interrupted; returns the base offsets swapped in."""
+    swapped: list[int] = []
+    suffix = LOG_SUFFIX + SWAP_SUFFIX
+    for path in sorted(directory.glob("*" + suffix)):
+        stem = path.name[: -len(suffix)]
+        if not (len(stem) == 20 and stem.isdigit()):
+            continue
+        base = int(stem)
+        seg = LogSegment.open(
+            directory,
+            base,
+            index_interval_bytes=config.index_interval_bytes,
+            max_index_bytes=config.segment_index_bytes,
+            suffix=SWAP_SUFFIX,
+        )
+        # Fsynced before it was named .swap, so damage here means the disk lied.
+        result = seg.recover()
+        first_old = directory / (segment_name(base) + LOG_SUFFIX)
+        if result.truncated_bytes and first_old.exists():
+            _log.warning("%s: dropping damaged compacted copy %s", directory.name, path.name)
+            seg.delete_files()
+            continue
+        end = seg.next_offset
+        for old in directory.iterdir():
+            m = _SEGMENT_FILE.fullmatch(old.name)
+            if m and base <= int(m.group(1)) < max(end, base + 1):
+                old.unlink()
+        seg.change_file_suffixes(SWAP_SUFFIX, "")
+        seg.close()
+        swapped.append(base)
+        _log.info("%s: finished an interrupted compaction swap at offset %d", directory.name, base)
+    # Index files renamed ahead of their .log are rebuilt above; leftovers are stale.
+    for path in directory.glob("*" + SWAP_SUFFIX):
+        path.unlink(missing_ok=True)
+    if swapped:
+        fsync_dir(directory)
+    return swapped
+
+
 def load_segments(
     directory: Path,
     config: LogConfig,
@@ -79,16 +130,21 @@ def load_segments(
     """Open (and if needed recover) every segment of ``directory``; the last one is made active."""
     directory.mkdir(parents=True, exist_ok=True)
     remove_stray_files(directory)
+    complete_swaps(directory, config)
     bases = sorted(
         int(p.name[:20])
         for p in directory.iterdir()
         if (m := _SEGMENT_FILE.fullmatch(p.name)) and m.group(2) == LOG_SUFFIX
     )
-    kwargs = {
-        "index_interval_bytes": config.index_interval_bytes,
-        "max_index_bytes": config.segment_index_bytes,
-    }
-    segments = [LogSegment.open(directory, base, **kwargs) for base in bases]
+    segments = [
+        LogSegment.open(
+            directory,
+            base,
+            index_interval_bytes=config.index_interval_bytes,
+            max_index_bytes=config.segment_index_bytes,
+        )
+        for base in bases
+    ]
     truncated = 0
     scanned = 0
     if not clean_shutdown and segments:
@@ -127,11 +183,14 @@ def load_segments(
         # The scanned bytes survived a crash but perhaps only in the page cache.
         for seg in segments[first:]:
             seg.flush()
-    # Empty segments other than the last are leftovers of a crash during a roll.
-    for seg in segments[:-1]:
+    # Empty segments between the first and the last are leftovers of a crash during a
+    # roll. An empty first one is compaction's (all it held was superseded): it keeps
+    # the log start where it was, so consumers inside the range still get the next record.
+    for seg in segments[1:-1]:
         if seg.size == 0:
             seg.delete_files()
-    segments = [s for s in segments[:-1] if s.size] + segments[-1:]
+    if len(segments) > 2:
+        segments = [segments[0], *(s for s in segments[1:-1] if s.size), segments[-1]]
     if segments and segments[-1].next_offset < log_start_offset:
         # Damage cut the log below its start offset: nothing servable is left.
         for seg in segments:
@@ -139,7 +198,14 @@ def load_segments(
             seg.delete_files()
         segments = []
     if not segments:
-        segments = [LogSegment.create(directory, max(log_start_offset, 0), **kwargs)]
+        segments = [
+            LogSegment.create(
+                directory,
+                max(log_start_offset, 0),
+                index_interval_bytes=config.index_interval_bytes,
+                max_index_bytes=config.segment_index_bytes,
+            )
+        ]
     log_start = max(log_start_offset, segments[0].base_offset)
     segments[-1].make_active()
     log_end = segments[-1].next_offset

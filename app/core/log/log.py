@@ -20,6 +20,11 @@ lock per log. Reads take no lock: they work from a snapshot of the segment
 list (replaced, never mutated, on roll and deletion) and positional reads.
 Deleted segments are renamed to ``.deleted`` and their files stay open for
 ``file.delete.delay.ms`` so that slices already handed out remain readable.
+
+Compaction (``cleanup.policy`` with ``compact``, driven by
+:mod:`app.core.log.cleaner`) copies segments without the log's lock and takes
+it only in :meth:`Log.replace_segments` to swap the copy in; appends to a
+compacted topic must carry a key in every record (Kafka's rule).
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from app.core.log.batch import (
     MAGIC,
     BatchHeader,
     compute_crc,
+    decode_records,
     read_header,
     stamp,
     stamp_log_append_time,
@@ -54,7 +60,7 @@ from app.core.log.checkpoint import fsync_dir
 from app.core.log.config import LogConfig
 from app.core.log.epoch import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
 from app.core.log.fileslice import FileSlice
-from app.core.log.loader import load_segments
+from app.core.log.loader import CLEANED_SUFFIX, SWAP_SUFFIX, load_segments
 from app.core.log.retention import deletable_prefix
 from app.core.log.segment import BatchInfo, LogSegment, now_ms
 
@@ -166,6 +172,7 @@ class Log:
         self._listeners: tuple[AppendListener, ...] = ()
         self._closed = False
         self._offline = False
+        self._truncations = 0
         loaded = load_segments(
             self.dir,
             self.config,
@@ -232,6 +239,8 @@ class Log:
         Raises the errors of :func:`app.core.log.batch.validate_batches`.
         """
         batches = validate_batches(data, self.config.max_message_bytes)
+        if self.config.compact:
+            self._require_keys(data, batches)
         buf = data if isinstance(data, bytearray) else bytearray(data)
         log_append_time = self.config.message_timestamp_type == "LogAppendTime"
         records = 0
@@ -429,6 +438,7 @@ class Log:
             self._check_open()
             if offset >= self._log_end_offset:
                 return
+            self._truncations += 1
             view = self._view
             if offset < view.bases[0]:
                 self._truncate_fully_and_start_at(max(offset, 0))
@@ -447,6 +457,7 @@ class Log:
             self.leader_epoch_cache.truncate_from_end(self._log_end_offset)
 
     def _truncate_fully_and_start_at(self, offset: int) -> None:
+        self._truncations += 1
         doomed = self._view.segments
         # Rename first: the new segment may reuse a doomed segment's name.
         self._schedule_delete(doomed)
@@ -524,6 +535,112 @@ class Log:
         for seg in due:
             seg.delete_files()
         return len(due)
+
+    # -- compaction (driven by app.core.log.cleaner) -------------------------------
+
+    def _require_keys(
+        self, data: bytes | bytearray | memoryview, batches: Sequence[tuple[int, BatchHeader]]
+    ) -> None:
+        # A keyless record could never be superseded, so compaction could not
+        # bound the topic; Kafka refuses it at the door rather than in the cleaner.
+        view = memoryview(data)
+        for pos, header in batches:
+            if header.is_control:
+                continue
+            for record in decode_records(view[pos : pos + header.size]):
+                if record.key is None:
+                    raise InvalidRecord(
+                        "Compacted topic cannot accept message without key in topic "
+                        f"partition {self.topic}-{self.partition}."
+                    )
+
+    @property
+    def online(self) -> bool:
+        """False once closed or taken offline (topic deletion, a failed swap)."""
+        return not (self._closed or self._offline)
+
+    def time_ms(self) -> int:
+        """The log's clock (injectable for tests); compaction ages records by it."""
+        return self._clock()
+
+    def compaction_snapshot(self) -> tuple[list[LogSegment], list[int], int]:
+        """Segments, a duplicate fd of each one's ``.log``, and the truncation count, atomically.
+
+        The cleaner reads through the duplicates so that a retention delete
+        closing a segment's own fd under it cannot hand it a reused fd number.
+        The caller closes them. Raises :class:`KafkaStorageError` if closed.
+        """
+        with self._lock:
+            self._check_open()
+            segments = list(self._view.segments)
+            fds: list[int] = []
+            try:
+                for seg in segments:
+                    fds.append(os.dup(seg.fd))
+            except OSError:
+                for fd in fds:
+                    os.close(fd)
+                raise
+            return segments, fds, self._truncations
+
+    def replace_segments(
+        self, old: Sequence[LogSegment], new: LogSegment | None, *, truncations: int
+    ) -> bool:
+        """Swap a compacted copy (files named ``<base>.log.cleaned``, fsynced) in for ``old``.
+
+        ``old`` must still be a run of non-active segments of this log and no
+        truncation may have happened since ``truncations`` was read; otherwise
+        nothing changes and the answer is False (the caller drops its copy).
+        ``new`` of None removes ``old`` outright (nothing in it survived).
+
+        The steps, each a rename that a crash can stop after: the copy becomes
+        ``.swap`` (the commit point: recovery finishes the swap from here), the
+        old segments become ``.deleted`` one by one (their fds stay open for
+        ``file.delete.delay.ms``, for slices already handed out), the copy's
+        indexes and then its ``.log`` get the live names. If a step after the
+        commit point fails the log goes offline: the files are ahead of the
+        view, and the next start finishes the swap.
+        """
+        with self._lock:
+            view = self._view
+            segments = view.segments
+            if self._closed or self._offline or truncations != self._truncations or not old:
+                return False
+            first = next((i for i, s in enumerate(segments) if s is old[0]), -1)
+            end = first + len(old)
+            if (
+                first < 0
+                or end >= len(segments)
+                or any(a is not b for a, b in zip(segments[first:end], old, strict=True))
+            ):
+                return False
+            if new is not None:
+                new.change_file_suffixes(CLEANED_SUFFIX, SWAP_SUFFIX)
+            try:
+                if new is not None:
+                    fsync_dir(self.dir)
+                self._schedule_delete(old)
+                if new is not None:
+                    new.change_file_suffixes(SWAP_SUFFIX, "")
+                fsync_dir(self.dir)
+            except BaseException:
+                self._offline = True
+                _log.exception(
+                    "%s-%s: compaction swap failed; offline until restart finishes it",
+                    self.topic,
+                    self.partition,
+                )
+                raise
+            kept = [*segments[:first], *([new] if new is not None else []), *segments[end:]]
+            self._set_view(array("q", [s.base_offset for s in kept]), kept)
+            if first == 0 and new is None:
+                # Nothing is left below the next segment: as after retention, the
+                # start moves there (a restart would derive the same start).
+                new_start = max(self._log_start_offset, kept[0].base_offset)
+                self._log_start_offset = new_start
+                self.recovery_point = max(self.recovery_point, new_start)
+                self.leader_epoch_cache.truncate_from_start(new_start)
+            return True
 
     # -- flushing ----------------------------------------------------------------
 

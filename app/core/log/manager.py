@@ -24,7 +24,12 @@ removed on start.
 Threads: public methods are thread-safe. One background thread
 (``logbus-log-manager``) flushes rolled segments, applies ``flush.ms``,
 retention (every ``retention_check_interval_ms``) and delayed deletes, and
-writes the checkpoint files; ``shutdown`` stops it.
+writes the checkpoint files; ``shutdown`` stops it. A second one
+(``logbus-log-cleaner``, :class:`app.core.log.cleaner.LogCleaner`) compacts
+the logs of compacted topics and keeps ``cleaner-offset-checkpoint``; it
+starts and stops with the manager (``cleaner_config.enable=False`` leaves
+it off; :meth:`LogManager.run_cleaner_once` runs a pass on the caller's
+thread either way).
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ from app.core.log.checkpoint import (
     fsync_dir,
     write_atomically,
 )
+from app.core.log.cleaner import CleanerConfig, CleanResult, LogCleaner
 from app.core.log.config import LogConfig
 from app.core.log.log import Log
 from app.core.log.segment import now_ms
@@ -116,6 +122,7 @@ class LogManager:
         retention_check_interval_ms: int = 300_000,
         flush_scheduler_interval_ms: int = 1000,
         broker_id: int = 0,
+        cleaner_config: CleanerConfig | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.default_config = default_config
@@ -134,6 +141,8 @@ class LogManager:
             tuple[dict[tuple[str, int], int], dict[tuple[str, int], int]] | None
         ) = None
         self.loaded_cleanly = False
+        self.cleaner_config = cleaner_config if cleaner_config is not None else CleanerConfig()
+        self._cleaner: LogCleaner | None = None
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -170,6 +179,8 @@ class LogManager:
                 target=self._run, name="logbus-log-manager", daemon=True
             )
             self._thread.start()
+            self._cleaner = LogCleaner(self.data_dir, self._all_logs, self.cleaner_config)
+            self._cleaner.start()
 
     def shutdown(self) -> None:
         """Stop background work, flush every log, write checkpoints and ``.clean_shutdown``."""
@@ -178,6 +189,9 @@ class LogManager:
                 return
             self._stop.set()
             thread = self._thread
+            cleaner = self._cleaner
+        if cleaner is not None:
+            cleaner.shutdown()
         if thread is not None:
             thread.join()
         with self._lock:
@@ -194,6 +208,7 @@ class LogManager:
             fsync_dir(self.data_dir)
             self._topics = {}
             self._thread = None
+            self._cleaner = None
             self._started = False
 
     def __enter__(self) -> LogManager:
@@ -359,6 +374,8 @@ class LogManager:
                 log.dir.rename(dead)
                 paths.append(dead)
             fsync_dir(self.data_dir)
+            if self._cleaner is not None:
+                self._cleaner.forget(name)
             due = now_ms() + topic.config.file_delete_delay_ms
             self._pending_dir_deletes.append((due, topic.logs, paths))
             if topic.config.file_delete_delay_ms <= 0:
@@ -436,6 +453,21 @@ class LogManager:
             except Exception:
                 _log.exception("retention of %s-%s failed", log.topic, log.partition)
         return deleted
+
+    def run_cleaner_once(self, now: int | None = None) -> CleanResult | None:
+        """Compact the dirtiest log that qualifies now (``now`` defaults to each log's clock)."""
+        self._check_started()
+        assert self._cleaner is not None
+        return self._cleaner.run_once(now)
+
+    def cleaner_stats(self) -> dict[str, Any]:
+        """Cleaner totals, last round, and per log dirty ratio and last pass (for /metrics)."""
+        cleaner = self._cleaner
+        return {} if cleaner is None else cleaner.stats()
+
+    @property
+    def cleaner(self) -> LogCleaner | None:
+        return self._cleaner
 
     def _run(self) -> None:
         tick = min(self.flush_scheduler_interval_ms, self.retention_check_interval_ms) / 1000

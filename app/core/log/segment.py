@@ -121,17 +121,18 @@ class LogSegment:
         max_index_bytes: int,
         fd: int,
         size: int,
+        suffix: str = "",
     ) -> None:
         self.dir = directory
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         name = segment_name(base_offset)
-        self.log_path = directory / (name + LOG_SUFFIX)
+        self.log_path = directory / (name + LOG_SUFFIX + suffix)
         self.offset_index = OffsetIndex(
-            directory / (name + INDEX_SUFFIX), base_offset, max_index_bytes
+            directory / (name + INDEX_SUFFIX + suffix), base_offset, max_index_bytes
         )
         self.time_index = TimeIndex(
-            directory / (name + TIME_INDEX_SUFFIX), base_offset, max_index_bytes
+            directory / (name + TIME_INDEX_SUFFIX + suffix), base_offset, max_index_bytes
         )
         self.fd = fd
         self._size = size
@@ -147,10 +148,16 @@ class LogSegment:
 
     @classmethod
     def create(
-        cls, directory: Path, base_offset: int, *, index_interval_bytes: int, max_index_bytes: int
+        cls,
+        directory: Path,
+        base_offset: int,
+        *,
+        index_interval_bytes: int,
+        max_index_bytes: int,
+        suffix: str = "",
     ) -> LogSegment:
-        """A new, empty, writable segment."""
-        path = directory / (segment_name(base_offset) + LOG_SUFFIX)
+        """A new, empty, writable segment (``suffix`` names its files, e.g. ``.cleaned``)."""
+        path = directory / (segment_name(base_offset) + LOG_SUFFIX + suffix)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         if os.fstat(fd).st_size:
             os.close(fd)
@@ -162,6 +169,7 @@ class LogSegment:
             max_index_bytes=max_index_bytes,
             fd=fd,
             size=0,
+            suffix=suffix,
         )
         seg.offset_index.reset()
         seg.time_index.reset()
@@ -170,10 +178,16 @@ class LogSegment:
 
     @classmethod
     def open(
-        cls, directory: Path, base_offset: int, *, index_interval_bytes: int, max_index_bytes: int
+        cls,
+        directory: Path,
+        base_offset: int,
+        *,
+        index_interval_bytes: int,
+        max_index_bytes: int,
+        suffix: str = "",
     ) -> LogSegment:
         """An existing segment; its indexes are loaded (and checked) on first use."""
-        path = directory / (segment_name(base_offset) + LOG_SUFFIX)
+        path = directory / (segment_name(base_offset) + LOG_SUFFIX + suffix)
         fd = os.open(path, os.O_RDWR)
         return cls(
             directory,
@@ -182,6 +196,7 @@ class LogSegment:
             max_index_bytes=max_index_bytes,
             fd=fd,
             size=os.fstat(fd).st_size,
+            suffix=suffix,
         )
 
     # -- state -------------------------------------------------------------------
@@ -577,6 +592,27 @@ class LogSegment:
                 if index.path.exists():
                     index.rename(index.path.with_name(index.path.name + DELETED_SUFFIX))
             self.deleted = True
+
+    def change_file_suffixes(self, old: str, new: str) -> None:
+        """Rename the three files from ``<name><old>`` to ``<name><new>`` (compaction's swap).
+
+        The indexes go first and the ``.log`` last: recovery keys on the
+        ``.log`` name alone and rebuilds the indexes of a swapped segment.
+        """
+        with self._lock:
+            for index in (self.offset_index, self.time_index):
+                if index.path.name.endswith(old) and index.path.exists():
+                    index.rename(
+                        index.path.with_name(
+                            index.path.name[: len(index.path.name) - len(old)] + new
+                        )
+                    )
+            name = self.log_path.name
+            if not name.endswith(old):
+                raise KafkaStorageError(f"{self.log_path} does not end with {old!r}")
+            new_path = self.log_path.with_name(name[: len(name) - len(old)] + new)
+            os.replace(self.log_path, new_path)
+            self.log_path = new_path
 
     def close(self) -> None:
         with self._lock:

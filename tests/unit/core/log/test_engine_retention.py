@@ -97,7 +97,10 @@ def test_retention_stops_at_the_high_watermark(tmp_path: Path) -> None:
 
 def test_compact_only_topics_are_not_deleted_by_retention(tmp_path: Path) -> None:
     clock = [BASE_TS]
-    log = _filled_log(tmp_path, clock, **{"retention.ms": 0, "cleanup.policy": "compact"})
+    # Filled under "delete": a compacted topic refuses these keyless records.
+    _filled_log(tmp_path, clock, **{"retention.ms": 0}).close()
+    config = LogConfig().with_overrides({"retention.ms": 0, "cleanup.policy": "compact"})
+    log = Log(tmp_path / "t-0", config, clean_shutdown=True)
     assert log.delete_old_segments(BASE_TS * 2) == 0
     log.close()
 

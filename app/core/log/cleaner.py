@@ -1,0 +1,743 @@
+"""Log compaction: keep the latest record of every key, drop the records it supersedes.
+
+Logs whose ``cleanup.policy`` contains ``compact`` are cleaned; with
+``compact,delete`` retention (:mod:`app.core.log.retention`) applies as well.
+
+**Which log.** Each log has a *first dirty offset*: everything below it was
+compacted by an earlier pass. It is kept per partition in
+``<data-dir>/cleaner-offset-checkpoint`` (Kafka's ``topic partition offset``
+text format, :class:`~app.core.log.checkpoint.OffsetCheckpointFile`). The
+*cleanable* segments are the oldest non-active ones that lie wholly below the
+high watermark, up to the first dirty segment with a record newer than
+``min.compaction.lag.ms``. Their bytes below the first dirty offset are
+*clean*, the rest *dirty*; a log qualifies when dirty / (clean + dirty)
+reaches ``min.cleanable.dirty.ratio``, and :meth:`LogCleaner.run_once`
+cleans the qualifying log with the highest ratio.
+
+**One pass.**
+
+1. Map: every keyed record of the dirty part, in offset order, goes into an
+   :class:`~app.core.log.offset_map.OffsetMap` (key -> latest offset). The
+   map has a memory budget; when the next batch might not fit, the map ends
+   before it (the *map end*), and the rest waits for the next pass.
+2. Recopy: the segments below the map end, from the first one, in groups
+   whose sizes add up to at most ``segment.bytes``, into one new segment per
+   group named ``<base of the group>.log.cleaned``. A batch is copied as it
+   is when all its records stay; it is dropped when none does; otherwise it
+   is rebuilt with the surviving records only, keeping its base offset,
+   lastOffsetDelta (so the producer's last sequence stays the same, as
+   Kafka's ``overrideLastOffset``), producer id/epoch/base sequence,
+   attributes (compression, timestamp type, transactional), leader epoch and
+   each record's offset and timestamp. Offsets therefore keep their values
+   and gaps appear; a fetch from a removed offset gets the next record.
+3. Swap each group in (:meth:`Log.replace_segments`), then move the first
+   dirty offset to the map end.
+
+**Which records stay** (in a batch below the map end):
+
+* control batches, whole (there are no transactions to resolve yet);
+* the last batch of every producer id in the whole log, whole, so that the
+  idempotent-producer state rebuilt from the log (last sequence and epoch per
+  producer) survives compaction;
+* a keyed record whose offset is the latest the map knows for its key, or
+  whose key the map does not know (its latest is in the clean part);
+* a tombstone (null value) under the same rule, until ``delete.retention.ms``
+  after the segment holding it was last cleaned: a pass stamps the mtime of
+  each segment it writes with its clock, and a tombstone in the clean part of
+  a segment whose mtime is older than that is dropped. Consumers reading from
+  the start therefore have ``delete.retention.ms`` to see a delete. The
+  cleaner remembers when the earliest kept tombstone expires and cleans the
+  log again then, even if it is not dirty (that memory is not persisted: after
+  a restart old tombstones go with the next pass the dirty ratio triggers);
+* records without a key are dropped (appends to compacted topics refuse them,
+  but a topic switched from ``delete`` to ``compact`` may hold some).
+
+**Crash safety.** A group's copy is written as ``.cleaned`` files, its mtime
+stamped and everything fsynced; then, under the log's lock, the ``.log`` is
+renamed to ``.swap`` (the commit point), the old segments are renamed
+``.deleted`` and the copy gets the live names (indexes first, ``.log``
+last). The loader deletes ``.cleaned`` files (incomplete copies: the old
+segments are all still there) and finishes a swap whose ``.log.swap`` exists
+(:func:`app.core.log.loader.complete_swaps`).
+
+**Concurrency.** One cleaning at a time (a lock), on the cleaner's thread or
+the caller of :meth:`LogCleaner.run_once`. Reads and appends go on while a
+log is cleaned: the cleaner reads the old segments through duplicated fds,
+writes its copy beside them, and takes the log's lock only for the swap, which
+checks that no truncation happened and that the group's segments are still
+in place (retention may have deleted them), else drops the copy. Old segments
+stay open for ``file.delete.delay.ms`` after the swap, so slices handed out
+before it stay readable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from aiokafka.record._crecords import DefaultRecordBatch as _CRecordBatch
+from aiokafka.record._crecords import DefaultRecordBatchBuilder as _CBatchBuilder
+
+from app.core.errors import KafkaStorageError
+from app.core.log.batch import (
+    ATTRIBUTES,
+    ATTRIBUTES_OFFSET,
+    CRC_OFFSET,
+    HEADER_SIZE,
+    MAGIC,
+    MAX_TIMESTAMP,
+    MAX_TIMESTAMP_OFFSET,
+    NO_PRODUCER_ID,
+    TIMESTAMP_TYPE_MASK,
+    BatchHeader,
+    compute_crc,
+    read_header,
+    stamp,
+)
+from app.core.log.checkpoint import CheckpointCorrupt, OffsetCheckpointFile
+from app.core.log.config import LogConfig
+from app.core.log.index import MAX_RELATIVE_OFFSET
+from app.core.log.loader import CLEANED_SUFFIX
+from app.core.log.log import Log
+from app.core.log.offset_map import OffsetMap
+from app.core.log.segment import BatchInfo, LogSegment, segment_name
+
+__all__ = ["CLEANER_CHECKPOINT", "CleanResult", "CleanerConfig", "LogCleaner", "Survey", "survey"]
+
+_log = logging.getLogger(__name__)
+
+CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
+
+_LAST_OFFSET_DELTA = struct.Struct(">i")
+_LAST_OFFSET_DELTA_OFFSET = 23
+_CRC = struct.Struct(">I")
+# Check for an abort (shutdown, topic deletion) every this many batches.
+_ABORT_CHECK_BATCHES = 256
+
+
+@dataclass(frozen=True, slots=True)
+class CleanerConfig:
+    """Broker-wide cleaner settings (Kafka's ``log.cleaner.*``)."""
+
+    enable: bool = True
+    # log.cleaner.dedupe.buffer.size: the offset map's memory budget.
+    dedupe_buffer_bytes: int = 128 << 20
+    # log.cleaner.io.buffer.size: read chunk and write buffer.
+    io_buffer_bytes: int = 1 << 20
+    # log.cleaner.backoff.ms: sleep when no log needs cleaning (and after a failure).
+    backoff_ms: int = 15_000
+
+
+@dataclass(slots=True)
+class CleanResult:
+    """What one pass over one log did."""
+
+    topic: str
+    partition: int
+    first_dirty_offset: int
+    end_offset: int  # the map end: the next pass's first dirty offset
+    dirty_ratio: float
+    started_ms: int
+    duration_ms: float = 0.0
+    segments_before: int = 0
+    segments_after: int = 0
+    groups_swapped: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    records_read: int = 0
+    records_retained: int = 0
+    tombstones_dropped: int = 0
+    completed: bool = False  # False: the log changed under the pass, which stopped early
+
+
+class Survey(NamedTuple):
+    """Where a log's clean, dirty and uncleanable parts are."""
+
+    first_dirty: int
+    first_uncleanable: int
+    cleanable_segments: int  # how many of the oldest segments may be recopied
+    clean_bytes: int
+    dirty_bytes: int
+
+    @property
+    def dirty_ratio(self) -> float:
+        total = self.clean_bytes + self.dirty_bytes
+        return self.dirty_bytes / total if total else 0.0
+
+
+def _largest_timestamp(seg: LogSegment) -> int:
+    ts = seg.max_timestamp
+    return ts if ts >= 0 else seg.last_modified_ms()
+
+
+def survey(
+    segments: Sequence[LogSegment],
+    *,
+    first_dirty: int,
+    high_watermark: int,
+    config: LogConfig,
+    now: int,
+) -> Survey:
+    """Split ``segments`` (oldest first, the last one active) as the module docstring says.
+
+    A segment straddling the first dirty offset counts in proportion to its
+    offsets (no I/O: surveys run over every compacted log on every round).
+    """
+    lag = config.min_compaction_lag_ms
+    count = clean = dirty = 0
+    for i in range(len(segments) - 1):
+        seg = segments[i]
+        next_base = segments[i + 1].base_offset
+        if next_base > high_watermark:
+            break
+        if next_base <= first_dirty:
+            clean += seg.size
+        else:
+            if lag > 0 and _largest_timestamp(seg) > now - lag:
+                break
+            if seg.base_offset >= first_dirty:
+                dirty += seg.size
+            else:
+                part = seg.size * (next_base - first_dirty) // (next_base - seg.base_offset)
+                dirty += part
+                clean += seg.size - part
+        count += 1
+    first_uncleanable = segments[count].base_offset if segments else 0
+    return Survey(first_dirty, first_uncleanable, count, clean, dirty)
+
+
+def _iter_batches(fd: int, end: int, chunk: int) -> Iterator[tuple[BatchHeader, memoryview]]:
+    """Every whole batch of a segment file below ``end``, read ``chunk`` bytes at a time."""
+    pos = 0
+    buf = b""
+    buf_pos = 0
+    while end - pos >= HEADER_SIZE:
+        off = pos - buf_pos
+        if off + HEADER_SIZE > len(buf):
+            buf, buf_pos, off = os.pread(fd, min(chunk, end - pos), pos), pos, 0
+        header = read_header(buf, off) if len(buf) - off >= HEADER_SIZE else None
+        if (
+            header is None
+            or header.magic != MAGIC
+            or header.size < HEADER_SIZE
+            or pos + header.size > end
+        ):
+            raise KafkaStorageError(f"malformed record batch at byte {pos} of a segment")
+        size = header.size
+        if off + size > len(buf):
+            buf, buf_pos, off = os.pread(fd, min(max(chunk, size), end - pos), pos), pos, 0
+            if len(buf) < size:
+                raise KafkaStorageError(f"short read of the record batch at byte {pos}")
+        yield header, memoryview(buf)[off : off + size]
+        pos += size
+
+
+def _rebuild(header: BatchHeader, records: Sequence[Any]) -> bytearray:
+    """A batch of ``records`` (a subset of the batch under ``header``) with its identity kept."""
+    builder = _CBatchBuilder(
+        magic=MAGIC,
+        compression_type=int(header.compression),
+        is_transactional=int(header.is_transactional),
+        producer_id=header.producer_id,
+        producer_epoch=header.producer_epoch,
+        base_sequence=header.base_sequence,
+        batch_size=1 << 31,
+    )
+    base = header.base_offset
+    for r in records:
+        builder.append(r.offset - base, r.timestamp, r.key, r.value, r.headers)
+    buf = bytearray(builder.build())
+    # The builder ends the batch at its last record; Kafka keeps the original last
+    # offset so the producer's last sequence (baseSequence + lastOffsetDelta) survives.
+    _LAST_OFFSET_DELTA.pack_into(buf, _LAST_OFFSET_DELTA_OFFSET, header.last_offset_delta)
+    if header.timestamp_type == 1:
+        # LogAppendTime: records carry no own time; the batch's maxTimestamp is it.
+        attributes = ATTRIBUTES.unpack_from(buf, ATTRIBUTES_OFFSET)[0]
+        ATTRIBUTES.pack_into(buf, ATTRIBUTES_OFFSET, attributes | TIMESTAMP_TYPE_MASK)
+        MAX_TIMESTAMP.pack_into(buf, MAX_TIMESTAMP_OFFSET, header.max_timestamp)
+    _CRC.pack_into(buf, CRC_OFFSET, compute_crc(buf, 0, len(buf)))
+    stamp(buf, 0, base, header.partition_leader_epoch)
+    return buf
+
+
+class _Aborted(Exception):
+    """The pass was stopped (shutdown, topic deleted, log closed)."""
+
+
+class _Pass:
+    """State of one pass over one log; see the module docstring for the rules it applies."""
+
+    def __init__(
+        self,
+        log: Log,
+        segments: list[LogSegment],
+        fds: list[int],
+        truncations: int,
+        found: Survey,
+        now: int,
+        cleaner: LogCleaner,
+    ) -> None:
+        self.log = log
+        self.config = log.config
+        self.segments = segments
+        self.fds = fds
+        self.truncations = truncations
+        self.survey = found
+        self.now = now
+        self.cleaner = cleaner
+        self.chunk = cleaner.config.io_buffer_bytes
+        self.offsets = OffsetMap(cleaner.config.dedupe_buffer_bytes)
+        self.map_end = found.first_uncleanable
+        self.last_batches: dict[int, int] = {}
+        self.tombstone_deadline: int | None = None
+        self.result = CleanResult(
+            log.topic,
+            log.partition,
+            found.first_dirty,
+            found.first_uncleanable,
+            round(found.dirty_ratio, 4),
+            now,
+            segments_before=len(segments),
+        )
+        self._batches = 0
+
+    def check_abort(self) -> None:
+        self._batches += 1
+        if self._batches % _ABORT_CHECK_BATCHES == 0 and (
+            self.cleaner.stopping or not self.log.online
+        ):
+            raise _Aborted
+
+    # -- before copying ----------------------------------------------------------
+
+    def scan_producers(self) -> None:
+        """The base offset of each producer id's last batch in the whole log (headers only)."""
+        last = self.last_batches
+        for seg, fd in zip(self.segments, self.fds, strict=True):
+            for header, _ in _iter_batches(fd, seg.size, self.chunk):
+                if header.producer_id != NO_PRODUCER_ID:
+                    last[header.producer_id] = header.base_offset
+                self.check_abort()
+
+    def build_map(self) -> None:
+        """Fill the offset map from the dirty part; set the map end where it stopped."""
+        first_dirty = self.survey.first_dirty
+        put = self.offsets.put
+        for i in range(self.survey.cleanable_segments):
+            seg = self.segments[i]
+            if self.segments[i + 1].base_offset <= first_dirty:
+                continue
+            for header, data in _iter_batches(self.fds[i], seg.size, self.chunk):
+                self.check_abort()
+                if header.last_offset < first_dirty or header.is_control:
+                    continue
+                if not self.offsets.has_room(header.record_count):
+                    self.map_end = header.base_offset
+                    self.result.end_offset = self.map_end
+                    return
+                for r in _CRecordBatch(bytes(data)):
+                    key = r.key
+                    if key is not None:
+                        put(key, r.offset)
+
+    def groups(self) -> list[range]:
+        """Index ranges of the segments below the map end, grouped up to segment.bytes."""
+        segments = self.segments
+        limit = self.config.segment_bytes
+        out: list[range] = []
+        i = 0
+        n = self.survey.cleanable_segments
+        while i < n and segments[i].base_offset < self.map_end:
+            j = i + 1
+            size = segments[i].size
+            while (
+                j < n
+                and segments[j].base_offset < self.map_end
+                and size + segments[j].size <= limit
+                and segments[j + 1].base_offset - 1 - segments[i].base_offset <= MAX_RELATIVE_OFFSET
+            ):
+                size += segments[j].size
+                j += 1
+            out.append(range(i, j))
+            i = j
+        return out
+
+    # -- copying -----------------------------------------------------------------
+
+    def clean_group(self, group: range) -> bool:
+        """Copy one group into a ``.cleaned`` segment and swap it in; False if the log changed."""
+        log = self.log
+        base = self.segments[group.start].base_offset
+        for suffix in (".log", ".index", ".timeindex"):
+            (log.dir / f"{segment_name(base)}{suffix}{CLEANED_SUFFIX}").unlink(missing_ok=True)
+        out = LogSegment.create(
+            log.dir,
+            base,
+            index_interval_bytes=self.config.index_interval_bytes,
+            max_index_bytes=self.config.segment_index_bytes,
+            suffix=CLEANED_SUFFIX,
+        )
+        committed = False
+        try:
+            cleaned_ms = self._copy(group, out)
+            new: LogSegment | None = out
+            # The first segment stays even when empty: it holds the log start offset.
+            if out.size == 0 and group.start > 0:
+                out.delete_files()
+                new = None
+            else:
+                out.seal()
+                # The mtime says when this data became clean: tombstones age from it.
+                ns = cleaned_ms * 1_000_000
+                os.utime(out.fd, ns=(ns, ns))
+                os.fsync(out.fd)
+                out.flush()
+            old = self.segments[group.start : group.stop]
+            committed = log.replace_segments(old, new, truncations=self.truncations)
+            if committed:
+                self.result.groups_swapped += 1
+            elif new is not None:
+                new.delete_files()
+            return committed
+        except BaseException:
+            if not committed and out.log_path.name.endswith(CLEANED_SUFFIX):
+                with contextlib.suppress(OSError):
+                    out.delete_files()
+            raise
+
+    def _copy(self, group: range, out: LogSegment) -> int:
+        """Write the group's surviving batches to ``out``; returns the copy's cleaned-at time."""
+        first_dirty = self.survey.first_dirty
+        retention = self.config.delete_retention_ms
+        io_bytes = self.chunk
+        pending = bytearray()
+        infos: list[BatchInfo] = []
+        cleaned_ms = 0
+        kept_tombstones = False
+        for i in group:
+            seg, fd = self.segments[i], self.fds[i]
+            fully_clean = self.segments[i + 1].base_offset <= first_dirty
+            mtime = os.fstat(fd).st_mtime_ns // 1_000_000
+            cleaned_ms = max(cleaned_ms, mtime if fully_clean else self.now)
+            # Tombstones below this offset have been clean for longer than delete.retention.ms.
+            expired_below = first_dirty if self.now - mtime > retention else -1
+            self.result.bytes_read += seg.size
+            for header, data in _iter_batches(fd, seg.size, io_bytes):
+                self.check_abort()
+                if compute_crc(data, 0, len(data)) != header.crc:
+                    raise KafkaStorageError(
+                        f"{self.log.topic}-{self.log.partition}: CRC mismatch in the batch at "
+                        f"offset {header.base_offset}; not compacting a damaged segment"
+                    )
+                kept, tombstones = self._filter(header, data, expired_below)
+                kept_tombstones = kept_tombstones or tombstones
+                if kept is None:
+                    continue
+                size = len(kept)
+                max_ts = header.max_timestamp if kept is data else read_header(kept).max_timestamp
+                infos.append(
+                    BatchInfo(len(pending), size, header.base_offset, header.last_offset, max_ts)
+                )
+                pending += kept
+                if len(pending) >= io_bytes:
+                    out.append(pending, infos, self.now)
+                    self.result.bytes_written += len(pending)
+                    pending = bytearray()
+                    infos = []
+        if infos:
+            out.append(pending, infos, self.now)
+            self.result.bytes_written += len(pending)
+        if kept_tombstones:
+            due = cleaned_ms + retention + 1
+            if self.tombstone_deadline is None or due < self.tombstone_deadline:
+                self.tombstone_deadline = due
+        return cleaned_ms
+
+    def _filter(
+        self, header: BatchHeader, data: memoryview, expired_below: int
+    ) -> tuple[memoryview | bytearray | None, bool]:
+        """The batch to write (``data`` itself, a rebuilt one, or None) and whether it keeps tombstones."""
+        result = self.result
+        result.records_read += header.record_count
+        if (
+            header.is_control
+            or header.base_offset >= self.map_end
+            or (
+                header.producer_id != NO_PRODUCER_ID
+                and self.last_batches.get(header.producer_id) == header.base_offset
+            )
+        ):
+            result.records_retained += header.record_count
+            return data, False
+        map_end = self.map_end
+        entries = self.offsets
+        kept: list[Any] = []
+        dropped = False
+        tombstones = False
+        for r in _CRecordBatch(bytes(data)):
+            key = r.key
+            offset = r.offset
+            if key is None:
+                dropped = True
+                continue
+            if offset < map_end and entries.get(key) > offset:
+                dropped = True
+                continue
+            if r.value is None:
+                if offset < expired_below:
+                    result.tombstones_dropped += 1
+                    dropped = True
+                    continue
+                tombstones = True
+            kept.append(r)
+        result.records_retained += len(kept)
+        if not dropped:
+            return data, tombstones
+        if not kept:
+            return None, False
+        return _rebuild(header, kept), tombstones
+
+
+class LogCleaner:
+    """Compacts the logs that ``logs()`` yields; see the module docstring.
+
+    File: ``<data_dir>/cleaner-offset-checkpoint`` (first dirty offset per
+    partition). Threads: :meth:`start` runs passes on a ``logbus-log-cleaner``
+    thread until :meth:`shutdown`; :meth:`run_once` and :meth:`clean` may be
+    called from any thread (passes are serialized by a lock).
+    """
+
+    def __init__(
+        self,
+        data_dir: Path,
+        logs: Callable[[], Iterable[Log]],
+        config: CleanerConfig = CleanerConfig(),
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.config = config
+        self._logs = logs
+        self._checkpoint_file = OffsetCheckpointFile(self.data_dir / CLEANER_CHECKPOINT)
+        try:
+            self._checkpoints = self._checkpoint_file.read()
+        except (CheckpointCorrupt, OSError) as e:
+            # Starting over from the log start only costs a full pass.
+            _log.warning("ignoring %s: %s", CLEANER_CHECKPOINT, e)
+            self._checkpoints = {}
+        self._clean_lock = threading.Lock()
+        self._state_lock = threading.Lock()
+        self._tombstone_deadlines: dict[tuple[str, int], int] = {}
+        self._failed_until: dict[tuple[str, int], float] = {}
+        self._ratios: dict[tuple[str, int], float] = {}
+        self._last: dict[tuple[str, int], CleanResult] = {}
+        self._totals = {"passes": 0, "bytes_read": 0, "bytes_written": 0, "failures": 0}
+        self._last_run_ms = -1
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def start(self) -> None:
+        if self._thread is not None or not self.config.enable:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="logbus-log-cleaner", daemon=True)
+        self._thread.start()
+
+    def shutdown(self) -> None:
+        """Stop the thread; a pass in progress is abandoned (its copy deleted)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                result = self.run_once()
+            except Exception:
+                _log.exception("log cleaner round failed")
+                result = None
+            if result is None:
+                self._stop.wait(self.config.backoff_ms / 1000)
+
+    # -- checkpoints -------------------------------------------------------------
+
+    def first_dirty_offset(self, log: Log) -> int:
+        """Where the dirty part starts: the checkpoint if it is within the log, else its start."""
+        with self._state_lock:
+            offset = self._checkpoints.get((log.topic, log.partition), -1)
+        if not log.log_start_offset <= offset <= log.log_end_offset:
+            return log.log_start_offset
+        return offset
+
+    def checkpoints(self) -> dict[tuple[str, int], int]:
+        with self._state_lock:
+            return dict(self._checkpoints)
+
+    def forget(self, topic: str) -> None:
+        """A topic was deleted: drop its checkpoints (a new topic of that name starts dirty)."""
+
+        def keep(key: tuple[str, int]) -> bool:
+            return key[0] != topic
+
+        with self._state_lock:
+            self._checkpoints = {k: v for k, v in self._checkpoints.items() if keep(k)}
+            self._tombstone_deadlines = {
+                k: v for k, v in self._tombstone_deadlines.items() if keep(k)
+            }
+            self._failed_until = {k: v for k, v in self._failed_until.items() if keep(k)}
+            self._ratios = {k: v for k, v in self._ratios.items() if keep(k)}
+            self._last = {k: v for k, v in self._last.items() if keep(k)}
+            snapshot = dict(self._checkpoints)
+        self._checkpoint_file.write(snapshot)
+
+    def _advance(self, log: Log, offset: int) -> None:
+        with self._state_lock:
+            self._checkpoints[(log.topic, log.partition)] = offset
+            live = {(lg.topic, lg.partition) for lg in self._logs()}
+            snapshot = {k: v for k, v in self._checkpoints.items() if k in live}
+        self._checkpoint_file.write(snapshot)
+
+    # -- choosing and cleaning ---------------------------------------------------
+
+    def survey(self, log: Log, now: int | None = None) -> Survey:
+        """Where ``log`` stands now (clean, dirty, uncleanable parts)."""
+        return survey(
+            log.segments,
+            first_dirty=self.first_dirty_offset(log),
+            high_watermark=log.high_watermark,
+            config=log.config,
+            now=log.time_ms() if now is None else now,
+        )
+
+    def _eligible(self, log: Log, found: Survey, now: int) -> bool:
+        key = (log.topic, log.partition)
+        if found.dirty_bytes > 0 and found.dirty_ratio >= log.config.min_cleanable_dirty_ratio:
+            return True
+        due = self._tombstone_deadlines.get(key)
+        return due is not None and now >= due and found.clean_bytes > 0
+
+    def run_once(self, now: int | None = None) -> CleanResult | None:
+        """Clean the dirtiest qualifying log, if any; returns what the pass did."""
+        self._last_run_ms = int(time.time() * 1000)
+        best: tuple[float, Log, int] | None = None
+        wall = time.monotonic()
+        for log in self._logs():
+            if not log.config.compact or not log.online:
+                continue
+            key = (log.topic, log.partition)
+            if self._failed_until.get(key, 0.0) > wall:
+                continue
+            at = log.time_ms() if now is None else now
+            try:
+                found = self.survey(log, at)
+            except (OSError, KafkaStorageError):
+                continue  # a segment went away under the survey; next round
+            self._ratios[key] = round(found.dirty_ratio, 4)
+            if self._eligible(log, found, at) and (best is None or found.dirty_ratio > best[0]):
+                best = (found.dirty_ratio, log, at)
+        if best is None:
+            return None
+        return self.clean(best[1], best[2], force=True)
+
+    def clean(self, log: Log, now: int | None = None, *, force: bool = False) -> CleanResult | None:
+        """Run one pass over ``log`` now. Without ``force`` only if it qualifies (ratio, tombstones).
+
+        None when there is nothing cleanable or the pass was aborted.
+        """
+        with self._clean_lock:
+            key = (log.topic, log.partition)
+            at = log.time_ms() if now is None else now
+            started = time.perf_counter()
+            segments, fds, truncations = log.compaction_snapshot()
+            try:
+                found = survey(
+                    segments,
+                    first_dirty=self.first_dirty_offset(log),
+                    high_watermark=log.high_watermark,
+                    config=log.config,
+                    now=at,
+                )
+                if found.cleanable_segments == 0 or not (force or self._eligible(log, found, at)):
+                    return None
+                state = _Pass(log, segments, fds, truncations, found, at, self)
+                state.scan_producers()
+                state.build_map()
+                completed = True
+                for group in state.groups():
+                    if not state.clean_group(group):
+                        completed = False
+                        break
+            except _Aborted:
+                _log.info("%s-%s: compaction pass abandoned", log.topic, log.partition)
+                return None
+            except Exception:
+                if not log.online or self.stopping:
+                    # Deleted or closed under the pass (its directory may be gone): not a failure.
+                    _log.info("%s-%s: compaction pass abandoned", log.topic, log.partition)
+                    return None
+                self._totals["failures"] += 1
+                self._failed_until[key] = time.monotonic() + self.config.backoff_ms / 1000
+                raise
+            finally:
+                for fd in fds:
+                    os.close(fd)
+            result = state.result
+            result.completed = completed
+            result.duration_ms = round((time.perf_counter() - started) * 1000, 3)
+            result.segments_after = len(log.segments)
+            if completed:
+                self._advance(log, state.map_end)
+                if state.tombstone_deadline is None:
+                    self._tombstone_deadlines.pop(key, None)
+                else:
+                    self._tombstone_deadlines[key] = state.tombstone_deadline
+            self._failed_until.pop(key, None)
+            self._last[key] = result
+            self._totals["passes"] += 1
+            self._totals["bytes_read"] += result.bytes_read
+            self._totals["bytes_written"] += result.bytes_written
+            _log.info(
+                "%s-%s: compacted offsets below %d: %d -> %d bytes, %d of %d records kept (%.0f ms)",
+                log.topic,
+                log.partition,
+                state.map_end,
+                result.bytes_read,
+                result.bytes_written,
+                result.records_retained,
+                result.records_read,
+                result.duration_ms,
+            )
+            return result
+
+    # -- stats -------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        """Totals, the last round's time, and per log the dirty ratio and the last pass."""
+        logs: dict[str, dict[str, Any]] = {}
+        for (topic, partition), ratio in sorted(self._ratios.items()):
+            logs[f"{topic}-{partition}"] = {"dirty_ratio": ratio}
+        for (topic, partition), result in sorted(self._last.items()):
+            entry = logs.setdefault(f"{topic}-{partition}", {})
+            entry["last_pass"] = asdict(result)
+        with self._state_lock:
+            for (topic, partition), offset in self._checkpoints.items():
+                logs.setdefault(f"{topic}-{partition}", {})["first_dirty_offset"] = offset
+        return {
+            **self._totals,
+            "last_run_ms": self._last_run_ms,
+            "running": self._thread is not None,
+            "logs": logs,
+        }
