@@ -7,7 +7,7 @@ ones in :mod:`app.client.errors`.
 """
 
 from app.client.admin import Admin, AsyncAdmin
-from app.client.consumer import AsyncConsumer, Consumer
+from app.client.consumer import AsyncConsumer, Consumer, RecordColumns
 from app.client.producer import AsyncProducer, DeliveryFuture, DeliveryReport, Producer
 from app.client.types import ConsumerRecord, OffsetAndTimestamp, RecordMetadata, TopicPartition
 
@@ -22,6 +22,7 @@ __all__ = [
     "DeliveryReport",
     "OffsetAndTimestamp",
     "Producer",
+    "RecordColumns",
     "RecordMetadata",
     "TopicPartition",
 ]

@@ -31,6 +31,7 @@ import gc
 import selectors
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 from urllib.parse import quote
@@ -53,7 +54,7 @@ RESETS = ("earliest", "latest", "none")
 _new_tuple = tuple.__new__
 
 
-def decode_batch(
+def _records(
     topic: str, partition: int, data: bytes, header: BatchHeader, min_offset: int
 ) -> list[ConsumerRecord]:
     """Every record of one batch at or after ``min_offset`` (decompressed as needed)."""
@@ -63,23 +64,6 @@ def decode_batch(
     enabled = gc.isenabled()
     gc.disable()
     try:
-        if header.base_offset >= min_offset:
-            return [
-                _new_tuple(
-                    cr,
-                    (
-                        topic,
-                        partition,
-                        r.offset,
-                        r.timestamp,
-                        ts_type,
-                        r.key,
-                        r.value,
-                        tuple(h) if (h := r.headers) else (),
-                    ),
-                )
-                for r in batch
-            ]
         return [
             _new_tuple(
                 cr,
@@ -102,16 +86,118 @@ def decode_batch(
             gc.enable()
 
 
+@dataclass(slots=True)
+class RecordColumns:
+    """Records of one partition as parallel lists: the bulk form :meth:`Consumer.poll_columns` returns.
+
+    No object per record, so neither building nor collecting them costs per
+    record: about twice the rate of :class:`ConsumerRecord` tuples. Row ``i``
+    is ``offsets[i], timestamps[i], keys[i], values[i], headers[i]``; offsets
+    increase. ``timestamp_type`` holds for every row (a change starts a new
+    ``RecordColumns``).
+    """
+
+    topic: str
+    partition: int
+    timestamp_type: int
+    offsets: list[int]
+    timestamps: list[int]
+    keys: list[bytes | None]
+    values: list[bytes | None]
+    headers: list[tuple[tuple[str, bytes | None], ...]]
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def records(self) -> list[ConsumerRecord]:
+        """The same rows as :class:`ConsumerRecord` tuples."""
+        t, p, tt = self.topic, self.partition, self.timestamp_type
+        return [
+            ConsumerRecord(t, p, o, ts, tt, k, v, h)
+            for o, ts, k, v, h in zip(
+                self.offsets, self.timestamps, self.keys, self.values, self.headers, strict=True
+            )
+        ]
+
+    def _slice(self, start: int, stop: int) -> RecordColumns:
+        return RecordColumns(
+            self.topic,
+            self.partition,
+            self.timestamp_type,
+            self.offsets[start:stop],
+            self.timestamps[start:stop],
+            self.keys[start:stop],
+            self.values[start:stop],
+            self.headers[start:stop],
+        )
+
+    def _extend(self, other: RecordColumns) -> None:
+        self.offsets += other.offsets
+        self.timestamps += other.timestamps
+        self.keys += other.keys
+        self.values += other.values
+        self.headers += other.headers
+
+
+def _columns(
+    topic: str, partition: int, data: bytes, header: BatchHeader, min_offset: int
+) -> RecordColumns:
+    offsets: list[int] = []
+    timestamps: list[int] = []
+    keys: list[bytes | None] = []
+    values: list[bytes | None] = []
+    headers: list[tuple[tuple[str, bytes | None], ...]] = []
+    add_offset, add_ts = offsets.append, timestamps.append
+    add_key, add_value, add_headers = keys.append, values.append, headers.append
+    for r in _CRecordBatch(data):
+        offset = r.offset
+        if offset >= min_offset:
+            add_offset(offset)
+            add_ts(r.timestamp)
+            add_key(r.key)
+            add_value(r.value)
+            add_headers(tuple(h) if (h := r.headers) else ())
+    return RecordColumns(
+        topic, partition, header.timestamp_type, offsets, timestamps, keys, values, headers
+    )
+
+
+Decoded = list[ConsumerRecord] | RecordColumns
+
+
+def _offset_at(decoded: Decoded, i: int) -> int:
+    return decoded.offsets[i] if isinstance(decoded, RecordColumns) else decoded[i].offset
+
+
+def _convert(decoded: Decoded, columnar: bool) -> Decoded:
+    """The other form of a batch half handed out when the caller switches poll flavours."""
+    if columnar == isinstance(decoded, RecordColumns):
+        return decoded
+    if isinstance(decoded, RecordColumns):
+        return decoded.records()
+    first = decoded[0]
+    return RecordColumns(
+        first.topic,
+        first.partition,
+        first.timestamp_type,
+        [r.offset for r in decoded],
+        [r.timestamp for r in decoded],
+        [r.key for r in decoded],
+        [r.value for r in decoded],
+        [r.headers for r in decoded],
+    )
+
+
 class _Fetched:
     """One fetch answer being handed out, batch by batch."""
 
-    __slots__ = ("batches", "data", "next_batch", "records", "taken")
+    __slots__ = ("batches", "data", "decoded", "next_batch", "taken")
 
     def __init__(self, data: bytes | bytearray, batches: list[tuple[int, BatchHeader]]) -> None:
         self.data = memoryview(data)
         self.batches = batches
         self.next_batch = 0
-        self.records: list[ConsumerRecord] = []
+        self.decoded: Decoded = []
         self.taken = 0
 
 
@@ -300,56 +386,93 @@ class _ConsumerCore:
         st.backoff_until = time.monotonic() + self.retry_backoff_s
         st.stale = False
 
-    def _drain(self, max_records: int) -> list[ConsumerRecord]:
-        """Hand out up to ``max_records`` decoded records, partitions taken in turn."""
-        out: list[ConsumerRecord] = []
+    def _drain(self, max_records: int, columnar: bool) -> list[Decoded]:
+        """Up to ``max_records`` decoded records as pieces in hand-out order, partitions in turn."""
+        out: list[Decoded] = []
+        count = 0
         states = list(self.states.values())
         if not states:
             return out
         start = self._rotation % len(states)
         self._rotation += 1
+        decode = _columns if columnar else _records
         for st in states[start:] + states[:start]:
             fetched = st.fetched
-            while fetched is not None and len(out) < max_records and st.position is not None:
-                if fetched.taken >= len(fetched.records):
+            while fetched is not None and count < max_records and st.position is not None:
+                decoded = fetched.decoded
+                if fetched.taken >= len(decoded):
                     if fetched.next_batch >= len(fetched.batches):
                         break
                     pos, header = fetched.batches[fetched.next_batch]
                     fetched.next_batch += 1
                     fetched.taken = 0
                     if header.last_offset < st.position or header.is_control:
-                        fetched.records = []
+                        decoded = []
                     else:
-                        fetched.records = decode_batch(
-                            st.tp.topic,
-                            st.tp.partition,
-                            bytes(fetched.data[pos : pos + header.size]),
-                            header,
-                            st.position,
-                        )
-                    # Past the batch even if it held nothing for us (control, compacted).
-                    if not fetched.records:
+                        data = bytes(fetched.data[pos : pos + header.size])
+                        decoded = decode(st.tp.topic, st.tp.partition, data, header, st.position)
+                    fetched.decoded = decoded
+                    if not len(decoded):
+                        # Past the batch even if it held nothing for us (control, compacted).
                         st.position = max(st.position, header.next_offset)
                         continue
-                want = max_records - len(out)
-                records = fetched.records
-                if fetched.taken == 0 and len(records) <= want:
-                    out.extend(records)
-                    fetched.taken = len(records)
+                elif columnar != isinstance(decoded, RecordColumns):
+                    decoded = fetched.decoded = _convert(decoded, columnar)
+                    if isinstance(decoded, RecordColumns):
+                        decoded = fetched.decoded = decoded._slice(fetched.taken, len(decoded))
+                    else:
+                        decoded = fetched.decoded = decoded[fetched.taken :]
+                    fetched.taken = 0
+                n = min(max_records - count, len(decoded) - fetched.taken)
+                if fetched.taken == 0 and n == len(decoded):
+                    piece = decoded
+                elif isinstance(decoded, RecordColumns):
+                    piece = decoded._slice(fetched.taken, fetched.taken + n)
                 else:
-                    piece = records[fetched.taken : fetched.taken + want]
-                    out.extend(piece)
-                    fetched.taken += len(piece)
-                st.position = out[-1].offset + 1
-                if fetched.taken >= len(records) and fetched.next_batch > 0:
+                    piece = decoded[fetched.taken : fetched.taken + n]
+                out.append(piece)
+                count += n
+                fetched.taken += n
+                st.position = _offset_at(piece, n - 1) + 1
+                if fetched.taken >= len(decoded):
                     last = fetched.batches[fetched.next_batch - 1][1]
                     st.position = max(st.position, last.next_offset)
-            if fetched is not None and (
-                fetched.next_batch >= len(fetched.batches) and fetched.taken >= len(fetched.records)
+            if (
+                fetched is not None
+                and fetched.next_batch >= len(fetched.batches)
+                and fetched.taken >= len(fetched.decoded)
             ):
                 st.fetched = None
-            if len(out) >= max_records:
+            if count >= max_records:
                 break
+        return out
+
+    @staticmethod
+    def _as_records(pieces: list[Decoded]) -> list[ConsumerRecord]:
+        if len(pieces) == 1 and isinstance(pieces[0], list):
+            return pieces[0]
+        out: list[ConsumerRecord] = []
+        for piece in pieces:
+            assert isinstance(piece, list)
+            out.extend(piece)
+        return out
+
+    @staticmethod
+    def _as_columns(pieces: list[Decoded]) -> list[RecordColumns]:
+        out: list[RecordColumns] = []
+        for piece in pieces:
+            assert isinstance(piece, RecordColumns)
+            last = out[-1] if out else None
+            if (
+                last is not None
+                and last.partition == piece.partition
+                and last.topic == piece.topic
+                and last.timestamp_type == piece.timestamp_type
+            ):
+                last._extend(piece)
+            else:
+                # A copy: the batch it came from may still hand out the rest later.
+                out.append(piece._slice(0, len(piece)))
         return out
 
 
@@ -485,12 +608,21 @@ class Consumer(_ConsumerCore):
         Records of one partition come in offset order; partitions take turns
         across calls. An empty list means nothing arrived in time.
         """
+        return self._as_records(self._poll(timeout_ms, max_records, False))
+
+    def poll_columns(
+        self, timeout_ms: int = 0, max_records: int | None = None
+    ) -> list[RecordColumns]:
+        """Like :meth:`poll`, as one :class:`RecordColumns` per partition run: the fast path."""
+        return self._as_columns(self._poll(timeout_ms, max_records, True))
+
+    def _poll(self, timeout_ms: int, max_records: int | None, columnar: bool) -> list[Decoded]:
         self._check_open()
         limit = max_records or self.max_poll_records
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
             self._lookup_positions()
-            records = self._drain(limit)
+            records = self._drain(limit, columnar)
             self._send_fetches()
             if records:
                 return records
@@ -654,6 +786,16 @@ class AsyncConsumer(_ConsumerCore):
     async def poll(
         self, timeout_ms: int = 0, max_records: int | None = None
     ) -> list[ConsumerRecord]:
+        return self._as_records(await self._poll(timeout_ms, max_records, False))
+
+    async def poll_columns(
+        self, timeout_ms: int = 0, max_records: int | None = None
+    ) -> list[RecordColumns]:
+        return self._as_columns(await self._poll(timeout_ms, max_records, True))
+
+    async def _poll(
+        self, timeout_ms: int, max_records: int | None, columnar: bool
+    ) -> list[Decoded]:
         self._check_open()
         limit = max_records or self.max_poll_records
         loop = asyncio.get_running_loop()
@@ -661,7 +803,7 @@ class AsyncConsumer(_ConsumerCore):
         while True:
             await self._lookup_positions()
             self._collect()
-            records = self._drain(limit)
+            records = self._drain(limit, columnar)
             self._start_fetches()
             if records:
                 return records

@@ -17,32 +17,28 @@ import orjson
 from app.core import errors as core
 from app.core.errors import LogbusError
 
-# Only leaf classes: a parent shares its code with nothing else, and PayloadTooLarge
-# shares MESSAGE_TOO_LARGE with RecordTooLarge, of which it is a kind.
-_BY_CODE: dict[str, type[LogbusError]] = {
-    cls.error_code: cls
-    for cls in (
-        core.InvalidRequest,
-        core.InvalidConfig,
-        core.InvalidTopic,
-        core.InvalidPartitions,
-        core.InvalidReplicationFactor,
-        core.InvalidRequiredAcks,
-        core.CorruptRecord,
-        core.InvalidRecord,
-        core.UnsupportedMessageFormat,
-        core.UnsupportedCompressionType,
-        core.RecordTooLarge,
-        core.OffsetOutOfRange,
-        core.UnknownTopicOrPartition,
-        core.TopicAlreadyExists,
-        core.RequestTimedOut,
-        core.NotLeaderOrFollower,
-        core.NotEnoughReplicas,
-        core.BrokerNotAvailable,
-        core.KafkaStorageError,
-    )
-}
+
+def _classes_by_code() -> dict[str, type[LogbusError]]:
+    """Every core error class by the code it declares itself.
+
+    Read from the module rather than listed, so a class the broker team adds
+    (and answers with) is raised by name here without a change. A class that
+    inherits its code (PayloadTooLarge is a RecordTooLarge) is not the class
+    for that code.
+    """
+    found: dict[str, type[LogbusError]] = {}
+    for value in vars(core).values():
+        if (
+            isinstance(value, type)
+            and issubclass(value, LogbusError)
+            and value is not LogbusError
+            and "error_code" in vars(value)
+        ):
+            found.setdefault(value.error_code, value)
+    return found
+
+
+_BY_CODE = _classes_by_code()
 
 
 class ClientError(LogbusError):

@@ -82,6 +82,7 @@ _ACKS = {"0": "0", "1": "1", "all": "all", "-1": "all"}
 # Kafka's cap without idempotence would be 5, but it relies on one ordered TCP
 # connection; with the broker's sequence checks 5 is what Kafka allows too.
 _MAX_IN_FLIGHT_IDEMPOTENT = 5
+_DEDUP_WINDOW = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -639,6 +640,14 @@ class _Accumulator:
         """Seal lingered batches and hand out sendable ones; also the next linger deadline."""
         linger = self.cfg.linger_ms / 1000
         max_request = self.cfg.max_request_size
+        # The broker deduplicates a retry against the last few batches of each
+        # producer and partition (5, as Kafka): the batches of a partition out at
+        # once, over all its requests in flight, must not be more.
+        max_batches = (
+            max(1, _DEDUP_WINDOW // self.cfg.max_in_flight_per_partition)
+            if self.producer_id != NO_PRODUCER_ID
+            else 1 << 30
+        )
         out: list[tuple[TopicPartition, list[_Batch]]] = []
         next_deadline: float | None = None
         with self.lock:
@@ -655,7 +664,9 @@ class _Accumulator:
                     slots -= 1
                     group = [queue.popleft()]
                     size = group[0].size
-                    while queue and size + queue[0].size <= max_request:
+                    while (
+                        queue and size + queue[0].size <= max_request and len(group) < max_batches
+                    ):
                         size += queue[0].size
                         group.append(queue.popleft())
                     out.append((tp, group))
@@ -697,6 +708,7 @@ class _Sender:
         self.client = client
         self.partition_counts = partition_counts
         self.in_flight: dict[TopicPartition, int] = {}
+        self.retrying: dict[TopicPartition, int] = {}
         self.tasks: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
         self._timer: asyncio.TimerHandle | None = None
@@ -708,6 +720,10 @@ class _Sender:
         self._wake.set()
 
     def _can_send(self, tp: TopicPartition) -> int:
+        if tp in self.retrying:
+            # Nothing new overtakes a retry: the broker can only recognise a retried
+            # batch among the last few it appended for the partition.
+            return 0
         return self.cfg.max_in_flight_per_partition - self.in_flight.get(tp, 0)
 
     async def run(self) -> None:
@@ -769,10 +785,25 @@ class _Sender:
             self._wake.set()
 
     async def _deliver(self, tp: TopicPartition, batches: list[_Batch]) -> None:
+        """Send until answered or given up; while retrying, hold ``retrying[tp]``."""
+        held: list[bool] = []
+        try:
+            await self._attempts(tp, batches, held)
+        finally:
+            if held:
+                left = self.retrying[tp] - 1
+                if left:
+                    self.retrying[tp] = left
+                else:
+                    del self.retrying[tp]
+
+    async def _attempts(self, tp: TopicPartition, batches: list[_Batch], held: list[bool]) -> None:
         body = batches[0].build() if len(batches) == 1 else b"".join(b.build() for b in batches)
         path = f"{_http.topic_path(tp.topic)}/partitions/{tp.partition}/batches"
         headers = {"content-type": "application/octet-stream"}
         deadline = batches[0].created + self.cfg.delivery_timeout_ms / 1000
+        # Went out while an earlier request of the partition was still out (idempotence only).
+        sent_behind_others = self.in_flight.get(tp, 0) > 1
         attempt = 0
         while True:
             attempt += 1
@@ -789,7 +820,15 @@ class _Sender:
                     return
                 error = error_from_body(response.status_code, response.content)
             retriable = is_retriable(error)
-            if isinstance(error, UnknownTopicOrPartition | NotLeaderOrFollower):
+            if (
+                getattr(error, "error_code", None) == "OUT_OF_ORDER_SEQUENCE_NUMBER"
+                and sent_behind_others
+            ):
+                # With several requests of a partition out at once (idempotence only),
+                # a later batch can reach the broker first; once the earlier one is in
+                # it fits.
+                retriable = True
+            elif isinstance(error, UnknownTopicOrPartition | NotLeaderOrFollower):
                 # The partition may have moved or the topic been recreated: look again,
                 # and retry only if the partition still exists.
                 try:
@@ -812,6 +851,9 @@ class _Sender:
                 self._fail(batches, timeout)
                 return
             log.debug("retrying %s in %.3f s after %s", tp, pause, error)
+            if not held:
+                held.append(True)
+                self.retrying[tp] = self.retrying.get(tp, 0) + 1
             await asyncio.sleep(pause)
 
     def _complete(self, batches: list[_Batch], response: httpx.Response) -> None:

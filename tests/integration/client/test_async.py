@@ -123,3 +123,22 @@ def test_async_admin(broker_url: str) -> None:
                 await admin.describe_topic("sdk-async-admin")
 
     asyncio.run(main())
+
+
+def test_async_poll_columns(broker_url: str, make_topic: MakeTopic) -> None:
+    topic = make_topic(1)
+
+    async def main() -> None:
+        async with AsyncProducer(broker_url) as p:
+            report = await p.send_many(topic, [b"%d" % i for i in range(2000)])
+            await report
+        async with AsyncConsumer(broker_url, auto_offset_reset="earliest") as c:
+            c.assign([TopicPartition(topic, 0)])
+            values: list[bytes | None] = []
+            while len(values) < 2000:
+                for cols in await c.poll_columns(timeout_ms=5000, max_records=300):
+                    assert cols.topic == topic and cols.partition == 0
+                    values.extend(cols.values)
+            assert values == [b"%d" % i for i in range(2000)]
+
+    asyncio.run(main())

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from app.client import Consumer, OffsetAndTimestamp, Producer, TopicPartition
+from app.client import Consumer, ConsumerRecord, OffsetAndTimestamp, Producer, TopicPartition
 from app.client.errors import ConsumerClosed, NoOffsetForPartition
 from app.core.errors import OffsetOutOfRange, UnknownTopicOrPartition
 
@@ -164,3 +164,39 @@ def test_assign_replaces_and_close_is_final(broker_url: str, make_topic: MakeTop
     c.close()
     with pytest.raises(ConsumerClosed):
         c.poll()
+
+
+def test_poll_columns_matches_poll_and_flavours_mix(broker_url: str, make_topic: MakeTopic) -> None:
+    topic = make_topic(2)
+    with Producer(broker_url, batch_size=2000) as p:
+        for i in range(600):
+            p.send(
+                topic,
+                b"v%d" % i,
+                key=b"k%d" % (i % 5),
+                headers=[("n", b"%d" % i)] if i % 7 == 0 else None,
+            )
+    tps = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+    with Consumer(broker_url, auto_offset_reset="earliest") as c:
+        c.assign(tps)
+        expected: list[ConsumerRecord] = []
+        while len(expected) < 600:
+            expected.extend(c.poll(timeout_ms=5000))
+    with Consumer(broker_url, auto_offset_reset="earliest", max_poll_records=37) as c:
+        c.assign(tps)
+        got: list[ConsumerRecord] = []
+        flip = True
+        while len(got) < 600:
+            # Alternate flavours mid-batch: positions and rows must carry over exactly.
+            if flip:
+                for cols in c.poll_columns(timeout_ms=5000):
+                    assert len(cols) == len(cols.values) == len(cols.headers)
+                    assert cols.offsets == sorted(cols.offsets)
+                    got.extend(cols.records())
+            else:
+                got.extend(c.poll(timeout_ms=5000))
+            flip = not flip
+        assert c.poll_columns(timeout_ms=100) == []
+    key = lambda r: (r.partition, r.offset)  # noqa: E731
+    assert sorted(got, key=key) == sorted(expected, key=key)
+    assert any(r.headers for r in got)

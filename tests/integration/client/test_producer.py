@@ -332,9 +332,69 @@ def test_send_blocks_on_full_buffer_then_gives_up(broker_url: str, make_topic: M
         assert all(f.exception() is None for f in futures)
 
 
-def test_idempotence_needs_the_producers_endpoint(broker_url: str) -> None:
+def _broker_has_idempotence(url: str) -> bool:
+    return httpx.post(f"{url}/producers", json={}, timeout=30).status_code == 200
+
+
+def test_idempotence_hook_fails_clearly_without_broker_support(broker_url: str) -> None:
+    if _broker_has_idempotence(broker_url):
+        pytest.skip("this broker offers POST /producers")
     with pytest.raises(UnsupportedByBroker):
         Producer(broker_url, enable_idempotence=True)
+
+
+@pytest.mark.parametrize("in_flight", [1, 3])
+def test_idempotent_retries_after_lost_answers_store_every_record_once(
+    broker_url: str, make_topic: MakeTopic, in_flight: int
+) -> None:
+    if not _broker_has_idempotence(broker_url):
+        pytest.skip("this broker has no POST /producers yet")
+    topic = make_topic(3)
+    transport = FaultyTransport(lambda n: "lost" if n % 3 == 0 else None)
+    with Producer(
+        broker_url,
+        transport=transport,
+        enable_idempotence=True,
+        max_in_flight_per_partition=in_flight,
+        retry_backoff_ms=1,
+        linger_ms=0,
+        batch_size=1000,
+    ) as p:
+        futures = [p.send(topic, b"%050d" % i, key=b"%d" % (i % 11)) for i in range(600)]
+        p.flush(timeout=60)
+    assert all(f.exception() is None for f in futures)
+    assert transport.produce_requests > 3
+    stored = consume_all(broker_url, topic, 3)
+    values = [int(v) for records in stored.values() for _, _, v in records if v is not None]
+    assert sorted(values) == list(range(600))  # nothing lost, nothing twice
+    for p_, records in stored.items():
+        sequence = [int(v) for _, _, v in records if v is not None]
+        assert sequence == sorted(sequence)  # send order within a partition
+        # Every future names the offset its record really has.
+        for offset, _, v in records:
+            assert v is not None and futures[int(v)].result().offset == offset
+            assert futures[int(v)].result().partition == p_
+
+
+def test_idempotent_producer_stamps_consecutive_sequences(
+    broker_url: str, make_topic: MakeTopic
+) -> None:
+    # The broker offers POST /producers: the producer gets an id and numbers its records.
+    if not _broker_has_idempotence(broker_url):
+        pytest.skip("this broker has no POST /producers yet")
+    topic = make_topic(1)
+    with Producer(broker_url, enable_idempotence=True, batch_size=512) as p:
+        for i in range(300):
+            p.send(topic, b"idem %d" % i)
+    headers = raw_batches(broker_url, topic, 0)
+    assert len(headers) > 1
+    assert len({h.producer_id for h in headers}) == 1 and headers[0].producer_id >= 0
+    expected = 0
+    for h in headers:
+        assert h.base_sequence == expected
+        expected += h.record_count
+    values = [v for _, _, v in consume_all(broker_url, topic, 1)[0]]
+    assert values == [b"idem %d" % i for i in range(300)]
 
 
 def test_config_is_checked() -> None:
