@@ -12,6 +12,10 @@ Two produce figures, because they measure different things:
 * ``produce_send_many``: ``Producer.send_many`` with lists of 10,000 values:
   the same batches, requests and acknowledgements, without a Python call,
   lock and future per record.
+
+and two consume figures, over the same topics: ``consume`` with
+``Consumer.poll`` (a ConsumerRecord tuple per record) and ``consume_columns``
+with ``Consumer.poll_columns`` (parallel lists per partition).
 """
 
 from __future__ import annotations
@@ -60,8 +64,8 @@ def produce_send_many(url: str, topic: str, records: int, chunk: int = 10_000) -
         return (records // chunk) * chunk / (time.perf_counter() - start)
 
 
-def consume(url: str, topic: str, max_records: int = 10_000) -> float:
-    """Records/s reading the whole topic from the beginning."""
+def consume(url: str, topic: str, max_records: int = 10_000, columns: bool = False) -> float:
+    """Records/s reading the whole topic from the beginning, with ``poll`` or ``poll_columns``."""
     tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
     with Consumer(url, auto_offset_reset="earliest", max_poll_records=max_records) as consumer:
         consumer.assign(tps)
@@ -71,10 +75,13 @@ def consume(url: str, topic: str, max_records: int = 10_000) -> float:
         seen = 0
         start = time.perf_counter()
         while seen < total:
-            records = consumer.poll(timeout_ms=10_000)
-            if not records:
+            if columns:
+                got = sum(len(c) for c in consumer.poll_columns(timeout_ms=10_000))
+            else:
+                got = len(consumer.poll(timeout_ms=10_000))
+            if not got:
                 raise RuntimeError(f"consume stalled at {seen} of {total}")
-            seen += len(records)
+            seen += got
         return seen / (time.perf_counter() - start)
 
 
@@ -97,6 +104,10 @@ def run(
         # Consume the send_many topics: the biggest, and written in full batches.
         many_topics = iter(topics[runs:])
         consume_rate, consume_samples = median_of(runs, lambda: consume(url, next(many_topics)))
+        many_topics = iter(topics[runs:])
+        columns_rate, columns_samples = median_of(
+            runs, lambda: consume(url, next(many_topics), columns=True)
+        )
         for name in topics:
             admin.delete_topic(name)
     bytes_per_record = len(VALUE)
@@ -113,6 +124,9 @@ def run(
         "consume_records_per_s": consume_rate,
         "consume_mb_per_s": consume_rate * bytes_per_record / 1e6,
         "consume_samples": consume_samples,
+        "consume_columns_records_per_s": columns_rate,
+        "consume_columns_mb_per_s": columns_rate * bytes_per_record / 1e6,
+        "consume_columns_samples": columns_samples,
     }
 
 
