@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
+import threading
 from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -75,3 +80,59 @@ def error_response(status: int, code: str, retriable: bool) -> httpx.Response:
     return httpx.Response(
         status, json={"error_code": code, "message": f"injected {code}", "retriable": retriable}
     )
+
+
+class CuttingProxy:
+    """A TCP proxy to the real broker that cuts chosen connections mid-answer.
+
+    ``cut(n)`` is asked for the n-th accepted connection (from 0): a number of
+    bytes after which the broker's answer is cut (the connection is closed),
+    or None to pass everything through.
+    """
+
+    def __init__(self, target_url: str, cut: Callable[[int], int | None]) -> None:
+        parts = urlsplit(target_url)
+        self.target = (parts.hostname or "127.0.0.1", parts.port or 80)
+        self.cut = cut
+        self.connections = 0
+        self.cuts = 0
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            n = self.connections
+            self.connections += 1
+            upstream = socket.create_connection(self.target)
+            limit = self.cut(n)
+            threading.Thread(target=self._pipe, args=(client, upstream, None), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(upstream, client, limit), daemon=True).start()
+
+    def _pipe(self, src: Any, dst: Any, limit: int | None) -> None:
+        sent = 0
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                if limit is not None and sent + len(data) >= limit:
+                    dst.sendall(data[: max(0, limit - sent)])
+                    self.cuts += 1
+                    break
+                dst.sendall(data)
+                sent += len(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+                s.close()
+
+    def close(self) -> None:
+        self.listener.close()

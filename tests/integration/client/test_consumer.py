@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 
 import pytest
+from client_helpers import CuttingProxy
 
 from app.client import Consumer, ConsumerRecord, OffsetAndTimestamp, Producer, TopicPartition
 from app.client.errors import ConsumerClosed, NoOffsetForPartition
@@ -200,3 +201,34 @@ def test_poll_columns_matches_poll_and_flavours_mix(broker_url: str, make_topic:
     key = lambda r: (r.partition, r.offset)  # noqa: E731
     assert sorted(got, key=key) == sorted(expected, key=key)
     assert any(r.headers for r in got)
+
+
+def test_cut_connections_are_retried_without_loss_or_repeats(
+    broker_url: str, make_topic: MakeTopic
+) -> None:
+    topic = make_topic(2)
+    with Producer(broker_url, batch_size=4096) as p:
+        for i in range(4000):
+            p.send(topic, b"%08d" % i, key=b"%d" % (i % 7))
+    tps = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+    # Every other connection dies 3 kB into the broker's answers (mid-head or mid-body).
+    proxy = CuttingProxy(broker_url, lambda n: 3000 if n % 2 == 0 else None)
+    try:
+        with Consumer(
+            proxy.url,
+            auto_offset_reset="earliest",
+            retry_backoff_ms=10,
+            max_partition_fetch_bytes=16_384,
+        ) as c:
+            c.assign(tps)
+            got: dict[int, list[int]] = {0: [], 1: []}
+            deadline = time.monotonic() + 30
+            while sum(map(len, got.values())) < 4000 and time.monotonic() < deadline:
+                for r in c.poll(timeout_ms=1000):
+                    got[r.partition].append(r.offset)
+            assert proxy.cuts > 0
+            for offsets in got.values():
+                assert offsets == list(range(len(offsets)))
+            assert sum(map(len, got.values())) == 4000
+    finally:
+        proxy.close()
