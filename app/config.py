@@ -45,6 +45,31 @@ class Settings(BaseSettings):
     fetch_max_bytes: int = Field(default=50 * 1024 * 1024, ge=1)
     log_retention_check_interval_ms: int = Field(default=300_000, ge=10)
     log_flush_scheduler_interval_ms: int = Field(default=1000, ge=10)
+    offsets_topic_num_partitions: int = Field(
+        default=50,
+        ge=1,
+        le=1000,
+        description="Kafka's offsets.topic.num.partitions: partitions of __consumer_offsets "
+        "(fixed once the topic exists).",
+    )
+    offsets_retention_minutes: int = Field(
+        default=7 * 24 * 60,
+        ge=1,
+        description="Kafka's offsets.retention.minutes: committed offsets of an empty group "
+        "expire this long after the group emptied or the last commit.",
+    )
+    offsets_retention_check_interval_ms: int = Field(default=600_000, ge=10)
+    group_consumer_session_timeout_ms: int = Field(
+        default=45_000,
+        ge=1,
+        description="Kafka's group.consumer.session.timeout.ms: a member silent this long "
+        "is removed and its partitions reassigned.",
+    )
+    group_consumer_heartbeat_interval_ms: int = Field(
+        default=5_000,
+        ge=1,
+        description="Kafka's group.consumer.heartbeat.interval.ms, told to members.",
+    )
     log_defaults: dict[str, Any] = Field(
         default_factory=dict, description="Broker-wide topic config defaults, Kafka names."
     )

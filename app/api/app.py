@@ -14,6 +14,7 @@ from fastapi.openapi.utils import get_openapi
 from app.api import errors, openapi_docs
 from app.api.metrics import MetricsMiddleware, PartitionCollector
 from app.api.routers import ALL
+from app.api.routers import groups as group_routes
 from app.api.state import AppState
 from app.config import Settings
 
@@ -58,12 +59,15 @@ def create_app(settings: Settings, manager: LogManager | None = None) -> FastAPI
             # Loading and recovering logs reads files: keep the loop free meanwhile.
             await asyncio.to_thread(owned.start)
             state.manager = owned
+        # Groups are served from the cache the coordinator rebuilds from __consumer_offsets.
+        await group_routes.start_coordinator(app, state)
         state.ready = True
         try:
             yield
         finally:
             state.ready = False
             state.waiters.close()
+            await group_routes.stop_coordinator(app)
             if state.owns_manager and state.manager is not None:
                 await asyncio.to_thread(state.manager.shutdown)
                 state.manager = None
@@ -78,7 +82,7 @@ def create_app(settings: Settings, manager: LogManager | None = None) -> FastAPI
     state.registry.register(PartitionCollector(state))
     errors.install(app)
     app.add_middleware(MetricsMiddleware)
-    for router in ALL:
+    for router in (*ALL, group_routes.router):
         app.include_router(router)
 
     def openapi() -> dict[str, Any]:

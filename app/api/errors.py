@@ -36,6 +36,13 @@ STATUS_BY_ERROR: tuple[tuple[type[core.LogbusError], int], ...] = (
     (core.NotEnoughReplicas, 503),
     (core.BrokerNotAvailable, 503),
     (core.KafkaStorageError, 503),
+    # Consumer groups: fencing and membership conflicts are 409, unknown group/member 404.
+    (core.GroupIdNotFound, 404),
+    (core.UnknownMemberId, 404),
+    (core.CoordinatorLoadInProgress, 503),
+    (core.UnsupportedAssignor, 400),
+    (core.InvalidGroupId, 400),
+    (core.GroupError, 409),
     (core.InvalidRequest, 400),
     (core.CorruptRecord, 400),
     (core.InvalidRecord, 400),

@@ -28,7 +28,17 @@ place without parsing messages.
     ├── NotLeaderOrFollower            NOT_LEADER_OR_FOLLOWER       (retriable)
     ├── NotEnoughReplicas              NOT_ENOUGH_REPLICAS          (retriable)
     ├── BrokerNotAvailable             BROKER_NOT_AVAILABLE         (retriable)
-    └── KafkaStorageError              KAFKA_STORAGE_ERROR          (retriable)
+    ├── KafkaStorageError              KAFKA_STORAGE_ERROR          (retriable)
+    └── GroupError                     consumer groups (app.groups)
+        ├── UnsupportedAssignor        UNSUPPORTED_ASSIGNOR         (400)
+        ├── InvalidGroupId             INVALID_GROUP_ID             (400)
+        ├── GroupIdNotFound            GROUP_ID_NOT_FOUND           (404)
+        ├── UnknownMemberId            UNKNOWN_MEMBER_ID            (404, rejoin with epoch 0)
+        ├── FencedMemberEpoch          FENCED_MEMBER_EPOCH          (409, rejoin with epoch 0)
+        ├── StaleMemberEpoch           STALE_MEMBER_EPOCH           (409, heartbeat, then retry)
+        ├── UnreleasedInstanceId       UNRELEASED_INSTANCE_ID       (409)
+        ├── NonEmptyGroup              NON_EMPTY_GROUP              (409)
+        └── CoordinatorLoadInProgress  COORDINATOR_LOAD_IN_PROGRESS (503, retriable)
 """
 
 from __future__ import annotations
@@ -212,4 +222,116 @@ class KafkaStorageError(LogbusError):
     """The disk under a log failed; the log is offline until the broker restarts."""
 
     error_code = "KAFKA_STORAGE_ERROR"
+    retriable = True
+
+
+class GroupError(LogbusError):
+    """A consumer group request the coordinator refused (``app.groups``)."""
+
+    def __init__(self, message: str, group: str | None = None) -> None:
+        super().__init__(message)
+        self.group = group
+
+    def fields(self) -> dict[str, Any]:
+        return {} if self.group is None else {"group": self.group}
+
+
+class UnsupportedAssignor(GroupError):
+    error_code = "UNSUPPORTED_ASSIGNOR"
+
+
+class InvalidGroupId(GroupError):
+    error_code = "INVALID_GROUP_ID"
+
+
+class GroupIdNotFound(GroupError):
+    error_code = "GROUP_ID_NOT_FOUND"
+
+    def __init__(self, group: str) -> None:
+        super().__init__(f"group {group!r} does not exist", group)
+
+
+class UnknownMemberId(GroupError):
+    """The member is not (or no longer) in the group: it must rejoin with epoch 0."""
+
+    error_code = "UNKNOWN_MEMBER_ID"
+
+    def __init__(self, group: str, member_id: str) -> None:
+        super().__init__(f"member {member_id!r} is not in group {group!r}", group)
+        self.member_id = member_id
+
+    def fields(self) -> dict[str, Any]:
+        return {"group": self.group, "member_id": self.member_id}
+
+
+class _EpochError(GroupError):
+    def __init__(self, group: str, member_id: str, epoch: int, current: int, what: str) -> None:
+        super().__init__(
+            f"member {member_id!r} of group {group!r} sent epoch {epoch}, "
+            f"its epoch is {current}: {what}",
+            group,
+        )
+        self.member_id = member_id
+        self.member_epoch = epoch
+        self.current_epoch = current
+
+    def fields(self) -> dict[str, Any]:
+        return {
+            "group": self.group,
+            "member_id": self.member_id,
+            "member_epoch": self.member_epoch,
+            "current_epoch": self.current_epoch,
+        }
+
+
+class FencedMemberEpoch(_EpochError):
+    """The member's epoch is not one the coordinator handed it: it must rejoin (epoch 0)."""
+
+    error_code = "FENCED_MEMBER_EPOCH"
+
+    def __init__(self, group: str, member_id: str, epoch: int, current: int) -> None:
+        super().__init__(group, member_id, epoch, current, "rejoin with member_epoch 0")
+
+
+class StaleMemberEpoch(_EpochError):
+    """An offset commit carried an older epoch than the member's: heartbeat first."""
+
+    error_code = "STALE_MEMBER_EPOCH"
+
+    def __init__(self, group: str, member_id: str, epoch: int, current: int) -> None:
+        super().__init__(group, member_id, epoch, current, "heartbeat to learn the new epoch")
+
+
+class UnreleasedInstanceId(GroupError):
+    """A static member joined while another member still holds its instance id."""
+
+    error_code = "UNRELEASED_INSTANCE_ID"
+
+    def __init__(self, group: str, instance_id: str) -> None:
+        super().__init__(
+            f"instance id {instance_id!r} of group {group!r} is still held by an active member; "
+            "it is released by a leave with member_epoch -2 or by its session timeout",
+            group,
+        )
+        self.instance_id = instance_id
+
+    def fields(self) -> dict[str, Any]:
+        return {"group": self.group, "instance_id": self.instance_id}
+
+
+class NonEmptyGroup(GroupError):
+    error_code = "NON_EMPTY_GROUP"
+
+    def __init__(self, group: str, members: int, action: str) -> None:
+        super().__init__(
+            f"group {group!r} has {members} member(s): {action} needs an empty group", group
+        )
+        self.members = members
+
+    def fields(self) -> dict[str, Any]:
+        return {"group": self.group, "members": self.members}
+
+
+class CoordinatorLoadInProgress(GroupError):
+    error_code = "COORDINATOR_LOAD_IN_PROGRESS"
     retriable = True

@@ -1,0 +1,439 @@
+"""Consumer groups over HTTP: heartbeat (join/leave), offsets, and group admin.
+
+Nothing is kept per connection: every request carries the member id and
+epoch, so a consumer may reach the broker through any load balancer. The
+coordinator (``app.groups``) does the work; this module only translates.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, FastAPI, Path, Query, Request
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.responses import Response
+
+from app.api.errors import ErrorBody
+from app.api.state import AppState
+from app.api.util import INT_MAX, LONG_MAX, JSONBytes
+from app.core.errors import BrokerNotAvailable
+from app.groups.coordinator import (
+    CommittedOffset,
+    GroupConfig,
+    GroupCoordinator,
+    HeartbeatRequest,
+    OffsetCommit,
+    group_by_topic,
+)
+
+router = APIRouter(tags=["groups"])
+
+GroupPath = Annotated[
+    str, Path(description="Group id (1 to 255 characters).", min_length=1, max_length=255)
+]
+
+_DESCRIPTIONS = {
+    400: "Bad input: INVALID_REQUEST, INVALID_GROUP_ID, UNSUPPORTED_ASSIGNOR.",
+    404: "GROUP_ID_NOT_FOUND, UNKNOWN_MEMBER_ID (rejoin with member_epoch 0) or "
+    "UNKNOWN_TOPIC_OR_PARTITION.",
+    409: "FENCED_MEMBER_EPOCH (rejoin with member_epoch 0), STALE_MEMBER_EPOCH (heartbeat, "
+    "then retry the commit), UNRELEASED_INSTANCE_ID, NON_EMPTY_GROUP.",
+    503: "BROKER_NOT_AVAILABLE or COORDINATOR_LOAD_IN_PROGRESS (retriable).",
+}
+
+
+def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    return {s: {"model": ErrorBody, "description": _DESCRIPTIONS[s]} for s in statuses}
+
+
+# -- lifecycle (called from the app's lifespan) ---------------------------------------------
+
+
+async def start_coordinator(app: FastAPI, state: AppState) -> None:
+    assert state.manager is not None
+    settings = state.settings
+    coordinator = GroupCoordinator(
+        state.manager,
+        GroupConfig(
+            offsets_topic_num_partitions=settings.offsets_topic_num_partitions,
+            session_timeout_ms=settings.group_consumer_session_timeout_ms,
+            heartbeat_interval_ms=settings.group_consumer_heartbeat_interval_ms,
+            offsets_retention_ms=settings.offsets_retention_minutes * 60_000,
+            offsets_retention_check_interval_ms=settings.offsets_retention_check_interval_ms,
+            node_id=settings.broker_id,
+            url=settings.url,
+        ),
+    )
+    await coordinator.start()
+    app.state.coordinator = coordinator
+
+
+async def stop_coordinator(app: FastAPI) -> None:
+    coordinator: GroupCoordinator | None = getattr(app.state, "coordinator", None)
+    if coordinator is not None:
+        app.state.coordinator = None
+        await coordinator.stop()
+
+
+def get_coordinator(request: Request) -> GroupCoordinator:
+    coordinator: GroupCoordinator | None = getattr(request.app.state, "coordinator", None)
+    if coordinator is None or not request.app.state.logbus.ready:
+        raise BrokerNotAvailable("the group coordinator is not serving yet (starting) or stopping")
+    return coordinator
+
+
+# -- models ---------------------------------------------------------------------------------
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TopicPartitions(_Strict):
+    topic: str = Field(min_length=1, max_length=249)
+    partitions: list[Annotated[int, Field(ge=0, le=INT_MAX)]]
+
+
+class FindCoordinatorRequest(_Strict):
+    key: str = Field(description="The group id.", min_length=1, max_length=255)
+    key_type: Literal["group"] = Field(default="group", description="Only `group`.")
+
+
+class FindCoordinatorResponse(BaseModel):
+    node_id: int = Field(description="Broker id of the coordinator.")
+    url: str = Field(description="Where to send the group's requests.")
+    key: str
+    partition: int = Field(description="The group's partition of `__consumer_offsets`.")
+
+
+class HeartbeatBody(_Strict):
+    member_id: str = Field(
+        default="",
+        max_length=255,
+        description="Empty to join (the broker picks an id), else the id it answered.",
+    )
+    member_epoch: int = Field(
+        default=0,
+        ge=-2,
+        le=INT_MAX,
+        description="0 to join, the current epoch to heartbeat, -1 to leave, -2 for a static "
+        "member's temporary leave (it keeps its partitions until its session times out).",
+    )
+    instance_id: str | None = Field(
+        default=None,
+        max_length=255,
+        description="Static membership: a restarted member with the same instance id keeps "
+        "its partitions.",
+    )
+    subscribed_topics: list[Annotated[str, Field(min_length=1, max_length=249)]] | None = Field(
+        default=None, description="Topic names; null = unchanged since the last heartbeat."
+    )
+    subscribed_topic_regex: str | None = Field(
+        default=None,
+        max_length=1024,
+        description="A Python regex matched against whole topic names (internal topics never "
+        "match).",
+    )
+    server_assignor: Literal["uniform", "range"] | None = Field(
+        default=None,
+        description="The assignor the member prefers; the group uses the most "
+        "asked for, `uniform` by default.",
+    )
+    owned_partitions: list[TopicPartitions] | None = Field(
+        default=None,
+        description="The partitions the member holds now. Null: what the previous answer "
+        "gave it (revoked partitions count as released).",
+    )
+    rebalance_timeout_ms: int | None = Field(
+        default=None,
+        ge=0,
+        le=INT_MAX,
+        description="How long the member may take to revoke partitions (default 300000).",
+    )
+
+
+class Assignment(BaseModel):
+    partitions: list[TopicPartitions]
+
+
+class HeartbeatResponseBody(BaseModel):
+    member_id: str
+    member_epoch: int = Field(description="-1 / -2 after a leave.")
+    heartbeat_interval_ms: int = Field(description="Heartbeat again within this interval.")
+    assignment: Assignment = Field(
+        description="The partitions the member may consume now. Ones missing since the last "
+        "answer are revoked: stop fetching them (commit first) and heartbeat."
+    )
+
+
+class OffsetCommitEntry(_Strict):
+    topic: str = Field(min_length=1, max_length=249)
+    partition: int = Field(ge=0, le=INT_MAX)
+    offset: int = Field(ge=0, le=LONG_MAX, description="The next offset to consume.")
+    leader_epoch: int = Field(default=-1, ge=-1, le=INT_MAX)
+    metadata: str = Field(default="", description="Up to 4096 bytes of free text.")
+
+
+class OffsetCommitBody(_Strict):
+    member_id: str = Field(default="", max_length=255)
+    member_epoch: int = Field(
+        default=-1,
+        ge=-1,
+        le=INT_MAX,
+        description="The member's current epoch; -1 (no member) only while the group has no "
+        "members (simple consumers, admin tools).",
+    )
+    offsets: list[OffsetCommitEntry] = Field(min_length=1)
+
+
+class CommittedOffsetBody(BaseModel):
+    topic: str
+    partition: int
+    offset: int = Field(description="-1 when nothing is committed.")
+    leader_epoch: int
+    metadata: str
+    commit_timestamp: int
+
+
+class OffsetsResponse(BaseModel):
+    group: str
+    offsets: list[CommittedOffsetBody]
+
+
+class ResetOffsetsBody(_Strict):
+    topic: str = Field(min_length=1, max_length=249)
+    partitions: list[Annotated[int, Field(ge=0, le=INT_MAX)]] | None = Field(
+        default=None, description="Default: every partition of the topic."
+    )
+    to: Literal["earliest", "latest", "timestamp", "offset"]
+    timestamp: int | None = Field(
+        default=None, ge=0, le=LONG_MAX, description="With `to: timestamp`, ms since the epoch."
+    )
+    offset: int | None = Field(
+        default=None, ge=0, le=LONG_MAX, description="With `to: offset` (clamped to the log)."
+    )
+
+
+class GroupSummary(BaseModel):
+    group: str
+    state: str = Field(description="Empty, Assigning, Reconciling or Stable.")
+    protocol_type: str
+    members: int
+    group_epoch: int
+
+
+class GroupList(BaseModel):
+    groups: list[GroupSummary]
+
+
+class MemberDescription(BaseModel):
+    member_id: str
+    instance_id: str | None
+    member_epoch: int
+    state: str = Field(description="Stable, UnrevokedPartitions or UnreleasedPartitions.")
+    subscribed_topics: list[str]
+    subscribed_topic_regex: str | None
+    server_assignor: str | None
+    assignment: list[TopicPartitions]
+    pending_revocation: list[TopicPartitions]
+    target_assignment: list[TopicPartitions]
+
+
+class OffsetLag(BaseModel):
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int
+    metadata: str
+    commit_timestamp: int
+    high_watermark: int | None
+    lag: int | None = Field(description="high_watermark - offset (null if the topic is gone).")
+
+
+class CoordinatorRef(BaseModel):
+    node_id: int
+    url: str
+    partition: int
+
+
+class GroupDescription(BaseModel):
+    group: str
+    state: str
+    protocol_type: str
+    group_epoch: int
+    assignment_epoch: int
+    assignor: str
+    coordinator: CoordinatorRef
+    members: list[MemberDescription]
+    offsets: list[OffsetLag]
+
+
+def _offsets_answer(group: str, offsets: list[CommittedOffset]) -> Response:
+    return JSONBytes(
+        {
+            "group": group,
+            "offsets": [
+                {
+                    "topic": c.topic,
+                    "partition": c.partition,
+                    "offset": c.offset,
+                    "leader_epoch": c.leader_epoch,
+                    "metadata": c.metadata,
+                    "commit_timestamp": c.commit_timestamp,
+                }
+                for c in offsets
+            ],
+        }
+    )
+
+
+# -- endpoints ------------------------------------------------------------------------------
+
+
+@router.post(
+    "/coordinator",
+    summary="Find a group's coordinator (FindCoordinator)",
+    description="The broker that coordinates the group: send its heartbeats and commits "
+    "there. The group lives in partition `abs(javaHashCode(group)) % "
+    "offsets.topic.num.partitions` of `__consumer_offsets`, as in Kafka.",
+    response_model=FindCoordinatorResponse,
+    responses=_errors(400, 503),
+    tags=["groups"],
+)
+async def find_coordinator(request: Request, body: FindCoordinatorRequest) -> Response:
+    info = get_coordinator(request).find_coordinator(body.key, body.key_type)
+    return JSONBytes(
+        {"node_id": info.node_id, "url": info.url, "key": info.key, "partition": info.partition}
+    )
+
+
+@router.post(
+    "/groups/{group}/heartbeat",
+    summary="Join, heartbeat or leave (ConsumerGroupHeartbeat)",
+    description='Join with `member_id: ""` and `member_epoch: 0` plus a subscription; then '
+    "heartbeat every `heartbeat_interval_ms` with the id and epoch answered. The answer's "
+    "assignment is what the member may consume now: partitions taken away must be released "
+    "(commit, stop fetching) before they go to another member, so no two members ever hold "
+    "one partition. Leave with `member_epoch: -1`. Members silent for "
+    "`group_consumer_session_timeout_ms` are removed.",
+    response_model=HeartbeatResponseBody,
+    responses=_errors(400, 404, 409, 503),
+)
+async def heartbeat(request: Request, group: GroupPath, body: HeartbeatBody) -> Response:
+    owned = None
+    if body.owned_partitions is not None:
+        owned = [(tp.topic, p) for tp in body.owned_partitions for p in tp.partitions]
+    answer = await get_coordinator(request).heartbeat(
+        group,
+        HeartbeatRequest(
+            member_id=body.member_id,
+            member_epoch=body.member_epoch,
+            instance_id=body.instance_id,
+            subscribed_topics=body.subscribed_topics,
+            subscribed_topic_regex=body.subscribed_topic_regex,
+            server_assignor=body.server_assignor,
+            owned_partitions=owned,
+            rebalance_timeout_ms=body.rebalance_timeout_ms,
+        ),
+    )
+    return JSONBytes(
+        {
+            "member_id": answer.member_id,
+            "member_epoch": answer.member_epoch,
+            "heartbeat_interval_ms": answer.heartbeat_interval_ms,
+            "assignment": {"partitions": group_by_topic(answer.assignment)},
+        }
+    )
+
+
+@router.post(
+    "/groups/{group}/offsets",
+    summary="Commit offsets (OffsetCommit)",
+    description="Stored in `__consumer_offsets` before the answer. A member commits with its "
+    "id and current epoch (an older epoch: STALE_MEMBER_EPOCH; an unknown member: "
+    "UNKNOWN_MEMBER_ID); `member_epoch: -1` commits without membership, only while the "
+    "group has no members. All or nothing.",
+    response_model=OffsetsResponse,
+    responses=_errors(400, 404, 409, 503),
+)
+async def commit_offsets(request: Request, group: GroupPath, body: OffsetCommitBody) -> Response:
+    done = await get_coordinator(request).commit_offsets(
+        group,
+        body.member_id,
+        body.member_epoch,
+        [
+            OffsetCommit(o.topic, o.partition, o.offset, o.leader_epoch, o.metadata)
+            for o in body.offsets
+        ],
+    )
+    return _offsets_answer(group, done)
+
+
+@router.get(
+    "/groups/{group}/offsets",
+    summary="Fetch committed offsets (OffsetFetch)",
+    description="Every committed offset of the group, or, with `topic`, every partition of "
+    "those topics (`offset: -1` where nothing is committed). An unknown group answers an "
+    "empty list.",
+    response_model=OffsetsResponse,
+    responses=_errors(400, 503),
+)
+async def fetch_offsets(
+    request: Request,
+    group: GroupPath,
+    topic: Annotated[list[str] | None, Query(description="Repeatable; default all.")] = None,
+) -> Response:
+    return _offsets_answer(group, get_coordinator(request).fetch_offsets(group, topic))
+
+
+@router.post(
+    "/groups/{group}/offsets/reset",
+    summary="Reset an empty group's offsets",
+    description="To the earliest or latest offset, the first offset at or after a timestamp "
+    "(the end when none), or a given offset (clamped to the log's range). The group must "
+    "have no members (NON_EMPTY_GROUP otherwise).",
+    response_model=OffsetsResponse,
+    responses=_errors(400, 404, 409, 503),
+)
+async def reset_offsets(request: Request, group: GroupPath, body: ResetOffsetsBody) -> Response:
+    value = body.timestamp if body.to == "timestamp" else body.offset
+    done = await get_coordinator(request).reset_offsets(
+        group, body.topic, body.to, partitions=body.partitions, value=value
+    )
+    return _offsets_answer(group, done)
+
+
+@router.get(
+    "/groups",
+    summary="List groups",
+    description="Every group this broker coordinates, with its state and member count.",
+    response_model=GroupList,
+    responses=_errors(503),
+)
+async def list_groups(request: Request) -> Response:
+    return JSONBytes({"groups": get_coordinator(request).list_groups()})
+
+
+@router.get(
+    "/groups/{group}",
+    summary="Describe a group",
+    description="State, epochs, members with their assignment (current, pending revocation, "
+    "target), and committed offsets with lag = high watermark - committed offset.",
+    response_model=GroupDescription,
+    responses=_errors(400, 404, 503),
+)
+async def describe_group(request: Request, group: GroupPath) -> Response:
+    return JSONBytes(get_coordinator(request).describe_group(group))
+
+
+@router.delete(
+    "/groups/{group}",
+    summary="Delete an empty group and its offsets",
+    description="Writes tombstones for the group and its committed offsets to "
+    "`__consumer_offsets`. A group with members answers NON_EMPTY_GROUP.",
+    status_code=204,
+    responses=_errors(400, 404, 409, 503),
+)
+async def delete_group(request: Request, group: GroupPath) -> Response:
+    await get_coordinator(request).delete_group(group)
+    return Response(status_code=204)

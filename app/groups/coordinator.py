@@ -1,0 +1,1030 @@
+"""The group coordinator: membership, incremental assignment and committed offsets.
+
+The model is Kafka's consumer group protocol of KIP-848, over stateless HTTP:
+
+* A member heartbeats with its epoch. Joining (epoch 0), leaving (-1), a
+  static member's temporary leave (-2), a changed subscription, or a change in
+  the subscribed topics' partition counts bumps the *group epoch*; the
+  assignor then computes the *target assignment* for that epoch at once.
+* Each member walks towards its target on its own heartbeats. Partitions it
+  must give up are revoked first (its epoch stays); once a heartbeat shows
+  they are gone it moves to the target epoch and receives the partitions
+  nobody else still owns. A partition another member has not released yet is
+  handed over on a later heartbeat. So two members never own one partition,
+  and members not touched by a change keep consuming.
+* A member silent for the session timeout, or holding partitions to revoke
+  past its rebalance timeout, is removed by a per-member timer (one
+  ``call_later`` handle, re-armed lazily, not a task per member).
+
+Everything runs on the event loop of the API: each public method reads and
+changes the state without awaiting in between, so no lock is needed. Appends
+to ``__consumer_offsets`` go through :meth:`Log.append` before a change is
+answered; the in-memory cache is rebuilt from that topic on start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from app.core.errors import (
+    CoordinatorLoadInProgress,
+    FencedMemberEpoch,
+    GroupIdNotFound,
+    InvalidGroupId,
+    InvalidRequest,
+    NonEmptyGroup,
+    StaleMemberEpoch,
+    TopicAlreadyExists,
+    UnknownMemberId,
+    UnknownTopicOrPartition,
+    UnreleasedInstanceId,
+)
+from app.core.log.batch import build_batch, decode_records, iter_headers
+from app.groups.assignors import DEFAULT_ASSIGNOR, MemberSpec, get_assignor
+from app.groups.hashing import partition_for
+from app.groups.records import (
+    GroupKey,
+    GroupValue,
+    MemberValue,
+    OffsetKey,
+    OffsetValue,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+)
+
+if TYPE_CHECKING:
+    from app.core.log.manager import LogManager
+
+log = logging.getLogger(__name__)
+
+OFFSETS_TOPIC = "__consumer_offsets"
+TopicPartition = tuple[str, int]
+
+JOIN_EPOCH = 0
+LEAVE_EPOCH = -1
+STATIC_LEAVE_EPOCH = -2
+DEFAULT_REBALANCE_TIMEOUT_MS = 300_000
+# Kafka's offset.metadata.max.bytes
+OFFSET_METADATA_MAX_BYTES = 4096
+MAX_GROUP_ID_LENGTH = 255
+_READ_CHUNK = 1 << 20
+
+
+class GroupState(StrEnum):
+    EMPTY = "Empty"
+    ASSIGNING = "Assigning"
+    RECONCILING = "Reconciling"
+    STABLE = "Stable"
+
+
+class MemberState(StrEnum):
+    STABLE = "Stable"
+    # Must give up partitions before it may move to the target epoch.
+    UNREVOKED_PARTITIONS = "UnrevokedPartitions"
+    # At the target epoch, waiting for other members to release partitions.
+    UNRELEASED_PARTITIONS = "UnreleasedPartitions"
+
+
+@dataclass(frozen=True, slots=True)
+class GroupConfig:
+    offsets_topic_num_partitions: int = 50
+    session_timeout_ms: int = 45_000
+    heartbeat_interval_ms: int = 5_000
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+    offsets_retention_check_interval_ms: int = 600_000
+    node_id: int = 0
+    url: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatRequest:
+    member_id: str = ""
+    member_epoch: int = JOIN_EPOCH
+    instance_id: str | None = None
+    subscribed_topics: Sequence[str] | None = None
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    # None: the member holds what the previous answer gave it (a stateless client
+    # that applies each answer before its next heartbeat need not echo it back).
+    owned_partitions: Iterable[TopicPartition] | None = None
+    rebalance_timeout_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatResponse:
+    member_id: str
+    member_epoch: int
+    heartbeat_interval_ms: int
+    assignment: list[TopicPartition]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommit:
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int = -1
+    metadata: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedOffset:
+    topic: str
+    partition: int
+    offset: int  # -1 when nothing is committed
+    leader_epoch: int
+    metadata: str
+    commit_timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinatorInfo:
+    node_id: int
+    url: str
+    key: str
+    partition: int
+
+
+@dataclass(eq=False)
+class Member:
+    member_id: str
+    instance_id: str | None
+    subscribed_topics: list[str]
+    subscribed_regex: str | None
+    server_assignor: str | None
+    rebalance_timeout_ms: int
+    member_epoch: int = 0
+    previous_epoch: int = -1
+    assigned: set[TopicPartition] = field(default_factory=set)
+    revoking: set[TopicPartition] = field(default_factory=set)
+    # Topics the subscription resolves to (names that exist, regex matches).
+    resolved: frozenset[str] = frozenset()
+    deadline: float = 0.0
+    revoke_deadline: float | None = None
+    left_static: bool = False
+    timer: asyncio.TimerHandle | None = None
+
+
+@dataclass(eq=False)
+class Group:
+    group_id: str
+    group_epoch: int = 0
+    assignment_epoch: int = 0
+    assignor: str = DEFAULT_ASSIGNOR
+    members: dict[str, Member] = field(default_factory=dict)
+    target: dict[str, set[TopicPartition]] = field(default_factory=dict)
+    topics: dict[str, int] = field(default_factory=dict)
+    owners: dict[TopicPartition, str] = field(default_factory=dict)
+    static: dict[str, str] = field(default_factory=dict)
+    offsets: dict[TopicPartition, OffsetValue] = field(default_factory=dict)
+    # Wall-clock ms when the group last became empty: offsets retention counts from here.
+    empty_since_ms: int = 0
+    has_metadata_record: bool = False
+
+
+def group_by_topic(tps: Iterable[TopicPartition]) -> list[dict[str, Any]]:
+    """``[{"topic", "partitions": [...]}]``, topics and partitions sorted."""
+    by_topic: dict[str, list[int]] = {}
+    for t, p in sorted(tps):
+        by_topic.setdefault(t, []).append(p)
+    return [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]
+
+
+def validate_group_id(group_id: str) -> None:
+    if not group_id or len(group_id) > MAX_GROUP_ID_LENGTH:
+        raise InvalidGroupId(
+            f"a group id needs 1 to {MAX_GROUP_ID_LENGTH} characters, got {len(group_id)}"
+        )
+
+
+def _wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class GroupCoordinator:
+    """Coordinates every group of this broker (a single broker leads every
+    ``__consumer_offsets`` partition; in a cluster it would load only the ones it leads)."""
+
+    def __init__(
+        self,
+        manager: LogManager,
+        config: GroupConfig = GroupConfig(),
+        *,
+        clock_ms: Callable[[], int] = _wall_ms,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.manager = manager
+        self.config = config
+        self._clock_ms = clock_ms
+        self._monotonic = monotonic
+        self._groups: dict[str, Group] = {}
+        self._loaded = False
+        self._topic_ready = False
+        self._topic_lock: asyncio.Lock | None = None
+        self._expire_task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Rebuild the cache from ``__consumer_offsets`` (if it exists) and arm the timers."""
+        self._loop = asyncio.get_running_loop()
+        if OFFSETS_TOPIC in self.manager.topics():
+            await asyncio.to_thread(self.load)
+            self._topic_ready = True
+        self._loaded = True
+        now = self._monotonic()
+        for group in self._groups.values():
+            for member in group.members.values():
+                # Restored members get a fresh session: the broker was down, not them.
+                member.deadline = now + self.config.session_timeout_ms / 1000
+                self._arm(group, member)
+        self._expire_task = asyncio.create_task(self._expire_loop(), name="offsets-expiration")
+
+    async def stop(self) -> None:
+        self._loaded = False
+        if self._expire_task is not None:
+            self._expire_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._expire_task
+            self._expire_task = None
+        for group in self._groups.values():
+            for member in group.members.values():
+                if member.timer is not None:
+                    member.timer.cancel()
+                    member.timer = None
+
+    def load(self) -> None:
+        """Replay every ``__consumer_offsets`` partition from its start (blocking)."""
+        groups: dict[str, Group] = {}
+        count = self.manager.partition_count(OFFSETS_TOPIC)
+        for partition in range(count):
+            part_log = self.manager.get_log(OFFSETS_TOPIC, partition)
+            offset = part_log.log_start_offset
+            end = part_log.log_end_offset
+            while offset < end:
+                buf = part_log.read(offset, _READ_CHUNK, max_offset=end).read_bytes()
+                next_offset = offset
+                for _, header in iter_headers(buf):
+                    next_offset = header.next_offset
+                if next_offset <= offset:
+                    break
+                for record in decode_records(buf, min_offset=offset):
+                    if record.key is not None:
+                        self._replay(groups, record.key, record.value)
+                offset = next_offset
+        self._groups = {
+            gid: g for gid, g in groups.items() if g.members or g.offsets or g.has_metadata_record
+        }
+        log.info("loaded %d groups from %s", len(self._groups), OFFSETS_TOPIC)
+
+    def _replay(self, groups: dict[str, Group], raw_key: bytes, raw_value: bytes | None) -> None:
+        key = decode_key(raw_key)
+        if key is None:
+            return
+        value = decode_value(key, raw_value)
+        group = groups.get(key.group)
+        if group is None:
+            group = groups[key.group] = Group(key.group)
+        if isinstance(key, OffsetKey):
+            tp = (key.topic, key.partition)
+            if isinstance(value, OffsetValue):
+                group.offsets[tp] = value
+                group.empty_since_ms = max(group.empty_since_ms, value.commit_timestamp)
+            else:
+                group.offsets.pop(tp, None)
+            return
+        if not isinstance(value, GroupValue):
+            groups[key.group] = Group(key.group, offsets=group.offsets)
+            return
+        group.has_metadata_record = True
+        group.group_epoch = value.group_epoch
+        group.assignment_epoch = value.assignment_epoch
+        group.assignor = value.assignor
+        group.topics = dict(value.topics)
+        group.members = {}
+        group.target = {}
+        group.owners = {}
+        group.static = {}
+        for mv in value.members:
+            member = Member(
+                member_id=mv.member_id,
+                instance_id=mv.instance_id,
+                subscribed_topics=list(mv.subscribed_topics),
+                subscribed_regex=mv.subscribed_topic_regex,
+                server_assignor=mv.server_assignor,
+                rebalance_timeout_ms=mv.rebalance_timeout_ms,
+                member_epoch=mv.member_epoch,
+                previous_epoch=mv.previous_member_epoch,
+                assigned=set(mv.assigned),
+                revoking=set(mv.revoking),
+            )
+            group.members[member.member_id] = member
+            group.target[member.member_id] = set(mv.target)
+            if member.instance_id is not None:
+                group.static[member.instance_id] = member.member_id
+            for tp in member.assigned | member.revoking:
+                group.owners[tp] = member.member_id
+        for member in group.members.values():
+            member.resolved = self._resolve(member, None)
+
+    def _check_loaded(self) -> None:
+        if not self._loaded:
+            raise CoordinatorLoadInProgress("the group coordinator is loading __consumer_offsets")
+
+    async def _ensure_topic(self) -> None:
+        """Create ``__consumer_offsets`` on first use, as Kafka does."""
+        if self._topic_ready:
+            return
+        if self._topic_lock is None:
+            self._topic_lock = asyncio.Lock()
+        async with self._topic_lock:
+            if self._topic_ready:
+                return
+            with contextlib.suppress(TopicAlreadyExists):
+                await asyncio.to_thread(
+                    self.manager.create_topic,
+                    OFFSETS_TOPIC,
+                    self.config.offsets_topic_num_partitions,
+                    {"cleanup.policy": "compact"},
+                )
+            self._topic_ready = True
+
+    def _num_partitions(self) -> int:
+        # The topic, once it exists, is the authority: the setting may have changed since.
+        if self._topic_ready:
+            return self.manager.partition_count(OFFSETS_TOPIC)
+        return self.config.offsets_topic_num_partitions
+
+    # -- FindCoordinator -------------------------------------------------------------------
+
+    def find_coordinator(self, key: str, key_type: str = "group") -> CoordinatorInfo:
+        if key_type != "group":
+            raise InvalidRequest(
+                f"key_type {key_type!r} is not supported: only 'group' (no transactions)"
+            )
+        validate_group_id(key)
+        return CoordinatorInfo(
+            node_id=self.config.node_id,
+            url=self.config.url,
+            key=key,
+            partition=partition_for(key, self._num_partitions()),
+        )
+
+    # -- persistence -----------------------------------------------------------------------
+
+    def _append(self, group_id: str, records: Sequence[tuple[bytes, bytes | None]]) -> None:
+        partition = partition_for(group_id, self._num_partitions())
+        self.manager.get_log(OFFSETS_TOPIC, partition).append(build_batch(records))
+
+    def _group_value(self, group: Group) -> GroupValue:
+        return GroupValue(
+            assignor=group.assignor,
+            group_epoch=group.group_epoch,
+            assignment_epoch=group.assignment_epoch,
+            topics=dict(group.topics),
+            members=[
+                MemberValue(
+                    member_id=m.member_id,
+                    instance_id=m.instance_id,
+                    member_epoch=m.member_epoch,
+                    previous_member_epoch=m.previous_epoch,
+                    subscribed_topics=list(m.subscribed_topics),
+                    subscribed_topic_regex=m.subscribed_regex,
+                    server_assignor=m.server_assignor,
+                    rebalance_timeout_ms=m.rebalance_timeout_ms,
+                    assigned=sorted(m.assigned),
+                    revoking=sorted(m.revoking),
+                    target=sorted(group.target.get(m.member_id, ())),
+                )
+                for m in group.members.values()
+            ],
+        )
+
+    def _persist(self, group: Group) -> None:
+        key = encode_key(GroupKey(group.group_id))
+        self._append(group.group_id, [(key, encode_value(self._group_value(group)))])
+        group.has_metadata_record = True
+
+    # -- membership ------------------------------------------------------------------------
+
+    async def heartbeat(self, group_id: str, req: HeartbeatRequest) -> HeartbeatResponse:
+        self._check_loaded()
+        validate_group_id(group_id)
+        await self._ensure_topic()
+        # From here on, no await: the state changes below are atomic on the loop.
+        if req.member_epoch == JOIN_EPOCH:
+            return self._join(group_id, req)
+        group = self._groups.get(group_id)
+        member = group.members.get(req.member_id) if group is not None else None
+        if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
+            if group is None or member is None:
+                raise UnknownMemberId(group_id, req.member_id)
+            return self._leave(group, member, req.member_epoch)
+        if req.member_epoch < STATIC_LEAVE_EPOCH:
+            raise InvalidRequest(f"member_epoch {req.member_epoch} is not valid")
+        if group is None or member is None or member.left_static:
+            raise UnknownMemberId(group_id, req.member_id)
+        owned = None if req.owned_partitions is None else set(req.owned_partitions)
+        if req.member_epoch != member.member_epoch:
+            # A lost answer: the member may still be on its previous epoch, as long as
+            # it claims nothing beyond what it may hold (Kafka accepts the same).
+            lost_answer = req.member_epoch == member.previous_epoch and (
+                owned is None or owned <= member.assigned | member.revoking
+            )
+            if not lost_answer:
+                raise FencedMemberEpoch(
+                    group_id, member.member_id, req.member_epoch, member.member_epoch
+                )
+        member.deadline = self._monotonic() + self.config.session_timeout_ms / 1000
+        changed = self._update_member(group, member, req)
+        return self._settle(group, member, owned, changed)
+
+    def _join(self, group_id: str, req: HeartbeatRequest) -> HeartbeatResponse:
+        if req.subscribed_topics is None and req.subscribed_topic_regex is None:
+            raise InvalidRequest("joining needs subscribed_topics or subscribed_topic_regex")
+        if req.server_assignor is not None:
+            get_assignor(req.server_assignor)
+        if req.subscribed_topic_regex is not None:
+            _compile(req.subscribed_topic_regex)
+        group = self._groups.get(group_id)
+        if group is None:
+            group = self._groups[group_id] = Group(group_id)
+        now = self._monotonic()
+        member: Member | None = None
+        joined = False
+        if req.instance_id is not None:
+            old_id = group.static.get(req.instance_id)
+            old = group.members.get(old_id) if old_id is not None else None
+            if old is not None:
+                if not old.left_static and old.member_id != req.member_id:
+                    raise UnreleasedInstanceId(group_id, req.instance_id)
+                member = self._replace_static(group, old, req.member_id or _new_member_id())
+        if member is None:
+            existing = group.members.get(req.member_id) if req.member_id else None
+            if existing is not None:
+                # A known member rejoining from scratch (it lost its state): start over.
+                self._remove(group, existing, "rejoined with epoch 0")
+            member = Member(
+                member_id=req.member_id or _new_member_id(),
+                instance_id=req.instance_id,
+                subscribed_topics=list(req.subscribed_topics or []),
+                subscribed_regex=req.subscribed_topic_regex,
+                server_assignor=req.server_assignor,
+                rebalance_timeout_ms=req.rebalance_timeout_ms or DEFAULT_REBALANCE_TIMEOUT_MS,
+            )
+            group.members[member.member_id] = member
+            if member.instance_id is not None:
+                group.static[member.instance_id] = member.member_id
+            member.resolved = frozenset()
+            joined = True
+        member.deadline = now + self.config.session_timeout_ms / 1000
+        if not self._update_member(group, member, req) and joined:
+            group.group_epoch += 1
+        self._arm(group, member)
+        owned = None if req.owned_partitions is None else set(req.owned_partitions)
+        return self._settle(group, member, owned, True)
+
+    def _replace_static(self, group: Group, old: Member, new_id: str) -> Member:
+        """The new incarnation of a static member takes over its epoch and assignment."""
+        if old.timer is not None:
+            old.timer.cancel()
+            old.timer = None
+        old_id = old.member_id
+        del group.members[old_id]
+        old.member_id = new_id
+        old.left_static = False
+        group.members[new_id] = old
+        assert old.instance_id is not None
+        group.static[old.instance_id] = new_id
+        for tp in old.assigned | old.revoking:
+            if group.owners.get(tp) == old_id:
+                group.owners[tp] = new_id
+        if old_id in group.target:
+            group.target[new_id] = group.target.pop(old_id)
+        return old
+
+    def _update_member(self, group: Group, member: Member, req: HeartbeatRequest) -> bool:
+        """Apply a changed subscription or assignor; True when the group epoch moved."""
+        bump = False
+        if req.subscribed_topics is not None or req.subscribed_topic_regex is not None:
+            topics = list(req.subscribed_topics or [])
+            regex = req.subscribed_topic_regex
+            if regex is not None:
+                _compile(regex)
+            if topics != member.subscribed_topics or regex != member.subscribed_regex:
+                member.subscribed_topics = topics
+                member.subscribed_regex = regex
+                bump = True
+        if req.server_assignor is not None and req.server_assignor != member.server_assignor:
+            get_assignor(req.server_assignor)
+            member.server_assignor = req.server_assignor
+            bump = True
+        if req.rebalance_timeout_ms is not None:
+            member.rebalance_timeout_ms = req.rebalance_timeout_ms
+        bump |= self._refresh_metadata(group)
+        if bump:
+            group.group_epoch += 1
+        return bump
+
+    def _resolve(self, member: Member, all_topics: Sequence[str] | None) -> frozenset[str]:
+        names = set(member.subscribed_topics)
+        if member.subscribed_regex is not None:
+            pattern = _compile(member.subscribed_regex)
+            topics = self.manager.topics() if all_topics is None else all_topics
+            # Internal topics are never matched by a pattern (Kafka's exclude.internal.topics).
+            names.update(t for t in topics if not t.startswith("__") and pattern.fullmatch(t))
+        return frozenset(names)
+
+    def _refresh_metadata(self, group: Group) -> bool:
+        """Re-resolve subscriptions and partition counts; True when anything moved."""
+        changed = False
+        needs_regex = any(m.subscribed_regex is not None for m in group.members.values())
+        all_topics = self.manager.topics() if needs_regex else None
+        union: set[str] = set()
+        for member in group.members.values():
+            resolved = self._resolve(member, all_topics)
+            if resolved != member.resolved:
+                member.resolved = resolved
+                changed = True
+            union |= resolved
+        topics: dict[str, int] = {}
+        for t in union:
+            with contextlib.suppress(UnknownTopicOrPartition):
+                topics[t] = self.manager.partition_count(t)
+        if topics != group.topics:
+            group.topics = topics
+            changed = True
+        return changed
+
+    def _compute_target(self, group: Group) -> None:
+        votes = Counter(m.server_assignor for m in group.members.values() if m.server_assignor)
+        # Kafka picks the assignor most members ask for, else the broker's default.
+        group.assignor = votes.most_common(1)[0][0] if votes else DEFAULT_ASSIGNOR
+        specs = [
+            MemberSpec(
+                member_id=m.member_id,
+                topics=m.resolved,
+                sort_key=m.instance_id or "",
+                current=frozenset(group.target.get(m.member_id, ())),
+            )
+            for m in group.members.values()
+        ]
+        group.target = get_assignor(group.assignor).assign(specs, group.topics)
+        group.assignment_epoch = group.group_epoch
+
+    def _settle(
+        self, group: Group, member: Member, owned: set[TopicPartition] | None, changed: bool
+    ) -> HeartbeatResponse:
+        if group.assignment_epoch < group.group_epoch:
+            self._compute_target(group)
+            changed = True
+        changed |= self._reconcile(group, member, owned)
+        if changed:
+            self._persist(group)
+        return HeartbeatResponse(
+            member_id=member.member_id,
+            member_epoch=member.member_epoch,
+            heartbeat_interval_ms=self.config.heartbeat_interval_ms,
+            assignment=sorted(member.assigned),
+        )
+
+    def _reconcile(self, group: Group, member: Member, owned: set[TopicPartition] | None) -> bool:
+        """One step of the member towards its target; True when its state changed."""
+        changed = False
+        if member.revoking:
+            still_owned = set() if owned is None else member.revoking & owned
+            if still_owned:
+                return False
+            for tp in member.revoking:
+                if group.owners.get(tp) == member.member_id:
+                    del group.owners[tp]
+            member.revoking = set()
+            member.revoke_deadline = None
+            changed = True
+        target = group.target.get(member.member_id, set())
+        if member.member_epoch == group.assignment_epoch and member.assigned == target:
+            return changed
+        revoke = member.assigned - target
+        if revoke:
+            # Give up first, at the same epoch; the new partitions come once it has.
+            member.assigned -= revoke
+            member.revoking = revoke
+            member.revoke_deadline = self._monotonic() + member.rebalance_timeout_ms / 1000
+            self._arm(group, member)
+            return True
+        if member.member_epoch != group.assignment_epoch:
+            member.previous_epoch = member.member_epoch
+            member.member_epoch = group.assignment_epoch
+            changed = True
+        for tp in sorted(target - member.assigned):
+            owner = group.owners.get(tp)
+            if owner is None or owner == member.member_id or owner not in group.members:
+                group.owners[tp] = member.member_id
+                member.assigned.add(tp)
+                changed = True
+        return changed
+
+    def member_state(self, group: Group, member: Member) -> MemberState:
+        if member.revoking:
+            return MemberState.UNREVOKED_PARTITIONS
+        if member.assigned != group.target.get(member.member_id, set()):
+            return MemberState.UNRELEASED_PARTITIONS
+        return MemberState.STABLE
+
+    def _leave(self, group: Group, member: Member, epoch: int) -> HeartbeatResponse:
+        if epoch == STATIC_LEAVE_EPOCH and member.instance_id is not None:
+            # A static member going away for a restart keeps its partitions (nobody
+            # consumes them meanwhile) until its session times out.
+            member.left_static = True
+            member.deadline = self._monotonic() + self.config.session_timeout_ms / 1000
+            self._arm(group, member)
+        else:
+            self._remove(group, member, "left the group")
+        return HeartbeatResponse(
+            member_id=member.member_id,
+            member_epoch=epoch,
+            heartbeat_interval_ms=self.config.heartbeat_interval_ms,
+            assignment=[],
+        )
+
+    def _remove(self, group: Group, member: Member, reason: str) -> None:
+        log.info("group %s: member %s %s", group.group_id, member.member_id, reason)
+        if member.timer is not None:
+            member.timer.cancel()
+            member.timer = None
+        group.members.pop(member.member_id, None)
+        if (
+            member.instance_id is not None
+            and group.static.get(member.instance_id) == member.member_id
+        ):
+            del group.static[member.instance_id]
+        for tp in member.assigned | member.revoking:
+            if group.owners.get(tp) == member.member_id:
+                del group.owners[tp]
+        group.target.pop(member.member_id, None)
+        if not group.members:
+            group.empty_since_ms = self._clock_ms()
+        self._refresh_metadata(group)
+        group.group_epoch += 1
+        self._compute_target(group)
+        self._persist(group)
+
+    def _arm(self, group: Group, member: Member) -> None:
+        loop = self._loop or asyncio.get_running_loop()
+        delay = max(0.0, self._due(member) - self._monotonic())
+        if member.timer is not None:
+            # A later deadline is found when the timer fires; only an earlier one
+            # (a revocation's rebalance timeout) needs the timer moved.
+            if member.timer.when() <= loop.time() + delay + 0.001:
+                return
+            member.timer.cancel()
+        member.timer = loop.call_later(
+            delay, self._on_timer, group.group_id, member.member_id, member
+        )
+
+    @staticmethod
+    def _due(member: Member) -> float:
+        if member.revoke_deadline is not None:
+            return min(member.deadline, member.revoke_deadline)
+        return member.deadline
+
+    def _on_timer(self, group_id: str, member_id: str, member: Member) -> None:
+        member.timer = None
+        group = self._groups.get(group_id)
+        if group is None or group.members.get(member.member_id) is not member:
+            return
+        now = self._monotonic()
+        if now >= member.deadline:
+            self._remove(group, member, "timed out (session)")
+        elif member.revoke_deadline is not None and now >= member.revoke_deadline:
+            self._remove(group, member, "did not revoke within its rebalance timeout")
+        else:
+            self._arm(group, member)
+
+    def expire_sessions(self) -> int:
+        """Remove every member past a deadline now (the timers do this on their own)."""
+        now = self._monotonic()
+        removed = 0
+        for group in list(self._groups.values()):
+            for member in list(group.members.values()):
+                if now >= self._due(member):
+                    self._remove(group, member, "timed out")
+                    removed += 1
+        return removed
+
+    # -- offsets ---------------------------------------------------------------------------
+
+    async def commit_offsets(
+        self, group_id: str, member_id: str, member_epoch: int, offsets: Sequence[OffsetCommit]
+    ) -> list[CommittedOffset]:
+        self._check_loaded()
+        validate_group_id(group_id)
+        await self._ensure_topic()
+        group = self._groups.get(group_id)
+        if member_epoch < 0:
+            # Simple consumers and admin tools commit without membership, only while
+            # no member could be consuming the same partitions.
+            if group is not None and group.members:
+                raise UnknownMemberId(group_id, member_id)
+        else:
+            member = group.members.get(member_id) if group is not None else None
+            if member is None or group is None:
+                raise UnknownMemberId(group_id, member_id)
+            if member_epoch > member.member_epoch:
+                raise FencedMemberEpoch(group_id, member_id, member_epoch, member.member_epoch)
+            if member_epoch < member.member_epoch:
+                raise StaleMemberEpoch(group_id, member_id, member_epoch, member.member_epoch)
+        return self._write_offsets(group_id, offsets)
+
+    def _write_offsets(
+        self, group_id: str, offsets: Sequence[OffsetCommit]
+    ) -> list[CommittedOffset]:
+        if not offsets:
+            return []
+        for c in offsets:
+            if c.partition < 0 or c.partition >= self.manager.partition_count(c.topic):
+                raise UnknownTopicOrPartition(c.topic, c.partition)
+            if c.offset < 0:
+                raise InvalidRequest(f"offset {c.offset} for {c.topic}-{c.partition} is negative")
+            if len(c.metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
+                raise InvalidRequest(
+                    f"offset metadata for {c.topic}-{c.partition} is over "
+                    f"{OFFSET_METADATA_MAX_BYTES} bytes (OFFSET_METADATA_TOO_LARGE)"
+                )
+        now = self._clock_ms()
+        latest: dict[TopicPartition, OffsetValue] = {}
+        for c in offsets:
+            latest[(c.topic, c.partition)] = OffsetValue(c.offset, c.leader_epoch, c.metadata, now)
+        self._append(
+            group_id,
+            [
+                (encode_key(OffsetKey(group_id, t, p)), encode_value(v))
+                for (t, p), v in latest.items()
+            ],
+        )
+        group = self._groups.get(group_id)
+        if group is None:
+            group = self._groups[group_id] = Group(group_id, empty_since_ms=now)
+        group.offsets.update(latest)
+        return [
+            CommittedOffset(t, p, v.offset, v.leader_epoch, v.metadata, v.commit_timestamp)
+            for (t, p), v in latest.items()
+        ]
+
+    def fetch_offsets(
+        self, group_id: str, topics: Sequence[str] | None = None
+    ) -> list[CommittedOffset]:
+        """Committed offsets; for topics named, every partition (-1 where none is committed)."""
+        self._check_loaded()
+        validate_group_id(group_id)
+        group = self._groups.get(group_id)
+        committed = group.offsets if group is not None else {}
+        if topics is None:
+            wanted = sorted(committed)
+        else:
+            wanted = []
+            for t in dict.fromkeys(topics):
+                try:
+                    count = self.manager.partition_count(t)
+                except UnknownTopicOrPartition:
+                    count = 0
+                parts = set(range(count)) | {p for (ct, p) in committed if ct == t}
+                wanted.extend((t, p) for p in sorted(parts))
+        out = []
+        for tp in wanted:
+            v = committed.get(tp)
+            if v is None:
+                out.append(CommittedOffset(tp[0], tp[1], -1, -1, "", -1))
+            else:
+                out.append(
+                    CommittedOffset(
+                        tp[0], tp[1], v.offset, v.leader_epoch, v.metadata, v.commit_timestamp
+                    )
+                )
+        return out
+
+    async def _expire_loop(self) -> None:
+        interval = self.config.offsets_retention_check_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self.expire_offsets()
+            except Exception:  # a failed round must not end expiration for good
+                log.exception("offsets expiration failed")
+
+    def expire_offsets(self, now_ms: int | None = None) -> int:
+        """Tombstone offsets of empty groups past ``offsets.retention.minutes``; drop
+        groups left with nothing. Returns the number of offsets expired."""
+        now = self._clock_ms() if now_ms is None else now_ms
+        retention = self.config.offsets_retention_ms
+        expired = 0
+        for group in list(self._groups.values()):
+            if group.members:
+                continue
+            gone = [
+                tp
+                for tp, v in group.offsets.items()
+                if now - max(v.commit_timestamp, group.empty_since_ms) >= retention
+            ]
+            if gone:
+                self._append(
+                    group.group_id,
+                    [(encode_key(OffsetKey(group.group_id, t, p)), None) for t, p in gone],
+                )
+                for tp in gone:
+                    del group.offsets[tp]
+                expired += len(gone)
+            if not group.offsets and now - group.empty_since_ms >= retention:
+                self._drop(group)
+        return expired
+
+    def _drop(self, group: Group) -> None:
+        records: list[tuple[bytes, bytes | None]] = [
+            (encode_key(OffsetKey(group.group_id, t, p)), None) for t, p in group.offsets
+        ]
+        records.append((encode_key(GroupKey(group.group_id)), None))
+        self._append(group.group_id, records)
+        self._groups.pop(group.group_id, None)
+
+    # -- admin -----------------------------------------------------------------------------
+
+    def state_of(self, group: Group) -> GroupState:
+        if not group.members:
+            return GroupState.EMPTY
+        if group.assignment_epoch < group.group_epoch:
+            return GroupState.ASSIGNING
+        for m in group.members.values():
+            if m.member_epoch != group.assignment_epoch or self.member_state(group, m) != (
+                MemberState.STABLE
+            ):
+                return GroupState.RECONCILING
+        return GroupState.STABLE
+
+    def list_groups(self) -> list[dict[str, Any]]:
+        self._check_loaded()
+        return [
+            {
+                "group": g.group_id,
+                "state": self.state_of(g).value,
+                "protocol_type": "consumer",
+                "members": len(g.members),
+                "group_epoch": g.group_epoch,
+            }
+            for g in sorted(self._groups.values(), key=lambda g: g.group_id)
+        ]
+
+    def _get(self, group_id: str) -> Group:
+        self._check_loaded()
+        validate_group_id(group_id)
+        group = self._groups.get(group_id)
+        if group is None:
+            raise GroupIdNotFound(group_id)
+        return group
+
+    def describe_group(self, group_id: str) -> dict[str, Any]:
+        group = self._get(group_id)
+        offsets = []
+        for (t, p), v in sorted(group.offsets.items()):
+            try:
+                hw: int | None = self.manager.get_log(t, p).high_watermark
+            except UnknownTopicOrPartition:
+                hw = None
+            offsets.append(
+                {
+                    "topic": t,
+                    "partition": p,
+                    "offset": v.offset,
+                    "leader_epoch": v.leader_epoch,
+                    "metadata": v.metadata,
+                    "commit_timestamp": v.commit_timestamp,
+                    "high_watermark": hw,
+                    "lag": None if hw is None else max(0, hw - v.offset),
+                }
+            )
+        return {
+            "group": group.group_id,
+            "state": self.state_of(group).value,
+            "protocol_type": "consumer",
+            "group_epoch": group.group_epoch,
+            "assignment_epoch": group.assignment_epoch,
+            "assignor": group.assignor,
+            "coordinator": {
+                "node_id": self.config.node_id,
+                "url": self.config.url,
+                "partition": partition_for(group.group_id, self._num_partitions()),
+            },
+            "members": [
+                {
+                    "member_id": m.member_id,
+                    "instance_id": m.instance_id,
+                    "member_epoch": m.member_epoch,
+                    "state": self.member_state(group, m).value,
+                    "subscribed_topics": m.subscribed_topics,
+                    "subscribed_topic_regex": m.subscribed_regex,
+                    "server_assignor": m.server_assignor,
+                    "assignment": group_by_topic(m.assigned),
+                    "pending_revocation": group_by_topic(m.revoking),
+                    "target_assignment": group_by_topic(group.target.get(m.member_id, ())),
+                }
+                for m in sorted(group.members.values(), key=lambda m: m.member_id)
+            ],
+            "offsets": offsets,
+        }
+
+    async def delete_group(self, group_id: str) -> None:
+        group = self._get(group_id)
+        if group.members:
+            raise NonEmptyGroup(group_id, len(group.members), "deleting it")
+        await self._ensure_topic()
+        if self._groups.get(group_id) is group:
+            self._drop(group)
+
+    async def reset_offsets(
+        self,
+        group_id: str,
+        topic: str,
+        to: str,
+        *,
+        partitions: Sequence[int] | None = None,
+        value: int | None = None,
+    ) -> list[CommittedOffset]:
+        """Set an empty group's offsets on ``topic`` to earliest, latest, the first offset
+        at or after a timestamp (``value`` ms), or ``value`` clamped to the log's range."""
+        self._check_loaded()
+        validate_group_id(group_id)
+        if to not in ("earliest", "latest", "timestamp", "offset"):
+            raise InvalidRequest(f"to must be earliest, latest, timestamp or offset, not {to!r}")
+        if to in ("timestamp", "offset") and value is None:
+            raise InvalidRequest(f"resetting to {to} needs a value")
+        count = self.manager.partition_count(topic)
+        parts = sorted(set(range(count) if partitions is None else partitions))
+        for p in parts:
+            if not 0 <= p < count:
+                raise UnknownTopicOrPartition(topic, p)
+        await self._ensure_topic()
+        group = self._groups.get(group_id)
+        if group is not None and group.members:
+            raise NonEmptyGroup(group_id, len(group.members), "resetting offsets")
+        commits = []
+        for p in parts:
+            plog = self.manager.get_log(topic, p)
+            if to == "earliest":
+                offset = plog.log_start_offset
+            elif to == "latest":
+                offset = plog.high_watermark
+            elif to == "timestamp":
+                assert value is not None
+                found = plog.offset_for_timestamp(value)
+                offset = plog.high_watermark if found is None else found[0]
+            else:
+                assert value is not None
+                offset = min(max(value, plog.log_start_offset), plog.high_watermark)
+            commits.append(OffsetCommit(topic, p, offset))
+        return self._write_offsets(group_id, commits)
+
+    # -- introspection for tests and the API ------------------------------------------------
+
+    def group(self, group_id: str) -> Group | None:
+        return self._groups.get(group_id)
+
+    @property
+    def loaded(self) -> bool:
+        return self._loaded
+
+    def groups(self) -> Mapping[str, Group]:
+        return self._groups
+
+
+_PATTERNS: dict[str, re.Pattern[str]] = {}
+
+
+def _compile(regex: str) -> re.Pattern[str]:
+    pattern = _PATTERNS.get(regex)
+    if pattern is None:
+        try:
+            pattern = re.compile(regex)
+        except re.error as exc:
+            raise InvalidRequest(
+                f"subscribed_topic_regex {regex!r} is not a valid regular expression "
+                f"(INVALID_REGULAR_EXPRESSION): {exc}"
+            ) from None
+        if len(_PATTERNS) < 1024:
+            _PATTERNS[regex] = pattern
+    return pattern
+
+
+def _new_member_id() -> str:
+    return uuid.uuid4().hex

@@ -1,0 +1,202 @@
+"""Keys and values of the records in ``__consumer_offsets``.
+
+Layout (all records are ordinary RecordBatch v2 records, so compaction keeps
+the latest value per key and a null value is a tombstone)::
+
+    key   = type:int16 big-endian + JSON array (orjson, no spaces)
+            type 1  offset commit    ["<group>", "<topic>", <partition>]
+            type 3  group metadata   ["<group>"]
+    value = version:int16 big-endian (0) + JSON object, or null (tombstone)
+            offset commit   {"offset", "leader_epoch", "metadata", "commit_timestamp"}
+            group metadata  {"protocol_type", "assignor", "group_epoch",
+                             "assignment_epoch", "topics": {topic: partitions},
+                             "members": [member ...]}
+            member          {"member_id", "instance_id", "member_epoch",
+                             "previous_member_epoch", "subscribed_topics",
+                             "subscribed_topic_regex", "server_assignor",
+                             "rebalance_timeout_ms", "assigned": [[topic, p], ...],
+                             "revoking": [[topic, p], ...], "target": [[topic, p], ...]}
+
+The key is a byte-exact function of its fields (orjson emits no optional
+whitespace), which compaction relies on. The type numbers follow Kafka's
+record types (1 = OffsetCommitKey, 3 = ConsumerGroupMetadataKey) though the
+encodings are our own JSON, readable with any tool.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from app.core.errors import CorruptRecord
+
+OFFSET_COMMIT_KEY = 1
+GROUP_METADATA_KEY = 3
+VALUE_VERSION = 0
+
+_SHORT = struct.Struct(">h")
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetKey:
+    group: str
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupKey:
+    group: str
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetValue:
+    offset: int
+    leader_epoch: int = -1
+    metadata: str = ""
+    commit_timestamp: int = 0
+
+
+@dataclass(slots=True)
+class MemberValue:
+    member_id: str
+    instance_id: str | None
+    member_epoch: int
+    previous_member_epoch: int
+    subscribed_topics: list[str]
+    subscribed_topic_regex: str | None
+    server_assignor: str | None
+    rebalance_timeout_ms: int
+    assigned: list[TopicPartition] = field(default_factory=list)
+    revoking: list[TopicPartition] = field(default_factory=list)
+    target: list[TopicPartition] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class GroupValue:
+    assignor: str
+    group_epoch: int
+    assignment_epoch: int
+    topics: dict[str, int]
+    members: list[MemberValue]
+    protocol_type: str = "consumer"
+
+
+Key = OffsetKey | GroupKey
+Value = OffsetValue | GroupValue
+
+
+def encode_key(key: Key) -> bytes:
+    if isinstance(key, OffsetKey):
+        return _SHORT.pack(OFFSET_COMMIT_KEY) + orjson.dumps([key.group, key.topic, key.partition])
+    return _SHORT.pack(GROUP_METADATA_KEY) + orjson.dumps([key.group])
+
+
+def decode_key(data: bytes) -> Key | None:
+    """The key, or None for a record type this version does not know (skipped on load)."""
+    if len(data) < 2:
+        raise CorruptRecord(f"__consumer_offsets key of {len(data)} bytes is too short")
+    (kind,) = _SHORT.unpack_from(data)
+    try:
+        fields = orjson.loads(data[2:])
+        if kind == OFFSET_COMMIT_KEY:
+            group, topic, partition = fields
+            return OffsetKey(str(group), str(topic), int(partition))
+        if kind == GROUP_METADATA_KEY:
+            (group,) = fields
+            return GroupKey(str(group))
+    except (orjson.JSONDecodeError, ValueError, TypeError) as exc:
+        raise CorruptRecord(f"bad __consumer_offsets key of type {kind}: {exc}") from None
+    return None
+
+
+def _tps(items: list[TopicPartition]) -> list[list[Any]]:
+    return [[t, p] for t, p in sorted(items)]
+
+
+def encode_value(value: Value) -> bytes:
+    body: dict[str, Any]
+    if isinstance(value, OffsetValue):
+        body = {
+            "offset": value.offset,
+            "leader_epoch": value.leader_epoch,
+            "metadata": value.metadata,
+            "commit_timestamp": value.commit_timestamp,
+        }
+    else:
+        body = {
+            "protocol_type": value.protocol_type,
+            "assignor": value.assignor,
+            "group_epoch": value.group_epoch,
+            "assignment_epoch": value.assignment_epoch,
+            "topics": value.topics,
+            "members": [
+                {
+                    "member_id": m.member_id,
+                    "instance_id": m.instance_id,
+                    "member_epoch": m.member_epoch,
+                    "previous_member_epoch": m.previous_member_epoch,
+                    "subscribed_topics": m.subscribed_topics,
+                    "subscribed_topic_regex": m.subscribed_topic_regex,
+                    "server_assignor": m.server_assignor,
+                    "rebalance_timeout_ms": m.rebalance_timeout_ms,
+                    "assigned": _tps(m.assigned),
+                    "revoking": _tps(m.revoking),
+                    "target": _tps(m.target),
+                }
+                for m in value.members
+            ],
+        }
+    return _SHORT.pack(VALUE_VERSION) + orjson.dumps(body)
+
+
+def _tp_list(raw: Any) -> list[TopicPartition]:
+    return [(str(t), int(p)) for t, p in raw]
+
+
+def decode_value(key: Key, data: bytes | None) -> Value | None:
+    """The value for ``key``; None for a tombstone."""
+    if data is None:
+        return None
+    if len(data) < 2:
+        raise CorruptRecord(f"__consumer_offsets value of {len(data)} bytes is too short")
+    try:
+        body = orjson.loads(data[2:])
+        if isinstance(key, OffsetKey):
+            return OffsetValue(
+                offset=int(body["offset"]),
+                leader_epoch=int(body.get("leader_epoch", -1)),
+                metadata=str(body.get("metadata") or ""),
+                commit_timestamp=int(body.get("commit_timestamp", 0)),
+            )
+        members = [
+            MemberValue(
+                member_id=str(m["member_id"]),
+                instance_id=m.get("instance_id"),
+                member_epoch=int(m["member_epoch"]),
+                previous_member_epoch=int(m.get("previous_member_epoch", -1)),
+                subscribed_topics=[str(t) for t in m.get("subscribed_topics") or []],
+                subscribed_topic_regex=m.get("subscribed_topic_regex"),
+                server_assignor=m.get("server_assignor"),
+                rebalance_timeout_ms=int(m.get("rebalance_timeout_ms", 300_000)),
+                assigned=_tp_list(m.get("assigned", [])),
+                revoking=_tp_list(m.get("revoking", [])),
+                target=_tp_list(m.get("target", [])),
+            )
+            for m in body["members"]
+        ]
+        return GroupValue(
+            assignor=str(body["assignor"]),
+            group_epoch=int(body["group_epoch"]),
+            assignment_epoch=int(body["assignment_epoch"]),
+            topics={str(t): int(n) for t, n in body.get("topics", {}).items()},
+            members=members,
+            protocol_type=str(body.get("protocol_type", "consumer")),
+        )
+    except (orjson.JSONDecodeError, KeyError, ValueError, TypeError) as exc:
+        raise CorruptRecord(f"bad __consumer_offsets value: {exc}") from None

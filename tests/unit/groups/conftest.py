@@ -1,0 +1,36 @@
+"""A coordinator over a real LogManager in a temp dir, with a clock the test moves."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from app.core.log import LogManager
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def wall_ms(self) -> int:
+        return int(self.now * 1000)
+
+
+@pytest.fixture
+def manager(tmp_path: Path) -> Iterator[LogManager]:
+    m = LogManager(tmp_path / "data")
+    m.start()
+    try:
+        yield m
+    finally:
+        m.shutdown()
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()

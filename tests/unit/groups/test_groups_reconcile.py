@@ -1,0 +1,189 @@
+"""Reconciliation as a state machine driven by heartbeats: revoke before assign."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable
+
+from conftest import FakeClock
+
+from app.core.errors import FencedMemberEpoch, UnknownMemberId, UnreleasedInstanceId
+from app.core.log import LogManager
+from app.groups.coordinator import (
+    GroupConfig,
+    GroupCoordinator,
+    HeartbeatRequest,
+    HeartbeatResponse,
+)
+
+TP = tuple[str, int]
+
+
+def run(
+    manager: LogManager, clock: FakeClock, body: Callable[[GroupCoordinator], Awaitable[None]]
+) -> None:
+    async def main() -> None:
+        coord = GroupCoordinator(
+            manager,
+            GroupConfig(offsets_topic_num_partitions=2, session_timeout_ms=10_000),
+            clock_ms=clock.wall_ms,
+            monotonic=clock.monotonic,
+        )
+        await coord.start()
+        try:
+            await body(coord)
+        finally:
+            await coord.stop()
+
+    asyncio.run(main())
+
+
+def assert_disjoint(coord: GroupCoordinator, group: str) -> None:
+    g = coord.group(group)
+    assert g is not None
+    seen: dict[TP, str] = {}
+    for m in g.members.values():
+        for tp in m.assigned | m.revoking:
+            assert tp not in seen, f"{tp} held by {seen[tp]} and {m.member_id}"
+            seen[tp] = m.member_id
+
+
+def test_revoke_before_assign(manager: LogManager, clock: FakeClock) -> None:
+    manager.create_topic("t", 6)
+
+    async def body(c: GroupCoordinator) -> None:
+        a = await c.heartbeat("g", HeartbeatRequest(subscribed_topics=["t"]))
+        assert a.assignment == [("t", p) for p in range(6)]
+        b = await c.heartbeat("g", HeartbeatRequest(subscribed_topics=["t"]))
+        assert b.assignment == []  # everything is still A's
+        assert b.member_epoch == a.member_epoch + 1 == 2
+        assert_disjoint(c, "g")
+
+        a2 = await c.heartbeat("g", HeartbeatRequest(a.member_id, a.member_epoch))
+        assert len(a2.assignment) == 3
+        assert a2.member_epoch == a.member_epoch  # revoking keeps the epoch
+        b2 = await c.heartbeat("g", HeartbeatRequest(b.member_id, b.member_epoch))
+        assert b2.assignment == []  # not released yet
+        # A still reports the revoked partitions: nothing moves.
+        a3 = await c.heartbeat(
+            "g",
+            HeartbeatRequest(a.member_id, a2.member_epoch, owned_partitions=a.assignment),
+        )
+        assert a3.member_epoch == a.member_epoch
+        b3 = await c.heartbeat("g", HeartbeatRequest(b.member_id, b2.member_epoch))
+        assert b3.assignment == []
+        assert_disjoint(c, "g")
+        # A releases them: it moves to the new epoch, then B gets them.
+        a4 = await c.heartbeat(
+            "g",
+            HeartbeatRequest(a.member_id, a3.member_epoch, owned_partitions=a2.assignment),
+        )
+        assert a4.member_epoch == b.member_epoch
+        assert a4.assignment == a2.assignment
+        b4 = await c.heartbeat("g", HeartbeatRequest(b.member_id, b3.member_epoch))
+        assert sorted(a4.assignment + b4.assignment) == [("t", p) for p in range(6)]
+        assert c.describe_group("g")["state"] == "Stable"
+
+    run(manager, clock, body)
+
+
+def test_fencing_leave_and_session_timeout(manager: LogManager, clock: FakeClock) -> None:
+    manager.create_topic("t", 4)
+
+    async def body(c: GroupCoordinator) -> None:
+        a = await c.heartbeat("g", HeartbeatRequest(subscribed_topics=["t"]))
+        try:
+            await c.heartbeat("g", HeartbeatRequest(a.member_id, a.member_epoch + 5))
+            raise AssertionError("not fenced")
+        except FencedMemberEpoch:
+            pass
+        try:
+            await c.heartbeat("g", HeartbeatRequest("nobody", 3))
+            raise AssertionError("unknown member accepted")
+        except UnknownMemberId:
+            pass
+        b = await c.heartbeat("g", HeartbeatRequest(subscribed_topics=["t"]))
+        clock.now += 6
+        await c.heartbeat("g", HeartbeatRequest(b.member_id, b.member_epoch))
+        clock.now += 6  # A has been silent for 12 s > 10 s
+        assert c.expire_sessions() == 1
+        b2 = await c.heartbeat("g", HeartbeatRequest(b.member_id, b.member_epoch))
+        b2 = await c.heartbeat("g", HeartbeatRequest(b.member_id, b2.member_epoch))
+        assert b2.assignment == [("t", p) for p in range(4)]
+        left = await c.heartbeat("g", HeartbeatRequest(b.member_id, -1))
+        assert left.member_epoch == -1
+        assert c.describe_group("g")["state"] == "Empty"
+
+    run(manager, clock, body)
+
+
+def test_static_member_keeps_partitions(manager: LogManager, clock: FakeClock) -> None:
+    manager.create_topic("t", 4)
+
+    async def body(c: GroupCoordinator) -> None:
+        a = await c.heartbeat("g", HeartbeatRequest(instance_id="i-a", subscribed_topics=["t"]))
+        b = await c.heartbeat("g", HeartbeatRequest(instance_id="i-b", subscribed_topics=["t"]))
+        for _ in range(3):
+            a = await c.heartbeat("g", HeartbeatRequest(a.member_id, a.member_epoch))
+            b = await c.heartbeat("g", HeartbeatRequest(b.member_id, b.member_epoch))
+        assert len(a.assignment) == len(b.assignment) == 2
+        try:
+            await c.heartbeat("g", HeartbeatRequest(instance_id="i-a", subscribed_topics=["t"]))
+            raise AssertionError("instance id taken twice")
+        except UnreleasedInstanceId:
+            pass
+        await c.heartbeat("g", HeartbeatRequest(a.member_id, -2, instance_id="i-a"))
+        epoch = c.group("g").group_epoch  # type: ignore[union-attr]
+        a2 = await c.heartbeat("g", HeartbeatRequest(instance_id="i-a", subscribed_topics=["t"]))
+        assert a2.member_id != a.member_id
+        assert a2.assignment == a.assignment
+        assert a2.member_epoch == a.member_epoch
+        assert c.group("g").group_epoch == epoch  # type: ignore[union-attr]
+
+    run(manager, clock, body)
+
+
+def test_random_churn_never_double_assigns(manager: LogManager, clock: FakeClock) -> None:
+    manager.create_topic("t", 12)
+    manager.create_topic("u", 5)
+    rng = random.Random(7)
+
+    async def body(c: GroupCoordinator) -> None:
+        live: dict[str, HeartbeatResponse] = {}
+        for _ in range(400):
+            action = rng.random()
+            if action < 0.12 or not live:
+                topics = rng.choice([["t"], ["t", "u"], ["u"]])
+                r = await c.heartbeat(
+                    "g",
+                    HeartbeatRequest(
+                        subscribed_topics=topics, server_assignor=rng.choice(["uniform", "range"])
+                    ),
+                )
+                live[r.member_id] = r
+            elif action < 0.2 and len(live) > 1:
+                mid = rng.choice(sorted(live))
+                await c.heartbeat("g", HeartbeatRequest(mid, -1))
+                del live[mid]
+            else:
+                mid = rng.choice(sorted(live))
+                last = live[mid]
+                live[mid] = await c.heartbeat("g", HeartbeatRequest(mid, last.member_epoch))
+            assert_disjoint(c, "g")
+        # Quiet heartbeats converge every member to the target.
+        for _ in range(4):
+            for mid in sorted(live):
+                live[mid] = await c.heartbeat("g", HeartbeatRequest(mid, live[mid].member_epoch))
+        g = c.group("g")
+        assert g is not None
+        assert c.describe_group("g")["state"] == "Stable"
+        held = sorted(tp for r in live.values() for tp in r.assignment)
+        subscribed = {t for m in g.members.values() for t in m.resolved}
+        expected = sorted(
+            [("t", p) for p in range(12) if "t" in subscribed]
+            + [("u", p) for p in range(5) if "u" in subscribed]
+        )
+        assert held == expected
+
+    run(manager, clock, body)

@@ -1,0 +1,74 @@
+"""The __consumer_offsets key/value codec: round trips and the documented layout."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.core.errors import CorruptRecord
+from app.groups.records import (
+    GroupKey,
+    GroupValue,
+    MemberValue,
+    OffsetKey,
+    OffsetValue,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+)
+
+
+def test_offset_key_layout_is_type_then_json() -> None:
+    assert encode_key(OffsetKey("g", "t", 3)) == b'\x00\x01["g","t",3]'
+    assert encode_key(GroupKey("g")) == b'\x00\x03["g"]'
+
+
+def test_offset_round_trip() -> None:
+    key = OffsetKey("grp", "orders", 7)
+    value = OffsetValue(offset=42, leader_epoch=3, metadata="ünïcode", commit_timestamp=1700)
+    assert decode_key(encode_key(key)) == key
+    assert decode_value(key, encode_value(value)) == value
+    assert decode_value(key, None) is None  # tombstone
+
+
+def test_group_round_trip() -> None:
+    key = GroupKey("grp")
+    value = GroupValue(
+        assignor="range",
+        group_epoch=5,
+        assignment_epoch=5,
+        topics={"a": 3, "b": 1},
+        members=[
+            MemberValue(
+                member_id="m1",
+                instance_id="i1",
+                member_epoch=5,
+                previous_member_epoch=4,
+                subscribed_topics=["a", "b"],
+                subscribed_topic_regex=None,
+                server_assignor="range",
+                rebalance_timeout_ms=1000,
+                assigned=[("a", 0), ("a", 1)],
+                revoking=[("b", 0)],
+                target=[("a", 0), ("a", 1), ("a", 2)],
+            ),
+            MemberValue("m2", None, 3, 2, [], "a.*", None, 300_000),
+        ],
+    )
+    assert decode_key(encode_key(key)) == key
+    assert decode_value(key, encode_value(value)) == value
+
+
+def test_keys_are_deterministic_for_compaction() -> None:
+    assert encode_key(OffsetKey("g", "t", 1)) == encode_key(OffsetKey("g", "t", 1))
+    assert encode_key(OffsetKey("g", "t", 1)) != encode_key(OffsetKey("g", "t", 2))
+
+
+def test_unknown_key_type_is_skipped_and_garbage_is_corrupt() -> None:
+    assert decode_key(b"\x00\x09[1]") is None
+    with pytest.raises(CorruptRecord):
+        decode_key(b"\x00")
+    with pytest.raises(CorruptRecord):
+        decode_key(b"\x00\x01not json")
+    with pytest.raises(CorruptRecord):
+        decode_value(OffsetKey("g", "t", 0), b"\x00\x00{}")
