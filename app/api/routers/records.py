@@ -169,18 +169,16 @@ def _plan_batches(
     return batches, placed
 
 
-async def _produce(
+async def append_json_records(
     state: AppState,
     manager: LogManager,
     topic: str,
-    request: Request,
-    acks: str,
+    req: ParsedProduce,
     timeout_ms: int,
     fixed_partition: int | None,
-) -> Response:
-    required_acks = parse_acks(acks)
-    body = await read_body(request, state.settings.max_request_bytes)
-    req = parse_produce_body(body)
+) -> list[dict[str, int]]:
+    """Append a parsed JSON produce request; each record's partition, offset and
+    timestamp in request order. Shared by HTTP produce and ``WS /ws/produce``."""
     now_ms = int(time.time() * 1000)
     plan = plan_topic(state, manager, topic)
     while True:
@@ -198,13 +196,11 @@ async def _produce(
     work = [(manager.get_log(topic, p), batches[p]) for p in order]
 
     infos = await _append(work, timeout_ms, topic)
-    if required_acks == 0:
-        return Response(status_code=204)
     appended = dict(zip(order, infos, strict=True))
 
     first = {p: info.first_offset for p, info in appended.items()}
     append_time = {p: info.log_append_time for p, info in appended.items()}
-    offsets = [
+    return [
         {
             "partition": p,
             "offset": first[p] + j,
@@ -212,6 +208,23 @@ async def _produce(
         }
         for p, j, ts in placed
     ]
+
+
+async def _produce(
+    state: AppState,
+    manager: LogManager,
+    topic: str,
+    request: Request,
+    acks: str,
+    timeout_ms: int,
+    fixed_partition: int | None,
+) -> Response:
+    required_acks = parse_acks(acks)
+    body = await read_body(request, state.settings.max_request_bytes)
+    req = parse_produce_body(body)
+    offsets = await append_json_records(state, manager, topic, req, timeout_ms, fixed_partition)
+    if required_acks == 0:
+        return Response(status_code=204)
     return JSONBytes({"offsets": offsets})
 
 

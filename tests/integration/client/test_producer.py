@@ -83,6 +83,11 @@ def test_callbacks_and_done_callbacks_run_once_per_record(
         late: list[int] = []
         f.add_done_callback(lambda fut: late.append(fut.result().offset))  # already done: runs now
     assert len(got) == 200 and errors == [None] * 200
+    now_ms = time.time() * 1000
+    assert all(
+        m is not None and type(m.timestamp) is int and now_ms - m.timestamp < 60_000 for m in got
+    )
+    assert type(f.result().timestamp) is int
     assert len(done) == 200 and late == [f.result().offset]
     per_partition = {0: [], 1: []}  # type: dict[int, list[int]]
     for meta in got:
