@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from app.api import errors, openapi_docs
+from app.api import errors, openapi_docs, ws
 from app.api.metrics import MetricsMiddleware, PartitionCollector
 from app.api.routers import ALL
 from app.api.routers import groups as group_routes
@@ -25,7 +25,12 @@ DESCRIPTION = """A Kafka-style partitioned commit log over HTTP.
 
 Records are stored as Kafka RecordBatch v2; keys are placed with Kafka's murmur2
 partitioner. Every error answers `{"error_code", "message", "retriable", ...}` where
-`error_code` is the Kafka error name; bad input is always a 4xx."""
+`error_code` is the Kafka error name; bad input is always a 4xx.
+
+WebSocket endpoints (`/ws/subscribe`: records pushed as they are appended, with
+credit-based flow control; `/ws/produce`: a stream of produce requests) are
+described in AsyncAPI 3.0 at [/asyncapi.yaml](/asyncapi.yaml)
+(`openapi/asyncapi.yaml` in the repository)."""
 
 
 def _version() -> str:
@@ -84,6 +89,7 @@ def create_app(settings: Settings, manager: LogManager | None = None) -> FastAPI
     app.add_middleware(MetricsMiddleware)
     for router in (*ALL, group_routes.router):
         app.include_router(router)
+    ws.install(app, state)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

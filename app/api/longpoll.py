@@ -62,11 +62,16 @@ class FetchWaiters:
         for event in self._waiters.get(key, ()):
             event.set()
 
-    def register(self, log: Log) -> asyncio.Event:
-        """A fresh event set by the next append to ``log``; pair with :meth:`unregister`."""
+    def register(self, log: Log, event: asyncio.Event | None = None) -> asyncio.Event:
+        """An event set by every append to ``log``; pair with :meth:`unregister`.
+
+        Pass ``event`` to share one event among several logs (a WebSocket
+        subscription waits on all of its partitions at once).
+        """
         # The loop serving requests now (an app can outlive a loop, e.g. under a test client).
         self._loop = asyncio.get_running_loop()
-        event = asyncio.Event()
+        if event is None:
+            event = asyncio.Event()
         if self._closed:
             event.set()
             return event

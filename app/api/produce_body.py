@@ -117,3 +117,15 @@ def parse_produce_body(body: bytes) -> ParsedProduce:
         return _from_model(ProduceRequest.model_validate_json(body))
     except ValidationError as exc:
         raise BodyInvalid.from_validation(exc) from None
+
+
+def parse_produce_object(obj: Any, where: str = "body") -> ParsedProduce:
+    """Like :func:`parse_produce_body` for a body already parsed (a WebSocket message)."""
+    parsed = _fast(obj)
+    if parsed is not None:
+        return parsed
+    # Bad input only: judged by the model in JSON mode, exactly as an HTTP body would be.
+    try:
+        return _from_model(ProduceRequest.model_validate_json(orjson.dumps(obj)))
+    except ValidationError as exc:
+        raise BodyInvalid.from_validation(exc, where) from None

@@ -108,6 +108,36 @@ async def wait_for_data(
         waiters.unregister(log, event)
 
 
+def json_records(
+    data: bytes,
+    offset: int,
+    key_format: str,
+    value_format: str,
+    limit: int | None = None,
+) -> tuple[list[dict[str, Any]], int]:
+    """The records of ``data`` from ``offset`` on, rendered as in a JSON fetch, and the
+    offset to read next; at most ``limit`` records (the WebSocket record credit)."""
+    decode_key = DECODERS[key_format]
+    decode_value = DECODERS[value_format]
+    records: list[dict[str, Any]] = []
+    for r in decode_records(data, min_offset=offset):
+        if limit is not None and len(records) >= limit:
+            return records, records[-1]["offset"] + 1 if records else offset
+        records.append(
+            {
+                "offset": r.offset,
+                "timestamp": r.timestamp,
+                "key": decode_key(r.key),
+                "value": decode_value(r.value),
+                "headers": decode_headers(r.headers) if r.headers else [],
+            }
+        )
+    next_offset = offset
+    for _, header in iter_headers(data):
+        next_offset = max(next_offset, header.next_offset)
+    return records, next_offset
+
+
 def render_json(
     topic: str,
     partition: int,
@@ -117,21 +147,7 @@ def render_json(
     value_format: str,
 ) -> bytes:
     data = info.read_bytes() if info.size else b""
-    decode_key = DECODERS[key_format]
-    decode_value = DECODERS[value_format]
-    records = [
-        {
-            "offset": r.offset,
-            "timestamp": r.timestamp,
-            "key": decode_key(r.key),
-            "value": decode_value(r.value),
-            "headers": decode_headers(r.headers) if r.headers else [],
-        }
-        for r in decode_records(data, min_offset=offset)
-    ]
-    next_offset = offset
-    for _, header in iter_headers(data):
-        next_offset = max(next_offset, header.next_offset)
+    records, next_offset = json_records(data, offset, key_format, value_format)
     body: dict[str, Any] = {
         "topic": topic,
         "partition": partition,

@@ -6,19 +6,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from groups_unit_helpers import FakeClock
 
 from app.core.log import LogManager
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def wall_ms(self) -> int:
-        return int(self.now * 1000)
 
 
 @pytest.fixture

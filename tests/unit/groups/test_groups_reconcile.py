@@ -6,7 +6,7 @@ import asyncio
 import random
 from collections.abc import Awaitable, Callable
 
-from conftest import FakeClock
+from groups_unit_helpers import FakeClock
 
 from app.core.errors import FencedMemberEpoch, UnknownMemberId, UnreleasedInstanceId
 from app.core.log import LogManager

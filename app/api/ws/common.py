@@ -1,0 +1,106 @@
+"""What both WebSocket endpoints share: receiving under an idle timeout, safe sends, closing."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
+
+from app.api.state import AppState
+from app.api.ws.protocol import Close, error_frame, parse_text
+from app.api.ws.stats import WsStats
+from app.core.errors import InvalidRequest, LogbusError, PayloadTooLarge
+
+log = logging.getLogger(__name__)
+
+DEFAULT_IDLE_TIMEOUT_MS = 120_000
+MIN_IDLE_TIMEOUT_MS = 100
+MAX_IDLE_TIMEOUT_MS = 3_600_000
+
+# A send to a peer that is gone: uvicorn raises its ClientDisconnected (an OSError),
+# Starlette a WebSocketDisconnect or, after a close, a RuntimeError.
+SEND_ERRORS = (WebSocketDisconnect, RuntimeError, OSError)
+
+
+class ClientGone(Exception):
+    """The socket is closed (by the client, by us, or by the broker shutting down)."""
+
+
+def ws_stats(ws: WebSocket) -> WsStats:
+    stats: WsStats = ws.app.state.logbus_ws
+    return stats
+
+
+def app_state(ws: WebSocket) -> AppState:
+    state: AppState = ws.app.state.logbus
+    return state
+
+
+def idle_timeout_seconds(ws: WebSocket) -> float:
+    raw = ws.query_params.get("idle_timeout_ms")
+    if raw is None:
+        return DEFAULT_IDLE_TIMEOUT_MS / 1000
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if not MIN_IDLE_TIMEOUT_MS <= value <= MAX_IDLE_TIMEOUT_MS:
+        raise InvalidRequest(
+            f"query.idle_timeout_ms: expected an integer from {MIN_IDLE_TIMEOUT_MS} "
+            f"to {MAX_IDLE_TIMEOUT_MS}, got {raw!r}"
+        )
+    return value / 1000
+
+
+async def send_text(ws: WebSocket, text: str) -> None:
+    try:
+        await ws.send_text(text)
+    except SEND_ERRORS:
+        raise ClientGone from None
+
+
+async def send_bytes(ws: WebSocket, data: bytes) -> None:
+    try:
+        await ws.send_bytes(data)
+    except SEND_ERRORS:
+        raise ClientGone from None
+
+
+async def send_error(ws: WebSocket, exc: LogbusError, **extra: Any) -> None:
+    await send_text(ws, error_frame(exc, **extra))
+
+
+async def close(ws: WebSocket, code: int, reason: str = "") -> None:
+    if ws.application_state == WebSocketState.DISCONNECTED:
+        return
+    # Reasons are capped at 123 bytes by RFC 6455.
+    with contextlib.suppress(*SEND_ERRORS):
+        await ws.close(code, reason.encode()[:123].decode(errors="ignore"))
+
+
+async def receive_message(ws: WebSocket, idle_timeout: float, max_bytes: int) -> dict[str, Any]:
+    """The next client message as a JSON object.
+
+    Closes the socket (and raises ClientGone) on an idle timeout or a binary
+    frame; raises InvalidRequest for a text frame that is not a JSON object,
+    which the caller answers with an error frame.
+    """
+    try:
+        message = await asyncio.wait_for(ws.receive(), idle_timeout)
+    except TimeoutError:
+        await close(ws, Close.IDLE_TIMEOUT, "idle timeout")
+        raise ClientGone from None
+    except SEND_ERRORS:
+        raise ClientGone from None
+    if message["type"] == "websocket.disconnect":
+        raise ClientGone
+    text = message.get("text")
+    if text is None:
+        await close(ws, Close.UNSUPPORTED_DATA, "binary frames are not accepted: send JSON text")
+        raise ClientGone
+    if len(text) > max_bytes:
+        raise PayloadTooLarge(len(text), max_bytes)
+    return parse_text(text)

@@ -1,0 +1,108 @@
+"""``WS /ws/produce``: a stream of JSON produce requests on one socket.
+
+Each text message is ``{"id", "topic", "partition"?, "records", "key_format",
+"value_format", "timeout_ms"?}`` and is answered by ``{"type": "ack", "id",
+"offsets"}`` or ``{"type": "error", "id", ...}``. The records are parsed and
+appended by the HTTP JSON produce code (:func:`append_json_records`), so the
+semantics (placement, formats, auto-create, all-or-nothing) are the same.
+
+Requests on one socket are applied one at a time in the order sent, so
+answers come back in that order and a partition keeps the socket's order.
+uvicorn stops reading the socket while a message waits for the app, so a
+client that sends faster than the log appends is slowed by TCP, not buffered.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from starlette.websockets import WebSocket
+
+from app.api.produce_body import parse_produce_object
+from app.api.routers.records import append_json_records
+from app.api.ws import common
+from app.api.ws.common import ClientGone, send_error, send_text
+from app.api.ws.protocol import (
+    PRODUCE_CLIENT,
+    Close,
+    Ping,
+    Produce,
+    internal_error_frame,
+    validate,
+)
+from app.core.errors import LogbusError
+
+if TYPE_CHECKING:
+    from app.api.state import AppState
+
+logger = logging.getLogger(__name__)
+
+_BODY_FIELDS = ("records", "key_format", "value_format")
+
+
+def _request_id(obj: dict[str, Any]) -> str | int | None:
+    rid = obj.get("id")
+    # bool is an int to Python, not an id.
+    return rid if type(rid) in (str, int) else None
+
+
+async def _serve(ws: WebSocket, state: AppState, idle: float) -> None:
+    limit = state.settings.max_request_bytes
+    while True:
+        rid: str | int | None = None
+        try:
+            obj = await common.receive_message(ws, idle, limit)
+            rid = _request_id(obj)
+            msg = validate(obj, PRODUCE_CLIENT, default="produce")
+            if isinstance(msg, Ping):
+                pong: dict[str, Any] = {"type": "pong"}
+                if msg.id is not None:
+                    pong["id"] = msg.id
+                await send_text(ws, orjson.dumps(pong).decode())
+                continue
+            assert isinstance(msg, Produce)
+            manager = state.manager
+            if manager is None or not state.ready:
+                await common.close(ws, Close.GOING_AWAY, "the broker is stopping")
+                return
+            body = {name: obj[name] for name in _BODY_FIELDS if name in obj}
+            req = parse_produce_object(body, "message")
+            offsets = await append_json_records(
+                state, manager, msg.topic, req, msg.timeout_ms, msg.partition
+            )
+            await send_text(
+                ws, orjson.dumps({"type": "ack", "id": rid, "offsets": offsets}).decode()
+            )
+        except LogbusError as exc:
+            await send_error(ws, exc, id=rid)
+        except ClientGone:
+            return
+        except Exception as exc:
+            # A bug must cost this request, not the socket or the broker.
+            logger.exception("WebSocket produce failed")
+            with contextlib.suppress(ClientGone):
+                await send_text(ws, internal_error_frame(exc, id=rid))
+
+
+async def endpoint(ws: WebSocket) -> None:
+    await ws.accept()
+    state = common.app_state(ws)
+    stats = common.ws_stats(ws)
+    if not state.ready or state.manager is None:
+        await common.close(ws, Close.TRY_AGAIN_LATER, "the broker is not serving yet")
+        return
+    try:
+        idle = common.idle_timeout_seconds(ws)
+    except LogbusError as exc:
+        with contextlib.suppress(ClientGone):
+            await send_error(ws, exc)
+        await common.close(ws, Close.BAD_REQUEST, "bad query parameter")
+        return
+    stats.connections["produce"] += 1
+    try:
+        await _serve(ws, state, idle)
+    finally:
+        stats.connections["produce"] -= 1

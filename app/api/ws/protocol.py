@@ -1,0 +1,238 @@
+"""The WebSocket protocol: message models, the message registry, close codes, frames.
+
+Every client message is one text frame holding a JSON object with a ``type``.
+The registries below (:data:`SUBSCRIBE_CLIENT`, :data:`SUBSCRIBE_SERVER`,
+:data:`PRODUCE_CLIENT`, :data:`PRODUCE_SERVER`) are what the endpoints
+dispatch on and send; ``openapi/asyncapi.yaml`` documents the same names, and
+a test keeps the two equal.
+
+Binary record frames (``"format": "binary"`` subscriptions), big-endian::
+
+    offset  size  field
+         0     4  magic            b"LBW1"
+         4     2  topic_length     u16
+         6     n  topic            UTF-8
+       6+n     4  partition        i32
+      10+n     8  high_watermark   i64
+      18+n     8  next_offset      i64, where the partition's next frame starts
+      26+n     -  batches          RecordBatch v2 bytes as stored (whole batches;
+                                   the first may start before the offset asked for)
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from app.api.codec import BodyInvalid
+from app.api.models import Format
+from app.api.util import INT_MAX, LONG_MAX
+from app.core.errors import InvalidRequest, LogbusError
+
+BINARY_MAGIC = b"LBW1"
+_TOPIC_LEN = struct.Struct(">H")
+_TAIL = struct.Struct(">iqq")  # partition, high watermark, next offset
+
+# Far beyond any real backlog, and still exact in a JavaScript number.
+MAX_CREDIT = (1 << 53) - 1
+
+
+class Close:
+    """Close codes the broker uses (4xxx mirror the HTTP status they resemble)."""
+
+    NORMAL = 1000
+    GOING_AWAY = 1001  # the broker is shutting down
+    UNSUPPORTED_DATA = 1003  # a binary frame where a JSON text frame was expected
+    INTERNAL_ERROR = 1011
+    TRY_AGAIN_LATER = 1013  # the broker is not serving yet
+    BAD_REQUEST = 4400  # a bad first subscribe or query parameter (an error frame says why)
+    IDLE_TIMEOUT = 4408  # no client message within idle_timeout_ms
+
+
+CLOSE_CODES: dict[int, str] = {
+    Close.NORMAL: "normal closure",
+    Close.GOING_AWAY: "the broker is shutting down",
+    Close.UNSUPPORTED_DATA: "binary frame where a JSON text frame was expected",
+    Close.INTERNAL_ERROR: "unexpected broker error",
+    Close.TRY_AGAIN_LATER: "the broker is not serving yet",
+    Close.BAD_REQUEST: "the first message was not a valid subscribe, or a bad query parameter",
+    Close.IDLE_TIMEOUT: "no message from the client within idle_timeout_ms",
+}
+
+
+class _Message(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+
+Partition = Annotated[int, Field(ge=0, le=INT_MAX)]
+Offset = Annotated[int, Field(ge=0, le=LONG_MAX)]
+CreditAmount = Annotated[int, Field(ge=0, le=MAX_CREDIT)]
+
+
+class TopicPartition(_Message):
+    topic: str
+    partition: Partition
+
+
+class Credit(_Message):
+    records: CreditAmount | None = None
+    bytes: CreditAmount | None = None
+
+
+class OffsetsStart(_Message):
+    offsets: dict[str, dict[str, Offset]] = Field(
+        description="Start offset per topic, per partition number (as a string key)."
+    )
+    default: Literal["earliest", "latest"] = Field(
+        default="latest", description="Where partitions not listed start."
+    )
+
+
+class TimestampStart(_Message):
+    timestamp: Annotated[int, Field(ge=0, le=LONG_MAX)]
+
+
+class Subscribe(_Message):
+    type: Literal["subscribe"]
+    topics: list[str] | None = None
+    partitions: list[TopicPartition] | None = None
+    group: str | None = None
+    start: Literal["earliest", "latest", "committed"] | OffsetsStart | TimestampStart = "latest"
+    format: Literal["json", "binary"] = "json"
+    key_format: Format = "json"
+    value_format: Format = "json"
+    credit: Credit = Field(default_factory=lambda: Credit(records=0))
+
+
+class CreditGrant(_Message):
+    type: Literal["credit"]
+    records: CreditAmount | None = None
+    bytes: CreditAmount | None = None
+
+
+class Seek(_Message):
+    type: Literal["seek"]
+    topic: str
+    partition: Partition
+    offset: Offset | Literal["earliest", "latest"]
+
+
+class Pause(_Message):
+    type: Literal["pause"]
+    partitions: list[TopicPartition]
+
+
+class Resume(_Message):
+    type: Literal["resume"]
+    partitions: list[TopicPartition]
+
+
+class Commit(_Message):
+    type: Literal["commit"]
+    offsets: list[dict[str, Any]] | None = None
+
+
+class Ping(_Message):
+    type: Literal["ping"]
+    id: str | int | None = None
+
+
+class Produce(_Message):
+    """A produce request; each record is checked by the HTTP produce parser."""
+
+    type: Literal["produce"] = "produce"
+    id: str | int | None = None
+    topic: str
+    partition: Partition | None = None
+    records: list[Any]
+    key_format: Format = "json"
+    value_format: Format = "json"
+    timeout_ms: Annotated[int, Field(ge=1, le=INT_MAX)] = 30_000
+
+
+SUBSCRIBE_CLIENT: dict[str, type[_Message]] = {
+    "subscribe": Subscribe,
+    "credit": CreditGrant,
+    "seek": Seek,
+    "pause": Pause,
+    "resume": Resume,
+    "commit": Commit,
+    "ping": Ping,
+}
+SUBSCRIBE_SERVER = frozenset({"subscribed", "records", "error", "pong"})
+PRODUCE_CLIENT: dict[str, type[_Message]] = {"produce": Produce, "ping": Ping}
+PRODUCE_SERVER = frozenset({"ack", "error", "pong"})
+
+
+def parse_text(text: str) -> dict[str, Any]:
+    """A client message as a dict with a string ``type``; InvalidRequest otherwise."""
+    try:
+        obj = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(f"malformed JSON message: {exc}") from None
+    if type(obj) is not dict:
+        raise InvalidRequest(f"a message is a JSON object, got {type(obj).__name__}")
+    return obj
+
+
+def validate(
+    obj: Mapping[str, Any], registry: Mapping[str, type[_Message]], default: str | None = None
+) -> _Message:
+    kind = obj.get("type", default)
+    model = registry.get(kind) if isinstance(kind, str) else None
+    if model is None:
+        raise InvalidRequest(
+            f"unknown message type {kind!r}; expected one of {', '.join(sorted(registry))}"
+        )
+    try:
+        return model.model_validate(obj)
+    except ValidationError as exc:
+        raise BodyInvalid.from_validation(exc, "message") from None
+
+
+def error_frame(exc: LogbusError, **extra: Any) -> str:
+    body: dict[str, Any] = {
+        "type": "error",
+        "error_code": exc.error_code,
+        "message": exc.message,
+        "retriable": exc.retriable,
+    }
+    body.update(exc.fields())
+    body.update(extra)
+    return orjson.dumps(body, default=str).decode()
+
+
+def internal_error_frame(exc: BaseException, **extra: Any) -> str:
+    body: dict[str, Any] = {
+        "type": "error",
+        "error_code": "UNKNOWN_SERVER_ERROR",
+        "message": f"internal error: {type(exc).__name__}",
+        "retriable": False,
+    }
+    body.update(extra)
+    return orjson.dumps(body, default=str).decode()
+
+
+def binary_header(topic: str, partition: int, high_watermark: int, next_offset: int) -> bytes:
+    name = topic.encode()
+    return (
+        BINARY_MAGIC
+        + _TOPIC_LEN.pack(len(name))
+        + name
+        + _TAIL.pack(partition, high_watermark, next_offset)
+    )
+
+
+def parse_binary_frame(frame: bytes) -> tuple[str, int, int, int, memoryview]:
+    """(topic, partition, high_watermark, next_offset, batches): the client side, for tests
+    and SDKs."""
+    if frame[:4] != BINARY_MAGIC:
+        raise ValueError("not a Logbus binary records frame")
+    (n,) = _TOPIC_LEN.unpack_from(frame, 4)
+    topic = frame[6 : 6 + n].decode()
+    partition, hwm, next_offset = _TAIL.unpack_from(frame, 6 + n)
+    return topic, partition, hwm, next_offset, memoryview(frame)[6 + n + _TAIL.size :]

@@ -1,0 +1,486 @@
+"""``WS /ws/subscribe``: records pushed to a consumer as they are appended.
+
+One socket, two tasks:
+
+* the *control* task reads client messages (credit, seek, pause, resume,
+  commit, ping) and applies them to the subscription's state;
+* the *pump* sends records. It waits on one :class:`asyncio.Event` that every
+  subscribed partition's append listener sets (:mod:`app.api.longpoll`), as do
+  credit grants, seeks and resumes; there is no polling anywhere. Each round
+  it reads at most one chunk per partition from that partition's position
+  with :meth:`Log.read`, sends it, and advances.
+
+Memory is bounded by flow control: nothing is read without credit, a read is
+capped by the remaining byte credit (and sized from the record credit), and
+the pump holds one chunk at a time, which it hands to the transport only when
+uvicorn's transport is below its high-water mark (uvicorn's ``send`` waits
+for ``resume_writing``). A client that stops reading therefore holds at most
+one chunk plus the transport's buffer, whatever its credit.
+
+Credit: the subscribe message's ``credit`` sets which dimensions are limited
+(``records``, ``bytes`` or both; default ``{"records": 0}``), and ``credit``
+messages add to them. Records are counted as sent; bytes as the stored
+record-batch bytes sent. A batch is never split, so in binary format (and in
+bytes for JSON) one batch may overdraw the credit; nothing more is sent until
+it is positive again.
+
+The binary frame layout is in :mod:`app.api.ws.protocol`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from starlette.websockets import WebSocket
+
+from app.api.routers.fetch import json_records
+from app.api.util import INLINE_WORK_BYTES, run_blocking
+from app.api.ws import common
+from app.api.ws.common import ClientGone, send_bytes, send_error, send_text
+from app.api.ws.protocol import (
+    MAX_CREDIT,
+    SUBSCRIBE_CLIENT,
+    Close,
+    Commit,
+    CreditGrant,
+    OffsetsStart,
+    Pause,
+    Ping,
+    Resume,
+    Seek,
+    Subscribe,
+    TimestampStart,
+    binary_header,
+    internal_error_frame,
+    validate,
+)
+from app.core.errors import (
+    InvalidRequest,
+    LogbusError,
+    OffsetOutOfRange,
+    UnknownTopicOrPartition,
+)
+from app.core.log.batch import iter_headers
+
+if TYPE_CHECKING:
+    from app.api.state import AppState
+    from app.api.ws.stats import WsStats
+    from app.core.log.log import FetchInfo, Log
+    from app.core.log.manager import LogManager
+
+logger = logging.getLogger(__name__)
+
+# One read per partition per round; the most a socket holds in memory (plus
+# one batch that is larger). Above INLINE_WORK_BYTES rendering goes to a thread.
+CHUNK_BYTES = 512 * 1024
+# First guess of a record's stored size, to size a read from the record credit.
+INITIAL_BYTES_PER_RECORD = 128.0
+
+
+@dataclass(eq=False, slots=True)
+class Cursor:
+    topic: str
+    partition: int
+    log: Log
+    position: int
+    paused: bool = False
+    # Out of range (or its topic gone): nothing is sent until a seek.
+    stalled: bool = False
+    # Bumped by a seek, so a chunk read before it does not move the position back.
+    generation: int = 0
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "offset": self.position,
+            "log_start_offset": self.log.log_start_offset,
+            "high_watermark": self.log.high_watermark,
+            "paused": self.paused,
+        }
+
+
+def _json_frame(
+    topic: str,
+    partition: int,
+    position: int,
+    info: FetchInfo,
+    key_format: str,
+    value_format: str,
+    limit: int | None,
+) -> tuple[str | None, int, int, int]:
+    """(frame or None when no record is visible, records, stored bytes used, next offset)."""
+    data = info.read_bytes()
+    records, next_offset = json_records(data, position, key_format, value_format, limit)
+    used = 0
+    for _, header in iter_headers(data):
+        if header.base_offset >= next_offset:
+            break
+        used += header.size
+    if not records:
+        return None, 0, used, next_offset
+    frame = orjson.dumps(
+        {
+            "type": "records",
+            "topic": topic,
+            "partition": partition,
+            "high_watermark": info.high_watermark,
+            "log_start_offset": info.log_start_offset,
+            "next_offset": next_offset,
+            "records": records,
+        }
+    ).decode()
+    return frame, len(records), used, next_offset
+
+
+def _binary_frame(
+    topic: str, partition: int, position: int, info: FetchInfo, limit: int | None
+) -> tuple[bytes, int, int, int]:
+    """(frame, records at or after ``position``, bytes used, next offset); whole batches,
+    cut after the batch that reaches ``limit`` records."""
+    data = info.read_bytes()
+    count = used = 0
+    next_offset = position
+    for pos, header in iter_headers(data):
+        if limit is not None and count >= limit and used:
+            break
+        count += header.last_offset - max(header.base_offset, position) + 1
+        used = pos + header.size
+        next_offset = header.next_offset
+    head = binary_header(topic, partition, info.high_watermark, next_offset)
+    return b"".join((head, memoryview(data)[:used])), count, used, next_offset
+
+
+class Subscription:
+    def __init__(
+        self,
+        ws: WebSocket,
+        state: AppState,
+        manager: LogManager,
+        stats: WsStats,
+        idle_timeout: float,
+    ) -> None:
+        self.ws = ws
+        self.state = state
+        self.manager = manager
+        self.stats = stats
+        self.idle_timeout = idle_timeout
+        self.max_message_bytes = state.settings.max_request_bytes
+        self.cursors: dict[tuple[str, int], Cursor] = {}
+        self.wake = asyncio.Event()
+        self.format = "json"
+        self.key_format = "json"
+        self.value_format = "json"
+        self.records_credit: int | None = 0
+        self.bytes_credit: int | None = None
+        self.bytes_per_record = INITIAL_BYTES_PER_RECORD
+
+    # -- setup -------------------------------------------------------------------
+
+    async def run(self) -> None:
+        try:
+            obj = await common.receive_message(self.ws, self.idle_timeout, self.max_message_bytes)
+            sub = validate(obj, {"subscribe": Subscribe})
+            assert isinstance(sub, Subscribe)
+            stalled = self._subscribe(sub)
+        except LogbusError as exc:
+            with contextlib.suppress(ClientGone):
+                await send_error(self.ws, exc)
+            await common.close(self.ws, Close.BAD_REQUEST, "subscribe refused")
+            return
+        except ClientGone:
+            return
+        for log in {id(c.log): c.log for c in self.cursors.values()}.values():
+            self.state.waiters.register(log, self.wake)
+        pump = asyncio.create_task(self._pump(), name="ws-subscribe-pump")
+        try:
+            await send_text(
+                self.ws,
+                orjson.dumps(
+                    {
+                        "type": "subscribed",
+                        "format": self.format,
+                        "partitions": [c.describe() for c in self.cursors.values()],
+                        "credit": {"records": self.records_credit, "bytes": self.bytes_credit},
+                    }
+                ).decode(),
+            )
+            for out_of_range in stalled:
+                await send_error(self.ws, out_of_range)
+            await self._control()
+        except ClientGone:
+            pass
+        finally:
+            pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError, ClientGone):
+                await pump
+            for cursor in self.cursors.values():
+                self.state.waiters.unregister(cursor.log, self.wake)
+
+    def _subscribe(self, sub: Subscribe) -> list[OffsetOutOfRange]:
+        """Resolve partitions and start positions; out-of-range starts are reported
+        after the ``subscribed`` frame and leave their partition stalled."""
+        if sub.group is not None:
+            raise InvalidRequest(
+                "message.group: consumer groups over WebSocket are not available yet; "
+                "subscribe to topics or partitions and keep positions client-side"
+            )
+        if not sub.topics and not sub.partitions:
+            raise InvalidRequest("message: a subscribe names `topics` or `partitions`")
+        if sub.start == "committed":
+            raise InvalidRequest("message.start: 'committed' needs a group")
+        wanted: list[tuple[str, int]] = []
+        for topic in sub.topics or ():
+            wanted.extend((topic, p) for p in range(self.manager.partition_count(topic)))
+        wanted.extend((tp.topic, tp.partition) for tp in sub.partitions or ())
+        self.format = sub.format
+        self.key_format = sub.key_format
+        self.value_format = sub.value_format
+        self.records_credit = sub.credit.records
+        self.bytes_credit = sub.credit.bytes
+        if self.records_credit is None and self.bytes_credit is None:
+            raise InvalidRequest("message.credit: give `records`, `bytes` or both")
+        explicit: dict[tuple[str, int], int] = {}
+        if isinstance(sub.start, OffsetsStart):
+            for topic, by_partition in sub.start.offsets.items():
+                for key, offset in by_partition.items():
+                    if not key.isdigit():
+                        raise InvalidRequest(
+                            f"message.start.offsets.{topic}: partition keys are numbers, got {key!r}"
+                        )
+                    explicit[(topic, int(key))] = offset
+            unknown = set(explicit) - set(wanted)
+            if unknown:
+                t, p = sorted(unknown)[0]
+                raise InvalidRequest(f"message.start.offsets: {t}-{p} is not subscribed")
+        stalled: list[OffsetOutOfRange] = []
+        for topic, p in wanted:
+            if (topic, p) in self.cursors:
+                continue
+            log = self.manager.get_log(topic, p)
+            hw = log.high_watermark
+            position = hw
+            if sub.start == "earliest":
+                position = log.log_start_offset
+            elif isinstance(sub.start, TimestampStart):
+                found = log.offset_for_timestamp(sub.start.timestamp)
+                position = hw if found is None else found[0]
+            elif isinstance(sub.start, OffsetsStart):
+                default = log.log_start_offset if sub.start.default == "earliest" else hw
+                position = explicit.get((topic, p), default)
+            cursor = Cursor(topic, p, log, position)
+            if not log.log_start_offset <= position <= hw:
+                cursor.stalled = True
+                stalled.append(OffsetOutOfRange(topic, p, position, log.log_start_offset, hw))
+            self.cursors[(topic, p)] = cursor
+        return stalled
+
+    # -- control -------------------------------------------------------------------
+
+    async def _control(self) -> None:
+        while True:
+            try:
+                obj = await common.receive_message(
+                    self.ws, self.idle_timeout, self.max_message_bytes
+                )
+                await self._handle(obj)
+            except LogbusError as exc:
+                await send_error(self.ws, exc)
+            except ClientGone:
+                raise
+            except Exception as exc:
+                # A bug must cost this message, not the socket or the broker.
+                logger.exception("WebSocket control message failed")
+                await send_text(self.ws, internal_error_frame(exc))
+
+    async def _handle(self, obj: dict[str, Any]) -> None:
+        msg = validate(obj, SUBSCRIBE_CLIENT)
+        if isinstance(msg, CreditGrant):
+            self._grant(msg)
+        elif isinstance(msg, Seek):
+            self._seek(msg)
+        elif isinstance(msg, Pause | Resume):
+            cursors = [self._cursor(tp.topic, tp.partition) for tp in msg.partitions]
+            for cursor in cursors:
+                cursor.paused = isinstance(msg, Pause)
+        elif isinstance(msg, Ping):
+            pong: dict[str, Any] = {"type": "pong"}
+            if msg.id is not None:
+                pong["id"] = msg.id
+            await send_text(self.ws, orjson.dumps(pong).decode())
+        elif isinstance(msg, Commit):
+            raise InvalidRequest(
+                "commit needs a group: consumer groups over WebSocket are not available yet; "
+                "keep each partition's next_offset and resume with start.offsets"
+            )
+        else:
+            raise InvalidRequest("already subscribed: one subscribe per socket")
+        self.wake.set()
+
+    def _grant(self, msg: CreditGrant) -> None:
+        if msg.records is None and msg.bytes is None:
+            raise InvalidRequest("message: a credit grant gives `records` and/or `bytes`")
+        for name, amount, current in (
+            ("records", msg.records, self.records_credit),
+            ("bytes", msg.bytes, self.bytes_credit),
+        ):
+            if amount is not None and current is None:
+                raise InvalidRequest(
+                    f"message.{name}: this subscription's credit is not counted in {name}"
+                )
+        if msg.records is not None and self.records_credit is not None:
+            self.records_credit = min(MAX_CREDIT, self.records_credit + msg.records)
+        if msg.bytes is not None and self.bytes_credit is not None:
+            self.bytes_credit = min(MAX_CREDIT, self.bytes_credit + msg.bytes)
+
+    def _cursor(self, topic: str, partition: int) -> Cursor:
+        cursor = self.cursors.get((topic, partition))
+        if cursor is None:
+            raise InvalidRequest(f"not subscribed to {topic}-{partition}")
+        return cursor
+
+    def _seek(self, msg: Seek) -> None:
+        cursor = self._cursor(msg.topic, msg.partition)
+        log = self.manager.get_log(msg.topic, msg.partition)
+        if log is not cursor.log:
+            # The topic was deleted and created again: follow the new log.
+            self.state.waiters.unregister(cursor.log, self.wake)
+            cursor.log = log
+            self.state.waiters.register(log, self.wake)
+        start, hw = log.log_start_offset, log.high_watermark
+        if msg.offset == "earliest":
+            offset = start
+        elif msg.offset == "latest":
+            offset = hw
+        else:
+            offset = msg.offset
+        if not start <= offset <= hw:
+            raise OffsetOutOfRange(msg.topic, msg.partition, offset, start, hw)
+        cursor.position = offset
+        cursor.generation += 1
+        cursor.stalled = False
+
+    # -- pump ----------------------------------------------------------------------
+
+    def _has_credit(self) -> bool:
+        return (self.records_credit is None or self.records_credit > 0) and (
+            self.bytes_credit is None or self.bytes_credit > 0
+        )
+
+    async def _pump(self) -> None:
+        waiters = self.state.waiters
+        try:
+            while not waiters.closed:
+                # Cleared before looking: a wakeup during the round is kept for the next.
+                self.wake.clear()
+                progressed = False
+                for cursor in list(self.cursors.values()):
+                    if not self._has_credit():
+                        break
+                    if cursor.paused or cursor.stalled:
+                        continue
+                    if cursor.position < cursor.log.high_watermark:
+                        if await self._send_chunk(cursor):
+                            progressed = True
+                    elif not self._alive(cursor):
+                        await send_error(
+                            self.ws, UnknownTopicOrPartition(cursor.topic, cursor.partition)
+                        )
+                if not progressed:
+                    await self.wake.wait()
+        except ClientGone:
+            pass
+        except Exception:
+            logger.exception("WebSocket subscription failed")
+            await common.close(self.ws, Close.INTERNAL_ERROR, "internal error")
+
+    def _alive(self, cursor: Cursor) -> bool:
+        """False (and the partition stalled) when its topic was deleted."""
+        try:
+            current = self.manager.get_log(cursor.topic, cursor.partition)
+        except UnknownTopicOrPartition:
+            current = None
+        if current is cursor.log:
+            return True
+        cursor.stalled = True
+        return False
+
+    async def _send_chunk(self, cursor: Cursor) -> bool:
+        """Send one chunk from the cursor's position; True when the position moved."""
+        gen = cursor.generation
+        position = cursor.position
+        limit = self.records_credit
+        max_bytes = CHUNK_BYTES
+        if self.bytes_credit is not None:
+            max_bytes = min(max_bytes, self.bytes_credit)
+        if limit is not None:
+            max_bytes = min(max_bytes, max(1, int(limit * self.bytes_per_record)))
+        try:
+            if not self._alive(cursor):
+                raise UnknownTopicOrPartition(cursor.topic, cursor.partition)
+            info = cursor.log.read(position, max_bytes)
+        except (OffsetOutOfRange, UnknownTopicOrPartition) as exc:
+            cursor.stalled = True
+            await send_error(self.ws, exc)
+            return False
+        if not info.size:
+            return False
+        self.stats.hold(info.size)
+        try:
+            count, used, next_offset = await self._send_frame(cursor, position, info, limit)
+        finally:
+            self.stats.release(info.size)
+        if cursor.generation == gen:
+            cursor.position = next_offset
+        if self.records_credit is not None:
+            self.records_credit -= count
+        if self.bytes_credit is not None:
+            self.bytes_credit -= used
+        if count:
+            self.bytes_per_record = max(1.0, used / count)
+            self.stats.frames_sent += 1
+            self.stats.records_sent += count
+        return next_offset > position
+
+    async def _send_frame(
+        self, cursor: Cursor, position: int, info: FetchInfo, limit: int | None
+    ) -> tuple[int, int, int]:
+        topic, partition = cursor.topic, cursor.partition
+        if self.format == "binary":
+            data, count, used, next_offset = _binary_frame(topic, partition, position, info, limit)
+            await send_bytes(self.ws, data)
+            return count, used, next_offset
+        args = (topic, partition, position, info, self.key_format, self.value_format, limit)
+        if info.size > INLINE_WORK_BYTES:
+            frame, count, used, next_offset = await run_blocking(_json_frame, *args)
+        else:
+            frame, count, used, next_offset = _json_frame(*args)
+        if frame is not None:
+            await send_text(self.ws, frame)
+        return count, used, next_offset
+
+
+async def endpoint(ws: WebSocket) -> None:
+    await ws.accept()
+    state = common.app_state(ws)
+    stats = common.ws_stats(ws)
+    if not state.ready or state.manager is None:
+        await common.close(ws, Close.TRY_AGAIN_LATER, "the broker is not serving yet")
+        return
+    try:
+        idle = common.idle_timeout_seconds(ws)
+    except LogbusError as exc:
+        with contextlib.suppress(ClientGone):
+            await send_error(ws, exc)
+        await common.close(ws, Close.BAD_REQUEST, "bad query parameter")
+        return
+    stats.connections["subscribe"] += 1
+    try:
+        await Subscription(ws, state, state.manager, stats, idle).run()
+    finally:
+        stats.connections["subscribe"] -= 1
