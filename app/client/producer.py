@@ -971,7 +971,15 @@ class Producer:
                 started.set()
                 return
             started.set()
-            await self._sender.run()
+            try:
+                await self._sender.run()
+            except Exception as exc:
+                # A bug in the sender must not leave send() queueing into the void.
+                log.exception("the producer's sender stopped")
+                self._closed = True
+                failure = ProducerClosed(f"the producer's sender failed: {exc!r}")
+                failure.__cause__ = exc
+                self._acc.fail_all(failure)
 
     def _notify(self) -> None:
         # One wake-up in the loop's queue at a time: a burst of sealed batches needs one drain.
@@ -1088,6 +1096,9 @@ class Producer:
 
     def flush(self, timeout: float | None = None) -> None:
         """Send everything buffered now (ignoring linger) and wait until every record is answered."""
+        if threading.current_thread() is self._thread:
+            # The sender thread answers the batches flush would wait for.
+            raise RuntimeError("flush() cannot be called from a delivery callback")
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
             for batch in self._acc.begin_flush():
@@ -1103,14 +1114,16 @@ class Producer:
             return
         self._closed = True
         try:
-            with contextlib.suppress(TimeoutError):
-                self.flush(timeout)
+            if threading.current_thread() is not self._thread:
+                with contextlib.suppress(TimeoutError):
+                    self.flush(timeout)
         finally:
             self._acc.fail_all(ProducerClosed("the producer was closed before delivery"))
             if self._sender is not None and not self._loop.is_closed():
                 with contextlib.suppress(RuntimeError):
                     self._loop.call_soon_threadsafe(self._sender.stop)
-            self._thread.join(timeout)
+            if threading.current_thread() is not self._thread:
+                self._thread.join(timeout)
 
     def __enter__(self) -> Producer:
         return self

@@ -97,6 +97,29 @@ def test_callbacks_and_done_callbacks_run_once_per_record(
         assert sorted(offsets) == list(range(len(offsets)))
 
 
+def test_flush_and_close_from_a_callback_do_not_deadlock(
+    broker_url: str, make_topic: MakeTopic
+) -> None:
+    topic = make_topic(1)
+    raised: list[BaseException] = []
+    p = Producer(broker_url, linger_ms=0)
+
+    def flush_inside(meta: RecordMetadata | None, exc: BaseException | None) -> None:
+        try:
+            p.flush()
+        except RuntimeError as error:
+            raised.append(error)
+        p.close()  # stops without waiting on itself
+
+    p.send(topic, b"x", on_delivery=flush_inside).result(timeout=10)
+    p._thread.join(timeout=10)
+    assert not p._thread.is_alive()
+    assert len(raised) == 1 and "callback" in str(raised[0])
+    with pytest.raises(ProducerClosed):
+        p.send(topic, b"late")
+    p.close()
+
+
 def test_batches_never_exceed_batch_size(broker_url: str, make_topic: MakeTopic) -> None:
     topic = make_topic(1)
     batch_size = 4096
