@@ -491,7 +491,9 @@ class Consumer(_ConsumerCore):
     ...     for record in c.poll(timeout_ms=1000):
     ...         print(record.offset, record.value)
 
-    Not thread-safe (like Kafka's): one thread polls. ``auto_offset_reset``
+    Not thread-safe (like Kafka's): one thread polls. Each assigned partition
+    has its own keep-alive connection, so a long poll on a quiet partition
+    never holds up a busy one. ``auto_offset_reset``
     decides where a partition without a position starts and what happens
     when a position falls out of the log: ``earliest``, ``latest`` or
     ``none`` (raise :class:`~app.core.errors.OffsetOutOfRange` /
