@@ -1,4 +1,4 @@
-"""``logbus``: run a broker, manage topics, produce from stdin, consume to stdout.
+"""``logbus``: run a broker, manage topics and groups, produce from stdin, consume to stdout.
 
 Every client command talks to the HTTP API (DESIGN.md) at ``--url`` (default
 ``$LOGBUS_URL`` or ``http://127.0.0.1:8080``). A failure prints the server's
@@ -447,6 +447,109 @@ def _follow_many(
 # ---------------------------------------------------------------- parser
 
 
+# ---------------------------------------------------------------- groups
+
+
+def _group_path(group: str) -> str:
+    return f"/groups/{quote(group, safe='')}"
+
+
+def cmd_groups_list(api: Api, args: argparse.Namespace) -> int:
+    answer = api.json("GET", "/groups")
+    if args.json:
+        _print_json(answer)
+        return 0
+    groups = answer.get("groups", [])
+    if groups:
+        width = max(5, *(len(g["group"]) for g in groups))
+        print(f"{'GROUP':<{width}}  {'STATE':<12} MEMBERS")
+        for g in groups:
+            print(f"{g['group']:<{width}}  {g['state']:<12} {g['members']}")
+    return 0
+
+
+def cmd_groups_describe(api: Api, args: argparse.Namespace) -> int:
+    desc = api.json("GET", _group_path(args.group))
+    if args.json:
+        _print_json(desc)
+        return 0
+    print(
+        f"Group: {desc['group']}\tState: {desc['state']}\tEpoch: {desc['group_epoch']}"
+        f"\tAssignor: {desc['assignor']}\tMembers: {len(desc['members'])}"
+    )
+    owner: dict[tuple[str, int], str] = {}
+    for m in desc["members"]:
+        for a in m["assignment"]:
+            for p in a["partitions"]:
+                owner[(a["topic"], p)] = m["member_id"]
+    rows = []
+    seen = set()
+    for o in desc["offsets"]:
+        tp = (o["topic"], o["partition"])
+        seen.add(tp)
+        lag = "-" if o["lag"] is None else o["lag"]
+        end = "-" if o["high_watermark"] is None else o["high_watermark"]
+        rows.append((o["topic"], o["partition"], o["offset"], end, lag, owner.get(tp, "-")))
+    for tp, member in sorted(owner.items()):
+        if tp not in seen:
+            rows.append((tp[0], tp[1], "-", "-", "-", member))
+    rows.sort(key=lambda r: (str(r[0]), int(r[1])))
+    header = ("TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "MEMBER-ID")
+    table = [header, *[tuple(str(c) for c in r) for r in rows]]
+    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+    for r in table:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    return 0
+
+
+def cmd_groups_delete(api: Api, args: argparse.Namespace) -> int:
+    api.request("DELETE", _group_path(args.group))
+    print(f"Deleted group {args.group}.")
+    return 0
+
+
+def parse_datetime_ms(text: str) -> int:
+    """Milliseconds since the epoch from digits or ISO 8601 (no zone given = UTC)."""
+    from datetime import UTC, datetime
+
+    if text.isdigit():
+        return int(text)
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise CliError(
+            f"--to-datetime expects ISO 8601 (2024-01-31T12:00:00[+01:00]) or ms, got {text!r}",
+            code=2,
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return int(when.timestamp() * 1000)
+
+
+def cmd_groups_reset_offsets(api: Api, args: argparse.Namespace) -> int:
+    body: dict[str, Any] = {"topic": args.topic}
+    if args.partitions:
+        try:
+            body["partitions"] = [int(p) for p in args.partitions.split(",") if p.strip()]
+        except ValueError:
+            raise CliError(f"--partitions expects 0,1,2 got {args.partitions!r}", code=2) from None
+    if args.to_earliest:
+        body["to"] = "earliest"
+    elif args.to_latest:
+        body["to"] = "latest"
+    elif args.to_datetime is not None:
+        body["to"] = "timestamp"
+        body["timestamp"] = parse_datetime_ms(args.to_datetime)
+    else:
+        body["to"] = "offset"
+        body["offset"] = args.to_offset
+    answer = api.json("POST", _group_path(args.group) + "/offsets/reset", json=body)
+    print("TOPIC  PARTITION  NEW-OFFSET")
+    for o in answer.get("offsets", []):
+        print(f"{o['topic']}  {o['partition']}  {o['offset']}")
+    return 0
+
+
 def _env_url() -> str:
     return os.environ.get("LOGBUS_URL") or DEFAULT_URL
 
@@ -550,6 +653,35 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-wait-ms", type=int, default=30_000, help="long-poll wait with --follow"
     )
     consume.set_defaults(client_handler=cmd_consume)
+
+    groups = commands.add_parser("groups", help="list, describe, delete groups; reset offsets")
+    group_commands = groups.add_subparsers(dest="groups_command", required=True, metavar="ACTION")
+    glist = group_commands.add_parser("list", parents=[client], help="list groups")
+    glist.add_argument("--json", action="store_true", help="print the API's JSON answer")
+    glist.set_defaults(client_handler=cmd_groups_list)
+    gdescribe = group_commands.add_parser(
+        "describe", parents=[client], help="members, offsets and lag of a group"
+    )
+    gdescribe.add_argument("group")
+    gdescribe.add_argument("--json", action="store_true", help="print the API's JSON answer")
+    gdescribe.set_defaults(client_handler=cmd_groups_describe)
+    gdelete = group_commands.add_parser("delete", parents=[client], help="delete an empty group")
+    gdelete.add_argument("group")
+    gdelete.set_defaults(client_handler=cmd_groups_delete)
+    reset = group_commands.add_parser(
+        "reset-offsets", parents=[client], help="reset an empty group's offsets on a topic"
+    )
+    reset.add_argument("group")
+    reset.add_argument("--topic", required=True)
+    reset.add_argument("--partitions", metavar="0,1,...", help="default: every partition")
+    to = reset.add_mutually_exclusive_group(required=True)
+    to.add_argument("--to-earliest", action="store_true")
+    to.add_argument("--to-latest", action="store_true")
+    to.add_argument(
+        "--to-datetime", metavar="ISO8601|MS", help="first offset at or after this time"
+    )
+    to.add_argument("--to-offset", type=int, metavar="N", help="clamped to the log's range")
+    reset.set_defaults(client_handler=cmd_groups_reset_offsets)
     return parser
 
 

@@ -1,0 +1,129 @@
+"""Consumer groups against a ``logbus serve`` subprocess: the CLI, restarts, a kill -9."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+import httpx
+from conftest import REPO, Broker, BrokerFactory
+
+ENV = {"LOGBUS_OFFSETS_TOPIC_NUM_PARTITIONS": "5"}
+
+
+def logbus(broker: Broker, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "LOGBUS_URL": broker.url}
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=30,
+    )
+
+
+def heartbeat(c: httpx.Client, group: str, **body: Any) -> dict[str, Any]:
+    resp = c.post(f"/groups/{group}/heartbeat", json=body)
+    assert resp.status_code == 200, resp.text
+    answer: dict[str, Any] = resp.json()
+    return answer
+
+
+def offsets(c: httpx.Client, group: str) -> dict[int, int]:
+    resp = c.get(f"/groups/{group}/offsets", params={"topic": "t"})
+    assert resp.status_code == 200, resp.text
+    return {o["partition"]: o["offset"] for o in resp.json()["offsets"]}
+
+
+def test_groups_cli_and_restart(new_broker: BrokerFactory) -> None:
+    broker = new_broker(env=ENV).start()
+    assert logbus(broker, "topics", "create", "t", "--partitions", "2").returncode == 0
+    with broker.client() as c:
+        resp = c.post(
+            "/topics/t/records",
+            json={"records": [{"value": i, "partition": i % 2} for i in range(10)]},
+        )
+        assert resp.status_code == 200
+        joined = heartbeat(c, "g", member_epoch=0, subscribed_topics=["t"])
+        member, epoch = joined["member_id"], joined["member_epoch"]
+        resp = c.post(
+            "/groups/g/offsets",
+            json={
+                "member_id": member,
+                "member_epoch": epoch,
+                "offsets": [{"topic": "t", "partition": 0, "offset": 2, "metadata": "m"}],
+            },
+        )
+        assert resp.status_code == 200, resp.text
+
+    r = logbus(broker, "groups", "list")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["GROUP", "STATE", "MEMBERS", "g", "Stable", "1"]
+    r = logbus(broker, "groups", "describe", "g")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert "State: Stable" in lines[0]
+    assert lines[1].split() == [
+        "TOPIC",
+        "PARTITION",
+        "CURRENT-OFFSET",
+        "LOG-END-OFFSET",
+        "LAG",
+        "MEMBER-ID",
+    ]
+    assert lines[2].split() == ["t", "0", "2", "5", "3", member]
+    assert lines[3].split() == ["t", "1", "-", "-", "-", member]
+    r = logbus(broker, "groups", "delete", "g")
+    assert r.returncode == 1 and "NON_EMPTY_GROUP" in r.stderr
+    r = logbus(broker, "groups", "reset-offsets", "g", "--topic", "t", "--to-earliest")
+    assert r.returncode == 1 and "NON_EMPTY_GROUP" in r.stderr
+
+    with broker.client() as c:
+        heartbeat(c, "g", member_id=member, member_epoch=-1)
+    r = logbus(broker, "groups", "reset-offsets", "g", "--topic", "t", "--to-offset", "4")
+    assert r.returncode == 0, r.stderr
+    assert [line.split() for line in r.stdout.splitlines()[1:]] == [
+        ["t", "0", "4"],
+        ["t", "1", "4"],
+    ]
+    r = logbus(
+        broker, "groups", "reset-offsets", "g", "--topic", "t", "--partitions", "1", "--to-latest"
+    )
+    assert r.stdout.splitlines()[1].split() == ["t", "1", "5"]
+    r = logbus(
+        broker, "groups", "reset-offsets", "g", "--topic", "t", "--to-datetime", "1970-01-01T00:00"
+    )
+    assert r.returncode == 0, r.stderr
+    r = logbus(broker, "groups", "reset-offsets", "g", "--topic", "t", "--to-datetime", "soon")
+    assert r.returncode == 2
+
+    # A clean restart and a kill -9: committed offsets come back from __consumer_offsets.
+    with broker.client() as c:
+        resp = c.post(
+            "/groups/g/offsets",
+            json={"offsets": [{"topic": "t", "partition": 1, "offset": 3}]},
+        )
+        assert resp.status_code == 200, resp.text
+    assert broker.stop() == 0
+    broker.start()
+    with broker.client() as c:
+        assert offsets(c, "g") == {0: 0, 1: 3}
+        resp = c.post(
+            "/groups/g/offsets", json={"offsets": [{"topic": "t", "partition": 0, "offset": 5}]}
+        )
+        assert resp.status_code == 200
+    broker.kill()
+    broker.start()
+    with broker.client() as c:
+        assert offsets(c, "g") == {0: 5, 1: 3}
+    r = logbus(broker, "groups", "describe", "g", "--json")
+    assert json.loads(r.stdout)["state"] == "Empty"
+    assert logbus(broker, "groups", "delete", "g").returncode == 0
+    r = logbus(broker, "groups", "list")
+    assert r.returncode == 0 and r.stdout == ""
+    r = logbus(broker, "groups", "describe", "g")
+    assert r.returncode == 1 and "GROUP_ID_NOT_FOUND" in r.stderr
