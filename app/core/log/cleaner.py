@@ -298,6 +298,8 @@ class _Pass:
         self.map_end = found.first_uncleanable
         self.last_batches: dict[int, int] = {}
         self.tombstone_deadline: int | None = None
+        # Set while Log.replace_segments runs: a failure there is the disk's, not an abort.
+        self.swapping = False
         self.result = CleanResult(
             log.topic,
             log.partition,
@@ -330,7 +332,7 @@ class _Pass:
     def build_map(self) -> None:
         """Fill the offset map from the dirty part; set the map end where it stopped."""
         first_dirty = self.survey.first_dirty
-        put = self.offsets.put
+        put_records = self.offsets.put_records
         for i in range(self.survey.cleanable_segments):
             seg = self.segments[i]
             if self.segments[i + 1].base_offset <= first_dirty:
@@ -343,10 +345,7 @@ class _Pass:
                     self.map_end = header.base_offset
                     self.result.end_offset = self.map_end
                     return
-                for r in _CRecordBatch(bytes(data)):
-                    key = r.key
-                    if key is not None:
-                        put(key, r.offset)
+                put_records(_CRecordBatch(bytes(data)))
 
     def groups(self) -> list[range]:
         """Index ranges of the segments below the map end, grouped up to segment.bytes."""
@@ -401,7 +400,9 @@ class _Pass:
                 os.fsync(out.fd)
                 out.flush()
             old = self.segments[group.start : group.stop]
+            self.swapping = True
             committed = log.replace_segments(old, new, truncations=self.truncations)
+            self.swapping = False
             if committed:
                 self.result.groups_swapped += 1
             elif new is not None:
@@ -478,17 +479,16 @@ class _Pass:
             result.records_retained += header.record_count
             return data, False
         map_end = self.map_end
-        entries = self.offsets
+        records = list(_CRecordBatch(bytes(data)))
         kept: list[Any] = []
         dropped = False
         tombstones = False
-        for r in _CRecordBatch(bytes(data)):
-            key = r.key
+        for r, newest in zip(records, self.offsets.latest_of(records), strict=True):
             offset = r.offset
-            if key is None:
+            if r.key is None:
                 dropped = True
                 continue
-            if offset < map_end and entries.get(key) > offset:
+            if newest > offset and offset < map_end:
                 dropped = True
                 continue
             if r.value is None:
@@ -561,6 +561,8 @@ class LogCleaner:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+        # Explicit passes (run_once, clean) work again after the thread is gone.
+        self._stop.clear()
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -662,6 +664,7 @@ class LogCleaner:
             at = log.time_ms() if now is None else now
             started = time.perf_counter()
             segments, fds, truncations = log.compaction_snapshot()
+            state: _Pass | None = None
             try:
                 found = survey(
                     segments,
@@ -684,7 +687,7 @@ class LogCleaner:
                 _log.info("%s-%s: compaction pass abandoned", log.topic, log.partition)
                 return None
             except Exception:
-                if not log.online or self.stopping:
+                if (not log.online or self.stopping) and not (state and state.swapping):
                     # Deleted or closed under the pass (its directory may be gone): not a failure.
                     _log.info("%s-%s: compaction pass abandoned", log.topic, log.partition)
                     return None

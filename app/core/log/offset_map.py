@@ -19,13 +19,25 @@ Concurrency: owned by one cleaning at a time; not thread-safe.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable, Sequence
+from typing import Protocol
 
-__all__ = ["ENTRY_BYTES", "OffsetMap", "slot_of"]
+__all__ = ["ENTRY_BYTES", "KeyedRecord", "OffsetMap", "slot_of"]
 
 # dict slot and hash (~40 B at the usual load), a 16-byte bytes object (49 B) and an
 # int beyond the small-int cache (32 B), rounded up for dict growth spikes.
 ENTRY_BYTES = 160
 _RAW_KEY_LIMIT = 16
+
+
+class KeyedRecord(Protocol):
+    """What the bulk methods read from a decoded record (aiokafka's records qualify)."""
+
+    @property
+    def key(self) -> bytes | None: ...
+
+    @property
+    def offset(self) -> int: ...
 
 
 def slot_of(key: bytes) -> bytes:
@@ -65,6 +77,46 @@ class OffsetMap:
 
     def get(self, key: bytes) -> int:
         return self._entries.get(slot_of(key), -1)
+
+    # The bulk forms keep the per-record work in one loop without method calls: the
+    # cleaner spends most of its time here.
+
+    def put_records(self, records: Iterable[KeyedRecord]) -> None:
+        """``put`` every keyed record, in order (records without a key are skipped)."""
+        entries = self._entries
+        md5 = hashlib.md5
+        latest = self.latest_offset
+        for r in records:
+            key = r.key
+            if key is not None:
+                offset = r.offset
+                entries[
+                    key if len(key) < _RAW_KEY_LIMIT else md5(key, usedforsecurity=False).digest()
+                ] = offset
+                if offset > latest:
+                    latest = offset
+        self.latest_offset = latest
+
+    def latest_of(self, records: Sequence[KeyedRecord]) -> list[int]:
+        """For each record, the latest offset of its key (-1: unknown key or no key)."""
+        get = self._entries.get
+        md5 = hashlib.md5
+        out: list[int] = []
+        append = out.append
+        for r in records:
+            key = r.key
+            if key is None:
+                append(-1)
+            else:
+                append(
+                    get(
+                        key
+                        if len(key) < _RAW_KEY_LIMIT
+                        else md5(key, usedforsecurity=False).digest(),
+                        -1,
+                    )
+                )
+        return out
 
     def clear(self) -> None:
         self._entries.clear()
