@@ -70,6 +70,12 @@ class Settings(BaseSettings):
         ge=1,
         description="Kafka's group.consumer.heartbeat.interval.ms, told to members.",
     )
+    producer_id_expiration_ms: int = Field(
+        default=24 * 3600 * 1000,
+        ge=1,
+        description="Kafka's producer.id.expiration.ms: a partition forgets an idempotent "
+        "producer this long after its last append.",
+    )
     log_defaults: dict[str, Any] = Field(
         default_factory=dict, description="Broker-wide topic config defaults, Kafka names."
     )

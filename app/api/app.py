@@ -60,6 +60,7 @@ def create_app(settings: Settings, manager: LogManager | None = None) -> FastAPI
                 retention_check_interval_ms=settings.log_retention_check_interval_ms,
                 flush_scheduler_interval_ms=settings.log_flush_scheduler_interval_ms,
                 broker_id=settings.broker_id,
+                producer_id_expiration_ms=settings.producer_id_expiration_ms,
             )
             # Loading and recovering logs reads files: keep the loop free meanwhile.
             await asyncio.to_thread(owned.start)

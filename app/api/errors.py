@@ -30,6 +30,9 @@ STATUS_BY_ERROR: tuple[tuple[type[core.LogbusError], int], ...] = (
     (core.OffsetOutOfRange, 416),
     (core.UnknownTopicOrPartition, 404),
     (core.TopicAlreadyExists, 409),
+    # Idempotent producers: the batch conflicts with what the partition already holds.
+    (core.OutOfOrderSequence, 409),
+    (core.InvalidProducerEpoch, 409),
     (core.RecordTooLarge, 413),  # PayloadTooLarge included
     (core.RequestTimedOut, 504),
     (core.NotLeaderOrFollower, 421),
@@ -178,6 +181,44 @@ def install(app: FastAPI) -> None:
 def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI ``responses`` entries for the given error statuses, all with the ErrorBody model."""
     return {status: ERROR_DOCS[status] for status in statuses}
+
+
+def producer_conflict_doc() -> dict[str, Any]:
+    """The 409 of the binary produce endpoint: idempotent-producer conflicts."""
+    return _doc(
+        "An idempotent producer's batch conflicts with the partition's producer state: "
+        "a sequence gap (OUT_OF_ORDER_SEQUENCE_NUMBER) or an epoch older than the newest "
+        "seen (INVALID_PRODUCER_EPOCH). Not retriable; nothing was written.",
+        (
+            "OUT_OF_ORDER_SEQUENCE_NUMBER",
+            {
+                "error_code": "OUT_OF_ORDER_SEQUENCE_NUMBER",
+                "message": "orders-0: batch of producer 1000 (epoch 0) starts at sequence 12, "
+                "expected 10: sequence gap",
+                "retriable": False,
+                "topic": "orders",
+                "partition": 0,
+                "producer_id": 1000,
+                "producer_epoch": 0,
+                "sequence": 12,
+                "expected_sequence": 10,
+            },
+        ),
+        (
+            "INVALID_PRODUCER_EPOCH",
+            {
+                "error_code": "INVALID_PRODUCER_EPOCH",
+                "message": "orders-0: producer 1000 has epoch 2; a batch with the older "
+                "epoch 1 is fenced",
+                "retriable": False,
+                "topic": "orders",
+                "partition": 0,
+                "producer_id": 1000,
+                "producer_epoch": 1,
+                "current_epoch": 2,
+            },
+        ),
+    )
 
 
 def _doc(description: str, *examples: tuple[str, dict[str, Any]]) -> dict[str, Any]:

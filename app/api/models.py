@@ -132,6 +132,11 @@ class AppendedBatch(BaseModel):
     base_offset: int
     last_offset: int
     record_count: int
+    duplicate: bool = Field(
+        description="True when the batch is an idempotent producer's retry of a batch the "
+        "partition already holds: it was not written again and the offsets are the original "
+        "ones."
+    )
 
 
 class BatchProduceResponse(BaseModel):
@@ -142,8 +147,18 @@ class BatchProduceResponse(BaseModel):
                     "topic": "orders",
                     "partition": 0,
                     "batches": [
-                        {"base_offset": 100, "last_offset": 149, "record_count": 50},
-                        {"base_offset": 150, "last_offset": 151, "record_count": 2},
+                        {
+                            "base_offset": 100,
+                            "last_offset": 149,
+                            "record_count": 50,
+                            "duplicate": False,
+                        },
+                        {
+                            "base_offset": 150,
+                            "last_offset": 151,
+                            "record_count": 2,
+                            "duplicate": False,
+                        },
                     ],
                     "log_append_time": -1,
                     "log_start_offset": 0,
@@ -157,6 +172,40 @@ class BatchProduceResponse(BaseModel):
     batches: list[AppendedBatch] = Field(description="One entry per batch, in body order.")
     log_append_time: int = Field(description="-1 unless the topic uses LogAppendTime.")
     log_start_offset: int
+
+
+class InitProducerIdRequest(_Strict):
+    model_config = ConfigDict(
+        strict=True,
+        extra="forbid",
+        json_schema_extra={
+            "examples": [{}, {"transactional_id": None}, {"producer_id": 1000, "producer_epoch": 0}]
+        },
+    )
+
+    transactional_id: str | None = Field(
+        default=None, description="Must be null or absent: transactions are not supported."
+    )
+    producer_id: int | None = Field(
+        default=None,
+        description="With `producer_epoch`: bump this producer's epoch instead of getting a "
+        "new id (after OUT_OF_ORDER_SEQUENCE_NUMBER, like Kafka's KIP-360).",
+    )
+    producer_epoch: int | None = Field(
+        default=None, description="The producer's current epoch; required with `producer_id`."
+    )
+
+
+class InitProducerIdResponse(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"producer_id": 1000, "producer_epoch": 0}]}
+    )
+
+    producer_id: int = Field(
+        description="Unique for the life of this broker's data dir (never reused, also "
+        "across restarts)."
+    )
+    producer_epoch: int = Field(description="0 for a new id; the bumped epoch otherwise.")
 
 
 class FetchedHeader(BaseModel):

@@ -10,10 +10,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.api.models import FORMAT_DOC, CreateTopicRequest, ProduceRequest
+from app.api.models import (
+    FORMAT_DOC,
+    CreateTopicRequest,
+    InitProducerIdRequest,
+    ProduceRequest,
+)
 
 # Models whose schemas the spec needs although no parameter uses them.
-BODY_MODELS = (ProduceRequest, CreateTopicRequest)
+BODY_MODELS = (ProduceRequest, CreateTopicRequest, InitProducerIdRequest)
 
 
 def json_request_body(model: str, examples: dict[str, Any]) -> dict[str, Any]:
@@ -93,7 +98,15 @@ as a Kafka producer would send them: the broker checks each batch (CRC-32C, leng
 magic, record count, max.message.bytes), stamps its base offset and leader epoch in
 place, and writes the same bytes. Compressed batches (gzip, snappy, lz4, zstd) are stored
 compressed. A corrupt or truncated batch is 400 CORRUPT_MESSAGE and nothing is written.
-The answer gives each batch's assigned offsets."""
+The answer gives each batch's assigned offsets.
+
+Idempotent producers (a producer id from `POST /producers` in the batch header, with
+its epoch and a base sequence counting records from 0 per partition): the broker keeps
+each producer's last five batches per partition. An exact retry of one of them is not
+written again: it answers 200 with the original offsets and `"duplicate": true`. A
+sequence gap is 409 OUT_OF_ORDER_SEQUENCE_NUMBER, an epoch older than the newest seen is
+409 INVALID_PRODUCER_EPOCH, and a new epoch must start at sequence 0. Either error
+leaves the partition unchanged (the whole body is checked before anything is written)."""
 
 BINARY_REQUEST_BODY: dict[str, Any] = {
     "requestBody": {
@@ -185,6 +198,27 @@ CREATE_TOPIC_EXAMPLES: dict[str, Any] = {
             "replication_factor": 1,
             "configs": {"retention.ms": 3600000, "segment.bytes": 104857600},
         },
+    },
+}
+
+INIT_PRODUCER_ID = """Kafka's InitProducerId for idempotent producers: a producer id,
+unique for the life of this broker's data dir (ids are reserved in blocks on disk, so a
+restart never hands one out twice), with epoch 0. The producer puts the id, the epoch
+and a per-partition sequence into every batch header it sends to
+`/topics/{topic}/partitions/{partition}/batches`.
+
+With `producer_id` and `producer_epoch` the same id comes back with the epoch bumped
+(KIP-360): the way out of OUT_OF_ORDER_SEQUENCE_NUMBER, after which the producer starts
+every partition again at sequence 0 and batches with the old epoch are fenced. When the
+epoch is exhausted (32767) a new id with epoch 0 is answered instead. An id this broker
+never issued is 400 UNKNOWN_PRODUCER_ID. A `transactional_id` is refused (400
+INVALID_REQUEST): transactions are not supported. An empty body is the same as `{}`."""
+
+INIT_PRODUCER_ID_EXAMPLES: dict[str, Any] = {
+    "new": {"summary": "A new producer id", "value": {}},
+    "bump": {
+        "summary": "Bump the epoch of an existing id",
+        "value": {"producer_id": 1000, "producer_epoch": 0},
     },
 }
 

@@ -14,7 +14,8 @@ place without parsing messages.
     │   ├── InvalidTopic               INVALID_TOPIC_EXCEPTION
     │   ├── InvalidPartitions          INVALID_PARTITIONS
     │   ├── InvalidReplicationFactor   INVALID_REPLICATION_FACTOR
-    │   └── InvalidRequiredAcks        INVALID_REQUIRED_ACKS
+    │   ├── InvalidRequiredAcks        INVALID_REQUIRED_ACKS
+    │   └── UnknownProducerId          UNKNOWN_PRODUCER_ID          (an id this broker never issued)
     ├── CorruptRecord                  CORRUPT_MESSAGE
     ├── InvalidRecord                  INVALID_RECORD
     ├── UnsupportedMessageFormat       UNSUPPORTED_FOR_MESSAGE_FORMAT
@@ -24,6 +25,8 @@ place without parsing messages.
     ├── OffsetOutOfRange               OFFSET_OUT_OF_RANGE
     ├── UnknownTopicOrPartition        UNKNOWN_TOPIC_OR_PARTITION
     ├── TopicAlreadyExists             TOPIC_ALREADY_EXISTS
+    ├── OutOfOrderSequence             OUT_OF_ORDER_SEQUENCE_NUMBER (idempotent producer gap)
+    ├── InvalidProducerEpoch           INVALID_PRODUCER_EPOCH       (fenced by a newer epoch)
     ├── RequestTimedOut                REQUEST_TIMED_OUT            (retriable)
     ├── NotLeaderOrFollower            NOT_LEADER_OR_FOLLOWER       (retriable)
     ├── NotEnoughReplicas              NOT_ENOUGH_REPLICAS          (retriable)
@@ -98,6 +101,19 @@ class InvalidReplicationFactor(InvalidRequest):
 
 class InvalidRequiredAcks(InvalidRequest):
     error_code = "INVALID_REQUIRED_ACKS"
+
+
+class UnknownProducerId(InvalidRequest):
+    """An InitProducerId epoch bump named a producer id this broker never handed out."""
+
+    error_code = "UNKNOWN_PRODUCER_ID"
+
+    def __init__(self, producer_id: int) -> None:
+        super().__init__(f"producer id {producer_id} was not issued by this broker")
+        self.producer_id = producer_id
+
+    def fields(self) -> dict[str, Any]:
+        return {"producer_id": self.producer_id}
 
 
 class CorruptRecord(LogbusError):
@@ -194,6 +210,76 @@ class TopicAlreadyExists(LogbusError):
 
     def fields(self) -> dict[str, Any]:
         return {"topic": self.topic}
+
+
+class OutOfOrderSequence(LogbusError):
+    """An idempotent producer's batch does not follow its last sequence on this partition.
+
+    Not retriable: resending the same batch cannot close the gap. The producer
+    has lost track of what was written and must bump its epoch (POST
+    /producers with its id and epoch) and start again at sequence 0.
+    """
+
+    error_code = "OUT_OF_ORDER_SEQUENCE_NUMBER"
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        sequence: int,
+        expected: int,
+        reason: str,
+    ) -> None:
+        super().__init__(
+            f"{topic}-{partition}: batch of producer {producer_id} (epoch {producer_epoch}) "
+            f"starts at sequence {sequence}, expected {expected}: {reason}"
+        )
+        self.topic = topic
+        self.partition = partition
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.sequence = sequence
+        self.expected = expected
+
+    def fields(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "producer_id": self.producer_id,
+            "producer_epoch": self.producer_epoch,
+            "sequence": self.sequence,
+            "expected_sequence": self.expected,
+        }
+
+
+class InvalidProducerEpoch(LogbusError):
+    """A batch carries an epoch older than the newest one seen for its producer (a zombie)."""
+
+    error_code = "INVALID_PRODUCER_EPOCH"
+
+    def __init__(
+        self, topic: str, partition: int, producer_id: int, producer_epoch: int, current: int
+    ) -> None:
+        super().__init__(
+            f"{topic}-{partition}: producer {producer_id} has epoch {current}; "
+            f"a batch with the older epoch {producer_epoch} is fenced"
+        )
+        self.topic = topic
+        self.partition = partition
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.current_epoch = current
+
+    def fields(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "producer_id": self.producer_id,
+            "producer_epoch": self.producer_epoch,
+            "current_epoch": self.current_epoch,
+        }
 
 
 class RequestTimedOut(LogbusError):

@@ -21,7 +21,7 @@ from starlette.responses import Response
 from app.api import openapi_docs as docs
 from app.api.codec import ENCODERS, BodyInvalid, FormatError, encode_headers
 from app.api.deps import ManagerDep, StateDep, read_body, read_body_mutable
-from app.api.errors import error_responses
+from app.api.errors import error_responses, producer_conflict_doc
 from app.api.models import BatchProduceResponse, ProduceResponse
 from app.api.produce_body import ParsedProduce, parse_produce_body
 from app.api.state import AppState
@@ -275,7 +275,11 @@ async def produce_to_partition(
     summary="Produce raw RecordBatch v2 bytes",
     description=docs.PRODUCE_BATCHES,
     response_model=BatchProduceResponse,
-    responses={**_PRODUCE_ERRORS, 204: {"description": "Appended (acks=0): no body."}},
+    responses={
+        **_PRODUCE_ERRORS,
+        409: producer_conflict_doc(),
+        204: {"description": "Appended (acks=0): no body."},
+    },
     openapi_extra=docs.BINARY_REQUEST_BODY,
 )
 async def produce_batches(
@@ -304,10 +308,29 @@ async def produce_batches(
         return Response(status_code=204)
     appended: list[dict[str, Any]] = []
     base = info.first_offset
-    for _, header in iter_headers(body):
+    # Retries of an idempotent producer's batches answer their original offsets;
+    # the batches written now hold consecutive offsets from info.first_offset.
+    originals = info.duplicates
+    for i, (_, header) in enumerate(iter_headers(body)):
         count = header.last_offset_delta + 1
+        original = originals[i] if originals else None
+        if original is not None:
+            appended.append(
+                {
+                    "base_offset": original[0],
+                    "last_offset": original[1],
+                    "record_count": count,
+                    "duplicate": True,
+                }
+            )
+            continue
         appended.append(
-            {"base_offset": base, "last_offset": base + count - 1, "record_count": count}
+            {
+                "base_offset": base,
+                "last_offset": base + count - 1,
+                "record_count": count,
+                "duplicate": False,
+            }
         )
         base += count
     return JSONBytes(

@@ -21,6 +21,13 @@ list (replaced, never mutated, on roll and deletion) and positional reads.
 Deleted segments are renamed to ``.deleted`` and their files stay open for
 ``file.delete.delay.ms`` so that slices already handed out remain readable.
 
+Idempotent producers (batches with a producer id, see
+:mod:`app.core.log.producer_state`): their sequences are checked under the
+append lock before anything is written, an exact retry is answered with the
+original offsets and not written again, and the state is snapshotted on roll
+and close and rebuilt on load and truncation. Batches without a producer id
+cost one integer compare each.
+
 Compaction (``cleanup.policy`` with ``compact``, driven by
 :mod:`app.core.log.cleaner`) copies segments without the log's lock and takes
 it only in :meth:`Log.replace_segments` to swap the copy in; appends to a
@@ -30,6 +37,7 @@ compacted topic must carry a key in every record (Kafka's rule).
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import logging
 import os
 import threading
@@ -61,6 +69,14 @@ from app.core.log.config import LogConfig
 from app.core.log.epoch import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
 from app.core.log.fileslice import FileSlice
 from app.core.log.loader import CLEANED_SUFFIX, SWAP_SUFFIX, load_segments
+from app.core.log.producer_state import (
+    DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+    BatchMetadata,
+    ProducerAppend,
+    ProducerStateManager,
+    segment_headers,
+    without_duplicates,
+)
 from app.core.log.retention import deletable_prefix
 from app.core.log.segment import BatchInfo, LogSegment, now_ms
 
@@ -96,6 +112,13 @@ class AppendInfo:
     max_timestamp: int
     log_append_time: int
     log_start_offset: int
+    # Idempotent producers. ``duplicate``: every batch of the body was a retry of one
+    # already in the log, nothing was written and the fields above describe the original
+    # append. ``duplicates``: when any batch was a retry, one item per batch of the body:
+    # the original (first, last) offsets of a retry, None for a batch written now (the
+    # written ones then hold first_offset .. last_offset, in body order).
+    duplicate: bool = False
+    duplicates: tuple[tuple[int, int] | None, ...] = ()
 
 
 @dataclass(slots=True)
@@ -112,6 +135,10 @@ def parse_log_dir_name(name: str) -> tuple[str, int]:
     if not sep or not topic or not partition.isdigit():
         raise ValueError(f"{name!r} is not a <topic>-<partition> directory")
     return topic, int(partition)
+
+
+def _offsets_of(originals: Sequence[BatchMetadata | None]) -> tuple[tuple[int, int] | None, ...]:
+    return tuple(None if d is None else (d.first_offset, d.last_offset) for d in originals)
 
 
 def _validate_follower_batches(
@@ -157,6 +184,7 @@ class Log:
         log_start_offset: int = 0,
         clean_shutdown: bool = False,
         clock_ms: Callable[[], int] = now_ms,
+        producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     ) -> None:
         self.dir = Path(directory)
         if topic is None or partition is None:
@@ -195,6 +223,10 @@ class Log:
         )
         self.leader_epoch_cache.truncate_from_end(self._log_end_offset)
         self.leader_epoch_cache.truncate_from_start(self._log_start_offset)
+        self._producer_state = ProducerStateManager(
+            self.dir, self.topic, self.partition, expiration_ms=producer_id_expiration_ms
+        )
+        self._reload_producer_state(clean_shutdown=clean_shutdown)
 
     # -- offsets -----------------------------------------------------------------
 
@@ -248,6 +280,16 @@ class Log:
             self._check_open()
             now = self._clock()
             first = offset = self._log_end_offset
+            plan: ProducerAppend | None = None
+            for _, header in batches:
+                # The only cost for batches without a producer id: one compare each.
+                if header.producer_id >= 0:
+                    plan = self._producer_state.check(batches, first, now, log_append_time)
+                    if plan.duplicates is not None:
+                        if plan.all_duplicates:
+                            return self._duplicate_info(batches, plan.duplicates, log_append_time)
+                        buf, batches = without_duplicates(buf, batches, plan.duplicates)
+                    break
             infos: list[BatchInfo] = []
             max_ts = -1
             for pos, header in batches:
@@ -262,6 +304,8 @@ class Log:
                 records += header.record_count
                 offset = last + 1
             self._write(buf, infos, now, first)
+            if plan is not None:
+                self._producer_state.commit(plan)
             if leader_epoch >= 0 and self.leader_epoch_cache.latest_epoch != leader_epoch:
                 self.leader_epoch_cache.assign(leader_epoch, first)
             info = AppendInfo(
@@ -272,6 +316,8 @@ class Log:
                 now if log_append_time else -1,
                 self._log_start_offset,
             )
+            if plan is not None and plan.duplicates is not None:
+                info = dataclasses.replace(info, duplicates=_offsets_of(plan.duplicates))
         self._after_append(records)
         return info
 
@@ -292,6 +338,9 @@ class Log:
                 for pos, h in batches
             ]
             self._write(data, infos, self._clock(), first)
+            for _, h in batches:
+                if h.producer_id >= 0:
+                    self._producer_state.replay(h, self._clock())
             for _, h in batches:
                 latest = self.leader_epoch_cache.latest_epoch
                 if h.partition_leader_epoch >= 0 and (
@@ -358,6 +407,8 @@ class Log:
         )
         view = self._view
         self._set_view(view.bases + array("q", [base_offset]), [*view.segments, seg])
+        if self._producer_state.wants_snapshot():
+            self._snapshot_producer_state(base_offset)
         return seg
 
     def _set_view(self, bases: array[int], segments: list[LogSegment]) -> None:
@@ -455,6 +506,7 @@ class Log:
             self._high_watermark = min(self._high_watermark, self._log_end_offset)
             self.recovery_point = min(self.recovery_point, self._log_end_offset)
             self.leader_epoch_cache.truncate_from_end(self._log_end_offset)
+            self._reload_producer_state(clean_shutdown=False)
 
     def _truncate_fully_and_start_at(self, offset: int) -> None:
         self._truncations += 1
@@ -471,6 +523,7 @@ class Log:
         self._log_start_offset = self._log_end_offset = self._high_watermark = offset
         self.recovery_point = offset
         self.leader_epoch_cache.clear()
+        self._producer_state.truncate_fully()
 
     # -- retention ---------------------------------------------------------------
 
@@ -502,6 +555,7 @@ class Log:
             self._set_view(view.bases[count:], segments[count:])
             self.recovery_point = max(self.recovery_point, new_start)
             self.leader_epoch_cache.truncate_from_start(new_start)
+            self._producer_state.prune(self._view.bases, new_start)
             self._schedule_delete(doomed)
             _log.info(
                 "%s-%s: retention deleted %d segment(s), log start offset now %d",
@@ -642,6 +696,62 @@ class Log:
                 self.leader_epoch_cache.truncate_from_start(new_start)
             return True
 
+    # -- idempotent producers (see app.core.log.producer_state) ----------------------
+
+    @property
+    def producer_state(self) -> ProducerStateManager:
+        """Read-only use outside the log (tests, metrics); mutated under the log's lock."""
+        return self._producer_state
+
+    def remove_expired_producers(self, now: int | None = None) -> int:
+        """Forget producers idle for producer.id.expiration.ms; returns how many."""
+        with self._lock:
+            if self._closed:
+                return 0
+            return self._producer_state.remove_expired(self._clock() if now is None else now)
+
+    def _reload_producer_state(self, *, clean_shutdown: bool) -> None:
+        view = self._view
+        self._producer_state.load(
+            self._log_start_offset,
+            self._log_end_offset,
+            lambda start: segment_headers(view.segments, view.bases, start),
+            clean_shutdown=clean_shutdown,
+            now=self._clock(),
+            segment_bases=view.bases,
+        )
+
+    def _snapshot_producer_state(self, offset: int, *, closing: bool = False) -> None:
+        state = self._producer_state
+        try:
+            if closing:
+                state.snapshot_on_close(offset, self._view.bases, self._log_start_offset)
+            else:
+                state.take_snapshot(offset, self._view.bases, self._log_start_offset)
+        except OSError:
+            # The state stays dirty, so the next roll or close writes it again.
+            _log.exception(
+                "%s-%s: producer snapshot at %d failed", self.topic, self.partition, offset
+            )
+
+    def _duplicate_info(
+        self,
+        batches: Sequence[tuple[int, BatchHeader]],
+        originals: Sequence[BatchMetadata | None],
+        log_append_time: bool,
+    ) -> AppendInfo:
+        found = [d for d in originals if d is not None]
+        return AppendInfo(
+            found[0].first_offset,
+            found[-1].last_offset,
+            sum(h.record_count for _, h in batches),
+            max(d.timestamp for d in found),
+            found[-1].timestamp if log_append_time else -1,
+            self._log_start_offset,
+            duplicate=True,
+            duplicates=_offsets_of(originals),
+        )
+
     # -- flushing ----------------------------------------------------------------
 
     def flush(self, up_to: int | None = None) -> None:
@@ -695,6 +805,8 @@ class Log:
         with self._lock:
             if self._closed:
                 return
+            if not self._offline:
+                self._snapshot_producer_state(self._log_end_offset, closing=True)
             self._closed = True
             for seg in self._view.segments:
                 seg.close()

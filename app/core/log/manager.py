@@ -7,6 +7,7 @@ Data-dir layout (see also DESIGN.md, "On disk")::
       topics/<topic>.json                {"name", "topic_id", "partitions", "configs"}
       <topic>-<partition>/               segments, indexes, leader-epoch-checkpoint,
                                          partition.metadata (topic id, Kafka's format)
+      producer-id-block                  next unused block of producer ids (app.core.producer_ids)
       recovery-point-offset-checkpoint   per partition: offsets below it are fsynced
       log-start-offset-checkpoint        per partition: first readable offset
       .clean_shutdown                    present only after a clean stop
@@ -64,7 +65,9 @@ from app.core.log.checkpoint import (
 from app.core.log.cleaner import CleanerConfig, CleanResult, LogCleaner
 from app.core.log.config import LogConfig
 from app.core.log.log import Log
+from app.core.log.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS
 from app.core.log.segment import now_ms
+from app.core.producer_ids import PRODUCER_ID_BLOCK_FILE, ProducerIdManager
 
 _log = logging.getLogger(__name__)
 
@@ -119,12 +122,16 @@ class LogManager:
         data_dir: Path,
         default_config: LogConfig = DEFAULT_CONFIG,
         *,
+        producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
         retention_check_interval_ms: int = 300_000,
         flush_scheduler_interval_ms: int = 1000,
         broker_id: int = 0,
         cleaner_config: CleanerConfig | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
+        # Idempotent producers: broker-wide ids, per-log state expiring after this long idle.
+        self.producer_ids = ProducerIdManager(self.data_dir / PRODUCER_ID_BLOCK_FILE)
+        self.producer_id_expiration_ms = producer_id_expiration_ms
         self.default_config = default_config
         self.retention_check_interval_ms = retention_check_interval_ms
         self.flush_scheduler_interval_ms = flush_scheduler_interval_ms
@@ -155,6 +162,7 @@ class LogManager:
             self.data_dir.mkdir(parents=True, exist_ok=True)
             (self.data_dir / TOPICS_DIR).mkdir(exist_ok=True)
             self._load_meta()
+            self.producer_ids.load()
             clean_marker = self.data_dir / CLEAN_SHUTDOWN_FILE
             clean = clean_marker.exists()
             self.loaded_cleanly = clean
@@ -276,6 +284,7 @@ class LogManager:
                     recovery_point=recovery_points.get((name, p), 0),
                     log_start_offset=start_offsets.get((name, p), 0),
                     clean_shutdown=clean,
+                    producer_id_expiration_ms=self.producer_id_expiration_ms,
                 )
             )
             self._write_partition_metadata(directory, topic_id)
@@ -352,7 +361,14 @@ class LogManager:
                 if directory.exists():  # leftover of an interrupted deletion
                     shutil.rmtree(directory)
                 topic.logs.append(
-                    Log(directory, config, topic=name, partition=p, clean_shutdown=True)
+                    Log(
+                        directory,
+                        config,
+                        topic=name,
+                        partition=p,
+                        clean_shutdown=True,
+                        producer_id_expiration_ms=self.producer_id_expiration_ms,
+                    )
                 )
                 self._write_partition_metadata(directory, topic_id)
             fsync_dir(self.data_dir)
@@ -469,6 +485,16 @@ class LogManager:
     def cleaner(self) -> LogCleaner | None:
         return self._cleaner
 
+    def expire_producers(self, now: int | None = None) -> int:
+        """Forget idempotent producers idle for producer_id_expiration_ms; returns how many."""
+        expired = 0
+        for log in self._all_logs():
+            try:
+                expired += log.remove_expired_producers(now)
+            except Exception:
+                _log.exception("producer expiration of %s-%s failed", log.topic, log.partition)
+        return expired
+
     def _run(self) -> None:
         tick = min(self.flush_scheduler_interval_ms, self.retention_check_interval_ms) / 1000
         next_retention = now_ms() + self.retention_check_interval_ms
@@ -483,6 +509,7 @@ class LogManager:
                     _log.exception("background work on %s-%s failed", log.topic, log.partition)
             if now >= next_retention:
                 self.run_retention(now)
+                self.expire_producers(now)
                 next_retention = now + self.retention_check_interval_ms
             self._delete_expired_dirs(now)
             try:

@@ -221,8 +221,8 @@ def test_binary_produce_and_raw_fetch_are_byte_identical(
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["batches"] == [
-        {"base_offset": 1, "last_offset": 3, "record_count": 3},
-        {"base_offset": 4, "last_offset": 5, "record_count": 2},
+        {"base_offset": 1, "last_offset": 3, "record_count": 3, "duplicate": False},
+        {"base_offset": 4, "last_offset": 5, "record_count": 2, "duplicate": False},
     ]
     assert body["log_append_time"] == -1
     assert (body["topic"], body["partition"]) == ("raw", 0)

@@ -25,6 +25,7 @@ EXPECTED_OPERATIONS = {
     ("post", "/topics/{topic}/partitions/{partition}/batches"),
     ("get", "/topics/{topic}/partitions/{partition}/records"),
     ("get", "/topics/{topic}/partitions/{partition}/offsets"),
+    ("post", "/producers"),
 }
 
 

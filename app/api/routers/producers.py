@@ -1,0 +1,56 @@
+"""Producers: InitProducerId, the id and epoch an idempotent producer stamps on its batches."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from pydantic import ValidationError
+from starlette.responses import Response
+
+from app.api import openapi_docs as docs
+from app.api.codec import BodyInvalid
+from app.api.deps import ManagerDep, StateDep, read_body
+from app.api.errors import error_responses
+from app.api.models import InitProducerIdRequest, InitProducerIdResponse
+from app.api.util import JSONBytes, run_blocking
+from app.core.errors import InvalidRequest
+
+router = APIRouter(tags=["producers"])
+
+# The body is at most three small fields.
+INIT_BODY_LIMIT = 64 * 1024
+
+
+@router.post(
+    "/producers",
+    summary="Get a producer id (InitProducerId)",
+    description=docs.INIT_PRODUCER_ID,
+    response_model=InitProducerIdResponse,
+    responses=error_responses(400, 413, 503),
+    openapi_extra={
+        "requestBody": {
+            "required": False,
+            "content": {
+                "application/json": {
+                    "schema": {"$ref": "#/components/schemas/InitProducerIdRequest"},
+                    "examples": docs.INIT_PRODUCER_ID_EXAMPLES,
+                }
+            },
+        }
+    },
+)
+async def init_producer_id(request: Request, state: StateDep, manager: ManagerDep) -> Response:
+    body = await read_body(request, min(INIT_BODY_LIMIT, state.settings.max_request_bytes))
+    try:
+        req = InitProducerIdRequest.model_validate_json(body or b"{}")
+    except ValidationError as exc:
+        raise BodyInvalid.from_validation(exc) from None
+    if req.transactional_id is not None:
+        raise InvalidRequest(
+            "transactional_id must be null: this broker supports idempotent producers, "
+            "not transactions"
+        )
+    # A new block of ids is persisted (fsync) once per thousand ids: off the loop.
+    producer_id, epoch = await run_blocking(
+        manager.producer_ids.init_producer, req.producer_id, req.producer_epoch
+    )
+    return JSONBytes({"producer_id": producer_id, "producer_epoch": epoch})

@@ -1,0 +1,609 @@
+"""Per-partition state of idempotent producers (Kafka's ``ProducerStateManager``).
+
+Snapshot file ``<offset, 20 digits>.snapshot`` in the partition directory,
+big-endian; ``offset`` (in the name only) is the log end offset the state
+covers: every batch below it is in the state, none at or above it::
+
+    offset  size  field
+         0     4  magic                 b"LBPS"
+         4     2  version               1
+         6     4  crc                   CRC-32C of bytes 10 .. end, unsigned
+        10     4  producer count        N
+        14     -  N producers, each:
+                    8  producer id
+                    2  epoch
+                    8  last append time  broker clock, ms (what expiration counts from)
+                    1  batch count       B, 1..5, oldest first
+                    B x 32 bytes:
+                       4  first sequence
+                       4  last sequence
+                       8  first offset
+                       8  last offset
+                       8  timestamp      the batch's stored max timestamp
+
+Rules, checked per batch from header fields only (``producer_id >= 0``;
+control batches are not sequenced):
+
+* same epoch, same first and last sequence as one of the producer's last 5
+  batches: a retry of a batch already in the log. It is not written again;
+  the caller answers with the original offsets.
+* epoch older than the newest seen: ``InvalidProducerEpoch`` (a zombie).
+* epoch newer: the batch must start at sequence 0, and the producer's
+  window starts afresh; otherwise ``OutOfOrderSequence``.
+* same epoch: the first sequence must be the last sequence + 1, wrapping
+  from 2^31 - 1 to 0 (Kafka's rule); otherwise ``OutOfOrderSequence``.
+* unknown producer: sequence 0 is accepted (a producer's first batch on a
+  partition), anything else is ``OutOfOrderSequence``. Kafka 2.5+ accepts
+  any sequence here to survive state lost to retention or expiration;
+  Logbus keeps producers after their batches are deleted (until
+  expiration) and snapshots survive restarts, so an unknown producer with
+  sequence > 0 really did lose track, and the error makes it bump its epoch
+  (POST /producers with its id) rather than silently risk a duplicate.
+
+Invariants: the state equals the newest snapshot plus the producer batches
+at or after its offset, and those batches are still in the log. This holds
+because a roll snapshots whenever there is any state (so a segment holding
+producer batches not covered by the newest snapshot is never below a
+roll that did not snapshot), and pruning keeps the newest snapshot at or
+below the log start offset. Producers outlive the deletion of their batches
+and go only by expiration (``producer_id_expiration_ms`` since their last
+append, broker clock). Batches replayed from the log take the load time as
+their append time: expiring later is harmless, expiring early is not.
+
+Durability: snapshots on roll are written without fsync (as Kafka 3 does,
+off the append's critical path); a torn or missing one fails its CRC or is
+absent, and loading falls back to an older one plus a longer replay. The
+snapshot at a clean shutdown is fsynced.
+
+Concurrency: not thread-safe on its own. The owning :class:`Log` calls every
+method under its append lock; nothing here is on the read path.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import re
+import struct
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+import crc32c
+
+from app.core.errors import InvalidProducerEpoch, InvalidRecord, OutOfOrderSequence
+from app.core.log.batch import HEADER_SIZE, BatchHeader, read_header
+from app.core.log.checkpoint import write_atomically
+from app.core.log.segment import LogSegment
+
+__all__ = [
+    "DEFAULT_PRODUCER_ID_EXPIRATION_MS",
+    "NUM_BATCHES_TO_RETAIN",
+    "SNAPSHOT_SUFFIX",
+    "BatchMetadata",
+    "ProducerAppend",
+    "ProducerEntry",
+    "ProducerStateManager",
+    "SnapshotCorrupt",
+    "in_sequence",
+    "last_sequence",
+    "read_snapshot",
+    "segment_headers",
+    "snapshot_name",
+    "without_duplicates",
+    "write_snapshot",
+]
+
+_log = logging.getLogger(__name__)
+
+NUM_BATCHES_TO_RETAIN = 5
+INT32_MAX = (1 << 31) - 1
+DEFAULT_PRODUCER_ID_EXPIRATION_MS = 24 * 3600 * 1000  # Kafka's producer.id.expiration.ms
+SNAPSHOT_SUFFIX = ".snapshot"
+
+_MAGIC = b"LBPS"
+_VERSION = 1
+_FILE_HEAD = struct.Struct(">4sHII")  # magic, version, crc, producer count
+_PREFIX = struct.Struct(">4sHI")  # magic, version, crc: what precedes the CRC-covered part
+_COUNT = struct.Struct(">I")
+_CRC_START = _PREFIX.size
+_PRODUCER = struct.Struct(">qhqB")
+_BATCH = struct.Struct(">iiqqq")
+_SNAPSHOT_FILE = re.compile(r"(\d{20})\.snapshot")
+# Replay reads headers in chunks; a header that does not fit is read again at its start.
+_REPLAY_CHUNK = 16 << 10
+
+
+def snapshot_name(offset: int) -> str:
+    return f"{offset:020d}{SNAPSHOT_SUFFIX}"
+
+
+def last_sequence(first_sequence: int, last_offset_delta: int) -> int:
+    """The sequence of a batch's last record; sequences wrap from 2^31 - 1 to 0."""
+    return (first_sequence + last_offset_delta) & INT32_MAX
+
+
+def in_sequence(last_seq: int, next_seq: int) -> bool:
+    """Whether ``next_seq`` directly follows ``last_seq`` (-1: nothing yet)."""
+    return next_seq == (last_seq + 1) & INT32_MAX
+
+
+class BatchMetadata(NamedTuple):
+    """What is remembered of one appended batch, enough to answer its retry."""
+
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
+    timestamp: int
+
+
+class ProducerEntry:
+    """One producer on one partition: its epoch and its last (up to 5) batches, oldest first."""
+
+    __slots__ = ("batches", "epoch", "last_timestamp", "producer_id")
+
+    def __init__(
+        self,
+        producer_id: int,
+        epoch: int,
+        batches: Iterable[BatchMetadata] = (),
+        last_timestamp: int = -1,
+    ) -> None:
+        self.producer_id = producer_id
+        self.epoch = epoch
+        self.batches: deque[BatchMetadata] = deque(batches, maxlen=NUM_BATCHES_TO_RETAIN)
+        self.last_timestamp = last_timestamp
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else -1
+
+    def find_duplicate(self, first_seq: int, last_seq: int) -> BatchMetadata | None:
+        for b in self.batches:
+            if b.first_seq == first_seq and b.last_seq == last_seq:
+                return b
+        return None
+
+    def add(self, batch: BatchMetadata, append_time: int) -> None:
+        self.batches.append(batch)
+        self.last_timestamp = max(self.last_timestamp, append_time)
+
+    def copy(self) -> ProducerEntry:
+        return ProducerEntry(self.producer_id, self.epoch, self.batches, self.last_timestamp)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ProducerEntry) and (
+            self.producer_id,
+            self.epoch,
+            list(self.batches),
+            self.last_timestamp,
+        ) == (other.producer_id, other.epoch, list(other.batches), other.last_timestamp)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (
+            f"ProducerEntry(id={self.producer_id}, epoch={self.epoch}, "
+            f"batches={list(self.batches)}, last_timestamp={self.last_timestamp})"
+        )
+
+
+@dataclass(slots=True)
+class ProducerAppend:
+    """The outcome of checking one append, applied by :meth:`ProducerStateManager.commit`.
+
+    ``entries``: the new state of every producer the append touches.
+    ``duplicates``: ``None`` when no batch is a retry; else one item per batch
+    of the body, the original batch's metadata for a retry and ``None`` for
+    a batch to write.
+    """
+
+    entries: dict[int, ProducerEntry]
+    duplicates: list[BatchMetadata | None] | None
+
+    @property
+    def all_duplicates(self) -> bool:
+        return self.duplicates is not None and all(d is not None for d in self.duplicates)
+
+
+def without_duplicates(
+    buf: bytearray,
+    batches: Sequence[tuple[int, BatchHeader]],
+    duplicates: Sequence[BatchMetadata | None],
+) -> tuple[bytearray, list[tuple[int, BatchHeader]]]:
+    """The batches to write when some of a body's are retries: copied into one new buffer.
+
+    Rare (a client resending part of a body), so the copy does not matter.
+    """
+    out = bytearray()
+    kept: list[tuple[int, BatchHeader]] = []
+    for (pos, header), original in zip(batches, duplicates, strict=True):
+        if original is None:
+            kept.append((len(out), header))
+            out += buf[pos : pos + header.size]
+    return out, kept
+
+
+class SnapshotCorrupt(ValueError):
+    """A snapshot file does not parse or fails its CRC; loading skips it."""
+
+
+def write_snapshot(path: Path, producers: Iterable[ProducerEntry], *, sync: bool) -> None:
+    """Write ``producers`` in the module's layout (tmp file, then rename)."""
+    body = bytearray()
+    count = 0
+    for e in producers:
+        body += _PRODUCER.pack(e.producer_id, e.epoch, e.last_timestamp, len(e.batches))
+        for b in e.batches:
+            body += _BATCH.pack(*b)
+        count += 1
+    covered = _COUNT.pack(count) + body
+    data = _PREFIX.pack(_MAGIC, _VERSION, crc32c.crc32c(covered)) + covered
+    if sync:
+        write_atomically(path, data)
+        return
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def read_snapshot(path: Path) -> list[ProducerEntry]:
+    """Parse a snapshot; raises :class:`SnapshotCorrupt` (or OSError)."""
+    data = path.read_bytes()
+    if len(data) < _FILE_HEAD.size:
+        raise SnapshotCorrupt(f"{path.name}: {len(data)} bytes, shorter than its header")
+    magic, version, crc, count = _FILE_HEAD.unpack_from(data)
+    if magic != _MAGIC or version != _VERSION:
+        raise SnapshotCorrupt(f"{path.name}: unknown magic {magic!r} or version {version}")
+    if crc32c.crc32c(memoryview(data)[_CRC_START:]) != crc:
+        raise SnapshotCorrupt(f"{path.name}: CRC-32C mismatch")
+    out: list[ProducerEntry] = []
+    pos = _FILE_HEAD.size
+    try:
+        for _ in range(count):
+            pid, epoch, last_ts, n = _PRODUCER.unpack_from(data, pos)
+            pos += _PRODUCER.size
+            if not 1 <= n <= NUM_BATCHES_TO_RETAIN:
+                raise SnapshotCorrupt(f"{path.name}: producer {pid} with {n} batches")
+            batches = []
+            for _ in range(n):
+                batches.append(BatchMetadata._make(_BATCH.unpack_from(data, pos)))
+                pos += _BATCH.size
+            out.append(ProducerEntry(pid, epoch, batches, last_ts))
+    except struct.error as e:
+        raise SnapshotCorrupt(f"{path.name}: truncated ({e})") from None
+    if pos != len(data):
+        raise SnapshotCorrupt(f"{path.name}: {len(data) - pos} bytes after the last producer")
+    return out
+
+
+def segment_headers(
+    segments: Sequence[LogSegment], bases: Sequence[int], from_offset: int
+) -> Iterator[BatchHeader]:
+    """Headers of every batch holding an offset >= ``from_offset``, in log order (trusted bytes).
+
+    ``bases`` are the segments' base offsets. Reads headers only: chunks of
+    the file, and one short read per batch too large to share a chunk with
+    the next header. Segments before the one holding ``from_offset`` are not
+    touched (their indexes stay unloaded).
+    """
+    first = max(bisect.bisect_right(bases, from_offset) - 1, 0)
+    for i in range(first, len(segments)):
+        seg = segments[i]
+        end = seg.size
+        position = 0
+        if i == first and from_offset > seg.base_offset:
+            found = seg.translate_offset(from_offset, end)
+            if found is None:
+                continue
+            position = found[0]
+        buf = b""
+        buf_pos = position
+        while end - position >= HEADER_SIZE:
+            off = position - buf_pos
+            if off + HEADER_SIZE > len(buf):
+                buf = os.pread(seg.fd, min(_REPLAY_CHUNK, end - position), position)
+                buf_pos, off = position, 0
+                if len(buf) < HEADER_SIZE:
+                    break
+            header = read_header(buf, off)
+            if header.size < HEADER_SIZE or position + header.size > end:
+                break
+            yield header
+            position += header.size
+
+
+HeaderSource = Callable[[int], Iterable[BatchHeader]]
+
+
+class ProducerStateManager:
+    """Idempotent-producer state of one partition, plus its snapshot files.
+
+    See the module docstring for the rules, the file layout, the invariants
+    and the concurrency contract (the owning log's lock).
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        topic: str,
+        partition: int,
+        *,
+        expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+    ) -> None:
+        self.dir = directory
+        self.topic = topic
+        self.partition = partition
+        self.expiration_ms = expiration_ms
+        self._producers: dict[int, ProducerEntry] = {}
+        # Changed since the last snapshot (an append, a replay, an expiration).
+        self._dirty = False
+        # Batches read from the log by the last load (what a restart cost, for tests and logs).
+        self.replayed_on_load = 0
+
+    # -- queries -----------------------------------------------------------------
+
+    @property
+    def producers(self) -> Mapping[int, ProducerEntry]:
+        """The live entries (read-only use; under the log's lock for a consistent view)."""
+        return self._producers
+
+    def snapshot_offsets(self) -> list[int]:
+        """Offsets of the snapshot files present, ascending."""
+        return sorted(
+            int(m.group(1)) for p in self.dir.iterdir() if (m := _SNAPSHOT_FILE.fullmatch(p.name))
+        )
+
+    # -- appends -----------------------------------------------------------------
+
+    def check(
+        self,
+        batches: Sequence[tuple[int, BatchHeader]],
+        next_offset: int,
+        now: int,
+        log_append_time: bool,
+    ) -> ProducerAppend:
+        """Apply the rules to a body's batches in order, as if each were appended in turn.
+
+        ``next_offset`` is the offset the body's first written batch gets.
+        Changes nothing; raises OutOfOrderSequence, InvalidProducerEpoch or
+        InvalidRecord for the first batch that breaks a rule.
+        """
+        touched: dict[int, ProducerEntry] = {}
+        duplicates: list[BatchMetadata | None] = []
+        any_duplicate = False
+        offset = next_offset
+        for _, h in batches:
+            delta = h.last_offset_delta
+            pid = h.producer_id
+            if pid < 0 or h.is_control:
+                duplicates.append(None)
+                offset += delta + 1
+                continue
+            epoch = h.producer_epoch
+            first_seq = h.base_sequence
+            if first_seq < 0 or epoch < 0:
+                raise InvalidRecord(
+                    f"batch of producer {pid} needs a producer epoch and a base sequence >= 0, "
+                    f"got epoch {epoch} and sequence {first_seq}"
+                )
+            last_seq = last_sequence(first_seq, delta)
+            entry = touched.get(pid)
+            if entry is None:
+                current = self._producers.get(pid)
+                entry = current.copy() if current is not None else None
+            if entry is not None and entry.epoch == epoch:
+                original = entry.find_duplicate(first_seq, last_seq)
+                if original is not None:
+                    duplicates.append(original)
+                    any_duplicate = True
+                    continue
+            self._check_sequence(entry, pid, epoch, first_seq)
+            if entry is None or entry.epoch != epoch:
+                entry = ProducerEntry(pid, epoch)
+            ts = now if log_append_time else h.max_timestamp
+            entry.add(BatchMetadata(first_seq, last_seq, offset, offset + delta, ts), now)
+            touched[pid] = entry
+            duplicates.append(None)
+            offset += delta + 1
+        return ProducerAppend(touched, duplicates if any_duplicate else None)
+
+    def _check_sequence(
+        self, entry: ProducerEntry | None, pid: int, epoch: int, first_seq: int
+    ) -> None:
+        if entry is None:
+            if first_seq != 0:
+                raise OutOfOrderSequence(
+                    self.topic,
+                    self.partition,
+                    pid,
+                    epoch,
+                    first_seq,
+                    0,
+                    "no state for this producer on this partition; a producer starts at 0",
+                )
+            return
+        if epoch < entry.epoch:
+            raise InvalidProducerEpoch(self.topic, self.partition, pid, epoch, entry.epoch)
+        if epoch > entry.epoch:
+            if first_seq != 0:
+                raise OutOfOrderSequence(
+                    self.topic,
+                    self.partition,
+                    pid,
+                    epoch,
+                    first_seq,
+                    0,
+                    f"a new epoch (was {entry.epoch}) starts at sequence 0",
+                )
+            return
+        if not in_sequence(entry.last_seq, first_seq):
+            raise OutOfOrderSequence(
+                self.topic,
+                self.partition,
+                pid,
+                epoch,
+                first_seq,
+                (entry.last_seq + 1) & INT32_MAX,
+                "sequence gap",
+            )
+
+    def commit(self, plan: ProducerAppend) -> None:
+        """Make a checked append's state current (after its bytes were written)."""
+        if plan.entries:
+            self._producers.update(plan.entries)
+            self._dirty = True
+
+    def replay(self, h: BatchHeader, append_time: int) -> None:
+        """Update from a batch already in the log (loading, or a follower's append): no checks."""
+        pid = h.producer_id
+        if pid < 0 or h.is_control or h.base_sequence < 0:
+            return
+        entry = self._producers.get(pid)
+        if entry is None or entry.epoch != h.producer_epoch:
+            entry = self._producers[pid] = ProducerEntry(pid, h.producer_epoch)
+        entry.add(
+            BatchMetadata(
+                h.base_sequence,
+                last_sequence(h.base_sequence, h.last_offset_delta),
+                h.base_offset,
+                h.last_offset,
+                h.max_timestamp,
+            ),
+            append_time,
+        )
+        self._dirty = True
+
+    def remove_expired(self, now: int) -> int:
+        """Forget producers idle for ``expiration_ms``; returns how many."""
+        limit = now - self.expiration_ms
+        expired = [pid for pid, e in self._producers.items() if e.last_timestamp <= limit]
+        for pid in expired:
+            del self._producers[pid]
+        if expired:
+            self._dirty = True
+        return len(expired)
+
+    # -- snapshots ---------------------------------------------------------------
+
+    def load(
+        self,
+        log_start_offset: int,
+        log_end_offset: int,
+        headers: HeaderSource,
+        *,
+        clean_shutdown: bool,
+        now: int,
+        segment_bases: Sequence[int] = (),
+    ) -> None:
+        """Rebuild the state for a log holding ``[log_start_offset, log_end_offset)``.
+
+        Snapshots above the end are deleted (their batches are gone), the
+        newest readable one at or below it is loaded and the batches from
+        there (or from the log start, whichever is later) are replayed. With
+        ``clean_shutdown`` and no snapshot at all there was no state to keep
+        (a clean close snapshots any state), so nothing is replayed. A load
+        that replayed batches snapshots the result at the end offset, so the
+        next start does not replay them again.
+        """
+        self._producers = {}
+        self._dirty = False
+        self.replayed_on_load = 0
+        offsets = self.snapshot_offsets()
+        for o in offsets:
+            if o > log_end_offset:
+                self._delete_snapshot(o)
+        found: int | None = None
+        for o in reversed([o for o in offsets if o <= log_end_offset]):
+            try:
+                entries = read_snapshot(self.dir / snapshot_name(o))
+            except (SnapshotCorrupt, OSError) as e:
+                _log.warning("%s-%s: ignoring producer snapshot: %s", self.topic, self.partition, e)
+                self._delete_snapshot(o)
+                continue
+            self._producers = {e.producer_id: e for e in entries}
+            found = o
+            break
+        if found is None and clean_shutdown and not offsets:
+            return
+        start = log_start_offset if found is None else max(found, log_start_offset)
+        if start < log_end_offset:
+            for h in headers(start):
+                if h.last_offset < start:
+                    continue
+                if h.base_offset >= log_end_offset:
+                    break
+                self.replay(h, now)
+                self.replayed_on_load += 1
+        self.remove_expired(now)
+        if start < log_end_offset:
+            self.take_snapshot(log_end_offset, segment_bases, log_start_offset)
+        else:
+            self._dirty = False
+
+    def truncate_fully(self) -> None:
+        """The log was emptied: no producer and no snapshot survive."""
+        self._producers = {}
+        self._dirty = False
+        for o in self.snapshot_offsets():
+            self._delete_snapshot(o)
+
+    def wants_snapshot(self) -> bool:
+        """A roll snapshots when there is any state (see the invariants)."""
+        return bool(self._producers) or self._dirty
+
+    def take_snapshot(
+        self,
+        offset: int,
+        segment_bases: Sequence[int],
+        log_start_offset: int,
+        *,
+        sync: bool = False,
+    ) -> None:
+        """Write the state as of ``offset`` (the log end offset) and prune older snapshots."""
+        write_snapshot(self.dir / snapshot_name(offset), self._producers.values(), sync=sync)
+        self._dirty = False
+        self.prune(segment_bases, log_start_offset)
+
+    def snapshot_on_close(
+        self, offset: int, segment_bases: Sequence[int], log_start_offset: int
+    ) -> None:
+        """At a clean close: snapshot (fsynced) when there is state or earlier snapshots exist."""
+        offsets = self.snapshot_offsets()
+        if not (self._producers or self._dirty or offsets):
+            return
+        if offsets and offsets[-1] == offset and not self._dirty:
+            return
+        self.take_snapshot(offset, segment_bases, log_start_offset, sync=True)
+
+    def prune(self, segment_bases: Sequence[int], log_start_offset: int) -> None:
+        """Keep the newest snapshot, the newest at or below the log start, and those at segment bases.
+
+        Segment-base snapshots let a truncation reload without replaying from
+        the log start; the one at or below the log start carries producers
+        whose batches retention deleted.
+        """
+        offsets = self.snapshot_offsets()
+        if not offsets:
+            return
+        keep = {offsets[-1]}
+        below = [o for o in offsets if o <= log_start_offset]
+        if below:
+            keep.add(below[-1])
+        for o in offsets:
+            if o in keep or o < log_start_offset:
+                continue
+            i = bisect.bisect_left(segment_bases, o)
+            if i < len(segment_bases) and segment_bases[i] == o:
+                keep.add(o)
+        for o in offsets:
+            if o not in keep:
+                self._delete_snapshot(o)
+
+    def _delete_snapshot(self, offset: int) -> None:
+        (self.dir / snapshot_name(offset)).unlink(missing_ok=True)
