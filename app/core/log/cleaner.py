@@ -602,15 +602,18 @@ class LogCleaner:
             self._failed_until = {k: v for k, v in self._failed_until.items() if keep(k)}
             self._ratios = {k: v for k, v in self._ratios.items() if keep(k)}
             self._last = {k: v for k, v in self._last.items() if keep(k)}
-            snapshot = dict(self._checkpoints)
-        self._checkpoint_file.write(snapshot)
+            # Written under the lock so that file writes land in the order of the changes.
+            self._checkpoint_file.write(self._checkpoints)
 
     def _advance(self, log: Log, offset: int) -> None:
         with self._state_lock:
+            # Under the lock: a topic deletion marks the log offline before forget() runs.
+            if not log.online:
+                return
             self._checkpoints[(log.topic, log.partition)] = offset
             live = {(lg.topic, lg.partition) for lg in self._logs()}
             snapshot = {k: v for k, v in self._checkpoints.items() if k in live}
-        self._checkpoint_file.write(snapshot)
+            self._checkpoint_file.write(snapshot)
 
     # -- choosing and cleaning ---------------------------------------------------
 
@@ -628,7 +631,8 @@ class LogCleaner:
         key = (log.topic, log.partition)
         if found.dirty_bytes > 0 and found.dirty_ratio >= log.config.min_cleanable_dirty_ratio:
             return True
-        due = self._tombstone_deadlines.get(key)
+        with self._state_lock:
+            due = self._tombstone_deadlines.get(key)
         return due is not None and now >= due and found.clean_bytes > 0
 
     def run_once(self, now: int | None = None) -> CleanResult | None:
@@ -640,14 +644,17 @@ class LogCleaner:
             if not log.config.compact or not log.online:
                 continue
             key = (log.topic, log.partition)
-            if self._failed_until.get(key, 0.0) > wall:
+            with self._state_lock:
+                backing_off = self._failed_until.get(key, 0.0) > wall
+            if backing_off:
                 continue
             at = log.time_ms() if now is None else now
             try:
                 found = self.survey(log, at)
             except (OSError, KafkaStorageError):
                 continue  # a segment went away under the survey; next round
-            self._ratios[key] = round(found.dirty_ratio, 4)
+            with self._state_lock:
+                self._ratios[key] = round(found.dirty_ratio, 4)
             if self._eligible(log, found, at) and (best is None or found.dirty_ratio > best[0]):
                 best = (found.dirty_ratio, log, at)
         if best is None:
@@ -691,8 +698,9 @@ class LogCleaner:
                     # Deleted or closed under the pass (its directory may be gone): not a failure.
                     _log.info("%s-%s: compaction pass abandoned", log.topic, log.partition)
                     return None
-                self._totals["failures"] += 1
-                self._failed_until[key] = time.monotonic() + self.config.backoff_ms / 1000
+                with self._state_lock:
+                    self._totals["failures"] += 1
+                    self._failed_until[key] = time.monotonic() + self.config.backoff_ms / 1000
                 raise
             finally:
                 for fd in fds:
@@ -703,15 +711,16 @@ class LogCleaner:
             result.segments_after = len(log.segments)
             if completed:
                 self._advance(log, state.map_end)
-                if state.tombstone_deadline is None:
-                    self._tombstone_deadlines.pop(key, None)
-                else:
+            with self._state_lock:
+                if completed and state.tombstone_deadline is not None:
                     self._tombstone_deadlines[key] = state.tombstone_deadline
-            self._failed_until.pop(key, None)
-            self._last[key] = result
-            self._totals["passes"] += 1
-            self._totals["bytes_read"] += result.bytes_read
-            self._totals["bytes_written"] += result.bytes_written
+                elif completed:
+                    self._tombstone_deadlines.pop(key, None)
+                self._failed_until.pop(key, None)
+                self._last[key] = result
+                self._totals["passes"] += 1
+                self._totals["bytes_read"] += result.bytes_read
+                self._totals["bytes_written"] += result.bytes_written
             _log.info(
                 "%s-%s: compacted offsets below %d: %d -> %d bytes, %d of %d records kept (%.0f ms)",
                 log.topic,
@@ -729,17 +738,20 @@ class LogCleaner:
 
     def stats(self) -> dict[str, Any]:
         """Totals, the last round's time, and per log the dirty ratio and the last pass."""
-        logs: dict[str, dict[str, Any]] = {}
-        for (topic, partition), ratio in sorted(self._ratios.items()):
-            logs[f"{topic}-{partition}"] = {"dirty_ratio": ratio}
-        for (topic, partition), result in sorted(self._last.items()):
-            entry = logs.setdefault(f"{topic}-{partition}", {})
-            entry["last_pass"] = asdict(result)
         with self._state_lock:
-            for (topic, partition), offset in self._checkpoints.items():
-                logs.setdefault(f"{topic}-{partition}", {})["first_dirty_offset"] = offset
+            ratios = dict(self._ratios)
+            last = dict(self._last)
+            checkpoints = dict(self._checkpoints)
+            totals = dict(self._totals)
+        logs: dict[str, dict[str, Any]] = {}
+        for (topic, partition), ratio in sorted(ratios.items()):
+            logs[f"{topic}-{partition}"] = {"dirty_ratio": ratio}
+        for (topic, partition), result in sorted(last.items()):
+            logs.setdefault(f"{topic}-{partition}", {})["last_pass"] = asdict(result)
+        for (topic, partition), offset in checkpoints.items():
+            logs.setdefault(f"{topic}-{partition}", {})["first_dirty_offset"] = offset
         return {
-            **self._totals,
+            **totals,
             "last_run_ms": self._last_run_ms,
             "running": self._thread is not None,
             "logs": logs,

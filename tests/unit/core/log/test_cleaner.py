@@ -26,6 +26,7 @@ from app.core.log.batch import (
 )
 from app.core.log.cleaner import CleanerConfig, LogCleaner, _rebuild, survey
 from app.core.log.offset_map import ENTRY_BYTES, OffsetMap, slot_of
+from app.core.log.segment import LogSegment
 
 Pair = tuple[bytes | None, bytes | None]
 DAY = 24 * 3600 * 1000
@@ -520,3 +521,84 @@ def test_cleaned_segment_mtime_is_the_cleaning_time(tmp_path: Path) -> None:
     cleaner(tmp_path, log).clean(log)
     assert os.stat(log.segments[0].log_path).st_mtime_ns // 1_000_000 == BASE_TS + 12345
     log.close()
+
+
+# -- the log changing under a pass ------------------------------------------------------
+
+
+def _three_segments(tmp_path: Path, clock: list[int], **overrides: object) -> Log:
+    log = compacted(tmp_path, clock, **overrides)
+    for i in range(3):
+        log.append(keyed([(b"a", b"%d" % i), (b"b", b"%d" % i)], timestamp=BASE_TS + 1000 * i))
+        log.roll()
+    log.append(keyed([(b"z", b"active")], timestamp=BASE_TS + 5000))
+    return log
+
+
+@pytest.mark.parametrize("change", ["truncation", "retention"])
+def test_a_log_changed_under_the_pass_keeps_its_segments(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: str
+) -> None:
+    clock = [BASE_TS]
+    log = _three_segments(tmp_path, clock, **{"cleanup.policy": "compact,delete"})
+    before = [(r.offset, r.value) for r in records(log)]
+    original = LogSegment.create.__func__  # type: ignore[attr-defined]
+
+    def create(cls: type[LogSegment], *args: object, **kwargs: object) -> LogSegment:
+        if kwargs.get("suffix") == ".cleaned":
+            if change == "truncation":
+                log.truncate_to(6)  # a follower truncates while the copy is being made
+            else:
+                log.delete_old_segments(BASE_TS + 7 * DAY + 2)  # the first segment expires
+        return original(cls, *args, **kwargs)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(LogSegment, "create", classmethod(create))
+    c = cleaner(tmp_path, log)
+    result = c.clean(log)
+    assert result is not None and not result.completed and result.groups_swapped == 0
+    assert not list(log.dir.glob("*.cleaned")) and not list(log.dir.glob("*.swap"))
+    expected = before[:6] if change == "truncation" else before[2:]
+    assert [(r.offset, r.value) for r in records(log)] == expected
+    assert c.checkpoints() == {}
+    monkeypatch.undo()
+    assert c.clean(log) is not None
+    log.close()
+
+
+def test_checkpoint_beyond_the_log_end_restarts_from_the_start(tmp_path: Path) -> None:
+    clock = [BASE_TS]
+    log = _three_segments(tmp_path, clock)
+    c = cleaner(tmp_path, log)
+    c.clean(log)
+    assert c.first_dirty_offset(log) == 6
+    log.truncate_to(2)
+    assert c.first_dirty_offset(log) == 0
+    log.close()
+
+
+def test_run_once_picks_the_dirtiest_log(tmp_path: Path) -> None:
+    clock = [BASE_TS]
+    config = LogConfig().with_overrides(
+        {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": 0.01}
+    )
+    logs = [Log(tmp_path / f"t-{p}", config, clock_ms=lambda: clock[0]) for p in range(3)]
+    plain = Log(tmp_path / "plain-0", LogConfig())
+    for log in [*logs, plain]:
+        log.append(keyed([(b"k%d" % i, b"x" * 100) for i in range(10)]))
+        log.roll()
+        log.append(keyed([(b"a", b"1")]))
+    c = LogCleaner(tmp_path, lambda: [*logs, plain])
+    # Clean t-0 and t-2 first, then dirty them a little: t-1 stays the dirtiest.
+    for log in (logs[0], logs[2]):
+        c.clean(log)
+        log.append(keyed([(b"k1", b"y")]))
+        log.roll()
+    result = c.run_once()
+    assert result is not None and (result.topic, result.partition) == ("t", 1)
+    assert result.dirty_ratio == 1.0
+    picked = [c.run_once() for _ in range(3)]
+    assert sorted(r.partition for r in picked if r is not None) == [0, 2]
+    assert c.run_once() is None
+    assert set(c.stats()["logs"]) == {"t-0", "t-1", "t-2"}
+    for log in [*logs, plain]:
+        log.close()
