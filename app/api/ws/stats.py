@@ -20,10 +20,15 @@ class WsStats:
     connections: dict[str, int] = field(default_factory=lambda: {"subscribe": 0, "produce": 0})
     buffered_bytes: int = 0
     buffered_bytes_peak: int = 0
+    # The most one socket held at once: the bound flow control promises per socket.
+    socket_buffered_bytes_peak: int = 0
     frames_sent: int = 0
     records_sent: int = 0
 
     def hold(self, n: int) -> None:
+        """``n`` bytes read for one socket (a socket holds one read at a time)."""
+        if n > self.socket_buffered_bytes_peak:
+            self.socket_buffered_bytes_peak = n
         self.buffered_bytes += n
         if self.buffered_bytes > self.buffered_bytes_peak:
             self.buffered_bytes_peak = self.buffered_bytes
@@ -56,6 +61,11 @@ class WsCollector(Collector):
             "logbus_ws_buffered_bytes_peak",
             "Highest logbus_ws_buffered_bytes since the broker started.",
             value=s.buffered_bytes_peak,
+        )
+        yield GaugeMetricFamily(
+            "logbus_ws_socket_buffered_bytes_peak",
+            "Most record bytes one subscriber socket has held at once since the broker started.",
+            value=s.socket_buffered_bytes_peak,
         )
         yield CounterMetricFamily(
             "logbus_ws_frames_sent", "Record frames sent to subscribers.", value=s.frames_sent

@@ -9,6 +9,7 @@ and another that grants unlimited credit but never reads.
 from __future__ import annotations
 
 import asyncio
+import time
 
 import httpx
 import pytest
@@ -58,6 +59,7 @@ def test_stalled_subscribers_keep_memory_bounded_under_100_mb(broker: LiveBroker
         stats = broker.stats
         assert stats.buffered_bytes_peak > 0  # the stalled one did get data flowing
         assert stats.buffered_bytes_peak < BOUND, stats.buffered_bytes_peak
+        assert stats.socket_buffered_bytes_peak <= CHUNK_BYTES + len(body)
         assert stats.buffered_bytes <= CHUNK_BYTES + len(body)
         # The zero-credit subscriber got nothing, and gets records as soon as it asks.
         with pytest.raises(TimeoutError):
@@ -67,7 +69,11 @@ def test_stalled_subscribers_keep_memory_bounded_under_100_mb(broker: LiveBroker
         frame = await recv(zero)
         assert [r["offset"] for r in frame["records"]] == list(range(10))
         await zero.close()
-        await stalled.close()
+        stalled.transport.abort()  # a client that vanished without a close handshake
 
     asyncio.run(main())
+    deadline = time.monotonic() + 10
+    while broker.stats.connections["subscribe"] and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert broker.stats.connections["subscribe"] == 0
     assert broker.stats.buffered_bytes == 0
