@@ -15,6 +15,7 @@ from app.groups.coordinator import (
     GroupCoordinator,
     HeartbeatRequest,
     HeartbeatResponse,
+    OffsetCommit,
 )
 
 TP = tuple[str, int]
@@ -187,3 +188,60 @@ def test_random_churn_never_double_assigns(manager: LogManager, clock: FakeClock
         assert held == expected
 
     run(manager, clock, body)
+
+
+def test_member_that_does_not_revoke_is_removed_after_rebalance_timeout(
+    manager: LogManager, clock: FakeClock
+) -> None:
+    manager.create_topic("t", 4)
+
+    async def body(c: GroupCoordinator) -> None:
+        a = await c.heartbeat(
+            "g", HeartbeatRequest(subscribed_topics=["t"], rebalance_timeout_ms=2000)
+        )
+        b = await c.heartbeat("g", HeartbeatRequest(subscribed_topics=["t"]))
+        owned = a.assignment
+        a = await c.heartbeat("g", HeartbeatRequest(a.member_id, a.member_epoch))
+        assert len(a.assignment) == 2  # asked to give two up
+        for _ in range(3):
+            clock.now += 0.9
+            # Keeps heartbeating (session alive) but never lets go of the partitions.
+            await c.heartbeat(
+                "g", HeartbeatRequest(a.member_id, a.member_epoch, owned_partitions=owned)
+            )
+        assert c.expire_sessions() == 1
+        b = await c.heartbeat("g", HeartbeatRequest(b.member_id, b.member_epoch))
+        b = await c.heartbeat("g", HeartbeatRequest(b.member_id, b.member_epoch))
+        assert b.assignment == [("t", p) for p in range(4)]
+
+    run(manager, clock, body)
+
+
+def test_cache_is_rebuilt_from_the_topic(manager: LogManager, clock: FakeClock) -> None:
+    manager.create_topic("t", 3)
+    state: dict[str, object] = {}
+
+    async def first(c: GroupCoordinator) -> None:
+        a = await c.heartbeat("g", HeartbeatRequest(subscribed_topics=["t"], instance_id="i"))
+        await c.commit_offsets("g", a.member_id, a.member_epoch, [OffsetCommit("t", 1, 9, 2, "x")])
+        await c.commit_offsets("gone", "", -1, [OffsetCommit("t", 0, 1)])
+        await c.delete_group("gone")
+        await c.commit_offsets("plain", "", -1, [OffsetCommit("t", 2, 5)])
+        await c.commit_offsets("plain", "", -1, [OffsetCommit("t", 2, 6)])
+        state["desc"] = c.describe_group("g")
+        state["member"] = a
+
+    async def second(c: GroupCoordinator) -> None:
+        assert c.describe_group("g") == state["desc"]
+        assert [g["group"] for g in c.list_groups()] == ["g", "plain"]
+        got = c.fetch_offsets("plain", ["t"])
+        assert [(o.partition, o.offset) for o in got] == [(0, -1), (1, -1), (2, 6)]
+        (o,) = c.fetch_offsets("g")
+        assert (o.offset, o.leader_epoch, o.metadata) == (9, 2, "x")
+        a = state["member"]
+        assert isinstance(a, HeartbeatResponse)
+        again = await c.heartbeat("g", HeartbeatRequest(a.member_id, a.member_epoch))
+        assert again.assignment == a.assignment
+
+    run(manager, clock, first)
+    run(manager, clock, second)
