@@ -31,6 +31,7 @@ def install(app: FastAPI, state: AppState) -> None:
     """Add the WebSocket routes, their per-app counters and the AsyncAPI document."""
     stats = WsStats()
     app.state.logbus_ws = stats
+    app.state.logbus_ws_frames = subscribe.FrameCache()
     state.registry.register(WsCollector(stats))
     app.include_router(router)
 

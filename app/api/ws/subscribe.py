@@ -105,6 +105,54 @@ class Cursor:
         }
 
 
+# (frame, records in it, stored bytes it covers, next offset); no frame when the chunk
+# held no visible record (control batches only).
+Rendered = tuple[str | bytes | None, int, int, int]
+
+
+class FrameCache:
+    """The last tail frame rendered per partition and format, shared by a broker's sockets.
+
+    An append wakes every subscriber of the partition, and those that were
+    caught up all read the same chunk (from the same position to the same
+    high watermark): the first renders it, the others send the same frame.
+    Only frames that reach the high watermark are kept, one per partition and
+    format, so this holds at most one chunk per partition, never a backlog.
+    """
+
+    def __init__(self) -> None:
+        self._last: dict[tuple[str, int, str, str, str], tuple[Log, int, int, Rendered]] = {}
+
+    def get(
+        self,
+        log: Log,
+        key: tuple[str, str, str],
+        position: int,
+        limit: int | None,
+        max_bytes: int,
+    ) -> Rendered | None:
+        entry = self._last.get((log.topic, log.partition, *key))
+        if entry is None:
+            return None
+        cached_log, cached_position, hw, rendered = entry
+        if cached_log is not log or cached_position != position or hw != log.high_watermark:
+            return None
+        _, count, used, _ = rendered
+        if (limit is not None and count > limit) or used > max_bytes:
+            return None  # this socket's credit would have cut the chunk shorter
+        return rendered
+
+    def put(
+        self, log: Log, key: tuple[str, str, str], position: int, hw: int, rendered: Rendered
+    ) -> None:
+        if rendered[3] == hw and rendered[1]:
+            self._last[(log.topic, log.partition, *key)] = (log, position, hw, rendered)
+
+    def forget_topic(self, topic: str) -> None:
+        for k in [k for k in self._last if k[0] == topic]:
+            del self._last[k]
+
+
 def _json_frame(
     topic: str,
     partition: int,
@@ -113,7 +161,7 @@ def _json_frame(
     key_format: str,
     value_format: str,
     limit: int | None,
-) -> tuple[str | None, int, int, int]:
+) -> Rendered:
     """(frame or None when no record is visible, records, stored bytes used, next offset)."""
     data = info.read_bytes()
     records, next_offset = json_records(data, position, key_format, value_format, limit)
@@ -140,7 +188,7 @@ def _json_frame(
 
 def _binary_frame(
     topic: str, partition: int, position: int, info: FetchInfo, limit: int | None
-) -> tuple[bytes, int, int, int]:
+) -> Rendered:
     """(frame, records at or after ``position``, bytes used, next offset); whole batches,
     cut after the batch that reaches ``limit`` records."""
     data = info.read_bytes()
@@ -164,8 +212,10 @@ class Subscription:
         manager: LogManager,
         stats: WsStats,
         idle_timeout: float,
+        frames: FrameCache,
     ) -> None:
         self.ws = ws
+        self.frames = frames
         self.state = state
         self.manager = manager
         self.stats = stats
@@ -408,6 +458,7 @@ class Subscription:
         if current is cursor.log:
             return True
         cursor.stalled = True
+        self.frames.forget_topic(cursor.topic)
         return False
 
     async def _send_chunk(self, cursor: Cursor) -> bool:
@@ -420,21 +471,33 @@ class Subscription:
             max_bytes = min(max_bytes, self.bytes_credit)
         if limit is not None:
             max_bytes = min(max_bytes, max(1, int(limit * self.bytes_per_record)))
-        try:
-            if not self._alive(cursor):
-                raise UnknownTopicOrPartition(cursor.topic, cursor.partition)
-            info = cursor.log.read(position, max_bytes)
-        except (OffsetOutOfRange, UnknownTopicOrPartition) as exc:
+        if not self._alive(cursor):
             cursor.stalled = True
-            await send_error(self.ws, exc)
+            await send_error(self.ws, UnknownTopicOrPartition(cursor.topic, cursor.partition))
             return False
-        if not info.size:
-            return False
-        self.stats.hold(info.size)
-        try:
-            count, used, next_offset = await self._send_frame(cursor, position, info, limit)
-        finally:
-            self.stats.release(info.size)
+        log = cursor.log
+        key = (self.format, self.key_format, self.value_format)
+        rendered = self.frames.get(log, key, position, limit, max_bytes)
+        if rendered is None:
+            try:
+                info = log.read(position, max_bytes)
+            except OffsetOutOfRange as exc:
+                cursor.stalled = True
+                await send_error(self.ws, exc)
+                return False
+            if not info.size:
+                return False
+            self.stats.hold(info.size)
+            try:
+                rendered = await self._render(cursor, position, info, limit)
+            finally:
+                self.stats.release(info.size)
+            self.frames.put(log, key, position, info.high_watermark, rendered)
+        frame, count, used, next_offset = rendered
+        if isinstance(frame, bytes):
+            await send_bytes(self.ws, frame)
+        elif frame is not None:
+            await send_text(self.ws, frame)
         if cursor.generation == gen:
             cursor.position = next_offset
         if self.records_credit is not None:
@@ -447,22 +510,16 @@ class Subscription:
             self.stats.records_sent += count
         return next_offset > position
 
-    async def _send_frame(
+    async def _render(
         self, cursor: Cursor, position: int, info: FetchInfo, limit: int | None
-    ) -> tuple[int, int, int]:
+    ) -> Rendered:
         topic, partition = cursor.topic, cursor.partition
         if self.format == "binary":
-            data, count, used, next_offset = _binary_frame(topic, partition, position, info, limit)
-            await send_bytes(self.ws, data)
-            return count, used, next_offset
+            return _binary_frame(topic, partition, position, info, limit)
         args = (topic, partition, position, info, self.key_format, self.value_format, limit)
         if info.size > INLINE_WORK_BYTES:
-            frame, count, used, next_offset = await run_blocking(_json_frame, *args)
-        else:
-            frame, count, used, next_offset = _json_frame(*args)
-        if frame is not None:
-            await send_text(self.ws, frame)
-        return count, used, next_offset
+            return await run_blocking(_json_frame, *args)
+        return _json_frame(*args)
 
 
 async def endpoint(ws: WebSocket) -> None:
@@ -481,6 +538,7 @@ async def endpoint(ws: WebSocket) -> None:
         return
     stats.connections["subscribe"] += 1
     try:
-        await Subscription(ws, state, state.manager, stats, idle).run()
+        frames: FrameCache = ws.app.state.logbus_ws_frames
+        await Subscription(ws, state, state.manager, stats, idle, frames).run()
     finally:
         stats.connections["subscribe"] -= 1
