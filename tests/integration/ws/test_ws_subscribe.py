@@ -249,3 +249,26 @@ def test_deleted_topic_is_reported(broker: LiveBroker) -> None:
         await ws.close()
 
     asyncio.run(main())
+
+
+def test_shared_frames_respect_each_sockets_credit_and_formats(broker: LiveBroker) -> None:
+    broker.create_topic("shared")
+
+    async def main() -> None:
+        url = broker.ws_url("/ws/subscribe")
+        wide, _ = await subscribe(url, topics=["shared"], credit={"records": 100})
+        narrow, _ = await subscribe(url, topics=["shared"], credit={"records": 2})
+        strings, _ = await subscribe(
+            url, topics=["shared"], credit={"records": 100}, value_format="string"
+        )
+        broker.produce("shared", [{"value": i} for i in range(5)])
+        assert [r["value"] for r in (await collect(wide, 5))[0]] == [0, 1, 2, 3, 4]
+        assert [r["value"] for r in (await collect(strings, 5))[0]] == ["0", "1", "2", "3", "4"]
+        assert [r["value"] for r in (await collect(narrow, 2))[0]] == [0, 1]
+        await quiet(narrow)
+        await send(narrow, {"type": "credit", "records": 10})
+        assert [r["value"] for r in (await collect(narrow, 3))[0]] == [2, 3, 4]
+        for ws in (wide, narrow, strings):
+            await ws.close()
+
+    asyncio.run(main())
