@@ -24,12 +24,21 @@ no ordering between concurrent requests, unlike Kafka's one TCP connection
 per broker). More than one needs idempotence: the broker's sequence checks
 are what make a reordered arrival detectable.
 
-Delivery is at-least-once: a retry after a lost answer may append a batch
-twice. Idempotence (producer id, epoch and per-partition sequence numbers,
-stamped into every batch; the broker then drops exact retries) is wired in
-behind ``enable_idempotence`` and is **off by default** until the broker
-offers ``POST /producers``; switching it on against a broker without that
-endpoint fails at start with :class:`~app.client.errors.UnsupportedByBroker`.
+Idempotence (producer id and epoch from ``POST /producers``, a sequence
+number per partition stamped into every batch when it is sealed; the broker
+answers an exact retry with the original offsets instead of appending it
+again) makes retries exactly-once per partition. ``enable_idempotence``:
+
+* ``None`` (default, as Kafka 3.2+): on whenever the broker offers
+  ``POST /producers`` and ``acks`` is not 0; otherwise delivery is
+  at-least-once (a retry after a lost answer may append a batch twice);
+* ``True``: required; a broker without the endpoint fails the producer at
+  start with :class:`~app.client.errors.UnsupportedByBroker`;
+* ``False``: off.
+
+The broker remembers the last 5 batches per producer and partition, so no
+more than 5 batches of a partition are ever unacknowledged, and nothing new
+goes to a partition while one of its requests is being retried.
 """
 
 from __future__ import annotations
@@ -111,7 +120,7 @@ class ProducerConfig:
     request_timeout_ms: int = 30_000
     max_in_flight_per_partition: int = 1
     max_request_size: int = 4 * 1024 * 1024
-    enable_idempotence: bool = False
+    enable_idempotence: bool | None = None
     max_connections: int = 64
 
     def __post_init__(self) -> None:
@@ -124,6 +133,9 @@ class ProducerConfig:
             raise ValueError("need 1 <= batch_size <= buffer_memory")
         if self.max_request_size < self.batch_size:
             raise ValueError("max_request_size must be at least batch_size")
+        if self.enable_idempotence and self.acks == "0":
+            raise ValueError("idempotence needs acknowledgements: acks=1 or all")
+        # More than one request per partition is safe only with idempotence for sure.
         limit = _MAX_IN_FLIGHT_IDEMPOTENT if self.enable_idempotence else 1
         if not 1 <= self.max_in_flight_per_partition <= limit:
             raise ValueError(
@@ -131,8 +143,8 @@ class ProducerConfig:
                 + (
                     ""
                     if self.enable_idempotence
-                    else ": more than one request per partition "
-                    "may reorder records without idempotence"
+                    else ": more than one request per partition may reorder records "
+                    "unless enable_idempotence=True"
                 )
             )
         if self.linger_ms < 0 or self.retries < 0:
@@ -177,22 +189,21 @@ class _Batch:
         tp: TopicPartition,
         compression: Compression,
         batch_size: int,
-        producer_id: int,
-        producer_epoch: int,
-        sequence: int,
     ) -> None:
         self.tp = tp
+        # Producer id, epoch and base sequence are stamped when the batch is sealed
+        # (set_producer_state), so sequences follow the order batches go out in.
         self.builder = _CBatchBuilder(
             magic=MAGIC,
             compression_type=int(compression),
             is_transactional=0,
-            producer_id=producer_id,
-            producer_epoch=producer_epoch,
-            base_sequence=sequence,
+            producer_id=NO_PRODUCER_ID,
+            producer_epoch=-1,
+            base_sequence=-1,
             batch_size=batch_size,
         )
         self.append: Callable[..., Any] = self.builder.append
-        self.sequence = sequence
+        self.sequence = -1
         self.created = time.monotonic()
         self.count = 0
         self.size = 0
@@ -396,6 +407,7 @@ class _Accumulator:
         self.buffered = 0
         self.limit = cfg.buffer_memory
         self.closed = False
+        self.closed_reason: str | None = None
         self.flushing = 0
         self._notify = notify
         self._compression = Compression.parse(cfg.compression)
@@ -408,15 +420,7 @@ class _Accumulator:
         self.space_listeners: list[Callable[[], None]] = []
 
     def _new_batch(self, tp: TopicPartition, register: bool = True) -> _Batch:
-        sequence = -1 if self.producer_id == NO_PRODUCER_ID else self._next_sequence.get(tp, 0)
-        batch = _Batch(
-            tp,
-            self._compression,
-            self.cfg.batch_size,
-            self.producer_id,
-            self.producer_epoch,
-            sequence,
-        )
+        batch = _Batch(tp, self._compression, self.cfg.batch_size)
         if register:
             self.open[tp] = batch
             if self._sticky.get(tp.topic) == tp.partition:
@@ -437,8 +441,6 @@ class _Accumulator:
             self.incomplete.discard(batch)
             batch.complete(-1, -1, None)
             return
-        if batch.sequence >= 0:
-            self._next_sequence[tp] = (batch.sequence + batch.count) & 0x7FFFFFFF
         batch.size = int(self.builder_size(batch))
         self.buffered += batch.size
         queue = self.ready.get(tp)
@@ -473,7 +475,7 @@ class _Accumulator:
         try:
             with self.lock:
                 if self.closed:
-                    raise ProducerClosed("the producer is closed")
+                    raise ProducerClosed(self.closed_reason or "the producer is closed")
                 if self.buffered >= self.limit:
                     self._wait_for_space(block_s)
                 sticky = partition is None and key is None
@@ -536,7 +538,7 @@ class _Accumulator:
         while True:
             with self.lock:
                 if self.closed:
-                    raise ProducerClosed("the producer is closed")
+                    raise ProducerClosed(self.closed_reason or "the producer is closed")
                 if self.buffered >= self.limit:
                     if block_s is None:
                         return spans, False
@@ -669,11 +671,42 @@ class _Accumulator:
                     ):
                         size += queue[0].size
                         group.append(queue.popleft())
+                    if self.producer_id != NO_PRODUCER_ID:
+                        for batch in group:
+                            self._stamp(batch)
                     out.append((tp, group))
             # Keep the dict small when partitions go quiet.
             for tp in [tp for tp, q in self.ready.items() if not q]:
                 del self.ready[tp]
         return out, next_deadline
+
+    def _stamp(self, batch: _Batch) -> None:
+        """Give a batch its producer id, epoch and base sequence, as it first goes out.
+
+        Batches of a partition go out in queue order, so sequences handed out
+        here are gapless in log order even when ``send_many`` and ``send``
+        filled two batches of the partition at once (Kafka also numbers
+        batches when it drains them).
+        """
+        tp = batch.tp
+        batch.sequence = self._next_sequence.get(tp, 0)
+        batch.builder.set_producer_state(self.producer_id, self.producer_epoch, batch.sequence)
+        self._next_sequence[tp] = (batch.sequence + batch.count) & 0x7FFFFFFF
+
+    def rewind(self, batches: list[_Batch]) -> None:
+        """The broker refused these batches outright: give their sequences back.
+
+        Only when they were the last ones numbered for the partition; the next
+        batch then starts where they did, so it does not open a gap the broker
+        would refuse (a refusal from an error answer means nothing was appended).
+        """
+        first, last = batches[0], batches[-1]
+        if first.sequence < 0:
+            return
+        with self.lock:
+            tp = first.tp
+            if self._next_sequence.get(tp) == (last.sequence + last.count) & 0x7FFFFFFF:
+                self._next_sequence[tp] = first.sequence
 
     def fail_all(self, error: BaseException) -> list[_Batch]:
         with self.lock:
@@ -726,8 +759,34 @@ class _Sender:
             return 0
         return self.cfg.max_in_flight_per_partition - self.in_flight.get(tp, 0)
 
+    async def _start(self) -> None:
+        """InitProducerId before the first batch goes out; retriable failures are retried."""
+        deadline = time.monotonic() + self.cfg.delivery_timeout_ms / 1000
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                await _init_idempotence(self.client, self.acc, self.cfg)
+                return
+            except LogbusError as exc:
+                pause = self._backoff(attempt)
+                if not is_retriable(exc) or self._stopping or time.monotonic() + pause > deadline:
+                    raise
+                log.debug("InitProducerId failed (%s); retrying in %.3f s", exc, pause)
+                # stop() sets the wake-up: closing must not wait out the backoff.
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), pause)
+
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
+        try:
+            await self._start()
+        except LogbusError as exc:
+            # Nothing can be sent as configured: every record fails with the reason.
+            self.acc.closed_reason = f"the producer could not start: {exc}"
+            self.acc.fail_all(exc)
+            return
         while True:
             self._wake.clear()
             groups, deadline = self.acc.take(time.monotonic(), self._can_send)
@@ -838,6 +897,8 @@ class _Sender:
             for batch in batches:
                 batch.attempts = attempt
             if not retriable or attempt > self.cfg.retries:
+                if getattr(error, "status", 500) < 500:
+                    self.acc.rewind(batches)
                 self._fail(batches, error)
                 return
             pause = self._backoff(attempt)
@@ -912,8 +973,8 @@ class Producer:
     ``send`` blocks only to learn a topic's partition count (once per topic)
     and when ``buffer_memory`` bytes are waiting (back-pressure), each for at
     most ``max_block_ms``; then it raises :class:`~app.client.errors.BufferFull`.
-    Idempotence is off by default until the broker offers ``POST /producers``
-    (see the module docs). Callbacks and future callbacks run on the sender
+    Idempotence is on whenever the broker offers ``POST /producers`` (see the
+    module docs). Callbacks and future callbacks run on the sender
     thread: keep them short.
     """
 
@@ -964,8 +1025,6 @@ class Producer:
         ) as client:
             try:
                 self._sender = _Sender(self._acc, cfg, client, self._partition_counts)
-                if cfg.enable_idempotence:
-                    await _init_idempotence(client, self._acc)
             except BaseException as exc:
                 self._start_error = exc
                 started.set()
@@ -997,6 +1056,9 @@ class Producer:
             self._sender.wake()
 
     def _on_loop(self, coro: Any, timeout: float) -> Any:
+        if self._acc.closed or not self._thread.is_alive():
+            coro.close()
+            raise ProducerClosed(self._acc.closed_reason or "the producer is closed")
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
 
     def partitions_for(self, topic: str) -> int:
@@ -1041,8 +1103,8 @@ class Producer:
                         return DeliveryFuture(batch, index, ts)
             finally:
                 self._release()
-        if self._closed:
-            raise ProducerClosed("the producer is closed")
+        if self._closed or self._acc.closed:
+            raise ProducerClosed(self._acc.closed_reason or "the producer is closed")
         n = self._partition_counts.get(topic) or self.partitions_for(topic)
         if partition is not None and not 0 <= partition < n:
             n = self._refresh_for(topic, partition)
@@ -1078,10 +1140,6 @@ class Producer:
         if partition is not None and not 0 <= partition < n:
             n = self._refresh_for(topic, partition)
         ts = int(_time() * 1000) if timestamp is None else timestamp
-        if self._acc.producer_id != NO_PRODUCER_ID:
-            # Sequences are handed out per open batch; keep one open batch per partition.
-            futures = [self.send(topic, v, partition=partition, timestamp=ts) for v in values]
-            return DeliveryReport(topic, [(f._batch, f._index, 1) for f in futures], ts)
         spans, _ = self._acc.append_many(
             topic, partition, n, iter(values), ts, self.config.max_block_ms / 1000
         )
@@ -1134,18 +1192,24 @@ class Producer:
         self.close()
 
 
-async def _init_idempotence(client: httpx.AsyncClient, acc: _Accumulator) -> None:
-    """InitProducerId: the hook that turns on sequence numbers in every batch."""
+async def _init_idempotence(
+    client: httpx.AsyncClient, acc: _Accumulator, cfg: ProducerConfig
+) -> None:
+    """InitProducerId, which turns on sequence numbers in every batch (see the module docs)."""
+    if cfg.enable_idempotence is False or cfg.acks == "0":
+        return
     try:
         producer_id, epoch = await _http.run_async(client, _http.init_producer_call())
     except LogbusError as exc:
-        status = getattr(exc, "status", None)
-        if status in (404, 405):
-            raise UnsupportedByBroker(
-                "this broker has no POST /producers endpoint, so it cannot deduplicate "
-                "retries; create the producer with enable_idempotence=False"
-            ) from exc
-        raise
+        if getattr(exc, "status", None) not in (404, 405):
+            raise
+        if cfg.enable_idempotence is None:
+            log.info("the broker has no POST /producers: producing without idempotence")
+            return
+        raise UnsupportedByBroker(
+            "this broker has no POST /producers endpoint, so it cannot deduplicate "
+            "retries; create the producer with enable_idempotence=False"
+        ) from exc
     acc.producer_id, acc.producer_epoch = producer_id, epoch
 
 
@@ -1154,7 +1218,7 @@ class AsyncProducer:
 
     ``send`` suspends only for a topic's first metadata lookup and for
     back-pressure (``buffer_memory``), each up to ``max_block_ms``. Use it
-    from one event loop. Idempotence is off by default (see the module docs).
+    from one event loop. Idempotence as for :class:`Producer` (see the module docs).
 
     >>> async with AsyncProducer("http://127.0.0.1:8080") as p:   # doctest: +SKIP
     ...     meta = await (await p.send("orders", b"payload"))
@@ -1192,13 +1256,6 @@ class AsyncProducer:
         self._client = _http.async_client(
             self._url, cfg.request_timeout_ms, cfg.max_connections, self._transport
         )
-        try:
-            if cfg.enable_idempotence:
-                await _init_idempotence(self._client, self._acc)
-        except BaseException:
-            await self._client.aclose()
-            self._client = None
-            raise
         self._sender = _Sender(self._acc, cfg, self._client, self._partition_counts)
         self._task = asyncio.get_running_loop().create_task(self._sender.run())
 
@@ -1269,11 +1326,6 @@ class AsyncProducer:
                 raise UnknownTopicOrPartition(topic, partition)
         ts = int(_time() * 1000) if timestamp is None else timestamp
         spans: list[tuple[_Batch, int, int]] = []
-        if self._acc.producer_id != NO_PRODUCER_ID:
-            for v in values:
-                f = await self.send(topic, v, partition=partition, timestamp=ts)
-                spans.append((f._batch, f._index, 1))
-            return DeliveryReport(topic, spans, ts)
         it = iter(values)
         while True:
             if not self._acc.has_space():

@@ -24,12 +24,10 @@ cleans the qualifying log with the highest ratio.
    whose sizes add up to at most ``segment.bytes``, into one new segment per
    group named ``<base of the group>.log.cleaned``. A batch is copied as it
    is when all its records stay; it is dropped when none does; otherwise it
-   is rebuilt with the surviving records only, keeping its base offset,
-   lastOffsetDelta (so the producer's last sequence stays the same, as
-   Kafka's ``overrideLastOffset``), producer id/epoch/base sequence,
-   attributes (compression, timestamp type, transactional), leader epoch and
-   each record's offset and timestamp. Offsets therefore keep their values
-   and gaps appear; a fetch from a removed offset gets the next record.
+   is rewritten with the surviving records only, keeping its identity and
+   each record's offset and timestamp (:mod:`app.core.log.compact_batch`).
+   Offsets therefore keep their values and gaps appear; a fetch from a
+   removed offset gets the next record.
 3. Swap each group in (:meth:`Log.replace_segments`), then move the first
    dirty offset to the map end.
 
@@ -42,21 +40,24 @@ cleans the qualifying log with the highest ratio.
 * a keyed record whose offset is the latest the map knows for its key, or
   whose key the map does not know (its latest is in the clean part);
 * a tombstone (null value) under the same rule, until ``delete.retention.ms``
-  after the segment holding it was last cleaned: a pass stamps the mtime of
-  each segment it writes with its clock, and a tombstone in the clean part of
-  a segment whose mtime is older than that is dropped. Consumers reading from
-  the start therefore have ``delete.retention.ms`` to see a delete. The
-  cleaner remembers when the earliest kept tombstone expires and cleans the
-  log again then, even if it is not dirty (that memory is not persisted: after
-  a restart old tombstones go with the next pass the dirty ratio triggers);
+  after the pass that first cleaned it. That pass rewrites its batch with a
+  *delete horizon* (now + ``delete.retention.ms``, Kafka's KIP-534 format,
+  see :mod:`app.core.log.compact_batch`), and a later pass after the horizon
+  drops it. Consumers reading from the start therefore have
+  ``delete.retention.ms`` to see a delete. The horizon is per batch rather
+  than per segment (Kafka's older rule, the segment's mtime) because merging
+  segments would restart a segment's clock on every pass and a busy log would
+  keep its tombstones forever. The cleaner remembers the earliest horizon and
+  cleans the log again right after it even if it is not dirty (that memory is
+  not persisted: after a restart expired tombstones go with the next pass the
+  dirty ratio triggers);
 * records without a key are dropped (appends to compacted topics refuse them,
   but a topic switched from ``delete`` to ``compact`` may hold some).
 
-**Crash safety.** A group's copy is written as ``.cleaned`` files, its mtime
-stamped and everything fsynced; then, under the log's lock, the ``.log`` is
-renamed to ``.swap`` (the commit point), the old segments are renamed
-``.deleted`` and the copy gets the live names (indexes first, ``.log``
-last). The loader deletes ``.cleaned`` files (incomplete copies: the old
+**Crash safety.** A group's copy is written as ``.cleaned`` files and
+fsynced; then, under the log's lock, the ``.log`` is renamed to ``.swap``
+(the commit point), the old segments are renamed ``.deleted`` and the copy
+gets the live names (indexes first, ``.log`` last). The loader deletes ``.cleaned`` files (incomplete copies: the old
 segments are all still there) and finishes a swap whose ``.log.swap`` exists
 (:func:`app.core.log.loader.complete_swaps`).
 
@@ -75,34 +76,29 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import struct
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from aiokafka.record._crecords import DefaultRecordBatch as _CRecordBatch
-from aiokafka.record._crecords import DefaultRecordBatchBuilder as _CBatchBuilder
 
 from app.core.errors import KafkaStorageError
 from app.core.log.batch import (
-    ATTRIBUTES,
-    ATTRIBUTES_OFFSET,
-    CRC_OFFSET,
-    HEADER_SIZE,
-    MAGIC,
-    MAX_TIMESTAMP,
-    MAX_TIMESTAMP_OFFSET,
     NO_PRODUCER_ID,
-    TIMESTAMP_TYPE_MASK,
     BatchHeader,
     compute_crc,
     read_header,
-    stamp,
 )
 from app.core.log.checkpoint import CheckpointCorrupt, OffsetCheckpointFile
+from app.core.log.compact_batch import (
+    delete_horizon,
+    encode_with_horizon,
+    iter_segment_batches,
+    rebuild,
+)
 from app.core.log.config import LogConfig
 from app.core.log.index import MAX_RELATIVE_OFFSET
 from app.core.log.loader import CLEANED_SUFFIX
@@ -116,9 +112,6 @@ _log = logging.getLogger(__name__)
 
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 
-_LAST_OFFSET_DELTA = struct.Struct(">i")
-_LAST_OFFSET_DELTA_OFFSET = 23
-_CRC = struct.Struct(">I")
 # Check for an abort (shutdown, topic deletion) every this many batches.
 _ABORT_CHECK_BATCHES = 256
 
@@ -214,60 +207,6 @@ def survey(
     return Survey(first_dirty, first_uncleanable, count, clean, dirty)
 
 
-def _iter_batches(fd: int, end: int, chunk: int) -> Iterator[tuple[BatchHeader, memoryview]]:
-    """Every whole batch of a segment file below ``end``, read ``chunk`` bytes at a time."""
-    pos = 0
-    buf = b""
-    buf_pos = 0
-    while end - pos >= HEADER_SIZE:
-        off = pos - buf_pos
-        if off + HEADER_SIZE > len(buf):
-            buf, buf_pos, off = os.pread(fd, min(chunk, end - pos), pos), pos, 0
-        header = read_header(buf, off) if len(buf) - off >= HEADER_SIZE else None
-        if (
-            header is None
-            or header.magic != MAGIC
-            or header.size < HEADER_SIZE
-            or pos + header.size > end
-        ):
-            raise KafkaStorageError(f"malformed record batch at byte {pos} of a segment")
-        size = header.size
-        if off + size > len(buf):
-            buf, buf_pos, off = os.pread(fd, min(max(chunk, size), end - pos), pos), pos, 0
-            if len(buf) < size:
-                raise KafkaStorageError(f"short read of the record batch at byte {pos}")
-        yield header, memoryview(buf)[off : off + size]
-        pos += size
-
-
-def _rebuild(header: BatchHeader, records: Sequence[Any]) -> bytearray:
-    """A batch of ``records`` (a subset of the batch under ``header``) with its identity kept."""
-    builder = _CBatchBuilder(
-        magic=MAGIC,
-        compression_type=int(header.compression),
-        is_transactional=int(header.is_transactional),
-        producer_id=header.producer_id,
-        producer_epoch=header.producer_epoch,
-        base_sequence=header.base_sequence,
-        batch_size=1 << 31,
-    )
-    base = header.base_offset
-    for r in records:
-        builder.append(r.offset - base, r.timestamp, r.key, r.value, r.headers)
-    buf = bytearray(builder.build())
-    # The builder ends the batch at its last record; Kafka keeps the original last
-    # offset so the producer's last sequence (baseSequence + lastOffsetDelta) survives.
-    _LAST_OFFSET_DELTA.pack_into(buf, _LAST_OFFSET_DELTA_OFFSET, header.last_offset_delta)
-    if header.timestamp_type == 1:
-        # LogAppendTime: records carry no own time; the batch's maxTimestamp is it.
-        attributes = ATTRIBUTES.unpack_from(buf, ATTRIBUTES_OFFSET)[0]
-        ATTRIBUTES.pack_into(buf, ATTRIBUTES_OFFSET, attributes | TIMESTAMP_TYPE_MASK)
-        MAX_TIMESTAMP.pack_into(buf, MAX_TIMESTAMP_OFFSET, header.max_timestamp)
-    _CRC.pack_into(buf, CRC_OFFSET, compute_crc(buf, 0, len(buf)))
-    stamp(buf, 0, base, header.partition_leader_epoch)
-    return buf
-
-
 class _Aborted(Exception):
     """The pass was stopped (shutdown, topic deleted, log closed)."""
 
@@ -324,7 +263,7 @@ class _Pass:
         """The base offset of each producer id's last batch in the whole log (headers only)."""
         last = self.last_batches
         for seg, fd in zip(self.segments, self.fds, strict=True):
-            for header, _ in _iter_batches(fd, seg.size, self.chunk):
+            for header, _ in iter_segment_batches(fd, seg.size, self.chunk):
                 if header.producer_id != NO_PRODUCER_ID:
                     last[header.producer_id] = header.base_offset
                 self.check_abort()
@@ -337,7 +276,7 @@ class _Pass:
             seg = self.segments[i]
             if self.segments[i + 1].base_offset <= first_dirty:
                 continue
-            for header, data in _iter_batches(self.fds[i], seg.size, self.chunk):
+            for header, data in iter_segment_batches(self.fds[i], seg.size, self.chunk):
                 self.check_abort()
                 if header.last_offset < first_dirty or header.is_control:
                     continue
@@ -386,7 +325,7 @@ class _Pass:
         )
         committed = False
         try:
-            cleaned_ms = self._copy(group, out)
+            self._copy(group, out)
             new: LogSegment | None = out
             # The first segment stays even when empty: it holds the log start offset.
             if out.size == 0 and group.start > 0:
@@ -394,10 +333,6 @@ class _Pass:
                 new = None
             else:
                 out.seal()
-                # The mtime says when this data became clean: tombstones age from it.
-                ns = cleaned_ms * 1_000_000
-                os.utime(out.fd, ns=(ns, ns))
-                os.fsync(out.fd)
                 out.flush()
             old = self.segments[group.start : group.stop]
             self.swapping = True
@@ -414,32 +349,22 @@ class _Pass:
                     out.delete_files()
             raise
 
-    def _copy(self, group: range, out: LogSegment) -> int:
-        """Write the group's surviving batches to ``out``; returns the copy's cleaned-at time."""
-        first_dirty = self.survey.first_dirty
-        retention = self.config.delete_retention_ms
+    def _copy(self, group: range, out: LogSegment) -> None:
+        """Write the group's surviving batches to ``out``."""
         io_bytes = self.chunk
         pending = bytearray()
         infos: list[BatchInfo] = []
-        cleaned_ms = 0
-        kept_tombstones = False
         for i in group:
             seg, fd = self.segments[i], self.fds[i]
-            fully_clean = self.segments[i + 1].base_offset <= first_dirty
-            mtime = os.fstat(fd).st_mtime_ns // 1_000_000
-            cleaned_ms = max(cleaned_ms, mtime if fully_clean else self.now)
-            # Tombstones below this offset have been clean for longer than delete.retention.ms.
-            expired_below = first_dirty if self.now - mtime > retention else -1
             self.result.bytes_read += seg.size
-            for header, data in _iter_batches(fd, seg.size, io_bytes):
+            for header, data in iter_segment_batches(fd, seg.size, io_bytes):
                 self.check_abort()
                 if compute_crc(data, 0, len(data)) != header.crc:
                     raise KafkaStorageError(
                         f"{self.log.topic}-{self.log.partition}: CRC mismatch in the batch at "
                         f"offset {header.base_offset}; not compacting a damaged segment"
                     )
-                kept, tombstones = self._filter(header, data, expired_below)
-                kept_tombstones = kept_tombstones or tombstones
+                kept = self._filter(header, data)
                 if kept is None:
                     continue
                 size = len(kept)
@@ -456,16 +381,9 @@ class _Pass:
         if infos:
             out.append(pending, infos, self.now)
             self.result.bytes_written += len(pending)
-        if kept_tombstones:
-            due = cleaned_ms + retention + 1
-            if self.tombstone_deadline is None or due < self.tombstone_deadline:
-                self.tombstone_deadline = due
-        return cleaned_ms
 
-    def _filter(
-        self, header: BatchHeader, data: memoryview, expired_below: int
-    ) -> tuple[memoryview | bytearray | None, bool]:
-        """The batch to write (``data`` itself, a rebuilt one, or None) and whether it keeps tombstones."""
+    def _filter(self, header: BatchHeader, data: memoryview) -> memoryview | bytearray | None:
+        """The batch to write: ``data`` itself, a rewritten batch, or None (nothing survives)."""
         result = self.result
         result.records_read += header.record_count
         if (
@@ -477,8 +395,10 @@ class _Pass:
             )
         ):
             result.records_retained += header.record_count
-            return data, False
+            return data
         map_end = self.map_end
+        now = self.now
+        horizon = delete_horizon(header)
         records = list(_CRecordBatch(bytes(data)))
         kept: list[Any] = []
         dropped = False
@@ -492,18 +412,30 @@ class _Pass:
                 dropped = True
                 continue
             if r.value is None:
-                if offset < expired_below:
+                if horizon is not None and now > horizon:
                     result.tombstones_dropped += 1
                     dropped = True
                     continue
                 tombstones = True
             kept.append(r)
         result.records_retained += len(kept)
-        if not dropped:
-            return data, tombstones
         if not kept:
-            return None, False
-        return _rebuild(header, kept), tombstones
+            return None
+        if tombstones:
+            if horizon is None:
+                # First time cleaned: the tombstones stay delete.retention.ms from now.
+                horizon = now + self.config.delete_retention_ms
+                self._note_horizon(horizon)
+                return encode_with_horizon(header, kept, horizon)
+            self._note_horizon(horizon)
+            return encode_with_horizon(header, kept, horizon) if dropped else data
+        return rebuild(header, kept) if dropped else data
+
+    def _note_horizon(self, horizon: int) -> None:
+        # The cleaner comes back for the batch as soon as its tombstones may go.
+        due = horizon + 1
+        if self.tombstone_deadline is None or due < self.tombstone_deadline:
+            self.tombstone_deadline = due
 
 
 class LogCleaner:

@@ -53,8 +53,12 @@ class FaultyTransport(httpx.AsyncBaseTransport):
         self.plan = plan
         self.produce_requests = 0
         self.delay = 0.0
+        # Paths answered 404 as by a broker that predates them.
+        self.missing_paths: set[str] = set()
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path in self.missing_paths:
+            return error_response(404, "INVALID_REQUEST", False)
         if not request.url.path.endswith("/batches"):
             return await self.inner.handle_async_request(request)
         n = self.produce_requests

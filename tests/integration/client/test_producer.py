@@ -291,7 +291,12 @@ def test_lost_answers_are_retried_at_least_once_and_in_order(
     topic = make_topic(1)
     transport = FaultyTransport(lambda n: "lost" if n % 3 == 0 else None)
     with Producer(
-        broker_url, transport=transport, retry_backoff_ms=1, linger_ms=0, batch_size=1000
+        broker_url,
+        transport=transport,
+        retry_backoff_ms=1,
+        linger_ms=0,
+        batch_size=1000,
+        enable_idempotence=False,
     ) as p:
         futures = [p.send(topic, b"%050d" % i) for i in range(200)]
         p.flush(timeout=30)
@@ -364,11 +369,80 @@ def _broker_has_idempotence(url: str) -> bool:
     return httpx.post(f"{url}/producers", json={}, timeout=30).status_code == 200
 
 
-def test_idempotence_hook_fails_clearly_without_broker_support(broker_url: str) -> None:
+def _assert_refused_for_idempotence(p: Producer, topic: str) -> None:
+    """The first record fails with UnsupportedByBroker, or send already refuses with the reason."""
+    try:
+        future = p.send(topic, b"x")
+    except ProducerClosed as closed:
+        assert "POST /producers" in str(closed)
+    else:
+        with pytest.raises(UnsupportedByBroker):
+            future.result(timeout=10)
+    with pytest.raises(ProducerClosed, match="POST /producers"):
+        p.send(topic, b"y")
+
+
+def test_idempotence_hook_fails_clearly_without_broker_support(
+    broker_url: str, make_topic: MakeTopic
+) -> None:
     if _broker_has_idempotence(broker_url):
         pytest.skip("this broker offers POST /producers")
-    with pytest.raises(UnsupportedByBroker):
-        Producer(broker_url, enable_idempotence=True)
+    with Producer(broker_url, enable_idempotence=True) as p:
+        _assert_refused_for_idempotence(p, make_topic(1))
+
+
+def test_idempotence_follows_the_broker_by_default(broker_url: str, make_topic: MakeTopic) -> None:
+    topic = make_topic(1)
+    older = FaultyTransport(lambda n: None)
+    older.missing_paths.add("/producers")  # a broker from before POST /producers
+    with Producer(broker_url, transport=older, enable_idempotence=True) as p:
+        _assert_refused_for_idempotence(p, topic)
+    with Producer(broker_url, transport=older) as p:
+        p.send(topic, b"plain").result(timeout=10)
+    with Producer(broker_url) as p:
+        p.send(topic, b"auto").result(timeout=10)
+    with Producer(broker_url, acks=0) as p:
+        p.send(topic, b"no acks, no idempotence").result(timeout=10)
+    first, second, third = raw_batches(broker_url, topic, 0)
+    assert first.producer_id == -1 and first.base_sequence == -1
+    assert (second.producer_id >= 0) == _broker_has_idempotence(broker_url)
+    assert third.producer_id == -1
+    with pytest.raises(ValueError):
+        Producer(broker_url, acks=0, enable_idempotence=True)
+
+
+def test_refused_batches_give_their_sequence_back(broker_url: str, make_topic: MakeTopic) -> None:
+    if not _broker_has_idempotence(broker_url):
+        pytest.skip("this broker has no POST /producers yet")
+    topic = make_topic(1, max_message_bytes=2000)
+    with Producer(broker_url, enable_idempotence=True, linger_ms=0) as p:
+        assert p.send(topic, b"a").result(timeout=10).offset == 0
+        with pytest.raises(RecordTooLarge):
+            p.send(topic, b"x" * 5000).result(timeout=10)
+        # No gap: the next batch reuses the refused one's sequence and is accepted.
+        assert p.send(topic, b"b").result(timeout=10).offset == 1
+    assert [h.base_sequence for h in raw_batches(broker_url, topic, 0)] == [0, 1]
+
+
+def test_send_and_send_many_share_one_sequence_per_partition(
+    broker_url: str, make_topic: MakeTopic
+) -> None:
+    if not _broker_has_idempotence(broker_url):
+        pytest.skip("this broker has no POST /producers yet")
+    topic = make_topic(2)
+    with Producer(broker_url, enable_idempotence=True, batch_size=800, linger_ms=1) as p:
+        for i in range(30):
+            p.send_many(topic, [b"m%d" % i] * 7)
+            p.send(topic, b"s%d" % i)
+            p.send(topic, b"k%d" % i, key=b"%d" % i)
+    total = 0
+    for partition in (0, 1):
+        expected = 0
+        for h in raw_batches(broker_url, topic, partition):
+            assert h.base_sequence == expected  # gapless, in log order
+            expected += h.record_count
+        total += expected
+    assert total == 30 * 9
 
 
 @pytest.mark.parametrize("in_flight", [1, 3])

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import struct
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiokafka.record._crecords import DefaultRecordBatch
+from kafka.record import MemoryRecords
 from log_helpers import BASE_TS, kafka_python_batches
 
 from app.core.errors import InvalidRecord
@@ -24,7 +25,13 @@ from app.core.log.batch import (
     stamp,
     stamp_log_append_time,
 )
-from app.core.log.cleaner import CleanerConfig, LogCleaner, _rebuild, survey
+from app.core.log.cleaner import CleanerConfig, LogCleaner, survey
+from app.core.log.compact_batch import (
+    DELETE_HORIZON_MASK,
+    delete_horizon,
+    encode_with_horizon,
+    rebuild,
+)
 from app.core.log.offset_map import ENTRY_BYTES, OffsetMap, slot_of
 from app.core.log.segment import LogSegment
 
@@ -434,7 +441,7 @@ def test_rebuild_keeps_log_append_time() -> None:
     stamp_log_append_time(buf, 0, len(buf), BASE_TS + 999)
     header = read_header(buf)
     kept = [r for r in DefaultRecordBatch(bytes(buf)) if r.key != b"k1"]
-    out = _rebuild(header, kept)
+    out = rebuild(header, kept)
     new = read_header(out)
     assert (new.base_offset, new.last_offset_delta, new.timestamp_type, new.max_timestamp) == (
         100,
@@ -512,14 +519,107 @@ def test_survey_splits_clean_dirty_and_uncleanable(tmp_path: Path) -> None:
     log.close()
 
 
-def test_cleaned_segment_mtime_is_the_cleaning_time(tmp_path: Path) -> None:
+def test_first_clean_stamps_a_delete_horizon_on_tombstone_batches(tmp_path: Path) -> None:
     clock = [BASE_TS + 12345]
-    log = compacted(tmp_path, clock)
-    log.append(keyed([(b"a", b"1"), (b"a", b"2")]))
+    log = compacted(tmp_path, clock, **{"delete.retention.ms": 1000})
+    log.append(keyed([(b"a", b"1"), (b"gone", None), (b"b", b"1")], timestamp=BASE_TS))
+    log.append(keyed([(b"c", b"1")], timestamp=BASE_TS + 50))
     log.roll()
     log.append(keyed([(b"z", b"1")]))
     cleaner(tmp_path, log).clean(log)
-    assert os.stat(log.segments[0].log_path).st_mtime_ns // 1_000_000 == BASE_TS + 12345
+    data = log.segments[0].log_path.read_bytes()
+    first = read_header(data)
+    # KIP-534: bit 6 set, baseTimestamp = cleaning time + delete.retention.ms.
+    assert first.attributes & DELETE_HORIZON_MASK
+    assert delete_horizon(first) == BASE_TS + 12345 + 1000
+    assert (first.base_offset, first.last_offset_delta, first.max_timestamp) == (0, 2, BASE_TS + 2)
+    # A batch without tombstones is left as it was.
+    second = read_header(data, first.size)
+    assert delete_horizon(second) is None
+    # Record timestamps read back unchanged, by our reader and by kafka-python.
+    assert [(r.offset, r.timestamp) for r in decode_records(data)] == [
+        (0, BASE_TS),
+        (1, BASE_TS + 1),
+        (2, BASE_TS + 2),
+        (3, BASE_TS + 50),
+    ]
+    assert [r.timestamp for r in kafka_python_records(data)] == [
+        BASE_TS,
+        BASE_TS + 1,
+        BASE_TS + 2,
+        BASE_TS + 50,
+    ]
+    log.close()
+
+
+def kafka_python_records(data: bytes) -> list[Any]:
+    records = MemoryRecords(data)
+    out = []
+    while records.has_next():
+        batch = records.next_batch()
+        assert batch.validate_crc()
+        out.extend(batch)
+    return out
+
+
+@pytest.mark.parametrize("compression", ["none", "gzip", "lz4", "zstd", "snappy"])
+@pytest.mark.parametrize("log_append_time", [False, True])
+def test_encode_with_horizon_keeps_identity(compression: str, log_append_time: bool) -> None:
+    builder = BatchBuilder(compression, producer_id=9, producer_epoch=2, base_sequence=40)
+    for i in range(5):
+        value = None if i == 3 else b"value-%d" % i * 10
+        builder.append(value, b"k%d" % i, headers=[("h", b"%d" % i)], timestamp=BASE_TS + 7 * i)
+    buf = bytearray(builder.build())
+    stamp(buf, 0, 500, 3)
+    if log_append_time:
+        stamp_log_append_time(buf, 0, len(buf), BASE_TS + 999)
+    header = read_header(buf)
+    kept = [r for r in DefaultRecordBatch(bytes(buf)) if r.offset != 501]
+    out = encode_with_horizon(header, kept, BASE_TS + 10**6)
+    new = read_header(out)
+    for field in (
+        "base_offset",
+        "last_offset_delta",
+        "partition_leader_epoch",
+        "producer_id",
+        "producer_epoch",
+        "base_sequence",
+        "timestamp_type",
+        "compression",
+        "is_transactional",
+    ):
+        assert getattr(new, field) == getattr(header, field), field
+    assert (new.record_count, delete_horizon(new)) == (4, BASE_TS + 10**6)
+    expected_ts = (
+        [BASE_TS + 999] * 4 if log_append_time else [BASE_TS + 7 * i for i in (0, 2, 3, 4)]
+    )
+    assert new.max_timestamp == max(expected_ts)
+    got = list(decode_records(out))
+    assert [(r.offset, r.key, r.value, r.headers) for r in got] == [
+        (r.offset, r.key, r.value, r.headers) for r in kept
+    ]
+    assert [r.timestamp for r in got] == expected_ts
+    assert [r.timestamp for r in kafka_python_records(bytes(out))] == expected_ts
+
+
+def test_tombstones_expire_in_a_busy_log(tmp_path: Path) -> None:
+    """Passes every half retention, each merging old and new segments: the delete still goes."""
+    clock = [BASE_TS]
+    retention = 1000
+    log = compacted(tmp_path, clock, **{"delete.retention.ms": retention})
+    c = cleaner(tmp_path, log)
+    log.append(keyed([(b"gone", b"1")]))
+    log.append(keyed([(b"gone", None)]))
+    log.roll()
+    deleted_at = clock[0]
+    for i in range(6):
+        log.append(keyed([(b"k%d" % i, b"v")]))
+        log.roll()
+        assert c.run_once() is not None
+        keys = [r.key for r in records(log)]
+        assert (b"gone" in keys) == (clock[0] - deleted_at <= retention), clock[0] - deleted_at
+        clock[0] += retention // 2
+    assert len(log.segments) == 2  # everything merged into one segment each time
     log.close()
 
 
