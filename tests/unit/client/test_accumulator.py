@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app.client.errors import BufferFull
-from app.client.producer import ProducerConfig, _Accumulator
+from app.client.producer import ProducerConfig, _Accumulator, _Batch
 from app.client.types import TopicPartition
 from app.core.log.batch import validate_batches
 
@@ -72,3 +72,31 @@ def test_send_many_spans_cover_every_value_in_order() -> None:
         assert start + count <= batch.count
         decoded.extend(range(start, start + count))
     assert len(decoded) == 500
+
+
+def test_sequences_are_handed_out_in_sending_order_and_given_back() -> None:
+    acc, _ = make(batch_size=1000, max_request_size=1000, linger_ms=0)
+    acc.producer_id, acc.producer_epoch = 5, 2
+    values = iter([b"%050d" % i for i in range(40)])
+    acc.append_many("t", 0, 1, values, 1, 1.0)
+    acc.append("t", 0, 1, None, b"x", [], 1, None, 1.0)
+    sent: list[_Batch] = []
+    while True:
+        groups, _ = acc.take(1e18, lambda tp: 1)
+        if not groups:
+            break
+        ((_, batches),) = groups
+        sent.extend(batches)
+    expected = 0
+    for batch in sent:
+        data = batch.build()
+        ((_, header),) = validate_batches(data, 1 << 20)
+        assert (header.producer_id, header.producer_epoch) == (5, 2)
+        assert header.base_sequence == batch.sequence == expected
+        expected += batch.count
+    assert expected == 41
+    # A refusal of the last batch gives its numbers back; of an earlier one, not.
+    acc.rewind(sent[:1])
+    assert acc._next_sequence[TopicPartition("t", 0)] == 41
+    acc.rewind(sent[-1:])
+    assert acc._next_sequence[TopicPartition("t", 0)] == sent[-1].sequence
