@@ -13,6 +13,7 @@ import orjson
 import pytest
 from conftest import Broker
 from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed
 
 from app.core.log.batch import BatchBuilder
 
@@ -170,3 +171,34 @@ def test_stalled_subscribers_hold_broker_memory_bounded(broker: Broker) -> None:
         time.sleep(0.05)
     assert broker.metric('logbus_ws_connections{endpoint="subscribe"}') == 0
     assert broker.metric("logbus_ws_buffered_bytes") == 0
+
+
+def test_sigterm_with_open_sockets_exits_cleanly(broker: Broker) -> None:
+    r = httpx.post(f"{broker.url}/topics", json={"name": "bye", "partitions": 1})
+    assert r.status_code == 201, r.text
+
+    async def main() -> tuple[int | None, int | None]:
+        sub = await open_subscriber(
+            ws_url(broker, "/ws/subscribe"), topics=["bye"], credit={"records": 10}
+        )
+        producer = await connect(ws_url(broker, "/ws/produce"))
+        await producer.send(
+            orjson.dumps({"id": 1, "topic": "bye", "records": [{"value": 1}]}).decode()
+        )
+        assert orjson.loads(await producer.recv())["type"] == "ack"
+        assert orjson.loads(await sub.recv())["records"][0]["value"] == 1
+        started = time.monotonic()
+        code = await asyncio.to_thread(broker.stop)
+        assert code == 0, broker.log()
+        assert time.monotonic() - started < 10  # sockets do not hold the shutdown
+        closes = []
+        for ws in (sub, producer):
+            with pytest.raises(ConnectionClosed):
+                await asyncio.wait_for(ws.recv(), 5)
+            closes.append(ws.close_code)
+        return closes[0], closes[1]
+
+    sub_code, producer_code = asyncio.run(main())
+    assert broker.clean_shutdown_marker.exists()
+    # uvicorn closes open sockets with 1012 (service restart) when the broker stops.
+    assert sub_code in (1001, 1006, 1012) and producer_code in (1001, 1006, 1012)
