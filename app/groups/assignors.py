@@ -41,9 +41,56 @@ class UniformAssignor:
     def assign(
         self, members: Sequence[MemberSpec], topics: Mapping[str, int]
     ) -> dict[str, set[TopicPartition]]:
-        out: dict[str, set[TopicPartition]] = {m.member_id: set() for m in members}
         if not members:
-            return out
+            return {}
+        subscribed = {t for m in members for t in m.topics if topics.get(t, 0) > 0}
+        if all(m.topics & subscribed == subscribed for m in members):
+            return self._homogeneous(members, topics, subscribed)
+        return self._general(members, topics)
+
+    @staticmethod
+    def _homogeneous(
+        members: Sequence[MemberSpec], topics: Mapping[str, int], subscribed: set[str]
+    ) -> dict[str, set[TopicPartition]]:
+        """Everyone subscribes to the same topics (the usual case): exact quotas in
+        O(partitions + members log members), keeping what each member had up to its quota."""
+        valid = {(t, p) for t in subscribed for p in range(topics[t])}
+        base, extra = divmod(len(valid), len(members))
+        out: dict[str, set[TopicPartition]] = {m.member_id: set() for m in members}
+        taken: set[TopicPartition] = set()
+        # Members that held the most keep first, so the fewest partitions move.
+        order = sorted(members, key=lambda m: (-len(m.current & valid), m.member_id))
+        surplus: dict[str, list[TopicPartition]] = {}
+        for m in order:
+            mine = sorted(m.current & valid - taken)
+            out[m.member_id].update(mine[:base])
+            taken.update(mine[:base])
+            surplus[m.member_id] = mine[base:]
+        plus_one: set[str] = set()
+        for m in order:
+            if len(plus_one) == extra:
+                break
+            for tp in surplus[m.member_id]:
+                if tp not in taken:
+                    out[m.member_id].add(tp)
+                    taken.add(tp)
+                    plus_one.add(m.member_id)
+                    break
+        free = sorted(valid - taken, reverse=True)
+        for mid in sorted(out, key=lambda mid: (len(out[mid]), mid)):
+            while len(out[mid]) < base:
+                out[mid].add(free.pop())
+        for mid in sorted(out):
+            if not free:
+                break
+            if mid not in plus_one:
+                out[mid].add(free.pop())
+        return out
+
+    def _general(
+        self, members: Sequence[MemberSpec], topics: Mapping[str, int]
+    ) -> dict[str, set[TopicPartition]]:
+        out: dict[str, set[TopicPartition]] = {m.member_id: set() for m in members}
         subscribers: dict[str, list[str]] = {}
         for m in sorted(members, key=lambda m: m.member_id):
             for t in m.topics:
@@ -75,22 +122,23 @@ class UniformAssignor:
 
     @staticmethod
     def _balance(out: dict[str, set[TopicPartition]], subscribers: Mapping[str, list[str]]) -> None:
-        # Move one partition at a time from the most loaded member to a less loaded
+        # Move one partition at a time from the most loaded member to the least loaded
         # member subscribed to its topic, while that narrows a gap of two or more.
         # Each move lowers the sum of squared counts, so the loop ends.
         while True:
             moved = False
             for mid in sorted(out, key=lambda m: (-len(out[m]), m)):
                 load = len(out[mid])
-                best: tuple[int, str, TopicPartition] | None = None
-                for tp in sorted(out[mid]):
-                    for other in subscribers.get(tp[0], ()):
+                best: tuple[int, str, str] | None = None
+                for t in sorted({t for t, _ in out[mid]}):
+                    for other in subscribers.get(t, ()):
                         if other != mid and len(out[other]) < load - 1:
-                            cand = (len(out[other]), other, tp)
+                            cand = (len(out[other]), other, t)
                             if best is None or cand < best:
                                 best = cand
                 if best is not None:
-                    _, other, tp = best
+                    _, other, topic = best
+                    tp = max(tp for tp in out[mid] if tp[0] == topic)
                     out[mid].discard(tp)
                     out[other].add(tp)
                     moved = True

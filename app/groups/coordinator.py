@@ -55,6 +55,7 @@ from app.groups.hashing import partition_for
 from app.groups.records import (
     GroupKey,
     GroupValue,
+    MemberKey,
     MemberValue,
     OffsetKey,
     OffsetValue,
@@ -192,6 +193,10 @@ class Group:
     # Wall-clock ms when the group last became empty: offsets retention counts from here.
     empty_since_ms: int = 0
     has_metadata_record: bool = False
+    # Members whose record must be rewritten, and removed ones to tombstone, at the
+    # next _persist: one heartbeat writes what it changed, not the whole group.
+    dirty: set[str] = field(default_factory=set)
+    tombstones: set[str] = field(default_factory=set)
 
 
 def group_by_topic(tps: Iterable[TopicPartition]) -> list[dict[str, Any]]:
@@ -285,6 +290,13 @@ class GroupCoordinator:
                     if record.key is not None:
                         self._replay(groups, record.key, record.value)
                 offset = next_offset
+        for group in groups.values():
+            for member in group.members.values():
+                if member.instance_id is not None:
+                    group.static[member.instance_id] = member.member_id
+                for tp in member.assigned | member.revoking:
+                    group.owners[tp] = member.member_id
+                member.resolved = self._resolve(member, None)
         self._groups = {
             gid: g for gid, g in groups.items() if g.members or g.offsets or g.has_metadata_record
         }
@@ -306,7 +318,26 @@ class GroupCoordinator:
             else:
                 group.offsets.pop(tp, None)
             return
+        if isinstance(key, MemberKey):
+            group.members.pop(key.member_id, None)
+            group.target.pop(key.member_id, None)
+            if isinstance(value, MemberValue):
+                group.members[key.member_id] = Member(
+                    member_id=value.member_id,
+                    instance_id=value.instance_id,
+                    subscribed_topics=list(value.subscribed_topics),
+                    subscribed_regex=value.subscribed_topic_regex,
+                    server_assignor=value.server_assignor,
+                    rebalance_timeout_ms=value.rebalance_timeout_ms,
+                    member_epoch=value.member_epoch,
+                    previous_epoch=value.previous_member_epoch,
+                    assigned=set(value.assigned),
+                    revoking=set(value.revoking),
+                )
+                group.target[key.member_id] = set(value.target)
+            return
         if not isinstance(value, GroupValue):
+            # The group was deleted: only later records (offsets, a new incarnation) count.
             groups[key.group] = Group(key.group, offsets=group.offsets)
             return
         group.has_metadata_record = True
@@ -314,31 +345,6 @@ class GroupCoordinator:
         group.assignment_epoch = value.assignment_epoch
         group.assignor = value.assignor
         group.topics = dict(value.topics)
-        group.members = {}
-        group.target = {}
-        group.owners = {}
-        group.static = {}
-        for mv in value.members:
-            member = Member(
-                member_id=mv.member_id,
-                instance_id=mv.instance_id,
-                subscribed_topics=list(mv.subscribed_topics),
-                subscribed_regex=mv.subscribed_topic_regex,
-                server_assignor=mv.server_assignor,
-                rebalance_timeout_ms=mv.rebalance_timeout_ms,
-                member_epoch=mv.member_epoch,
-                previous_epoch=mv.previous_member_epoch,
-                assigned=set(mv.assigned),
-                revoking=set(mv.revoking),
-            )
-            group.members[member.member_id] = member
-            group.target[member.member_id] = set(mv.target)
-            if member.instance_id is not None:
-                group.static[member.instance_id] = member.member_id
-            for tp in member.assigned | member.revoking:
-                group.owners[tp] = member.member_id
-        for member in group.members.values():
-            member.resolved = self._resolve(member, None)
 
     def _check_loaded(self) -> None:
         if not self._loaded:
@@ -389,33 +395,44 @@ class GroupCoordinator:
         partition = partition_for(group_id, self._num_partitions())
         self.manager.get_log(OFFSETS_TOPIC, partition).append(build_batch(records))
 
-    def _group_value(self, group: Group) -> GroupValue:
-        return GroupValue(
+    def _member_value(self, group: Group, m: Member) -> MemberValue:
+        return MemberValue(
+            member_id=m.member_id,
+            instance_id=m.instance_id,
+            member_epoch=m.member_epoch,
+            previous_member_epoch=m.previous_epoch,
+            subscribed_topics=list(m.subscribed_topics),
+            subscribed_topic_regex=m.subscribed_regex,
+            server_assignor=m.server_assignor,
+            rebalance_timeout_ms=m.rebalance_timeout_ms,
+            assigned=sorted(m.assigned),
+            revoking=sorted(m.revoking),
+            target=sorted(group.target.get(m.member_id, ())),
+        )
+
+    def _persist(self, group: Group) -> None:
+        """Write the group's epochs and every member changed since the last write, as one
+        batch (so a restart never sees half a change)."""
+        gid = group.group_id
+        meta = GroupValue(
             assignor=group.assignor,
             group_epoch=group.group_epoch,
             assignment_epoch=group.assignment_epoch,
             topics=dict(group.topics),
-            members=[
-                MemberValue(
-                    member_id=m.member_id,
-                    instance_id=m.instance_id,
-                    member_epoch=m.member_epoch,
-                    previous_member_epoch=m.previous_epoch,
-                    subscribed_topics=list(m.subscribed_topics),
-                    subscribed_topic_regex=m.subscribed_regex,
-                    server_assignor=m.server_assignor,
-                    rebalance_timeout_ms=m.rebalance_timeout_ms,
-                    assigned=sorted(m.assigned),
-                    revoking=sorted(m.revoking),
-                    target=sorted(group.target.get(m.member_id, ())),
-                )
-                for m in group.members.values()
-            ],
         )
-
-    def _persist(self, group: Group) -> None:
-        key = encode_key(GroupKey(group.group_id))
-        self._append(group.group_id, [(key, encode_value(self._group_value(group)))])
+        records: list[tuple[bytes, bytes | None]] = [
+            (encode_key(GroupKey(gid)), encode_value(meta))
+        ]
+        for mid in sorted(group.tombstones - group.members.keys()):
+            records.append((encode_key(MemberKey(gid, mid)), None))
+        for mid in sorted(group.dirty):
+            member = group.members.get(mid)
+            if member is not None:
+                value = encode_value(self._member_value(group, member))
+                records.append((encode_key(MemberKey(gid, mid)), value))
+        self._append(gid, records)
+        group.dirty.clear()
+        group.tombstones.clear()
         group.has_metadata_record = True
 
     # -- membership ------------------------------------------------------------------------
@@ -486,6 +503,7 @@ class GroupCoordinator:
                 rebalance_timeout_ms=req.rebalance_timeout_ms or DEFAULT_REBALANCE_TIMEOUT_MS,
             )
             group.members[member.member_id] = member
+            group.dirty.add(member.member_id)
             if member.instance_id is not None:
                 group.static[member.instance_id] = member.member_id
             member.resolved = frozenset()
@@ -514,6 +532,9 @@ class GroupCoordinator:
                 group.owners[tp] = new_id
         if old_id in group.target:
             group.target[new_id] = group.target.pop(old_id)
+        if old_id != new_id:
+            group.tombstones.add(old_id)
+        group.dirty.add(new_id)
         return old
 
     def _update_member(self, group: Group, member: Member, req: HeartbeatRequest) -> bool:
@@ -527,13 +548,19 @@ class GroupCoordinator:
             if topics != member.subscribed_topics or regex != member.subscribed_regex:
                 member.subscribed_topics = topics
                 member.subscribed_regex = regex
+                group.dirty.add(member.member_id)
                 bump = True
         if req.server_assignor is not None and req.server_assignor != member.server_assignor:
             get_assignor(req.server_assignor)
             member.server_assignor = req.server_assignor
+            group.dirty.add(member.member_id)
             bump = True
-        if req.rebalance_timeout_ms is not None:
+        if (
+            req.rebalance_timeout_ms is not None
+            and req.rebalance_timeout_ms != member.rebalance_timeout_ms
+        ):
             member.rebalance_timeout_ms = req.rebalance_timeout_ms
+            group.dirty.add(member.member_id)
         bump |= self._refresh_metadata(group)
         if bump:
             group.group_epoch += 1
@@ -582,7 +609,11 @@ class GroupCoordinator:
             )
             for m in group.members.values()
         ]
-        group.target = get_assignor(group.assignor).assign(specs, group.topics)
+        target = get_assignor(group.assignor).assign(specs, group.topics)
+        for mid, tps in target.items():
+            if group.target.get(mid) != tps:
+                group.dirty.add(mid)
+        group.target = target
         group.assignment_epoch = group.group_epoch
 
     def _settle(
@@ -591,7 +622,9 @@ class GroupCoordinator:
         if group.assignment_epoch < group.group_epoch:
             self._compute_target(group)
             changed = True
-        changed |= self._reconcile(group, member, owned)
+        if self._reconcile(group, member, owned):
+            group.dirty.add(member.member_id)
+            changed = True
         if changed:
             self._persist(group)
         return HeartbeatResponse(
@@ -666,6 +699,8 @@ class GroupCoordinator:
             member.timer.cancel()
             member.timer = None
         group.members.pop(member.member_id, None)
+        group.dirty.discard(member.member_id)
+        group.tombstones.add(member.member_id)
         if (
             member.instance_id is not None
             and group.static.get(member.instance_id) == member.member_id

@@ -6,21 +6,23 @@ the latest value per key and a null value is a tombstone)::
     key   = type:int16 big-endian + JSON array (orjson, no spaces)
             type 1  offset commit    ["<group>", "<topic>", <partition>]
             type 3  group metadata   ["<group>"]
+            type 5  group member     ["<group>", "<member id>"]
     value = version:int16 big-endian (0) + JSON object, or null (tombstone)
             offset commit   {"offset", "leader_epoch", "metadata", "commit_timestamp"}
             group metadata  {"protocol_type", "assignor", "group_epoch",
-                             "assignment_epoch", "topics": {topic: partitions},
-                             "members": [member ...]}
-            member          {"member_id", "instance_id", "member_epoch",
+                             "assignment_epoch", "topics": {topic: partitions}}
+            group member    {"member_id", "instance_id", "member_epoch",
                              "previous_member_epoch", "subscribed_topics",
                              "subscribed_topic_regex", "server_assignor",
                              "rebalance_timeout_ms", "assigned": [[topic, p], ...],
                              "revoking": [[topic, p], ...], "target": [[topic, p], ...]}
 
 The key is a byte-exact function of its fields (orjson emits no optional
-whitespace), which compaction relies on. The type numbers follow Kafka's
-record types (1 = OffsetCommitKey, 3 = ConsumerGroupMetadataKey) though the
-encodings are our own JSON, readable with any tool.
+whitespace), which compaction relies on. A member is its own record, as in
+Kafka, so a heartbeat that moves one member rewrites that member only, not the
+whole group. The type numbers follow Kafka's record types (1 =
+OffsetCommitKey, 3 = ConsumerGroupMetadataKey, 5 = ConsumerGroupMemberMetadataKey)
+though the encodings are our own JSON, readable with any tool.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from app.core.errors import CorruptRecord
 
 OFFSET_COMMIT_KEY = 1
 GROUP_METADATA_KEY = 3
+MEMBER_KEY = 5
 VALUE_VERSION = 0
 
 _SHORT = struct.Struct(">h")
@@ -52,6 +55,12 @@ class OffsetKey:
 @dataclass(frozen=True, slots=True)
 class GroupKey:
     group: str
+
+
+@dataclass(frozen=True, slots=True)
+class MemberKey:
+    group: str
+    member_id: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,17 +92,18 @@ class GroupValue:
     group_epoch: int
     assignment_epoch: int
     topics: dict[str, int]
-    members: list[MemberValue]
     protocol_type: str = "consumer"
 
 
-Key = OffsetKey | GroupKey
-Value = OffsetValue | GroupValue
+Key = OffsetKey | GroupKey | MemberKey
+Value = OffsetValue | GroupValue | MemberValue
 
 
 def encode_key(key: Key) -> bytes:
     if isinstance(key, OffsetKey):
         return _SHORT.pack(OFFSET_COMMIT_KEY) + orjson.dumps([key.group, key.topic, key.partition])
+    if isinstance(key, MemberKey):
+        return _SHORT.pack(MEMBER_KEY) + orjson.dumps([key.group, key.member_id])
     return _SHORT.pack(GROUP_METADATA_KEY) + orjson.dumps([key.group])
 
 
@@ -110,6 +120,9 @@ def decode_key(data: bytes) -> Key | None:
         if kind == GROUP_METADATA_KEY:
             (group,) = fields
             return GroupKey(str(group))
+        if kind == MEMBER_KEY:
+            group, member_id = fields
+            return MemberKey(str(group), str(member_id))
     except (orjson.JSONDecodeError, ValueError, TypeError) as exc:
         raise CorruptRecord(f"bad __consumer_offsets key of type {kind}: {exc}") from None
     return None
@@ -128,29 +141,27 @@ def encode_value(value: Value) -> bytes:
             "metadata": value.metadata,
             "commit_timestamp": value.commit_timestamp,
         }
-    else:
+    elif isinstance(value, GroupValue):
         body = {
             "protocol_type": value.protocol_type,
             "assignor": value.assignor,
             "group_epoch": value.group_epoch,
             "assignment_epoch": value.assignment_epoch,
             "topics": value.topics,
-            "members": [
-                {
-                    "member_id": m.member_id,
-                    "instance_id": m.instance_id,
-                    "member_epoch": m.member_epoch,
-                    "previous_member_epoch": m.previous_member_epoch,
-                    "subscribed_topics": m.subscribed_topics,
-                    "subscribed_topic_regex": m.subscribed_topic_regex,
-                    "server_assignor": m.server_assignor,
-                    "rebalance_timeout_ms": m.rebalance_timeout_ms,
-                    "assigned": _tps(m.assigned),
-                    "revoking": _tps(m.revoking),
-                    "target": _tps(m.target),
-                }
-                for m in value.members
-            ],
+        }
+    else:
+        body = {
+            "member_id": value.member_id,
+            "instance_id": value.instance_id,
+            "member_epoch": value.member_epoch,
+            "previous_member_epoch": value.previous_member_epoch,
+            "subscribed_topics": value.subscribed_topics,
+            "subscribed_topic_regex": value.subscribed_topic_regex,
+            "server_assignor": value.server_assignor,
+            "rebalance_timeout_ms": value.rebalance_timeout_ms,
+            "assigned": _tps(value.assigned),
+            "revoking": _tps(value.revoking),
+            "target": _tps(value.target),
         }
     return _SHORT.pack(VALUE_VERSION) + orjson.dumps(body)
 
@@ -174,28 +185,25 @@ def decode_value(key: Key, data: bytes | None) -> Value | None:
                 metadata=str(body.get("metadata") or ""),
                 commit_timestamp=int(body.get("commit_timestamp", 0)),
             )
-        members = [
-            MemberValue(
-                member_id=str(m["member_id"]),
-                instance_id=m.get("instance_id"),
-                member_epoch=int(m["member_epoch"]),
-                previous_member_epoch=int(m.get("previous_member_epoch", -1)),
-                subscribed_topics=[str(t) for t in m.get("subscribed_topics") or []],
-                subscribed_topic_regex=m.get("subscribed_topic_regex"),
-                server_assignor=m.get("server_assignor"),
-                rebalance_timeout_ms=int(m.get("rebalance_timeout_ms", 300_000)),
-                assigned=_tp_list(m.get("assigned", [])),
-                revoking=_tp_list(m.get("revoking", [])),
-                target=_tp_list(m.get("target", [])),
+        if isinstance(key, MemberKey):
+            return MemberValue(
+                member_id=str(body["member_id"]),
+                instance_id=body.get("instance_id"),
+                member_epoch=int(body["member_epoch"]),
+                previous_member_epoch=int(body.get("previous_member_epoch", -1)),
+                subscribed_topics=[str(t) for t in body.get("subscribed_topics") or []],
+                subscribed_topic_regex=body.get("subscribed_topic_regex"),
+                server_assignor=body.get("server_assignor"),
+                rebalance_timeout_ms=int(body.get("rebalance_timeout_ms", 300_000)),
+                assigned=_tp_list(body.get("assigned", [])),
+                revoking=_tp_list(body.get("revoking", [])),
+                target=_tp_list(body.get("target", [])),
             )
-            for m in body["members"]
-        ]
         return GroupValue(
             assignor=str(body["assignor"]),
             group_epoch=int(body["group_epoch"]),
             assignment_epoch=int(body["assignment_epoch"]),
             topics={str(t): int(n) for t, n in body.get("topics", {}).items()},
-            members=members,
             protocol_type=str(body.get("protocol_type", "consumer")),
         )
     except (orjson.JSONDecodeError, KeyError, ValueError, TypeError) as exc:

@@ -102,3 +102,53 @@ def test_uniform_large_is_fast_enough() -> None:
     rng.shuffle(specs)
     out = UniformAssignor().assign(specs[:-1], {"t": 1000})
     assert sorted({len(v) for v in out.values()}) == [20, 21]
+
+
+@given(
+    n=st.integers(1, 9),
+    parts=st.integers(0, 30),
+    seed=st.integers(0, 1000),
+)
+@settings(max_examples=80, deadline=None)
+def test_uniform_from_any_previous_assignment(n: int, parts: int, seed: int) -> None:
+    rng = random.Random(seed)
+    specs = [
+        MemberSpec(
+            f"m{i}",
+            frozenset({"t"}),
+            # Previous targets may be stale: out of range partitions, overlaps.
+            current=frozenset(("t", rng.randrange(parts + 3)) for _ in range(rng.randrange(8))),
+        )
+        for i in range(n)
+    ]
+    out = UniformAssignor().assign(specs, {"t": parts})
+    assigned = flat(out)
+    assert sorted(assigned) == [("t", p) for p in range(parts)]
+    sizes = [len(v) for v in out.values()]
+    assert max(sizes) - min(sizes) <= 1
+    # Nobody loses a partition it held while it is below its quota.
+    base = parts // n
+    for m in specs:
+        kept = out[m.member_id] & m.current
+        valid_current = {tp for tp in m.current if tp[1] < parts}
+        if len(valid_current) <= base and all(
+            not (valid_current & o.current) for o in specs if o is not m
+        ):
+            assert kept == valid_current
+
+
+@given(
+    subs=st.lists(st.sets(st.sampled_from(["a", "b", "c"]), min_size=1), min_size=1, max_size=7),
+    counts=st.tuples(st.integers(0, 9), st.integers(0, 9), st.integers(0, 9)),
+)
+@settings(max_examples=80, deadline=None)
+def test_uniform_heterogeneous_covers_disjoint(
+    subs: list[set[str]], counts: tuple[int, int, int]
+) -> None:
+    meta = dict(zip("abc", counts, strict=True))
+    specs = [MemberSpec(f"m{i}", frozenset(s)) for i, s in enumerate(subs)]
+    out = UniformAssignor().assign(specs, meta)
+    wanted = sorted((t, p) for t in set().union(*subs) for p in range(meta[t]))
+    assert sorted(flat(out)) == wanted
+    for m in specs:
+        assert all(t in m.topics for t, _ in out[m.member_id])

@@ -8,6 +8,7 @@ from app.core.errors import CorruptRecord
 from app.groups.records import (
     GroupKey,
     GroupValue,
+    MemberKey,
     MemberValue,
     OffsetKey,
     OffsetValue,
@@ -31,32 +32,33 @@ def test_offset_round_trip() -> None:
     assert decode_value(key, None) is None  # tombstone
 
 
-def test_group_round_trip() -> None:
+def test_group_and_member_round_trip() -> None:
     key = GroupKey("grp")
-    value = GroupValue(
-        assignor="range",
-        group_epoch=5,
-        assignment_epoch=5,
-        topics={"a": 3, "b": 1},
-        members=[
-            MemberValue(
-                member_id="m1",
-                instance_id="i1",
-                member_epoch=5,
-                previous_member_epoch=4,
-                subscribed_topics=["a", "b"],
-                subscribed_topic_regex=None,
-                server_assignor="range",
-                rebalance_timeout_ms=1000,
-                assigned=[("a", 0), ("a", 1)],
-                revoking=[("b", 0)],
-                target=[("a", 0), ("a", 1), ("a", 2)],
-            ),
-            MemberValue("m2", None, 3, 2, [], "a.*", None, 300_000),
-        ],
-    )
+    value = GroupValue(assignor="range", group_epoch=5, assignment_epoch=5, topics={"a": 3})
     assert decode_key(encode_key(key)) == key
     assert decode_value(key, encode_value(value)) == value
+    mkey = MemberKey("grp", "m1")
+    assert encode_key(mkey) == b'\x00\x05["grp","m1"]'
+    members = [
+        MemberValue(
+            member_id="m1",
+            instance_id="i1",
+            member_epoch=5,
+            previous_member_epoch=4,
+            subscribed_topics=["a", "b"],
+            subscribed_topic_regex=None,
+            server_assignor="range",
+            rebalance_timeout_ms=1000,
+            assigned=[("a", 0), ("a", 1)],
+            revoking=[("b", 0)],
+            target=[("a", 0), ("a", 1), ("a", 2)],
+        ),
+        MemberValue("m2", None, 3, 2, [], "a.*", None, 300_000),
+    ]
+    for member in members:
+        assert decode_key(encode_key(mkey)) == mkey
+        assert decode_value(mkey, encode_value(member)) == member
+    assert decode_value(mkey, None) is None
 
 
 def test_keys_are_deterministic_for_compaction() -> None:
