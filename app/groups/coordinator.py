@@ -637,17 +637,26 @@ class GroupCoordinator:
     def _reconcile(self, group: Group, member: Member, owned: set[TopicPartition] | None) -> bool:
         """One step of the member towards its target; True when its state changed."""
         changed = False
+        target = group.target.get(member.member_id, set())
+        back = member.revoking & target
+        if back:
+            # A newer target gives back what the member was still giving up: it keeps them
+            # (nobody else was handed them while they were being revoked).
+            member.revoking -= back
+            member.assigned |= back
+            if not member.revoking:
+                member.revoke_deadline = None
+            changed = True
         if member.revoking:
             still_owned = set() if owned is None else member.revoking & owned
             if still_owned:
-                return False
+                return changed
             for tp in member.revoking:
                 if group.owners.get(tp) == member.member_id:
                     del group.owners[tp]
             member.revoking = set()
             member.revoke_deadline = None
             changed = True
-        target = group.target.get(member.member_id, set())
         if member.member_epoch == group.assignment_epoch and member.assigned == target:
             return changed
         revoke = member.assigned - target
@@ -981,11 +990,13 @@ class GroupCoordinator:
 
     async def delete_group(self, group_id: str) -> None:
         group = self._get(group_id)
+        await self._ensure_topic()
+        # Checked after the await: a member may have joined meanwhile.
+        if self._groups.get(group_id) is not group:
+            raise GroupIdNotFound(group_id)
         if group.members:
             raise NonEmptyGroup(group_id, len(group.members), "deleting it")
-        await self._ensure_topic()
-        if self._groups.get(group_id) is group:
-            self._drop(group)
+        self._drop(group)
 
     async def reset_offsets(
         self,

@@ -245,3 +245,26 @@ def test_cache_is_rebuilt_from_the_topic(manager: LogManager, clock: FakeClock) 
 
     run(manager, clock, first)
     run(manager, clock, second)
+
+
+def test_revocation_is_cancelled_when_the_target_gives_partitions_back(
+    manager: LogManager, clock: FakeClock
+) -> None:
+    manager.create_topic("t", 6)
+
+    async def body(c: GroupCoordinator) -> None:
+        a = await c.heartbeat("g", HeartbeatRequest(subscribed_topics=["t"]))
+        everything = a.assignment
+        b = await c.heartbeat("g", HeartbeatRequest(subscribed_topics=["t"]))
+        a = await c.heartbeat("g", HeartbeatRequest(a.member_id, a.member_epoch))
+        assert len(a.assignment) == 3
+        # B leaves before A has let anything go: A keeps all six, at the newest epoch.
+        await c.heartbeat("g", HeartbeatRequest(b.member_id, -1))
+        a = await c.heartbeat(
+            "g", HeartbeatRequest(a.member_id, a.member_epoch, owned_partitions=everything)
+        )
+        assert a.assignment == everything
+        assert a.member_epoch == c.group("g").group_epoch  # type: ignore[union-attr]
+        assert c.describe_group("g")["state"] == "Stable"
+
+    run(manager, clock, body)
