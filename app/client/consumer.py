@@ -305,17 +305,23 @@ class _ConsumerCore:
         self._check_open()
         if offset < 0:
             raise ValueError(f"offset must be >= 0, got {offset}")
-        self._state(tp).set_position(offset)
+        st = self._state(tp)
+        self._abandon(st)
+        st.set_position(offset)
+
+    def _abandon(self, st: _PartitionState) -> None:
+        """Forget the fetch in flight: after a seek its answer is of no use."""
+        if st.in_flight is not None:
+            st.stale = True
 
     def _seek_to(self, where: str, partitions: Iterable[TopicPartition]) -> None:
         self._check_open()
         for tp in list(partitions) or list(self.states):
             st = self._state(tp)
+            self._abandon(st)
             st.position = st.fetch_offset = None
             st.fetched = None
             st.reset = where
-            if st.in_flight is not None:
-                st.stale = True
 
     def seek_to_beginning(self, *partitions: TopicPartition) -> None:
         """Start from the log start (all assigned partitions when none are named); looked up lazily."""
@@ -532,6 +538,12 @@ class Consumer(_ConsumerCore):
         for st in self._assign(partitions):
             self._drop_connection(st)
 
+    def _abandon(self, st: _PartitionState) -> None:
+        # A long poll may hold the connection for max_wait_ms; a new connection is
+        # cheaper than waiting for an answer nobody wants.
+        if st.in_flight is not None:
+            self._drop_connection(st)
+
     def _drop_connection(self, st: _PartitionState) -> None:
         if st.conn is not None:
             if st.conn.sock is not None:
@@ -704,6 +716,10 @@ class AsyncConsumer(_ConsumerCore):
         for st in self._assign(partitions):
             self._drop(st)
 
+    def _abandon(self, st: _PartitionState) -> None:
+        if st.in_flight is not None:
+            self._drop(st)
+
     def _drop(self, st: _PartitionState) -> None:
         if st.in_flight is not None:
             st.in_flight.cancel()
@@ -753,7 +769,7 @@ class AsyncConsumer(_ConsumerCore):
             if not self._wants_fetch(st, now):
                 continue
             if st.conn is None:
-                st.conn = _wire.AsyncFetchConnection(
+                st.conn = _wire.async_connection(
                     self.endpoint, self.request_timeout_s, self.max_partition_fetch_bytes
                 )
             task = asyncio.get_running_loop().create_task(st.conn.fetch(self._target(st)))

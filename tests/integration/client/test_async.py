@@ -142,3 +142,27 @@ def test_async_poll_columns(broker_url: str, make_topic: MakeTopic) -> None:
             assert values == [b"%d" % i for i in range(2000)]
 
     asyncio.run(main())
+
+
+def test_async_seek_during_a_long_poll_does_not_wait_for_it(
+    broker_url: str, make_topic: MakeTopic
+) -> None:
+    topic = make_topic(1)
+
+    async def main() -> None:
+        async with AsyncProducer(broker_url) as p:
+            await (await p.send_many(topic, [b"%d" % i for i in range(10)]))
+        tp = TopicPartition(topic, 0)
+        async with AsyncConsumer(
+            broker_url, auto_offset_reset="latest", fetch_max_wait_ms=10_000
+        ) as c:
+            c.assign([tp])
+            assert await c.poll(timeout_ms=100) == []
+            c.seek(tp, 4)
+            loop = asyncio.get_running_loop()
+            start = loop.time()
+            records = await c.poll(timeout_ms=5000)
+            assert [r.offset for r in records] == list(range(4, 10))
+            assert loop.time() - start < 2
+
+    asyncio.run(main())

@@ -232,3 +232,19 @@ def test_cut_connections_are_retried_without_loss_or_repeats(
             assert sum(map(len, got.values())) == 4000
     finally:
         proxy.close()
+
+
+def test_seek_during_a_long_poll_does_not_wait_for_it(
+    broker_url: str, make_topic: MakeTopic
+) -> None:
+    topic = make_topic(1)
+    fill(broker_url, topic, 10)
+    tp = TopicPartition(topic, 0)
+    with Consumer(broker_url, auto_offset_reset="latest", fetch_max_wait_ms=10_000) as c:
+        c.assign([tp])
+        assert c.poll(timeout_ms=100) == []  # a 10 s long poll is now out
+        c.seek(tp, 3)
+        start = time.monotonic()
+        records = c.poll(timeout_ms=5000)
+        assert [r.offset for r in records] == list(range(3, 10))
+        assert time.monotonic() - start < 2
