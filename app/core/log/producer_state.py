@@ -75,7 +75,7 @@ from typing import NamedTuple
 import crc32c
 
 from app.core.errors import InvalidProducerEpoch, InvalidRecord, OutOfOrderSequence
-from app.core.log.batch import HEADER_SIZE, BatchHeader, read_header
+from app.core.log.batch import CONTROL_MASK, HEADER_SIZE, BatchHeader, read_header
 from app.core.log.checkpoint import write_atomically
 from app.core.log.segment import LogSegment
 
@@ -196,14 +196,15 @@ class ProducerEntry:
 class ProducerAppend:
     """The outcome of checking one append, applied by :meth:`ProducerStateManager.commit`.
 
-    ``entries``: the new state of every producer the append touches.
-    ``duplicates``: ``None`` when no batch is a retry; else one item per batch
-    of the body, the original batch's metadata for a retry and ``None`` for
-    a batch to write.
+    ``updates``: ``(producer id, epoch, batch)`` for every producer batch to
+    write, in log order. ``duplicates``: ``None`` when no batch is a retry;
+    else one item per batch of the body, the original batch's metadata for a
+    retry and ``None`` for a batch to write.
     """
 
-    entries: dict[int, ProducerEntry]
+    updates: list[tuple[int, int, BatchMetadata]]
     duplicates: list[BatchMetadata | None] | None
+    append_time: int
 
     @property
     def all_duplicates(self) -> bool:
@@ -226,6 +227,13 @@ def without_duplicates(
             kept.append((len(out), header))
             out += buf[pos : pos + header.size]
     return out, kept
+
+
+def _find(batches: Iterable[BatchMetadata], first_seq: int, last_seq: int) -> BatchMetadata | None:
+    for b in batches:
+        if b.first_seq == first_seq and b.last_seq == last_seq:
+            return b
+    return None
 
 
 class SnapshotCorrupt(ValueError):
@@ -371,17 +379,21 @@ class ProducerStateManager:
         """Apply the rules to a body's batches in order, as if each were appended in turn.
 
         ``next_offset`` is the offset the body's first written batch gets.
-        Changes nothing; raises OutOfOrderSequence, InvalidProducerEpoch or
+        Changes nothing (no entry is copied either: the common body is one
+        batch); raises OutOfOrderSequence, InvalidProducerEpoch or
         InvalidRecord for the first batch that breaks a rule.
         """
-        touched: dict[int, ProducerEntry] = {}
+        producers = self._producers
+        updates: list[tuple[int, int, BatchMetadata]] = []
         duplicates: list[BatchMetadata | None] = []
         any_duplicate = False
+        # Producers seen earlier in this body: (epoch, last sequence, batches written by it).
+        seen: dict[int, tuple[int, int, list[BatchMetadata]]] = {}
         offset = next_offset
         for _, h in batches:
             delta = h.last_offset_delta
             pid = h.producer_id
-            if pid < 0 or h.is_control:
+            if pid < 0 or h.attributes & CONTROL_MASK:
                 duplicates.append(None)
                 offset += delta + 1
                 continue
@@ -392,31 +404,38 @@ class ProducerStateManager:
                     f"batch of producer {pid} needs a producer epoch and a base sequence >= 0, "
                     f"got epoch {epoch} and sequence {first_seq}"
                 )
-            last_seq = last_sequence(first_seq, delta)
-            entry = touched.get(pid)
-            if entry is None:
-                current = self._producers.get(pid)
-                entry = current.copy() if current is not None else None
-            if entry is not None and entry.epoch == epoch:
-                original = entry.find_duplicate(first_seq, last_seq)
+            last_seq = (first_seq + delta) & INT32_MAX
+            entry = producers.get(pid)
+            earlier = seen.get(pid)
+            if earlier is not None:
+                cur_epoch, cur_last, written = earlier
+            elif entry is not None:
+                cur_epoch, cur_last, written = entry.epoch, entry.last_seq, []
+            else:
+                cur_epoch, cur_last, written = -1, -1, []
+            if cur_epoch == epoch:
+                original = _find(written, first_seq, last_seq)
+                if original is None and entry is not None and entry.epoch == epoch:
+                    original = entry.find_duplicate(first_seq, last_seq)
                 if original is not None:
                     duplicates.append(original)
                     any_duplicate = True
                     continue
-            self._check_sequence(entry, pid, epoch, first_seq)
-            if entry is None or entry.epoch != epoch:
-                entry = ProducerEntry(pid, epoch)
+            self._check_sequence(
+                entry is not None or earlier is not None, cur_epoch, cur_last, pid, epoch, first_seq
+            )
             ts = now if log_append_time else h.max_timestamp
-            entry.add(BatchMetadata(first_seq, last_seq, offset, offset + delta, ts), now)
-            touched[pid] = entry
+            meta = BatchMetadata(first_seq, last_seq, offset, offset + delta, ts)
+            updates.append((pid, epoch, meta))
+            seen[pid] = (epoch, last_seq, [*written, meta] if cur_epoch == epoch else [meta])
             duplicates.append(None)
             offset += delta + 1
-        return ProducerAppend(touched, duplicates if any_duplicate else None)
+        return ProducerAppend(updates, duplicates if any_duplicate else None, now)
 
     def _check_sequence(
-        self, entry: ProducerEntry | None, pid: int, epoch: int, first_seq: int
+        self, known: bool, current_epoch: int, last_seq: int, pid: int, epoch: int, first_seq: int
     ) -> None:
-        if entry is None:
+        if not known:
             if first_seq != 0:
                 raise OutOfOrderSequence(
                     self.topic,
@@ -428,9 +447,9 @@ class ProducerStateManager:
                     "no state for this producer on this partition; a producer starts at 0",
                 )
             return
-        if epoch < entry.epoch:
-            raise InvalidProducerEpoch(self.topic, self.partition, pid, epoch, entry.epoch)
-        if epoch > entry.epoch:
+        if epoch < current_epoch:
+            raise InvalidProducerEpoch(self.topic, self.partition, pid, epoch, current_epoch)
+        if epoch > current_epoch:
             if first_seq != 0:
                 raise OutOfOrderSequence(
                     self.topic,
@@ -439,30 +458,37 @@ class ProducerStateManager:
                     epoch,
                     first_seq,
                     0,
-                    f"a new epoch (was {entry.epoch}) starts at sequence 0",
+                    f"a new epoch (was {current_epoch}) starts at sequence 0",
                 )
             return
-        if not in_sequence(entry.last_seq, first_seq):
+        if not in_sequence(last_seq, first_seq):
             raise OutOfOrderSequence(
                 self.topic,
                 self.partition,
                 pid,
                 epoch,
                 first_seq,
-                (entry.last_seq + 1) & INT32_MAX,
+                (last_seq + 1) & INT32_MAX,
                 "sequence gap",
             )
 
     def commit(self, plan: ProducerAppend) -> None:
         """Make a checked append's state current (after its bytes were written)."""
-        if plan.entries:
-            self._producers.update(plan.entries)
-            self._dirty = True
+        if not plan.updates:
+            return
+        producers = self._producers
+        for pid, epoch, meta in plan.updates:
+            entry = producers.get(pid)
+            if entry is None or entry.epoch != epoch:
+                # A new epoch starts a fresh window (check() made sure it begins at 0).
+                entry = producers[pid] = ProducerEntry(pid, epoch)
+            entry.add(meta, plan.append_time)
+        self._dirty = True
 
     def replay(self, h: BatchHeader, append_time: int) -> None:
         """Update from a batch already in the log (loading, or a follower's append): no checks."""
         pid = h.producer_id
-        if pid < 0 or h.is_control or h.base_sequence < 0:
+        if pid < 0 or h.attributes & CONTROL_MASK or h.base_sequence < 0:
             return
         entry = self._producers.get(pid)
         if entry is None or entry.epoch != h.producer_epoch:
