@@ -6,16 +6,19 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import defaultdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import orjson
 import pytest
-from conftest import Broker
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 from app.core.log.batch import BatchBuilder
+
+if TYPE_CHECKING:
+    # Only a type: which conftest module is `conftest` depends on the collection order.
+    from conftest import Broker
 
 SUBSCRIBERS = 1000
 PARTITIONS = 4
