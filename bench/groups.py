@@ -167,6 +167,9 @@ class BenchMember:
 
     async def leave(self) -> None:
         self.stopped = True
+        # A cancelled heartbeat may have left a half-read answer on the old connection.
+        self.conn.close()
+        self.conn = Conn(self.conn.host, self.conn.port)
         await self.conn.request(
             "POST",
             f"/groups/{self.group}/heartbeat",
@@ -212,8 +215,10 @@ async def rebalance_time(url: str, members: int = MEMBERS, trials: int = TRIALS)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(changed.wait(), timeout=0.05)
             samples.append(time.perf_counter() - start)
-            await newcomer.leave()
             task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            await newcomer.leave()
             # Let the nine settle again before the next trial.
             deadline = time.monotonic() + 20 * interval + 10
             while not _final(crew, PARTITIONS):
@@ -226,6 +231,7 @@ async def rebalance_time(url: str, members: int = MEMBERS, trials: int = TRIALS)
             m.stopped = True
         for t in tasks:
             t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         for m in crew:
             # The broker may be gone already; leaving is a courtesy here.
             with contextlib.suppress(Exception):
