@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.core.errors import (
     CoordinatorLoadInProgress,
+    CorruptRecord,
     FencedMemberEpoch,
     GroupIdNotFound,
     InvalidGroupId,
@@ -287,8 +288,20 @@ class GroupCoordinator:
                 if next_offset <= offset:
                     break
                 for record in decode_records(buf, min_offset=offset):
-                    if record.key is not None:
+                    if record.key is None:
+                        continue
+                    try:
                         self._replay(groups, record.key, record.value)
+                    except CorruptRecord as exc:
+                        # Nothing stops a client from producing to the topic; a record we
+                        # cannot read must not keep the broker from starting.
+                        log.warning(
+                            "skipped %s-%d offset %d: %s",
+                            OFFSETS_TOPIC,
+                            partition,
+                            record.offset,
+                            exc,
+                        )
                 offset = next_offset
         for group in groups.values():
             for member in group.members.values():

@@ -7,6 +7,7 @@ coordinator (``app.groups``) does the work; this module only translates.
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, FastAPI, Path, Query, Request
@@ -16,7 +17,7 @@ from starlette.responses import Response
 from app.api.errors import ErrorBody
 from app.api.state import AppState
 from app.api.util import INT_MAX, LONG_MAX, JSONBytes
-from app.core.errors import BrokerNotAvailable
+from app.core.errors import BrokerNotAvailable, KafkaStorageError
 from app.groups.coordinator import (
     CommittedOffset,
     GroupConfig,
@@ -25,6 +26,8 @@ from app.groups.coordinator import (
     OffsetCommit,
     group_by_topic,
 )
+
+log = logging.getLogger(__name__)
 
 router = APIRouter(tags=["groups"])
 
@@ -64,7 +67,13 @@ async def start_coordinator(app: FastAPI, state: AppState) -> None:
             url=settings.url,
         ),
     )
-    await coordinator.start()
+    try:
+        await coordinator.start()
+    except KafkaStorageError:
+        # A manager handed in unstarted (or a failed disk): groups answer 503, the
+        # rest of the API is unaffected.
+        log.exception("the group coordinator could not start")
+        return
     app.state.coordinator = coordinator
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import time
 from pathlib import Path
 from typing import Any
@@ -211,3 +212,28 @@ def test_offsets_of_empty_groups_expire(gclient: TestClient) -> None:
     assert gclient.get("/groups/old").status_code == 404
     # A group with members keeps its offsets however old they are.
     assert committed(gclient, "busy", "t") == {0: 2}
+
+
+def test_garbage_in_consumer_offsets_does_not_stop_the_broker(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path)
+    with TestClient(create_app(settings)) as client:
+        create_topic(client, "t", 1)
+        r = admin_commit(client, "g", [{"topic": "t", "partition": 0, "offset": 4}])
+        assert r.status_code == 200
+        # Someone produces to the internal topic directly (nothing forbids it yet).
+        for partition in range(3):
+            r = client.post(
+                f"/topics/__consumer_offsets/partitions/{partition}/records",
+                json={
+                    "records": [
+                        {"key": "junk", "value": "not ours"},
+                        # An offset-commit key type with a body that is not JSON.
+                        {"key": base64.b64encode(b"\x00\x01garbage").decode(), "value": "x"},
+                    ],
+                    "key_format": "binary",
+                    "value_format": "string",
+                },
+            )
+            assert r.status_code == 200, r.text
+    with TestClient(create_app(settings)) as client:
+        assert committed(client, "g", "t") == {0: 4}
