@@ -127,3 +127,73 @@ def test_groups_cli_and_restart(new_broker: BrokerFactory) -> None:
     assert r.returncode == 0 and r.stdout == ""
     r = logbus(broker, "groups", "describe", "g")
     assert r.returncode == 1 and "GROUP_ID_NOT_FOUND" in r.stderr
+
+
+def test_concurrent_members_never_hold_a_partition_twice(new_broker: BrokerFactory) -> None:
+    """Member threads heartbeat against a real server with jitter, leave and rejoin; a shared
+    ledger, updated the way a consumer acts on each answer, never shows a partition twice."""
+    import random
+    import threading
+    import time
+
+    broker = new_broker(
+        env={
+            **ENV,
+            "LOGBUS_GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS": "30",
+            "LOGBUS_GROUP_CONSUMER_SESSION_TIMEOUT_MS": "5000",
+        }
+    ).start()
+    assert logbus(broker, "topics", "create", "t", "--partitions", "12").returncode == 0
+    lock = threading.Lock()
+    ledger: dict[int, str] = {}
+    errors: list[str] = []
+    handed_out = [0]
+    stop = time.monotonic() + 3.0
+
+    def member(seed: int) -> None:
+        rng = random.Random(seed)
+        name = f"thread-{seed}"
+        with broker.client() as c:
+            member_id, epoch, owned = "", 0, set[int]()
+            while time.monotonic() < stop and not errors:
+                body: dict[str, Any] = {"member_id": member_id, "member_epoch": epoch}
+                if epoch == 0:
+                    body["subscribed_topics"] = ["t"]
+                else:
+                    body["owned_partitions"] = [{"topic": "t", "partitions": sorted(owned)}]
+                answer = heartbeat(c, "g", **body)
+                member_id, epoch = answer["member_id"], answer["member_epoch"]
+                new = {p for a in answer["assignment"]["partitions"] for p in a["partitions"]}
+                with lock:
+                    for p in owned - new:
+                        del ledger[p]
+                    for p in new - owned:
+                        if p in ledger:
+                            errors.append(f"{name} got {p} still held by {ledger[p]}")
+                        ledger[p] = name
+                        handed_out[0] += 1
+                owned = new
+                if rng.random() < 0.04:
+                    # Leave (after releasing everything) and come back as a new member.
+                    with lock:
+                        for p in owned:
+                            del ledger[p]
+                    heartbeat(c, "g", member_id=member_id, member_epoch=-1)
+                    member_id, epoch, owned = "", 0, set()
+                time.sleep(rng.uniform(0, 0.06))
+            if epoch > 0:
+                with lock:
+                    for p in owned:
+                        del ledger[p]
+                heartbeat(c, "g", member_id=member_id, member_epoch=-1)
+
+    threads = [threading.Thread(target=member, args=(i,)) for i in range(5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert not errors, errors
+    assert handed_out[0] > 24  # partitions really moved between members, many times
+    with broker.client() as c:
+        desc = c.get("/groups/g").json()
+    assert desc["state"] == "Empty" and desc["members"] == []
