@@ -143,10 +143,11 @@ class HeartbeatBody(_Strict):
         description="A Python regex matched against whole topic names (internal topics never "
         "match).",
     )
-    server_assignor: Literal["uniform", "range"] | None = Field(
+    server_assignor: str | None = Field(
         default=None,
-        description="The assignor the member prefers; the group uses the most "
-        "asked for, `uniform` by default.",
+        max_length=64,
+        description="`uniform` or `range` (else UNSUPPORTED_ASSIGNOR): the assignor the member "
+        "prefers; the group uses the one most members ask for, `uniform` by default.",
     )
     owned_partitions: list[TopicPartitions] | None = Field(
         default=None,

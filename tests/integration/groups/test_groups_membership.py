@@ -134,7 +134,7 @@ def test_heartbeat_errors(gclient: TestClient) -> None:
         "/groups/g/heartbeat",
         json={"member_epoch": 0, "subscribed_topics": ["t"], "server_assignor": "sticky"},
     )
-    assert r.status_code == 400
+    assert r.status_code == 400 and r.json()["error_code"] == "UNSUPPORTED_ASSIGNOR"
     a = Member(gclient, "g", subscribed_topics=["t"])
     a.heartbeat()
     r = gclient.post(
