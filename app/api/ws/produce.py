@@ -41,6 +41,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _BODY_FIELDS = ("records", "key_format", "value_format")
+# Requests up to this size are appended on the event loop (see append_json_records):
+# a socket's requests run one at a time, so a thread hop per request is its throughput.
+INLINE_APPEND_BYTES = 64 * 1024
 
 
 def _request_id(obj: dict[str, Any]) -> str | int | None:
@@ -71,7 +74,7 @@ async def _serve(ws: WebSocket, state: AppState, idle: float) -> None:
             body = {name: obj[name] for name in _BODY_FIELDS if name in obj}
             req = parse_produce_object(body, "message")
             offsets = await append_json_records(
-                state, manager, msg.topic, req, msg.timeout_ms, msg.partition
+                state, manager, msg.topic, req, msg.timeout_ms, msg.partition, INLINE_APPEND_BYTES
             )
             await send_text(
                 ws, orjson.dumps({"type": "ack", "id": rid, "offsets": offsets}).decode()

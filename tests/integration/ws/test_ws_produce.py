@@ -121,3 +121,23 @@ def test_auto_create_and_limits(tmp_path: Path) -> None:
             assert ws.close_code == Close.UNSUPPORTED_DATA
 
         asyncio.run(main())
+
+
+def test_small_requests_append_inline_unless_the_topic_fsyncs(broker: LiveBroker) -> None:
+    with broker.http() as c:
+        body = {"name": "synced", "partitions": 1, "configs": {"flush.messages": 1}}
+        assert c.post("/topics", json=body).status_code == 201
+    broker.create_topic("plain")
+
+    async def main() -> None:
+        ws = await connect(broker.ws_url("/ws/produce"))
+        for i, topic in enumerate(["plain", "synced", "plain", "synced"]):
+            await send(ws, {"id": i, "topic": topic, "records": [{"value": i}]})
+            ack = await recv(ws)
+            assert ack["type"] == "ack" and ack["offsets"][0]["offset"] == i // 2
+        big = [{"value": "x" * 1000}] * 100  # over the inline size: a worker thread appends
+        await send(ws, {"id": "big", "topic": "plain", "records": big})
+        assert (await recv(ws))["offsets"][-1]["offset"] == 101
+        await ws.close()
+
+    asyncio.run(main())
