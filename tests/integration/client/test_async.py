@@ -163,6 +163,6 @@ def test_async_seek_during_a_long_poll_does_not_wait_for_it(
             start = loop.time()
             records = await c.poll(timeout_ms=5000)
             assert [r.offset for r in records] == list(range(4, 10))
-            assert loop.time() - start < 2
+            assert loop.time() - start < 5  # not the 10 s long poll
 
     asyncio.run(main())

@@ -78,7 +78,7 @@ def test_latest_reset_sees_only_new_records_and_long_poll_wakes(
     topic = make_topic(1)
     fill(broker_url, topic, 20)
     tp = TopicPartition(topic, 0)
-    with Consumer(broker_url, auto_offset_reset="latest", fetch_max_wait_ms=5000) as c:
+    with Consumer(broker_url, auto_offset_reset="latest", fetch_max_wait_ms=10_000) as c:
         c.assign([tp])
         assert c.position(tp) == 20
         assert c.poll(timeout_ms=50) == []  # the long poll is now waiting at the broker
@@ -93,7 +93,7 @@ def test_latest_reset_sees_only_new_records_and_long_poll_wakes(
         records = c.poll(timeout_ms=10_000)
         waited = time.monotonic() - start
         assert [(r.offset, r.value) for r in records] == [(20, b"new")]
-        assert waited < 4, "the append should end the long poll, not its max wait"
+        assert waited < 5, "the append should end the long poll, not its max wait"
 
 
 def test_fetch_is_pipelined(broker_url: str, make_topic: MakeTopic) -> None:
@@ -247,4 +247,4 @@ def test_seek_during_a_long_poll_does_not_wait_for_it(
         start = time.monotonic()
         records = c.poll(timeout_ms=5000)
         assert [r.offset for r in records] == list(range(3, 10))
-        assert time.monotonic() - start < 2
+        assert time.monotonic() - start < 5  # not the 10 s long poll

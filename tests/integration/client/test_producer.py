@@ -149,15 +149,16 @@ def test_a_record_larger_than_batch_size_goes_alone(broker_url: str, make_topic:
 
 def test_linger_holds_a_lone_record_then_sends_it(broker_url: str, make_topic: MakeTopic) -> None:
     topic = make_topic(1)
-    with Producer(broker_url, linger_ms=400) as p:
+    with Producer(broker_url, linger_ms=1000) as p:
         p.send(topic, b"warm").result(timeout=10)  # metadata and connection are ready
         start = time.monotonic()
         f = p.send(topic, b"lonely")
-        time.sleep(0.15)
-        assert not f.done(), "sent before linger_ms"
+        time.sleep(0.2)
+        # (Margins are wide: CI machines run other suites at the same time.)
+        assert not f.done() or time.monotonic() - start >= 0.95, "sent before linger_ms"
         f.result(timeout=10)
         waited = time.monotonic() - start
-    assert 0.35 <= waited < 3.0
+    assert 0.95 <= waited < 5.0
 
 
 def test_linger_zero_sends_at_once_and_flush_skips_linger(
@@ -168,7 +169,7 @@ def test_linger_zero_sends_at_once_and_flush_skips_linger(
         p.send(topic, b"warm").result(timeout=10)
         start = time.monotonic()
         p.send(topic, b"now").result(timeout=10)
-        assert time.monotonic() - start < 0.3
+        assert time.monotonic() - start < 2
     with Producer(broker_url, linger_ms=60_000) as p:
         f = p.send(topic, b"flushed")
         start = time.monotonic()
@@ -355,7 +356,7 @@ def test_send_blocks_on_full_buffer_then_gives_up(broker_url: str, make_topic: M
         with pytest.raises(BufferFull):
             for _ in range(1000):
                 p.send(topic, b"x" * 500)
-        assert 0.09 <= time.monotonic() - start < 2
+        assert 0.09 <= time.monotonic() - start < 5
     with Producer(
         broker_url, transport=transport, batch_size=1000, buffer_memory=3000, linger_ms=0
     ) as p:
