@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import json
 import multiprocessing
+import os
 import statistics
 import struct
 import sys
@@ -220,8 +221,11 @@ def run(url: str | None = None, *, seconds: float = 5.0) -> dict[str, Any]:
 
 
 async def _run(url: str, seconds: float) -> dict[str, Any]:
+    # The figures depend on what else the machine runs: record it beside them.
+    load_before = os.getloadavg()[0]
     await _latency(url, 1000, 1.0)  # warm-up: connections, page cache, code paths
     return {
+        "machine": {"cpus": os.cpu_count(), "load_average_1m_before": round(load_before, 2)},
         "latency_1000_per_s": await _latency(url, 1_000, seconds),
         "latency_10000_per_s": await _latency(url, 10_000, seconds),
         "fanout_binary": await _fanout(url, "binary", 200_000),

@@ -81,22 +81,55 @@ async def close(ws: WebSocket, code: int, reason: str = "") -> None:
         await ws.close(code, reason.encode()[:123].decode(errors="ignore"))
 
 
-async def receive_message(ws: WebSocket, idle_timeout: float, max_bytes: int) -> dict[str, Any]:
+class IdleTimer:
+    """Closes the socket with 4408 when no client message arrives for ``timeout`` seconds.
+
+    One timer per socket; a message only records its time, and the timer, when
+    it fires early, re-arms for the rest. Wrapping each receive in
+    ``asyncio.wait_for`` instead would cost a task per message and, worse,
+    yield to the loop before every message: a producer's queued requests
+    would then never be handled back to back, and subscribers would get one
+    frame per append where they could get one per burst.
+    """
+
+    def __init__(self, ws: WebSocket, timeout: float) -> None:
+        self.ws = ws
+        self.timeout = timeout
+        self.loop = asyncio.get_running_loop()
+        self.last = self.loop.time()
+        self._handle = self.loop.call_later(timeout, self._check)
+        self._closing: asyncio.Task[None] | None = None
+
+    def touch(self) -> None:
+        self.last = self.loop.time()
+
+    def _check(self) -> None:
+        remaining = self.last + self.timeout - self.loop.time()
+        if remaining > 0:
+            self._handle = self.loop.call_later(remaining, self._check)
+            return
+        # Closing makes uvicorn hand the pending receive a disconnect: the session ends.
+        self._closing = self.loop.create_task(close(self.ws, Close.IDLE_TIMEOUT, "idle timeout"))
+
+    def cancel(self) -> None:
+        self._handle.cancel()
+
+
+async def receive_message(ws: WebSocket, idle: IdleTimer, max_bytes: int) -> dict[str, Any]:
     """The next client message as a JSON object.
 
-    Closes the socket (and raises ClientGone) on an idle timeout or a binary
-    frame; raises InvalidRequest for a text frame that is not a JSON object,
-    which the caller answers with an error frame.
+    Raises ClientGone when the socket is closed (by the client, the idle timer
+    or the broker stopping) and after closing it for a binary frame; raises
+    InvalidRequest for a text frame that is not a JSON object, which the
+    caller answers with an error frame.
     """
     try:
-        message = await asyncio.wait_for(ws.receive(), idle_timeout)
-    except TimeoutError:
-        await close(ws, Close.IDLE_TIMEOUT, "idle timeout")
-        raise ClientGone from None
+        message = await ws.receive()
     except SEND_ERRORS:
         raise ClientGone from None
     if message["type"] == "websocket.disconnect":
         raise ClientGone
+    idle.touch()
     text = message.get("text")
     if text is None:
         await close(ws, Close.UNSUPPORTED_DATA, "binary frames are not accepted: send JSON text")

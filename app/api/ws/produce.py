@@ -52,7 +52,15 @@ def _request_id(obj: dict[str, Any]) -> str | int | None:
     return rid if type(rid) in (str, int) else None
 
 
-async def _serve(ws: WebSocket, state: AppState, idle: float) -> None:
+async def _serve(ws: WebSocket, state: AppState, idle_timeout: float) -> None:
+    idle = common.IdleTimer(ws, idle_timeout)
+    try:
+        await _serve_requests(ws, state, idle)
+    finally:
+        idle.cancel()
+
+
+async def _serve_requests(ws: WebSocket, state: AppState, idle: common.IdleTimer) -> None:
     limit = state.settings.max_request_bytes
     while True:
         rid: str | int | None = None

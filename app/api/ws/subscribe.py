@@ -233,8 +233,15 @@ class Subscription:
     # -- setup -------------------------------------------------------------------
 
     async def run(self) -> None:
+        self.idle = common.IdleTimer(self.ws, self.idle_timeout)
         try:
-            obj = await common.receive_message(self.ws, self.idle_timeout, self.max_message_bytes)
+            await self._run()
+        finally:
+            self.idle.cancel()
+
+    async def _run(self) -> None:
+        try:
+            obj = await common.receive_message(self.ws, self.idle, self.max_message_bytes)
             sub = validate(obj, {"subscribe": Subscribe})
             assert isinstance(sub, Subscribe)
             stalled = self._subscribe(sub)
@@ -335,9 +342,7 @@ class Subscription:
     async def _control(self) -> None:
         while True:
             try:
-                obj = await common.receive_message(
-                    self.ws, self.idle_timeout, self.max_message_bytes
-                )
+                obj = await common.receive_message(self.ws, self.idle, self.max_message_bytes)
                 await self._handle(obj)
             except LogbusError as exc:
                 await send_error(self.ws, exc)
