@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import random
 import threading
@@ -92,6 +93,8 @@ _ACKS = {"0": "0", "1": "1", "all": "all", "-1": "all"}
 # connection; with the broker's sequence checks 5 is what Kafka allows too.
 _MAX_IN_FLIGHT_IDEMPOTENT = 5
 _DEDUP_WINDOW = 5
+# How many values AsyncProducer.send_many encodes between yields to the loop.
+_ASYNC_SLICE = 8192
 
 
 @dataclass(frozen=True, slots=True)
@@ -1235,6 +1238,7 @@ class AsyncProducer:
         self._url = _http.normalize_url(url)
         self._transport = transport
         self._partition_counts: dict[str, int] = {}
+        self._yield = False
         self._acc = _Accumulator(self.config, self._notify)
         self._space = asyncio.Event()
         self._acc.space_listeners.append(self._space.set)
@@ -1244,8 +1248,15 @@ class AsyncProducer:
         self._closed = False
 
     def _notify(self) -> None:
+        # The sender shares this loop: it only runs when the caller yields, so a
+        # sealed or new batch asks send() to yield once (see _pause).
+        self._yield = True
         if self._sender is not None:
             self._sender.wake()
+
+    async def _pause(self) -> None:
+        self._yield = False
+        await asyncio.sleep(0)
 
     async def start(self) -> None:
         if self._sender is not None:
@@ -1295,17 +1306,20 @@ class AsyncProducer:
                 raise UnknownTopicOrPartition(topic, partition)
         if not self._acc.has_space():
             await self._wait_for_space()
-        return self._acc.append(
+        future = self._acc.append(
             topic,
             partition,
             n,
             key,
             value,
             _headers(self.config, key, value, headers),
-            int(_time() * 1000) if timestamp is None else timestamp,
+            _time() * 1000.0 if timestamp is None else timestamp,
             on_delivery,
             0.0,
         )
+        if self._yield:
+            await self._pause()
+        return future
 
     async def send_many(
         self,
@@ -1328,12 +1342,20 @@ class AsyncProducer:
         spans: list[tuple[_Batch, int, int]] = []
         it = iter(values)
         while True:
-            if not self._acc.has_space():
-                await self._wait_for_space()
-            more, finished = self._acc.append_many(topic, partition, n, it, ts, None)
-            spans.extend(more)
-            if finished:
+            # A slice at a time, yielding between, so the sender (on this loop) sends
+            # full batches while the rest is encoded.
+            chunk = list(itertools.islice(it, _ASYNC_SLICE))
+            if not chunk:
                 return DeliveryReport(topic, spans, ts)
+            rest = iter(chunk)
+            while True:
+                if not self._acc.has_space():
+                    await self._wait_for_space()
+                more, finished = self._acc.append_many(topic, partition, n, rest, ts, None)
+                spans.extend(more)
+                if finished:
+                    break
+            await self._pause()
 
     async def _wait_for_space(self) -> None:
         deadline = time.monotonic() + self.config.max_block_ms / 1000
