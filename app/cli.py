@@ -477,6 +477,9 @@ def cmd_groups_describe(api: Api, args: argparse.Namespace) -> int:
         f"Group: {desc['group']}\tState: {desc['state']}\tEpoch: {desc['group_epoch']}"
         f"\tAssignor: {desc['assignor']}\tMembers: {len(desc['members'])}"
     )
+    if args.members:
+        _print_members(desc["members"])
+        return 0
     owner: dict[tuple[str, int], str] = {}
     for m in desc["members"]:
         for a in m["assignment"]:
@@ -500,6 +503,25 @@ def cmd_groups_describe(api: Api, args: argparse.Namespace) -> int:
     for r in table:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
     return 0
+
+
+def _print_members(members: list[dict[str, Any]]) -> None:
+    header = ("MEMBER-ID", "INSTANCE-ID", "EPOCH", "STATE", "ASSIGNMENT")
+    rows = [header]
+    for m in members:
+        parts = ",".join(f"{a['topic']}-{p}" for a in m["assignment"] for p in a["partitions"])
+        rows.append(
+            (
+                m["member_id"],
+                m["instance_id"] or "-",
+                str(m["member_epoch"]),
+                m["state"],
+                parts or "-",
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
 
 
 def cmd_groups_delete(api: Api, args: argparse.Namespace) -> int:
@@ -664,6 +686,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     gdescribe.add_argument("group")
     gdescribe.add_argument("--json", action="store_true", help="print the API's JSON answer")
+    gdescribe.add_argument(
+        "--members", action="store_true", help="members and their assignments, not offsets"
+    )
     gdescribe.set_defaults(client_handler=cmd_groups_describe)
     gdelete = group_commands.add_parser("delete", parents=[client], help="delete an empty group")
     gdelete.add_argument("group")

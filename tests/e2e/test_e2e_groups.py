@@ -197,3 +197,14 @@ def test_concurrent_members_never_hold_a_partition_twice(new_broker: BrokerFacto
     with broker.client() as c:
         desc = c.get("/groups/g").json()
     assert desc["state"] == "Empty" and desc["members"] == []
+
+
+def test_describe_members(broker: Broker) -> None:
+    assert logbus(broker, "topics", "create", "t", "--partitions", "2").returncode == 0
+    with broker.client() as c:
+        joined = heartbeat(c, "g", member_epoch=0, subscribed_topics=["t"], instance_id="host-1")
+    r = logbus(broker, "groups", "describe", "g", "--members")
+    assert r.returncode == 0, r.stderr
+    lines = [line.split() for line in r.stdout.splitlines()]
+    assert lines[1] == ["MEMBER-ID", "INSTANCE-ID", "EPOCH", "STATE", "ASSIGNMENT"]
+    assert lines[2] == [joined["member_id"], "host-1", "1", "Stable", "t-0,t-1"]
