@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import orjson
@@ -19,14 +20,20 @@ from conftest import REPO, Broker
 README = REPO / "README.md"
 
 
-def readme_commands() -> list[str]:
+def readme_block(name: str, language: str) -> str:
     text = README.read_text()
-    block = text.split("<!-- readme-test:start -->", 1)[1].split("<!-- readme-test:end -->", 1)[0]
-    script = re.search(r"```bash\n(.*?)```", block, re.S)
-    assert script, "the README's curl walk-through is missing"
+    start, end = f"<!-- readme-test:{name}:start -->", f"<!-- readme-test:{name}:end -->"
+    assert start in text and end in text, f"the README's {name} block is missing"
+    block = text.split(start, 1)[1].split(end, 1)[0]
+    code = re.search(rf"```{language}\n(.*?)```", block, re.S)
+    assert code, f"the README's {name} block has no {language} code"
+    return code.group(1)
+
+
+def readme_commands(name: str = "walkthrough") -> list[str]:
     commands: list[str] = []
     current = ""
-    for line in script.group(1).splitlines():
+    for line in readme_block(name, "bash").splitlines():
         if not current and (not line.strip() or line.lstrip().startswith("#")):
             continue
         current += line + "\n"
@@ -87,3 +94,36 @@ def test_readme_error_example(broker: Broker, tmp_path: Path) -> None:
     example = re.search(r"```console\n\$ (curl [^\n]+)\n(\{[^\n]+\})\n```", text)
     assert example, "the README's error example is missing"
     assert orjson.loads(run(example.group(1), broker, tmp_path)) == orjson.loads(example.group(2))
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+def test_readme_group_walkthrough(broker: Broker, tmp_path: Path) -> None:
+    for command in readme_commands()[:3]:
+        run(command, broker, tmp_path)
+    joined, committed, fetched, described, left = (
+        orjson.loads(run(c, broker, tmp_path)) for c in readme_commands("groups")
+    )
+    assert joined["member_id"] == "consumer-1" and joined["member_epoch"] == 1
+    assert joined["assignment"]["partitions"] == [{"topic": "clicks", "partitions": [0, 1, 2]}]
+    assert [(o["partition"], o["offset"]) for o in committed["offsets"]] == [(0, 2)]
+    assert {o["partition"]: o["offset"] for o in fetched["offsets"]} == {0: 2, 1: -1, 2: -1}
+    assert [m["member_id"] for m in described["members"]] == ["consumer-1"]
+    assert [(o["partition"], o["lag"]) for o in described["offsets"]] == [(0, 0)]
+    assert left["member_epoch"] == -1
+    after = orjson.loads(run("curl -s localhost:8080/groups/billing", broker, tmp_path))
+    assert after["members"] == []
+
+
+def test_readme_sdk_example(broker: Broker) -> None:
+    code = readme_block("sdk", "python").replace("http://127.0.0.1:8080", broker.url)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("RecordMetadata(topic='orders'")
+    printed = [line.split(" ", 3) for line in lines[1:]]
+    assert len(printed) >= 4
+    assert sorted(value for *_, value in printed) == sorted(
+        ["b'{\"total\": 42}'", "b'a'", "b'b'", "b'c'"]
+    )
