@@ -227,4 +227,10 @@ ids), log start offset, high watermark and log end offset, and every effective t
 config under its Kafka name (`config_overrides` lists the ones set on this topic)."""
 
 METADATA = """Kafka's Metadata: the cluster id, the brokers (`id`, `url`), the controller's broker id,
-and every topic's partitions with leader, replicas and in-sync replicas."""
+and every topic's partitions with leader, replicas and in-sync replicas.
+
+`?topics=a,b` narrows the answer to those topics (missing ones are left out). With
+`allow_auto_topic_creation=true` and the broker's `auto_create_topics_enable` on, missing
+requested topics are created first with `num_partitions` partitions, as Kafka's producers
+ask for: a client can learn a new topic's partition count before its first produce. An
+invalid name then answers 400 INVALID_TOPIC_EXCEPTION and nothing is created."""

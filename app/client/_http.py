@@ -16,7 +16,7 @@ import httpx
 import orjson
 
 from app.client.errors import BrokerUnavailable, error_from_body
-from app.core.errors import RequestTimedOut
+from app.core.errors import RequestTimedOut, UnknownTopicOrPartition
 
 T = TypeVar("T")
 
@@ -123,6 +123,27 @@ def async_client(
 
 def partition_count_call(topic: str) -> Call[int]:
     return Call("GET", topic_path(topic), lambda body: len(body["partitions"]))
+
+
+def metadata_partition_count_call(topic: str, allow_auto_create: bool = True) -> Call[int]:
+    """The partition count from ``GET /metadata``, creating the topic if the broker allows it.
+
+    Kafka's producer metadata request: with the broker's auto-create on, the
+    first send to a new topic creates it rather than failing. A broker
+    without the ``topics`` filter answers every topic; the lookup by name
+    works the same.
+    """
+
+    def parse(body: Any) -> int:
+        for t in body["topics"]:
+            if t["name"] == topic:
+                return len(t["partitions"])
+        raise UnknownTopicOrPartition(topic)
+
+    params: dict[str, str | int] = {"topics": topic}
+    if allow_auto_create:
+        params["allow_auto_topic_creation"] = "true"
+    return Call("GET", "/metadata", parse, params=params)
 
 
 def describe_topic_call(topic: str) -> Call[dict[str, Any]]:

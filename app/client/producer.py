@@ -816,7 +816,7 @@ class _Sender:
         self._wake.set()
 
     async def refresh(self, topic: str) -> int:
-        n = await _http.run_async(self.client, _http.partition_count_call(topic))
+        n = await _http.run_async(self.client, _http.metadata_partition_count_call(topic))
         self.partition_counts[topic] = n
         return n
 

@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
+
+from fastapi import APIRouter, Query
 from starlette.responses import Response
 
 from app.api import openapi_docs as docs
 from app.api.deps import ManagerDep, StateDep
 from app.api.errors import error_responses
 from app.api.models import Metadata
-from app.api.util import JSONBytes
+from app.api.util import JSONBytes, create_planned
 from app.core.errors import UnknownTopicOrPartition
+from app.core.log import validate_topic_name
 
 router = APIRouter(tags=["metadata"])
+
+
+def _requested(topics: str | None) -> list[str] | None:
+    if topics is None:
+        return None
+    # Order kept, duplicates dropped: the answer lists each topic once.
+    return list(dict.fromkeys(t.strip() for t in topics.split(",") if t.strip()))
 
 
 @router.get(
@@ -20,17 +30,47 @@ router = APIRouter(tags=["metadata"])
     summary="Cluster metadata",
     description=docs.METADATA,
     response_model=Metadata,
-    responses=error_responses(503),
+    responses=error_responses(400, 503),
 )
-async def metadata(state: StateDep, manager: ManagerDep) -> Response:
+async def metadata(
+    state: StateDep,
+    manager: ManagerDep,
+    topics: Annotated[
+        str | None,
+        Query(
+            description="Comma-separated topic names: describe only these (absent ones are "
+            "left out of the answer). Omitted: every topic.",
+            examples=["orders,payments"],
+        ),
+    ] = None,
+    allow_auto_topic_creation: Annotated[
+        bool,
+        Query(
+            description="Create the requested topics that do not exist, with the broker's "
+            "`num_partitions`, when `auto_create_topics_enable` is on (Kafka's "
+            "MetadataRequest.allow_auto_topic_creation). Off by default: a GET creates "
+            "nothing unless asked to.",
+        ),
+    ] = False,
+) -> Response:
     broker = state.settings.broker_id
-    topics = []
-    for name in manager.topics():
+    names = _requested(topics)
+    if names and allow_auto_topic_creation and state.settings.auto_create_topics_enable:
+        # Every name is checked before anything is created: a bad list creates nothing.
+        for name in names:
+            validate_topic_name(name)
+        existing = set(manager.topics())
+        for name in names:
+            if name not in existing:
+                await create_planned(state, manager, name)
+                state.sticky.forget(name)
+    answer = []
+    for name in manager.topics() if names is None else names:
         try:
             n = manager.partition_count(name)
         except UnknownTopicOrPartition:
-            continue  # deleted between the two calls
-        topics.append(
+            continue  # absent, or deleted between the two calls
+        answer.append(
             {
                 "name": name,
                 "partitions": [
@@ -44,6 +84,6 @@ async def metadata(state: StateDep, manager: ManagerDep) -> Response:
             "cluster_id": manager.cluster_id,
             "brokers": [{"id": broker, "url": state.settings.url}],
             "controller": broker,
-            "topics": topics,
+            "topics": answer,
         }
     )

@@ -112,3 +112,48 @@ def test_topics_survive_restart(tmp_path: Path) -> None:
         desc = client.get("/topics/kept").json()
         assert desc["configs"]["retention.ms"] == 1000
         assert desc["partitions"][1]["log_end_offset"] == 1
+
+
+def test_metadata_for_named_topics(client: TestClient) -> None:
+    create_topic(client, "a", partitions=2)
+    create_topic(client, "b")
+    body = client.get("/metadata", params={"topics": "b,missing,b"}).json()
+    # Only the named topics, once each; a missing one is left out and not created.
+    assert [t["name"] for t in body["topics"]] == ["b"]
+    assert "missing" not in [t["name"] for t in client.get("/topics").json()["topics"]]
+
+
+def test_metadata_auto_creates_requested_topics(tmp_path: Path) -> None:
+    with TestClient(create_app(make_settings(tmp_path, num_partitions=3))) as client:
+        create_topic(client, "old", partitions=1)
+        r = client.get(
+            "/metadata", params={"topics": "old,new1,new2", "allow_auto_topic_creation": "true"}
+        )
+        assert r.status_code == 200, r.text
+        counts = {t["name"]: len(t["partitions"]) for t in r.json()["topics"]}
+        assert counts == {"old": 1, "new1": 3, "new2": 3}
+        assert client.get("/topics/new1").status_code == 200
+        # Asking again is the same answer, nothing recreated.
+        again = client.get(
+            "/metadata", params={"topics": "new1", "allow_auto_topic_creation": "true"}
+        )
+        assert [len(t["partitions"]) for t in again.json()["topics"]] == [3]
+
+
+def test_metadata_auto_create_rejects_bad_names_before_creating(tmp_path: Path) -> None:
+    with TestClient(create_app(make_settings(tmp_path))) as client:
+        r = client.get(
+            "/metadata", params={"topics": "good,bad name", "allow_auto_topic_creation": "true"}
+        )
+        assert r.status_code == 400
+        assert r.json()["error_code"] == "INVALID_TOPIC_EXCEPTION"
+        assert client.get("/topics").json() == {"topics": []}
+
+
+def test_metadata_auto_create_off_by_setting(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, auto_create_topics_enable=False)
+    with TestClient(create_app(settings)) as client:
+        r = client.get("/metadata", params={"topics": "x", "allow_auto_topic_creation": "true"})
+        assert r.status_code == 200
+        assert r.json()["topics"] == []
+        assert client.get("/topics").json() == {"topics": []}

@@ -235,15 +235,44 @@ def test_send_many_matches_send(broker_url: str, make_topic: MakeTopic) -> None:
     assert sorted(values) == sorted([b"%d" % i for i in range(3000)] + [b"a", b"b"])
 
 
-def test_unknown_topic_and_partition_raise_from_send(
-    broker_url: str, make_topic: MakeTopic
-) -> None:
+def test_unknown_partition_raises_from_send(broker_url: str, make_topic: MakeTopic) -> None:
     topic = make_topic(2)
+    with Producer(broker_url) as p, pytest.raises(UnknownTopicOrPartition):
+        p.send(topic, b"x", partition=2)
+
+
+def test_send_to_a_new_topic_creates_it(broker_url: str) -> None:
+    # Kafka's producer metadata request: the broker's auto-create (on here) makes the topic.
+    topic = f"sdk-auto-{time.monotonic_ns()}"
     with Producer(broker_url) as p:
-        with pytest.raises(UnknownTopicOrPartition):
-            p.send("no-such-topic-here", b"x")
-        with pytest.raises(UnknownTopicOrPartition):
-            p.send(topic, b"x", partition=2)
+        meta = p.send(topic, b"first").result(timeout=10)
+    assert (meta.topic, meta.offset) == (topic, 0)
+    assert high_watermarks(broker_url, topic) == [1]
+
+
+def test_send_to_a_missing_topic_raises_when_the_broker_will_not_create_it() -> None:
+    asked: list[httpx.Request] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        asked.append(request)
+        if request.url.path == "/metadata":
+            # What a broker with auto_create_topics_enable off answers.
+            return httpx.Response(
+                200, json={"cluster_id": "c", "brokers": [], "controller": 0, "topics": []}
+            )
+        return error_response(404, "INVALID_REQUEST", False)
+
+    mock = httpx.MockTransport(handler)
+    with (
+        Producer("http://broker.invalid", transport=mock) as p,
+        pytest.raises(UnknownTopicOrPartition),
+    ):
+        p.send("no-such-topic-here", b"x")
+    lookups = [r for r in asked if r.url.path == "/metadata"]
+    assert lookups and dict(lookups[0].url.params) == {
+        "topics": "no-such-topic-here",
+        "allow_auto_topic_creation": "true",
+    }
 
 
 def test_non_retriable_error_fails_the_future(broker_url: str, make_topic: MakeTopic) -> None:
