@@ -12,7 +12,8 @@ import orjson
 from starlette.responses import Response
 
 from app.api.state import AppState
-from app.core.errors import TopicAlreadyExists, UnknownTopicOrPartition
+from app.core.errors import InvalidTopic, TopicAlreadyExists, UnknownTopicOrPartition
+from app.groups.coordinator import OFFSETS_TOPIC
 
 if TYPE_CHECKING:
     from app.core.log.manager import LogManager
@@ -54,12 +55,22 @@ class TopicPlan:
     exists: bool
 
 
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
+
+
+def check_not_internal(topic: str) -> None:
+    """Only the broker writes or deletes its internal topics (Kafka refuses clients the same)."""
+    if topic in INTERNAL_TOPICS:
+        raise InvalidTopic(topic, "it is internal to the broker; clients cannot write or delete it")
+
+
 def plan_topic(state: AppState, manager: LogManager, topic: str) -> TopicPlan:
     """The topic's shape, or the shape Kafka's auto.create.topics.enable would give it.
 
     Nothing is created here: a request is checked against the plan first, so a
-    bad request to a new topic leaves no topic behind.
+    bad request to a new topic leaves no topic behind. Internal topics are refused.
     """
+    check_not_internal(topic)
     try:
         partitions = manager.partition_count(topic)
     except UnknownTopicOrPartition:

@@ -13,7 +13,7 @@ from app.api.codec import BodyInvalid
 from app.api.deps import ManagerDep, StateDep, read_body
 from app.api.errors import error_responses
 from app.api.models import CreateTopicRequest, TopicDescription, TopicList
-from app.api.util import JSONBytes, run_blocking
+from app.api.util import JSONBytes, check_not_internal, run_blocking
 from app.core.errors import (
     InvalidPartitions,
     InvalidReplicationFactor,
@@ -135,6 +135,7 @@ async def delete_topic(
     state: StateDep,
     manager: ManagerDep,
 ) -> Response:
+    check_not_internal(topic)
     await run_blocking(manager.delete_topic, topic)
     state.sticky.forget(topic)
     state.waiters.forget_topic(topic)
