@@ -26,7 +26,7 @@ def _section(name: str, fn: Callable[[], dict[str, Any]], results: dict[str, Any
 
 
 def collect(quick: bool) -> dict[str, Any]:
-    from bench import engine, fetch, http_produce, redis_baseline
+    from bench import compaction, engine, fetch, groups, http_produce, redis_baseline, sdk, ws
 
     runs = 1 if quick else 3
     results: dict[str, Any] = {"machine": common.machine()}
@@ -37,12 +37,14 @@ def collect(quick: bool) -> dict[str, Any]:
     with common.broker() as url:
         _section("http_produce", lambda: http_produce.run(url, runs=runs), results)
     _section("fetch", lambda: fetch.run(rounds=runs + 2), results)
-    try:
-        from bench import sdk
-    except ImportError:  # the SDK benchmark arrives with the SDK
-        return results
+    common.warm_memory()
     with common.broker() as url:
-        _section("sdk", lambda: sdk.run(url), results)
+        _section("sdk", lambda: sdk.run(url, runs=runs), results)
+    _section("compaction", lambda: compaction.run(quick=quick), results)
+    # A 1 s heartbeat interval so the rebalance figure is measured in intervals quickly.
+    with common.broker({"LOGBUS_GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS": "1000"}) as url:
+        _section("groups", lambda: groups.run(url), results)
+    _section("ws", lambda: ws.run(), results)
     return results
 
 
