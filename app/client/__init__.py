@@ -28,7 +28,7 @@ Example (``tests/integration/client/test_examples.py`` runs it)::
                 seen += 1
 """
 
-from app.client.admin import Admin, AsyncAdmin
+from app.client.admin import Admin, AsyncAdmin, GroupListing
 from app.client.consumer import AsyncConsumer, Consumer, RecordColumns
 from app.client.producer import AsyncProducer, DeliveryFuture, DeliveryReport, Producer
 from app.client.types import ConsumerRecord, OffsetAndTimestamp, RecordMetadata, TopicPartition
@@ -42,6 +42,7 @@ __all__ = [
     "ConsumerRecord",
     "DeliveryFuture",
     "DeliveryReport",
+    "GroupListing",
     "OffsetAndTimestamp",
     "Producer",
     "RecordColumns",

@@ -1,11 +1,13 @@
-"""Admin: topics (create, list, describe, delete) and offset lookups, sync and asyncio."""
+"""Admin: topics (create, list, describe, delete), offset lookups and consumer groups
+(list, describe, committed offsets, reset, delete), sync and asyncio."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
+from urllib.parse import quote
 
 import httpx
 
@@ -89,6 +91,67 @@ def _offset_result(found: tuple[int, int]) -> OffsetAndTimestamp | None:
     return None if offset < 0 else OffsetAndTimestamp(offset, timestamp)
 
 
+@dataclass(frozen=True, slots=True)
+class GroupListing:
+    group: str
+    state: str
+    members: int
+    group_epoch: int
+
+
+def _group_path(group: str) -> str:
+    return f"/groups/{quote(group, safe='')}"
+
+
+def _committed(body: Any) -> dict[TopicPartition, int]:
+    """Committed offsets (partitions without a commit, which the broker lists as -1, left out)."""
+    return {
+        TopicPartition(o["topic"], o["partition"]): o["offset"]
+        for o in body["offsets"]
+        if o["offset"] >= 0
+    }
+
+
+def _list_groups_call() -> Call[list[GroupListing]]:
+    return Call(
+        "GET",
+        "/groups",
+        lambda body: [
+            GroupListing(g["group"], g["state"], g["members"], g["group_epoch"])
+            for g in body["groups"]
+        ],
+    )
+
+
+def _describe_group_call(group: str) -> Call[dict[str, Any]]:
+    return Call("GET", _group_path(group), dict)
+
+
+def _group_offsets_call(group: str, topic: str | None) -> Call[dict[TopicPartition, int]]:
+    params: dict[str, str | int] = {"topic": topic} if topic is not None else {}
+    return Call("GET", f"{_group_path(group)}/offsets", _committed, params=params)
+
+
+ResetTo = Literal["earliest", "latest", "timestamp", "offset"]
+
+
+def _reset_call(
+    group: str, topic: str, to: ResetTo, value: int | None, partitions: Iterable[int] | None
+) -> Call[dict[TopicPartition, int]]:
+    body: dict[str, Any] = {"topic": topic, "to": to}
+    if partitions is not None:
+        body["partitions"] = list(partitions)
+    if to in ("timestamp", "offset"):
+        if value is None:
+            raise ValueError(f"resetting to a {to} needs value=")
+        body[to] = value
+    return Call("POST", f"{_group_path(group)}/offsets/reset", _committed, json=body)
+
+
+def _delete_group_call(group: str) -> Call[None]:
+    return Call("DELETE", _group_path(group), lambda body: None, empty_ok=True)
+
+
 class Admin:
     """Blocking admin client. ``url`` is a broker's base URL, e.g. ``http://127.0.0.1:8080``."""
 
@@ -133,6 +196,33 @@ class Admin:
             )
             for tp in partitions
         }
+
+    def list_groups(self) -> list[GroupListing]:
+        return _http.run_sync(self._client, _list_groups_call())
+
+    def describe_group(self, group: str) -> dict[str, Any]:
+        """The broker's description: state, epochs, members with assignments, offsets and lag."""
+        return _http.run_sync(self._client, _describe_group_call(group))
+
+    def list_group_offsets(self, group: str, topic: str | None = None) -> dict[TopicPartition, int]:
+        """The group's committed offsets (the next offset to read), optionally for one topic."""
+        return _http.run_sync(self._client, _group_offsets_call(group, topic))
+
+    def reset_group_offsets(
+        self,
+        group: str,
+        topic: str,
+        to: ResetTo,
+        value: int | None = None,
+        *,
+        partitions: Iterable[int] | None = None,
+    ) -> dict[TopicPartition, int]:
+        """Reset an empty group's offsets to earliest, latest, a timestamp or an offset (``value``)."""
+        return _http.run_sync(self._client, _reset_call(group, topic, to, value, partitions))
+
+    def delete_group(self, group: str) -> None:
+        """Delete an empty group and its offsets (NonEmptyGroup while it has members)."""
+        _http.run_sync(self._client, _delete_group_call(group))
 
     def close(self) -> None:
         self._client.close()
@@ -190,6 +280,31 @@ class AsyncAdmin:
             )
             out[tp] = _offset_result(found)
         return out
+
+    async def list_groups(self) -> list[GroupListing]:
+        return await _http.run_async(self._client, _list_groups_call())
+
+    async def describe_group(self, group: str) -> dict[str, Any]:
+        return await _http.run_async(self._client, _describe_group_call(group))
+
+    async def list_group_offsets(
+        self, group: str, topic: str | None = None
+    ) -> dict[TopicPartition, int]:
+        return await _http.run_async(self._client, _group_offsets_call(group, topic))
+
+    async def reset_group_offsets(
+        self,
+        group: str,
+        topic: str,
+        to: ResetTo,
+        value: int | None = None,
+        *,
+        partitions: Iterable[int] | None = None,
+    ) -> dict[TopicPartition, int]:
+        return await _http.run_async(self._client, _reset_call(group, topic, to, value, partitions))
+
+    async def delete_group(self, group: str) -> None:
+        await _http.run_async(self._client, _delete_group_call(group))
 
     async def close(self) -> None:
         await self._client.aclose()
