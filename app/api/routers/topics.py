@@ -126,9 +126,10 @@ async def get_topic(
     status_code=204,
     summary="Delete a topic",
     description="Deletes the topic and all its data. Fetches already being answered from its "
-    "files finish (files are removed after file.delete.delay.ms).",
+    "files finish (files are removed after file.delete.delay.ms). Internal topics "
+    "(`__consumer_offsets`) cannot be deleted: 400 INVALID_TOPIC_EXCEPTION.",
     response_class=Response,
-    responses=error_responses(404, 503),
+    responses=error_responses(400, 404, 503),
 )
 async def delete_topic(
     topic: Annotated[str, Path(description="Topic name.")],
