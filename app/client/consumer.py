@@ -20,9 +20,11 @@ is a tuple subclass, which CPython never untracks, and that walk was ~25% of
 ``poll``. :meth:`Consumer.poll_columns` avoids it and the per-record tuple:
 parallel lists per partition, about twice the rate of ``poll``.
 
-Group membership (``subscribe``, ``commit``, ``committed``) comes with the
-consumer-group API; the assignment set and the positions map here are what
-a rebalance will replace and what a commit will read.
+Group membership (:meth:`Consumer.subscribe`, ``commit``, ``committed``) is
+for the blocking consumer only: :mod:`app.client.group` heartbeats from a
+thread, and ``poll`` applies the assignment it learnt (revocations first), so
+the rebalance callbacks run on the polling thread. :class:`AsyncConsumer` has
+no group support yet.
 """
 
 from __future__ import annotations
@@ -30,9 +32,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import logging
+import re
 import selectors
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -43,16 +47,29 @@ from aiokafka.record._crecords import DefaultRecordBatch as _CRecordBatch
 
 from app.client import _http, _wire
 from app.client.errors import (
+    ClientError,
     ConsumerClosed,
     NoOffsetForPartition,
     error_from_body,
     is_retriable,
 )
+from app.client.group import GroupMembership, commit_call, committed_call
 from app.client.types import ConsumerRecord, OffsetAndTimestamp, TopicPartition
-from app.core.errors import CorruptRecord, OffsetOutOfRange
+from app.core.errors import (
+    CorruptRecord,
+    FencedMemberEpoch,
+    LogbusError,
+    OffsetOutOfRange,
+    StaleMemberEpoch,
+    UnknownMemberId,
+)
 from app.core.log.batch import BatchHeader, compute_crc, iter_headers
 
 RESETS = ("earliest", "latest", "none")
+log = logging.getLogger(__name__)
+RebalanceCallback = Callable[[set[TopicPartition]], None]
+# How long a grouped poll waits at most before looking at the heartbeat thread's news.
+_GROUP_TICK_S = 0.05
 _new_tuple = tuple.__new__
 
 
@@ -532,11 +549,194 @@ class Consumer(_ConsumerCore):
         )
         self._client = _http.sync_client(self.url, request_timeout_ms)
         self._selector = selectors.DefaultSelector()
+        self._request_timeout_ms = request_timeout_ms
+        self._retry_backoff_ms = retry_backoff_ms
+        self._group: GroupMembership | None = None
+        self._on_assigned: RebalanceCallback | None = None
+        self._on_revoked: RebalanceCallback | None = None
+        self._auto_commit_s: float | None = None
+        self._next_auto_commit = 0.0
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Consume exactly these partitions (replacing any earlier assignment)."""
+        if self._group is not None:
+            raise ClientError("the consumer is subscribed to a group: the group assigns")
         for st in self._assign(partitions):
             self._drop_connection(st)
+
+    def _set_partitions(self, partitions: Iterable[TopicPartition]) -> None:
+        for st in self._assign(partitions):
+            self._drop_connection(st)
+
+    # ---- consumer groups ----
+
+    def subscribe(
+        self,
+        topics: Iterable[str] | str | re.Pattern[str] | None = None,
+        *,
+        group_id: str,
+        pattern: str | re.Pattern[str] | None = None,
+        on_assigned: RebalanceCallback | None = None,
+        on_revoked: RebalanceCallback | None = None,
+        enable_auto_commit: bool = True,
+        auto_commit_interval_ms: int = 5_000,
+        group_instance_id: str | None = None,
+        server_assignor: str | None = None,
+        rebalance_timeout_ms: int | None = None,
+    ) -> None:
+        """Join ``group_id``; the group's coordinator decides which partitions ``poll`` reads.
+
+        ``topics`` is a list of names (a single name or a compiled regex also
+        work), or ``pattern`` a regex matched against whole topic names.
+        A heartbeat thread keeps the membership; assignment changes are applied
+        inside ``poll``: revoked partitions are committed (with auto-commit),
+        ``on_revoked`` is called, and only then released to the coordinator;
+        new partitions start at the group's committed offset (else
+        ``auto_offset_reset``) and ``on_assigned`` is called before records
+        of them are returned. A member the coordinator fenced (missed
+        heartbeats, an old epoch) loses all its partitions without a commit:
+        ``on_revoked`` is called for them (there is no separate ``on_lost``)
+        and the consumer rejoins. Auto-commit commits the positions of the
+        records already handed out, at the start of ``poll`` once per
+        ``auto_commit_interval_ms`` and on ``close``: at-least-once.
+        ``group_instance_id`` makes the member static: ``close`` keeps its
+        partitions until the session timeout, for a restart with the same id.
+        """
+        self._check_open()
+        if self._group is not None:
+            raise ClientError("already subscribed; close() and use a new consumer to change")
+        if isinstance(topics, re.Pattern):
+            pattern, topics = topics, None
+        names = [topics] if isinstance(topics, str) else None if topics is None else list(topics)
+        regex = pattern.pattern if isinstance(pattern, re.Pattern) else pattern
+        if self.states:
+            raise ClientError("the consumer has assigned partitions: subscribe or assign, not both")
+        self._group = GroupMembership(
+            self.url,
+            group_id,
+            topics=names,
+            pattern=regex,
+            instance_id=group_instance_id,
+            server_assignor=server_assignor,
+            rebalance_timeout_ms=rebalance_timeout_ms,
+            request_timeout_ms=self._request_timeout_ms,
+            retry_backoff_ms=self._retry_backoff_ms,
+        )
+        self._on_assigned = on_assigned
+        self._on_revoked = on_revoked
+        self._auto_commit_s = auto_commit_interval_ms / 1000 if enable_auto_commit else None
+        self._next_auto_commit = time.monotonic() + (self._auto_commit_s or 0)
+        self._group.start()
+
+    @property
+    def group_id(self) -> str | None:
+        return None if self._group is None else self._group.group_id
+
+    def member(self) -> tuple[str, int]:
+        """(member id, member epoch) as the coordinator last answered; ("", 0) before joining."""
+        return ("", 0) if self._group is None else self._group.identity()
+
+    def _membership(self) -> GroupMembership:
+        if self._group is None:
+            raise ClientError("subscribe(group_id=...) first: commits belong to a group")
+        return self._group
+
+    def _positions(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return {
+            tp: st.position
+            for tp in partitions
+            if (st := self.states.get(tp)) is not None and st.position is not None
+        }
+
+    def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
+        """Commit ``offsets`` (the next offset to read), by default every current position.
+
+        Fenced by the member epoch: a stale epoch heartbeats and retries once;
+        a member the coordinator no longer knows raises (its partitions are
+        dropped and the consumer rejoins; records after the last commit will
+        be read again by whoever gets them).
+        """
+        self._check_open()
+        group = self._membership()
+        wanted = dict(offsets) if offsets is not None else self._positions(self.states)
+        if wanted:
+            self._commit(group, wanted)
+
+    def _commit(self, group: GroupMembership, offsets: dict[TopicPartition, int]) -> None:
+        for attempt in range(2):
+            member_id, epoch = group.identity()
+            try:
+                _http.run_sync(self._client, commit_call(group.group_id, member_id, epoch, offsets))
+                return
+            except StaleMemberEpoch:
+                if attempt:
+                    raise
+                group.beat_now(self._request_timeout_ms / 1000)
+            except (FencedMemberEpoch, UnknownMemberId) as exc:
+                group.mark_lost(exc)
+                raise
+
+    def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
+        """The group's committed offset per partition (None where nothing is committed)."""
+        self._check_open()
+        group = self._membership()
+        wanted = list(partitions)
+        if not wanted:
+            return {}
+        found = _http.run_sync(
+            self._client, committed_call(group.group_id, (tp.topic for tp in wanted))
+        )
+        return {tp: found.get(tp) for tp in wanted}
+
+    def _group_tick(self) -> None:
+        """Apply what the heartbeat thread learnt; auto-commit when due."""
+        group = self._group
+        if group is None:
+            return
+        lost, target = group.take()
+        if lost:
+            dropped = set(self.states)
+            self._set_partitions([])
+            group.set_owned((), after_loss=True)
+            if dropped and self._on_revoked is not None:
+                self._on_revoked(dropped)
+        if target is not None:
+            current = set(self.states)
+            revoked = current - target
+            if revoked:
+                if self._auto_commit_s is not None:
+                    self._auto_commit(self._positions(revoked))
+                if self._on_revoked is not None:
+                    self._on_revoked(revoked)
+                current -= revoked
+                self._set_partitions(sorted(current))
+                group.set_owned(current)
+            added = target - current
+            if added:
+                self._take_over(group, added)
+        if self._auto_commit_s is not None and time.monotonic() >= self._next_auto_commit:
+            self._next_auto_commit = time.monotonic() + self._auto_commit_s
+            self._auto_commit(self._positions(self.states))
+
+    def _take_over(self, group: GroupMembership, added: set[TopicPartition]) -> None:
+        committed = self.committed(added)
+        self._set_partitions(sorted(set(self.states) | added))
+        for tp, offset in committed.items():
+            if offset is not None:
+                self.states[tp].set_position(offset)
+        group.set_owned(self.states)
+        if self._on_assigned is not None:
+            self._on_assigned(added)
+
+    def _auto_commit(self, offsets: dict[TopicPartition, int]) -> None:
+        if not offsets or self._group is None:
+            return
+        try:
+            self._commit(self._group, offsets)
+        except LogbusError as exc:
+            # Not fatal: the next commit covers these positions, and a lost member
+            # was marked for rejoining by _commit.
+            log.warning("auto-commit to group %s failed: %s", self._group.group_id, exc)
 
     def _abandon(self, st: _PartitionState) -> None:
         # A long poll may hold the connection for max_wait_ms; a new connection is
@@ -637,6 +837,7 @@ class Consumer(_ConsumerCore):
         limit = max_records or self.max_poll_records
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
+            self._group_tick()
             self._lookup_positions()
             records = self._drain(limit, columnar)
             self._send_fetches()
@@ -654,6 +855,8 @@ class Consumer(_ConsumerCore):
                 backoffs = [st.backoff_until for st in self.states.values() if st.in_flight is None]
                 if backoffs and min(backoffs) > now:
                     wait = min(wait, min(backoffs) - now)
+                if self._group is not None:
+                    wait = min(wait, _GROUP_TICK_S)
                 if self._selector.get_map():
                     ready = [key.data for key, _ in self._selector.select(max(0.0, wait))]
                 elif wait > 0:
@@ -664,8 +867,18 @@ class Consumer(_ConsumerCore):
                 return []
 
     def close(self) -> None:
+        """Leave the group (after a final auto-commit and ``on_revoked``) and close connections."""
         if self.closed:
             return
+        group = self._group
+        if group is not None:
+            try:
+                if self._auto_commit_s is not None:
+                    self._auto_commit(self._positions(self.states))
+                if self.states and self._on_revoked is not None and group.instance_id is None:
+                    self._on_revoked(set(self.states))
+            finally:
+                group.close(leave=True)
         self.closed = True
         for st in self.states.values():
             self._drop_connection(st)

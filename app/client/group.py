@@ -1,0 +1,267 @@
+"""Consumer-group membership for the blocking :class:`~app.client.consumer.Consumer`.
+
+A background thread heartbeats (``POST /groups/{group}/heartbeat``) at the
+interval the coordinator answers, always listing the partitions the consumer
+holds *now*: the coordinator only hands a partition to another member once no
+heartbeat lists it any more, so the list must never run ahead of what the
+polling thread has actually let go.
+
+The thread never touches the consumer's partitions itself. It stores the
+latest assignment it was told about; the polling thread applies it inside
+``poll`` (so ``on_revoked`` / ``on_assigned`` run on the application's thread,
+as in Kafka) and wakes the thread to acknowledge a revocation at once rather
+than a whole interval later.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable
+from typing import Any
+from urllib.parse import quote
+
+from app.client import _http
+from app.client.errors import is_retriable
+from app.client.types import TopicPartition
+from app.core.errors import FencedMemberEpoch, LogbusError, UnknownMemberId
+
+log = logging.getLogger(__name__)
+
+# Until the first answer tells the real interval: short, so a join settles fast.
+_FIRST_INTERVAL_S = 0.1
+
+
+def group_path(group_id: str) -> str:
+    return f"/groups/{quote(group_id, safe='')}"
+
+
+def by_topic(partitions: Iterable[TopicPartition]) -> list[dict[str, Any]]:
+    grouped: dict[str, list[int]] = {}
+    for tp in partitions:
+        grouped.setdefault(tp.topic, []).append(tp.partition)
+    return [{"topic": t, "partitions": sorted(ps)} for t, ps in sorted(grouped.items())]
+
+
+def _assignment(body: dict[str, Any]) -> set[TopicPartition]:
+    return {
+        TopicPartition(str(entry["topic"]), int(p))
+        for entry in body["assignment"]["partitions"]
+        for p in entry["partitions"]
+    }
+
+
+class GroupMembership:
+    """One member of one group: its id, epoch, and the heartbeat thread.
+
+    Thread-safety: every field the two threads share is read and written under
+    ``_lock``; the HTTP clients are per thread (the heartbeat thread owns
+    ``_client``, commits go through the consumer's own client).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        group_id: str,
+        *,
+        topics: list[str] | None,
+        pattern: str | None,
+        instance_id: str | None,
+        server_assignor: str | None,
+        rebalance_timeout_ms: int | None,
+        request_timeout_ms: int,
+        retry_backoff_ms: int,
+    ) -> None:
+        if not group_id:
+            raise ValueError("group_id must not be empty")
+        if (topics is None) == (pattern is None):
+            raise ValueError("subscribe to a list of topics or a pattern, not both or neither")
+        self.group_id = group_id
+        self.path = group_path(group_id)
+        self.topics = topics
+        self.pattern = pattern
+        self.instance_id = instance_id
+        self.server_assignor = server_assignor
+        self.rebalance_timeout_ms = rebalance_timeout_ms
+        self.retry_backoff_s = retry_backoff_ms / 1000
+        self._client = _http.sync_client(url, request_timeout_ms)
+        self._lock = threading.Lock()
+        self._answered = threading.Condition(self._lock)
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self.member_id = ""
+        self.epoch = 0
+        self.interval_s = _FIRST_INTERVAL_S
+        self.beats = 0  # answers received; commit() waits on it after STALE_MEMBER_EPOCH
+        self._owned: frozenset[TopicPartition] = frozenset()
+        self._target: set[TopicPartition] | None = None
+        self._lost = False
+        # Bumped when the member is fenced: answers to requests sent before belong
+        # to the dead epoch and are dropped.
+        self._generation = 0
+        self._error: LogbusError | None = None
+        self._thread = threading.Thread(
+            target=self._run, name=f"logbus-heartbeat-{group_id}", daemon=True
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+
+    # ---- called by the polling thread ----
+
+    def take(self) -> tuple[bool, set[TopicPartition] | None]:
+        """(lost, new target): what the polling thread must apply; each is handed out once."""
+        with self._lock:
+            if self._error is not None:
+                error, self._error = self._error, None
+                raise error
+            lost, target = self._lost, self._target
+            self._target = None
+            return lost, target
+
+    def set_owned(self, owned: Iterable[TopicPartition], *, after_loss: bool = False) -> None:
+        """What the consumer holds now; heartbeats at once to acknowledge a change."""
+        with self._lock:
+            self._owned = frozenset(owned)
+            if after_loss:
+                self._lost = False
+        self._wake.set()
+
+    def mark_lost(self, exc: LogbusError) -> None:
+        """The coordinator no longer knows this member (or this epoch): drop all, rejoin."""
+        with self._lock:
+            self._lost = True
+            self._generation += 1
+            self._target = None
+            if isinstance(exc, UnknownMemberId):
+                self.member_id = ""
+            self.epoch = 0
+
+    def identity(self) -> tuple[str, int]:
+        with self._lock:
+            return self.member_id, self.epoch
+
+    def beat_now(self, timeout_s: float) -> None:
+        """Heartbeat at once and wait for its answer (a commit learnt its epoch is stale)."""
+        with self._lock:
+            seen = self.beats
+            self._wake.set()
+            self._answered.wait_for(lambda: self.beats > seen, timeout_s)
+
+    def close(self, leave: bool) -> None:
+        """Stop heartbeating; with ``leave``, tell the coordinator (a static member only pauses)."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        member_id, epoch = self.identity()
+        if leave and member_id and epoch > 0:
+            body = {
+                "member_id": member_id,
+                "member_epoch": -2 if self.instance_id is not None else -1,
+            }
+            try:
+                _http.run_sync(self._client, _call(self.path, body))
+            except LogbusError as exc:
+                # The session timeout removes the member anyway.
+                log.warning("leaving group %s failed: %s", self.group_id, exc)
+        self._client.close()
+
+    # ---- the heartbeat thread ----
+
+    def _request(self) -> tuple[int, dict[str, Any]] | None:
+        with self._lock:
+            if self._lost and self._owned:
+                # Rejoining while still listing partitions would claim them under the
+                # new epoch before the application was told they were gone.
+                return None
+            generation = self._generation
+            body: dict[str, Any] = {
+                "member_id": self.member_id,
+                "member_epoch": self.epoch,
+                "owned_partitions": by_topic(self._owned),
+            }
+        if body["member_epoch"] == 0:
+            body["subscribed_topics"] = self.topics
+            body["subscribed_topic_regex"] = self.pattern
+            body["instance_id"] = self.instance_id
+            body["server_assignor"] = self.server_assignor
+            body["rebalance_timeout_ms"] = self.rebalance_timeout_ms
+        return generation, body
+
+    def _beat(self) -> None:
+        request = self._request()
+        if request is None:
+            return
+        generation, body = request
+        answer = _http.run_sync(self._client, _call(self.path, body))
+        with self._lock:
+            if generation != self._generation:
+                return
+            self.member_id = str(answer["member_id"])
+            self.epoch = int(answer["member_epoch"])
+            self.interval_s = max(0.01, int(answer["heartbeat_interval_ms"]) / 1000)
+            self._target = _assignment(answer)
+            self.beats += 1
+            self._answered.notify_all()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            wait = self.interval_s
+            try:
+                self._beat()
+            except (FencedMemberEpoch, UnknownMemberId) as exc:
+                log.info("group %s: %s; rejoining", self.group_id, exc)
+                self.mark_lost(exc)
+                wait = 0
+            except LogbusError as exc:
+                if not is_retriable(exc):
+                    with self._lock:
+                        self._error = exc
+                wait = self.retry_backoff_s
+            except Exception as exc:  # a bug must not kill membership silently
+                log.exception("group %s: heartbeat failed", self.group_id)
+                wait = self.retry_backoff_s
+                with self._lock:
+                    self._error = LogbusError(f"heartbeat failed: {exc!r}")
+            self._wake.wait(wait)
+            self._wake.clear()
+
+
+def _call(path: str, body: dict[str, Any]) -> _http.Call[dict[str, Any]]:
+    return _http.Call("POST", f"{path}/heartbeat", lambda answer: dict(answer), json=body)
+
+
+def commit_call(
+    group_id: str, member_id: str, epoch: int, offsets: dict[TopicPartition, int]
+) -> _http.Call[None]:
+    return _http.Call(
+        "POST",
+        f"{group_path(group_id)}/offsets",
+        lambda _: None,
+        json={
+            "member_id": member_id,
+            "member_epoch": epoch,
+            "offsets": [
+                {"topic": tp.topic, "partition": tp.partition, "offset": o}
+                for tp, o in offsets.items()
+            ],
+        },
+    )
+
+
+def committed_call(
+    group_id: str, topics: Iterable[str]
+) -> _http.Call[dict[TopicPartition, int | None]]:
+    def parse(body: Any) -> dict[TopicPartition, int | None]:
+        return {
+            TopicPartition(str(o["topic"]), int(o["partition"])): (
+                None if int(o["offset"]) < 0 else int(o["offset"])
+            )
+            for o in body["offsets"]
+        }
+
+    names = sorted(set(topics))
+    # httpx repeats a list-valued parameter (?topic=a&topic=b); Call's params are scalars.
+    query = "&".join(f"topic={quote(t, safe='')}" for t in names)
+    return _http.Call("GET", f"{group_path(group_id)}/offsets?{query}", parse)
