@@ -15,7 +15,10 @@ capped by the remaining byte credit (and sized from the record credit), and
 the pump holds one chunk at a time, which it hands to the transport only when
 uvicorn's transport is below its high-water mark (uvicorn's ``send`` waits
 for ``resume_writing``). A client that stops reading therefore holds at most
-one chunk plus the transport's buffer, whatever its credit.
+one chunk plus the transport's buffer, whatever its credit. Rendered frames
+are shared between sockets through :class:`FrameCache` (at most
+FRAME_CACHE_BYTES for the whole broker), so N subscribers of a partition
+cost about one decode, not N.
 
 Credit: the subscribe message's ``credit`` sets which dimensions are limited
 (``records``, ``bytes`` or both; default ``{"records": 0}``), and ``credit``
@@ -32,6 +35,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -105,52 +110,97 @@ class Cursor:
         }
 
 
-# (frame, records in it, stored bytes it covers, next offset); no frame when the chunk
-# held no visible record (control batches only).
-Rendered = tuple[str | bytes | None, int, int, int]
+# (frame, records in it, stored bytes it covers, next offset, bytes of its first batch);
+# no frame when the chunk held no visible record (control batches only).
+Rendered = tuple[str | bytes | None, int, int, int, int]
+
+
+# The shared frames of all sockets together stay under these.
+FRAME_CACHE_BYTES = 8 * 1024 * 1024
+FRAME_CACHE_ENTRIES = 1024
+
+
+@dataclass(eq=False, slots=True)
+class _CachedFrame:
+    log: Log
+    done: asyncio.Future[Rendered | None]
+    size: int = 0
 
 
 class FrameCache:
-    """The last tail frame rendered per partition and format, shared by a broker's sockets.
+    """Recently rendered frames, shared by a broker's sockets, keyed by partition,
+    start offset and format.
 
-    An append wakes every subscriber of the partition, and those that were
-    caught up all read the same chunk (from the same position to the same
-    high watermark): the first renders it, the others send the same frame.
-    Only frames that reach the high watermark are kept, one per partition and
-    format, so this holds at most one chunk per partition, never a backlog.
+    Subscribers of one partition mostly ask for the same chunks: those woken by
+    one append all read from the same position, and those replaying a backlog
+    from the same start cut it at the same batch boundaries. The first renders
+    a chunk; the others (including those asking while it renders) send the same
+    frame. Any chunk of whole batches from the position is a correct answer, so
+    a cached frame serves every socket whose credit allows it, even after more
+    records were appended (the pump then reads on from its next offset). A frame
+    below the log start offset is never served: retention removed those records.
+    Bounded by FRAME_CACHE_BYTES, least recently used out first.
     """
 
     def __init__(self) -> None:
-        self._last: dict[tuple[str, int, str, str, str], tuple[Log, int, int, Rendered]] = {}
+        self._entries: OrderedDict[tuple[str, int, int, str, str, str], _CachedFrame] = (
+            OrderedDict()
+        )
+        self._bytes = 0
 
-    def get(
+    async def get(
         self,
         log: Log,
-        key: tuple[str, str, str],
+        fmt: tuple[str, str, str],
         position: int,
         limit: int | None,
         max_bytes: int,
+        render: Callable[[], Awaitable[Rendered | None]],
     ) -> Rendered | None:
-        entry = self._last.get((log.topic, log.partition, *key))
-        if entry is None:
-            return None
-        cached_log, cached_position, hw, rendered = entry
-        if cached_log is not log or cached_position != position or hw != log.high_watermark:
-            return None
-        _, count, used, _ = rendered
-        if (limit is not None and count > limit) or used > max_bytes:
-            return None  # this socket's credit would have cut the chunk shorter
+        key = (log.topic, log.partition, position, *fmt)
+        entry = self._entries.get(key)
+        if entry is not None and entry.log is log:
+            rendered = await asyncio.shield(entry.done)
+            if rendered is not None and position >= log.log_start_offset:
+                _, count, used, _, first = rendered
+                # What Log.read would give this socket: batches within max_bytes, or one.
+                if (limit is None or count <= limit) and (used <= max_bytes or used == first):
+                    self._entries.move_to_end(key)
+                    return rendered
+            return await render()
+        if entry is not None:
+            self._drop(key)
+        entry = _CachedFrame(log, asyncio.get_running_loop().create_future())
+        self._entries[key] = entry
+        rendered = None
+        try:
+            rendered = await render()
+        finally:
+            # Also on an error or a cancel: sockets waiting on this render go and read.
+            entry.done.set_result(rendered)
+            if rendered is None:
+                if self._entries.get(key) is entry:
+                    self._drop(key)
+            elif self._entries.get(key) is entry:
+                frame = rendered[0]
+                entry.size = 0 if frame is None else len(frame)
+                self._bytes += entry.size
+                self._evict()
         return rendered
 
-    def put(
-        self, log: Log, key: tuple[str, str, str], position: int, hw: int, rendered: Rendered
-    ) -> None:
-        if rendered[3] == hw and rendered[1]:
-            self._last[(log.topic, log.partition, *key)] = (log, position, hw, rendered)
+    def _drop(self, key: tuple[str, int, int, str, str, str]) -> None:
+        self._bytes -= self._entries.pop(key).size
+
+    def _evict(self) -> None:
+        while self._entries and (
+            self._bytes > FRAME_CACHE_BYTES or len(self._entries) > FRAME_CACHE_ENTRIES
+        ):
+            oldest = next(iter(self._entries))
+            self._drop(oldest)
 
     def forget_topic(self, topic: str) -> None:
-        for k in [k for k in self._last if k[0] == topic]:
-            del self._last[k]
+        for key in [k for k in self._entries if k[0] == topic]:
+            self._drop(key)
 
 
 def _json_frame(
@@ -165,13 +215,14 @@ def _json_frame(
     """(frame or None when no record is visible, records, stored bytes used, next offset)."""
     data = info.read_bytes()
     records, next_offset = json_records(data, position, key_format, value_format, limit)
-    used = 0
+    used = first = 0
     for _, header in iter_headers(data):
         if header.base_offset >= next_offset:
             break
         used += header.size
+        first = first or header.size
     if not records:
-        return None, 0, used, next_offset
+        return None, 0, used, next_offset, first
     frame = orjson.dumps(
         {
             "type": "records",
@@ -183,7 +234,7 @@ def _json_frame(
             "records": records,
         }
     ).decode()
-    return frame, len(records), used, next_offset
+    return frame, len(records), used, next_offset, first
 
 
 def _binary_frame(
@@ -192,16 +243,17 @@ def _binary_frame(
     """(frame, records at or after ``position``, bytes used, next offset); whole batches,
     cut after the batch that reaches ``limit`` records."""
     data = info.read_bytes()
-    count = used = 0
+    count = used = first = 0
     next_offset = position
     for pos, header in iter_headers(data):
         if limit is not None and count >= limit and used:
             break
         count += header.last_offset - max(header.base_offset, position) + 1
         used = pos + header.size
+        first = first or header.size
         next_offset = header.next_offset
     head = binary_header(topic, partition, info.high_watermark, next_offset)
-    return b"".join((head, memoryview(data)[:used])), count, used, next_offset
+    return b"".join((head, memoryview(data)[:used])), count, used, next_offset, first
 
 
 class Subscription:
@@ -481,24 +533,27 @@ class Subscription:
             await send_error(self.ws, UnknownTopicOrPartition(cursor.topic, cursor.partition))
             return False
         log = cursor.log
-        key = (self.format, self.key_format, self.value_format)
-        rendered = self.frames.get(log, key, position, limit, max_bytes)
-        if rendered is None:
-            try:
-                info = log.read(position, max_bytes)
-            except OffsetOutOfRange as exc:
-                cursor.stalled = True
-                await send_error(self.ws, exc)
-                return False
+
+        async def render() -> Rendered | None:
+            info = log.read(position, max_bytes)
             if not info.size:
-                return False
+                return None
             self.stats.hold(info.size)
             try:
-                rendered = await self._render(cursor, position, info, limit)
+                return await self._render(cursor, position, info, limit)
             finally:
                 self.stats.release(info.size)
-            self.frames.put(log, key, position, info.high_watermark, rendered)
-        frame, count, used, next_offset = rendered
+
+        fmt = (self.format, self.key_format, self.value_format)
+        try:
+            rendered = await self.frames.get(log, fmt, position, limit, max_bytes, render)
+        except OffsetOutOfRange as exc:
+            cursor.stalled = True
+            await send_error(self.ws, exc)
+            return False
+        if rendered is None:
+            return False
+        frame, count, used, next_offset, _ = rendered
         if isinstance(frame, bytes):
             await send_bytes(self.ws, frame)
         elif frame is not None:
