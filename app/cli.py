@@ -707,6 +707,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     to.add_argument("--to-offset", type=int, metavar="N", help="clamped to the log's range")
     reset.set_defaults(client_handler=cmd_groups_reset_offsets)
+
+    from app.perf import register as register_perf
+
+    register_perf(commands, client)
     return parser
 
 
