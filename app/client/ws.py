@@ -1,0 +1,374 @@
+"""An asyncio subscription over ``WS /ws/subscribe``: records pushed by the broker.
+
+The broker sends nothing without credit (``openapi/asyncapi.yaml``), so the
+credit is the buffer: :class:`Subscription` grants ``credit`` records up
+front and tops the window up as the application takes records (half a window
+at a time, so a grant is one small message per many records, never one per
+record). At most ``credit`` records are ever buffered here.
+
+Positions are the offset after the last record *handed to the application*
+(or the start the broker reported), not the broker's ``next_offset``:
+records still buffered when a connection drops were never seen, so a
+reconnect (automatic, or after :meth:`Subscription.seek`) resubscribes with
+``start: {"offsets": positions}`` and neither skips nor repeats.
+
+``seek`` reconnects rather than sending ``seek``: frames already on the wire
+for the old position could not be told apart from new ones by offset alone
+(a seek backwards), and a reconnect costs a round trip. ``pause``/``resume``
+are sent to the broker and also hold back what is already buffered.
+``commit`` is not offered: the broker's WebSocket has no consumer groups yet.
+
+>>> async with subscribe("http://127.0.0.1:8080", topics=["orders"], start="earliest") as sub:  # doctest: +SKIP
+...     async for record in sub:
+...         print(record.partition, record.offset, record.value)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+from collections import deque
+from collections.abc import Iterable, Mapping
+from types import TracebackType
+from typing import Any, NamedTuple
+
+import orjson
+import websockets
+from aiokafka.record._crecords import DefaultRecordBatch as _CRecordBatch
+from websockets.asyncio.client import ClientConnection
+
+from app.client._http import normalize_url
+from app.client.errors import ClientError, error_from_fields
+from app.client.types import TopicPartition
+from app.core.log.batch import iter_headers
+
+log = logging.getLogger(__name__)
+
+BINARY_MAGIC = b"LBW1"
+# The broker closes a socket that sent nothing for idle_timeout_ms (120 s by default).
+PING_INTERVAL_S = 30.0
+Start = str | int | Mapping[TopicPartition, int]
+
+
+class WsRecord(NamedTuple):
+    """One record. ``key``/``value`` are as ``key_format``/``value_format`` render them:
+    JSON values, text (``string``) or bytes (``binary``, and always with ``format="binary"``)."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: Any
+    value: Any
+    headers: tuple[tuple[str, Any], ...]
+
+
+def ws_url(url: str) -> str:
+    base = normalize_url(url)
+    if base.startswith("https://"):
+        return "wss://" + base[len("https://") :] + "/ws/subscribe"
+    return "ws://" + base.split("://", 1)[1] + "/ws/subscribe"
+
+
+def _decode_field(value: Any, fmt: str) -> Any:
+    # The broker base64-encodes binary keys and values in JSON frames.
+    if fmt == "binary" and isinstance(value, str):
+        return base64.b64decode(value)
+    return value
+
+
+class Subscription:
+    """Records of the subscribed partitions, in offset order per partition.
+
+    Use as ``async with`` (or close it) and ``async for``. Errors the broker
+    reports in ``error`` frames are raised from the iterator as
+    :mod:`app.core.errors` classes (OFFSET_OUT_OF_RANGE, ...); a dropped
+    connection is retried ``reconnects`` times in a row from the positions.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        topics: Iterable[str] | None = None,
+        partitions: Iterable[TopicPartition] | None = None,
+        start: Start = "latest",
+        format: str = "json",
+        key_format: str = "json",
+        value_format: str = "json",
+        credit: int = 1000,
+        reconnects: int = 5,
+        reconnect_backoff_ms: int = 200,
+    ) -> None:
+        if (topics is None) == (partitions is None):
+            raise ValueError("subscribe to topics or to partitions, not both or neither")
+        if credit < 2:
+            raise ValueError("credit must be at least 2 (the window is topped up by halves)")
+        if format not in ("json", "binary"):
+            raise ValueError(f"format must be json or binary, got {format!r}")
+        self.url = ws_url(url)
+        self.topics = None if topics is None else list(topics)
+        self.partitions = None if partitions is None else list(partitions)
+        self.start = start
+        self.format = format
+        self.key_format = "binary" if format == "binary" else key_format
+        self.value_format = "binary" if format == "binary" else value_format
+        self.credit = credit
+        self.reconnects = reconnects
+        self.reconnect_backoff_s = reconnect_backoff_ms / 1000
+        self.positions: dict[TopicPartition, int] = {}
+        self.paused: set[TopicPartition] = set()
+        self._buffer: deque[WsRecord] = deque()
+        self._held: list[WsRecord] = []
+        self._ws: ClientConnection | None = None
+        self._pinger: asyncio.Task[None] | None = None
+        self._taken = 0  # records handed out since the last grant
+        self._closed = False
+
+    # ---- connection ----
+
+    def _subscribe_message(self) -> dict[str, Any]:
+        msg: dict[str, Any] = {
+            "type": "subscribe",
+            "format": self.format,
+            "key_format": self.key_format,
+            "value_format": self.value_format,
+            "credit": {"records": self.credit},
+        }
+        if self.topics is not None:
+            msg["topics"] = self.topics
+        else:
+            assert self.partitions is not None
+            msg["partitions"] = [{"topic": t, "partition": p} for t, p in self.partitions]
+        offsets: dict[TopicPartition, int] = dict(self.positions)
+        default = "latest"
+        if isinstance(self.start, str):
+            default = self.start
+        elif isinstance(self.start, int):
+            if self.partitions is None:
+                raise ValueError("an integer start needs explicit partitions")
+            offsets = {tp: self.start for tp in self.partitions} | offsets
+        else:
+            offsets = {TopicPartition(*tp): o for tp, o in self.start.items()} | offsets
+        if offsets:
+            nested: dict[str, dict[str, int]] = {}
+            for tp, o in offsets.items():
+                nested.setdefault(tp.topic, {})[str(tp.partition)] = o
+            msg["start"] = {"offsets": nested, "default": default}
+        else:
+            msg["start"] = default
+        return msg
+
+    async def connect(self) -> None:
+        """Open the socket and subscribe (done by the first ``async for`` step if not called)."""
+        if self._closed:
+            raise ClientError("the subscription is closed")
+        ws = await websockets.connect(self.url, max_size=None)
+        try:
+            await ws.send(orjson.dumps(self._subscribe_message()).decode())
+            answer = orjson.loads(await ws.recv())
+            if answer.get("type") == "error":
+                raise error_from_fields(400, answer)
+            if answer.get("type") != "subscribed":
+                raise ClientError(f"expected a subscribed answer, got {answer.get('type')!r}")
+        except BaseException:
+            await ws.close()
+            raise
+        for p in answer["partitions"]:
+            self.positions.setdefault(TopicPartition(p["topic"], int(p["partition"])), p["offset"])
+        self._ws = ws
+        self._taken = 0
+        # Buffered records came under the old socket's credit; the new one starts afresh.
+        self._buffer.clear()
+        self._held.clear()
+        if self.paused:
+            await self._send({"type": "pause", "partitions": self._tps(self.paused)})
+        self._pinger = asyncio.get_running_loop().create_task(self._ping_loop())
+
+    async def _disconnect(self) -> None:
+        if self._pinger is not None:
+            self._pinger.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._pinger
+            self._pinger = None
+        if self._ws is not None:
+            ws, self._ws = self._ws, None
+            await ws.close()
+
+    async def close(self) -> None:
+        self._closed = True
+        await self._disconnect()
+
+    async def _ping_loop(self) -> None:
+        while True:
+            await asyncio.sleep(PING_INTERVAL_S)
+            with contextlib.suppress(websockets.ConnectionClosed):
+                await self._send({"type": "ping"})
+
+    async def _send(self, message: dict[str, Any]) -> None:
+        if self._ws is not None:
+            await self._ws.send(orjson.dumps(message).decode())
+
+    @staticmethod
+    def _tps(tps: Iterable[TopicPartition]) -> list[dict[str, Any]]:
+        return [{"topic": t, "partition": p} for t, p in sorted(tps)]
+
+    # ---- controls ----
+
+    async def seek(self, tp: TopicPartition, offset: int) -> None:
+        """Make ``offset`` the next record of ``tp`` (reconnects; see the module docstring)."""
+        if offset < 0:
+            raise ValueError(f"offset must be >= 0, got {offset}")
+        self.positions[TopicPartition(*tp)] = offset
+        await self._disconnect()
+        await self.connect()
+
+    async def pause(self, *tps: TopicPartition) -> None:
+        self.paused.update(TopicPartition(*tp) for tp in tps)
+        await self._send({"type": "pause", "partitions": self._tps(tps)})
+
+    async def resume(self, *tps: TopicPartition) -> None:
+        wanted = {TopicPartition(*tp) for tp in tps}
+        self.paused -= wanted
+        await self._send({"type": "resume", "partitions": self._tps(wanted)})
+        back = [r for r in self._held if (r.topic, r.partition) in wanted]
+        self._held = [r for r in self._held if (r.topic, r.partition) not in wanted]
+        self._buffer.extendleft(reversed(back))
+
+    # ---- records ----
+
+    def _take_frame(self, frame: str | bytes) -> None:
+        if isinstance(frame, bytes):
+            self._take_binary(frame)
+            return
+        msg = orjson.loads(frame)
+        kind = msg.get("type")
+        if kind == "records":
+            topic, partition = msg["topic"], int(msg["partition"])
+            kf, vf = self.key_format, self.value_format
+            self._buffer.extend(
+                WsRecord(
+                    topic,
+                    partition,
+                    r["offset"],
+                    r["timestamp"],
+                    _decode_field(r.get("key"), kf),
+                    _decode_field(r.get("value"), vf),
+                    tuple((h["key"], h.get("value")) for h in r.get("headers") or ()),
+                )
+                for r in msg["records"]
+            )
+        elif kind == "error":
+            raise error_from_fields(400, msg)
+        # pong: nothing to do; the ping only keeps the socket alive.
+
+    def _take_binary(self, frame: bytes) -> None:
+        if frame[:4] != BINARY_MAGIC:
+            raise ClientError("not a Logbus binary records frame")
+        n = int.from_bytes(frame[4:6], "big")
+        topic = frame[6 : 6 + n].decode()
+        partition = int.from_bytes(frame[6 + n : 10 + n], "big", signed=True)
+        body = frame[26 + n :]
+        position = self.positions.get(TopicPartition(topic, partition), 0)
+        for pos, header in iter_headers(body):
+            if header.is_control or header.last_offset < position:
+                continue
+            for r in _CRecordBatch(bytes(body[pos : pos + header.size])):
+                # Whole stored batches: the first may start before the position.
+                if r.offset >= position:
+                    self._buffer.append(
+                        WsRecord(
+                            topic,
+                            partition,
+                            r.offset,
+                            r.timestamp,
+                            r.key,
+                            r.value,
+                            tuple(r.headers),
+                        )
+                    )
+
+    def __aiter__(self) -> Subscription:
+        return self
+
+    async def __anext__(self) -> WsRecord:
+        if self._closed:
+            raise StopAsyncIteration
+        failures = 0
+        while True:
+            while self._buffer:
+                record = self._buffer.popleft()
+                tp = TopicPartition(record.topic, record.partition)
+                if tp in self.paused:
+                    self._held.append(record)
+                    continue
+                if record.offset < self.positions.get(tp, 0):
+                    # Handed out before a reconnect; it still spent credit.
+                    await self._replenish()
+                    continue
+                self.positions[tp] = record.offset + 1
+                await self._replenish()
+                return record
+            try:
+                if self._ws is None:
+                    await self.connect()
+                assert self._ws is not None
+                self._take_frame(await self._ws.recv())
+                failures = 0
+            except (websockets.ConnectionClosed, OSError) as exc:
+                if self._closed:
+                    raise StopAsyncIteration from None
+                failures += 1
+                if failures > self.reconnects:
+                    raise
+                log.info("subscription to %s dropped (%s); reconnecting", self.url, exc)
+                await self._disconnect()
+                await asyncio.sleep(self.reconnect_backoff_s * failures)
+
+    async def _replenish(self) -> None:
+        self._taken += 1
+        if self._taken >= self.credit // 2:
+            grant, self._taken = self._taken, 0
+            with contextlib.suppress(websockets.ConnectionClosed):
+                await self._send({"type": "credit", "records": grant})
+
+    async def __aenter__(self) -> Subscription:
+        await self.connect()
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+
+def subscribe(
+    url: str,
+    *,
+    topics: Iterable[str] | None = None,
+    partitions: Iterable[TopicPartition] | None = None,
+    start: Start = "latest",
+    format: str = "json",
+    key_format: str = "json",
+    value_format: str = "json",
+    credit: int = 1000,
+    reconnects: int = 5,
+) -> Subscription:
+    """A :class:`Subscription` (connects on ``async with`` or the first ``async for`` step).
+
+    ``start``: ``"earliest"``, ``"latest"``, an offset (with ``partitions``),
+    or ``{TopicPartition: offset}`` (others start at latest).
+    """
+    return Subscription(
+        url,
+        topics=topics,
+        partitions=partitions,
+        start=start,
+        format=format,
+        key_format=key_format,
+        value_format=value_format,
+        credit=credit,
+        reconnects=reconnects,
+    )
