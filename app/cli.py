@@ -12,6 +12,7 @@ Every client command talks to the HTTP API (DESIGN.md) at ``--url`` (default
 from __future__ import annotations
 
 import argparse
+import asyncio
 import base64
 import contextlib
 import os
@@ -19,7 +20,8 @@ import queue
 import select
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO, NoReturn
 from urllib.parse import quote
@@ -361,22 +363,29 @@ class _Printer:
         self.count = 0
 
     def __call__(self, records: list[dict[str, Any]]) -> bool:
+        return self.pairs((_decode(r.get("key")), _decode(r.get("value"))) for r in records)
+
+    def pairs(self, records: Iterable[tuple[bytes | None, bytes | None]]) -> bool:
+        """Print (key, value) pairs; False once the limit is reached."""
         parts: list[bytes] = []
-        for record in records:
+        for key, value in records:
             if self.limit is not None and self.count >= self.limit:
                 break
             if self.print_key:
-                key = _decode(record.get("key"))
                 parts += [b"null" if key is None else key, self.sep]
-            value = _decode(record.get("value"))
             parts += [b"null" if value is None else value, b"\n"]
             self.count += 1
         self.out.write(b"".join(parts))
         self.out.flush()
         return self.limit is None or self.count < self.limit
 
+    def remaining(self) -> int | None:
+        return None if self.limit is None else self.limit - self.count
+
 
 def cmd_consume(api: Api, args: argparse.Namespace) -> int:
+    if args.group is not None or args.ws:
+        return _consume_with_sdk(api, args)
     if args.partition is not None:
         partitions = [args.partition]
     else:
@@ -442,6 +451,86 @@ def _follow_many(
             raise item
         if not printer(item):
             return
+
+
+def _consume_with_sdk(api: Api, args: argparse.Namespace) -> int:
+    """``--group`` (Consumer.subscribe, commits as it goes) or ``--ws`` (app.client.ws)."""
+    from app.core.errors import LogbusError
+
+    if args.group is not None and args.ws:
+        raise CliError("--group and --ws do not go together (no groups over WebSocket yet)", 2)
+    if args.group is not None and (args.partition is not None or args.start.isdigit()):
+        raise CliError("--group takes its partitions and offsets from the group", 2)
+    sep = (_separator(args.key_separator) or "\t").encode()
+    printer = _Printer(sys.stdout.buffer, args.print_key, sep, args.max_records)
+    try:
+        if args.group is not None:
+            _consume_group(api, args, printer)
+        else:
+            asyncio.run(_consume_ws(api, args, printer))
+    except KeyboardInterrupt:
+        pass
+    except LogbusError as exc:
+        raise CliError(f"{exc.error_code}: {exc.message}") from exc
+    finally:
+        print(f"Consumed {printer.count} record(s)", file=sys.stderr)
+    return 0
+
+
+# Without --follow, a member that is given no partition (more members than partitions)
+# gives up after this long.
+GROUP_IDLE_SECONDS = 10.0
+
+
+def _consume_group(api: Api, args: argparse.Namespace, printer: _Printer) -> None:
+    from app.client import Consumer
+
+    if args.start not in ("earliest", "latest"):
+        raise CliError(f"--from expects earliest or latest with --group, got {args.start!r}", 2)
+    with Consumer(api.url, auto_offset_reset=args.start) as consumer:
+        consumer.subscribe([args.topic], group_id=args.group)
+        idle_until = time.monotonic() + GROUP_IDLE_SECONDS
+        while True:
+            # Never take more than will be printed: what is taken is what gets committed.
+            records = consumer.poll(timeout_ms=200, max_records=printer.remaining())
+            if not printer.pairs((r.key, r.value) for r in records):
+                return
+            if args.follow:
+                continue
+            owned = consumer.assignment()
+            if owned:
+                ends = consumer.end_offsets(owned)
+                if all(consumer.position(tp) >= end for tp, end in ends.items()):
+                    return
+            elif time.monotonic() >= idle_until:
+                return
+
+
+async def _consume_ws(api: Api, args: argparse.Namespace, printer: _Printer) -> None:
+    from app.client import TopicPartition
+    from app.client.ws import subscribe
+
+    if args.partition is not None:
+        partitions = [args.partition]
+    else:
+        described = api.json("GET", _topic_path(args.topic))
+        partitions = [int(p["partition"]) for p in described.get("partitions", [])]
+    tps = [TopicPartition(args.topic, p) for p in partitions]
+    start: str | int = args.start
+    if args.start not in ("earliest", "latest"):
+        start = _start_offset(api, args.topic, partitions[0], args.start)
+    # Without --follow, stop at the high watermarks as they were when we started.
+    ends = {tp: _start_offset(api, args.topic, tp.partition, "latest") for tp in tps}
+
+    def caught_up() -> bool:
+        return not args.follow and all(sub.positions.get(tp, 0) >= e for tp, e in ends.items())
+
+    async with subscribe(api.url, partitions=tps, start=start, format="binary") as sub:
+        if caught_up():
+            return
+        async for record in sub:
+            if not printer.pairs([(record.key, record.value)]) or caught_up():
+                return
 
 
 # ---------------------------------------------------------------- parser
@@ -673,6 +762,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     consume.add_argument(
         "--max-wait-ms", type=int, default=30_000, help="long-poll wait with --follow"
+    )
+    consume.add_argument(
+        "--group",
+        metavar="GROUP",
+        help="consume as a member of GROUP: the group assigns partitions, offsets are committed",
+    )
+    consume.add_argument(
+        "--ws", action="store_true", help="consume over the WebSocket push API (/ws/subscribe)"
     )
     consume.set_defaults(client_handler=cmd_consume)
 
