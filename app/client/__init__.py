@@ -3,7 +3,9 @@
 Everything goes over the broker's HTTP API: binary RecordBatch v2 bodies for
 produce and fetch, JSON for the rest. Errors are the broker's own classes
 (:mod:`app.core.errors`), rebuilt from its error body, plus the client-side
-ones in :mod:`app.client.errors`.
+ones in :mod:`app.client.errors`. ``Consumer.subscribe`` joins a consumer
+group (:mod:`app.client.group`); :mod:`app.client.ws` is an asyncio iterator
+over the WebSocket push API.
 
 Example (``tests/integration/client/test_examples.py`` runs it)::
 
@@ -26,6 +28,20 @@ Example (``tests/integration/client/test_examples.py`` runs it)::
             for record in consumer.poll(timeout_ms=1000):
                 print(record.partition, record.offset, record.key, record.value)
                 seen += 1
+
+    # A consumer group: the coordinator splits the topic's partitions among the
+    # members; each starts at the group's committed offsets, and positions are
+    # committed every auto_commit_interval_ms and on close.
+    with Consumer(url, auto_offset_reset="earliest") as member:
+        member.subscribe(
+            ["orders"],
+            group_id="billing",
+            on_assigned=lambda tps: print("assigned", sorted(tp.partition for tp in tps)),
+        )
+        billed = 0
+        while billed < 4:
+            billed += len(member.poll(timeout_ms=1000))
+    # close() committed; the next member of "billing" starts after these 4 records.
 """
 
 from app.client.admin import Admin, AsyncAdmin, GroupListing

@@ -24,5 +24,6 @@ def test_package_example_runs(broker_url: str) -> None:
     assert re.match(
         r"RecordMetadata\(topic='orders', partition=\d, offset=0, timestamp=\d+\)", lines[0]
     )
-    assert len(lines) == 5
-    assert any("b'customer-7'" in line for line in lines[1:])
+    assert len(lines) == 6
+    assert any("b'customer-7'" in line for line in lines[1:5])
+    assert lines[5] == "assigned [0, 1, 2]"
