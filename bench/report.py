@@ -78,19 +78,7 @@ def rows(r: dict[str, Any]) -> list[tuple[str, str, str, str]]:
             ),
         ]
     if s := r.get("sdk"):
-        for key, label, goal, base in (
-            ("produce_records_per_s", "SDK produce, 100 B, acks=1", "goal ≥ 1,500,000", xadd),
-            ("consume_records_per_s", "SDK consume, 100 B", "goal ≥ 3,000,000", xread),
-        ):
-            if key in s:
-                out.append(
-                    (
-                        label,
-                        f"{_num(s[key])} records/s",
-                        f"Redis: {_num(base)} records/s" if base else "",
-                        (f"{s[key] / base:.1f}x Redis; " if base else "") + goal,
-                    )
-                )
+        out += _sdk_rows(s, xadd, xread)
     if xadd:
         out.append(
             ("Redis Streams XADD, pipelined 1,000 (baseline)", f"{_num(xadd)} records/s", "", "")
@@ -98,6 +86,62 @@ def rows(r: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     if xread:
         out.append(
             ("Redis Streams XREAD COUNT 1,000 (baseline)", f"{_num(xread)} records/s", "", "")
+        )
+    return out
+
+
+# (key bench/sdk.py returns, label, goal, which Redis figure to compare with)
+SDK_RATES = (
+    (
+        "produce_send_records_per_s",
+        "SDK produce, Producer.send per record, 100 B, acks=1",
+        "goal ≥ 1,500,000",
+        "xadd",
+    ),
+    (
+        "produce_send_many_records_per_s",
+        "SDK produce, Producer.send_many, 100 B, acks=1",
+        "goal ≥ 1,500,000",
+        "xadd",
+    ),
+    ("consume_records_per_s", "SDK consume, Consumer.poll, 100 B", "goal ≥ 3,000,000", "xread"),
+    (
+        "consume_columns_records_per_s",
+        "SDK consume, Consumer.poll_columns, 100 B",
+        "goal ≥ 3,000,000",
+        "xread",
+    ),
+)
+E2E_GOAL_P99_MS = 10.0
+
+
+def _sdk_rows(
+    s: dict[str, Any], xadd: float | None, xread: float | None
+) -> list[tuple[str, str, str, str]]:
+    out: list[tuple[str, str, str, str]] = []
+    for key, label, goal, which in SDK_RATES:
+        if key not in s:
+            continue
+        base = xadd if which == "xadd" else xread
+        out.append(
+            (
+                label,
+                f"{_num(s[key])} records/s",
+                f"Redis: {_num(base)} records/s" if base else "",
+                (f"{s[key] / base:.1f}x Redis; " if base else "") + goal,
+            )
+        )
+    if all(k in s for k in ("e2e_p50_ms", "e2e_p99_ms", "e2e_p999_ms")):
+        rate = s.get("e2e_records_per_s", 10_000)
+        p99 = s["e2e_p99_ms"]
+        met = "met" if p99 <= E2E_GOAL_P99_MS else "missed"
+        out.append(
+            (
+                f"SDK end-to-end latency at {_num(rate)} records/s (produce → consume)",
+                f"p50 {s['e2e_p50_ms']:.2f} ms, p99 {p99:.2f} ms, p99.9 {s['e2e_p999_ms']:.2f} ms",
+                f"goal p99 ≤ {E2E_GOAL_P99_MS:g} ms",
+                met,
+            )
         )
     return out
 
@@ -133,7 +177,11 @@ How each figure is taken:
 - HTTP fetch: `python -m bench.fetch` — a ~256 MB cached partition read by one
   client over loopback, from a broker with zero-copy (`os.sendfile`) and one
   with `LOGBUS_ZEROCOPY=0` (pread + send), on the same data.
-- SDK: `python -m bench.sdk` when present — the Python producer and consumer.
+- SDK: `python -m bench.sdk` — the Python producer (`send` per record and
+  `send_many` over lists) and consumer (`poll` and `poll_columns`), 4
+  partitions; end-to-end latency is `logbus perf e2e`'s loop at 10,000
+  records/s on one partition (receive time minus the send time stamped in each value),
+  median of each percentile over the runs.
 
 ![Logbus vs Redis Streams](chart.png)
 """
@@ -165,10 +213,14 @@ def write_chart(r: dict[str, Any], path: Path) -> None:
     if h := r.get("http_produce"):
         bars.append(("Logbus JSON\nproduce", h["json_produce_records_per_s"], "#1f77b4"))
     if s := r.get("sdk"):
-        if "produce_records_per_s" in s:
-            bars.append(("Logbus SDK\nproduce", s["produce_records_per_s"], "#2ca02c"))
-        if "consume_records_per_s" in s:
-            bars.append(("Logbus SDK\nconsume", s["consume_records_per_s"], "#98df8a"))
+        for key, label, color in (
+            ("produce_send_records_per_s", "Logbus SDK\nsend", "#2ca02c"),
+            ("produce_send_many_records_per_s", "Logbus SDK\nsend_many", "#2ca02c"),
+            ("consume_records_per_s", "Logbus SDK\npoll", "#98df8a"),
+            ("consume_columns_records_per_s", "Logbus SDK\npoll_columns", "#98df8a"),
+        ):
+            if key in s:
+                bars.append((label, s[key], color))
     fig, ax = plt.subplots(figsize=(8, 4))
     ax.bar([b[0] for b in bars], [b[1] for b in bars], color=[b[2] for b in bars])
     ax.set_ylabel("records/s (100-byte values)")

@@ -16,21 +16,31 @@ Two produce figures, because they measure different things:
 and two consume figures, over the same topics: ``consume`` with
 ``Consumer.poll`` (a ConsumerRecord tuple per record) and ``consume_columns``
 with ``Consumer.poll_columns`` (parallel lists per partition).
+
+And end-to-end latency (``e2e_*_ms``): ``logbus perf e2e``'s loop
+(:func:`app.perf.run_e2e`) producing 10,000 records/s into a one-partition
+topic (as Kafka's EndToEndLatency tool does) while a consumer in the same
+process reads them; per record, receive time minus the send time stamped in
+its value. Each percentile is the median over the runs.
 """
 
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 import time
 import uuid
 from typing import Any
 
 from app.client import Admin, Consumer, Producer, TopicPartition
+from app.perf import PerfOptions, run_e2e
 from bench.common import median_of
 
 VALUE = b"x" * 100
 PARTITIONS = 4
+E2E_RATE = 10_000
+E2E_PERCENTILES = (("p50", "e2e_p50_ms"), ("p99", "e2e_p99_ms"), ("p999", "e2e_p999_ms"))
 
 
 def _topic(admin: Admin) -> str:
@@ -85,8 +95,27 @@ def consume(url: str, topic: str, max_records: int = 10_000, columns: bool = Fal
         return seen / (time.perf_counter() - start)
 
 
+def e2e_latency(url: str, records: int = 50_000, rate: float = E2E_RATE) -> dict[str, Any]:
+    """One ``perf e2e`` run at ``rate`` records/s on a fresh one-partition topic."""
+    topic = f"bench-e2e-{uuid.uuid4().hex[:8]}"
+    try:
+        result = run_e2e(
+            PerfOptions(url=url, topic=topic, records=records, throughput=rate, partitions=1)
+        )
+    finally:
+        with Admin(url) as admin:
+            admin.delete_topic(topic)
+    if result["lost"] or result["duplicates"]:
+        raise RuntimeError(f"e2e run lost or duplicated records: {result}")
+    return dict(result["latency_ms"])
+
+
 def run(
-    url: str, runs: int = 3, send_records: int = 1_000_000, many_records: int = 3_000_000
+    url: str,
+    runs: int = 3,
+    send_records: int = 1_000_000,
+    many_records: int = 3_000_000,
+    e2e_records: int = 50_000,
 ) -> dict[str, Any]:
     topics: list[str] = []
     with Admin(url) as admin:
@@ -110,6 +139,9 @@ def run(
         )
         for name in topics:
             admin.delete_topic(name)
+    # Latency last, on a broker no longer busy with the throughput topics.
+    e2e_runs = [e2e_latency(url, e2e_records) for _ in range(runs)]
+    e2e = {key: statistics.median(r[field] for r in e2e_runs) for field, key in E2E_PERCENTILES}
     bytes_per_record = len(VALUE)
     return {
         "value_bytes": bytes_per_record,
@@ -127,13 +159,19 @@ def run(
         "consume_columns_records_per_s": columns_rate,
         "consume_columns_mb_per_s": columns_rate * bytes_per_record / 1e6,
         "consume_columns_samples": columns_samples,
+        "e2e_records_per_s": E2E_RATE,
+        **e2e,
+        "e2e_samples": e2e_runs,
     }
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python -m bench.sdk URL", file=sys.stderr)
+    if len(argv) not in (1, 2) or (len(argv) == 2 and argv[1] != "--e2e-only"):
+        print("usage: python -m bench.sdk URL [--e2e-only]", file=sys.stderr)
         return 2
+    if len(argv) == 2:
+        print(json.dumps([e2e_latency(argv[0]) for _ in range(3)], indent=2))
+        return 0
     print(json.dumps(run(argv[0]), indent=2))
     return 0
 

@@ -9,6 +9,7 @@ import sys
 import time
 from typing import Any
 
+import pytest
 from conftest import REPO, Broker
 
 
@@ -105,3 +106,21 @@ def test_text_summary_and_a_short_topic(broker: Broker) -> None:
     assert done.returncode == 1
     assert json.loads(done.stdout)["records"] == 100
     assert "only 100 of 200" in done.stderr
+
+
+def test_sdk_bench_figures_are_what_the_report_renders(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(REPO))  # bench/ is not an installed package
+    from bench import report, sdk
+
+    figures = sdk.run(
+        broker.url, runs=1, send_records=20_000, many_records=20_000, e2e_records=2_000
+    )
+    for key, *_ in report.SDK_RATES:
+        assert figures[key] > 0, key
+    assert 0 < figures["e2e_p50_ms"] <= figures["e2e_p99_ms"] <= figures["e2e_p999_ms"]
+    rendered = report.rows({"sdk": figures})
+    labels = [row[0] for row in rendered]
+    assert len(labels) == len(report.SDK_RATES) + 1
+    assert any("end-to-end latency" in label for label in labels)
