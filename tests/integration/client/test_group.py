@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -213,3 +214,62 @@ def test_commit_and_assign_need_the_right_mode(url: str) -> None:
             c.assign([TopicPartition(topic, 0)])
         with pytest.raises(ClientError):
             c.subscribe([topic], group_id="other")
+
+
+def test_silent_member_loses_its_partitions_after_the_session_timeout(url: str) -> None:
+    topic = topic_with(url, 2, 0)
+    group = f"g-silent-{next(_names)}"
+    a = Consumer(url)
+    b = Consumer(url)
+    try:
+        a.subscribe([topic], group_id=group)
+        b.subscribe([topic], group_id=group)
+        poll_until([a, b], lambda: len(a.assignment()) == 1 and len(b.assignment()) == 1)
+        membership = a._group
+        assert membership is not None
+        membership._stop.set()  # a hangs: no heartbeat, no leave
+        membership._wake.set()
+        started = time.monotonic()
+        poll_until([b], lambda: b.assignment() == everything(topic, 2), timeout_s=15)
+        assert time.monotonic() - started >= SESSION_MS / 1000 - 0.5
+    finally:
+        b.close()
+        a.close()
+
+
+def test_static_member_keeps_its_partitions_across_a_restart(url: str) -> None:
+    topic = topic_with(url, 2, 0)
+    group = f"g-static-{next(_names)}"
+    a = Consumer(url)
+    b = Consumer(url)
+    try:
+        a.subscribe([topic], group_id=group, group_instance_id="worker-1")
+        b.subscribe([topic], group_id=group)
+        poll_until([a, b], lambda: len(a.assignment()) == 1 and len(b.assignment()) == 1)
+        held = a.assignment()
+        a.close()
+        # Several heartbeat intervals, well inside the session timeout: nothing moves.
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            b.poll(timeout_ms=50)
+            assert len(b.assignment()) == 1
+        with Consumer(url) as again:
+            again.subscribe([topic], group_id=group, group_instance_id="worker-1")
+            poll_until([again, b], lambda: again.assignment() == held)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_pattern_subscription_covers_matching_topics(url: str) -> None:
+    first = topic_with(url, 1, 2)
+    second = topic_with(url, 2, 2)
+    group = f"g-re-{next(_names)}"
+    with Consumer(url, auto_offset_reset="earliest") as c:
+        c.subscribe(re.compile(re.escape(first) + "|" + re.escape(second)), group_id=group)
+        wanted = everything(first, 1) | everything(second, 2)
+        got: list[ConsumerRecord] = []
+        poll_until([c], lambda: c.assignment() == wanted and len(got) >= 6, into=got)
+        assert sorted((r.topic, r.partition, r.offset) for r in got) == sorted(
+            (tp.topic, tp.partition, o) for tp in wanted for o in range(2)
+        )
