@@ -9,14 +9,14 @@ HOST     ?= 127.0.0.1
 PORT     ?= 8080
 DATA_DIR ?= ./data
 
-.PHONY: install run test lint unit bench clean openapi
+.PHONY: install run test lint unit bench clean openapi java
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 
 $(STAMP): pyproject.toml | $(PY)
-	$(PIP) install --quiet -e '.[test,bench]'
+	$(PIP) install --quiet -e '.[test,bench,spark]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -29,7 +29,7 @@ lint: install
 	$(VENV)/bin/ruff format --check app tests bench
 	$(VENV)/bin/mypy
 
-test: install lint
+test: install lint java
 	$(VENV)/bin/pytest -q tests
 
 # Debian's redis-server is the standing baseline; installed when missing (root only).
@@ -37,6 +37,13 @@ redis-server:
 	@command -v redis-server >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq redis-server; \
 	  else echo "redis-server missing: run 'sudo apt-get install redis-server'"; exit 1; fi; }
+
+# Spark (the `spark` extra, tests/e2e/test_e2e_spark.py, `make pipeline`) runs on Java 17;
+# installed when missing (root only).
+java:
+	@command -v java >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless; \
+	  else echo "java missing: run 'sudo apt-get install openjdk-17-jre-headless'"; exit 1; fi; }
 
 bench: install redis-server
 	$(PY) -m bench.run

@@ -1,0 +1,330 @@
+"""``spark.read.format("logbus")``, ``df.write.format("logbus")`` and their streaming forms.
+
+Built on PySpark 4's Python Data Source API. Offsets are planned on the
+driver with the SDK's :class:`~app.client.Admin`; each Spark task reads one
+offset range with a :class:`~app.client.Consumer` and hands Spark Arrow record
+batches (see :mod:`app.spark.arrow`).
+
+Writes go through the SDK's idempotent :class:`~app.client.Producer`, one per
+task. Idempotence removes duplicates from the producer's own retries within
+that task, but a task Spark retries (or a speculative copy) starts a new
+producer session and sends its rows again: the sink is at-least-once across
+task retries, like Spark's Kafka sink. ``abort`` cannot take back what a
+failed job's tasks already appended.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from app.client import Admin, Producer, TopicPartition
+from app.spark import options as opt
+from app.spark.arrow import read_range
+from app.spark.options import OffsetRange, OptionError
+
+SCHEMA = (
+    "key binary, value binary, topic string, partition int, offset long, "
+    "timestamp timestamp, timestampType int"
+)
+HEADERS = ", headers array<struct<key: string, value: binary>>"
+# How long a task waits for a fetch to make progress before failing (Kafka's pollTimeoutMs).
+DEFAULT_POLL_TIMEOUT_MS = 120_000
+
+
+@dataclass(frozen=True)
+class RangePartition(InputPartition):
+    """One Spark task's share: an offset range of one topic-partition."""
+
+    range: OffsetRange
+
+    def __init__(self, range: OffsetRange) -> None:
+        object.__setattr__(self, "range", range)
+        object.__setattr__(self, "value", range)
+
+
+class LogbusDataSource(DataSource):
+    """The ``logbus`` format: batch and streaming reads and writes of Logbus topics."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "logbus"
+
+    def schema(self) -> str:
+        return SCHEMA + (HEADERS if opt.flag(self.options, "includeHeaders", False) else "")
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return LogbusReader(dict(self.options), schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return LogbusStreamReader(dict(self.options), schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
+        return LogbusWriter(dict(self.options), schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamArrowWriter:
+        return LogbusStreamWriter(dict(self.options), schema)
+
+
+class _Reading:
+    """What the batch and the stream reader share: options and the task-side read."""
+
+    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        self.options = options
+        self.url = opt.url_of(options)
+        self.include_headers = opt.flag(options, "includeHeaders", False)
+        self.fail_on_data_loss = opt.flag(options, "failOnDataLoss", True)
+        self.min_partitions = opt.integer(options, "minPartitions")
+        if self.min_partitions is not None and self.min_partitions < 1:
+            raise OptionError("'minPartitions' must be positive")
+        self.poll_timeout_ms = opt.integer(options, "pollTimeoutMs") or DEFAULT_POLL_TIMEOUT_MS
+        self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, RangePartition)
+        yield from read_range(
+            self.url,
+            partition.range,
+            self.arrow_schema,
+            include_headers=self.include_headers,
+            fail_on_data_loss=self.fail_on_data_loss,
+            timeout_s=self.poll_timeout_ms / 1000,
+        )
+
+    def _ranges(
+        self,
+        admin: Admin,
+        start: dict[TopicPartition, int],
+        end: dict[TopicPartition, int],
+        log_start: dict[TopicPartition, int],
+    ) -> list[RangePartition]:
+        ranges = []
+        for tp, stop in end.items():
+            begin = start.get(tp, log_start[tp])
+            if begin > stop:
+                raise OptionError(
+                    f"{tp.topic}-{tp.partition}: starting offset {begin} is after ending offset {stop}"
+                )
+            begin = opt.check_loss(tp, begin, log_start[tp], self.fail_on_data_loss)
+            ranges.append(OffsetRange(tp.topic, tp.partition, min(begin, stop), stop))
+        return [RangePartition(r) for r in opt.split(ranges, self.min_partitions)]
+
+
+class LogbusReader(_Reading, DataSourceReader):
+    """Batch read: the offsets between startingOffsets and endingOffsets, resolved once."""
+
+    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        super().__init__(options, schema)
+        timestamp = opt.integer(options, "startingTimestamp")
+        starting = opt.get(options, "startingOffsets")
+        if timestamp is not None and starting is not None:
+            raise OptionError("give 'startingOffsets' or 'startingTimestamp', not both")
+        self.starting = opt.parse_offsets(starting or "earliest", "startingOffsets")
+        self.ending = opt.parse_offsets(
+            opt.get(options, "endingOffsets") or "latest", "endingOffsets"
+        )
+        if self.ending == "earliest":
+            raise OptionError("'endingOffsets' cannot be earliest (as in Spark's Kafka source)")
+        self.starting_timestamp = timestamp
+
+    def partitions(self) -> Sequence[InputPartition]:
+        with Admin(self.url) as admin:
+            tps = opt.partitions_of(admin, self.options)
+            earliest, latest = opt.log_bounds(admin, tps)
+            if self.starting_timestamp is not None:
+                found = admin.list_offsets(tps, self.starting_timestamp)
+                # No record at or after the timestamp: nothing to read there.
+                start = {tp: o.offset if o else latest[tp] for tp, o in found.items()}
+            else:
+                start = opt.resolve(self.starting, tps, earliest, latest, opt.EARLIEST)
+            end = opt.resolve(self.ending, tps, earliest, latest, opt.LATEST)
+            return self._ranges(admin, start, end, earliest)
+
+
+class LogbusStreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batch read; offsets are JSON per partition: ``{"topic": {"0": 42}}`` (next to read)."""
+
+    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        super().__init__(options, schema)
+        starting = opt.get(options, "startingOffsets") or "latest"
+        self.starting = opt.parse_offsets(starting, "startingOffsets")
+        self.max_offsets_per_trigger = opt.integer(options, "maxOffsetsPerTrigger")
+        self.available_now: dict[TopicPartition, int] | None = None
+
+    def _bounds(
+        self,
+    ) -> tuple[list[TopicPartition], dict[TopicPartition, int], dict[TopicPartition, int]]:
+        with Admin(self.url) as admin:
+            tps = opt.partitions_of(admin, self.options)
+            earliest, latest = opt.log_bounds(admin, tps)
+        return tps, earliest, latest
+
+    def initialOffset(self) -> dict[str, Any]:
+        tps, earliest, latest = self._bounds()
+        return opt.offsets_json(opt.resolve(self.starting, tps, earliest, latest, opt.LATEST))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.max_offsets_per_trigger:
+            return ReadMaxRows(self.max_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        _, _, latest = self._bounds()
+        self.available_now = latest
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        tps, earliest, latest = self._bounds()
+        if self.available_now is not None:
+            # Partitions created after the AvailableNow target was taken wait for the next run.
+            latest = {tp: min(o, self.available_now.get(tp, 0)) for tp, o in latest.items()}
+        begin = opt.offsets_from_json(start)
+        # A partition new since the last batch is read from its beginning, as Kafka's source does.
+        frm = {tp: begin.get(tp, earliest[tp]) for tp in tps}
+        end = {tp: max(latest[tp], frm[tp]) for tp in tps}
+        if isinstance(limit, ReadMaxRows):
+            end = _capped(frm, end, limit.max_rows)
+        return opt.offsets_json(end)
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        _, _, latest = self._bounds()
+        return opt.offsets_json(latest)
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        stop = opt.offsets_from_json(end)
+        if not stop:
+            return []
+        with Admin(self.url) as admin:
+            earliest, _ = opt.log_bounds(admin, sorted(stop))
+            return self._ranges(admin, opt.offsets_from_json(start), stop, earliest)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        # Nothing to do: the offsets live in Spark's checkpoint, not in the broker.
+        pass
+
+
+def _capped(
+    start: dict[TopicPartition, int], end: dict[TopicPartition, int], max_rows: int
+) -> dict[TopicPartition, int]:
+    """``end`` moved back so at most ``max_rows`` offsets are read, shared by backlog size."""
+    total = sum(end[tp] - start[tp] for tp in end)
+    if total <= max_rows:
+        return end
+    out: dict[TopicPartition, int] = {}
+    budget = max_rows
+    for tp in sorted(end):
+        backlog = end[tp] - start[tp]
+        share = min(backlog, budget, max(1, backlog * max_rows // total)) if budget else 0
+        out[tp] = start[tp] + share
+        budget -= share
+    return out
+
+
+# ---- writes ---------------------------------------------------------------------------------
+
+
+@dataclass
+class WriteCommit(WriterCommitMessage):
+    records: int
+
+
+def _bytes(column: pa.Array | pa.ChunkedArray | None, n: int) -> list[bytes | None]:
+    if column is None:
+        return [None] * n
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        return [None if s is None else s.encode() for s in column.to_pylist()]
+    return list(column.cast(pa.binary()).to_pylist())
+
+
+class _Writing:
+    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        self.url = opt.url_of(options)
+        self.topic = opt.get(options, "topic")
+        names = set(schema.fieldNames())
+        if "value" not in names:
+            raise OptionError("the DataFrame to write needs a 'value' column")
+        if self.topic is None and "topic" not in names:
+            raise OptionError("give option 'topic' or a 'topic' column")
+        self.producer_config: dict[str, Any] = {"enable_idempotence": True, "acks": "all"}
+        linger = opt.integer(options, "lingerMs")
+        if linger is not None:
+            self.producer_config["linger_ms"] = linger
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteCommit:
+        errors: list[BaseException] = []
+
+        def delivered(_meta: object, error: BaseException | None) -> None:
+            if error is not None and not errors:
+                errors.append(error)
+
+        count = 0
+        with Producer(self.url, **self.producer_config) as producer:
+            for batch in iterator:
+                n = batch.num_rows
+                names = batch.schema.names
+                values = _bytes(batch.column("value"), n)
+                keys = _bytes(batch.column("key") if "key" in names else None, n)
+                topics = batch.column("topic").to_pylist() if "topic" in names else [self.topic] * n
+                parts = (
+                    batch.column("partition").to_pylist() if "partition" in names else [None] * n
+                )
+                heads = batch.column("headers").to_pylist() if "headers" in names else [None] * n
+                for value, key, topic, part, head in zip(
+                    values, keys, topics, parts, heads, strict=True
+                ):
+                    # The option wins over a null topic cell, as in Spark's Kafka sink.
+                    target = topic or self.topic
+                    if target is None:
+                        raise OptionError("a row has a null 'topic' and no 'topic' option is set")
+                    producer.send(
+                        target,
+                        value,
+                        key,
+                        partition=part,
+                        headers=[(h["key"], h["value"]) for h in head] if head else None,
+                        on_delivery=delivered,
+                    )
+                count += n
+                if errors:
+                    break
+            producer.flush()
+        if errors:
+            raise errors[0]
+        return WriteCommit(count)
+
+
+class LogbusWriter(_Writing, DataSourceArrowWriter):
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        # Records are visible as soon as each task appended them; nothing to publish.
+        pass
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        # An append log cannot take records back: the rows of tasks that finished stay.
+        pass
+
+
+class LogbusStreamWriter(_Writing, DataSourceStreamArrowWriter):
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        pass
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        pass

@@ -1,0 +1,205 @@
+"""The ``logbus`` Spark data source on local Spark against a real broker.
+
+One SparkSession for the whole module (starting the JVM costs seconds). Without
+pyspark or Java the module is skipped, except under CI=true where that is a
+failure: CI must exercise the connector.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import Broker
+
+from app.client import Admin, Producer
+
+_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def _need(ok: bool, why: str) -> None:
+    if not ok:
+        if _CI:
+            pytest.fail(f"{why} (required under CI=true)", pytrace=False)
+        pytest.skip(why, allow_module_level=True)
+
+
+try:
+    import pyspark  # noqa: F401
+    from pyspark.sql import SparkSession
+
+    _have_pyspark = True
+except ImportError:
+    _have_pyspark = False
+_need(_have_pyspark, "pyspark is not installed (pip install -e '.[spark]')")
+_need(shutil.which("java") is not None, "java is not installed (Java 17 is needed by Spark)")
+
+from app.spark import register  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    # Workers must import app.spark from this interpreter (the venv), not a system python.
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("logbus-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    register(session)
+    yield session
+    session.stop()
+
+
+def _produce(url: str, topic: str, partitions: int, per_partition: int) -> dict[int, list[bytes]]:
+    """``per_partition`` records into each partition; what went where, in offset order."""
+    sent: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
+    with Producer(url, linger_ms=2) as producer:
+        for p in range(partitions):
+            values = [f"{topic}-{p}-{i}".encode() for i in range(per_partition)]
+            producer.send_many(topic, values, partition=p)
+            sent[p] = values
+        producer.flush()
+    return sent
+
+
+def _reader(spark: Any, url: str, **options: str) -> Any:
+    r = spark.read.format("logbus").option("logbus.url", url)
+    for k, v in options.items():
+        r = r.option(k, v)
+    return r.load()
+
+
+def test_batch_read_returns_exactly_the_produced_records(spark: Any, broker: Broker) -> None:
+    with Admin(broker.url) as admin:
+        admin.create_topic("events", partitions=3)
+    sent = _produce(broker.url, "events", 3, 500)
+    with Producer(broker.url) as producer:
+        producer.send("events", b"v", b"k", partition=0, headers=[("h", b"x"), ("n", None)])
+    df = _reader(spark, broker.url, subscribe="events", includeHeaders="true")
+    assert df.schema.simpleString() == (
+        "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,"
+        "timestamp:timestamp,timestampType:int,headers:array<struct<key:string,value:binary>>>"
+    )
+    rows = df.collect()
+    assert len(rows) == 1501
+    got: dict[int, list[tuple[int, bytes]]] = {}
+    for r in rows:
+        assert r.topic == "events"
+        got.setdefault(r.partition, []).append((r.offset, bytes(r.value)))
+    for p in range(3):
+        want = [(i, v) for i, v in enumerate(sent[p])] + ([(500, b"v")] if p == 0 else [])
+        assert sorted(got[p]) == want
+    last = next(r for r in rows if r.partition == 0 and r.offset == 500)
+    assert bytes(last.key) == b"k"
+    assert [(h.key, None if h.value is None else bytes(h.value)) for h in last.headers] == [
+        ("h", b"x"),
+        ("n", None),
+    ]
+    assert last.timestampType == 0 and last.timestamp.year >= 2024
+
+    # Offsets as in Spark's Kafka source: JSON per partition, -2 earliest, -1 latest.
+    df = _reader(
+        spark,
+        broker.url,
+        assign=json.dumps({"events": [0, 1]}),
+        startingOffsets=json.dumps({"events": {"0": 100, "1": -2}}),
+        endingOffsets=json.dumps({"events": {"0": 110, "1": 5}}),
+    )
+    pairs = sorted((r.partition, r.offset) for r in df.select("partition", "offset").collect())
+    assert pairs == [(0, o) for o in range(100, 110)] + [(1, o) for o in range(5)]
+    assert _reader(spark, broker.url, subscribePattern="ev.*").count() == 1501
+
+
+def test_min_partitions_splits_offset_ranges(spark: Any, broker: Broker) -> None:
+    with Admin(broker.url) as admin:
+        admin.create_topic("big", partitions=2)
+    _produce(broker.url, "big", 2, 1000)
+    df = _reader(spark, broker.url, subscribe="big", minPartitions="8")
+    assert df.rdd.getNumPartitions() == 8
+    offsets = sorted((r.partition, r.offset) for r in df.select("partition", "offset").collect())
+    assert offsets == [(p, o) for p in range(2) for o in range(1000)]
+    # Fewer requested than topic-partitions: one task per partition, no split.
+    assert (
+        _reader(spark, broker.url, subscribe="big", minPartitions="1").rdd.getNumPartitions() == 2
+    )
+
+
+def test_write_then_read_returns_the_written_rows(spark: Any, broker: Broker) -> None:
+    with Admin(broker.url) as admin:
+        admin.create_topic("out", partitions=2)
+    rows = [(f"k{i}", f"value {i}", i % 2) for i in range(300)]
+    df = spark.createDataFrame(rows, "key string, value string, partition int")
+    df.write.format("logbus").option("logbus.url", broker.url).option("topic", "out").mode(
+        "append"
+    ).save()
+    back = _reader(spark, broker.url, subscribe="out").collect()
+    got = sorted((bytes(r.key).decode(), bytes(r.value).decode(), r.partition) for r in back)
+    assert got == sorted(rows)
+    # Records of one partition keep the order each task sent them in (two tasks here,
+    # rows 0-149 and 150-299, interleaving in any way).
+    p0 = [int(bytes(r.value)[6:]) for r in sorted(back, key=lambda r: r.offset) if r.partition == 0]
+    for half in ([i for i in p0 if i < 150], [i for i in p0 if i >= 150]):
+        assert half == sorted(half)
+
+
+def test_streaming_available_now_and_restart_from_checkpoint(
+    spark: Any, broker: Broker, tmp_path: Path
+) -> None:
+    with Admin(broker.url) as admin:
+        admin.create_topic("stream", partitions=2)
+    _produce(broker.url, "stream", 2, 200)
+    out = tmp_path / "out"
+    checkpoint = tmp_path / "checkpoint"
+
+    def run() -> None:
+        stream = (
+            spark.readStream.format("logbus")
+            .option("logbus.url", broker.url)
+            .option("subscribe", "stream")
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", "150")
+            .load()
+            .selectExpr("partition", "offset", "CAST(value AS STRING) AS value")
+        )
+        query = (
+            stream.writeStream.format("parquet")
+            .option("path", str(out))
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(120)
+        assert query.exception() is None
+
+    run()
+    first = spark.read.parquet(str(out)).collect()
+    assert sorted((r.partition, r.offset) for r in first) == [
+        (p, o) for p in range(2) for o in range(200)
+    ]
+    # maxOffsetsPerTrigger=150 over 400 records: several micro-batches.
+    assert len(list((checkpoint / "commits").iterdir())) >= 3
+
+    with Admin(broker.url) as admin:
+        admin.create_topic("stream-more", partitions=1)
+    with Producer(broker.url) as producer:
+        for i in range(50):
+            producer.send("stream", f"new-{i}".encode(), partition=i % 2)
+    run()
+    second = spark.read.parquet(str(out)).collect()
+    assert len(second) == 450
+    assert len({(r.partition, r.offset) for r in second}) == 450
+    new = sorted(r.value for r in second if r.value.startswith("new-"))
+    assert new == sorted(f"new-{i}" for i in range(50))
