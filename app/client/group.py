@@ -15,6 +15,8 @@ than a whole interval later.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import threading
 from collections.abc import Iterable
@@ -51,17 +53,17 @@ def _assignment(body: dict[str, Any]) -> set[TopicPartition]:
     }
 
 
-class GroupMembership:
-    """One member of one group: its id, epoch, and the heartbeat thread.
+class _Membership:
+    """One member of one group: its id, epoch, what it owns and what it was told.
 
-    Thread-safety: every field the two threads share is read and written under
-    ``_lock``; the HTTP clients are per thread (the heartbeat thread owns
-    ``_client``, commits go through the consumer's own client).
+    The I/O lives in the subclasses (a thread for :class:`GroupMembership`, a
+    task for :class:`AsyncGroupMembership`). Every field the heartbeat and the
+    polling side share is read and written under ``_lock`` (a plain lock also
+    in the asyncio flavour: it is never held across an await).
     """
 
     def __init__(
         self,
-        url: str,
         group_id: str,
         *,
         topics: list[str] | None,
@@ -69,7 +71,6 @@ class GroupMembership:
         instance_id: str | None,
         server_assignor: str | None,
         rebalance_timeout_ms: int | None,
-        request_timeout_ms: int,
         retry_backoff_ms: int,
     ) -> None:
         if not group_id:
@@ -84,11 +85,7 @@ class GroupMembership:
         self.server_assignor = server_assignor
         self.rebalance_timeout_ms = rebalance_timeout_ms
         self.retry_backoff_s = retry_backoff_ms / 1000
-        self._client = _http.sync_client(url, request_timeout_ms)
         self._lock = threading.Lock()
-        self._answered = threading.Condition(self._lock)
-        self._wake = threading.Event()
-        self._stop = threading.Event()
         self.member_id = ""
         self.epoch = 0
         self.interval_s = _FIRST_INTERVAL_S
@@ -100,17 +97,15 @@ class GroupMembership:
         # to the dead epoch and are dropped.
         self._generation = 0
         self._error: LogbusError | None = None
-        self._thread = threading.Thread(
-            target=self._run, name=f"logbus-heartbeat-{group_id}", daemon=True
-        )
 
-    def start(self) -> None:
-        self._thread.start()
+    def _notify(self) -> None:
+        """Wake the heartbeat loop to send now."""
+        raise NotImplementedError
 
-    # ---- called by the polling thread ----
+    # ---- called by the polling side ----
 
     def take(self) -> tuple[bool, set[TopicPartition] | None]:
-        """(lost, new target): what the polling thread must apply; each is handed out once."""
+        """(lost, new target): what the polling side must apply; each is handed out once."""
         with self._lock:
             if self._error is not None:
                 error, self._error = self._error, None
@@ -125,7 +120,7 @@ class GroupMembership:
             self._owned = frozenset(owned)
             if after_loss:
                 self._lost = False
-        self._wake.set()
+        self._notify()
 
     def mark_lost(self, exc: LogbusError) -> None:
         """The coordinator no longer knows this member (or this epoch): drop all, rejoin."""
@@ -141,33 +136,14 @@ class GroupMembership:
         with self._lock:
             return self.member_id, self.epoch
 
-    def beat_now(self, timeout_s: float) -> None:
-        """Heartbeat at once and wait for its answer (a commit learnt its epoch is stale)."""
-        with self._lock:
-            seen = self.beats
-            self._wake.set()
-            self._answered.wait_for(lambda: self.beats > seen, timeout_s)
+    # ---- the heartbeat loop's logic ----
 
-    def close(self, leave: bool) -> None:
-        """Stop heartbeating; with ``leave``, tell the coordinator (a static member only pauses)."""
-        self._stop.set()
-        self._wake.set()
-        if self._thread.is_alive():
-            self._thread.join()
+    def _leave_call(self) -> _http.Call[dict[str, Any]] | None:
         member_id, epoch = self.identity()
-        if leave and member_id and epoch > 0:
-            body = {
-                "member_id": member_id,
-                "member_epoch": -2 if self.instance_id is not None else -1,
-            }
-            try:
-                _http.run_sync(self._client, _call(self.path, body))
-            except LogbusError as exc:
-                # The session timeout removes the member anyway.
-                log.warning("leaving group %s failed: %s", self.group_id, exc)
-        self._client.close()
-
-    # ---- the heartbeat thread ----
+        if not member_id or epoch <= 0:
+            return None
+        body = {"member_id": member_id, "member_epoch": -2 if self.instance_id is not None else -1}
+        return _call(self.path, body)
 
     def _request(self) -> tuple[int, dict[str, Any]] | None:
         with self._lock:
@@ -189,12 +165,7 @@ class GroupMembership:
             body["rebalance_timeout_ms"] = self.rebalance_timeout_ms
         return generation, body
 
-    def _beat(self) -> None:
-        request = self._request()
-        if request is None:
-            return
-        generation, body = request
-        answer = _http.run_sync(self._client, _call(self.path, body))
+    def _apply(self, generation: int, answer: dict[str, Any]) -> None:
         with self._lock:
             if generation != self._generation:
                 return
@@ -203,29 +174,145 @@ class GroupMembership:
             self.interval_s = max(0.01, int(answer["heartbeat_interval_ms"]) / 1000)
             self._target = _assignment(answer)
             self.beats += 1
-            self._answered.notify_all()
+
+    def _failed(self, exc: Exception) -> float:
+        """Take a failed heartbeat; how long to wait before the next one."""
+        if isinstance(exc, FencedMemberEpoch | UnknownMemberId):
+            log.info("group %s: %s; rejoining", self.group_id, exc)
+            self.mark_lost(exc)
+            return 0.0
+        if isinstance(exc, LogbusError):
+            if not is_retriable(exc):
+                with self._lock:
+                    self._error = exc
+            return self.retry_backoff_s
+        # A bug must not end membership silently: poll raises it.
+        log.error("group %s: heartbeat failed", self.group_id, exc_info=exc)
+        with self._lock:
+            self._error = LogbusError(f"heartbeat failed: {exc!r}")
+        return self.retry_backoff_s
+
+
+class GroupMembership(_Membership):
+    """Membership of a blocking consumer: a daemon thread heartbeats."""
+
+    def __init__(self, url: str, group_id: str, *, request_timeout_ms: int, **kwargs: Any) -> None:
+        super().__init__(group_id, **kwargs)
+        # The thread's own client: httpx clients are not shared with the polling thread.
+        self._client = _http.sync_client(url, request_timeout_ms)
+        self._answered = threading.Condition(self._lock)
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name=f"logbus-heartbeat-{group_id}", daemon=True
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _notify(self) -> None:
+        self._wake.set()
+
+    def beat_now(self, timeout_s: float) -> None:
+        """Heartbeat at once and wait for its answer (a commit learnt its epoch is stale)."""
+        with self._lock:
+            seen = self.beats
+            self._wake.set()
+            self._answered.wait_for(lambda: self.beats > seen, timeout_s)
+
+    def close(self, leave: bool) -> None:
+        """Stop heartbeating; with ``leave``, tell the coordinator (a static member only pauses)."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        call = self._leave_call() if leave else None
+        if call is not None:
+            try:
+                _http.run_sync(self._client, call)
+            except LogbusError as exc:
+                # The session timeout removes the member anyway.
+                log.warning("leaving group %s failed: %s", self.group_id, exc)
+        self._client.close()
 
     def _run(self) -> None:
         while not self._stop.is_set():
             wait = self.interval_s
             try:
-                self._beat()
-            except (FencedMemberEpoch, UnknownMemberId) as exc:
-                log.info("group %s: %s; rejoining", self.group_id, exc)
-                self.mark_lost(exc)
-                wait = 0
-            except LogbusError as exc:
-                if not is_retriable(exc):
+                request = self._request()
+                if request is not None:
+                    generation, body = request
+                    self._apply(generation, _http.run_sync(self._client, _call(self.path, body)))
                     with self._lock:
-                        self._error = exc
-                wait = self.retry_backoff_s
-            except Exception as exc:  # a bug must not kill membership silently
-                log.exception("group %s: heartbeat failed", self.group_id)
-                wait = self.retry_backoff_s
-                with self._lock:
-                    self._error = LogbusError(f"heartbeat failed: {exc!r}")
+                        self._answered.notify_all()
+                    wait = self.interval_s
+            except Exception as exc:
+                wait = self._failed(exc)
             self._wake.wait(wait)
             self._wake.clear()
+
+
+class AsyncGroupMembership(_Membership):
+    """Membership of an :class:`~app.client.consumer.AsyncConsumer`: a task heartbeats."""
+
+    def __init__(self, url: str, group_id: str, *, request_timeout_ms: int, **kwargs: Any) -> None:
+        super().__init__(group_id, **kwargs)
+        self._client = _http.async_client(url, request_timeout_ms)
+        self._wake = asyncio.Event()
+        self._answered = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(
+            self._run(), name=f"logbus-heartbeat-{self.group_id}"
+        )
+
+    def _notify(self) -> None:
+        self._wake.set()
+
+    async def beat_now(self, timeout_s: float) -> None:
+        seen = self.beats
+        self._wake.set()
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while self.beats <= seen:
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                return
+            self._answered.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._answered.wait(), remaining)
+
+    async def close(self, leave: bool) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        call = self._leave_call() if leave else None
+        if call is not None:
+            try:
+                await _http.run_async(self._client, call)
+            except LogbusError as exc:
+                log.warning("leaving group %s failed: %s", self.group_id, exc)
+        await self._client.aclose()
+
+    async def _run(self) -> None:
+        while True:
+            wait = self.interval_s
+            # Cleared before the request: a change made while it is out sends another.
+            self._wake.clear()
+            try:
+                request = self._request()
+                if request is not None:
+                    generation, body = request
+                    answer = await _http.run_async(self._client, _call(self.path, body))
+                    self._apply(generation, answer)
+                    self._answered.set()
+                    wait = self.interval_s
+            except Exception as exc:
+                wait = self._failed(exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), wait)
 
 
 def _call(path: str, body: dict[str, Any]) -> _http.Call[dict[str, Any]]:
