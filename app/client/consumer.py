@@ -20,11 +20,10 @@ is a tuple subclass, which CPython never untracks, and that walk was ~25% of
 ``poll``. :meth:`Consumer.poll_columns` avoids it and the per-record tuple:
 parallel lists per partition, about twice the rate of ``poll``.
 
-Group membership (:meth:`Consumer.subscribe`, ``commit``, ``committed``) is
-for the blocking consumer only: :mod:`app.client.group` heartbeats from a
-thread, and ``poll`` applies the assignment it learnt (revocations first), so
-the rebalance callbacks run on the polling thread. :class:`AsyncConsumer` has
-no group support yet.
+Group membership (:meth:`Consumer.subscribe`, ``commit``, ``committed``):
+:mod:`app.client.group` heartbeats from a thread (:class:`AsyncConsumer`: from a task), and ``poll`` applies the
+assignment it learnt (revocations first), so the rebalance callbacks run
+where the application polls.
 """
 
 from __future__ import annotations
@@ -53,7 +52,12 @@ from app.client.errors import (
     error_from_body,
     is_retriable,
 )
-from app.client.group import GroupMembership, commit_call, committed_call
+from app.client.group import (
+    AsyncGroupMembership,
+    GroupMembership,
+    commit_call,
+    committed_call,
+)
 from app.client.types import ConsumerRecord, OffsetAndTimestamp, TopicPartition
 from app.core.errors import (
     CorruptRecord,
@@ -292,6 +296,53 @@ class _ConsumerCore:
         self.states: dict[TopicPartition, _PartitionState] = {}
         self._rotation = 0
         self.closed = False
+        self._request_timeout_ms = request_timeout_ms
+        self._retry_backoff_ms = retry_backoff_ms
+        self._on_assigned: RebalanceCallback | None = None
+        self._on_revoked: RebalanceCallback | None = None
+        self._auto_commit_s: float | None = None
+        self._next_auto_commit = 0.0
+
+    # ---- group membership: the parts both flavours share ----
+
+    def _subscription(
+        self,
+        subscribed: bool,
+        topics: Iterable[str] | str | re.Pattern[str] | None,
+        pattern: str | re.Pattern[str] | None,
+        on_assigned: RebalanceCallback | None,
+        on_revoked: RebalanceCallback | None,
+        enable_auto_commit: bool,
+        auto_commit_interval_ms: int,
+    ) -> tuple[list[str] | None, str | None]:
+        """Check a subscribe call and keep its settings; the topic names or the regex."""
+        self._check_open()
+        if subscribed:
+            raise ClientError("already subscribed; close() and use a new consumer to change")
+        if self.states:
+            raise ClientError("the consumer has assigned partitions: subscribe or assign, not both")
+        if isinstance(topics, re.Pattern):
+            pattern, topics = topics, None
+        names = [topics] if isinstance(topics, str) else None if topics is None else list(topics)
+        regex = pattern.pattern if isinstance(pattern, re.Pattern) else pattern
+        self._on_assigned = on_assigned
+        self._on_revoked = on_revoked
+        self._auto_commit_s = auto_commit_interval_ms / 1000 if enable_auto_commit else None
+        self._next_auto_commit = time.monotonic() + (self._auto_commit_s or 0)
+        return names, regex
+
+    def _positions(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return {
+            tp: st.position
+            for tp in partitions
+            if (st := self.states.get(tp)) is not None and st.position is not None
+        }
+
+    def _auto_commit_due(self) -> bool:
+        if self._auto_commit_s is None or time.monotonic() < self._next_auto_commit:
+            return False
+        self._next_auto_commit = time.monotonic() + self._auto_commit_s
+        return True
 
     # ---- assignment and positions ----
 
@@ -549,13 +600,7 @@ class Consumer(_ConsumerCore):
         )
         self._client = _http.sync_client(self.url, request_timeout_ms)
         self._selector = selectors.DefaultSelector()
-        self._request_timeout_ms = request_timeout_ms
-        self._retry_backoff_ms = retry_backoff_ms
         self._group: GroupMembership | None = None
-        self._on_assigned: RebalanceCallback | None = None
-        self._on_revoked: RebalanceCallback | None = None
-        self._auto_commit_s: float | None = None
-        self._next_auto_commit = 0.0
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Consume exactly these partitions (replacing any earlier assignment)."""
@@ -602,15 +647,15 @@ class Consumer(_ConsumerCore):
         ``group_instance_id`` makes the member static: ``close`` keeps its
         partitions until the session timeout, for a restart with the same id.
         """
-        self._check_open()
-        if self._group is not None:
-            raise ClientError("already subscribed; close() and use a new consumer to change")
-        if isinstance(topics, re.Pattern):
-            pattern, topics = topics, None
-        names = [topics] if isinstance(topics, str) else None if topics is None else list(topics)
-        regex = pattern.pattern if isinstance(pattern, re.Pattern) else pattern
-        if self.states:
-            raise ClientError("the consumer has assigned partitions: subscribe or assign, not both")
+        names, regex = self._subscription(
+            self._group is not None,
+            topics,
+            pattern,
+            on_assigned,
+            on_revoked,
+            enable_auto_commit,
+            auto_commit_interval_ms,
+        )
         self._group = GroupMembership(
             self.url,
             group_id,
@@ -622,10 +667,6 @@ class Consumer(_ConsumerCore):
             request_timeout_ms=self._request_timeout_ms,
             retry_backoff_ms=self._retry_backoff_ms,
         )
-        self._on_assigned = on_assigned
-        self._on_revoked = on_revoked
-        self._auto_commit_s = auto_commit_interval_ms / 1000 if enable_auto_commit else None
-        self._next_auto_commit = time.monotonic() + (self._auto_commit_s or 0)
         self._group.start()
 
     @property
@@ -640,13 +681,6 @@ class Consumer(_ConsumerCore):
         if self._group is None:
             raise ClientError("subscribe(group_id=...) first: commits belong to a group")
         return self._group
-
-    def _positions(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        return {
-            tp: st.position
-            for tp in partitions
-            if (st := self.states.get(tp)) is not None and st.position is not None
-        }
 
     def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
         """Commit ``offsets`` (the next offset to read), by default every current position.
@@ -714,8 +748,7 @@ class Consumer(_ConsumerCore):
             added = target - current
             if added:
                 self._take_over(group, added)
-        if self._auto_commit_s is not None and time.monotonic() >= self._next_auto_commit:
-            self._next_auto_commit = time.monotonic() + self._auto_commit_s
+        if self._auto_commit_due():
             self._auto_commit(self._positions(self.states))
 
     def _take_over(self, group: GroupMembership, added: set[TopicPartition]) -> None:
@@ -924,10 +957,151 @@ class AsyncConsumer(_ConsumerCore):
         )
         self._client = _http.async_client(self.url, request_timeout_ms, transport=transport)
         self._arrived = asyncio.Event()
+        self._group: AsyncGroupMembership | None = None
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        if self._group is not None:
+            raise ClientError("the consumer is subscribed to a group: the group assigns")
+        self._set_partitions(partitions)
+
+    def _set_partitions(self, partitions: Iterable[TopicPartition]) -> None:
         for st in self._assign(partitions):
             self._drop(st)
+
+    # ---- consumer groups: as in Consumer, with a heartbeat task on the caller's loop ----
+
+    def subscribe(
+        self,
+        topics: Iterable[str] | str | re.Pattern[str] | None = None,
+        *,
+        group_id: str,
+        pattern: str | re.Pattern[str] | None = None,
+        on_assigned: RebalanceCallback | None = None,
+        on_revoked: RebalanceCallback | None = None,
+        enable_auto_commit: bool = True,
+        auto_commit_interval_ms: int = 5_000,
+        group_instance_id: str | None = None,
+        server_assignor: str | None = None,
+        rebalance_timeout_ms: int | None = None,
+    ) -> None:
+        """See :meth:`Consumer.subscribe`; call it from a running event loop.
+
+        The callbacks are plain functions, called from within ``await poll()``.
+        """
+        names, regex = self._subscription(
+            self._group is not None,
+            topics,
+            pattern,
+            on_assigned,
+            on_revoked,
+            enable_auto_commit,
+            auto_commit_interval_ms,
+        )
+        self._group = AsyncGroupMembership(
+            self.url,
+            group_id,
+            topics=names,
+            pattern=regex,
+            instance_id=group_instance_id,
+            server_assignor=server_assignor,
+            rebalance_timeout_ms=rebalance_timeout_ms,
+            request_timeout_ms=self._request_timeout_ms,
+            retry_backoff_ms=self._retry_backoff_ms,
+        )
+        self._group.start()
+
+    @property
+    def group_id(self) -> str | None:
+        return None if self._group is None else self._group.group_id
+
+    def member(self) -> tuple[str, int]:
+        return ("", 0) if self._group is None else self._group.identity()
+
+    def _membership(self) -> AsyncGroupMembership:
+        if self._group is None:
+            raise ClientError("subscribe(group_id=...) first: commits belong to a group")
+        return self._group
+
+    async def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
+        self._check_open()
+        group = self._membership()
+        wanted = dict(offsets) if offsets is not None else self._positions(self.states)
+        if wanted:
+            await self._commit(group, wanted)
+
+    async def _commit(
+        self, group: AsyncGroupMembership, offsets: dict[TopicPartition, int]
+    ) -> None:
+        for attempt in range(2):
+            member_id, epoch = group.identity()
+            try:
+                await _http.run_async(
+                    self._client, commit_call(group.group_id, member_id, epoch, offsets)
+                )
+                return
+            except StaleMemberEpoch:
+                if attempt:
+                    raise
+                await group.beat_now(self._request_timeout_ms / 1000)
+            except (FencedMemberEpoch, UnknownMemberId) as exc:
+                group.mark_lost(exc)
+                raise
+
+    async def committed(
+        self, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, int | None]:
+        self._check_open()
+        group = self._membership()
+        wanted = list(partitions)
+        if not wanted:
+            return {}
+        found = await _http.run_async(
+            self._client, committed_call(group.group_id, (tp.topic for tp in wanted))
+        )
+        return {tp: found.get(tp) for tp in wanted}
+
+    async def _group_tick(self) -> None:
+        group = self._group
+        if group is None:
+            return
+        lost, target = group.take()
+        if lost:
+            dropped = set(self.states)
+            self._set_partitions([])
+            group.set_owned((), after_loss=True)
+            if dropped and self._on_revoked is not None:
+                self._on_revoked(dropped)
+        if target is not None:
+            current = set(self.states)
+            revoked = current - target
+            if revoked:
+                if self._auto_commit_s is not None:
+                    await self._auto_commit(self._positions(revoked))
+                if self._on_revoked is not None:
+                    self._on_revoked(revoked)
+                current -= revoked
+                self._set_partitions(sorted(current))
+                group.set_owned(current)
+            added = target - current
+            if added:
+                committed = await self.committed(added)
+                self._set_partitions(sorted(set(self.states) | added))
+                for tp, offset in committed.items():
+                    if offset is not None:
+                        self.states[tp].set_position(offset)
+                group.set_owned(self.states)
+                if self._on_assigned is not None:
+                    self._on_assigned(added)
+        if self._auto_commit_due():
+            await self._auto_commit(self._positions(self.states))
+
+    async def _auto_commit(self, offsets: dict[TopicPartition, int]) -> None:
+        if not offsets or self._group is None:
+            return
+        try:
+            await self._commit(self._group, offsets)
+        except LogbusError as exc:
+            log.warning("auto-commit to group %s failed: %s", self._group.group_id, exc)
 
     def _abandon(self, st: _PartitionState) -> None:
         if st.in_flight is not None:
@@ -1034,6 +1208,7 @@ class AsyncConsumer(_ConsumerCore):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_ms / 1000
         while True:
+            await self._group_tick()
             await self._lookup_positions()
             self._collect()
             records = self._drain(limit, columnar)
@@ -1054,12 +1229,23 @@ class AsyncConsumer(_ConsumerCore):
                 if st.in_flight is None and st.backoff_until > time.monotonic()
             ]
             wait = min([remaining, *backoffs]) if backoffs else remaining
+            if self._group is not None:
+                wait = min(wait, _GROUP_TICK_S)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._arrived.wait(), max(0.0, wait))
 
     async def close(self) -> None:
         if self.closed:
             return
+        group = self._group
+        if group is not None:
+            try:
+                if self._auto_commit_s is not None:
+                    await self._auto_commit(self._positions(self.states))
+                if self.states and self._on_revoked is not None and group.instance_id is None:
+                    self._on_revoked(set(self.states))
+            finally:
+                await group.close(leave=True)
         self.closed = True
         for st in self.states.values():
             self._drop(st)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 import re
@@ -15,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.client import Consumer, ConsumerRecord, Producer, TopicPartition
+from app.client import AsyncConsumer, Consumer, ConsumerRecord, Producer, TopicPartition
 from app.client.errors import ClientError
 
 REPO = Path(__file__).resolve().parents[3]
@@ -273,3 +274,48 @@ def test_pattern_subscription_covers_matching_topics(url: str) -> None:
         assert sorted((r.topic, r.partition, r.offset) for r in got) == sorted(
             (tp.topic, tp.partition, o) for tp in wanted for o in range(2)
         )
+
+
+def test_async_members_split_commit_and_hand_over(url: str) -> None:
+    topic = topic_with(url, 2, 10)
+    group = f"g-async-{next(_names)}"
+    events: list[tuple[str, str, frozenset[TopicPartition]]] = []
+
+    def recorder(who: str, what: str) -> Callable[[set[TopicPartition]], None]:
+        return lambda tps: events.append((who, what, frozenset(tps)))
+
+    async def until(consumers: list[AsyncConsumer], done: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + 15
+        while not done():
+            assert time.monotonic() < deadline, "timed out"
+            for c in consumers:
+                seen.extend(await c.poll(timeout_ms=20))
+
+    seen: list[ConsumerRecord] = []
+
+    async def main() -> None:
+        a = AsyncConsumer(url, auto_offset_reset="earliest")
+        b = AsyncConsumer(url, auto_offset_reset="earliest")
+        try:
+            a.subscribe([topic], group_id=group, on_revoked=recorder("a", "-"))
+            await until([a], lambda: a.assignment() == everything(topic, 2) and len(seen) >= 20)
+            await a.commit()
+            b.subscribe([topic], group_id=group, on_assigned=recorder("b", "+"))
+            await until([a, b], lambda: len(a.assignment()) == len(b.assignment()) == 1)
+            assert not a.assignment() & b.assignment()
+            moved = frozenset(b.assignment())
+            assert events == [("a", "-", moved), ("b", "+", moved)]
+            await a.close()
+            await until([b], lambda: b.assignment() == everything(topic, 2))
+            assert await b.committed(everything(topic, 2)) == {
+                tp: 10 for tp in everything(topic, 2)
+            }
+        finally:
+            await a.close()
+            await b.close()
+
+    asyncio.run(main())
+    # Everything was read once by a; b started at a's commits, so nothing was read twice.
+    assert sorted((r.partition, r.offset) for r in seen) == [
+        (p, o) for p in range(2) for o in range(10)
+    ]
