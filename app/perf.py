@@ -17,6 +17,7 @@ A progress bar with the running rate goes to stderr when it is a terminal
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import random
@@ -32,6 +33,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+    from multiprocessing.process import BaseProcess
+
     from rich.progress import ProgressColumn, Task
     from rich.text import Text
 
@@ -184,6 +188,7 @@ class PerfOptions:
     partitions: int | None = None
     timeout_ms: int = 10_000
     fetch_max_wait_ms: int = 500
+    e2e_same_process: bool = False
     progress: bool = False
 
     def producer_config(self, default_linger_ms: float | None = None) -> dict[str, Any]:
@@ -334,43 +339,123 @@ def run_consume(opts: PerfOptions) -> dict[str, Any]:
     return result
 
 
+def _e2e_produce(
+    url: str, topic: str, total: int, record_size: int, rate: float, config: dict[str, Any]
+) -> dict[str, Any]:
+    """The e2e producer: ``total`` stamped values at ``rate``; answers what happened."""
+    from app.client import Producer
+
+    padding = payload(record_size - E2E_STAMP.size)
+    pack = E2E_STAMP.pack
+    failures: list[BaseException] = []
+
+    def on_delivery(meta: RecordMetadata | None, exc: BaseException | None) -> None:
+        if exc is not None:
+            failures.append(exc)
+
+    sent = 0
+    start_ns = time.time_ns()
+    try:
+        with Producer(url, **config) as producer:
+            # Metadata and connections first, so the first records do not pay for them.
+            producer.partitions_for(topic)
+            send, time_ns = producer.send, time.time_ns
+            pacer = Pacer(rate)
+            start_ns = time_ns()
+            while sent < total:
+                n = min(pacer.step, total - sent)
+                for seq in range(sent, sent + n):
+                    send(topic, pack(time_ns(), seq) + padding, on_delivery=on_delivery)
+                sent += n
+                pacer.wait(sent)
+            producer.flush()
+    except Exception as exc:
+        failures.append(exc)
+    return {
+        "sent": sent,
+        "start_ns": start_ns,
+        "error": repr(failures[0]) if failures else None,
+    }
+
+
+def _e2e_child(conn: Connection, args: tuple[Any, ...]) -> None:
+    try:
+        conn.send(_e2e_produce(*args))
+    finally:
+        conn.close()
+
+
+class _ProducerRun:
+    """The e2e producer, in a child process (default) or a thread of this one.
+
+    A process of its own is what a real deployment has, and it keeps the
+    producer's two threads from taking the GIL from the consumer: in one
+    process every socket read of the consumer waited behind the producer's
+    Python, which was most of the tail latency measured.
+    """
+
+    def __init__(self, args: tuple[Any, ...], in_process: bool) -> None:
+        self.result: dict[str, Any] | None = None
+        self.thread: threading.Thread | None = None
+        self.process: BaseProcess | None = None
+        self.conn: Connection | None = None
+        if in_process:
+
+            def run() -> None:
+                self.result = _e2e_produce(*args)
+
+            self.thread = threading.Thread(target=run, name="perf-e2e-producer")
+        else:
+            import multiprocessing
+
+            # spawn: a fork would copy whatever threads (progress bar) this process runs.
+            ctx = multiprocessing.get_context("spawn")
+            self.conn, child = ctx.Pipe(duplex=False)
+            self.process = ctx.Process(
+                target=_e2e_child, args=(child, args), name="perf-e2e-producer", daemon=True
+            )
+            self._child = child
+
+    def start(self) -> None:
+        if self.thread is not None:
+            self.thread.start()
+        else:
+            assert self.process is not None
+            self.process.start()
+            self._child.close()
+
+    def done(self) -> bool:
+        if self.thread is not None:
+            return not self.thread.is_alive()
+        assert self.process is not None and self.conn is not None
+        if self.result is None and self.conn.poll():
+            self.result = self.conn.recv()
+        return self.result is not None or not self.process.is_alive()
+
+    def join(self) -> dict[str, Any]:
+        if self.thread is not None:
+            self.thread.join()
+        else:
+            assert self.process is not None and self.conn is not None
+            if self.result is None:
+                with contextlib.suppress(EOFError):
+                    self.result = self.conn.recv()
+            self.process.join(30)
+            self.conn.close()
+        if self.result is None:
+            raise PerfError("the producer process died without a report")
+        return self.result
+
+
 def run_e2e(opts: PerfOptions) -> dict[str, Any]:
     """Produce at ``throughput`` while consuming; per record: receive time - send time."""
-    from app.client import Consumer, Producer, TopicPartition
+    from app.client import Consumer, TopicPartition
 
     if opts.record_size < E2E_STAMP.size:
         raise PerfError(f"e2e needs --record-size >= {E2E_STAMP.size} (send time and sequence)")
     partitions = ensure_topic(opts.url, opts.topic, opts.partitions)
     tps = [TopicPartition(opts.topic, p) for p in range(partitions)]
     total = opts.records
-    padding = payload(opts.record_size - E2E_STAMP.size)
-    pack = E2E_STAMP.pack
-    failures: list[BaseException] = []
-    producer_done = threading.Event()
-    sent_count = [0]
-
-    def on_delivery(meta: RecordMetadata | None, exc: BaseException | None) -> None:
-        if exc is not None:
-            failures.append(exc)
-
-    def produce(producer: Any) -> None:
-        try:
-            send, topic, time_ns = producer.send, opts.topic, time.time_ns
-            pacer = Pacer(opts.throughput)
-            sent = 0
-            while sent < total:
-                n = min(pacer.step, total - sent)
-                for seq in range(sent, sent + n):
-                    send(topic, pack(time_ns(), seq) + padding, on_delivery=on_delivery)
-                sent += n
-                sent_count[0] = sent
-                pacer.wait(sent)
-            producer.flush()
-        except BaseException as exc:
-            failures.append(exc)
-        finally:
-            producer_done.set()
-
     latencies = array("d")
     seen = bytearray(total)
     duplicates = 0
@@ -378,32 +463,32 @@ def run_e2e(opts: PerfOptions) -> dict[str, Any]:
     unpack_from = E2E_STAMP.unpack_from
     # Low linger: every millisecond a record waits for company is a millisecond of latency.
     config = opts.producer_config(default_linger_ms=0)
+    producer = _ProducerRun(
+        (opts.url, opts.topic, total, opts.record_size, opts.throughput, config),
+        in_process=opts.e2e_same_process,
+    )
     with (
         Consumer(
             opts.url, auto_offset_reset="latest", fetch_max_wait_ms=opts.fetch_max_wait_ms
         ) as consumer,
-        Producer(opts.url, **config) as producer,
         progress_bar(opts.progress, total, "e2e") as advance,
     ):
         consumer.assign(tps)
         for tp in tps:
             consumer.position(tp)  # fixed before the first send: every record is seen
         consumer.poll_columns(timeout_ms=0)  # the fetches are out before producing starts
-        # Metadata and connections first, so the first records do not pay for them.
-        producer.partitions_for(opts.topic)
-        thread = threading.Thread(target=produce, args=(producer,), name="perf-e2e-producer")
-        start = time.perf_counter()
-        thread.start()
+        producer.start()
         last_record = time.perf_counter()
+        last_ns = time.time_ns()
         while received < total:
             polled = consumer.poll_columns(timeout_ms=100)
             now_ns = time.time_ns()
             now = time.perf_counter()
             if not polled:
-                if producer_done.is_set() and now - last_record > opts.timeout_ms / 1000:
+                if producer.done() and now - last_record > opts.timeout_ms / 1000:
                     break
                 continue
-            last_record = now
+            last_record, last_ns = now, now_ns
             got = 0
             for cols in polled:
                 for v in cols.values:
@@ -420,23 +505,23 @@ def run_e2e(opts: PerfOptions) -> dict[str, Any]:
                     latencies.append((now_ns - sent_ns) / 1e6)
             received += got
             advance(got)
-        elapsed = time.perf_counter() - start
-        thread.join()
-    if failures:
-        raise PerfError(f"producing failed: {failures[0]!r}")
+    report = producer.join()
+    if report["error"]:
+        raise PerfError(f"producing failed: {report['error']}")
     stats = summarize(latencies)
     return {
         "mode": "e2e",
         "topic": opts.topic,
         "partitions": partitions,
         "records": total,
-        "sent": sent_count[0],
+        "sent": report["sent"],
         "received": received,
         "lost": total - received,
         "duplicates": duplicates,
         "record_size": opts.record_size,
         "throughput_target": opts.throughput,
-        **_rates(received, received * opts.record_size, elapsed),
+        "producer": "thread" if opts.e2e_same_process else "process",
+        **_rates(received, received * opts.record_size, (last_ns - report["start_ns"]) / 1e9),
         "latency_ms": stats.as_dict(),
     }
 
@@ -480,6 +565,7 @@ def _options(args: argparse.Namespace) -> PerfOptions:
         partitions=args.partitions,
         timeout_ms=args.timeout_ms,
         fetch_max_wait_ms=args.fetch_max_wait_ms,
+        e2e_same_process=args.same_process,
         progress=not args.json and sys.stderr.isatty(),
     )
 
@@ -567,6 +653,11 @@ def register(commands: Any, client: argparse.ArgumentParser) -> None:
             type=int,
             default=500,
             help="consumer long-poll wait (%(default)s)",
+        )
+        p.add_argument(
+            "--same-process",
+            action="store_true",
+            help="e2e: run the producer in a thread of this process, not a child process",
         )
         p.add_argument("--json", action="store_true", help="print one JSON object, no progress")
         p.set_defaults(handler=cmd_perf)

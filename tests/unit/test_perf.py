@@ -78,6 +78,9 @@ def test_parser_and_options() -> None:
     assert e2e.throughput == DEFAULT_THROUGHPUT_E2E
     assert e2e.producer_config(default_linger_ms=0)["linger_ms"] == 0
     assert "batch_size" not in e2e.producer_config()
+    assert not e2e.e2e_same_process  # the producer gets a process of its own by default
+    same = ["perf", "e2e", "--topic", "t", "--records", "5", "--same-process"]
+    assert _options(build_parser().parse_args(same)).e2e_same_process
     with pytest.raises(SystemExit):
         build_parser().parse_args(["perf", "produce", "--topic", "t", "--records", "0"])
 
