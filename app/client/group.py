@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 
 # Until the first answer tells the real interval: short, so a join settles fast.
 _FIRST_INTERVAL_S = 0.1
+_REFUSED_RETRY_S = 1.0
 
 
 def group_path(group_id: str) -> str:
@@ -182,10 +183,13 @@ class _Membership:
             self.mark_lost(exc)
             return 0.0
         if isinstance(exc, LogbusError):
-            if not is_retriable(exc):
-                with self._lock:
-                    self._error = exc
-            return self.retry_backoff_s
+            if is_retriable(exc):
+                return self.retry_backoff_s
+            with self._lock:
+                self._error = exc
+            # The same request will be refused again until the application reacts:
+            # keep trying (it may be a passing misconfiguration) without flooding.
+            return max(self.retry_backoff_s, _REFUSED_RETRY_S)
         # A bug must not end membership silently: poll raises it.
         log.error("group %s: heartbeat failed", self.group_id, exc_info=exc)
         with self._lock:

@@ -18,6 +18,7 @@ import pytest
 
 from app.client import AsyncConsumer, Consumer, ConsumerRecord, Producer, TopicPartition
 from app.client.errors import ClientError
+from app.core.errors import LogbusError
 
 REPO = Path(__file__).resolve().parents[3]
 _names = itertools.count()
@@ -319,3 +320,14 @@ def test_async_members_split_commit_and_hand_over(url: str) -> None:
     assert sorted((r.partition, r.offset) for r in seen) == [
         (p, o) for p in range(2) for o in range(10)
     ]
+
+
+def test_a_refused_join_raises_from_poll(url: str) -> None:
+    topic = topic_with(url, 1, 0)
+    with Consumer(url) as c:
+        c.subscribe([topic], group_id=f"g-bad-{next(_names)}", server_assignor="no-such")
+        with pytest.raises(LogbusError) as caught:
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                c.poll(timeout_ms=50)
+        assert caught.value.error_code == "UNSUPPORTED_ASSIGNOR"
