@@ -127,3 +127,20 @@ def test_readme_sdk_example(broker: Broker) -> None:
     assert sorted(value for *_, value in printed) == sorted(
         ["b'{\"total\": 42}'", "b'a'", "b'b'", "b'c'"]
     )
+
+
+def test_readme_websocket_example(broker: Broker, tmp_path: Path) -> None:
+    for command in readme_commands()[:3]:
+        run(command, broker, tmp_path)
+    code = readme_block("websocket", "python").replace("127.0.0.1:8080", f"127.0.0.1:{broker.port}")
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "subscribed"
+    assert "'type': 'ack'" in lines[1] and "'offset': 2" in lines[1]
+    # Partition 0 holds hello, world (from the walk-through) and then the pushed record.
+    pushed = [line for line in lines[2:] if line.startswith("0 ")]
+    assert pushed and "pushed" in pushed[-1]
+    assert "'hello', 'world'" in pushed[0]
