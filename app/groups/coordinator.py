@@ -241,6 +241,7 @@ class GroupCoordinator:
         self._topic_lock: asyncio.Lock | None = None
         self._expire_task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._watchers: dict[tuple[str, str], Callable[[], None]] = {}
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -640,6 +641,7 @@ class GroupCoordinator:
             changed = True
         if changed:
             self._persist(group)
+            self._notify(group, skip=member.member_id)
         return HeartbeatResponse(
             member_id=member.member_id,
             member_epoch=member.member_epoch,
@@ -692,6 +694,47 @@ class GroupCoordinator:
                 changed = True
         return changed
 
+    def watch(self, group_id: str, member_id: str, callback: Callable[[], None] | None) -> None:
+        """Call ``callback`` when another member's change gives this member work to do.
+
+        Members normally learn about a rebalance on their next heartbeat. A
+        member that holds a connection (a WebSocket) can heartbeat at once
+        instead, so partitions move without waiting a heartbeat interval. The
+        callback runs synchronously inside the coordinator: it must only
+        schedule (set an event), never call back in. None stops watching.
+        """
+        if callback is None:
+            self._watchers.pop((group_id, member_id), None)
+        else:
+            self._watchers[(group_id, member_id)] = callback
+
+    def _notify(self, group: Group, skip: str | None = None) -> None:
+        if not self._watchers:
+            return
+        for member in list(group.members.values()):
+            if member.member_id == skip:
+                continue
+            callback = self._watchers.get((group.group_id, member.member_id))
+            if callback is not None and self._has_work(group, member):
+                try:
+                    callback()
+                except Exception:  # a watcher's bug must not break the group's change
+                    log.exception("group watcher failed")
+
+    def _has_work(self, group: Group, member: Member) -> bool:
+        """True when a heartbeat now would change the member's assignment or epoch."""
+        if member.revoking or member.left_static:
+            # The member itself has to act (revocations are acknowledged by it).
+            return False
+        target = group.target.get(member.member_id, set())
+        if member.assigned - target or member.member_epoch != group.assignment_epoch:
+            return True
+        for tp in target - member.assigned:
+            owner = group.owners.get(tp)
+            if owner is None or owner not in group.members:
+                return True
+        return False
+
     def member_state(self, group: Group, member: Member) -> MemberState:
         if member.revoking:
             return MemberState.UNREVOKED_PARTITIONS
@@ -738,6 +781,7 @@ class GroupCoordinator:
         group.group_epoch += 1
         self._compute_target(group)
         self._persist(group)
+        self._notify(group)
 
     def _arm(self, group: Group, member: Member) -> None:
         loop = self._loop or asyncio.get_running_loop()
