@@ -9,7 +9,7 @@ HOST     ?= 127.0.0.1
 PORT     ?= 8080
 DATA_DIR ?= ./data
 
-.PHONY: install run test lint unit bench clean openapi java
+.PHONY: install run test lint unit bench clean openapi java pipeline
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -25,8 +25,8 @@ run: install
 	$(VENV)/bin/logbus serve --data-dir $(DATA_DIR) --host $(HOST) --port $(PORT)
 
 lint: install
-	$(VENV)/bin/ruff check app tests bench
-	$(VENV)/bin/ruff format --check app tests bench
+	$(VENV)/bin/ruff check app tests bench pipelines
+	$(VENV)/bin/ruff format --check app tests bench pipelines
 	$(VENV)/bin/mypy
 
 test: install lint java
@@ -44,6 +44,11 @@ java:
 	@command -v java >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless; \
 	  else echo "java missing: run 'sudo apt-get install openjdk-17-jre-headless'"; exit 1; fi; }
+
+# Click events -> per-user sessions on local Spark against a broker it starts on a free port;
+# checks the sessions against a plain-Python computation (pipelines/clicks_sessions.py).
+pipeline: install java
+	$(PY) -m pipelines.clicks_sessions
 
 bench: install redis-server
 	$(PY) -m bench.run

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Broker
+from conftest import REPO, Broker
 
 from app.client import Admin, Producer
 
@@ -203,3 +203,59 @@ def test_streaming_available_now_and_restart_from_checkpoint(
     assert len({(r.partition, r.offset) for r in second}) == 450
     new = sorted(r.value for r in second if r.value.startswith("new-"))
     assert new == sorted(f"new-{i}" for i in range(50))
+
+
+def test_streaming_write_appends_each_micro_batch(
+    spark: Any, broker: Broker, tmp_path: Path
+) -> None:
+    with Admin(broker.url) as admin:
+        admin.create_topic("src", partitions=2)
+        admin.create_topic("dst", partitions=1)
+    _produce(broker.url, "src", 2, 100)
+    query = (
+        spark.readStream.format("logbus")
+        .option("logbus.url", broker.url)
+        .option("subscribe", "src")
+        .option("startingOffsets", "earliest")
+        .load()
+        .selectExpr("key", "upper(CAST(value AS STRING)) AS value")
+        .writeStream.format("logbus")
+        .option("logbus.url", broker.url)
+        .option("topic", "dst")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(120)
+    assert query.exception() is None
+    values = sorted(bytes(r.value) for r in _reader(spark, broker.url, subscribe="dst").collect())
+    assert values == sorted(f"SRC-{p}-{i}".encode() for p in range(2) for i in range(100))
+
+
+def test_clicks_sessions_pipeline_matches_plain_python(
+    spark: Any, broker: Broker, tmp_path: Path
+) -> None:
+    # The pipelines package is run from the repository root (python -m), not installed.
+    sys.path.insert(0, str(REPO))
+    from pipelines import clicks_sessions as pipeline
+
+    events = pipeline.generate(30, 25, start_ms=1_767_225_600_000)
+    with Admin(broker.url) as admin:
+        admin.create_topic("clicks", partitions=2)
+        admin.create_topic("sessions", partitions=1)
+    pipeline.produce_events(broker.url, "clicks", events)
+    pipeline.run(
+        spark,
+        broker.url,
+        clicks_topic="clicks",
+        sessions_topic="sessions",
+        parquet_dir=tmp_path / "sessions.parquet",
+        checkpoint_dir=tmp_path / "checkpoint",
+    )
+    want = pipeline.expected_sessions(events)
+    assert len(want) > 100
+    assert pipeline.read_sessions(spark, tmp_path / "sessions.parquet") == want
+    # The same sessions went to the topic, keyed by user.
+    rows = _reader(spark, broker.url, subscribe="sessions").collect()
+    from_topic = sorted((bytes(r.key).decode(), json.loads(bytes(r.value))["clicks"]) for r in rows)
+    assert from_topic == sorted((s.user, s.clicks) for s in want)
