@@ -331,3 +331,29 @@ def test_a_refused_join_raises_from_poll(url: str) -> None:
             while time.monotonic() < deadline:
                 c.poll(timeout_ms=50)
         assert caught.value.error_code == "UNSUPPORTED_ASSIGNOR"
+
+
+def test_three_members_never_overlap_through_joins_and_leaves(url: str) -> None:
+    topic = topic_with(url, 5, 0)
+    group = f"g-three-{next(_names)}"
+    members = [Consumer(url) for _ in range(3)]
+    every = everything(topic, 5)
+
+    def check_round(active: list[Consumer]) -> bool:
+        held = [c.assignment() for c in active]
+        for i, mine in enumerate(held):
+            for other in held[i + 1 :]:
+                assert not mine & other
+        return set().union(*held) == every and all(held)
+
+    try:
+        for n, c in enumerate(members, 1):
+            c.subscribe([topic], group_id=group)
+            poll_until(members[:n], lambda n=n: check_round(members[:n]))  # type: ignore[misc]
+        members[1].close()
+        rest = [members[0], members[2]]
+        poll_until(rest, lambda: check_round(rest))
+        assert sorted(len(c.assignment()) for c in rest) == [2, 3]
+    finally:
+        for c in members:
+            c.close()
