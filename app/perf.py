@@ -261,8 +261,9 @@ def run_produce(opts: PerfOptions) -> dict[str, Any]:
         while sent < opts.records:
             n = min(pacer.step, opts.records - sent)
             for _ in range(n):
-                # One callback per record, made at send time: its latency is exact, and the
-                # callback path costs ~1 us more than a bare send.
+                # One callback per record, made at send time, so every latency is exact.
+                # It costs: unlimited, ~185,000 records/s here against ~600,000 for bare
+                # sends (bench.sdk's produce_send); send_many would hide per-record latency.
                 send(topic, value, on_delivery=delivered(perf_counter()))
             sent += n
             advance(n)
