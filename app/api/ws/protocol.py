@@ -100,8 +100,17 @@ class Subscribe(_Message):
     type: Literal["subscribe"]
     topics: list[str] | None = None
     partitions: list[TopicPartition] | None = None
-    group: str | None = None
-    start: Literal["earliest", "latest", "committed"] | OffsetsStart | TimestampStart = "latest"
+    group: Annotated[str, Field(min_length=1, max_length=255)] | None = Field(
+        default=None, description="Join this consumer group for as long as the socket is open."
+    )
+    instance_id: Annotated[str, Field(min_length=1, max_length=255)] | None = None
+    server_assignor: str | None = None
+    # None: "committed" with a group, else "latest".
+    start: Literal["earliest", "latest", "committed"] | OffsetsStart | TimestampStart | None = None
+    default: Literal["earliest", "latest"] = Field(
+        default="latest",
+        description="With a group: where a partition starts when the group committed nothing.",
+    )
     format: Literal["json", "binary"] = "json"
     key_format: Format = "json"
     value_format: Format = "json"
@@ -131,9 +140,18 @@ class Resume(_Message):
     partitions: list[TopicPartition]
 
 
+class CommitOffset(_Message):
+    topic: str
+    partition: Partition
+    offset: Offset
+    metadata: Annotated[str, Field(max_length=4096)] = ""
+
+
 class Commit(_Message):
     type: Literal["commit"]
-    offsets: list[dict[str, Any]] | None = None
+    id: str | int | None = None
+    # None: the socket's current position in each of its partitions.
+    offsets: list[CommitOffset] | None = None
 
 
 class Ping(_Message):
@@ -163,7 +181,7 @@ SUBSCRIBE_CLIENT: dict[str, type[_Message]] = {
     "commit": Commit,
     "ping": Ping,
 }
-SUBSCRIBE_SERVER = frozenset({"subscribed", "records", "error", "pong"})
+SUBSCRIBE_SERVER = frozenset({"subscribed", "records", "error", "pong", "assignment", "commit_ack"})
 PRODUCE_CLIENT: dict[str, type[_Message]] = {"produce": Produce, "ping": Ping}
 PRODUCE_SERVER = frozenset({"ack", "error", "pong"})
 

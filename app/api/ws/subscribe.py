@@ -47,6 +47,7 @@ from app.api.routers.fetch import json_records
 from app.api.util import INLINE_WORK_BYTES, run_blocking
 from app.api.ws import common
 from app.api.ws.common import ClientGone, send_bytes, send_error, send_text
+from app.api.ws.group import GroupMember, coordinator_of
 from app.api.ws.protocol import (
     MAX_CREDIT,
     SUBSCRIBE_CLIENT,
@@ -71,6 +72,7 @@ from app.core.errors import (
     UnknownTopicOrPartition,
 )
 from app.core.log.batch import iter_headers
+from app.groups.coordinator import OffsetCommit
 
 if TYPE_CHECKING:
     from app.api.state import AppState
@@ -281,6 +283,7 @@ class Subscription:
         self.records_credit: int | None = 0
         self.bytes_credit: int | None = None
         self.bytes_per_record = INITIAL_BYTES_PER_RECORD
+        self.member: GroupMember | None = None
 
     # -- setup -------------------------------------------------------------------
 
@@ -297,6 +300,8 @@ class Subscription:
             sub = validate(obj, {"subscribe": Subscribe})
             assert isinstance(sub, Subscribe)
             stalled = self._subscribe(sub)
+            if self.member is not None:
+                await self.member.join()
         except LogbusError as exc:
             with contextlib.suppress(ClientGone):
                 await send_error(self.ws, exc)
@@ -304,23 +309,31 @@ class Subscription:
             return
         except ClientGone:
             return
+        try:
+            await self._serve(stalled)
+        finally:
+            if self.member is not None:
+                await self.member.leave()
+
+    async def _serve(self, stalled: list[OffsetOutOfRange]) -> None:
         for log in {id(c.log): c.log for c in self.cursors.values()}.values():
             self.state.waiters.register(log, self.wake)
         pump = asyncio.create_task(self._pump(), name="ws-subscribe-pump")
         try:
-            await send_text(
-                self.ws,
-                orjson.dumps(
-                    {
-                        "type": "subscribed",
-                        "format": self.format,
-                        "partitions": [c.describe() for c in self.cursors.values()],
-                        "credit": {"records": self.records_credit, "bytes": self.bytes_credit},
-                    }
-                ).decode(),
-            )
+            subscribed: dict[str, Any] = {
+                "type": "subscribed",
+                "format": self.format,
+                "partitions": [c.describe() for c in self.cursors.values()],
+                "credit": {"records": self.records_credit, "bytes": self.bytes_credit},
+            }
+            if self.member is not None:
+                subscribed["group"] = self.member.group_id
+                subscribed["member_id"] = self.member.member_id
+            await send_text(self.ws, orjson.dumps(subscribed).decode())
             for out_of_range in stalled:
                 await send_error(self.ws, out_of_range)
+            if self.member is not None:
+                await self.member.start_loop()
             await self._control()
         except ClientGone:
             pass
@@ -334,26 +347,19 @@ class Subscription:
     def _subscribe(self, sub: Subscribe) -> list[OffsetOutOfRange]:
         """Resolve partitions and start positions; out-of-range starts are reported
         after the ``subscribed`` frame and leave their partition stalled."""
-        if sub.group is not None:
-            raise InvalidRequest(
-                "message.group: consumer groups over WebSocket are not available yet; "
-                "subscribe to topics or partitions and keep positions client-side"
-            )
         if not sub.topics and not sub.partitions:
             raise InvalidRequest("message: a subscribe names `topics` or `partitions`")
+        if sub.group is not None:
+            return self._subscribe_group(sub)
+        if sub.instance_id is not None or sub.server_assignor is not None:
+            raise InvalidRequest("message: `instance_id` and `server_assignor` need a `group`")
         if sub.start == "committed":
             raise InvalidRequest("message.start: 'committed' needs a group")
         wanted: list[tuple[str, int]] = []
         for topic in sub.topics or ():
             wanted.extend((topic, p) for p in range(self.manager.partition_count(topic)))
         wanted.extend((tp.topic, tp.partition) for tp in sub.partitions or ())
-        self.format = sub.format
-        self.key_format = sub.key_format
-        self.value_format = sub.value_format
-        self.records_credit = sub.credit.records
-        self.bytes_credit = sub.credit.bytes
-        if self.records_credit is None and self.bytes_credit is None:
-            raise InvalidRequest("message.credit: give `records`, `bytes` or both")
+        self._set_delivery(sub)
         explicit: dict[tuple[str, int], int] = {}
         if isinstance(sub.start, OffsetsStart):
             for topic, by_partition in sub.start.offsets.items():
@@ -389,6 +395,67 @@ class Subscription:
             self.cursors[(topic, p)] = cursor
         return stalled
 
+    def _subscribe_group(self, sub: Subscribe) -> list[OffsetOutOfRange]:
+        """Validate a group subscribe; partitions come from the coordinator once joined."""
+        assert sub.group is not None
+        if sub.partitions:
+            raise InvalidRequest(
+                "message.partitions: a group member gets its partitions from the group; "
+                "subscribe to `topics`"
+            )
+        if sub.start is not None and not isinstance(sub.start, str):
+            raise InvalidRequest(
+                "message.start: with a group, 'committed' (default), 'earliest' or 'latest'"
+            )
+        topics = list(dict.fromkeys(sub.topics or ()))
+        for topic in topics:
+            self.manager.partition_count(topic)  # UNKNOWN_TOPIC_OR_PARTITION before joining
+        self._set_delivery(sub)
+        self.member = GroupMember(
+            self,
+            coordinator_of(self.ws),
+            sub.group,
+            topics,
+            instance_id=sub.instance_id,
+            server_assignor=sub.server_assignor,
+            start=sub.start or "committed",
+            default=sub.default,
+        )
+        return []
+
+    def _set_delivery(self, sub: Subscribe) -> None:
+        self.format = sub.format
+        self.key_format = sub.key_format
+        self.value_format = sub.value_format
+        self.records_credit = sub.credit.records
+        self.bytes_credit = sub.credit.bytes
+        if self.records_credit is None and self.bytes_credit is None:
+            raise InvalidRequest("message.credit: give `records`, `bytes` or both")
+
+    # -- group membership (app.api.ws.group.Host) ----------------------------------------
+
+    def add_partition(self, topic: str, partition: int, position: int) -> dict[str, Any]:
+        log = self.manager.get_log(topic, partition)
+        cursor = Cursor(topic, partition, log, position)
+        self.cursors[(topic, partition)] = cursor
+        self.state.waiters.register(log, self.wake)
+        self.wake.set()
+        return cursor.describe()
+
+    def drop_partition(self, topic: str, partition: int) -> None:
+        cursor = self.cursors.pop((topic, partition), None)
+        if cursor is not None:
+            self.state.waiters.unregister(cursor.log, self.wake)
+
+    def positions(self) -> dict[tuple[str, int], int]:
+        return {tp: c.position for tp, c in self.cursors.items()}
+
+    async def send_frame(self, text: str) -> None:
+        await send_text(self.ws, text)
+
+    async def send_failure(self, exc: LogbusError) -> None:
+        await send_error(self.ws, exc)
+
     # -- control -------------------------------------------------------------------
 
     async def _control(self) -> None:
@@ -421,13 +488,30 @@ class Subscription:
                 pong["id"] = msg.id
             await send_text(self.ws, orjson.dumps(pong).decode())
         elif isinstance(msg, Commit):
-            raise InvalidRequest(
-                "commit needs a group: consumer groups over WebSocket are not available yet; "
-                "keep each partition's next_offset and resume with start.offsets"
-            )
+            await self._commit(msg)
         else:
             raise InvalidRequest("already subscribed: one subscribe per socket")
         self.wake.set()
+
+    async def _commit(self, msg: Commit) -> None:
+        if self.member is None:
+            raise InvalidRequest(
+                "commit needs a group: subscribe with `group`, or keep each partition's "
+                "next_offset and resume with start.offsets"
+            )
+        offsets = None
+        if msg.offsets is not None:
+            offsets = [
+                OffsetCommit(c.topic, c.partition, c.offset, metadata=c.metadata)
+                for c in msg.offsets
+            ]
+        try:
+            done = await self.member.commit(offsets)
+        except LogbusError as exc:
+            await send_error(self.ws, exc, id=msg.id)
+            return
+        ack = {"type": "commit_ack", "id": msg.id, "offsets": done}
+        await send_text(self.ws, orjson.dumps(ack).decode())
 
     def _grant(self, msg: CreditGrant) -> None:
         if msg.records is None and msg.bytes is None:
@@ -554,6 +638,10 @@ class Subscription:
         if rendered is None:
             return False
         frame, count, used, next_offset, _ = rendered
+        if self.cursors.get((cursor.topic, cursor.partition)) is not cursor:
+            # Revoked (its assignment frame is out) while this chunk was read: the
+            # partition's records now go to its new owner.
+            return False
         if isinstance(frame, bytes):
             await send_bytes(self.ws, frame)
         elif frame is not None:

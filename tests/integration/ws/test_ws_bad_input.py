@@ -62,7 +62,16 @@ FIRST_MESSAGE: list[tuple[str, str | bytes, str | int]] = [
         "INVALID_REQUEST",
     ),
     ("bad format", '{"type": "subscribe", "topics": ["t"], "format": "xml"}', "INVALID_REQUEST"),
-    ("group (not yet)", '{"type": "subscribe", "topics": ["t"], "group": "g"}', "INVALID_REQUEST"),
+    (
+        "group with partitions",
+        '{"type": "subscribe", "partitions": [{"topic": "t", "partition": 0}], "group": "g"}',
+        "INVALID_REQUEST",
+    ),
+    (
+        "instance_id without group",
+        '{"type": "subscribe", "topics": ["t"], "instance_id": "i"}',
+        "INVALID_REQUEST",
+    ),
     (
         "committed start",
         '{"type": "subscribe", "topics": ["t"], "start": "committed"}',

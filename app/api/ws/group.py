@@ -1,0 +1,263 @@
+"""Consumer-group membership of a ``/ws/subscribe`` socket.
+
+The socket is the member: the broker heartbeats for it (a timer at the
+coordinator's heartbeat interval, and at once when the coordinator says
+another member's change gives it work, see :meth:`GroupCoordinator.watch`),
+applies each answer to the subscription's cursors and pushes an
+``assignment`` frame. Revocations are applied before the frame is sent and
+acknowledged by an immediate heartbeat whose ``owned_partitions`` no longer
+lists them, so a partition moves to its new owner within a few round trips
+on the event loop, not a heartbeat interval. The socket closing, for any
+reason, leaves the group at once (epoch -1, -2 for a static member).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+import orjson
+
+from app.core.errors import (
+    BrokerNotAvailable,
+    FencedMemberEpoch,
+    LogbusError,
+    StaleMemberEpoch,
+    UnknownMemberId,
+)
+from app.groups.coordinator import (
+    JOIN_EPOCH,
+    LEAVE_EPOCH,
+    STATIC_LEAVE_EPOCH,
+    GroupCoordinator,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    OffsetCommit,
+)
+
+if TYPE_CHECKING:
+    from starlette.websockets import WebSocket
+
+logger = logging.getLogger(__name__)
+
+TP = tuple[str, int]
+StartMode = Literal["committed", "earliest", "latest"]
+
+
+class Host(Protocol):
+    """What the membership needs from the subscription that owns it."""
+
+    def add_partition(self, topic: str, partition: int, position: int) -> dict[str, Any]: ...
+
+    def drop_partition(self, topic: str, partition: int) -> None: ...
+
+    def positions(self) -> dict[TP, int]: ...
+
+    async def send_frame(self, text: str) -> None: ...
+
+    async def send_failure(self, exc: LogbusError) -> None: ...
+
+
+def coordinator_of(ws: WebSocket) -> GroupCoordinator:
+    coordinator: GroupCoordinator | None = getattr(ws.app.state, "coordinator", None)
+    if coordinator is None:
+        raise BrokerNotAvailable("the group coordinator is not serving yet (starting) or stopping")
+    return coordinator
+
+
+class GroupMember:
+    def __init__(
+        self,
+        host: Host,
+        coordinator: GroupCoordinator,
+        group_id: str,
+        topics: Sequence[str],
+        *,
+        instance_id: str | None,
+        server_assignor: str | None,
+        start: StartMode,
+        default: Literal["earliest", "latest"],
+    ) -> None:
+        self.host = host
+        self.coordinator = coordinator
+        self.group_id = group_id
+        self.topics = list(topics)
+        self.instance_id = instance_id
+        self.server_assignor = server_assignor
+        self.start = start
+        self.default = default
+        self.member_id = ""
+        self.member_epoch = JOIN_EPOCH
+        self.owned: set[TP] = set()
+        self.interval = coordinator.config.heartbeat_interval_ms / 1000
+        self._due = asyncio.Event()
+        self._lock = asyncio.Lock()
+        self._task: asyncio.Task[None] | None = None
+        self._joined = False
+        self._joined_with: list[TP] = []
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def join(self) -> None:
+        """The first heartbeat; its errors (bad group id, assignor, instance id in use)
+        refuse the subscribe."""
+        answer = await self.coordinator.heartbeat(self.group_id, self._request())
+        self._joined = True
+        self._accept(answer)
+        self.coordinator.watch(self.group_id, self.member_id, self._due.set)
+        self._joined_with = answer.assignment
+
+    async def start_loop(self) -> None:
+        """Apply the join's answer (the subscription has been confirmed by now) and start
+        heartbeating."""
+        async with self._lock:
+            await self._apply(self._joined_with)
+        self._task = asyncio.create_task(self._loop(), name="ws-group-heartbeat")
+
+    async def leave(self) -> None:
+        """Leave the group now; never raises (the socket is gone whatever happens here)."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        if not self._joined:
+            return
+        self._joined = False
+        self.coordinator.watch(self.group_id, self.member_id, None)
+        epoch = STATIC_LEAVE_EPOCH if self.instance_id is not None else LEAVE_EPOCH
+        try:
+            await self.coordinator.heartbeat(
+                self.group_id, HeartbeatRequest(self.member_id, epoch, self.instance_id)
+            )
+        except Exception as exc:
+            # Stopping broker or member already gone: the session timeout is the fallback.
+            logger.debug("group %s: leave of %s failed: %s", self.group_id, self.member_id, exc)
+
+    # -- heartbeats -----------------------------------------------------------------------
+
+    def _request(self) -> HeartbeatRequest:
+        if self.member_epoch == JOIN_EPOCH:
+            return HeartbeatRequest(
+                member_id=self.member_id,
+                member_epoch=JOIN_EPOCH,
+                instance_id=self.instance_id,
+                subscribed_topics=self.topics,
+                server_assignor=self.server_assignor,
+                owned_partitions=sorted(self.owned),
+            )
+        # Always explicit: None would tell the coordinator every revocation was applied.
+        return HeartbeatRequest(
+            member_id=self.member_id,
+            member_epoch=self.member_epoch,
+            instance_id=self.instance_id,
+            owned_partitions=sorted(self.owned),
+        )
+
+    def _accept(self, answer: HeartbeatResponse) -> None:
+        self.member_id = answer.member_id
+        self.member_epoch = answer.member_epoch
+        self.interval = answer.heartbeat_interval_ms / 1000
+
+    async def _loop(self) -> None:
+        while True:
+            # A timer, not a poll: the wait ends early only when there is work.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._due.wait(), self.interval)
+            self._due.clear()
+            try:
+                await self.heartbeat()
+            except asyncio.CancelledError:
+                raise
+            except LogbusError as exc:
+                if exc.retriable:
+                    continue  # coordinator loading or stopping: next interval
+                await self.host.send_failure(exc)
+            except Exception:
+                # A bug costs this heartbeat; the next one (or the session timeout) recovers.
+                logger.exception("WebSocket group heartbeat failed")
+
+    async def heartbeat(self) -> None:
+        async with self._lock:
+            try:
+                answer = await self.coordinator.heartbeat(self.group_id, self._request())
+            except (FencedMemberEpoch, UnknownMemberId):
+                # Our partitions may be someone else's now: drop them all, then rejoin
+                # (with the same id when fenced, as KIP-848 asks).
+                await self._apply([])
+                self.coordinator.watch(self.group_id, self.member_id, None)
+                self.member_epoch = JOIN_EPOCH
+                answer = await self.coordinator.heartbeat(self.group_id, self._request())
+                self.coordinator.watch(self.group_id, answer.member_id, self._due.set)
+            self._accept(answer)
+            revoked = await self._apply(answer.assignment)
+        if revoked:
+            # Acknowledge the revocation now (Kafka's client does the same): the new
+            # owner is waiting for these partitions.
+            self._due.set()
+
+    async def _apply(self, assignment: Sequence[TP]) -> bool:
+        """Move the cursors to ``assignment`` and push the frame; True when partitions were
+        revoked."""
+        new = set(assignment)
+        revoked = self.owned - new
+        added = new - self.owned
+        if not revoked and not added:
+            return False
+        for topic, partition in sorted(revoked):
+            self.host.drop_partition(topic, partition)
+        self.owned -= revoked
+        starts = self._start_positions(added) if added else {}
+        described = [self.host.add_partition(t, p, starts[(t, p)]) for t, p in sorted(added)]
+        self.owned |= added
+        frame = {
+            "type": "assignment",
+            "member_id": self.member_id,
+            "member_epoch": self.member_epoch,
+            "revoked": [{"topic": t, "partition": p} for t, p in sorted(revoked)],
+            "assigned": described,
+            "partitions": [{"topic": t, "partition": p} for t, p in sorted(self.owned)],
+        }
+        await self.host.send_frame(orjson.dumps(frame).decode())
+        return bool(revoked)
+
+    def _start_positions(self, added: set[TP]) -> dict[TP, int]:
+        """Committed offset (when ``start`` is committed and it is in the log's range), else
+        the fallback."""
+        committed: dict[TP, int] = {}
+        if self.start == "committed":
+            topics = sorted({t for t, _ in added})
+            for c in self.coordinator.fetch_offsets(self.group_id, topics):
+                if c.offset >= 0:
+                    committed[(c.topic, c.partition)] = c.offset
+        out: dict[TP, int] = {}
+        mode = self.default if self.start == "committed" else self.start
+        for tp in added:
+            log = self.coordinator.manager.get_log(*tp)
+            start, hw = log.log_start_offset, log.high_watermark
+            offset = committed.get(tp)
+            if offset is None or not start <= offset <= hw:
+                offset = start if mode == "earliest" else hw
+            out[tp] = offset
+        return out
+
+    # -- commits --------------------------------------------------------------------------
+
+    async def commit(self, offsets: Sequence[OffsetCommit] | None) -> list[dict[str, Any]]:
+        """Commit ``offsets`` (None: every owned partition's position) with this member's
+        epoch; after STALE_MEMBER_EPOCH heartbeat once and retry, as Kafka's client does."""
+        if offsets is None:
+            positions = self.host.positions()
+            offsets = [OffsetCommit(t, p, o) for (t, p), o in sorted(positions.items())]
+        try:
+            done = await self.coordinator.commit_offsets(
+                self.group_id, self.member_id, self.member_epoch, offsets
+            )
+        except StaleMemberEpoch:
+            await self.heartbeat()
+            done = await self.coordinator.commit_offsets(
+                self.group_id, self.member_id, self.member_epoch, offsets
+            )
+        return [{"topic": c.topic, "partition": c.partition, "offset": c.offset} for c in done]

@@ -1,0 +1,248 @@
+"""Consumer groups over WS /ws/subscribe: the socket is the member, for as long as it is open."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_ws_asyncapi import check
+from websockets.asyncio.client import ClientConnection
+from websockets.exceptions import ConnectionClosed
+from ws_helpers import LiveBroker, live_broker, recv, send, subscribe
+
+from app.api.ws.protocol import Close
+
+TP = tuple[str, int]
+
+
+@pytest.fixture
+def slow_groups(tmp_path: Path) -> Iterator[LiveBroker]:
+    """Heartbeat interval and session timeout far above what any test waits: whatever moves
+    partitions quickly is the socket itself, not a timer."""
+    with live_broker(
+        tmp_path,
+        group_consumer_session_timeout_ms=120_000,
+        group_consumer_heartbeat_interval_ms=60_000,
+    ) as b:
+        yield b
+
+
+class Member:
+    """One group socket: its partitions (from assignment frames) and records by partition."""
+
+    def __init__(self, ws: ClientConnection, subscribed: dict[str, Any]) -> None:
+        assert subscribed["type"] == "subscribed", subscribed
+        check("subscribe", "send", subscribed)
+        self.ws = ws
+        self.member_id: str = subscribed["member_id"]
+        self.partitions: set[TP] = set()
+        self.records: dict[TP, list[dict[str, Any]]] = defaultdict(list)
+        self.assignments: list[dict[str, Any]] = []
+        self.acks: list[dict[str, Any]] = []
+
+    async def read(self, timeout: float = 10) -> dict[str, Any]:
+        frame: dict[str, Any] = await recv(self.ws, timeout)
+        check("subscribe", "send", frame)
+        if frame["type"] == "assignment":
+            self.assignments.append(frame)
+            revoked = {(tp["topic"], tp["partition"]) for tp in frame["revoked"]}
+            assigned = {(tp["topic"], tp["partition"]) for tp in frame["assigned"]}
+            assert not revoked - self.partitions and not assigned & self.partitions, frame
+            self.partitions = (self.partitions - revoked) | assigned
+            now = {(tp["topic"], tp["partition"]) for tp in frame["partitions"]}
+            assert now == self.partitions, frame
+        elif frame["type"] == "records":
+            tp = (frame["topic"], frame["partition"])
+            # Never a record of a partition this socket does not hold.
+            assert tp in self.partitions, (tp, self.partitions)
+            self.records[tp].extend(frame["records"])
+        elif frame["type"] == "commit_ack":
+            self.acks.append(frame)
+        else:
+            raise AssertionError(frame)
+        return frame
+
+    async def until(self, done: Any, timeout: float = 10) -> None:
+        deadline = time.monotonic() + timeout
+        while not done():
+            await self.read(max(0.01, deadline - time.monotonic()))
+
+    def count(self) -> int:
+        return sum(len(r) for r in self.records.values())
+
+
+async def join(url: str, group: str, topics: list[str], **extra: Any) -> Member:
+    ws, subscribed = await subscribe(
+        url, topics=topics, group=group, credit={"records": 1_000_000}, **extra
+    )
+    return Member(ws, subscribed)
+
+
+async def settle(members: list[Member], everything: set[TP], timeout: float = 5) -> None:
+    """Read frames until the members' partitions are disjoint, cover ``everything`` and
+    every member holds some."""
+    deadline = time.monotonic() + timeout
+
+    def split() -> bool:
+        held = [m.partitions for m in members]
+        disjoint = sum(map(len, held)) == len(everything)
+        return set().union(*held) == everything and disjoint and all(held)
+
+    while not split():
+        assert time.monotonic() < deadline, [m.partitions for m in members]
+        for m in members:
+            with pytest.raises(TimeoutError):
+                while True:
+                    await m.read(0.05)
+
+
+def test_two_sockets_split_and_a_close_hands_over_at_once(slow_groups: LiveBroker) -> None:
+    broker = slow_groups
+    broker.create_topic("jobs", 4)
+    url = broker.ws_url("/ws/subscribe")
+    everything = {("jobs", p) for p in range(4)}
+
+    async def main() -> None:
+        a = await join(url, "workers", ["jobs"], default="earliest")
+        await a.until(lambda: a.partitions == everything)
+        b = await join(url, "workers", ["jobs"], default="earliest")
+        await settle([a, b], everything)
+        assert len(a.partitions) == len(b.partitions) == 2
+        # A gave up partitions first (a revocation frame), B got them afterwards.
+        assert any(f["revoked"] for f in a.assignments)
+
+        records = [{"value": [p, i], "partition": p} for i in range(10) for p in range(4)]
+        await asyncio.to_thread(broker.produce, "jobs", records)
+        await a.until(lambda: a.count() == 20)
+        await b.until(lambda: b.count() == 20)
+        for m in (a, b):
+            assert set(m.records) == m.partitions
+            for (_, p), got in m.records.items():
+                assert [r["value"] for r in got] == [[p, i] for i in range(10)]
+
+        moved = set(a.partitions)
+        closed_at = time.monotonic()
+        await a.ws.close()
+        await b.until(lambda: b.partitions == everything, timeout=5)
+        # The session timeout is 120 s and the heartbeat interval 60 s: only the close
+        # itself can have moved them.
+        assert time.monotonic() - closed_at < 3
+        handover = b.assignments[-1]
+        assert {(tp["topic"], tp["partition"]) for tp in handover["assigned"]} == moved
+        # Nothing was committed: the moved partitions start at `default` (earliest).
+        assert {tp["offset"] for tp in handover["assigned"]} == {0}
+        await b.until(lambda: all(len(b.records[tp]) == 10 for tp in moved))
+
+        await asyncio.to_thread(
+            broker.produce, "jobs", [{"value": [p, 10], "partition": p} for p in range(4)]
+        )
+        await b.until(lambda: all(len(b.records[tp]) == 11 for tp in everything))
+        for (_, p), got in b.records.items():
+            assert [r["value"] for r in got] == [[p, i] for i in range(11)]
+        await b.ws.close()
+
+    asyncio.run(main())
+
+
+def test_reconnect_resumes_from_committed_offsets(slow_groups: LiveBroker) -> None:
+    broker = slow_groups
+    broker.create_topic("ledger", 2)
+    broker.produce("ledger", [{"value": i, "partition": i % 2} for i in range(20)])
+    url = broker.ws_url("/ws/subscribe")
+    everything = {("ledger", 0), ("ledger", 1)}
+
+    async def main() -> None:
+        m = await join(url, "audit", ["ledger"], start="committed", default="earliest")
+        await m.until(lambda: m.count() == 20)
+        # Processed up to 6 in partition 0 and 4 in partition 1; the rest was in flight.
+        commit = {
+            "type": "commit",
+            "id": "c1",
+            "offsets": [
+                {"topic": "ledger", "partition": 0, "offset": 6},
+                {"topic": "ledger", "partition": 1, "offset": 4},
+            ],
+        }
+        check("subscribe", "receive", commit)
+        await send(m.ws, commit)
+        await m.until(lambda: bool(m.acks))
+        assert m.acks[0]["id"] == "c1"
+        assert {(o["partition"], o["offset"]) for o in m.acks[0]["offsets"]} == {(0, 6), (1, 4)}
+        await m.ws.close()
+
+        broker.produce("ledger", [{"value": 20 + i, "partition": i % 2} for i in range(10)])
+        m = await join(url, "audit", ["ledger"], start="committed", default="latest")
+        await m.until(lambda: m.partitions == everything)
+        starts = {tp["partition"]: tp["offset"] for tp in m.assignments[0]["assigned"]}
+        assert starts == {0: 6, 1: 4}
+        await m.until(lambda: m.count() == (15 - 6) + (15 - 4))
+        for p, first in ((0, 6), (1, 4)):
+            got = m.records[("ledger", p)]
+            assert [r["offset"] for r in got] == list(range(first, 15))
+            assert [r["value"] for r in got] == [2 * o + p for o in range(first, 15)]
+
+        # Without offsets: the socket's positions.
+        await send(m.ws, {"type": "commit", "id": 2})
+        await m.until(lambda: bool(m.acks))
+        assert {(o["partition"], o["offset"]) for o in m.acks[0]["offsets"]} == {(0, 15), (1, 15)}
+        await m.ws.close()
+
+    asyncio.run(main())
+
+
+def test_group_with_partitions_is_refused_and_commit_needs_a_group(broker: LiveBroker) -> None:
+    broker.create_topic("t", 2)
+    url = broker.ws_url("/ws/subscribe")
+
+    async def main() -> None:
+        ws, error = await subscribe(
+            url, group="g", partitions=[{"topic": "t", "partition": 0}], credit={"records": 1}
+        )
+        assert error["type"] == "error" and error["error_code"] == "INVALID_REQUEST"
+        assert "partitions" in error["message"]
+        with pytest.raises(ConnectionClosed):
+            await recv(ws)
+        assert ws.close_code == Close.BAD_REQUEST
+
+        ws, subscribed = await subscribe(url, topics=["t"], credit={"records": 1})
+        assert subscribed["type"] == "subscribed" and "member_id" not in subscribed
+        await send(ws, {"type": "commit", "id": 1})
+        error = await recv(ws)
+        assert error["error_code"] == "INVALID_REQUEST" and "group" in error["message"]
+        await ws.close()
+
+    asyncio.run(main())
+
+
+def test_the_broker_heartbeats_for_the_socket(tmp_path: Path) -> None:
+    """A listening socket stays a member well past the session timeout."""
+    with live_broker(
+        tmp_path,
+        group_consumer_session_timeout_ms=600,
+        group_consumer_heartbeat_interval_ms=100,
+    ) as broker:
+        broker.create_topic("t", 2)
+        url = broker.ws_url("/ws/subscribe")
+
+        async def main() -> None:
+            m = await join(url, "g", ["t"])
+            await m.until(lambda: len(m.partitions) == 2)
+            await asyncio.sleep(1.5)
+            with broker.http() as c:
+                described = c.get("/groups/g").json()
+            assert [x["member_id"] for x in described["members"]] == [m.member_id]
+            await m.ws.close()
+            deadline = time.monotonic() + 5
+            while True:
+                with broker.http() as c:
+                    if c.get("/groups/g").json()["members"] == []:
+                        break
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.02)
+
+        asyncio.run(main())
