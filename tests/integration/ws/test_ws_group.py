@@ -246,3 +246,88 @@ def test_the_broker_heartbeats_for_the_socket(tmp_path: Path) -> None:
                 await asyncio.sleep(0.02)
 
         asyncio.run(main())
+
+
+def describe(broker: LiveBroker, group: str) -> dict[str, Any]:
+    with broker.http() as c:
+        r = c.get(f"/groups/{group}")
+        assert r.status_code == 200, r.text
+        body: dict[str, Any] = r.json()
+        return body
+
+
+async def wait_for(condition: Any, timeout: float = 5) -> None:
+    deadline = time.monotonic() + timeout
+    while not await asyncio.to_thread(condition):
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.02)
+
+
+def test_idle_timeout_leaves_the_group(slow_groups: LiveBroker) -> None:
+    broker = slow_groups
+    broker.create_topic("t", 2)
+
+    async def main() -> None:
+        m = await join(broker.ws_url("/ws/subscribe?idle_timeout_ms=300"), "idle", ["t"])
+        await m.until(lambda: len(m.partitions) == 2)
+        with pytest.raises(ConnectionClosed):
+            while True:
+                await m.read(5)
+        assert m.ws.close_code == Close.IDLE_TIMEOUT
+        await wait_for(lambda: describe(broker, "idle")["members"] == [])
+
+    asyncio.run(main())
+
+
+def test_a_static_member_keeps_its_partitions_for_its_next_socket(
+    slow_groups: LiveBroker,
+) -> None:
+    broker = slow_groups
+    broker.create_topic("t", 4)
+    url = broker.ws_url("/ws/subscribe")
+    everything = {("t", p) for p in range(4)}
+
+    async def main() -> None:
+        a = await join(url, "static", ["t"], instance_id="a")
+        b = await join(url, "static", ["t"], instance_id="b")
+        await settle([a, b], everything)
+        mine = set(a.partitions)
+        await a.ws.close()
+        # B gets nothing of A's: A's instance may come back (epoch -2, not -1).
+        with pytest.raises(TimeoutError):
+            await b.read(0.5)
+        assert len(describe(broker, "static")["members"]) == 2
+        a = await join(url, "static", ["t"], instance_id="a")
+        await a.until(lambda: a.partitions == mine)
+        await a.ws.close()
+        await b.ws.close()
+
+    asyncio.run(main())
+
+
+def test_a_member_removed_behind_its_back_rejoins(tmp_path: Path) -> None:
+    with live_broker(
+        tmp_path,
+        group_consumer_session_timeout_ms=60_000,
+        group_consumer_heartbeat_interval_ms=100,
+    ) as broker:
+        broker.create_topic("t", 2)
+        coordinator = broker.app.state.coordinator
+
+        def remove(member_id: str) -> None:
+            # As a session timeout would, on the broker's loop.
+            group = coordinator.group("lost")
+            coordinator._remove(group, group.members[member_id], "removed by the test")
+
+        async def main() -> None:
+            m = await join(broker.ws_url("/ws/subscribe"), "lost", ["t"])
+            await m.until(lambda: len(m.partitions) == 2)
+            coordinator._loop.call_soon_threadsafe(remove, m.member_id)
+            # UNKNOWN_MEMBER_ID on the next heartbeat: everything dropped, then rejoined.
+            await m.until(lambda: len(m.assignments) >= 3 and len(m.partitions) == 2)
+            assert len(m.assignments[1]["revoked"]) == 2 and m.assignments[1]["partitions"] == []
+            broker.produce("t", [{"value": 1, "partition": 0}])
+            await m.until(lambda: m.count() == 1)
+            await m.ws.close()
+
+        asyncio.run(main())
