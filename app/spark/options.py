@@ -213,3 +213,20 @@ def offsets_json(offsets: Mapping[TopicPartition, int]) -> dict[str, dict[str, i
 
 def offsets_from_json(spec: Mapping[str, Mapping[str, int]]) -> dict[TopicPartition, int]:
     return {TopicPartition(t, int(p)): int(o) for t, ps in spec.items() for p, o in ps.items()}
+
+
+def cap(
+    start: dict[TopicPartition, int], end: dict[TopicPartition, int], max_rows: int
+) -> dict[TopicPartition, int]:
+    """``end`` moved back so at most ``max_rows`` offsets are read, shared by backlog size."""
+    total = sum(end[tp] - start[tp] for tp in end)
+    if total <= max_rows:
+        return end
+    out: dict[TopicPartition, int] = {}
+    budget = max_rows
+    for tp in sorted(end):
+        backlog = end[tp] - start[tp]
+        share = min(backlog, budget, max(1, backlog * max_rows // total)) if budget else 0
+        out[tp] = start[tp] + share
+        budget -= share
+    return out

@@ -202,7 +202,7 @@ class LogbusStreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvaila
         frm = {tp: begin.get(tp, earliest[tp]) for tp in tps}
         end = {tp: max(latest[tp], frm[tp]) for tp in tps}
         if isinstance(limit, ReadMaxRows):
-            end = _capped(frm, end, limit.max_rows)
+            end = opt.cap(frm, end, limit.max_rows)
         return opt.offsets_json(end)
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
@@ -220,23 +220,6 @@ class LogbusStreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvaila
     def commit(self, end: dict[str, Any]) -> None:
         # Nothing to do: the offsets live in Spark's checkpoint, not in the broker.
         pass
-
-
-def _capped(
-    start: dict[TopicPartition, int], end: dict[TopicPartition, int], max_rows: int
-) -> dict[TopicPartition, int]:
-    """``end`` moved back so at most ``max_rows`` offsets are read, shared by backlog size."""
-    total = sum(end[tp] - start[tp] for tp in end)
-    if total <= max_rows:
-        return end
-    out: dict[TopicPartition, int] = {}
-    budget = max_rows
-    for tp in sorted(end):
-        backlog = end[tp] - start[tp]
-        share = min(backlog, budget, max(1, backlog * max_rows // total)) if budget else 0
-        out[tp] = start[tp] + share
-        budget -= share
-    return out
 
 
 # ---- writes ---------------------------------------------------------------------------------

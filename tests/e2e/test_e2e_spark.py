@@ -11,14 +11,15 @@ import json
 import os
 import shutil
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, Broker
+from conftest import REPO, Broker, BrokerFactory
 
-from app.client import Admin, Producer
+from app.client import Admin, Producer, TopicPartition
 
 _CI = os.environ.get("CI", "").lower() == "true"
 
@@ -168,11 +169,11 @@ def test_streaming_available_now_and_restart_from_checkpoint(
         stream = (
             spark.readStream.format("logbus")
             .option("logbus.url", broker.url)
-            .option("subscribe", "stream")
+            .option("subscribePattern", "stream.*")
             .option("startingOffsets", "earliest")
             .option("maxOffsetsPerTrigger", "150")
             .load()
-            .selectExpr("partition", "offset", "CAST(value AS STRING) AS value")
+            .selectExpr("topic", "partition", "offset", "CAST(value AS STRING) AS value")
         )
         query = (
             stream.writeStream.format("parquet")
@@ -186,6 +187,7 @@ def test_streaming_available_now_and_restart_from_checkpoint(
 
     run()
     first = spark.read.parquet(str(out)).collect()
+    assert {r.topic for r in first} == {"stream"}
     assert sorted((r.partition, r.offset) for r in first) == [
         (p, o) for p in range(2) for o in range(200)
     ]
@@ -197,12 +199,18 @@ def test_streaming_available_now_and_restart_from_checkpoint(
     with Producer(broker.url) as producer:
         for i in range(50):
             producer.send("stream", f"new-{i}".encode(), partition=i % 2)
+        # A topic matching the pattern after the first run: read from its beginning.
+        for i in range(20):
+            producer.send("stream-more", f"more-{i}".encode())
     run()
     second = spark.read.parquet(str(out)).collect()
-    assert len(second) == 450
-    assert len({(r.partition, r.offset) for r in second}) == 450
+    assert len(second) == 470
+    assert len({(r.value) for r in second}) == 470
     new = sorted(r.value for r in second if r.value.startswith("new-"))
     assert new == sorted(f"new-{i}" for i in range(50))
+    assert sorted(r.value for r in second if r.value.startswith("more-")) == sorted(
+        f"more-{i}" for i in range(20)
+    )
 
 
 def test_streaming_write_appends_each_micro_batch(
@@ -259,3 +267,48 @@ def test_clicks_sessions_pipeline_matches_plain_python(
     rows = _reader(spark, broker.url, subscribe="sessions").collect()
     from_topic = sorted((bytes(r.key).decode(), json.loads(bytes(r.value))["clicks"]) for r in rows)
     assert from_topic == sorted((s.user, s.clicks) for s in want)
+
+
+def test_records_deleted_by_retention_fail_or_are_skipped(
+    spark: Any, new_broker: BrokerFactory
+) -> None:
+    broker = new_broker(env={"LOGBUS_LOG_RETENTION_CHECK_INTERVAL_MS": "100"}).start()
+    with Admin(broker.url) as admin:
+        admin.create_topic(
+            "lossy", partitions=1, configs={"segment.bytes": 2048, "retention.ms": 60_000}
+        )
+        day_ago = int(time.time() * 1000) - 86_400_000
+        with Producer(broker.url, linger_ms=0) as producer:
+            for i in range(100):
+                # Old timestamps: retention deletes every full segment at its next check.
+                producer.send("lossy", b"x" * 100, timestamp=day_ago + i).result(10)
+        deadline = time.monotonic() + 20
+        tp = TopicPartition("lossy", 0)
+        while (start := admin.list_offsets([tp], "earliest")[tp]) is None or start.offset == 0:
+            assert time.monotonic() < deadline, "retention never ran"
+            time.sleep(0.1)
+    log_start = start.offset
+    from_zero = json.dumps({"lossy": {"0": 0}})
+    with pytest.raises(Exception, match="failOnDataLoss"):
+        _reader(spark, broker.url, subscribe="lossy", startingOffsets=from_zero).collect()
+    rows = _reader(
+        spark, broker.url, subscribe="lossy", startingOffsets=from_zero, failOnDataLoss="false"
+    ).collect()
+    # Retention keeps running: the log may start later by the time the task reads.
+    offsets = sorted(r.offset for r in rows)
+    assert offsets[0] >= log_start
+    assert offsets == list(range(offsets[0], 100))
+
+
+def test_starting_timestamp_reads_from_the_first_record_at_or_after_it(
+    spark: Any, broker: Broker
+) -> None:
+    with Admin(broker.url) as admin:
+        admin.create_topic("timed", partitions=2)
+    base = 1_700_000_000_000
+    with Producer(broker.url) as producer:
+        for i in range(40):
+            producer.send("timed", str(i).encode(), partition=i % 2, timestamp=base + i * 1000)
+    rows = _reader(spark, broker.url, subscribe="timed", startingTimestamp=str(base + 30_000))
+    got = sorted(int(bytes(r.value)) for r in rows.collect())
+    assert got == list(range(30, 40))

@@ -1,0 +1,85 @@
+"""Offset planning of the Spark source (app.spark.options): no Spark or broker needed."""
+
+from __future__ import annotations
+
+from itertools import pairwise
+
+import pytest
+
+from app.client import TopicPartition
+from app.spark.options import (
+    DataLoss,
+    OffsetRange,
+    OptionError,
+    cap,
+    check_loss,
+    offsets_from_json,
+    offsets_json,
+    parse_offsets,
+    resolve,
+    split,
+)
+
+A0, A1, B0 = TopicPartition("a", 0), TopicPartition("a", 1), TopicPartition("b", 0)
+
+
+def _covers(parts: list[OffsetRange], ranges: list[OffsetRange]) -> None:
+    """``parts`` tile every range exactly: contiguous, no gap, no overlap."""
+    for r in ranges:
+        mine = sorted(
+            (p for p in parts if (p.topic, p.partition) == (r.topic, r.partition)),
+            key=lambda p: p.start,
+        )
+        assert mine[0].start == r.start and mine[-1].end == r.end
+        assert all(x.end == y.start for x, y in pairwise(mine))
+
+
+def test_split_shares_min_partitions_by_size() -> None:
+    ranges = [OffsetRange("a", 0, 0, 900), OffsetRange("a", 1, 100, 400)]
+    parts = split(ranges, 8)
+    _covers(parts, ranges)
+    assert len(parts) >= 8
+    assert sum(p.partition == 0 for p in parts) == 6  # 900 of 1200 offsets: 3/4 of 8
+    sizes = [p.size for p in parts]
+    assert max(sizes) - min(sizes) <= 1 or max(sizes) <= 2 * min(sizes)
+
+
+def test_split_leaves_enough_ranges_alone_and_drops_empty_ones() -> None:
+    ranges = [OffsetRange("a", 0, 0, 10), OffsetRange("a", 1, 5, 5), OffsetRange("b", 0, 0, 3)]
+    assert split(ranges, None) == [ranges[0], ranges[2]]
+    assert split(ranges, 2) == [ranges[0], ranges[2]]
+    # Never more parts than records.
+    tiny = [OffsetRange("a", 0, 0, 3)]
+    assert [p.size for p in split(tiny, 10)] == [1, 1, 1]
+
+
+def test_offsets_json_round_trip_like_kafka() -> None:
+    spec = parse_offsets('{"a": {"0": 23, "1": -2}, "b": {"0": -1}}', "startingOffsets")
+    assert spec == {A0: 23, A1: -2, B0: -1}
+    assert offsets_json({A0: 23, A1: 5}) == {"a": {"0": 23, "1": 5}}
+    assert offsets_from_json({"a": {"0": 23, "1": 5}}) == {A0: 23, A1: 5}
+    assert parse_offsets(" earliest ", "x") == "earliest"
+    with pytest.raises(OptionError):
+        parse_offsets("[1, 2]", "startingOffsets")
+
+
+def test_resolve_maps_minus_two_and_minus_one_to_log_bounds() -> None:
+    earliest, latest = {A0: 10, A1: 0, B0: 4}, {A0: 50, A1: 7, B0: 9}
+    got = resolve({A0: -2, A1: -1}, [A0, A1, B0], earliest, latest, -1)
+    assert got == {A0: 10, A1: 7, B0: 9}
+    assert resolve("earliest", [A0, B0], earliest, latest, -1) == {A0: 10, B0: 4}
+
+
+def test_check_loss_fails_or_skips_deleted_offsets() -> None:
+    assert check_loss(A0, 12, 10, True) == 12
+    assert check_loss(A0, 3, 10, False) == 10
+    with pytest.raises(DataLoss):
+        check_loss(A0, 3, 10, True)
+
+
+def test_cap_limits_a_trigger_to_max_rows() -> None:
+    start, end = {A0: 0, A1: 100, B0: 0}, {A0: 300, A1: 200, B0: 0}
+    capped = cap(start, end, 100)
+    assert sum(capped[tp] - start[tp] for tp in capped) <= 100
+    assert capped[A0] - start[A0] == 75 and capped[A1] - start[A1] == 25 and capped[B0] == 0
+    assert cap(start, end, 1000) == end
