@@ -1,7 +1,7 @@
 """Spark batch read of a Logbus topic beside Spark reading the same records from Parquet.
 
 ``python -m bench.spark [RECORDS]`` starts a broker, fills a 4-partition
-topic with ``RECORDS`` 100-byte values (default 2,000,000), and on
+topic with ``RECORDS`` random 100-byte values (default 2,000,000), and on
 ``local[2]``:
 
 * ``logbus``: ``spark.read.format("logbus")`` of the whole topic, every
@@ -35,17 +35,19 @@ DEFAULT_RECORDS = 2_000_000
 
 
 def fill(url: str, topic: str, records: int) -> None:
-    value = b"x" * VALUE_BYTES
     per_partition = records // PARTITIONS
-    chunk = [value] * 10_000
     with Admin(url) as admin:
         admin.create_topic(topic, partitions=PARTITIONS)
     with Producer(url, linger_ms=5) as producer:
         for p in range(PARTITIONS):
             left = per_partition + (1 if p < records % PARTITIONS else 0)
             while left > 0:
-                n = min(left, len(chunk))
-                producer.send_many(topic, chunk[:n], partition=p)
+                n = min(left, 10_000)
+                # Random values: constant ones would let Parquet store a dictionary
+                # reference per row and flatter it far beyond real data.
+                blob = os.urandom(n * VALUE_BYTES)
+                values = [blob[i : i + VALUE_BYTES] for i in range(0, len(blob), VALUE_BYTES)]
+                producer.send_many(topic, values, partition=p)
                 left -= n
         producer.flush()
 
