@@ -457,14 +457,14 @@ def _consume_with_sdk(api: Api, args: argparse.Namespace) -> int:
     """``--group`` (Consumer.subscribe, commits as it goes) or ``--ws`` (app.client.ws)."""
     from app.core.errors import LogbusError
 
-    if args.group is not None and args.ws:
-        raise CliError("--group and --ws do not go together (no groups over WebSocket yet)", 2)
     if args.group is not None and (args.partition is not None or args.start.isdigit()):
         raise CliError("--group takes its partitions and offsets from the group", 2)
     sep = (_separator(args.key_separator) or "\t").encode()
     printer = _Printer(sys.stdout.buffer, args.print_key, sep, args.max_records)
     try:
-        if args.group is not None:
+        if args.group is not None and args.ws:
+            asyncio.run(_consume_ws_group(api, args, printer))
+        elif args.group is not None:
             _consume_group(api, args, printer)
         else:
             asyncio.run(_consume_ws(api, args, printer))
@@ -531,6 +531,47 @@ async def _consume_ws(api: Api, args: argparse.Namespace, printer: _Printer) -> 
         async for record in sub:
             if not printer.pairs([(record.key, record.value)]) or caught_up():
                 return
+
+
+async def _consume_ws_group(api: Api, args: argparse.Namespace, printer: _Printer) -> None:
+    """The socket is the group member; what was printed is committed every second and at
+    the end."""
+    from app.client import TopicPartition
+    from app.client.ws import subscribe
+
+    if args.start not in ("earliest", "latest"):
+        raise CliError(f"--from expects earliest or latest with --group, got {args.start!r}", 2)
+    ends: dict[TopicPartition, int] = {}
+
+    def caught_up(owned: set[TopicPartition]) -> bool:
+        for tp in owned - ends.keys():
+            ends[tp] = _start_offset(api, tp.topic, tp.partition, "latest")
+        return all(sub.positions.get(tp, 0) >= ends[tp] for tp in owned)
+
+    async with subscribe(
+        api.url, topics=[args.topic], group=args.group, default=args.start, format="binary"
+    ) as sub:
+        idle_until = time.monotonic() + GROUP_IDLE_SECONDS
+        next_commit = time.monotonic() + 1.0
+        try:
+            while True:
+                owned = sub.assignment or set()
+                if not args.follow and (
+                    caught_up(owned) if owned else time.monotonic() >= idle_until
+                ):
+                    return
+                try:
+                    # Short steps: the loop must look at the assignment while idle.
+                    record = await asyncio.wait_for(anext(sub), 0.2)
+                except TimeoutError:
+                    continue
+                if not printer.pairs([(record.key, record.value)]):
+                    return
+                if time.monotonic() >= next_commit:
+                    await sub.commit()
+                    next_commit = time.monotonic() + 1.0
+        finally:
+            await sub.commit()
 
 
 # ---------------------------------------------------------------- parser
@@ -766,7 +807,8 @@ def build_parser() -> argparse.ArgumentParser:
     consume.add_argument(
         "--group",
         metavar="GROUP",
-        help="consume as a member of GROUP: the group assigns partitions, offsets are committed",
+        help="consume as a member of GROUP: the group assigns partitions, offsets are committed "
+        "(with --ws the socket is the member)",
     )
     consume.add_argument(
         "--ws", action="store_true", help="consume over the WebSocket push API (/ws/subscribe)"

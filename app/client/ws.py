@@ -16,7 +16,14 @@ reconnect (automatic, or after :meth:`Subscription.seek`) resubscribes with
 for the old position could not be told apart from new ones by offset alone
 (a seek backwards), and a reconnect costs a round trip. ``pause``/``resume``
 are sent to the broker and also hold back what is already buffered.
-``commit`` is not offered: the broker's WebSocket has no consumer groups yet.
+
+With ``group=`` the socket is a group member for as long as it is open (the
+broker heartbeats for it): ``assignment`` frames move partitions in and out
+(buffered records of a revoked partition are dropped, ``on_revoked`` /
+``on_assigned`` are called), partitions start at the group's commits, and
+:meth:`Subscription.commit` commits the positions of the records handed out
+(not the broker's position, which counts records still buffered here) and
+waits for ``commit_ack``. A reconnect rejoins and resumes from the commits.
 
 >>> async with subscribe("http://127.0.0.1:8080", topics=["orders"], start="earliest") as sub:  # doctest: +SKIP
 ...     async for record in sub:
@@ -28,9 +35,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import itertools
 import logging
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any, NamedTuple
 
@@ -50,6 +58,7 @@ BINARY_MAGIC = b"LBW1"
 # The broker closes a socket that sent nothing for idle_timeout_ms (120 s by default).
 PING_INTERVAL_S = 30.0
 Start = str | int | Mapping[TopicPartition, int]
+RebalanceCallback = Callable[[set[TopicPartition]], None]
 
 
 class WsRecord(NamedTuple):
@@ -94,16 +103,26 @@ class Subscription:
         *,
         topics: Iterable[str] | None = None,
         partitions: Iterable[TopicPartition] | None = None,
-        start: Start = "latest",
+        start: Start | None = None,
         format: str = "json",
         key_format: str = "json",
         value_format: str = "json",
         credit: int = 1000,
         reconnects: int = 5,
         reconnect_backoff_ms: int = 200,
+        group: str | None = None,
+        group_instance_id: str | None = None,
+        default: str = "latest",
+        on_assigned: RebalanceCallback | None = None,
+        on_revoked: RebalanceCallback | None = None,
     ) -> None:
         if (topics is None) == (partitions is None):
             raise ValueError("subscribe to topics or to partitions, not both or neither")
+        if group is not None and (topics is None or not isinstance(start, str | None)):
+            raise ValueError(
+                "a group member subscribes to topics and starts at 'committed', "
+                "'earliest' or 'latest'"
+            )
         if credit < 2:
             raise ValueError("credit must be at least 2 (the window is topped up by halves)")
         if format not in ("json", "binary"):
@@ -111,7 +130,7 @@ class Subscription:
         self.url = ws_url(url)
         self.topics = None if topics is None else list(topics)
         self.partitions = None if partitions is None else list(partitions)
-        self.start = start
+        self.start: Start = start if start is not None else "committed" if group else "latest"
         self.format = format
         self.key_format = "binary" if format == "binary" else key_format
         self.value_format = "binary" if format == "binary" else value_format
@@ -126,6 +145,18 @@ class Subscription:
         self._pinger: asyncio.Task[None] | None = None
         self._taken = 0  # records handed out since the last grant
         self._closed = False
+        self.group = group
+        self.group_instance_id = group_instance_id
+        self.default = default
+        self.on_assigned = on_assigned
+        self.on_revoked = on_revoked
+        self.member_id = ""
+        # The group's partitions for this socket (None without a group).
+        self.assignment: set[TopicPartition] | None = None if group is None else set()
+        # One reader at a time: commit() reads frames itself while the iterator is idle.
+        self._reading = asyncio.Lock()
+        self._acks: dict[int, asyncio.Future[list[dict[str, Any]]]] = {}
+        self._ack_ids = itertools.count(1)
 
     # ---- connection ----
 
@@ -137,6 +168,16 @@ class Subscription:
             "value_format": self.value_format,
             "credit": {"records": self.credit},
         }
+        if self.group is not None:
+            # A member resumes from the group's commits, not from its own positions:
+            # after a reconnect it may own other partitions.
+            msg["group"] = self.group
+            if self.group_instance_id is not None:
+                msg["instance_id"] = self.group_instance_id
+            msg["topics"] = self.topics
+            msg["start"] = self.start
+            msg["default"] = self.default
+            return msg
         if self.topics is not None:
             msg["topics"] = self.topics
         else:
@@ -176,6 +217,9 @@ class Subscription:
         except BaseException:
             await ws.close()
             raise
+        if self.group is not None:
+            self.member_id = str(answer.get("member_id", ""))
+            self._set_assignment(set(), [])
         for p in answer["partitions"]:
             self.positions.setdefault(TopicPartition(p["topic"], int(p["partition"])), p["offset"])
         self._ws = ws
@@ -188,6 +232,10 @@ class Subscription:
         self._pinger = asyncio.get_running_loop().create_task(self._ping_loop())
 
     async def _disconnect(self) -> None:
+        for future in self._acks.values():
+            if not future.done():
+                future.set_exception(ClientError("the connection closed before the commit_ack"))
+        self._acks.clear()
         if self._pinger is not None:
             self._pinger.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -260,8 +308,22 @@ class Subscription:
                 )
                 for r in msg["records"]
             )
+        elif kind == "assignment":
+            self._set_assignment(
+                {TopicPartition(r["topic"], int(r["partition"])) for r in msg["revoked"]},
+                msg["assigned"],
+            )
+        elif kind == "commit_ack":
+            future = self._acks.pop(msg.get("id"), None)
+            if future is not None and not future.done():
+                future.set_result(msg.get("offsets") or [])
         elif kind == "error":
-            raise error_from_fields(400, msg)
+            error = error_from_fields(400, msg)
+            future = self._acks.pop(msg.get("id"), None) if "id" in msg else None
+            if future is None:
+                raise error
+            if not future.done():
+                future.set_exception(error)
         # pong: nothing to do; the ping only keeps the socket alive.
 
     def _take_binary(self, frame: bytes) -> None:
@@ -290,6 +352,75 @@ class Subscription:
                         )
                     )
 
+    def _set_assignment(self, revoked: set[TopicPartition], assigned: list[dict[str, Any]]) -> None:
+        """Apply an ``assignment`` frame: the broker already moved its cursors."""
+        if self.assignment is None:
+            return
+        if revoked:
+
+            def gone(r: WsRecord) -> bool:
+                return TopicPartition(r.topic, r.partition) in revoked
+
+            self._buffer = deque(r for r in self._buffer if not gone(r))
+            self._held = [r for r in self._held if not gone(r)]
+            for tp in revoked:
+                self.positions.pop(tp, None)
+            self.assignment -= revoked
+            if self.on_revoked is not None:
+                self.on_revoked(set(revoked))
+        added = set()
+        for p in assigned:
+            tp = TopicPartition(p["topic"], int(p["partition"]))
+            self.positions[tp] = int(p["offset"])
+            added.add(tp)
+        if added:
+            self.assignment |= added
+            if self.on_assigned is not None:
+                self.on_assigned(added)
+
+    async def commit(
+        self, offsets: Mapping[TopicPartition, int] | None = None
+    ) -> list[dict[str, Any]]:
+        """Commit to the group (default: the position after each record handed out) and wait
+        for the broker's ``commit_ack``; its ``offsets`` are returned.
+
+        The positions are sent explicitly: the broker's own position also counts
+        records still waiting here, which the application has not seen.
+        """
+        if self.group is None:
+            raise ClientError("commit needs a group: subscribe(..., group=...)")
+        if self._ws is None:
+            await self.connect()
+        wanted = (
+            dict(offsets)
+            if offsets is not None
+            else {tp: o for tp, o in self.positions.items() if tp in (self.assignment or ())}
+        )
+        if not wanted:
+            return []
+        ack_id = next(self._ack_ids)
+        future: asyncio.Future[list[dict[str, Any]]] = asyncio.get_running_loop().create_future()
+        self._acks[ack_id] = future
+        await self._send(
+            {
+                "type": "commit",
+                "id": ack_id,
+                "offsets": [
+                    {"topic": tp.topic, "partition": tp.partition, "offset": o}
+                    for tp, o in sorted(wanted.items())
+                ],
+            }
+        )
+        while not future.done():
+            async with self._reading:
+                if not future.done():
+                    await self._read_frame()
+        return future.result()
+
+    async def _read_frame(self) -> None:
+        assert self._ws is not None
+        self._take_frame(await self._ws.recv())
+
     def __aiter__(self) -> Subscription:
         return self
 
@@ -298,24 +429,26 @@ class Subscription:
             raise StopAsyncIteration
         failures = 0
         while True:
+            # Grants go out here, before anything is taken, so a cancelled step (a
+            # wait_for around it) never loses a record it had already taken.
+            await self._replenish()
             while self._buffer:
                 record = self._buffer.popleft()
                 tp = TopicPartition(record.topic, record.partition)
                 if tp in self.paused:
                     self._held.append(record)
                     continue
+                self._taken += 1  # a record handed out, or a repeat, spent credit
                 if record.offset < self.positions.get(tp, 0):
-                    # Handed out before a reconnect; it still spent credit.
-                    await self._replenish()
-                    continue
+                    continue  # handed out before a reconnect
                 self.positions[tp] = record.offset + 1
-                await self._replenish()
                 return record
             try:
                 if self._ws is None:
                     await self.connect()
-                assert self._ws is not None
-                self._take_frame(await self._ws.recv())
+                async with self._reading:
+                    if not self._buffer:
+                        await self._read_frame()
                 failures = 0
             except (websockets.ConnectionClosed, OSError) as exc:
                 if self._closed:
@@ -328,11 +461,12 @@ class Subscription:
                 await asyncio.sleep(self.reconnect_backoff_s * failures)
 
     async def _replenish(self) -> None:
-        self._taken += 1
-        if self._taken >= self.credit // 2:
-            grant, self._taken = self._taken, 0
-            with contextlib.suppress(websockets.ConnectionClosed):
-                await self._send({"type": "credit", "records": grant})
+        if self._ws is None or self._taken < self.credit // 2:
+            return
+        grant = self._taken
+        with contextlib.suppress(websockets.ConnectionClosed):
+            await self._send({"type": "credit", "records": grant})
+        self._taken -= grant
 
     async def __aenter__(self) -> Subscription:
         await self.connect()
@@ -349,17 +483,27 @@ def subscribe(
     *,
     topics: Iterable[str] | None = None,
     partitions: Iterable[TopicPartition] | None = None,
-    start: Start = "latest",
+    start: Start | None = None,
     format: str = "json",
     key_format: str = "json",
     value_format: str = "json",
     credit: int = 1000,
     reconnects: int = 5,
+    group: str | None = None,
+    group_instance_id: str | None = None,
+    default: str = "latest",
+    on_assigned: RebalanceCallback | None = None,
+    on_revoked: RebalanceCallback | None = None,
 ) -> Subscription:
     """A :class:`Subscription` (connects on ``async with`` or the first ``async for`` step).
 
-    ``start``: ``"earliest"``, ``"latest"``, an offset (with ``partitions``),
-    or ``{TopicPartition: offset}`` (others start at latest).
+    ``start``: ``"earliest"``, ``"latest"`` (the default without a group), an
+    offset (with ``partitions``), or ``{TopicPartition: offset}`` (others start
+    at latest). With ``group`` the socket is a member for as long as it is
+    open: the broker assigns partitions (``assignment`` frames, reported to
+    ``on_assigned`` / ``on_revoked``), ``start`` defaults to ``"committed"``
+    (``default`` where the group committed nothing), and ``commit()`` commits
+    what was handed out.
     """
     return Subscription(
         url,
@@ -371,4 +515,9 @@ def subscribe(
         value_format=value_format,
         credit=credit,
         reconnects=reconnects,
+        group=group,
+        group_instance_id=group_instance_id,
+        default=default,
+        on_assigned=on_assigned,
+        on_revoked=on_revoked,
     )

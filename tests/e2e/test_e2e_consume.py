@@ -64,3 +64,15 @@ def test_ws_consume(broker: Broker) -> None:
     r = logbus(broker, "consume", "pushed", "--ws", "--from", "2", "--max-records", "2")
     assert r.stdout.splitlines() == lines[2:4]
     assert logbus(broker, "consume", "pushed", "--ws", "--from", "latest").stdout == ""
+
+
+def test_ws_group_consume_resumes_at_the_commits(broker: Broker) -> None:
+    assert logbus(broker, "topics", "create", "tasks", "--partitions", "2").returncode == 0
+    lines = [f"task-{i}" for i in range(8)]
+    assert logbus(broker, "produce", "tasks", stdin="\n".join(lines) + "\n").returncode == 0
+    first = logbus(broker, "consume", "tasks", "--ws", "--group", "crew", "--max-records", "3")
+    assert first.returncode == 0, first.stderr
+    assert len(first.stdout.splitlines()) == 3
+    rest = logbus(broker, "consume", "tasks", "--ws", "--group", "crew")
+    assert rest.returncode == 0, rest.stderr
+    assert sorted(first.stdout.splitlines() + rest.stdout.splitlines()) == sorted(lines)
