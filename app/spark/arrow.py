@@ -19,28 +19,49 @@ from app.client import Consumer, RecordColumns, TopicPartition
 from app.core.errors import OffsetOutOfRange
 from app.spark.options import DataLoss, OffsetRange
 
-HEADER_TYPE = pa.list_(
-    pa.field("element", pa.struct([("key", pa.string()), ("value", pa.binary())]))
-)
+# Spark moves Arrow batches from the Python worker to the JVM one at a time with a
+# fixed cost each: 100k-row batches read ~1.3x faster than 10k-row ones (one
+# fetched RecordBatch of 100-byte records is ~9k rows), so fetched batches are
+# merged up to this many rows ...
+BATCH_ROWS = 100_000
+# ... or this many fetched batches, which bounds the memory held (each is at most
+# the topic's max.message.bytes, 1 MiB by default).
+BATCH_PIECES = 32
 
 
-def to_batch(cols: RecordColumns, schema: pa.Schema, include_headers: bool) -> pa.RecordBatch:
-    n = len(cols)
-    ts_ms = np.fromiter(cols.timestamps, dtype=np.int64, count=n)
+def to_batch(
+    pieces: list[RecordColumns], schema: pa.Schema, include_headers: bool
+) -> pa.RecordBatch:
+    """One Arrow batch of the rows of ``pieces`` (all of one topic-partition)."""
+    offsets: list[int] = []
+    timestamps: list[int] = []
+    keys: list[bytes | None] = []
+    values: list[bytes | None] = []
+    for cols in pieces:
+        offsets += cols.offsets
+        timestamps += cols.timestamps
+        keys += cols.keys
+        values += cols.values
+    n = len(offsets)
+    first = pieces[0]
     arrays: list[pa.Array] = [
-        pa.array(cols.keys, pa.binary()),
-        pa.array(cols.values, pa.binary()),
-        pa.array([cols.topic] * n, pa.string()),
-        pa.array(np.full(n, cols.partition, dtype=np.int32)),
-        pa.array(np.fromiter(cols.offsets, dtype=np.int64, count=n)),
+        pa.array(keys, pa.binary()),
+        pa.array(values, pa.binary()),
+        pa.array([first.topic] * n, pa.string()),
+        pa.array(np.full(n, first.partition, dtype=np.int32)),
+        pa.array(np.fromiter(offsets, dtype=np.int64, count=n)),
         # Spark timestamps are microseconds; Kafka's are milliseconds.
-        pa.array(ts_ms * 1000, pa.timestamp("us", tz="UTC")),
-        pa.array(np.full(n, cols.timestamp_type, dtype=np.int32)),
+        pa.array(
+            np.fromiter(timestamps, dtype=np.int64, count=n) * 1000, pa.timestamp("us", tz="UTC")
+        ),
+        pa.array(
+            np.concatenate([np.full(len(c), c.timestamp_type, dtype=np.int32) for c in pieces])
+        ),
     ]
     if include_headers:
         arrays.append(
             pa.array(
-                [[{"key": k, "value": v} for k, v in h] for h in cols.headers],
+                [[{"key": k, "value": v} for k, v in h] for c in pieces for h in c.headers],
                 schema.field("headers").type,
             )
         )
@@ -75,6 +96,8 @@ def read_range(
         consumer.assign([tp])
         consumer.seek(tp, r.start)
         position = r.start
+        pending: list[RecordColumns] = []
+        rows = 0
         while position < r.end:
             try:
                 pieces = consumer.poll_columns(timeout_ms=500)
@@ -87,7 +110,7 @@ def read_range(
                             f"it was read (log starts at {e.log_start_offset}); set "
                             "failOnDataLoss=false to skip lost records"
                         ) from e
-                    return
+                    break
                 consumer.seek(tp, e.log_start_offset)
                 position = e.log_start_offset
                 continue
@@ -107,12 +130,20 @@ def read_range(
                         cols.headers[:cut],
                     )
                 if len(cols):
-                    yield to_batch(cols, schema, include_headers)
+                    pending.append(cols)
+                    rows += len(cols)
             if pieces:
                 deadline = time.monotonic() + timeout_s
             position = consumer.position(tp)
+            if pending and (
+                rows >= BATCH_ROWS or len(pending) >= BATCH_PIECES or position >= r.end
+            ):
+                yield to_batch(pending, schema, include_headers)
+                pending, rows = [], 0
             if time.monotonic() > deadline:
                 raise TimeoutError(
                     f"{r.topic}-{r.partition}: no progress at offset {position} "
                     f"(reading up to {r.end}) for {timeout_s} s"
                 )
+        if pending:
+            yield to_batch(pending, schema, include_headers)
