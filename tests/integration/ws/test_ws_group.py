@@ -268,12 +268,11 @@ def test_idle_timeout_leaves_the_group(slow_groups: LiveBroker) -> None:
     broker.create_topic("t", 2)
 
     async def main() -> None:
-        m = await join(broker.ws_url("/ws/subscribe?idle_timeout_ms=300"), "idle", ["t"])
-        await m.until(lambda: len(m.partitions) == 2)
+        m = await join(broker.ws_url("/ws/subscribe?idle_timeout_ms=500"), "idle", ["t"])
         with pytest.raises(ConnectionClosed):
             while True:
                 await m.read(5)
-        assert m.ws.close_code == Close.IDLE_TIMEOUT
+        assert m.ws.close_code == Close.IDLE_TIMEOUT and len(m.partitions) == 2
         await wait_for(lambda: describe(broker, "idle")["members"] == [])
 
     asyncio.run(main())
@@ -331,3 +330,26 @@ def test_a_member_removed_behind_its_back_rejoins(tmp_path: Path) -> None:
             await m.ws.close()
 
         asyncio.run(main())
+
+
+def test_broker_shutdown_leaves_the_group(tmp_path: Path) -> None:
+    """Members of sockets cut by a shutdown are not restored as live members on restart
+    (which would hold their partitions until a session timeout)."""
+    with live_broker(tmp_path, group_consumer_session_timeout_ms=120_000) as broker:
+        broker.create_topic("t", 2)
+
+        async def member() -> Member:
+            m = await join(broker.ws_url("/ws/subscribe"), "restart", ["t"])
+            await m.until(lambda: len(m.partitions) == 2)
+            return m
+
+        loop = asyncio.new_event_loop()
+        m = loop.run_until_complete(member())
+        assert len(describe(broker, "restart")["members"]) == 1
+        broker.stop()
+        with pytest.raises(ConnectionClosed):
+            loop.run_until_complete(m.read(5))
+        loop.run_until_complete(m.ws.close())
+        loop.close()
+    with live_broker(tmp_path) as again:
+        assert describe(again, "restart")["members"] == []
