@@ -68,6 +68,16 @@ FIRST_MESSAGE: list[tuple[str, str | bytes, str | int]] = [
         "INVALID_REQUEST",
     ),
     (
+        "unknown assignor",
+        '{"type": "subscribe", "topics": ["t"], "group": "g", "server_assignor": "nope"}',
+        "UNSUPPORTED_ASSIGNOR",
+    ),
+    (
+        "group with a timestamp start",
+        '{"type": "subscribe", "topics": ["t"], "group": "g", "start": {"timestamp": 1}}',
+        "INVALID_REQUEST",
+    ),
+    (
         "instance_id without group",
         '{"type": "subscribe", "topics": ["t"], "instance_id": "i"}',
         "INVALID_REQUEST",

@@ -186,6 +186,17 @@ def test_reconnect_resumes_from_committed_offsets(slow_groups: LiveBroker) -> No
             assert [r["offset"] for r in got] == list(range(first, 15))
             assert [r["value"] for r in got] == [2 * o + p for o in range(first, 15)]
 
+        # A bad commit answers an error with the commit's id; nothing is committed.
+        bad = {
+            "type": "commit",
+            "id": 9,
+            "offsets": [{"topic": "ledger", "partition": 7, "offset": 1}],
+        }
+        await send(m.ws, bad)
+        error = await recv(m.ws)
+        assert error["error_code"] == "UNKNOWN_TOPIC_OR_PARTITION" and error["id"] == 9, error
+        check("subscribe", "send", error)
+
         # Without offsets: the socket's positions.
         await send(m.ws, {"type": "commit", "id": 2})
         await m.until(lambda: bool(m.acks))
