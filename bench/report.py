@@ -79,6 +79,7 @@ def rows(r: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         ]
     if s := r.get("sdk"):
         out += _sdk_rows(s, xadd, xread)
+    out += _later_rows(r)
     if xadd:
         out.append(
             ("Redis Streams XADD, pipelined 1,000 (baseline)", f"{_num(xadd)} records/s", "", "")
@@ -146,6 +147,64 @@ def _sdk_rows(
     return out
 
 
+def _later_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """Compaction, consumer groups and WebSocket figures."""
+    out: list[tuple[str, str, str, str]] = []
+    if c := r.get("compaction"):
+        out.append(
+            (
+                "compaction: one cleaner pass, 10% live keys",
+                f"{_num(c['clean_mb_s'], 1)} MB/s ({_num(c['clean_records_s'])} records/s)",
+                "",
+                f"log shrinks to {c['size_after_pct']}%",
+            )
+        )
+    if g := r.get("groups"):
+        commits, rebalance = g["commits"], g["rebalance"]
+        out += [
+            (
+                f"group offset commits, {_num(commits['groups'])} groups at once",
+                f"{_num(commits['commits_per_s'])} commits/s",
+                "",
+                f"p50 {commits['latency_p50_ms']} ms, p99 {commits['latency_p99_ms']} ms",
+            ),
+            (
+                f"new member joins a {rebalance['members']}-member group: all hold final assignment",
+                f"{_num(rebalance['median_ms'])} ms",
+                f"goal within {rebalance['goal_heartbeat_intervals']} heartbeat intervals "
+                f"({rebalance['heartbeat_interval_ms']} ms each)",
+                f"{rebalance['median_heartbeat_intervals']} intervals",
+            ),
+        ]
+    if w := r.get("ws"):
+        for rate in (1000, 10000):
+            lat = w.get(f"latency_{rate}_per_s")
+            if lat:
+                out.append(
+                    (
+                        f"WebSocket produce → push latency at {_num(rate)} records/s, "
+                        f"{lat['subscribers']} subscribers",
+                        f"p50 {lat['p50_ms']:.2f} ms, p99 {lat['p99_ms']:.2f} ms, "
+                        f"p99.9 {lat['p99_9_ms']:.2f} ms",
+                        "goal p99 ≤ 10 ms at 10,000/s" if rate == 10000 else "",
+                        "",
+                    )
+                )
+        for fmt in ("binary", "json"):
+            fan = w.get(f"fanout_{fmt}")
+            if fan:
+                out.append(
+                    (
+                        f"WebSocket fan-out to {fan['subscribers']} subscribers ({fmt} frames)",
+                        f"{_num(fan['records_per_s_total'])} records/s "
+                        f"({_num(fan['megabytes_per_s_total'], 1)} MB/s)",
+                        "",
+                        "",
+                    )
+                )
+    return out
+
+
 def table(r: dict[str, Any]) -> str:
     lines = ["| figure | Logbus | baseline / goal | ratio |", "| --- | --- | --- | --- |"]
     lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows(r)]
@@ -182,6 +241,15 @@ How each figure is taken:
   partitions; end-to-end latency is `logbus perf e2e`'s loop at 10,000
   records/s on one partition (receive time minus the send time stamped in each value),
   median of each percentile over the runs.
+- compaction: `python -m bench.compaction` — one cleaner pass over a log
+  where every key was written ten times (map build, recopy, crash-safe swap,
+  fsyncs included).
+- groups: `python -m bench.groups` — 1,000 groups committing at once over
+  HTTP, and the time from a new member's first heartbeat until all 11
+  members of a group hold their final assignment (1 s heartbeat interval).
+- WebSocket: `python -m bench.ws` — produce over `/ws/produce` at a fixed
+  rate, receive on 10 subscribers in separate processes; fan-out of one
+  partition to 100 subscribers.
 
 ![Logbus vs Redis Streams](chart.png)
 """
