@@ -7,10 +7,16 @@ import os
 import subprocess
 import sys
 import time
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
-from conftest import REPO, Broker
+
+if TYPE_CHECKING:
+    # Types only: which conftest module `conftest` names depends on collection order.
+    from conftest import Broker
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def perf(broker: Broker, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
