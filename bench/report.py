@@ -176,6 +176,16 @@ def _later_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str]]:
                 f"{rebalance['median_heartbeat_intervals']} intervals",
             ),
         ]
+    if s := r.get("spark"):
+        out.append(
+            (
+                f"Spark batch read, {_num(s['records'])} records, {s['partitions']} partitions, "
+                f"{s['master']}",
+                f"{_num(s['logbus_records_per_s'])} records/s",
+                f"same rows from Parquet: {_num(s['parquet_records_per_s'])} records/s",
+                f"Parquet {s['parquet_over_logbus']}x faster; goal within 3x",
+            )
+        )
     if w := r.get("ws"):
         for rate in (1000, 10000):
             lat = w.get(f"latency_{rate}_per_s")
@@ -250,6 +260,9 @@ How each figure is taken:
 - WebSocket: `python -m bench.ws` — produce over `/ws/produce` at a fixed
   rate, receive on 10 subscribers in separate processes; fan-out of one
   partition to 100 subscribers.
+- Spark: `python -m bench.spark` — `spark.read.format("logbus")` of a
+  4-partition topic on `local[2]` into a no-op sink, beside Spark reading the
+  same rows from Parquet (best of 2 runs each).
 
 ![Logbus vs Redis Streams](chart.png)
 """

@@ -26,7 +26,17 @@ def _section(name: str, fn: Callable[[], dict[str, Any]], results: dict[str, Any
 
 
 def collect(quick: bool) -> dict[str, Any]:
-    from bench import compaction, engine, fetch, groups, http_produce, redis_baseline, sdk, ws
+    from bench import (
+        compaction,
+        engine,
+        fetch,
+        groups,
+        http_produce,
+        redis_baseline,
+        sdk,
+        spark,
+        ws,
+    )
 
     runs = 1 if quick else 3
     results: dict[str, Any] = {"machine": common.machine()}
@@ -45,6 +55,7 @@ def collect(quick: bool) -> dict[str, Any]:
     with common.broker({"LOGBUS_GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS": "1000"}) as url:
         _section("groups", lambda: groups.run(url), results)
     _section("ws", lambda: ws.run(), results)
+    _section("spark", lambda: spark.run(records=1_000_000 if quick else 10_000_000), results)
     return results
 
 
