@@ -395,10 +395,6 @@ def test_send_blocks_on_full_buffer_then_gives_up(broker_url: str, make_topic: M
         assert all(f.exception() is None for f in futures)
 
 
-def _broker_has_idempotence(url: str) -> bool:
-    return httpx.post(f"{url}/producers", json={}, timeout=30).status_code == 200
-
-
 def _assert_refused_for_idempotence(p: Producer, topic: str) -> None:
     """The first record fails with UnsupportedByBroker, or send already refuses with the reason."""
     try:
@@ -410,15 +406,6 @@ def _assert_refused_for_idempotence(p: Producer, topic: str) -> None:
             future.result(timeout=10)
     with pytest.raises(ProducerClosed, match="POST /producers"):
         p.send(topic, b"y")
-
-
-def test_idempotence_hook_fails_clearly_without_broker_support(
-    broker_url: str, make_topic: MakeTopic
-) -> None:
-    if _broker_has_idempotence(broker_url):
-        pytest.skip("this broker offers POST /producers")
-    with Producer(broker_url, enable_idempotence=True) as p:
-        _assert_refused_for_idempotence(p, make_topic(1))
 
 
 def test_idempotence_follows_the_broker_by_default(broker_url: str, make_topic: MakeTopic) -> None:
@@ -435,15 +422,13 @@ def test_idempotence_follows_the_broker_by_default(broker_url: str, make_topic: 
         p.send(topic, b"no acks, no idempotence").result(timeout=10)
     first, second, third = raw_batches(broker_url, topic, 0)
     assert first.producer_id == -1 and first.base_sequence == -1
-    assert (second.producer_id >= 0) == _broker_has_idempotence(broker_url)
+    assert second.producer_id >= 0  # our broker offers POST /producers: on by default
     assert third.producer_id == -1
     with pytest.raises(ValueError):
         Producer(broker_url, acks=0, enable_idempotence=True)
 
 
 def test_refused_batches_give_their_sequence_back(broker_url: str, make_topic: MakeTopic) -> None:
-    if not _broker_has_idempotence(broker_url):
-        pytest.skip("this broker has no POST /producers yet")
     topic = make_topic(1, max_message_bytes=2000)
     with Producer(broker_url, enable_idempotence=True, linger_ms=0) as p:
         assert p.send(topic, b"a").result(timeout=10).offset == 0
@@ -457,8 +442,6 @@ def test_refused_batches_give_their_sequence_back(broker_url: str, make_topic: M
 def test_send_and_send_many_share_one_sequence_per_partition(
     broker_url: str, make_topic: MakeTopic
 ) -> None:
-    if not _broker_has_idempotence(broker_url):
-        pytest.skip("this broker has no POST /producers yet")
     topic = make_topic(2)
     with Producer(broker_url, enable_idempotence=True, batch_size=800, linger_ms=1) as p:
         for i in range(30):
@@ -479,8 +462,6 @@ def test_send_and_send_many_share_one_sequence_per_partition(
 def test_idempotent_retries_after_lost_answers_store_every_record_once(
     broker_url: str, make_topic: MakeTopic, in_flight: int
 ) -> None:
-    if not _broker_has_idempotence(broker_url):
-        pytest.skip("this broker has no POST /producers yet")
     topic = make_topic(3)
     transport = FaultyTransport(lambda n: "lost" if n % 3 == 0 else None)
     with Producer(
@@ -512,8 +493,6 @@ def test_idempotent_producer_stamps_consecutive_sequences(
     broker_url: str, make_topic: MakeTopic
 ) -> None:
     # The broker offers POST /producers: the producer gets an id and numbers its records.
-    if not _broker_has_idempotence(broker_url):
-        pytest.skip("this broker has no POST /producers yet")
     topic = make_topic(1)
     with Producer(broker_url, enable_idempotence=True, batch_size=512) as p:
         for i in range(300):
