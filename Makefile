@@ -9,7 +9,12 @@ HOST     ?= 127.0.0.1
 PORT     ?= 8080
 DATA_DIR ?= ./data
 
-.PHONY: install run test lint unit bench clean openapi java pipeline
+.PHONY: install run test lint unit bench clean openapi java curl redis-server pipeline
+
+# $(call apt,COMMAND,PACKAGE): install PACKAGE from Debian when COMMAND is missing (root only).
+apt = @command -v $(1) >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq $(2); \
+	  else echo "$(1) missing: run 'sudo apt-get install $(2)'"; exit 1; fi; }
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -29,28 +34,28 @@ lint: install
 	$(VENV)/bin/ruff format --check app tests bench pipelines
 	$(VENV)/bin/mypy
 
-test: install lint java
+# The README test runs its curl examples; Spark's tests need Java.
+test: install lint java curl
 	$(VENV)/bin/pytest -q tests
 
 # Debian's redis-server is the standing baseline; installed when missing (root only).
 redis-server:
-	@command -v redis-server >/dev/null || { \
-	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq redis-server; \
-	  else echo "redis-server missing: run 'sudo apt-get install redis-server'"; exit 1; fi; }
+	$(call apt,redis-server,redis-server)
+
+curl:
+	$(call apt,curl,curl)
 
 # Spark (the `spark` extra, tests/e2e/test_e2e_spark.py, `make pipeline`) runs on Java 17;
 # installed when missing (root only).
 java:
-	@command -v java >/dev/null || { \
-	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless; \
-	  else echo "java missing: run 'sudo apt-get install openjdk-17-jre-headless'"; exit 1; fi; }
+	$(call apt,java,openjdk-17-jre-headless)
 
 # Click events -> per-user sessions on local Spark against a broker it starts on a free port;
 # checks the sessions against a plain-Python computation (pipelines/clicks_sessions.py).
 pipeline: install java
 	$(PY) -m pipelines.clicks_sessions
 
-bench: install redis-server
+bench: install redis-server java
 	$(PY) -m bench.run
 
 openapi: install
