@@ -29,6 +29,13 @@ BATCH_ROWS = 100_000
 BATCH_PIECES = 32
 
 
+def _repeated(text: str, n: int) -> pa.Array:
+    """A string column holding ``text`` ``n`` times, built from its buffers (no list of ``n``)."""
+    data = text.encode()
+    ends = np.arange(n + 1, dtype=np.int32) * len(data)
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(ends), pa.py_buffer(data * n)])
+
+
 def to_batch(
     pieces: list[RecordColumns], schema: pa.Schema, include_headers: bool
 ) -> pa.RecordBatch:
@@ -45,17 +52,19 @@ def to_batch(
     n = len(offsets)
     first = pieces[0]
     arrays: list[pa.Array] = [
-        pa.array(keys, pa.binary()),
+        # Keys are usually all null: no Python list walk for them then.
+        pa.nulls(n, pa.binary()) if keys.count(None) == n else pa.array(keys, pa.binary()),
         pa.array(values, pa.binary()),
-        pa.array([first.topic] * n, pa.string()),
+        _repeated(first.topic, n),
         pa.array(np.full(n, first.partition, dtype=np.int32)),
-        pa.array(np.fromiter(offsets, dtype=np.int64, count=n)),
+        pa.array(np.array(offsets, dtype=np.int64)),
         # Spark timestamps are microseconds; Kafka's are milliseconds.
+        pa.array(np.array(timestamps, dtype=np.int64) * 1000, pa.timestamp("us", tz="UTC")),
         pa.array(
-            np.fromiter(timestamps, dtype=np.int64, count=n) * 1000, pa.timestamp("us", tz="UTC")
-        ),
-        pa.array(
-            np.concatenate([np.full(len(c), c.timestamp_type, dtype=np.int32) for c in pieces])
+            np.repeat(
+                np.array([c.timestamp_type for c in pieces], dtype=np.int32),
+                [len(c) for c in pieces],
+            )
         ),
     ]
     if include_headers:
