@@ -7,6 +7,8 @@ consumer's offset lookups are written once for both flavours.
 
 from __future__ import annotations
 
+import functools
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -90,9 +92,20 @@ def timeout_config(request_timeout_ms: int) -> httpx.Timeout:
     return httpx.Timeout(seconds, connect=min(seconds, 10.0))
 
 
+@functools.cache
+def _ssl_context() -> ssl.SSLContext:
+    """httpx's default TLS context, built once per process and shared by every client.
+
+    httpx builds it (loading the CA bundle, ~75 ms) in each client's constructor,
+    even for a plain ``http://`` broker: a Spark task opening one Consumer paid it.
+    """
+    return httpx.create_ssl_context()
+
+
 def sync_client(url: str, request_timeout_ms: int, max_connections: int = 100) -> httpx.Client:
     return httpx.Client(
         base_url=normalize_url(url),
+        verify=_ssl_context(),
         timeout=timeout_config(request_timeout_ms),
         headers={"user-agent": USER_AGENT},
         limits=httpx.Limits(
@@ -109,6 +122,7 @@ def async_client(
 ) -> httpx.AsyncClient:
     return httpx.AsyncClient(
         base_url=normalize_url(url),
+        verify=_ssl_context(),
         timeout=timeout_config(request_timeout_ms),
         headers={"user-agent": USER_AGENT},
         limits=httpx.Limits(
