@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
@@ -53,6 +54,32 @@ def idle_timeout_seconds(ws: WebSocket) -> float:
             f"to {MAX_IDLE_TIMEOUT_MS}, got {raw!r}"
         )
     return value / 1000
+
+
+async def serve(
+    ws: WebSocket, endpoint: str, run: Callable[[AppState, WsStats, float], Awaitable[None]]
+) -> None:
+    """What every WebSocket endpoint does around its own loop: accept, refuse before
+    the broker is ready (1013) or on a bad ``idle_timeout_ms`` (4400), and count
+    the connection while ``run(state, stats, idle_seconds)`` serves it."""
+    await ws.accept()
+    state = app_state(ws)
+    stats = ws_stats(ws)
+    if not state.ready or state.manager is None:
+        await close(ws, Close.TRY_AGAIN_LATER, "the broker is not serving yet")
+        return
+    try:
+        idle = idle_timeout_seconds(ws)
+    except LogbusError as exc:
+        with contextlib.suppress(ClientGone):
+            await send_error(ws, exc)
+        await close(ws, Close.BAD_REQUEST, "bad query parameter")
+        return
+    stats.connections[endpoint] += 1
+    try:
+        await run(state, stats, idle)
+    finally:
+        stats.connections[endpoint] -= 1
 
 
 async def send_text(ws: WebSocket, text: str) -> None:

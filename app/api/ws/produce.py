@@ -37,6 +37,7 @@ from app.core.errors import LogbusError
 
 if TYPE_CHECKING:
     from app.api.state import AppState
+    from app.api.ws.stats import WsStats
 
 logger = logging.getLogger(__name__)
 
@@ -99,21 +100,7 @@ async def _serve_requests(ws: WebSocket, state: AppState, idle: common.IdleTimer
 
 
 async def endpoint(ws: WebSocket) -> None:
-    await ws.accept()
-    state = common.app_state(ws)
-    stats = common.ws_stats(ws)
-    if not state.ready or state.manager is None:
-        await common.close(ws, Close.TRY_AGAIN_LATER, "the broker is not serving yet")
-        return
-    try:
-        idle = common.idle_timeout_seconds(ws)
-    except LogbusError as exc:
-        with contextlib.suppress(ClientGone):
-            await send_error(ws, exc)
-        await common.close(ws, Close.BAD_REQUEST, "bad query parameter")
-        return
-    stats.connections["produce"] += 1
-    try:
+    async def run(state: AppState, stats: WsStats, idle: float) -> None:
         await _serve(ws, state, idle)
-    finally:
-        stats.connections["produce"] -= 1
+
+    await common.serve(ws, "produce", run)

@@ -671,22 +671,9 @@ class Subscription:
 
 
 async def endpoint(ws: WebSocket) -> None:
-    await ws.accept()
-    state = common.app_state(ws)
-    stats = common.ws_stats(ws)
-    if not state.ready or state.manager is None:
-        await common.close(ws, Close.TRY_AGAIN_LATER, "the broker is not serving yet")
-        return
-    try:
-        idle = common.idle_timeout_seconds(ws)
-    except LogbusError as exc:
-        with contextlib.suppress(ClientGone):
-            await send_error(ws, exc)
-        await common.close(ws, Close.BAD_REQUEST, "bad query parameter")
-        return
-    stats.connections["subscribe"] += 1
-    try:
+    async def run(state: AppState, stats: WsStats, idle: float) -> None:
+        assert state.manager is not None  # common.serve checked it
         frames: FrameCache = ws.app.state.logbus_ws_frames
         await Subscription(ws, state, state.manager, stats, idle, frames).run()
-    finally:
-        stats.connections["subscribe"] -= 1
+
+    await common.serve(ws, "subscribe", run)
