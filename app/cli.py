@@ -111,6 +111,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             host=args.host,
             port=args.port,
             broker_id=args.broker_id,
+            advertised_url=args.advertised_url,
+            zookeeper=args.zookeeper,
         )
     except (ValidationError, LogbusError, OSError, ValueError) as exc:
         raise CliError(f"invalid settings: {exc}", code=2) from exc
@@ -729,6 +731,17 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="address to listen on (LOGBUS_HOST)")
     serve.add_argument("--port", type=int, help="port to listen on (LOGBUS_PORT)")
     serve.add_argument("--broker-id", type=int, help="this broker's id (LOGBUS_BROKER_ID)")
+    serve.add_argument(
+        "--advertised-url",
+        metavar="URL",
+        help="URL clients and other brokers use to reach this one (LOGBUS_ADVERTISED_URL)",
+    )
+    serve.add_argument(
+        "--zookeeper",
+        metavar="HOSTS[/CHROOT]",
+        help="join a cluster coordinated by this ZooKeeper ensemble (LOGBUS_ZOOKEEPER); "
+        "without it the broker runs alone",
+    )
     serve.add_argument("--config", metavar="FILE", help="settings file (LOGBUS_CONFIG)")
     serve.add_argument(
         "--no-zerocopy",

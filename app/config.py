@@ -76,6 +76,57 @@ class Settings(BaseSettings):
         description="Kafka's producer.id.expiration.ms: a partition forgets an idempotent "
         "producer this long after its last append.",
     )
+    zookeeper: str | None = Field(
+        default=None,
+        description="ZooKeeper connect string, HOST:PORT[,HOST:PORT...][/chroot]: join a "
+        "cluster. Unset: one broker that needs nothing outside itself.",
+    )
+    zookeeper_session_timeout_ms: int = Field(
+        default=6_000,
+        ge=1_000,
+        description="Kafka's zookeeper.session.timeout.ms: a broker silent this long is "
+        "declared dead and its partitions get new leaders.",
+    )
+    replica_lag_time_max_ms: int = Field(
+        default=10_000,
+        ge=100,
+        description="Kafka's replica.lag.time.max.ms: a follower not caught up for this long "
+        "leaves the in-sync replica set.",
+    )
+    replica_fetch_wait_max_ms: int = Field(
+        default=500,
+        ge=1,
+        le=60_000,
+        description="Kafka's replica.fetch.wait.max.ms: how long a follower's fetch waits for data.",
+    )
+    replica_fetch_max_bytes: int = Field(
+        default=4 * 1024 * 1024,
+        ge=1024,
+        description="Kafka's replica.fetch.max.bytes: bytes a follower asks for per fetch.",
+    )
+    default_replication_factor: int = Field(
+        default=1,
+        ge=1,
+        description="Kafka's default.replication.factor: for auto-created topics and "
+        "creates that do not say.",
+    )
+    offsets_topic_replication_factor: int = Field(
+        default=3,
+        ge=1,
+        description="Kafka's offsets.topic.replication.factor (capped by the live brokers "
+        "when __consumer_offsets is created).",
+    )
+    unclean_leader_election_enable: bool = Field(
+        default=False,
+        description="Kafka's unclean.leader.election.enable: elect a replica outside the ISR "
+        "when no ISR member is alive (may lose acknowledged records).",
+    )
+    leader_imbalance_check_interval_ms: int = Field(
+        default=30_000,
+        ge=100,
+        description="How often the controller moves leadership back to preferred replicas "
+        "(Kafka's leader.imbalance.check.interval.seconds, in ms).",
+    )
     log_defaults: dict[str, Any] = Field(
         default_factory=dict, description="Broker-wide topic config defaults, Kafka names."
     )
