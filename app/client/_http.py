@@ -17,8 +17,7 @@ from urllib.parse import quote
 import httpx
 import orjson
 
-from app.client.errors import BrokerUnavailable, error_from_body
-from app.core.errors import RequestTimedOut, UnknownTopicOrPartition
+from app.client.errors import BrokerUnavailable, NetworkTimeout, error_from_body
 
 T = TypeVar("T")
 
@@ -66,24 +65,32 @@ def _request_args(call: Call[Any]) -> dict[str, Any]:
 
 def transport_error(exc: httpx.HTTPError, url: str) -> Exception:
     """A connection-level failure as the SDK's retriable error."""
-    if isinstance(exc, httpx.TimeoutException):
-        return RequestTimedOut(f"no answer from {url} in time: {type(exc).__name__}")
-    return BrokerUnavailable(f"cannot reach the broker at {url}: {type(exc).__name__}: {exc}")
+    if isinstance(exc, httpx.TimeoutException) and not isinstance(exc, httpx.ConnectTimeout):
+        return NetworkTimeout(f"no answer from {url} in time: {type(exc).__name__}")
+    error = BrokerUnavailable(f"cannot reach the broker at {url}: {type(exc).__name__}: {exc}")
+    # Refused or timed out while connecting: the request surely never reached the broker.
+    error.connect_failed = isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
+    return error
 
 
-def run_sync(client: httpx.Client, call: Call[T]) -> T:
+def run_sync(client: httpx.Client, call: Call[T], base: str | None = None) -> T:
+    """Run ``call`` on ``client``: at its base URL, or at the broker ``base`` if given."""
+    where = str(client.base_url) if base is None else base
+    target = call.path if base is None else base + call.path
     try:
-        response = client.request(call.method, call.path, **_request_args(call))
+        response = client.request(call.method, target, **_request_args(call))
     except httpx.HTTPError as exc:
-        raise transport_error(exc, str(client.base_url)) from exc
+        raise transport_error(exc, where) from exc
     return _finish(call, response)
 
 
-async def run_async(client: httpx.AsyncClient, call: Call[T]) -> T:
+async def run_async(client: httpx.AsyncClient, call: Call[T], base: str | None = None) -> T:
+    where = str(client.base_url) if base is None else base
+    target = call.path if base is None else base + call.path
     try:
-        response = await client.request(call.method, call.path, **_request_args(call))
+        response = await client.request(call.method, target, **_request_args(call))
     except httpx.HTTPError as exc:
-        raise transport_error(exc, str(client.base_url)) from exc
+        raise transport_error(exc, where) from exc
     return _finish(call, response)
 
 
@@ -137,27 +144,6 @@ def async_client(
 
 def partition_count_call(topic: str) -> Call[int]:
     return Call("GET", topic_path(topic), lambda body: len(body["partitions"]))
-
-
-def metadata_partition_count_call(topic: str, allow_auto_create: bool = True) -> Call[int]:
-    """The partition count from ``GET /metadata``, creating the topic if the broker allows it.
-
-    Kafka's producer metadata request: with the broker's auto-create on, the
-    first send to a new topic creates it rather than failing. A broker
-    without the ``topics`` filter answers every topic; the lookup by name
-    works the same.
-    """
-
-    def parse(body: Any) -> int:
-        for t in body["topics"]:
-            if t["name"] == topic:
-                return len(t["partitions"])
-        raise UnknownTopicOrPartition(topic)
-
-    params: dict[str, str | int] = {"topics": topic}
-    if allow_auto_create:
-        params["allow_auto_topic_creation"] = "true"
-    return Call("GET", "/metadata", parse, params=params)
 
 
 def describe_topic_call(topic: str) -> Call[dict[str, Any]]:

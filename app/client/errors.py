@@ -56,16 +56,39 @@ class BrokerUnavailable(core.BrokerNotAvailable):
 
     error_code = "NETWORK_EXCEPTION"
     retriable = True
+    # True when the connection itself failed: the request surely never reached a broker.
+    connect_failed = False
+
+
+class NetworkTimeout(core.RequestTimedOut):
+    """No answer in time from a broker (a client-side timeout, not the broker's 504)."""
+
+
+def is_connection_error(exc: BaseException) -> bool:
+    """The broker could not be reached or did not answer: another broker may."""
+    return isinstance(exc, BrokerUnavailable | NetworkTimeout)
 
 
 class ServerError(LogbusError):
     """An error code this SDK has no class for; ``error_code`` and ``retriable`` come from the body."""
 
-    def __init__(self, error_code: str, message: str, retriable: bool, status: int) -> None:
+    def __init__(
+        self,
+        error_code: str,
+        message: str,
+        retriable: bool,
+        status: int,
+        details: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(message)
         self.error_code = error_code  # type: ignore[misc]
         self.retriable = retriable  # type: ignore[misc]
         self.status = status
+        # The body's other fields (NOT_COORDINATOR's coordinator_url, ...), also as attributes.
+        self.details = details or {}
+        for name, value in self.details.items():
+            if not hasattr(type(self), name) and name not in ("status", "details"):
+                setattr(self, name, value)
 
 
 class UnsupportedByBroker(ClientError):
@@ -116,15 +139,15 @@ def error_from_body(status: int, body: bytes) -> LogbusError:
 def error_from_fields(status: int, data: dict[str, Any]) -> LogbusError:
     code: str = data["error_code"]
     message = str(data.get("message", code))
+    details = {k: v for k, v in data.items() if k not in ("error_code", "message", "retriable")}
     cls = _BY_CODE.get(code)
     if cls is None:
-        return ServerError(code, message, bool(data.get("retriable", False)), status)
+        return ServerError(code, message, bool(data.get("retriable", False)), status, details)
     # The classes' constructors build their message from fields; the broker
     # already wrote the message, so keep it verbatim and set the fields as attributes.
     exc = cls.__new__(cls)
     Exception.__init__(exc, message)
     exc.message = message
-    details = {k: v for k, v in data.items() if k not in ("error_code", "message", "retriable")}
     for name, value in details.items():
         # Never shadow a method (an INVALID_REQUEST body has a "fields" list; fields() is a method).
         if not callable(getattr(cls, name, None)):

@@ -60,20 +60,21 @@ import httpx
 import orjson
 from aiokafka.record._crecords import DefaultRecordBatchBuilder as _CBatchBuilder
 
-from app.client import _http
+from app.client import _cluster, _http
+from app.client._cluster import Bootstrap, Cluster, error_code
 from app.client.errors import (
     BufferFull,
     DeliveryTimeout,
     ProducerClosed,
     UnsupportedByBroker,
     error_from_body,
+    is_connection_error,
     is_retriable,
 )
 from app.client.types import RecordMetadata, TopicPartition
 from app.core.errors import (
     InvalidRequest,
     LogbusError,
-    NotLeaderOrFollower,
     RecordTooLarge,
     UnknownTopicOrPartition,
 )
@@ -125,6 +126,7 @@ class ProducerConfig:
     max_request_size: int = 4 * 1024 * 1024
     enable_idempotence: bool | None = None
     max_connections: int = 64
+    metadata_max_age_ms: int = 300_000
 
     def __post_init__(self) -> None:
         acks = _ACKS.get(str(self.acks).strip().lower())
@@ -738,11 +740,14 @@ class _Sender:
         cfg: ProducerConfig,
         client: httpx.AsyncClient,
         partition_counts: dict[str, int],
+        cluster: Cluster,
     ) -> None:
         self.acc = acc
         self.cfg = cfg
         self.client = client
         self.partition_counts = partition_counts
+        self.cluster = cluster
+        self._refreshing: asyncio.Task[None] | None = None
         self.in_flight: dict[TopicPartition, int] = {}
         self.retrying: dict[TopicPartition, int] = {}
         self.tasks: set[asyncio.Task[None]] = set()
@@ -769,7 +774,7 @@ class _Sender:
         while True:
             attempt += 1
             try:
-                await _init_idempotence(self.client, self.acc, self.cfg)
+                await _init_idempotence(self.client, self.acc, self.cfg, self.cluster)
                 return
             except LogbusError as exc:
                 pause = self._backoff(attempt)
@@ -799,6 +804,8 @@ class _Sender:
                 self.tasks.add(task)
                 task.add_done_callback(self.tasks.discard)
             if self._stopping and not self.tasks and not self.acc.incomplete:
+                if self._refreshing is not None:
+                    self._refreshing.cancel()
                 return
             if self._timer is not None:
                 self._timer.cancel()
@@ -816,9 +823,42 @@ class _Sender:
         self._wake.set()
 
     async def refresh(self, topic: str) -> int:
-        n = await _http.run_async(self.client, _http.metadata_partition_count_call(topic))
-        self.partition_counts[topic] = n
-        return n
+        """The topic's partition count and leaders from ``GET /metadata`` (creating the topic
+        if the broker allows it, as Kafka's producer metadata request)."""
+        body = await _cluster.refresh_async(self.client, self.cluster, [topic], auto_create=True)
+        for t in body["topics"]:
+            if t["name"] == topic:
+                n = len(t["partitions"])
+                self.partition_counts[topic] = n
+                return n
+        raise UnknownTopicOrPartition(topic)
+
+    def _refresh_soon(self) -> None:
+        """Refresh every known topic's leaders in the background (once at a time)."""
+        if self._refreshing is not None and not self._refreshing.done():
+            return
+        self._refreshing = asyncio.get_running_loop().create_task(
+            self._refresh_quietly(list(self.partition_counts))
+        )
+
+    async def _refresh_quietly(self, topics: list[str]) -> None:
+        try:
+            await _cluster.refresh_async(self.client, self.cluster, topics)
+        except LogbusError as exc:
+            log.debug("metadata refresh failed: %s", exc)
+            return
+        for topic in topics:
+            n = self.cluster.partition_count(topic)
+            if n is not None and n > self.partition_counts.get(topic, 0):
+                self.partition_counts[topic] = n
+
+    async def _still_there(self, tp: TopicPartition) -> bool:
+        """After NOT_LEADER / UNKNOWN_TOPIC_OR_PARTITION: look again; retry only if the
+        partition still exists (it may have moved, or the topic been recreated)."""
+        try:
+            return tp.partition < await self.refresh(tp.topic)
+        except LogbusError as refresh_error:
+            return is_retriable(refresh_error)
 
     def _backoff(self, attempt: int) -> float:
         base = float(
@@ -867,44 +907,64 @@ class _Sender:
         # Went out while an earlier request of the partition was still out (idempotence only).
         sent_behind_others = self.in_flight.get(tp, 0) > 1
         attempt = 0
+        # An earlier attempt may have been appended (its answer lost, or a 504): then
+        # the sequence numbers must never be given back.
+        maybe_appended = False
+        # A leader named by a 307/421 answer, tried at once (once in a row: two brokers
+        # naming each other are waited out with the backoff).
+        redirect: str | None = None
         while True:
             attempt += 1
+            if self.cluster.needs_refresh():
+                self._refresh_soon()  # metadata_max_age_ms
+            url = redirect or self.cluster.leader_url(tp)
+            redirected, redirect = redirect is not None, None
             error: BaseException
             try:
                 response = await self.client.post(
-                    path, content=body, params=self._params, headers=headers
+                    url + path, content=body, params=self._params, headers=headers
                 )
             except httpx.HTTPError as exc:
-                error = _http.transport_error(exc, str(self.client.base_url))
+                error = _http.transport_error(exc, url)
+                maybe_appended = maybe_appended or not getattr(error, "connect_failed", False)
             else:
                 if response.status_code < 300:
                     self._complete(batches, response)
                     return
                 error = error_from_body(response.status_code, response.content)
             retriable = is_retriable(error)
-            if (
-                getattr(error, "error_code", None) == "OUT_OF_ORDER_SEQUENCE_NUMBER"
-                and sent_behind_others
-            ):
+            code = error_code(error)
+            if code in ("REQUEST_TIMED_OUT", "NOT_ENOUGH_REPLICAS_AFTER_APPEND"):
+                maybe_appended = True  # on the leader, not yet on enough replicas
+            if code == "OUT_OF_ORDER_SEQUENCE_NUMBER" and sent_behind_others:
                 # With several requests of a partition out at once (idempotence only),
                 # a later batch can reach the broker first; once the earlier one is in
                 # it fits.
                 retriable = True
-            elif isinstance(error, UnknownTopicOrPartition | NotLeaderOrFollower):
-                # The partition may have moved or the topic been recreated: look again,
-                # and retry only if the partition still exists.
-                try:
-                    retriable = tp.partition < await self.refresh(tp.topic)
-                except LogbusError as refresh_error:
-                    retriable = is_retriable(refresh_error)
+            elif code == "NOT_LEADER_OR_FOLLOWER":
+                # Stale metadata, never a redirect to follow blindly: the body's leader
+                # serves one retry at once, and the metadata is looked up again.
+                hint = self.cluster.leader_hint(tp, error)
+                if hint is not None and hint != url and not redirected:
+                    redirect = hint
+                    self._refresh_soon()
+                else:
+                    retriable = await self._still_there(tp)
+            elif code == "LEADER_NOT_AVAILABLE" or isinstance(error, UnknownTopicOrPartition):
+                retriable = await self._still_there(tp)
+            elif is_connection_error(error):
+                self.cluster.failed(url)
+                if self.cluster.is_multi():
+                    # The leader may be down: ask the other brokers who leads now.
+                    await self._refresh_quietly([tp.topic])
             for batch in batches:
                 batch.attempts = attempt
             if not retriable or attempt > self.cfg.retries:
-                if getattr(error, "status", 500) < 500:
+                if getattr(error, "status", 500) < 500 and not maybe_appended:
                     self.acc.rewind(batches)
                 self._fail(batches, error)
                 return
-            pause = self._backoff(attempt)
+            pause = 0.0 if redirect is not None else self._backoff(attempt)
             if time.monotonic() + pause > deadline:
                 timeout = DeliveryTimeout(
                     f"{sum(b.count for b in batches)} records to {tp.topic}-{tp.partition} "
@@ -918,7 +978,8 @@ class _Sender:
             if not held:
                 held.append(True)
                 self.retrying[tp] = self.retrying.get(tp, 0) + 1
-            await asyncio.sleep(pause)
+            if pause:
+                await asyncio.sleep(pause)
 
     def _complete(self, batches: list[_Batch], response: httpx.Response) -> None:
         if response.status_code == 204 or not response.content:  # acks=0
@@ -983,13 +1044,14 @@ class Producer:
 
     def __init__(
         self,
-        url: str,
+        url: Bootstrap,
         *,
         transport: httpx.AsyncBaseTransport | None = None,
         **config: Any,
     ) -> None:
         self.config = ProducerConfig(**config)
-        self._url = _http.normalize_url(url)
+        self._cluster = Cluster(url, self.config.metadata_max_age_ms)
+        self._url = self._cluster.bootstrap[0]
         self._loop = asyncio.new_event_loop()
         self._partition_counts: dict[str, int] = {}
         self._wake_pending = False
@@ -1027,7 +1089,9 @@ class Producer:
             self._url, cfg.request_timeout_ms, cfg.max_connections, transport
         ) as client:
             try:
-                self._sender = _Sender(self._acc, cfg, client, self._partition_counts)
+                self._sender = _Sender(
+                    self._acc, cfg, client, self._partition_counts, self._cluster
+                )
             except BaseException as exc:
                 self._start_error = exc
                 started.set()
@@ -1196,13 +1260,15 @@ class Producer:
 
 
 async def _init_idempotence(
-    client: httpx.AsyncClient, acc: _Accumulator, cfg: ProducerConfig
+    client: httpx.AsyncClient, acc: _Accumulator, cfg: ProducerConfig, cluster: Cluster
 ) -> None:
     """InitProducerId, which turns on sequence numbers in every batch (see the module docs)."""
     if cfg.enable_idempotence is False or cfg.acks == "0":
         return
     try:
-        producer_id, epoch = await _http.run_async(client, _http.init_producer_call())
+        producer_id, epoch = await _cluster.run_any_async(
+            client, cluster, _http.init_producer_call()
+        )
     except LogbusError as exc:
         if getattr(exc, "status", None) not in (404, 405):
             raise
@@ -1229,13 +1295,14 @@ class AsyncProducer:
 
     def __init__(
         self,
-        url: str,
+        url: Bootstrap,
         *,
         transport: httpx.AsyncBaseTransport | None = None,
         **config: Any,
     ) -> None:
         self.config = ProducerConfig(**config)
-        self._url = _http.normalize_url(url)
+        self._cluster = Cluster(url, self.config.metadata_max_age_ms)
+        self._url = self._cluster.bootstrap[0]
         self._transport = transport
         self._partition_counts: dict[str, int] = {}
         self._yield = False
@@ -1267,7 +1334,7 @@ class AsyncProducer:
         self._client = _http.async_client(
             self._url, cfg.request_timeout_ms, cfg.max_connections, self._transport
         )
-        self._sender = _Sender(self._acc, cfg, self._client, self._partition_counts)
+        self._sender = _Sender(self._acc, cfg, self._client, self._partition_counts, self._cluster)
         self._task = asyncio.get_running_loop().create_task(self._sender.run())
 
     async def partitions_for(self, topic: str) -> int:
