@@ -1,32 +1,41 @@
-"""Fetching one offset range with the SDK and turning it into Arrow record batches.
+"""Fetching one offset range and turning it into Arrow record batches.
 
-Runs inside Spark's Python workers. The consumer's columnar poll gives one
-list per field for a whole fetched batch, and each list becomes an Arrow
-array in one call, so no Python object is built per row on our side and
-Spark gets Arrow batches it hands to the JVM without a per-row conversion.
+Runs inside Spark's Python workers. A task fetches the raw RecordBatch v2
+bytes of its offset range over the broker's HTTP fetch endpoint (one keep-alive
+connection, the next fetch sent before the answer in hand is decoded, so the
+broker prepares it meanwhile) and :mod:`app.spark.decode` writes the records
+of several answers straight into the buffers of one Arrow batch: no Python
+object per record, and Spark gets Arrow batches it hands to the JVM without a
+per-row conversion.
 """
 
 from __future__ import annotations
 
-import bisect
 import time
 from collections.abc import Iterator
+from urllib.parse import quote
 
 import numpy as np
 import pyarrow as pa
 
-from app.client import Consumer, RecordColumns, TopicPartition
-from app.core.errors import OffsetOutOfRange
+from app.client import _http, _wire
+from app.client.errors import error_from_body, is_retriable
+from app.core.errors import CorruptRecord, OffsetOutOfRange
+from app.core.log.batch import compute_crc, iter_headers
+from app.spark.decode import Segment, decode, segment
 from app.spark.options import DataLoss, OffsetRange
 
 # Spark moves Arrow batches from the Python worker to the JVM one at a time with a
-# fixed cost each: 100k-row batches read ~1.3x faster than 10k-row ones (one
-# fetched RecordBatch of 100-byte records is ~9k rows), so fetched batches are
-# merged up to this many rows ...
+# fixed cost each: 100k-row batches read ~1.3x faster than 10k-row ones, so fetch
+# answers are merged until they hold this many rows ...
 BATCH_ROWS = 100_000
-# ... or this many fetched batches, which bounds the memory held (each is at most
-# the topic's max.message.bytes, 1 MiB by default).
-BATCH_PIECES = 32
+# ... or this many record bytes, which bounds the memory a task holds.
+BATCH_BYTES = 32 * 1024 * 1024
+# Per fetch answer (the broker still sends a larger first batch whole), as the SDK's Consumer.
+FETCH_MAX_BYTES = 8 * 1024 * 1024
+FETCH_MAX_WAIT_MS = 200
+REQUEST_TIMEOUT_S = 30.0
+RETRY_BACKOFF_S = 0.1
 
 
 def _repeated(text: str, n: int) -> pa.Array:
@@ -37,48 +46,116 @@ def _repeated(text: str, n: int) -> pa.Array:
 
 
 def to_batch(
-    pieces: list[RecordColumns], schema: pa.Schema, include_headers: bool
+    segments: list[Segment], r: OffsetRange, schema: pa.Schema, include_headers: bool
 ) -> pa.RecordBatch:
-    """One Arrow batch of the rows of ``pieces`` (all of one topic-partition)."""
-    offsets: list[int] = []
-    timestamps: list[int] = []
-    keys: list[bytes | None] = []
-    values: list[bytes | None] = []
-    for cols in pieces:
-        offsets += cols.offsets
-        timestamps += cols.timestamps
-        keys += cols.keys
-        values += cols.values
-    n = len(offsets)
-    first = pieces[0]
+    """One Arrow batch of the records of ``segments`` (all of ``r``'s partition) inside ``r``."""
+    cols = decode(
+        segments, r.start, r.end, schema.field("headers").type if include_headers else None
+    )
+    n = len(cols)
     arrays: list[pa.Array] = [
-        # Keys are usually all null: no Python list walk for them then.
-        pa.nulls(n, pa.binary()) if keys.count(None) == n else pa.array(keys, pa.binary()),
-        pa.array(values, pa.binary()),
-        _repeated(first.topic, n),
-        pa.array(np.full(n, first.partition, dtype=np.int32)),
-        pa.array(np.array(offsets, dtype=np.int64)),
-        # Spark timestamps are microseconds; Kafka's are milliseconds.
-        pa.array(np.array(timestamps, dtype=np.int64) * 1000, pa.timestamp("us", tz="UTC")),
-        pa.array(
-            np.repeat(
-                np.array([c.timestamp_type for c in pieces], dtype=np.int32),
-                [len(c) for c in pieces],
-            )
-        ),
+        cols.key,
+        cols.value,
+        _repeated(r.topic, n),
+        pa.array(np.full(n, r.partition, dtype=np.int32)),
+        cols.offset,
+        cols.timestamp,
+        cols.timestamp_type,
     ]
     if include_headers:
-        arrays.append(
-            pa.array(
-                [[{"key": k, "value": v} for k, v in h] for c in pieces for h in c.headers],
-                schema.field("headers").type,
-            )
-        )
+        arrays.append(cols.headers)
     # Spark checks the batch schema for equality with the declared one, nullability included.
     return pa.RecordBatch.from_arrays(
         [a.cast(f.type) if a.type != f.type else a for a, f in zip(arrays, schema, strict=True)],
         schema=schema,
     )
+
+
+def fetch_range(
+    url: str, r: OffsetRange, *, fail_on_data_loss: bool, timeout_s: float
+) -> Iterator[tuple[Segment | None, int]]:
+    """Fetch answers covering ``r`` as ``(records, position)``; ``position`` is the next offset to fetch.
+
+    ``records`` holds the answer's whole, non-control batches that reach into
+    ``r`` (None when there are none); they may start before ``r.start`` and end
+    after ``r.end``: :func:`~app.spark.decode.decode` keeps the offsets inside.
+    """
+    endpoint = _wire.Endpoint.parse(_http.normalize_url(url))
+    conn = _wire.FetchConnection(endpoint, REQUEST_TIMEOUT_S)
+    target = (
+        f"/topics/{quote(r.topic, safe='')}/partitions/{r.partition}/records"
+        f"?max_bytes={FETCH_MAX_BYTES}&min_bytes=1&max_wait_ms={FETCH_MAX_WAIT_MS}&offset="
+    )
+    position = r.start
+    sent: int | None = None  # the offset asked by the fetch in flight
+    deadline = time.monotonic() + timeout_s
+
+    def send(offset: int) -> int | None:
+        try:
+            conn.send(target + str(offset))
+        except OSError:
+            return None
+        return offset
+
+    try:
+        while position < r.end:
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"{r.topic}-{r.partition}: no progress at offset {position} "
+                    f"(reading up to {r.end}) for {timeout_s} s"
+                )
+            if sent is None and (sent := send(position)) is None:
+                time.sleep(RETRY_BACKOFF_S)
+                continue
+            try:
+                response = conn.read_response()
+            except (OSError, ValueError):
+                sent = None
+                time.sleep(RETRY_BACKOFF_S)
+                continue
+            sent = None
+            if response.status != 200:
+                error = error_from_body(response.status, bytes(response.body))
+                if isinstance(error, OffsetOutOfRange):
+                    # Retention passed the position between planning and this task.
+                    if fail_on_data_loss:
+                        raise DataLoss(
+                            f"{r.topic}-{r.partition}: offset {position} was deleted before "
+                            f"it was read (log starts at {error.log_start_offset}); set "
+                            "failOnDataLoss=false to skip lost records"
+                        ) from error
+                    if error.log_start_offset >= r.end:
+                        return
+                    position = max(position, error.log_start_offset)
+                    continue
+                if not is_retriable(error):
+                    raise error
+                time.sleep(RETRY_BACKOFF_S)
+                continue
+            body = response.body
+            batches = list(iter_headers(body))
+            if not batches:
+                continue  # the long poll ended with nothing new: ask again
+            next_offset = batches[-1][1].next_offset
+            if next_offset < r.end:
+                # Pipelining: the broker reads the next answer while this one is decoded.
+                sent = send(next_offset)
+            for pos, header in batches:
+                if compute_crc(body, pos, header.size) != header.crc:
+                    raise CorruptRecord(
+                        f"CRC-32C mismatch in the batch at offset {header.base_offset} "
+                        f"of {r.topic}-{r.partition}"
+                    )
+            wanted = [
+                (pos, h)
+                for pos, h in batches
+                if not h.is_control and h.last_offset >= position and h.base_offset < r.end
+            ]
+            position = max(position, next_offset)
+            deadline = time.monotonic() + timeout_s
+            yield (segment(body, wanted) if wanted else None), position
+    finally:
+        conn.close()
 
 
 def read_range(
@@ -89,70 +166,25 @@ def read_range(
     include_headers: bool,
     fail_on_data_loss: bool,
     timeout_s: float,
-    max_poll_records: int = 100_000,
 ) -> Iterator[pa.RecordBatch]:
     """Every record of ``r`` (offsets ``[start, end)``) as Arrow batches, in offset order."""
     if r.size <= 0:
         return
-    tp = TopicPartition(r.topic, r.partition)
-    deadline = time.monotonic() + timeout_s
-    with Consumer(
-        url,
-        auto_offset_reset="none",
-        max_poll_records=max_poll_records,
-        fetch_max_wait_ms=200,
-    ) as consumer:
-        consumer.assign([tp])
-        consumer.seek(tp, r.start)
-        position = r.start
-        pending: list[RecordColumns] = []
-        rows = 0
-        while position < r.end:
-            try:
-                pieces = consumer.poll_columns(timeout_ms=500)
-            except OffsetOutOfRange as e:
-                # Retention passed the position between planning and this task.
-                if fail_on_data_loss or e.log_start_offset >= r.end:
-                    if fail_on_data_loss:
-                        raise DataLoss(
-                            f"{r.topic}-{r.partition}: offset {position} was deleted before "
-                            f"it was read (log starts at {e.log_start_offset}); set "
-                            "failOnDataLoss=false to skip lost records"
-                        ) from e
-                    break
-                consumer.seek(tp, e.log_start_offset)
-                position = e.log_start_offset
-                continue
-            for cols in pieces:
-                if not len(cols):
-                    continue
-                cut = bisect.bisect_left(cols.offsets, r.end)
-                if cut < len(cols):
-                    cols = RecordColumns(
-                        cols.topic,
-                        cols.partition,
-                        cols.timestamp_type,
-                        cols.offsets[:cut],
-                        cols.timestamps[:cut],
-                        cols.keys[:cut],
-                        cols.values[:cut],
-                        cols.headers[:cut],
-                    )
-                if len(cols):
-                    pending.append(cols)
-                    rows += len(cols)
-            if pieces:
-                deadline = time.monotonic() + timeout_s
-            position = consumer.position(tp)
-            if pending and (
-                rows >= BATCH_ROWS or len(pending) >= BATCH_PIECES or position >= r.end
-            ):
-                yield to_batch(pending, schema, include_headers)
-                pending, rows = [], 0
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"{r.topic}-{r.partition}: no progress at offset {position} "
-                    f"(reading up to {r.end}) for {timeout_s} s"
-                )
-        if pending:
-            yield to_batch(pending, schema, include_headers)
+    pending: list[Segment] = []
+    rows = size = 0
+    for seg, position in fetch_range(
+        url, r, fail_on_data_loss=fail_on_data_loss, timeout_s=timeout_s
+    ):
+        if seg is not None:
+            pending.append(seg)
+            rows += seg.records
+            size += len(seg.data)
+        if pending and (rows >= BATCH_ROWS or size >= BATCH_BYTES or position >= r.end):
+            batch = to_batch(pending, r, schema, include_headers)
+            pending, rows, size = [], 0, 0
+            if batch.num_rows:
+                yield batch
+    if pending:
+        batch = to_batch(pending, r, schema, include_headers)
+        if batch.num_rows:
+            yield batch
