@@ -35,7 +35,11 @@ STATUS_BY_ERROR: tuple[tuple[type[core.LogbusError], int], ...] = (
     (core.InvalidProducerEpoch, 409),
     (core.RecordTooLarge, 413),  # PayloadTooLarge included
     (core.RequestTimedOut, 504),
-    (core.NotLeaderOrFollower, 421),
+    (core.NotLeaderOrFollower, 421),  # 307 when the leader is known (response_for)
+    (core.LeaderNotAvailable, 503),
+    (core.FencedLeaderEpoch, 409),
+    (core.UnknownLeaderEpoch, 409),
+    (core.NotCoordinator, 421),
     (core.NotEnoughReplicas, 503),
     (core.BrokerNotAvailable, 503),
     (core.KafkaStorageError, 503),
@@ -138,7 +142,26 @@ def validation_response(exc: RequestValidationError) -> Response:
 
 async def _logbus_handler(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, core.LogbusError)
+    if isinstance(exc, core.NotLeaderOrFollower) and exc.leader_url:
+        return redirect_to_leader(request, exc)
     return response_for(exc)
+
+
+def redirect_to_leader(request: Request, exc: core.NotLeaderOrFollower) -> Response:
+    """307 to the same path and query on the leader: ``curl -L`` (and any client following
+    redirects) re-sends the request there; the body still names the leader for SDKs."""
+    assert exc.leader_url
+    location = exc.leader_url.rstrip("/") + request.url.path
+    if request.url.query:
+        location += "?" + request.url.query
+    return error_response(
+        307,
+        exc.error_code,
+        exc.message,
+        exc.retriable,
+        exc.fields(),
+        headers={"Location": location},
+    )
 
 
 async def _validation_handler(request: Request, exc: Exception) -> Response:

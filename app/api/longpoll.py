@@ -84,6 +84,11 @@ class FetchWaiters:
         if waiters is not None:
             waiters.discard(event)
 
+    def notify(self, log: Log) -> None:
+        """Wake the waiters of ``log`` now (on the loop): its high watermark moved without
+        an append (replication), so records became visible."""
+        self._wake((log.topic, log.partition))
+
     def forget_topic(self, topic: str) -> None:
         """After a topic is deleted: wake its waiters (they find it gone) and drop its listeners."""
         for key in [k for k in self._listening if k[0] == topic]:

@@ -14,6 +14,7 @@ from app.core.partitioner import StickyPartitioner
 
 if TYPE_CHECKING:
     from app.core.log.manager import LogManager
+    from app.core.replication.manager import ReplicaManager
 
 
 @dataclass
@@ -22,6 +23,8 @@ class AppState:
     manager: LogManager | None
     owns_manager: bool
     ready: bool = False
+    # Cluster mode (settings.zookeeper): partition leadership, ISR, metadata; None alone.
+    cluster: ReplicaManager | None = None
     sticky: StickyPartitioner = field(default_factory=StickyPartitioner)
     waiters: FetchWaiters = field(default_factory=FetchWaiters)
     # Per-app metrics (partition offsets) live here, not in the process-wide

@@ -28,8 +28,13 @@ place without parsing messages.
     ├── OutOfOrderSequence             OUT_OF_ORDER_SEQUENCE_NUMBER (idempotent producer gap)
     ├── InvalidProducerEpoch           INVALID_PRODUCER_EPOCH       (fenced by a newer epoch)
     ├── RequestTimedOut                REQUEST_TIMED_OUT            (retriable)
-    ├── NotLeaderOrFollower            NOT_LEADER_OR_FOLLOWER       (retriable)
+    ├── NotLeaderOrFollower            NOT_LEADER_OR_FOLLOWER       (retriable; 307 to the leader)
+    ├── LeaderNotAvailable             LEADER_NOT_AVAILABLE         (retriable; election under way)
+    ├── FencedLeaderEpoch              FENCED_LEADER_EPOCH          (retriable; the caller is behind)
+    ├── UnknownLeaderEpoch             UNKNOWN_LEADER_EPOCH         (retriable; this broker is behind)
+    ├── NotCoordinator                 NOT_COORDINATOR              (retriable; 421 with the coordinator)
     ├── NotEnoughReplicas              NOT_ENOUGH_REPLICAS          (retriable)
+    │   └── NotEnoughReplicasAfterAppend  NOT_ENOUGH_REPLICAS_AFTER_APPEND (written, not replicated)
     ├── BrokerNotAvailable             BROKER_NOT_AVAILABLE         (retriable)
     ├── KafkaStorageError              KAFKA_STORAGE_ERROR          (retriable)
     └── GroupError                     consumer groups (app.groups)
@@ -288,13 +293,108 @@ class RequestTimedOut(LogbusError):
 
 
 class NotLeaderOrFollower(LogbusError):
+    """This broker does not lead the partition; ``leader_url`` says who does, when known."""
+
     error_code = "NOT_LEADER_OR_FOLLOWER"
     retriable = True
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        leader: int | None = None,
+        leader_url: str | None = None,
+        message: str | None = None,
+    ) -> None:
+        where = f"broker {leader} ({leader_url})" if leader_url else "no broker yet (election)"
+        super().__init__(
+            message or f"this broker does not lead {topic}-{partition}; its leader is {where}"
+        )
+        self.topic = topic
+        self.partition = partition
+        self.leader = leader
+        self.leader_url = leader_url
+
+    def fields(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "leader": self.leader,
+            "leader_url": self.leader_url,
+        }
+
+
+class LeaderNotAvailable(LogbusError):
+    error_code = "LEADER_NOT_AVAILABLE"
+    retriable = True
+
+
+class _LeaderEpochError(LogbusError):
+    retriable = True
+
+    def __init__(self, topic: str, partition: int, epoch: int, current: int) -> None:
+        super().__init__(
+            f"leader epoch {epoch} of {topic}-{partition} does not match this broker's "
+            f"epoch {current}"
+        )
+        self.topic = topic
+        self.partition = partition
+        self.epoch = epoch
+        self.current = current
+
+    def fields(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "leader_epoch": self.epoch,
+            "current_leader_epoch": self.current,
+        }
+
+
+class FencedLeaderEpoch(_LeaderEpochError):
+    """The request names an older leader epoch than the partition's current one."""
+
+    error_code = "FENCED_LEADER_EPOCH"
+
+
+class UnknownLeaderEpoch(_LeaderEpochError):
+    """The request names a newer leader epoch than this broker has heard of yet."""
+
+    error_code = "UNKNOWN_LEADER_EPOCH"
+
+
+class NotCoordinator(LogbusError):
+    """Another broker coordinates this group (it leads the group's offsets partition)."""
+
+    error_code = "NOT_COORDINATOR"
+    retriable = True
+
+    def __init__(
+        self, group: str, coordinator: int | None = None, coordinator_url: str | None = None
+    ) -> None:
+        where = f"broker {coordinator} ({coordinator_url})" if coordinator_url else "not known yet"
+        super().__init__(f"this broker does not coordinate group {group!r}; its coordinator is {where}")
+        self.group = group
+        self.coordinator = coordinator
+        self.coordinator_url = coordinator_url
+
+    def fields(self) -> dict[str, Any]:
+        return {
+            "group": self.group,
+            "coordinator": self.coordinator,
+            "coordinator_url": self.coordinator_url,
+        }
 
 
 class NotEnoughReplicas(LogbusError):
     error_code = "NOT_ENOUGH_REPLICAS"
     retriable = True
+
+
+class NotEnoughReplicasAfterAppend(NotEnoughReplicas):
+    """acks=all: the leader wrote the batch, then the ISR fell below min.insync.replicas."""
+
+    error_code = "NOT_ENOUGH_REPLICAS_AFTER_APPEND"
 
 
 class BrokerNotAvailable(LogbusError):

@@ -215,6 +215,8 @@ class Log:
         self._log_end_offset = loaded.segments[-1].next_offset
         self._high_watermark = self._log_end_offset
         self.hw_follows_leo = True
+        # The epoch stamped on appended batches; replication sets it on a leader change.
+        self.leader_epoch = 0
         self.recovery_point = loaded.recovery_point
         self._unflushed_messages = 0
         self._last_flush_ms = self._clock()
@@ -264,12 +266,19 @@ class Log:
 
     # -- appending ---------------------------------------------------------------
 
-    def append(self, data: bytes | bytearray | memoryview, *, leader_epoch: int = 0) -> AppendInfo:
+    def append(
+        self, data: bytes | bytearray | memoryview, *, leader_epoch: int | None = None
+    ) -> AppendInfo:
         """Validate, assign offsets, stamp and write one or more batches from a producer.
+
+        Batches are stamped with ``leader_epoch``, by default :attr:`leader_epoch`
+        (the epoch replication made this broker leader in; 0 for a lone broker).
 
         A ``bytearray`` is stamped in place (no copy); other buffers are copied once.
         Raises the errors of :func:`app.core.log.batch.validate_batches`.
         """
+        if leader_epoch is None:
+            leader_epoch = self.leader_epoch
         batches = validate_batches(data, self.config.max_message_bytes)
         if self.config.compact:
             self._require_keys(data, batches)
@@ -507,6 +516,13 @@ class Log:
             self.recovery_point = min(self.recovery_point, self._log_end_offset)
             self.leader_epoch_cache.truncate_from_end(self._log_end_offset)
             self._reload_producer_state(clean_shutdown=False)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop everything and continue empty at ``offset`` (a follower whose leader's log
+        starts past this log's end, after retention there)."""
+        with self._lock:
+            self._check_open()
+            self._truncate_fully_and_start_at(offset)
 
     def _truncate_fully_and_start_at(self, offset: int) -> None:
         self._truncations += 1

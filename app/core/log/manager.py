@@ -4,7 +4,8 @@ Data-dir layout (see also DESIGN.md, "On disk")::
 
     <data-dir>/
       meta.json                          {"version": 1, "broker_id": 0, "cluster_id": "..."}
-      topics/<topic>.json                {"name", "topic_id", "partitions", "configs"}
+      topics/<topic>.json                {"name", "topic_id", "partitions", "configs",
+                                          "hosted" (cluster mode: the partitions kept here)}
       <topic>-<partition>/               segments, indexes, leader-epoch-checkpoint,
                                          partition.metadata (topic id, Kafka's format)
       producer-id-block                  next unused block of producer ids (app.core.producer_ids)
@@ -44,7 +45,7 @@ import shutil
 import threading
 import uuid
 from base64 import urlsafe_b64encode
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -111,7 +112,8 @@ class _Topic:
     topic_id: str
     overrides: dict[str, object]
     config: LogConfig
-    logs: list[Log] = field(default_factory=list)
+    # Indexed by partition; None where another broker holds the partition (cluster mode).
+    logs: list[Log | None] = field(default_factory=list)
 
 
 class LogManager:
@@ -269,11 +271,15 @@ class LogManager:
             partitions = int(meta["partitions"])
             overrides = dict(meta.get("configs", {}))
             topic_id = str(meta.get("topic_id", ""))
+            hosted = set(meta.get("hosted", range(partitions)))
         except (ValueError, KeyError, TypeError) as e:
             raise KafkaStorageError(f"{meta_path} is damaged: {e}") from e
         config = self.default_config.with_overrides(overrides)
         topic = _Topic(name, topic_id, overrides, config)
         for p in range(partitions):
+            if p not in hosted:
+                topic.logs.append(None)
+                continue
             directory = self.data_dir / f"{name}-{p}"
             topic.logs.append(
                 Log(
@@ -296,7 +302,12 @@ class LogManager:
                 shutil.rmtree(path, ignore_errors=True)
 
     def _remove_orphan_dirs(self) -> None:
-        known = {f"{t.name}-{i}" for t in self._topics.values() for i in range(len(t.logs))}
+        known = {
+            f"{t.name}-{i}"
+            for t in self._topics.values()
+            for i, log in enumerate(t.logs)
+            if log is not None
+        }
         for path in self.data_dir.iterdir():
             if path.is_dir() and _PARTITION_DIR.fullmatch(path.name) and path.name not in known:
                 _log.warning("removing %s: its topic was deleted", path)
@@ -315,10 +326,18 @@ class LogManager:
             raise KafkaStorageError("the log manager is not running")
 
     def create_topic(
-        self, name: str, partitions: int, overrides: Mapping[str, object] = {}
+        self,
+        name: str,
+        partitions: int,
+        overrides: Mapping[str, object] = {},
+        *,
+        topic_id: str | None = None,
+        hosted: Collection[int] | None = None,
     ) -> None:
         """Create ``name`` with ``partitions`` empty logs.
 
+        In cluster mode the topic id comes from the cluster and only the ``hosted``
+        partitions (this broker's replicas) get a log here.
         Raises InvalidTopic, InvalidPartitions, InvalidConfig or TopicAlreadyExists.
         """
         validate_topic_name(name)
@@ -344,19 +363,26 @@ class LogManager:
                 raise InvalidTopic(
                     name, f"collides with existing topic {clash!r} ('.' and '_' clash)"
                 )
-            topic_id = urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-            meta = {
+            if topic_id is None:
+                topic_id = urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            meta: dict[str, object] = {
                 "name": name,
                 "topic_id": topic_id,
                 "partitions": partitions,
                 "configs": normalized,
             }
+            here = set(range(partitions)) if hosted is None else set(hosted)
+            if hosted is not None:
+                meta["hosted"] = sorted(here)
             write_atomically(
                 self.data_dir / TOPICS_DIR / f"{name}.json",
                 json.dumps(meta, indent=2).encode() + b"\n",
             )
             topic = _Topic(name, topic_id, normalized, config)
             for p in range(partitions):
+                if p not in here:
+                    topic.logs.append(None)
+                    continue
                 directory = self.data_dir / f"{name}-{p}"
                 if directory.exists():  # leftover of an interrupted deletion
                     shutil.rmtree(directory)
@@ -384,7 +410,8 @@ class LogManager:
             (self.data_dir / TOPICS_DIR / f"{name}.json").unlink()
             fsync_dir(self.data_dir / TOPICS_DIR)
             paths: list[Path] = []
-            for log in topic.logs:
+            hosted_logs = [log for log in topic.logs if log is not None]
+            for log in hosted_logs:
                 log.mark_offline()
                 dead = log.dir.with_name(f"{log.dir.name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
                 log.dir.rename(dead)
@@ -393,7 +420,7 @@ class LogManager:
             if self._cleaner is not None:
                 self._cleaner.forget(name)
             due = now_ms() + topic.config.file_delete_delay_ms
-            self._pending_dir_deletes.append((due, topic.logs, paths))
+            self._pending_dir_deletes.append((due, hosted_logs, paths))
             if topic.config.file_delete_delay_ms <= 0:
                 self._delete_expired_dirs(due)
 
@@ -437,10 +464,17 @@ class LogManager:
         t = self._topics.get(topic)
         if t is None or not 0 <= partition < len(t.logs):
             raise UnknownTopicOrPartition(topic, partition)
-        return t.logs[partition]
+        log = t.logs[partition]
+        if log is None:
+            raise UnknownTopicOrPartition(topic, partition)
+        return log
+
+    def hosted_partitions(self, topic: str) -> list[int]:
+        """The partitions of ``topic`` with a log on this broker (all of them unless clustered)."""
+        return [p for p, log in enumerate(self._topic(topic).logs) if log is not None]
 
     def _all_logs(self) -> list[Log]:
-        return [log for t in list(self._topics.values()) for log in t.logs]
+        return [log for t in list(self._topics.values()) for log in t.logs if log is not None]
 
     def logs(self) -> list[Log]:
         """Every live partition log."""

@@ -149,7 +149,7 @@ def test_parse_at() -> None:
         (core.UnknownTopicOrPartition("t"), 404),
         (core.TopicAlreadyExists("t"), 409),
         (core.RequestTimedOut("x"), 504),
-        (core.NotLeaderOrFollower("x"), 421),
+        (core.NotLeaderOrFollower("t", 0), 421),
         (core.NotEnoughReplicas("x"), 503),
         (core.BrokerNotAvailable("x"), 503),
         (core.KafkaStorageError("x"), 503),

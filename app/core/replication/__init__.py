@@ -1,0 +1,12 @@
+"""Cluster mode: partitions replicated across brokers, coordinated through ZooKeeper.
+
+- :mod:`.state`       the records kept in ZooKeeper (topic assignment, partition state)
+- :mod:`.zk`          the ZooKeeper store: paths, JSON, compare-and-set writes, watches
+- :mod:`.placement`   which brokers hold each partition's replicas
+- :mod:`.controller`  the one broker that elects leaders and fixes the ISR after failures
+- :mod:`.partition`   one partition's replica on this broker: leader or follower, ISR, HW
+- :mod:`.fetcher`     followers pulling from leaders through the binary fetch API
+- :mod:`.manager`     the broker's side of all of it, used by the HTTP layer
+
+See notes/CLUSTER.md for the ZooKeeper layout and the HTTP contract.
+"""

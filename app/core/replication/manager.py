@@ -1,0 +1,425 @@
+"""The broker's side of cluster mode: what the HTTP layer and the group coordinator use.
+
+:class:`ReplicaManager` joins the cluster (registers ``/brokers/ids/<id>``),
+runs this broker's :class:`~app.core.replication.controller.Controller`
+candidate, and mirrors the cluster's metadata from ZooKeeper watches: live
+brokers, topic assignments, and every partition's state. For the partitions
+this broker holds it keeps a :class:`~app.core.replication.partition.Partition`
+that becomes leader or follower as the state znode says, and a follower
+fetcher (:mod:`app.core.replication.fetcher`) for the followed ones.
+
+Topics are created and deleted in ZooKeeper, by whichever broker got the
+request; every broker reacts to the watch by creating (only the partitions it
+holds) or deleting its local logs.
+
+Threads: kazoo's watch callbacks hop onto the event loop; from there on every
+state change happens on the loop, so nothing here needs a lock. The blocking
+kazoo calls run in worker threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+import uuid
+from base64 import urlsafe_b64encode
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from app.core.errors import (
+    InvalidPartitions,
+    LeaderNotAvailable,
+    NotLeaderOrFollower,
+    TopicAlreadyExists,
+    UnknownTopicOrPartition,
+)
+from app.core.log.config import LogConfig
+from app.core.log.manager import MAX_PARTITIONS, validate_topic_name
+from app.core.replication.controller import Controller
+from app.core.replication.fetcher import ReplicaFetcher
+from app.core.replication.partition import Partition
+from app.core.replication.placement import assign_replicas
+from app.core.replication.state import NO_LEADER, BrokerInfo, PartitionState, TopicAssignment
+from app.core.replication.zk import ZkStore
+
+if TYPE_CHECKING:
+    from app.config import Settings
+    from app.core.log.log import Log
+    from app.core.log.manager import LogManager
+
+_log = logging.getLogger(__name__)
+
+# A leadership listener: (topic, partition, leads) on the event loop.
+LeadershipListener = Callable[[str, int, bool], None]
+
+
+class ReplicaManager:
+    def __init__(self, settings: Settings, logs: LogManager, notify: Callable[[Log], None]) -> None:
+        assert settings.zookeeper, "cluster mode needs a ZooKeeper connect string"
+        self.settings = settings
+        self.logs = logs
+        self.broker_id = settings.broker_id
+        self.url = settings.url
+        self._notify = notify
+        self.store = ZkStore(settings.zookeeper, settings.zookeeper_session_timeout_ms)
+        self.controller = Controller(
+            self.store,
+            self.broker_id,
+            unclean_leader_election=settings.unclean_leader_election_enable,
+            leader_imbalance_check_interval_ms=settings.leader_imbalance_check_interval_ms,
+        )
+        self.fetcher: ReplicaFetcher | None = None
+        self.cluster_id = ""
+        self.brokers: dict[int, BrokerInfo] = {}
+        self.controller_id: int | None = None
+        self.assignments: dict[str, TopicAssignment] = {}
+        self.states: dict[tuple[str, int], tuple[PartitionState, int]] = {}
+        self.partitions: dict[tuple[str, int], Partition] = {}
+        self._watched: set[str] = set()  # read on kazoo's thread: stop watches of gone topics
+        self._watched_lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._changed = asyncio.Event()
+        self._listeners: list[LeadershipListener] = []
+        self._topic_tasks: set[asyncio.Task[None]] = set()
+        self._isr_task: asyncio.Task[None] | None = None
+        self._lost_session = False
+        self._stopping = False
+        self.topics_synced = asyncio.Event()
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._changed = asyncio.Event()
+        self.topics_synced = asyncio.Event()
+        self.fetcher = ReplicaFetcher(self)
+        await asyncio.to_thread(self.store.start)
+        self.cluster_id = await asyncio.to_thread(self.store.cluster_id)
+        self.store.add_session_listener(self._on_session)
+        await self._register()
+        self.store.watch_brokers(lambda _: self._soon(self._refresh_brokers))
+        self.store.watch_controller(lambda cid: self._soon(self._set_controller, cid))
+        self.store.watch_topics(lambda names: self._soon(self._on_topics, names))
+        self.controller.start()
+        self._isr_task = asyncio.create_task(self._isr_loop(), name="logbus-isr-shrink")
+        # Serve only once this broker knows the topics (and has created their logs).
+        await asyncio.wait_for(self.topics_synced.wait(), 60)
+
+    async def stop(self) -> None:
+        self._stopping = True
+        if self._isr_task is not None:
+            self._isr_task.cancel()
+        for task in list(self._topic_tasks):
+            task.cancel()
+        for part in self.partitions.values():
+            part.stop()
+        if self.fetcher is not None:
+            await self.fetcher.close()
+        await asyncio.to_thread(self.controller.stop)
+        # Closing the session removes /brokers/ids/<id> at once: the controller moves
+        # leadership without waiting for the session timeout.
+        await asyncio.to_thread(self.store.stop)
+
+    async def _register(self) -> None:
+        wait_s = 2 * self.settings.zookeeper_session_timeout_ms / 1000 + 5
+        await asyncio.to_thread(
+            self.store.register_broker, BrokerInfo(self.broker_id, self.url), wait_s
+        )
+
+    def _soon(self, fn: Callable[..., Any], *args: Any) -> None:
+        """From kazoo's thread onto the loop."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed() and not self._stopping:
+            loop.call_soon_threadsafe(fn, *args)
+
+    def _on_session(self, state: str) -> None:
+        if state == "lost":
+            self._lost_session = True
+        elif state == "connected" and self._lost_session:
+            self._lost_session = False
+            # A new session: the ephemeral registration went with the old one.
+            self._soon(self._spawn, self._register())
+
+    def _spawn(self, coro: Any) -> None:
+        task: asyncio.Task[None] = asyncio.ensure_future(coro)
+        self._topic_tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._topic_tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            _log.error("cluster metadata task failed", exc_info=task.exception())
+
+    def _refresh_brokers(self) -> None:
+        self._spawn(self._load_brokers())
+
+    async def _load_brokers(self) -> None:
+        self.brokers = await asyncio.to_thread(self.store.live_brokers)
+        self._changed_now()
+
+    def _set_controller(self, controller: int | None) -> None:
+        self.controller_id = controller
+
+    def _changed_now(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def wait_changed(self, timeout_s: float) -> None:
+        event = self._changed
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), timeout_s)
+
+    # -- topics ------------------------------------------------------------------------
+
+    def _on_topics(self, names: list[str]) -> None:
+        self._spawn(self._sync_topics(names))
+
+    async def _sync_topics(self, names: list[str]) -> None:
+        wanted = set(names)
+        with self._watched_lock:
+            new = wanted - self._watched
+            gone = self._watched - wanted
+            self._watched |= new
+            self._watched -= gone
+        for name in gone:
+            await self._drop_topic(name)
+        for name in sorted(new):
+            await self._add_topic(name)
+        if not self.topics_synced.is_set():
+            # Topics deleted while this broker was down go now.
+            for name in self.logs.topics():
+                if name not in wanted:
+                    _log.info("deleting local topic %s: it is gone from the cluster", name)
+                    await asyncio.to_thread(self.logs.delete_topic, name)
+            self.topics_synced.set()
+        self._changed_now()
+
+    async def _add_topic(self, name: str) -> None:
+        assignment = await asyncio.to_thread(self.store.get_topic, name)
+        if assignment is None:
+            with self._watched_lock:
+                self._watched.discard(name)
+            return
+        hosted = [p for p, r in enumerate(assignment.replicas) if self.broker_id in r]
+        if name in self.logs.topics() and self.logs.topic_id(name) != assignment.topic_id:
+            # A topic of this name was deleted and created again while we were away.
+            await asyncio.to_thread(self.logs.delete_topic, name)
+        if name not in self.logs.topics():
+            await asyncio.to_thread(
+                self.logs.create_topic,
+                name,
+                assignment.partitions,
+                assignment.configs,
+                topic_id=assignment.topic_id,
+                hosted=hosted,
+            )
+        self.assignments[name] = assignment
+        for p in hosted:
+            log = self.logs.get_log(name, p)
+            part = Partition(
+                log,
+                assignment.replicas[p],
+                self.broker_id,
+                write_state=self._writer(name, p),
+                notify=self._notify,
+                lag_time_max_ms=self.settings.replica_lag_time_max_ms,
+            )
+            part.on_follow = self._follow
+            self.partitions[(name, p)] = part
+        for p in range(assignment.partitions):
+            self.store.watch_state(name, p, self._state_watch(name, p))
+
+    def _state_watch(self, name: str, p: int) -> Callable[[PartitionState | None, int], bool]:
+        def on_state(state: PartitionState | None, version: int) -> bool:
+            with self._watched_lock:
+                if name not in self._watched:
+                    return False
+            if state is not None:
+                self._soon(self._apply_state, name, p, state, version)
+            return True
+
+        return on_state
+
+    def _apply_state(self, name: str, p: int, state: PartitionState, version: int) -> None:
+        if name not in self.assignments:
+            return
+        known = self.states.get((name, p))
+        if known is not None and known[1] > version:
+            return
+        self.states[(name, p)] = (state, version)
+        part = self.partitions.get((name, p))
+        if part is not None:
+            was_leader = part.is_leader
+            part.apply(state, version)
+            if part.is_leader != was_leader:
+                for listener in self._listeners:
+                    listener(name, p, part.is_leader)
+        self._changed_now()
+
+    async def _drop_topic(self, name: str) -> None:
+        self.assignments.pop(name, None)
+        for key in [k for k in self.partitions if k[0] == name]:
+            part = self.partitions.pop(key)
+            was_leader = part.is_leader
+            part.stop()
+            if self.fetcher is not None:
+                self.fetcher.unfollow(key)
+            if was_leader:
+                for listener in self._listeners:
+                    listener(key[0], key[1], False)
+        for key in [k for k in self.states if k[0] == name]:
+            del self.states[key]
+        if name in self.logs.topics():
+            with contextlib.suppress(UnknownTopicOrPartition):
+                await asyncio.to_thread(self.logs.delete_topic, name)
+        self._changed_now()
+
+    def _writer(self, name: str, p: int) -> Callable[[PartitionState, int], Any]:
+        async def write(state: PartitionState, version: int) -> int | None:
+            try:
+                return await asyncio.to_thread(self.store.set_state, name, p, state, version)
+            except Exception as exc:  # ZooKeeper away: the next check tries again
+                _log.warning("ISR change of %s-%d not written: %s", name, p, exc)
+                return None
+
+        return write
+
+    def _follow(self, part: Partition) -> None:
+        if self.fetcher is not None:
+            self.fetcher.follow(part)
+
+    def truncated(self, log: Log) -> None:
+        """A follower cut its log: readers holding positions past the cut must hear of it."""
+        self._notify(log)
+
+    async def _isr_loop(self) -> None:
+        interval = max(0.05, self.settings.replica_lag_time_max_ms / 2000)
+        while True:
+            await asyncio.sleep(interval)
+            for part in list(self.partitions.values()):
+                part.maybe_shrink_isr()
+
+    async def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        replication_factor: int | None,
+        configs: Mapping[str, object] = {},
+        *,
+        wait_s: float = 30.0,
+    ) -> None:
+        """Write the topic's assignment to ZooKeeper and wait until every partition has a
+        leader. Raises InvalidTopic, InvalidPartitions, InvalidConfig,
+        InvalidReplicationFactor or TopicAlreadyExists."""
+        validate_topic_name(name)
+        if (
+            isinstance(partitions, bool)
+            or not isinstance(partitions, int)
+            or not 1 <= partitions <= MAX_PARTITIONS
+        ):
+            raise InvalidPartitions(
+                f"a topic needs 1 to {MAX_PARTITIONS} partitions, not {partitions!r}"
+            )
+        config = self.logs.default_config.with_overrides(configs)
+        names = LogConfig.kafka_names()
+        normalized = {k: getattr(config, names[k]) for k in configs}
+        rf = replication_factor or self.settings.default_replication_factor
+        replicas = assign_replicas(partitions, rf, sorted(self.brokers))
+        topic_id = urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if name in self.assignments:
+            raise TopicAlreadyExists(name)
+        await asyncio.to_thread(
+            self.store.create_topic, name, TopicAssignment(topic_id, tuple(replicas), normalized)
+        )
+        self.controller.kick()
+        await self.wait_for_leaders(name, wait_s)
+
+    async def wait_for_leaders(self, name: str, wait_s: float) -> None:
+        """Until this broker has seen a leader for every partition of ``name``."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            assignment = self.assignments.get(name)
+            if assignment is not None and all(
+                (s := self.states.get((name, p))) is not None and s[0].leader != NO_LEADER
+                for p in range(assignment.partitions)
+            ):
+                return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise LeaderNotAvailable(
+                    f"topic {name} was created but not every partition has a leader yet"
+                )
+            await self.wait_changed(min(remaining, 0.5))
+
+    async def delete_topic(self, name: str) -> None:
+        if not await asyncio.to_thread(self.store.delete_topic, name):
+            raise UnknownTopicOrPartition(name)
+        deadline = time.monotonic() + 10
+        while name in self.assignments and time.monotonic() < deadline:
+            await self.wait_changed(0.5)
+
+    # -- what requests need ------------------------------------------------------------
+
+    def add_leadership_listener(self, cb: LeadershipListener) -> None:
+        self._listeners.append(cb)
+
+    def broker_url(self, broker: int) -> str | None:
+        info = self.brokers.get(broker)
+        return None if info is None else info.url
+
+    def topics(self) -> list[str]:
+        return sorted(self.assignments)
+
+    def partition_count(self, topic: str) -> int:
+        assignment = self.assignments.get(topic)
+        if assignment is None:
+            raise UnknownTopicOrPartition(topic)
+        return assignment.partitions
+
+    def replicas_of(self, topic: str, partition: int) -> tuple[int, ...]:
+        assignment = self.assignments.get(topic)
+        if assignment is None or not 0 <= partition < assignment.partitions:
+            raise UnknownTopicOrPartition(topic, partition)
+        return assignment.replicas[partition]
+
+    def leader_of(self, topic: str, partition: int) -> tuple[int | None, str | None]:
+        """(leader id, its URL), ``(None, None)`` while there is no leader."""
+        self.replicas_of(topic, partition)
+        known = self.states.get((topic, partition))
+        if known is None or known[0].leader == NO_LEADER:
+            return None, None
+        leader = known[0].leader
+        return leader, self.broker_url(leader)
+
+    def is_leader(self, topic: str, partition: int) -> bool:
+        part = self.partitions.get((topic, partition))
+        return part is not None and part.is_leader
+
+    def leader_partition(self, topic: str, partition: int) -> Partition:
+        """This broker's replica, if it leads ``topic-partition``; else NotLeaderOrFollower
+        naming the leader (UnknownTopicOrPartition for a partition that does not exist)."""
+        part = self.partitions.get((topic, partition))
+        if part is not None and part.is_leader:
+            return part
+        leader, url = self.leader_of(topic, partition)
+        if leader == self.broker_id:
+            url = None  # the state says us, but we have not taken over yet: retry shortly
+        raise NotLeaderOrFollower(topic, partition, leader, url)
+
+    def partition_info(self, topic: str, partition: int) -> dict[str, Any]:
+        replicas = self.replicas_of(topic, partition)
+        known = self.states.get((topic, partition))
+        state = known[0] if known is not None else None
+        return {
+            "partition": partition,
+            "leader": state.leader if state is not None else NO_LEADER,
+            "leader_epoch": state.leader_epoch if state is not None else -1,
+            "replicas": list(replicas),
+            "isr": list(state.isr) if state is not None else [],
+        }
+
+    def offline_replicas(self, topic: str, partition: int) -> list[int]:
+        return [r for r in self.replicas_of(topic, partition) if r not in self.brokers]

@@ -1,0 +1,302 @@
+"""The ZooKeeper store: every path cluster mode uses, JSON values, CAS writes, watches.
+
+Layout (under the connect string's optional chroot; notes/CLUSTER.md)::
+
+    /cluster/id                                   the cluster id, created by the first broker
+    /brokers/ids/<id>                             EPHEMERAL BrokerInfo: the live brokers
+    /controller                                   EPHEMERAL {"broker_id", "epoch"}
+    /controller_epoch                             int, +1 (CAS) per new controller
+    /brokers/topics/<topic>                       TopicAssignment
+    /brokers/topics/<topic>/partitions/<p>/state  PartitionState, written only by CAS
+
+Methods are blocking kazoo calls: the asyncio side runs them in a worker
+thread. Watch callbacks run on kazoo's own thread and must hand work off
+quickly. Thread-safe (kazoo's client is).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.recipe.watchers import ChildrenWatch, DataWatch
+from kazoo.retry import KazooRetry
+
+from app.core.errors import KafkaStorageError, TopicAlreadyExists
+from app.core.replication.state import BrokerInfo, PartitionState, TopicAssignment
+
+_log = logging.getLogger(__name__)
+
+BROKERS = "/brokers/ids"
+TOPICS = "/brokers/topics"
+CONTROLLER = "/controller"
+CONTROLLER_EPOCH = "/controller_epoch"
+CLUSTER_ID = "/cluster/id"
+
+
+def topic_path(topic: str) -> str:
+    return f"{TOPICS}/{topic}"
+
+
+def state_path(topic: str, partition: int) -> str:
+    return f"{TOPICS}/{topic}/partitions/{partition}/state"
+
+
+def split_connect(connect: str) -> tuple[str, str]:
+    """``"h1:2181,h2:2181/logbus"`` -> ``("h1:2181,h2:2181", "/logbus")``."""
+    hosts, slash, chroot = connect.partition("/")
+    return hosts, ("/" + chroot.rstrip("/")) if slash and chroot.strip("/") else ""
+
+
+class ZkStore:
+    """One broker's ZooKeeper session and the cluster's znodes; see the module docstring."""
+
+    def __init__(self, connect: str, session_timeout_ms: int) -> None:
+        self.connect = connect
+        self.session_timeout_ms = session_timeout_ms
+        self.client = KazooClient(
+            hosts=connect,
+            timeout=session_timeout_ms / 1000,
+            # Keep reconnecting for as long as it takes: brokers go on serving meanwhile.
+            connection_retry=KazooRetry(max_tries=-1, max_delay=1.0),
+            command_retry=KazooRetry(max_tries=3, max_delay=0.5),
+        )
+        self._session_listeners: list[Callable[[str], None]] = []
+        self.client.add_listener(self._on_state)
+
+    def _on_state(self, state: str) -> None:
+        # Runs on kazoo's thread; listeners only hand off.
+        name = {
+            KazooState.LOST: "lost",
+            KazooState.SUSPENDED: "suspended",
+            KazooState.CONNECTED: "connected",
+        }.get(state, str(state))
+        for cb in self._session_listeners:
+            try:
+                cb(name)
+            except Exception:
+                _log.exception("session listener failed")
+
+    def add_session_listener(self, cb: Callable[[str], None]) -> None:
+        """``cb("lost" | "suspended" | "connected")`` on kazoo's thread."""
+        self._session_listeners.append(cb)
+
+    def start(self, timeout_s: float = 30.0) -> None:
+        hosts, chroot = split_connect(self.connect)
+        if chroot:
+            # kazoo does not create a missing chroot; a root-level client does.
+            root = KazooClient(hosts=hosts, timeout=self.session_timeout_ms / 1000)
+            root.start(timeout=timeout_s)
+            try:
+                root.ensure_path(chroot)
+            finally:
+                root.stop()
+                root.close()
+        self.client.start(timeout=timeout_s)
+        for path in (BROKERS, TOPICS, "/cluster"):
+            self.client.ensure_path(path)
+
+    def stop(self) -> None:
+        """Close the session: this broker's ephemeral nodes go at once."""
+        try:
+            self.client.stop()
+        finally:
+            self.client.close()
+
+    @property
+    def session_id(self) -> int:
+        sid = self.client.client_id
+        return int(sid[0]) if sid else 0
+
+    # -- cluster and brokers -------------------------------------------------------
+
+    def cluster_id(self) -> str:
+        candidate = uuid.uuid4().hex[:22]
+        with contextlib.suppress(NodeExistsError):
+            self.client.create(CLUSTER_ID, candidate.encode(), makepath=True)
+        data, _ = self.client.get(CLUSTER_ID)
+        return bytes(data).decode()
+
+    def register_broker(self, info: BrokerInfo, wait_s: float) -> None:
+        """Create ``/brokers/ids/<id>``, waiting out a dead session's node of the same id."""
+        path = f"{BROKERS}/{info.id}"
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                self.client.create(path, info.to_json(), ephemeral=True, makepath=True)
+                return
+            except NodeExistsError:
+                try:
+                    _, stat = self.client.get(path)
+                except NoNodeError:
+                    continue
+                if stat.ephemeralOwner == self.session_id:
+                    self.client.set(path, info.to_json())
+                    return
+                if time.monotonic() > deadline:
+                    raise KafkaStorageError(
+                        f"broker id {info.id} is registered by another live broker"
+                    ) from None
+                # Our previous life's session (kill -9, quick restart) expires soon.
+                time.sleep(0.2)
+
+    def live_brokers(self) -> dict[int, BrokerInfo]:
+        out: dict[int, BrokerInfo] = {}
+        for child in self.client.get_children(BROKERS):
+            try:
+                data, _ = self.client.get(f"{BROKERS}/{child}")
+            except NoNodeError:
+                continue
+            info = BrokerInfo.from_json(data)
+            out[info.id] = info
+        return out
+
+    def watch_brokers(self, cb: Callable[[list[str]], None]) -> None:
+        """``cb(child names)`` now and on every change, on kazoo's thread."""
+
+        def on_children(children: list[str]) -> None:
+            cb(list(children))
+
+        ChildrenWatch(self.client, BROKERS, on_children)
+
+    # -- controller ----------------------------------------------------------------
+
+    def try_become_controller(self, broker_id: int) -> int | None:
+        """The new controller epoch if this broker won the election, else None."""
+        try:
+            epoch = self._bump_controller_epoch()
+            self.client.create(
+                CONTROLLER,
+                orjson.dumps({"broker_id": broker_id, "epoch": epoch}),
+                ephemeral=True,
+            )
+        except NodeExistsError:
+            return None
+        return epoch
+
+    def _bump_controller_epoch(self) -> int:
+        while True:
+            try:
+                data, stat = self.client.get(CONTROLLER_EPOCH)
+            except NoNodeError:
+                try:
+                    self.client.create(CONTROLLER_EPOCH, b"1")
+                    return 1
+                except NodeExistsError:
+                    continue
+            epoch = int(bytes(data).decode() or 0) + 1
+            try:
+                self.client.set(CONTROLLER_EPOCH, str(epoch).encode(), version=stat.version)
+                return epoch
+            except BadVersionError:
+                continue
+
+    def controller(self) -> tuple[int, int] | None:
+        """(broker id, epoch) of the current controller."""
+        try:
+            data, _ = self.client.get(CONTROLLER)
+        except NoNodeError:
+            return None
+        raw: dict[str, Any] = orjson.loads(data)
+        return int(raw["broker_id"]), int(raw["epoch"])
+
+    def watch_controller(self, cb: Callable[[int | None], None]) -> None:
+        def on_data(data: bytes | None, _stat: Any) -> None:
+            cb(None if data is None else int(orjson.loads(data)["broker_id"]))
+
+        DataWatch(self.client, CONTROLLER, on_data)
+
+    # -- topics and partitions -----------------------------------------------------
+
+    def topics(self) -> list[str]:
+        return sorted(self.client.get_children(TOPICS))
+
+    def watch_topics(self, cb: Callable[[list[str]], None]) -> None:
+        def on_children(children: list[str]) -> None:
+            cb(sorted(children))
+
+        ChildrenWatch(self.client, TOPICS, on_children)
+
+    def create_topic(self, name: str, assignment: TopicAssignment) -> None:
+        try:
+            self.client.create(topic_path(name), assignment.to_json(), makepath=True)
+        except NodeExistsError:
+            raise TopicAlreadyExists(name) from None
+
+    def get_topic(self, name: str) -> TopicAssignment | None:
+        try:
+            data, _ = self.client.get(topic_path(name))
+        except NoNodeError:
+            return None
+        return TopicAssignment.from_json(data) if data else None
+
+    def watch_topic(self, name: str, cb: Callable[[TopicAssignment | None], bool]) -> None:
+        """``cb(assignment or None)`` now and on changes; return False from cb to stop."""
+
+        def on_data(data: bytes | None, _stat: Any) -> bool:
+            return cb(TopicAssignment.from_json(data) if data else None)
+
+        DataWatch(self.client, topic_path(name), on_data)
+
+    def delete_topic(self, name: str) -> bool:
+        try:
+            self.client.delete(topic_path(name), recursive=True)
+        except NoNodeError:
+            return False
+        return True
+
+    def get_state(self, topic: str, partition: int) -> tuple[PartitionState, int] | None:
+        try:
+            data, stat = self.client.get(state_path(topic, partition))
+        except NoNodeError:
+            return None
+        return PartitionState.from_json(data), int(stat.version)
+
+    def create_state(self, topic: str, partition: int, state: PartitionState) -> bool:
+        # Level by level, never makepath: a topic deleted meanwhile must stay deleted,
+        # not come back as an empty node.
+        base = topic_path(topic)
+        for path in (f"{base}/partitions", f"{base}/partitions/{partition}"):
+            try:
+                self.client.create(path)
+            except NodeExistsError:
+                pass
+            except NoNodeError:
+                return False
+        try:
+            self.client.create(state_path(topic, partition), state.to_json())
+        except (NodeExistsError, NoNodeError):
+            return False  # another controller won, or the topic is being deleted
+        return True
+
+    def set_state(
+        self, topic: str, partition: int, state: PartitionState, version: int
+    ) -> int | None:
+        """Compare-and-set: the new version, or None if someone else wrote first."""
+        try:
+            stat = self.client.set(state_path(topic, partition), state.to_json(), version=version)
+        except (BadVersionError, NoNodeError):
+            return None
+        return int(stat.version)
+
+    def watch_state(
+        self,
+        topic: str,
+        partition: int,
+        cb: Callable[[PartitionState | None, int], bool],
+    ) -> None:
+        """``cb(state or None, version)`` now and on changes; return False from cb to stop."""
+
+        def on_data(data: bytes | None, stat: Any) -> bool:
+            if data is None or stat is None:
+                return cb(None, -1)
+            return cb(PartitionState.from_json(data), int(stat.version))
+
+        DataWatch(self.client, state_path(topic, partition), on_data)
