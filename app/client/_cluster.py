@@ -388,18 +388,25 @@ def run_leader_sync(
 
 
 def run_group_sync(
-    client: httpx.Client, cluster: Cluster, group: str, call: Call[T], backoff_s: float
+    client: httpx.Client,
+    cluster: Cluster,
+    group: str,
+    call: Call[T],
+    backoff_s: float,
+    attempts: int = ROUTED_ATTEMPTS,
 ) -> T:
     """``call`` at ``group``'s coordinator, found again when it moved."""
     hint: str | None = None
-    for attempt in range(1, ROUTED_ATTEMPTS + 1):
+    for attempt in range(1, attempts + 1):
         url = hint or coordinator_sync(client, cluster, group)
         try:
             return _http.run_sync(client, call, url)
         except LogbusError as exc:
-            if attempt == ROUTED_ATTEMPTS or not _coordinator_retriable(cluster, exc):
+            if not _coordinator_retriable(cluster, exc):
                 raise
             hint = _coordinator_moved(cluster, group, url, exc)
+            if attempt == attempts:
+                raise
             if hint is None:
                 time.sleep(backoff_s)
     raise AssertionError("unreachable")
@@ -488,17 +495,24 @@ async def run_leader_async(
 
 
 async def run_group_async(
-    client: httpx.AsyncClient, cluster: Cluster, group: str, call: Call[T], backoff_s: float
+    client: httpx.AsyncClient,
+    cluster: Cluster,
+    group: str,
+    call: Call[T],
+    backoff_s: float,
+    attempts: int = ROUTED_ATTEMPTS,
 ) -> T:
     hint: str | None = None
-    for attempt in range(1, ROUTED_ATTEMPTS + 1):
+    for attempt in range(1, attempts + 1):
         url = hint or await coordinator_async(client, cluster, group)
         try:
             return await _http.run_async(client, call, url)
         except LogbusError as exc:
-            if attempt == ROUTED_ATTEMPTS or not _coordinator_retriable(cluster, exc):
+            if not _coordinator_retriable(cluster, exc):
                 raise
             hint = _coordinator_moved(cluster, group, url, exc)
+            if attempt == attempts:
+                raise
             if hint is None:
                 await asyncio.sleep(backoff_s)
     raise AssertionError("unreachable")

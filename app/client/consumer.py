@@ -38,13 +38,14 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import httpx
 from aiokafka.record._crecords import DefaultRecordBatch as _CRecordBatch
 
-from app.client import _http, _wire
+from app.client import _cluster, _http, _wire
+from app.client._cluster import Bootstrap, Cluster, error_code
 from app.client.errors import (
     ClientError,
     ConsumerClosed,
@@ -75,6 +76,7 @@ RebalanceCallback = Callable[[set[TopicPartition]], None]
 # How long a grouped poll waits at most before looking at the heartbeat thread's news.
 _GROUP_TICK_S = 0.05
 _new_tuple = tuple.__new__
+T = TypeVar("T")
 
 
 def _records(
@@ -233,9 +235,12 @@ class _PartitionState:
         "fetched",
         "in_flight",
         "position",
+        "redirect",
+        "redirected",
         "reset",
         "stale",
         "tp",
+        "url",
     )
 
     def __init__(self, tp: TopicPartition, reset: str | None) -> None:
@@ -250,6 +255,10 @@ class _PartitionState:
         self.stale = False  # the answer in flight was asked before a seek: drop it
         self.conn: Any = None
         self.backoff_until = 0.0
+        self.url: str | None = None  # the broker ``conn`` is (or was) connected to
+        # The leader a 307/421 named, for the next fetch only (None: the metadata's leader).
+        self.redirect: str | None = None
+        self.redirected = False  # the fetch in flight went to such a leader
 
     def set_position(self, offset: int) -> None:
         self.position = offset
@@ -265,7 +274,7 @@ class _ConsumerCore:
 
     def __init__(
         self,
-        url: str,
+        url: Bootstrap,
         *,
         auto_offset_reset: str,
         fetch_min_bytes: int,
@@ -275,6 +284,7 @@ class _ConsumerCore:
         request_timeout_ms: int,
         retry_backoff_ms: int,
         check_crcs: bool,
+        metadata_max_age_ms: int,
     ) -> None:
         if auto_offset_reset not in RESETS:
             raise ValueError(
@@ -282,8 +292,13 @@ class _ConsumerCore:
             )
         if max_poll_records < 1 or max_partition_fetch_bytes < 1:
             raise ValueError("max_poll_records and max_partition_fetch_bytes must be positive")
-        self.url = _http.normalize_url(url)
-        self.endpoint = _wire.Endpoint.parse(self.url)
+        self.cluster = Cluster(url, metadata_max_age_ms)
+        self.url = self.cluster.bootstrap[0]
+        self._endpoints: dict[str, _wire.Endpoint] = {}
+        # Look the leaders up again before the next fetches (a partition moved, a broker
+        # went away); not more often than retry_backoff_ms.
+        self._refresh_wanted = False
+        self._refresh_not_before = 0.0
         self.auto_offset_reset = auto_offset_reset
         self.fetch_min_bytes = fetch_min_bytes
         self.fetch_max_wait_ms = fetch_max_wait_ms
@@ -421,6 +436,36 @@ class _ConsumerCore:
             f"&min_bytes={self.fetch_min_bytes}&max_wait_ms={self.fetch_max_wait_ms}"
         )
 
+    def _endpoint(self, url: str) -> _wire.Endpoint:
+        endpoint = self._endpoints.get(url)
+        if endpoint is None:
+            endpoint = self._endpoints[url] = _wire.Endpoint.parse(url)
+        return endpoint
+
+    def _fetch_url(self, st: _PartitionState) -> str:
+        """Where ``st``'s next fetch goes: a leader a 307/421 just named, else the metadata's."""
+        url, st.redirect = st.redirect, None
+        st.redirected = url is not None
+        return url or self.cluster.leader_url(st.tp)
+
+    def _refresh_topics(self) -> list[str] | None:
+        """The assigned topics when their metadata should be looked up now, else None."""
+        if not self.states:
+            return None
+        topics = sorted({tp.topic for tp in self.states})
+        if not (self._refresh_wanted or self.cluster.needs_refresh(topics)):
+            return None
+        now = time.monotonic()
+        if now < self._refresh_not_before:
+            return None
+        self._refresh_not_before = now + self.retry_backoff_s
+        self._refresh_wanted = False
+        return topics
+
+    def _refresh_failed(self, exc: LogbusError) -> None:
+        log.debug("metadata refresh failed: %s", exc)
+        self._refresh_wanted = self.cluster.is_multi()
+
     def _wants_fetch(self, st: _PartitionState, now: float) -> bool:
         # One answer being handed out plus one in flight per partition.
         return st.in_flight is None and st.fetch_offset is not None and st.backoff_until <= now
@@ -445,6 +490,21 @@ class _ConsumerCore:
                 st.fetched = _Fetched(body, batches)
             return
         error = error_from_body(response.status, bytes(response.body))
+        code = error_code(error)
+        if code == "NOT_LEADER_OR_FOLLOWER":
+            # Stale metadata (never a redirect to follow blindly): the named leader gets
+            # the next fetch at once, from the same offset, and the metadata is refreshed.
+            self._refresh_wanted = True
+            hint = self.cluster.leader_hint(st.tp, error)
+            if hint is not None and hint != st.url and not st.redirected:
+                # Once in a row: two brokers naming each other are waited out.
+                st.redirect = hint
+                return
+            st.backoff_until = time.monotonic() + self.retry_backoff_s
+            return
+        if code in _cluster.LEADER_MOVED or code in ("FENCED_LEADER_EPOCH", "UNKNOWN_LEADER_EPOCH"):
+            self.cluster.mark_stale(st.tp.topic)
+            self._refresh_wanted = True
         if isinstance(error, OffsetOutOfRange) and st.position == asked:
             if self.auto_offset_reset == "none":
                 raise error
@@ -461,6 +521,13 @@ class _ConsumerCore:
     def _on_failure(self, st: _PartitionState, exc: BaseException) -> None:
         st.backoff_until = time.monotonic() + self.retry_backoff_s
         st.stale = False
+        st.redirect = None
+        if st.url is not None:
+            self.cluster.failed(st.url)
+        if self.cluster.is_multi():
+            # The leader may be down: the other brokers know who leads now.
+            self.cluster.mark_stale(st.tp.topic)
+            self._refresh_wanted = True
 
     def _drain(self, max_records: int, columnar: bool) -> list[Decoded]:
         """Up to ``max_records`` decoded records as pieces in hand-out order, partitions in turn."""
@@ -576,7 +643,7 @@ class Consumer(_ConsumerCore):
 
     def __init__(
         self,
-        url: str,
+        url: Bootstrap,
         *,
         auto_offset_reset: str = "latest",
         fetch_min_bytes: int = 1,
@@ -586,6 +653,7 @@ class Consumer(_ConsumerCore):
         request_timeout_ms: int = 30_000,
         retry_backoff_ms: int = 100,
         check_crcs: bool = True,
+        metadata_max_age_ms: int = 300_000,
     ) -> None:
         super().__init__(
             url,
@@ -597,6 +665,7 @@ class Consumer(_ConsumerCore):
             request_timeout_ms=request_timeout_ms,
             retry_backoff_ms=retry_backoff_ms,
             check_crcs=check_crcs,
+            metadata_max_age_ms=metadata_max_age_ms,
         )
         self._client = _http.sync_client(self.url, request_timeout_ms)
         self._selector = selectors.DefaultSelector()
@@ -657,7 +726,7 @@ class Consumer(_ConsumerCore):
             auto_commit_interval_ms,
         )
         self._group = GroupMembership(
-            self.url,
+            self.cluster,
             group_id,
             topics=names,
             pattern=regex,
@@ -700,7 +769,7 @@ class Consumer(_ConsumerCore):
         for attempt in range(2):
             member_id, epoch = group.identity()
             try:
-                _http.run_sync(self._client, commit_call(group.group_id, member_id, epoch, offsets))
+                self._group_call(group, commit_call(group.group_id, member_id, epoch, offsets))
                 return
             except StaleMemberEpoch:
                 if attempt:
@@ -710,6 +779,12 @@ class Consumer(_ConsumerCore):
                 group.mark_lost(exc)
                 raise
 
+    def _group_call(self, group: GroupMembership, call: _http.Call[T]) -> T:
+        """A call at the group's coordinator (found again when it moves)."""
+        return _cluster.run_group_sync(
+            self._client, self.cluster, group.group_id, call, self.retry_backoff_s
+        )
+
     def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
         """The group's committed offset per partition (None where nothing is committed)."""
         self._check_open()
@@ -717,9 +792,7 @@ class Consumer(_ConsumerCore):
         wanted = list(partitions)
         if not wanted:
             return {}
-        found = _http.run_sync(
-            self._client, committed_call(group.group_id, (tp.topic for tp in wanted))
-        )
+        found = self._group_call(group, committed_call(group.group_id, (tp.topic for tp in wanted)))
         return {tp: found.get(tp) for tp in wanted}
 
     def _group_tick(self) -> None:
@@ -787,7 +860,21 @@ class Consumer(_ConsumerCore):
         st.stale = False
 
     def _list_offset(self, tp: TopicPartition, at: str | int) -> tuple[int, int]:
-        return _http.run_sync(self._client, _http.list_offset_call(tp.topic, tp.partition, at))
+        return _cluster.run_leader_sync(
+            self._client,
+            self.cluster,
+            tp,
+            _http.list_offset_call(tp.topic, tp.partition, at),
+            self.retry_backoff_s,
+        )
+
+    def _refresh(self) -> None:
+        topics = self._refresh_topics()
+        if topics is not None:
+            try:
+                _cluster.refresh_sync(self._client, self.cluster, topics)
+            except LogbusError as exc:
+                self._refresh_failed(exc)
 
     def _lookup_positions(self) -> None:
         for st in self._needs_lookup():
@@ -822,8 +909,13 @@ class Consumer(_ConsumerCore):
         for st in self.states.values():
             if not self._wants_fetch(st, now):
                 continue
+            url = self._fetch_url(st)
+            if st.conn is not None and st.url != url:
+                self._drop_connection(st)  # the partition moved (nothing is in flight)
+                st.conn = None
             if st.conn is None:
-                st.conn = _wire.FetchConnection(self.endpoint, self.request_timeout_s)
+                st.conn = _wire.FetchConnection(self._endpoint(url), self.request_timeout_s)
+                st.url = url
             try:
                 st.conn.send(self._target(st))
             except OSError as exc:
@@ -871,6 +963,7 @@ class Consumer(_ConsumerCore):
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
             self._group_tick()
+            self._refresh()
             self._lookup_positions()
             records = self._drain(limit, columnar)
             self._send_fetches()
@@ -932,7 +1025,7 @@ class AsyncConsumer(_ConsumerCore):
 
     def __init__(
         self,
-        url: str,
+        url: Bootstrap,
         *,
         auto_offset_reset: str = "latest",
         fetch_min_bytes: int = 1,
@@ -943,6 +1036,7 @@ class AsyncConsumer(_ConsumerCore):
         retry_backoff_ms: int = 100,
         check_crcs: bool = True,
         transport: httpx.AsyncBaseTransport | None = None,
+        metadata_max_age_ms: int = 300_000,
     ) -> None:
         super().__init__(
             url,
@@ -954,7 +1048,9 @@ class AsyncConsumer(_ConsumerCore):
             request_timeout_ms=request_timeout_ms,
             retry_backoff_ms=retry_backoff_ms,
             check_crcs=check_crcs,
+            metadata_max_age_ms=metadata_max_age_ms,
         )
+        self._transport = transport
         self._client = _http.async_client(self.url, request_timeout_ms, transport=transport)
         self._arrived = asyncio.Event()
         self._group: AsyncGroupMembership | None = None
@@ -998,7 +1094,7 @@ class AsyncConsumer(_ConsumerCore):
             auto_commit_interval_ms,
         )
         self._group = AsyncGroupMembership(
-            self.url,
+            self.cluster,
             group_id,
             topics=names,
             pattern=regex,
@@ -1007,6 +1103,7 @@ class AsyncConsumer(_ConsumerCore):
             rebalance_timeout_ms=rebalance_timeout_ms,
             request_timeout_ms=self._request_timeout_ms,
             retry_backoff_ms=self._retry_backoff_ms,
+            transport=self._transport,
         )
         self._group.start()
 
@@ -1035,8 +1132,8 @@ class AsyncConsumer(_ConsumerCore):
         for attempt in range(2):
             member_id, epoch = group.identity()
             try:
-                await _http.run_async(
-                    self._client, commit_call(group.group_id, member_id, epoch, offsets)
+                await self._group_call(
+                    group, commit_call(group.group_id, member_id, epoch, offsets)
                 )
                 return
             except StaleMemberEpoch:
@@ -1047,6 +1144,11 @@ class AsyncConsumer(_ConsumerCore):
                 group.mark_lost(exc)
                 raise
 
+    async def _group_call(self, group: AsyncGroupMembership, call: _http.Call[T]) -> T:
+        return await _cluster.run_group_async(
+            self._client, self.cluster, group.group_id, call, self.retry_backoff_s
+        )
+
     async def committed(
         self, partitions: Iterable[TopicPartition]
     ) -> dict[TopicPartition, int | None]:
@@ -1055,8 +1157,8 @@ class AsyncConsumer(_ConsumerCore):
         wanted = list(partitions)
         if not wanted:
             return {}
-        found = await _http.run_async(
-            self._client, committed_call(group.group_id, (tp.topic for tp in wanted))
+        found = await self._group_call(
+            group, committed_call(group.group_id, (tp.topic for tp in wanted))
         )
         return {tp: found.get(tp) for tp in wanted}
 
@@ -1117,9 +1219,21 @@ class AsyncConsumer(_ConsumerCore):
         st.stale = False
 
     async def _list_offset(self, tp: TopicPartition, at: str | int) -> tuple[int, int]:
-        return await _http.run_async(
-            self._client, _http.list_offset_call(tp.topic, tp.partition, at)
+        return await _cluster.run_leader_async(
+            self._client,
+            self.cluster,
+            tp,
+            _http.list_offset_call(tp.topic, tp.partition, at),
+            self.retry_backoff_s,
         )
+
+    async def _refresh(self) -> None:
+        topics = self._refresh_topics()
+        if topics is not None:
+            try:
+                await _cluster.refresh_async(self._client, self.cluster, topics)
+            except LogbusError as exc:
+                self._refresh_failed(exc)
 
     async def _lookup_positions(self) -> None:
         for st in self._needs_lookup():
@@ -1155,10 +1269,14 @@ class AsyncConsumer(_ConsumerCore):
         for st in self.states.values():
             if not self._wants_fetch(st, now):
                 continue
+            url = self._fetch_url(st)
+            if st.conn is not None and st.url != url:
+                self._drop(st)  # the partition moved (nothing is in flight)
             if st.conn is None:
                 st.conn = _wire.async_connection(
-                    self.endpoint, self.request_timeout_s, self.max_partition_fetch_bytes
+                    self._endpoint(url), self.request_timeout_s, self.max_partition_fetch_bytes
                 )
+                st.url = url
             task = asyncio.get_running_loop().create_task(st.conn.fetch(self._target(st)))
             task.add_done_callback(self._landed)
             st.in_flight = task
@@ -1209,6 +1327,7 @@ class AsyncConsumer(_ConsumerCore):
         deadline = loop.time() + timeout_ms / 1000
         while True:
             await self._group_tick()
+            await self._refresh()
             await self._lookup_positions()
             self._collect()
             records = self._drain(limit, columnar)

@@ -23,13 +23,18 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import quote
 
-from app.client import _http
+from app.client import _cluster, _http
+from app.client._cluster import Cluster
 from app.client.errors import is_retriable
 from app.client.types import TopicPartition
 from app.core.errors import FencedMemberEpoch, LogbusError, UnknownMemberId
 
 log = logging.getLogger(__name__)
 
+# A heartbeat that met a moved coordinator is sent once more (at once to a coordinator
+# the answer named, else after the backoff to the one found again); then the loop's
+# own retry takes over.
+_HEARTBEAT_ATTEMPTS = 2
 # Until the first answer tells the real interval: short, so a join settles fast.
 _FIRST_INTERVAL_S = 0.1
 _REFUSED_RETRY_S = 1.0
@@ -198,12 +203,20 @@ class _Membership:
 
 
 class GroupMembership(_Membership):
-    """Membership of a blocking consumer: a daemon thread heartbeats."""
+    """Membership of a blocking consumer: a daemon thread heartbeats.
 
-    def __init__(self, url: str, group_id: str, *, request_timeout_ms: int, **kwargs: Any) -> None:
+    Every call goes to the group's coordinator, found with ``POST /coordinator``
+    and found again after NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE or a broker
+    that cannot be reached; ``cluster`` is shared with the consumer.
+    """
+
+    def __init__(
+        self, cluster: Cluster, group_id: str, *, request_timeout_ms: int, **kwargs: Any
+    ) -> None:
         super().__init__(group_id, **kwargs)
+        self._cluster = cluster
         # The thread's own client: httpx clients are not shared with the polling thread.
-        self._client = _http.sync_client(url, request_timeout_ms)
+        self._client = _http.sync_client(cluster.default_url, request_timeout_ms)
         self._answered = threading.Condition(self._lock)
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -233,11 +246,16 @@ class GroupMembership(_Membership):
         call = self._leave_call() if leave else None
         if call is not None:
             try:
-                _http.run_sync(self._client, call)
+                self._run_call(call, _HEARTBEAT_ATTEMPTS)
             except LogbusError as exc:
                 # The session timeout removes the member anyway.
                 log.warning("leaving group %s failed: %s", self.group_id, exc)
         self._client.close()
+
+    def _run_call(self, call: _http.Call[Any], attempts: int) -> Any:
+        return _cluster.run_group_sync(
+            self._client, self._cluster, self.group_id, call, self.retry_backoff_s, attempts
+        )
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -246,7 +264,8 @@ class GroupMembership(_Membership):
                 request = self._request()
                 if request is not None:
                     generation, body = request
-                    self._apply(generation, _http.run_sync(self._client, _call(self.path, body)))
+                    answer = self._run_call(_call(self.path, body), _HEARTBEAT_ATTEMPTS)
+                    self._apply(generation, answer)
                     with self._lock:
                         self._answered.notify_all()
                     wait = self.interval_s
@@ -259,9 +278,20 @@ class GroupMembership(_Membership):
 class AsyncGroupMembership(_Membership):
     """Membership of an :class:`~app.client.consumer.AsyncConsumer`: a task heartbeats."""
 
-    def __init__(self, url: str, group_id: str, *, request_timeout_ms: int, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        group_id: str,
+        *,
+        request_timeout_ms: int,
+        transport: Any = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(group_id, **kwargs)
-        self._client = _http.async_client(url, request_timeout_ms)
+        self._cluster = cluster
+        self._client = _http.async_client(
+            cluster.default_url, request_timeout_ms, transport=transport
+        )
         self._wake = asyncio.Event()
         self._answered = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -295,10 +325,15 @@ class AsyncGroupMembership(_Membership):
         call = self._leave_call() if leave else None
         if call is not None:
             try:
-                await _http.run_async(self._client, call)
+                await self._run_call(call, _HEARTBEAT_ATTEMPTS)
             except LogbusError as exc:
                 log.warning("leaving group %s failed: %s", self.group_id, exc)
         await self._client.aclose()
+
+    async def _run_call(self, call: _http.Call[Any], attempts: int) -> Any:
+        return await _cluster.run_group_async(
+            self._client, self._cluster, self.group_id, call, self.retry_backoff_s, attempts
+        )
 
     async def _run(self) -> None:
         while True:
@@ -309,7 +344,7 @@ class AsyncGroupMembership(_Membership):
                 request = self._request()
                 if request is not None:
                     generation, body = request
-                    answer = await _http.run_async(self._client, _call(self.path, body))
+                    answer = await self._run_call(_call(self.path, body), _HEARTBEAT_ATTEMPTS)
                     self._apply(generation, answer)
                     self._answered.set()
                     wait = self.interval_s
