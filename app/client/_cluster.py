@@ -121,6 +121,14 @@ class Cluster:
                     return url
             return self._default
 
+    def broker_urls(self) -> list[str]:
+        """Every live broker's URL, for calls each broker answers for itself (list groups);
+        for a single broker, the URL we reach it at."""
+        with self._lock:
+            if len(self._brokers) > 1:
+                return sorted(set(self._brokers.values()))
+            return [self._default]
+
     def partition_count(self, topic: str) -> int | None:
         with self._lock:
             return self._counts.get(topic)

@@ -1,19 +1,27 @@
 """Admin: topics (create, list, describe, delete), offset lookups and consumer groups
-(list, describe, committed offsets, reset, delete), sync and asyncio."""
+(list, describe, committed offsets, reset, delete), sync and asyncio.
+
+Topic calls go to any live broker (the next one when a broker cannot be
+reached), offset lookups to the partition's leader, group calls to the group's
+coordinator (:mod:`app.client._cluster`)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 from urllib.parse import quote
 
 import httpx
 
-from app.client import _http
+from app.client import _cluster, _http
+from app.client._cluster import Bootstrap, Cluster
 from app.client._http import Call, topic_path
 from app.client.types import OffsetAndTimestamp, TopicPartition
+
+T = TypeVar("T")
+_BACKOFF_S = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +131,15 @@ def _list_groups_call() -> Call[list[GroupListing]]:
     )
 
 
+def _merge_groups(answers: list[list[GroupListing]]) -> list[GroupListing]:
+    """Each broker's groups, once each (by name: a group moving meanwhile is listed once)."""
+    merged: dict[str, GroupListing] = {}
+    for answer in answers:
+        for listing in answer:
+            merged.setdefault(listing.group, listing)
+    return sorted(merged.values(), key=lambda g: g.group)
+
+
 def _describe_group_call(group: str) -> Call[dict[str, Any]]:
     return Call("GET", _group_path(group), dict)
 
@@ -153,10 +170,21 @@ def _delete_group_call(group: str) -> Call[None]:
 
 
 class Admin:
-    """Blocking admin client. ``url`` is a broker's base URL, e.g. ``http://127.0.0.1:8080``."""
+    """Blocking admin client.
 
-    def __init__(self, url: str, *, request_timeout_ms: int = 30_000) -> None:
-        self._client = _http.sync_client(url, request_timeout_ms)
+    ``url`` is a broker's base URL, e.g. ``http://127.0.0.1:8080``, or several
+    (a list or a comma-separated string): any of them can answer.
+    """
+
+    def __init__(self, url: Bootstrap, *, request_timeout_ms: int = 30_000) -> None:
+        self._cluster = Cluster(url)
+        self._client = _http.sync_client(self._cluster.default_url, request_timeout_ms)
+
+    def _any(self, call: Call[T]) -> T:
+        return _cluster.run_any_sync(self._client, self._cluster, call)
+
+    def _group(self, group: str, call: Call[T]) -> T:
+        return _cluster.run_group_sync(self._client, self._cluster, group, call, _BACKOFF_S)
 
     def create_topic(
         self,
@@ -167,19 +195,17 @@ class Admin:
         configs: Mapping[str, Any] | None = None,
     ) -> TopicDescription:
         """Create a topic (``partitions=None``: the broker's ``num_partitions``); TopicAlreadyExists if it exists."""
-        return _http.run_sync(
-            self._client, _create_call(name, partitions, replication_factor, configs or {})
-        )
+        return self._any(_create_call(name, partitions, replication_factor, configs or {}))
 
     def list_topics(self) -> dict[str, int]:
         """Topic name -> partition count."""
-        return _http.run_sync(self._client, _list_call())
+        return self._any(_list_call())
 
     def describe_topic(self, name: str) -> TopicDescription:
-        return _http.run_sync(self._client, _describe_call(name))
+        return self._any(_describe_call(name))
 
     def delete_topic(self, name: str) -> None:
-        _http.run_sync(self._client, _delete_call(name))
+        self._any(_delete_call(name))
 
     def list_offsets(
         self, partitions: Iterable[TopicPartition], spec: str | int = "latest"
@@ -192,21 +218,35 @@ class Admin:
         at = _at(spec)
         return {
             tp: _offset_result(
-                _http.run_sync(self._client, _http.list_offset_call(tp.topic, tp.partition, at))
+                _cluster.run_leader_sync(
+                    self._client,
+                    self._cluster,
+                    tp,
+                    _http.list_offset_call(tp.topic, tp.partition, at),
+                    _BACKOFF_S,
+                )
             )
             for tp in partitions
         }
 
     def list_groups(self) -> list[GroupListing]:
-        return _http.run_sync(self._client, _list_groups_call())
+        """Every group; in a cluster each broker lists the groups it coordinates, so all are asked."""
+        if not self._cluster.is_multi():
+            return self._any(_list_groups_call())
+        _cluster.refresh_sync(self._client, self._cluster, ())
+        found = [
+            _http.run_sync(self._client, _list_groups_call(), url)
+            for url in self._cluster.broker_urls()
+        ]
+        return _merge_groups(found)
 
     def describe_group(self, group: str) -> dict[str, Any]:
         """The broker's description: state, epochs, members with assignments, offsets and lag."""
-        return _http.run_sync(self._client, _describe_group_call(group))
+        return self._group(group, _describe_group_call(group))
 
     def list_group_offsets(self, group: str, topic: str | None = None) -> dict[TopicPartition, int]:
         """The group's committed offsets (the next offset to read), optionally for one topic."""
-        return _http.run_sync(self._client, _group_offsets_call(group, topic))
+        return self._group(group, _group_offsets_call(group, topic))
 
     def reset_group_offsets(
         self,
@@ -218,11 +258,11 @@ class Admin:
         partitions: Iterable[int] | None = None,
     ) -> dict[TopicPartition, int]:
         """Reset an empty group's offsets to earliest, latest, a timestamp or an offset (``value``)."""
-        return _http.run_sync(self._client, _reset_call(group, topic, to, value, partitions))
+        return self._group(group, _reset_call(group, topic, to, value, partitions))
 
     def delete_group(self, group: str) -> None:
         """Delete an empty group and its offsets (NonEmptyGroup while it has members)."""
-        _http.run_sync(self._client, _delete_group_call(group))
+        self._group(group, _delete_group_call(group))
 
     def close(self) -> None:
         self._client.close()
@@ -241,12 +281,21 @@ class AsyncAdmin:
 
     def __init__(
         self,
-        url: str,
+        url: Bootstrap,
         *,
         request_timeout_ms: int = 30_000,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self._client = _http.async_client(url, request_timeout_ms, transport=transport)
+        self._cluster = Cluster(url)
+        self._client = _http.async_client(
+            self._cluster.default_url, request_timeout_ms, transport=transport
+        )
+
+    async def _any(self, call: Call[T]) -> T:
+        return await _cluster.run_any_async(self._client, self._cluster, call)
+
+    async def _group(self, group: str, call: Call[T]) -> T:
+        return await _cluster.run_group_async(self._client, self._cluster, group, call, _BACKOFF_S)
 
     async def create_topic(
         self,
@@ -256,18 +305,16 @@ class AsyncAdmin:
         replication_factor: int | None = None,
         configs: Mapping[str, Any] | None = None,
     ) -> TopicDescription:
-        return await _http.run_async(
-            self._client, _create_call(name, partitions, replication_factor, configs or {})
-        )
+        return await self._any(_create_call(name, partitions, replication_factor, configs or {}))
 
     async def list_topics(self) -> dict[str, int]:
-        return await _http.run_async(self._client, _list_call())
+        return await self._any(_list_call())
 
     async def describe_topic(self, name: str) -> TopicDescription:
-        return await _http.run_async(self._client, _describe_call(name))
+        return await self._any(_describe_call(name))
 
     async def delete_topic(self, name: str) -> None:
-        await _http.run_async(self._client, _delete_call(name))
+        await self._any(_delete_call(name))
 
     async def list_offsets(
         self, partitions: Iterable[TopicPartition], spec: str | int = "latest"
@@ -275,22 +322,33 @@ class AsyncAdmin:
         at = _at(spec)
         out: dict[TopicPartition, OffsetAndTimestamp | None] = {}
         for tp in partitions:
-            found = await _http.run_async(
-                self._client, _http.list_offset_call(tp.topic, tp.partition, at)
+            found = await _cluster.run_leader_async(
+                self._client,
+                self._cluster,
+                tp,
+                _http.list_offset_call(tp.topic, tp.partition, at),
+                _BACKOFF_S,
             )
             out[tp] = _offset_result(found)
         return out
 
     async def list_groups(self) -> list[GroupListing]:
-        return await _http.run_async(self._client, _list_groups_call())
+        if not self._cluster.is_multi():
+            return await self._any(_list_groups_call())
+        await _cluster.refresh_async(self._client, self._cluster, ())
+        found = [
+            await _http.run_async(self._client, _list_groups_call(), url)
+            for url in self._cluster.broker_urls()
+        ]
+        return _merge_groups(found)
 
     async def describe_group(self, group: str) -> dict[str, Any]:
-        return await _http.run_async(self._client, _describe_group_call(group))
+        return await self._group(group, _describe_group_call(group))
 
     async def list_group_offsets(
         self, group: str, topic: str | None = None
     ) -> dict[TopicPartition, int]:
-        return await _http.run_async(self._client, _group_offsets_call(group, topic))
+        return await self._group(group, _group_offsets_call(group, topic))
 
     async def reset_group_offsets(
         self,
@@ -301,10 +359,10 @@ class AsyncAdmin:
         *,
         partitions: Iterable[int] | None = None,
     ) -> dict[TopicPartition, int]:
-        return await _http.run_async(self._client, _reset_call(group, topic, to, value, partitions))
+        return await self._group(group, _reset_call(group, topic, to, value, partitions))
 
     async def delete_group(self, group: str) -> None:
-        await _http.run_async(self._client, _delete_group_call(group))
+        await self._group(group, _delete_group_call(group))
 
     async def close(self) -> None:
         await self._client.aclose()

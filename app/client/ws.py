@@ -47,6 +47,7 @@ import websockets
 from aiokafka.record._crecords import DefaultRecordBatch as _CRecordBatch
 from websockets.asyncio.client import ClientConnection
 
+from app.client._cluster import Bootstrap, bootstrap_urls
 from app.client._http import normalize_url
 from app.client.errors import ClientError, error_from_fields
 from app.client.types import TopicPartition
@@ -99,7 +100,7 @@ class Subscription:
 
     def __init__(
         self,
-        url: str,
+        url: Bootstrap,
         *,
         topics: Iterable[str] | None = None,
         partitions: Iterable[TopicPartition] | None = None,
@@ -127,7 +128,11 @@ class Subscription:
             raise ValueError("credit must be at least 2 (the window is topped up by halves)")
         if format not in ("json", "binary"):
             raise ValueError(f"format must be json or binary, got {format!r}")
-        self.url = ws_url(url)
+        # Several URLs (a list or a comma-separated string): a connection refused by one
+        # tries the next. The socket is not routed to partition leaders: the broker it
+        # reaches serves the subscription.
+        self._urls = [ws_url(u) for u in bootstrap_urls(url)]
+        self.url = self._urls[0]
         self.topics = None if topics is None else list(topics)
         self.partitions = None if partitions is None else list(partitions)
         self.start: Start = start if start is not None else "committed" if group else "latest"
@@ -206,7 +211,7 @@ class Subscription:
         """Open the socket and subscribe (done by the first ``async for`` step if not called)."""
         if self._closed:
             raise ClientError("the subscription is closed")
-        ws = await websockets.connect(self.url, max_size=None)
+        ws = await self._open()
         try:
             await ws.send(orjson.dumps(self._subscribe_message()).decode())
             answer = orjson.loads(await ws.recv())
@@ -230,6 +235,22 @@ class Subscription:
         if self.paused:
             await self._send({"type": "pause", "partitions": self._tps(self.paused)})
         self._pinger = asyncio.get_running_loop().create_task(self._ping_loop())
+
+    async def _open(self) -> ClientConnection:
+        """A socket to the current URL, else to the next one that accepts."""
+        start = self._urls.index(self.url)
+        order = self._urls[start:] + self._urls[:start]
+        for i, url in enumerate(order):
+            try:
+                ws = await websockets.connect(url, max_size=None)
+            except OSError:
+                if i == len(order) - 1:
+                    raise
+                log.info("cannot connect to %s; trying %s", url, order[i + 1])
+                continue
+            self.url = url
+            return ws
+        raise AssertionError("unreachable")
 
     async def _disconnect(self) -> None:
         for future in self._acks.values():
@@ -479,7 +500,7 @@ class Subscription:
 
 
 def subscribe(
-    url: str,
+    url: Bootstrap,
     *,
     topics: Iterable[str] | None = None,
     partitions: Iterable[TopicPartition] | None = None,
