@@ -8,12 +8,15 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Protocol
 
+# Cluster mode's harness; imported as module objects because they import this module too.
+import cluster as cluster_harness
 import httpx
 import pytest
+import zookeeper as zookeeper_harness
 
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_SECONDS = 30.0
@@ -27,14 +30,34 @@ def free_port() -> int:
 
 
 class Broker:
-    """One broker process over one data dir; can be stopped, killed and started again."""
+    """One broker process over one data dir; can be stopped, killed and started again.
 
-    def __init__(self, data_dir: Path, log_path: Path, env: dict[str, str] | None = None) -> None:
+    ``args``: extra ``logbus serve`` arguments, or a function of the port giving them (for
+    flags that name the port, like ``--advertised-url``). ``port``: a fixed port; with
+    ``keep_port`` the port picked on the first start is kept on later ones (a cluster
+    member's advertised URL must not change across restarts). Otherwise each start picks a
+    fresh free port.
+    """
+
+    def __init__(
+        self,
+        data_dir: Path,
+        log_path: Path,
+        env: dict[str, str] | None = None,
+        *,
+        args: Sequence[str] | Callable[[int], Sequence[str]] = (),
+        port: int = 0,
+        keep_port: bool = False,
+    ) -> None:
         self.data_dir = data_dir
         self.log_path = log_path
         self.env = env or {}
-        self.port = 0
+        self.args = args
+        self.port = port
+        self.fixed_port = bool(port)
+        self.keep_port = keep_port
         self.proc: subprocess.Popen[bytes] | None = None
+        self.paused = False
 
     @property
     def url(self) -> str:
@@ -44,46 +67,63 @@ class Broker:
     def clean_shutdown_marker(self) -> Path:
         return self.data_dir / ".clean_shutdown"
 
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
     def start(self) -> Broker:
         assert self.proc is None, "broker already running"
         # A port chosen now could be taken before the broker binds it; retry then.
         for _ in range(3):
-            self.port = free_port()
-            env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
-            env.pop("LOGBUS_CONFIG", None)
-            with self.log_path.open("ab") as log:
-                log.write(f"--- start on port {self.port}\n".encode())
-                self.proc = subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "app.cli",
-                        "serve",
-                        "--data-dir",
-                        str(self.data_dir),
-                        "--host",
-                        "127.0.0.1",
-                        "--port",
-                        str(self.port),
-                    ],
-                    cwd=REPO,
-                    env=env,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                )
-            if self._wait_ready():
+            self.launch()
+            if self.wait_ready():
                 return self
             self.proc = None
-        raise AssertionError(f"broker did not become ready:\n{self.log()}")
+            if self.fixed_port:
+                break
+        raise AssertionError(f"broker did not become ready on port {self.port}:\n{self.log()}")
 
-    def _wait_ready(self) -> bool:
+    def launch(self) -> None:
+        """Start the process without waiting for it (see wait_ready)."""
+        assert self.proc is None, "broker already running"
+        if not self.fixed_port:
+            self.port = free_port()
+        extra = self.args(self.port) if callable(self.args) else self.args
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
+        env.pop("LOGBUS_CONFIG", None)
+        with self.log_path.open("ab") as log:
+            log.write(f"--- start on port {self.port}\n".encode())
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "app.cli",
+                    "serve",
+                    "--data-dir",
+                    str(self.data_dir),
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.port),
+                    *extra,
+                ],
+                cwd=REPO,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        self.paused = False
+
+    def wait_ready(self, timeout: float = START_TIMEOUT_SECONDS) -> bool:
+        """Wait for /readyz: False (the process killed) when it exits or times out."""
         assert self.proc is not None
-        deadline = time.monotonic() + START_TIMEOUT_SECONDS
+        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 return False
             try:
                 if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
+                    self.fixed_port = self.fixed_port or self.keep_port
                     return True
             except httpx.TransportError:
                 pass
@@ -95,6 +135,8 @@ class Broker:
     def stop(self) -> int:
         """SIGTERM and wait: the exit status of a clean shutdown."""
         assert self.proc is not None, "broker not running"
+        if self.paused:
+            self.resume()
         self.proc.send_signal(signal.SIGTERM)
         try:
             code = self.proc.wait(timeout=STOP_TIMEOUT_SECONDS)
@@ -111,6 +153,19 @@ class Broker:
         self.proc.kill()
         self.proc.wait()
         self.proc = None
+        self.paused = False
+
+    def pause(self) -> None:
+        """SIGSTOP: the process stays, its sockets stay open, nothing answers (a hung broker)."""
+        assert self.proc is not None, "broker not running"
+        self.proc.send_signal(signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self) -> None:
+        """SIGCONT after pause()."""
+        assert self.proc is not None, "broker not running"
+        self.proc.send_signal(signal.SIGCONT)
+        self.paused = False
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
@@ -163,6 +218,84 @@ def broker(new_broker: BrokerFactory) -> Broker:
     return new_broker().start()
 
 
+# ---------------------------------------------------------------- cluster mode
+
+ZOOKEEPER_KEY = pytest.StashKey[zookeeper_harness.ZooKeeperServer]()
+CLUSTERS_KEY = pytest.StashKey[list[cluster_harness.Cluster]]()
+
+
+@pytest.fixture
+def zookeeper(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[zookeeper_harness.ZooKeeperServer]:
+    """A started standalone ZooKeeper (Debian's package) of the test's own: function scope,
+    since tests kill, pause and restart it and a start takes well under a second. Stopped
+    after the test; the test is skipped without ZooKeeper or Java (failed under CI=true)."""
+    server = zookeeper_harness.ZooKeeperServer(tmp_path / "zookeeper")
+    request.node.stash[ZOOKEEPER_KEY] = server
+    try:
+        yield server.start()
+    finally:
+        server.close()
+
+
+class ClusterFactory(Protocol):
+    def __call__(
+        self,
+        size: int = 3,
+        *,
+        env: dict[str, str] | None = None,
+        start: bool = True,
+        chroot: str | None = None,
+        create_chroot: bool = False,
+    ) -> cluster_harness.Cluster: ...
+
+
+@pytest.fixture
+def cluster_factory(
+    request: pytest.FixtureRequest, tmp_path: Path, zookeeper: zookeeper_harness.ZooKeeperServer
+) -> Iterator[ClusterFactory]:
+    """``cluster_factory(size=3, env=..., start=True)``: a cluster over the test's ZooKeeper
+    (chroot /logbus, then /logbus1...). Every broker still running at the end gets SIGTERM
+    (all at once) and must exit 0; the brokers stop before ZooKeeper does."""
+    made: list[cluster_harness.Cluster] = []
+    request.node.stash[CLUSTERS_KEY] = made
+
+    def make(
+        size: int = 3,
+        *,
+        env: dict[str, str] | None = None,
+        start: bool = True,
+        chroot: str | None = None,
+        create_chroot: bool = False,
+    ) -> cluster_harness.Cluster:
+        n = len(made)
+        made_cluster = cluster_harness.Cluster(
+            tmp_path / (f"cluster{n}" if n else "cluster"),
+            zookeeper,
+            size,
+            chroot=chroot if chroot is not None else (f"/logbus{n}" if n else "/logbus"),
+            env=env,
+            create_chroot=create_chroot,
+        )
+        made.append(made_cluster)
+        return made_cluster.start() if start else made_cluster
+
+    yield make
+    unclean = []
+    for made_cluster in made:
+        codes = made_cluster.stop(stop_zookeeper=False)
+        unclean += [(made_cluster.brokers[i].log_path.name, c) for i, c in codes.items() if c]
+    assert not unclean, f"brokers exited non-zero on SIGTERM: {unclean}"
+
+
+@pytest.fixture
+def cluster(cluster_factory: ClusterFactory) -> cluster_harness.Cluster:
+    """Three started brokers (ids 1..3) over a fresh ZooKeeper, with short timings
+    (cluster.DEFAULT_ENV); /metadata already lists all three and a controller."""
+    return cluster_factory()
+
+
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> None:
     """Show the broker logs of a failed test: the cause is often only there."""
     if call.when != "call" or call.excinfo is None:
@@ -170,3 +303,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     factory = getattr(item, "funcargs", {}).get("broker_factory")
     for broker in factory or []:
         item.add_report_section("call", f"broker log {broker.log_path.name}", broker.log())
+    for made_cluster in item.stash.get(CLUSTERS_KEY, []):
+        for name, text in made_cluster.logs().items():
+            if name != made_cluster.zookeeper.log_path.name:
+                item.add_report_section("call", f"{made_cluster.workdir.name} log {name}", text)
+    server = item.stash.get(ZOOKEEPER_KEY, None)
+    if server is not None:
+        item.add_report_section("call", "zookeeper log", server.log())
