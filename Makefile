@@ -9,10 +9,15 @@ HOST     ?= 127.0.0.1
 PORT     ?= 8080
 DATA_DIR ?= ./data
 
-.PHONY: install run test lint unit bench clean openapi java curl redis-server pipeline
+.PHONY: install run test lint unit bench clean openapi java curl redis-server zookeeper pipeline
 
 # $(call apt,COMMAND,PACKAGE): install PACKAGE from Debian when COMMAND is missing (root only).
 apt = @command -v $(1) >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq $(2); \
+	  else echo "$(1) missing: run 'sudo apt-get install $(2)'"; exit 1; fi; }
+
+# $(call apt_file,FILE,PACKAGE): the same for a package that puts no command on PATH.
+apt_file = @test -e $(1) || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq $(2); \
 	  else echo "$(1) missing: run 'sudo apt-get install $(2)'"; exit 1; fi; }
 
@@ -34,8 +39,8 @@ lint: install
 	$(VENV)/bin/ruff format --check app tests bench pipelines
 	$(VENV)/bin/mypy
 
-# The README test runs its curl examples; Spark's tests need Java.
-test: install lint java curl
+# The README test runs its curl examples; Spark's tests need Java; cluster tests need ZooKeeper.
+test: install lint java curl zookeeper
 	$(VENV)/bin/pytest -q tests
 
 # Debian's redis-server is the standing baseline; installed when missing (root only).
@@ -50,12 +55,17 @@ curl:
 java:
 	$(call apt,java,openjdk-17-jre-headless)
 
+# Cluster-mode tests (tests/e2e/zookeeper.py) run Debian's ZooKeeper 3.8 from its jars; it
+# puts no command on PATH, so the check is the server jar. Installed when missing (root only).
+zookeeper: java
+	$(call apt_file,/usr/share/java/zookeeper.jar,zookeeper)
+
 # Click events -> per-user sessions on local Spark against a broker it starts on a free port;
 # checks the sessions against a plain-Python computation (pipelines/clicks_sessions.py).
 pipeline: install java
 	$(PY) -m pipelines.clicks_sessions
 
-bench: install redis-server java
+bench: install redis-server java zookeeper
 	$(PY) -m bench.run
 
 openapi: install
