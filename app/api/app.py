@@ -65,6 +65,12 @@ def create_app(settings: Settings, manager: LogManager | None = None) -> FastAPI
             # Loading and recovering logs reads files: keep the loop free meanwhile.
             await asyncio.to_thread(owned.start)
             state.manager = owned
+        if settings.zookeeper and state.manager is not None:
+            from app.core.replication.manager import ReplicaManager
+
+            cluster = ReplicaManager(settings, state.manager, state.waiters.notify)
+            await cluster.start()
+            state.cluster = cluster
         # Groups are served from the cache the coordinator rebuilds from __consumer_offsets.
         await group_routes.start_coordinator(app, state)
         state.ready = True
@@ -74,6 +80,9 @@ def create_app(settings: Settings, manager: LogManager | None = None) -> FastAPI
             state.ready = False
             state.waiters.close()
             await group_routes.stop_coordinator(app)
+            if state.cluster is not None:
+                await state.cluster.stop()
+                state.cluster = None
             if state.owns_manager and state.manager is not None:
                 await asyncio.to_thread(state.manager.shutdown)
                 state.manager = None

@@ -37,8 +37,7 @@ STATUS_BY_ERROR: tuple[tuple[type[core.LogbusError], int], ...] = (
     (core.RequestTimedOut, 504),
     (core.NotLeaderOrFollower, 421),  # 307 when the leader is known (response_for)
     (core.LeaderNotAvailable, 503),
-    (core.FencedLeaderEpoch, 409),
-    (core.UnknownLeaderEpoch, 409),
+    (core.LeaderEpochMismatch, 409),  # FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH
     (core.NotCoordinator, 421),
     (core.NotEnoughReplicas, 503),
     (core.BrokerNotAvailable, 503),
@@ -344,13 +343,71 @@ ERROR_DOCS: dict[int, dict[str, Any]] = {
             },
         ),
     ),
+    307: _doc(
+        "Cluster mode: another broker leads this partition. `Location` is the same request "
+        "on the leader (`curl -L` follows it); the body names the leader for SDKs, which "
+        "refresh their metadata instead.",
+        (
+            "NOT_LEADER_OR_FOLLOWER",
+            {
+                "error_code": "NOT_LEADER_OR_FOLLOWER",
+                "message": "this broker does not lead orders-0; its leader is broker 2 "
+                "(http://10.0.0.2:8080)",
+                "retriable": True,
+                "topic": "orders",
+                "partition": 0,
+                "leader": 2,
+                "leader_url": "http://10.0.0.2:8080",
+            },
+        ),
+    ),
+    421: _doc(
+        "Cluster mode: this broker does not lead the partition (or coordinate the group) and "
+        "the leader is not known yet (an election is under way): refresh metadata and retry.",
+        (
+            "NOT_LEADER_OR_FOLLOWER",
+            {
+                "error_code": "NOT_LEADER_OR_FOLLOWER",
+                "message": "this broker does not lead orders-0; its leader is no broker yet "
+                "(election)",
+                "retriable": True,
+                "topic": "orders",
+                "partition": 0,
+                "leader": None,
+                "leader_url": None,
+            },
+        ),
+        (
+            "NOT_COORDINATOR",
+            {
+                "error_code": "NOT_COORDINATOR",
+                "message": "this broker does not coordinate group 'billing'; its coordinator "
+                "is broker 1 (http://10.0.0.1:8080)",
+                "retriable": True,
+                "group": "billing",
+                "coordinator": 1,
+                "coordinator_url": "http://10.0.0.1:8080",
+            },
+        ),
+    ),
     503: _doc(
-        "The broker is not ready (starting or stopping) or its storage failed; retry.",
+        "The broker is not ready (starting or stopping) or its storage failed; or, with "
+        "acks=all, the partition has fewer in-sync replicas than min.insync.replicas "
+        "(nothing written); retry.",
         (
             "BROKER_NOT_AVAILABLE",
             {
                 "error_code": "BROKER_NOT_AVAILABLE",
                 "message": "the broker is starting",
+                "retriable": True,
+            },
+        ),
+        (
+            "NOT_ENOUGH_REPLICAS",
+            {
+                "error_code": "NOT_ENOUGH_REPLICAS",
+                "message": "orders-0 has 1 in-sync replicas ([1]), fewer than "
+                "min.insync.replicas=2; nothing was written",
                 "retriable": True,
             },
         ),

@@ -269,12 +269,16 @@ class CreateTopicRequest(_Strict):
 
 class PartitionDescription(BaseModel):
     partition: int
-    leader: int
+    leader: int = Field(description="Broker id of the leader; -1 while there is none.")
+    leader_epoch: int = Field(default=0, description="Bumped on every leader change.")
     replicas: list[int]
-    isr: list[int]
-    log_start_offset: int
-    high_watermark: int
-    log_end_offset: int
+    isr: list[int] = Field(description="In-sync replicas: they hold every committed record.")
+    offline_replicas: list[int] = Field(default_factory=list)
+    log_start_offset: int | None = Field(
+        description="As this broker's replica sees it; null where it holds no replica."
+    )
+    high_watermark: int | None
+    log_end_offset: int | None
 
 
 class TopicDescription(BaseModel):
@@ -338,7 +342,8 @@ class Broker(BaseModel):
 
 class PartitionMetadata(BaseModel):
     partition: int
-    leader: int
+    leader: int = Field(description="Broker id of the leader; -1 while there is none.")
+    leader_epoch: int = Field(default=0, description="Bumped on every leader change.")
     replicas: list[int]
     isr: list[int]
 
@@ -381,3 +386,10 @@ class Status(BaseModel):
     model_config = ConfigDict(json_schema_extra={"examples": [{"status": "ok"}]})
 
     status: str
+
+
+class EpochEndOffset(BaseModel):
+    """OffsetsForLeaderEpoch answer."""
+
+    leader_epoch: int = Field(description="Largest known epoch <= the one asked; -1 if none.")
+    end_offset: int = Field(description="Where that epoch ends; -1 if unknown.")

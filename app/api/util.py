@@ -16,6 +16,7 @@ from app.core.errors import InvalidTopic, TopicAlreadyExists, UnknownTopicOrPart
 from app.groups.coordinator import OFFSETS_TOPIC
 
 if TYPE_CHECKING:
+    from app.core.log.log import Log
     from app.core.log.manager import LogManager
 
 T = TypeVar("T")
@@ -72,7 +73,7 @@ def plan_topic(state: AppState, manager: LogManager, topic: str) -> TopicPlan:
     """
     check_not_internal(topic)
     try:
-        partitions = manager.partition_count(topic)
+        partitions = partition_count(state, manager, topic)
     except UnknownTopicOrPartition:
         if not state.settings.auto_create_topics_enable:
             raise
@@ -83,7 +84,32 @@ def plan_topic(state: AppState, manager: LogManager, topic: str) -> TopicPlan:
 
 async def create_planned(state: AppState, manager: LogManager, topic: str) -> int:
     """Create an auto-created topic; returns its partition count (another request may have won)."""
+    cluster = state.cluster
     # A concurrent request may have created it first: same outcome.
     with contextlib.suppress(TopicAlreadyExists):
-        await run_blocking(manager.create_topic, topic, state.settings.num_partitions)
+        if cluster is not None:
+            await cluster.create_topic(topic, state.settings.num_partitions, None)
+        else:
+            await run_blocking(manager.create_topic, topic, state.settings.num_partitions)
+    if cluster is not None:
+        await cluster.wait_for_leaders(topic, 30.0)
+    return partition_count(state, manager, topic)
+
+
+def partition_count(state: AppState, manager: LogManager, topic: str) -> int:
+    """The topic's partitions: cluster-wide in cluster mode (a broker holds only some)."""
+    if state.cluster is not None:
+        return state.cluster.partition_count(topic)
     return manager.partition_count(topic)
+
+
+def topic_names(state: AppState, manager: LogManager) -> list[str]:
+    return state.cluster.topics() if state.cluster is not None else manager.topics()
+
+
+def leader_log(state: AppState, manager: LogManager, topic: str, partition: int) -> Log:
+    """The log to serve a client's produce or fetch from: in cluster mode only a leader's
+    (NotLeaderOrFollower names the leader otherwise)."""
+    if state.cluster is not None:
+        return state.cluster.leader_partition(topic, partition).log
+    return manager.get_log(topic, partition)

@@ -30,8 +30,9 @@ place without parsing messages.
     ├── RequestTimedOut                REQUEST_TIMED_OUT            (retriable)
     ├── NotLeaderOrFollower            NOT_LEADER_OR_FOLLOWER       (retriable; 307 to the leader)
     ├── LeaderNotAvailable             LEADER_NOT_AVAILABLE         (retriable; election under way)
-    ├── FencedLeaderEpoch              FENCED_LEADER_EPOCH          (retriable; the caller is behind)
-    ├── UnknownLeaderEpoch             UNKNOWN_LEADER_EPOCH         (retriable; this broker is behind)
+    ├── LeaderEpochMismatch            (a replica's request names another leader epoch)
+    │   ├── FencedLeaderEpoch          FENCED_LEADER_EPOCH          (retriable; the caller is behind)
+    │   └── UnknownLeaderEpoch         UNKNOWN_LEADER_EPOCH         (retriable; this broker is behind)
     ├── NotCoordinator                 NOT_COORDINATOR              (retriable; 421 with the coordinator)
     ├── NotEnoughReplicas              NOT_ENOUGH_REPLICAS          (retriable)
     │   └── NotEnoughReplicasAfterAppend  NOT_ENOUGH_REPLICAS_AFTER_APPEND (written, not replicated)
@@ -329,7 +330,8 @@ class LeaderNotAvailable(LogbusError):
     retriable = True
 
 
-class _LeaderEpochError(LogbusError):
+class LeaderEpochMismatch(LogbusError):
+    error_code = "FENCED_LEADER_EPOCH"
     retriable = True
 
     def __init__(self, topic: str, partition: int, epoch: int, current: int) -> None:
@@ -351,13 +353,13 @@ class _LeaderEpochError(LogbusError):
         }
 
 
-class FencedLeaderEpoch(_LeaderEpochError):
+class FencedLeaderEpoch(LeaderEpochMismatch):
     """The request names an older leader epoch than the partition's current one."""
 
     error_code = "FENCED_LEADER_EPOCH"
 
 
-class UnknownLeaderEpoch(_LeaderEpochError):
+class UnknownLeaderEpoch(LeaderEpochMismatch):
     """The request names a newer leader epoch than this broker has heard of yet."""
 
     error_code = "UNKNOWN_LEADER_EPOCH"
@@ -373,7 +375,9 @@ class NotCoordinator(LogbusError):
         self, group: str, coordinator: int | None = None, coordinator_url: str | None = None
     ) -> None:
         where = f"broker {coordinator} ({coordinator_url})" if coordinator_url else "not known yet"
-        super().__init__(f"this broker does not coordinate group {group!r}; its coordinator is {where}")
+        super().__init__(
+            f"this broker does not coordinate group {group!r}; its coordinator is {where}"
+        )
         self.group = group
         self.coordinator = coordinator
         self.coordinator_url = coordinator_url

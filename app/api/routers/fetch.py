@@ -21,7 +21,7 @@ from app.api.codec import DECODERS, decode_headers
 from app.api.deps import ManagerDep, StateDep
 from app.api.errors import NotAcceptable, error_responses
 from app.api.longpoll import FetchWaiters
-from app.api.models import FetchResponse, Format
+from app.api.models import EpochEndOffset, FetchResponse, Format
 from app.api.util import (
     INLINE_WORK_BYTES,
     INT_MAX,
@@ -29,6 +29,7 @@ from app.api.util import (
     LONG_MAX,
     OCTET_STREAM,
     JSONBytes,
+    leader_log,
     run_blocking,
 )
 from app.api.zerocopy import ZeroCopyResponse
@@ -86,8 +87,13 @@ async def wait_for_data(
     max_bytes: int,
     min_bytes: int,
     max_wait_ms: int,
+    *,
+    replica: bool = False,
 ) -> FetchInfo:
-    """Read again after each append until ``min_bytes`` are there or the wait is over."""
+    """Read again after each append until ``min_bytes`` are there or the wait is over.
+
+    Consumers read up to the high watermark; a follower (``replica``) up to the
+    log end offset, since what it fetches is what moves the high watermark."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait_ms / 1000
     event = waiters.register(log)
@@ -98,7 +104,7 @@ async def wait_for_data(
             if manager.get_log(log.topic, log.partition) is not log:
                 # Deleted (and maybe recreated) while we waited: these offsets are gone.
                 raise UnknownTopicOrPartition(log.topic, log.partition)
-            info = log.read(offset, max_bytes)
+            info = log.read(offset, max_bytes, max_offset=log.log_end_offset if replica else None)
             remaining = deadline - loop.time()
             if info.size >= min_bytes or remaining <= 0 or waiters.closed:
                 return info
@@ -166,7 +172,7 @@ def render_json(
     response_model=FetchResponse,
     responses={
         **docs.FETCH_RESPONSES,
-        **error_responses(400, 404, 406, 416, 503),
+        **error_responses(307, 400, 404, 406, 409, 416, 421, 503),
     },
 )
 async def fetch(
@@ -209,15 +215,51 @@ async def fetch(
     ] = 500,
     key_format: Annotated[Format, Query(description="How JSON answers render keys.")] = "json",
     value_format: Annotated[Format, Query(description="How JSON answers render values.")] = "json",
+    replica_id: Annotated[
+        int | None,
+        Query(
+            ge=0,
+            le=INT_MAX,
+            description="Set by follower brokers only (cluster mode): the fetching replica's "
+            "broker id. The answer then runs to the log end offset, not the high watermark, "
+            "and the offset tells the leader how far the follower is.",
+        ),
+    ] = None,
+    leader_epoch: Annotated[
+        int | None,
+        Query(
+            ge=-1,
+            le=INT_MAX,
+            description="The leader epoch the caller believes current (Kafka's "
+            "current_leader_epoch): an older one answers 409 FENCED_LEADER_EPOCH, a newer "
+            "one 409 UNKNOWN_LEADER_EPOCH.",
+        ),
+    ] = None,
 ) -> Response:
     media = negotiate(request.headers.get("accept"))
-    log = manager.get_log(topic, partition)
     max_bytes = min(max_bytes, state.settings.fetch_max_bytes)
     min_bytes = min(min_bytes, max_bytes)
-    info = log.read(offset, max_bytes)
+    replica = replica_id is not None and state.cluster is not None
+    if state.cluster is not None:
+        part = state.cluster.leader_partition(topic, partition)
+        part.check_epoch(leader_epoch)
+        log = part.log
+        if replica:
+            assert replica_id is not None
+            part.on_follower_fetch(replica_id, offset)
+    else:
+        log = leader_log(state, manager, topic, partition)
+    info = log.read(offset, max_bytes, max_offset=log.log_end_offset if replica else None)
     if info.size < min_bytes and max_wait_ms > 0:
         info = await wait_for_data(
-            state.waiters, manager, log, offset, max_bytes, min_bytes, max_wait_ms
+            state.waiters,
+            manager,
+            log,
+            offset,
+            max_bytes,
+            min_bytes,
+            max_wait_ms,
+            replica=replica,
         )
     headers = {
         "Logbus-High-Watermark": str(info.high_watermark),
@@ -233,3 +275,29 @@ async def fetch(
     else:
         body = render_json(topic, partition, offset, info, key_format, value_format)
     return JSONBytes(body, headers=headers)
+
+
+@router.get(
+    "/topics/{topic}/partitions/{partition}/epochs/{epoch}/end-offset",
+    summary="Where a leader epoch ends (OffsetsForLeaderEpoch)",
+    description="Kafka's OffsetsForLeaderEpoch, answered by the partition's leader: the "
+    "largest leader epoch at or below `epoch` that this log knows, and the offset where it "
+    "ends (the next epoch's start, or the log end offset for the current epoch); `-1`, `-1` "
+    "when `epoch` is unknown. A follower truncates its log to this offset before fetching "
+    "from a new leader, so replicas never diverge (KIP-101).",
+    response_model=EpochEndOffset,
+    responses=error_responses(307, 400, 404, 421, 503),
+)
+async def epoch_end_offset(
+    topic: Annotated[str, Path(description="Topic name.")],
+    partition: Annotated[int, Path(description="Partition number.", le=INT_MAX)],
+    epoch: Annotated[int, Path(description="A leader epoch.", ge=-1, le=INT_MAX)],
+    state: StateDep,
+    manager: ManagerDep,
+    replica_id: Annotated[
+        int | None, Query(ge=0, le=INT_MAX, description="The asking follower's broker id.")
+    ] = None,
+) -> Response:
+    log = leader_log(state, manager, topic, partition)
+    found_epoch, end_offset = log.leader_epoch_cache.end_offset_for(epoch)
+    return JSONBytes({"leader_epoch": found_epoch, "end_offset": end_offset})

@@ -11,7 +11,7 @@ from app.api import openapi_docs as docs
 from app.api.deps import ManagerDep, StateDep
 from app.api.errors import error_responses
 from app.api.models import Metadata
-from app.api.util import JSONBytes, create_planned
+from app.api.util import JSONBytes, create_planned, partition_count, topic_names
 from app.core.errors import UnknownTopicOrPartition
 from app.core.log import validate_topic_name
 
@@ -54,36 +54,47 @@ async def metadata(
     ] = False,
 ) -> Response:
     broker = state.settings.broker_id
+    cluster = state.cluster
     names = _requested(topics)
     if names and allow_auto_topic_creation and state.settings.auto_create_topics_enable:
         # Every name is checked before anything is created: a bad list creates nothing.
         for name in names:
             validate_topic_name(name)
-        existing = set(manager.topics())
+        existing = set(topic_names(state, manager))
         for name in names:
             if name not in existing:
                 await create_planned(state, manager, name)
                 state.sticky.forget(name)
     answer = []
-    for name in manager.topics() if names is None else names:
+    for name in topic_names(state, manager) if names is None else names:
         try:
-            n = manager.partition_count(name)
+            n = partition_count(state, manager, name)
+            if cluster is not None:
+                parts = [cluster.partition_info(name, p) for p in range(n)]
+            else:
+                parts = [
+                    {
+                        "partition": p,
+                        "leader": broker,
+                        "leader_epoch": 0,
+                        "replicas": [broker],
+                        "isr": [broker],
+                    }
+                    for p in range(n)
+                ]
         except UnknownTopicOrPartition:
             continue  # absent, or deleted between the two calls
-        answer.append(
-            {
-                "name": name,
-                "partitions": [
-                    {"partition": p, "leader": broker, "replicas": [broker], "isr": [broker]}
-                    for p in range(n)
-                ],
-            }
-        )
+        answer.append({"name": name, "partitions": parts})
+    if cluster is not None:
+        brokers = [
+            {"id": b.id, "url": b.url} for b in sorted(cluster.brokers.values(), key=lambda b: b.id)
+        ]
+        controller = cluster.controller_id if cluster.controller_id is not None else -1
+        cluster_id = cluster.cluster_id
+    else:
+        brokers = [{"id": broker, "url": state.settings.url}]
+        controller = broker
+        cluster_id = manager.cluster_id
     return JSONBytes(
-        {
-            "cluster_id": manager.cluster_id,
-            "brokers": [{"id": broker, "url": state.settings.url}],
-            "controller": broker,
-            "topics": answer,
-        }
+        {"cluster_id": cluster_id, "brokers": brokers, "controller": controller, "topics": answer}
     )

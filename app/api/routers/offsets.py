@@ -8,10 +8,10 @@ from fastapi import APIRouter, Path, Query
 from starlette.responses import Response
 
 from app.api import openapi_docs as docs
-from app.api.deps import ManagerDep
+from app.api.deps import ManagerDep, StateDep
 from app.api.errors import error_responses
 from app.api.models import OffsetAnswer
-from app.api.util import INT_MAX, LONG_MAX, JSONBytes
+from app.api.util import INT_MAX, LONG_MAX, JSONBytes, leader_log
 from app.core.errors import InvalidRequest
 
 router = APIRouter(tags=["fetch"])
@@ -37,11 +37,12 @@ def parse_at(at: str) -> str | int:
     summary="Look up an offset (earliest, latest, or by timestamp)",
     description=docs.LIST_OFFSETS,
     response_model=OffsetAnswer,
-    responses=error_responses(400, 404, 503),
+    responses=error_responses(307, 400, 404, 421, 503),
 )
 async def list_offsets(
     topic: Annotated[str, Path(description="Topic name.")],
     partition: Annotated[int, Path(description="Partition number.", le=INT_MAX)],
+    state: StateDep,
     manager: ManagerDep,
     at: Annotated[
         str,
@@ -53,7 +54,7 @@ async def list_offsets(
     ] = "latest",
 ) -> Response:
     where = parse_at(at)
-    log = manager.get_log(topic, partition)
+    log = leader_log(state, manager, topic, partition)
     if where == "earliest":
         return JSONBytes({"offset": log.log_start_offset, "timestamp": -1})
     if where == "latest":

@@ -25,9 +25,18 @@ from app.api.errors import error_responses, producer_conflict_doc
 from app.api.models import BatchProduceResponse, ProduceResponse
 from app.api.produce_body import ParsedProduce, parse_produce_body
 from app.api.state import AppState
-from app.api.util import INT_MAX, LONG_MAX, JSONBytes, TopicPlan, create_planned, plan_topic
+from app.api.util import (
+    INT_MAX,
+    LONG_MAX,
+    JSONBytes,
+    TopicPlan,
+    create_planned,
+    leader_log,
+    plan_topic,
+)
 from app.core.errors import (
     InvalidRequiredAcks,
+    NotEnoughReplicas,
     RecordTooLarge,
     RequestTimedOut,
     UnknownTopicOrPartition,
@@ -72,6 +81,41 @@ def parse_acks(acks: str) -> int:
 
 
 AppendWork = Sequence[tuple["Log", bytes | bytearray]]
+
+
+ACKS_ALL = -1
+
+
+def check_replicas(state: AppState, log: Log, required_acks: int) -> None:
+    """Before an acks=all append: refuse (nothing written) when the partition's ISR is
+    below min.insync.replicas. A lone broker is its own one-member ISR."""
+    if required_acks != ACKS_ALL:
+        return
+    if state.cluster is not None:
+        state.cluster.leader_partition(log.topic, log.partition).check_min_isr()
+    elif log.config.min_insync_replicas > 1:
+        raise NotEnoughReplicas(
+            f"{log.topic}-{log.partition} has 1 in-sync replica (a single broker), fewer than "
+            f"min.insync.replicas={log.config.min_insync_replicas}; nothing was written"
+        )
+
+
+async def await_replicas(
+    state: AppState,
+    appended: Sequence[tuple[Log, AppendInfo]],
+    required_acks: int,
+    deadline: float,
+) -> None:
+    """acks=all in cluster mode: until every in-sync replica has each appended batch."""
+    if required_acks != ACKS_ALL or state.cluster is None:
+        return
+    loop = asyncio.get_running_loop()
+    for log, info in appended:
+        if info.last_offset < info.first_offset:
+            continue
+        part = state.cluster.leader_partition(log.topic, log.partition)
+        remaining_ms = max(1, int((deadline - loop.time()) * 1000))
+        await part.wait_replicated(info.last_offset, remaining_ms)
 
 
 def _append_all(work: AppendWork) -> list[AppendInfo]:
@@ -196,6 +240,7 @@ async def append_json_records(
     timeout_ms: int,
     fixed_partition: int | None,
     inline_max_bytes: int = 0,
+    required_acks: int = 1,
 ) -> list[dict[str, int]]:
     """Append a parsed JSON produce request; each record's partition, offset and
     timestamp in request order. Shared by HTTP produce and ``WS /ws/produce``.
@@ -203,6 +248,7 @@ async def append_json_records(
     Requests up to ``inline_max_bytes`` of batches are appended on the event loop
     when no partition fsyncs per append (flush.messages); others on a worker thread."""
     now_ms = int(time.time() * 1000)
+    deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
     plan = plan_topic(state, manager, topic)
     while True:
         batches, placed = _plan_batches(state, topic, req, plan, fixed_partition, now_ms)
@@ -216,10 +262,18 @@ async def append_json_records(
         plan = plan_topic(state, manager, topic)
 
     order = sorted(batches)
-    work = [(manager.get_log(topic, p), batches[p]) for p in order]
+    work = [(leader_log(state, manager, topic, p), batches[p]) for p in order]
+    for log, _ in work:
+        check_replicas(state, log, required_acks)
 
     infos = await _append(work, timeout_ms, topic, inline_max_bytes)
     appended = dict(zip(order, infos, strict=True))
+    await await_replicas(
+        state,
+        [(log, info) for (log, _), info in zip(work, infos, strict=True)],
+        required_acks,
+        deadline,
+    )
 
     first = {p: info.first_offset for p, info in appended.items()}
     append_time = {p: info.log_append_time for p, info in appended.items()}
@@ -245,13 +299,15 @@ async def _produce(
     required_acks = parse_acks(acks)
     body = await read_body(request, state.settings.max_request_bytes)
     req = parse_produce_body(body)
-    offsets = await append_json_records(state, manager, topic, req, timeout_ms, fixed_partition)
+    offsets = await append_json_records(
+        state, manager, topic, req, timeout_ms, fixed_partition, required_acks=required_acks
+    )
     if required_acks == 0:
         return Response(status_code=204)
     return JSONBytes({"offsets": offsets})
 
 
-_PRODUCE_ERRORS = error_responses(400, 404, 413, 503, 504)
+_PRODUCE_ERRORS = error_responses(307, 400, 404, 413, 421, 503, 504)
 
 
 @router.post(
@@ -315,6 +371,7 @@ async def produce_batches(
     timeout_ms: TimeoutQuery = 30_000,
 ) -> Response:
     required_acks = parse_acks(acks)
+    deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
     body = await read_body_mutable(request, state.settings.max_request_bytes)
     plan = plan_topic(state, manager, topic)
     if not plan.exists:
@@ -324,12 +381,14 @@ async def produce_batches(
             raise UnknownTopicOrPartition(topic, partition)
         validate_batches(body, plan.max_message_bytes)
         await create_planned(state, manager, topic)
-    log = manager.get_log(topic, partition)
+    log = leader_log(state, manager, topic, partition)
+    check_replicas(state, log, required_acks)
     # Log.append validates every batch (CRC, sizes, magic) before writing any.
     # A small body is appended on the event loop, as WebSocket produce does: under
     # load the worker-thread hop waits for the GIL behind the loop (up to the 5 ms
     # switch interval), and an SDK producer at a steady rate sends small bodies.
     (info,) = await _append([(log, body)], timeout_ms, topic, INLINE_BATCHES_BYTES)
+    await await_replicas(state, [(log, info)], required_acks, deadline)
     if required_acks == 0:
         return Response(status_code=204)
     appended: list[dict[str, Any]] = []

@@ -13,7 +13,14 @@ from app.api.codec import BodyInvalid
 from app.api.deps import ManagerDep, StateDep, read_body
 from app.api.errors import error_responses
 from app.api.models import CreateTopicRequest, TopicDescription, TopicList
-from app.api.util import JSONBytes, check_not_internal, run_blocking
+from app.api.state import AppState
+from app.api.util import (
+    JSONBytes,
+    check_not_internal,
+    partition_count,
+    run_blocking,
+    topic_names,
+)
 from app.core.errors import (
     InvalidPartitions,
     InvalidReplicationFactor,
@@ -29,22 +36,33 @@ router = APIRouter(tags=["topics"])
 CREATE_BODY_LIMIT = 1024 * 1024
 
 
-def describe_topic(manager: LogManager, topic: str, broker_id: int) -> dict[str, Any]:
-    n = manager.partition_count(topic)
+def describe_topic(state: AppState, manager: LogManager, topic: str) -> dict[str, Any]:
+    cluster = state.cluster
+    broker_id = state.settings.broker_id
     partitions = []
-    for p in range(n):
-        log = manager.get_log(topic, p)
-        partitions.append(
-            {
+    for p in range(partition_count(state, manager, topic)):
+        if cluster is not None:
+            entry = cluster.partition_info(topic, p)
+            entry["offline_replicas"] = cluster.offline_replicas(topic, p)
+        else:
+            entry = {
                 "partition": p,
                 "leader": broker_id,
+                "leader_epoch": 0,
                 "replicas": [broker_id],
                 "isr": [broker_id],
-                "log_start_offset": log.log_start_offset,
-                "high_watermark": log.high_watermark,
-                "log_end_offset": log.log_end_offset,
+                "offline_replicas": [],
             }
-        )
+        try:
+            log = manager.get_log(topic, p)
+        except UnknownTopicOrPartition:
+            if cluster is None:
+                raise
+            log = None  # held by other brokers only
+        entry["log_start_offset"] = None if log is None else log.log_start_offset
+        entry["high_watermark"] = None if log is None else log.high_watermark
+        entry["log_end_offset"] = None if log is None else log.log_end_offset
+        partitions.append(entry)
     return {
         "name": topic,
         "partitions": partitions,
@@ -60,11 +78,11 @@ def describe_topic(manager: LogManager, topic: str, broker_id: int) -> dict[str,
     response_model=TopicList,
     responses=error_responses(503),
 )
-async def list_topics(manager: ManagerDep) -> Response:
+async def list_topics(state: StateDep, manager: ManagerDep) -> Response:
     topics = []
-    for name in manager.topics():
+    for name in topic_names(state, manager):
         try:
-            topics.append({"name": name, "partitions": manager.partition_count(name)})
+            topics.append({"name": name, "partitions": partition_count(state, manager, name)})
         except UnknownTopicOrPartition:
             continue  # deleted between the two calls
     return JSONBytes({"topics": topics})
@@ -89,18 +107,18 @@ async def create_topic(request: Request, state: StateDep, manager: ManagerDep) -
     assert partitions is not None
     if partitions < 1:
         raise InvalidPartitions(f"partitions must be at least 1, got {partitions}")
-    if req.replication_factor not in (None, -1, 1):
-        if req.replication_factor > 1:
-            reason = "larger than the available brokers: 1"
-        else:
-            reason = "must be at least 1"
-        raise InvalidReplicationFactor(
-            f"replication factor {req.replication_factor} is not possible: {reason}"
-        )
-    await run_blocking(manager.create_topic, req.name, partitions, req.configs)
+    rf = None if req.replication_factor in (None, -1) else req.replication_factor
+    if state.cluster is not None:
+        await state.cluster.create_topic(req.name, partitions, rf, req.configs)
+    else:
+        if rf not in (None, 1):
+            assert rf is not None
+            reason = "larger than the available brokers: 1" if rf > 1 else "must be at least 1"
+            raise InvalidReplicationFactor(f"replication factor {rf} is not possible: {reason}")
+        await run_blocking(manager.create_topic, req.name, partitions, req.configs)
     state.sticky.forget(req.name)
     return JSONBytes(
-        describe_topic(manager, req.name, state.settings.broker_id),
+        describe_topic(state, manager, req.name),
         status_code=201,
         headers={"Location": f"/topics/{req.name}"},
     )
@@ -118,7 +136,7 @@ async def get_topic(
     state: StateDep,
     manager: ManagerDep,
 ) -> Response:
-    return JSONBytes(describe_topic(manager, topic, state.settings.broker_id))
+    return JSONBytes(describe_topic(state, manager, topic))
 
 
 @router.delete(
@@ -137,7 +155,10 @@ async def delete_topic(
     manager: ManagerDep,
 ) -> Response:
     check_not_internal(topic)
-    await run_blocking(manager.delete_topic, topic)
+    if state.cluster is not None:
+        await state.cluster.delete_topic(topic)
+    else:
+        await run_blocking(manager.delete_topic, topic)
     state.sticky.forget(topic)
     state.waiters.forget_topic(topic)
     return Response(status_code=204)
