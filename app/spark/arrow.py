@@ -21,7 +21,7 @@ import pyarrow as pa
 from app.client import _http, _wire
 from app.client.errors import error_from_body, is_retriable
 from app.core.errors import CorruptRecord, OffsetOutOfRange
-from app.core.log.batch import compute_crc, iter_headers
+from app.core.log.batch import BatchHeader, compute_crc, iter_headers
 from app.spark.decode import Segment, decode, segment
 from app.spark.options import DataLoss, OffsetRange
 
@@ -69,6 +69,32 @@ def to_batch(
         [a.cast(f.type) if a.type != f.type else a for a, f in zip(arrays, schema, strict=True)],
         schema=schema,
     )
+
+
+def answer_records(
+    body: bytearray | bytes,
+    batches: list[tuple[int, BatchHeader]],
+    position: int,
+    r: OffsetRange,
+) -> Segment | None:
+    """The whole batches of a fetch answer that hold records of ``r`` at or after ``position``.
+
+    CRCs are checked (as the SDK's Consumer does by default); control batches
+    (transaction markers) are left out, as every Kafka consumer does; records of
+    transactional batches are kept (read_uncommitted, like the SDK's Consumer).
+    """
+    for pos, header in batches:
+        if compute_crc(body, pos, header.size) != header.crc:
+            raise CorruptRecord(
+                f"CRC-32C mismatch in the batch at offset {header.base_offset} "
+                f"of {r.topic}-{r.partition}"
+            )
+    wanted = [
+        (pos, h)
+        for pos, h in batches
+        if not h.is_control and h.last_offset >= position and h.base_offset < r.end
+    ]
+    return segment(body, wanted) if wanted else None
 
 
 def fetch_range(
@@ -140,20 +166,10 @@ def fetch_range(
             if next_offset < r.end:
                 # Pipelining: the broker reads the next answer while this one is decoded.
                 sent = send(next_offset)
-            for pos, header in batches:
-                if compute_crc(body, pos, header.size) != header.crc:
-                    raise CorruptRecord(
-                        f"CRC-32C mismatch in the batch at offset {header.base_offset} "
-                        f"of {r.topic}-{r.partition}"
-                    )
-            wanted = [
-                (pos, h)
-                for pos, h in batches
-                if not h.is_control and h.last_offset >= position and h.base_offset < r.end
-            ]
+            records = answer_records(body, batches, position, r)
             position = max(position, next_offset)
             deadline = time.monotonic() + timeout_s
-            yield (segment(body, wanted) if wanted else None), position
+            yield records, position
     finally:
         conn.close()
 

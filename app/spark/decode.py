@@ -82,8 +82,7 @@ def _varint(data: U8, pos: int, end: int) -> tuple[int, int]:  # pragma: no cove
     return int(value), pos
 
 
-@intrinsic
-def _copy(
+def _copy_typer(
     typingctx: Any, out: Any, at: Any, data: Any, pos: Any, n: Any
 ) -> tuple[Any, Any]:  # pragma: no cover - compiled
     """``out[at : at + n] = data[pos : pos + n]`` as one ``llvm.memcpy``.
@@ -96,12 +95,14 @@ def _copy(
         out_v, at_v, data_v, pos_v, n_v = args
         dst = context.make_array(signature.args[0])(context, builder, out_v)
         src = context.make_array(signature.args[2])(context, builder, data_v)
-        cgutils.raw_memcpy(
-            builder, builder.gep(dst.data, [at_v]), builder.gep(src.data, [pos_v]), n_v, 1
-        )
+        memcpy: Any = cgutils.raw_memcpy
+        memcpy(builder, builder.gep(dst.data, [at_v]), builder.gep(src.data, [pos_v]), n_v, 1)
         return context.get_dummy_value()
 
     return types.void(out, at, data, pos, n), codegen
+
+
+_copy: Any = intrinsic(_copy_typer)
 
 
 @_jit

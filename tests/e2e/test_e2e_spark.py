@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from conftest import REPO, Broker, BrokerFactory
 
-from app.client import Admin, Producer, TopicPartition
+from app.client import Admin, Consumer, Producer, TopicPartition
 
 _CI = os.environ.get("CI", "").lower() == "true"
 
@@ -122,6 +122,49 @@ def test_batch_read_returns_exactly_the_produced_records(spark: Any, broker: Bro
     pairs = sorted((r.partition, r.offset) for r in df.select("partition", "offset").collect())
     assert pairs == [(0, o) for o in range(100, 110)] + [(1, o) for o in range(5)]
     assert _reader(spark, broker.url, subscribePattern="ev.*").count() == 1501
+
+
+def test_batch_read_matches_the_sdk_consumer_for_every_codec(spark: Any, broker: Broker) -> None:
+    """Spark's columns equal the SDK Consumer's records: one partition per codec, null and
+    empty keys and values, headers, batches cut by minPartitions and by fetch answers."""
+    codecs = ["none", "gzip", "snappy", "lz4", "zstd"]
+    with Admin(broker.url) as admin:
+        admin.create_topic("codecs", partitions=len(codecs))
+    for p, codec in enumerate(codecs):
+        with Producer(broker.url, compression=codec, linger_ms=2, batch_size=20_000) as producer:
+            for i in range(3000):
+                producer.send(
+                    "codecs",
+                    None if i % 4 == 0 else b"" if i % 7 == 0 else (b"%d" % i) * (i % 50),
+                    None if i % 3 == 0 else b"" if i % 11 == 0 else b"k%d" % i,
+                    partition=p,
+                    headers=[("hé", b"%d" % i), ("n", None)] if i % 5 == 0 else None,
+                )
+            producer.flush()
+    want: dict[tuple[int, int], tuple[Any, ...]] = {}
+    with Consumer(broker.url, auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition("codecs", p) for p in range(len(codecs))])
+        while len(want) < 3000 * len(codecs):
+            for rec in consumer.poll(timeout_ms=2000):
+                want[(rec.partition, rec.offset)] = (
+                    rec.key,
+                    rec.value,
+                    rec.timestamp,
+                    rec.timestamp_type,
+                    [(k, v) for k, v in rec.headers],
+                )
+    df = _reader(spark, broker.url, subscribe="codecs", includeHeaders="true", minPartitions="13")
+    got = {
+        (r.partition, r.offset): (
+            None if r.key is None else bytes(r.key),
+            None if r.value is None else bytes(r.value),
+            r.ms,
+            r.timestampType,
+            [(h.key, None if h.value is None else bytes(h.value)) for h in r.headers],
+        )
+        for r in df.selectExpr("*", "unix_millis(timestamp) AS ms").collect()
+    }
+    assert got == want
 
 
 def test_min_partitions_splits_offset_ranges(spark: Any, broker: Broker) -> None:
