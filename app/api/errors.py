@@ -46,6 +46,7 @@ STATUS_BY_ERROR: tuple[tuple[type[core.LogbusError], int], ...] = (
     (core.GroupIdNotFound, 404),
     (core.UnknownMemberId, 404),
     (core.CoordinatorLoadInProgress, 503),
+    (core.CoordinatorNotAvailable, 503),
     (core.UnsupportedAssignor, 400),
     (core.InvalidGroupId, 400),
     (core.GroupError, 409),

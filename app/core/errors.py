@@ -47,7 +47,8 @@ place without parsing messages.
         ├── StaleMemberEpoch           STALE_MEMBER_EPOCH           (409, heartbeat, then retry)
         ├── UnreleasedInstanceId       UNRELEASED_INSTANCE_ID       (409)
         ├── NonEmptyGroup              NON_EMPTY_GROUP              (409)
-        └── CoordinatorLoadInProgress  COORDINATOR_LOAD_IN_PROGRESS (503, retriable)
+        ├── CoordinatorLoadInProgress  COORDINATOR_LOAD_IN_PROGRESS (503, retriable)
+        └── CoordinatorNotAvailable    COORDINATOR_NOT_AVAILABLE    (503, retriable)
 """
 
 from __future__ import annotations
@@ -524,4 +525,12 @@ class NonEmptyGroup(GroupError):
 
 class CoordinatorLoadInProgress(GroupError):
     error_code = "COORDINATOR_LOAD_IN_PROGRESS"
+    retriable = True
+
+
+class CoordinatorNotAvailable(GroupError):
+    """No broker can coordinate the group right now: its ``__consumer_offsets`` partition
+    has no leader (election under way), or its in-sync replicas did not take a write."""
+
+    error_code = "COORDINATOR_NOT_AVAILABLE"
     retriable = True
