@@ -132,6 +132,8 @@ class Cluster:
         """SIGTERM every running broker at once, wait for all (SIGKILL after the timeout),
         then stop ZooKeeper (unless told not to). Returns {broker id: exit status} of the
         brokers that ran (-9: ignored SIGTERM and was killed)."""
+        if self.zookeeper.paused:
+            self.zookeeper.resume()  # brokers close their sessions on the way out
         running = {i: b for i, b in self.brokers.items() if b.proc is not None}
         for broker in running.values():
             assert broker.proc is not None

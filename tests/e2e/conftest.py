@@ -309,4 +309,5 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
                 item.add_report_section("call", f"{made_cluster.workdir.name} log {name}", text)
     server = item.stash.get(ZOOKEEPER_KEY, None)
     if server is not None:
-        item.add_report_section("call", "zookeeper log", server.log())
+        tail = "\n".join(server.log().splitlines()[-300:])
+        item.add_report_section("call", "zookeeper log (last 300 lines)", tail)
