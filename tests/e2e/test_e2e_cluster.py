@@ -1,0 +1,327 @@
+"""Cluster mode end to end: a real ZooKeeper and three broker processes on loopback.
+
+Faults are real: SIGKILL, SIGSTOP/SIGCONT, ZooKeeper stopped and started again.
+Timings are shortened by the harness (2 s ZooKeeper sessions and replica lag).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from cluster import Cluster
+
+from app.client import Consumer, Producer, TopicPartition
+from app.core.log.batch import iter_headers
+from app.core.log.config import LogConfig
+from app.core.log.log import Log
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def create_topic(
+    cluster: Cluster,
+    name: str,
+    partitions: int = 1,
+    rf: int = 3,
+    configs: dict[str, Any] | None = None,
+    via: int = 1,
+) -> dict[str, Any]:
+    response = httpx.post(
+        f"{cluster.url(via)}/topics",
+        json={
+            "name": name,
+            "partitions": partitions,
+            "replication_factor": rf,
+            "configs": configs or {},
+        },
+        timeout=30,
+    )
+    assert response.status_code == 201, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def isr(cluster: Cluster, topic: str, partition: int = 0) -> list[int]:
+    return sorted(int(b) for b in cluster.partition(topic, partition)["isr"])
+
+
+def wait_isr(cluster: Cluster, topic: str, want: list[int], partition: int = 0) -> None:
+    cluster.wait_until(
+        lambda: isr(cluster, topic, partition) == sorted(want) or None,
+        message=f"{topic}-{partition} ISR == {sorted(want)}",
+    )
+
+
+def produce(
+    cluster: Cluster, broker: int, topic: str, partition: int, values: list[str], acks: str = "all"
+) -> httpx.Response:
+    return httpx.post(
+        f"{cluster.url(broker)}/topics/{topic}/partitions/{partition}/records",
+        params={"acks": acks, "timeout_ms": 10_000},
+        json={"records": [{"value": v} for v in values]},
+        timeout=30,
+    )
+
+
+def read_replica(data_dir: Path, topic: str, partition: int, upto: int) -> bytes:
+    """The raw batches of a stopped broker's replica below ``upto``."""
+    log = Log(data_dir / f"{topic}-{partition}", LogConfig(), clean_shutdown=True)
+    try:
+        out = bytearray()
+        offset = log.log_start_offset
+        while offset < upto:
+            info = log.read(offset, 1 << 20, max_offset=upto)
+            if not info.size:
+                break
+            data = info.read_bytes()
+            out += data
+            for _, header in iter_headers(data):
+                offset = header.next_offset
+        return bytes(out)
+    finally:
+        log.close()
+
+
+def consume_all(cluster: Cluster, topic: str, partition: int, count: int) -> list[bytes]:
+    seen: list[bytes] = []
+    with Consumer(cluster.urls, auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition(topic, partition)])
+        deadline = time.monotonic() + 60
+        while len(seen) < count and time.monotonic() < deadline:
+            seen.extend(r.value or b"" for r in consumer.poll(timeout_ms=500))
+    return seen
+
+
+def test_placement_routing_and_replication(cluster: Cluster) -> None:
+    described = create_topic(cluster, "orders", partitions=6, rf=3)
+    leaders = [p["leader"] for p in described["partitions"]]
+    # Leaders spread evenly: two partitions each.
+    assert sorted(leaders.count(b) for b in cluster.ids) == [2, 2, 2]
+    for p in described["partitions"]:
+        assert sorted(p["replicas"]) == cluster.ids
+        assert p["replicas"][0] == p["leader"]  # the preferred replica leads
+    for p, leader in enumerate(leaders):
+        other = next(b for b in cluster.ids if b != leader)
+        answer = produce(cluster, other, "orders", p, ["x"])
+        assert answer.status_code == 307
+        assert answer.headers["location"].startswith(cluster.url(leader))
+        body = answer.json()
+        assert body["error_code"] == "NOT_LEADER_OR_FOLLOWER"
+        assert body["leader"] == leader and body["leader_url"] == cluster.url(leader)
+        # What curl -L does: the same request again at the leader.
+        followed = httpx.post(
+            f"{cluster.url(other)}/topics/orders/partitions/{p}/records?acks=all",
+            json={"records": [{"value": f"v{p}"}]},
+            follow_redirects=True,
+            timeout=30,
+        )
+        assert followed.status_code == 200, followed.text
+        assert followed.json()["offsets"][0]["offset"] == 0
+    # Fetch at a follower is redirected too; at the leader it answers.
+    fetched = httpx.get(
+        f"{cluster.url(leaders[0])}/topics/orders/partitions/0/records", params={"offset": 0}
+    ).json()
+    assert [r["value"] for r in fetched["records"]] == ["v0"]
+    # acks=all answered: every replica holds the record, so every one reports HW 1.
+    for b in cluster.ids:
+        topic = httpx.get(f"{cluster.url(b)}/topics/orders").json()
+        assert all(p["isr"] and len(p["isr"]) == 3 for p in topic["partitions"])
+    cluster.wait_until(
+        lambda: (
+            all(
+                p["high_watermark"] == 1
+                for b in cluster.ids
+                for p in httpx.get(f"{cluster.url(b)}/topics/orders").json()["partitions"]
+            )
+            or None
+        ),
+        message="every replica's high watermark reaches 1",
+    )
+
+
+def test_replication_factor_larger_than_brokers_is_refused(cluster: Cluster) -> None:
+    answer = httpx.post(
+        f"{cluster.url(2)}/topics", json={"name": "big", "replication_factor": 4}, timeout=30
+    )
+    assert answer.status_code == 400
+    assert answer.json()["error_code"] == "INVALID_REPLICATION_FACTOR"
+    assert "3" in answer.json()["message"]
+
+
+def test_kill_leader_under_acks_all_load_loses_nothing(cluster: Cluster) -> None:
+    create_topic(cluster, "payments", configs={"min.insync.replicas": 2})
+    leader = cluster.leader("payments")
+    acked: list[int] = []
+    failures: list[str] = []
+    stop = threading.Event()
+    killed_at: list[float] = []
+    first_ack_after_kill: list[float] = []
+
+    def produce_loop() -> None:
+        with Producer(cluster.urls, acks="all", delivery_timeout_ms=60_000) as producer:
+            i = 0
+            while not stop.is_set():
+                futures = [
+                    producer.send("payments", value=str(i + j).encode(), partition=0)
+                    for j in range(50)
+                ]
+                producer.flush()
+                for j, future in enumerate(futures):
+                    try:
+                        future.result()
+                    except Exception as exc:
+                        failures.append(repr(exc))
+                    else:
+                        acked.append(i + j)
+                        if killed_at and not first_ack_after_kill:
+                            first_ack_after_kill.append(time.monotonic())
+                i += 50
+
+    thread = threading.Thread(target=produce_loop)
+    thread.start()
+    try:
+        cluster.wait_until(lambda: len(acked) > 2_000 or None, message="records acknowledged")
+        cluster.kill(leader)
+        killed_at.append(time.monotonic())
+        cluster.wait_until(
+            lambda: first_ack_after_kill or None, message="a write acknowledged after the kill"
+        )
+        count = len(acked)
+        cluster.wait_until(lambda: len(acked) > count + 2_000 or None, message="producer goes on")
+    finally:
+        stop.set()
+        thread.join(60)
+    assert not failures, failures[:5]
+    failover_s = first_ack_after_kill[0] - killed_at[0]
+    assert failover_s < 10, failover_s
+    new_leader = cluster.leader("payments")
+    assert new_leader not in (leader, -1)
+    seen = [int(v) for v in consume_all(cluster, "payments", 0, len(acked))]
+    # Every acknowledged record exactly once, in the order it was sent.
+    assert seen[: len(acked)] == acked
+    assert len(seen) == len(set(seen))
+    # The killed broker returns as a follower, catches up and rejoins the ISR.
+    cluster.restart(leader)
+    wait_isr(cluster, "payments", cluster.ids)
+
+
+def test_paused_follower_leaves_isr_and_rejoins(cluster: Cluster) -> None:
+    create_topic(cluster, "audit", configs={"min.insync.replicas": 2})
+    leader = cluster.leader("audit")
+    follower = next(b for b in cluster.ids if b != leader)
+    cluster.pause(follower)
+    try:
+        # Writes go on with the other two; the paused one drops out of the ISR.
+        for i in range(10):
+            assert produce(cluster, leader, "audit", 0, [f"a{i}"]).status_code == 200
+        wait_isr(cluster, "audit", [b for b in cluster.ids if b != follower])
+    finally:
+        cluster.resume(follower)
+    wait_isr(cluster, "audit", cluster.ids)
+    assert produce(cluster, leader, "audit", 0, ["after"]).status_code == 200
+
+
+def test_min_insync_replicas_refuses_acks_all(cluster: Cluster) -> None:
+    create_topic(cluster, "ledger", configs={"min.insync.replicas": 2})
+    leader = cluster.leader("ledger")
+    followers = [b for b in cluster.ids if b != leader]
+    for b in followers:
+        cluster.pause(b)
+    try:
+        wait_isr(cluster, "ledger", [leader])
+        refused = produce(cluster, leader, "ledger", 0, ["nope"])
+        assert refused.status_code == 503, refused.text
+        assert refused.json()["error_code"] == "NOT_ENOUGH_REPLICAS"
+        assert refused.json()["retriable"] is True
+        end = httpx.get(f"{cluster.url(leader)}/topics/ledger").json()["partitions"][0]
+        assert end["log_end_offset"] == 0  # nothing was written
+        assert produce(cluster, leader, "ledger", 0, ["one"], acks="1").status_code == 200
+    finally:
+        for b in followers:
+            cluster.resume(b)
+    wait_isr(cluster, "ledger", cluster.ids)
+    assert produce(cluster, leader, "ledger", 0, ["all"]).status_code == 200
+
+
+def test_zookeeper_outage_keeps_current_leaders_serving(cluster: Cluster) -> None:
+    create_topic(cluster, "clicks", partitions=3)
+    leaders = {p: cluster.leader("clicks", p) for p in range(3)}
+    cluster.zookeeper.stop()
+    try:
+        deadline = time.monotonic() + 4
+        n = 0
+        while time.monotonic() < deadline:
+            for p, leader in leaders.items():
+                answer = produce(cluster, leader, "clicks", p, [f"z{n}"])
+                assert answer.status_code == 200, answer.text
+            n += 1
+            time.sleep(0.2)
+        for p, leader in leaders.items():
+            fetched = httpx.get(
+                f"{cluster.url(leader)}/topics/clicks/partitions/{p}/records", params={"offset": 0}
+            )
+            assert len(fetched.json()["records"]) == n
+    finally:
+        cluster.zookeeper.restart()
+    # Back to normal: metadata changes work again.
+    create_topic(cluster, "clicks-after", partitions=1)
+    assert {p: cluster.leader("clicks", p) for p in range(3)} == leaders
+    assert all(isr(cluster, "clicks", p) == cluster.ids for p in range(3))
+
+
+def test_diverged_replica_truncates_to_the_new_leader(cluster: Cluster) -> None:
+    """KIP-101: records only the old leader took (acks=1) vanish from it when it returns
+    as a follower, and all replicas end up byte-identical."""
+    create_topic(cluster, "events", configs={"min.insync.replicas": 1})
+    old = cluster.leader("events")
+    followers = [b for b in cluster.ids if b != old]
+    assert produce(cluster, old, "events", 0, ["a", "b"]).status_code == 200
+    wait_isr(cluster, "events", cluster.ids)
+    for b in followers:
+        cluster.pause(b)
+    # A fetch the followers sent just before they stopped may still be parked at the
+    # leader; this record answers it, so the next ones reach nobody but the leader.
+    assert produce(cluster, old, "events", 0, ["maybe"], acks="1").status_code == 200
+    time.sleep(0.2)
+    lost = produce(cluster, old, "events", 0, ["lost-1", "lost-2", "lost-3"], acks="1")
+    assert lost.status_code == 200
+    cluster.kill(old)
+    for b in followers:
+        cluster.resume(b)
+    new = cluster.wait_until(
+        lambda: (leader := cluster.leader("events")) in followers and leader,
+        message="a new leader among the followers",
+    )
+    assert produce(cluster, new, "events", 0, ["c", "d", "e", "f"]).status_code == 200
+    cluster.restart(old)
+    wait_isr(cluster, "events", cluster.ids)
+    hw = httpx.get(f"{cluster.url(new)}/topics/events").json()["partitions"][0]["high_watermark"]
+    values = [v.decode() for v in consume_all(cluster, "events", 0, hw)]
+    # "maybe" (acks=1) survives if the new leader took it before leading; "lost-*" cannot.
+    assert [v for v in values if v != '"maybe"'] == ['"a"', '"b"', '"c"', '"d"', '"e"', '"f"']
+    cluster.stop(stop_zookeeper=False)
+    copies = {b: read_replica(cluster.broker(b).data_dir, "events", 0, hw) for b in cluster.ids}
+    assert copies[old] == copies[new] == copies[followers[0]] == copies[followers[1]]
+
+
+def test_delete_topic_removes_every_replica(cluster: Cluster) -> None:
+    create_topic(cluster, "gone", partitions=2)
+    assert produce(cluster, cluster.leader("gone", 0), "gone", 0, ["x"]).status_code == 200
+    answer = httpx.delete(f"{cluster.url(3)}/topics/gone", timeout=30)
+    assert answer.status_code == 204
+    for b in cluster.ids:
+        cluster.wait_until(
+            lambda b=b: httpx.get(f"{cluster.url(b)}/topics/gone").status_code == 404 or None,
+            message=f"broker {b} forgets the topic",
+        )
+    create_topic(cluster, "gone", partitions=1)
+    fetched = httpx.get(
+        f"{cluster.url(cluster.leader('gone'))}/topics/gone/partitions/0/records",
+        params={"offset": 0},
+    )
+    assert fetched.json()["records"] == []
