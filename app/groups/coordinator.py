@@ -20,6 +20,18 @@ Everything runs on the event loop of the API: each public method reads and
 changes the state without awaiting in between, so no lock is needed. Appends
 to ``__consumer_offsets`` go through :meth:`Log.append` before a change is
 answered; the in-memory cache is rebuilt from that topic on start.
+
+In cluster mode (a :class:`~app.core.replication.manager.ReplicaManager` handed
+in) this broker coordinates the groups of the ``__consumer_offsets`` partitions
+it leads, as Kafka's coordinator does: it loads a partition (in a worker
+thread) when it becomes its leader, answering COORDINATOR_LOAD_IN_PROGRESS for
+its groups meanwhile, and forgets the partition's groups when it stops leading
+it; other groups answer NOT_COORDINATOR naming their coordinator. A change is
+applied in memory and appended on the event loop as before; the answer then
+waits until every in-sync replica holds the records (and every earlier record
+of the partition), so whatever a client was told survives a failover.
+Placement (:mod:`app.groups.placement`) hides the difference: a lone broker
+leads every partition and its appends need no replication.
 """
 
 from __future__ import annotations
@@ -38,12 +50,18 @@ from typing import TYPE_CHECKING, Any
 
 from app.core.errors import (
     CoordinatorLoadInProgress,
+    CoordinatorNotAvailable,
     CorruptRecord,
     FencedMemberEpoch,
     GroupIdNotFound,
     InvalidGroupId,
     InvalidRequest,
+    LogbusError,
     NonEmptyGroup,
+    NotCoordinator,
+    NotEnoughReplicas,
+    NotLeaderOrFollower,
+    RequestTimedOut,
     StaleMemberEpoch,
     TopicAlreadyExists,
     UnknownMemberId,
@@ -53,6 +71,13 @@ from app.core.errors import (
 from app.core.log.batch import build_batch, decode_records, iter_headers
 from app.groups.assignors import DEFAULT_ASSIGNOR, MemberSpec, get_assignor
 from app.groups.hashing import partition_for
+from app.groups.placement import OFFSETS_TOPIC as OFFSETS_TOPIC
+from app.groups.placement import (
+    ClusterPlacement,
+    ClusterView,
+    LocalPlacement,
+    OffsetsPlacement,
+)
 from app.groups.records import (
     GroupKey,
     GroupValue,
@@ -67,11 +92,11 @@ from app.groups.records import (
 )
 
 if TYPE_CHECKING:
+    from app.core.log.log import Log
     from app.core.log.manager import LogManager
 
 log = logging.getLogger(__name__)
 
-OFFSETS_TOPIC = "__consumer_offsets"
 TopicPartition = tuple[str, int]
 
 JOIN_EPOCH = 0
@@ -108,6 +133,10 @@ class GroupConfig:
     offsets_retention_check_interval_ms: int = 600_000
     node_id: int = 0
     url: str = ""
+    # Cluster mode: offsets.topic.replication.factor (capped by the live brokers) and
+    # offsets.commit.timeout.ms (how long a write may wait for the in-sync replicas).
+    offsets_topic_replication_factor: int = 3
+    offsets_commit_timeout_ms: int = 5_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,20 +248,49 @@ def _wall_ms() -> int:
     return int(time.time() * 1000)
 
 
+# Cluster mode: where an offsets partition led here stands.
+_LOADING = "loading"
+_LOADED = "loaded"
+
+
 class GroupCoordinator:
-    """Coordinates every group of this broker (a single broker leads every
-    ``__consumer_offsets`` partition; in a cluster it would load only the ones it leads)."""
+    """Coordinates the groups of the ``__consumer_offsets`` partitions this broker leads:
+    all of them for a lone broker; in a cluster (``cluster``: the broker's ReplicaManager)
+    the ones whose leadership it holds, loaded as it gains them."""
 
     def __init__(
         self,
         manager: LogManager,
         config: GroupConfig = GroupConfig(),
         *,
+        cluster: ClusterView | None = None,
         clock_ms: Callable[[], int] = _wall_ms,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.manager = manager
         self.config = config
+        self.cluster = cluster
+        self.placement: OffsetsPlacement = (
+            LocalPlacement(manager, config.node_id, config.url)
+            if cluster is None
+            else ClusterPlacement(
+                cluster,
+                manager,
+                config.node_id,
+                config.url,
+                config.offsets_topic_replication_factor,
+            )
+        )
+        # Cluster mode: the offsets partitions led here (loading or loaded), a counter per
+        # partition that a load started under an older leadership finds changed, the
+        # loads under way, and the last offset appended to each partition (answers wait
+        # until it is replicated).
+        self._partitions: dict[int, str] = {}
+        self._generation: dict[int, int] = {}
+        self._load_tasks: dict[int, asyncio.Task[None]] = {}
+        self._written: dict[int, int] = {}
+        self._known_count: int | None = None
+        self._running = False
         self._clock_ms = clock_ms
         self._monotonic = monotonic
         self._groups: dict[str, Group] = {}
@@ -246,27 +304,42 @@ class GroupCoordinator:
     # -- lifecycle -------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Rebuild the cache from ``__consumer_offsets`` (if it exists) and arm the timers."""
+        """Rebuild the cache from ``__consumer_offsets`` (if it exists) and arm the timers.
+
+        In cluster mode: listen to leadership changes and load the offsets partitions this
+        broker leads already (the rest load as leadership arrives)."""
         self._loop = asyncio.get_running_loop()
-        if OFFSETS_TOPIC in self.manager.topics():
-            await asyncio.to_thread(self.load)
-            self._topic_ready = True
+        self._running = True
+        if self.placement.clustered:
+            self.placement.add_leadership_listener(self._on_leadership)
+            count = self._offsets_partitions()
+            for partition in range(count or 0):
+                if self.placement.leads(partition):
+                    self._on_leadership(OFFSETS_TOPIC, partition, True)
+        else:
+            if OFFSETS_TOPIC in self.manager.topics():
+                await asyncio.to_thread(self.load)
+                self._topic_ready = True
+            now = self._monotonic()
+            for group in self._groups.values():
+                for member in group.members.values():
+                    # Restored members get a fresh session: the broker was down, not them.
+                    member.deadline = now + self.config.session_timeout_ms / 1000
+                    self._arm(group, member)
         self._loaded = True
-        now = self._monotonic()
-        for group in self._groups.values():
-            for member in group.members.values():
-                # Restored members get a fresh session: the broker was down, not them.
-                member.deadline = now + self.config.session_timeout_ms / 1000
-                self._arm(group, member)
         self._expire_task = asyncio.create_task(self._expire_loop(), name="offsets-expiration")
 
     async def stop(self) -> None:
         self._loaded = False
-        if self._expire_task is not None:
-            self._expire_task.cancel()
+        self._running = False
+        tasks = [t for t in (self._expire_task, *self._load_tasks.values()) if t is not None]
+        self._expire_task = None
+        self._load_tasks.clear()
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
-                await self._expire_task
-            self._expire_task = None
+                await task
         for group in self._groups.values():
             for member in group.members.values():
                 if member.timer is not None:
@@ -276,34 +349,42 @@ class GroupCoordinator:
     def load(self) -> None:
         """Replay every ``__consumer_offsets`` partition from its start (blocking)."""
         groups: dict[str, Group] = {}
-        count = self.manager.partition_count(OFFSETS_TOPIC)
+        count = self.placement.partition_count(OFFSETS_TOPIC)
         for partition in range(count):
-            part_log = self.manager.get_log(OFFSETS_TOPIC, partition)
-            offset = part_log.log_start_offset
-            end = part_log.log_end_offset
-            while offset < end:
-                buf = part_log.read(offset, _READ_CHUNK, max_offset=end).read_bytes()
-                next_offset = offset
-                for _, header in iter_headers(buf):
-                    next_offset = header.next_offset
-                if next_offset <= offset:
-                    break
-                for record in decode_records(buf, min_offset=offset):
-                    if record.key is None:
-                        continue
-                    try:
-                        self._replay(groups, record.key, record.value)
-                    except CorruptRecord as exc:
-                        # Nothing stops a client from producing to the topic; a record we
-                        # cannot read must not keep the broker from starting.
-                        log.warning(
-                            "skipped %s-%d offset %d: %s",
-                            OFFSETS_TOPIC,
-                            partition,
-                            record.offset,
-                            exc,
-                        )
-                offset = next_offset
+            self._replay_log(groups, partition, self.placement.offsets_log(partition))
+        self._groups = self._finish_load(groups)
+        log.info("loaded %d groups from %s", len(self._groups), OFFSETS_TOPIC)
+
+    def _replay_log(self, groups: dict[str, Group], partition: int, part_log: Log) -> None:
+        """Replay one partition's log into ``groups`` (blocking: run in a worker thread)."""
+        offset = part_log.log_start_offset
+        end = part_log.log_end_offset
+        while offset < end:
+            buf = part_log.read(offset, _READ_CHUNK, max_offset=end).read_bytes()
+            next_offset = offset
+            for _, header in iter_headers(buf):
+                next_offset = header.next_offset
+            if next_offset <= offset:
+                break
+            for record in decode_records(buf, min_offset=offset):
+                if record.key is None:
+                    continue
+                try:
+                    self._replay(groups, record.key, record.value)
+                except CorruptRecord as exc:
+                    # Nothing stops a client from producing to the topic; a record we
+                    # cannot read must not keep the broker from starting.
+                    log.warning(
+                        "skipped %s-%d offset %d: %s",
+                        OFFSETS_TOPIC,
+                        partition,
+                        record.offset,
+                        exc,
+                    )
+            offset = next_offset
+
+    def _finish_load(self, groups: dict[str, Group]) -> dict[str, Group]:
+        """Derived state of replayed groups; the groups worth keeping."""
         for group in groups.values():
             for member in group.members.values():
                 if member.instance_id is not None:
@@ -311,10 +392,9 @@ class GroupCoordinator:
                 for tp in member.assigned | member.revoking:
                     group.owners[tp] = member.member_id
                 member.resolved = self._resolve(member, None)
-        self._groups = {
+        return {
             gid: g for gid, g in groups.items() if g.members or g.offsets or g.has_metadata_record
         }
-        log.info("loaded %d groups from %s", len(self._groups), OFFSETS_TOPIC)
 
     def _replay(self, groups: dict[str, Group], raw_key: bytes, raw_value: bytes | None) -> None:
         key = decode_key(raw_key)
@@ -360,6 +440,116 @@ class GroupCoordinator:
         group.assignor = value.assignor
         group.topics = dict(value.topics)
 
+    # -- cluster mode: leadership of offsets partitions --------------------------------------
+
+    def _on_leadership(self, topic: str, partition: int, leads: bool) -> None:
+        """ReplicaManager's listener (on the loop): load a partition this broker now leads,
+        forget the groups of one it no longer leads."""
+        if topic != OFFSETS_TOPIC or not self._running or self._loop is None:
+            return
+        if leads and partition in self._partitions:
+            return  # already loading or loaded under this leadership
+        self._generation[partition] = generation = self._generation.get(partition, 0) + 1
+        task = self._load_tasks.pop(partition, None)
+        if task is not None:
+            task.cancel()
+        if leads:
+            self._partitions[partition] = _LOADING
+            self._load_tasks[partition] = self._loop.create_task(
+                self._load_partition(partition, generation),
+                name=f"load-{OFFSETS_TOPIC}-{partition}",
+            )
+        else:
+            self._partitions.pop(partition, None)
+            self._unload(partition)
+
+    def _current(self, partition: int, generation: int) -> bool:
+        return (
+            self._running
+            and self._generation.get(partition) == generation
+            and self._partitions.get(partition) == _LOADING
+        )
+
+    async def _load_partition(self, partition: int, generation: int) -> None:
+        delay = 0.1
+        while True:
+            try:
+                part_log = self.placement.offsets_log(partition)
+                groups: dict[str, Group] = {}
+                await asyncio.to_thread(self._replay_log, groups, partition, part_log)
+                break
+            except NotLeaderOrFollower:
+                return  # leadership went; its listener call unloads
+            except Exception:
+                log.exception("loading %s-%d failed; retrying", OFFSETS_TOPIC, partition)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+            if not self._current(partition, generation):
+                return
+        if not self._current(partition, generation):
+            return  # lost (and maybe regained) leadership meanwhile: a newer load runs
+        self._load_tasks.pop(partition, None)
+        loaded = self._finish_load(groups)
+        now = self._monotonic()
+        for gid, group in loaded.items():
+            old = self._groups.get(gid)
+            if old is not None:
+                self._cancel_timers(old)
+            self._groups[gid] = group
+            for member in group.members.values():
+                # Restored members get a fresh session: they were not the ones away.
+                member.deadline = now + self.config.session_timeout_ms / 1000
+                self._arm(group, member)
+        self._partitions[partition] = _LOADED
+        log.info(
+            "coordinating %d groups of %s-%d (leader now)", len(loaded), OFFSETS_TOPIC, partition
+        )
+
+    def _unload(self, partition: int) -> None:
+        """Forget the groups of an offsets partition this broker no longer leads."""
+        self._written.pop(partition, None)
+        count = self._num_partitions()
+        gone = [gid for gid in self._groups if partition_for(gid, count) == partition]
+        for gid in gone:
+            self._cancel_timers(self._groups.pop(gid))
+        if gone:
+            log.info(
+                "stopped coordinating %d groups of %s-%d (not its leader any more)",
+                len(gone),
+                OFFSETS_TOPIC,
+                partition,
+            )
+
+    @staticmethod
+    def _cancel_timers(group: Group) -> None:
+        for member in group.members.values():
+            if member.timer is not None:
+                member.timer.cancel()
+                member.timer = None
+
+    def _route(self, group_id: str) -> int:
+        """The group's offsets partition, when this broker serves the group now; else
+        NOT_COORDINATOR naming its coordinator (COORDINATOR_LOAD_IN_PROGRESS while loading)."""
+        partition = partition_for(group_id, self._num_partitions())
+        if not self.placement.clustered:
+            return partition
+        status = self._partitions.get(partition)
+        if status == _LOADED:
+            return partition
+        if status == _LOADING:
+            raise CoordinatorLoadInProgress(
+                f"loading the groups of {OFFSETS_TOPIC}-{partition} (this broker just became "
+                "its leader); retry shortly",
+                group_id,
+            )
+        leader, url = self.placement.leader_of(partition)
+        if leader == self.config.node_id:
+            raise CoordinatorLoadInProgress(
+                f"this broker is taking over {OFFSETS_TOPIC}-{partition}; retry shortly",
+                group_id,
+            )
+        raise NotCoordinator(group_id, leader, url)
+
     def _check_loaded(self) -> None:
         if not self._loaded:
             raise CoordinatorLoadInProgress("the group coordinator is loading __consumer_offsets")
@@ -368,46 +558,105 @@ class GroupCoordinator:
         """Create ``__consumer_offsets`` on first use, as Kafka does."""
         if self._topic_ready:
             return
+        if self.placement.clustered and self._offsets_partitions() is not None:
+            self._topic_ready = True  # another broker created it
+            return
         if self._topic_lock is None:
             self._topic_lock = asyncio.Lock()
         async with self._topic_lock:
             if self._topic_ready:
                 return
             with contextlib.suppress(TopicAlreadyExists):
-                await asyncio.to_thread(
-                    self.manager.create_topic,
-                    OFFSETS_TOPIC,
-                    self.config.offsets_topic_num_partitions,
-                    {"cleanup.policy": "compact"},
-                )
+                await self.placement.create_offsets_topic(self.config.offsets_topic_num_partitions)
             self._topic_ready = True
+
+    def _offsets_partitions(self) -> int | None:
+        count = self.placement.offsets_partitions()
+        if count is not None:
+            self._known_count = count
+        return count
 
     def _num_partitions(self) -> int:
         # The topic, once it exists, is the authority: the setting may have changed since.
-        if self._topic_ready:
-            return self.manager.partition_count(OFFSETS_TOPIC)
+        if self._topic_ready or self.placement.clustered:
+            count = self._offsets_partitions()
+            if count is not None:
+                return count
+        if self._known_count is not None:
+            return self._known_count  # the topic went away (deleted): as it was
         return self.config.offsets_topic_num_partitions
 
     # -- FindCoordinator -------------------------------------------------------------------
 
-    def find_coordinator(self, key: str, key_type: str = "group") -> CoordinatorInfo:
+    async def find_coordinator(self, key: str, key_type: str = "group") -> CoordinatorInfo:
+        """The broker coordinating ``key``: the leader of its ``__consumer_offsets``
+        partition (created on first use in cluster mode; this broker when alone)."""
         if key_type != "group":
             raise InvalidRequest(
                 f"key_type {key_type!r} is not supported: only 'group' (no transactions)"
             )
         validate_group_id(key)
-        return CoordinatorInfo(
-            node_id=self.config.node_id,
-            url=self.config.url,
-            key=key,
-            partition=partition_for(key, self._num_partitions()),
-        )
+        if not self.placement.clustered:
+            return CoordinatorInfo(
+                node_id=self.config.node_id,
+                url=self.config.url,
+                key=key,
+                partition=partition_for(key, self._num_partitions()),
+            )
+        await self._ensure_topic()
+        partition = partition_for(key, self._num_partitions())
+        leader, url = self.placement.leader_of(partition)
+        if leader is None or url is None:
+            raise CoordinatorNotAvailable(
+                f"{OFFSETS_TOPIC}-{partition}, which holds group {key!r}, has no leader yet "
+                "(election under way); retry shortly",
+                key,
+            )
+        return CoordinatorInfo(node_id=leader, url=url, key=key, partition=partition)
 
     # -- persistence -----------------------------------------------------------------------
 
     def _append(self, group_id: str, records: Sequence[tuple[bytes, bytes | None]]) -> None:
         partition = partition_for(group_id, self._num_partitions())
-        self.manager.get_log(OFFSETS_TOPIC, partition).append(build_batch(records))
+        try:
+            self._written[partition] = self.placement.append(partition, build_batch(records))
+        except NotLeaderOrFollower as exc:
+            raise self._not_coordinator(group_id, partition, exc) from None
+        except NotEnoughReplicas as exc:
+            raise CoordinatorNotAvailable(
+                f"group {group_id!r} cannot be written: {exc.message}", group_id
+            ) from None
+
+    async def _replicated(self, group_id: str, partition: int) -> None:
+        """Until every in-sync replica holds what this broker appended to ``partition`` so
+        far (Kafka's coordinator writes with acks=all). Nothing to wait for when alone."""
+        if not self.placement.clustered:
+            return
+        last = self._written.get(partition)
+        if last is None:
+            return
+        try:
+            await self.placement.replicated(partition, last, self.config.offsets_commit_timeout_ms)
+        except NotLeaderOrFollower as exc:
+            raise self._not_coordinator(group_id, partition, exc) from None
+        except (NotEnoughReplicas, RequestTimedOut) as exc:
+            # Kafka answers COORDINATOR_NOT_AVAILABLE too: the client finds the coordinator
+            # again and retries. The write is on the leader and may still be replicated.
+            raise CoordinatorNotAvailable(
+                f"group {group_id!r}: the write to {OFFSETS_TOPIC}-{partition} was not "
+                f"acknowledged by every in-sync replica: {exc.message}",
+                group_id,
+            ) from None
+
+    def _not_coordinator(
+        self, group_id: str, partition: int, exc: NotLeaderOrFollower
+    ) -> NotCoordinator:
+        leader, url = exc.leader, exc.leader_url
+        if leader is None:
+            leader, url = self.placement.leader_of(partition)
+        if leader == self.config.node_id:
+            leader, url = None, None
+        return NotCoordinator(group_id, leader, url)
 
     def _member_value(self, group: Group, m: Member) -> MemberValue:
         return MemberValue(
@@ -455,7 +704,15 @@ class GroupCoordinator:
         self._check_loaded()
         validate_group_id(group_id)
         await self._ensure_topic()
-        # From here on, no await: the state changes below are atomic on the loop.
+        partition = self._route(group_id)
+        # No await in here: the state changes are atomic on the loop.
+        answer = self._heartbeat(group_id, req)
+        # Answered once the partition's writes so far are replicated (even when this
+        # heartbeat wrote nothing, it may have read what another one wrote).
+        await self._replicated(group_id, partition)
+        return answer
+
+    def _heartbeat(self, group_id: str, req: HeartbeatRequest) -> HeartbeatResponse:
         if req.member_epoch == JOIN_EPOCH:
             return self._join(group_id, req)
         group = self._groups.get(group_id)
@@ -584,7 +841,7 @@ class GroupCoordinator:
         names = set(member.subscribed_topics)
         if member.subscribed_regex is not None:
             pattern = _compile(member.subscribed_regex)
-            topics = self.manager.topics() if all_topics is None else all_topics
+            topics = self.placement.topics() if all_topics is None else all_topics
             # Internal topics are never matched by a pattern (Kafka's exclude.internal.topics).
             names.update(t for t in topics if not t.startswith("__") and pattern.fullmatch(t))
         return frozenset(names)
@@ -593,7 +850,7 @@ class GroupCoordinator:
         """Re-resolve subscriptions and partition counts; True when anything moved."""
         changed = False
         needs_regex = any(m.subscribed_regex is not None for m in group.members.values())
-        all_topics = self.manager.topics() if needs_regex else None
+        all_topics = self.placement.topics() if needs_regex else None
         union: set[str] = set()
         for member in group.members.values():
             resolved = self._resolve(member, all_topics)
@@ -604,7 +861,7 @@ class GroupCoordinator:
         topics: dict[str, int] = {}
         for t in union:
             with contextlib.suppress(UnknownTopicOrPartition):
-                topics[t] = self.manager.partition_count(t)
+                topics[t] = self.placement.partition_count(t)
         if topics != group.topics:
             group.topics = topics
             changed = True
@@ -808,12 +1065,17 @@ class GroupCoordinator:
         if group is None or group.members.get(member.member_id) is not member:
             return
         now = self._monotonic()
-        if now >= member.deadline:
-            self._remove(group, member, "timed out (session)")
-        elif member.revoke_deadline is not None and now >= member.revoke_deadline:
-            self._remove(group, member, "did not revoke within its rebalance timeout")
-        else:
-            self._arm(group, member)
+        try:
+            if now >= member.deadline:
+                self._remove(group, member, "timed out (session)")
+            elif member.revoke_deadline is not None and now >= member.revoke_deadline:
+                self._remove(group, member, "did not revoke within its rebalance timeout")
+            else:
+                self._arm(group, member)
+        except LogbusError as exc:
+            # Not written (leadership just moved, or too few in-sync replicas): the member
+            # is gone here; its record goes with the group's next write.
+            log.warning("group %s: removing member %s not written: %s", group_id, member_id, exc)
 
     def expire_sessions(self) -> int:
         """Remove every member past a deadline now (the timers do this on their own)."""
@@ -834,6 +1096,7 @@ class GroupCoordinator:
         self._check_loaded()
         validate_group_id(group_id)
         await self._ensure_topic()
+        partition = self._route(group_id)
         group = self._groups.get(group_id)
         if member_epoch < 0:
             # Simple consumers and admin tools commit without membership, only while
@@ -848,7 +1111,11 @@ class GroupCoordinator:
                 raise FencedMemberEpoch(group_id, member_id, member_epoch, member.member_epoch)
             if member_epoch < member.member_epoch:
                 raise StaleMemberEpoch(group_id, member_id, member_epoch, member.member_epoch)
-        return self._write_offsets(group_id, offsets)
+        done = self._write_offsets(group_id, offsets)
+        # Acknowledged only once every in-sync replica has it: a commit answered survives
+        # a coordinator failover (Kafka commits offsets with acks=all).
+        await self._replicated(group_id, partition)
+        return done
 
     def _write_offsets(
         self, group_id: str, offsets: Sequence[OffsetCommit]
@@ -856,7 +1123,7 @@ class GroupCoordinator:
         if not offsets:
             return []
         for c in offsets:
-            if c.partition < 0 or c.partition >= self.manager.partition_count(c.topic):
+            if c.partition < 0 or c.partition >= self.placement.partition_count(c.topic):
                 raise UnknownTopicOrPartition(c.topic, c.partition)
             if c.offset < 0:
                 raise InvalidRequest(f"offset {c.offset} for {c.topic}-{c.partition} is negative")
@@ -885,12 +1152,25 @@ class GroupCoordinator:
             for (t, p), v in latest.items()
         ]
 
+    async def fetch_committed_offsets(
+        self, group_id: str, topics: Sequence[str] | None = None
+    ) -> list[CommittedOffset]:
+        """:meth:`fetch_offsets`, answered once what it read is replicated (in cluster mode
+        a commit still waiting for its in-sync replicas is not reported before it counts)."""
+        self._check_loaded()
+        validate_group_id(group_id)
+        partition = self._route(group_id)
+        found = self.fetch_offsets(group_id, topics)
+        await self._replicated(group_id, partition)
+        return found
+
     def fetch_offsets(
         self, group_id: str, topics: Sequence[str] | None = None
     ) -> list[CommittedOffset]:
         """Committed offsets; for topics named, every partition (-1 where none is committed)."""
         self._check_loaded()
         validate_group_id(group_id)
+        self._route(group_id)
         group = self._groups.get(group_id)
         committed = group.offsets if group is not None else {}
         if topics is None:
@@ -899,7 +1179,7 @@ class GroupCoordinator:
             wanted = []
             for t in dict.fromkeys(topics):
                 try:
-                    count = self.manager.partition_count(t)
+                    count = self.placement.partition_count(t)
                 except UnknownTopicOrPartition:
                     count = 0
                 parts = set(range(count)) | {p for (ct, p) in committed if ct == t}
@@ -940,16 +1220,20 @@ class GroupCoordinator:
                 for tp, v in group.offsets.items()
                 if now - max(v.commit_timestamp, group.empty_since_ms) >= retention
             ]
-            if gone:
-                self._append(
-                    group.group_id,
-                    [(encode_key(OffsetKey(group.group_id, t, p)), None) for t, p in gone],
-                )
-                for tp in gone:
-                    del group.offsets[tp]
-                expired += len(gone)
-            if not group.offsets and now - group.empty_since_ms >= retention:
-                self._drop(group)
+            try:
+                if gone:
+                    self._append(
+                        group.group_id,
+                        [(encode_key(OffsetKey(group.group_id, t, p)), None) for t, p in gone],
+                    )
+                    for tp in gone:
+                        del group.offsets[tp]
+                    expired += len(gone)
+                if not group.offsets and now - group.empty_since_ms >= retention:
+                    self._drop(group)
+            except (NotCoordinator, CoordinatorNotAvailable) as exc:
+                # This group's partition cannot be written now; the others can.
+                log.warning("offsets of group %s not expired: %s", group.group_id, exc)
         return expired
 
     def _drop(self, group: Group) -> None:
@@ -975,7 +1259,14 @@ class GroupCoordinator:
         return GroupState.STABLE
 
     def list_groups(self) -> list[dict[str, Any]]:
+        """The groups this broker coordinates (in a cluster: of the offsets partitions it
+        leads; COORDINATOR_LOAD_IN_PROGRESS while one of them is loading, as Kafka)."""
         self._check_loaded()
+        loading = sorted(p for p, status in self._partitions.items() if status == _LOADING)
+        if loading:
+            raise CoordinatorLoadInProgress(
+                f"loading the groups of {OFFSETS_TOPIC} partitions {loading}; retry shortly"
+            )
         return [
             {
                 "group": g.group_id,
@@ -990,6 +1281,7 @@ class GroupCoordinator:
     def _get(self, group_id: str) -> Group:
         self._check_loaded()
         validate_group_id(group_id)
+        self._route(group_id)
         group = self._groups.get(group_id)
         if group is None:
             raise GroupIdNotFound(group_id)
@@ -999,10 +1291,10 @@ class GroupCoordinator:
         group = self._get(group_id)
         offsets = []
         for (t, p), v in sorted(group.offsets.items()):
-            try:
-                hw: int | None = self.manager.get_log(t, p).high_watermark
-            except UnknownTopicOrPartition:
-                hw = None
+            # As this broker's replica knows it (in a cluster a follower's may trail its
+            # leader's by a fetch); null where this broker holds no replica.
+            plog = self.placement.local_log(t, p)
+            hw = None if plog is None else plog.high_watermark
             offsets.append(
                 {
                     "topic": t,
@@ -1048,12 +1340,14 @@ class GroupCoordinator:
     async def delete_group(self, group_id: str) -> None:
         group = self._get(group_id)
         await self._ensure_topic()
-        # Checked after the await: a member may have joined meanwhile.
+        # Checked after the await: a member may have joined (or leadership moved) meanwhile.
+        partition = self._route(group_id)
         if self._groups.get(group_id) is not group:
             raise GroupIdNotFound(group_id)
         if group.members:
             raise NonEmptyGroup(group_id, len(group.members), "deleting it")
         self._drop(group)
+        await self._replicated(group_id, partition)
 
     async def reset_offsets(
         self,
@@ -1072,18 +1366,27 @@ class GroupCoordinator:
             raise InvalidRequest(f"to must be earliest, latest, timestamp or offset, not {to!r}")
         if to in ("timestamp", "offset") and value is None:
             raise InvalidRequest(f"resetting to {to} needs a value")
-        count = self.manager.partition_count(topic)
+        count = self.placement.partition_count(topic)
         parts = sorted(set(range(count) if partitions is None else partitions))
         for p in parts:
             if not 0 <= p < count:
                 raise UnknownTopicOrPartition(topic, p)
         await self._ensure_topic()
+        partition = self._route(group_id)
         group = self._groups.get(group_id)
         if group is not None and group.members:
             raise NonEmptyGroup(group_id, len(group.members), "resetting offsets")
         commits = []
         for p in parts:
-            plog = self.manager.get_log(topic, p)
+            plog = self.placement.local_log(topic, p)
+            if plog is None:
+                # Cluster mode: the offsets of a partition held elsewhere are its leader's.
+                raise InvalidRequest(
+                    f"{topic}-{p} has no replica on this broker (the group's coordinator), "
+                    "so its offsets are not known here: look them up at its leader "
+                    f"(GET /topics/{topic}/partitions/{p}/offsets) and commit them with "
+                    "member_epoch -1"
+                )
             if to == "earliest":
                 offset = plog.log_start_offset
             elif to == "latest":
@@ -1096,7 +1399,9 @@ class GroupCoordinator:
                 assert value is not None
                 offset = min(max(value, plog.log_start_offset), plog.high_watermark)
             commits.append(OffsetCommit(topic, p, offset))
-        return self._write_offsets(group_id, commits)
+        done = self._write_offsets(group_id, commits)
+        await self._replicated(group_id, partition)
+        return done
 
     # -- introspection for tests and the API ------------------------------------------------
 

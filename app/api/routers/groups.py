@@ -3,6 +3,10 @@
 Nothing is kept per connection: every request carries the member id and
 epoch, so a consumer may reach the broker through any load balancer. The
 coordinator (``app.groups``) does the work; this module only translates.
+
+In cluster mode a group is served by its coordinator only (the leader of its
+``__consumer_offsets`` partition, found with ``POST /coordinator``); any other
+broker answers 421 NOT_COORDINATOR naming it.
 """
 
 from __future__ import annotations
@@ -41,7 +45,13 @@ _DESCRIPTIONS = {
     "UNKNOWN_TOPIC_OR_PARTITION.",
     409: "FENCED_MEMBER_EPOCH (rejoin with member_epoch 0), STALE_MEMBER_EPOCH (heartbeat, "
     "then retry the commit), UNRELEASED_INSTANCE_ID, NON_EMPTY_GROUP.",
-    503: "BROKER_NOT_AVAILABLE or COORDINATOR_LOAD_IN_PROGRESS (retriable).",
+    421: "NOT_COORDINATOR (cluster mode, retriable): another broker coordinates the group; "
+    "`coordinator` and `coordinator_url` name it (null while unknown: POST /coordinator "
+    "again).",
+    503: "BROKER_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS (this broker just became the "
+    "group's coordinator and is loading it) or COORDINATOR_NOT_AVAILABLE (cluster mode: no "
+    "leader for the group's partition of `__consumer_offsets`, or its in-sync replicas did "
+    "not acknowledge the write in time); all retriable.",
 }
 
 
@@ -65,7 +75,11 @@ async def start_coordinator(app: FastAPI, state: AppState) -> None:
             offsets_retention_check_interval_ms=settings.offsets_retention_check_interval_ms,
             node_id=settings.broker_id,
             url=settings.url,
+            offsets_topic_replication_factor=settings.offsets_topic_replication_factor,
         ),
+        # Cluster mode: coordinate the groups of the __consumer_offsets partitions this
+        # broker leads (None: a lone broker coordinates every group).
+        cluster=state.cluster,
     )
     try:
         await coordinator.start()
@@ -109,7 +123,10 @@ class FindCoordinatorRequest(_Strict):
 
 
 class FindCoordinatorResponse(BaseModel):
-    node_id: int = Field(description="Broker id of the coordinator.")
+    node_id: int = Field(
+        description="Broker id of the coordinator (in a cluster: the leader of the group's "
+        "partition of `__consumer_offsets`)."
+    )
     url: str = Field(description="Where to send the group's requests.")
     key: str
     partition: int = Field(description="The group's partition of `__consumer_offsets`.")
@@ -257,7 +274,10 @@ class OffsetLag(BaseModel):
     metadata: str
     commit_timestamp: int
     high_watermark: int | None
-    lag: int | None = Field(description="high_watermark - offset (null if the topic is gone).")
+    lag: int | None = Field(
+        description="high_watermark - offset (null if the topic is gone, or in cluster mode "
+        "when the coordinator holds no replica of the partition)."
+    )
 
 
 class CoordinatorRef(BaseModel):
@@ -305,13 +325,16 @@ def _offsets_answer(group: str, offsets: list[CommittedOffset]) -> Response:
     summary="Find a group's coordinator (FindCoordinator)",
     description="The broker that coordinates the group: send its heartbeats and commits "
     "there. The group lives in partition `abs(javaHashCode(group)) % "
-    "offsets.topic.num.partitions` of `__consumer_offsets`, as in Kafka.",
+    "offsets.topic.num.partitions` of `__consumer_offsets`, as in Kafka; in cluster mode "
+    "its coordinator is that partition's leader (any broker answers; the first call "
+    "creates `__consumer_offsets` with `offsets.topic.replication.factor`, capped by the "
+    "live brokers). COORDINATOR_NOT_AVAILABLE while the partition has no leader.",
     response_model=FindCoordinatorResponse,
     responses=_errors(400, 503),
     tags=["groups"],
 )
 async def find_coordinator(request: Request, body: FindCoordinatorRequest) -> Response:
-    info = get_coordinator(request).find_coordinator(body.key, body.key_type)
+    info = await get_coordinator(request).find_coordinator(body.key, body.key_type)
     return JSONBytes(
         {"node_id": info.node_id, "url": info.url, "key": info.key, "partition": info.partition}
     )
@@ -327,7 +350,7 @@ async def find_coordinator(request: Request, body: FindCoordinatorRequest) -> Re
     "one partition. Leave with `member_epoch: -1`. Members silent for "
     "`group_consumer_session_timeout_ms` are removed.",
     response_model=HeartbeatResponseBody,
-    responses=_errors(400, 404, 409, 503),
+    responses=_errors(400, 404, 409, 421, 503),
 )
 async def heartbeat(request: Request, group: GroupPath, body: HeartbeatBody) -> Response:
     owned = None
@@ -359,12 +382,13 @@ async def heartbeat(request: Request, group: GroupPath, body: HeartbeatBody) -> 
 @router.post(
     "/groups/{group}/offsets",
     summary="Commit offsets (OffsetCommit)",
-    description="Stored in `__consumer_offsets` before the answer. A member commits with its "
+    description="Stored in `__consumer_offsets` before the answer (in cluster mode: on every "
+    "in-sync replica, so it survives a coordinator failover). A member commits with its "
     "id and current epoch (an older epoch: STALE_MEMBER_EPOCH; an unknown member: "
     "UNKNOWN_MEMBER_ID); `member_epoch: -1` commits without membership, only while the "
     "group has no members. All or nothing.",
     response_model=OffsetsResponse,
-    responses=_errors(400, 404, 409, 503),
+    responses=_errors(400, 404, 409, 421, 503),
 )
 async def commit_offsets(request: Request, group: GroupPath, body: OffsetCommitBody) -> Response:
     done = await get_coordinator(request).commit_offsets(
@@ -386,14 +410,15 @@ async def commit_offsets(request: Request, group: GroupPath, body: OffsetCommitB
     "those topics (`offset: -1` where nothing is committed). An unknown group answers an "
     "empty list.",
     response_model=OffsetsResponse,
-    responses=_errors(400, 503),
+    responses=_errors(400, 421, 503),
 )
 async def fetch_offsets(
     request: Request,
     group: GroupPath,
     topic: Annotated[list[str] | None, Query(description="Repeatable; default all.")] = None,
 ) -> Response:
-    return _offsets_answer(group, get_coordinator(request).fetch_offsets(group, topic))
+    found = await get_coordinator(request).fetch_committed_offsets(group, topic)
+    return _offsets_answer(group, found)
 
 
 @router.post(
@@ -401,9 +426,12 @@ async def fetch_offsets(
     summary="Reset an empty group's offsets",
     description="To the earliest or latest offset, the first offset at or after a timestamp "
     "(the end when none), or a given offset (clamped to the log's range). The group must "
-    "have no members (NON_EMPTY_GROUP otherwise).",
+    "have no members (NON_EMPTY_GROUP otherwise). In cluster mode the coordinator reads "
+    "the offsets from its own replicas: a partition with no replica on it answers "
+    "INVALID_REQUEST (look its offsets up at its leader and commit them with "
+    "`member_epoch: -1`).",
     response_model=OffsetsResponse,
-    responses=_errors(400, 404, 409, 503),
+    responses=_errors(400, 404, 409, 421, 503),
 )
 async def reset_offsets(request: Request, group: GroupPath, body: ResetOffsetsBody) -> Response:
     value = body.timestamp if body.to == "timestamp" else body.offset
@@ -416,7 +444,10 @@ async def reset_offsets(request: Request, group: GroupPath, body: ResetOffsetsBo
 @router.get(
     "/groups",
     summary="List groups",
-    description="Every group this broker coordinates, with its state and member count.",
+    description="Every group this broker coordinates, with its state and member count. In "
+    "cluster mode that is the groups of the `__consumer_offsets` partitions this broker "
+    "leads, not the cluster's: ask each broker (from `GET /metadata`) for all of them "
+    "(COORDINATOR_LOAD_IN_PROGRESS while one of its partitions is loading).",
     response_model=GroupList,
     responses=_errors(503),
 )
@@ -428,9 +459,12 @@ async def list_groups(request: Request) -> Response:
     "/groups/{group}",
     summary="Describe a group",
     description="State, epochs, members with their assignment (current, pending revocation, "
-    "target), and committed offsets with lag = high watermark - committed offset.",
+    "target), and committed offsets with lag = high watermark - committed offset. In "
+    "cluster mode the high watermark is this broker's replica's (exact on the partition's "
+    "leader, up to a fetch behind on a follower); `high_watermark` and `lag` are null for "
+    "partitions with no replica on the coordinator.",
     response_model=GroupDescription,
-    responses=_errors(400, 404, 503),
+    responses=_errors(400, 404, 421, 503),
 )
 async def describe_group(request: Request, group: GroupPath) -> Response:
     return JSONBytes(get_coordinator(request).describe_group(group))
@@ -442,7 +476,7 @@ async def describe_group(request: Request, group: GroupPath) -> Response:
     description="Writes tombstones for the group and its committed offsets to "
     "`__consumer_offsets`. A group with members answers NON_EMPTY_GROUP.",
     status_code=204,
-    responses=_errors(400, 404, 409, 503),
+    responses=_errors(400, 404, 409, 421, 503),
 )
 async def delete_group(request: Request, group: GroupPath) -> Response:
     await get_coordinator(request).delete_group(group)

@@ -9,6 +9,13 @@ acknowledged by an immediate heartbeat whose ``owned_partitions`` no longer
 lists them, so a partition moves to its new owner within a few round trips
 on the event loop, not a heartbeat interval. The socket closing, for any
 reason, leaves the group at once (epoch -1, -2 for a static member).
+
+In cluster mode the member lives in this broker's coordinator, so a group
+subscribe is refused with NOT_COORDINATOR (naming the coordinator) on a broker
+that does not coordinate the group. Should the group's coordinator move away
+later, the socket gives up its partitions (an ``assignment`` frame revoking
+all), sends the NOT_COORDINATOR error frame and stops heartbeating: the client
+subscribes again at the coordinator named.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from app.core.errors import (
     BrokerNotAvailable,
     FencedMemberEpoch,
     LogbusError,
+    NotCoordinator,
     StaleMemberEpoch,
     UnknownMemberId,
 )
@@ -171,6 +179,9 @@ class GroupMember:
                 await self.heartbeat()
             except asyncio.CancelledError:
                 raise
+            except NotCoordinator as exc:
+                await self._moved(exc)
+                return
             except LogbusError as exc:
                 if exc.retriable:
                     continue  # coordinator loading or stopping: next interval
@@ -178,6 +189,18 @@ class GroupMember:
             except Exception:
                 # A bug costs this heartbeat; the next one (or the session timeout) recovers.
                 logger.exception("WebSocket group heartbeat failed")
+
+    async def _moved(self, exc: NotCoordinator) -> None:
+        """The group's coordinator is another broker now: this member cannot heartbeat
+        from here, so it stops consuming before its session there expires."""
+        logger.info(
+            "group %s: coordinator moved (%s); member %s stops", self.group_id, exc, self.member_id
+        )
+        self._joined = False
+        self.coordinator.watch(self.group_id, self.member_id, None)
+        async with self._lock:
+            await self._apply([])
+        await self.host.send_failure(exc)
 
     async def heartbeat(self) -> None:
         async with self._lock:
