@@ -1,6 +1,6 @@
 """PySpark data source for Logbus: ``spark.read.format("logbus")`` and friends.
 
-Needs the ``spark`` extra (``pip install 'logbus[spark]'``: pyspark, pyarrow) and Java 17.
+Needs the ``spark`` extra (``pip install 'logbus[spark]'``: pyspark, pyarrow, numba) and Java 17.
 
 >>> from app.spark import register                                    # doctest: +SKIP
 >>> register(spark)
