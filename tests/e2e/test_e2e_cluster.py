@@ -6,6 +6,7 @@ Timings are shortened by the harness (2 s ZooKeeper sessions and replica lag).
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from pathlib import Path
@@ -325,3 +326,84 @@ def test_delete_topic_removes_every_replica(cluster: Cluster) -> None:
         params={"offset": 0},
     )
     assert fetched.json()["records"] == []
+
+
+@pytest.mark.slow
+def test_randomized_faults_lose_and_duplicate_nothing(cluster: Cluster) -> None:
+    """Kills, pauses and restarts for ~40 s under an idempotent acks=all producer; then
+    every acknowledged record is there exactly once, in order, and all replicas agree."""
+    seed = int(time.time())
+    rng = random.Random(seed)
+    partitions = 2
+    create_topic(cluster, "chaos", partitions=partitions, configs={"min.insync.replicas": 2})
+    acked: dict[int, list[int]] = {p: [] for p in range(partitions)}
+    failed: list[str] = []
+    stop = threading.Event()
+
+    def produce_loop() -> None:
+        with Producer(cluster.urls, acks="all", delivery_timeout_ms=60_000) as producer:
+            seq = 0
+            while not stop.is_set():
+                batch = [
+                    (p, seq + i, producer.send("chaos", value=b"%d" % (seq + i), partition=p))
+                    for i in range(20)
+                    for p in [(seq + i) % partitions]
+                ]
+                producer.flush()
+                for p, n, future in batch:
+                    try:
+                        future.result()
+                    except Exception as exc:
+                        failed.append(repr(exc))
+                    else:
+                        acked[p].append(n)
+                seq += 20
+
+    thread = threading.Thread(target=produce_loop)
+    thread.start()
+    actions: list[str] = []
+    try:
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline:
+            victim = rng.choice(cluster.ids)
+            action = rng.choice(["kill", "pause", "restart"])
+            actions.append(f"{action} {victim}")
+            if action == "kill":
+                cluster.kill(victim)
+                time.sleep(rng.uniform(0.5, 3))
+                cluster.restart(victim)
+            elif action == "pause":
+                cluster.pause(victim)
+                time.sleep(rng.uniform(0.5, 3))
+                cluster.resume(victim)
+            else:
+                cluster.restart(victim)
+            time.sleep(rng.uniform(0.5, 2))
+        for p in range(partitions):
+            wait_isr(cluster, "chaos", cluster.ids, p)
+        before = sum(len(v) for v in acked.values())
+        cluster.wait_until(
+            lambda: sum(len(v) for v in acked.values()) > before + 100 or None,
+            message="the producer goes on after the faults",
+        )
+    finally:
+        stop.set()
+        thread.join(120)
+    context = f"seed {seed}, actions {actions}, failed sends {failed[:3]}"
+    assert not thread.is_alive(), context
+    assert sum(len(v) for v in acked.values()) > 1_000, context
+    hws = {}
+    for p in range(partitions):
+        hw = httpx.get(f"{cluster.url(cluster.leader('chaos', p))}/topics/chaos").json()
+        hws[p] = hw["partitions"][p]["high_watermark"]
+        seen = [int(v) for v in consume_all(cluster, "chaos", p, hws[p])]
+        assert len(seen) == len(set(seen)), f"duplicates in partition {p}; {context}"
+        assert seen == sorted(seen), f"partition {p} out of order; {context}"
+        missing = set(acked[p]) - set(seen)
+        assert not missing, f"{len(missing)} acknowledged records lost; {context}"
+    cluster.stop(stop_zookeeper=False)
+    for p in range(partitions):
+        copies = {
+            b: read_replica(cluster.broker(b).data_dir, "chaos", p, hws[p]) for b in cluster.ids
+        }
+        assert len(set(copies.values())) == 1, f"replicas of chaos-{p} differ; {context}"
