@@ -569,6 +569,11 @@ class GroupCoordinator:
             with contextlib.suppress(TopicAlreadyExists):
                 await self.placement.create_offsets_topic(self.config.offsets_topic_num_partitions)
             self._topic_ready = True
+            loads = list(self._load_tasks.values())
+            if loads:
+                # The new partitions this broker leads load in an instant (they are empty):
+                # the request that created the topic need not answer LOAD_IN_PROGRESS.
+                await asyncio.wait(loads, timeout=5)
 
     def _offsets_partitions(self) -> int | None:
         count = self.placement.offsets_partitions()
@@ -1262,7 +1267,7 @@ class GroupCoordinator:
         """The groups this broker coordinates (in a cluster: of the offsets partitions it
         leads; COORDINATOR_LOAD_IN_PROGRESS while one of them is loading, as Kafka)."""
         self._check_loaded()
-        loading = sorted(p for p, status in self._partitions.items() if status == _LOADING)
+        loading = self.loading
         if loading:
             raise CoordinatorLoadInProgress(
                 f"loading the groups of {OFFSETS_TOPIC} partitions {loading}; retry shortly"
@@ -1411,6 +1416,16 @@ class GroupCoordinator:
     @property
     def loaded(self) -> bool:
         return self._loaded
+
+    @property
+    def loading(self) -> list[int]:
+        """Cluster mode: the offsets partitions this broker leads and is still loading."""
+        return sorted(p for p, status in self._partitions.items() if status == _LOADING)
+
+    @property
+    def coordinated_partitions(self) -> list[int]:
+        """The offsets partitions whose groups this broker serves (cluster mode)."""
+        return sorted(p for p, status in self._partitions.items() if status == _LOADED)
 
     def groups(self) -> Mapping[str, Group]:
         return self._groups

@@ -1,0 +1,475 @@
+"""The group coordinator in cluster mode, against a fake ReplicaManager.
+
+Three offsets partitions; by default partition p is led by broker 1 + p % 3,
+so broker 1 (the coordinator under test) leads partition 0 only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import orjson
+import pytest
+from groups_cluster_fakes import URLS, FakeCluster, group_in
+from groups_unit_helpers import FakeClock
+
+from app.api.ws.group import GroupMember
+from app.core.errors import (
+    CoordinatorLoadInProgress,
+    CoordinatorNotAvailable,
+    GroupIdNotFound,
+    InvalidRequest,
+    NotCoordinator,
+)
+from app.core.log import LogManager
+from app.groups.coordinator import (
+    OFFSETS_TOPIC,
+    GroupConfig,
+    GroupCoordinator,
+    HeartbeatRequest,
+    OffsetCommit,
+)
+from app.groups.hashing import partition_for
+
+N = 3
+MINE = group_in(0, N)  # partition 0: broker 1
+THEIRS = group_in(1, N)  # partition 1: broker 2
+
+
+def config(broker: int = 1, **overrides: int) -> GroupConfig:
+    values: dict[str, int] = {
+        "offsets_topic_num_partitions": N,
+        "session_timeout_ms": 10_000,
+        "offsets_topic_replication_factor": 3,
+        "offsets_commit_timeout_ms": 2_000,
+    }
+    values.update(overrides)
+    return GroupConfig(**values, node_id=broker, url=URLS[broker])  # type: ignore[arg-type]
+
+
+def coordinator(
+    manager: LogManager, cluster: FakeCluster, clock: FakeClock, **overrides: int
+) -> GroupCoordinator:
+    return GroupCoordinator(
+        manager,
+        config(cluster.broker_id, **overrides),
+        cluster=cluster,
+        clock_ms=clock.wall_ms,
+        monotonic=clock.monotonic,
+    )
+
+
+def run(body: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(asyncio.wait_for(body(), 20))
+
+
+async def settle(*coordinators: GroupCoordinator) -> None:
+    """Until the loads started by leadership changes finish (worker thread + loop)."""
+    await asyncio.sleep(0)
+    while any(c.loading for c in coordinators):
+        await asyncio.sleep(0.001)
+
+
+def test_find_coordinator_creates_the_topic_and_names_the_leader(
+    manager: LogManager, clock: FakeClock
+) -> None:
+    cluster = FakeCluster(manager, brokers=(1, 2))
+
+    async def body() -> None:
+        c = coordinator(manager, cluster, clock)
+        await c.start()
+        try:
+            info = await c.find_coordinator(THEIRS)
+            assert (info.node_id, info.url, info.partition) == (2, URLS[2], 1)
+            # Kafka's replication factor, capped by the live brokers; compacted.
+            assert cluster.created == [(OFFSETS_TOPIC, N, 2, {"cleanup.policy": "compact"})]
+            mine = await c.find_coordinator(MINE)
+            assert (mine.node_id, mine.url, mine.partition) == (1, URLS[1], 0)
+            assert len(cluster.created) == 1  # created once
+            cluster.set_leader(OFFSETS_TOPIC, 1, None)  # election under way
+            with pytest.raises(CoordinatorNotAvailable) as exc:
+                await c.find_coordinator(THEIRS)
+            assert exc.value.retriable
+        finally:
+            await c.stop()
+
+    run(body)
+
+
+def test_find_coordinator_with_a_topic_another_broker_created(
+    manager: LogManager, clock: FakeClock
+) -> None:
+    cluster = FakeCluster(manager)
+    cluster.add_topic(OFFSETS_TOPIC, 5)  # another broker's setting: 5 partitions
+
+    async def body() -> None:
+        c = coordinator(manager, cluster, clock)
+        await c.start()
+        try:
+            info = await c.find_coordinator("some-group")
+            p = partition_for("some-group", 5)
+            assert info.partition == p and info.node_id == 1 + p % 3
+            assert cluster.created == []
+        finally:
+            await c.stop()
+
+    run(body)
+
+
+def test_requests_for_groups_led_elsewhere_answer_not_coordinator(
+    manager: LogManager, clock: FakeClock
+) -> None:
+    cluster = FakeCluster(manager)
+    cluster.add_topic("t", 2)
+
+    async def body() -> None:
+        c = coordinator(manager, cluster, clock)
+        await c.start()
+        try:
+            joined = await c.heartbeat(MINE, HeartbeatRequest(subscribed_topics=["t"]))
+            assert joined.assignment == [("t", 0), ("t", 1)]
+            calls: list[Callable[[], Awaitable[object]]] = [
+                lambda: c.heartbeat(THEIRS, HeartbeatRequest(subscribed_topics=["t"])),
+                lambda: c.commit_offsets(THEIRS, "", -1, [OffsetCommit("t", 0, 1)]),
+                lambda: c.fetch_committed_offsets(THEIRS),
+                lambda: c.delete_group(THEIRS),
+                lambda: c.reset_offsets(THEIRS, "t", "earliest"),
+            ]
+            for call in calls:
+                with pytest.raises(NotCoordinator) as exc:
+                    await call()
+                assert exc.value.fields() == {
+                    "group": THEIRS,
+                    "coordinator": 2,
+                    "coordinator_url": URLS[2],
+                }
+                assert exc.value.retriable
+            for sync_call in (
+                lambda: c.describe_group(THEIRS),
+                lambda: c.fetch_offsets(THEIRS),
+            ):
+                with pytest.raises(NotCoordinator):
+                    sync_call()
+            # The list is this broker's groups only.
+            assert [g["group"] for g in c.list_groups()] == [MINE]
+            # No leader at all: NOT_COORDINATOR without one (the client finds it again).
+            cluster.set_leader(OFFSETS_TOPIC, 1, None)
+            with pytest.raises(NotCoordinator) as exc:
+                c.describe_group(THEIRS)
+            assert exc.value.coordinator is None and exc.value.coordinator_url is None
+        finally:
+            await c.stop()
+
+    run(body)
+
+
+def test_leadership_moves_groups_between_coordinators(
+    manager: LogManager, clock: FakeClock
+) -> None:
+    """Broker 1 coordinates a group; its offsets partition moves to broker 2, which loads
+    it (load in progress meanwhile) and serves it with the same members and offsets;
+    broker 1 forgets it and points at broker 2. Then it moves back."""
+    one = FakeCluster(manager, 1)
+    two = FakeCluster(manager, 2)
+    for cluster in (one, two):
+        cluster.add_topic("t", 2)
+        cluster.add_topic(OFFSETS_TOPIC, N)
+
+    def move(partition: int, leader: int) -> None:
+        for cluster in (one, two):  # both brokers hear of the new state
+            cluster.set_leader(OFFSETS_TOPIC, partition, leader)
+
+    async def body() -> None:
+        a = coordinator(manager, one, clock)
+        b = coordinator(manager, two, clock)
+        await a.start()
+        await b.start()
+        await settle(a, b)
+        try:
+            m = await a.heartbeat(MINE, HeartbeatRequest(subscribed_topics=["t"]))
+            await a.commit_offsets(
+                MINE, m.member_id, m.member_epoch, [OffsetCommit("t", 1, 42, 3, "meta")]
+            )
+            group = a.group(MINE)
+            assert group is not None
+            member = group.members[m.member_id]
+            assert member.timer is not None
+            described = a.describe_group(MINE)
+
+            clock.now += 9  # the member's session is nearly over on broker 1
+            move(0, 2)
+            # Broker 1 dropped the group and its timers at once.
+            assert a.group(MINE) is None and member.timer is None
+            with pytest.raises(NotCoordinator) as exc:
+                await a.heartbeat(MINE, HeartbeatRequest(m.member_id, m.member_epoch))
+            assert (exc.value.coordinator, exc.value.coordinator_url) == (2, URLS[2])
+            # Broker 2 is loading: retriable, not "unknown member".
+            with pytest.raises(CoordinatorLoadInProgress):
+                await b.heartbeat(MINE, HeartbeatRequest(m.member_id, m.member_epoch))
+            with pytest.raises(CoordinatorLoadInProgress):
+                b.list_groups()
+            await settle(b)
+
+            assert b.describe_group(MINE) == {
+                **described,
+                "coordinator": {"node_id": 2, "url": URLS[2], "partition": 0},
+            }
+            (committed,) = await b.fetch_committed_offsets(MINE)
+            assert (committed.offset, committed.leader_epoch, committed.metadata) == (
+                42,
+                3,
+                "meta",
+            )
+            moved = b.group(MINE)
+            assert moved is not None
+            # A fresh session on the new coordinator: not expired by broker 1's clock.
+            clock.now += 5
+            assert b.expire_sessions() == 0
+            again = await b.heartbeat(MINE, HeartbeatRequest(m.member_id, m.member_epoch))
+            assert again.member_epoch == m.member_epoch and again.assignment == m.assignment
+            await b.commit_offsets(MINE, m.member_id, m.member_epoch, [OffsetCommit("t", 0, 7)])
+
+            move(0, 1)  # and back: broker 1 reloads, seeing broker 2's commit
+            await settle(a)
+            assert b.group(MINE) is None
+            got = {(o.topic, o.partition): o.offset for o in a.fetch_offsets(MINE)}
+            assert got == {("t", 0): 7, ("t", 1): 42}
+        finally:
+            await a.stop()
+            await b.stop()
+
+    run(body)
+
+
+def test_start_loads_the_partitions_led_already(manager: LogManager, clock: FakeClock) -> None:
+    cluster = FakeCluster(manager)
+    cluster.add_topic("t", 1)
+    cluster.add_topic(OFFSETS_TOPIC, N)
+
+    async def body() -> None:
+        first = coordinator(manager, cluster, clock)
+        await first.start()
+        await settle(first)
+        await first.commit_offsets(MINE, "", -1, [OffsetCommit("t", 0, 5)])
+        await first.stop()
+
+        again = FakeCluster(manager)  # the broker restarted, still leading partition 0
+        again.add_topic("t", 1)
+        again.add_topic(OFFSETS_TOPIC, N)
+        second = coordinator(manager, again, clock)
+        await second.start()
+        try:
+            with pytest.raises(CoordinatorLoadInProgress):
+                second.fetch_offsets(MINE)
+            assert second.loading == [0]
+            await settle(second)
+            assert second.coordinated_partitions == [0]
+            assert [o.offset for o in second.fetch_offsets(MINE)] == [5]
+        finally:
+            await second.stop()
+
+    run(body)
+
+
+def test_commits_are_answered_once_replicated(manager: LogManager, clock: FakeClock) -> None:
+    cluster = FakeCluster(manager, auto_replicate=False)
+    cluster.add_topic("t", 1)
+    cluster.add_topic(OFFSETS_TOPIC, N)
+
+    async def body() -> None:
+        c = coordinator(manager, cluster, clock, offsets_commit_timeout_ms=300)
+        await c.start()
+        await settle(c)
+        try:
+            replica = cluster.leader_partition(OFFSETS_TOPIC, 0)
+            commit = asyncio.create_task(c.commit_offsets(MINE, "", -1, [OffsetCommit("t", 0, 3)]))
+            await asyncio.sleep(0.05)
+            assert not commit.done()  # on the leader, not yet on the followers
+            assert replica.waits == [replica.log.log_end_offset - 1]
+            # A read waits for what it reads to be replicated too.
+            fetch = asyncio.create_task(c.fetch_committed_offsets(MINE))
+            await asyncio.sleep(0.05)
+            assert not fetch.done()
+            replica.replicate()
+            (done,) = await commit
+            assert done.offset == 3
+            assert [o.offset for o in await fetch] == [3]
+
+            # Followers that never catch up: COORDINATOR_NOT_AVAILABLE (retriable).
+            with pytest.raises(CoordinatorNotAvailable) as exc:
+                await c.commit_offsets(MINE, "", -1, [OffsetCommit("t", 0, 4)])
+            assert exc.value.retriable
+            replica.replicate()
+
+            # ISR below min.insync.replicas: nothing is written.
+            replica.isr_ok = False
+            end = replica.log.log_end_offset
+            with pytest.raises(CoordinatorNotAvailable):
+                await c.commit_offsets(MINE, "", -1, [OffsetCommit("t", 0, 5)])
+            assert replica.log.log_end_offset == end
+            assert [o.offset for o in c.fetch_offsets(MINE)] == [4]
+            replica.isr_ok = True
+
+            # Leadership moves while the commit waits: NOT_COORDINATOR naming the new one.
+            commit = asyncio.create_task(c.commit_offsets(MINE, "", -1, [OffsetCommit("t", 0, 6)]))
+            await asyncio.sleep(0.05)
+            cluster.set_leader(OFFSETS_TOPIC, 0, 3)
+            with pytest.raises(NotCoordinator) as moved:
+                await commit
+            assert (moved.value.coordinator, moved.value.coordinator_url) == (3, URLS[3])
+            assert c.group(MINE) is None
+        finally:
+            await c.stop()
+
+    run(body)
+
+
+def test_heartbeats_wait_for_their_writes(manager: LogManager, clock: FakeClock) -> None:
+    cluster = FakeCluster(manager, auto_replicate=False)
+    cluster.add_topic("t", 2)
+    cluster.add_topic(OFFSETS_TOPIC, N)
+
+    async def body() -> None:
+        c = coordinator(manager, cluster, clock)
+        await c.start()
+        await settle(c)
+        try:
+            replica = cluster.leader_partition(OFFSETS_TOPIC, 0)
+            join = asyncio.create_task(c.heartbeat(MINE, HeartbeatRequest(subscribed_topics=["t"])))
+            await asyncio.sleep(0.05)
+            assert not join.done()
+            replica.replicate()
+            joined = await join
+            # Nothing new to write: answered at once.
+            steady = await c.heartbeat(MINE, HeartbeatRequest(joined.member_id, 1))
+            assert steady.assignment == [("t", 0), ("t", 1)]
+        finally:
+            await c.stop()
+
+    run(body)
+
+
+def test_offset_descriptions_of_partitions_held_elsewhere(
+    manager: LogManager, clock: FakeClock
+) -> None:
+    cluster = FakeCluster(manager)
+    cluster.add_topic("t", 3, hosted=[0])  # partitions 1 and 2 have no replica here
+    cluster.add_topic(OFFSETS_TOPIC, N)
+
+    async def body() -> None:
+        c = coordinator(manager, cluster, clock)
+        await c.start()
+        await settle(c)
+        try:
+            await c.commit_offsets(
+                MINE, "", -1, [OffsetCommit("t", 0, 0), OffsetCommit("t", 2, 10)]
+            )
+            offsets = c.describe_group(MINE)["offsets"]
+            assert [(o["partition"], o["high_watermark"], o["lag"]) for o in offsets] == [
+                (0, 0, 0),
+                (2, None, None),
+            ]
+            # Every partition of the topic counts (cluster-wide count), not just local ones.
+            got = c.fetch_offsets(MINE, ["t"])
+            assert [(o.partition, o.offset) for o in got] == [(0, 0), (1, -1), (2, 10)]
+            with pytest.raises(InvalidRequest, match="no replica on this broker"):
+                await c.reset_offsets(MINE, "t", "earliest")
+            done = await c.reset_offsets(MINE, "t", "latest", partitions=[0])
+            assert [(o.partition, o.offset) for o in done] == [(0, 0)]
+            await c.delete_group(MINE)
+            with pytest.raises(GroupIdNotFound):
+                c.describe_group(MINE)
+        finally:
+            await c.stop()
+
+    run(body)
+
+
+def test_a_lone_broker_needs_no_cluster(manager: LogManager, clock: FakeClock) -> None:
+    """Without a cluster the coordinator answers for every group and never waits."""
+    manager.create_topic("t", 1)
+
+    async def body() -> None:
+        c = GroupCoordinator(manager, config(1), clock_ms=clock.wall_ms)
+        await c.start()
+        try:
+            for group in (MINE, THEIRS):
+                info = await c.find_coordinator(group)
+                assert (info.node_id, info.url) == (1, URLS[1])
+                await c.commit_offsets(group, "", -1, [OffsetCommit("t", 0, 1)])
+            assert [g["group"] for g in c.list_groups()] == sorted((MINE, THEIRS))
+        finally:
+            await c.stop()
+
+    run(body)
+
+
+class RecordingHost:
+    """A WebSocket subscription's side of a group member (app.api.ws.group.Host)."""
+
+    def __init__(self) -> None:
+        self.owned: set[tuple[str, int]] = set()
+        self.frames: list[dict[str, object]] = []
+        self.failures: list[Exception] = []
+
+    def add_partition(self, topic: str, partition: int, position: int) -> dict[str, object]:
+        self.owned.add((topic, partition))
+        return {"topic": topic, "partition": partition, "position": position}
+
+    def drop_partition(self, topic: str, partition: int) -> None:
+        self.owned.discard((topic, partition))
+
+    def positions(self) -> dict[tuple[str, int], int]:
+        return dict.fromkeys(self.owned, 0)
+
+    async def send_frame(self, text: str) -> None:
+        self.frames.append(orjson.loads(text))
+
+    async def send_failure(self, exc: Exception) -> None:
+        self.failures.append(exc)
+
+
+def test_a_websocket_member_stops_when_its_coordinator_moves(
+    manager: LogManager, clock: FakeClock
+) -> None:
+    cluster = FakeCluster(manager)
+    cluster.add_topic("t", 2)
+    cluster.add_topic(OFFSETS_TOPIC, N)
+
+    async def body() -> None:
+        c = GroupCoordinator(
+            manager, config(1, heartbeat_interval_ms=20), cluster=cluster, clock_ms=clock.wall_ms
+        )
+        await c.start()
+        await settle(c)
+        try:
+            host = RecordingHost()
+            theirs = GroupMember(
+                host, c, THEIRS, ["t"], instance_id=None, server_assignor=None,
+                start="earliest", default="earliest",
+            )  # fmt: skip
+            with pytest.raises(NotCoordinator):  # the subscribe is refused, naming broker 2
+                await theirs.join()
+            member = GroupMember(
+                host, c, MINE, ["t"], instance_id=None, server_assignor=None,
+                start="committed", default="earliest",
+            )  # fmt: skip
+            await member.join()
+            await member.start_loop()
+            assert host.owned == {("t", 0), ("t", 1)}
+            cluster.set_leader(OFFSETS_TOPIC, 0, 3)
+            for _ in range(500):
+                if host.failures:
+                    break
+                await asyncio.sleep(0.01)
+            # Everything revoked first, then the error naming the new coordinator.
+            assert host.owned == set()
+            assert host.frames[-1]["partitions"] == []
+            (failure,) = host.failures
+            assert isinstance(failure, NotCoordinator) and failure.coordinator == 3
+            await member.leave()  # nothing to leave here: no heartbeat, no error
+        finally:
+            await c.stop()
+
+    run(body)
