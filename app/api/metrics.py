@@ -129,8 +129,8 @@ class PartitionCollector(Collector):
             for topic in manager.topics():
                 count += 1
                 try:
-                    n = manager.partition_count(topic)
-                    for p in range(n):
+                    # Only the replicas on this broker (all of them unless clustered).
+                    for p in manager.hosted_partitions(topic):
                         log = manager.get_log(topic, p)
                         values = [topic, str(p)]
                         start.add_metric(values, log.log_start_offset)

@@ -44,7 +44,7 @@ import orjson
 from starlette.websockets import WebSocket
 
 from app.api.routers.fetch import json_records
-from app.api.util import INLINE_WORK_BYTES, run_blocking
+from app.api.util import INLINE_WORK_BYTES, leader_log, partition_count, run_blocking
 from app.api.ws import common
 from app.api.ws.common import ClientGone, send_bytes, send_error, send_text
 from app.api.ws.group import GroupMember, coordinator_of
@@ -126,6 +126,8 @@ FRAME_CACHE_ENTRIES = 1024
 class _CachedFrame:
     log: Log
     done: asyncio.Future[Rendered | None]
+    # Log.truncations when rendered: after a cut the same offsets may hold other records.
+    truncations: int = 0
     size: int = 0
 
 
@@ -161,7 +163,7 @@ class FrameCache:
     ) -> Rendered | None:
         key = (log.topic, log.partition, position, *fmt)
         entry = self._entries.get(key)
-        if entry is not None and entry.log is log:
+        if entry is not None and entry.log is log and entry.truncations == log.truncations:
             rendered = await asyncio.shield(entry.done)
             if rendered is not None and position >= log.log_start_offset:
                 _, count, used, _, first = rendered
@@ -172,7 +174,7 @@ class FrameCache:
             return await render()
         if entry is not None:
             self._drop(key)
-        entry = _CachedFrame(log, asyncio.get_running_loop().create_future())
+        entry = _CachedFrame(log, asyncio.get_running_loop().create_future(), log.truncations)
         self._entries[key] = entry
         rendered = None
         try:
@@ -357,7 +359,8 @@ class Subscription:
             raise InvalidRequest("message.start: 'committed' needs a group")
         wanted: list[tuple[str, int]] = []
         for topic in sub.topics or ():
-            wanted.extend((topic, p) for p in range(self.manager.partition_count(topic)))
+            n = partition_count(self.state, self.manager, topic)
+            wanted.extend((topic, p) for p in range(n))
         wanted.extend((tp.topic, tp.partition) for tp in sub.partitions or ())
         self._set_delivery(sub)
         explicit: dict[tuple[str, int], int] = {}
@@ -377,7 +380,7 @@ class Subscription:
         for topic, p in wanted:
             if (topic, p) in self.cursors:
                 continue
-            log = self.manager.get_log(topic, p)
+            log = leader_log(self.state, self.manager, topic, p)
             hw = log.high_watermark
             position = hw
             if sub.start == "earliest":
@@ -409,7 +412,7 @@ class Subscription:
             )
         topics = list(dict.fromkeys(sub.topics or ()))
         for topic in topics:
-            self.manager.partition_count(topic)  # UNKNOWN_TOPIC_OR_PARTITION before joining
+            partition_count(self.state, self.manager, topic)  # UNKNOWN_TOPIC_OR_PARTITION first
         self._set_delivery(sub)
         self.member = GroupMember(
             self,
@@ -435,7 +438,7 @@ class Subscription:
     # -- group membership (app.api.ws.group.Host) ----------------------------------------
 
     def add_partition(self, topic: str, partition: int, position: int) -> dict[str, Any]:
-        log = self.manager.get_log(topic, partition)
+        log = leader_log(self.state, self.manager, topic, partition)
         cursor = Cursor(topic, partition, log, position)
         self.cursors[(topic, partition)] = cursor
         self.state.waiters.register(log, self.wake)

@@ -492,6 +492,12 @@ class Log:
 
     # -- truncation --------------------------------------------------------------
 
+    @property
+    def truncations(self) -> int:
+        """How often the log was cut back (a follower matching a new leader): whoever
+        caches its bytes by offset compares this, since offsets get reused after a cut."""
+        return self._truncations
+
     def truncate_to(self, offset: int) -> None:
         """Remove every batch holding an offset >= ``offset`` (a batch holding ``offset`` goes whole)."""
         with self._lock:
