@@ -9,7 +9,7 @@ HOST     ?= 127.0.0.1
 PORT     ?= 8080
 DATA_DIR ?= ./data
 
-.PHONY: install run test lint unit bench clean openapi java curl redis-server zookeeper pipeline
+.PHONY: install run cluster test lint unit bench clean openapi java curl redis-server zookeeper pipeline
 
 # $(call apt,COMMAND,PACKAGE): install PACKAGE from Debian when COMMAND is missing (root only).
 apt = @command -v $(1) >/dev/null || { \
@@ -33,6 +33,10 @@ install: $(STAMP)
 
 run: install
 	$(VENV)/bin/logbus serve --data-dir $(DATA_DIR) --host $(HOST) --port $(PORT)
+
+# ZooKeeper and three brokers (ports 8081-8083) on this machine, no Docker; Ctrl-C stops them.
+cluster: install zookeeper
+	HOST=$(HOST) bash scripts/local-cluster.sh
 
 lint: install
 	$(VENV)/bin/ruff check app tests bench pipelines

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from cluster import Cluster
 from conftest import REPO, Broker
 
 README = REPO / "README.md"
@@ -152,3 +153,27 @@ def test_readme_websocket_example(broker: Broker, tmp_path: Path) -> None:
     pushed = [line for line in lines[2:] if line.startswith("0 ")]
     assert pushed and "pushed" in pushed[-1]
     assert "'hello', 'world'" in pushed[0]
+
+
+@NEEDS_CURL
+def test_readme_cluster_walkthrough(cluster: Cluster) -> None:
+    """The "Running a cluster" commands, with localhost:808N pointed at broker N."""
+    outputs = []
+    for command in readme_commands("cluster"):
+        for broker_id in cluster.ids:
+            command = command.replace(
+                f"localhost:808{broker_id}", f"127.0.0.1:{cluster.broker(broker_id).port}"
+            )
+        done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        outputs.append(orjson.loads(done.stdout))
+    created, produced, metadata = outputs
+    assert created["name"] == "orders" and len(created["partitions"]) == 3
+    for p in created["partitions"]:
+        assert sorted(p["replicas"]) == [1, 2, 3] and p["leader"] == p["replicas"][0]
+        assert sorted(p["isr"]) == [1, 2, 3]
+    assert created["configs"]["min.insync.replicas"] == 2
+    assert produced["offsets"][0]["partition"] == 0 and produced["offsets"][0]["offset"] == 0
+    assert sorted(b["id"] for b in metadata["brokers"]) == [1, 2, 3]
+    assert metadata["controller"] in (1, 2, 3)
+    assert metadata["topics"][0]["name"] == "orders"

@@ -138,10 +138,12 @@ class Controller:
             assignment = self.store.get_topic(topic)
             if assignment is None:
                 continue
+            # The topic's own unclean.leader.election.enable wins over the broker's.
+            unclean = bool(assignment.configs.get("unclean.leader.election.enable", self.unclean))
             for p, replicas in enumerate(assignment.replicas):
                 if self._stop.is_set():
                     return written
-                if self._fix(topic, p, replicas, live, preferred):
+                if self._fix(topic, p, replicas, live, preferred, unclean):
                     written += 1
         return written
 
@@ -152,6 +154,7 @@ class Controller:
         replicas: tuple[int, ...],
         live: set[int],
         preferred: bool,
+        unclean: bool,
     ) -> bool:
         current = self.store.get_state(topic, p)
         alive = [r for r in replicas if r in live]
@@ -166,7 +169,7 @@ class Controller:
             candidates = [r for r in replicas if r in isr_alive]
             if candidates:
                 new = PartitionState(candidates[0], state.leader_epoch + 1, isr_alive, self.epoch)
-            elif self.unclean and alive:
+            elif unclean and alive:
                 _log.warning("unclean leader election for %s-%d: %d", topic, p, alive[0])
                 new = PartitionState(alive[0], state.leader_epoch + 1, (alive[0],), self.epoch)
             elif state.leader != NO_LEADER:
