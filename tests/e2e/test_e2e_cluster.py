@@ -407,3 +407,48 @@ def test_randomized_faults_lose_and_duplicate_nothing(cluster: Cluster) -> None:
             b: read_replica(cluster.broker(b).data_dir, "chaos", p, hws[p]) for b in cluster.ids
         }
         assert len(set(copies.values())) == 1, f"replicas of chaos-{p} differ; {context}"
+
+
+def test_group_survives_its_coordinator_failing(cluster: Cluster) -> None:
+    """Offsets are replicated: after the coordinator dies, its successor (the new leader of
+    the group's __consumer_offsets partition) serves the group's committed offsets."""
+    create_topic(cluster, "jobs", partitions=2)
+    with Producer(cluster.urls, acks="all") as producer:
+        for i in range(100):
+            producer.send("jobs", value=b"%d" % i, partition=i % 2)
+    seen: list[int] = []
+    with Consumer(cluster.urls, auto_offset_reset="earliest") as consumer:
+        consumer.subscribe(["jobs"], group_id="workers", enable_auto_commit=False)
+        deadline = time.monotonic() + 30
+        while len(seen) < 60 and time.monotonic() < deadline:
+            seen.extend(int(r.value or b"0") for r in consumer.poll(timeout_ms=500))
+        consumer.commit()
+        committed = consumer.committed([TopicPartition("jobs", 0), TopicPartition("jobs", 1)])
+    assert sum(v or 0 for v in committed.values()) == len(seen)
+    found = httpx.post(
+        f"{cluster.url(1)}/coordinator", json={"key": "workers", "key_type": "group"}
+    ).json()
+    coordinator = int(found["node_id"])
+    assert found["url"] == cluster.url(coordinator)
+    cluster.kill(coordinator)
+    survivors = [b for b in cluster.ids if b != coordinator]
+
+    def moved() -> dict[str, Any] | None:
+        answer = httpx.post(
+            f"{cluster.url(survivors[0])}/coordinator", json={"key": "workers", "key_type": "group"}
+        )
+        body: dict[str, Any] = answer.json()
+        return body if answer.status_code == 200 and body["node_id"] != coordinator else None
+
+    new = cluster.wait_until(moved, message="a new coordinator for the group")
+    assert int(new["node_id"]) in survivors
+    rest: list[int] = []
+    urls = [cluster.url(b) for b in survivors]
+    with Consumer(urls, auto_offset_reset="earliest") as consumer:
+        consumer.subscribe(["jobs"], group_id="workers", enable_auto_commit=False)
+        deadline = time.monotonic() + 30
+        while len(seen) + len(rest) < 100 and time.monotonic() < deadline:
+            rest.extend(int(r.value or b"0") for r in consumer.poll(timeout_ms=500))
+        consumer.commit()
+    # The new member started at the committed offsets: nothing again, nothing skipped.
+    assert sorted(seen + rest) == list(range(100))
