@@ -76,6 +76,12 @@ class Settings(BaseSettings):
         description="Kafka's producer.id.expiration.ms: a partition forgets an idempotent "
         "producer this long after its last append.",
     )
+    offsets_commit_timeout_ms: int = Field(
+        default=5_000,
+        ge=1,
+        description="Kafka's offsets.commit.timeout.ms: how long a group write waits for the "
+        "in-sync replicas of its __consumer_offsets partition (cluster mode).",
+    )
     zookeeper: str | None = Field(
         default=None,
         description="ZooKeeper connect string, HOST:PORT[,HOST:PORT...][/chroot]: join a "

@@ -76,6 +76,7 @@ async def start_coordinator(app: FastAPI, state: AppState) -> None:
             node_id=settings.broker_id,
             url=settings.url,
             offsets_topic_replication_factor=settings.offsets_topic_replication_factor,
+            offsets_commit_timeout_ms=settings.offsets_commit_timeout_ms,
         ),
         # Cluster mode: coordinate the groups of the __consumer_offsets partitions this
         # broker leads (None: a lone broker coordinates every group).

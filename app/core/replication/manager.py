@@ -252,11 +252,15 @@ class ReplicaManager:
         self.states[(name, p)] = (state, version)
         part = self.partitions.get((name, p))
         if part is not None:
-            was_leader = part.is_leader
+            was_leader, old_epoch = part.is_leader, part.leader_epoch
             part.apply(state, version)
-            if part.is_leader != was_leader:
-                for listener in self._listeners:
-                    listener(name, p, part.is_leader)
+            if part.is_leader and was_leader and part.leader_epoch != old_epoch:
+                # Leadership went away and came back between two notifications: whatever
+                # was built on the old term (a coordinator's cache) must be rebuilt.
+                self._tell_listeners(name, p, False)
+                self._tell_listeners(name, p, True)
+            elif part.is_leader != was_leader:
+                self._tell_listeners(name, p, part.is_leader)
         self._changed_now()
 
     async def _drop_topic(self, name: str) -> None:
@@ -268,8 +272,7 @@ class ReplicaManager:
             if self.fetcher is not None:
                 self.fetcher.unfollow(key)
             if was_leader:
-                for listener in self._listeners:
-                    listener(key[0], key[1], False)
+                self._tell_listeners(key[0], key[1], False)
         for key in [k for k in self.states if k[0] == name]:
             del self.states[key]
         if name in self.logs.topics():
@@ -364,7 +367,20 @@ class ReplicaManager:
     # -- what requests need ------------------------------------------------------------
 
     def add_leadership_listener(self, cb: LeadershipListener) -> None:
+        """``cb(topic, partition, leads)`` on the loop whenever this broker starts or stops
+        leading a partition it holds (a new term of its own leadership: stop, then start)."""
         self._listeners.append(cb)
+
+    def remove_leadership_listener(self, cb: LeadershipListener) -> None:
+        if cb in self._listeners:
+            self._listeners.remove(cb)
+
+    def _tell_listeners(self, topic: str, partition: int, leads: bool) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(topic, partition, leads)
+            except Exception:
+                _log.exception("leadership listener failed for %s-%d", topic, partition)
 
     def broker_url(self, broker: int) -> str | None:
         info = self.brokers.get(broker)
