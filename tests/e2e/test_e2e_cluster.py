@@ -206,9 +206,14 @@ def test_kill_leader_under_acks_all_load_loses_nothing(cluster: Cluster) -> None
     # Every acknowledged record exactly once, in the order it was sent.
     assert seen[: len(acked)] == acked
     assert len(seen) == len(set(seen))
-    # The killed broker returns as a follower, catches up and rejoins the ISR.
+    # The killed broker returns as a follower, catches up and rejoins the ISR; then, as the
+    # preferred replica, it gets leadership back.
     cluster.restart(leader)
     wait_isr(cluster, "payments", cluster.ids)
+    cluster.wait_until(
+        lambda: cluster.leader("payments") == leader or None,
+        message=f"preferred replica {leader} leads again",
+    )
 
 
 def test_paused_follower_leaves_isr_and_rejoins(cluster: Cluster) -> None:
@@ -234,13 +239,23 @@ def test_min_insync_replicas_refuses_acks_all(cluster: Cluster) -> None:
     for b in followers:
         cluster.pause(b)
     try:
+        # Still in the ISR (not lagging long enough yet) but not answering: acks=all waits
+        # for them and gives up after timeout_ms; the leader has the record meanwhile.
+        slow = httpx.post(
+            f"{cluster.url(leader)}/topics/ledger/partitions/0/records",
+            params={"acks": "all", "timeout_ms": 300},
+            json={"records": [{"value": "slow"}]},
+            timeout=30,
+        )
+        assert slow.status_code == 504, slow.text
+        assert slow.json()["error_code"] == "REQUEST_TIMED_OUT"
         wait_isr(cluster, "ledger", [leader])
         refused = produce(cluster, leader, "ledger", 0, ["nope"])
         assert refused.status_code == 503, refused.text
         assert refused.json()["error_code"] == "NOT_ENOUGH_REPLICAS"
         assert refused.json()["retriable"] is True
         end = httpx.get(f"{cluster.url(leader)}/topics/ledger").json()["partitions"][0]
-        assert end["log_end_offset"] == 0  # nothing was written
+        assert end["log_end_offset"] == 1  # only the timed-out record: the refused one is not
         assert produce(cluster, leader, "ledger", 0, ["one"], acks="1").status_code == 200
     finally:
         for b in followers:
