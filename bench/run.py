@@ -27,6 +27,7 @@ def _section(name: str, fn: Callable[[], dict[str, Any]], results: dict[str, Any
 
 def collect(quick: bool) -> dict[str, Any]:
     from bench import (
+        cluster,
         compaction,
         engine,
         fetch,
@@ -56,6 +57,9 @@ def collect(quick: bool) -> dict[str, Any]:
         _section("groups", lambda: groups.run(url), results)
     _section("ws", lambda: ws.run(), results)
     _section("spark", lambda: spark.run(records=1_000_000 if quick else 10_000_000), results)
+    # Three brokers, ZooKeeper and a plain broker for the baseline (issue #7).
+    common.warm_memory()
+    _section("cluster", lambda: cluster.run(runs=runs, quick=quick), results)
     return results
 
 
