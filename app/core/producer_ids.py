@@ -11,8 +11,10 @@ crash or restart allocation resumes at a block no one has seen: an id is
 never handed out twice. The rest of a block that was in use at a stop is
 skipped (ids are 64-bit; skipping costs nothing).
 
-Only this broker allocates: one data dir, one allocator. A cluster will need
-blocks from the controller instead (Kafka's ``AllocateProducerIds``).
+In cluster mode blocks come from ZooKeeper instead (:meth:`use_cluster_blocks`,
+Kafka's ``/latest_producer_id_block``): a compare-and-set moves the cluster-wide
+counter past the block, so no two brokers hand out the same id, and a producer
+keeps its id when it moves to another partition leader.
 
 Concurrency: thread-safe (one lock; the file is written under it, once per
 block).
@@ -23,6 +25,7 @@ from __future__ import annotations
 import json
 import threading
 from pathlib import Path
+from typing import Protocol
 
 from app.core.errors import InvalidRequest, KafkaStorageError, UnknownProducerId
 from app.core.log.checkpoint import write_atomically
@@ -35,6 +38,18 @@ MAX_EPOCH = (1 << 15) - 1  # producerEpoch is an int16 in the batch header
 _VERSION = 1
 
 
+class ProducerIdBlocks(Protocol):
+    """A cluster-wide source of producer id blocks."""
+
+    def allocate(self, block_size: int) -> int:
+        """Reserve ``block_size`` ids no one else gets; the first of them."""
+        ...
+
+    def issued_below(self) -> int:
+        """Every id any broker handed out is below this."""
+        ...
+
+
 class ProducerIdManager:
     """Allocates producer ids from persisted blocks and bumps epochs; see the module docstring."""
 
@@ -45,6 +60,13 @@ class ProducerIdManager:
         self._next = 0
         self._block_end = 0  # == the persisted next_block_start once a block is taken
         self._loaded = False
+        self._cluster: ProducerIdBlocks | None = None
+
+    def use_cluster_blocks(self, blocks: ProducerIdBlocks) -> None:
+        """From now on take blocks from ``blocks`` (cluster mode), not the local file."""
+        with self._lock:
+            self._cluster = blocks
+            self._next = self._block_end = 0
 
     def load(self) -> None:
         """Read the persisted block counter (a missing file means no id was ever handed out).
@@ -66,14 +88,20 @@ class ProducerIdManager:
 
     @property
     def issued_below(self) -> int:
-        """Every id handed out so far (now or before a restart) is below this."""
+        """Every id handed out so far (now or before a restart; by any broker in a cluster)
+        is below this."""
+        if self._cluster is not None:
+            return self._cluster.issued_below()
         return self._block_end
 
     def next_id(self) -> int:
         with self._lock:
             if not self._loaded:
                 raise KafkaStorageError("the producer id allocator is not loaded")
-            if self._next >= self._block_end:
+            if self._next >= self._block_end and self._cluster is not None:
+                self._next = self._cluster.allocate(self.block_size)
+                self._block_end = self._next + self.block_size
+            elif self._next >= self._block_end:
                 end = self._next + self.block_size
                 # Persist first: a crash after this point skips the block, never reuses it.
                 data = {"version": _VERSION, "next_block_start": end}

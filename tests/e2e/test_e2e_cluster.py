@@ -467,3 +467,27 @@ def test_group_survives_its_coordinator_failing(cluster: Cluster) -> None:
         consumer.commit()
     # The new member started at the committed offsets: nothing again, nothing skipped.
     assert sorted(seen + rest) == list(range(100))
+
+
+def test_producer_ids_are_unique_across_brokers(cluster: Cluster) -> None:
+    ids = [
+        httpx.post(f"{cluster.url(b)}/producers", json={}, timeout=30).json()["producer_id"]
+        for b in cluster.ids
+        for _ in range(2)
+    ]
+    assert len(set(ids)) == len(ids), ids
+    # An id one broker issued is known to the others (a producer moving to a new leader).
+    bumped = httpx.post(
+        f"{cluster.url(3)}/producers",
+        json={"producer_id": ids[0], "producer_epoch": 0},
+        timeout=30,
+    )
+    assert bumped.status_code == 200, bumped.text
+    assert bumped.json()["producer_epoch"] == 1
+
+
+def test_topic_names_that_collide_are_refused(cluster: Cluster) -> None:
+    create_topic(cluster, "a.b", rf=1)
+    answer = httpx.post(f"{cluster.url(2)}/topics", json={"name": "a_b"}, timeout=30)
+    assert answer.status_code == 400
+    assert answer.json()["error_code"] == "INVALID_TOPIC_EXCEPTION"

@@ -101,7 +101,7 @@ def validate_topic_name(name: str) -> None:
         raise InvalidTopic(name, "only ASCII letters, digits, '.', '_' and '-' are allowed")
 
 
-def _collision_key(name: str) -> str:
+def collision_key(name: str) -> str:
     # Kafka refuses topics that differ only by '.' versus '_' (they clash in metric names).
     return name.replace(".", "_")
 
@@ -356,9 +356,7 @@ class LogManager:
             self._check_started()
             if name in self._topics:
                 raise TopicAlreadyExists(name)
-            clash = next(
-                (t for t in self._topics if _collision_key(t) == _collision_key(name)), None
-            )
+            clash = next((t for t in self._topics if collision_key(t) == collision_key(name)), None)
             if clash is not None:
                 raise InvalidTopic(
                     name, f"collides with existing topic {clash!r} ('.' and '_' clash)"

@@ -31,13 +31,14 @@ from typing import TYPE_CHECKING, Any
 
 from app.core.errors import (
     InvalidPartitions,
+    InvalidTopic,
     LeaderNotAvailable,
     NotLeaderOrFollower,
     TopicAlreadyExists,
     UnknownTopicOrPartition,
 )
 from app.core.log.config import LogConfig
-from app.core.log.manager import MAX_PARTITIONS, validate_topic_name
+from app.core.log.manager import MAX_PARTITIONS, collision_key, validate_topic_name
 from app.core.replication.controller import Controller
 from app.core.replication.fetcher import ReplicaFetcher
 from app.core.replication.partition import Partition
@@ -54,6 +55,19 @@ _log = logging.getLogger(__name__)
 
 # A leadership listener: (topic, partition, leads) on the event loop.
 LeadershipListener = Callable[[str, int, bool], None]
+
+
+class _ZkProducerIdBlocks:
+    """Producer id blocks from ZooKeeper (see :mod:`app.core.producer_ids`)."""
+
+    def __init__(self, store: ZkStore) -> None:
+        self.store = store
+
+    def allocate(self, block_size: int) -> int:
+        return self.store.allocate_producer_ids(block_size)
+
+    def issued_below(self) -> int:
+        return self.store.producer_ids_issued_below()
 
 
 class ReplicaManager:
@@ -98,6 +112,7 @@ class ReplicaManager:
         self.fetcher = ReplicaFetcher(self)
         await asyncio.to_thread(self.store.start)
         self.cluster_id = await asyncio.to_thread(self.store.cluster_id)
+        self.logs.producer_ids.use_cluster_blocks(_ZkProducerIdBlocks(self.store))
         self.store.add_session_listener(self._on_session)
         await self._register()
         self.store.watch_brokers(lambda _: self._soon(self._refresh_brokers))
@@ -334,6 +349,9 @@ class ReplicaManager:
         topic_id = urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         if name in self.assignments:
             raise TopicAlreadyExists(name)
+        clash = next((t for t in self.assignments if collision_key(t) == collision_key(name)), None)
+        if clash is not None:
+            raise InvalidTopic(name, f"collides with existing topic {clash!r} ('.' and '_' clash)")
         await asyncio.to_thread(
             self.store.create_topic, name, TopicAssignment(topic_id, tuple(replicas), normalized)
         )

@@ -39,6 +39,7 @@ TOPICS = "/brokers/topics"
 CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 CLUSTER_ID = "/cluster/id"
+PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 
 
 def topic_path(topic: str) -> str:
@@ -165,6 +166,34 @@ class ZkStore:
             cb(list(children))
 
         ChildrenWatch(self.client, BROKERS, on_children)
+
+    # -- producer ids --------------------------------------------------------------
+
+    def allocate_producer_ids(self, block_size: int) -> int:
+        """Reserve the next ``block_size`` producer ids cluster-wide; the first of them."""
+        while True:
+            try:
+                data, stat = self.client.get(PRODUCER_ID_BLOCK)
+            except NoNodeError:
+                try:
+                    self.client.create(PRODUCER_ID_BLOCK, orjson.dumps({"block_end": block_size}))
+                    return 0
+                except NodeExistsError:
+                    continue
+            start = int(orjson.loads(data)["block_end"])
+            value = orjson.dumps({"block_start": start, "block_end": start + block_size})
+            try:
+                self.client.set(PRODUCER_ID_BLOCK, value, version=stat.version)
+                return start
+            except BadVersionError:
+                continue
+
+    def producer_ids_issued_below(self) -> int:
+        try:
+            data, _ = self.client.get(PRODUCER_ID_BLOCK)
+        except NoNodeError:
+            return 0
+        return int(orjson.loads(data)["block_end"])
 
     # -- controller ----------------------------------------------------------------
 
