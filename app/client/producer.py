@@ -96,6 +96,9 @@ _MAX_IN_FLIGHT_IDEMPOTENT = 5
 _DEDUP_WINDOW = 5
 # How many values AsyncProducer.send_many encodes between yields to the loop.
 _ASYNC_SLICE = 8192
+# A dead leader in a cluster: how long to wait at most before asking the metadata again
+# (an election takes about a ZooKeeper session timeout; a long backoff would overshoot it).
+CONNECTION_RETRY_MAX_S = 0.2
 
 
 @dataclass(frozen=True, slots=True)
@@ -913,6 +916,7 @@ class _Sender:
         # A leader named by a 307/421 answer, tried at once (once in a row: two brokers
         # naming each other are waited out with the backoff).
         redirect: str | None = None
+        moved = short_backoff = False
         while True:
             attempt += 1
             if self.cluster.needs_refresh():
@@ -957,6 +961,12 @@ class _Sender:
                 if self.cluster.is_multi():
                     # The leader may be down: ask the other brokers who leads now.
                     await self._refresh_quietly([tp.topic])
+                    if self.cluster.leader_url(tp) != url:
+                        moved = True  # a new leader is known: go there now
+                    else:
+                        # Still the dead one until the cluster elects (a session timeout):
+                        # look again soon rather than after a long backoff.
+                        short_backoff = True
             for batch in batches:
                 batch.attempts = attempt
             if not retriable or attempt > self.cfg.retries:
@@ -964,7 +974,10 @@ class _Sender:
                     self.acc.rewind(batches)
                 self._fail(batches, error)
                 return
-            pause = 0.0 if redirect is not None else self._backoff(attempt)
+            pause = 0.0 if redirect is not None or moved else self._backoff(attempt)
+            if short_backoff:
+                pause = min(pause, CONNECTION_RETRY_MAX_S)
+            moved = short_backoff = False
             if time.monotonic() + pause > deadline:
                 timeout = DeliveryTimeout(
                     f"{sum(b.count for b in batches)} records to {tp.topic}-{tp.partition} "

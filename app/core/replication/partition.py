@@ -295,6 +295,7 @@ class Partition:
         self._acks.append((last_offset, future))
         try:
             await asyncio.wait_for(asyncio.shield(future), timeout_ms / 1000)
+            self._check_min_isr_after()
         except TimeoutError:
             raise RequestTimedOut(
                 f"the in-sync replicas {list(self.isr)} of {self.topic}-{self.partition} did "

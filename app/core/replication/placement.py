@@ -41,7 +41,9 @@ def assign_replicas(
     next_shift = rng.randrange(n) if shift is None else shift % n
     out: list[tuple[int, ...]] = []
     for p in range(partitions):
-        if p > 0 and (first + p) % n == 0:
+        # Every n partitions (not when the leader index wraps): Kafka's rule, which keeps
+        # each row of n partitions on one shift, so replicas spread evenly.
+        if p > 0 and p % n == 0:
             next_shift += 1
         leader_index = (first + p) % n
         replicas = [ids[leader_index]]

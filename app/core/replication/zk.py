@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 from kazoo.retry import KazooRetry
 
@@ -40,6 +40,8 @@ CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 CLUSTER_ID = "/cluster/id"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
+# A topic node's value while its subtree is being removed.
+DELETED_TOPIC = b'{"deleted":true}'
 
 
 def topic_path(topic: str) -> str:
@@ -264,22 +266,35 @@ class ZkStore:
             data, _ = self.client.get(topic_path(name))
         except NoNodeError:
             return None
-        return TopicAssignment.from_json(data) if data else None
+        return None if not data or data == DELETED_TOPIC else TopicAssignment.from_json(data)
 
     def watch_topic(self, name: str, cb: Callable[[TopicAssignment | None], bool]) -> None:
         """``cb(assignment or None)`` now and on changes; return False from cb to stop."""
 
         def on_data(data: bytes | None, _stat: Any) -> bool:
-            return cb(TopicAssignment.from_json(data) if data else None)
+            return cb(
+                None if not data or data == DELETED_TOPIC else TopicAssignment.from_json(data)
+            )
 
         DataWatch(self.client, topic_path(name), on_data)
 
     def delete_topic(self, name: str) -> bool:
+        """Mark the topic deleted (readers then treat it as gone, so the controller stops
+        writing states under it), then remove its subtree."""
         try:
-            self.client.delete(topic_path(name), recursive=True)
+            self.client.set(topic_path(name), DELETED_TOPIC)
         except NoNodeError:
             return False
-        return True
+        for _ in range(20):
+            try:
+                self.client.delete(topic_path(name), recursive=True)
+                return True
+            except NoNodeError:
+                return True
+            except NotEmptyError:
+                # A state write that read the topic before the mark: go again.
+                time.sleep(0.05)
+        raise KafkaStorageError(f"could not remove topic {name} from ZooKeeper") from None
 
     def get_state(self, topic: str, partition: int) -> tuple[PartitionState, int] | None:
         try:
