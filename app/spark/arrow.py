@@ -163,11 +163,13 @@ def fetch_range(
             if not batches:
                 continue  # the long poll ended with nothing new: ask again
             next_offset = batches[-1][1].next_offset
+            if next_offset <= position:
+                continue  # nothing past the position (not expected from the broker): ask again
             if next_offset < r.end:
                 # Pipelining: the broker reads the next answer while this one is decoded.
                 sent = send(next_offset)
             records = answer_records(body, batches, position, r)
-            position = max(position, next_offset)
+            position = next_offset
             deadline = time.monotonic() + timeout_s
             yield records, position
     finally:

@@ -120,13 +120,16 @@ def _rows(batch: pa.RecordBatch, with_headers: bool) -> list[tuple[Any, ...]]:
         if with_headers
         else [None] * n
     )
+    # Microseconds since the epoch as integers (datetime.timestamp() is a float).
+    micros = batch.column("timestamp").cast(pa.int64()).to_pylist()
+    assert all(us % 1000 == 0 for us in micros)
     return [
-        (k, v, o, int(ts.timestamp() * 1000) if ts is not None else None, tt, h)
-        for k, v, o, ts, tt, h in zip(
+        (k, v, o, us // 1000, tt, h)
+        for k, v, o, us, tt, h in zip(
             cols["key"],
             cols["value"],
             cols["offset"],
-            cols["timestamp"],
+            micros,
             cols["timestampType"],
             heads,
             strict=True,
