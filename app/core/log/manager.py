@@ -101,6 +101,27 @@ def validate_topic_name(name: str) -> None:
         raise InvalidTopic(name, "only ASCII letters, digits, '.', '_' and '-' are allowed")
 
 
+def check_new_topic(
+    name: str, partitions: int, overrides: Mapping[str, object], defaults: LogConfig
+) -> tuple[LogConfig, dict[str, object]]:
+    """Check a topic to create; its effective config and its overrides as parsed values.
+
+    Raises InvalidTopic, InvalidPartitions or InvalidConfig.
+    """
+    validate_topic_name(name)
+    if (
+        isinstance(partitions, bool)
+        or not isinstance(partitions, int)
+        or not 1 <= partitions <= MAX_PARTITIONS
+    ):
+        raise InvalidPartitions(
+            f"a topic needs 1 to {MAX_PARTITIONS} partitions, not {partitions!r}"
+        )
+    config = defaults.with_overrides(overrides)
+    names = LogConfig.kafka_names()
+    return config, {k: getattr(config, names[k]) for k in overrides}
+
+
 def collision_key(name: str) -> str:
     # Kafka refuses topics that differ only by '.' versus '_' (they clash in metric names).
     return name.replace(".", "_")
@@ -340,18 +361,7 @@ class LogManager:
         partitions (this broker's replicas) get a log here.
         Raises InvalidTopic, InvalidPartitions, InvalidConfig or TopicAlreadyExists.
         """
-        validate_topic_name(name)
-        if (
-            isinstance(partitions, bool)
-            or not isinstance(partitions, int)
-            or not 1 <= partitions <= MAX_PARTITIONS
-        ):
-            raise InvalidPartitions(
-                f"a topic needs 1 to {MAX_PARTITIONS} partitions, not {partitions!r}"
-            )
-        config = self.default_config.with_overrides(overrides)
-        names = LogConfig.kafka_names()
-        normalized = {k: getattr(config, names[k]) for k in overrides}
+        config, normalized = check_new_topic(name, partitions, overrides, self.default_config)
         with self._lock:
             self._check_started()
             if name in self._topics:

@@ -30,15 +30,13 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from app.core.errors import (
-    InvalidPartitions,
     InvalidTopic,
     LeaderNotAvailable,
     NotLeaderOrFollower,
     TopicAlreadyExists,
     UnknownTopicOrPartition,
 )
-from app.core.log.config import LogConfig
-from app.core.log.manager import MAX_PARTITIONS, collision_key, validate_topic_name
+from app.core.log.manager import check_new_topic, collision_key
 from app.core.replication.controller import Controller
 from app.core.replication.fetcher import ReplicaFetcher
 from app.core.replication.partition import Partition
@@ -332,18 +330,7 @@ class ReplicaManager:
         """Write the topic's assignment to ZooKeeper and wait until every partition has a
         leader. Raises InvalidTopic, InvalidPartitions, InvalidConfig,
         InvalidReplicationFactor or TopicAlreadyExists."""
-        validate_topic_name(name)
-        if (
-            isinstance(partitions, bool)
-            or not isinstance(partitions, int)
-            or not 1 <= partitions <= MAX_PARTITIONS
-        ):
-            raise InvalidPartitions(
-                f"a topic needs 1 to {MAX_PARTITIONS} partitions, not {partitions!r}"
-            )
-        config = self.logs.default_config.with_overrides(configs)
-        names = LogConfig.kafka_names()
-        normalized = {k: getattr(config, names[k]) for k in configs}
+        _, normalized = check_new_topic(name, partitions, configs, self.logs.default_config)
         rf = replication_factor or self.settings.default_replication_factor
         replicas = assign_replicas(partitions, rf, sorted(self.brokers))
         topic_id = urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")

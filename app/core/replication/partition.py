@@ -242,7 +242,13 @@ class Partition:
             version = await self._write_state(proposal, expected)
             if version is None:
                 return  # the controller wrote first: its state arrives through the watch
-            if self.is_leader and self.leader_epoch == proposal.leader_epoch:
+            # A newer state may have arrived through the watch while the write was out;
+            # then it (or our own write, also coming through the watch) is the truth.
+            if (
+                self.is_leader
+                and self.leader_epoch == proposal.leader_epoch
+                and self.zk_version == expected
+            ):
                 _log.info(
                     "%s-%d: isr %s -> %s (%s)",
                     self.topic,

@@ -202,14 +202,14 @@ class ZkStore:
     def try_become_controller(self, broker_id: int) -> int | None:
         """The new controller epoch if this broker won the election, else None."""
         try:
-            epoch = self._bump_controller_epoch()
             self.client.create(
-                CONTROLLER,
-                orjson.dumps({"broker_id": broker_id, "epoch": epoch}),
-                ephemeral=True,
+                CONTROLLER, orjson.dumps({"broker_id": broker_id, "epoch": -1}), ephemeral=True
             )
         except NodeExistsError:
             return None
+        # Only the winner moves the epoch (as Kafka), then tells it in /controller.
+        epoch = self._bump_controller_epoch()
+        self.client.set(CONTROLLER, orjson.dumps({"broker_id": broker_id, "epoch": epoch}))
         return epoch
 
     def _bump_controller_epoch(self) -> int:

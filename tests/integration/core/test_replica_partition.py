@@ -522,13 +522,6 @@ def test_check_epoch(tmp_path: Path) -> None:
     run(main())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: partition.py _change_isr.write() sets zk_version/ISR from its own CAS result "
-    "even when apply() already delivered a newer state meanwhile (watch processed before the "
-    "write task resumes); the local state goes back to the older version, so every later "
-    "ISR change CASes against a stale version and fails forever",
-)
 def test_isr_write_finishing_after_a_newer_state_does_not_roll_it_back(
     tmp_path: Path, clock: Clock
 ) -> None:
