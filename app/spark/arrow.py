@@ -11,6 +11,7 @@ per-row conversion.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 from urllib.parse import quote
@@ -18,9 +19,10 @@ from urllib.parse import quote
 import numpy as np
 import pyarrow as pa
 
-from app.client import _http, _wire
+from app.client import _cluster, _http, _wire
 from app.client.errors import error_from_body, is_retriable
-from app.core.errors import CorruptRecord, OffsetOutOfRange
+from app.client.types import TopicPartition
+from app.core.errors import CorruptRecord, LogbusError, OffsetOutOfRange
 from app.core.log.batch import BatchHeader, compute_crc, iter_headers
 from app.spark.decode import Segment, decode, segment
 from app.spark.options import DataLoss, OffsetRange
@@ -106,8 +108,20 @@ def fetch_range(
     ``r`` (None when there are none); they may start before ``r.start`` and end
     after ``r.end``: :func:`~app.spark.decode.decode` keeps the offsets inside.
     """
-    endpoint = _wire.Endpoint.parse(_http.normalize_url(url))
-    conn = _wire.FetchConnection(endpoint, REQUEST_TIMEOUT_S)
+    # ``url``: one or several brokers (comma-separated). In a cluster the partition's
+    # leader serves the fetch: found from /metadata, and again after a 307/421 or a
+    # broker that stopped answering (the position is kept, so nothing repeats or skips).
+    cluster = _cluster.Cluster(url)
+    tp = TopicPartition(r.topic, r.partition)
+    leader = _leader(cluster, tp)
+    conn = _wire.FetchConnection(_wire.Endpoint.parse(leader), REQUEST_TIMEOUT_S)
+
+    def reconnect(to: str | None) -> None:
+        nonlocal conn, leader
+        conn.close()
+        leader = to or _leader(cluster, tp, refresh=True)
+        conn = _wire.FetchConnection(_wire.Endpoint.parse(leader), REQUEST_TIMEOUT_S)
+
     target = (
         f"/topics/{quote(r.topic, safe='')}/partitions/{r.partition}/records"
         f"?max_bytes={FETCH_MAX_BYTES}&min_bytes=1&max_wait_ms={FETCH_MAX_WAIT_MS}&offset="
@@ -138,10 +152,19 @@ def fetch_range(
             except (OSError, ValueError):
                 sent = None
                 time.sleep(RETRY_BACKOFF_S)
+                if cluster.is_multi():
+                    cluster.failed(leader)
+                    reconnect(None)
                 continue
             sent = None
             if response.status != 200:
                 error = error_from_body(response.status, bytes(response.body))
+                if error.error_code == "NOT_LEADER_OR_FOLLOWER":
+                    hint = cluster.leader_hint(tp, error)
+                    if hint is None:
+                        time.sleep(RETRY_BACKOFF_S)  # an election: ask the metadata again
+                    reconnect(hint)
+                    continue
                 if isinstance(error, OffsetOutOfRange):
                     # Retention passed the position between planning and this task.
                     if fail_on_data_loss:
@@ -174,6 +197,15 @@ def fetch_range(
             yield records, position
     finally:
         conn.close()
+
+
+def _leader(cluster: _cluster.Cluster, tp: TopicPartition, *, refresh: bool = False) -> str:
+    """The URL of ``tp``'s leader (the one broker given, when it is alone)."""
+    if refresh or cluster.needs_refresh([tp.topic]):
+        client = _http.sync_client(cluster.default_url, int(REQUEST_TIMEOUT_S * 1000), 4)
+        with client, contextlib.suppress(LogbusError):
+            _cluster.refresh_sync(client, cluster, [tp.topic])
+    return cluster.leader_url(tp)
 
 
 def read_range(

@@ -51,9 +51,9 @@ def url_of(options: Mapping[str, str]) -> str:
     raw = get(options, "logbus.url")
     if not raw:
         raise OptionError("option 'logbus.url' is required (a broker URL, e.g. http://host:8080)")
-    # Several URLs may be given like Kafka's bootstrap servers; any broker serves the
-    # whole HTTP API, so the first is used.
-    return raw.split(",")[0].strip()
+    # Several URLs may be given, like Kafka's bootstrap servers: the SDK clients take the
+    # list (and route to partition leaders in a cluster).
+    return ",".join(u.strip() for u in raw.split(",") if u.strip())
 
 
 def flag(options: Mapping[str, str], name: str, default: bool) -> bool:

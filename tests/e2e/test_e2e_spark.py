@@ -355,3 +355,21 @@ def test_starting_timestamp_reads_from_the_first_record_at_or_after_it(
     rows = _reader(spark, broker.url, subscribe="timed", startingTimestamp=str(base + 30_000))
     got = sorted(int(bytes(r.value)) for r in rows.collect())
     assert got == list(range(30, 40))
+
+
+def test_batch_read_and_write_against_a_cluster(spark: Any, cluster: Any) -> None:
+    """Partitions led by three brokers, the source given one of them: tasks find each
+    partition's leader (307 hints, /metadata) and writes go through the routing producer."""
+    with Admin(cluster.urls) as admin:
+        admin.create_topic("spread", partitions=3, replication_factor=3)
+    leaders = {p: cluster.leader("spread", p) for p in range(3)}
+    assert len(set(leaders.values())) == 3  # one partition per broker
+    sent = _produce(",".join(cluster.urls), "spread", 3, 400)
+    rows = _reader(spark, cluster.url(1), subscribe="spread").collect()
+    got = sorted((r.partition, r.offset, bytes(r.value)) for r in rows)
+    assert got == [(p, i, v) for p in range(3) for i, v in enumerate(sent[p])]
+    df = _reader(spark, cluster.url(2), subscribe="spread").select("value")
+    df.write.format("logbus").option("logbus.url", cluster.url(3)).option("topic", "spread").mode(
+        "append"
+    ).save()
+    assert _reader(spark, ",".join(cluster.urls), subscribe="spread").count() == 2400
