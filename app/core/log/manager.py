@@ -135,6 +135,8 @@ class _Topic:
     config: LogConfig
     # Indexed by partition; None where another broker holds the partition (cluster mode).
     logs: list[Log | None] = field(default_factory=list)
+    # Created by cluster mode (from ZooKeeper), not by this broker on its own.
+    clustered: bool = False
 
 
 class LogManager:
@@ -296,7 +298,7 @@ class LogManager:
         except (ValueError, KeyError, TypeError) as e:
             raise KafkaStorageError(f"{meta_path} is damaged: {e}") from e
         config = self.default_config.with_overrides(overrides)
-        topic = _Topic(name, topic_id, overrides, config)
+        topic = _Topic(name, topic_id, overrides, config, clustered="hosted" in meta)
         for p in range(partitions):
             if p not in hosted:
                 topic.logs.append(None)
@@ -386,7 +388,7 @@ class LogManager:
                 self.data_dir / TOPICS_DIR / f"{name}.json",
                 json.dumps(meta, indent=2).encode() + b"\n",
             )
-            topic = _Topic(name, topic_id, normalized, config)
+            topic = _Topic(name, topic_id, normalized, config, clustered=hosted is not None)
             for p in range(partitions):
                 if p not in here:
                     topic.logs.append(None)
@@ -476,6 +478,10 @@ class LogManager:
         if log is None:
             raise UnknownTopicOrPartition(topic, partition)
         return log
+
+    def standalone_topics(self) -> list[str]:
+        """Topics this broker created on its own (not from a cluster's metadata)."""
+        return sorted(t.name for t in self._topics.values() if not t.clustered)
 
     def hosted_partitions(self, topic: str) -> list[int]:
         """The partitions of ``topic`` with a log on this broker (all of them unless clustered)."""

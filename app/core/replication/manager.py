@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.core.errors import (
     InvalidTopic,
+    KafkaStorageError,
     LeaderNotAvailable,
     NotLeaderOrFollower,
     TopicAlreadyExists,
@@ -104,6 +105,14 @@ class ReplicaManager:
     # -- lifecycle -------------------------------------------------------------------
 
     async def start(self) -> None:
+        standalone = self.logs.standalone_topics()
+        if standalone:
+            # Their data is not in the cluster's metadata: serving or deleting them would
+            # both be wrong, so refuse before touching anything.
+            raise KafkaStorageError(
+                f"{self.logs.data_dir} holds topics of a standalone broker ({', '.join(standalone)});"
+                " a cluster broker starts on a data dir of its own (an empty --data-dir)"
+            )
         self._loop = asyncio.get_running_loop()
         self._changed = asyncio.Event()
         self.topics_synced = asyncio.Event()
