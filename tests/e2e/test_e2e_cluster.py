@@ -15,6 +15,8 @@ from typing import Any
 import httpx
 import pytest
 from cluster import Cluster
+from conftest import Broker
+from zookeeper import ZooKeeperServer
 
 from app.client import Consumer, Producer, TopicPartition
 from app.core.log.batch import iter_headers
@@ -491,3 +493,38 @@ def test_topic_names_that_collide_are_refused(cluster: Cluster) -> None:
     answer = httpx.post(f"{cluster.url(2)}/topics", json={"name": "a_b"}, timeout=30)
     assert answer.status_code == 400
     assert answer.json()["error_code"] == "INVALID_TOPIC_EXCEPTION"
+
+
+def test_standalone_data_dir_is_refused_not_deleted(
+    zookeeper: ZooKeeperServer, tmp_path: Path
+) -> None:
+    """A data dir a standalone broker wrote holds topics the cluster knows nothing of:
+    joining with it stops at start with a clear message, and the data stays."""
+    data = tmp_path / "data"
+    alone = Broker(data, tmp_path / "alone.log").start()
+    try:
+        assert produce_plain(alone.url, "precious", "kept").status_code == 200
+    finally:
+        assert alone.stop() == 0
+    joining = Broker(
+        data,
+        tmp_path / "joining.log",
+        args=["--broker-id", "0", "--zookeeper", zookeeper.connect_string + "/logbus"],
+    )
+    joining.launch()
+    assert joining.proc is not None
+    assert joining.proc.wait(timeout=60) != 0
+    assert "holds topics of a standalone broker (precious)" in joining.log()
+    assert (data / "precious-0").is_dir()
+    again = Broker(data, tmp_path / "again.log").start()
+    try:
+        fetched = httpx.get(f"{again.url}/topics/precious/partitions/0/records?offset=0").json()
+        assert [r["value"] for r in fetched["records"]] == ["kept"]
+    finally:
+        again.stop()
+
+
+def produce_plain(url: str, topic: str, value: str) -> httpx.Response:
+    return httpx.post(
+        f"{url}/topics/{topic}/partitions/0/records", json={"records": [{"value": value}]}
+    )
