@@ -62,11 +62,10 @@ class NotAcceptable(core.InvalidRequest):
     """The client asked (``Accept``) for a representation we don't produce."""
 
     def __init__(self, accept: str, offered: Sequence[str]) -> None:
-        super().__init__(f"cannot answer with {accept!r}; acceptable: {', '.join(offered)}")
-        self.offered = list(offered)
-
-    def fields(self) -> dict[str, Any]:
-        return {"acceptable": self.offered}
+        super().__init__(
+            f"cannot answer with {accept!r}; acceptable: {', '.join(offered)}",
+            acceptable=list(offered),
+        )
 
 
 API_STATUS: tuple[tuple[type[core.LogbusError], int], ...] = ((NotAcceptable, 406),)

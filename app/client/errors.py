@@ -152,6 +152,7 @@ def error_from_fields(status: int, data: dict[str, Any]) -> LogbusError:
         # Never shadow a method (an INVALID_REQUEST body has a "fields" list; fields() is a method).
         if not callable(getattr(cls, name, None)):
             setattr(exc, name, value)
+    exc._fields = details  # what fields() answers, as on the broker
     exc.details = details  # type: ignore[attr-defined]
     exc.status = status  # type: ignore[attr-defined]
     return exc

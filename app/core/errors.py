@@ -61,14 +61,22 @@ class LogbusError(Exception):
 
     error_code: ClassVar[str] = "UNKNOWN_SERVER_ERROR"
     retriable: ClassVar[bool] = False
+    # Set per instance by __init__; a class-level empty default for instances made
+    # without it (the SDK rebuilds errors from answer bodies).
+    _fields: dict[str, Any] = {}
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, **fields: Any) -> None:
+        """``fields``: the structured details of the error, each also an attribute of the
+        same name, and the extra keys of its HTTP error body."""
         super().__init__(message)
         self.message = message
+        self._fields = fields
+        for name, value in fields.items():
+            setattr(self, name, value)
 
     def fields(self) -> dict[str, Any]:
         """Structured details that go into the error body beside the message."""
-        return {}
+        return dict(self._fields)
 
 
 class InvalidRequest(LogbusError):
@@ -78,24 +86,23 @@ class InvalidRequest(LogbusError):
 class InvalidConfig(InvalidRequest):
     error_code = "INVALID_CONFIG"
 
+    config: str
+    name: str
+    value: object
+
     def __init__(self, name: str, value: object, reason: str) -> None:
-        super().__init__(f"invalid config {name}={value!r}: {reason}")
+        super().__init__(f"invalid config {name}={value!r}: {reason}", config=name)
         self.name = name
         self.value = value
-
-    def fields(self) -> dict[str, Any]:
-        return {"config": self.name}
 
 
 class InvalidTopic(InvalidRequest):
     error_code = "INVALID_TOPIC_EXCEPTION"
 
-    def __init__(self, topic: str, reason: str) -> None:
-        super().__init__(f"invalid topic name {topic!r}: {reason}")
-        self.topic = topic
+    topic: str
 
-    def fields(self) -> dict[str, Any]:
-        return {"topic": self.topic}
+    def __init__(self, topic: str, reason: str) -> None:
+        super().__init__(f"invalid topic name {topic!r}: {reason}", topic=topic)
 
 
 class InvalidPartitions(InvalidRequest):
@@ -115,12 +122,12 @@ class UnknownProducerId(InvalidRequest):
 
     error_code = "UNKNOWN_PRODUCER_ID"
 
-    def __init__(self, producer_id: int) -> None:
-        super().__init__(f"producer id {producer_id} was not issued by this broker")
-        self.producer_id = producer_id
+    producer_id: int
 
-    def fields(self) -> dict[str, Any]:
-        return {"producer_id": self.producer_id}
+    def __init__(self, producer_id: int) -> None:
+        super().__init__(
+            f"producer id {producer_id} was not issued by this broker", producer_id=producer_id
+        )
 
 
 class CorruptRecord(LogbusError):
@@ -136,14 +143,13 @@ class InvalidRecord(LogbusError):
 class UnsupportedMessageFormat(LogbusError):
     error_code = "UNSUPPORTED_FOR_MESSAGE_FORMAT"
 
+    magic: int
+
     def __init__(self, magic: int) -> None:
         super().__init__(
-            f"record batch magic {magic} is not supported; send RecordBatch v2 (magic 2)"
+            f"record batch magic {magic} is not supported; send RecordBatch v2 (magic 2)",
+            magic=magic,
         )
-        self.magic = magic
-
-    def fields(self) -> dict[str, Any]:
-        return {"magic": self.magic}
 
 
 class UnsupportedCompressionType(LogbusError):
@@ -153,13 +159,13 @@ class UnsupportedCompressionType(LogbusError):
 class RecordTooLarge(LogbusError):
     error_code = "MESSAGE_TOO_LARGE"
 
-    def __init__(self, size: int, limit: int, what: str = "record batch") -> None:
-        super().__init__(f"{what} of {size} bytes exceeds the limit of {limit} bytes")
-        self.size = size
-        self.limit = limit
+    size: int
+    limit: int
 
-    def fields(self) -> dict[str, Any]:
-        return {"size": self.size, "limit": self.limit}
+    def __init__(self, size: int, limit: int, what: str = "record batch") -> None:
+        super().__init__(
+            f"{what} of {size} bytes exceeds the limit of {limit} bytes", size=size, limit=limit
+        )
 
 
 class PayloadTooLarge(RecordTooLarge):
@@ -172,51 +178,44 @@ class PayloadTooLarge(RecordTooLarge):
 class OffsetOutOfRange(LogbusError):
     error_code = "OFFSET_OUT_OF_RANGE"
 
+    topic: str
+    partition: int
+    offset: int
+    log_start_offset: int
+    log_end_offset: int
+
     def __init__(
         self, topic: str, partition: int, offset: int, log_start_offset: int, log_end_offset: int
     ) -> None:
         super().__init__(
             f"offset {offset} is out of range for {topic}-{partition}: "
-            f"valid offsets are {log_start_offset} to {log_end_offset}"
+            f"valid offsets are {log_start_offset} to {log_end_offset}",
+            topic=topic,
+            partition=partition,
+            offset=offset,
+            log_start_offset=log_start_offset,
+            log_end_offset=log_end_offset,
         )
-        self.topic = topic
-        self.partition = partition
-        self.offset = offset
-        self.log_start_offset = log_start_offset
-        self.log_end_offset = log_end_offset
-
-    def fields(self) -> dict[str, Any]:
-        return {
-            "topic": self.topic,
-            "partition": self.partition,
-            "offset": self.offset,
-            "log_start_offset": self.log_start_offset,
-            "log_end_offset": self.log_end_offset,
-        }
 
 
 class UnknownTopicOrPartition(LogbusError):
     error_code = "UNKNOWN_TOPIC_OR_PARTITION"
 
+    topic: str
+    partition: int | None
+
     def __init__(self, topic: str, partition: int | None = None) -> None:
         what = f"topic {topic!r}" if partition is None else f"partition {topic}-{partition}"
-        super().__init__(f"{what} does not exist")
-        self.topic = topic
-        self.partition = partition
-
-    def fields(self) -> dict[str, Any]:
-        return {"topic": self.topic, "partition": self.partition}
+        super().__init__(f"{what} does not exist", topic=topic, partition=partition)
 
 
 class TopicAlreadyExists(LogbusError):
     error_code = "TOPIC_ALREADY_EXISTS"
 
-    def __init__(self, topic: str) -> None:
-        super().__init__(f"topic {topic!r} already exists")
-        self.topic = topic
+    topic: str
 
-    def fields(self) -> dict[str, Any]:
-        return {"topic": self.topic}
+    def __init__(self, topic: str) -> None:
+        super().__init__(f"topic {topic!r} already exists", topic=topic)
 
 
 class OutOfOrderSequence(LogbusError):
@@ -228,6 +227,13 @@ class OutOfOrderSequence(LogbusError):
     """
 
     error_code = "OUT_OF_ORDER_SEQUENCE_NUMBER"
+
+    topic: str
+    partition: int
+    producer_id: int
+    producer_epoch: int
+    sequence: int
+    expected_sequence: int
 
     def __init__(
         self,
@@ -241,24 +247,14 @@ class OutOfOrderSequence(LogbusError):
     ) -> None:
         super().__init__(
             f"{topic}-{partition}: batch of producer {producer_id} (epoch {producer_epoch}) "
-            f"starts at sequence {sequence}, expected {expected}: {reason}"
+            f"starts at sequence {sequence}, expected {expected}: {reason}",
+            topic=topic,
+            partition=partition,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            sequence=sequence,
+            expected_sequence=expected,
         )
-        self.topic = topic
-        self.partition = partition
-        self.producer_id = producer_id
-        self.producer_epoch = producer_epoch
-        self.sequence = sequence
-        self.expected = expected
-
-    def fields(self) -> dict[str, Any]:
-        return {
-            "topic": self.topic,
-            "partition": self.partition,
-            "producer_id": self.producer_id,
-            "producer_epoch": self.producer_epoch,
-            "sequence": self.sequence,
-            "expected_sequence": self.expected,
-        }
 
 
 class InvalidProducerEpoch(LogbusError):
@@ -266,27 +262,24 @@ class InvalidProducerEpoch(LogbusError):
 
     error_code = "INVALID_PRODUCER_EPOCH"
 
+    topic: str
+    partition: int
+    producer_id: int
+    producer_epoch: int
+    current_epoch: int
+
     def __init__(
         self, topic: str, partition: int, producer_id: int, producer_epoch: int, current: int
     ) -> None:
         super().__init__(
             f"{topic}-{partition}: producer {producer_id} has epoch {current}; "
-            f"a batch with the older epoch {producer_epoch} is fenced"
+            f"a batch with the older epoch {producer_epoch} is fenced",
+            topic=topic,
+            partition=partition,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            current_epoch=current,
         )
-        self.topic = topic
-        self.partition = partition
-        self.producer_id = producer_id
-        self.producer_epoch = producer_epoch
-        self.current_epoch = current
-
-    def fields(self) -> dict[str, Any]:
-        return {
-            "topic": self.topic,
-            "partition": self.partition,
-            "producer_id": self.producer_id,
-            "producer_epoch": self.producer_epoch,
-            "current_epoch": self.current_epoch,
-        }
 
 
 class RequestTimedOut(LogbusError):
@@ -300,6 +293,11 @@ class NotLeaderOrFollower(LogbusError):
     error_code = "NOT_LEADER_OR_FOLLOWER"
     retriable = True
 
+    topic: str
+    partition: int
+    leader: int | None
+    leader_url: str | None
+
     def __init__(
         self,
         topic: str,
@@ -310,20 +308,12 @@ class NotLeaderOrFollower(LogbusError):
     ) -> None:
         where = f"broker {leader} ({leader_url})" if leader_url else "no broker yet (election)"
         super().__init__(
-            message or f"this broker does not lead {topic}-{partition}; its leader is {where}"
+            message or f"this broker does not lead {topic}-{partition}; its leader is {where}",
+            topic=topic,
+            partition=partition,
+            leader=leader,
+            leader_url=leader_url,
         )
-        self.topic = topic
-        self.partition = partition
-        self.leader = leader
-        self.leader_url = leader_url
-
-    def fields(self) -> dict[str, Any]:
-        return {
-            "topic": self.topic,
-            "partition": self.partition,
-            "leader": self.leader,
-            "leader_url": self.leader_url,
-        }
 
 
 class LeaderNotAvailable(LogbusError):
@@ -335,23 +325,20 @@ class LeaderEpochMismatch(LogbusError):
     error_code = "FENCED_LEADER_EPOCH"
     retriable = True
 
+    topic: str
+    partition: int
+    leader_epoch: int
+    current_leader_epoch: int
+
     def __init__(self, topic: str, partition: int, epoch: int, current: int) -> None:
         super().__init__(
             f"leader epoch {epoch} of {topic}-{partition} does not match this broker's "
-            f"epoch {current}"
+            f"epoch {current}",
+            topic=topic,
+            partition=partition,
+            leader_epoch=epoch,
+            current_leader_epoch=current,
         )
-        self.topic = topic
-        self.partition = partition
-        self.epoch = epoch
-        self.current = current
-
-    def fields(self) -> dict[str, Any]:
-        return {
-            "topic": self.topic,
-            "partition": self.partition,
-            "leader_epoch": self.epoch,
-            "current_leader_epoch": self.current,
-        }
 
 
 class FencedLeaderEpoch(LeaderEpochMismatch):
@@ -372,23 +359,20 @@ class NotCoordinator(LogbusError):
     error_code = "NOT_COORDINATOR"
     retriable = True
 
+    group: str
+    coordinator: int | None
+    coordinator_url: str | None
+
     def __init__(
         self, group: str, coordinator: int | None = None, coordinator_url: str | None = None
     ) -> None:
         where = f"broker {coordinator} ({coordinator_url})" if coordinator_url else "not known yet"
         super().__init__(
-            f"this broker does not coordinate group {group!r}; its coordinator is {where}"
+            f"this broker does not coordinate group {group!r}; its coordinator is {where}",
+            group=group,
+            coordinator=coordinator,
+            coordinator_url=coordinator_url,
         )
-        self.group = group
-        self.coordinator = coordinator
-        self.coordinator_url = coordinator_url
-
-    def fields(self) -> dict[str, Any]:
-        return {
-            "group": self.group,
-            "coordinator": self.coordinator,
-            "coordinator_url": self.coordinator_url,
-        }
 
 
 class NotEnoughReplicas(LogbusError):
@@ -419,12 +403,12 @@ class KafkaStorageError(LogbusError):
 class GroupError(LogbusError):
     """A consumer group request the coordinator refused (``app.groups``)."""
 
-    def __init__(self, message: str, group: str | None = None) -> None:
-        super().__init__(message)
-        self.group = group
+    group: str | None
 
-    def fields(self) -> dict[str, Any]:
-        return {} if self.group is None else {"group": self.group}
+    def __init__(self, message: str, group: str | None = None, **fields: Any) -> None:
+        # No group (a request naming none): no "group" key in the body either.
+        super().__init__(message, **({} if group is None else {"group": group}), **fields)
+        self.group = group
 
 
 class UnsupportedAssignor(GroupError):
@@ -447,32 +431,28 @@ class UnknownMemberId(GroupError):
 
     error_code = "UNKNOWN_MEMBER_ID"
 
-    def __init__(self, group: str, member_id: str) -> None:
-        super().__init__(f"member {member_id!r} is not in group {group!r}", group)
-        self.member_id = member_id
+    member_id: str
 
-    def fields(self) -> dict[str, Any]:
-        return {"group": self.group, "member_id": self.member_id}
+    def __init__(self, group: str, member_id: str) -> None:
+        super().__init__(
+            f"member {member_id!r} is not in group {group!r}", group, member_id=member_id
+        )
 
 
 class _EpochError(GroupError):
+    member_id: str
+    member_epoch: int
+    current_epoch: int
+
     def __init__(self, group: str, member_id: str, epoch: int, current: int, what: str) -> None:
         super().__init__(
             f"member {member_id!r} of group {group!r} sent epoch {epoch}, "
             f"its epoch is {current}: {what}",
             group,
+            member_id=member_id,
+            member_epoch=epoch,
+            current_epoch=current,
         )
-        self.member_id = member_id
-        self.member_epoch = epoch
-        self.current_epoch = current
-
-    def fields(self) -> dict[str, Any]:
-        return {
-            "group": self.group,
-            "member_id": self.member_id,
-            "member_epoch": self.member_epoch,
-            "current_epoch": self.current_epoch,
-        }
 
 
 class FencedMemberEpoch(_EpochError):
@@ -498,29 +478,28 @@ class UnreleasedInstanceId(GroupError):
 
     error_code = "UNRELEASED_INSTANCE_ID"
 
+    instance_id: str
+
     def __init__(self, group: str, instance_id: str) -> None:
         super().__init__(
             f"instance id {instance_id!r} of group {group!r} is still held by an active member; "
             "it is released by a leave with member_epoch -2 or by its session timeout",
             group,
+            instance_id=instance_id,
         )
-        self.instance_id = instance_id
-
-    def fields(self) -> dict[str, Any]:
-        return {"group": self.group, "instance_id": self.instance_id}
 
 
 class NonEmptyGroup(GroupError):
     error_code = "NON_EMPTY_GROUP"
 
+    members: int
+
     def __init__(self, group: str, members: int, action: str) -> None:
         super().__init__(
-            f"group {group!r} has {members} member(s): {action} needs an empty group", group
+            f"group {group!r} has {members} member(s): {action} needs an empty group",
+            group,
+            members=members,
         )
-        self.members = members
-
-    def fields(self) -> dict[str, Any]:
-        return {"group": self.group, "members": self.members}
 
 
 class CoordinatorLoadInProgress(GroupError):
