@@ -44,7 +44,8 @@ from urllib.parse import quote
 import httpx
 from aiokafka.record._crecords import DefaultRecordBatch as _CRecordBatch
 
-from app.client import _cluster, _http, _wire
+from app import wire
+from app.client import _cluster, _http
 from app.client._cluster import Bootstrap, Cluster, error_code
 from app.client.errors import (
     ClientError,
@@ -294,7 +295,7 @@ class _ConsumerCore:
             raise ValueError("max_poll_records and max_partition_fetch_bytes must be positive")
         self.cluster = Cluster(url, metadata_max_age_ms)
         self.url = self.cluster.bootstrap[0]
-        self._endpoints: dict[str, _wire.Endpoint] = {}
+        self._endpoints: dict[str, wire.Endpoint] = {}
         # Look the leaders up again before the next fetches (a partition moved, a broker
         # went away); not more often than retry_backoff_ms.
         self._refresh_wanted = False
@@ -436,10 +437,10 @@ class _ConsumerCore:
             f"&min_bytes={self.fetch_min_bytes}&max_wait_ms={self.fetch_max_wait_ms}"
         )
 
-    def _endpoint(self, url: str) -> _wire.Endpoint:
+    def _endpoint(self, url: str) -> wire.Endpoint:
         endpoint = self._endpoints.get(url)
         if endpoint is None:
-            endpoint = self._endpoints[url] = _wire.Endpoint.parse(url)
+            endpoint = self._endpoints[url] = wire.Endpoint.parse(url)
         return endpoint
 
     def _fetch_url(self, st: _PartitionState) -> str:
@@ -470,7 +471,7 @@ class _ConsumerCore:
         # One answer being handed out plus one in flight per partition.
         return st.in_flight is None and st.fetch_offset is not None and st.backoff_until <= now
 
-    def _on_answer(self, st: _PartitionState, asked: int, response: _wire.Response) -> None:
+    def _on_answer(self, st: _PartitionState, asked: int, response: wire.Response) -> None:
         """Take one fetch answer for ``st`` (asked at offset ``asked``)."""
         if st.stale or asked != st.fetch_offset:
             st.stale = False
@@ -914,7 +915,7 @@ class Consumer(_ConsumerCore):
                 self._drop_connection(st)  # the partition moved (nothing is in flight)
                 st.conn = None
             if st.conn is None:
-                st.conn = _wire.FetchConnection(self._endpoint(url), self.request_timeout_s)
+                st.conn = wire.FetchConnection(self._endpoint(url), self.request_timeout_s)
                 st.url = url
             try:
                 st.conn.send(self._target(st))
@@ -1273,7 +1274,7 @@ class AsyncConsumer(_ConsumerCore):
             if st.conn is not None and st.url != url:
                 self._drop(st)  # the partition moved (nothing is in flight)
             if st.conn is None:
-                st.conn = _wire.async_connection(
+                st.conn = wire.async_connection(
                     self._endpoint(url), self.request_timeout_s, self.max_partition_fetch_bytes
                 )
                 st.url = url
@@ -1282,7 +1283,7 @@ class AsyncConsumer(_ConsumerCore):
             st.in_flight = task
             st.asked = -1 if st.fetch_offset is None else st.fetch_offset
 
-    def _landed(self, task: asyncio.Task[_wire.Response]) -> None:
+    def _landed(self, task: asyncio.Task[wire.Response]) -> None:
         self._arrived.set()
 
     def _collect(self) -> None:

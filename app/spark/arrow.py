@@ -19,7 +19,8 @@ from urllib.parse import quote
 import numpy as np
 import pyarrow as pa
 
-from app.client import _cluster, _http, _wire
+from app import wire
+from app.client import _cluster, _http
 from app.client.errors import error_from_body, is_retriable
 from app.client.types import TopicPartition
 from app.core.errors import CorruptRecord, LogbusError, OffsetOutOfRange
@@ -114,13 +115,13 @@ def fetch_range(
     cluster = _cluster.Cluster(url)
     tp = TopicPartition(r.topic, r.partition)
     leader = _leader(cluster, tp)
-    conn = _wire.FetchConnection(_wire.Endpoint.parse(leader), REQUEST_TIMEOUT_S)
+    conn = wire.FetchConnection(wire.Endpoint.parse(leader), REQUEST_TIMEOUT_S)
 
     def reconnect(to: str | None) -> None:
         nonlocal conn, leader
         conn.close()
         leader = to or _leader(cluster, tp, refresh=True)
-        conn = _wire.FetchConnection(_wire.Endpoint.parse(leader), REQUEST_TIMEOUT_S)
+        conn = wire.FetchConnection(wire.Endpoint.parse(leader), REQUEST_TIMEOUT_S)
 
     target = (
         f"/topics/{quote(r.topic, safe='')}/partitions/{r.partition}/records"

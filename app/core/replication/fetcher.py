@@ -16,7 +16,7 @@ leader or epoch changes, and started again for the new one):
    partition costs two requests a second and a new batch is pulled at once.
 
 Each task keeps one keep-alive connection to its leader and reads an answer
-straight into one buffer of its Content-Length (``app.client._wire``, the
+straight into one buffer of its Content-Length (:mod:`app.wire`, the
 SDK consumer's fetch path): httpx's 64 KiB reads and joins were about half of
 a follower broker's CPU under load. Runs on the broker's event loop; appends
 larger than a few pages go to a worker thread.
@@ -32,9 +32,9 @@ from urllib.parse import urlencode
 
 import orjson
 
-from app.client._wire import AsyncConnection, Endpoint, async_connection
 from app.core.errors import InvalidRecord
 from app.core.replication.partition import FOLLOWER, Partition
+from app.wire import AsyncConnection, Endpoint, async_connection
 
 if TYPE_CHECKING:
     from app.core.replication.manager import ReplicaManager

@@ -1,4 +1,5 @@
-"""A minimal HTTP/1.1 keep-alive connection for the consumer's fetches.
+"""A minimal HTTP/1.1 keep-alive connection for binary fetches: the SDK consumer,
+Spark tasks and follower brokers pulling from their leaders.
 
 Why not httpx here: a fetch answer is megabytes of raw batches, and httpx
 reads it in 64 KiB pieces through h11 and joins them, which cost ~1 GB/s of

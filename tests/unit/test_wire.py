@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from app.client._wire import Endpoint, FetchConnection, parse_head
+from app.wire import Endpoint, FetchConnection, parse_head
 
 
 def serve(answer: bytes) -> tuple[FetchConnection, threading.Thread]:
