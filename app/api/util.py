@@ -107,6 +107,21 @@ def topic_names(state: AppState, manager: LogManager) -> list[str]:
     return state.cluster.topics() if state.cluster is not None else manager.topics()
 
 
+def partition_info(state: AppState, topic: str, partition: int) -> dict[str, Any]:
+    """Where a partition lives: ``partition``, ``leader``, ``leader_epoch``, ``replicas``,
+    ``isr`` (from the cluster's metadata, or this lone broker holding everything)."""
+    if state.cluster is not None:
+        return state.cluster.partition_info(topic, partition)
+    broker = state.settings.broker_id
+    return {
+        "partition": partition,
+        "leader": broker,
+        "leader_epoch": 0,
+        "replicas": [broker],
+        "isr": [broker],
+    }
+
+
 def leader_log(state: AppState, manager: LogManager, topic: str, partition: int) -> Log:
     """The log to serve a client's produce or fetch from: in cluster mode only a leader's
     (NotLeaderOrFollower names the leader otherwise)."""

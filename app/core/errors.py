@@ -37,6 +37,7 @@ place without parsing messages.
     ├── NotEnoughReplicas              NOT_ENOUGH_REPLICAS          (retriable)
     │   └── NotEnoughReplicasAfterAppend  NOT_ENOUGH_REPLICAS_AFTER_APPEND (written, not replicated)
     ├── BrokerNotAvailable             BROKER_NOT_AVAILABLE         (retriable)
+    │   └── ZooKeeperUnavailable       BROKER_NOT_AVAILABLE         (cluster metadata unreachable)
     ├── KafkaStorageError              KAFKA_STORAGE_ERROR          (retriable)
     └── GroupError                     consumer groups (app.groups)
         ├── UnsupportedAssignor        UNSUPPORTED_ASSIGNOR         (400)
@@ -391,6 +392,16 @@ class BrokerNotAvailable(LogbusError):
 
     error_code = "BROKER_NOT_AVAILABLE"
     retriable = True
+
+
+class ZooKeeperUnavailable(BrokerNotAvailable):
+    """Cluster mode: ZooKeeper does not answer, so cluster metadata cannot change now
+    (topics, producer ids). Partitions go on being served by their current leaders."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(
+            f"ZooKeeper is not reachable, so {what} must wait until it is back; retry later"
+        )
 
 
 class KafkaStorageError(LogbusError):

@@ -284,10 +284,26 @@ def test_zookeeper_outage_keeps_current_leaders_serving(cluster: Cluster) -> Non
                 f"{cluster.url(leader)}/topics/clicks/partitions/{p}/records", params={"offset": 0}
             )
             assert len(fetched.json()["records"]) == n
+        # Metadata changes cannot be made meanwhile: a clear, retriable 503 at once.
+        refused = httpx.post(f"{cluster.url(1)}/topics", json={"name": "later"}, timeout=10)
+        assert refused.status_code == 503, refused.text
+        assert refused.json()["error_code"] == "BROKER_NOT_AVAILABLE"
+        assert refused.json()["retriable"] is True
     finally:
         cluster.zookeeper.restart()
-    # Back to normal: metadata changes work again.
-    create_topic(cluster, "clicks-after", partitions=1)
+
+    # Back to normal: metadata changes work again once the broker has reconnected (until
+    # then it answers the retriable 503 above, and a client retries).
+    def create_after() -> httpx.Response | None:
+        answer = httpx.post(
+            f"{cluster.url(1)}/topics",
+            json={"name": "clicks-after", "partitions": 1, "replication_factor": 3},
+            timeout=30,
+        )
+        return None if answer.status_code == 503 else answer
+
+    created = cluster.wait_until(create_after, message="a topic created after the outage")
+    assert created.status_code == 201, created.text
     assert {p: cluster.leader("clicks", p) for p in range(3)} == leaders
     assert all(isr(cluster, "clicks", p) == cluster.ids for p in range(3))
 

@@ -294,9 +294,6 @@ async def epoch_end_offset(
     epoch: Annotated[int, Path(description="A leader epoch.", ge=-1, le=INT_MAX)],
     state: StateDep,
     manager: ManagerDep,
-    replica_id: Annotated[
-        int | None, Query(ge=0, le=INT_MAX, description="The asking follower's broker id.")
-    ] = None,
 ) -> Response:
     log = leader_log(state, manager, topic, partition)
     found_epoch, end_offset = log.leader_epoch_cache.end_offset_for(epoch)

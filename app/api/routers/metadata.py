@@ -11,7 +11,13 @@ from app.api import openapi_docs as docs
 from app.api.deps import ManagerDep, StateDep
 from app.api.errors import error_responses
 from app.api.models import Metadata
-from app.api.util import JSONBytes, create_planned, partition_count, topic_names
+from app.api.util import (
+    JSONBytes,
+    create_planned,
+    partition_count,
+    partition_info,
+    topic_names,
+)
 from app.core.errors import UnknownTopicOrPartition
 from app.core.log import validate_topic_name
 
@@ -69,19 +75,7 @@ async def metadata(
     for name in topic_names(state, manager) if names is None else names:
         try:
             n = partition_count(state, manager, name)
-            if cluster is not None:
-                parts = [cluster.partition_info(name, p) for p in range(n)]
-            else:
-                parts = [
-                    {
-                        "partition": p,
-                        "leader": broker,
-                        "leader_epoch": 0,
-                        "replicas": [broker],
-                        "isr": [broker],
-                    }
-                    for p in range(n)
-                ]
+            parts = [partition_info(state, name, p) for p in range(n)]
         except UnknownTopicOrPartition:
             continue  # absent, or deleted between the two calls
         answer.append({"name": name, "partitions": parts})

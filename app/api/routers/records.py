@@ -111,8 +111,6 @@ async def await_replicas(
         return
     loop = asyncio.get_running_loop()
     for log, info in appended:
-        if info.last_offset < info.first_offset:
-            continue
         part = state.cluster.leader_partition(log.topic, log.partition)
         remaining_ms = max(1, int((deadline - loop.time()) * 1000))
         await part.wait_replicated(info.last_offset, remaining_ms)

@@ -18,6 +18,7 @@ from app.api.util import (
     JSONBytes,
     check_not_internal,
     partition_count,
+    partition_info,
     run_blocking,
     topic_names,
 )
@@ -38,21 +39,10 @@ CREATE_BODY_LIMIT = 1024 * 1024
 
 def describe_topic(state: AppState, manager: LogManager, topic: str) -> dict[str, Any]:
     cluster = state.cluster
-    broker_id = state.settings.broker_id
     partitions = []
     for p in range(partition_count(state, manager, topic)):
-        if cluster is not None:
-            entry = cluster.partition_info(topic, p)
-            entry["offline_replicas"] = cluster.offline_replicas(topic, p)
-        else:
-            entry = {
-                "partition": p,
-                "leader": broker_id,
-                "leader_epoch": 0,
-                "replicas": [broker_id],
-                "isr": [broker_id],
-                "offline_replicas": [],
-            }
+        entry = partition_info(state, topic, p)
+        entry["offline_replicas"] = [] if cluster is None else cluster.offline_replicas(topic, p)
         try:
             log = manager.get_log(topic, p)
         except UnknownTopicOrPartition:

@@ -144,7 +144,7 @@ class ReplicaFetcher:
             target = log.high_watermark
         else:
             response = await conn.fetch(
-                f"{base}/epochs/{latest}/end-offset?replica_id={self.broker_id}",
+                f"{base}/epochs/{latest}/end-offset",
                 b"application/json",
             )
             if response.status != 200:

@@ -17,22 +17,32 @@ quickly. Thread-safe (kazoo's client is).
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import orjson
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionLoss,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    SessionExpiredError,
+)
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 from kazoo.retry import KazooRetry
 
-from app.core.errors import KafkaStorageError, TopicAlreadyExists
+from app.core.errors import KafkaStorageError, TopicAlreadyExists, ZooKeeperUnavailable
 from app.core.replication.state import BrokerInfo, PartitionState, TopicAssignment
 
 _log = logging.getLogger(__name__)
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 BROKERS = "/brokers/ids"
 TOPICS = "/brokers/topics"
@@ -56,6 +66,26 @@ def split_connect(connect: str) -> tuple[str, str]:
     """``"h1:2181,h2:2181/logbus"`` -> ``("h1:2181,h2:2181", "/logbus")``."""
     hosts, slash, chroot = connect.partition("/")
     return hosts, ("/" + chroot.rstrip("/")) if slash and chroot.strip("/") else ""
+
+
+def _needs_zookeeper(what: str) -> Callable[[F], F]:
+    """Answer ZooKeeperUnavailable at once while disconnected, instead of a kazoo call that
+    waits for the connection to return (a request would hang for the whole outage), and
+    when the connection drops during the call."""
+
+    def decorate(fn: F) -> F:
+        @functools.wraps(fn)
+        def wrapper(self: ZkStore, *args: Any, **kwargs: Any) -> Any:
+            if not self.client.connected:
+                raise ZooKeeperUnavailable(what)
+            try:
+                return fn(self, *args, **kwargs)
+            except (ConnectionLoss, SessionExpiredError):
+                raise ZooKeeperUnavailable(what) from None
+
+        return cast(F, wrapper)
+
+    return decorate
 
 
 class ZkStore:
@@ -171,6 +201,7 @@ class ZkStore:
 
     # -- producer ids --------------------------------------------------------------
 
+    @_needs_zookeeper("allocating producer ids")
     def allocate_producer_ids(self, block_size: int) -> int:
         """Reserve the next ``block_size`` producer ids cluster-wide; the first of them."""
         while True:
@@ -190,6 +221,7 @@ class ZkStore:
             except BadVersionError:
                 continue
 
+    @_needs_zookeeper("checking producer ids")
     def producer_ids_issued_below(self) -> int:
         try:
             data, _ = self.client.get(PRODUCER_ID_BLOCK)
@@ -255,6 +287,7 @@ class ZkStore:
 
         ChildrenWatch(self.client, TOPICS, on_children)
 
+    @_needs_zookeeper("creating a topic")
     def create_topic(self, name: str, assignment: TopicAssignment) -> None:
         try:
             self.client.create(topic_path(name), assignment.to_json(), makepath=True)
@@ -278,6 +311,7 @@ class ZkStore:
 
         DataWatch(self.client, topic_path(name), on_data)
 
+    @_needs_zookeeper("deleting a topic")
     def delete_topic(self, name: str) -> bool:
         """Mark the topic deleted (readers then treat it as gone, so the controller stops
         writing states under it), then remove its subtree."""
