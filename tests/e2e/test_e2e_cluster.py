@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from cluster import Cluster
+from cluster import Cluster, find_partition
 from conftest import Broker
 from zookeeper import ZooKeeperServer
 
@@ -50,7 +50,10 @@ def create_topic(
 
 
 def isr(cluster: Cluster, topic: str, partition: int = 0) -> list[int]:
-    return sorted(int(b) for b in cluster.partition(topic, partition)["isr"])
+    """The ISR as the partition's leader has it: a broker just resumed from SIGSTOP still
+    answers /metadata from what it knew before it stopped, for a moment."""
+    leader = cluster.leader(topic, partition)
+    return sorted(int(b) for b in find_partition(cluster.metadata(leader), topic, partition)["isr"])
 
 
 def wait_isr(cluster: Cluster, topic: str, want: list[int], partition: int = 0) -> None:

@@ -132,8 +132,7 @@ class Controller:
 
     def reconcile(self, *, preferred: bool = False) -> int:
         """One pass over every partition; returns the number of states written."""
-        live = set(self.store.live_brokers())
-        written = 0
+        found: list[tuple[str, int, tuple[int, ...], bool, tuple[PartitionState, int] | None]] = []
         for topic in self.store.topics():
             assignment = self.store.get_topic(topic)
             if assignment is None:
@@ -141,10 +140,16 @@ class Controller:
             # The topic's own unclean.leader.election.enable wins over the broker's.
             unclean = bool(assignment.configs.get("unclean.leader.election.enable", self.unclean))
             for p, replicas in enumerate(assignment.replicas):
-                if self._stop.is_set():
-                    return written
-                if self._fix(topic, p, replicas, live, preferred, unclean):
-                    written += 1
+                found.append((topic, p, replicas, unclean, self.store.get_state(topic, p)))
+        # The live brokers are read after the states: a broker a leader put into an ISR had
+        # registered before, so it is in this set and is not taken out again as dead.
+        live = set(self.store.live_brokers())
+        written = 0
+        for topic, p, replicas, unclean, current in found:
+            if self._stop.is_set():
+                break
+            if self._fix(topic, p, replicas, live, preferred, unclean, current):
+                written += 1
         return written
 
     def _fix(
@@ -155,8 +160,8 @@ class Controller:
         live: set[int],
         preferred: bool,
         unclean: bool,
+        current: tuple[PartitionState, int] | None,
     ) -> bool:
-        current = self.store.get_state(topic, p)
         alive = [r for r in replicas if r in live]
         if current is None:
             leader = alive[0] if alive else NO_LEADER

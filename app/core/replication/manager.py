@@ -248,6 +248,7 @@ class ReplicaManager:
                 write_state=self._writer(name, p),
                 notify=self._notify,
                 lag_time_max_ms=self.settings.replica_lag_time_max_ms,
+                registered=lambda r: r in self.brokers,
             )
             part.on_follow = self._follow
             self.partitions[(name, p)] = part

@@ -73,6 +73,7 @@ class Partition:
         write_state: StateWriter,
         notify: Callable[[Log], None],
         lag_time_max_ms: int,
+        registered: Callable[[int], bool] = lambda _: True,
     ) -> None:
         self.log = log
         self.topic = log.topic
@@ -89,6 +90,10 @@ class Partition:
         self._write_state = write_state
         self._notify = notify
         self._lag_time_max_ms = lag_time_max_ms
+        # Whether a broker is registered in ZooKeeper. A follower whose session expired
+        # keeps fetching, but the controller counts it dead (and takes it out of the ISR)
+        # until it registers again: it joins the ISR only then, as in Kafka's KIP-841.
+        self._registered = registered
         self._acks: list[tuple[int, asyncio.Future[None]]] = []
         self._isr_write: asyncio.Task[None] | None = None
         # Called with this partition when it becomes a follower (the fetcher starts).
@@ -204,7 +209,11 @@ class Partition:
         progress.log_end_offset = fetch_offset
         progress.last_fetch_leader_leo = leo
         progress.last_fetch_ms = now
-        if replica_id not in self.isr and fetch_offset >= self.log.high_watermark:
+        if (
+            replica_id not in self.isr
+            and fetch_offset >= self.log.high_watermark
+            and self._registered(replica_id)
+        ):
             epoch_start = self._epoch_start_offset()
             if fetch_offset >= epoch_start:
                 self._change_isr((*self.isr, replica_id), f"replica {replica_id} caught up")

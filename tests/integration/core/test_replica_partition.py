@@ -65,6 +65,7 @@ class Harness:
         self.gate: asyncio.Event | None = None
         self.notified = 0
         self.followed = 0
+        self.registered = set(replicas)
         self.part = Partition(
             self.log,
             replicas,
@@ -72,6 +73,7 @@ class Harness:
             write_state=self.write_state,
             notify=self.notify,
             lag_time_max_ms=lag_ms,
+            registered=lambda broker: broker in self.registered,
         )
         self.part.on_follow = self.on_follow
 
@@ -276,6 +278,25 @@ def test_isr_expands_once_the_write_succeeds(tmp_path: Path) -> None:
         h.gate.set()
         await settle()
         assert (h.isr(), h.part.zk_version) == ((1, 2, 3), 8)
+        h.log.close()
+
+    run(main())
+
+
+def test_a_follower_not_registered_in_zookeeper_does_not_join(tmp_path: Path) -> None:
+    # Its session expired (paused, say): the controller counts it dead until it registers.
+    async def main() -> None:
+        h = Harness(tmp_path)
+        h.append(10)
+        h.lead(isr=(1, 2), epoch=3, version=7)
+        h.registered.discard(3)
+        h.part.on_follower_fetch(3, 10)
+        await settle()
+        assert h.writes == []
+        h.registered.add(3)
+        h.part.on_follower_fetch(3, 10)
+        await settle()
+        assert h.isr() == (1, 2, 3)
         h.log.close()
 
     run(main())

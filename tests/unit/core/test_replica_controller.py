@@ -212,6 +212,24 @@ def test_dead_follower_leaves_the_isr_without_an_epoch_bump() -> None:
     assert zk.version("t") == 11
 
 
+def test_a_broker_that_registered_while_the_states_were_read_is_not_taken_for_dead() -> None:
+    # Broker 3 re-registered (new session) and its leader put it back into the ISR while
+    # the controller was reading: the live set it compares with must be at least as new.
+    zk, c = make({1, 2})
+    zk.add_topic("t", (1, 2, 3))
+    zk.put("t", 0, PartitionState(1, 4, (1, 2)), version=10)
+    read_state = zk.get_state
+
+    def registering_meanwhile(topic: str, partition: int) -> tuple[PartitionState, int] | None:
+        zk.live.add(3)
+        zk.put("t", 0, PartitionState(1, 4, (1, 2, 3)), version=11)
+        return read_state(topic, partition)
+
+    zk.get_state = registering_meanwhile  # type: ignore[method-assign]
+    assert c.reconcile() == 0
+    assert zk.state("t") == PartitionState(1, 4, (1, 2, 3)), "3 stays in the ISR"
+
+
 def test_preferred_leader_election_only_when_the_preferred_replica_is_alive_and_in_sync() -> None:
     zk, c = make({1, 2, 3})
     zk.add_topic("t", (1, 2, 3), (1, 2, 3), (1, 2, 3))
