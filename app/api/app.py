@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from fastapi.routing import APIRoute
 
 from app.api import errors, openapi_docs, ws
 from app.api.metrics import MetricsMiddleware, PartitionCollector
@@ -38,6 +39,18 @@ def _version() -> str:
         return version("logbus")
     except PackageNotFoundError:
         return "0.0.0"
+
+
+def operation_id(route: APIRoute) -> str:
+    """A route's OpenAPI ``operationId``: its endpoint function's name in camelCase.
+
+    Generated clients use it as the method name (``produce``, ``fetchRecords``,
+    ``createTopic``, ``commitOffsets``), so endpoint functions are named as the verb a
+    client calls; FastAPI's default (``produce_topics__topic__records_post``) repeats the
+    path and the method. A test keeps the ids unique.
+    """
+    head, *rest = route.name.split("_")
+    return head + "".join(part.capitalize() for part in rest)
 
 
 def create_app(settings: Settings, manager: LogManager | None = None) -> FastAPI:
@@ -92,6 +105,7 @@ def create_app(settings: Settings, manager: LogManager | None = None) -> FastAPI
         version=_version(),
         description=DESCRIPTION,
         lifespan=lifespan,
+        generate_unique_id_function=operation_id,
     )
     app.state.logbus = state
     state.registry.register(PartitionCollector(state))

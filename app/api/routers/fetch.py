@@ -175,7 +175,7 @@ def render_json(
         **error_responses(307, 400, 404, 406, 409, 416, 421, 503),
     },
 )
-async def fetch(
+async def fetch_records(
     topic: Annotated[str, Path(description="Topic name.")],
     partition: Annotated[int, Path(description="Partition number.", le=INT_MAX)],
     request: Request,

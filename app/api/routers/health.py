@@ -48,6 +48,6 @@ async def readyz(state: StateDep) -> Response:
     response_class=Response,
     responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
 )
-async def metrics(state: StateDep) -> Response:
+async def get_metrics(state: StateDep) -> Response:
     body, content_type = render_metrics(state)
     return Response(body, media_type=content_type)

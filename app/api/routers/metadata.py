@@ -38,7 +38,7 @@ def _requested(topics: str | None) -> list[str] | None:
     response_model=Metadata,
     responses=error_responses(400, 503),
 )
-async def metadata(
+async def get_metadata(
     state: StateDep,
     manager: ManagerDep,
     topics: Annotated[
