@@ -1,6 +1,6 @@
 """``logbus``: run a broker, manage topics and groups, produce from stdin, consume to stdout.
 
-Every client command talks to the HTTP API (DESIGN.md) at ``--url`` (default
+Every client command talks to the HTTP API (openapi/openapi.json) at ``--url`` (default
 ``$LOGBUS_URL`` or ``http://127.0.0.1:8080``). A failure prints the server's
 ``error_code`` and message and exits non-zero:
 

@@ -1,6 +1,6 @@
 """The log manager: every partition log of one broker's data directory.
 
-Data-dir layout (see also DESIGN.md, "On disk")::
+Data-dir layout (see also docs/ARCHITECTURE.md, "On disk")::
 
     <data-dir>/
       meta.json                          {"version": 1, "broker_id": 0, "cluster_id": "..."}

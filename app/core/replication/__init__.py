@@ -8,5 +8,5 @@
 - :mod:`.fetcher`     followers pulling from leaders through the binary fetch API
 - :mod:`.manager`     the broker's side of all of it, used by the HTTP layer
 
-See notes/CLUSTER.md for the ZooKeeper layout and the HTTP contract.
+See docs/ARCHITECTURE.md ("Cluster mode") for the ZooKeeper layout and the HTTP contract.
 """

@@ -1,6 +1,6 @@
 """The ZooKeeper store: every path cluster mode uses, JSON values, CAS writes, watches.
 
-Layout (under the connect string's optional chroot; notes/CLUSTER.md)::
+Layout (under the connect string's optional chroot; docs/ARCHITECTURE.md)::
 
     /cluster/id                                   the cluster id, created by the first broker
     /brokers/ids/<id>                             EPHEMERAL BrokerInfo: the live brokers
