@@ -12,9 +12,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 # What people cite: a repository path (``docs/ARCHITECTURE.md``, ``app/core/log/log.py``)
 # or a bare document name (``RESULTS.md``).
-CITED = re.compile(
-    r"(?<![\w./-])((?:[\w-]+/)+[\w-]+\.(?:md|json|yaml|py)|[\w-]+\.md)(?![\w(])"
-)
+CITED = re.compile(r"(?<![\w./-])((?:[\w-]+/)+[\w-]+\.(?:md|json|yaml|py)|[\w-]+\.md)(?![\w(])")
 SOURCES = [
     *sorted((REPO / "app").rglob("*.py")),
     *sorted((REPO / "logbus").rglob("*.py")),
