@@ -43,6 +43,46 @@ class Settings(BaseSettings):
         default=100 * 1024 * 1024, ge=1024, description="Largest request body accepted (413 above)."
     )
     fetch_max_bytes: int = Field(default=50 * 1024 * 1024, ge=1)
+    # The listener's limits (app/api/limits.py): what a slow, careless or hostile client
+    # may cost the broker. Each breach has its own answer; see the README's "Limits".
+    max_connections: int = Field(
+        default=10_000,
+        ge=1,
+        description="Kafka's max.connections: open HTTP and WebSocket connections, capped "
+        "at half the process's file-descriptor limit (503 above).",
+    )
+    max_connections_per_ip: int = Field(
+        default=1_000,
+        ge=1,
+        description="Kafka's max.connections.per.ip: connections from one client address "
+        "(429 above).",
+    )
+    connections_max_idle_ms: int = Field(
+        default=60_000,
+        ge=100,
+        description="Kafka's connections.max.idle.ms: a connection with no request in "
+        "flight for this long is closed (also before its first request).",
+    )
+    request_header_timeout_ms: int = Field(
+        default=20_000,
+        ge=100,
+        description="A request's line and headers must arrive within this long of their "
+        "first byte (408 otherwise).",
+    )
+    request_body_timeout_ms: int = Field(
+        default=120_000,
+        ge=100,
+        description="A request body must arrive within this long of its head, counting only "
+        "time the broker is reading it (408 otherwise).",
+    )
+    max_header_bytes: int = Field(
+        default=64 * 1024,
+        ge=1024,
+        description="Largest request line plus headers (431 above).",
+    )
+    max_header_count: int = Field(
+        default=100, ge=8, description="Most header fields in one request (431 above)."
+    )
     log_retention_check_interval_ms: int = Field(default=300_000, ge=10)
     log_flush_scheduler_interval_ms: int = Field(default=1000, ge=10)
     offsets_topic_num_partitions: int = Field(

@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
+from app.api import limits
 from app.core import errors as core
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,13 @@ class NotAcceptable(core.InvalidRequest):
         )
 
 
-API_STATUS: tuple[tuple[type[core.LogbusError], int], ...] = ((NotAcceptable, 406),)
+API_STATUS: tuple[tuple[type[core.LogbusError], int], ...] = (
+    (NotAcceptable, 406),
+    # The listener's limits (app/api/limits.py), answered before a request reaches the app.
+    (limits.ConnectionQuotaExceeded, 429),
+    (limits.HeadersTooLarge, 431),
+    (limits.RequestReadTimeout, 408),
+)
 
 
 def status_for(exc: core.LogbusError) -> int:
