@@ -34,9 +34,14 @@ cleans the qualifying log with the highest ratio.
 **Which records stay** (in a batch below the map end):
 
 * control batches, whole (there are no transactions to resolve yet);
-* the last batch of every producer id in the whole log, whole, so that the
-  idempotent-producer state rebuilt from the log (last sequence and epoch per
-  producer) survives compaction;
+* the *header* of the last batch of every producer id in the whole log, so
+  that the idempotent-producer state rebuilt from the log (last sequence and
+  epoch per producer) survives compaction. Its records are filtered like any
+  others; when none survives, the batch stays as an empty one (no records,
+  same offsets, producer id, epoch and sequences), as Kafka keeps it. Keeping
+  such a batch whole would keep the values it holds after their key was
+  overwritten or deleted, and once a tombstone expired a deleted value would
+  be the key's latest again;
 * a keyed record whose offset is the latest the map knows for its key, or
   whose key the map does not know (its latest is in the clean part);
 * a tombstone (null value) under the same rule, until ``delete.retention.ms``
@@ -95,6 +100,7 @@ from app.core.log.batch import (
 from app.core.log.checkpoint import CheckpointCorrupt, OffsetCheckpointFile
 from app.core.log.compact_batch import (
     delete_horizon,
+    empty_batch,
     encode_with_horizon,
     iter_segment_batches,
     rebuild,
@@ -386,16 +392,13 @@ class _Pass:
         """The batch to write: ``data`` itself, a rewritten batch, or None (nothing survives)."""
         result = self.result
         result.records_read += header.record_count
-        if (
-            header.is_control
-            or header.base_offset >= self.map_end
-            or (
-                header.producer_id != NO_PRODUCER_ID
-                and self.last_batches.get(header.producer_id) == header.base_offset
-            )
-        ):
+        if header.is_control or header.base_offset >= self.map_end:
             result.records_retained += header.record_count
             return data
+        producer_last = (
+            header.producer_id != NO_PRODUCER_ID
+            and self.last_batches.get(header.producer_id) == header.base_offset
+        )
         map_end = self.map_end
         now = self.now
         horizon = delete_horizon(header)
@@ -420,7 +423,10 @@ class _Pass:
             kept.append(r)
         result.records_retained += len(kept)
         if not kept:
-            return None
+            if not producer_last:
+                return None
+            # The producer's sequence state outlives its records (see the module docstring).
+            return data if header.record_count == 0 else empty_batch(header)
         if tombstones:
             if horizon is None:
                 # First time cleaned: the tombstones stay delete.retention.ms from now.
