@@ -60,10 +60,13 @@ cleans the qualifying log with the highest ratio.
   but a topic switched from ``delete`` to ``compact`` may hold some).
 
 **Crash safety.** A group's copy is written as ``.cleaned`` files and
-fsynced; then, under the log's lock, the ``.log`` is renamed to ``.swap``
-(the commit point), the old segments are renamed ``.deleted`` and the copy
-gets the live names (indexes first, ``.log`` last). The loader deletes ``.cleaned`` files (incomplete copies: the old
-segments are all still there) and finishes a swap whose ``.log.swap`` exists
+fsynced, even when empty; then, under the log's lock, a marker records where
+the group's segments end, the ``.log`` is renamed to ``.swap`` (the commit
+point), the old segments are renamed ``.deleted`` and the copy gets the live
+names (indexes first, ``.log`` last; an empty copy after the first segment is
+then dropped). The loader deletes ``.cleaned`` files (incomplete copies: the
+old segments are all still there) and finishes a swap whose ``.log.swap``
+exists, deleting every old segment up to the marker's end
 (:func:`app.core.log.loader.complete_swaps`).
 
 **Concurrency.** One cleaning at a time (a lock), on the cleaner's thread or
@@ -332,22 +335,18 @@ class _Pass:
         committed = False
         try:
             self._copy(group, out)
-            new: LogSegment | None = out
-            # The first segment stays even when empty: it holds the log start offset.
-            if out.size == 0 and group.start > 0:
-                out.delete_files()
-                new = None
-            else:
-                out.seal()
-                out.flush()
+            # Even an empty copy is swapped in: the swap is what makes the removal of
+            # the old segments crash-safe (Log.replace_segments then drops it).
+            out.seal()
+            out.flush()
             old = self.segments[group.start : group.stop]
             self.swapping = True
-            committed = log.replace_segments(old, new, truncations=self.truncations)
+            committed = log.replace_segments(old, out, truncations=self.truncations)
             self.swapping = False
             if committed:
                 self.result.groups_swapped += 1
-            elif new is not None:
-                new.delete_files()
+            else:
+                out.delete_files()
             return committed
         except BaseException:
             if not committed and out.log_path.name.endswith(CLEANED_SUFFIX):

@@ -37,6 +37,7 @@ compacted topic must carry a key in every record (Kafka's rule).
 from __future__ import annotations
 
 import bisect
+import contextlib
 import dataclasses
 import logging
 import os
@@ -68,7 +69,13 @@ from app.core.log.checkpoint import fsync_dir
 from app.core.log.config import LogConfig
 from app.core.log.epoch import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
 from app.core.log.fileslice import FileSlice
-from app.core.log.loader import CLEANED_SUFFIX, SWAP_SUFFIX, load_segments
+from app.core.log.loader import (
+    CLEANED_SUFFIX,
+    SWAP_SUFFIX,
+    load_segments,
+    swap_marker,
+    write_swap_marker,
+)
 from app.core.log.producer_state import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     BatchMetadata,
@@ -660,22 +667,26 @@ class Log:
             return segments, fds, self._truncations
 
     def replace_segments(
-        self, old: Sequence[LogSegment], new: LogSegment | None, *, truncations: int
+        self, old: Sequence[LogSegment], new: LogSegment, *, truncations: int
     ) -> bool:
         """Swap a compacted copy (files named ``<base>.log.cleaned``, fsynced) in for ``old``.
 
         ``old`` must still be a run of non-active segments of this log and no
         truncation may have happened since ``truncations`` was read; otherwise
         nothing changes and the answer is False (the caller drops its copy).
-        ``new`` of None removes ``old`` outright (nothing in it survived).
+        An empty ``new`` removes ``old`` outright unless ``old`` starts the log
+        (the first segment holds the log start offset).
 
-        The steps, each a rename that a crash can stop after: the copy becomes
-        ``.swap`` (the commit point: recovery finishes the swap from here), the
-        old segments become ``.deleted`` one by one (their fds stay open for
-        ``file.delete.delay.ms``, for slices already handed out), the copy's
-        indexes and then its ``.log`` get the live names. If a step after the
-        commit point fails the log goes offline: the files are ahead of the
-        view, and the next start finishes the swap.
+        The steps, each a rename that a crash can stop after: the marker
+        ``<base>.replaced.swap`` records where the run of old segments ends (a
+        copy may end far before it, or be empty), the copy becomes ``.swap``
+        (the commit point: recovery finishes the swap from here, see
+        :mod:`app.core.log.loader`), the old segments become ``.deleted`` one
+        by one (their files stay open for ``file.delete.delay.ms`` and for as
+        long as a reader holds them), the copy's indexes and then its ``.log``
+        get the live names, the marker goes. If a step after the commit point
+        fails the log goes offline: the files are ahead of the view, and the
+        next start finishes the swap.
         """
         with self._lock:
             view = self._view
@@ -690,14 +701,18 @@ class Log:
                 or any(a is not b for a, b in zip(segments[first:end], old, strict=True))
             ):
                 return False
-            if new is not None:
-                new.change_file_suffixes(CLEANED_SUFFIX, SWAP_SUFFIX)
+            write_swap_marker(self.dir, new.base_offset, segments[end].base_offset)
             try:
-                if new is not None:
-                    fsync_dir(self.dir)
+                new.change_file_suffixes(CLEANED_SUFFIX, SWAP_SUFFIX)
+            except BaseException:
+                # Before the commit point (the .log is renamed last): the log is as it was.
+                with contextlib.suppress(OSError):
+                    swap_marker(self.dir, new.base_offset).unlink()
+                raise
+            try:
+                fsync_dir(self.dir)
                 self._schedule_delete(old)
-                if new is not None:
-                    new.change_file_suffixes(SWAP_SUFFIX, "")
+                new.change_file_suffixes(SWAP_SUFFIX, "")
                 fsync_dir(self.dir)
             except BaseException:
                 self._offline = True
@@ -707,15 +722,15 @@ class Log:
                     self.partition,
                 )
                 raise
-            kept = [*segments[:first], *([new] if new is not None else []), *segments[end:]]
+            with contextlib.suppress(OSError):
+                # A marker left behind is harmless: a start removes it, a swap rewrites it.
+                swap_marker(self.dir, new.base_offset).unlink()
+            keep_new = new.size > 0 or first == 0
+            if not keep_new:
+                # Live and empty between two segments, it is what a start removes as well.
+                new.delete_files()
+            kept = [*segments[:first], *([new] if keep_new else []), *segments[end:]]
             self._set_view(array("q", [s.base_offset for s in kept]), kept)
-            if first == 0 and new is None:
-                # Nothing is left below the next segment: as after retention, the
-                # start moves there (a restart would derive the same start).
-                new_start = max(self._log_start_offset, kept[0].base_offset)
-                self._log_start_offset = new_start
-                self.recovery_point = max(self.recovery_point, new_start)
-                self.leader_epoch_cache.truncate_from_start(new_start)
             return True
 
     # -- idempotent producers (see app.core.log.producer_state) ----------------------
