@@ -71,19 +71,18 @@ exists, deleting every old segment up to the marker's end
 
 **Concurrency.** One cleaning at a time (a lock), on the cleaner's thread or
 the caller of :meth:`LogCleaner.run_once`. Reads and appends go on while a
-log is cleaned: the cleaner reads the old segments through duplicated fds,
-writes its copy beside them, and takes the log's lock only for the swap, which
+log is cleaned: the cleaner reads the old segments through files it holds
+(:class:`~app.core.log.fileslice.SegmentFile`), writes its copy beside them, and takes the log's lock only for the swap, which
 checks that no truncation happened and that the group's segments are still
 in place (retention may have deleted them), else drops the copy. Old segments
-stay open for ``file.delete.delay.ms`` after the swap, so slices handed out
-before it stay readable.
+are removed ``file.delete.delay.ms`` after the swap; slices handed out before
+it stay readable whatever that delay, since they hold their files.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -93,7 +92,7 @@ from typing import Any, NamedTuple
 
 from aiokafka.record._crecords import DefaultRecordBatch as _CRecordBatch
 
-from app.core.errors import KafkaStorageError
+from app.core.errors import KafkaStorageError, SegmentClosed
 from app.core.log.batch import (
     NO_PRODUCER_ID,
     BatchHeader,
@@ -109,6 +108,7 @@ from app.core.log.compact_batch import (
     rebuild,
 )
 from app.core.log.config import LogConfig
+from app.core.log.fileslice import SegmentFile
 from app.core.log.index import MAX_RELATIVE_OFFSET
 from app.core.log.loader import CLEANED_SUFFIX
 from app.core.log.log import Log
@@ -227,7 +227,7 @@ class _Pass:
         self,
         log: Log,
         segments: list[LogSegment],
-        fds: list[int],
+        files: list[SegmentFile],
         truncations: int,
         found: Survey,
         now: int,
@@ -236,7 +236,7 @@ class _Pass:
         self.log = log
         self.config = log.config
         self.segments = segments
-        self.fds = fds
+        self.files = files
         self.truncations = truncations
         self.survey = found
         self.now = now
@@ -271,8 +271,8 @@ class _Pass:
     def scan_producers(self) -> None:
         """The base offset of each producer id's last batch in the whole log (headers only)."""
         last = self.last_batches
-        for seg, fd in zip(self.segments, self.fds, strict=True):
-            for header, _ in iter_segment_batches(fd, seg.size, self.chunk):
+        for seg, f in zip(self.segments, self.files, strict=True):
+            for header, _ in iter_segment_batches(f.fd, seg.size, self.chunk):
                 if header.producer_id != NO_PRODUCER_ID:
                     last[header.producer_id] = header.base_offset
                 self.check_abort()
@@ -285,7 +285,7 @@ class _Pass:
             seg = self.segments[i]
             if self.segments[i + 1].base_offset <= first_dirty:
                 continue
-            for header, data in iter_segment_batches(self.fds[i], seg.size, self.chunk):
+            for header, data in iter_segment_batches(self.files[i].fd, seg.size, self.chunk):
                 self.check_abort()
                 if header.last_offset < first_dirty or header.is_control:
                     continue
@@ -360,9 +360,9 @@ class _Pass:
         pending = bytearray()
         infos: list[BatchInfo] = []
         for i in group:
-            seg, fd = self.segments[i], self.fds[i]
+            seg, f = self.segments[i], self.files[i]
             self.result.bytes_read += seg.size
-            for header, data in iter_segment_batches(fd, seg.size, io_bytes):
+            for header, data in iter_segment_batches(f.fd, seg.size, io_bytes):
                 self.check_abort()
                 if compute_crc(data, 0, len(data)) != header.crc:
                     raise KafkaStorageError(
@@ -607,7 +607,7 @@ class LogCleaner:
             key = (log.topic, log.partition)
             at = log.time_ms() if now is None else now
             started = time.perf_counter()
-            segments, fds, truncations = log.compaction_snapshot()
+            segments, files, truncations = log.compaction_snapshot()
             state: _Pass | None = None
             try:
                 found = survey(
@@ -619,7 +619,7 @@ class LogCleaner:
                 )
                 if found.cleanable_segments == 0 or not (force or self._eligible(log, found, at)):
                     return None
-                state = _Pass(log, segments, fds, truncations, found, at, self)
+                state = _Pass(log, segments, files, truncations, found, at, self)
                 state.scan_producers()
                 state.build_map()
                 completed = True
@@ -630,8 +630,9 @@ class LogCleaner:
             except _Aborted:
                 _log.info("%s-%s: compaction pass abandoned", log.topic, log.partition)
                 return None
-            except Exception:
-                if (not log.online or self.stopping) and not (state and state.swapping):
+            except Exception as e:
+                changed = isinstance(e, SegmentClosed)  # retention deleted a segment under us
+                if (changed or not log.online or self.stopping) and not (state and state.swapping):
                     # Deleted or closed under the pass (its directory may be gone): not a failure.
                     _log.info("%s-%s: compaction pass abandoned", log.topic, log.partition)
                     return None
@@ -639,9 +640,6 @@ class LogCleaner:
                     self._totals["failures"] += 1
                     self._failed_until[key] = time.monotonic() + self.config.backoff_ms / 1000
                 raise
-            finally:
-                for fd in fds:
-                    os.close(fd)
             result = state.result
             result.completed = completed
             result.duration_ms = round((time.perf_counter() - started) * 1000, 3)

@@ -18,8 +18,12 @@ messages and ``flush.ms`` from the manager's background thread.
 Concurrency: appends, truncation, rolls and retention are serialized by one
 lock per log. Reads take no lock: they work from a snapshot of the segment
 list (replaced, never mutated, on roll and deletion) and positional reads.
-Deleted segments are renamed to ``.deleted`` and their files stay open for
-``file.delete.delay.ms`` so that slices already handed out remain readable.
+Deleted segments are renamed to ``.deleted`` and removed after
+``file.delete.delay.ms``. However short that is, no read touches a closed
+descriptor: a segment's file is closed only once the last reader and the
+last slice handed out let go of it (:mod:`app.core.log.fileslice`), and a
+read whose snapshot holds a segment deleted in the meantime reads again from
+the current segments.
 
 Idempotent producers (batches with a producer id, see
 :mod:`app.core.log.producer_state`): their sequences are checked under the
@@ -52,6 +56,7 @@ from app.core.errors import (
     InvalidRecord,
     KafkaStorageError,
     OffsetOutOfRange,
+    SegmentClosed,
     UnsupportedMessageFormat,
 )
 from app.core.log.batch import (
@@ -68,7 +73,7 @@ from app.core.log.batch import (
 from app.core.log.checkpoint import fsync_dir
 from app.core.log.config import LogConfig
 from app.core.log.epoch import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
-from app.core.log.fileslice import FileSlice
+from app.core.log.fileslice import FileSlice, SegmentFile
 from app.core.log.loader import (
     CLEANED_SUFFIX,
     SWAP_SUFFIX,
@@ -449,6 +454,29 @@ class Log:
         watermark) are returned. Raises :class:`OffsetOutOfRange` unless
         ``log_start_offset <= offset <= log_end_offset``.
         """
+        while True:
+            view = self._view
+            try:
+                return self._read(offset, max_bytes, max_offset)
+            except SegmentClosed:
+                self._after_closed_segment(view)
+
+    def _after_closed_segment(self, view: _View) -> None:
+        """A read met a segment closed under it: go on once the segments changed.
+
+        Every deletion happens under the log's lock with the view change, so
+        taking the lock waits for the one under way. Raises when the log is
+        closed, or (never expected) when a live segment was closed.
+        """
+        with self._lock:
+            if self._closed:
+                raise SegmentClosed(f"log {self.topic}-{self.partition} is closed")
+            if self._view is view:
+                raise KafkaStorageError(
+                    f"{self.topic}-{self.partition}: a live segment is closed; restart the broker"
+                )
+
+    def _read(self, offset: int, max_bytes: int, max_offset: int | None) -> FetchInfo:
         # Order matters: the end offset first, then the segments (which then
         # hold everything below it), then the start (which only grows).
         end = self._log_end_offset
@@ -487,6 +515,14 @@ class Log:
 
         ``None`` when every record is older (Kafka answers the log end offset then).
         """
+        while True:
+            view = self._view
+            try:
+                return self._offset_for_timestamp(timestamp_ms)
+            except SegmentClosed:
+                self._after_closed_segment(view)
+
+    def _offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         hw = self._high_watermark
         start = self._log_start_offset
         for seg in self._view.segments:
@@ -646,25 +682,17 @@ class Log:
         """The log's clock (injectable for tests); compaction ages records by it."""
         return self._clock()
 
-    def compaction_snapshot(self) -> tuple[list[LogSegment], list[int], int]:
-        """Segments, a duplicate fd of each one's ``.log``, and the truncation count, atomically.
+    def compaction_snapshot(self) -> tuple[list[LogSegment], list[SegmentFile], int]:
+        """Segments, each one's open ``.log``, and the truncation count, atomically.
 
-        The cleaner reads through the duplicates so that a retention delete
-        closing a segment's own fd under it cannot hand it a reused fd number.
-        The caller closes them. Raises :class:`KafkaStorageError` if closed.
+        The cleaner reads through the files it holds, so that a retention
+        delete under it leaves them readable. Raises :class:`KafkaStorageError`
+        if closed.
         """
         with self._lock:
             self._check_open()
             segments = list(self._view.segments)
-            fds: list[int] = []
-            try:
-                for seg in segments:
-                    fds.append(os.dup(seg.fd))
-            except OSError:
-                for fd in fds:
-                    os.close(fd)
-                raise
-            return segments, fds, self._truncations
+            return segments, [seg.file for seg in segments], self._truncations
 
     def replace_segments(
         self, old: Sequence[LogSegment], new: LogSegment, *, truncations: int

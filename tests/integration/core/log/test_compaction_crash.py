@@ -10,7 +10,6 @@ record is one that was written, and a new pass completes.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -89,9 +88,7 @@ def abandon(log: Log) -> None:
     for seg in [*log.segments, *pending]:
         seg.offset_index.seal()
         seg.time_index.seal()
-        if seg.fd >= 0:
-            os.close(seg.fd)
-            seg.fd = -1
+        seg.close()  # with its indexes sealed first, it writes nothing
 
 
 def check(directory: Path, writes: dict[int, Write]) -> Log:
