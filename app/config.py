@@ -44,6 +44,12 @@ class Settings(BaseSettings):
     )
     fetch_max_bytes: int = Field(default=50 * 1024 * 1024, ge=1)
     log_retention_check_interval_ms: int = Field(default=300_000, ge=10)
+    log_cleaner_backoff_ms: int = Field(
+        default=15_000,
+        ge=1,
+        description="How long the log cleaner sleeps when no compacted log needs cleaning "
+        "(Kafka's log.cleaner.backoff.ms).",
+    )
     log_flush_scheduler_interval_ms: int = Field(default=1000, ge=10)
     offsets_topic_num_partitions: int = Field(
         default=50,

@@ -37,9 +37,6 @@ class SegmentFile:
     def __init__(self, fd: int) -> None:
         self.fd = fd
 
-    def fileno(self) -> int:
-        return self.fd
-
     def __del__(self) -> None:
         with contextlib.suppress(OSError):
             os.close(self.fd)
