@@ -42,7 +42,7 @@ DELETE_RETENTION_MS = 1500
 # Room for the clocks of the test and of the cleaner's pass (taken just before its snapshot).
 CLOCK_SLACK_MS = 300
 ENV = {"LOGBUS_LOG_CLEANER_BACKOFF_MS": "50"}
-ROUNDS = 5
+ROUNDS = 4
 
 
 @dataclass(frozen=True)
