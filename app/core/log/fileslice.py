@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -37,9 +38,10 @@ class SegmentFile:
     def __init__(self, fd: int) -> None:
         self.fd = fd
 
-    def __del__(self) -> None:
+    # os.close bound at definition: at interpreter exit module globals may be gone first.
+    def __del__(self, _close: Callable[[int], None] = os.close) -> None:
         with contextlib.suppress(OSError):
-            os.close(self.fd)
+            _close(self.fd)
 
     def __repr__(self) -> str:
         return f"SegmentFile(fd={self.fd})"
