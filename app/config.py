@@ -84,6 +84,12 @@ class Settings(BaseSettings):
         default=100, ge=8, description="Most header fields in one request (431 above)."
     )
     log_retention_check_interval_ms: int = Field(default=300_000, ge=10)
+    log_cleaner_backoff_ms: int = Field(
+        default=15_000,
+        ge=1,
+        description="How long the log cleaner sleeps when no compacted log needs cleaning "
+        "(Kafka's log.cleaner.backoff.ms).",
+    )
     log_flush_scheduler_interval_ms: int = Field(default=1000, ge=10)
     offsets_topic_num_partitions: int = Field(
         default=50,

@@ -65,12 +65,14 @@ def create_app(settings: Settings, manager: LogManager | None = None) -> FastAPI
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if state.owns_manager:
+            from app.core.log.cleaner import CleanerConfig
             from app.core.log.manager import LogManager
 
             owned = LogManager(
                 settings.data_dir,
                 settings.log_config,
                 retention_check_interval_ms=settings.log_retention_check_interval_ms,
+                cleaner_config=CleanerConfig(backoff_ms=settings.log_cleaner_backoff_ms),
                 flush_scheduler_interval_ms=settings.log_flush_scheduler_interval_ms,
                 broker_id=settings.broker_id,
                 producer_id_expiration_ms=settings.producer_id_expiration_ms,

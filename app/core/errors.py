@@ -39,6 +39,7 @@ place without parsing messages.
     ├── BrokerNotAvailable             BROKER_NOT_AVAILABLE         (retriable)
     │   └── ZooKeeperUnavailable       BROKER_NOT_AVAILABLE         (cluster metadata unreachable)
     ├── KafkaStorageError              KAFKA_STORAGE_ERROR          (retriable)
+    │   └── SegmentClosed              (a reader's segment was deleted under it; the log retries)
     └── GroupError                     consumer groups (app.groups)
         ├── UnsupportedAssignor        UNSUPPORTED_ASSIGNOR         (400)
         ├── InvalidGroupId             INVALID_GROUP_ID             (400)
@@ -409,6 +410,14 @@ class KafkaStorageError(LogbusError):
 
     error_code = "KAFKA_STORAGE_ERROR"
     retriable = True
+
+
+class SegmentClosed(KafkaStorageError):
+    """A segment was closed (deleted, or its log closed) before a reader took its file.
+
+    :class:`app.core.log.Log` answers it by reading again from its current
+    segments; it reaches a caller only when the log itself is closed.
+    """
 
 
 class GroupError(LogbusError):

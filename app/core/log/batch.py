@@ -9,7 +9,7 @@ Byte layout of a batch (big-endian), as in Kafka's ``DefaultRecordBatch``::
         16     1  magic                 always 2
         17     4  crc                   CRC-32C (Castagnoli) of bytes 21 .. end, unsigned
         21     2  attributes            bits 0-2 compression, 3 timestamp type,
-                                        4 transactional, 5 control
+                                        4 transactional, 5 control, 6 delete horizon
         23     4  lastOffsetDelta
         27     8  baseTimestamp
         35     8  maxTimestamp
@@ -78,6 +78,9 @@ COMPRESSION_MASK = 0x07
 TIMESTAMP_TYPE_MASK = 0x08
 TRANSACTIONAL_MASK = 0x10
 CONTROL_MASK = 0x20
+# KIP-534: baseTimestamp holds the delete horizon of the batch's tombstones. Only the
+# cleaner sets it (app.core.log.compact_batch); a client's would make it drop them early.
+DELETE_HORIZON_MASK = 0x40
 
 NO_PRODUCER_ID = -1
 NO_PARTITION_LEADER_EPOCH = -1
@@ -182,7 +185,9 @@ def validate_batches(
     a truncated batch, a CRC mismatch or inconsistent counts,
     :class:`UnsupportedMessageFormat` for magic != 2, :class:`RecordTooLarge`
     for a batch over ``max_message_bytes`` and
-    :class:`UnsupportedCompressionType` for codec bits 5-7.
+    :class:`UnsupportedCompressionType` for codec bits 5-7, and
+    :class:`InvalidRecord` for the delete-horizon bit (the cleaner's alone, so
+    followers, which copy cleaned batches, validate elsewhere).
     """
     total = len(buf)
     if total == 0:
@@ -214,6 +219,13 @@ def validate_batches(
         if header.attributes & COMPRESSION_MASK > Compression.ZSTD:
             raise UnsupportedCompressionType(
                 f"record batch at byte {pos} uses compression id {header.attributes & COMPRESSION_MASK}"
+            )
+        if header.attributes & DELETE_HORIZON_MASK:
+            # Kafka answers INVALID_RECORD too: the flag would make the cleaner drop this
+            # batch's tombstones at its first pass instead of delete.retention.ms later.
+            raise InvalidRecord(
+                f"record batch at byte {pos} has the delete horizon flag (attribute bit 6) "
+                "set; only the broker's log cleaner may set it"
             )
         if header.record_count <= 0 or header.last_offset_delta != header.record_count - 1:
             raise CorruptRecord(

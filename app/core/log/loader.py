@@ -20,10 +20,15 @@ segments are all still in place, and compaction starts over).
 
 A ``<base>.log.swap`` is a compacted copy that was complete and fsynced
 before it got that name (see :mod:`app.core.log.cleaner`), so an interrupted
-swap is finished, never undone: the live segments it replaces (those whose
-base offset is within the copy's offset range) are deleted and the copy is
-renamed live, with indexes rebuilt. Only if the copy fails its own check and
-the first segment it replaces is still there is the copy dropped instead.
+swap is finished, never undone: the live segments it replaces are deleted and
+the copy is renamed live, with indexes rebuilt. Which segments it replaces is
+written down before the commit point, in ``<base>.replaced.swap`` (one line,
+the offset where the replaced run of segments ends: every segment with a base
+offset from ``<base>`` up to it goes). The copy's own offsets cannot say it: a
+copy may end well before the segments it replaces (all their records were
+superseded), even be empty. Without a marker (a swap of an older version) the
+copy's offset range is used. Only if the copy fails its own check and the
+first segment it replaces is still there is the copy dropped instead.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ import re
 from pathlib import Path
 from typing import NamedTuple
 
-from app.core.log.checkpoint import fsync_dir
+from app.core.log.checkpoint import fsync_dir, write_atomically
 from app.core.log.config import LogConfig
 from app.core.log.segment import (
     DELETED_SUFFIX,
@@ -48,6 +53,8 @@ _log = logging.getLogger(__name__)
 
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
+# <base>.replaced.swap: where the run of segments a compacted copy replaces ends.
+REPLACED_SUFFIX = ".replaced" + SWAP_SUFFIX
 STRAY_SUFFIXES = (".tmp", CLEANED_SUFFIX, DELETED_SUFFIX)
 _SEGMENT_FILE = re.compile(r"(\d{20})(\.log|\.index|\.timeindex)")
 
@@ -79,6 +86,29 @@ def remove_stray_files(directory: Path) -> list[str]:
     return removed
 
 
+def swap_marker(directory: Path, base_offset: int) -> Path:
+    """The file naming the end of the segments the copy at ``base_offset`` replaces."""
+    return directory / (segment_name(base_offset) + REPLACED_SUFFIX)
+
+
+def write_swap_marker(directory: Path, base_offset: int, replaced_end: int) -> None:
+    """Record, durably, that the copy at ``base_offset`` replaces the segments below ``replaced_end``."""
+    write_atomically(swap_marker(directory, base_offset), b"%d\n" % replaced_end)
+
+
+def _replaced_end(directory: Path, base_offset: int) -> int | None:
+    try:
+        text = swap_marker(directory, base_offset).read_text(encoding="ascii")
+    except FileNotFoundError:
+        return None
+    try:
+        return int(text.strip())
+    except ValueError:
+        # Written atomically, so this is damage: fall back to the copy's own range.
+        _log.warning("%s: unreadable %s", directory.name, swap_marker(directory, base_offset))
+        return None
+
+
 def complete_swaps(directory: Path, config: LogConfig) -> list[int]:
     """Finish compaction swaps a crash interrupted; returns the base offsets swapped in."""
     swapped: list[int] = []
@@ -102,7 +132,7 @@ def complete_swaps(directory: Path, config: LogConfig) -> list[int]:
             _log.warning("%s: dropping damaged compacted copy %s", directory.name, path.name)
             seg.delete_files()
             continue
-        end = seg.next_offset
+        end = max(seg.next_offset, _replaced_end(directory, base) or 0)
         for old in directory.iterdir():
             m = _SEGMENT_FILE.fullmatch(old.name)
             if m and base <= int(m.group(1)) < max(end, base + 1):
@@ -111,7 +141,8 @@ def complete_swaps(directory: Path, config: LogConfig) -> list[int]:
         seg.close()
         swapped.append(base)
         _log.info("%s: finished an interrupted compaction swap at offset %d", directory.name, base)
-    # Index files renamed ahead of their .log are rebuilt above; leftovers are stale.
+    # Index files renamed ahead of their .log are rebuilt above, and markers are done
+    # with (or belong to a swap that never reached its commit point): leftovers are stale.
     for path in directory.glob("*" + SWAP_SUFFIX):
         path.unlink(missing_ok=True)
     if swapped:

@@ -310,12 +310,13 @@ def segment_headers(
             if found is None:
                 continue
             position = found[0]
+        f = seg.file
         buf = b""
         buf_pos = position
         while end - position >= HEADER_SIZE:
             off = position - buf_pos
             if off + HEADER_SIZE > len(buf):
-                buf = os.pread(seg.fd, min(_REPLAY_CHUNK, end - position), position)
+                buf = os.pread(f.fd, min(_REPLAY_CHUNK, end - position), position)
                 buf_pos, off = position, 0
                 if len(buf) < HEADER_SIZE:
                     break

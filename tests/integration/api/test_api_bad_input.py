@@ -16,7 +16,7 @@ from starlette.testclient import TestClient
 from starlette.types import Message, Receive
 
 from app.api import create_app
-from app.core.log.batch import build_batch
+from app.core.log.batch import build_batch, compute_crc
 
 GOOD_BATCH = build_batch([(b"k", b"v"), (b"k2", b"v2")])
 
@@ -30,6 +30,15 @@ def _corrupt_crc(batch: bytes) -> bytes:
 def _magic(batch: bytes, magic: int) -> bytes:
     data = bytearray(batch)
     data[16] = magic
+    return bytes(data)
+
+
+def _delete_horizon(batch: bytes) -> bytes:
+    """The batch with attribute bit 6 (KIP-534's delete horizon, the cleaner's alone) set."""
+    data = bytearray(batch)
+    attributes = struct.unpack_from(">h", data, 21)[0] | 0x40
+    struct.pack_into(">h", data, 21, attributes)
+    struct.pack_into(">I", data, 17, compute_crc(data, 0, len(data)))
     return bytes(data)
 
 
@@ -149,6 +158,9 @@ CASES = [
          content=b""),
     Case("batch-magic-1", "POST", "/topics/t/partitions/0/batches", 400,
          "UNSUPPORTED_FOR_MESSAGE_FORMAT", content=_magic(GOOD_BATCH, 1)),
+    # A delete horizon from a client would let the cleaner drop its tombstones at once.
+    Case("batch-delete-horizon", "POST", "/topics/t/partitions/0/batches", 400,
+         "INVALID_RECORD", content=GOOD_BATCH + _delete_horizon(GOOD_BATCH)),
     Case("batch-json-body", "POST", "/topics/t/partitions/0/batches", 400, "CORRUPT_MESSAGE",
          content=b'{"records": [{"value": 1}]}'),
     Case("batch-unknown-partition", "POST", "/topics/t/partitions/5/batches", 404,

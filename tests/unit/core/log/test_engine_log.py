@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import gc
+import os
 import threading
 from pathlib import Path
 
 import pytest
 from log_helpers import BASE_TS, check_log_dir, kafka_python_batches, make_batch, value_batch
 
-from app.core.errors import CorruptRecord, OffsetOutOfRange, RecordTooLarge
+from app.core.errors import CorruptRecord, OffsetOutOfRange, RecordTooLarge, SegmentClosed
 from app.core.log import Log, LogConfig
 from app.core.log.batch import decode_records, read_header
-from app.core.log.segment import segment_name
+from app.core.log.segment import BatchInfo, LogSegment, segment_name
 
 
 def _log(tmp_path: Path, clock: list[int] | None = None, **overrides: object) -> Log:
@@ -403,3 +405,30 @@ def test_a_batch_that_does_not_fit_ends_the_fetch(tmp_path: Path) -> None:
     got = log.read(0, len(small) + len(big))
     assert [r.offset for r in decode_records(got.read_bytes())] == [0, 1]
     log.close()
+
+
+def test_a_slice_keeps_a_deleted_segment_readable_and_its_descriptor_closes_with_it(
+    tmp_path: Path,
+) -> None:
+    seg = LogSegment.create(tmp_path, 0, index_interval_bytes=4096, max_index_bytes=1 << 20)
+    log = Log(tmp_path / "t-0")
+    log.append(value_batch(0, 3))
+    data = log.read(0, 1 << 20).read_bytes()
+    log.close()
+    seg.append(data, [BatchInfo(0, len(data), 0, 2, BASE_TS + 2)], BASE_TS)
+    piece = seg.read(0, 1 << 20, 3, min_one=True)
+    assert piece is not None
+    fd = piece.fd
+    seg.rename_to_deleted()
+    seg.delete_files()
+    assert not list(tmp_path.glob("00000000000000000000.*"))
+    # Deleted and closed, the segment refuses new reads; the slice reads what it held.
+    with pytest.raises(SegmentClosed):
+        seg.read(0, 1 << 20, 3, min_one=True)
+    assert piece.read() == data
+    os.fstat(fd)
+    del piece
+    gc.collect()
+    # The last holder is gone: so is the descriptor (nothing else opened a file since).
+    with pytest.raises(OSError):
+        os.fstat(fd)
