@@ -253,6 +253,26 @@ def _zerocopy_from_env() -> bool:
     return os.environ.get("LOGBUS_ZEROCOPY", "1").strip().lower() not in {"0", "false", "no", "off"}
 
 
+# uvicorn's own keepalive (a ping every 20 s, 20 s for its pong) where the session timeout
+# leaves room for it.
+WS_PING_SECONDS = 20.0
+
+
+def ws_keepalive(settings: Settings) -> tuple[float, float]:
+    """(ping interval, pong timeout) in seconds for WebSocket connections.
+
+    A group member over ``/ws/subscribe`` is heartbeated by the broker for as
+    long as its socket lives, so the socket's liveness is the member's: a
+    frozen client (process stopped, host gone, network cut without a reset)
+    must lose its socket, and so its partitions, within the group's session
+    timeout, as an HTTP member that stops heartbeating does. Pings are how a
+    silent socket proves liveness; a client that answers no ping within the
+    interval plus the timeout (at most the session timeout) is cut with 1011.
+    """
+    half = settings.group_consumer_session_timeout_ms / 2000
+    return min(WS_PING_SECONDS, half), min(WS_PING_SECONDS, half)
+
+
 def build_config(
     settings: Settings,
     *,
@@ -267,6 +287,7 @@ def build_config(
     if zerocopy is None:
         zerocopy = _zerocopy_from_env()
     protocol = ZeroCopyHttpToolsProtocol if zerocopy else PlainHttpToolsProtocol
+    ping_interval, ping_timeout = ws_keepalive(settings)
     return uvicorn.Config(
         create_app(settings),
         host=settings.host,
@@ -278,6 +299,8 @@ def build_config(
         log_level=log_level,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
         server_header=False,
+        ws_ping_interval=ping_interval,
+        ws_ping_timeout=ping_timeout,
     )
 
 
