@@ -40,6 +40,13 @@ def run(
     asyncio.run(main())
 
 
+def applied(answer: HeartbeatResponse) -> HeartbeatRequest:
+    """The next heartbeat of a member that applied ``answer``: it reports what it holds."""
+    return HeartbeatRequest(
+        answer.member_id, answer.member_epoch, owned_partitions=answer.assignment
+    )
+
+
 def assert_disjoint(coord: GroupCoordinator, group: str) -> None:
     g = coord.group(group)
     assert g is not None
@@ -126,8 +133,8 @@ def test_static_member_keeps_partitions(manager: LogManager, clock: FakeClock) -
         a = await c.heartbeat("g", HeartbeatRequest(instance_id="i-a", subscribed_topics=["t"]))
         b = await c.heartbeat("g", HeartbeatRequest(instance_id="i-b", subscribed_topics=["t"]))
         for _ in range(3):
-            a = await c.heartbeat("g", HeartbeatRequest(a.member_id, a.member_epoch))
-            b = await c.heartbeat("g", HeartbeatRequest(b.member_id, b.member_epoch))
+            a = await c.heartbeat("g", applied(a))
+            b = await c.heartbeat("g", applied(b))
         assert len(a.assignment) == len(b.assignment) == 2
         try:
             await c.heartbeat("g", HeartbeatRequest(instance_id="i-a", subscribed_topics=["t"]))
@@ -170,12 +177,12 @@ def test_random_churn_never_double_assigns(manager: LogManager, clock: FakeClock
             else:
                 mid = rng.choice(sorted(live))
                 last = live[mid]
-                live[mid] = await c.heartbeat("g", HeartbeatRequest(mid, last.member_epoch))
+                live[mid] = await c.heartbeat("g", applied(last))
             assert_disjoint(c, "g")
         # Quiet heartbeats converge every member to the target.
         for _ in range(4):
             for mid in sorted(live):
-                live[mid] = await c.heartbeat("g", HeartbeatRequest(mid, live[mid].member_epoch))
+                live[mid] = await c.heartbeat("g", applied(live[mid]))
         g = c.group("g")
         assert g is not None
         assert c.describe_group("g")["state"] == "Stable"
@@ -266,5 +273,44 @@ def test_revocation_is_cancelled_when_the_target_gives_partitions_back(
         assert a.assignment == everything
         assert a.member_epoch == c.group("g").group_epoch  # type: ignore[union-attr]
         assert c.describe_group("g")["state"] == "Stable"
+
+    run(manager, clock, body)
+
+
+def test_a_heartbeat_without_owned_partitions_releases_nothing(
+    manager: LogManager, clock: FakeClock
+) -> None:
+    """Kafka's meaning of a missing owned list: unchanged since last reported. The answer
+    that revoked partitions may have been lost, so only an explicit list without them
+    releases them; until then nobody else is handed them."""
+    manager.create_topic("t", 4)
+
+    async def body(c: GroupCoordinator) -> None:
+        a = await c.heartbeat("g", HeartbeatRequest(subscribed_topics=["t"]))
+        everything = a.assignment
+        b = await c.heartbeat("g", HeartbeatRequest(subscribed_topics=["t"]))
+        revoking = await c.heartbeat("g", HeartbeatRequest(a.member_id, a.member_epoch))
+        assert len(revoking.assignment) == 2  # this answer is lost on its way to A
+        for _ in range(3):
+            a = await c.heartbeat("g", HeartbeatRequest(a.member_id, a.member_epoch))
+            b = await c.heartbeat("g", HeartbeatRequest(b.member_id, b.member_epoch))
+            assert b.assignment == []
+            assert_disjoint(c, "g")
+        group = c.group("g")
+        assert group is not None and group.members[a.member_id].revoking
+        # A reports what it holds (everything, it never saw the revocation): still nothing.
+        a = await c.heartbeat(
+            "g", HeartbeatRequest(a.member_id, a.member_epoch, owned_partitions=everything)
+        )
+        b = await c.heartbeat("g", HeartbeatRequest(b.member_id, b.member_epoch))
+        assert b.assignment == []
+        # Once A's list leaves them out they are released and B gets them.
+        a = await c.heartbeat(
+            "g",
+            HeartbeatRequest(a.member_id, a.member_epoch, owned_partitions=a.assignment),
+        )
+        b = await c.heartbeat("g", HeartbeatRequest(b.member_id, b.member_epoch))
+        assert len(b.assignment) == 2 and not set(b.assignment) & set(a.assignment)
+        assert_disjoint(c, "g")
 
     run(manager, clock, body)
