@@ -268,9 +268,11 @@ def ws_keepalive(settings: Settings) -> tuple[float, float]:
     timeout, as an HTTP member that stops heartbeating does. Pings are how a
     silent socket proves liveness; a client that answers no ping within the
     interval plus the timeout (at most the session timeout) is cut with 1011.
+    Frequent pings with a long wait for each pong: a pong held up by a busy
+    client or broker loop does not cost a live member its partitions.
     """
-    half = settings.group_consumer_session_timeout_ms / 2000
-    return min(WS_PING_SECONDS, half), min(WS_PING_SECONDS, half)
+    session = settings.group_consumer_session_timeout_ms / 1000
+    return min(WS_PING_SECONDS, session / 4), min(WS_PING_SECONDS, session * 3 / 4)
 
 
 def build_config(

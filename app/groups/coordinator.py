@@ -445,6 +445,7 @@ class GroupCoordinator:
                     previous_epoch=value.previous_member_epoch,
                     assigned=set(value.assigned),
                     revoking=set(value.revoking),
+                    left_static=value.left_static,
                 )
                 group.target[key.member_id] = set(value.target)
             return
@@ -453,6 +454,8 @@ class GroupCoordinator:
             groups[key.group] = Group(key.group, offsets=group.offsets)
             return
         group.has_metadata_record = True
+        # max: a group written by an older version has only its commits' times.
+        group.empty_since_ms = max(group.empty_since_ms, value.empty_since_ms)
         group.group_epoch = value.group_epoch
         group.assignment_epoch = value.assignment_epoch
         group.assignor = value.assignor
@@ -694,6 +697,7 @@ class GroupCoordinator:
             assigned=sorted(m.assigned),
             revoking=sorted(m.revoking),
             target=sorted(group.target.get(m.member_id, ())),
+            left_static=m.left_static,
         )
 
     def _persist(self, group: Group) -> None:
@@ -705,6 +709,7 @@ class GroupCoordinator:
             group_epoch=group.group_epoch,
             assignment_epoch=group.assignment_epoch,
             topics=dict(group.topics),
+            empty_since_ms=group.empty_since_ms,
         )
         records: list[tuple[bytes, bytes | None]] = [
             (encode_key(GroupKey(gid)), encode_value(meta))
@@ -1027,10 +1032,14 @@ class GroupCoordinator:
     def _leave(self, group: Group, member: Member, epoch: int) -> HeartbeatResponse:
         if epoch == STATIC_LEAVE_EPOCH and member.instance_id is not None:
             # A static member going away for a restart keeps its partitions (nobody
-            # consumes them meanwhile) until its session times out.
+            # consumes them meanwhile) until its session times out. Written down: after
+            # a restart its instance may still come back under a new id, and the id
+            # that left is not accepted again.
             member.left_static = True
             member.deadline = self._monotonic() + self.config.session_timeout_ms / 1000
             self._arm(group, member)
+            group.dirty.add(member.member_id)
+            self._persist(group)
         else:
             self._remove(group, member, "left the group")
         return HeartbeatResponse(
@@ -1130,7 +1139,9 @@ class GroupCoordinator:
                 raise UnknownMemberId(group_id, member_id)
         else:
             member = group.members.get(member_id) if group is not None else None
-            if member is None or group is None:
+            if member is None or group is None or member.left_static:
+                # A static member that left (-2) commits no more under that id: its
+                # instance comes back under a new one.
                 raise UnknownMemberId(group_id, member_id)
             if member_epoch > member.member_epoch:
                 raise FencedMemberEpoch(group_id, member_id, member_epoch, member.member_epoch)

@@ -281,6 +281,14 @@ async def wait_for(condition: Any, timeout: float = 5) -> None:
 def test_idle_timeout_leaves_the_group(slow_groups: LiveBroker) -> None:
     broker = slow_groups
     broker.create_topic("t", 2)
+    with broker.http() as c:
+        # The first group request creates __consumer_offsets (50 partitions), which on a
+        # loaded machine can outlast the 500 ms idle timeout before `subscribed` is out.
+        r = c.post(
+            "/groups/warm-up/offsets",
+            json={"member_epoch": -1, "offsets": [{"topic": "t", "partition": 0, "offset": 0}]},
+        )
+        assert r.status_code == 200, r.text
 
     async def main() -> None:
         m = await join(broker.ws_url("/ws/subscribe?idle_timeout_ms=500"), "idle", ["t"])
@@ -421,7 +429,9 @@ def test_a_frozen_client_loses_its_partitions_within_the_session_timeout(
                 return len(r.json()["members"]) if r.status_code == 200 else None
 
             async def main() -> None:
-                await wait_for(lambda: members() == 1)
+                # Joined (the group exists from the join on; its member may be gone
+                # again by the time this looks, on a loaded machine).
+                await wait_for(lambda: members() is not None)
                 # Far below uvicorn's default 40 s, far above the 1.5 s bound.
                 await wait_for(lambda: members() == 0, timeout=15)
 

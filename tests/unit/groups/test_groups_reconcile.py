@@ -6,6 +6,7 @@ import asyncio
 import random
 from collections.abc import Awaitable, Callable
 
+import pytest
 from groups_unit_helpers import FakeClock
 
 from app.core.errors import FencedMemberEpoch, UnknownMemberId, UnreleasedInstanceId
@@ -314,3 +315,65 @@ def test_a_heartbeat_without_owned_partitions_releases_nothing(
         assert_disjoint(c, "g")
 
     run(manager, clock, body)
+
+
+def test_a_static_members_temporary_leave_survives_a_restart(
+    manager: LogManager, clock: FakeClock
+) -> None:
+    manager.create_topic("t", 2)
+    seen: dict[str, HeartbeatResponse] = {}
+
+    async def before(c: GroupCoordinator) -> None:
+        a = await c.heartbeat("g", HeartbeatRequest(instance_id="i-a", subscribed_topics=["t"]))
+        await c.heartbeat("g", HeartbeatRequest(a.member_id, -2, instance_id="i-a"))
+        with pytest.raises(UnknownMemberId):
+            await c.commit_offsets("g", a.member_id, a.member_epoch, [OffsetCommit("t", 0, 1)])
+        seen["a"] = a
+
+    async def after(c: GroupCoordinator) -> None:
+        a = seen["a"]
+        # The id that left stays out: no heartbeat, no commit.
+        with pytest.raises(UnknownMemberId):
+            await c.heartbeat("g", HeartbeatRequest(a.member_id, a.member_epoch))
+        with pytest.raises(UnknownMemberId):
+            await c.commit_offsets("g", a.member_id, a.member_epoch, [OffsetCommit("t", 0, 1)])
+        # The instance comes back under a new id and takes its partitions over.
+        back = await c.heartbeat("g", HeartbeatRequest(instance_id="i-a", subscribed_topics=["t"]))
+        assert back.member_id != a.member_id
+        assert back.assignment == a.assignment and back.member_epoch == a.member_epoch
+        await c.commit_offsets("g", back.member_id, back.member_epoch, [OffsetCommit("t", 0, 1)])
+
+    run(manager, clock, before)
+    run(manager, clock, after)
+
+
+def test_a_restart_keeps_the_offsets_retention_clock_of_an_empty_group(
+    manager: LogManager, clock: FakeClock
+) -> None:
+    """Retention counts from when the group became empty, also across a restart."""
+    manager.create_topic("t", 1)
+    config = GroupConfig(offsets_topic_num_partitions=2, offsets_retention_ms=60_000)
+    t0 = clock.wall_ms()
+
+    async def with_coordinator(body: Callable[[GroupCoordinator], Awaitable[None]]) -> None:
+        coord = GroupCoordinator(manager, config, clock_ms=clock.wall_ms, monotonic=clock.monotonic)
+        await coord.start()
+        try:
+            await body(coord)
+        finally:
+            await coord.stop()
+
+    async def before(c: GroupCoordinator) -> None:
+        a = await c.heartbeat("g", HeartbeatRequest(subscribed_topics=["t"]))
+        await c.commit_offsets("g", a.member_id, a.member_epoch, [OffsetCommit("t", 0, 3)])
+        clock.now += 40
+        await c.heartbeat("g", HeartbeatRequest(a.member_id, -1))
+
+    async def after(c: GroupCoordinator) -> None:
+        assert c.expire_offsets(t0 + 61_000) == 0
+        assert c.expire_offsets(t0 + 99_000) == 0
+        assert c.expire_offsets(t0 + 100_000) == 1
+
+    asyncio.run(with_coordinator(before))
+    clock.now += 5
+    asyncio.run(with_coordinator(after))
