@@ -466,6 +466,28 @@ def _zerocopy_from_env() -> bool:
     return os.environ.get("LOGBUS_ZEROCOPY", "1").strip().lower() not in {"0", "false", "no", "off"}
 
 
+# uvicorn's own keepalive (a ping every 20 s, 20 s for its pong) where the session timeout
+# leaves room for it.
+WS_PING_SECONDS = 20.0
+
+
+def ws_keepalive(settings: Settings) -> tuple[float, float]:
+    """(ping interval, pong timeout) in seconds for WebSocket connections.
+
+    A group member over ``/ws/subscribe`` is heartbeated by the broker for as
+    long as its socket lives, so the socket's liveness is the member's: a
+    frozen client (process stopped, host gone, network cut without a reset)
+    must lose its socket, and so its partitions, within the group's session
+    timeout, as an HTTP member that stops heartbeating does. Pings are how a
+    silent socket proves liveness; a client that answers no ping within the
+    interval plus the timeout (at most the session timeout) is cut with 1011.
+    Frequent pings with a long wait for each pong: a pong held up by a busy
+    client or broker loop does not cost a live member its partitions.
+    """
+    session = settings.group_consumer_session_timeout_ms / 1000
+    return min(WS_PING_SECONDS, session / 4), min(WS_PING_SECONDS, session * 3 / 4)
+
+
 def build_config(
     settings: Settings,
     *,
@@ -489,6 +511,7 @@ def build_config(
         )
     # One counter per listener, bound to a protocol class of its own.
     protocol = type(base.__name__, (base,), {"counter": ConnectionCounter(limits)})
+    ping_interval, ping_timeout = ws_keepalive(settings)
     return uvicorn.Config(
         create_app(settings),
         host=settings.host,
@@ -502,6 +525,8 @@ def build_config(
         # uvicorn hands it to loop.call_later, which takes float seconds.
         timeout_keep_alive=limits.idle_timeout_s,  # type: ignore[arg-type]
         server_header=False,
+        ws_ping_interval=ping_interval,
+        ws_ping_timeout=ping_timeout,
     )
 
 

@@ -13,7 +13,7 @@ from starlette.responses import Response
 
 from app.api.state import AppState
 from app.core.errors import InvalidTopic, TopicAlreadyExists, UnknownTopicOrPartition
-from app.groups.coordinator import OFFSETS_TOPIC
+from app.groups.placement import INTERNAL_TOPICS
 
 if TYPE_CHECKING:
     from app.core.log.log import Log
@@ -54,9 +54,6 @@ class TopicPlan:
     partitions: int
     max_message_bytes: int
     exists: bool
-
-
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
 
 
 def check_not_internal(topic: str) -> None:

@@ -56,6 +56,7 @@ from app.core.errors import (
     GroupIdNotFound,
     InvalidGroupId,
     InvalidRequest,
+    InvalidTopic,
     LogbusError,
     NonEmptyGroup,
     NotCoordinator,
@@ -71,13 +72,14 @@ from app.core.errors import (
 from app.core.log.batch import build_batch, decode_records, iter_headers
 from app.groups.assignors import DEFAULT_ASSIGNOR, MemberSpec, get_assignor
 from app.groups.hashing import partition_for
-from app.groups.placement import OFFSETS_TOPIC as OFFSETS_TOPIC
 from app.groups.placement import (
+    INTERNAL_TOPICS,
     ClusterPlacement,
     ClusterView,
     LocalPlacement,
     OffsetsPlacement,
 )
+from app.groups.placement import OFFSETS_TOPIC as OFFSETS_TOPIC
 from app.groups.records import (
     GroupKey,
     GroupValue,
@@ -147,8 +149,9 @@ class HeartbeatRequest:
     subscribed_topics: Sequence[str] | None = None
     subscribed_topic_regex: str | None = None
     server_assignor: str | None = None
-    # None: the member holds what the previous answer gave it (a stateless client
-    # that applies each answer before its next heartbeat need not echo it back).
+    # None: unchanged since the member last reported it (Kafka's meaning). Revoked
+    # partitions are released only by a list that leaves them out: the answer that
+    # revoked them may never have reached the member.
     owned_partitions: Iterable[TopicPartition] | None = None
     rebalance_timeout_ms: int | None = None
 
@@ -241,6 +244,21 @@ def validate_group_id(group_id: str) -> None:
     if not group_id or len(group_id) > MAX_GROUP_ID_LENGTH:
         raise InvalidGroupId(
             f"a group id needs 1 to {MAX_GROUP_ID_LENGTH} characters, got {len(group_id)}"
+        )
+
+
+def check_committable(topic: str) -> None:
+    """Offsets of internal topics are the broker's business only.
+
+    INVALID_TOPIC_EXCEPTION, not TOPIC_AUTHORIZATION_FAILED: Logbus has no ACLs, so no
+    principal could ever be authorized and an authorization error would send a client
+    looking for permissions that do not exist; the request is invalid for this topic
+    whoever sends it. It is also what Kafka and Logbus answer a produce to an internal
+    topic, so a client sees one error for "clients do not write here".
+    """
+    if topic in INTERNAL_TOPICS:
+        raise InvalidTopic(
+            topic, "it is internal to the broker; clients cannot commit offsets for it"
         )
 
 
@@ -427,6 +445,7 @@ class GroupCoordinator:
                     previous_epoch=value.previous_member_epoch,
                     assigned=set(value.assigned),
                     revoking=set(value.revoking),
+                    left_static=value.left_static,
                 )
                 group.target[key.member_id] = set(value.target)
             return
@@ -435,6 +454,8 @@ class GroupCoordinator:
             groups[key.group] = Group(key.group, offsets=group.offsets)
             return
         group.has_metadata_record = True
+        # max: a group written by an older version has only its commits' times.
+        group.empty_since_ms = max(group.empty_since_ms, value.empty_since_ms)
         group.group_epoch = value.group_epoch
         group.assignment_epoch = value.assignment_epoch
         group.assignor = value.assignor
@@ -676,6 +697,7 @@ class GroupCoordinator:
             assigned=sorted(m.assigned),
             revoking=sorted(m.revoking),
             target=sorted(group.target.get(m.member_id, ())),
+            left_static=m.left_static,
         )
 
     def _persist(self, group: Group) -> None:
@@ -687,6 +709,7 @@ class GroupCoordinator:
             group_epoch=group.group_epoch,
             assignment_epoch=group.assignment_epoch,
             topics=dict(group.topics),
+            empty_since_ms=group.empty_since_ms,
         )
         records: list[tuple[bytes, bytes | None]] = [
             (encode_key(GroupKey(gid)), encode_value(meta))
@@ -925,7 +948,9 @@ class GroupCoordinator:
                 member.revoke_deadline = None
             changed = True
         if member.revoking:
-            still_owned = set() if owned is None else member.revoking & owned
+            # No list: nothing changed since the member's last report, so what it was
+            # asked to give up is still its own.
+            still_owned = member.revoking if owned is None else member.revoking & owned
             if still_owned:
                 return changed
             for tp in member.revoking:
@@ -1007,10 +1032,14 @@ class GroupCoordinator:
     def _leave(self, group: Group, member: Member, epoch: int) -> HeartbeatResponse:
         if epoch == STATIC_LEAVE_EPOCH and member.instance_id is not None:
             # A static member going away for a restart keeps its partitions (nobody
-            # consumes them meanwhile) until its session times out.
+            # consumes them meanwhile) until its session times out. Written down: after
+            # a restart its instance may still come back under a new id, and the id
+            # that left is not accepted again.
             member.left_static = True
             member.deadline = self._monotonic() + self.config.session_timeout_ms / 1000
             self._arm(group, member)
+            group.dirty.add(member.member_id)
+            self._persist(group)
         else:
             self._remove(group, member, "left the group")
         return HeartbeatResponse(
@@ -1110,7 +1139,9 @@ class GroupCoordinator:
                 raise UnknownMemberId(group_id, member_id)
         else:
             member = group.members.get(member_id) if group is not None else None
-            if member is None or group is None:
+            if member is None or group is None or member.left_static:
+                # A static member that left (-2) commits no more under that id: its
+                # instance comes back under a new one.
                 raise UnknownMemberId(group_id, member_id)
             if member_epoch > member.member_epoch:
                 raise FencedMemberEpoch(group_id, member_id, member_epoch, member.member_epoch)
@@ -1128,6 +1159,7 @@ class GroupCoordinator:
         if not offsets:
             return []
         for c in offsets:
+            check_committable(c.topic)
             if c.partition < 0 or c.partition >= self.placement.partition_count(c.topic):
                 raise UnknownTopicOrPartition(c.topic, c.partition)
             if c.offset < 0:
@@ -1371,6 +1403,7 @@ class GroupCoordinator:
             raise InvalidRequest(f"to must be earliest, latest, timestamp or offset, not {to!r}")
         if to in ("timestamp", "offset") and value is None:
             raise InvalidRequest(f"resetting to {to} needs a value")
+        check_committable(topic)
         count = self.placement.partition_count(topic)
         parts = sorted(set(range(count) if partitions is None else partitions))
         for p in parts:

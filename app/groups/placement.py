@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 
 OFFSETS_TOPIC = "__consumer_offsets"
 OFFSETS_TOPIC_CONFIGS: Mapping[str, object] = {"cleanup.policy": "compact"}
+# Written by the broker only: clients can neither produce to them nor commit offsets
+# for them (Kafka's internal topics).
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
 
 LeadershipListener = Callable[[str, int, bool], None]
 

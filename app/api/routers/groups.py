@@ -40,7 +40,8 @@ GroupPath = Annotated[
 ]
 
 _DESCRIPTIONS = {
-    400: "Bad input: INVALID_REQUEST, INVALID_GROUP_ID, UNSUPPORTED_ASSIGNOR.",
+    400: "Bad input: INVALID_REQUEST, INVALID_GROUP_ID, UNSUPPORTED_ASSIGNOR; "
+    "INVALID_TOPIC_EXCEPTION for offsets of an internal topic (`__consumer_offsets`).",
     404: "GROUP_ID_NOT_FOUND, UNKNOWN_MEMBER_ID (rejoin with member_epoch 0) or "
     "UNKNOWN_TOPIC_OR_PARTITION.",
     409: "FENCED_MEMBER_EPOCH (rejoin with member_epoch 0), STALE_MEMBER_EPOCH (heartbeat, "
@@ -169,8 +170,9 @@ class HeartbeatBody(_Strict):
     )
     owned_partitions: list[TopicPartitions] | None = Field(
         default=None,
-        description="The partitions the member holds now. Null: what the previous answer "
-        "gave it (revoked partitions count as released).",
+        description="The partitions the member holds now. Null: unchanged since the member "
+        "last reported them (as in Kafka); partitions revoked from it are released only by a "
+        "list that leaves them out.",
     )
     rebalance_timeout_ms: int | None = Field(
         default=None,

@@ -234,3 +234,34 @@ def test_garbage_in_consumer_offsets_does_not_stop_the_broker(tmp_path: Path) ->
         manager.shutdown()
     with TestClient(create_app(settings)) as client:
         assert committed(client, "g", "t") == {0: 4}
+
+
+def test_offsets_cannot_be_committed_to_internal_topics(gclient: TestClient) -> None:
+    """Only the coordinator writes __consumer_offsets; a client's commit (or reset) naming
+    it is refused as its produce is, and nothing is written."""
+    create_topic(gclient, "t", 1)
+    m = Member(gclient, "g", subscribed_topics=["t"])
+    m.heartbeat()
+    offsets_end = gclient.get("/topics/__consumer_offsets").json()["partitions"]
+    internal = [{"topic": "__consumer_offsets", "partition": 0, "offset": 5}]
+    attempts = [
+        admin_commit(gclient, "admin", internal),
+        gclient.post(
+            "/groups/g/offsets",
+            json={"member_id": m.member_id, "member_epoch": m.epoch, "offsets": internal},
+        ),
+        gclient.post(
+            "/groups/admin/offsets/reset",
+            json={"topic": "__consumer_offsets", "to": "earliest"},
+        ),
+    ]
+    for r in attempts:
+        assert r.status_code == 400, r.text
+        assert r.json()["error_code"] == "INVALID_TOPIC_EXCEPTION", r.text
+        assert "internal" in r.json()["message"]
+    assert gclient.get("/topics/__consumer_offsets").json()["partitions"] == offsets_end
+    for group in ("admin", "g"):
+        r = gclient.get(f"/groups/{group}/offsets")
+        assert r.status_code in (200, 404), r.text
+        if r.status_code == 200:
+            assert r.json()["offsets"] == []
