@@ -27,6 +27,7 @@ from app.core.errors import (
     InvalidReplicationFactor,
     UnknownTopicOrPartition,
 )
+from app.core.log import validate_topic_name
 
 if TYPE_CHECKING:
     from app.core.log.manager import LogManager
@@ -135,7 +136,8 @@ async def get_topic(
     summary="Delete a topic",
     description="Deletes the topic and all its data. Fetches already being answered from its "
     "files finish (files are removed after file.delete.delay.ms). Internal topics "
-    "(`__consumer_offsets`) cannot be deleted: 400 INVALID_TOPIC_EXCEPTION.",
+    "(`__consumer_offsets`) cannot be deleted, and a name no topic can have is refused: "
+    "400 INVALID_TOPIC_EXCEPTION.",
     response_class=Response,
     responses=error_responses(400, 404, 503),
 )
@@ -145,6 +147,7 @@ async def delete_topic(
     manager: ManagerDep,
 ) -> Response:
     check_not_internal(topic)
+    validate_topic_name(topic)  # no topic has a name it refuses (400, not 404)
     if state.cluster is not None:
         await state.cluster.delete_topic(topic)
     else:

@@ -80,8 +80,15 @@ LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 PARTITION_METADATA = "partition.metadata"
 DELETE_DIR_SUFFIX = "-delete"
 FORMAT_VERSION = 1
-MAX_TOPIC_NAME_LENGTH = 249
 MAX_PARTITIONS = 10_000
+# Linux's (and most filesystems') limit on one file name, in bytes (topic names are ASCII).
+NAME_MAX = 255
+# The longest name a topic puts in a file name: ``topics/<topic>.json.tmp`` while its
+# metadata is written, ``<topic>-9999`` for its last possible partition. Deletion
+# renames partition dirs to ``<topic>-<p>.<uuid>-delete``, which could be longer: that
+# name cuts the topic short instead (see _delete_dir_name), as Kafka does. Kafka's 249
+# is the same computation for its own file names.
+MAX_TOPIC_NAME_LENGTH = NAME_MAX - max(len(".json.tmp"), len(f"-{MAX_PARTITIONS - 1}"))
 
 DEFAULT_CONFIG = LogConfig()  # frozen, so one shared default is safe
 
@@ -90,7 +97,8 @@ _PARTITION_DIR = re.compile(r"(.+)-(\d+)")
 
 
 def validate_topic_name(name: str) -> None:
-    """Kafka's rules: 1..249 of ``[a-zA-Z0-9._-]``, not ``.`` or ``..``; raises InvalidTopic."""
+    """Kafka's rules with our file-name limit: 1..MAX_TOPIC_NAME_LENGTH (246) of
+    ``[a-zA-Z0-9._-]``, not ``.`` or ``..``; raises InvalidTopic."""
     if not name:
         raise InvalidTopic(name, "the name is empty")
     if name in (".", ".."):
@@ -120,6 +128,13 @@ def check_new_topic(
     config = defaults.with_overrides(overrides)
     names = LogConfig.kafka_names()
     return config, {k: getattr(config, names[k]) for k in overrides}
+
+
+def _delete_dir_name(partition_dir: str) -> str:
+    """``<topic>-<p>.<uuid>-delete``, the topic cut short to fit NAME_MAX: the name only
+    has to be unique and recognisable as a deletion (the suffix), not to be parsed."""
+    suffix = f".{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+    return partition_dir[: NAME_MAX - len(suffix)] + suffix
 
 
 def collision_key(name: str) -> str:
@@ -423,7 +438,7 @@ class LogManager:
             hosted_logs = [log for log in topic.logs if log is not None]
             for log in hosted_logs:
                 log.mark_offline()
-                dead = log.dir.with_name(f"{log.dir.name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
+                dead = log.dir.with_name(_delete_dir_name(log.dir.name))
                 log.dir.rename(dead)
                 paths.append(dead)
             fsync_dir(self.data_dir)
