@@ -62,6 +62,7 @@ def create_app(settings: Settings, manager: LogManager | None = None) -> FastAPI
                 flush_scheduler_interval_ms=settings.log_flush_scheduler_interval_ms,
                 broker_id=settings.broker_id,
                 producer_id_expiration_ms=settings.producer_id_expiration_ms,
+                partition_budget=settings.partition_budget,
             )
             # Loading and recovering logs reads files: keep the loop free meanwhile.
             await asyncio.to_thread(owned.start)

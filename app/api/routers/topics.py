@@ -100,6 +100,7 @@ async def create_topic(request: Request, state: StateDep, manager: ManagerDep) -
         raise InvalidPartitions(f"partitions must be at least 1, got {partitions}")
     rf = None if req.replication_factor in (None, -1) else req.replication_factor
     if state.cluster is not None:
+        manager.partition_budget.check_per_topic(req.name, partitions)
         await state.cluster.create_topic(req.name, partitions, rf, req.configs)
     else:
         if rf not in (None, 1):
