@@ -22,7 +22,9 @@ from typing import Any
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.core.limits import PartitionBudget
 from app.core.log.config import LogConfig
+from app.core.log.manager import MAX_PARTITIONS
 
 
 class Settings(BaseSettings):
@@ -179,6 +181,24 @@ class Settings(BaseSettings):
         description="How often the controller moves leadership back to preferred replicas "
         "(Kafka's leader.imbalance.check.interval.seconds, in ms).",
     )
+    max_partitions_per_topic: int = Field(
+        default=MAX_PARTITIONS,
+        ge=1,
+        le=MAX_PARTITIONS,
+        description="Most partitions one topic may have (400 INVALID_PARTITIONS above).",
+    )
+    max_partitions: int | None = Field(
+        default=None,
+        ge=1,
+        description="Most partitions this broker hosts in total; each holds 3 file descriptors "
+        "open. Default: a ninth of RLIMIT_NOFILE (a third of the descriptors for partitions).",
+    )
+    reserved_file_descriptors: int | None = Field(
+        default=None,
+        ge=0,
+        description="Descriptors a topic create must leave free (connections, rolled "
+        "segments, checkpoints). Default: a quarter of RLIMIT_NOFILE.",
+    )
     log_defaults: dict[str, Any] = Field(
         default_factory=dict, description="Broker-wide topic config defaults, Kafka names."
     )
@@ -188,6 +208,14 @@ class Settings(BaseSettings):
     def _check_log_defaults(cls, value: dict[str, Any]) -> dict[str, Any]:
         LogConfig().with_overrides(value)  # raises InvalidConfig on a bad name or value
         return value
+
+    @property
+    def partition_budget(self) -> PartitionBudget:
+        return PartitionBudget(
+            max_per_topic=self.max_partitions_per_topic,
+            max_total=self.max_partitions,
+            reserved_fds=self.reserved_file_descriptors,
+        )
 
     @property
     def log_config(self) -> LogConfig:

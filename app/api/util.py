@@ -21,8 +21,13 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+# Kafka's wire types bound every integer a client sends: int64 offsets and timestamps,
+# int32 partitions. A value outside them is refused as bad input (400) before it can
+# reach a struct, an index or an error body that cannot hold it.
 LONG_MAX = (1 << 63) - 1
+LONG_MIN = -(1 << 63)
 INT_MAX = (1 << 31) - 1
+INT_MIN = -(1 << 31)
 
 JSON = "application/json"
 OCTET_STREAM = "application/octet-stream"

@@ -13,6 +13,7 @@ place without parsing messages.
     │   ├── InvalidConfig              INVALID_CONFIG
     │   ├── InvalidTopic               INVALID_TOPIC_EXCEPTION
     │   ├── InvalidPartitions          INVALID_PARTITIONS
+    │   │   └── PartitionLimitExceeded INVALID_PARTITIONS           (over the broker's fd budget)
     │   ├── InvalidReplicationFactor   INVALID_REPLICATION_FACTOR
     │   ├── InvalidRequiredAcks        INVALID_REQUIRED_ACKS
     │   └── UnknownProducerId          UNKNOWN_PRODUCER_ID          (an id this broker never issued)
@@ -109,6 +110,17 @@ class InvalidTopic(InvalidRequest):
 
 class InvalidPartitions(InvalidRequest):
     error_code = "INVALID_PARTITIONS"
+
+
+class PartitionLimitExceeded(InvalidPartitions):
+    """A create asks for more partitions than this broker's file-descriptor budget allows
+    (``app.core.limits``); nothing was written. ``setting`` names the limit that refused."""
+
+    limit: int
+    setting: str
+
+    def __init__(self, message: str, limit: int, setting: str) -> None:
+        super().__init__(message, limit=limit, setting=setting)
 
 
 class InvalidReplicationFactor(InvalidRequest):

@@ -25,8 +25,10 @@ from app.api.models import EpochEndOffset, FetchResponse, Format
 from app.api.util import (
     INLINE_WORK_BYTES,
     INT_MAX,
+    INT_MIN,
     JSON,
     LONG_MAX,
+    LONG_MIN,
     OCTET_STREAM,
     JSONBytes,
     leader_log,
@@ -177,13 +179,14 @@ def render_json(
 )
 async def fetch_records(
     topic: Annotated[str, Path(description="Topic name.")],
-    partition: Annotated[int, Path(description="Partition number.", le=INT_MAX)],
+    partition: Annotated[int, Path(description="Partition number.", ge=INT_MIN, le=INT_MAX)],
     request: Request,
     state: StateDep,
     manager: ManagerDep,
     offset: Annotated[
         int,
         Query(
+            ge=LONG_MIN,
             le=LONG_MAX,
             description="First offset wanted. Out of the log's range: 416 with both bounds.",
         ),
@@ -290,7 +293,7 @@ async def fetch_records(
 )
 async def epoch_end_offset(
     topic: Annotated[str, Path(description="Topic name.")],
-    partition: Annotated[int, Path(description="Partition number.", le=INT_MAX)],
+    partition: Annotated[int, Path(description="Partition number.", ge=INT_MIN, le=INT_MAX)],
     epoch: Annotated[int, Path(description="A leader epoch.", ge=-1, le=INT_MAX)],
     state: StateDep,
     manager: ManagerDep,

@@ -27,6 +27,7 @@ from app.api.produce_body import ParsedProduce, parse_produce_body
 from app.api.state import AppState
 from app.api.util import (
     INT_MAX,
+    INT_MIN,
     LONG_MAX,
     JSONBytes,
     TopicPlan,
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
 router = APIRouter(tags=["produce"])
 
 TopicPath = Annotated[str, Path(description="Topic name.")]
-PartitionPath = Annotated[int, Path(description="Partition number.", le=INT_MAX)]
+PartitionPath = Annotated[int, Path(description="Partition number.", ge=INT_MIN, le=INT_MAX)]
 AcksQuery = Annotated[
     str,
     Query(
@@ -68,7 +69,8 @@ TimeoutQuery = Annotated[
         ge=1,
         le=INT_MAX,
         description="How long the broker may take to complete the write (ms) before "
-        "answering 504 REQUEST_TIMED_OUT; the write may still be applied then.",
+        "answering 504 REQUEST_TIMED_OUT; the write may still be applied then. Not "
+        "applied with acks=0, which never waits and never answers 504.",
     ),
 ]
 
@@ -116,6 +118,12 @@ async def await_replicas(
         await part.wait_replicated(info.last_offset, remaining_ms)
 
 
+def append_timeout(required_acks: int, timeout_ms: int) -> int | None:
+    """acks=0 never waits for an answer (Kafka's producer does not even read one), so
+    it has no time limit to miss: its 204 comes once the append is done, never a 504."""
+    return None if required_acks == 0 else timeout_ms
+
+
 def _append_all(work: AppendWork) -> list[AppendInfo]:
     return [log.append(data) for log, data in work]
 
@@ -129,8 +137,9 @@ INLINE_BATCHES_BYTES = 64 * 1024
 
 
 async def _append(
-    work: AppendWork, timeout_ms: int, topic: str, inline_max_bytes: int = 0
+    work: AppendWork, timeout_ms: int | None, topic: str, inline_max_bytes: int = 0
 ) -> list[AppendInfo]:
+    """Append on a worker thread, answering 504 after ``timeout_ms`` (None: no limit)."""
     if (
         inline_max_bytes
         and sum(len(data) for _, data in work) <= inline_max_bytes
@@ -141,7 +150,8 @@ async def _append(
         # interval) and made a WebSocket producer's requests queue.
         return _append_all(work)
     try:
-        return await asyncio.wait_for(asyncio.to_thread(_append_all, work), timeout_ms / 1000)
+        limit = None if timeout_ms is None else timeout_ms / 1000
+        return await asyncio.wait_for(asyncio.to_thread(_append_all, work), limit)
     except TimeoutError:
         raise RequestTimedOut(
             f"append to {topic} did not finish within {timeout_ms} ms; it may still be applied"
@@ -264,7 +274,7 @@ async def append_json_records(
     for log, _ in work:
         check_replicas(state, log, required_acks)
 
-    infos = await _append(work, timeout_ms, topic, inline_max_bytes)
+    infos = await _append(work, append_timeout(required_acks, timeout_ms), topic, inline_max_bytes)
     appended = dict(zip(order, infos, strict=True))
     await await_replicas(
         state,
@@ -385,7 +395,9 @@ async def produce_batches(
     # A small body is appended on the event loop, as WebSocket produce does: under
     # load the worker-thread hop waits for the GIL behind the loop (up to the 5 ms
     # switch interval), and an SDK producer at a steady rate sends small bodies.
-    (info,) = await _append([(log, body)], timeout_ms, topic, INLINE_BATCHES_BYTES)
+    (info,) = await _append(
+        [(log, body)], append_timeout(required_acks, timeout_ms), topic, INLINE_BATCHES_BYTES
+    )
     await await_replicas(state, [(log, info)], required_acks, deadline)
     if required_acks == 0:
         return Response(status_code=204)

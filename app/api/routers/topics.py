@@ -27,6 +27,7 @@ from app.core.errors import (
     InvalidReplicationFactor,
     UnknownTopicOrPartition,
 )
+from app.core.log import validate_topic_name
 
 if TYPE_CHECKING:
     from app.core.log.manager import LogManager
@@ -99,6 +100,7 @@ async def create_topic(request: Request, state: StateDep, manager: ManagerDep) -
         raise InvalidPartitions(f"partitions must be at least 1, got {partitions}")
     rf = None if req.replication_factor in (None, -1) else req.replication_factor
     if state.cluster is not None:
+        manager.partition_budget.check_per_topic(req.name, partitions)
         await state.cluster.create_topic(req.name, partitions, rf, req.configs)
     else:
         if rf not in (None, 1):
@@ -135,7 +137,8 @@ async def get_topic(
     summary="Delete a topic",
     description="Deletes the topic and all its data. Fetches already being answered from its "
     "files finish (files are removed after file.delete.delay.ms). Internal topics "
-    "(`__consumer_offsets`) cannot be deleted: 400 INVALID_TOPIC_EXCEPTION.",
+    "(`__consumer_offsets`) cannot be deleted, and a name no topic can have is refused: "
+    "400 INVALID_TOPIC_EXCEPTION.",
     response_class=Response,
     responses=error_responses(400, 404, 503),
 )
@@ -145,6 +148,7 @@ async def delete_topic(
     manager: ManagerDep,
 ) -> Response:
     check_not_internal(topic)
+    validate_topic_name(topic)  # no topic has a name it refuses (400, not 404)
     if state.cluster is not None:
         await state.cluster.delete_topic(topic)
     else:
