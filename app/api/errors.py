@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 # Most specific class first: the first isinstance match wins.
 STATUS_BY_ERROR: tuple[tuple[type[core.LogbusError], int], ...] = (
     (core.OffsetOutOfRange, 416),
+    # Damage on the broker's disk, found while reading: not the client's fault.
+    (core.StoredBatchCorrupt, 503),
     (core.UnknownTopicOrPartition, 404),
     (core.TopicAlreadyExists, 409),
     # Idempotent producers: the batch conflicts with what the partition already holds.

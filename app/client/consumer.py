@@ -62,11 +62,11 @@ from app.client.group import (
 )
 from app.client.types import ConsumerRecord, OffsetAndTimestamp, TopicPartition
 from app.core.errors import (
-    CorruptRecord,
     FencedMemberEpoch,
     LogbusError,
     OffsetOutOfRange,
     StaleMemberEpoch,
+    StoredBatchCorrupt,
     UnknownMemberId,
 )
 from app.core.log.batch import BatchHeader, compute_crc, iter_headers
@@ -480,12 +480,19 @@ class _ConsumerCore:
             body = response.body
             batches = list(iter_headers(body))
             if self.check_crcs:
-                for pos, header in batches:
-                    if compute_crc(body, pos, header.size) != header.crc:
-                        raise CorruptRecord(
-                            f"CRC-32C mismatch in the batch at offset {header.base_offset} "
-                            f"of {st.tp.topic}-{st.tp.partition}"
+                for i, (pos, header) in enumerate(batches):
+                    if compute_crc(body, pos, header.size) == header.crc:
+                        continue
+                    if i == 0:
+                        # Nothing good before it: the application hears of the damage now,
+                        # with the range to skip (seek past last_offset to go on).
+                        raise StoredBatchCorrupt(
+                            st.tp.topic, st.tp.partition, header.base_offset, header.last_offset
                         )
+                    # Hand out the good batches before it; the next fetch starts at the
+                    # damaged one and reports it then.
+                    del batches[i:]
+                    break
             if batches:
                 st.fetch_offset = batches[-1][1].next_offset
                 st.fetched = _Fetched(body, batches)

@@ -18,6 +18,7 @@ place without parsing messages.
     │   ├── InvalidRequiredAcks        INVALID_REQUIRED_ACKS
     │   └── UnknownProducerId          UNKNOWN_PRODUCER_ID          (an id this broker never issued)
     ├── CorruptRecord                  CORRUPT_MESSAGE
+    │   └── StoredBatchCorrupt         CORRUPT_MESSAGE              (503: a stored batch is damaged)
     ├── InvalidRecord                  INVALID_RECORD
     ├── UnsupportedMessageFormat       UNSUPPORTED_FOR_MESSAGE_FORMAT
     ├── UnsupportedCompressionType     UNSUPPORTED_COMPRESSION_TYPE
@@ -148,6 +149,28 @@ class CorruptRecord(LogbusError):
     """A batch failed its CRC, is truncated, or its header is inconsistent."""
 
     error_code = "CORRUPT_MESSAGE"
+
+
+class StoredBatchCorrupt(CorruptRecord):
+    """A batch *stored* in a partition fails its CRC (the disk damaged it after it was
+    written): not the client's fault, and retrying the same offset cannot help. The
+    records before it are served; this names the damaged range."""
+
+    topic: str
+    partition: int
+    offset: int
+    last_offset: int
+
+    def __init__(self, topic: str, partition: int, offset: int, last_offset: int) -> None:
+        super().__init__(
+            f"the stored batch holding offsets {offset} to {last_offset} of {topic}-{partition} "
+            "is damaged (CRC-32C mismatch) and is not served; read on from "
+            f"{last_offset + 1} or from another replica",
+            topic=topic,
+            partition=partition,
+            offset=offset,
+            last_offset=last_offset,
+        )
 
 
 class InvalidRecord(LogbusError):
