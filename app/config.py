@@ -77,6 +77,12 @@ class Settings(BaseSettings):
         description="A request body must arrive within this long of its head, counting only "
         "time the broker is reading it (408 otherwise).",
     )
+    send_timeout_ms: int = Field(
+        default=60_000,
+        ge=100,
+        description="A client that takes none of an answer's bytes for this long is "
+        "disconnected and the answer's memory returned (a reader that never reads).",
+    )
     max_header_bytes: int = Field(
         default=64 * 1024,
         ge=1024,

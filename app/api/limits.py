@@ -20,6 +20,8 @@ setting                      breach                               answer
 ``max_header_bytes``         request line and headers larger      431 ``INVALID_REQUEST``
 ``max_header_count``         more header fields                   431 ``INVALID_REQUEST``
 ``max_request_bytes``        ``Content-Length`` larger            413 ``MESSAGE_TOO_LARGE``
+``send_timeout_ms``          the client takes none of an answer   connection aborted, the
+                             for this long                        answer's buffers freed
 ===========================  ===================================  ============================
 
 Every refusal is the usual JSON error body and closes the connection (the rest of what
@@ -99,6 +101,7 @@ class ListenerLimits:
     idle_timeout_s: float
     header_timeout_s: float
     body_timeout_s: float
+    send_timeout_s: float
     max_header_bytes: int
     max_header_count: int
     max_request_bytes: int
@@ -115,6 +118,7 @@ class ListenerLimits:
             idle_timeout_s=settings.connections_max_idle_ms / 1000,
             header_timeout_s=settings.request_header_timeout_ms / 1000,
             body_timeout_s=settings.request_body_timeout_ms / 1000,
+            send_timeout_s=settings.send_timeout_ms / 1000,
             max_header_bytes=settings.max_header_bytes,
             max_header_count=settings.max_header_count,
             max_request_bytes=settings.max_request_bytes,

@@ -140,6 +140,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._head_seen = 0
         self._header_count = 0
         self._deadline: asyncio.TimerHandle | None = None
+        self._send_deadline: asyncio.TimerHandle | None = None
         refused = self._counter.admit(self._address)
         if refused is not None:
             self._refuse(refused)
@@ -153,6 +154,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        if self._send_deadline is not None:
+            self._send_deadline.cancel()
+            self._send_deadline = None
         self._uncount()
         super().connection_lost(exc)
 
@@ -241,6 +245,31 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             ws_lost(exc)
 
         ws.connection_lost = lost  # type: ignore[method-assign]
+
+    def pause_writing(self) -> None:
+        # The client is not taking what we send: give it send_timeout to start again.
+        super().pause_writing()
+        if self._send_deadline is None:
+            self._send_deadline = self.loop.call_later(
+                self._limits.send_timeout_s, self._send_expired
+            )
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._send_deadline is not None:
+            self._send_deadline.cancel()
+            self._send_deadline = None
+
+    def _send_expired(self) -> None:
+        """A reader that stopped reading: abort, so the buffered answer's memory is freed
+        now (a close would wait for the buffer to drain) and the app's send returns."""
+        self._send_deadline = None
+        logger.info(
+            "closing a connection from %s that took no bytes for %.0f s",
+            self._address,
+            self._limits.send_timeout_s,
+        )
+        self.transport.abort()
 
     def _declared_length(self) -> int:
         for name, value in self.headers:
@@ -409,7 +438,11 @@ class ZeroCopyHttpToolsProtocol(GuardedHttpToolsProtocol):
                         out_fd, in_fd, position, min(end - position, SENDFILE_MAX_CALL_BYTES)
                     )
                 except BlockingIOError:
-                    await self._writable(out_fd)
+                    try:
+                        await asyncio.wait_for(self._writable(out_fd), self._limits.send_timeout_s)
+                    except TimeoutError:
+                        self._send_expired()
+                        break
                     continue
                 except OSError as exc:
                     if exc.errno in _DISCONNECT_ERRNOS:

@@ -215,3 +215,39 @@ def test_websocket_connections_count_until_they_close(limited: Broker) -> None:
             break
         assert time.monotonic() < deadline, answer
         time.sleep(0.1)
+
+
+@pytest.mark.parametrize("accept", ["application/octet-stream", "application/json"])
+def test_a_reader_that_never_reads_is_cut_after_the_send_timeout(
+    new_broker: BrokerFactory, accept: str
+) -> None:
+    broker = new_broker(env={"LOGBUS_SEND_TIMEOUT_MS": "1000"}).start()
+    with broker.client() as client:
+        assert client.post("/topics", json={"name": "big", "partitions": 1}).status_code == 201
+        body = {"value_format": "string", "records": [{"value": "x" * 1000}] * 1000}
+        for _ in range(16):  # 16 MB
+            assert client.post("/topics/big/partitions/0/records", json=body).status_code == 200
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", broker.port))
+    with sock:
+        sock.sendall(
+            b"GET /topics/big/partitions/0/records?offset=0&max_bytes=67108864 HTTP/1.1\r\n"
+            b"Host: x\r\nAccept: " + accept.encode() + b"\r\n\r\n"
+        )
+        time.sleep(5)  # never reading: the broker's send stalls, then its timeout fires
+        received, head = 0, b""
+        sock.settimeout(10)
+        try:
+            while chunk := sock.recv(1 << 20):
+                if not head:
+                    head = chunk[:200]
+                received += len(chunk)
+        except (ConnectionResetError, TimeoutError):
+            pass
+    assert head.startswith(b"HTTP/1.1 200")
+    declared = int(head.split(b"content-length: ", 1)[1].split(b"\r\n", 1)[0])
+    assert received < declared  # cut short: the broker gave up on this reader
+    assert "took no bytes" in broker.log()
+    still = httpx.get(f"{broker.url}/topics/big/partitions/0/records?offset=0&max_bytes=1000")
+    assert still.status_code == 200
