@@ -23,7 +23,7 @@ from app.client import (
     RecordMetadata,
     TopicPartition,
 )
-from app.core.errors import LogbusError
+from app.common.errors import LogbusError
 
 __all__ = [
     "Admin",

@@ -7,7 +7,7 @@ add what explains it (both offset bounds for OFFSET_OUT_OF_RANGE, the config
 name for INVALID_CONFIG, ...). Bad input is always a 4xx; only a bug is a 500.
 
 Storage failures are a retriable 503 KAFKA_STORAGE_ERROR whichever path meets
-them: a :class:`~app.core.errors.KafkaStorageError` the core raised, or an
+them: a :class:`~app.common.errors.KafkaStorageError` the core raised, or an
 ``OSError`` from the disk that reached a handler unwrapped (a full disk while a
 group commit rolls a segment). Their answers never carry filesystem paths:
 the client is told what failed and why (``No space left on device``), the
@@ -31,7 +31,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from app.api import limits
-from app.core import errors as core
+from app.common import errors as core
 
 log = logging.getLogger(__name__)
 

@@ -38,7 +38,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.api.codec import BodyInvalid
 from app.api.errors import UnsupportedMediaType, response_for
-from app.core.errors import InvalidRequest
+from app.common.errors import InvalidRequest
 
 # Methods whose requests carry a body worth checking.
 _BODY_METHODS = frozenset(("POST", "PUT", "PATCH"))

@@ -39,7 +39,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from app.core import errors as core
+from app.common import errors as core
 
 if TYPE_CHECKING:
     from app.config import Settings

@@ -64,7 +64,7 @@ from app.api.limits import (
     head_bytes,
 )
 from app.api.zerocopy import COPY_BYTES, ZEROCOPY_BYTES, ZEROCOPY_EXTENSION, pread_exactly
-from app.core import errors as core
+from app.common import errors as core
 
 if TYPE_CHECKING:
     from app.config import Settings

@@ -12,7 +12,7 @@ import orjson
 from starlette.responses import Response
 
 from app.api.state import AppState
-from app.core.errors import InvalidTopic, TopicAlreadyExists, UnknownTopicOrPartition
+from app.common.errors import InvalidTopic, TopicAlreadyExists, UnknownTopicOrPartition
 from app.groups.placement import INTERNAL_TOPICS
 
 if TYPE_CHECKING:

@@ -42,7 +42,6 @@ from typing import Any, TypeVar
 from urllib.parse import quote
 
 import httpx
-from aiokafka.record._crecords import DefaultRecordBatch as _CRecordBatch
 
 from app import wire
 from app.client import _cluster, _http
@@ -61,7 +60,8 @@ from app.client.group import (
     committed_call,
 )
 from app.client.types import ConsumerRecord, OffsetAndTimestamp, TopicPartition
-from app.core.errors import (
+from app.common.batch import BatchHeader, RecordBatchReader, compute_crc, iter_headers
+from app.common.errors import (
     FencedMemberEpoch,
     LogbusError,
     OffsetOutOfRange,
@@ -69,7 +69,6 @@ from app.core.errors import (
     StoredBatchCorrupt,
     UnknownMemberId,
 )
-from app.core.log.batch import BatchHeader, compute_crc, iter_headers
 
 RESETS = ("earliest", "latest", "none")
 log = logging.getLogger(__name__)
@@ -85,7 +84,7 @@ def _records(
 ) -> list[ConsumerRecord]:
     """Every record of one batch at or after ``min_offset`` (decompressed as needed)."""
     ts_type = header.timestamp_type
-    batch = _CRecordBatch(data)
+    batch = RecordBatchReader(data)
     cr = ConsumerRecord
     enabled = gc.isenabled()
     gc.disable()
@@ -175,7 +174,7 @@ def _columns(
     headers: list[tuple[tuple[str, bytes | None], ...]] = []
     add_offset, add_ts = offsets.append, timestamps.append
     add_key, add_value, add_headers = keys.append, values.append, headers.append
-    for r in _CRecordBatch(data):
+    for r in RecordBatchReader(data):
         offset = r.offset
         if offset >= min_offset:
             add_offset(offset)
@@ -645,7 +644,7 @@ class Consumer(_ConsumerCore):
     never holds up a busy one. ``auto_offset_reset``
     decides where a partition without a position starts and what happens
     when a position falls out of the log: ``earliest``, ``latest`` or
-    ``none`` (raise :class:`~app.core.errors.OffsetOutOfRange` /
+    ``none`` (raise :class:`~app.common.errors.OffsetOutOfRange` /
     :class:`~app.client.errors.NoOffsetForPartition`).
     """
 

@@ -30,7 +30,7 @@ import os
 import resource
 from dataclasses import dataclass
 
-from app.core.errors import PartitionLimitExceeded
+from app.common.errors import PartitionLimitExceeded
 
 # .log, .index and .timeindex of a partition's first segment (measured: 3.0 per partition).
 FDS_PER_PARTITION = 3

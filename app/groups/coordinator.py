@@ -48,7 +48,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from app.core.errors import (
+from app.common.batch import build_batch, decode_records, iter_headers
+from app.common.errors import (
     CoordinatorLoadInProgress,
     CoordinatorNotAvailable,
     CorruptRecord,
@@ -69,7 +70,6 @@ from app.core.errors import (
     UnknownTopicOrPartition,
     UnreleasedInstanceId,
 )
-from app.core.log.batch import build_batch, decode_records, iter_headers
 from app.groups.assignors import DEFAULT_ASSIGNOR, MemberSpec, get_assignor
 from app.groups.hashing import partition_for
 from app.groups.placement import (

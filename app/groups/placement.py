@@ -20,7 +20,7 @@ import asyncio
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from app.core.errors import UnknownTopicOrPartition
+from app.common.errors import UnknownTopicOrPartition
 
 if TYPE_CHECKING:
     from app.core.log.log import Log

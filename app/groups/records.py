@@ -44,7 +44,7 @@ from typing import Any
 
 import orjson
 
-from app.core.errors import CorruptRecord
+from app.common.errors import CorruptRecord
 
 OFFSET_COMMIT_KEY = 1
 GROUP_METADATA_KEY = 3

@@ -19,7 +19,7 @@ from conftest import Broker
 from zookeeper import ZooKeeperServer
 
 from app.client import Consumer, Producer, TopicPartition
-from app.core.log.batch import iter_headers
+from app.common.batch import iter_headers
 from app.core.log.config import LogConfig
 from app.core.log.log import Log
 

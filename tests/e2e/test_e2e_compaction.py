@@ -33,7 +33,7 @@ import httpx
 import pytest
 from conftest import Broker, BrokerFactory
 
-from app.core.log.batch import BatchBuilder, compute_crc, decode_records, iter_headers
+from app.common.batch import BatchBuilder, compute_crc, decode_records, iter_headers
 
 OCTET = {"content-type": "application/octet-stream"}
 ACCEPT_OCTET = {"accept": "application/octet-stream"}

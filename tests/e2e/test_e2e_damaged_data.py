@@ -17,7 +17,7 @@ from conftest import Broker, BrokerFactory
 from websockets.asyncio.client import connect
 
 from app.client import Consumer, Producer, TopicPartition
-from app.core.errors import StoredBatchCorrupt
+from app.common.errors import StoredBatchCorrupt
 
 RECORDS = 1000
 PER_BATCH = 10

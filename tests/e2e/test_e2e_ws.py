@@ -14,7 +14,7 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from app.core.log.batch import BatchBuilder
+from app.common.batch import BatchBuilder
 
 OCTET = {"content-type": "application/octet-stream"}
 

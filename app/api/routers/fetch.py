@@ -36,8 +36,8 @@ from app.api.util import (
     run_blocking,
 )
 from app.api.zerocopy import ZeroCopyResponse
-from app.core.errors import StoredBatchCorrupt, UnknownTopicOrPartition
-from app.core.log.batch import compute_crc, decode_records, iter_headers
+from app.common.batch import compute_crc, decode_records, iter_headers
+from app.common.errors import StoredBatchCorrupt, UnknownTopicOrPartition
 
 if TYPE_CHECKING:
     from app.core.log.log import FetchInfo, Log

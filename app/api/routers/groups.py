@@ -21,7 +21,7 @@ from starlette.responses import Response
 from app.api.errors import ErrorBody
 from app.api.state import AppState
 from app.api.util import INT_MAX, LONG_MAX, JSONBytes
-from app.core.errors import BrokerNotAvailable, KafkaStorageError
+from app.common.errors import BrokerNotAvailable, KafkaStorageError
 from app.groups.coordinator import (
     CommittedOffset,
     GroupConfig,

@@ -10,7 +10,7 @@ from app.api.errors import error_responses
 from app.api.metrics import render_metrics
 from app.api.models import Status
 from app.api.util import JSONBytes
-from app.core.errors import BrokerNotAvailable
+from app.common.errors import BrokerNotAvailable
 
 router = APIRouter(tags=["health"])
 

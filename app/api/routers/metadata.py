@@ -18,7 +18,7 @@ from app.api.util import (
     partition_info,
     topic_names,
 )
-from app.core.errors import UnknownTopicOrPartition
+from app.common.errors import UnknownTopicOrPartition
 from app.core.log import validate_topic_name
 
 router = APIRouter(tags=["metadata"])

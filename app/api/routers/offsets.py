@@ -12,7 +12,7 @@ from app.api.deps import ManagerDep, StateDep
 from app.api.errors import error_responses
 from app.api.models import OffsetAnswer
 from app.api.util import INT_MAX, INT_MIN, LONG_MAX, JSONBytes, leader_log
-from app.core.errors import InvalidRequest
+from app.common.errors import InvalidRequest
 
 router = APIRouter(tags=["fetch"])
 

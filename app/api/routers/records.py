@@ -35,15 +35,15 @@ from app.api.util import (
     leader_log,
     plan_topic,
 )
-from app.core.errors import (
+from app.common.batch import BatchBuilder, iter_headers, validate_batches
+from app.common.errors import (
     InvalidRequiredAcks,
     NotEnoughReplicas,
     RecordTooLarge,
     RequestTimedOut,
     UnknownTopicOrPartition,
 )
-from app.core.log.batch import BatchBuilder, iter_headers, validate_batches
-from app.core.partitioner import partition_for_key
+from app.common.partitioner import partition_for_key
 
 if TYPE_CHECKING:
     from app.core.log.log import AppendInfo, Log

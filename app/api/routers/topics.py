@@ -22,7 +22,7 @@ from app.api.util import (
     run_blocking,
     topic_names,
 )
-from app.core.errors import (
+from app.common.errors import (
     InvalidPartitions,
     InvalidReplicationFactor,
     UnknownTopicOrPartition,

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 import orjson
 
 from app.api.ws.common import ClientGone
-from app.core.errors import (
+from app.common.errors import (
     BrokerNotAvailable,
     FencedMemberEpoch,
     LogbusError,

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from app.api.codec import BodyInvalid
 from app.api.models import Format
 from app.api.util import INT_MAX, LONG_MAX
-from app.core.errors import InvalidRequest, LogbusError
+from app.common.errors import InvalidRequest, LogbusError
 
 BINARY_MAGIC = b"LBW1"
 _TOPIC_LEN = struct.Struct(">H")

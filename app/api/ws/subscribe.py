@@ -65,14 +65,14 @@ from app.api.ws.protocol import (
     internal_error_frame,
     validate,
 )
-from app.core.errors import (
+from app.common.batch import iter_headers
+from app.common.errors import (
     InvalidRequest,
     LogbusError,
     OffsetOutOfRange,
     StoredBatchCorrupt,
     UnknownTopicOrPartition,
 )
-from app.core.log.batch import iter_headers
 from app.groups.coordinator import OffsetCommit
 
 if TYPE_CHECKING:

@@ -90,15 +90,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from aiokafka.record._crecords import DefaultRecordBatch as _CRecordBatch
-
-from app.core.errors import KafkaStorageError, SegmentClosed
-from app.core.log.batch import (
+from app.common.batch import (
     NO_PRODUCER_ID,
     BatchHeader,
+    RecordBatchReader,
     compute_crc,
     read_header,
 )
+from app.common.errors import KafkaStorageError, SegmentClosed
 from app.core.log.checkpoint import CheckpointCorrupt, OffsetCheckpointFile
 from app.core.log.compact_batch import (
     delete_horizon,
@@ -293,7 +292,7 @@ class _Pass:
                     self.map_end = header.base_offset
                     self.result.end_offset = self.map_end
                     return
-                put_records(_CRecordBatch(bytes(data)))
+                put_records(RecordBatchReader(bytes(data)))
 
     def groups(self) -> list[range]:
         """Index ranges of the segments below the map end, grouped up to segment.bytes."""
@@ -401,7 +400,7 @@ class _Pass:
         map_end = self.map_end
         now = self.now
         horizon = delete_horizon(header)
-        records = list(_CRecordBatch(bytes(data)))
+        records = list(RecordBatchReader(bytes(data)))
         kept: list[Any] = []
         dropped = False
         tombstones = False

@@ -33,11 +33,9 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from aiokafka.codec import gzip_encode, lz4_encode, snappy_encode, zstd_encode
-from aiokafka.record._crecords import DefaultRecordBatchBuilder as _CBatchBuilder
 from aiokafka.record.util import encode_varint
 
-from app.core.errors import KafkaStorageError
-from app.core.log.batch import (
+from app.common.batch import (
     ATTRIBUTES,
     ATTRIBUTES_OFFSET,
     CONTROL_MASK,
@@ -53,10 +51,12 @@ from app.core.log.batch import (
     TRANSACTIONAL_MASK,
     BatchHeader,
     Compression,
+    RecordBatchBuilder,
     compute_crc,
     read_header,
     stamp,
 )
+from app.common.errors import KafkaStorageError
 
 __all__ = [
     "DELETE_HORIZON_MASK",
@@ -145,7 +145,7 @@ def empty_batch(header: BatchHeader) -> bytearray:
 
 def rebuild(header: BatchHeader, records: Sequence[Any]) -> bytearray:
     """A batch of ``records`` (a subset of the batch under ``header``) with its identity kept."""
-    builder = _CBatchBuilder(
+    builder = RecordBatchBuilder(
         magic=MAGIC,
         compression_type=int(header.compression),
         is_transactional=int(header.is_transactional),

@@ -51,15 +51,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from app.core.errors import (
-    CorruptRecord,
-    InvalidRecord,
-    KafkaStorageError,
-    OffsetOutOfRange,
-    SegmentClosed,
-    UnsupportedMessageFormat,
-)
-from app.core.log.batch import (
+from app.common.batch import (
     HEADER_SIZE,
     MAGIC,
     BatchHeader,
@@ -69,6 +61,14 @@ from app.core.log.batch import (
     stamp,
     stamp_log_append_time,
     validate_batches,
+)
+from app.common.errors import (
+    CorruptRecord,
+    InvalidRecord,
+    KafkaStorageError,
+    OffsetOutOfRange,
+    SegmentClosed,
+    UnsupportedMessageFormat,
 )
 from app.core.log.checkpoint import fsync_dir
 from app.core.log.config import LogConfig
@@ -287,7 +287,7 @@ class Log:
         (the epoch replication made this broker leader in; 0 for a lone broker).
 
         A ``bytearray`` is stamped in place (no copy); other buffers are copied once.
-        Raises the errors of :func:`app.core.log.batch.validate_batches`.
+        Raises the errors of :func:`app.common.batch.validate_batches`.
         """
         if leader_epoch is None:
             leader_epoch = self.leader_epoch

@@ -59,7 +59,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.core.errors import (
+from app.common.errors import (
     InvalidPartitions,
     InvalidTopic,
     KafkaStorageError,

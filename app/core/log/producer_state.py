@@ -74,8 +74,8 @@ from typing import NamedTuple
 
 import crc32c
 
-from app.core.errors import InvalidProducerEpoch, InvalidRecord, OutOfOrderSequence
-from app.core.log.batch import CONTROL_MASK, HEADER_SIZE, BatchHeader, read_header
+from app.common.batch import CONTROL_MASK, HEADER_SIZE, BatchHeader, read_header
+from app.common.errors import InvalidProducerEpoch, InvalidRecord, OutOfOrderSequence
 from app.core.log.checkpoint import write_atomically
 from app.core.log.segment import LogSegment
 

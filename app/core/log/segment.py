@@ -1,7 +1,7 @@
 """One segment of a partition's log: a ``.log`` file and its two sparse indexes.
 
 File format: ``<base offset, 20 digits>.log`` holds RecordBatch v2 batches
-back to back, exactly as produced and stamped (see :mod:`app.core.log.batch`
+back to back, exactly as produced and stamped (see :mod:`app.common.batch`
 for the 61-byte header). ``.index`` and ``.timeindex`` beside it are described
 in :mod:`app.core.log.index`.
 
@@ -25,7 +25,7 @@ The ``.log`` is open as one :class:`~app.core.log.fileslice.SegmentFile`,
 which every read takes first and holds while it reads, as slices hold it
 until sent: closing or deleting a segment only drops the segment's own
 reference, and the descriptor closes when the last reader is done. A read
-that starts after the close raises :class:`~app.core.errors.SegmentClosed`
+that starts after the close raises :class:`~app.common.errors.SegmentClosed`
 (the log then reads from its current segments). A deleted segment never
 rebuilds its indexes: its files are going, and its readers move on.
 """
@@ -40,8 +40,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from app.core.errors import KafkaStorageError, SegmentClosed
-from app.core.log.batch import (
+from app.common.batch import (
     HEADER_SIZE,
     MAGIC,
     BatchHeader,
@@ -49,6 +48,7 @@ from app.core.log.batch import (
     decode_records,
     read_header,
 )
+from app.common.errors import KafkaStorageError, SegmentClosed
 from app.core.log.fileslice import FileSlice, SegmentFile
 from app.core.log.index import MAX_RELATIVE_OFFSET, IndexCorrupt, OffsetIndex, TimeIndex
 

@@ -29,7 +29,7 @@ from base64 import urlsafe_b64encode
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from app.core.errors import (
+from app.common.errors import (
     InvalidTopic,
     KafkaStorageError,
     LeaderNotAvailable,

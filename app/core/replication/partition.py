@@ -27,7 +27,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from app.core.errors import (
+from app.common.errors import (
     FencedLeaderEpoch,
     NotEnoughReplicas,
     NotEnoughReplicasAfterAppend,

@@ -37,7 +37,7 @@ from kazoo.exceptions import (
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 from kazoo.retry import KazooRetry
 
-from app.core.errors import KafkaStorageError, TopicAlreadyExists, ZooKeeperUnavailable
+from app.common.errors import KafkaStorageError, TopicAlreadyExists, ZooKeeperUnavailable
 from app.core.replication.state import BrokerInfo, PartitionState, TopicAssignment
 
 _log = logging.getLogger(__name__)

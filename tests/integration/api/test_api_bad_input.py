@@ -17,7 +17,7 @@ from starlette.types import Message, Receive
 
 from app.api import create_app
 from app.api.util import JSON, OCTET_STREAM
-from app.core.log.batch import build_batch, compute_crc
+from app.common.batch import build_batch, compute_crc
 
 GOOD_BATCH = build_batch([(b"k", b"v"), (b"k2", b"v2")])
 

@@ -14,7 +14,7 @@ from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchB
 from starlette.testclient import TestClient
 
 from app.api import create_app
-from app.core.log.batch import HEADER_SIZE, build_batch, iter_headers, read_header
+from app.common.batch import HEADER_SIZE, build_batch, iter_headers, read_header
 
 OCTET = {"Accept": "application/octet-stream"}
 

@@ -14,7 +14,7 @@ from kafka.partitioner.default import murmur2 as kafka_murmur2
 
 from app.client import Consumer, Producer, RecordMetadata, TopicPartition
 from app.client.errors import BufferFull, DeliveryTimeout, ProducerClosed, UnsupportedByBroker
-from app.core.errors import (
+from app.common.errors import (
     BrokerNotAvailable,
     CorruptRecord,
     InvalidRecord,
@@ -22,7 +22,7 @@ from app.core.errors import (
     UnknownTopicOrPartition,
     UnsupportedCompressionType,
 )
-from app.core.partitioner import partition_for_key
+from app.common.partitioner import partition_for_key
 
 MakeTopic = Callable[..., str]
 

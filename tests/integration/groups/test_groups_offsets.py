@@ -10,8 +10,8 @@ from groups_api_helpers import Member, create_topic, make_settings
 from starlette.testclient import TestClient
 
 from app.api import create_app
+from app.common.batch import build_batch
 from app.core.log import LogManager
-from app.core.log.batch import build_batch
 from app.groups.coordinator import GroupCoordinator
 
 

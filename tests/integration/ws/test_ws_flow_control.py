@@ -18,7 +18,7 @@ from ws_helpers import LiveBroker, recv, send, subscribe
 
 from app.api.ws.protocol import MAX_CREDIT
 from app.api.ws.subscribe import CHUNK_BYTES
-from app.core.log.batch import BatchBuilder
+from app.common.batch import BatchBuilder
 
 OCTET = {"content-type": "application/octet-stream"}
 

@@ -16,7 +16,7 @@ from app.api.errors import (
     without_paths,
 )
 from app.api.guards import duplicate_parameters, media_type, route_table
-from app.core.errors import KafkaStorageError, OffsetOutOfRange
+from app.common.errors import KafkaStorageError, OffsetOutOfRange
 
 
 def test_an_error_about_a_huge_integer_still_renders() -> None:

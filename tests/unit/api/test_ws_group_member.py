@@ -13,8 +13,8 @@ import pytest
 from app.api.server import build_config
 from app.api.ws.common import ClientGone
 from app.api.ws.group import GroupMember
+from app.common.errors import LogbusError
 from app.config import Settings
-from app.core.errors import LogbusError
 from app.core.log import LogManager
 from app.groups.coordinator import GroupConfig, GroupCoordinator
 

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from app.core.errors import InvalidPartitions, KafkaStorageError, PartitionLimitExceeded
+from app.common.batch import build_batch, decode_records
+from app.common.errors import InvalidPartitions, KafkaStorageError, PartitionLimitExceeded
 from app.core.limits import FDS_PER_PARTITION, PartitionBudget, nofile_limit, open_fds
 from app.core.log import LogManager
 from app.core.log import manager as manager_module
-from app.core.log.batch import build_batch, decode_records
 
 
 def _files(data: Path) -> set[str]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping
 
-from app.core.errors import (
+from app.common.errors import (
     NotEnoughReplicas,
     NotLeaderOrFollower,
     RequestTimedOut,

@@ -15,7 +15,7 @@ from groups_cluster_fakes import URLS, FakeCluster, group_in
 from groups_unit_helpers import FakeClock
 
 from app.api.ws.group import GroupMember
-from app.core.errors import (
+from app.common.errors import (
     CoordinatorLoadInProgress,
     CoordinatorNotAvailable,
     GroupIdNotFound,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.core.errors import CorruptRecord
+from app.common.errors import CorruptRecord
 from app.groups.records import (
     GroupKey,
     GroupValue,

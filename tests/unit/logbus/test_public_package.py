@@ -9,7 +9,7 @@ import logbus
 import logbus.errors
 from app import client
 from app.client import errors as client_errors
-from app.core import errors as core_errors
+from app.common import errors as core_errors
 
 
 def test_public_names_are_the_sdk_classes() -> None:

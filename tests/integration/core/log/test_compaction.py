@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from log_helpers import BASE_TS, kafka_python_batches
 
-from app.core.errors import OffsetOutOfRange
+from app.common.batch import BatchBuilder, decode_records
+from app.common.errors import OffsetOutOfRange
 from app.core.log import Log, LogConfig, LogManager
-from app.core.log.batch import BatchBuilder, decode_records
 from app.core.log.checkpoint import OffsetCheckpointFile
 from app.core.log.cleaner import CLEANER_CHECKPOINT, CleanerConfig, LogCleaner
 

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from log_helpers import BASE_TS, kafka_python_batches
 
+from app.common.batch import BatchBuilder, decode_records
 from app.core.log import Log, LogConfig
 from app.core.log import log as log_module
-from app.core.log.batch import BatchBuilder, decode_records
 from app.core.log.cleaner import LogCleaner
 from app.core.log.index import TimeIndex
 from app.core.log.segment import LogSegment

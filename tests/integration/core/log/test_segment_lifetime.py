@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from app.core.errors import OffsetOutOfRange
+from app.common.batch import BatchBuilder, compute_crc, decode_records, iter_headers
+from app.common.errors import OffsetOutOfRange
 from app.core.log import Log, LogConfig
-from app.core.log.batch import BatchBuilder, compute_crc, decode_records, iter_headers
 from app.core.log.cleaner import LogCleaner
 
 CONFIG = LogConfig().with_overrides(

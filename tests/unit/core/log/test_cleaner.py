@@ -12,9 +12,7 @@ from aiokafka.record._crecords import DefaultRecordBatch
 from kafka.record import MemoryRecords
 from log_helpers import BASE_TS, kafka_python_batches
 
-from app.core.errors import InvalidRecord
-from app.core.log import Log, LogConfig
-from app.core.log.batch import (
+from app.common.batch import (
     CONTROL_MASK,
     CRC_OFFSET,
     BatchBuilder,
@@ -25,6 +23,8 @@ from app.core.log.batch import (
     stamp,
     stamp_log_append_time,
 )
+from app.common.errors import InvalidRecord
+from app.core.log import Log, LogConfig
 from app.core.log.cleaner import CleanerConfig, LogCleaner, survey
 from app.core.log.compact_batch import (
     DELETE_HORIZON_MASK,

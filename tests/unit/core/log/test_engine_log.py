@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from log_helpers import BASE_TS, check_log_dir, kafka_python_batches, make_batch, value_batch
 
-from app.core.errors import CorruptRecord, OffsetOutOfRange, RecordTooLarge, SegmentClosed
+from app.common.batch import decode_records, read_header
+from app.common.errors import CorruptRecord, OffsetOutOfRange, RecordTooLarge, SegmentClosed
 from app.core.log import Log, LogConfig
-from app.core.log.batch import decode_records, read_header
 from app.core.log.segment import BatchInfo, LogSegment, segment_name
 
 
@@ -328,7 +328,7 @@ def test_append_as_follower(tmp_path: Path) -> None:
         follower.append_as_follower(data)
     # A gap (compacted leader) is kept as is.
     gap = bytearray(value_batch(0, 2))
-    from app.core.log.batch import stamp
+    from app.common.batch import stamp
 
     stamp(gap, 0, 10, 2)
     follower.append_as_follower(bytes(gap))

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from log_helpers import check_log_dir, value_batch
 
-from app.core.errors import (
+from app.common.batch import build_batch, decode_records
+from app.common.errors import (
     InvalidConfig,
     InvalidPartitions,
     InvalidTopic,
@@ -19,7 +20,6 @@ from app.core.errors import (
     UnknownTopicOrPartition,
 )
 from app.core.log import LogConfig, LogManager, validate_topic_name
-from app.core.log.batch import build_batch, decode_records
 from app.core.log.manager import MAX_PARTITIONS, MAX_TOPIC_NAME_LENGTH
 
 
