@@ -98,7 +98,9 @@ PRODUCE_BATCHES = """Append one or more Kafka RecordBatch v2 (magic 2) back to b
 as a Kafka producer would send them: the broker checks each batch (CRC-32C, lengths,
 magic, record count, max.message.bytes), stamps its base offset and leader epoch in
 place, and writes the same bytes. Compressed batches (gzip, snappy, lz4, zstd) are stored
-compressed. A corrupt or truncated batch is 400 CORRUPT_MESSAGE and nothing is written.
+compressed. A corrupt or truncated batch is 400 CORRUPT_MESSAGE and nothing is written;
+so is a batch with the delete-horizon flag (attribute bit 6, set only by the broker's
+log cleaner: copy records, not cleaned batches), with 400 INVALID_RECORD.
 The answer gives each batch's assigned offsets.
 
 Idempotent producers (a producer id from `POST /producers` in the batch header, with

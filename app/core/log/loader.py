@@ -22,9 +22,10 @@ A ``<base>.log.swap`` is a compacted copy that was complete and fsynced
 before it got that name (see :mod:`app.core.log.cleaner`), so an interrupted
 swap is finished, never undone: the live segments it replaces are deleted and
 the copy is renamed live, with indexes rebuilt. Which segments it replaces is
-written down before the commit point, in ``<base>.replaced.swap`` (one line,
-the offset where the replaced run of segments ends: every segment with a base
-offset from ``<base>`` up to it goes). The copy's own offsets cannot say it: a
+written down before the commit point, in the name of an empty marker file
+``<base>.replaced-<end>.swap`` (both 20 digits: every segment with a base
+offset from ``<base>`` up to ``<end>`` goes; a name needs only a directory
+fsync to be durable, no data). The copy's own offsets cannot say it: a
 copy may end well before the segments it replaces (all their records were
 superseded), even be empty. Without a marker (a swap of an older version) the
 copy's offset range is used. Only if the copy fails its own check and the
@@ -34,11 +35,12 @@ first segment it replaces is still there is the copy dropped instead.
 from __future__ import annotations
 
 import logging
+import os
 import re
 from pathlib import Path
 from typing import NamedTuple
 
-from app.core.log.checkpoint import fsync_dir, write_atomically
+from app.core.log.checkpoint import fsync_dir
 from app.core.log.config import LogConfig
 from app.core.log.segment import (
     DELETED_SUFFIX,
@@ -53,8 +55,8 @@ _log = logging.getLogger(__name__)
 
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
-# <base>.replaced.swap: where the run of segments a compacted copy replaces ends.
-REPLACED_SUFFIX = ".replaced" + SWAP_SUFFIX
+# <base>.replaced-<end>.swap: where the run of segments a compacted copy replaces ends.
+_SWAP_MARKER = re.compile(r"(\d{20})\.replaced-(\d{20})\.swap")
 STRAY_SUFFIXES = (".tmp", CLEANED_SUFFIX, DELETED_SUFFIX)
 _SEGMENT_FILE = re.compile(r"(\d{20})(\.log|\.index|\.timeindex)")
 
@@ -86,27 +88,26 @@ def remove_stray_files(directory: Path) -> list[str]:
     return removed
 
 
-def swap_marker(directory: Path, base_offset: int) -> Path:
-    """The file naming the end of the segments the copy at ``base_offset`` replaces."""
-    return directory / (segment_name(base_offset) + REPLACED_SUFFIX)
+def swap_marker(directory: Path, base_offset: int, replaced_end: int) -> Path:
+    """The marker saying the copy at ``base_offset`` replaces the segments below ``replaced_end``."""
+    return directory / f"{segment_name(base_offset)}.replaced-{segment_name(replaced_end)}.swap"
 
 
 def write_swap_marker(directory: Path, base_offset: int, replaced_end: int) -> None:
-    """Record, durably, that the copy at ``base_offset`` replaces the segments below ``replaced_end``."""
-    write_atomically(swap_marker(directory, base_offset), b"%d\n" % replaced_end)
+    """Create the marker durably, before the copy's commit point."""
+    os.close(os.open(swap_marker(directory, base_offset, replaced_end), os.O_WRONLY | os.O_CREAT))
+    fsync_dir(directory)
 
 
 def _replaced_end(directory: Path, base_offset: int) -> int | None:
-    try:
-        text = swap_marker(directory, base_offset).read_text(encoding="ascii")
-    except FileNotFoundError:
-        return None
-    try:
-        return int(text.strip())
-    except ValueError:
-        # Written atomically, so this is damage: fall back to the copy's own range.
-        _log.warning("%s: unreadable %s", directory.name, swap_marker(directory, base_offset))
-        return None
+    # A marker of an earlier swap at the same base (its removal failed) names an end
+    # no later than this swap's: the old segments then ran on from there.
+    ends = [
+        int(m.group(2))
+        for p in directory.glob(f"{segment_name(base_offset)}.replaced-*.swap")
+        if (m := _SWAP_MARKER.fullmatch(p.name))
+    ]
+    return max(ends) if ends else None
 
 
 def complete_swaps(directory: Path, config: LogConfig) -> list[int]:

@@ -706,8 +706,8 @@ class Log:
         (the first segment holds the log start offset).
 
         The steps, each a rename that a crash can stop after: the marker
-        ``<base>.replaced.swap`` records where the run of old segments ends (a
-        copy may end far before it, or be empty), the copy becomes ``.swap``
+        ``<base>.replaced-<end>.swap`` records where the run of old segments
+        ends (a copy may end far before it, or be empty), the copy becomes ``.swap``
         (the commit point: recovery finishes the swap from here, see
         :mod:`app.core.log.loader`), the old segments become ``.deleted`` one
         by one (their files stay open for ``file.delete.delay.ms`` and for as
@@ -729,13 +729,14 @@ class Log:
                 or any(a is not b for a, b in zip(segments[first:end], old, strict=True))
             ):
                 return False
+            marker = swap_marker(self.dir, new.base_offset, segments[end].base_offset)
             write_swap_marker(self.dir, new.base_offset, segments[end].base_offset)
             try:
                 new.change_file_suffixes(CLEANED_SUFFIX, SWAP_SUFFIX)
             except BaseException:
                 # Before the commit point (the .log is renamed last): the log is as it was.
                 with contextlib.suppress(OSError):
-                    swap_marker(self.dir, new.base_offset).unlink()
+                    marker.unlink()
                 raise
             try:
                 fsync_dir(self.dir)
@@ -751,8 +752,8 @@ class Log:
                 )
                 raise
             with contextlib.suppress(OSError):
-                # A marker left behind is harmless: a start removes it, a swap rewrites it.
-                swap_marker(self.dir, new.base_offset).unlink()
+                # A marker left behind is harmless: a start removes it, a swap replaces it.
+                marker.unlink()
             keep_new = new.size > 0 or first == 0
             if not keep_new:
                 # Live and empty between two segments, it is what a start removes as well.

@@ -251,19 +251,25 @@ class LogSegment:
         return os.fstat(f.fd).st_mtime_ns // 1_000_000
 
     def _offset_index(self) -> OffsetIndex:
-        if not self._indexes_checked:
+        if not (self._indexes_checked and self.offset_index.loaded):
             self._check_indexes()
         return self.offset_index
 
     def _time_index(self) -> TimeIndex:
-        if not self._indexes_checked:
+        if not (self._indexes_checked and self.time_index.loaded):
             self._check_indexes()
         return self.time_index
 
     def _check_indexes(self) -> None:
-        """Load both indexes, cross-check them with the log, rebuild them if anything is off."""
+        """Load both indexes, cross-check them with the log, rebuild them if anything is off.
+
+        Runs on first use and again when the sealed-index budget dropped the
+        columns of an index (:mod:`app.core.log.index`): its file may have been
+        damaged or removed since, and an index is derived data. A deleted
+        segment raises :class:`SegmentClosed` instead of rebuilding.
+        """
         with self._lock:
-            if self._indexes_checked:
+            if self._indexes_checked and self.offset_index.loaded and self.time_index.loaded:
                 return
             f = self.file
             try:

@@ -47,11 +47,14 @@ def _batch(rng: random.Random, n: int) -> bytes:
 
 
 def _race(log: Log, cleaner: LogCleaner, fetches: int, seed: int) -> tuple[int, list[str]]:
-    """Run writer, cleaner and readers until the readers made ``fetches`` fetches."""
+    """Run writer, cleaner and readers until the readers made ``fetches`` fetches and the
+    cleaner completed three passes."""
     stop = threading.Event()
     errors: list[str] = []
     done = [0]
     count_lock = threading.Lock()
+    passes = [0]
+    passed = threading.Condition()
 
     def fail(message: str) -> None:
         errors.append(message)
@@ -64,8 +67,13 @@ def _race(log: Log, cleaner: LogCleaner, fetches: int, seed: int) -> tuple[int, 
             while not stop.is_set():
                 n += 1
                 log.append(_batch(rng, n))
-                if n % 64 == 0:
-                    time.sleep(0.001)  # let the readers and the cleaner in
+                if n % 100 == 0:
+                    # In step with the cleaner, whatever the load: the log stays small
+                    # and every pass swaps segments under the readers.
+                    with passed:
+                        target = passes[0] + 1
+                        while passes[0] < target and not stop.is_set():
+                            passed.wait()
         except Exception as e:
             fail(f"writer: {e!r}")
 
@@ -74,8 +82,15 @@ def _race(log: Log, cleaner: LogCleaner, fetches: int, seed: int) -> tuple[int, 
             while not stop.is_set():
                 if cleaner.clean(log, force=True) is None:
                     time.sleep(0.001)
+                    continue
+                with passed:
+                    passes[0] += 1
+                    passed.notify_all()
         except Exception as e:
             fail(f"cleaner: {e!r}")
+        finally:
+            with passed:
+                passed.notify_all()
 
     def read(index: int) -> None:
         rng = random.Random(seed * 100 + index)
@@ -108,7 +123,7 @@ def _race(log: Log, cleaner: LogCleaner, fetches: int, seed: int) -> tuple[int, 
                     return
             with count_lock:
                 done[0] += 1
-                if done[0] >= fetches:
+                if done[0] >= fetches and passes[0] >= 3:
                     stop.set()
 
     threads = [
@@ -144,4 +159,5 @@ def test_readers_racing_the_cleaner_with_no_delete_delay(tmp_path: Path) -> None
     done, errors = _race(reopened, cleaner, FETCHES // 2, seed=2)
     assert not errors, errors[:5]
     assert done >= FETCHES // 2
+    assert cleaner.stats()["passes"] >= 3
     reopened.close()

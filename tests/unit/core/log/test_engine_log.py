@@ -432,3 +432,42 @@ def test_a_slice_keeps_a_deleted_segment_readable_and_its_descriptor_closes_with
     # The last holder is gone: so is the descriptor (nothing else opened a file since).
     with pytest.raises(OSError):
         os.fstat(fd)
+
+
+def _sealed_segment_with_loaded_indexes(tmp_path: Path) -> tuple[Log, LogSegment]:
+    log = Log(tmp_path / "t-0", LogConfig().with_overrides({"index.interval.bytes": 1}))
+    for i in range(20):
+        log.append(value_batch(i, 1))
+    log.roll()
+    log.append(value_batch(20, 1))
+    seg = log.segments[0]
+    assert next(r.offset for r in decode_records(log.read(7, 100).read_bytes())) == 7
+    assert seg.offset_index.loaded
+    return log, seg
+
+
+def test_a_sealed_index_lost_after_it_was_loaded_is_rebuilt(tmp_path: Path) -> None:
+    """Dropped from memory (the sealed-index budget) and its file gone or damaged since: an
+    index is derived data, so the next lookup rebuilds it from the .log instead of failing."""
+    log, seg = _sealed_segment_with_loaded_indexes(tmp_path)
+    seg.offset_index.path.write_bytes(b"\x00" * 3)
+    seg.time_index.path.unlink()
+    seg.offset_index.drop_columns()
+    seg.time_index.drop_columns()
+    assert next(r.offset for r in decode_records(log.read(7, 100).read_bytes())) == 7
+    assert log.offset_for_timestamp(BASE_TS) == (0, BASE_TS)
+    assert seg.offset_index.path.stat().st_size > 3
+    log.close()
+
+
+def test_a_deleted_segment_whose_index_is_gone_sends_its_reader_on(tmp_path: Path) -> None:
+    log, seg = _sealed_segment_with_loaded_indexes(tmp_path)
+    seg.rename_to_deleted()
+    for index in (seg.offset_index, seg.time_index):
+        index.path.unlink()
+        index.drop_columns()
+    # Still open (a reader holds it), but deleted: no index is rebuilt for it.
+    with pytest.raises(SegmentClosed):
+        seg.read(7, 100, 21, min_one=True)
+    assert not list(tmp_path.glob("t-0/*.index*.deleted"))
+    log.close()
