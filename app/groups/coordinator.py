@@ -318,6 +318,10 @@ class GroupCoordinator:
         self._expire_task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._watchers: dict[tuple[str, str], Callable[[], None]] = {}
+        # Cluster mode: topics seen deleted since start. Groups of an offsets partition
+        # loading at the time (or whose leader could not write the tombstones) forget
+        # their offsets for these once loaded here.
+        self._deleted_topics: set[str] = set()
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -330,6 +334,7 @@ class GroupCoordinator:
         self._running = True
         if self.placement.clustered:
             self.placement.add_leadership_listener(self._on_leadership)
+            self.placement.add_topic_listener(self.topic_deleted)
             count = self._offsets_partitions()
             for partition in range(count or 0):
                 if self.placement.leads(partition):
@@ -338,6 +343,13 @@ class GroupCoordinator:
             if OFFSETS_TOPIC in self.manager.topics():
                 await asyncio.to_thread(self.load)
                 self._topic_ready = True
+                # A topic deleted just before a crash, its tombstones not written yet:
+                # this broker's topics are all there are, so any other name is gone.
+                existing = set(self.manager.topics())
+                self._forget_topics(
+                    self._groups.values(),
+                    {t for g in self._groups.values() for t, _ in g.offsets} - existing,
+                )
             now = self._monotonic()
             for group in self._groups.values():
                 for member in group.members.values():
@@ -522,6 +534,10 @@ class GroupCoordinator:
                 member.deadline = now + self.config.session_timeout_ms / 1000
                 self._arm(group, member)
         self._partitions[partition] = _LOADED
+        # Deletions seen while this partition was loading (or led elsewhere): only names
+        # seen deleted, never merely unknown ones (a topic created a moment ago may not
+        # have reached this broker's metadata yet).
+        self._forget_topics(loaded.values(), self._deleted_topics - set(self.placement.topics()))
         log.info(
             "coordinating %d groups of %s-%d (leader now)", len(loaded), OFFSETS_TOPIC, partition
         )
@@ -1233,6 +1249,46 @@ class GroupCoordinator:
                     )
                 )
         return out
+
+    # -- topic deletion --------------------------------------------------------------------
+
+    def topic_deleted(self, topic: str) -> None:
+        """Forget every committed offset of ``topic``, deleted: tombstones in
+        ``__consumer_offsets`` and out of the cache, for every group coordinated here.
+
+        Kafka deletes a topic's offsets with the topic; keeping them would start a
+        re-created topic of the same name at the old positions (records below them never
+        delivered). Called on the loop: in a cluster by the ReplicaManager's topic
+        listener on every broker (each coordinator clears its own groups, whichever
+        broker got the DELETE), on a lone broker by the DELETE itself. Members are not
+        touched here: their next heartbeat finds the topic gone and the group rebalances.
+        """
+        if topic == OFFSETS_TOPIC:
+            return
+        self._deleted_topics.add(topic)
+        self._forget_topics(list(self._groups.values()), {topic})
+
+    def _forget_topics(self, groups: Iterable[Group], topics: set[str]) -> int:
+        if not topics:
+            return 0
+        removed = 0
+        for group in groups:
+            gone = sorted(tp for tp in group.offsets if tp[0] in topics)
+            if not gone:
+                continue
+            gid = group.group_id
+            try:
+                self._append(gid, [(encode_key(OffsetKey(gid, t, p)), None) for t, p in gone])
+            except LogbusError as exc:
+                # Not written (leadership just moved, too few in-sync replicas): the next
+                # leader forgets them when it loads the group, having seen the deletion.
+                log.warning("offsets of deleted topics not tombstoned in %s: %s", gid, exc)
+            for tp in gone:
+                del group.offsets[tp]
+            removed += len(gone)
+        if removed:
+            log.info("forgot %d committed offsets of deleted topics %s", removed, sorted(topics))
+        return removed
 
     async def _expire_loop(self) -> None:
         interval = self.config.offsets_retention_check_interval_ms / 1000

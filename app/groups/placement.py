@@ -33,6 +33,7 @@ OFFSETS_TOPIC_CONFIGS: Mapping[str, object] = {"cleanup.policy": "compact"}
 INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
 
 LeadershipListener = Callable[[str, int, bool], None]
+TopicListener = Callable[[str], None]
 
 
 class ReplicaView(Protocol):
@@ -55,6 +56,8 @@ class ClusterView(Protocol):
     def brokers(self) -> Mapping[int, Any]: ...
 
     def add_leadership_listener(self, cb: LeadershipListener) -> None: ...
+
+    def add_topic_listener(self, cb: TopicListener) -> None: ...
 
     def is_leader(self, topic: str, partition: int) -> bool: ...
 
@@ -124,6 +127,10 @@ class OffsetsPlacement(Protocol):
 
     def add_leadership_listener(self, cb: LeadershipListener) -> None: ...
 
+    def add_topic_listener(self, cb: TopicListener) -> None:
+        """``cb(topic)`` on the loop whenever a topic is deleted (anywhere in a cluster)."""
+        ...
+
 
 class LocalPlacement:
     """A lone broker: every partition is here and led here."""
@@ -175,6 +182,11 @@ class LocalPlacement:
 
     def add_leadership_listener(self, cb: LeadershipListener) -> None:
         return None  # leadership never moves
+
+    def add_topic_listener(self, cb: TopicListener) -> None:
+        # Deletions reach a lone broker through its own DELETE /topics only, which
+        # tells the coordinator itself (GroupCoordinator.topic_deleted).
+        return None
 
 
 class ClusterPlacement:
@@ -248,3 +260,6 @@ class ClusterPlacement:
 
     def add_leadership_listener(self, cb: LeadershipListener) -> None:
         self.cluster.add_leadership_listener(cb)
+
+    def add_topic_listener(self, cb: TopicListener) -> None:
+        self.cluster.add_topic_listener(cb)

@@ -31,6 +31,7 @@ from app.core.log import validate_topic_name
 
 if TYPE_CHECKING:
     from app.core.log.manager import LogManager
+    from app.groups.coordinator import GroupCoordinator
 
 router = APIRouter(tags=["topics"])
 
@@ -135,14 +136,16 @@ async def get_topic(
     "/topics/{topic}",
     status_code=204,
     summary="Delete a topic",
-    description="Deletes the topic and all its data. Fetches already being answered from its "
-    "files finish (files are removed after file.delete.delay.ms). Internal topics "
-    "(`__consumer_offsets`) cannot be deleted, and a name no topic can have is refused: "
-    "400 INVALID_TOPIC_EXCEPTION.",
+    description="Deletes the topic and all its data, and every group's committed offsets "
+    "for it (a topic created again under the name is read from its start). Fetches "
+    "already being answered from its files finish (files are removed after "
+    "file.delete.delay.ms). Internal topics (`__consumer_offsets`) cannot be deleted, and "
+    "a name no topic can have is refused: 400 INVALID_TOPIC_EXCEPTION.",
     response_class=Response,
     responses=error_responses(400, 404, 503),
 )
 async def delete_topic(
+    request: Request,
     topic: Annotated[str, Path(description="Topic name.")],
     state: StateDep,
     manager: ManagerDep,
@@ -150,9 +153,14 @@ async def delete_topic(
     check_not_internal(topic)
     validate_topic_name(topic)  # no topic has a name it refuses (400, not 404)
     if state.cluster is not None:
+        # Every broker's coordinator forgets the topic's offsets when its ZooKeeper watch
+        # sees the deletion (ReplicaManager's topic listeners).
         await state.cluster.delete_topic(topic)
     else:
         await run_blocking(manager.delete_topic, topic)
+        coordinator: GroupCoordinator | None = getattr(request.app.state, "coordinator", None)
+        if coordinator is not None:
+            coordinator.topic_deleted(topic)
     state.sticky.forget(topic)
     state.waiters.forget_topic(topic)
     return Response(status_code=204)

@@ -265,3 +265,32 @@ def test_offsets_cannot_be_committed_to_internal_topics(gclient: TestClient) -> 
         assert r.status_code in (200, 404), r.text
         if r.status_code == 200:
             assert r.json()["offsets"] == []
+
+
+def test_deleting_a_topic_deletes_its_committed_offsets(tmp_path: Path) -> None:
+    """Commit tz-2 at 5, delete tz, create it again and produce 8 records: nothing is
+    committed for the new tz (also after a restart), so the group reads it from 0."""
+    settings = make_settings(tmp_path)
+    with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+        create_topic(client, "tz", 3)
+        create_topic(client, "other", 1)
+        for group in ("g", "h"):
+            r = admin_commit(
+                client,
+                group,
+                [
+                    {"topic": "tz", "partition": 2, "offset": 5},
+                    {"topic": "other", "partition": 0, "offset": 0},
+                ],
+            )
+            assert r.status_code == 200, r.text
+        assert client.delete("/topics/tz").status_code == 204
+        create_topic(client, "tz", 3)
+        produce(client, "tz", 8, partition=2)
+        for group in ("g", "h"):
+            assert committed(client, group, "tz") == {0: -1, 1: -1, 2: -1}
+            assert committed(client, group, "other") == {0: 0}
+    with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+        for group in ("g", "h"):
+            assert committed(client, group, "tz") == {0: -1, 1: -1, 2: -1}
+            assert committed(client, group, "other") == {0: 0}

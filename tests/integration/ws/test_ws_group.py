@@ -438,3 +438,27 @@ def test_a_frozen_client_loses_its_partitions_within_the_session_timeout(
             asyncio.run(main())
         finally:
             sock.close()
+
+
+def test_a_topic_created_again_is_read_from_its_start(slow_groups: LiveBroker) -> None:
+    """Committed offsets go with their topic: a member starting from the group's commits
+    gets every record of the new topic of that name, not those past the old commit."""
+    broker = slow_groups
+    broker.create_topic("tz", 3)
+    with broker.http() as c:
+        r = c.post(
+            "/groups/g/offsets",
+            json={"member_epoch": -1, "offsets": [{"topic": "tz", "partition": 2, "offset": 5}]},
+        )
+        assert r.status_code == 200, r.text
+        assert c.delete("/topics/tz").status_code == 204
+    broker.create_topic("tz", 3)
+    broker.produce("tz", [{"value": i, "partition": 2} for i in range(8)])
+
+    async def main() -> None:
+        m = await join(broker.ws_url("/ws/subscribe"), "g", ["tz"], default="earliest")
+        await m.until(lambda: m.count() == 8)
+        assert [r["offset"] for r in m.records[("tz", 2)]] == list(range(8))
+        await m.ws.close()
+
+    asyncio.run(main())
