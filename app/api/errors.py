@@ -529,12 +529,14 @@ ERROR_DOCS: dict[int, dict[str, Any]] = {
         ),
     ),
     504: _doc(
-        "The write did not complete within timeout_ms; it may still be applied.",
+        "acks=all: the in-sync replicas did not all confirm the write within timeout_ms; "
+        "it may still be replicated.",
         (
             "REQUEST_TIMED_OUT",
             {
                 "error_code": "REQUEST_TIMED_OUT",
-                "message": "append to orders-0 did not finish within 100 ms",
+                "message": "orders-0: offset 41 was not replicated to every in-sync replica "
+                "within 100 ms",
                 "retriable": True,
             },
         ),

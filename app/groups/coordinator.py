@@ -39,7 +39,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import time
 import uuid
 from collections import Counter
@@ -70,6 +69,7 @@ from app.common.errors import (
     UnknownTopicOrPartition,
     UnreleasedInstanceId,
 )
+from app.core.patterns import ClientPattern, compile_client_pattern
 from app.groups.assignors import DEFAULT_ASSIGNOR, MemberSpec, get_assignor
 from app.groups.hashing import partition_for
 from app.groups.placement import (
@@ -1520,19 +1520,14 @@ class GroupCoordinator:
         return self._groups
 
 
-_PATTERNS: dict[str, re.Pattern[str]] = {}
+_PATTERNS: dict[str, ClientPattern] = {}
 
 
-def _compile(regex: str) -> re.Pattern[str]:
+def _compile(regex: str) -> ClientPattern:
     pattern = _PATTERNS.get(regex)
     if pattern is None:
-        try:
-            pattern = re.compile(regex)
-        except re.error as exc:
-            raise InvalidRequest(
-                f"subscribed_topic_regex {regex!r} is not a valid regular expression "
-                f"(INVALID_REGULAR_EXPRESSION): {exc}"
-            ) from None
+        # A client's pattern runs under RE2 (linear time), never Python's re.
+        pattern = compile_client_pattern(regex, "subscribed_topic_regex")
         if len(_PATTERNS) < 1024:
             _PATTERNS[regex] = pattern
     return pattern

@@ -159,8 +159,8 @@ class HeartbeatBody(_Strict):
     subscribed_topic_regex: str | None = Field(
         default=None,
         max_length=1024,
-        description="A Python regex matched against whole topic names (internal topics never "
-        "match).",
+        description="A regular expression matched against whole topic names (internal topics "
+        "never match), run under RE2: linear time, no backreferences or lookaround.",
     )
     server_assignor: str | None = Field(
         default=None,

@@ -16,6 +16,7 @@ from app.api.errors import (
     without_paths,
 )
 from app.api.guards import duplicate_parameters, media_type, route_table
+from app.api.ws.protocol import error_frame, internal_error_frame
 from app.common.errors import KafkaStorageError, OffsetOutOfRange
 
 
@@ -112,3 +113,16 @@ def test_route_table_takes_what_the_spec_documents() -> None:
     groups = next(p for p in table if p.pattern.match("/g"))
     assert groups.operations["GET"].repeatable == {"topic"}
     assert groups.operations["GET"].media_types is None
+
+
+def test_websocket_error_frames_map_storage_errors_the_same_way() -> None:
+    err = OSError(errno.EIO, "Input/output error", "/secret/data/t-0/0.log")
+    frame = orjson.loads(internal_error_frame(err, id=7))
+    assert frame["error_code"] == "KAFKA_STORAGE_ERROR"
+    assert frame["retriable"] is True
+    assert frame["id"] == 7
+    text = error_frame(KafkaStorageError("write to /secret/data/t-0/1.log failed"))
+    assert "/secret" not in text
+    assert orjson.loads(internal_error_frame(ValueError("bug")))["error_code"] == (
+        "UNKNOWN_SERVER_ERROR"
+    )

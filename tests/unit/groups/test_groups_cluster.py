@@ -15,6 +15,7 @@ from groups_cluster_fakes import URLS, FakeCluster, group_in
 from groups_unit_helpers import FakeClock
 
 from app.api.ws.group import GroupMember
+from app.common.batch import build_batch
 from app.common.errors import (
     CoordinatorLoadInProgress,
     CoordinatorNotAvailable,
@@ -23,7 +24,6 @@ from app.common.errors import (
     NotCoordinator,
 )
 from app.core.log import LogManager
-from app.common.batch import build_batch
 from app.groups.coordinator import (
     OFFSETS_TOPIC,
     GroupConfig,
