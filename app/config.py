@@ -54,10 +54,10 @@ class Settings(BaseSettings):
         "at half the process's file-descriptor limit (503 above).",
     )
     max_connections_per_ip: int = Field(
-        default=1_000,
+        default=2_048,
         ge=1,
         description="Kafka's max.connections.per.ip: connections from one client address "
-        "(429 above).",
+        "(429 above); raise it when clients reach the broker through one proxy address.",
     )
     connections_max_idle_ms: int = Field(
         default=60_000,

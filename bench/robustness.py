@@ -8,7 +8,7 @@ one event loop, the normal client in a thread of its own:
   normal client's latency (one keyed single-record JSON produce, then a JSON fetch of
   ~10 records, on one keep-alive connection) with nothing else going on.
 * ``idle_5000``: 5,000 connections that never send a byte, from five loopback
-  addresses (1,000 each, the default ``max_connections_per_ip``), held while the normal
+  addresses (1,000 each, under the default ``max_connections_per_ip``), held while the normal
   client runs. The idle timeout (60 s) is longer than the measurement.
 * ``trickle_1000``: 1,000 connections sending a request head one byte a second; how many
   the header timeout (20 s) closed, and the normal client's latency meanwhile.
