@@ -343,13 +343,8 @@ class GroupCoordinator:
             if OFFSETS_TOPIC in self.manager.topics():
                 await asyncio.to_thread(self.load)
                 self._topic_ready = True
-                # A topic deleted just before a crash, its tombstones not written yet:
-                # this broker's topics are all there are, so any other name is gone.
-                existing = set(self.manager.topics())
-                self._forget_topics(
-                    self._groups.values(),
-                    {t for g in self._groups.values() for t, _ in g.offsets} - existing,
-                )
+                # Offsets of topics missing now are kept: a topic the log manager could
+                # not open at start is missing too, and its offsets must survive that.
             now = self._monotonic()
             for group in self._groups.values():
                 for member in group.members.values():
