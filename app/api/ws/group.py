@@ -196,7 +196,7 @@ class GroupMember:
                 server_assignor=self.server_assignor,
                 owned_partitions=sorted(self.owned),
             )
-        # Always explicit: None would tell the coordinator every revocation was applied.
+        # Always explicit: revocations count as done only once a list leaves them out.
         return HeartbeatRequest(
             member_id=self.member_id,
             member_epoch=self.member_epoch,
