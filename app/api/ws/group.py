@@ -140,8 +140,8 @@ class GroupMember:
         self._task = asyncio.create_task(self._loop(), name="ws-group-heartbeat")
 
     async def leave(self) -> None:
-        """Stop heartbeating and leave the group now; never raises (the socket is gone
-        whatever happens here), and leaves even when the caller is cancelled meanwhile."""
+        """Stop heartbeating and leave the group now. Raises nothing but the caller's own
+        cancellation (the socket is gone whatever happens here), and leaves even then."""
         # The flag stops the loop at its next step should a cancellation be lost on the
         # way (a library that swallows one): a loop that must stop stops, whatever the
         # timing.
