@@ -15,6 +15,14 @@ The model is Kafka's consumer group protocol of KIP-848, over stateless HTTP:
 * A member silent for the session timeout, or holding partitions to revoke
   past its rebalance timeout, is removed by a per-member timer (one
   ``call_later`` handle, re-armed lazily, not a task per member).
+* A heartbeat's ``owned_partitions`` is what the member holds now; without it
+  nothing changed since its last report (Kafka's meaning), so a revocation
+  counts as done only once a list leaves the partitions out.
+* Deleting a topic deletes its committed offsets (tombstones), in every group
+  of every coordinator: :meth:`GroupCoordinator.topic_deleted`.
+* A static member's temporary leave and a group's empty-since time are written
+  with the member and the group (:mod:`app.groups.records`), so a restart
+  keeps both.
 
 Everything runs on the event loop of the API: each public method reads and
 changes the state without awaiting in between, so no lock is needed. Appends
