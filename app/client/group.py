@@ -295,6 +295,9 @@ class AsyncGroupMembership(_Membership):
         self._wake = asyncio.Event()
         self._answered = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        # Set by close(): the loop sends nothing more, even should its cancellation be
+        # lost on the way.
+        self._closing = False
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(
@@ -317,11 +320,13 @@ class AsyncGroupMembership(_Membership):
                 await asyncio.wait_for(self._answered.wait(), remaining)
 
     async def close(self, leave: bool) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        self._closing = True
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            # asyncio.wait, not awaiting the task: a cancellation of close() itself
+            # must reach its caller, not be taken for the task's own.
+            await asyncio.wait({task})
         call = self._leave_call() if leave else None
         if call is not None:
             try:
@@ -336,7 +341,8 @@ class AsyncGroupMembership(_Membership):
         )
 
     async def _run(self) -> None:
-        while True:
+        loop = asyncio.get_running_loop()
+        while not self._closing:
             wait = self.interval_s
             # Cleared before the request: a change made while it is out sends another.
             self._wake.clear()
@@ -350,8 +356,14 @@ class AsyncGroupMembership(_Membership):
                     wait = self.interval_s
             except Exception as exc:
                 wait = self._failed(exc)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), wait)
+            # A timer that sets the event, not asyncio.wait_for: on Python 3.11 wait_for
+            # returns the result of a wait woken in the same step as a cancellation and
+            # drops the cancellation, so close() would wait for this loop forever.
+            timer = loop.call_later(max(0.0, wait), self._wake.set)
+            try:
+                await self._wake.wait()
+            finally:
+                timer.cancel()
 
 
 def _call(path: str, body: dict[str, Any]) -> _http.Call[dict[str, Any]]:

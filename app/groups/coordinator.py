@@ -15,6 +15,14 @@ The model is Kafka's consumer group protocol of KIP-848, over stateless HTTP:
 * A member silent for the session timeout, or holding partitions to revoke
   past its rebalance timeout, is removed by a per-member timer (one
   ``call_later`` handle, re-armed lazily, not a task per member).
+* A heartbeat's ``owned_partitions`` is what the member holds now; without it
+  nothing changed since its last report (Kafka's meaning), so a revocation
+  counts as done only once a list leaves the partitions out.
+* Deleting a topic deletes its committed offsets (tombstones), in every group
+  of every coordinator: :meth:`GroupCoordinator.topic_deleted`.
+* A static member's temporary leave and a group's empty-since time are written
+  with the member and the group (:mod:`app.groups.records`), so a restart
+  keeps both.
 
 Everything runs on the event loop of the API: each public method reads and
 changes the state without awaiting in between, so no lock is needed. Appends
@@ -318,10 +326,10 @@ class GroupCoordinator:
         self._expire_task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._watchers: dict[tuple[str, str], Callable[[], None]] = {}
-        # Cluster mode: topics seen deleted since start. Groups of an offsets partition
-        # loading at the time (or whose leader could not write the tombstones) forget
-        # their offsets for these once loaded here.
-        self._deleted_topics: set[str] = set()
+        # Cluster mode: topics seen deleted since start, with the wall-clock ms of the
+        # last deletion. Groups of an offsets partition loading at the time (or whose
+        # leader could not write the tombstones) forget those offsets once loaded here.
+        self._deleted_topics: dict[str, int] = {}
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -343,13 +351,8 @@ class GroupCoordinator:
             if OFFSETS_TOPIC in self.manager.topics():
                 await asyncio.to_thread(self.load)
                 self._topic_ready = True
-                # A topic deleted just before a crash, its tombstones not written yet:
-                # this broker's topics are all there are, so any other name is gone.
-                existing = set(self.manager.topics())
-                self._forget_topics(
-                    self._groups.values(),
-                    {t for g in self._groups.values() for t, _ in g.offsets} - existing,
-                )
+                # Offsets of topics missing now are kept: a topic the log manager could
+                # not open at start is missing too, and its offsets must survive that.
             now = self._monotonic()
             for group in self._groups.values():
                 for member in group.members.values():
@@ -536,8 +539,13 @@ class GroupCoordinator:
         self._partitions[partition] = _LOADED
         # Deletions seen while this partition was loading (or led elsewhere): only names
         # seen deleted, never merely unknown ones (a topic created a moment ago may not
-        # have reached this broker's metadata yet).
-        self._forget_topics(loaded.values(), self._deleted_topics - set(self.placement.topics()))
+        # have reached this broker's metadata yet). A name created again since keeps the
+        # offsets committed after the deletion (those are the new topic's).
+        existing = set(self.placement.topics())
+        self._forget_topics(
+            loaded.values(),
+            {t: (at if t in existing else None) for t, at in self._deleted_topics.items()},
+        )
         log.info(
             "coordinating %d groups of %s-%d (leader now)", len(loaded), OFFSETS_TOPIC, partition
         )
@@ -1265,15 +1273,21 @@ class GroupCoordinator:
         """
         if topic == OFFSETS_TOPIC:
             return
-        self._deleted_topics.add(topic)
-        self._forget_topics(list(self._groups.values()), {topic})
+        self._deleted_topics[topic] = self._clock_ms()
+        self._forget_topics(list(self._groups.values()), {topic: None})
 
-    def _forget_topics(self, groups: Iterable[Group], topics: set[str]) -> int:
+    def _forget_topics(self, groups: Iterable[Group], topics: Mapping[str, int | None]) -> int:
+        """Tombstone the offsets of deleted ``topics``: all of them (None), or those
+        committed at or before the given wall-clock ms (the topic exists again)."""
         if not topics:
             return 0
         removed = 0
         for group in groups:
-            gone = sorted(tp for tp in group.offsets if tp[0] in topics)
+            gone = sorted(
+                tp
+                for tp, v in group.offsets.items()
+                if tp[0] in topics and ((at := topics[tp[0]]) is None or v.commit_timestamp <= at)
+            )
             if not gone:
                 continue
             gid = group.group_id

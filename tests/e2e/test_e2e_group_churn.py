@@ -41,7 +41,7 @@ GROUP = "churn"
 TOPIC = "t"
 PARTITIONS = 12
 HTTP_MEMBERS = 2
-MAX_SOCKETS = 8
+MAX_SOCKETS = 10
 DURATION_S = 9.0
 KILLS = 2
 SESSION_MS = 3000
@@ -292,19 +292,24 @@ async def churn(broker: Broker, seed: int) -> dict[str, Any]:
             kill_at = [t + away for t in kill_at]
             continue
         roll = rng.random()
-        if roll < 0.45 and len(sockets) < MAX_SOCKETS:
-            member = SocketMember(f"ws{serial}", ledger, notes)
-            serial += 1
-            if await member.open(ws_url):
-                sockets.append(member)
-                counts["opened"] += 1
-        elif sockets and roll < 0.9:
-            member = sockets.pop(rng.randrange(len(sockets)))
-            abrupt = roll >= 0.675
-            await member.close(abrupt)
-            closed.append(member)
-            counts["reset" if abrupt else "closed"] += 1
-        await asyncio.sleep(rng.uniform(0.05, 0.4))
+        if roll < 0.5 and len(sockets) < MAX_SOCKETS:
+            opening = [SocketMember(f"ws{serial + i}", ledger, notes) for i in range(3)]
+            serial += len(opening)
+            opened = await asyncio.gather(*(m.open(ws_url) for m in opening))
+            sockets.extend(m for m, ok in zip(opening, opened, strict=True) if ok)
+            counts["opened"] += sum(opened)
+        elif sockets and roll < 0.95:
+            # Several sockets end at once (clean and reset mixed), so their leaves and the
+            # rebalances they start interleave on the broker's loop: where a member's
+            # wakeup and its socket's end meet in one step.
+            burst = rng.sample(sockets, rng.randint(1, min(4, len(sockets))))
+            abrupt = [rng.random() < 0.5 for _ in burst]
+            await asyncio.gather(*(m.close(a) for m, a in zip(burst, abrupt, strict=True)))
+            for member, a in zip(burst, abrupt, strict=True):
+                sockets.remove(member)
+                closed.append(member)
+                counts["reset" if a else "closed"] += 1
+        await asyncio.sleep(rng.uniform(0.05, 0.3))
     for member in sockets:
         await member.close(abrupt=False)
     stop.set()

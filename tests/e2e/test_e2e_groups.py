@@ -208,3 +208,44 @@ def test_describe_members(broker: Broker) -> None:
     lines = [line.split() for line in r.stdout.splitlines()]
     assert lines[1] == ["MEMBER-ID", "INSTANCE-ID", "EPOCH", "STATE", "ASSIGNMENT"]
     assert lines[2] == [joined["member_id"], "host-1", "1", "Stable", "t-0,t-1"]
+
+
+def test_a_static_leave_survives_kill_and_sigterm(new_broker: BrokerFactory) -> None:
+    """A static member leaves with epoch -2, then the broker is killed (-9) or stopped
+    (SIGTERM): its instance rejoins under a new member id at once (not 409
+    UNRELEASED_INSTANCE_ID for a session timeout) with its partitions, and the id that
+    left is refused (heartbeat and commit)."""
+    broker = new_broker(env={**ENV, "LOGBUS_GROUP_CONSUMER_SESSION_TIMEOUT_MS": "120000"}).start()
+    assert logbus(broker, "topics", "create", "t", "--partitions", "2").returncode == 0
+    for restart in ("kill", "stop"):
+        with broker.client() as c:
+            joined = heartbeat(c, "s", member_epoch=0, instance_id="pod-1", subscribed_topics=["t"])
+            member, epoch = joined["member_id"], joined["member_epoch"]
+            heartbeat(c, "s", member_id=member, member_epoch=-2, instance_id="pod-1")
+        if restart == "kill":
+            broker.kill()
+        else:
+            assert broker.stop() == 0
+        broker.start()
+        with broker.client() as c:
+            back = c.post(
+                "/groups/s/heartbeat",
+                json={"member_epoch": 0, "instance_id": "pod-1", "subscribed_topics": ["t"]},
+            )
+            assert back.status_code == 200, (restart, back.text)
+            assert back.json()["member_id"] != member
+            assert back.json()["assignment"] == joined["assignment"]
+            old = c.post("/groups/s/heartbeat", json={"member_id": member, "member_epoch": epoch})
+            assert old.status_code == 404 and old.json()["error_code"] == "UNKNOWN_MEMBER_ID"
+            commit = c.post(
+                "/groups/s/offsets",
+                json={
+                    "member_id": member,
+                    "member_epoch": epoch,
+                    "offsets": [{"topic": "t", "partition": 0, "offset": 1}],
+                },
+            )
+            assert commit.status_code == 404, commit.text
+            heartbeat(
+                c, "s", member_id=back.json()["member_id"], member_epoch=-2, instance_id="pod-1"
+            )

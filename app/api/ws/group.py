@@ -8,7 +8,19 @@ applies each answer to the subscription's cursors and pushes an
 acknowledged by an immediate heartbeat whose ``owned_partitions`` no longer
 lists them, so a partition moves to its new owner within a few round trips
 on the event loop, not a heartbeat interval. The socket closing, for any
-reason, leaves the group at once (epoch -1, -2 for a static member).
+reason, leaves the group at once (epoch -1, -2 for a static member); so
+does a frame the heartbeat loop cannot deliver (the socket is gone), and a
+leave survives the cancellation of whoever asked for it. The loop must stop
+whatever the timing of that cancellation, so it waits on an event set by a
+timer, never on ``asyncio.wait_for`` (which on Python 3.11 drops a
+cancellation arriving in the step its wait is woken).
+
+Liveness: the broker heartbeats for the member as long as the socket lives,
+and the socket lives only while the client proves it is there: the server's
+WebSocket pings (:func:`app.api.server.ws_keepalive`) come every quarter of
+the session timeout and a pong missing for three quarters of it cuts the
+socket, so a frozen client loses its partitions within the session timeout,
+as an HTTP member that stops heartbeating does.
 
 In cluster mode the member lives in this broker's coordinator, so a group
 subscribe is refused with NOT_COORDINATOR (naming the coordinator) on a broker
@@ -128,19 +140,22 @@ class GroupMember:
         self._task = asyncio.create_task(self._loop(), name="ws-group-heartbeat")
 
     async def leave(self) -> None:
-        """Stop heartbeating and leave the group now; never raises (the socket is gone
-        whatever happens here), and leaves even when the caller is cancelled meanwhile."""
+        """Stop heartbeating and leave the group now. Raises nothing but the caller's own
+        cancellation (the socket is gone whatever happens here), and leaves even then."""
         # The flag stops the loop at its next step should a cancellation be lost on the
         # way (a library that swallows one): a loop that must stop stops, whatever the
         # timing.
         self._closing = True
         task = self._task
-        if task is not None and not task.done():
-            task.cancel()
-            # asyncio.wait, not awaiting the task: a cancellation of *this* call must
-            # reach us, not be taken for the task's own.
-            await asyncio.wait({task})
-        await self._leave_group()
+        try:
+            if task is not None and not task.done():
+                task.cancel()
+                # asyncio.wait, not awaiting the task: a cancellation of *this* call must
+                # reach us, not be taken for the task's own.
+                await asyncio.wait({task})
+        finally:
+            # Also when this call is cancelled while the loop winds down.
+            await self._leave_group()
 
     async def _leave_group(self) -> None:
         """Send the leave heartbeat once (epoch -1, -2 for a static member). Shielded: a
@@ -181,7 +196,7 @@ class GroupMember:
                 server_assignor=self.server_assignor,
                 owned_partitions=sorted(self.owned),
             )
-        # Always explicit: None would tell the coordinator every revocation was applied.
+        # Always explicit: revocations count as done only once a list leaves them out.
         return HeartbeatRequest(
             member_id=self.member_id,
             member_epoch=self.member_epoch,

@@ -141,3 +141,21 @@ def test_small_requests_append_inline_unless_the_topic_fsyncs(broker: LiveBroker
         await ws.close()
 
     asyncio.run(main())
+
+
+def test_internal_topics_are_refused(broker: LiveBroker) -> None:
+    """As over HTTP: only the broker writes __consumer_offsets."""
+    with broker.http() as c:
+        r = c.post(
+            "/groups/g/heartbeat", json={"member_epoch": 0, "subscribed_topics": ["t"]}
+        )  # creates __consumer_offsets
+        assert r.status_code == 200, r.text
+
+    async def main() -> None:
+        ws = await connect(broker.ws_url("/ws/produce"))
+        await send(ws, {"id": 1, "topic": "__consumer_offsets", "records": [{"value": 1}]})
+        answer = await recv(ws)
+        assert answer["id"] == 1 and answer["error_code"] == "INVALID_TOPIC_EXCEPTION", answer
+        await ws.close()
+
+    asyncio.run(main())

@@ -141,6 +141,26 @@ def test_a_socket_gone_under_the_heartbeat_loop_leaves_the_group(manager: LogMan
     asyncio.run(main())
 
 
+def test_a_leave_cancelled_by_its_caller_still_leaves(manager: LogManager) -> None:
+    """A broker shutting down cancels the socket's handler while it is leaving: the leave
+    heartbeat is still sent, and the cancellation still reaches the caller."""
+
+    async def main() -> None:
+        coordinator, member = await _member(manager, FakeHost(), heartbeat_interval_ms=60_000)
+        await _settle()
+        leaving = asyncio.ensure_future(member.leave())
+        await asyncio.sleep(0)  # inside leave(), waiting for the loop to stop
+        leaving.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await leaving
+        await _settle()
+        group = coordinator.group("g")
+        assert group is not None and group.members == {}
+        await coordinator.stop()
+
+    asyncio.run(main())
+
+
 @pytest.mark.parametrize("session_ms", [1500, 3000, 10_000, 45_000, 600_000])
 def test_the_served_keepalive_finds_a_frozen_socket_within_the_session_timeout(
     tmp_path: Path, session_ms: int
