@@ -302,6 +302,10 @@ def table(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# Everything after this line of RESULTS.md is kept as it is when the file is written again.
+HAND_RECORDED = "<!-- hand-recorded figures below: bench/report.py keeps them -->"
+
+
 def write_results_md(r: dict[str, Any], path: Path) -> None:
     m = r["machine"]
     machine = "\n".join(f"- `{k}`: {v}" for k, v in m.items())
@@ -369,6 +373,9 @@ How each figure is taken:
 
 ![Logbus vs Redis Streams](chart.png)
 """
+    if path.exists() and HAND_RECORDED in (old := path.read_text()):
+        # Figures measured by hand (before/after pairs of one change) stay below the marker.
+        text += "\n" + HAND_RECORDED + old.split(HAND_RECORDED, 1)[1]
     path.write_text(text)
     if README.exists():
         readme = README.read_text()
