@@ -10,8 +10,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -64,12 +67,15 @@ def spark() -> Iterator[Any]:
     session.stop()
 
 
-def _produce(url: str, topic: str, partitions: int, per_partition: int) -> dict[int, list[bytes]]:
-    """``per_partition`` records into each partition; what went where, in offset order."""
+def _produce(
+    url: str, topic: str, partitions: int, per_partition: int, prefix: str | None = None
+) -> dict[int, list[bytes]]:
+    """``per_partition`` records into each partition, values ``{prefix or topic}-{p}-{i}``;
+    what went where, in offset order."""
     sent: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
     with Producer(url, linger_ms=2) as producer:
         for p in range(partitions):
-            values = [f"{topic}-{p}-{i}".encode() for i in range(per_partition)]
+            values = [f"{prefix or topic}-{p}-{i}".encode() for i in range(per_partition)]
             producer.send_many(topic, values, partition=p)
             sent[p] = values
         producer.flush()
@@ -373,3 +379,206 @@ def test_batch_read_and_write_against_a_cluster(spark: Any, cluster: Any) -> Non
         "append"
     ).save()
     assert _reader(spark, ",".join(cluster.urls), subscribe="spread").count() == 2400
+
+
+# ---- empty reads, offsets that go backwards, outages, a killed driver (issue #22) ----------
+
+
+def _available_now(
+    spark: Any, url: str, out: Path, checkpoint: Path, **options: str
+) -> BaseException | None:
+    """One ``Trigger.AvailableNow`` run of a stream into Parquet; the query's error, if any."""
+    reader = spark.readStream.format("logbus").option("logbus.url", url)
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    query = (
+        reader.load()
+        .selectExpr("partition", "offset", "CAST(value AS STRING) AS value")
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        query.awaitTermination(180)  # raises the query's error
+    except Exception as e:
+        return e
+    assert not query.isActive, "the query did not finish"
+    return None
+
+
+@pytest.mark.slow
+def test_empty_reads_give_empty_dataframes(spark: Any, broker: Broker, tmp_path: Path) -> None:
+    with Admin(broker.url) as admin:
+        admin.create_topic("void", partitions=2)
+        admin.create_topic("full", partitions=2)
+    _produce(broker.url, "full", 2, 10)
+    # Nothing planned: PySpark reads one placeholder partition (regression: AssertionError).
+    assert _reader(spark, broker.url, subscribe="void").collect() == []
+    assert _reader(spark, broker.url, subscribe="full", startingOffsets="latest").count() == 0
+    ending = json.dumps({"full": {"0": 10, "1": 10}})
+    assert _reader(spark, broker.url, subscribe="full", startingOffsets=ending).count() == 0
+    # Streaming: a micro-batch over an empty topic and one starting at the end write nothing.
+    for topic, starting in (("void", "earliest"), ("full", "latest")):
+        out, checkpoint = tmp_path / f"{topic}-out", tmp_path / f"{topic}-checkpoint"
+        assert (
+            _available_now(
+                spark, broker.url, out, checkpoint, subscribe=topic, startingOffsets=starting
+            )
+            is None
+        )
+        # (AvailableNow may run one empty micro-batch: an empty file.)
+        assert not list(out.glob("*.parquet")) or spark.read.parquet(str(out)).count() == 0
+
+
+@pytest.mark.slow
+def test_ending_offsets_past_the_high_watermark_are_refused_at_planning(
+    spark: Any, broker: Broker
+) -> None:
+    with Admin(broker.url) as admin:
+        admin.create_topic("short", partitions=2)
+    _produce(broker.url, "short", 2, 10)
+    ending = json.dumps({"short": {"0": 10, "1": 11}})
+    # Before: the task waited pollTimeoutMs for offset 10, then failed with TimeoutError.
+    with pytest.raises(Exception, match=r"short-1.*high watermark 10"):
+        _reader(
+            spark, broker.url, subscribe="short", endingOffsets=ending, pollTimeoutMs="5000"
+        ).collect()
+
+
+@pytest.mark.slow
+def test_a_recreated_topic_fails_the_query_or_is_read_from_its_start(
+    spark: Any, broker: Broker, tmp_path: Path
+) -> None:
+    """The issue's scenario: checkpoint at {0: 500, 1: 500}, the topic re-created with 4
+    partitions holding 100 records each. Before, both settings read only offsets 500..599
+    of partitions 0 and 1 from then on, losing 0..499 without a word."""
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    options = {"subscribe": "re", "startingOffsets": "earliest"}
+    with Admin(broker.url) as admin:
+        admin.create_topic("re", partitions=2)
+    first = _produce(broker.url, "re", 2, 500, prefix="old")
+    assert _available_now(spark, broker.url, out, checkpoint, **options) is None
+    with Admin(broker.url) as admin:
+        admin.delete_topic("re")
+        admin.create_topic("re", partitions=4)
+    second = _produce(broker.url, "re", 4, 100, prefix="new")
+
+    error = _available_now(spark, broker.url, out, checkpoint, **options)
+    assert error is not None, "the offsets went back from 500 to 100 and the query went on"
+    for part in ("re-0", "checkpointed offset 500", "[0, 100)", "failOnDataLoss"):
+        assert part in str(error)
+    assert spark.read.parquet(str(out)).count() == 1000  # the failed run wrote nothing
+
+    # failOnDataLoss=false: the partitions that went back are read from their log start
+    # (and the new ones from theirs, as always), then onwards.
+    options["failOnDataLoss"] = "false"
+    assert _available_now(spark, broker.url, out, checkpoint, **options) is None
+    third = _produce(broker.url, "re", 4, 500, prefix="more")
+    assert _available_now(spark, broker.url, out, checkpoint, **options) is None
+    rows = spark.read.parquet(str(out)).collect()
+    want = [v.decode() for sent in (first, second, third) for vs in sent.values() for v in vs]
+    assert Counter(r.value for r in rows) == Counter(want)
+    got = sorted((r.partition, r.offset) for r in rows if not r.value.startswith("old"))
+    assert got == [(p, o) for p in range(4) for o in range(600)]
+
+
+@pytest.mark.slow
+def test_a_streaming_query_rides_out_a_broker_outage(
+    spark: Any, new_broker: BrokerFactory, tmp_path: Path
+) -> None:
+    """The broker down for ~20 s (within the 30 s retry budget of the driver's offset
+    calls) while the query polls for new offsets: it goes on, exactly once."""
+    broker = new_broker()
+    broker.keep_port = True  # the query keeps the URL it was given
+    broker.start()
+    with Admin(broker.url) as admin:
+        admin.create_topic("flaky", partitions=2)
+    before = _produce(broker.url, "flaky", 2, 300, prefix="before")
+    out = tmp_path / "out"
+    query = (
+        spark.readStream.format("logbus")
+        .option("logbus.url", broker.url)
+        .option("subscribe", "flaky")
+        .option("startingOffsets", "earliest")
+        .load()
+        .selectExpr("CAST(value AS STRING) AS value")
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+    try:
+        query.processAllAvailable()
+        broker.kill()
+        time.sleep(20)  # the outage (not a wait for anything)
+        broker.start()
+        after = _produce(broker.url, "flaky", 2, 300, prefix="after")
+        query.processAllAvailable()  # raises the query's error if it died
+        assert query.isActive
+    finally:
+        query.stop()
+    want = [v.decode() for sent in (before, after) for vs in sent.values() for v in vs]
+    assert Counter(r.value for r in spark.read.parquet(str(out)).collect()) == Counter(want)
+
+
+def _values(url: str, topic: str, until: Any, timeout_s: float = 180) -> list[bytes]:
+    """Every value of ``topic`` (partition 0) read from its start until ``until(values)``."""
+    values: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    with Consumer(url, auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition(topic, 0)])
+        while not until(values):
+            assert time.monotonic() < deadline, (
+                f"{topic}: {len(values)} records, not the ones awaited"
+            )
+            values += [r.value for r in consumer.poll(timeout_ms=500) if r.value is not None]
+    return values
+
+
+@pytest.mark.slow
+def test_streaming_sink_after_the_driver_is_killed_mid_batch(
+    broker: Broker, tmp_path: Path
+) -> None:
+    """A query copying topic src to dst is killed (SIGKILL, driver and JVM) in the middle
+    of its third micro-batch, then restarted from its checkpoint: every record lands, and
+    the only duplicates are records of that micro-batch already written when it died
+    (the sink is at-least-once across retried batches, as Spark's Kafka sink)."""
+    with Admin(broker.url) as admin:
+        admin.create_topic("src", partitions=2)
+        admin.create_topic("dst", partitions=1)
+    sent = _produce(broker.url, "src", 2, 1000)
+    # 500 offsets per micro-batch, 250 per partition: batch 2 holds offsets 500..749.
+    in_flight = {v for vs in sent.values() for v in vs[500:750]}
+    checkpoint = str(tmp_path / "checkpoint")
+    script = [sys.executable, str(Path(__file__).with_name("spark_query.py"))]
+    args = [broker.url, "src", "dst", checkpoint]
+
+    def launch(*extra: str) -> subprocess.Popen[bytes]:
+        # Its own process group: SIGKILL reaches the driver, its JVM and Python workers.
+        with (tmp_path / "driver.log").open("ab") as log:
+            return subprocess.Popen(
+                [*script, *args, *extra], cwd=REPO, stdout=log, stderr=log, start_new_session=True
+            )
+
+    driver = launch("src-0-600")
+    try:
+        # Partition 1's task of batch 2 finished; partition 0's stalls at offset 600.
+        _values(broker.url, "dst", lambda vs: set(sent[1][500:750]) <= set(vs))
+    finally:
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait()
+    restarted = launch()
+    code = restarted.wait(timeout=300)
+    assert code == 0, (tmp_path / "driver.log").read_text(errors="replace")[-5000:]
+    want = {v for vs in sent.values() for v in vs}
+    with Admin(broker.url) as admin:
+        end = admin.list_offsets([TopicPartition("dst", 0)])[TopicPartition("dst", 0)]
+    assert end is not None
+    got = Counter(_values(broker.url, "dst", lambda vs: len(vs) >= end.offset))
+    assert set(got) == want
+    duplicated = {v for v, n in got.items() if n > 1}
+    assert set(sent[1][500:750]) <= duplicated <= in_flight
+    assert max(got.values()) == 2
