@@ -229,8 +229,6 @@ class LogbusStreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvaila
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         stop = opt.offsets_from_json(end)
-        if not stop:
-            return []
         bounds = self.lookup.bounds_of(stop)
         # ``start`` is where the last batch ended; latestOffset() planned ``stop`` from
         # where each partition really restarts: the same reconciliation, against the

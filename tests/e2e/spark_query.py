@@ -1,10 +1,8 @@
-"""A streaming query in a process of its own, for tests that kill its driver with SIGKILL.
+"""A streaming query copying one topic into another, that can stall mid-batch; run in a
+process of its own by tests that kill its driver with SIGKILL.
 
-``python spark_query.py URL SOURCE SINK CHECKPOINT [STALL_AT]`` copies topic SOURCE into
-topic SINK (values unchanged) through the ``logbus`` source and sink, 500 offsets per
-micro-batch, with ``Trigger.AvailableNow``, and exits 0 when done. With STALL_AT the task
-that meets the record whose value is STALL_AT stops there for good (a Python UDF that
-never returns), so the test can kill the driver in the middle of that micro-batch.
+``python spark_query.py URL SOURCE SINK CHECKPOINT [STALL_AT]`` runs :func:`start` on a
+local SparkSession and exits 0 when the query is done.
 """
 
 from __future__ import annotations
@@ -12,15 +10,20 @@ from __future__ import annotations
 import os
 import sys
 import time
+from typing import Any
 
 
-def main(url: str, source: str, sink: str, checkpoint: str, stall_at: str | None) -> None:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
+def start(
+    spark: Any, url: str, source: str, sink: str, checkpoint: str, stall_at: str | None = None
+) -> Any:
+    """Copy topic ``source`` into ``sink`` (values unchanged) through the ``logbus`` source
+    and sink, 200 offsets per micro-batch, with ``Trigger.AvailableNow``; the started query.
+
+    With ``stall_at``, the task that meets the record whose value it is stops there for
+    good (a Python UDF that never returns), so a test can kill the driver in the middle
+    of that micro-batch.
+    """
     from pyspark.sql.functions import udf
-
-    from app.spark import register
 
     stall = None if stall_at is None else stall_at.encode()
 
@@ -29,6 +32,31 @@ def main(url: str, source: str, sink: str, checkpoint: str, stall_at: str | None
             while True:  # until the test kills the driver (the worker goes with it)
                 time.sleep(1)
         return value
+
+    value = udf(gate, "binary")("value").alias("value") if stall is not None else "value"
+    return (
+        spark.readStream.format("logbus")
+        .option("logbus.url", url)
+        .option("subscribe", source)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", "200")
+        .load()
+        .select("key", value)
+        .writeStream.format("logbus")
+        .option("logbus.url", url)
+        .option("topic", sink)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+
+
+def main(url: str, source: str, sink: str, checkpoint: str, stall_at: str | None) -> None:
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    from app.spark import register
 
     spark = (
         SparkSession.builder.master("local[2]")
@@ -39,21 +67,7 @@ def main(url: str, source: str, sink: str, checkpoint: str, stall_at: str | None
     )
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
-    query = (
-        spark.readStream.format("logbus")
-        .option("logbus.url", url)
-        .option("subscribe", source)
-        .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", "500")
-        .load()
-        .select("key", udf(gate, "binary")("value").alias("value"))
-        .writeStream.format("logbus")
-        .option("logbus.url", url)
-        .option("topic", sink)
-        .option("checkpointLocation", checkpoint)
-        .trigger(availableNow=True)
-        .start()
-    )
+    query = start(spark, url, source, sink, checkpoint, stall_at)
     query.awaitTermination()
     error = query.exception()
     spark.stop()

@@ -35,6 +35,7 @@ def _need(ok: bool, why: str) -> None:
 
 
 try:
+    import pyarrow as pa
     import pyspark  # noqa: F401
     from pyspark.sql import SparkSession
 
@@ -524,55 +525,73 @@ def test_a_streaming_query_rides_out_a_broker_outage(
     assert Counter(r.value for r in spark.read.parquet(str(out)).collect()) == Counter(want)
 
 
-def _values(url: str, topic: str, until: Any, timeout_s: float = 180) -> list[bytes]:
-    """Every value of ``topic`` (partition 0) read from its start until ``until(values)``."""
+def _values(
+    url: str,
+    topic: str,
+    until: Any,
+    writer: subprocess.Popen[bytes] | None = None,
+    log: Path | None = None,
+    timeout_s: float = 180,
+) -> list[bytes]:
+    """Every value of ``topic`` (partition 0) read from its start until ``until(values)``
+    (failing early when the ``writer`` process exits: its ``log`` says why)."""
     values: list[bytes] = []
     deadline = time.monotonic() + timeout_s
     with Consumer(url, auto_offset_reset="earliest") as consumer:
         consumer.assign([TopicPartition(topic, 0)])
         while not until(values):
-            assert time.monotonic() < deadline, (
-                f"{topic}: {len(values)} records, not the ones awaited"
-            )
+            why = f"{topic}: {len(values)} records, not the ones awaited"
+            assert writer is None or writer.poll() is None, f"{why}\n{log and log.read_text()}"
+            assert time.monotonic() < deadline, why
             values += [r.value for r in consumer.poll(timeout_ms=500) if r.value is not None]
     return values
 
 
 @pytest.mark.slow
 def test_streaming_sink_after_the_driver_is_killed_mid_batch(
-    broker: Broker, tmp_path: Path
+    spark: Any, broker: Broker, tmp_path: Path
 ) -> None:
-    """A query copying topic src to dst is killed (SIGKILL, driver and JVM) in the middle
-    of its third micro-batch, then restarted from its checkpoint: every record lands, and
-    the only duplicates are records of that micro-batch already written when it died
-    (the sink is at-least-once across retried batches, as Spark's Kafka sink)."""
+    """A query copying topic src to dst, in a process of its own, is killed (SIGKILL:
+    driver, JVM and Python workers) in the middle of its second micro-batch, then
+    restarted from its checkpoint (here, in this session): every record lands, and the
+    only duplicates are records of that micro-batch already written when it died (the
+    sink is at-least-once across retried batches, as Spark's Kafka sink)."""
+    import spark_query
+
     with Admin(broker.url) as admin:
         admin.create_topic("src", partitions=2)
         admin.create_topic("dst", partitions=1)
-    sent = _produce(broker.url, "src", 2, 1000)
-    # 500 offsets per micro-batch, 250 per partition: batch 2 holds offsets 500..749.
-    in_flight = {v for vs in sent.values() for v in vs[500:750]}
+    sent = _produce(broker.url, "src", 2, 200)
+    # 200 offsets per micro-batch, 100 per partition: batch 1 holds offsets 100..199.
+    in_flight = {v for vs in sent.values() for v in vs[100:200]}
     checkpoint = str(tmp_path / "checkpoint")
-    script = [sys.executable, str(Path(__file__).with_name("spark_query.py"))]
-    args = [broker.url, "src", "dst", checkpoint]
-
-    def launch(*extra: str) -> subprocess.Popen[bytes]:
-        # Its own process group: SIGKILL reaches the driver, its JVM and Python workers.
-        with (tmp_path / "driver.log").open("ab") as log:
-            return subprocess.Popen(
-                [*script, *args, *extra], cwd=REPO, stdout=log, stderr=log, start_new_session=True
-            )
-
-    driver = launch("src-0-600")
+    log = tmp_path / "driver.log"
+    with log.open("ab") as out:
+        # Its own process group, so that SIGKILL reaches the JVM and workers too.
+        driver = subprocess.Popen(
+            [
+                sys.executable,
+                spark_query.__file__,
+                broker.url,
+                "src",
+                "dst",
+                checkpoint,
+                "src-0-150",
+            ],
+            cwd=REPO,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+        )
     try:
-        # Partition 1's task of batch 2 finished; partition 0's stalls at offset 600.
-        _values(broker.url, "dst", lambda vs: set(sent[1][500:750]) <= set(vs))
+        # Partition 1's task of batch 1 finished; partition 0's stalls at offset 150.
+        _values(broker.url, "dst", lambda vs: set(sent[1][100:200]) <= set(vs), driver, log)
     finally:
         os.killpg(driver.pid, signal.SIGKILL)
         driver.wait()
-    restarted = launch()
-    code = restarted.wait(timeout=300)
-    assert code == 0, (tmp_path / "driver.log").read_text(errors="replace")[-5000:]
+    query = spark_query.start(spark, broker.url, "src", "dst", checkpoint)
+    query.awaitTermination(180)
+    assert not query.isActive and query.exception() is None
     want = {v for vs in sent.values() for v in vs}
     with Admin(broker.url) as admin:
         end = admin.list_offsets([TopicPartition("dst", 0)])[TopicPartition("dst", 0)]
@@ -580,5 +599,51 @@ def test_streaming_sink_after_the_driver_is_killed_mid_batch(
     got = Counter(_values(broker.url, "dst", lambda vs: len(vs) >= end.offset))
     assert set(got) == want
     duplicated = {v for v, n in got.items() if n > 1}
-    assert set(sent[1][500:750]) <= duplicated <= in_flight
+    assert set(sent[1][100:200]) <= duplicated <= in_flight
     assert max(got.values()) == 2
+
+
+def test_a_task_finding_its_log_went_back_fails_or_skips_the_rest(broker: Broker) -> None:
+    """The range a task was planned (offsets 500..599) is past the end of a log that went
+    back under it (the topic re-created with 100 records). Before, the task failed saying
+    retention had deleted offset 500 (failOnDataLoss=true), or asked for it again and again
+    until pollTimeoutMs and failed with TimeoutError (false)."""
+    from app.spark.arrow import read_range
+    from app.spark.options import DataLoss, OffsetRange
+
+    with Admin(broker.url) as admin:
+        admin.create_topic("back", partitions=1)
+    _produce(broker.url, "back", 1, 100)
+    r = OffsetRange("back", 0, 500, 600)
+    schema = pa.schema([("offset", pa.int64())])  # never reached: no record is read
+
+    def read(fail: bool) -> list[Any]:
+        return list(
+            read_range(
+                broker.url, r, schema, include_headers=False, fail_on_data_loss=fail, timeout_s=10
+            )
+        )
+
+    with pytest.raises(DataLoss, match=r"back-0: offset 500 is past the end .* \[0, 100\)"):
+        read(True)
+    assert read(False) == []
+
+
+def test_driver_lookups_ride_out_a_dead_leader_in_a_cluster(cluster: Any) -> None:
+    """The driver's offset lookups (no Spark needed) with the leader of a partition killed
+    and its URL given first: topic calls go to another broker, offset calls follow the
+    partition to its new leader once the controller elected one, retried until then."""
+    from app.spark.lookup import OffsetLookup
+
+    with Admin(cluster.urls) as admin:
+        admin.create_topic("moving", partitions=3, replication_factor=3)
+    _produce(",".join(cluster.urls), "moving", 3, 50)
+    want = {TopicPartition("moving", p): 50 for p in range(3)}
+    victim = cluster.leader("moving", 0)
+    urls = [cluster.url(victim)] + [cluster.url(i) for i in cluster.ids if i != victim]
+    lookup = OffsetLookup(",".join(urls), {"subscribe": "moving"})
+    assert lookup.bounds().latest == want
+    cluster.kill(victim)
+    bounds = lookup.bounds()
+    assert bounds.latest == want and bounds.missing == []
+    assert cluster.leader("moving", 0) != victim
