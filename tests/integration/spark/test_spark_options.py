@@ -5,6 +5,8 @@ from __future__ import annotations
 from itertools import pairwise
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from app.client import TopicPartition
 from app.spark.options import (
@@ -137,3 +139,45 @@ def test_check_within_refuses_offsets_past_the_high_watermark() -> None:
     check_within("endingOffsets", {A0: 10, A1: 0}, {A0: 10, A1: 0})
     with pytest.raises(OptionError, match=r"endingOffsets: a-1: offset 11 .* high watermark 10"):
         check_within("endingOffsets", {A0: 3, A1: 11}, {A0: 10, A1: 10})
+
+
+@st.composite
+def _logs_and_checkpoint(
+    draw: st.DrawFn,
+) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int], dict[TopicPartition, int]]:
+    """Logs now (start, high watermark) and a checkpoint that may name gone partitions
+    and offsets before, inside or past each log."""
+    universe = [TopicPartition(t, p) for t in "ab" for p in range(3)]
+    present = draw(st.sets(st.sampled_from(universe)))
+    earliest: dict[TopicPartition, int] = {}
+    latest: dict[TopicPartition, int] = {}
+    for tp in sorted(present):
+        earliest[tp] = draw(st.integers(0, 50))
+        latest[tp] = earliest[tp] + draw(st.integers(0, 50))
+    checkpointed = draw(st.dictionaries(st.sampled_from(universe), st.integers(0, 120)))
+    return checkpointed, earliest, latest
+
+
+@settings(max_examples=300, deadline=None)
+@given(_logs_and_checkpoint())
+def test_reconcile_never_skips_silently_and_never_reads_past_the_end(
+    case: tuple[dict[TopicPartition, int], dict[TopicPartition, int], dict[TopicPartition, int]],
+) -> None:
+    checkpointed, earliest, latest = case
+    lost = sorted(tp for tp, o in checkpointed.items() if tp not in latest or o > latest[tp])
+    got = reconcile(checkpointed, earliest, latest, False, report=False)
+    # Every partition that exists is read, from a point inside its log (or below its
+    # start, for check_loss), never past its end.
+    assert set(got) == set(latest)
+    for tp, offset in got.items():
+        assert offset <= latest[tp]
+        if tp in checkpointed and tp not in lost:
+            assert offset == checkpointed[tp]  # nothing went back: resume exactly there
+        else:
+            assert offset == earliest[tp]  # new, or went back: from the log start
+    if lost:
+        first = lost[0]
+        with pytest.raises(DataLoss, match=f"{first.topic}-{first.partition}: "):
+            reconcile(checkpointed, earliest, latest, True)
+    else:
+        assert reconcile(checkpointed, earliest, latest, True) == got
