@@ -56,6 +56,9 @@ BACKOFF_MAX_S = 1.0
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
+    """How a lookup is retried: ``attempts`` of up to ``attempt_timeout_s`` each,
+    ``interval_s`` apart (the options set the first two, as in Spark's Kafka source)."""
+
     attempts: int = DEFAULT_NUM_RETRIES
     interval_s: float = DEFAULT_RETRY_INTERVAL_MS / 1000
     attempt_timeout_s: float = ATTEMPT_TIMEOUT_S
