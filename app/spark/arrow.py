@@ -12,6 +12,7 @@ per-row conversion.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Iterator
 from urllib.parse import quote
@@ -27,6 +28,8 @@ from app.common.batch import BatchHeader, compute_crc, iter_headers
 from app.common.errors import CorruptRecord, LogbusError, OffsetOutOfRange
 from app.spark.decode import Segment, decode, segment
 from app.spark.options import DataLoss, OffsetRange
+
+log = logging.getLogger(__name__)
 
 # Spark moves Arrow batches from the Python worker to the JVM one at a time with a
 # fixed cost each: 100k-row batches read ~1.3x faster than 10k-row ones, so fetch
@@ -166,6 +169,25 @@ def fetch_range(
                         time.sleep(RETRY_BACKOFF_S)  # an election: ask the metadata again
                     reconnect(hint)
                     continue
+                if isinstance(error, OffsetOutOfRange) and position > error.log_end_offset:
+                    # The log went back under this task (topic re-created, log truncated):
+                    # the rest of the range is not in it. A later micro-batch finds the
+                    # same at planning and reads the new log from its start.
+                    what = (
+                        f"{r.topic}-{r.partition}: offset {position} is past the end of the "
+                        f"log, which holds offsets [{error.log_start_offset}, "
+                        f"{error.log_end_offset}) (the topic was re-created, or the log "
+                        "truncated, while it was read)"
+                    )
+                    if fail_on_data_loss:
+                        raise DataLoss(f"{what}; set failOnDataLoss=false to go on") from error
+                    log.warning(
+                        "%s; failOnDataLoss=false: offsets %d..%d skipped",
+                        what,
+                        position,
+                        r.end - 1,
+                    )
+                    return
                 if isinstance(error, OffsetOutOfRange):
                     # Retention passed the position between planning and this task.
                     if fail_on_data_loss:

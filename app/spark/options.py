@@ -9,12 +9,15 @@ latest.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from app.client import Admin, TopicPartition
+
+log = logging.getLogger(__name__)
 
 EARLIEST = -2
 LATEST = -1
@@ -76,8 +79,11 @@ def integer(options: Mapping[str, str], name: str) -> int | None:
         raise OptionError(f"option {name!r} must be an integer, got {raw!r}") from None
 
 
-def partitions_of(admin: Admin, options: Mapping[str, str]) -> list[TopicPartition]:
-    """The topic-partitions named by exactly one of subscribe / subscribePattern / assign."""
+def named_partitions(
+    options: Mapping[str, str], counts: Mapping[str, int]
+) -> tuple[list[TopicPartition], list[str]]:
+    """The topic-partitions named by exactly one of subscribe / subscribePattern / assign
+    that exist (``counts``: topic -> partition count), and what is named but missing."""
     subscribe = get(options, "subscribe")
     pattern = get(options, "subscribePattern")
     assign = get(options, "assign")
@@ -94,23 +100,25 @@ def partitions_of(admin: Admin, options: Mapping[str, str]) -> list[TopicPartiti
     if assign:
         try:
             spec = json.loads(assign)
-            return sorted(TopicPartition(str(t), int(p)) for t, ps in spec.items() for p in ps)
+            named = sorted({TopicPartition(str(t), int(p)) for t, ps in spec.items() for p in ps})
         except (ValueError, AttributeError, TypeError):
             raise OptionError(
                 f"'assign' must be JSON like {{\"t\": [0, 1]}}, got {assign!r}"
             ) from None
-    counts = admin.list_topics()
+        present = [tp for tp in named if tp.partition < counts.get(tp.topic, 0)]
+        missing = [f"partition {tp.topic}-{tp.partition}" for tp in named if tp not in present]
+        return present, missing
     if subscribe:
-        topics = [t.strip() for t in subscribe.split(",") if t.strip()]
-        missing = [t for t in topics if t not in counts]
-        if missing:
-            raise OptionError(f"unknown topic(s) {missing}")
+        wanted = list(dict.fromkeys(t.strip() for t in subscribe.split(",") if t.strip()))
+        topics = [t for t in wanted if t in counts]
+        missing = [f"topic {t!r}" for t in wanted if t not in counts]
     else:
         assert pattern is not None
         regex = re.compile(pattern)
         # __consumer_offsets is internal: Kafka's pattern subscription skips internal topics too.
         topics = [t for t in counts if regex.fullmatch(t) and not t.startswith("__")]
-    return sorted(TopicPartition(t, p) for t in topics for p in range(counts[t]))
+        missing = []
+    return sorted(TopicPartition(t, p) for t in topics for p in range(counts[t])), missing
 
 
 def parse_offsets(raw: str, what: str) -> dict[TopicPartition, int] | str:
@@ -178,6 +186,77 @@ def check_loss(tp: TopicPartition, offset: int, log_start: int, fail_on_data_los
 
 class DataLoss(RuntimeError):
     """Records a query needed are gone from the log (failOnDataLoss=true)."""
+
+
+def _lost(fail_on_data_loss: bool, what: str, instead: str) -> None:
+    """Raise DataLoss about ``what``, or log it with what is done ``instead``."""
+    if fail_on_data_loss:
+        raise DataLoss(f"{what}; set failOnDataLoss=false to go on ({instead})")
+    log.warning("%s; failOnDataLoss=false: %s", what, instead)
+
+
+def reconcile(
+    checkpointed: Mapping[TopicPartition, int],
+    earliest: Mapping[TopicPartition, int],
+    latest: Mapping[TopicPartition, int],
+    fail_on_data_loss: bool,
+    *,
+    report: bool = True,
+) -> dict[TopicPartition, int]:
+    """Where each partition that exists (``latest``'s keys) is read from next.
+
+    ``checkpointed``: the next offsets to read, as a checkpoint holds them;
+    ``earliest``/``latest``: each log's start offset and high watermark now.
+    A checkpointed offset past the high watermark means the log went back
+    (its topic was deleted and created again, or it was truncated by an
+    unclean leader election or a recovery), and a checkpointed partition that
+    no longer exists went away with its topic: both are data loss. Under
+    ``fail_on_data_loss`` they raise :class:`DataLoss` naming the partition,
+    the checkpointed offset and what the log holds now; otherwise the
+    partition is read from its log start (a gone one is dropped) and the skip
+    is logged (``report=False``: not logged, the caller reports it later).
+    Partitions new since the checkpoint are read from their log start.
+    Offsets below the log start (retention) are left for :func:`check_loss`.
+    """
+    out: dict[TopicPartition, int] = {}
+    for tp in sorted(set(checkpointed) | set(latest)):
+        offset = checkpointed.get(tp)
+        if tp not in latest:
+            if report or fail_on_data_loss:
+                _lost(
+                    fail_on_data_loss,
+                    f"{tp.topic}-{tp.partition}: the partition is gone (its topic was deleted, "
+                    f"or re-created with fewer partitions) at checkpointed offset {offset}",
+                    f"records it held from offset {offset} on, if any, are not read",
+                )
+        elif offset is None:
+            out[tp] = earliest[tp]
+        elif offset > latest[tp]:
+            if report or fail_on_data_loss:
+                _lost(
+                    fail_on_data_loss,
+                    f"{tp.topic}-{tp.partition}: checkpointed offset {offset} is past the end of "
+                    f"the log, which holds offsets [{earliest[tp]}, {latest[tp]}) (the topic was "
+                    "re-created, or the log truncated)",
+                    f"reading it from offset {earliest[tp]}; records the old log held from "
+                    f"offset {offset} on, if any, are not read",
+                )
+            out[tp] = earliest[tp]
+        else:
+            out[tp] = offset
+    return out
+
+
+def check_within(
+    what: str, offsets: Mapping[TopicPartition, int], latest: Mapping[TopicPartition, int]
+) -> None:
+    """OptionError when an offset ``what`` names is past its partition's high watermark."""
+    for tp in sorted(offsets):
+        if offsets[tp] > latest[tp]:
+            raise OptionError(
+                f"{what}: {tp.topic}-{tp.partition}: offset {offsets[tp]} is past the "
+                f"partition's high watermark {latest[tp]}"
+            )
 
 
 def split(ranges: list[OffsetRange], min_partitions: int | None) -> list[OffsetRange]:

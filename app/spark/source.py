@@ -1,9 +1,9 @@
 """``spark.read.format("logbus")``, ``df.write.format("logbus")`` and their streaming forms.
 
 Built on PySpark 4's Python Data Source API. Offsets are planned on the
-driver with the SDK's :class:`~app.client.Admin`; each Spark task reads one
-offset range with a :class:`~app.client.Consumer` and hands Spark Arrow record
-batches (see :mod:`app.spark.arrow`).
+driver with the SDK's :class:`~app.client.Admin`, each lookup retried through
+broker outages (:mod:`app.spark.lookup`); each Spark task fetches one offset
+range and hands Spark Arrow record batches (see :mod:`app.spark.arrow`).
 
 Writes go through the SDK's idempotent :class:`~app.client.Producer`, one per
 task. Idempotence removes duplicates from the producer's own retries within
@@ -38,9 +38,10 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from app.client import Admin, Producer, TopicPartition
+from app.client import Producer, TopicPartition
 from app.spark import options as opt
 from app.spark.arrow import read_range
+from app.spark.lookup import OffsetLookup
 from app.spark.options import OffsetRange, OptionError
 
 SCHEMA = (
@@ -87,11 +88,12 @@ class LogbusDataSource(DataSource):
 
 
 class _Reading:
-    """What the batch and the stream reader share: options and the task-side read."""
+    """What the batch and the stream reader share: options, offset lookups and the task-side read."""
 
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         self.options = options
         self.url = opt.url_of(options)
+        self.lookup = OffsetLookup(self.url, options)
         self.include_headers = opt.flag(options, "includeHeaders", False)
         self.fail_on_data_loss = opt.flag(options, "failOnDataLoss", True)
         self.min_partitions = opt.integer(options, "minPartitions")
@@ -101,7 +103,12 @@ class _Reading:
         self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, RangePartition)
+        if not isinstance(partition, RangePartition):
+            # When partitions() plans none, PySpark still runs one task, reading a
+            # placeholder InputPartition(None): an empty read, not an error.
+            if partition.value is None:
+                return
+            raise TypeError(f"not a partition of this source: {partition!r}")
         yield from read_range(
             self.url,
             partition.range,
@@ -113,7 +120,6 @@ class _Reading:
 
     def _ranges(
         self,
-        admin: Admin,
         start: dict[TopicPartition, int],
         end: dict[TopicPartition, int],
         log_start: dict[TopicPartition, int],
@@ -148,21 +154,31 @@ class LogbusReader(_Reading, DataSourceReader):
         self.starting_timestamp = timestamp
 
     def partitions(self) -> Sequence[InputPartition]:
-        with Admin(self.url) as admin:
-            tps = opt.partitions_of(admin, self.options)
-            earliest, latest = opt.log_bounds(admin, tps)
-            if self.starting_timestamp is not None:
-                found = admin.list_offsets(tps, self.starting_timestamp)
-                # No record at or after the timestamp: nothing to read there.
-                start = {tp: o.offset if o else latest[tp] for tp, o in found.items()}
-            else:
-                start = opt.resolve(self.starting, tps, earliest, latest, opt.EARLIEST)
-            end = opt.resolve(self.ending, tps, earliest, latest, opt.LATEST)
-            return self._ranges(admin, start, end, earliest)
+        bounds = self.lookup.bounds().require_all()
+        tps, earliest, latest = bounds.partitions, bounds.earliest, bounds.latest
+        if self.starting_timestamp is not None:
+            found = self.lookup.offsets_at(tps, self.starting_timestamp)
+            # No record at or after the timestamp: nothing to read there.
+            start = {tp: latest[tp] if o is None else o for tp, o in found.items()}
+        else:
+            start = opt.resolve(self.starting, tps, earliest, latest, opt.EARLIEST)
+        end = opt.resolve(self.ending, tps, earliest, latest, opt.LATEST)
+        # Offsets past the end would never come: refuse them now rather than have a
+        # task wait pollTimeoutMs for them.
+        opt.check_within("endingOffsets", end, latest)
+        # Nothing to read gives []: PySpark then reads a placeholder (see read()).
+        return self._ranges(start, end, earliest)
 
 
 class LogbusStreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Micro-batch read; offsets are JSON per partition: ``{"topic": {"0": 42}}`` (next to read)."""
+    """Micro-batch read; offsets are JSON per partition: ``{"topic": {"0": 42}}`` (next to read).
+
+    Each micro-batch starts where the last one ended, as the checkpoint holds
+    it; :func:`~app.spark.options.reconcile` checks those offsets against the
+    logs first, so offsets that went back (a topic re-created, a log
+    truncated) or partitions that went away are data loss, never a silent
+    skip.
+    """
 
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         super().__init__(options, schema)
@@ -171,17 +187,13 @@ class LogbusStreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvaila
         self.max_offsets_per_trigger = opt.integer(options, "maxOffsetsPerTrigger")
         self.available_now: dict[TopicPartition, int] | None = None
 
-    def _bounds(
-        self,
-    ) -> tuple[list[TopicPartition], dict[TopicPartition, int], dict[TopicPartition, int]]:
-        with Admin(self.url) as admin:
-            tps = opt.partitions_of(admin, self.options)
-            earliest, latest = opt.log_bounds(admin, tps)
-        return tps, earliest, latest
-
     def initialOffset(self) -> dict[str, Any]:
-        tps, earliest, latest = self._bounds()
-        return opt.offsets_json(opt.resolve(self.starting, tps, earliest, latest, opt.LATEST))
+        bounds = self.lookup.bounds().require_all()
+        start = opt.resolve(
+            self.starting, bounds.partitions, bounds.earliest, bounds.latest, opt.LATEST
+        )
+        opt.check_within("startingOffsets", start, bounds.latest)
+        return opt.offsets_json(start)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.max_offsets_per_trigger:
@@ -189,33 +201,46 @@ class LogbusStreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvaila
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        _, _, latest = self._bounds()
-        self.available_now = latest
+        self.available_now = self.lookup.bounds().latest
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        tps, earliest, latest = self._bounds()
+        bounds = self.lookup.bounds()
+        latest = bounds.latest
         if self.available_now is not None:
             # Partitions created after the AvailableNow target was taken wait for the next run.
             latest = {tp: min(o, self.available_now.get(tp, 0)) for tp, o in latest.items()}
-        begin = opt.offsets_from_json(start)
-        # A partition new since the last batch is read from its beginning, as Kafka's source does.
-        frm = {tp: begin.get(tp, earliest[tp]) for tp in tps}
-        end = {tp: max(latest[tp], frm[tp]) for tp in tps}
+        # Fails here, before Spark logs the batch, when offsets went back under
+        # failOnDataLoss=true; otherwise partitions() reports what it skips.
+        frm = opt.reconcile(
+            opt.offsets_from_json(start),
+            bounds.earliest,
+            bounds.latest,
+            self.fail_on_data_loss,
+            report=False,
+        )
+        # max: an AvailableNow target below a partition's restart point reads nothing there.
+        end = {tp: max(latest[tp], frm[tp]) for tp in frm}
         if isinstance(limit, ReadMaxRows):
             end = opt.cap(frm, end, limit.max_rows)
         return opt.offsets_json(end)
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
-        _, _, latest = self._bounds()
-        return opt.offsets_json(latest)
+        return opt.offsets_json(self.lookup.bounds().latest)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         stop = opt.offsets_from_json(end)
-        if not stop:
-            return []
-        with Admin(self.url) as admin:
-            earliest, _ = opt.log_bounds(admin, sorted(stop))
-            return self._ranges(admin, opt.offsets_from_json(start), stop, earliest)
+        bounds = self.lookup.bounds_of(stop)
+        # ``start`` is where the last batch ended; latestOffset() planned ``stop`` from
+        # where each partition really restarts: the same reconciliation, against the
+        # planned ends, finds that again, and reports what is skipped (partitions
+        # latestOffset() dropped as gone, or gone since, included).
+        begin = opt.reconcile(
+            opt.offsets_from_json(start),
+            bounds.earliest,
+            {tp: o for tp, o in stop.items() if tp in bounds.latest},
+            self.fail_on_data_loss,
+        )
+        return self._ranges(begin, {tp: stop[tp] for tp in begin}, bounds.earliest)
 
     def commit(self, end: dict[str, Any]) -> None:
         # Nothing to do: the offsets live in Spark's checkpoint, not in the broker.

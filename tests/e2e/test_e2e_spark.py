@@ -10,8 +10,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,6 +35,7 @@ def _need(ok: bool, why: str) -> None:
 
 
 try:
+    import pyarrow as pa
     import pyspark  # noqa: F401
     from pyspark.sql import SparkSession
 
@@ -64,12 +68,15 @@ def spark() -> Iterator[Any]:
     session.stop()
 
 
-def _produce(url: str, topic: str, partitions: int, per_partition: int) -> dict[int, list[bytes]]:
-    """``per_partition`` records into each partition; what went where, in offset order."""
+def _produce(
+    url: str, topic: str, partitions: int, per_partition: int, prefix: str | None = None
+) -> dict[int, list[bytes]]:
+    """``per_partition`` records into each partition, values ``{prefix or topic}-{p}-{i}``;
+    what went where, in offset order."""
     sent: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
     with Producer(url, linger_ms=2) as producer:
         for p in range(partitions):
-            values = [f"{topic}-{p}-{i}".encode() for i in range(per_partition)]
+            values = [f"{prefix or topic}-{p}-{i}".encode() for i in range(per_partition)]
             producer.send_many(topic, values, partition=p)
             sent[p] = values
         producer.flush()
@@ -373,3 +380,270 @@ def test_batch_read_and_write_against_a_cluster(spark: Any, cluster: Any) -> Non
         "append"
     ).save()
     assert _reader(spark, ",".join(cluster.urls), subscribe="spread").count() == 2400
+
+
+# ---- empty reads, offsets that go backwards, outages, a killed driver (issue #22) ----------
+
+
+def _available_now(
+    spark: Any, url: str, out: Path, checkpoint: Path, **options: str
+) -> BaseException | None:
+    """One ``Trigger.AvailableNow`` run of a stream into Parquet; the query's error, if any."""
+    reader = spark.readStream.format("logbus").option("logbus.url", url)
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    query = (
+        reader.load()
+        .selectExpr("partition", "offset", "CAST(value AS STRING) AS value")
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        query.awaitTermination(180)  # raises the query's error
+    except Exception as e:
+        return e
+    assert not query.isActive, "the query did not finish"
+    return None
+
+
+@pytest.mark.slow
+def test_empty_reads_give_empty_dataframes(spark: Any, broker: Broker, tmp_path: Path) -> None:
+    with Admin(broker.url) as admin:
+        admin.create_topic("void", partitions=2)
+        admin.create_topic("full", partitions=2)
+    _produce(broker.url, "full", 2, 10)
+    # Nothing planned: PySpark reads one placeholder partition (regression: AssertionError).
+    assert _reader(spark, broker.url, subscribe="void").collect() == []
+    assert _reader(spark, broker.url, subscribe="full", startingOffsets="latest").count() == 0
+    ending = json.dumps({"full": {"0": 10, "1": 10}})
+    assert _reader(spark, broker.url, subscribe="full", startingOffsets=ending).count() == 0
+    # Streaming: a micro-batch over an empty topic and one starting at the end write nothing.
+    for topic, starting in (("void", "earliest"), ("full", "latest")):
+        out, checkpoint = tmp_path / f"{topic}-out", tmp_path / f"{topic}-checkpoint"
+        assert (
+            _available_now(
+                spark, broker.url, out, checkpoint, subscribe=topic, startingOffsets=starting
+            )
+            is None
+        )
+        # (AvailableNow may run one empty micro-batch: an empty file.)
+        assert not list(out.glob("*.parquet")) or spark.read.parquet(str(out)).count() == 0
+
+
+@pytest.mark.slow
+def test_ending_offsets_past_the_high_watermark_are_refused_at_planning(
+    spark: Any, broker: Broker
+) -> None:
+    with Admin(broker.url) as admin:
+        admin.create_topic("short", partitions=2)
+    _produce(broker.url, "short", 2, 10)
+    ending = json.dumps({"short": {"0": 10, "1": 11}})
+    # Before: the task waited pollTimeoutMs for offset 10, then failed with TimeoutError.
+    with pytest.raises(Exception, match=r"short-1.*high watermark 10"):
+        _reader(
+            spark, broker.url, subscribe="short", endingOffsets=ending, pollTimeoutMs="5000"
+        ).collect()
+
+
+@pytest.mark.slow
+def test_a_recreated_topic_fails_the_query_or_is_read_from_its_start(
+    spark: Any, broker: Broker, tmp_path: Path
+) -> None:
+    """The issue's scenario: checkpoint at {0: 500, 1: 500}, the topic re-created with 4
+    partitions holding 100 records each. Before, both settings read only offsets 500..599
+    of partitions 0 and 1 from then on, losing 0..499 without a word."""
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    options = {"subscribe": "re", "startingOffsets": "earliest"}
+    with Admin(broker.url) as admin:
+        admin.create_topic("re", partitions=2)
+    first = _produce(broker.url, "re", 2, 500, prefix="old")
+    assert _available_now(spark, broker.url, out, checkpoint, **options) is None
+    with Admin(broker.url) as admin:
+        admin.delete_topic("re")
+        admin.create_topic("re", partitions=4)
+    second = _produce(broker.url, "re", 4, 100, prefix="new")
+
+    error = _available_now(spark, broker.url, out, checkpoint, **options)
+    assert error is not None, "the offsets went back from 500 to 100 and the query went on"
+    for part in ("re-0", "checkpointed offset 500", "[0, 100)", "failOnDataLoss"):
+        assert part in str(error)
+    assert spark.read.parquet(str(out)).count() == 1000  # the failed run wrote nothing
+
+    # failOnDataLoss=false: the partitions that went back are read from their log start
+    # (and the new ones from theirs, as always), then onwards.
+    options["failOnDataLoss"] = "false"
+    assert _available_now(spark, broker.url, out, checkpoint, **options) is None
+    third = _produce(broker.url, "re", 4, 500, prefix="more")
+    assert _available_now(spark, broker.url, out, checkpoint, **options) is None
+    rows = spark.read.parquet(str(out)).collect()
+    want = [v.decode() for sent in (first, second, third) for vs in sent.values() for v in vs]
+    assert Counter(r.value for r in rows) == Counter(want)
+    got = sorted((r.partition, r.offset) for r in rows if not r.value.startswith("old"))
+    assert got == [(p, o) for p in range(4) for o in range(600)]
+
+
+@pytest.mark.slow
+def test_a_streaming_query_rides_out_a_broker_outage(
+    spark: Any, new_broker: BrokerFactory, tmp_path: Path
+) -> None:
+    """The broker down for ~20 s (within the 30 s retry budget of the driver's offset
+    calls) while the query polls for new offsets: it goes on, exactly once."""
+    broker = new_broker()
+    broker.keep_port = True  # the query keeps the URL it was given
+    broker.start()
+    with Admin(broker.url) as admin:
+        admin.create_topic("flaky", partitions=2)
+    before = _produce(broker.url, "flaky", 2, 300, prefix="before")
+    out = tmp_path / "out"
+    query = (
+        spark.readStream.format("logbus")
+        .option("logbus.url", broker.url)
+        .option("subscribe", "flaky")
+        .option("startingOffsets", "earliest")
+        .load()
+        .selectExpr("CAST(value AS STRING) AS value")
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+    try:
+        query.processAllAvailable()
+        broker.kill()
+        time.sleep(20)  # the outage (not a wait for anything)
+        broker.start()
+        after = _produce(broker.url, "flaky", 2, 300, prefix="after")
+        query.processAllAvailable()  # raises the query's error if it died
+        assert query.isActive
+    finally:
+        query.stop()
+    want = [v.decode() for sent in (before, after) for vs in sent.values() for v in vs]
+    assert Counter(r.value for r in spark.read.parquet(str(out)).collect()) == Counter(want)
+
+
+def _values(
+    url: str,
+    topic: str,
+    until: Any,
+    writer: subprocess.Popen[bytes] | None = None,
+    log: Path | None = None,
+    timeout_s: float = 180,
+) -> list[bytes]:
+    """Every value of ``topic`` (partition 0) read from its start until ``until(values)``
+    (failing early when the ``writer`` process exits: its ``log`` says why)."""
+    values: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    with Consumer(url, auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition(topic, 0)])
+        while not until(values):
+            why = f"{topic}: {len(values)} records, not the ones awaited"
+            assert writer is None or writer.poll() is None, f"{why}\n{log and log.read_text()}"
+            assert time.monotonic() < deadline, why
+            values += [r.value for r in consumer.poll(timeout_ms=500) if r.value is not None]
+    return values
+
+
+@pytest.mark.slow
+def test_streaming_sink_after_the_driver_is_killed_mid_batch(
+    spark: Any, broker: Broker, tmp_path: Path
+) -> None:
+    """A query copying topic src to dst, in a process of its own, is killed (SIGKILL:
+    driver, JVM and Python workers) in the middle of its second micro-batch, then
+    restarted from its checkpoint (here, in this session): every record lands, and the
+    only duplicates are records of that micro-batch already written when it died (the
+    sink is at-least-once across retried batches, as Spark's Kafka sink)."""
+    import spark_query
+
+    with Admin(broker.url) as admin:
+        admin.create_topic("src", partitions=2)
+        admin.create_topic("dst", partitions=1)
+    sent = _produce(broker.url, "src", 2, 200)
+    # 200 offsets per micro-batch, 100 per partition: batch 1 holds offsets 100..199.
+    in_flight = {v for vs in sent.values() for v in vs[100:200]}
+    checkpoint = str(tmp_path / "checkpoint")
+    log = tmp_path / "driver.log"
+    with log.open("ab") as out:
+        # Its own process group, so that SIGKILL reaches the JVM and workers too.
+        driver = subprocess.Popen(
+            [
+                sys.executable,
+                spark_query.__file__,
+                broker.url,
+                "src",
+                "dst",
+                checkpoint,
+                "src-0-150",
+            ],
+            cwd=REPO,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+        )
+    try:
+        # Partition 1's task of batch 1 finished; partition 0's stalls at offset 150.
+        _values(broker.url, "dst", lambda vs: set(sent[1][100:200]) <= set(vs), driver, log)
+    finally:
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait()
+    query = spark_query.start(spark, broker.url, "src", "dst", checkpoint)
+    query.awaitTermination(180)
+    assert not query.isActive and query.exception() is None
+    want = {v for vs in sent.values() for v in vs}
+    with Admin(broker.url) as admin:
+        end = admin.list_offsets([TopicPartition("dst", 0)])[TopicPartition("dst", 0)]
+    assert end is not None
+    got = Counter(_values(broker.url, "dst", lambda vs: len(vs) >= end.offset))
+    assert set(got) == want
+    duplicated = {v for v, n in got.items() if n > 1}
+    assert set(sent[1][100:200]) <= duplicated <= in_flight
+    assert max(got.values()) == 2
+
+
+def test_a_task_finding_its_log_went_back_fails_or_skips_the_rest(broker: Broker) -> None:
+    """The range a task was planned (offsets 500..599) is past the end of a log that went
+    back under it (the topic re-created with 100 records). Before, the task failed saying
+    retention had deleted offset 500 (failOnDataLoss=true), or asked for it again and again
+    until pollTimeoutMs and failed with TimeoutError (false)."""
+    from app.spark.arrow import read_range
+    from app.spark.options import DataLoss, OffsetRange
+
+    with Admin(broker.url) as admin:
+        admin.create_topic("back", partitions=1)
+    _produce(broker.url, "back", 1, 100)
+    r = OffsetRange("back", 0, 500, 600)
+    schema = pa.schema([("offset", pa.int64())])  # never reached: no record is read
+
+    def read(fail: bool) -> list[Any]:
+        return list(
+            read_range(
+                broker.url, r, schema, include_headers=False, fail_on_data_loss=fail, timeout_s=10
+            )
+        )
+
+    with pytest.raises(DataLoss, match=r"back-0: offset 500 is past the end .* \[0, 100\)"):
+        read(True)
+    assert read(False) == []
+
+
+def test_driver_lookups_ride_out_a_dead_leader_in_a_cluster(cluster: Any) -> None:
+    """The driver's offset lookups (no Spark needed) with the leader of a partition killed
+    and its URL given first: topic calls go to another broker, offset calls follow the
+    partition to its new leader once the controller elected one, retried until then."""
+    from app.spark.lookup import OffsetLookup
+
+    with Admin(cluster.urls) as admin:
+        admin.create_topic("moving", partitions=3, replication_factor=3)
+    _produce(",".join(cluster.urls), "moving", 3, 50)
+    want = {TopicPartition("moving", p): 50 for p in range(3)}
+    victim = cluster.leader("moving", 0)
+    urls = [cluster.url(victim)] + [cluster.url(i) for i in cluster.ids if i != victim]
+    lookup = OffsetLookup(",".join(urls), {"subscribe": "moving"})
+    assert lookup.bounds().latest == want
+    cluster.kill(victim)
+    bounds = lookup.bounds()
+    assert bounds.latest == want and bounds.missing == []
+    assert cluster.leader("moving", 0) != victim
