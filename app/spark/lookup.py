@@ -38,7 +38,7 @@ from typing import TypeVar
 
 from app.client import Admin, TopicPartition
 from app.client.errors import is_retriable
-from app.core.errors import LogbusError, UnknownTopicOrPartition
+from app.common.errors import LogbusError, UnknownTopicOrPartition
 from app.spark import options as opt
 from app.spark.options import OptionError
 

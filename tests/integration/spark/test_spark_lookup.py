@@ -9,7 +9,7 @@ import pytest
 
 from app.client import Admin
 from app.client.errors import BrokerUnavailable
-from app.core.errors import InvalidRequest, UnknownTopicOrPartition
+from app.common.errors import InvalidRequest, UnknownTopicOrPartition
 from app.spark.lookup import BACKOFF_MAX_S, RetryPolicy, retried
 from app.spark.options import OptionError
 
