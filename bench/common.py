@@ -36,6 +36,13 @@ def wait_until(check: Callable[[], bool], timeout: float = 20.0) -> None:
 @contextlib.contextmanager
 def broker(extra_env: dict[str, str] | None = None) -> Iterator[str]:
     """A `logbus serve` subprocess on a free loopback port and a fresh data dir; yields its URL."""
+    with broker_process(extra_env) as (url, _pid):
+        yield url
+
+
+@contextlib.contextmanager
+def broker_process(extra_env: dict[str, str] | None = None) -> Iterator[tuple[str, int]]:
+    """:func:`broker`, yielding its URL and process id (to read its memory from /proc)."""
     port = free_port()
     data = tempfile.mkdtemp(prefix="logbus-bench-")
     env = {**os.environ, **(extra_env or {})}
@@ -48,7 +55,7 @@ def broker(extra_env: dict[str, str] | None = None) -> Iterator[str]:
     url = f"http://127.0.0.1:{port}"
     try:
         wait_until(lambda: httpx.get(f"{url}/readyz").status_code == 200)
-        yield url
+        yield url, proc.pid
     finally:
         proc.terminate()
         try:

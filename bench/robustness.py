@@ -23,49 +23,21 @@ RSS is the broker's ``VmRSS`` (``/proc/PID/status``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import resource
-import shutil
 import socket
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import orjson
 
-from bench.common import free_port, wait_until
+from bench.common import broker_process
 
 SOURCES = [f"127.0.0.{i}" for i in range(1, 6)]
 NORMAL_SOURCE = "127.0.0.9"
 LOAD_BYTES = 20 * 1024 * 1024
-
-
-@contextlib.contextmanager
-def _broker() -> Iterator[tuple[str, int]]:
-    port = free_port()
-    data = tempfile.mkdtemp(prefix="logbus-bench-robust-")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve", "--data-dir", data, "--port", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_until(lambda: httpx.get(f"{url}/readyz").status_code == 200)
-        yield url, proc.pid
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        shutil.rmtree(data, ignore_errors=True)
 
 
 def _rss_mb(pid: int) -> float:
@@ -261,7 +233,7 @@ def run(seconds: float = 10.0) -> dict[str, Any]:
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     results: dict[str, Any] = {}
-    with _broker() as (url, pid):
+    with broker_process() as (url, pid):
         port = int(url.rsplit(":", 1)[1])
         _load(url)
         results["baseline"] = {"rss_mb": round(_rss_mb(pid), 1), **_normal_client(url, seconds)}

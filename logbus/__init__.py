@@ -7,38 +7,8 @@ error class by its Kafka name, plus the client-only ones), and the Spark data so
 ``logbus.spark`` (needs the ``spark`` extra).
 """
 
-from app.client import (
-    Admin,
-    AsyncAdmin,
-    AsyncConsumer,
-    AsyncProducer,
-    Consumer,
-    ConsumerRecord,
-    DeliveryFuture,
-    DeliveryReport,
-    GroupListing,
-    OffsetAndTimestamp,
-    Producer,
-    RecordColumns,
-    RecordMetadata,
-    TopicPartition,
-)
+from app.client import *  # noqa: F403  (the SDK's public names, listed once there)
+from app.client import __all__ as _sdk_names
 from app.common.errors import LogbusError
 
-__all__ = [
-    "Admin",
-    "AsyncAdmin",
-    "AsyncConsumer",
-    "AsyncProducer",
-    "Consumer",
-    "ConsumerRecord",
-    "DeliveryFuture",
-    "DeliveryReport",
-    "GroupListing",
-    "LogbusError",
-    "OffsetAndTimestamp",
-    "Producer",
-    "RecordColumns",
-    "RecordMetadata",
-    "TopicPartition",
-]
+__all__ = [*_sdk_names, "LogbusError"]
