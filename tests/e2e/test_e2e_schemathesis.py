@@ -13,6 +13,7 @@ from __future__ import annotations
 import random
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import schemathesis  # noqa: F401  (a missing dependency fails collection, never skips)
@@ -23,7 +24,7 @@ MAX_EXAMPLES = "10"
 FIXED_SEEDS = (1207, 31337)
 
 
-def _run(broker: Broker, phases: str, seed: int) -> None:
+def _run(broker: Broker, phases: str, seed: int, workdir: Path) -> None:
     args = [
         sys.executable,
         "-m",
@@ -40,7 +41,10 @@ def _run(broker: Broker, phases: str, seed: int) -> None:
         str(seed),
         "--no-color",
     ]
-    done = subprocess.run(args, capture_output=True, text=True, timeout=300, check=False)
+    # In a temporary dir: the CLI keeps its state in ./.schemathesis.
+    done = subprocess.run(
+        args, capture_output=True, text=True, timeout=300, check=False, cwd=workdir
+    )
     assert done.returncode == 0, (
         f"schemathesis (phases {phases}, seed {seed}) found failures:\n{done.stdout[-8000:]}"
         f"\n{done.stderr[-2000:]}"
@@ -48,9 +52,9 @@ def _run(broker: Broker, phases: str, seed: int) -> None:
 
 
 @pytest.mark.slow
-def test_the_served_spec_holds_under_schemathesis(broker: Broker) -> None:
-    _run(broker, "examples,coverage,fuzzing", FIXED_SEEDS[0])
+def test_the_served_spec_holds_under_schemathesis(broker: Broker, tmp_path: Path) -> None:
+    _run(broker, "examples,coverage,fuzzing", FIXED_SEEDS[0], tmp_path)
     fresh = random.SystemRandom().randrange(1 << 31)
     for seed in (FIXED_SEEDS[1], fresh):
-        _run(broker, "fuzzing", seed)
+        _run(broker, "fuzzing", seed, tmp_path)
     assert broker.running  # the broker survived it all
