@@ -176,7 +176,11 @@ def _preload(url: str, topic: str, records: int) -> None:
             builder = BatchBuilder()
             for _ in range(min(per_batch, records - first)):
                 builder.append(b"x" * 100)
-            r = client.post(f"/topics/{topic}/partitions/0/batches", content=builder.build())
+            r = client.post(
+                f"/topics/{topic}/partitions/0/batches",
+                content=builder.build(),
+                headers={"content-type": "application/octet-stream"},
+            )
             r.raise_for_status()
 
 

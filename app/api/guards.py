@@ -113,7 +113,11 @@ def _has_body(headers: dict[bytes, bytes]) -> bool:
 
 def duplicate_parameters(query_string: bytes) -> list[str]:
     """Names given more than once in a query string, in first-seen order."""
-    if b"&" not in query_string and b";" not in query_string:
+    if b"&" not in query_string:
+        return []
+    # The common case, on every fetch: plain names, all different, no decoding needed.
+    names = [part.partition(b"=")[0] for part in query_string.split(b"&") if part]
+    if len(set(names)) == len(names) and not any(b"%" in n or b"+" in n for n in names):
         return []
     counts = Counter(
         name for name, _ in parse_qsl(query_string.decode("latin-1"), keep_blank_values=True)

@@ -190,7 +190,10 @@ characters of ASCII letters, digits, `.`, `_` and `-` (the limit keeps every fil
 the topic needs within the filesystem's 255 bytes). Errors: 400 INVALID_TOPIC_EXCEPTION,
 INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR (this broker keeps one copy) or
 INVALID_CONFIG (unknown name or bad value; the body names the config), 409
-TOPIC_ALREADY_EXISTS. The answer is the new topic's description."""
+TOPIC_ALREADY_EXISTS. More partitions than the broker can keep open (per topic, in total,
+or in file descriptors left) is 400 INVALID_PARTITIONS whose `setting` names the limit;
+the check comes before anything is written, and a create that fails half-way (503
+KAFKA_STORAGE_ERROR) leaves nothing behind. The answer is the new topic's description."""
 
 CREATE_TOPIC_EXAMPLES: dict[str, Any] = {
     "simple": {"summary": "Three partitions", "value": {"name": "orders", "partitions": 3}},

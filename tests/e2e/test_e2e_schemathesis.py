@@ -1,0 +1,60 @@
+"""Schemathesis over the spec a real broker serves: no server errors, only documented
+statuses, and answers that match their documented schemas.
+
+The CLI runs against ``logbus serve`` on loopback (every phase talks to the real process:
+its routing, body limits, guards and error mapping), in three runs: the examples and
+coverage phases (boundary values, wrong types, missing and repeated parameters) with
+fuzzing under a fixed seed, then fuzzing alone under a second fixed seed and a fresh one.
+Examples per operation are bounded so the whole takes well under a minute here.
+"""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import schemathesis  # noqa: F401  (a missing dependency fails collection, never skips)
+from conftest import Broker
+
+CHECKS = "not_a_server_error,status_code_conformance,response_schema_conformance"
+MAX_EXAMPLES = "10"
+FIXED_SEEDS = (1207, 31337)
+
+
+def _run(broker: Broker, phases: str, seed: int, workdir: Path) -> None:
+    args = [
+        sys.executable,
+        "-m",
+        "schemathesis.cli",
+        "run",
+        f"{broker.url}/openapi.json",
+        "--checks",
+        CHECKS,
+        "--phases",
+        phases,
+        "--max-examples",
+        MAX_EXAMPLES,
+        "--seed",
+        str(seed),
+        "--no-color",
+    ]
+    # In a temporary dir: the CLI keeps its state in ./.schemathesis.
+    done = subprocess.run(
+        args, capture_output=True, text=True, timeout=300, check=False, cwd=workdir
+    )
+    assert done.returncode == 0, (
+        f"schemathesis (phases {phases}, seed {seed}) found failures:\n{done.stdout[-8000:]}"
+        f"\n{done.stderr[-2000:]}"
+    )
+
+
+@pytest.mark.slow
+def test_the_served_spec_holds_under_schemathesis(broker: Broker, tmp_path: Path) -> None:
+    _run(broker, "examples,coverage,fuzzing", FIXED_SEEDS[0], tmp_path)
+    fresh = random.SystemRandom().randrange(1 << 31)
+    for seed in (FIXED_SEEDS[1], fresh):
+        _run(broker, "fuzzing", seed, tmp_path)
+    assert broker.running  # the broker survived it all
