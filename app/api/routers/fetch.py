@@ -286,7 +286,7 @@ async def fetch(
     "when `epoch` is unknown. A follower truncates its log to this offset before fetching "
     "from a new leader, so replicas never diverge (KIP-101).",
     response_model=EpochEndOffset,
-    responses=error_responses(307, 400, 404, 421, 503),
+    responses=error_responses(307, 400, 404, 409, 421, 503),
 )
 async def epoch_end_offset(
     topic: Annotated[str, Path(description="Topic name.")],
@@ -294,7 +294,23 @@ async def epoch_end_offset(
     epoch: Annotated[int, Path(description="A leader epoch.", ge=-1, le=INT_MAX)],
     state: StateDep,
     manager: ManagerDep,
+    current_leader_epoch: Annotated[
+        int | None,
+        Query(
+            ge=-1,
+            le=INT_MAX,
+            description="The leader epoch the caller follows (cluster mode): an answer from "
+            "another term of this broker's leadership would cut the caller's log wrongly, so "
+            "an older one answers 409 FENCED_LEADER_EPOCH, a newer one 409 "
+            "UNKNOWN_LEADER_EPOCH.",
+        ),
+    ] = None,
 ) -> Response:
-    log = leader_log(state, manager, topic, partition)
+    if state.cluster is not None:
+        part = state.cluster.leader_partition(topic, partition)
+        part.check_epoch(current_leader_epoch)
+        log = part.log
+    else:
+        log = leader_log(state, manager, topic, partition)
     found_epoch, end_offset = log.leader_epoch_cache.end_offset_for(epoch)
     return JSONBytes({"leader_epoch": found_epoch, "end_offset": end_offset})

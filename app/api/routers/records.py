@@ -11,8 +11,10 @@ append may fsync (flush.messages) or roll a segment.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
@@ -31,7 +33,6 @@ from app.api.util import (
     JSONBytes,
     TopicPlan,
     create_planned,
-    leader_log,
     plan_topic,
 )
 from app.core.errors import (
@@ -43,10 +44,12 @@ from app.core.errors import (
 )
 from app.core.log.batch import BatchBuilder, iter_headers, validate_batches
 from app.core.partitioner import partition_for_key
+from app.core.replication.partition import append_to_leaders
 
 if TYPE_CHECKING:
     from app.core.log.log import AppendInfo, Log
     from app.core.log.manager import LogManager
+    from app.core.replication.partition import Partition
 
 router = APIRouter(tags=["produce"])
 
@@ -80,19 +83,38 @@ def parse_acks(acks: str) -> int:
     return value
 
 
-AppendWork = Sequence[tuple["Log", bytes | bytearray]]
-
-
 ACKS_ALL = -1
 
 
-def check_replicas(state: AppState, log: Log, required_acks: int) -> None:
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where one partition's batches go: its log and, in cluster mode, this broker's
+    replica with the leader epoch it led in when the request was routed. The append
+    happens only if it still leads in that epoch (checked again under its lock)."""
+
+    log: Log
+    replica: Partition | None = None
+    epoch: int = -1
+
+
+def leader_target(state: AppState, manager: LogManager, topic: str, partition: int) -> Target:
+    """The partition's Target; NotLeaderOrFollower (naming the leader) when another
+    broker leads it."""
+    if state.cluster is None:
+        return Target(manager.get_log(topic, partition))
+    part = state.cluster.leader_partition(topic, partition)
+    return Target(part.log, part, part.leader_epoch)
+
+
+def check_replicas(state: AppState, target: Target, required_acks: int) -> None:
     """Before an acks=all append: refuse (nothing written) when the partition's ISR is
-    below min.insync.replicas. A lone broker is its own one-member ISR."""
+    below min.insync.replicas. A lone broker is its own one-member ISR. (A cluster
+    checks again under the partition's lock, as it appends.)"""
     if required_acks != ACKS_ALL:
         return
-    if state.cluster is not None:
-        state.cluster.leader_partition(log.topic, log.partition).check_min_isr()
+    log = target.log
+    if target.replica is not None:
+        target.replica.check_min_isr()
     elif log.config.min_insync_replicas > 1:
         raise NotEnoughReplicas(
             f"{log.topic}-{log.partition} has 1 in-sync replica (a single broker), fewer than "
@@ -101,23 +123,80 @@ def check_replicas(state: AppState, log: Log, required_acks: int) -> None:
 
 
 async def await_replicas(
-    state: AppState,
-    appended: Sequence[tuple[Log, AppendInfo]],
-    required_acks: int,
-    deadline: float,
+    appended: Sequence[tuple[Target, AppendInfo]], required_acks: int, deadline: float
 ) -> None:
-    """acks=all in cluster mode: until every in-sync replica has each appended batch."""
-    if required_acks != ACKS_ALL or state.cluster is None:
+    """acks=all in cluster mode: until every in-sync replica has each appended batch.
+
+    Waits on the replicas that appended, in the epoch they appended in: if leadership
+    moved meanwhile the answer is 421 without a leader to go to, never a redirect
+    (the write was made; sending it again to the new leader could write it twice)."""
+    waits = [
+        (t.replica, t.epoch, info.last_offset)
+        for t, info in appended
+        if t.replica is not None and required_acks == ACKS_ALL
+    ]
+    if not waits:
         return
-    loop = asyncio.get_running_loop()
-    for log, info in appended:
-        part = state.cluster.leader_partition(log.topic, log.partition)
-        remaining_ms = max(1, int((deadline - loop.time()) * 1000))
-        await part.wait_replicated(info.last_offset, remaining_ms)
+    remaining_ms = max(1, int((deadline - asyncio.get_running_loop().time()) * 1000))
+    # All at once: a waiter registered only after an earlier partition's wait would miss
+    # a leadership change in between.
+    results = await asyncio.gather(
+        *(part.wait_replicated(last, remaining_ms, epoch) for part, epoch, last in waits),
+        return_exceptions=True,
+    )
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
 
 
-def _append_all(work: AppendWork) -> list[AppendInfo]:
-    return [log.append(data) for log, data in work]
+class AppendClaim:
+    """A request's claim on its append, for the worker-thread path: the request that
+    stopped waiting (its deadline passed, or its client left) abandons the claim, and an
+    append that starts after that writes nothing. One that started first finishes, and
+    the request answers with its outcome.
+
+    Thread-safe: ``start`` runs on the worker thread, ``abandon`` on the event loop."""
+
+    def __init__(self, topic: str, timeout_ms: int) -> None:
+        self._lock = threading.Lock()
+        self._started = False
+        self._abandoned = False
+        self._topic = topic
+        self._timeout_ms = timeout_ms
+
+    def start(self) -> None:
+        with self._lock:
+            if self._abandoned:
+                raise self.timed_out()
+            self._started = True
+
+    def abandon(self) -> bool:
+        """True when the append had not started (and now never will)."""
+        with self._lock:
+            if not self._started:
+                self._abandoned = True
+            return self._abandoned
+
+    def timed_out(self) -> RequestTimedOut:
+        return RequestTimedOut(
+            f"the append to {self._topic} did not start within {self._timeout_ms} ms; "
+            "nothing was written"
+        )
+
+
+def _append_all(
+    work: Sequence[tuple[Target, bytes | bytearray]],
+    acks_all: bool,
+    claim: Callable[[], None],
+) -> list[AppendInfo]:
+    if all(t.replica is None for t, _ in work):
+        claim()
+        return [t.log.append(data) for t, data in work]
+    leaders = []
+    for t, data in work:
+        assert t.replica is not None, "a request's partitions are all replicated or none"
+        leaders.append((t.replica, t.epoch, data))
+    return append_to_leaders(leaders, acks_all=acks_all, claim=claim)
 
 
 # flush.messages at its default: an append is a page-cache write, never an fsync.
@@ -129,23 +208,45 @@ INLINE_BATCHES_BYTES = 64 * 1024
 
 
 async def _append(
-    work: AppendWork, timeout_ms: int, topic: str, inline_max_bytes: int = 0
+    work: Sequence[tuple[Target, bytes | bytearray]],
+    required_acks: int,
+    deadline: float,
+    timeout_ms: int,
+    topic: str,
+    inline_max_bytes: int = 0,
 ) -> list[AppendInfo]:
+    """Append every partition's batches (all or none in cluster mode, see
+    :func:`append_to_leaders`). ``deadline`` (loop time): a request past it never
+    appends afterwards."""
+    acks_all = required_acks == ACKS_ALL
+    claim = AppendClaim(topic, timeout_ms)
+    loop = asyncio.get_running_loop()
+    if loop.time() >= deadline:
+        raise claim.timed_out()
     if (
         inline_max_bytes
         and sum(len(data) for _, data in work) <= inline_max_bytes
-        and all(log.config.flush_messages == _NO_FSYNC for log, _ in work)
+        and all(t.log.config.flush_messages == _NO_FSYNC for t, _ in work)
     ):
         # A small write to the page cache costs less than the hop to a worker
         # thread, which under load waits for the GIL (up to the 5 ms switch
         # interval) and made a WebSocket producer's requests queue.
-        return _append_all(work)
+        return _append_all(work, acks_all, claim.start)
+    task = asyncio.ensure_future(asyncio.to_thread(_append_all, work, acks_all, claim.start))
     try:
-        return await asyncio.wait_for(asyncio.to_thread(_append_all, work), timeout_ms / 1000)
+        return await asyncio.wait_for(asyncio.shield(task), max(0.0, deadline - loop.time()))
     except TimeoutError:
-        raise RequestTimedOut(
-            f"append to {topic} did not finish within {timeout_ms} ms; it may still be applied"
-        ) from None
+        if claim.abandon():
+            # The worker still runs, to find the claim abandoned: nobody awaits its error.
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+            raise claim.timed_out() from None
+        # It started before the deadline: it is a bounded write, and its outcome (written
+        # or not) is the true answer, where a 504 would leave the client guessing.
+        return await task
+    except asyncio.CancelledError:
+        claim.abandon()  # the client left: an append not yet started never happens
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        raise
 
 
 def build_batches(
@@ -260,15 +361,14 @@ async def append_json_records(
         plan = plan_topic(state, manager, topic)
 
     order = sorted(batches)
-    work = [(leader_log(state, manager, topic, p), batches[p]) for p in order]
-    for log, _ in work:
-        check_replicas(state, log, required_acks)
+    work = [(leader_target(state, manager, topic, p), batches[p]) for p in order]
+    for target, _ in work:
+        check_replicas(state, target, required_acks)
 
-    infos = await _append(work, timeout_ms, topic, inline_max_bytes)
+    infos = await _append(work, required_acks, deadline, timeout_ms, topic, inline_max_bytes)
     appended = dict(zip(order, infos, strict=True))
     await await_replicas(
-        state,
-        [(log, info) for (log, _), info in zip(work, infos, strict=True)],
+        [(target, info) for (target, _), info in zip(work, infos, strict=True)],
         required_acks,
         deadline,
     )
@@ -379,14 +479,16 @@ async def produce_batches(
             raise UnknownTopicOrPartition(topic, partition)
         validate_batches(body, plan.max_message_bytes)
         await create_planned(state, manager, topic)
-    log = leader_log(state, manager, topic, partition)
-    check_replicas(state, log, required_acks)
+    target = leader_target(state, manager, topic, partition)
+    check_replicas(state, target, required_acks)
     # Log.append validates every batch (CRC, sizes, magic) before writing any.
     # A small body is appended on the event loop, as WebSocket produce does: under
     # load the worker-thread hop waits for the GIL behind the loop (up to the 5 ms
     # switch interval), and an SDK producer at a steady rate sends small bodies.
-    (info,) = await _append([(log, body)], timeout_ms, topic, INLINE_BATCHES_BYTES)
-    await await_replicas(state, [(log, info)], required_acks, deadline)
+    (info,) = await _append(
+        [(target, body)], required_acks, deadline, timeout_ms, topic, INLINE_BATCHES_BYTES
+    )
+    await await_replicas([(target, info)], required_acks, deadline)
     if required_acks == 0:
         return Response(status_code=204)
     appended: list[dict[str, Any]] = []

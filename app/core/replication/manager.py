@@ -13,8 +13,9 @@ request; every broker reacts to the watch by creating (only the partitions it
 holds) or deleting its local logs.
 
 Threads: kazoo's watch callbacks hop onto the event loop; from there on every
-state change happens on the loop, so nothing here needs a lock. The blocking
-kazoo calls run in worker threads.
+state change happens on the loop, so nothing here needs a lock (appends on
+worker threads meet state changes in each Partition's leader/ISR lock). The
+blocking kazoo calls run in worker threads.
 """
 
 from __future__ import annotations
@@ -249,6 +250,7 @@ class ReplicaManager:
                 notify=self._notify,
                 lag_time_max_ms=self.settings.replica_lag_time_max_ms,
                 registered=lambda r: r in self.brokers,
+                locate=self.broker_url,
             )
             part.on_follow = self._follow
             self.partitions[(name, p)] = part
