@@ -138,6 +138,10 @@ async def await_replicas(
     if not waits:
         return
     remaining_ms = max(1, int((deadline - asyncio.get_running_loop().time()) * 1000))
+    if len(waits) == 1:
+        part, epoch, last = waits[0]
+        await part.wait_replicated(last, remaining_ms, epoch)
+        return
     # All at once: a waiter registered only after an earlier partition's wait would miss
     # a leadership change in between.
     results = await asyncio.gather(

@@ -431,6 +431,15 @@ def append_to_leaders(
 
     Runs on the event loop or on a worker thread.
     """
+    if len(work) == 1:  # the common case, without the ordering and the stack
+        part, epoch, data = work[0]
+        with part._lock.shared():
+            part.check_leads(epoch)
+            if acks_all:
+                part.check_min_isr()
+            claim()
+            faults.slow_append()
+            return [part.log.append(data, leader_epoch=epoch)]
     order = sorted(work, key=lambda w: (w[0].topic, w[0].partition))
     with ExitStack() as stack:
         for part, _, _ in order:
