@@ -39,6 +39,7 @@ place without parsing messages.
     ├── BrokerNotAvailable             BROKER_NOT_AVAILABLE         (retriable)
     │   └── ZooKeeperUnavailable       BROKER_NOT_AVAILABLE         (cluster metadata unreachable)
     ├── KafkaStorageError              KAFKA_STORAGE_ERROR          (retriable)
+    ├── ClusterAuthorizationFailed     CLUSTER_AUTHORIZATION_FAILED (a broker-only call not from a broker)
     └── GroupError                     consumer groups (app.groups)
         ├── UnsupportedAssignor        UNSUPPORTED_ASSIGNOR         (400)
         ├── InvalidGroupId             INVALID_GROUP_ID             (400)
@@ -409,6 +410,13 @@ class KafkaStorageError(LogbusError):
 
     error_code = "KAFKA_STORAGE_ERROR"
     retriable = True
+
+
+class ClusterAuthorizationFailed(LogbusError):
+    """A call only brokers make (a replica's fetch) without the credentials of the broker
+    it claims to come from: refused, and it changes nothing (ISR, high watermark, acks)."""
+
+    error_code = "CLUSTER_AUTHORIZATION_FAILED"
 
 
 class GroupError(LogbusError):

@@ -39,6 +39,7 @@ from conftest import ClusterFactory
 from test_e2e_cluster import create_topic, read_replica, wait_isr
 
 from app.core.log.batch import decode_records
+from app.core.replication.auth import HEADER
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -200,3 +201,69 @@ def test_acknowledged_records_survive_faults_on_a_slow_disk(
 ) -> None:
     cluster = cluster_factory(env={"LOGBUS_TEST_SLOW_APPEND_MS": "40"})
     run_model_check(cluster, seed=int(time.time()))
+
+
+def test_a_forged_replica_fetch_is_refused_and_commits_nothing(cluster: Cluster) -> None:
+    """A client claiming to be a follower (``replica_id``) without that broker's
+    inter-broker credential gets 403 and moves nothing: with the real followers frozen,
+    an acks=all write times out instead of being acknowledged on the forger's word, and
+    after the leader's death every acknowledged record is still there."""
+    create_topic(cluster, "forged", configs={"min.insync.replicas": 2})
+    leader = cluster.leader("forged")
+    followers = [b for b in cluster.ids if b != leader]
+    first = httpx.post(
+        f"{cluster.url(leader)}/topics/forged/partitions/0/records",
+        params={"acks": "all"},
+        json={"records": [{"value": "a"}, {"value": "b"}]},
+        timeout=30,
+    )
+    assert first.status_code == 200, first.text
+    wait_isr(cluster, "forged", cluster.ids)
+    base = f"{cluster.url(leader)}/topics/forged/partitions/0"
+    epoch = cluster.partition("forged")["leader_epoch"]
+    forged: list[int] = []
+    stop = threading.Event()
+
+    def forge() -> None:
+        with httpx.Client(timeout=10) as client:
+            while not stop.is_set():
+                described = client.get(f"{cluster.url(leader)}/topics/forged").json()
+                end = described["partitions"][0]["log_end_offset"]
+                for replica in followers:
+                    answer = client.get(
+                        f"{base}/records",
+                        params={"offset": end, "replica_id": replica, "leader_epoch": epoch},
+                        headers={"Accept": "application/octet-stream", HEADER: "0" * 64},
+                    )
+                    forged.append(answer.status_code)
+
+    for b in followers:
+        cluster.pause(b)
+    forger = threading.Thread(target=forge)
+    forger.start()
+    try:
+        lost = httpx.post(
+            f"{base}/records",
+            params={"acks": "all", "timeout_ms": 1_000},
+            json={"records": [{"value": "unreplicated"}]},
+            timeout=30,
+        )
+    finally:
+        stop.set()
+        forger.join(30)
+    assert lost.status_code == 504, lost.text
+    assert forged and set(forged) == {403}, sorted(set(forged))
+    described = httpx.get(f"{cluster.url(leader)}/topics/forged", timeout=10).json()
+    assert described["partitions"][0]["high_watermark"] == 2
+    for b in followers:
+        cluster.resume(b)
+    wait_isr(cluster, "forged", cluster.ids)
+    cluster.kill(leader)
+    new = cluster.wait_until(
+        lambda: (b := cluster.leader("forged")) in followers and b,
+        message="a new leader among the followers",
+    )
+    fetched = httpx.get(
+        f"{cluster.url(new)}/topics/forged/partitions/0/records", params={"offset": 0}, timeout=10
+    ).json()
+    assert [r["value"] for r in fetched["records"]][:2] == ["a", "b"]

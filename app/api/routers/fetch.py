@@ -35,6 +35,7 @@ from app.api.util import (
 from app.api.zerocopy import ZeroCopyResponse
 from app.core.errors import UnknownTopicOrPartition
 from app.core.log.batch import decode_records, iter_headers
+from app.core.replication.auth import HEADER as REPLICA_AUTH_HEADER
 
 if TYPE_CHECKING:
     from app.core.log.log import FetchInfo, Log
@@ -172,7 +173,7 @@ def render_json(
     response_model=FetchResponse,
     responses={
         **docs.FETCH_RESPONSES,
-        **error_responses(307, 400, 404, 406, 409, 416, 421, 503),
+        **error_responses(307, 400, 403, 404, 406, 409, 416, 421, 503),
     },
 )
 async def fetch(
@@ -221,8 +222,10 @@ async def fetch(
             ge=0,
             le=INT_MAX,
             description="Set by follower brokers only (cluster mode): the fetching replica's "
-            "broker id. The answer then runs to the log end offset, not the high watermark, "
-            "and the offset tells the leader how far the follower is.",
+            "broker id, proven by its inter-broker credential in the `Logbus-Replica-Auth` "
+            "header (else 403 CLUSTER_AUTHORIZATION_FAILED, nothing changed). The answer then "
+            "runs to the log end offset, not the high watermark, and the offset tells the "
+            "leader how far the follower is.",
         ),
     ] = None,
     leader_epoch: Annotated[
@@ -241,6 +244,9 @@ async def fetch(
     min_bytes = min(min_bytes, max_bytes)
     replica = replica_id is not None and state.cluster is not None
     if state.cluster is not None:
+        if replica_id is not None:
+            # Before anything else: a forged claim must not even learn who leads.
+            state.cluster.verify_replica(replica_id, request.headers.get(REPLICA_AUTH_HEADER))
         part = state.cluster.leader_partition(topic, partition)
         part.check_epoch(leader_epoch)
         log = part.log

@@ -8,6 +8,7 @@
 - :mod:`.rwlock`      the readers-writer lock appends and leadership changes meet in
 - :mod:`.faults`      test-only fault injection (a slow disk under leader appends)
 - :mod:`.fetcher`     followers pulling from leaders through the binary fetch API
+- :mod:`.auth`        inter-broker credentials: a replica's fetch proves its broker
 - :mod:`.manager`     the broker's side of all of it, used by the HTTP layer
 
 See notes/CLUSTER.md for the ZooKeeper layout and the HTTP contract.

@@ -22,7 +22,8 @@ leader or epoch changes, and started again for the new one):
    Every cut also forgets our epochs that start at or after it, even one that
    began at the log end and holds no batch yet.
 2. Fetch from the log end offset with ``replica_id`` and ``leader_epoch``
-   (``GET .../records``, ``Accept: application/octet-stream``), append the
+   (``GET .../records``, ``Accept: application/octet-stream``, and this broker's
+   inter-broker credential, :mod:`.auth`), append the
    batches verbatim, take the leader's high watermark. The fetch offset tells
    the leader how far this replica is; that drives the leader's ISR and high
    watermark. The leader long-polls (``replica.fetch.wait.max.ms``), so an idle
@@ -42,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from dataclasses import replace
 from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
@@ -107,6 +109,11 @@ class ReplicaFetcher:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
 
+    def _credentials(self) -> bytes:
+        """This broker's inter-broker credential header, on every request to a leader."""
+        auth = self.replicas.auth
+        return b"" if auth is None else auth.header(self.broker_id)
+
     def _current(self, part: Partition, leader: int, epoch: int) -> bool:
         return part.role == FOLLOWER and part.leader == leader and part.leader_epoch == epoch
 
@@ -126,7 +133,9 @@ class ReplicaFetcher:
                         conn.close()
                     conn_url = url
                     conn = async_connection(
-                        Endpoint.parse(url), self.timeout_s, self.max_bytes + (1 << 20)
+                        replace(Endpoint.parse(url), extra_headers=self._credentials()),
+                        self.timeout_s,
+                        self.max_bytes + (1 << 20),
                     )
                 base = f"/topics/{part.topic}/partitions/{part.partition}"
                 try:

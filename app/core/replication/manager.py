@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from app.core.errors import (
+    BrokerNotAvailable,
     InvalidTopic,
     KafkaStorageError,
     LeaderNotAvailable,
@@ -39,6 +40,7 @@ from app.core.errors import (
     UnknownTopicOrPartition,
 )
 from app.core.log.manager import check_new_topic, collision_key
+from app.core.replication.auth import ReplicaAuth
 from app.core.replication.controller import Controller
 from app.core.replication.fetcher import ReplicaFetcher
 from app.core.replication.partition import Partition
@@ -86,6 +88,8 @@ class ReplicaManager:
             leader_imbalance_check_interval_ms=settings.leader_imbalance_check_interval_ms,
         )
         self.fetcher: ReplicaFetcher | None = None
+        # Inter-broker credentials, from ZooKeeper at start (a follower's fetches carry them).
+        self.auth: ReplicaAuth | None = None
         self.cluster_id = ""
         self.brokers: dict[int, BrokerInfo] = {}
         self.controller_id: int | None = None
@@ -120,6 +124,7 @@ class ReplicaManager:
         self.fetcher = ReplicaFetcher(self)
         await asyncio.to_thread(self.store.start)
         self.cluster_id = await asyncio.to_thread(self.store.cluster_id)
+        self.auth = ReplicaAuth(await asyncio.to_thread(self.store.inter_broker_secret))
         self.logs.producer_ids.use_cluster_blocks(_ZkProducerIdBlocks(self.store))
         self.store.add_session_listener(self._on_session)
         await self._register()
@@ -441,6 +446,13 @@ class ReplicaManager:
         if leader == self.broker_id:
             url = None  # the state says us, but we have not taken over yet: retry shortly
         raise NotLeaderOrFollower(topic, partition, leader, url)
+
+    def verify_replica(self, replica_id: int, presented: str | None) -> None:
+        """A fetch claiming ``replica_id`` carries that broker's inter-broker credential
+        (:mod:`app.core.replication.auth`), else ClusterAuthorizationFailed."""
+        if self.auth is None:
+            raise BrokerNotAvailable("the broker is joining its cluster")
+        self.auth.verify(replica_id, presented)
 
     def partition_info(self, topic: str, partition: int) -> dict[str, Any]:
         replicas = self.replicas_of(topic, partition)

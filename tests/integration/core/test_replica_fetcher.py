@@ -82,6 +82,7 @@ def manager() -> Any:
     )
     return SimpleNamespace(
         settings=settings,
+        auth=None,
         broker_url=lambda broker: "http://127.0.0.1:9",
         truncated=lambda log: None,
     )
