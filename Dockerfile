@@ -18,6 +18,7 @@ RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml
 
 # Editable: the broker serves openapi/asyncapi.yaml from beside the app/ package.
 COPY app ./app
+COPY logbus ./logbus
 COPY openapi ./openapi
 RUN pip install --no-deps -e . \
     && useradd --system --uid 10001 --home-dir /data logbus \

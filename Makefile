@@ -39,8 +39,8 @@ cluster: install zookeeper
 	HOST=$(HOST) bash scripts/local-cluster.sh
 
 lint: install
-	$(VENV)/bin/ruff check app tests bench pipelines
-	$(VENV)/bin/ruff format --check app tests bench pipelines
+	$(VENV)/bin/ruff check app logbus tests bench pipelines
+	$(VENV)/bin/ruff format --check app logbus tests bench pipelines
 	$(VENV)/bin/mypy
 
 # The README test runs its curl examples; Spark's tests need Java; cluster tests need ZooKeeper.

@@ -1,6 +1,6 @@
 """``logbus``: run a broker, manage topics and groups, produce from stdin, consume to stdout.
 
-Every client command talks to the HTTP API (DESIGN.md) at ``--url`` (default
+Every client command talks to the HTTP API (openapi/openapi.json) at ``--url`` (default
 ``$LOGBUS_URL`` or ``http://127.0.0.1:8080``). A failure prints the server's
 ``error_code`` and message and exits non-zero:
 
@@ -101,8 +101,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from app.api.server import run
+    from app.common.errors import LogbusError
     from app.config import Settings
-    from app.core.errors import LogbusError
 
     try:
         settings = Settings.load(
@@ -457,7 +457,7 @@ def _follow_many(
 
 def _consume_with_sdk(api: Api, args: argparse.Namespace) -> int:
     """``--group`` (Consumer.subscribe, commits as it goes) or ``--ws`` (app.client.ws)."""
-    from app.core.errors import LogbusError
+    from app.common.errors import LogbusError
 
     if args.group is not None and (args.partition is not None or args.start.isdigit()):
         raise CliError("--group takes its partitions and offsets from the group", 2)

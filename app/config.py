@@ -22,7 +22,9 @@ from typing import Any
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.core.limits import PartitionBudget
 from app.core.log.config import LogConfig
+from app.core.log.manager import MAX_PARTITIONS
 
 
 class Settings(BaseSettings):
@@ -43,7 +45,59 @@ class Settings(BaseSettings):
         default=100 * 1024 * 1024, ge=1024, description="Largest request body accepted (413 above)."
     )
     fetch_max_bytes: int = Field(default=50 * 1024 * 1024, ge=1)
+    # The listener's limits (app/api/limits.py): what a slow, careless or hostile client
+    # may cost the broker. Each breach has its own answer; see the README's "Limits".
+    max_connections: int = Field(
+        default=10_000,
+        ge=1,
+        description="Kafka's max.connections: open HTTP and WebSocket connections, capped "
+        "at half the process's file-descriptor limit (503 above).",
+    )
+    max_connections_per_ip: int = Field(
+        default=2_048,
+        ge=1,
+        description="Kafka's max.connections.per.ip: connections from one client address "
+        "(429 above); raise it when clients reach the broker through one proxy address.",
+    )
+    connections_max_idle_ms: int = Field(
+        default=60_000,
+        ge=100,
+        description="Kafka's connections.max.idle.ms: a connection with no request in "
+        "flight for this long is closed (also before its first request).",
+    )
+    request_header_timeout_ms: int = Field(
+        default=20_000,
+        ge=100,
+        description="A request's line and headers must arrive within this long of their "
+        "first byte (408 otherwise).",
+    )
+    request_body_timeout_ms: int = Field(
+        default=120_000,
+        ge=100,
+        description="A request body must arrive within this long of its head, counting only "
+        "time the broker is reading it (408 otherwise).",
+    )
+    send_timeout_ms: int = Field(
+        default=60_000,
+        ge=100,
+        description="A client that takes none of an answer's bytes for this long is "
+        "disconnected and the answer's memory returned (a reader that never reads).",
+    )
+    max_header_bytes: int = Field(
+        default=64 * 1024,
+        ge=1024,
+        description="Largest request line plus headers (431 above).",
+    )
+    max_header_count: int = Field(
+        default=100, ge=8, description="Most header fields in one request (431 above)."
+    )
     log_retention_check_interval_ms: int = Field(default=300_000, ge=10)
+    log_cleaner_backoff_ms: int = Field(
+        default=15_000,
+        ge=1,
+        description="How long the log cleaner sleeps when no compacted log needs cleaning "
+        "(Kafka's log.cleaner.backoff.ms).",
+    )
     log_flush_scheduler_interval_ms: int = Field(default=1000, ge=10)
     offsets_topic_num_partitions: int = Field(
         default=50,
@@ -133,6 +187,24 @@ class Settings(BaseSettings):
         description="How often the controller moves leadership back to preferred replicas "
         "(Kafka's leader.imbalance.check.interval.seconds, in ms).",
     )
+    max_partitions_per_topic: int = Field(
+        default=MAX_PARTITIONS,
+        ge=1,
+        le=MAX_PARTITIONS,
+        description="Most partitions one topic may have (400 INVALID_PARTITIONS above).",
+    )
+    max_partitions: int | None = Field(
+        default=None,
+        ge=1,
+        description="Most partitions this broker hosts in total; each holds 3 file descriptors "
+        "open. Default: a ninth of RLIMIT_NOFILE (a third of the descriptors for partitions).",
+    )
+    reserved_file_descriptors: int | None = Field(
+        default=None,
+        ge=0,
+        description="Descriptors a topic create must leave free (connections, rolled "
+        "segments, checkpoints). Default: a quarter of RLIMIT_NOFILE.",
+    )
     log_defaults: dict[str, Any] = Field(
         default_factory=dict, description="Broker-wide topic config defaults, Kafka names."
     )
@@ -142,6 +214,14 @@ class Settings(BaseSettings):
     def _check_log_defaults(cls, value: dict[str, Any]) -> dict[str, Any]:
         LogConfig().with_overrides(value)  # raises InvalidConfig on a bad name or value
         return value
+
+    @property
+    def partition_budget(self) -> PartitionBudget:
+        return PartitionBudget(
+            max_per_topic=self.max_partitions_per_topic,
+            max_total=self.max_partitions,
+            reserved_fds=self.reserved_file_descriptors,
+        )
 
     @property
     def log_config(self) -> LogConfig:

@@ -207,7 +207,7 @@ class PerfOptions:
 def ensure_topic(url: str, topic: str, partitions: int | None) -> int:
     """The topic's partition count, creating it (``partitions``, or the broker's default) if missing."""
     from app.client import Admin
-    from app.core.errors import TopicAlreadyExists, UnknownTopicOrPartition
+    from app.common.errors import TopicAlreadyExists, UnknownTopicOrPartition
 
     with Admin(url) as admin:
         try:
@@ -579,7 +579,7 @@ RUNS: dict[str, Callable[[PerfOptions], dict[str, Any]]] = {
 
 
 def cmd_perf(args: argparse.Namespace) -> int:
-    from app.core.errors import LogbusError
+    from app.common.errors import LogbusError
 
     try:
         result = RUNS[args.perf_mode](_options(args))

@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from app.common.batch import BatchBuilder
 from app.core.log import Log, LogConfig
-from app.core.log.batch import BatchBuilder
 from app.core.log.cleaner import LogCleaner
 
 MiB = 1 << 20

@@ -27,8 +27,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from app.common.batch import BatchBuilder, iter_headers
 from app.core.log import Log, LogConfig
-from app.core.log.batch import BatchBuilder, iter_headers
 from app.core.log.manager import _raise_fd_limit
 
 MiB = 1 << 20

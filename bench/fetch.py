@@ -49,7 +49,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from app.core.log.batch import LOG_OVERHEAD, LOG_OVERHEAD_SIZE, build_batch
+from app.common.batch import LOG_OVERHEAD, LOG_OVERHEAD_SIZE, build_batch
 from bench.common import free_port, wait_until
 
 TOPIC = "bench-fetch"

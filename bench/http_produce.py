@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import httpx
 import orjson
 
-from app.core.log.batch import BatchBuilder
+from app.common.batch import BatchBuilder
 from bench.common import median_of
 
 VALUE = "x" * 100

@@ -81,6 +81,7 @@ def rows(r: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         out += _sdk_rows(s, xadd, xread)
     out += _later_rows(r)
     out += _cluster_rows(r)
+    out += _robustness_rows(r)
     if xadd:
         out.append(
             ("Redis Streams XADD, pipelined 1,000 (baseline)", f"{_num(xadd)} records/s", "", "")
@@ -253,6 +254,48 @@ def _cluster_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     ]
 
 
+def _robustness_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """Abusive clients under the listener's limits (issue #12)."""
+    b = r.get("robustness")
+    if not b:
+        return []
+    base = b["baseline"]
+
+    def latency(x: dict[str, Any]) -> str:
+        return f"normal client p50 {x['p50_ms']} ms, p99 {x['p99_ms']} ms"
+
+    base_text = f"alone: RSS {_num(base['rss_mb'])} MB, {latency(base)}"
+    idle, trickle, ws = b["idle_5000"], b["trickle_1000"], b["ws_unread_1000"]
+    return [
+        (
+            "broker with 5,000 idle connections",
+            f"RSS {_num(idle['rss_mb'])} MB; {latency(idle)}",
+            base_text,
+            f"+{_num(idle['rss_mb'] - base['rss_mb'])} MB",
+        ),
+        (
+            "broker with 1,000 clients trickling a header byte a second",
+            f"RSS {_num(trickle['rss_mb'])} MB; {latency(trickle)}",
+            base_text,
+            f"{trickle['closed_by_header_timeout_within_25s']} of 1,000 closed by the "
+            "20 s header timeout",
+        ),
+        (
+            "broker with 1,000 WebSocket subscribers that never read",
+            f"RSS {_num(ws['rss_mb'])} MB ({_num(ws['rss_after_mb'])} MB after they left); "
+            f"{latency(ws)}",
+            base_text,
+            f"{ws['failed_handshakes']} failed handshakes",
+        ),
+        (
+            "time to refuse a request declaring a body over max_request_bytes (413)",
+            f"{b['refuse_oversized_ms']} ms",
+            "",
+            "",
+        ),
+    ]
+
+
 def table(r: dict[str, Any]) -> str:
     lines = ["| figure | Logbus | baseline / goal | ratio |", "| --- | --- | --- | --- |"]
     lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows(r)]
@@ -262,6 +305,12 @@ def table(r: dict[str, Any]) -> str:
 def write_results_md(r: dict[str, Any], path: Path) -> None:
     m = r["machine"]
     machine = "\n".join(f"- `{k}`: {v}" for k, v in m.items())
+    rerun = r.get("section_dates", {})
+    if rerun:
+        machine += (
+            "\n- sections rerun alone since (`python -m bench.run --only NAME`), on the same "
+        )
+        machine += "machine: " + ", ".join(f"{name} on {date}" for name, date in rerun.items())
     text = f"""# Benchmark results
 
 Measured by `make bench` (`python -m bench.run`) on {m["date"]}. Every figure is
@@ -311,6 +360,12 @@ How each figure is taken:
   the time from the kill until a write sent after it is acknowledged (and
   until `/metadata` on a survivor names a new leader); the broker is
   restarted and back in the ISR before the next kill.
+- robustness: `python -m bench.robustness` — one broker with default limits;
+  5,000 idle connections, 1,000 clients trickling a request head a byte a
+  second, 1,000 WebSocket subscribers that never read, each held while a
+  normal client (its own address) loops a keyed one-record produce and a
+  small fetch; broker RSS from `/proc`; the time to answer 413 to a head
+  declaring an oversized body.
 
 ![Logbus vs Redis Streams](chart.png)
 """

@@ -60,14 +60,35 @@ def collect(quick: bool) -> dict[str, Any]:
     # Three brokers, ZooKeeper and a plain broker for the baseline (issue #7).
     common.warm_memory()
     _section("cluster", lambda: cluster.run(runs=runs, quick=quick), results)
+    _section("robustness", lambda: _robustness(quick), results)
     return results
+
+
+def _robustness(quick: bool) -> dict[str, Any]:
+    from bench import robustness
+
+    return robustness.run()
+
+
+# Sections that carry their own baseline, so they can be rerun alone (--only).
+SECTIONS: dict[str, Callable[[bool], dict[str, Any]]] = {"robustness": _robustness}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="one run per figure")
+    parser.add_argument(
+        "--only",
+        help="run just this section (e.g. robustness) and keep the others' figures from "
+        "bench/results.json; the section's own baseline is measured in its run",
+    )
     args = parser.parse_args()
-    results = collect(args.quick)
+    if args.only:
+        results = json.loads((HERE / "results.json").read_text())
+        results[args.only] = SECTIONS[args.only](args.quick)
+        results.setdefault("section_dates", {})[args.only] = common.machine()["date"]
+    else:
+        results = collect(args.quick)
     (HERE / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
     from bench.report import write_chart, write_results_md
 

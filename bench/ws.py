@@ -37,7 +37,7 @@ import httpx
 import orjson
 from websockets.asyncio.client import ClientConnection, connect
 
-from app.core.log.batch import BatchBuilder
+from app.common.batch import BatchBuilder
 
 LATENCY_SUBSCRIBERS = 10
 LISTEN_PROCESSES = 2

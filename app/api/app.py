@@ -10,8 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from fastapi.routing import APIRoute
 
 from app.api import errors, openapi_docs, ws
+from app.api.guards import RequestGuard
 from app.api.metrics import MetricsMiddleware, PartitionCollector
 from app.api.routers import ALL
 from app.api.routers import groups as group_routes
@@ -40,6 +42,18 @@ def _version() -> str:
         return "0.0.0"
 
 
+def operation_id(route: APIRoute) -> str:
+    """A route's OpenAPI ``operationId``: its endpoint function's name in camelCase.
+
+    Generated clients use it as the method name (``produce``, ``fetchRecords``,
+    ``createTopic``, ``commitOffsets``), so endpoint functions are named as the verb a
+    client calls; FastAPI's default (``produce_topics__topic__records_post``) repeats the
+    path and the method. A test keeps the ids unique.
+    """
+    head, *rest = route.name.split("_")
+    return head + "".join(part.capitalize() for part in rest)
+
+
 def create_app(settings: Settings, manager: LogManager | None = None) -> FastAPI:
     """The HTTP app. Without ``manager`` it owns one: started and stopped by the lifespan.
 
@@ -52,15 +66,18 @@ def create_app(settings: Settings, manager: LogManager | None = None) -> FastAPI
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if state.owns_manager:
+            from app.core.log.cleaner import CleanerConfig
             from app.core.log.manager import LogManager
 
             owned = LogManager(
                 settings.data_dir,
                 settings.log_config,
                 retention_check_interval_ms=settings.log_retention_check_interval_ms,
+                cleaner_config=CleanerConfig(backoff_ms=settings.log_cleaner_backoff_ms),
                 flush_scheduler_interval_ms=settings.log_flush_scheduler_interval_ms,
                 broker_id=settings.broker_id,
                 producer_id_expiration_ms=settings.producer_id_expiration_ms,
+                partition_budget=settings.partition_budget,
             )
             # Loading and recovering logs reads files: keep the loop free meanwhile.
             await asyncio.to_thread(owned.start)
@@ -92,10 +109,13 @@ def create_app(settings: Settings, manager: LogManager | None = None) -> FastAPI
         version=_version(),
         description=DESCRIPTION,
         lifespan=lifespan,
+        generate_unique_id_function=operation_id,
     )
     app.state.logbus = state
     state.registry.register(PartitionCollector(state))
     errors.install(app)
+    # Inside the metrics middleware: refused requests are counted too.
+    app.add_middleware(RequestGuard, openapi=lambda: app.openapi())
     app.add_middleware(MetricsMiddleware)
     for router in (*ALL, group_routes.router):
         app.include_router(router)
@@ -123,11 +143,26 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
         for name, sub in schema.pop("$defs", {}).items():
             schemas.setdefault(name, sub)
         schemas[model.__name__] = schema
-    # Validation errors answer 400 with the ErrorBody, never FastAPI's 422.
+    # Validation errors answer 400 with the ErrorBody, never FastAPI's 422. Every
+    # operation may answer 400 (a repeated query parameter, app.api.guards) and every
+    # one with a body 415 (a body of another media type).
     for path_item in spec.get("paths", {}).values():
         for operation in path_item.values():
             if isinstance(operation, dict):
-                operation.get("responses", {}).pop("422", None)
+                responses = operation.setdefault("responses", {})
+                responses.pop("422", None)
+                statuses = [400, 415] if "requestBody" in operation else [400]
+                for status, doc in errors.error_responses(*statuses).items():
+                    responses.setdefault(str(status), _openapi_response(doc))
     for name in ("HTTPValidationError", "ValidationError"):
         schemas.pop(name, None)
     return spec
+
+
+def _openapi_response(doc: dict[str, Any]) -> dict[str, Any]:
+    """An ``errors.ERROR_DOCS`` entry as an OpenAPI response object (the ErrorBody schema)."""
+    content = {
+        media: {**entry, "schema": {"$ref": "#/components/schemas/ErrorBody"}}
+        for media, entry in doc["content"].items()
+    }
+    return {"description": doc["description"], "content": content}

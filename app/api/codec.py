@@ -24,7 +24,7 @@ import orjson
 from pydantic import ValidationError
 
 from app.api.models import Header
-from app.core.errors import InvalidRequest
+from app.common.errors import InvalidRequest
 
 Encoder = Callable[[Any], bytes | None]
 Decoder = Callable[[bytes | None], Any]

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Annotated
 from fastapi import Depends, Request
 
 from app.api.state import AppState
+from app.common.errors import BrokerNotAvailable, InvalidRequest, PayloadTooLarge
 from app.config import Settings
-from app.core.errors import BrokerNotAvailable, InvalidRequest, PayloadTooLarge
 
 if TYPE_CHECKING:
     from app.core.log.manager import LogManager

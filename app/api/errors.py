@@ -5,11 +5,20 @@ Every error body is ``{"error_code", "message", "retriable", ...fields()}``:
 whether the same request may succeed later, and the core error's ``fields()``
 add what explains it (both offset bounds for OFFSET_OUT_OF_RANGE, the config
 name for INVALID_CONFIG, ...). Bad input is always a 4xx; only a bug is a 500.
+
+Storage failures are a retriable 503 KAFKA_STORAGE_ERROR whichever path meets
+them: a :class:`~app.common.errors.KafkaStorageError` the core raised, or an
+``OSError`` from the disk that reached a handler unwrapped (a full disk while a
+group commit rolls a segment). Their answers never carry filesystem paths:
+the client is told what failed and why (``No space left on device``), the
+broker's log keeps the paths for the operator.
 """
 
 from __future__ import annotations
 
 import logging
+import re
+import socket
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -21,13 +30,16 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from app.core import errors as core
+from app.api import limits
+from app.common import errors as core
 
 log = logging.getLogger(__name__)
 
 # Most specific class first: the first isinstance match wins.
 STATUS_BY_ERROR: tuple[tuple[type[core.LogbusError], int], ...] = (
     (core.OffsetOutOfRange, 416),
+    # Damage on the broker's disk, found while reading: not the client's fault.
+    (core.StoredBatchCorrupt, 503),
     (core.UnknownTopicOrPartition, 404),
     (core.TopicAlreadyExists, 409),
     # Idempotent producers: the batch conflicts with what the partition already holds.
@@ -69,7 +81,26 @@ class NotAcceptable(core.InvalidRequest):
         )
 
 
-API_STATUS: tuple[tuple[type[core.LogbusError], int], ...] = ((NotAcceptable, 406),)
+class UnsupportedMediaType(core.InvalidRequest):
+    """The request body's ``Content-Type`` is not one the endpoint takes (``app.api.guards``)."""
+
+    def __init__(self, content_type: str | None, accepted: Sequence[str]) -> None:
+        given = "no Content-Type" if content_type is None else f"Content-Type {content_type!r}"
+        super().__init__(
+            f"a body with {given} is not accepted here; send {' or '.join(accepted)}",
+            content_type=content_type,
+            acceptable=list(accepted),
+        )
+
+
+API_STATUS: tuple[tuple[type[core.LogbusError], int], ...] = (
+    (NotAcceptable, 406),
+    (UnsupportedMediaType, 415),
+    # The listener's limits (app/api/limits.py), answered before a request reaches the app.
+    (limits.ConnectionQuotaExceeded, 429),
+    (limits.HeadersTooLarge, 431),
+    (limits.RequestReadTimeout, 408),
+)
 
 
 def status_for(exc: core.LogbusError) -> int:
@@ -104,10 +135,56 @@ def error_response(
     if extra:
         body.update(extra)
     return Response(
-        orjson.dumps(body, default=str),
+        _dumps(body),
         status_code=status,
         media_type="application/json",
         headers=headers,
+    )
+
+
+def _dumps(body: dict[str, Any]) -> bytes:
+    try:
+        return orjson.dumps(body, default=str)
+    except TypeError:
+        # An error about an out-of-range input can carry it (an offset beyond 64 bits,
+        # which orjson refuses): such integers are rendered as strings rather than
+        # turning the 4xx into a 500.
+        return orjson.dumps(_big_ints_as_str(body), default=str)
+
+
+def _big_ints_as_str(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _big_ints_as_str(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_big_ints_as_str(v) for v in value]
+    if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**64:
+        return str(value)
+    return value
+
+
+# An absolute path in a message: "/" then path characters, at least two components.
+_ABSOLUTE_PATH = re.compile(r"(?<![\w:/.])/[\w.@%+=,-]+(?:/[\w.@%+=,-]+)+/?")
+
+
+def without_paths(message: str) -> str:
+    """``write to /srv/logbus/orders-0/00000000000000000000.log failed`` ->
+    ``write to 00000000000000000000.log failed``: a path names the broker's disk
+    layout, which is no client's business; the file name is enough to say what failed."""
+    return _ABSOLUTE_PATH.sub(lambda m: m.group(0).rstrip("/").rsplit("/", 1)[-1], message)
+
+
+def storage_error(exc: OSError) -> core.KafkaStorageError:
+    """An ``OSError`` from the disk as the retriable KAFKA_STORAGE_ERROR, without its paths."""
+    reason = exc.strerror or type(exc).__name__
+    return core.KafkaStorageError(f"storage error: {reason}; retry later", errno=exc.errno)
+
+
+def is_storage_error(exc: BaseException) -> bool:
+    """An ``OSError`` from a file operation, not from a socket (a peer that hung up)."""
+    return (
+        isinstance(exc, OSError)
+        and exc.errno is not None
+        and not isinstance(exc, ConnectionError | TimeoutError | socket.gaierror)
     )
 
 
@@ -115,7 +192,11 @@ def response_for(exc: core.LogbusError) -> Response:
     status = status_for(exc)
     if status >= 500 and status not in (503, 504):
         log.error("unmapped core error %s", exc, exc_info=exc)
-    return error_response(status, exc.error_code, exc.message, exc.retriable, exc.fields())
+    message = exc.message
+    if isinstance(exc, core.KafkaStorageError):
+        log.warning("storage error answered with 503: %s", exc)
+        message = without_paths(message)
+    return error_response(status, exc.error_code, message, exc.retriable, exc.fields())
 
 
 def describe_validation_errors(errors: Sequence[Any]) -> str:
@@ -186,6 +267,16 @@ async def _disconnect_handler(request: Request, exc: Exception) -> Response:
     return error_response(400, "INVALID_REQUEST", "the client disconnected before the body ended")
 
 
+async def _os_error_handler(request: Request, exc: Exception) -> Response:
+    # Answered here (Starlette's handler for Exception re-raises after answering, and
+    # the server then drops the keep-alive connection): a failing disk is no bug.
+    assert isinstance(exc, OSError)
+    if not is_storage_error(exc):
+        raise exc
+    log.error("storage error on %s %s", request.method, request.url.path, exc_info=exc)
+    return response_for(storage_error(exc))
+
+
 async def _unhandled_handler(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     return error_response(
@@ -198,6 +289,7 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation_handler)
     app.add_exception_handler(StarletteHTTPException, _http_handler)
     app.add_exception_handler(ClientDisconnect, _disconnect_handler)
+    app.add_exception_handler(OSError, _os_error_handler)
     app.add_exception_handler(Exception, _unhandled_handler)
 
 
@@ -341,6 +433,21 @@ ERROR_DOCS: dict[int, dict[str, Any]] = {
             },
         ),
     ),
+    415: _doc(
+        "The body's Content-Type is not one this endpoint takes (JSON endpoints take "
+        "application/json, binary produce application/octet-stream); nothing was read.",
+        (
+            "INVALID_REQUEST",
+            {
+                "error_code": "INVALID_REQUEST",
+                "message": "a body with Content-Type 'text/plain' is not accepted here; "
+                "send application/json",
+                "retriable": False,
+                "content_type": "text/plain",
+                "acceptable": ["application/json"],
+            },
+        ),
+    ),
     416: _doc(
         "The offset is outside the partition's log; the body carries both bounds.",
         (
@@ -417,6 +524,15 @@ ERROR_DOCS: dict[int, dict[str, Any]] = {
             },
         ),
         (
+            "KAFKA_STORAGE_ERROR",
+            {
+                "error_code": "KAFKA_STORAGE_ERROR",
+                "message": "write to 00000000000000000000.log failed: [Errno 28] No space left "
+                "on device",
+                "retriable": True,
+            },
+        ),
+        (
             "NOT_ENOUGH_REPLICAS",
             {
                 "error_code": "NOT_ENOUGH_REPLICAS",
@@ -427,12 +543,14 @@ ERROR_DOCS: dict[int, dict[str, Any]] = {
         ),
     ),
     504: _doc(
-        "The write did not complete within timeout_ms; it may still be applied.",
+        "acks=all: the in-sync replicas did not all confirm the write within timeout_ms; "
+        "it may still be replicated.",
         (
             "REQUEST_TIMED_OUT",
             {
                 "error_code": "REQUEST_TIMED_OUT",
-                "message": "append to orders-0 did not finish within 100 ms",
+                "message": "orders-0: offset 41 was not replicated to every in-sync replica "
+                "within 100 ms",
                 "retriable": True,
             },
         ),

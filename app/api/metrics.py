@@ -20,7 +20,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.core.errors import LogbusError
+from app.common.errors import LogbusError
 
 if TYPE_CHECKING:
     from app.api.state import AppState

@@ -19,7 +19,15 @@ from pydantic import (
     field_validator,
 )
 
+from app.core.log.manager import MAX_TOPIC_NAME_LENGTH
+
 Format = Literal["json", "string", "binary"]
+
+# Kafka's wire types (int16 epochs, int32 partitions, int64 ids, offsets, timestamps).
+# Kept here rather than imported from app.api.util, which imports the routers' world.
+SHORT_MAX = (1 << 15) - 1
+INT_MAX = (1 << 31) - 1
+LONG_MAX = (1 << 63) - 1
 
 FORMAT_DOC = (
     "`json` (default): any JSON value, stored as its JSON text; `string`: a string stored "
@@ -57,11 +65,13 @@ class ProduceRecord(_Strict):
     partition: int | None = Field(
         default=None,
         ge=0,
+        le=INT_MAX,
         description="Send this record to this partition instead of letting the partitioner pick.",
     )
     timestamp: int | None = Field(
         default=None,
         ge=0,
+        le=LONG_MAX,
         description="CreateTime in ms since the epoch; default: when the broker received it.",
     )
 
@@ -188,11 +198,16 @@ class InitProducerIdRequest(_Strict):
     )
     producer_id: int | None = Field(
         default=None,
+        ge=0,
+        le=LONG_MAX,
         description="With `producer_epoch`: bump this producer's epoch instead of getting a "
         "new id (after OUT_OF_ORDER_SEQUENCE_NUMBER, like Kafka's KIP-360).",
     )
     producer_epoch: int | None = Field(
-        default=None, description="The producer's current epoch; required with `producer_id`."
+        default=None,
+        ge=0,
+        le=SHORT_MAX,
+        description="The producer's current epoch; required with `producer_id`.",
     )
 
 
@@ -241,7 +256,8 @@ class OffsetAnswer(BaseModel):
 
 class CreateTopicRequest(_Strict):
     name: str = Field(
-        description="1-249 characters of ASCII letters, digits, '.', '_' and '-'; not '.' or '..'.",
+        description=f"1-{MAX_TOPIC_NAME_LENGTH} characters of ASCII letters, digits, '.', '_' "
+        "and '-'; not '.' or '..'.",
         examples=["orders"],
     )
     partitions: int | None = Field(

@@ -16,6 +16,7 @@ from app.api.models import (
     InitProducerIdRequest,
     ProduceRequest,
 )
+from app.core.log.manager import MAX_TOPIC_NAME_LENGTH
 
 # Models whose schemas the spec needs although no parameter uses them.
 BODY_MODELS = (ProduceRequest, CreateTopicRequest, InitProducerIdRequest)
@@ -97,7 +98,9 @@ PRODUCE_BATCHES = """Append one or more Kafka RecordBatch v2 (magic 2) back to b
 as a Kafka producer would send them: the broker checks each batch (CRC-32C, lengths,
 magic, record count, max.message.bytes), stamps its base offset and leader epoch in
 place, and writes the same bytes. Compressed batches (gzip, snappy, lz4, zstd) are stored
-compressed. A corrupt or truncated batch is 400 CORRUPT_MESSAGE and nothing is written.
+compressed. A corrupt or truncated batch is 400 CORRUPT_MESSAGE and nothing is written;
+so is a batch with the delete-horizon flag (attribute bit 6, set only by the broker's
+log cleaner: copy records, not cleaned batches), with 400 INVALID_RECORD.
 The answer gives each batch's assigned offsets.
 
 Idempotent producers (a producer id from `POST /producers` in the batch header, with
@@ -181,9 +184,10 @@ the high watermark (the offset the next record gets), and a timestamp in ms the 
 offset whose record timestamp is at or after it, with that timestamp; `offset` -1 and
 `timestamp` -1 when there is none (as Kafka answers)."""
 
-CREATE_TOPIC = """Create a topic with `partitions` partitions (default: the broker's
-`num_partitions`) and Kafka-named config overrides. Names are 1-249 characters of
-ASCII letters, digits, `.`, `_` and `-`. Errors: 400 INVALID_TOPIC_EXCEPTION,
+CREATE_TOPIC = f"""Create a topic with `partitions` partitions (default: the broker's
+`num_partitions`) and Kafka-named config overrides. Names are 1-{MAX_TOPIC_NAME_LENGTH}
+characters of ASCII letters, digits, `.`, `_` and `-` (the limit keeps every file name
+the topic needs within the filesystem's 255 bytes). Errors: 400 INVALID_TOPIC_EXCEPTION,
 INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR (this broker keeps one copy) or
 INVALID_CONFIG (unknown name or bad value; the body names the config), 409
 TOPIC_ALREADY_EXISTS. The answer is the new topic's description."""

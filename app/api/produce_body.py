@@ -21,7 +21,7 @@ import orjson
 from pydantic import ValidationError
 
 from app.api.codec import BodyInvalid
-from app.api.models import Header, ProduceRequest
+from app.api.models import INT_MAX, LONG_MAX, Header, ProduceRequest
 
 FORMATS = frozenset(("json", "string", "binary"))
 _BODY_FIELDS = frozenset(("records", "key_format", "value_format"))
@@ -86,10 +86,11 @@ def _fast(obj: Any) -> ParsedProduce | None:
         partition = get("partition")
         timestamp = get("timestamp")
         headers = get("headers")
-        # None or a non-negative int; bool is not an int here, as in the strict model.
-        if partition is not None and (type(partition) is not int or partition < 0):
+        # None or an int in the model's range; bool is not an int here, as in the
+        # strict model. Out of range goes to the model, which names the field.
+        if partition is not None and (type(partition) is not int or not 0 <= partition <= INT_MAX):
             return None
-        if timestamp is not None and (type(timestamp) is not int or timestamp < 0):
+        if timestamp is not None and (type(timestamp) is not int or not 0 <= timestamp <= LONG_MAX):
             return None
         if headers is not None and not _headers_ok(headers):
             return None

@@ -30,24 +30,41 @@ How one zero-copy body goes out:
 This works on both the standard asyncio loop and uvloop (we only need the
 socket's fd, ``add_writer`` and the transport's write-buffer size), so the
 default loop stays uvicorn's ``auto`` (uvloop when installed).
+
+Both protocols are :class:`GuardedHttpToolsProtocol`s: before a request reaches the app
+they enforce the listener's limits (:mod:`app.api.limits`): connections in total and per
+address, idle, header and body timeouts, the size and count of headers and the declared
+body size. The head's size is counted as bytes arrive, before the parser buffers them,
+so a huge header line costs at most ``max_header_bytes`` (plus one read) of memory.
 """
 
 from __future__ import annotations
 
 import asyncio
 import errno
+import http
 import logging
 import os
 import signal
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
+import httptools
 import uvicorn
 from uvicorn._types import ASGI3Application, ASGIReceiveCallable, ASGISendEvent, Scope
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 from uvicorn.protocols.utils import is_ssl
 
+from app.api.errors import response_for
+from app.api.limits import (
+    ConnectionCounter,
+    HeadersTooLarge,
+    ListenerLimits,
+    RequestReadTimeout,
+    head_bytes,
+)
 from app.api.zerocopy import COPY_BYTES, ZEROCOPY_BYTES, ZEROCOPY_EXTENSION, pread_exactly
+from app.common import errors as core
 
 if TYPE_CHECKING:
     from app.config import Settings
@@ -84,8 +101,233 @@ def _file_fd(file: Any) -> int:
     return file if isinstance(file, int) else int(file.fileno())
 
 
-class ZeroCopyHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol plus the ``http.response.zerocopysend`` extension."""
+class _Refused(Exception):
+    """Raised from a parser callback to stop parsing and answer ``error``."""
+
+    def __init__(self, error: core.LogbusError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+class GuardedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol under the listener's limits (:mod:`app.api.limits`).
+
+    State per connection: ``_in_body`` is true from the end of a request's head to the
+    end of its body (head bytes are counted only outside it); ``_deadline`` is the one
+    armed timer among "head not complete" and "body not complete" (uvicorn's own
+    keep-alive timer covers idleness, armed here at connect too). A WebSocket upgrade
+    hands the connection to uvicorn's WebSocket protocol; the connection stays counted
+    until that protocol loses it.
+    """
+
+    # Bound per server by build_config (one counter per listener).
+    counter: ClassVar[ConnectionCounter | None] = None
+
+    def connection_made(  # type: ignore[override]
+        self, transport: asyncio.Transport
+    ) -> None:
+        super().connection_made(transport)
+        cls = type(self)
+        if cls.counter is None:
+            from app.config import Settings
+
+            cls.counter = ConnectionCounter(ListenerLimits.from_settings(Settings()))
+        self._counter = cls.counter
+        self._limits = cls.counter.limits
+        self._address = self.client[0] if self.client else ""
+        self._counted = False
+        self._in_body = False
+        self._head_seen = 0
+        self._header_count = 0
+        self._deadline: asyncio.TimerHandle | None = None
+        self._send_deadline: asyncio.TimerHandle | None = None
+        refused = self._counter.admit(self._address)
+        if refused is not None:
+            self._refuse(refused)
+            return
+        self._counted = True
+        # uvicorn arms its keep-alive timer only after a response: a connection that never
+        # sends a request would otherwise be held forever.
+        self.timeout_keep_alive_task = self.loop.call_later(
+            self.timeout_keep_alive, self.timeout_keep_alive_handler
+        )
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        if self._send_deadline is not None:
+            self._send_deadline.cancel()
+            self._send_deadline = None
+        self._uncount()
+        super().connection_lost(exc)
+
+    def _uncount(self) -> None:
+        if self._counted:
+            self._counted = False
+            self._counter.release(self._address)
+
+    def eof_received(self) -> bool | None:  # type: ignore[override]  # asyncio's contract
+        # A client may half-close after its request (shutdown(SHUT_WR)): keep the socket
+        # open to answer it, then close (returning a falsy value would close it now).
+        if self.cycle is not None and not self.cycle.response_complete:
+            self.cycle.keep_alive = False
+            return True
+        return None
+
+    def data_received(self, data: bytes) -> None:
+        if self.transport.is_closing():
+            return
+        if not self._in_body:
+            self._head_seen += head_bytes(data)
+            if self._head_seen > self._limits.max_header_bytes:
+                self._refuse(
+                    HeadersTooLarge("line and headers (bytes)", self._limits.max_header_bytes)
+                )
+                return
+        # uvicorn's data_received, with refusals and malformed requests answered as JSON.
+        self._unset_keepalive_if_required()
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserCallbackError as exc:
+            refused = exc.__context__
+            if isinstance(refused, _Refused):
+                self._refuse(refused.error)
+            else:
+                logger.exception("HTTP parser callback failed", exc_info=refused)
+                self._refuse(core.InvalidRequest("invalid HTTP/1.1 request"))
+        except httptools.HttpParserUpgrade:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
+        except httptools.HttpParserError as exc:
+            self._refuse(core.InvalidRequest(f"invalid HTTP/1.1 request: {exc}"))
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._header_count = 0
+        self._arm(self._limits.header_timeout_s, "line and headers")
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._header_count += 1
+        if self._header_count > self._limits.max_header_count:
+            raise _Refused(HeadersTooLarge("header fields", self._limits.max_header_count))
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self._disarm()
+        self._head_seen = 0
+        if not (self.parser.should_upgrade() and self._should_upgrade()):
+            declared = self._declared_length()
+            if declared > self._limits.max_request_bytes:
+                raise _Refused(core.PayloadTooLarge(declared, self._limits.max_request_bytes))
+            self._in_body = True
+            self._arm(self._limits.body_timeout_s, "body")
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self._disarm()
+        self._in_body = False
+        super().on_message_complete()
+
+    def handle_websocket_upgrade(self) -> None:
+        self._disarm()
+        super().handle_websocket_upgrade()
+        if not self._counted:
+            return
+        # The connection now belongs to the WebSocket protocol: it releases the count.
+        self._counted = False
+        ws = self.transport.get_protocol()
+        ws_lost = ws.connection_lost
+        counter, address = self._counter, self._address
+
+        def lost(exc: Exception | None) -> None:
+            counter.release(address)
+            ws_lost(exc)
+
+        ws.connection_lost = lost  # type: ignore[method-assign]
+
+    def pause_writing(self) -> None:
+        # The client is not taking what we send: give it send_timeout to start again.
+        super().pause_writing()
+        if self._send_deadline is None:
+            self._send_deadline = self.loop.call_later(
+                self._limits.send_timeout_s, self._send_expired
+            )
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._send_deadline is not None:
+            self._send_deadline.cancel()
+            self._send_deadline = None
+
+    def _send_expired(self) -> None:
+        """A reader that stopped reading: abort, so the buffered answer's memory is freed
+        now (a close would wait for the buffer to drain) and the app's send returns."""
+        self._send_deadline = None
+        logger.info(
+            "closing a connection from %s that took no bytes for %.0f s",
+            self._address,
+            self._limits.send_timeout_s,
+        )
+        self.transport.abort()
+
+    def _declared_length(self) -> int:
+        for name, value in self.headers:
+            if name == b"content-length":
+                try:
+                    return int(value)
+                except ValueError:
+                    return 0  # the parser refuses a malformed length itself
+        return 0
+
+    def _arm(self, seconds: float, part: str) -> None:
+        self._disarm()
+        self._deadline = self.loop.call_later(seconds, self._expired, seconds, part)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _expired(self, seconds: float, part: str) -> None:
+        self._deadline = None
+        if self.transport.is_closing():
+            return
+        if part == "body" and self.flow.read_paused:
+            # We stopped reading (the app is busy with the body or a pipelined request):
+            # the client is not late, so the clock restarts.
+            self._arm(seconds, part)
+            return
+        self._refuse(RequestReadTimeout(part, round(seconds * 1000)))
+
+    def _refuse(self, error: core.LogbusError) -> None:
+        """Answer ``error`` if no response is under way on this connection, then close."""
+        self._disarm()
+        self._unset_keepalive_if_required()
+        cycle = self.cycle
+        if cycle is None or cycle.response_complete or not cycle.response_started:
+            response = response_for(error)
+            head = [f"HTTP/1.1 {response.status_code} {_reason(response.status_code)}\r\n".encode()]
+            head += [name + b": " + value + b"\r\n" for name, value in response.raw_headers]
+            self.transport.write(b"".join([*head, b"connection: close\r\n\r\n", response.body]))
+        if cycle is not None and not cycle.response_complete:
+            # The app may be reading this request's body: it now reads a disconnect, and
+            # anything it still sends is dropped.
+            cycle.keep_alive = False
+            cycle.disconnected = True
+            cycle.message_event.set()
+        self.transport.close()
+
+
+def _reason(status: int) -> str:
+    try:
+        return http.HTTPStatus(status).phrase
+    except ValueError:
+        return ""
+
+
+class ZeroCopyHttpToolsProtocol(GuardedHttpToolsProtocol):
+    """The guarded protocol plus the ``http.response.zerocopysend`` extension."""
 
     def connection_made(  # type: ignore[override]
         self, transport: asyncio.Transport
@@ -196,7 +438,11 @@ class ZeroCopyHttpToolsProtocol(HttpToolsProtocol):
                         out_fd, in_fd, position, min(end - position, SENDFILE_MAX_CALL_BYTES)
                     )
                 except BlockingIOError:
-                    await self._writable(out_fd)
+                    try:
+                        await asyncio.wait_for(self._writable(out_fd), self._limits.send_timeout_s)
+                    except TimeoutError:
+                        self._send_expired()
+                        break
                     continue
                 except OSError as exc:
                     if exc.errno in _DISCONNECT_ERRNOS:
@@ -245,12 +491,34 @@ class ZeroCopyHttpToolsProtocol(HttpToolsProtocol):
             transport.set_write_buffer_limits(high=high, low=low)
 
 
-class PlainHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's protocol without the extension: ZeroCopyResponse falls back to pread."""
+class PlainHttpToolsProtocol(GuardedHttpToolsProtocol):
+    """The guarded protocol without the extension: ZeroCopyResponse falls back to pread."""
 
 
 def _zerocopy_from_env() -> bool:
     return os.environ.get("LOGBUS_ZEROCOPY", "1").strip().lower() not in {"0", "false", "no", "off"}
+
+
+# uvicorn's own keepalive (a ping every 20 s, 20 s for its pong) where the session timeout
+# leaves room for it.
+WS_PING_SECONDS = 20.0
+
+
+def ws_keepalive(settings: Settings) -> tuple[float, float]:
+    """(ping interval, pong timeout) in seconds for WebSocket connections.
+
+    A group member over ``/ws/subscribe`` is heartbeated by the broker for as
+    long as its socket lives, so the socket's liveness is the member's: a
+    frozen client (process stopped, host gone, network cut without a reset)
+    must lose its socket, and so its partitions, within the group's session
+    timeout, as an HTTP member that stops heartbeating does. Pings are how a
+    silent socket proves liveness; a client that answers no ping within the
+    interval plus the timeout (at most the session timeout) is cut with 1011.
+    Frequent pings with a long wait for each pong: a pong held up by a busy
+    client or broker loop does not cost a live member its partitions.
+    """
+    session = settings.group_consumer_session_timeout_ms / 1000
+    return min(WS_PING_SECONDS, session / 4), min(WS_PING_SECONDS, session * 3 / 4)
 
 
 def build_config(
@@ -266,7 +534,17 @@ def build_config(
 
     if zerocopy is None:
         zerocopy = _zerocopy_from_env()
-    protocol = ZeroCopyHttpToolsProtocol if zerocopy else PlainHttpToolsProtocol
+    base = ZeroCopyHttpToolsProtocol if zerocopy else PlainHttpToolsProtocol
+    limits = ListenerLimits.from_settings(settings)
+    if limits.max_connections < settings.max_connections:
+        logger.warning(
+            "max_connections lowered to %d: half of the file-descriptor limit (the rest is "
+            "for segment files)",
+            limits.max_connections,
+        )
+    # One counter per listener, bound to a protocol class of its own.
+    protocol = type(base.__name__, (base,), {"counter": ConnectionCounter(limits)})
+    ping_interval, ping_timeout = ws_keepalive(settings)
     return uvicorn.Config(
         create_app(settings),
         host=settings.host,
@@ -277,7 +555,11 @@ def build_config(
         access_log=access_log,
         log_level=log_level,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
+        # uvicorn hands it to loop.call_later, which takes float seconds.
+        timeout_keep_alive=limits.idle_timeout_s,  # type: ignore[arg-type]
         server_header=False,
+        ws_ping_interval=ping_interval,
+        ws_ping_timeout=ping_timeout,
     )
 
 

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry
 
 from app.api.longpoll import FetchWaiters
+from app.common.partitioner import StickyPartitioner
 from app.config import Settings
-from app.core.partitioner import StickyPartitioner
 
 if TYPE_CHECKING:
     from app.core.log.manager import LogManager

@@ -12,8 +12,8 @@ import orjson
 from starlette.responses import Response
 
 from app.api.state import AppState
-from app.core.errors import InvalidTopic, TopicAlreadyExists, UnknownTopicOrPartition
-from app.groups.coordinator import OFFSETS_TOPIC
+from app.common.errors import InvalidTopic, TopicAlreadyExists, UnknownTopicOrPartition
+from app.groups.placement import INTERNAL_TOPICS
 
 if TYPE_CHECKING:
     from app.core.log.log import Log
@@ -21,8 +21,13 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+# Kafka's wire types bound every integer a client sends: int64 offsets and timestamps,
+# int32 partitions. A value outside them is refused as bad input (400) before it can
+# reach a struct, an index or an error body that cannot hold it.
 LONG_MAX = (1 << 63) - 1
+LONG_MIN = -(1 << 63)
 INT_MAX = (1 << 31) - 1
+INT_MIN = -(1 << 31)
 
 JSON = "application/json"
 OCTET_STREAM = "application/octet-stream"
@@ -54,9 +59,6 @@ class TopicPlan:
     partitions: int
     max_message_bytes: int
     exists: bool
-
-
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
 
 
 def check_not_internal(topic: str) -> None:

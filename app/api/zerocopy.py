@@ -1,7 +1,7 @@
 """A response whose body is byte ranges of open files, sent with ``os.sendfile``.
 
 Binary fetches answer with the segment bytes exactly as they lie on disk
-(DESIGN.md principle 4), so the body never needs to pass through Python
+(zero-copy fetch, docs/ARCHITECTURE.md), so the body never needs to pass through Python
 buffers. The ASGI server says whether it can do that by offering the
 ``http.response.zerocopysend`` extension in ``scope["extensions"]``; our
 uvicorn protocol (``app.api.server``) does. Any other server gets the same

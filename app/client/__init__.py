@@ -2,7 +2,7 @@
 
 Everything goes over the broker's HTTP API: binary RecordBatch v2 bodies for
 produce and fetch, JSON for the rest. Errors are the broker's own classes
-(:mod:`app.core.errors`), rebuilt from its error body, plus the client-side
+(:mod:`app.common.errors`), rebuilt from its error body, plus the client-side
 ones in :mod:`app.client.errors`. ``Consumer.subscribe`` joins a consumer
 group (:mod:`app.client.group`); :mod:`app.client.ws` is an asyncio iterator
 over the WebSocket push API.

@@ -39,7 +39,7 @@ from app.client import _http
 from app.client._http import Call
 from app.client.errors import is_connection_error
 from app.client.types import TopicPartition
-from app.core.errors import BrokerNotAvailable, LogbusError
+from app.common.errors import BrokerNotAvailable, LogbusError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

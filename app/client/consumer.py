@@ -42,7 +42,6 @@ from typing import Any, TypeVar
 from urllib.parse import quote
 
 import httpx
-from aiokafka.record._crecords import DefaultRecordBatch as _CRecordBatch
 
 from app import wire
 from app.client import _cluster, _http
@@ -61,15 +60,15 @@ from app.client.group import (
     committed_call,
 )
 from app.client.types import ConsumerRecord, OffsetAndTimestamp, TopicPartition
-from app.core.errors import (
-    CorruptRecord,
+from app.common.batch import BatchHeader, RecordBatchReader, compute_crc, iter_headers
+from app.common.errors import (
     FencedMemberEpoch,
     LogbusError,
     OffsetOutOfRange,
     StaleMemberEpoch,
+    StoredBatchCorrupt,
     UnknownMemberId,
 )
-from app.core.log.batch import BatchHeader, compute_crc, iter_headers
 
 RESETS = ("earliest", "latest", "none")
 log = logging.getLogger(__name__)
@@ -85,7 +84,7 @@ def _records(
 ) -> list[ConsumerRecord]:
     """Every record of one batch at or after ``min_offset`` (decompressed as needed)."""
     ts_type = header.timestamp_type
-    batch = _CRecordBatch(data)
+    batch = RecordBatchReader(data)
     cr = ConsumerRecord
     enabled = gc.isenabled()
     gc.disable()
@@ -175,7 +174,7 @@ def _columns(
     headers: list[tuple[tuple[str, bytes | None], ...]] = []
     add_offset, add_ts = offsets.append, timestamps.append
     add_key, add_value, add_headers = keys.append, values.append, headers.append
-    for r in _CRecordBatch(data):
+    for r in RecordBatchReader(data):
         offset = r.offset
         if offset >= min_offset:
             add_offset(offset)
@@ -480,12 +479,19 @@ class _ConsumerCore:
             body = response.body
             batches = list(iter_headers(body))
             if self.check_crcs:
-                for pos, header in batches:
-                    if compute_crc(body, pos, header.size) != header.crc:
-                        raise CorruptRecord(
-                            f"CRC-32C mismatch in the batch at offset {header.base_offset} "
-                            f"of {st.tp.topic}-{st.tp.partition}"
+                for i, (pos, header) in enumerate(batches):
+                    if compute_crc(body, pos, header.size) == header.crc:
+                        continue
+                    if i == 0:
+                        # Nothing good before it: the application hears of the damage now,
+                        # with the range to skip (seek past last_offset to go on).
+                        raise StoredBatchCorrupt(
+                            st.tp.topic, st.tp.partition, header.base_offset, header.last_offset
                         )
+                    # Hand out the good batches before it; the next fetch starts at the
+                    # damaged one and reports it then.
+                    del batches[i:]
+                    break
             if batches:
                 st.fetch_offset = batches[-1][1].next_offset
                 st.fetched = _Fetched(body, batches)
@@ -638,7 +644,7 @@ class Consumer(_ConsumerCore):
     never holds up a busy one. ``auto_offset_reset``
     decides where a partition without a position starts and what happens
     when a position falls out of the log: ``earliest``, ``latest`` or
-    ``none`` (raise :class:`~app.core.errors.OffsetOutOfRange` /
+    ``none`` (raise :class:`~app.common.errors.OffsetOutOfRange` /
     :class:`~app.client.errors.NoOffsetForPartition`).
     """
 

@@ -1,7 +1,7 @@
 """Errors the SDK raises: the broker's own error classes, plus a few that only a client meets.
 
 A broker error body (``{"error_code", "message", "retriable", ...}``) becomes
-the :mod:`app.core.errors` class with the same ``error_code``, so
+the :mod:`app.common.errors` class with the same ``error_code``, so
 ``except OffsetOutOfRange`` works the same in the broker and in an
 application, and the body's extra fields (``log_start_offset``, ``topic``, ...)
 become attributes. Codes this SDK does not know become :class:`ServerError`
@@ -14,8 +14,8 @@ from typing import Any
 
 import orjson
 
-from app.core import errors as core
-from app.core.errors import LogbusError
+from app.common import errors as core
+from app.common.errors import LogbusError
 
 
 def _classes_by_code() -> dict[str, type[LogbusError]]:
@@ -50,7 +50,7 @@ class ClientError(LogbusError):
 class BrokerUnavailable(core.BrokerNotAvailable):
     """The broker could not be reached or the connection broke (retriable).
 
-    A subclass of :class:`~app.core.errors.BrokerNotAvailable`, so one
+    A subclass of :class:`~app.common.errors.BrokerNotAvailable`, so one
     ``except`` covers a broker that is down and one that says it is not ready.
     """
 

@@ -27,7 +27,7 @@ from app.client import _cluster, _http
 from app.client._cluster import Cluster
 from app.client.errors import is_retriable
 from app.client.types import TopicPartition
-from app.core.errors import FencedMemberEpoch, LogbusError, UnknownMemberId
+from app.common.errors import FencedMemberEpoch, LogbusError, UnknownMemberId
 
 log = logging.getLogger(__name__)
 

@@ -58,7 +58,6 @@ from typing import Any
 
 import httpx
 import orjson
-from aiokafka.record._crecords import DefaultRecordBatchBuilder as _CBatchBuilder
 
 from app.client import _cluster, _http
 from app.client._cluster import Bootstrap, Cluster, error_code
@@ -72,14 +71,14 @@ from app.client.errors import (
     is_retriable,
 )
 from app.client.types import RecordMetadata, TopicPartition
-from app.core.errors import (
+from app.common.batch import MAGIC, NO_PRODUCER_ID, Compression, RecordBatchBuilder
+from app.common.errors import (
     InvalidRequest,
     LogbusError,
     RecordTooLarge,
     UnknownTopicOrPartition,
 )
-from app.core.log.batch import MAGIC, NO_PRODUCER_ID, Compression
-from app.core.partitioner import StickyPartitioner, partition_for_key
+from app.common.partitioner import StickyPartitioner, partition_for_key
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +165,7 @@ class _Batch:
     """One RecordBatch being filled, then sent, then answered; also the shared delivery result.
 
     Records go straight into aiokafka's Cython builder (the codec
-    :class:`~app.core.log.batch.BatchBuilder` wraps): the wrapper's per-call
+    :class:`~app.common.batch.BatchBuilder` wraps): the wrapper's per-call
     checks cost about as much as the encoding itself, and ``send`` is the
     producer's hot path. ``append(offset_delta, timestamp, key, value,
     headers)`` returns None once the batch is full.
@@ -201,7 +200,7 @@ class _Batch:
         self.tp = tp
         # Producer id, epoch and base sequence are stamped when the batch is sealed
         # (set_producer_state), so sequences follow the order batches go out in.
-        self.builder = _CBatchBuilder(
+        self.builder = RecordBatchBuilder(
             magic=MAGIC,
             compression_type=int(compression),
             is_transactional=0,

@@ -44,14 +44,13 @@ from typing import Any, NamedTuple
 
 import orjson
 import websockets
-from aiokafka.record._crecords import DefaultRecordBatch as _CRecordBatch
 from websockets.asyncio.client import ClientConnection
 
 from app.client._cluster import Bootstrap, bootstrap_urls
 from app.client._http import normalize_url
 from app.client.errors import ClientError, error_from_fields
 from app.client.types import TopicPartition
-from app.core.log.batch import iter_headers
+from app.common.batch import RecordBatchReader, iter_headers
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +93,7 @@ class Subscription:
 
     Use as ``async with`` (or close it) and ``async for``. Errors the broker
     reports in ``error`` frames are raised from the iterator as
-    :mod:`app.core.errors` classes (OFFSET_OUT_OF_RANGE, ...); a dropped
+    :mod:`app.common.errors` classes (OFFSET_OUT_OF_RANGE, ...); a dropped
     connection is retried ``reconnects`` times in a row from the positions.
     """
 
@@ -358,7 +357,7 @@ class Subscription:
         for pos, header in iter_headers(body):
             if header.is_control or header.last_offset < position:
                 continue
-            for r in _CRecordBatch(bytes(body[pos : pos + header.size])):
+            for r in RecordBatchReader(bytes(body[pos : pos + header.size])):
                 # Whole stored batches: the first may start before the position.
                 if r.offset >= position:
                     self._buffer.append(

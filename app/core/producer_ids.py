@@ -27,7 +27,7 @@ import threading
 from pathlib import Path
 from typing import Protocol
 
-from app.core.errors import InvalidRequest, KafkaStorageError, UnknownProducerId
+from app.common.errors import InvalidRequest, KafkaStorageError, UnknownProducerId
 from app.core.log.checkpoint import write_atomically
 
 __all__ = ["BLOCK_SIZE", "MAX_EPOCH", "PRODUCER_ID_BLOCK_FILE", "ProducerIdManager"]

@@ -39,7 +39,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import time
 import uuid
 from collections import Counter
@@ -48,7 +47,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from app.core.errors import (
+from app.common.batch import build_batch, decode_records, iter_headers
+from app.common.errors import (
     CoordinatorLoadInProgress,
     CoordinatorNotAvailable,
     CorruptRecord,
@@ -56,6 +56,7 @@ from app.core.errors import (
     GroupIdNotFound,
     InvalidGroupId,
     InvalidRequest,
+    InvalidTopic,
     LogbusError,
     NonEmptyGroup,
     NotCoordinator,
@@ -68,16 +69,17 @@ from app.core.errors import (
     UnknownTopicOrPartition,
     UnreleasedInstanceId,
 )
-from app.core.log.batch import build_batch, decode_records, iter_headers
+from app.core.patterns import ClientPattern, compile_client_pattern
 from app.groups.assignors import DEFAULT_ASSIGNOR, MemberSpec, get_assignor
 from app.groups.hashing import partition_for
-from app.groups.placement import OFFSETS_TOPIC as OFFSETS_TOPIC
 from app.groups.placement import (
+    INTERNAL_TOPICS,
     ClusterPlacement,
     ClusterView,
     LocalPlacement,
     OffsetsPlacement,
 )
+from app.groups.placement import OFFSETS_TOPIC as OFFSETS_TOPIC
 from app.groups.records import (
     GroupKey,
     GroupValue,
@@ -147,8 +149,9 @@ class HeartbeatRequest:
     subscribed_topics: Sequence[str] | None = None
     subscribed_topic_regex: str | None = None
     server_assignor: str | None = None
-    # None: the member holds what the previous answer gave it (a stateless client
-    # that applies each answer before its next heartbeat need not echo it back).
+    # None: unchanged since the member last reported it (Kafka's meaning). Revoked
+    # partitions are released only by a list that leaves them out: the answer that
+    # revoked them may never have reached the member.
     owned_partitions: Iterable[TopicPartition] | None = None
     rebalance_timeout_ms: int | None = None
 
@@ -244,6 +247,21 @@ def validate_group_id(group_id: str) -> None:
         )
 
 
+def check_committable(topic: str) -> None:
+    """Offsets of internal topics are the broker's business only.
+
+    INVALID_TOPIC_EXCEPTION, not TOPIC_AUTHORIZATION_FAILED: Logbus has no ACLs, so no
+    principal could ever be authorized and an authorization error would send a client
+    looking for permissions that do not exist; the request is invalid for this topic
+    whoever sends it. It is also what Kafka and Logbus answer a produce to an internal
+    topic, so a client sees one error for "clients do not write here".
+    """
+    if topic in INTERNAL_TOPICS:
+        raise InvalidTopic(
+            topic, "it is internal to the broker; clients cannot commit offsets for it"
+        )
+
+
 def _wall_ms() -> int:
     return int(time.time() * 1000)
 
@@ -300,6 +318,10 @@ class GroupCoordinator:
         self._expire_task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._watchers: dict[tuple[str, str], Callable[[], None]] = {}
+        # Cluster mode: topics seen deleted since start. Groups of an offsets partition
+        # loading at the time (or whose leader could not write the tombstones) forget
+        # their offsets for these once loaded here.
+        self._deleted_topics: set[str] = set()
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -312,6 +334,7 @@ class GroupCoordinator:
         self._running = True
         if self.placement.clustered:
             self.placement.add_leadership_listener(self._on_leadership)
+            self.placement.add_topic_listener(self.topic_deleted)
             count = self._offsets_partitions()
             for partition in range(count or 0):
                 if self.placement.leads(partition):
@@ -320,6 +343,13 @@ class GroupCoordinator:
             if OFFSETS_TOPIC in self.manager.topics():
                 await asyncio.to_thread(self.load)
                 self._topic_ready = True
+                # A topic deleted just before a crash, its tombstones not written yet:
+                # this broker's topics are all there are, so any other name is gone.
+                existing = set(self.manager.topics())
+                self._forget_topics(
+                    self._groups.values(),
+                    {t for g in self._groups.values() for t, _ in g.offsets} - existing,
+                )
             now = self._monotonic()
             for group in self._groups.values():
                 for member in group.members.values():
@@ -427,6 +457,7 @@ class GroupCoordinator:
                     previous_epoch=value.previous_member_epoch,
                     assigned=set(value.assigned),
                     revoking=set(value.revoking),
+                    left_static=value.left_static,
                 )
                 group.target[key.member_id] = set(value.target)
             return
@@ -435,6 +466,8 @@ class GroupCoordinator:
             groups[key.group] = Group(key.group, offsets=group.offsets)
             return
         group.has_metadata_record = True
+        # max: a group written by an older version has only its commits' times.
+        group.empty_since_ms = max(group.empty_since_ms, value.empty_since_ms)
         group.group_epoch = value.group_epoch
         group.assignment_epoch = value.assignment_epoch
         group.assignor = value.assignor
@@ -501,6 +534,10 @@ class GroupCoordinator:
                 member.deadline = now + self.config.session_timeout_ms / 1000
                 self._arm(group, member)
         self._partitions[partition] = _LOADED
+        # Deletions seen while this partition was loading (or led elsewhere): only names
+        # seen deleted, never merely unknown ones (a topic created a moment ago may not
+        # have reached this broker's metadata yet).
+        self._forget_topics(loaded.values(), self._deleted_topics - set(self.placement.topics()))
         log.info(
             "coordinating %d groups of %s-%d (leader now)", len(loaded), OFFSETS_TOPIC, partition
         )
@@ -676,6 +713,7 @@ class GroupCoordinator:
             assigned=sorted(m.assigned),
             revoking=sorted(m.revoking),
             target=sorted(group.target.get(m.member_id, ())),
+            left_static=m.left_static,
         )
 
     def _persist(self, group: Group) -> None:
@@ -687,6 +725,7 @@ class GroupCoordinator:
             group_epoch=group.group_epoch,
             assignment_epoch=group.assignment_epoch,
             topics=dict(group.topics),
+            empty_since_ms=group.empty_since_ms,
         )
         records: list[tuple[bytes, bytes | None]] = [
             (encode_key(GroupKey(gid)), encode_value(meta))
@@ -925,7 +964,9 @@ class GroupCoordinator:
                 member.revoke_deadline = None
             changed = True
         if member.revoking:
-            still_owned = set() if owned is None else member.revoking & owned
+            # No list: nothing changed since the member's last report, so what it was
+            # asked to give up is still its own.
+            still_owned = member.revoking if owned is None else member.revoking & owned
             if still_owned:
                 return changed
             for tp in member.revoking:
@@ -1007,10 +1048,14 @@ class GroupCoordinator:
     def _leave(self, group: Group, member: Member, epoch: int) -> HeartbeatResponse:
         if epoch == STATIC_LEAVE_EPOCH and member.instance_id is not None:
             # A static member going away for a restart keeps its partitions (nobody
-            # consumes them meanwhile) until its session times out.
+            # consumes them meanwhile) until its session times out. Written down: after
+            # a restart its instance may still come back under a new id, and the id
+            # that left is not accepted again.
             member.left_static = True
             member.deadline = self._monotonic() + self.config.session_timeout_ms / 1000
             self._arm(group, member)
+            group.dirty.add(member.member_id)
+            self._persist(group)
         else:
             self._remove(group, member, "left the group")
         return HeartbeatResponse(
@@ -1110,7 +1155,9 @@ class GroupCoordinator:
                 raise UnknownMemberId(group_id, member_id)
         else:
             member = group.members.get(member_id) if group is not None else None
-            if member is None or group is None:
+            if member is None or group is None or member.left_static:
+                # A static member that left (-2) commits no more under that id: its
+                # instance comes back under a new one.
                 raise UnknownMemberId(group_id, member_id)
             if member_epoch > member.member_epoch:
                 raise FencedMemberEpoch(group_id, member_id, member_epoch, member.member_epoch)
@@ -1128,6 +1175,7 @@ class GroupCoordinator:
         if not offsets:
             return []
         for c in offsets:
+            check_committable(c.topic)
             if c.partition < 0 or c.partition >= self.placement.partition_count(c.topic):
                 raise UnknownTopicOrPartition(c.topic, c.partition)
             if c.offset < 0:
@@ -1201,6 +1249,46 @@ class GroupCoordinator:
                     )
                 )
         return out
+
+    # -- topic deletion --------------------------------------------------------------------
+
+    def topic_deleted(self, topic: str) -> None:
+        """Forget every committed offset of ``topic``, deleted: tombstones in
+        ``__consumer_offsets`` and out of the cache, for every group coordinated here.
+
+        Kafka deletes a topic's offsets with the topic; keeping them would start a
+        re-created topic of the same name at the old positions (records below them never
+        delivered). Called on the loop: in a cluster by the ReplicaManager's topic
+        listener on every broker (each coordinator clears its own groups, whichever
+        broker got the DELETE), on a lone broker by the DELETE itself. Members are not
+        touched here: their next heartbeat finds the topic gone and the group rebalances.
+        """
+        if topic == OFFSETS_TOPIC:
+            return
+        self._deleted_topics.add(topic)
+        self._forget_topics(list(self._groups.values()), {topic})
+
+    def _forget_topics(self, groups: Iterable[Group], topics: set[str]) -> int:
+        if not topics:
+            return 0
+        removed = 0
+        for group in groups:
+            gone = sorted(tp for tp in group.offsets if tp[0] in topics)
+            if not gone:
+                continue
+            gid = group.group_id
+            try:
+                self._append(gid, [(encode_key(OffsetKey(gid, t, p)), None) for t, p in gone])
+            except LogbusError as exc:
+                # Not written (leadership just moved, too few in-sync replicas): the next
+                # leader forgets them when it loads the group, having seen the deletion.
+                log.warning("offsets of deleted topics not tombstoned in %s: %s", gid, exc)
+            for tp in gone:
+                del group.offsets[tp]
+            removed += len(gone)
+        if removed:
+            log.info("forgot %d committed offsets of deleted topics %s", removed, sorted(topics))
+        return removed
 
     async def _expire_loop(self) -> None:
         interval = self.config.offsets_retention_check_interval_ms / 1000
@@ -1371,6 +1459,7 @@ class GroupCoordinator:
             raise InvalidRequest(f"to must be earliest, latest, timestamp or offset, not {to!r}")
         if to in ("timestamp", "offset") and value is None:
             raise InvalidRequest(f"resetting to {to} needs a value")
+        check_committable(topic)
         count = self.placement.partition_count(topic)
         parts = sorted(set(range(count) if partitions is None else partitions))
         for p in parts:
@@ -1431,19 +1520,14 @@ class GroupCoordinator:
         return self._groups
 
 
-_PATTERNS: dict[str, re.Pattern[str]] = {}
+_PATTERNS: dict[str, ClientPattern] = {}
 
 
-def _compile(regex: str) -> re.Pattern[str]:
+def _compile(regex: str) -> ClientPattern:
     pattern = _PATTERNS.get(regex)
     if pattern is None:
-        try:
-            pattern = re.compile(regex)
-        except re.error as exc:
-            raise InvalidRequest(
-                f"subscribed_topic_regex {regex!r} is not a valid regular expression "
-                f"(INVALID_REGULAR_EXPRESSION): {exc}"
-            ) from None
+        # A client's pattern runs under RE2 (linear time), never Python's re.
+        pattern = compile_client_pattern(regex, "subscribed_topic_regex")
         if len(_PATTERNS) < 1024:
             _PATTERNS[regex] = pattern
     return pattern

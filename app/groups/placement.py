@@ -20,7 +20,7 @@ import asyncio
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from app.core.errors import UnknownTopicOrPartition
+from app.common.errors import UnknownTopicOrPartition
 
 if TYPE_CHECKING:
     from app.core.log.log import AppendInfo, Log
@@ -28,8 +28,12 @@ if TYPE_CHECKING:
 
 OFFSETS_TOPIC = "__consumer_offsets"
 OFFSETS_TOPIC_CONFIGS: Mapping[str, object] = {"cleanup.policy": "compact"}
+# Written by the broker only: clients can neither produce to them nor commit offsets
+# for them (Kafka's internal topics).
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
 
 LeadershipListener = Callable[[str, int, bool], None]
+TopicListener = Callable[[str], None]
 
 
 class ReplicaView(Protocol):
@@ -52,6 +56,8 @@ class ClusterView(Protocol):
     def brokers(self) -> Mapping[int, Any]: ...
 
     def add_leadership_listener(self, cb: LeadershipListener) -> None: ...
+
+    def add_topic_listener(self, cb: TopicListener) -> None: ...
 
     def is_leader(self, topic: str, partition: int) -> bool: ...
 
@@ -121,6 +127,10 @@ class OffsetsPlacement(Protocol):
 
     def add_leadership_listener(self, cb: LeadershipListener) -> None: ...
 
+    def add_topic_listener(self, cb: TopicListener) -> None:
+        """``cb(topic)`` on the loop whenever a topic is deleted (anywhere in a cluster)."""
+        ...
+
 
 class LocalPlacement:
     """A lone broker: every partition is here and led here."""
@@ -172,6 +182,11 @@ class LocalPlacement:
 
     def add_leadership_listener(self, cb: LeadershipListener) -> None:
         return None  # leadership never moves
+
+    def add_topic_listener(self, cb: TopicListener) -> None:
+        # Deletions reach a lone broker through its own DELETE /topics only, which
+        # tells the coordinator itself (GroupCoordinator.topic_deleted).
+        return None
 
 
 class ClusterPlacement:
@@ -244,3 +259,6 @@ class ClusterPlacement:
 
     def add_leadership_listener(self, cb: LeadershipListener) -> None:
         self.cluster.add_leadership_listener(cb)
+
+    def add_topic_listener(self, cb: TopicListener) -> None:
+        self.cluster.add_topic_listener(cb)

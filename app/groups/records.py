@@ -7,15 +7,26 @@ the latest value per key and a null value is a tombstone)::
             type 1  offset commit    ["<group>", "<topic>", <partition>]
             type 3  group metadata   ["<group>"]
             type 5  group member     ["<group>", "<member id>"]
-    value = version:int16 big-endian (0) + JSON object, or null (tombstone)
-            offset commit   {"offset", "leader_epoch", "metadata", "commit_timestamp"}
-            group metadata  {"protocol_type", "assignor", "group_epoch",
-                             "assignment_epoch", "topics": {topic: partitions}}
-            group member    {"member_id", "instance_id", "member_epoch",
-                             "previous_member_epoch", "subscribed_topics",
-                             "subscribed_topic_regex", "server_assignor",
-                             "rebalance_timeout_ms", "assigned": [[topic, p], ...],
-                             "revoking": [[topic, p], ...], "target": [[topic, p], ...]}
+    value = version:int16 big-endian + JSON object, or null (tombstone)
+            offset commit   v0 {"offset", "leader_epoch", "metadata", "commit_timestamp"}
+            group metadata  v0 {"protocol_type", "assignor", "group_epoch",
+                                "assignment_epoch", "topics": {topic: partitions}}
+                            v1 adds "empty_since_ms" (wall-clock ms the group last
+                                became empty: the offsets-retention clock)
+            group member    v0 {"member_id", "instance_id", "member_epoch",
+                                "previous_member_epoch", "subscribed_topics",
+                                "subscribed_topic_regex", "server_assignor",
+                                "rebalance_timeout_ms", "assigned": [[topic, p], ...],
+                                "revoking": [[topic, p], ...], "target": [[topic, p], ...]}
+                            v1 adds "left_static" (a static member's temporary leave,
+                                epoch -2: its instance may come back under a new id)
+
+Versions, as Kafka's group metadata values: a new field comes with a new
+version; values are written at the current version of their type and every
+older version stays readable (a missing field takes the value an older
+broker meant: never left, empty since its last commit). A newer version than
+this code knows is read for the fields it knows, so a downgraded broker still
+loads its groups.
 
 The key is a byte-exact function of its fields (orjson emits no optional
 whitespace), which compaction relies on. A member is its own record, as in
@@ -33,12 +44,15 @@ from typing import Any
 
 import orjson
 
-from app.core.errors import CorruptRecord
+from app.common.errors import CorruptRecord
 
 OFFSET_COMMIT_KEY = 1
 GROUP_METADATA_KEY = 3
 MEMBER_KEY = 5
-VALUE_VERSION = 0
+# The version each value type is written at (see the module docstring).
+OFFSET_VALUE_VERSION = 0
+GROUP_VALUE_VERSION = 1
+MEMBER_VALUE_VERSION = 1
 
 _SHORT = struct.Struct(">h")
 
@@ -84,6 +98,8 @@ class MemberValue:
     assigned: list[TopicPartition] = field(default_factory=list)
     revoking: list[TopicPartition] = field(default_factory=list)
     target: list[TopicPartition] = field(default_factory=list)
+    # v1: left with epoch -2, its instance not back yet.
+    left_static: bool = False
 
 
 @dataclass(slots=True)
@@ -93,6 +109,8 @@ class GroupValue:
     assignment_epoch: int
     topics: dict[str, int]
     protocol_type: str = "consumer"
+    # v1: when the group last became empty (0: not recorded, an older version).
+    empty_since_ms: int = 0
 
 
 Key = OffsetKey | GroupKey | MemberKey
@@ -135,6 +153,7 @@ def _tps(items: list[TopicPartition]) -> list[list[Any]]:
 def encode_value(value: Value) -> bytes:
     body: dict[str, Any]
     if isinstance(value, OffsetValue):
+        version = OFFSET_VALUE_VERSION
         body = {
             "offset": value.offset,
             "leader_epoch": value.leader_epoch,
@@ -142,14 +161,17 @@ def encode_value(value: Value) -> bytes:
             "commit_timestamp": value.commit_timestamp,
         }
     elif isinstance(value, GroupValue):
+        version = GROUP_VALUE_VERSION
         body = {
             "protocol_type": value.protocol_type,
             "assignor": value.assignor,
             "group_epoch": value.group_epoch,
             "assignment_epoch": value.assignment_epoch,
             "topics": value.topics,
+            "empty_since_ms": value.empty_since_ms,
         }
     else:
+        version = MEMBER_VALUE_VERSION
         body = {
             "member_id": value.member_id,
             "instance_id": value.instance_id,
@@ -162,8 +184,9 @@ def encode_value(value: Value) -> bytes:
             "assigned": _tps(value.assigned),
             "revoking": _tps(value.revoking),
             "target": _tps(value.target),
+            "left_static": value.left_static,
         }
-    return _SHORT.pack(VALUE_VERSION) + orjson.dumps(body)
+    return _SHORT.pack(version) + orjson.dumps(body)
 
 
 def _tp_list(raw: Any) -> list[TopicPartition]:
@@ -198,6 +221,7 @@ def decode_value(key: Key, data: bytes | None) -> Value | None:
                 assigned=_tp_list(body.get("assigned", [])),
                 revoking=_tp_list(body.get("revoking", [])),
                 target=_tp_list(body.get("target", [])),
+                left_static=bool(body.get("left_static", False)),
             )
         return GroupValue(
             assignor=str(body["assignor"]),
@@ -205,6 +229,7 @@ def decode_value(key: Key, data: bytes | None) -> Value | None:
             assignment_epoch=int(body["assignment_epoch"]),
             topics={str(t): int(n) for t, n in body.get("topics", {}).items()},
             protocol_type=str(body.get("protocol_type", "consumer")),
+            empty_since_ms=int(body.get("empty_since_ms", 0)),
         )
     except (orjson.JSONDecodeError, KeyError, ValueError, TypeError) as exc:
         raise CorruptRecord(f"bad __consumer_offsets value: {exc}") from None

@@ -23,8 +23,8 @@ from app import wire
 from app.client import _cluster, _http
 from app.client.errors import error_from_body, is_retriable
 from app.client.types import TopicPartition
-from app.core.errors import CorruptRecord, LogbusError, OffsetOutOfRange
-from app.core.log.batch import BatchHeader, compute_crc, iter_headers
+from app.common.batch import BatchHeader, compute_crc, iter_headers
+from app.common.errors import CorruptRecord, LogbusError, OffsetOutOfRange
 from app.spark.decode import Segment, decode, segment
 from app.spark.options import DataLoss, OffsetRange
 

@@ -13,7 +13,7 @@ buffers as they are (:func:`pyarrow.Array.from_buffers`): no per-record
 Python object at all.
 
 The loop checks every length against the end of its record and batch, so
-corrupt bytes raise :class:`~app.core.errors.CorruptRecord` rather than read
+corrupt bytes raise :class:`~app.common.errors.CorruptRecord` rather than read
 out of bounds. Compressed batches are decompressed first, batch by batch,
 with the codecs aiokafka's decoder uses (:mod:`aiokafka.codec`).
 
@@ -35,8 +35,8 @@ import numpy.typing as npt
 import pyarrow as pa
 from aiokafka.codec import gzip_decode, lz4_decode, snappy_decode, zstd_decode
 
-from app.core.errors import CorruptRecord, UnsupportedCompressionType
-from app.core.log.batch import HEADER_SIZE, BatchHeader, Compression
+from app.common.batch import HEADER_SIZE, BatchHeader, Compression
+from app.common.errors import CorruptRecord, UnsupportedCompressionType
 
 try:
     import numba

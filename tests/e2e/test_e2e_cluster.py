@@ -19,7 +19,7 @@ from conftest import Broker
 from zookeeper import ZooKeeperServer
 
 from app.client import Consumer, Producer, TopicPartition
-from app.core.log.batch import iter_headers
+from app.common.batch import iter_headers
 from app.core.log.config import LogConfig
 from app.core.log.log import Log
 
@@ -547,3 +547,55 @@ def produce_plain(url: str, topic: str, value: str) -> httpx.Response:
     return httpx.post(
         f"{url}/topics/{topic}/partitions/0/records", json={"records": [{"value": value}]}
     )
+
+
+def test_deleting_a_topic_deletes_its_offsets_on_every_coordinator(cluster: Cluster) -> None:
+    """Groups coordinated by each of the three brokers commit tz-2 at 5; tz is deleted
+    through one broker and created again: no coordinator still has an offset for it, and a
+    group member reads the new tz from its start."""
+    create_topic(cluster, "tz", partitions=3)
+    by_broker: dict[int, str] = {}
+    for i in range(200):
+        found = httpx.post(
+            f"{cluster.url(1)}/coordinator", json={"key": f"g{i}", "key_type": "group"}, timeout=30
+        )
+        assert found.status_code == 200, found.text
+        by_broker.setdefault(int(found.json()["node_id"]), f"g{i}")
+        if len(by_broker) == len(cluster.ids):
+            break
+    assert sorted(by_broker) == cluster.ids
+
+    def offsets(broker: int, group: str) -> dict[int, int]:
+        r = httpx.get(
+            f"{cluster.url(broker)}/groups/{group}/offsets", params={"topic": "tz"}, timeout=30
+        )
+        assert r.status_code == 200, r.text
+        return {o["partition"]: o["offset"] for o in r.json()["offsets"]}
+
+    for broker, group in by_broker.items():
+        r = httpx.post(
+            f"{cluster.url(broker)}/groups/{group}/offsets",
+            json={"member_epoch": -1, "offsets": [{"topic": "tz", "partition": 2, "offset": 5}]},
+            timeout=30,
+        )
+        assert r.status_code == 200, r.text
+        assert offsets(broker, group)[2] == 5
+    assert httpx.delete(f"{cluster.url(3)}/topics/tz", timeout=30).status_code == 204
+    for broker, group in by_broker.items():
+        cluster.wait_until(
+            lambda b=broker, g=group: offsets(b, g) == {} or None,
+            message=f"broker {broker} forgets the offsets of {group}",
+        )
+    create_topic(cluster, "tz", partitions=3)
+    with Producer(cluster.urls, acks="all") as producer:
+        for i in range(8):
+            producer.send("tz", value=b"%d" % i, partition=2)
+    for broker, group in by_broker.items():
+        assert offsets(broker, group) == {0: -1, 1: -1, 2: -1}
+    got: list[int] = []
+    with Consumer(cluster.urls, auto_offset_reset="earliest") as consumer:
+        consumer.subscribe(["tz"], group_id=by_broker[1], enable_auto_commit=False)
+        deadline = time.monotonic() + 30
+        while len(got) < 8 and time.monotonic() < deadline:
+            got.extend(r.offset for r in consumer.poll(timeout_ms=500) if r.partition == 2)
+    assert sorted(got) == list(range(8))

@@ -8,7 +8,7 @@ import httpx
 from conftest import Broker, BrokerFactory
 from kafka.record import MemoryRecords
 
-from app.core.log.batch import build_batch
+from app.common.batch import build_batch
 
 OCTET = {"accept": "application/octet-stream"}
 ZEROCOPY = "logbus_zerocopy_bytes_total"

@@ -10,7 +10,7 @@ import httpx
 import pytest
 from conftest import Broker, BrokerFactory
 
-from app.core.log.batch import BatchBuilder, decode_records
+from app.common.batch import BatchBuilder, decode_records
 
 RECORDS_PER_BATCH = 5
 OCTET = {"content-type": "application/octet-stream"}

@@ -38,7 +38,7 @@ from cluster import Cluster
 from conftest import ClusterFactory
 from test_e2e_cluster import create_topic, read_replica, wait_isr
 
-from app.core.log.batch import decode_records
+from app.common.batch import decode_records
 from app.core.replication.auth import HEADER
 
 pytestmark = pytest.mark.timeout(300)

@@ -14,7 +14,9 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from app.core.log.batch import BatchBuilder
+from app.common.batch import BatchBuilder
+
+OCTET = {"content-type": "application/octet-stream"}
 
 if TYPE_CHECKING:
     # Only a type: which conftest module is `conftest` depends on the collection order.
@@ -115,7 +117,7 @@ def test_stalled_subscribers_hold_broker_memory_bounded(broker: Broker) -> None:
     def produce_all() -> None:
         with httpx.Client(base_url=broker.url, timeout=60) as c:
             for _ in range(batches):
-                r = c.post("/topics/big/partitions/0/batches", content=body)
+                r = c.post("/topics/big/partitions/0/batches", content=body, headers=OCTET)
                 assert r.status_code == 200, r.text
 
     async def main() -> tuple[int, int]:
@@ -152,7 +154,12 @@ def test_stalled_subscribers_hold_broker_memory_bounded(broker: Broker) -> None:
     def produce_all_n(n: int) -> None:
         with httpx.Client(base_url=broker.url, timeout=60) as c:
             for _ in range(n):
-                assert c.post("/topics/big/partitions/0/batches", content=body).status_code == 200
+                assert (
+                    c.post(
+                        "/topics/big/partitions/0/batches", content=body, headers=OCTET
+                    ).status_code
+                    == 200
+                )
 
     pid = broker.proc.pid
     baseline, peak = asyncio.run(main())

@@ -15,7 +15,7 @@ from cluster import wait_until
 from kazoo.client import KazooClient  # type: ignore[import-untyped,unused-ignore]
 from zookeeper import ZooKeeperServer
 
-from app.core.errors import KafkaStorageError, TopicAlreadyExists
+from app.common.errors import KafkaStorageError, TopicAlreadyExists
 from app.core.replication.state import BrokerInfo, PartitionState, TopicAssignment
 from app.core.replication.zk import ZkStore, split_connect, state_path, topic_path
 

@@ -107,11 +107,12 @@ def test_readme_error_example(broker: Broker, tmp_path: Path) -> None:
 def test_readme_group_walkthrough(broker: Broker, tmp_path: Path) -> None:
     for command in readme_commands()[:3]:
         run(command, broker, tmp_path)
-    joined, committed, fetched, described, left = (
+    joined, beat, committed, fetched, described, left = (
         orjson.loads(run(c, broker, tmp_path)) for c in readme_commands("groups")
     )
     assert joined["member_id"] == "consumer-1" and joined["member_epoch"] == 1
     assert joined["assignment"]["partitions"] == [{"topic": "clicks", "partitions": [0, 1, 2]}]
+    assert beat["member_epoch"] == 1 and beat["assignment"] == joined["assignment"]
     assert [(o["partition"], o["offset"]) for o in committed["offsets"]] == [(0, 2)]
     assert {o["partition"]: o["offset"] for o in fetched["offsets"]} == {0: 2, 1: -1, 2: -1}
     assert [m["member_id"] for m in described["members"]] == ["consumer-1"]

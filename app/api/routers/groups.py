@@ -21,7 +21,7 @@ from starlette.responses import Response
 from app.api.errors import ErrorBody
 from app.api.state import AppState
 from app.api.util import INT_MAX, LONG_MAX, JSONBytes
-from app.core.errors import BrokerNotAvailable, KafkaStorageError
+from app.common.errors import BrokerNotAvailable, KafkaStorageError
 from app.groups.coordinator import (
     CommittedOffset,
     GroupConfig,
@@ -40,7 +40,8 @@ GroupPath = Annotated[
 ]
 
 _DESCRIPTIONS = {
-    400: "Bad input: INVALID_REQUEST, INVALID_GROUP_ID, UNSUPPORTED_ASSIGNOR.",
+    400: "Bad input: INVALID_REQUEST, INVALID_GROUP_ID, UNSUPPORTED_ASSIGNOR; "
+    "INVALID_TOPIC_EXCEPTION for offsets of an internal topic (`__consumer_offsets`).",
     404: "GROUP_ID_NOT_FOUND, UNKNOWN_MEMBER_ID (rejoin with member_epoch 0) or "
     "UNKNOWN_TOPIC_OR_PARTITION.",
     409: "FENCED_MEMBER_EPOCH (rejoin with member_epoch 0), STALE_MEMBER_EPOCH (heartbeat, "
@@ -158,8 +159,8 @@ class HeartbeatBody(_Strict):
     subscribed_topic_regex: str | None = Field(
         default=None,
         max_length=1024,
-        description="A Python regex matched against whole topic names (internal topics never "
-        "match).",
+        description="A regular expression matched against whole topic names (internal topics "
+        "never match), run under RE2: linear time, no backreferences or lookaround.",
     )
     server_assignor: str | None = Field(
         default=None,
@@ -169,8 +170,9 @@ class HeartbeatBody(_Strict):
     )
     owned_partitions: list[TopicPartitions] | None = Field(
         default=None,
-        description="The partitions the member holds now. Null: what the previous answer "
-        "gave it (revoked partitions count as released).",
+        description="The partitions the member holds now. Null: unchanged since the member "
+        "last reported them (as in Kafka); partitions revoked from it are released only by a "
+        "list that leaves them out.",
     )
     rebalance_timeout_ms: int | None = Field(
         default=None,

@@ -10,7 +10,7 @@ from app.api.errors import error_responses
 from app.api.metrics import render_metrics
 from app.api.models import Status
 from app.api.util import JSONBytes
-from app.core.errors import BrokerNotAvailable
+from app.common.errors import BrokerNotAvailable
 
 router = APIRouter(tags=["health"])
 
@@ -48,6 +48,6 @@ async def readyz(state: StateDep) -> Response:
     response_class=Response,
     responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
 )
-async def metrics(state: StateDep) -> Response:
+async def get_metrics(state: StateDep) -> Response:
     body, content_type = render_metrics(state)
     return Response(body, media_type=content_type)

@@ -18,7 +18,7 @@ from app.api.util import (
     partition_info,
     topic_names,
 )
-from app.core.errors import UnknownTopicOrPartition
+from app.common.errors import UnknownTopicOrPartition
 from app.core.log import validate_topic_name
 
 router = APIRouter(tags=["metadata"])
@@ -38,7 +38,7 @@ def _requested(topics: str | None) -> list[str] | None:
     response_model=Metadata,
     responses=error_responses(400, 503),
 )
-async def metadata(
+async def get_metadata(
     state: StateDep,
     manager: ManagerDep,
     topics: Annotated[

@@ -11,8 +11,8 @@ from app.api import openapi_docs as docs
 from app.api.deps import ManagerDep, StateDep
 from app.api.errors import error_responses
 from app.api.models import OffsetAnswer
-from app.api.util import INT_MAX, LONG_MAX, JSONBytes, leader_log
-from app.core.errors import InvalidRequest
+from app.api.util import INT_MAX, INT_MIN, LONG_MAX, JSONBytes, leader_log
+from app.common.errors import InvalidRequest
 
 router = APIRouter(tags=["fetch"])
 
@@ -41,7 +41,7 @@ def parse_at(at: str) -> str | int:
 )
 async def list_offsets(
     topic: Annotated[str, Path(description="Topic name.")],
-    partition: Annotated[int, Path(description="Partition number.", le=INT_MAX)],
+    partition: Annotated[int, Path(description="Partition number.", ge=INT_MIN, le=INT_MAX)],
     state: StateDep,
     manager: ManagerDep,
     at: Annotated[

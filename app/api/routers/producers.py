@@ -12,7 +12,7 @@ from app.api.deps import ManagerDep, StateDep, read_body
 from app.api.errors import error_responses
 from app.api.models import InitProducerIdRequest, InitProducerIdResponse
 from app.api.util import JSONBytes, run_blocking
-from app.core.errors import InvalidRequest
+from app.common.errors import InvalidRequest
 
 router = APIRouter(tags=["producers"])
 

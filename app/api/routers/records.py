@@ -11,7 +11,6 @@ append may fsync (flush.messages) or roll a segment.
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -29,21 +28,21 @@ from app.api.produce_body import ParsedProduce, parse_produce_body
 from app.api.state import AppState
 from app.api.util import (
     INT_MAX,
+    INT_MIN,
     LONG_MAX,
     JSONBytes,
     TopicPlan,
     create_planned,
     plan_topic,
 )
-from app.core.errors import (
+from app.common.batch import BatchBuilder, iter_headers, validate_batches
+from app.common.errors import (
     InvalidRequiredAcks,
     NotEnoughReplicas,
     RecordTooLarge,
-    RequestTimedOut,
     UnknownTopicOrPartition,
 )
-from app.core.log.batch import BatchBuilder, iter_headers, validate_batches
-from app.core.partitioner import partition_for_key
+from app.common.partitioner import partition_for_key
 from app.core.replication.partition import append_to_leaders
 
 if TYPE_CHECKING:
@@ -54,7 +53,7 @@ if TYPE_CHECKING:
 router = APIRouter(tags=["produce"])
 
 TopicPath = Annotated[str, Path(description="Topic name.")]
-PartitionPath = Annotated[int, Path(description="Partition number.", le=INT_MAX)]
+PartitionPath = Annotated[int, Path(description="Partition number.", ge=INT_MIN, le=INT_MAX)]
 AcksQuery = Annotated[
     str,
     Query(
@@ -70,8 +69,10 @@ TimeoutQuery = Annotated[
     Query(
         ge=1,
         le=INT_MAX,
-        description="How long the broker may take to complete the write (ms) before "
-        "answering 504 REQUEST_TIMED_OUT; the write may still be applied then.",
+        description="acks=all: how long to wait (ms) for every in-sync replica before "
+        "answering 504 REQUEST_TIMED_OUT; the write may still be replicated then. As in "
+        "Kafka, the leader's own append is not bounded by it: acks=0 and acks=1 never "
+        "answer 504.",
     ),
 ]
 
@@ -153,54 +154,16 @@ async def await_replicas(
             raise result
 
 
-class AppendClaim:
-    """A request's claim on its append, for the worker-thread path: the request that
-    stopped waiting (its deadline passed, or its client left) abandons the claim, and an
-    append that starts after that writes nothing. One that started first finishes, and
-    the request answers with its outcome.
-
-    Thread-safe: ``start`` runs on the worker thread, ``abandon`` on the event loop."""
-
-    def __init__(self, topic: str, timeout_ms: int) -> None:
-        self._lock = threading.Lock()
-        self._started = False
-        self._abandoned = False
-        self._topic = topic
-        self._timeout_ms = timeout_ms
-
-    def start(self) -> None:
-        with self._lock:
-            if self._abandoned:
-                raise self.timed_out()
-            self._started = True
-
-    def abandon(self) -> bool:
-        """True when the append had not started (and now never will)."""
-        with self._lock:
-            if not self._started:
-                self._abandoned = True
-            return self._abandoned
-
-    def timed_out(self) -> RequestTimedOut:
-        return RequestTimedOut(
-            f"the append to {self._topic} did not start within {self._timeout_ms} ms; "
-            "nothing was written"
-        )
-
-
 def _append_all(
-    work: Sequence[tuple[Target, bytes | bytearray]],
-    acks_all: bool,
-    claim: Callable[[], None],
+    work: Sequence[tuple[Target, bytes | bytearray]], acks_all: bool
 ) -> list[AppendInfo]:
     if all(t.replica is None for t, _ in work):
-        claim()
         return [t.log.append(data) for t, data in work]
     leaders = []
     for t, data in work:
         assert t.replica is not None, "a request's partitions are all replicated or none"
         leaders.append((t.replica, t.epoch, data))
-    return append_to_leaders(leaders, acks_all=acks_all, claim=claim)
+    return append_to_leaders(leaders, acks_all=acks_all)
 
 
 # flush.messages at its default: an append is a page-cache write, never an fsync.
@@ -212,21 +175,15 @@ INLINE_BATCHES_BYTES = 64 * 1024
 
 
 async def _append(
-    work: Sequence[tuple[Target, bytes | bytearray]],
-    required_acks: int,
-    deadline: float,
-    timeout_ms: int,
-    topic: str,
-    inline_max_bytes: int = 0,
+    work: Sequence[tuple[Target, bytes | bytearray]], required_acks: int, inline_max_bytes: int = 0
 ) -> list[AppendInfo]:
     """Append every partition's batches (all or none in cluster mode, see
-    :func:`append_to_leaders`). ``deadline`` (loop time): a request past it never
-    appends afterwards."""
+    :func:`append_to_leaders`), on a worker thread unless small. Not bounded by the
+    request's timeout_ms: as in Kafka, that bounds only the wait for in-sync replicas
+    (acks=all), so a request never stops waiting for an append that then happens
+    behind its back. Bounding the local append made acks=0 (which waits for nothing)
+    and acks=1 answer 504 for a client's short timeout_ms while the write went on."""
     acks_all = required_acks == ACKS_ALL
-    claim = AppendClaim(topic, timeout_ms)
-    loop = asyncio.get_running_loop()
-    if loop.time() >= deadline:
-        raise claim.timed_out()
     if (
         inline_max_bytes
         and sum(len(data) for _, data in work) <= inline_max_bytes
@@ -235,22 +192,8 @@ async def _append(
         # A small write to the page cache costs less than the hop to a worker
         # thread, which under load waits for the GIL (up to the 5 ms switch
         # interval) and made a WebSocket producer's requests queue.
-        return _append_all(work, acks_all, claim.start)
-    task = asyncio.ensure_future(asyncio.to_thread(_append_all, work, acks_all, claim.start))
-    try:
-        return await asyncio.wait_for(asyncio.shield(task), max(0.0, deadline - loop.time()))
-    except TimeoutError:
-        if claim.abandon():
-            # The worker still runs, to find the claim abandoned: nobody awaits its error.
-            task.add_done_callback(lambda t: t.cancelled() or t.exception())
-            raise claim.timed_out() from None
-        # It started before the deadline: it is a bounded write, and its outcome (written
-        # or not) is the true answer, where a 504 would leave the client guessing.
-        return await task
-    except asyncio.CancelledError:
-        claim.abandon()  # the client left: an append not yet started never happens
-        task.add_done_callback(lambda t: t.cancelled() or t.exception())
-        raise
+        return _append_all(work, acks_all)
+    return await asyncio.to_thread(_append_all, work, acks_all)
 
 
 def build_batches(
@@ -369,7 +312,7 @@ async def append_json_records(
     for target, _ in work:
         check_replicas(state, target, required_acks)
 
-    infos = await _append(work, required_acks, deadline, timeout_ms, topic, inline_max_bytes)
+    infos = await _append(work, required_acks, inline_max_bytes)
     appended = dict(zip(order, infos, strict=True))
     await await_replicas(
         [(target, info) for (target, _), info in zip(work, infos, strict=True)],
@@ -489,9 +432,7 @@ async def produce_batches(
     # A small body is appended on the event loop, as WebSocket produce does: under
     # load the worker-thread hop waits for the GIL behind the loop (up to the 5 ms
     # switch interval), and an SDK producer at a steady rate sends small bodies.
-    (info,) = await _append(
-        [(target, body)], required_acks, deadline, timeout_ms, topic, INLINE_BATCHES_BYTES
-    )
+    (info,) = await _append([(target, body)], required_acks, INLINE_BATCHES_BYTES)
     await await_replicas([(target, info)], required_acks, deadline)
     if required_acks == 0:
         return Response(status_code=204)

@@ -22,14 +22,16 @@ from app.api.util import (
     run_blocking,
     topic_names,
 )
-from app.core.errors import (
+from app.common.errors import (
     InvalidPartitions,
     InvalidReplicationFactor,
     UnknownTopicOrPartition,
 )
+from app.core.log import validate_topic_name
 
 if TYPE_CHECKING:
     from app.core.log.manager import LogManager
+    from app.groups.coordinator import GroupCoordinator
 
 router = APIRouter(tags=["topics"])
 
@@ -99,6 +101,7 @@ async def create_topic(request: Request, state: StateDep, manager: ManagerDep) -
         raise InvalidPartitions(f"partitions must be at least 1, got {partitions}")
     rf = None if req.replication_factor in (None, -1) else req.replication_factor
     if state.cluster is not None:
+        manager.partition_budget.check_per_topic(req.name, partitions)
         await state.cluster.create_topic(req.name, partitions, rf, req.configs)
     else:
         if rf not in (None, 1):
@@ -133,22 +136,31 @@ async def get_topic(
     "/topics/{topic}",
     status_code=204,
     summary="Delete a topic",
-    description="Deletes the topic and all its data. Fetches already being answered from its "
-    "files finish (files are removed after file.delete.delay.ms). Internal topics "
-    "(`__consumer_offsets`) cannot be deleted: 400 INVALID_TOPIC_EXCEPTION.",
+    description="Deletes the topic and all its data, and every group's committed offsets "
+    "for it (a topic created again under the name is read from its start). Fetches "
+    "already being answered from its files finish (files are removed after "
+    "file.delete.delay.ms). Internal topics (`__consumer_offsets`) cannot be deleted, and "
+    "a name no topic can have is refused: 400 INVALID_TOPIC_EXCEPTION.",
     response_class=Response,
     responses=error_responses(400, 404, 503),
 )
 async def delete_topic(
+    request: Request,
     topic: Annotated[str, Path(description="Topic name.")],
     state: StateDep,
     manager: ManagerDep,
 ) -> Response:
     check_not_internal(topic)
+    validate_topic_name(topic)  # no topic has a name it refuses (400, not 404)
     if state.cluster is not None:
+        # Every broker's coordinator forgets the topic's offsets when its ZooKeeper watch
+        # sees the deletion (ReplicaManager's topic listeners).
         await state.cluster.delete_topic(topic)
     else:
         await run_blocking(manager.delete_topic, topic)
+        coordinator: GroupCoordinator | None = getattr(request.app.state, "coordinator", None)
+        if coordinator is not None:
+            coordinator.topic_deleted(topic)
     state.sticky.forget(topic)
     state.waiters.forget_topic(topic)
     return Response(status_code=204)

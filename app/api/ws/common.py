@@ -13,7 +13,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 from app.api.state import AppState
 from app.api.ws.protocol import Close, error_frame, parse_text
 from app.api.ws.stats import WsStats
-from app.core.errors import InvalidRequest, LogbusError, PayloadTooLarge
+from app.common.errors import InvalidRequest, LogbusError, PayloadTooLarge
 
 log = logging.getLogger(__name__)
 

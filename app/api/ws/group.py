@@ -21,14 +21,14 @@ subscribes again at the coordinator named.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import orjson
 
-from app.core.errors import (
+from app.api.ws.common import ClientGone
+from app.common.errors import (
     BrokerNotAvailable,
     FencedMemberEpoch,
     LogbusError,
@@ -104,6 +104,8 @@ class GroupMember:
         self._due = asyncio.Event()
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
+        # Set by leave() (and when the socket is found gone): no heartbeat after it.
+        self._closing = False
         self._joined = False
         self._joined_with: list[TP] = []
 
@@ -126,23 +128,46 @@ class GroupMember:
         self._task = asyncio.create_task(self._loop(), name="ws-group-heartbeat")
 
     async def leave(self) -> None:
-        """Leave the group now; never raises (the socket is gone whatever happens here)."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+        """Stop heartbeating and leave the group now; never raises (the socket is gone
+        whatever happens here), and leaves even when the caller is cancelled meanwhile."""
+        # The flag stops the loop at its next step should a cancellation be lost on the
+        # way (a library that swallows one): a loop that must stop stops, whatever the
+        # timing.
+        self._closing = True
+        task = self._task
+        if task is not None and not task.done():
+            task.cancel()
+            # asyncio.wait, not awaiting the task: a cancellation of *this* call must
+            # reach us, not be taken for the task's own.
+            await asyncio.wait({task})
+        await self._leave_group()
+
+    async def _leave_group(self) -> None:
+        """Send the leave heartbeat once (epoch -1, -2 for a static member). Shielded: a
+        cancelled caller (a broker shutting down cancels the socket's handler) still
+        leaves, or the member would hold its partitions until a session timeout."""
         if not self._joined:
             return
         self._joined = False
         self.coordinator.watch(self.group_id, self.member_id, None)
         epoch = STATIC_LEAVE_EPOCH if self.instance_id is not None else LEAVE_EPOCH
+        request = HeartbeatRequest(self.member_id, epoch, self.instance_id)
+        leaving = asyncio.ensure_future(self.coordinator.heartbeat(self.group_id, request))
         try:
-            await self.coordinator.heartbeat(
-                self.group_id, HeartbeatRequest(self.member_id, epoch, self.instance_id)
-            )
+            await asyncio.shield(leaving)
+        except asyncio.CancelledError:
+            leaving.add_done_callback(self._leave_done)
+            raise
         except Exception as exc:
-            # Stopping broker or member already gone: the session timeout is the fallback.
+            # Stopping broker or member already gone: the session timeout is the fallback
+            # (nobody heartbeats for this member any more).
             logger.debug("group %s: leave of %s failed: %s", self.group_id, self.member_id, exc)
+
+    def _leave_done(self, task: asyncio.Future[HeartbeatResponse]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            logger.debug(
+                "group %s: leave of %s failed: %s", self.group_id, self.member_id, task.exception()
+            )
 
     # -- heartbeats -----------------------------------------------------------------------
 
@@ -170,25 +195,44 @@ class GroupMember:
         self.interval = answer.heartbeat_interval_ms / 1000
 
     async def _loop(self) -> None:
-        while True:
-            # A timer, not a poll: the wait ends early only when there is work.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._due.wait(), self.interval)
-            self._due.clear()
-            try:
-                await self.heartbeat()
-            except asyncio.CancelledError:
-                raise
-            except NotCoordinator as exc:
-                await self._moved(exc)
-                return
-            except LogbusError as exc:
-                if exc.retriable:
-                    continue  # coordinator loading or stopping: next interval
-                await self.host.send_failure(exc)
-            except Exception:
-                # A bug costs this heartbeat; the next one (or the session timeout) recovers.
-                logger.exception("WebSocket group heartbeat failed")
+        """Heartbeat every interval, or at once when :attr:`_due` is set; ends when the
+        member leaves (cancelled), its socket is gone (then it leaves itself) or its
+        coordinator moved."""
+        loop = asyncio.get_running_loop()
+        try:
+            while not self._closing:
+                # A timer that sets the event, not asyncio.wait_for: on Python 3.11
+                # wait_for returns the result of a wait woken in the same step as a
+                # cancellation and drops the cancellation, so leave() could never stop
+                # this loop. Event.wait() keeps it.
+                timer = loop.call_later(self.interval, self._due.set)
+                try:
+                    await self._due.wait()
+                finally:
+                    timer.cancel()
+                self._due.clear()
+                if self._closing:
+                    return
+                try:
+                    await self.heartbeat()
+                except NotCoordinator as exc:
+                    await self._moved(exc)
+                    return
+                except LogbusError as exc:
+                    if exc.retriable:
+                        continue  # coordinator loading or stopping: next interval
+                    await self.host.send_failure(exc)
+                except ClientGone:
+                    raise
+                except Exception:
+                    # A bug costs this heartbeat; the next one (or the session timeout)
+                    # recovers.
+                    logger.exception("WebSocket group heartbeat failed")
+        except ClientGone:
+            # The socket is gone: leave now rather than when its reader notices (a
+            # member whose frames cannot be delivered must not keep its partitions).
+            self._closing = True
+            await self._leave_group()
 
     async def _moved(self, exc: NotCoordinator) -> None:
         """The group's coordinator is another broker now: this member cannot heartbeat

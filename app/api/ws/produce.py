@@ -33,7 +33,7 @@ from app.api.ws.protocol import (
     internal_error_frame,
     validate,
 )
-from app.core.errors import LogbusError
+from app.common.errors import LogbusError
 
 if TYPE_CHECKING:
     from app.api.state import AppState

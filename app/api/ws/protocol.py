@@ -29,9 +29,10 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from app.api.codec import BodyInvalid
+from app.api.errors import is_storage_error, storage_error, without_paths
 from app.api.models import Format
 from app.api.util import INT_MAX, LONG_MAX
-from app.core.errors import InvalidRequest, LogbusError
+from app.common.errors import InvalidRequest, KafkaStorageError, LogbusError
 
 BINARY_MAGIC = b"LBW1"
 _TOPIC_LEN = struct.Struct(">H")
@@ -213,10 +214,13 @@ def validate(
 
 
 def error_frame(exc: LogbusError, **extra: Any) -> str:
+    message = exc.message
+    if isinstance(exc, KafkaStorageError):
+        message = without_paths(message)  # as in HTTP answers (app.api.errors)
     body: dict[str, Any] = {
         "type": "error",
         "error_code": exc.error_code,
-        "message": exc.message,
+        "message": message,
         "retriable": exc.retriable,
     }
     body.update(exc.fields())
@@ -225,6 +229,10 @@ def error_frame(exc: LogbusError, **extra: Any) -> str:
 
 
 def internal_error_frame(exc: BaseException, **extra: Any) -> str:
+    if is_storage_error(exc):
+        # A failing disk is no bug: the retriable KAFKA_STORAGE_ERROR, as over HTTP.
+        assert isinstance(exc, OSError)
+        return error_frame(storage_error(exc), **extra)
     body: dict[str, Any] = {
         "type": "error",
         "error_code": "UNKNOWN_SERVER_ERROR",

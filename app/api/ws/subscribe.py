@@ -65,13 +65,14 @@ from app.api.ws.protocol import (
     internal_error_frame,
     validate,
 )
-from app.core.errors import (
+from app.common.batch import iter_headers
+from app.common.errors import (
     InvalidRequest,
     LogbusError,
     OffsetOutOfRange,
+    StoredBatchCorrupt,
     UnknownTopicOrPartition,
 )
-from app.core.log.batch import iter_headers
 from app.groups.coordinator import OffsetCommit
 
 if TYPE_CHECKING:
@@ -218,7 +219,9 @@ def _json_frame(
 ) -> Rendered:
     """(frame or None when no record is visible, records, stored bytes used, next offset)."""
     data = info.read_bytes()
-    records, next_offset = json_records(data, position, key_format, value_format, limit)
+    records, next_offset = json_records(
+        data, position, key_format, value_format, limit, topic=topic, partition=partition
+    )
     used = first = 0
     for _, header in iter_headers(data):
         if header.base_offset >= next_offset:
@@ -634,7 +637,9 @@ class Subscription:
         fmt = (self.format, self.key_format, self.value_format)
         try:
             rendered = await self.frames.get(log, fmt, position, limit, max_bytes, render)
-        except OffsetOutOfRange as exc:
+        except (OffsetOutOfRange, StoredBatchCorrupt) as exc:
+            # The partition stops here (the damaged range is named; a seek moves past it),
+            # the socket and its other partitions go on.
             cursor.stalled = True
             await send_error(self.ws, exc)
             return False

@@ -1,7 +1,7 @@
 """The segment-log engine: record batches on disk, indexed, recovered, retained.
 
 No web framework in here; ``app.api`` calls :class:`LogManager` and
-:class:`Log` and maps :mod:`app.core.errors` to HTTP answers.
+:class:`Log` and maps :mod:`app.common.errors` to HTTP answers.
 """
 
 from app.core.log.checkpoint import OffsetCheckpointFile

@@ -34,9 +34,14 @@ cleans the qualifying log with the highest ratio.
 **Which records stay** (in a batch below the map end):
 
 * control batches, whole (there are no transactions to resolve yet);
-* the last batch of every producer id in the whole log, whole, so that the
-  idempotent-producer state rebuilt from the log (last sequence and epoch per
-  producer) survives compaction;
+* the *header* of the last batch of every producer id in the whole log, so
+  that the idempotent-producer state rebuilt from the log (last sequence and
+  epoch per producer) survives compaction. Its records are filtered like any
+  others; when none survives, the batch stays as an empty one (no records,
+  same offsets, producer id, epoch and sequences), as Kafka keeps it. Keeping
+  such a batch whole would keep the values it holds after their key was
+  overwritten or deleted, and once a tombstone expired a deleted value would
+  be the key's latest again;
 * a keyed record whose offset is the latest the map knows for its key, or
   whose key the map does not know (its latest is in the clean part);
 * a tombstone (null value) under the same rule, until ``delete.retention.ms``
@@ -55,27 +60,29 @@ cleans the qualifying log with the highest ratio.
   but a topic switched from ``delete`` to ``compact`` may hold some).
 
 **Crash safety.** A group's copy is written as ``.cleaned`` files and
-fsynced; then, under the log's lock, the ``.log`` is renamed to ``.swap``
-(the commit point), the old segments are renamed ``.deleted`` and the copy
-gets the live names (indexes first, ``.log`` last). The loader deletes ``.cleaned`` files (incomplete copies: the old
-segments are all still there) and finishes a swap whose ``.log.swap`` exists
+fsynced, even when empty; then, under the log's lock, a marker records where
+the group's segments end, the ``.log`` is renamed to ``.swap`` (the commit
+point), the old segments are renamed ``.deleted`` and the copy gets the live
+names (indexes first, ``.log`` last; an empty copy after the first segment is
+then dropped). The loader deletes ``.cleaned`` files (incomplete copies: the
+old segments are all still there) and finishes a swap whose ``.log.swap``
+exists, deleting every old segment up to the marker's end
 (:func:`app.core.log.loader.complete_swaps`).
 
 **Concurrency.** One cleaning at a time (a lock), on the cleaner's thread or
 the caller of :meth:`LogCleaner.run_once`. Reads and appends go on while a
-log is cleaned: the cleaner reads the old segments through duplicated fds,
-writes its copy beside them, and takes the log's lock only for the swap, which
+log is cleaned: the cleaner reads the old segments through files it holds
+(:class:`~app.core.log.fileslice.SegmentFile`), writes its copy beside them, and takes the log's lock only for the swap, which
 checks that no truncation happened and that the group's segments are still
 in place (retention may have deleted them), else drops the copy. Old segments
-stay open for ``file.delete.delay.ms`` after the swap, so slices handed out
-before it stay readable.
+are removed ``file.delete.delay.ms`` after the swap; slices handed out before
+it stay readable whatever that delay, since they hold their files.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -83,23 +90,24 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from aiokafka.record._crecords import DefaultRecordBatch as _CRecordBatch
-
-from app.core.errors import KafkaStorageError
-from app.core.log.batch import (
+from app.common.batch import (
     NO_PRODUCER_ID,
     BatchHeader,
+    RecordBatchReader,
     compute_crc,
     read_header,
 )
+from app.common.errors import KafkaStorageError, SegmentClosed
 from app.core.log.checkpoint import CheckpointCorrupt, OffsetCheckpointFile
 from app.core.log.compact_batch import (
     delete_horizon,
+    empty_batch,
     encode_with_horizon,
     iter_segment_batches,
     rebuild,
 )
 from app.core.log.config import LogConfig
+from app.core.log.fileslice import SegmentFile
 from app.core.log.index import MAX_RELATIVE_OFFSET
 from app.core.log.loader import CLEANED_SUFFIX
 from app.core.log.log import Log
@@ -218,7 +226,7 @@ class _Pass:
         self,
         log: Log,
         segments: list[LogSegment],
-        fds: list[int],
+        files: list[SegmentFile],
         truncations: int,
         found: Survey,
         now: int,
@@ -227,7 +235,7 @@ class _Pass:
         self.log = log
         self.config = log.config
         self.segments = segments
-        self.fds = fds
+        self.files = files
         self.truncations = truncations
         self.survey = found
         self.now = now
@@ -262,8 +270,8 @@ class _Pass:
     def scan_producers(self) -> None:
         """The base offset of each producer id's last batch in the whole log (headers only)."""
         last = self.last_batches
-        for seg, fd in zip(self.segments, self.fds, strict=True):
-            for header, _ in iter_segment_batches(fd, seg.size, self.chunk):
+        for seg, f in zip(self.segments, self.files, strict=True):
+            for header, _ in iter_segment_batches(f.fd, seg.size, self.chunk):
                 if header.producer_id != NO_PRODUCER_ID:
                     last[header.producer_id] = header.base_offset
                 self.check_abort()
@@ -276,7 +284,7 @@ class _Pass:
             seg = self.segments[i]
             if self.segments[i + 1].base_offset <= first_dirty:
                 continue
-            for header, data in iter_segment_batches(self.fds[i], seg.size, self.chunk):
+            for header, data in iter_segment_batches(self.files[i].fd, seg.size, self.chunk):
                 self.check_abort()
                 if header.last_offset < first_dirty or header.is_control:
                     continue
@@ -284,7 +292,7 @@ class _Pass:
                     self.map_end = header.base_offset
                     self.result.end_offset = self.map_end
                     return
-                put_records(_CRecordBatch(bytes(data)))
+                put_records(RecordBatchReader(bytes(data)))
 
     def groups(self) -> list[range]:
         """Index ranges of the segments below the map end, grouped up to segment.bytes."""
@@ -326,22 +334,18 @@ class _Pass:
         committed = False
         try:
             self._copy(group, out)
-            new: LogSegment | None = out
-            # The first segment stays even when empty: it holds the log start offset.
-            if out.size == 0 and group.start > 0:
-                out.delete_files()
-                new = None
-            else:
-                out.seal()
-                out.flush()
+            # Even an empty copy is swapped in: the swap is what makes the removal of
+            # the old segments crash-safe (Log.replace_segments then drops it).
+            out.seal()
+            out.flush()
             old = self.segments[group.start : group.stop]
             self.swapping = True
-            committed = log.replace_segments(old, new, truncations=self.truncations)
+            committed = log.replace_segments(old, out, truncations=self.truncations)
             self.swapping = False
             if committed:
                 self.result.groups_swapped += 1
-            elif new is not None:
-                new.delete_files()
+            else:
+                out.delete_files()
             return committed
         except BaseException:
             if not committed and out.log_path.name.endswith(CLEANED_SUFFIX):
@@ -355,9 +359,9 @@ class _Pass:
         pending = bytearray()
         infos: list[BatchInfo] = []
         for i in group:
-            seg, fd = self.segments[i], self.fds[i]
+            seg, f = self.segments[i], self.files[i]
             self.result.bytes_read += seg.size
-            for header, data in iter_segment_batches(fd, seg.size, io_bytes):
+            for header, data in iter_segment_batches(f.fd, seg.size, io_bytes):
                 self.check_abort()
                 if compute_crc(data, 0, len(data)) != header.crc:
                     raise KafkaStorageError(
@@ -386,20 +390,17 @@ class _Pass:
         """The batch to write: ``data`` itself, a rewritten batch, or None (nothing survives)."""
         result = self.result
         result.records_read += header.record_count
-        if (
-            header.is_control
-            or header.base_offset >= self.map_end
-            or (
-                header.producer_id != NO_PRODUCER_ID
-                and self.last_batches.get(header.producer_id) == header.base_offset
-            )
-        ):
+        if header.is_control or header.base_offset >= self.map_end:
             result.records_retained += header.record_count
             return data
+        producer_last = (
+            header.producer_id != NO_PRODUCER_ID
+            and self.last_batches.get(header.producer_id) == header.base_offset
+        )
         map_end = self.map_end
         now = self.now
         horizon = delete_horizon(header)
-        records = list(_CRecordBatch(bytes(data)))
+        records = list(RecordBatchReader(bytes(data)))
         kept: list[Any] = []
         dropped = False
         tombstones = False
@@ -420,7 +421,10 @@ class _Pass:
             kept.append(r)
         result.records_retained += len(kept)
         if not kept:
-            return None
+            if not producer_last:
+                return None
+            # The producer's sequence state outlives its records (see the module docstring).
+            return data if header.record_count == 0 else empty_batch(header)
         if tombstones:
             if horizon is None:
                 # First time cleaned: the tombstones stay delete.retention.ms from now.
@@ -602,7 +606,7 @@ class LogCleaner:
             key = (log.topic, log.partition)
             at = log.time_ms() if now is None else now
             started = time.perf_counter()
-            segments, fds, truncations = log.compaction_snapshot()
+            segments, files, truncations = log.compaction_snapshot()
             state: _Pass | None = None
             try:
                 found = survey(
@@ -614,7 +618,7 @@ class LogCleaner:
                 )
                 if found.cleanable_segments == 0 or not (force or self._eligible(log, found, at)):
                     return None
-                state = _Pass(log, segments, fds, truncations, found, at, self)
+                state = _Pass(log, segments, files, truncations, found, at, self)
                 state.scan_producers()
                 state.build_map()
                 completed = True
@@ -625,8 +629,9 @@ class LogCleaner:
             except _Aborted:
                 _log.info("%s-%s: compaction pass abandoned", log.topic, log.partition)
                 return None
-            except Exception:
-                if (not log.online or self.stopping) and not (state and state.swapping):
+            except Exception as e:
+                changed = isinstance(e, SegmentClosed)  # retention deleted a segment under us
+                if (changed or not log.online or self.stopping) and not (state and state.swapping):
                     # Deleted or closed under the pass (its directory may be gone): not a failure.
                     _log.info("%s-%s: compaction pass abandoned", log.topic, log.partition)
                     return None
@@ -634,9 +639,6 @@ class LogCleaner:
                     self._totals["failures"] += 1
                     self._failed_until[key] = time.monotonic() + self.config.backoff_ms / 1000
                 raise
-            finally:
-                for fd in fds:
-                    os.close(fd)
             result = state.result
             result.completed = completed
             result.duration_ms = round((time.perf_counter() - started) * 1000, 3)

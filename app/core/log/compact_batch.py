@@ -6,6 +6,9 @@ transactional flag) and each surviving record keeps its offset, timestamp,
 key, value and headers; only records the cleaner dropped are missing. Two
 encoders do that:
 
+* :func:`empty_batch` is the header alone (``recordCount`` 0, no compression),
+  which Kafka writes for a producer's last batch once none of its records
+  survive: the batch's producer id, epoch and sequences outlive its records;
 * :func:`rebuild` goes through aiokafka's Cython builder (fast), whose base
   timestamp is the first record's;
 * :func:`encode_with_horizon` is our own (per-record Python, used only for
@@ -15,7 +18,7 @@ encoders do that:
   ``baseTimestamp`` in every RecordBatch v2 reader, so they read back
   unchanged (kafka-python and aiokafka ignore bit 6; Kafka itself honours it).
 
-Both keep ``lastOffsetDelta`` from the original batch, as Kafka's
+All three keep ``lastOffsetDelta`` from the original batch, as Kafka's
 ``overrideLastOffset`` does: the producer's last sequence
 (``baseSequence + lastOffsetDelta``) must survive for idempotence, and the
 segment's next offset stays where it was. ``recordCount`` then says how many
@@ -30,14 +33,14 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from aiokafka.codec import gzip_encode, lz4_encode, snappy_encode, zstd_encode
-from aiokafka.record._crecords import DefaultRecordBatchBuilder as _CBatchBuilder
 from aiokafka.record.util import encode_varint
 
-from app.core.errors import KafkaStorageError
-from app.core.log.batch import (
+from app.common.batch import (
     ATTRIBUTES,
     ATTRIBUTES_OFFSET,
+    CONTROL_MASK,
     CRC_OFFSET,
+    DELETE_HORIZON_MASK,
     HEADER,
     HEADER_SIZE,
     LOG_OVERHEAD_SIZE,
@@ -45,23 +48,24 @@ from app.core.log.batch import (
     MAX_TIMESTAMP,
     MAX_TIMESTAMP_OFFSET,
     TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_MASK,
     BatchHeader,
     Compression,
+    RecordBatchBuilder,
     compute_crc,
     read_header,
     stamp,
 )
+from app.common.errors import KafkaStorageError
 
 __all__ = [
     "DELETE_HORIZON_MASK",
     "delete_horizon",
+    "empty_batch",
     "encode_with_horizon",
     "iter_segment_batches",
     "rebuild",
 ]
-
-# KIP-534: baseTimestamp holds the delete horizon of the batch's tombstones.
-DELETE_HORIZON_MASK = 0x40
 
 _LAST_OFFSET_DELTA = struct.Struct(">i")
 _LAST_OFFSET_DELTA_OFFSET = 23
@@ -109,9 +113,39 @@ def iter_segment_batches(fd: int, end: int, chunk: int) -> Iterator[tuple[BatchH
         pos += size
 
 
+def empty_batch(header: BatchHeader) -> bytearray:
+    """The batch under ``header`` without records: its identity and offset range only.
+
+    As Kafka's ``writeEmptyHeader``: no compression, base and max timestamp
+    both the original's max timestamp, the timestamp type, transactional and
+    control bits kept.
+    """
+    keep = TIMESTAMP_TYPE_MASK | TRANSACTIONAL_MASK | CONTROL_MASK
+    buf = bytearray(HEADER_SIZE)
+    HEADER.pack_into(
+        buf,
+        0,
+        header.base_offset,
+        HEADER_SIZE - LOG_OVERHEAD_SIZE,
+        header.partition_leader_epoch,
+        MAGIC,
+        0,
+        header.attributes & keep,
+        header.last_offset_delta,
+        header.max_timestamp,
+        header.max_timestamp,
+        header.producer_id,
+        header.producer_epoch,
+        header.base_sequence,
+        0,
+    )
+    _CRC.pack_into(buf, CRC_OFFSET, compute_crc(buf, 0, len(buf)))
+    return buf
+
+
 def rebuild(header: BatchHeader, records: Sequence[Any]) -> bytearray:
     """A batch of ``records`` (a subset of the batch under ``header``) with its identity kept."""
-    builder = _CBatchBuilder(
+    builder = RecordBatchBuilder(
         magic=MAGIC,
         compression_type=int(header.compression),
         is_transactional=int(header.is_transactional),

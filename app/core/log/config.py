@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.core.errors import InvalidConfig
+from app.common.errors import InvalidConfig
 
 LONG_MAX = (1 << 63) - 1
 INT_MAX = (1 << 31) - 1

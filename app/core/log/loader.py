@@ -20,15 +20,22 @@ segments are all still in place, and compaction starts over).
 
 A ``<base>.log.swap`` is a compacted copy that was complete and fsynced
 before it got that name (see :mod:`app.core.log.cleaner`), so an interrupted
-swap is finished, never undone: the live segments it replaces (those whose
-base offset is within the copy's offset range) are deleted and the copy is
-renamed live, with indexes rebuilt. Only if the copy fails its own check and
-the first segment it replaces is still there is the copy dropped instead.
+swap is finished, never undone: the live segments it replaces are deleted and
+the copy is renamed live, with indexes rebuilt. Which segments it replaces is
+written down before the commit point, in the name of an empty marker file
+``<base>.replaced-<end>.swap`` (both 20 digits: every segment with a base
+offset from ``<base>`` up to ``<end>`` goes; a name needs only a directory
+fsync to be durable, no data). The copy's own offsets cannot say it: a
+copy may end well before the segments it replaces (all their records were
+superseded), even be empty. Without a marker (a swap of an older version) the
+copy's offset range is used. Only if the copy fails its own check and the
+first segment it replaces is still there is the copy dropped instead.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import re
 from pathlib import Path
 from typing import NamedTuple
@@ -48,6 +55,8 @@ _log = logging.getLogger(__name__)
 
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
+# <base>.replaced-<end>.swap: where the run of segments a compacted copy replaces ends.
+_SWAP_MARKER = re.compile(r"(\d{20})\.replaced-(\d{20})\.swap")
 STRAY_SUFFIXES = (".tmp", CLEANED_SUFFIX, DELETED_SUFFIX)
 _SEGMENT_FILE = re.compile(r"(\d{20})(\.log|\.index|\.timeindex)")
 
@@ -79,6 +88,28 @@ def remove_stray_files(directory: Path) -> list[str]:
     return removed
 
 
+def swap_marker(directory: Path, base_offset: int, replaced_end: int) -> Path:
+    """The marker saying the copy at ``base_offset`` replaces the segments below ``replaced_end``."""
+    return directory / f"{segment_name(base_offset)}.replaced-{segment_name(replaced_end)}.swap"
+
+
+def write_swap_marker(directory: Path, base_offset: int, replaced_end: int) -> None:
+    """Create the marker durably, before the copy's commit point."""
+    os.close(os.open(swap_marker(directory, base_offset, replaced_end), os.O_WRONLY | os.O_CREAT))
+    fsync_dir(directory)
+
+
+def _replaced_end(directory: Path, base_offset: int) -> int | None:
+    # A marker of an earlier swap at the same base (its removal failed) names an end
+    # no later than this swap's: the old segments then ran on from there.
+    ends = [
+        int(m.group(2))
+        for p in directory.glob(f"{segment_name(base_offset)}.replaced-*.swap")
+        if (m := _SWAP_MARKER.fullmatch(p.name))
+    ]
+    return max(ends) if ends else None
+
+
 def complete_swaps(directory: Path, config: LogConfig) -> list[int]:
     """Finish compaction swaps a crash interrupted; returns the base offsets swapped in."""
     swapped: list[int] = []
@@ -102,7 +133,7 @@ def complete_swaps(directory: Path, config: LogConfig) -> list[int]:
             _log.warning("%s: dropping damaged compacted copy %s", directory.name, path.name)
             seg.delete_files()
             continue
-        end = seg.next_offset
+        end = max(seg.next_offset, _replaced_end(directory, base) or 0)
         for old in directory.iterdir():
             m = _SEGMENT_FILE.fullmatch(old.name)
             if m and base <= int(m.group(1)) < max(end, base + 1):
@@ -111,7 +142,8 @@ def complete_swaps(directory: Path, config: LogConfig) -> list[int]:
         seg.close()
         swapped.append(base)
         _log.info("%s: finished an interrupted compaction swap at offset %d", directory.name, base)
-    # Index files renamed ahead of their .log are rebuilt above; leftovers are stale.
+    # Index files renamed ahead of their .log are rebuilt above, and markers are done
+    # with (or belong to a swap that never reached its commit point): leftovers are stale.
     for path in directory.glob("*" + SWAP_SUFFIX):
         path.unlink(missing_ok=True)
     if swapped:

@@ -18,8 +18,12 @@ messages and ``flush.ms`` from the manager's background thread.
 Concurrency: appends, truncation, rolls and retention are serialized by one
 lock per log. Reads take no lock: they work from a snapshot of the segment
 list (replaced, never mutated, on roll and deletion) and positional reads.
-Deleted segments are renamed to ``.deleted`` and their files stay open for
-``file.delete.delay.ms`` so that slices already handed out remain readable.
+Deleted segments are renamed to ``.deleted`` and removed after
+``file.delete.delay.ms``. However short that is, no read touches a closed
+descriptor: a segment's file is closed only once the last reader and the
+last slice handed out let go of it (:mod:`app.core.log.fileslice`), and a
+read whose snapshot holds a segment deleted in the meantime reads again from
+the current segments.
 
 Idempotent producers (batches with a producer id, see
 :mod:`app.core.log.producer_state`): their sequences are checked under the
@@ -37,6 +41,7 @@ compacted topic must carry a key in every record (Kafka's rule).
 from __future__ import annotations
 
 import bisect
+import contextlib
 import dataclasses
 import logging
 import os
@@ -46,14 +51,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from app.core.errors import (
-    CorruptRecord,
-    InvalidRecord,
-    KafkaStorageError,
-    OffsetOutOfRange,
-    UnsupportedMessageFormat,
-)
-from app.core.log.batch import (
+from app.common.batch import (
     HEADER_SIZE,
     MAGIC,
     BatchHeader,
@@ -64,11 +62,25 @@ from app.core.log.batch import (
     stamp_log_append_time,
     validate_batches,
 )
+from app.common.errors import (
+    CorruptRecord,
+    InvalidRecord,
+    KafkaStorageError,
+    OffsetOutOfRange,
+    SegmentClosed,
+    UnsupportedMessageFormat,
+)
 from app.core.log.checkpoint import fsync_dir
 from app.core.log.config import LogConfig
 from app.core.log.epoch import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
-from app.core.log.fileslice import FileSlice
-from app.core.log.loader import CLEANED_SUFFIX, SWAP_SUFFIX, load_segments
+from app.core.log.fileslice import FileSlice, SegmentFile
+from app.core.log.loader import (
+    CLEANED_SUFFIX,
+    SWAP_SUFFIX,
+    load_segments,
+    swap_marker,
+    write_swap_marker,
+)
 from app.core.log.producer_state import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     BatchMetadata,
@@ -275,7 +287,7 @@ class Log:
         (the epoch replication made this broker leader in; 0 for a lone broker).
 
         A ``bytearray`` is stamped in place (no copy); other buffers are copied once.
-        Raises the errors of :func:`app.core.log.batch.validate_batches`.
+        Raises the errors of :func:`app.common.batch.validate_batches`.
         """
         if leader_epoch is None:
             leader_epoch = self.leader_epoch
@@ -445,6 +457,29 @@ class Log:
         watermark) are returned. Raises :class:`OffsetOutOfRange` unless
         ``log_start_offset <= offset <= log_end_offset``.
         """
+        while True:
+            view = self._view
+            try:
+                return self._read(offset, max_bytes, max_offset)
+            except SegmentClosed:
+                self._after_closed_segment(view)
+
+    def _after_closed_segment(self, view: _View) -> None:
+        """A read met a segment closed under it: go on once the segments changed.
+
+        Every deletion happens under the log's lock with the view change, so
+        taking the lock waits for the one under way. Raises when the log is
+        closed, or (never expected) when a live segment was closed.
+        """
+        with self._lock:
+            if self._closed:
+                raise SegmentClosed(f"log {self.topic}-{self.partition} is closed")
+            if self._view is view:
+                raise KafkaStorageError(
+                    f"{self.topic}-{self.partition}: a live segment is closed; restart the broker"
+                )
+
+    def _read(self, offset: int, max_bytes: int, max_offset: int | None) -> FetchInfo:
         # Order matters: the end offset first, then the segments (which then
         # hold everything below it), then the start (which only grows).
         end = self._log_end_offset
@@ -483,6 +518,14 @@ class Log:
 
         ``None`` when every record is older (Kafka answers the log end offset then).
         """
+        while True:
+            view = self._view
+            try:
+                return self._offset_for_timestamp(timestamp_ms)
+            except SegmentClosed:
+                self._after_closed_segment(view)
+
+    def _offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         hw = self._high_watermark
         start = self._log_start_offset
         for seg in self._view.segments:
@@ -645,43 +688,39 @@ class Log:
         """The log's clock (injectable for tests); compaction ages records by it."""
         return self._clock()
 
-    def compaction_snapshot(self) -> tuple[list[LogSegment], list[int], int]:
-        """Segments, a duplicate fd of each one's ``.log``, and the truncation count, atomically.
+    def compaction_snapshot(self) -> tuple[list[LogSegment], list[SegmentFile], int]:
+        """Segments, each one's open ``.log``, and the truncation count, atomically.
 
-        The cleaner reads through the duplicates so that a retention delete
-        closing a segment's own fd under it cannot hand it a reused fd number.
-        The caller closes them. Raises :class:`KafkaStorageError` if closed.
+        The cleaner reads through the files it holds, so that a retention
+        delete under it leaves them readable. Raises :class:`KafkaStorageError`
+        if closed.
         """
         with self._lock:
             self._check_open()
             segments = list(self._view.segments)
-            fds: list[int] = []
-            try:
-                for seg in segments:
-                    fds.append(os.dup(seg.fd))
-            except OSError:
-                for fd in fds:
-                    os.close(fd)
-                raise
-            return segments, fds, self._truncations
+            return segments, [seg.file for seg in segments], self._truncations
 
     def replace_segments(
-        self, old: Sequence[LogSegment], new: LogSegment | None, *, truncations: int
+        self, old: Sequence[LogSegment], new: LogSegment, *, truncations: int
     ) -> bool:
         """Swap a compacted copy (files named ``<base>.log.cleaned``, fsynced) in for ``old``.
 
         ``old`` must still be a run of non-active segments of this log and no
         truncation may have happened since ``truncations`` was read; otherwise
         nothing changes and the answer is False (the caller drops its copy).
-        ``new`` of None removes ``old`` outright (nothing in it survived).
+        An empty ``new`` removes ``old`` outright unless ``old`` starts the log
+        (the first segment holds the log start offset).
 
-        The steps, each a rename that a crash can stop after: the copy becomes
-        ``.swap`` (the commit point: recovery finishes the swap from here), the
-        old segments become ``.deleted`` one by one (their fds stay open for
-        ``file.delete.delay.ms``, for slices already handed out), the copy's
-        indexes and then its ``.log`` get the live names. If a step after the
-        commit point fails the log goes offline: the files are ahead of the
-        view, and the next start finishes the swap.
+        The steps, each a rename that a crash can stop after: the marker
+        ``<base>.replaced-<end>.swap`` records where the run of old segments
+        ends (a copy may end far before it, or be empty), the copy becomes ``.swap``
+        (the commit point: recovery finishes the swap from here, see
+        :mod:`app.core.log.loader`), the old segments become ``.deleted`` one
+        by one (their files stay open for ``file.delete.delay.ms`` and for as
+        long as a reader holds them), the copy's indexes and then its ``.log``
+        get the live names, the marker goes. If a step after the commit point
+        fails the log goes offline: the files are ahead of the view, and the
+        next start finishes the swap.
         """
         with self._lock:
             view = self._view
@@ -696,14 +735,19 @@ class Log:
                 or any(a is not b for a, b in zip(segments[first:end], old, strict=True))
             ):
                 return False
-            if new is not None:
-                new.change_file_suffixes(CLEANED_SUFFIX, SWAP_SUFFIX)
+            marker = swap_marker(self.dir, new.base_offset, segments[end].base_offset)
+            write_swap_marker(self.dir, new.base_offset, segments[end].base_offset)
             try:
-                if new is not None:
-                    fsync_dir(self.dir)
+                new.change_file_suffixes(CLEANED_SUFFIX, SWAP_SUFFIX)
+            except BaseException:
+                # Before the commit point (the .log is renamed last): the log is as it was.
+                with contextlib.suppress(OSError):
+                    marker.unlink()
+                raise
+            try:
+                fsync_dir(self.dir)
                 self._schedule_delete(old)
-                if new is not None:
-                    new.change_file_suffixes(SWAP_SUFFIX, "")
+                new.change_file_suffixes(SWAP_SUFFIX, "")
                 fsync_dir(self.dir)
             except BaseException:
                 self._offline = True
@@ -713,15 +757,15 @@ class Log:
                     self.partition,
                 )
                 raise
-            kept = [*segments[:first], *([new] if new is not None else []), *segments[end:]]
+            with contextlib.suppress(OSError):
+                # A marker left behind is harmless: a start removes it, a swap replaces it.
+                marker.unlink()
+            keep_new = new.size > 0 or first == 0
+            if not keep_new:
+                # Live and empty between two segments, it is what a start removes as well.
+                new.delete_files()
+            kept = [*segments[:first], *([new] if keep_new else []), *segments[end:]]
             self._set_view(array("q", [s.base_offset for s in kept]), kept)
-            if first == 0 and new is None:
-                # Nothing is left below the next segment: as after retention, the
-                # start moves there (a restart would derive the same start).
-                new_start = max(self._log_start_offset, kept[0].base_offset)
-                self._log_start_offset = new_start
-                self.recovery_point = max(self.recovery_point, new_start)
-                self.leader_epoch_cache.truncate_from_start(new_start)
             return True
 
     # -- idempotent producers (see app.core.log.producer_state) ----------------------

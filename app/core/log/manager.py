@@ -1,6 +1,6 @@
 """The log manager: every partition log of one broker's data directory.
 
-Data-dir layout (see also DESIGN.md, "On disk")::
+Data-dir layout (see also docs/ARCHITECTURE.md, "On disk")::
 
     <data-dir>/
       meta.json                          {"version": 1, "broker_id": 0, "cluster_id": "..."}
@@ -12,6 +12,15 @@ Data-dir layout (see also DESIGN.md, "On disk")::
       recovery-point-offset-checkpoint   per partition: offsets below it are fsynced
       log-start-offset-checkpoint        per partition: first readable offset
       .clean_shutdown                    present only after a clean stop
+
+Creating a topic is all or nothing: its partitions are checked against the
+broker's file-descriptor budget (:mod:`app.core.limits`) before anything is
+written, and a create that fails half-way (no space, no descriptor left)
+closes and removes what it made, topic file included. Starting never fails
+because of one topic: a topic whose file is damaged or whose partitions
+cannot be opened is refused with an error in the log, its files are kept
+untouched (not taken for the rest of a deletion), and every other topic is
+served; deleting it then removes its files.
 
 Topic configs: ``topics/<topic>.json`` keeps the topic's *overrides* (Kafka
 names, parsed values) and partition count; the effective config is the
@@ -50,13 +59,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.core.errors import (
+from app.common.errors import (
     InvalidPartitions,
     InvalidTopic,
     KafkaStorageError,
+    LogbusError,
     TopicAlreadyExists,
     UnknownTopicOrPartition,
 )
+from app.core.limits import PartitionBudget
 from app.core.log.checkpoint import (
     CheckpointCorrupt,
     OffsetCheckpointFile,
@@ -80,8 +91,15 @@ LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 PARTITION_METADATA = "partition.metadata"
 DELETE_DIR_SUFFIX = "-delete"
 FORMAT_VERSION = 1
-MAX_TOPIC_NAME_LENGTH = 249
 MAX_PARTITIONS = 10_000
+# Linux's (and most filesystems') limit on one file name, in bytes (topic names are ASCII).
+NAME_MAX = 255
+# The longest name a topic puts in a file name: ``topics/<topic>.json.tmp`` while its
+# metadata is written, ``<topic>-9999`` for its last possible partition. Deletion
+# renames partition dirs to ``<topic>-<p>.<uuid>-delete``, which could be longer: that
+# name cuts the topic short instead (see _delete_dir_name), as Kafka does. Kafka's 249
+# is the same computation for its own file names.
+MAX_TOPIC_NAME_LENGTH = NAME_MAX - max(len(".json.tmp"), len(f"-{MAX_PARTITIONS - 1}"))
 
 DEFAULT_CONFIG = LogConfig()  # frozen, so one shared default is safe
 
@@ -90,7 +108,8 @@ _PARTITION_DIR = re.compile(r"(.+)-(\d+)")
 
 
 def validate_topic_name(name: str) -> None:
-    """Kafka's rules: 1..249 of ``[a-zA-Z0-9._-]``, not ``.`` or ``..``; raises InvalidTopic."""
+    """Kafka's rules with our file-name limit: 1..MAX_TOPIC_NAME_LENGTH (246) of
+    ``[a-zA-Z0-9._-]``, not ``.`` or ``..``; raises InvalidTopic."""
     if not name:
         raise InvalidTopic(name, "the name is empty")
     if name in (".", ".."):
@@ -120,6 +139,13 @@ def check_new_topic(
     config = defaults.with_overrides(overrides)
     names = LogConfig.kafka_names()
     return config, {k: getattr(config, names[k]) for k in overrides}
+
+
+def _delete_dir_name(partition_dir: str) -> str:
+    """``<topic>-<p>.<uuid>-delete``, the topic cut short to fit NAME_MAX: the name only
+    has to be unique and recognisable as a deletion (the suffix), not to be parsed."""
+    suffix = f".{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+    return partition_dir[: NAME_MAX - len(suffix)] + suffix
 
 
 def collision_key(name: str) -> str:
@@ -152,8 +178,14 @@ class LogManager:
         flush_scheduler_interval_ms: int = 1000,
         broker_id: int = 0,
         cleaner_config: CleanerConfig | None = None,
+        partition_budget: PartitionBudget | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
+        self.partition_budget = (
+            partition_budget if partition_budget is not None else PartitionBudget()
+        )
+        # Topics on disk that could not be loaded at start (name -> why): kept, not served.
+        self.refused_topics: dict[str, str] = {}
         # Idempotent producers: broker-wide ids, per-log state expiring after this long idle.
         self.producer_ids = ProducerIdManager(self.data_dir / PRODUCER_ID_BLOCK_FILE)
         self.producer_id_expiration_ms = producer_id_expiration_ms
@@ -198,8 +230,21 @@ class LogManager:
             for path in (self.data_dir / TOPICS_DIR).glob("*.tmp"):
                 path.unlink(missing_ok=True)
             self._remove_deleted_dirs()
+            self.refused_topics = {}
             for meta_path in sorted((self.data_dir / TOPICS_DIR).glob("*.json")):
-                self._load_topic(meta_path, recovery_points, start_offsets, clean)
+                try:
+                    self._load_topic(meta_path, recovery_points, start_offsets, clean)
+                except (LogbusError, OSError) as e:
+                    # One topic must not keep the broker from serving the others.
+                    name = meta_path.name.removesuffix(".json")
+                    self.refused_topics[name] = str(e)
+                    _log.error(
+                        "topic %r is not served: %s; its files are kept: fix the cause and "
+                        "restart, or delete the topic (DELETE /topics/%s) to remove them",
+                        name,
+                        e,
+                        name,
+                    )
             self._remove_orphan_dirs()
             # From here on a crash must trigger recovery again.
             if clean:
@@ -294,29 +339,38 @@ class LogManager:
             partitions = int(meta["partitions"])
             overrides = dict(meta.get("configs", {}))
             topic_id = str(meta.get("topic_id", ""))
-            hosted = set(meta.get("hosted", range(partitions)))
+            listed = meta.get("hosted")
+            # Checked before anything is opened, or built: the file may ask for any number.
+            self.partition_budget.check_load(name, partitions if listed is None else len(listed))
+            hosted = set(range(partitions) if listed is None else listed)
         except (ValueError, KeyError, TypeError) as e:
             raise KafkaStorageError(f"{meta_path} is damaged: {e}") from e
+        if name != meta_path.name.removesuffix(".json"):
+            raise KafkaStorageError(f"{meta_path} names another topic, {name!r}")
         config = self.default_config.with_overrides(overrides)
         topic = _Topic(name, topic_id, overrides, config, clustered="hosted" in meta)
-        for p in range(partitions):
-            if p not in hosted:
-                topic.logs.append(None)
-                continue
-            directory = self.data_dir / f"{name}-{p}"
-            topic.logs.append(
-                Log(
-                    directory,
-                    config,
-                    topic=name,
-                    partition=p,
-                    recovery_point=recovery_points.get((name, p), 0),
-                    log_start_offset=start_offsets.get((name, p), 0),
-                    clean_shutdown=clean,
-                    producer_id_expiration_ms=self.producer_id_expiration_ms,
+        try:
+            for p in range(partitions):
+                if p not in hosted:
+                    topic.logs.append(None)
+                    continue
+                directory = self.data_dir / f"{name}-{p}"
+                topic.logs.append(
+                    Log(
+                        directory,
+                        config,
+                        topic=name,
+                        partition=p,
+                        recovery_point=recovery_points.get((name, p), 0),
+                        log_start_offset=start_offsets.get((name, p), 0),
+                        clean_shutdown=clean,
+                        producer_id_expiration_ms=self.producer_id_expiration_ms,
+                    )
                 )
-            )
-            self._write_partition_metadata(directory, topic_id)
+                self._write_partition_metadata(directory, topic_id)
+        except BaseException:
+            _close_all(topic.logs)  # their descriptors are needed by the other topics
+            raise
         self._topics[name] = topic
 
     def _remove_deleted_dirs(self) -> None:
@@ -332,9 +386,13 @@ class LogManager:
             if log is not None
         }
         for path in self.data_dir.iterdir():
-            if path.is_dir() and _PARTITION_DIR.fullmatch(path.name) and path.name not in known:
-                _log.warning("removing %s: its topic was deleted", path)
-                shutil.rmtree(path, ignore_errors=True)
+            m = _PARTITION_DIR.fullmatch(path.name)
+            if not path.is_dir() or m is None or path.name in known:
+                continue
+            if m.group(1) in self.refused_topics:
+                continue  # a topic refused at start: its data stays until it is deleted
+            _log.warning("removing %s: its topic was deleted", path)
+            shutil.rmtree(path, ignore_errors=True)
 
     @staticmethod
     def _write_partition_metadata(directory: Path, topic_id: str) -> None:
@@ -368,6 +426,11 @@ class LogManager:
             self._check_started()
             if name in self._topics:
                 raise TopicAlreadyExists(name)
+            if name in self.refused_topics:
+                raise KafkaStorageError(
+                    f"topic {name!r} is on disk but was not loaded at start (see the broker's "
+                    "log); delete it first to create it again"
+                )
             clash = next((t for t in self._topics if collision_key(t) == collision_key(name)), None)
             if clash is not None:
                 raise InvalidTopic(
@@ -384,36 +447,61 @@ class LogManager:
             here = set(range(partitions)) if hosted is None else set(hosted)
             if hosted is not None:
                 meta["hosted"] = sorted(here)
-            write_atomically(
-                self.data_dir / TOPICS_DIR / f"{name}.json",
-                json.dumps(meta, indent=2).encode() + b"\n",
-            )
+            # Before anything is written: a topic too large for the descriptors left would
+            # fail half-way and leave the broker none for its connections.
+            self.partition_budget.check_create(name, len(here), self._hosted_count())
+            meta_path = self.data_dir / TOPICS_DIR / f"{name}.json"
             topic = _Topic(name, topic_id, normalized, config, clustered=hosted is not None)
-            for p in range(partitions):
-                if p not in here:
-                    topic.logs.append(None)
-                    continue
-                directory = self.data_dir / f"{name}-{p}"
-                if directory.exists():  # leftover of an interrupted deletion
-                    shutil.rmtree(directory)
-                topic.logs.append(
-                    Log(
-                        directory,
-                        config,
-                        topic=name,
-                        partition=p,
-                        clean_shutdown=True,
-                        producer_id_expiration_ms=self.producer_id_expiration_ms,
+            try:
+                write_atomically(meta_path, json.dumps(meta, indent=2).encode() + b"\n")
+                for p in range(partitions):
+                    if p not in here:
+                        topic.logs.append(None)
+                        continue
+                    directory = self.data_dir / f"{name}-{p}"
+                    if directory.exists():  # leftover of an interrupted deletion
+                        shutil.rmtree(directory)
+                    topic.logs.append(
+                        Log(
+                            directory,
+                            config,
+                            topic=name,
+                            partition=p,
+                            clean_shutdown=True,
+                            producer_id_expiration_ms=self.producer_id_expiration_ms,
+                        )
                     )
-                )
-                self._write_partition_metadata(directory, topic_id)
-            fsync_dir(self.data_dir)
+                    self._write_partition_metadata(directory, topic_id)
+                fsync_dir(self.data_dir)
+            except BaseException:
+                # All or nothing: the topic file goes first (the commit point), then what
+                # was made of its partitions, so neither a restart nor a retry finds a part.
+                self._undo_create(meta_path, name, topic.logs, here)
+                raise
             self._topics[name] = topic
+
+    def _undo_create(
+        self, meta_path: Path, name: str, logs: list[Log | None], partitions: Collection[int]
+    ) -> None:
+        for path in (meta_path, meta_path.with_name(meta_path.name + ".tmp")):
+            with contextlib.suppress(OSError):
+                path.unlink(missing_ok=True)
+        _close_all(logs)
+        for p in partitions:
+            shutil.rmtree(self.data_dir / f"{name}-{p}", ignore_errors=True)
+        with contextlib.suppress(OSError):
+            fsync_dir(self.data_dir / TOPICS_DIR)
+
+    def _hosted_count(self) -> int:
+        return sum(1 for t in self._topics.values() for log in t.logs if log is not None)
 
     def delete_topic(self, name: str) -> None:
         """Delete ``name``; its files go after ``file.delete.delay.ms``. Raises UnknownTopicOrPartition."""
         with self._lock:
             self._check_started()
+            if name in self.refused_topics:
+                self._delete_refused(name)
+                return
             topic = self._topics.pop(name, None)
             if topic is None:
                 raise UnknownTopicOrPartition(name)
@@ -423,7 +511,7 @@ class LogManager:
             hosted_logs = [log for log in topic.logs if log is not None]
             for log in hosted_logs:
                 log.mark_offline()
-                dead = log.dir.with_name(f"{log.dir.name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
+                dead = log.dir.with_name(_delete_dir_name(log.dir.name))
                 log.dir.rename(dead)
                 paths.append(dead)
             fsync_dir(self.data_dir)
@@ -433,6 +521,16 @@ class LogManager:
             self._pending_dir_deletes.append((due, hosted_logs, paths))
             if topic.config.file_delete_delay_ms <= 0:
                 self._delete_expired_dirs(due)
+
+    def _delete_refused(self, name: str) -> None:
+        """Delete a topic refused at start: its file, then its partition directories."""
+        (self.data_dir / TOPICS_DIR / f"{name}.json").unlink(missing_ok=True)
+        fsync_dir(self.data_dir / TOPICS_DIR)
+        del self.refused_topics[name]
+        for path in self.data_dir.iterdir():
+            m = _PARTITION_DIR.fullmatch(path.name)
+            if path.is_dir() and m is not None and m.group(1) == name:
+                shutil.rmtree(path, ignore_errors=True)
 
     def _delete_expired_dirs(self, now: int) -> None:
         with self._lock:
@@ -564,6 +662,13 @@ class LogManager:
                 self.checkpoint()
             except Exception:
                 _log.exception("writing offset checkpoints failed")
+
+
+def _close_all(logs: list[Log | None]) -> None:
+    for log in logs:
+        if log is not None:
+            with contextlib.suppress(Exception):
+                log.close()
 
 
 def _raise_fd_limit() -> None:

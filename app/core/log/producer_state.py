@@ -74,8 +74,8 @@ from typing import NamedTuple
 
 import crc32c
 
-from app.core.errors import InvalidProducerEpoch, InvalidRecord, OutOfOrderSequence
-from app.core.log.batch import CONTROL_MASK, HEADER_SIZE, BatchHeader, read_header
+from app.common.batch import CONTROL_MASK, HEADER_SIZE, BatchHeader, read_header
+from app.common.errors import InvalidProducerEpoch, InvalidRecord, OutOfOrderSequence
 from app.core.log.checkpoint import write_atomically
 from app.core.log.segment import LogSegment
 
@@ -310,12 +310,13 @@ def segment_headers(
             if found is None:
                 continue
             position = found[0]
+        f = seg.file
         buf = b""
         buf_pos = position
         while end - position >= HEADER_SIZE:
             off = position - buf_pos
             if off + HEADER_SIZE > len(buf):
-                buf = os.pread(seg.fd, min(_REPLAY_CHUNK, end - position), position)
+                buf = os.pread(f.fd, min(_REPLAY_CHUNK, end - position), position)
                 buf_pos, off = position, 0
                 if len(buf) < HEADER_SIZE:
                     break

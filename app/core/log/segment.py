@@ -1,7 +1,7 @@
 """One segment of a partition's log: a ``.log`` file and its two sparse indexes.
 
 File format: ``<base offset, 20 digits>.log`` holds RecordBatch v2 batches
-back to back, exactly as produced and stamped (see :mod:`app.core.log.batch`
+back to back, exactly as produced and stamped (see :mod:`app.common.batch`
 for the 61-byte header). ``.index`` and ``.timeindex`` beside it are described
 in :mod:`app.core.log.index`.
 
@@ -20,6 +20,14 @@ recovery must be serialized by the caller (the log's lock). Reads
 concurrently with appends: they work from a snapshot of ``size`` and use
 positional reads only. A read racing a *truncation* may return a slice that
 later reads short; truncation happens only on follower divergence.
+
+The ``.log`` is open as one :class:`~app.core.log.fileslice.SegmentFile`,
+which every read takes first and holds while it reads, as slices hold it
+until sent: closing or deleting a segment only drops the segment's own
+reference, and the descriptor closes when the last reader is done. A read
+that starts after the close raises :class:`~app.common.errors.SegmentClosed`
+(the log then reads from its current segments). A deleted segment never
+rebuilds its indexes: its files are going, and its readers move on.
 """
 
 from __future__ import annotations
@@ -32,8 +40,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from app.core.errors import KafkaStorageError
-from app.core.log.batch import (
+from app.common.batch import (
     HEADER_SIZE,
     MAGIC,
     BatchHeader,
@@ -41,7 +48,8 @@ from app.core.log.batch import (
     decode_records,
     read_header,
 )
-from app.core.log.fileslice import FileSlice
+from app.common.errors import KafkaStorageError, SegmentClosed
+from app.core.log.fileslice import FileSlice, SegmentFile
 from app.core.log.index import MAX_RELATIVE_OFFSET, IndexCorrupt, OffsetIndex, TimeIndex
 
 LOG_SUFFIX = ".log"
@@ -96,6 +104,7 @@ class LogSegment:
     # segments touches one segment cold, and every miss shows in its latency.
     __slots__ = (
         "_bytes_since_index",
+        "_file",
         "_indexes_checked",
         "_lock",
         "_max_timestamp",
@@ -105,7 +114,6 @@ class LogSegment:
         "base_offset",
         "deleted",
         "dir",
-        "fd",
         "index_interval_bytes",
         "log_path",
         "offset_index",
@@ -134,7 +142,7 @@ class LogSegment:
         self.time_index = TimeIndex(
             directory / (name + TIME_INDEX_SUFFIX + suffix), base_offset, max_index_bytes
         )
-        self.fd = fd
+        self._file: SegmentFile | None = SegmentFile(fd)
         self._size = size
         self._next_offset: int | None = base_offset if size == 0 else None
         self._max_timestamp: int | None = -1 if size == 0 else None
@@ -227,24 +235,43 @@ class LogSegment:
                 ts = self._max_timestamp
         return ts
 
+    @property
+    def file(self) -> SegmentFile:
+        """The open ``.log``: hold it (not its ``fd`` number) while reading through it.
+
+        Raises :class:`SegmentClosed` once the segment is closed or deleted.
+        """
+        f = self._file
+        if f is None:
+            raise SegmentClosed(f"segment {self.log_path.name} is closed")
+        return f
+
     def last_modified_ms(self) -> int:
-        return os.fstat(self.fd).st_mtime_ns // 1_000_000
+        f = self.file
+        return os.fstat(f.fd).st_mtime_ns // 1_000_000
 
     def _offset_index(self) -> OffsetIndex:
-        if not self._indexes_checked:
+        if not (self._indexes_checked and self.offset_index.loaded):
             self._check_indexes()
         return self.offset_index
 
     def _time_index(self) -> TimeIndex:
-        if not self._indexes_checked:
+        if not (self._indexes_checked and self.time_index.loaded):
             self._check_indexes()
         return self.time_index
 
     def _check_indexes(self) -> None:
-        """Load both indexes, cross-check them with the log, rebuild them if anything is off."""
+        """Load both indexes, cross-check them with the log, rebuild them if anything is off.
+
+        Runs on first use and again when the sealed-index budget dropped the
+        columns of an index (:mod:`app.core.log.index`): its file may have been
+        damaged or removed since, and an index is derived data. A deleted
+        segment raises :class:`SegmentClosed` instead of rebuilding.
+        """
         with self._lock:
-            if self._indexes_checked:
+            if self._indexes_checked and self.offset_index.loaded and self.time_index.loaded:
                 return
+            f = self.file
             try:
                 self.offset_index.load()
                 self.time_index.load()
@@ -252,7 +279,7 @@ class LogSegment:
                 if position:
                     if position + HEADER_SIZE > self._size:
                         raise IndexCorrupt("offset index points beyond the log")
-                    header = read_header(os.pread(self.fd, HEADER_SIZE, position))
+                    header = read_header(os.pread(f.fd, HEADER_SIZE, position))
                     if header.base_offset != offset or header.magic != MAGIC:
                         raise IndexCorrupt("offset index does not point at a batch")
             except IndexCorrupt:
@@ -286,7 +313,8 @@ class LogSegment:
         if base is None:
             base = now
             if self._size >= HEADER_SIZE:
-                first = read_header(os.pread(self.fd, HEADER_SIZE, 0))
+                f = self.file
+                first = read_header(os.pread(f.fd, HEADER_SIZE, 0))
                 if 0 <= first.max_timestamp <= now:
                     base = first.max_timestamp
             self._rolling_base_ms = base
@@ -296,13 +324,14 @@ class LogSegment:
 
     def _headers(self, position: int, end: int) -> Iterator[tuple[int, BatchHeader]]:
         """Headers of the whole batches from ``position`` (a batch start) up to ``end``."""
+        f = self.file  # held while the generator lives
         buf = b""
         buf_pos = position
         chunk = _HOP_CHUNK
         while end - position >= HEADER_SIZE:
             off = position - buf_pos
             if off + HEADER_SIZE > len(buf):
-                buf = os.pread(self.fd, min(chunk, end - position), position)
+                buf = os.pread(f.fd, min(chunk, end - position), position)
                 chunk = min(chunk * 2, _HOP_CHUNK_MAX)
                 buf_pos, off = position, 0
                 if len(buf) < HEADER_SIZE:
@@ -319,9 +348,10 @@ class LogSegment:
     ) -> tuple[int, BatchHeader] | None:
         """Position and header of the first batch whose last offset is >= ``offset``."""
         limit = self._size if end is None else end
+        f = self.file
         _, position = self._offset_index().lookup(offset, limit)
         # The fetch path: one pread usually holds the batch; hop without a generator.
-        buf = os.pread(self.fd, min(_HOP_CHUNK, limit - position), position)
+        buf = os.pread(f.fd, min(_HOP_CHUNK, limit - position), position)
         buf_pos = position
         while limit - position >= HEADER_SIZE:
             off = position - buf_pos
@@ -350,6 +380,7 @@ class LogSegment:
         below ``max_offset``.
         """
         end = self._size
+        f = self.file
         found = self.translate_offset(offset, end)
         if found is None:
             return None
@@ -363,11 +394,11 @@ class LogSegment:
                 limit = bound[0]
         want_end = start + max_bytes
         if want_end >= limit:
-            return FileSlice(self.fd, start, limit - start)
+            return FileSlice(f, start, limit - start)
         if start + first.size > want_end:
             # An empty slice tells the caller to stop: skipping this batch for a
             # smaller one further on would leave a hole in the fetch.
-            return FileSlice(self.fd, start, first.size if min_one else 0)
+            return FileSlice(f, start, first.size if min_one else 0)
         # Index entries are batch starts, so jump to the last one within budget and hop from there.
         _, position = self._offset_index().lookup_position(want_end)
         boundary = max(position, start + first.size)
@@ -375,11 +406,12 @@ class LogSegment:
             if pos + header.size > want_end:
                 break
             boundary = pos + header.size
-        return FileSlice(self.fd, start, boundary - start)
+        return FileSlice(f, start, boundary - start)
 
     def find_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """``(offset, timestamp)`` of the first record with timestamp >= ``timestamp``."""
         end = self._size
+        f = self.file
         entry = self._time_index().lookup_before(timestamp)
         start = self.base_offset if entry is None else entry[1] + 1
         _, position = self._offset_index().lookup(start, end)
@@ -387,7 +419,7 @@ class LogSegment:
             if header.max_timestamp < timestamp:
                 continue
             # One batch is decoded to find the exact record, as Kafka's ListOffsets does.
-            data = os.pread(self.fd, header.size, pos)
+            data = os.pread(f.fd, header.size, pos)
             for record in decode_records(data, skip_control=False):
                 if record.timestamp >= timestamp:
                     return record.offset, record.timestamp
@@ -416,12 +448,13 @@ class LogSegment:
         start = self._size
         view = memoryview(data)
         written = 0
+        f = self.file
         try:
             while written < len(view):
-                written += os.pwrite(self.fd, view[written:], start + written)
+                written += os.pwrite(f.fd, view[written:], start + written)
         except OSError as e:
             with contextlib.suppress(OSError):
-                os.ftruncate(self.fd, start)
+                os.ftruncate(f.fd, start)
             raise KafkaStorageError(f"write to {self.log_path} failed: {e}") from e
         if start == 0:
             self._rolling_base_ms = now
@@ -486,7 +519,8 @@ class LogSegment:
             self._offset_index()
             self.offset_index.truncate_to_position(position)
             self.time_index.truncate_to_offset(min(header.base_offset, offset))
-            os.ftruncate(self.fd, position)
+            f = self.file
+            os.ftruncate(f.fd, position)
             self._size = position
             self._next_offset = min(header.base_offset, max(offset, self.base_offset))
             self._max_timestamp = None
@@ -507,8 +541,12 @@ class LogSegment:
 
     def _scan(self, *, verify: bool) -> RecoveryResult:
         with self._lock:
+            if self.deleted:
+                # Its files are going (or gone): nothing to rebuild indexes for.
+                raise SegmentClosed(f"segment {self.log_path.name} is deleted")
+            f = self.file
             was_writable = self.offset_index.writable
-            file_size = os.fstat(self.fd).st_size
+            file_size = os.fstat(f.fd).st_size
             self.offset_index.reset()
             self.time_index.reset()
             self._max_timestamp = -1
@@ -522,7 +560,7 @@ class LogSegment:
             while file_size - position >= HEADER_SIZE:
                 off = position - buf_pos
                 if off + HEADER_SIZE > len(buf):
-                    buf = os.pread(self.fd, min(chunk, file_size - position), position)
+                    buf = os.pread(f.fd, min(chunk, file_size - position), position)
                     buf_pos, off = position, 0
                 header = read_header(buf, off)
                 size = header.size
@@ -537,9 +575,7 @@ class LogSegment:
                     break
                 if verify:
                     if off + size > len(buf):
-                        buf = os.pread(
-                            self.fd, min(max(chunk, size), file_size - position), position
-                        )
+                        buf = os.pread(f.fd, min(max(chunk, size), file_size - position), position)
                         buf_pos, off = position, 0
                         if len(buf) < size:
                             break
@@ -553,7 +589,7 @@ class LogSegment:
                 batches += 1
             truncated = file_size - position
             if truncated and verify:
-                os.ftruncate(self.fd, position)
+                os.ftruncate(f.fd, position)
             self._size = position
             self._next_offset = expected
             self._indexes_checked = True
@@ -567,9 +603,10 @@ class LogSegment:
     def flush(self) -> None:
         """fsync the log and its indexes."""
         with self._lock:
-            if self.deleted or self.fd < 0:
+            f = self._file
+            if self.deleted or f is None:
                 return
-            os.fdatasync(self.fd)
+            os.fdatasync(f.fd)
             for index in (self.offset_index, self.time_index):
                 if index.writable:
                     index.flush()
@@ -615,17 +652,19 @@ class LogSegment:
             self.log_path = new_path
 
     def close(self) -> None:
+        """Seal the indexes and let go of the ``.log``: it closes once no reader holds it."""
         with self._lock:
             if not self.deleted and self._size and self.offset_index.writable:
                 self._seal_time_index()
             self.offset_index.seal()
             self.time_index.seal()
-            if self.fd >= 0:
-                os.close(self.fd)
-                self.fd = -1
+            self._file = None
 
     def delete_files(self) -> None:
-        """Close and remove the files (wherever they were renamed to)."""
+        """Close and remove the files (wherever they were renamed to).
+
+        Readers holding the ``.log`` go on reading it: unlinked, it lives until they are done.
+        """
         self.close()
         for path in (self.log_path, self.offset_index.path, self.time_index.path):
             path.unlink(missing_ok=True)

@@ -11,5 +11,5 @@
 - :mod:`.auth`        inter-broker credentials: a replica's fetch proves its broker
 - :mod:`.manager`     the broker's side of all of it, used by the HTTP layer
 
-See notes/CLUSTER.md for the ZooKeeper layout and the HTTP contract.
+See docs/ARCHITECTURE.md ("Cluster mode") for the ZooKeeper layout and the HTTP contract.
 """

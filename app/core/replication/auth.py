@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 
-from app.core.errors import ClusterAuthorizationFailed
+from app.common.errors import ClusterAuthorizationFailed
 
 HEADER = "Logbus-Replica-Auth"
 

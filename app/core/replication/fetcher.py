@@ -49,7 +49,7 @@ from urllib.parse import urlencode
 
 import orjson
 
-from app.core.errors import InvalidRecord
+from app.common.errors import InvalidRecord
 from app.core.replication.partition import FOLLOWER, Partition
 from app.wire import AsyncConnection, Endpoint, async_connection
 

@@ -30,7 +30,7 @@ from base64 import urlsafe_b64encode
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from app.core.errors import (
+from app.common.errors import (
     BrokerNotAvailable,
     InvalidTopic,
     KafkaStorageError,
@@ -57,6 +57,8 @@ _log = logging.getLogger(__name__)
 
 # A leadership listener: (topic, partition, leads) on the event loop.
 LeadershipListener = Callable[[str, int, bool], None]
+# A topic-deletion listener: (topic) on the event loop, on every broker.
+TopicListener = Callable[[str], None]
 
 
 class _ZkProducerIdBlocks:
@@ -101,6 +103,7 @@ class ReplicaManager:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._changed = asyncio.Event()
         self._listeners: list[LeadershipListener] = []
+        self._topic_listeners: list[TopicListener] = []
         self._topic_tasks: set[asyncio.Task[None]] = set()
         self._isr_task: asyncio.Task[None] | None = None
         self._lost_session = False
@@ -234,6 +237,7 @@ class ReplicaManager:
         hosted = [p for p, r in enumerate(assignment.replicas) if self.broker_id in r]
         if name in self.logs.topics() and self.logs.topic_id(name) != assignment.topic_id:
             # A topic of this name was deleted and created again while we were away.
+            self._tell_topic_deleted(name)
             await asyncio.to_thread(self.logs.delete_topic, name)
         if name not in self.logs.topics():
             await asyncio.to_thread(
@@ -295,6 +299,7 @@ class ReplicaManager:
 
     async def _drop_topic(self, name: str) -> None:
         self.assignments.pop(name, None)
+        self._tell_topic_deleted(name)
         for key in [k for k in self.partitions if k[0] == name]:
             part = self.partitions.pop(key)
             was_leader = part.is_leader
@@ -396,6 +401,20 @@ class ReplicaManager:
     def remove_leadership_listener(self, cb: LeadershipListener) -> None:
         if cb in self._listeners:
             self._listeners.remove(cb)
+
+    def add_topic_listener(self, cb: TopicListener) -> None:
+        """``cb(topic)`` on the loop when a topic is deleted from the cluster. Every broker
+        sees every deletion through its ZooKeeper watch, whichever broker got the request
+        and whether or not it holds a replica (the group coordinators use it: a group's
+        offsets live with its coordinator, not with the topic's replicas)."""
+        self._topic_listeners.append(cb)
+
+    def _tell_topic_deleted(self, topic: str) -> None:
+        for listener in list(self._topic_listeners):
+            try:
+                listener(topic)
+            except Exception:
+                _log.exception("topic listener failed for %s", topic)
 
     def _tell_listeners(self, topic: str, partition: int, leads: bool) -> None:
         for listener in list(self._listeners):

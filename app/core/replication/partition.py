@@ -36,7 +36,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
-from app.core.errors import (
+from app.common.errors import (
     FencedLeaderEpoch,
     NotEnoughReplicas,
     NotEnoughReplicasAfterAppend,
@@ -418,14 +418,12 @@ def append_to_leaders(
     work: Sequence[tuple[Partition, int, bytes | bytearray | memoryview]],
     *,
     acks_all: bool,
-    claim: Callable[[], None] = lambda: None,
 ) -> list[AppendInfo]:
     """Append each ``(partition, epoch, batches)`` as leader: all of them or none.
 
     Holds every partition's leader/ISR lock shared (in (topic, partition) order, so two
     requests never wait on each other) while it checks that this broker leads each in
-    the epoch the request saw (and, with ``acks_all``, min.insync.replicas), calls
-    ``claim`` (which raises when the request gave up waiting: its deadline passed), and
+    the epoch the request saw (and, with ``acks_all``, min.insync.replicas), and
     appends, stamping that epoch. A check that fails writes nothing anywhere; an append
     error (a full disk) leaves the partitions before it written.
 
@@ -437,7 +435,6 @@ def append_to_leaders(
             part.check_leads(epoch)
             if acks_all:
                 part.check_min_isr()
-            claim()
             faults.slow_append()
             return [part.log.append(data, leader_epoch=epoch)]
     order = sorted(work, key=lambda w: (w[0].topic, w[0].partition))
@@ -448,7 +445,6 @@ def append_to_leaders(
             part.check_leads(epoch)
             if acks_all:
                 part.check_min_isr()
-        claim()
         infos = []
         for part, epoch, data in work:
             faults.slow_append()

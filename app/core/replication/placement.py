@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from app.core.errors import InvalidReplicationFactor
+from app.common.errors import InvalidReplicationFactor
 
 
 def assign_replicas(

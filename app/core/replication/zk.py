@@ -1,9 +1,9 @@
 """The ZooKeeper store: every path cluster mode uses, JSON values, CAS writes, watches.
 
-Layout (under the connect string's optional chroot; notes/CLUSTER.md)::
+Layout (under the connect string's optional chroot; docs/ARCHITECTURE.md)::
 
     /cluster/id                                   the cluster id, created by the first broker
-    /cluster/inter_broker_secret                  32 random bytes, likewise (replication/auth.py)
+    /cluster/inter_broker_secret                  32 random bytes, likewise (see auth.py)
     /brokers/ids/<id>                             EPHEMERAL BrokerInfo: the live brokers
     /controller                                   EPHEMERAL {"broker_id", "epoch"}
     /controller_epoch                             int, +1 (CAS) per new controller
@@ -39,7 +39,7 @@ from kazoo.exceptions import (
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 from kazoo.retry import KazooRetry
 
-from app.core.errors import KafkaStorageError, TopicAlreadyExists, ZooKeeperUnavailable
+from app.common.errors import KafkaStorageError, TopicAlreadyExists, ZooKeeperUnavailable
 from app.core.replication.state import BrokerInfo, PartitionState, TopicAssignment
 
 _log = logging.getLogger(__name__)

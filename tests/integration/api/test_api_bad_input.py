@@ -16,7 +16,8 @@ from starlette.testclient import TestClient
 from starlette.types import Message, Receive
 
 from app.api import create_app
-from app.core.log.batch import build_batch
+from app.api.util import JSON, OCTET_STREAM
+from app.common.batch import build_batch, compute_crc
 
 GOOD_BATCH = build_batch([(b"k", b"v"), (b"k2", b"v2")])
 
@@ -30,6 +31,15 @@ def _corrupt_crc(batch: bytes) -> bytes:
 def _magic(batch: bytes, magic: int) -> bytes:
     data = bytearray(batch)
     data[16] = magic
+    return bytes(data)
+
+
+def _delete_horizon(batch: bytes) -> bytes:
+    """The batch with attribute bit 6 (KIP-534's delete horizon, the cleaner's alone) set."""
+    data = bytearray(batch)
+    attributes = struct.unpack_from(">h", data, 21)[0] | 0x40
+    struct.pack_into(">h", data, 21, attributes)
+    struct.pack_into(">I", data, 17, compute_crc(data, 0, len(data)))
     return bytes(data)
 
 
@@ -49,7 +59,8 @@ class Case:
     json: Any = None
     content: bytes | None = None
     headers: dict[str, str] = field(default_factory=dict)
-    params: dict[str, Any] = field(default_factory=dict)
+    # A list of pairs to repeat a name.
+    params: dict[str, Any] | list[tuple[str, str]] = field(default_factory=dict)
     check: dict[str, Any] = field(default_factory=dict)
 
 
@@ -64,7 +75,7 @@ CASES = [
     Case("malformed-json", "POST", "/topics/t/records", 400, "INVALID_REQUEST",
          content=b'{"records": [', headers={"content-type": "application/json"}),
     Case("not-json-at-all", "POST", "/topics/t/records", 400, "INVALID_REQUEST",
-         content=b"hello", headers={"content-type": "text/plain"}),
+         content=b"hello"),
     Case("empty-body", "POST", "/topics/t/records", 400, "INVALID_REQUEST", content=b""),
     Case("invalid-utf8-body", "POST", "/topics/t/records", 400, "INVALID_REQUEST",
          content=b'{"records": [{"value": "\xff"}]}'),
@@ -149,6 +160,9 @@ CASES = [
          content=b""),
     Case("batch-magic-1", "POST", "/topics/t/partitions/0/batches", 400,
          "UNSUPPORTED_FOR_MESSAGE_FORMAT", content=_magic(GOOD_BATCH, 1)),
+    # A delete horizon from a client would let the cleaner drop its tombstones at once.
+    Case("batch-delete-horizon", "POST", "/topics/t/partitions/0/batches", 400,
+         "INVALID_RECORD", content=GOOD_BATCH + _delete_horizon(GOOD_BATCH)),
     Case("batch-json-body", "POST", "/topics/t/partitions/0/batches", 400, "CORRUPT_MESSAGE",
          content=b'{"records": [{"value": 1}]}'),
     Case("batch-unknown-partition", "POST", "/topics/t/partitions/5/batches", 404,
@@ -222,6 +236,66 @@ CASES = [
          json={"name": "t", "partitions": 2}, check={"topic": "t"}),
     Case("describe-unknown", "GET", "/topics/nope", 404, "UNKNOWN_TOPIC_OR_PARTITION"),
     Case("delete-unknown", "DELETE", "/topics/nope", 404, "UNKNOWN_TOPIC_OR_PARTITION"),
+    # --- integers outside Kafka's wire types: 400 naming the field, never a 500 ---
+    Case("fetch-offset-below-long", "GET", "/topics/t/partitions/0/records", 400,
+         "INVALID_REQUEST", params={"offset": "-9223372036854775809"},
+         check={"fields": ["query.offset"]}),
+    Case("fetch-partition-below-int", "GET", "/topics/t/partitions/-47892589513138356879360/records",
+         400, "INVALID_REQUEST", params={"offset": 0}, check={"fields": ["path.partition"]}),
+    Case("batch-partition-below-int", "POST",
+         "/topics/t/partitions/-3912932587805666738962432/batches", 400, "INVALID_REQUEST",
+         content=GOOD_BATCH, check={"fields": ["path.partition"]}),
+    Case("offsets-partition-below-int", "GET", "/topics/t/partitions/-2147483649/offsets", 400,
+         "INVALID_REQUEST", check={"fields": ["path.partition"]}),
+    Case("record-partition-huge", "POST", "/topics/t/records", 400, "INVALID_REQUEST",
+         content=b'{"records": [{"value": 1, "partition": 99999999999999999999999}]}',
+         check={"fields": ["body.records.0.partition"]}),
+    Case("record-partition-over-int", "POST", "/topics/t/records", 400, "INVALID_REQUEST",
+         json=R({"value": 1, "partition": 2**31}), check={"fields": ["body.records.0.partition"]}),
+    Case("record-timestamp-huge", "POST", "/topics/t/records", 400, "INVALID_REQUEST",
+         content=b'{"records": [{"value": 1, "timestamp": 99999999999999999999999}]}',
+         check={"fields": ["body.records.0.timestamp"]}),
+    Case("record-timestamp-over-long", "POST", "/topics/t/records", 400, "INVALID_REQUEST",
+         json=R({"value": 1, "timestamp": 2**63}), check={"fields": ["body.records.0.timestamp"]}),
+    Case("producer-id-huge", "POST", "/producers", 400, "INVALID_REQUEST",
+         content=b'{"producer_id": 99999999999999999999999, "producer_epoch": 0}',
+         check={"fields": ["body.producer_id"]}),
+    Case("producer-epoch-over-short", "POST", "/producers", 400, "INVALID_REQUEST",
+         json={"producer_id": 0, "producer_epoch": 2**15}, check={"fields": ["body.producer_epoch"]}),
+    # --- topic names longer than the file-name limit allows (246) ---
+    Case("create-name-247", "POST", "/topics", 400, "INVALID_TOPIC_EXCEPTION",
+         json={"name": "x" * 247}),
+    Case("auto-create-name-247", "POST", "/topics/" + "y" * 247 + "/records", 400,
+         "INVALID_TOPIC_EXCEPTION", json=R({"value": 1})),
+    Case("metadata-auto-create-name-248", "GET", "/metadata", 400, "INVALID_TOPIC_EXCEPTION",
+         params={"topics": "z" * 248, "allow_auto_topic_creation": "true"}),
+    Case("delete-name-247", "DELETE", "/topics/" + "x" * 247, 400, "INVALID_TOPIC_EXCEPTION"),
+    # --- media types: JSON endpoints take application/json, binary produce octet-stream ---
+    Case("produce-text-plain", "POST", "/topics/t/records", 415, "INVALID_REQUEST",
+         content=b'{"records": [{"value": 1}]}', headers={"content-type": "text/plain"},
+         check={"content_type": "text/plain", "acceptable": ["application/json"]}),
+    Case("produce-form", "POST", "/topics/t/records", 415, "INVALID_REQUEST",
+         content=b'{"records": [{"value": 1}]}',
+         headers={"content-type": "application/x-www-form-urlencoded"}),
+    Case("produce-no-content-type", "POST", "/topics/t/records", 415, "INVALID_REQUEST",
+         content=b'{"records": [{"value": 1}]}', headers={"content-type": ""},
+         check={"content_type": None}),
+    Case("create-text-plain", "POST", "/topics", 415, "INVALID_REQUEST",
+         content=b'{"name": "new"}', headers={"content-type": "text/plain"}),
+    Case("producers-form", "POST", "/producers", 415, "INVALID_REQUEST",
+         content=b"{}", headers={"content-type": "multipart/form-data; boundary=x"}),
+    Case("batches-json", "POST", "/topics/t/partitions/0/batches", 415, "INVALID_REQUEST",
+         content=GOOD_BATCH, headers={"content-type": "application/json"},
+         check={"acceptable": ["application/octet-stream"]}),
+    Case("group-heartbeat-text-plain", "POST", "/groups/g/heartbeat", 415, "INVALID_REQUEST",
+         content=b'{"subscribed_topics": ["t"]}', headers={"content-type": "text/plain"}),
+    # --- a query parameter given twice (Starlette would keep the last one) ---
+    Case("duplicate-acks", "POST", "/topics/t/records", 400, "INVALID_REQUEST",
+         json=R({"value": 1}), params=[("acks", "all"), ("acks", "0")],
+         check={"fields": ["query.acks"]}),
+    Case("duplicate-offset", "GET", "/topics/t/partitions/0/records", 400, "INVALID_REQUEST",
+         params=[("offset", "0"), ("max_bytes", "9"), ("offset", "1")],
+         check={"fields": ["query.offset"]}),
     # --- routing ---
     Case("unknown-route", "GET", "/nowhere", 404, "INVALID_REQUEST"),
     Case("wrong-method", "PUT", "/topics", 405, "INVALID_REQUEST"),
@@ -259,6 +333,9 @@ def test_bad_input(seeded: tuple[TestClient, Path], case: Case) -> None:
         kwargs["json"] = case.json
     if case.content is not None:
         kwargs["content"] = case.content
+        # Raw bodies are sent as their endpoint's media type unless the case says otherwise.
+        media = OCTET_STREAM if case.url.endswith("/batches") else JSON
+        kwargs["headers"] = {"content-type": media, **case.headers}
     r = client.request(case.method, case.url, **kwargs)
     assert r.status_code == case.status, r.text
     body = r.json()
@@ -343,7 +420,7 @@ def test_declared_content_length_is_checked_up_front(seeded: tuple[TestClient, P
     r = client.post(
         "/topics/t/partitions/0/batches",
         content=GOOD_BATCH,
-        headers={"content-length": str(MAX_REQUEST_BYTES + 1)},
+        headers={"content-length": str(MAX_REQUEST_BYTES + 1), "content-type": OCTET_STREAM},
     )
     assert r.status_code == 413
     assert r.json()["size"] == MAX_REQUEST_BYTES + 1

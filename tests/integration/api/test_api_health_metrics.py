@@ -9,7 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
 from app.api import create_app
-from app.core.log.batch import build_batch
+from app.common.batch import build_batch
 from app.core.log.manager import LogManager
 
 

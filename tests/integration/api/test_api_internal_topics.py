@@ -5,7 +5,7 @@ from __future__ import annotations
 from api_helpers import end_offsets
 from starlette.testclient import TestClient
 
-from app.core.log.batch import build_batch
+from app.common.batch import build_batch
 
 OFFSETS = "__consumer_offsets"
 

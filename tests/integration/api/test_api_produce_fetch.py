@@ -14,7 +14,7 @@ from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchB
 from starlette.testclient import TestClient
 
 from app.api import create_app
-from app.core.log.batch import HEADER_SIZE, build_batch, iter_headers, read_header
+from app.common.batch import HEADER_SIZE, build_batch, iter_headers, read_header
 
 OCTET = {"Accept": "application/octet-stream"}
 
@@ -262,7 +262,11 @@ def test_json_produce_is_readable_by_kafka_python(client: TestClient) -> None:
 
 
 def test_binary_produce_acks_zero(client: TestClient) -> None:
-    r = client.post("/topics/raw0/partitions/0/batches?acks=0", content=build_batch([(b"k", b"v")]))
+    r = client.post(
+        "/topics/raw0/partitions/0/batches?acks=0",
+        content=build_batch([(b"k", b"v")]),
+        headers={"content-type": "application/octet-stream"},
+    )
     assert r.status_code == 204
     assert fetch(client, "raw0", 0, 0)["records"][0]["value"] == "v"
 

@@ -157,3 +157,21 @@ def test_metadata_auto_create_off_by_setting(tmp_path: Path) -> None:
         assert r.status_code == 200
         assert r.json()["topics"] == []
         assert client.get("/topics").json() == {"topics": []}
+
+
+def test_partition_limits_refuse_a_create_before_anything_is_written(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, max_partitions=60, max_partitions_per_topic=40)
+    with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+        create_topic(client, "keep", partitions=30)
+        for body, setting in [
+            ({"name": "bomb", "partitions": 7000}, "max_partitions_per_topic"),
+            ({"name": "bomb", "partitions": 31}, "max_partitions"),
+        ]:
+            r = client.post("/topics", json=body)
+            assert r.status_code == 400, r.text
+            assert r.json()["error_code"] == "INVALID_PARTITIONS"
+            assert r.json()["setting"] == setting
+        assert not (settings.data_dir / "topics" / "bomb.json").exists()
+        assert not list(settings.data_dir.glob("bomb-*"))
+        assert "bomb" not in {t["name"] for t in client.get("/topics").json()["topics"]}
+        create_topic(client, "fits", partitions=30)  # 30 + 30: exactly max_partitions

@@ -10,8 +10,8 @@ from api_helpers import create_topic, end_offsets, fetch, make_settings
 from starlette.testclient import TestClient
 
 from app.api import create_app
+from app.common.batch import BatchBuilder, decode_records
 from app.config import Settings
-from app.core.log.batch import BatchBuilder, decode_records
 
 OCTET = {"content-type": "application/octet-stream"}
 

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from app.core.log.batch import BatchHeader, iter_headers
+from app.common.batch import BatchHeader, iter_headers
 
 
 def raw_batches(url: str, topic: str, partition: int, offset: int = 0) -> list[BatchHeader]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app.client import Admin, OffsetAndTimestamp, Producer, TopicPartition
-from app.core.errors import InvalidPartitions, TopicAlreadyExists, UnknownTopicOrPartition
+from app.common.errors import InvalidPartitions, TopicAlreadyExists, UnknownTopicOrPartition
 
 
 def test_topic_lifecycle_and_offsets(broker_url: str) -> None:

@@ -10,7 +10,7 @@ from client_helpers import FaultyTransport, error_response
 
 from app.client import AsyncAdmin, AsyncConsumer, AsyncProducer, RecordMetadata, TopicPartition
 from app.client.errors import BufferFull
-from app.core.errors import OffsetOutOfRange, TopicAlreadyExists, UnknownTopicOrPartition
+from app.common.errors import OffsetOutOfRange, TopicAlreadyExists, UnknownTopicOrPartition
 
 MakeTopic = Callable[..., str]
 

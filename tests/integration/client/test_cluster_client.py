@@ -78,7 +78,12 @@ class StaleBroker:
                     p["leader"] = 1 if self.moved else 0
             h._answer(200, answer)
         elif path == "/producers":
-            r = httpx.post(self.real + path, content=body, timeout=10)
+            r = httpx.post(
+                self.real + path,
+                content=body,
+                headers={"content-type": "application/json"},
+                timeout=10,
+            )
             h._answer(r.status_code, r.json())
         elif path.startswith("/topics/") and "/partitions/" in path:
             self.redirects += 1

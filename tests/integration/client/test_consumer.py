@@ -11,7 +11,7 @@ from client_helpers import CuttingProxy
 
 from app.client import Consumer, ConsumerRecord, OffsetAndTimestamp, Producer, TopicPartition
 from app.client.errors import ConsumerClosed, NoOffsetForPartition
-from app.core.errors import OffsetOutOfRange, UnknownTopicOrPartition
+from app.common.errors import OffsetOutOfRange, UnknownTopicOrPartition
 
 MakeTopic = Callable[..., str]
 

@@ -18,7 +18,7 @@ import pytest
 
 from app.client import AsyncConsumer, Consumer, ConsumerRecord, Producer, TopicPartition
 from app.client.errors import ClientError
-from app.core.errors import LogbusError
+from app.common.errors import LogbusError
 
 REPO = Path(__file__).resolve().parents[3]
 _names = itertools.count()

@@ -14,7 +14,7 @@ from kafka.partitioner.default import murmur2 as kafka_murmur2
 
 from app.client import Consumer, Producer, RecordMetadata, TopicPartition
 from app.client.errors import BufferFull, DeliveryTimeout, ProducerClosed, UnsupportedByBroker
-from app.core.errors import (
+from app.common.errors import (
     BrokerNotAvailable,
     CorruptRecord,
     InvalidRecord,
@@ -22,7 +22,7 @@ from app.core.errors import (
     UnknownTopicOrPartition,
     UnsupportedCompressionType,
 )
-from app.core.partitioner import partition_for_key
+from app.common.partitioner import partition_for_key
 
 MakeTopic = Callable[..., str]
 
@@ -123,7 +123,9 @@ def test_flush_and_close_from_a_callback_do_not_deadlock(
 def test_batches_never_exceed_batch_size(broker_url: str, make_topic: MakeTopic) -> None:
     topic = make_topic(1)
     batch_size = 4096
-    with Producer(broker_url, batch_size=batch_size, linger_ms=50) as p:
+    # A linger longer than the test: only a full batch (or the close) sends, however slow
+    # a loaded machine makes the loop (with 50 ms, a batch sometimes left half full).
+    with Producer(broker_url, batch_size=batch_size, linger_ms=60_000) as p:
         for i in range(1000):
             p.send(topic, b"%0100d" % i)
     headers = raw_batches(broker_url, topic, 0)

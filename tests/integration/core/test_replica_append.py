@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from app.core.errors import NotEnoughReplicas, NotLeaderOrFollower, RequestTimedOut
+from app.common.batch import BatchBuilder, read_header
+from app.common.errors import NotEnoughReplicas, NotLeaderOrFollower
 from app.core.log import Log, LogConfig
-from app.core.log.batch import BatchBuilder, read_header
 from app.core.replication.partition import Partition, append_to_leaders
 from app.core.replication.state import PartitionState
 
@@ -106,19 +106,6 @@ def test_min_insync_replicas_is_checked_with_the_append(tmp_path: Path) -> None:
         append_to_leaders([(part, 3, batch(1))], acks_all=True)
     append_to_leaders([(part, 3, batch(1))], acks_all=False)  # acks=1 does not care
     assert part.log.log_end_offset == 1
-    part.log.close()
-
-
-def test_a_request_that_gave_up_writes_nothing(tmp_path: Path) -> None:
-    part = replica(tmp_path)
-    part.apply(PartitionState(ME, 3, (1, 2, 3), 1), 1)
-
-    def gave_up() -> None:
-        raise RequestTimedOut("the request's deadline passed")
-
-    with pytest.raises(RequestTimedOut):
-        append_to_leaders([(part, 3, batch(1))], acks_all=False, claim=gave_up)
-    assert part.log.log_end_offset == 0
     part.log.close()
 
 

@@ -21,8 +21,8 @@ from urllib.parse import parse_qs, urlsplit
 import orjson
 import pytest
 
+from app.common.batch import BatchBuilder
 from app.core.log import Log, LogConfig
-from app.core.log.batch import BatchBuilder
 from app.core.replication import fetcher as fetcher_mod
 from app.core.replication.fetcher import ReplicaFetcher
 from app.core.replication.partition import Partition

@@ -14,7 +14,8 @@ from typing import Any, TypeVar
 
 import pytest
 
-from app.core.errors import (
+from app.common.batch import BatchBuilder, read_header
+from app.common.errors import (
     FencedLeaderEpoch,
     NotEnoughReplicas,
     NotEnoughReplicasAfterAppend,
@@ -23,7 +24,6 @@ from app.core.errors import (
     UnknownLeaderEpoch,
 )
 from app.core.log import Log, LogConfig
-from app.core.log.batch import BatchBuilder, read_header
 from app.core.replication import partition as partition_mod
 from app.core.replication.partition import FOLLOWER, LEADER, OFFLINE, Partition
 from app.core.replication.state import NO_LEADER, PartitionState

@@ -10,8 +10,8 @@ from groups_api_helpers import Member, create_topic, make_settings
 from starlette.testclient import TestClient
 
 from app.api import create_app
+from app.common.batch import build_batch
 from app.core.log import LogManager
-from app.core.log.batch import build_batch
 from app.groups.coordinator import GroupCoordinator
 
 
@@ -234,3 +234,63 @@ def test_garbage_in_consumer_offsets_does_not_stop_the_broker(tmp_path: Path) ->
         manager.shutdown()
     with TestClient(create_app(settings)) as client:
         assert committed(client, "g", "t") == {0: 4}
+
+
+def test_offsets_cannot_be_committed_to_internal_topics(gclient: TestClient) -> None:
+    """Only the coordinator writes __consumer_offsets; a client's commit (or reset) naming
+    it is refused as its produce is, and nothing is written."""
+    create_topic(gclient, "t", 1)
+    m = Member(gclient, "g", subscribed_topics=["t"])
+    m.heartbeat()
+    offsets_end = gclient.get("/topics/__consumer_offsets").json()["partitions"]
+    internal = [{"topic": "__consumer_offsets", "partition": 0, "offset": 5}]
+    attempts = [
+        admin_commit(gclient, "admin", internal),
+        gclient.post(
+            "/groups/g/offsets",
+            json={"member_id": m.member_id, "member_epoch": m.epoch, "offsets": internal},
+        ),
+        gclient.post(
+            "/groups/admin/offsets/reset",
+            json={"topic": "__consumer_offsets", "to": "earliest"},
+        ),
+    ]
+    for r in attempts:
+        assert r.status_code == 400, r.text
+        assert r.json()["error_code"] == "INVALID_TOPIC_EXCEPTION", r.text
+        assert "internal" in r.json()["message"]
+    assert gclient.get("/topics/__consumer_offsets").json()["partitions"] == offsets_end
+    for group in ("admin", "g"):
+        r = gclient.get(f"/groups/{group}/offsets")
+        assert r.status_code in (200, 404), r.text
+        if r.status_code == 200:
+            assert r.json()["offsets"] == []
+
+
+def test_deleting_a_topic_deletes_its_committed_offsets(tmp_path: Path) -> None:
+    """Commit tz-2 at 5, delete tz, create it again and produce 8 records: nothing is
+    committed for the new tz (also after a restart), so the group reads it from 0."""
+    settings = make_settings(tmp_path)
+    with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+        create_topic(client, "tz", 3)
+        create_topic(client, "other", 1)
+        for group in ("g", "h"):
+            r = admin_commit(
+                client,
+                group,
+                [
+                    {"topic": "tz", "partition": 2, "offset": 5},
+                    {"topic": "other", "partition": 0, "offset": 0},
+                ],
+            )
+            assert r.status_code == 200, r.text
+        assert client.delete("/topics/tz").status_code == 204
+        create_topic(client, "tz", 3)
+        produce(client, "tz", 8, partition=2)
+        for group in ("g", "h"):
+            assert committed(client, group, "tz") == {0: -1, 1: -1, 2: -1}
+            assert committed(client, group, "other") == {0: 0}
+    with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+        for group in ("g", "h"):
+            assert committed(client, group, "tz") == {0: -1, 1: -1, 2: -1}
+            assert committed(client, group, "other") == {0: 0}

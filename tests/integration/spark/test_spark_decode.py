@@ -19,8 +19,7 @@ from aiokafka.record._crecords import DefaultRecordBatch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.core.errors import CorruptRecord
-from app.core.log.batch import (
+from app.common.batch import (
     ATTRIBUTES,
     ATTRIBUTES_OFFSET,
     CRC_OFFSET,
@@ -31,6 +30,7 @@ from app.core.log.batch import (
     stamp,
     stamp_log_append_time,
 )
+from app.common.errors import CorruptRecord
 from app.spark.arrow import answer_records, to_batch
 from app.spark.decode import decode, segment
 from app.spark.options import OffsetRange

@@ -18,7 +18,9 @@ from ws_helpers import LiveBroker, recv, send, subscribe
 
 from app.api.ws.protocol import MAX_CREDIT
 from app.api.ws.subscribe import CHUNK_BYTES
-from app.core.log.batch import BatchBuilder
+from app.common.batch import BatchBuilder
+
+OCTET = {"content-type": "application/octet-stream"}
 
 TOTAL_BYTES = 100 * 1024 * 1024
 RECORD = b"r" * 1000
@@ -43,7 +45,7 @@ def test_stalled_subscribers_keep_memory_bounded_under_100_mb(broker: LiveBroker
     def produce_all() -> None:
         with httpx.Client(base_url=broker.url, timeout=60) as c:
             for _ in range(batches):
-                r = c.post("/topics/big/partitions/0/batches", content=body)
+                r = c.post("/topics/big/partitions/0/batches", content=body, headers=OCTET)
                 assert r.status_code == 200, r.text
 
     async def main() -> None:

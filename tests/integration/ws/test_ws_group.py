@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import os
+import socket
 import time
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from test_ws_asyncapi import check
 from websockets.asyncio.client import ClientConnection
@@ -277,6 +281,14 @@ async def wait_for(condition: Any, timeout: float = 5) -> None:
 def test_idle_timeout_leaves_the_group(slow_groups: LiveBroker) -> None:
     broker = slow_groups
     broker.create_topic("t", 2)
+    with broker.http() as c:
+        # The first group request creates __consumer_offsets (50 partitions), which on a
+        # loaded machine can outlast the 500 ms idle timeout before `subscribed` is out.
+        r = c.post(
+            "/groups/warm-up/offsets",
+            json={"member_epoch": -1, "offsets": [{"topic": "t", "partition": 0, "offset": 0}]},
+        )
+        assert r.status_code == 200, r.text
 
     async def main() -> None:
         m = await join(broker.ws_url("/ws/subscribe?idle_timeout_ms=500"), "idle", ["t"])
@@ -364,3 +376,89 @@ def test_broker_shutdown_leaves_the_group(tmp_path: Path) -> None:
         loop.close()
     with live_broker(tmp_path) as again:
         assert describe(again, "restart")["members"] == []
+
+
+def _frozen_subscriber(port: int, message: dict[str, Any]) -> socket.socket:
+    """A WebSocket client that sends its subscribe and then never reads again: no pong
+    ever answers the broker's pings, as with a stopped process or a host gone silent
+    (TCP itself stays up, so nothing resets the connection)."""
+    sock = socket.create_connection(("127.0.0.1", port))
+    key = base64.b64encode(os.urandom(16)).decode()
+    sock.sendall(
+        (
+            "GET /ws/subscribe HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
+            f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+            "Sec-WebSocket-Version: 13\r\n\r\n"
+        ).encode()
+    )
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = sock.recv(1)
+        assert chunk, "the broker closed during the handshake"
+        head += chunk
+    assert head.startswith(b"HTTP/1.1 101"), head
+    payload = orjson.dumps(message)
+    assert len(payload) < 126
+    mask = os.urandom(4)
+    masked = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+    sock.sendall(bytes([0x81, 0x80 | len(payload)]) + mask + masked)
+    return sock
+
+
+def test_a_frozen_client_loses_its_partitions_within_the_session_timeout(
+    tmp_path: Path,
+) -> None:
+    """The broker heartbeats for a socket only while the socket proves it is alive: with a
+    1.5 s session timeout a client that stops answering pings is out long before uvicorn's
+    default keepalive (20 s ping + 20 s pong) would notice."""
+    with live_broker(
+        tmp_path,
+        group_consumer_session_timeout_ms=1500,
+        group_consumer_heartbeat_interval_ms=100,
+    ) as broker:
+        broker.create_topic("t", 2)
+        sock = _frozen_subscriber(
+            broker.port,
+            {"type": "subscribe", "topics": ["t"], "group": "frozen", "credit": {"records": 10}},
+        )
+        try:
+
+            def members() -> int | None:
+                with broker.http() as c:
+                    r = c.get("/groups/frozen")
+                return len(r.json()["members"]) if r.status_code == 200 else None
+
+            async def main() -> None:
+                # Joined (the group exists from the join on; its member may be gone
+                # again by the time this looks, on a loaded machine).
+                await wait_for(lambda: members() is not None)
+                # Far below uvicorn's default 40 s, far above the 1.5 s bound.
+                await wait_for(lambda: members() == 0, timeout=15)
+
+            asyncio.run(main())
+        finally:
+            sock.close()
+
+
+def test_a_topic_created_again_is_read_from_its_start(slow_groups: LiveBroker) -> None:
+    """Committed offsets go with their topic: a member starting from the group's commits
+    gets every record of the new topic of that name, not those past the old commit."""
+    broker = slow_groups
+    broker.create_topic("tz", 3)
+    with broker.http() as c:
+        r = c.post(
+            "/groups/g/offsets",
+            json={"member_epoch": -1, "offsets": [{"topic": "tz", "partition": 2, "offset": 5}]},
+        )
+        assert r.status_code == 200, r.text
+        assert c.delete("/topics/tz").status_code == 204
+    broker.create_topic("tz", 3)
+    broker.produce("tz", [{"value": i, "partition": 2} for i in range(8)])
+
+    async def main() -> None:
+        m = await join(broker.ws_url("/ws/subscribe"), "g", ["tz"], default="earliest")
+        await m.until(lambda: m.count() == 8)
+        assert [r["offset"] for r in m.records[("tz", 2)]] == list(range(8))
+        await m.ws.close()
+
+    asyncio.run(main())

@@ -11,7 +11,7 @@ from websockets.asyncio.client import ClientConnection
 from ws_helpers import LiveBroker, recv, send, subscribe
 
 from app.api.ws.protocol import parse_binary_frame
-from app.core.log.batch import decode_records
+from app.common.batch import decode_records
 
 
 async def collect(

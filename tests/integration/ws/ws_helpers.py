@@ -19,6 +19,7 @@ import uvicorn
 from websockets.asyncio.client import ClientConnection, connect
 
 from app.api import create_app
+from app.api.server import ws_keepalive
 from app.config import Settings
 
 
@@ -27,6 +28,7 @@ class LiveBroker:
 
     def __init__(self, settings: Settings) -> None:
         self.app = create_app(settings)
+        ping_interval, ping_timeout = ws_keepalive(settings)
         config = uvicorn.Config(
             self.app,
             host="127.0.0.1",
@@ -35,6 +37,8 @@ class LiveBroker:
             http="httptools",
             lifespan="on",
             log_level="warning",
+            ws_ping_interval=ping_interval,
+            ws_ping_timeout=ping_timeout,
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)

@@ -14,7 +14,7 @@ from app.api.models import Header
 from app.api.routers.fetch import negotiate
 from app.api.routers.offsets import parse_at
 from app.api.routers.records import parse_acks
-from app.core import errors as core
+from app.common import errors as core
 
 
 @given(st.binary(max_size=200))

@@ -76,3 +76,19 @@ def test_refs_resolve() -> None:
 
 def test_spec_is_valid_openapi() -> None:
     validate(spec())
+
+
+def test_operation_ids_are_short_unique_verbs() -> None:
+    """Generated clients name their methods after these: short, camelCase, no path in them."""
+    ids = [op["operationId"] for item in spec()["paths"].values() for op in item.values()]
+    assert len(ids) == len(set(ids)), ids
+    for op_id in ids:
+        assert op_id.isalnum() and op_id[0].islower(), op_id
+        assert "topics" not in op_id.lower() or op_id == "listTopics", op_id
+    named = {
+        (m, p): op["operationId"] for p, item in spec()["paths"].items() for m, op in item.items()
+    }
+    assert named[("post", "/topics/{topic}/records")] == "produce"
+    assert named[("get", "/topics/{topic}/partitions/{partition}/records")] == "fetchRecords"
+    assert named[("post", "/topics")] == "createTopic"
+    assert named[("post", "/groups/{group}/offsets")] == "commitOffsets"

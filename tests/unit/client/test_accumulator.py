@@ -7,7 +7,7 @@ import pytest
 from app.client.errors import BufferFull
 from app.client.producer import ProducerConfig, _Accumulator, _Batch
 from app.client.types import TopicPartition
-from app.core.log.batch import validate_batches
+from app.common.batch import validate_batches
 
 
 def make(**config: object) -> tuple[_Accumulator, list[int]]:

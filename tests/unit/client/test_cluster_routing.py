@@ -19,8 +19,8 @@ import pytest
 
 from app.client import Admin, AsyncAdmin, AsyncProducer, Producer, TopicPartition
 from app.client._cluster import Cluster, bootstrap_urls
-from app.core.errors import NotLeaderOrFollower
-from app.core.log.batch import iter_headers
+from app.common.batch import iter_headers
+from app.common.errors import NotLeaderOrFollower
 
 
 def sync(fn: Callable[[], Coroutine[Any, Any, None]]) -> Callable[[], None]:

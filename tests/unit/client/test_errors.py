@@ -6,7 +6,7 @@ import orjson
 import pytest
 
 from app.client.errors import BrokerUnavailable, ServerError, error_from_body, is_retriable
-from app.core import errors as core
+from app.common import errors as core
 
 
 def body(code: str, retriable: bool = False, **extra: object) -> bytes:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.core.errors import ClusterAuthorizationFailed
+from app.common.errors import ClusterAuthorizationFailed
 from app.core.replication.auth import HEADER, ReplicaAuth
 
 SECRET = bytes(range(32))

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.core.errors import InvalidReplicationFactor
+from app.common.errors import InvalidReplicationFactor
 from app.core.replication.placement import assign_replicas
 
 broker_sets = st.sets(st.integers(min_value=0, max_value=1000), min_size=1, max_size=8)

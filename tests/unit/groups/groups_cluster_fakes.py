@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping
 
-from app.core.errors import (
+from app.common.errors import (
     NotEnoughReplicas,
     NotLeaderOrFollower,
     RequestTimedOut,
@@ -99,12 +99,16 @@ class FakeCluster:
         self.leaders: dict[tuple[str, int], int | None] = {}
         self.replicas: dict[tuple[str, int], FakeReplica] = {}
         self.listeners: list[Callable[[str, int, bool], None]] = []
+        self.topic_listeners: list[Callable[[str], None]] = []
         self.created: list[tuple[str, int, int | None, dict[str, object]]] = []
 
     # -- what the coordinator uses -------------------------------------------------------
 
     def add_leadership_listener(self, cb: Callable[[str, int, bool], None]) -> None:
         self.listeners.append(cb)
+
+    def add_topic_listener(self, cb: Callable[[str], None]) -> None:
+        self.topic_listeners.append(cb)
 
     def topics(self) -> list[str]:
         return sorted(self.counts)
@@ -168,6 +172,19 @@ class FakeCluster:
         self.counts[name] = partitions
         for p in range(partitions):
             self.set_leader(name, p, self.leader_for(name, p))
+
+    def delete_topic(self, name: str) -> None:
+        """The topic gone from the cluster, as this broker's watch sees it: listeners told
+        (its local logs, shared, go with the first broker told)."""
+        for p in range(self.counts.pop(name)):
+            self.leaders.pop((name, p), None)
+            replica = self.replicas.pop((name, p), None)
+            if replica is not None:
+                replica.resign()
+        if name in self.manager.topics():
+            self.manager.delete_topic(name)
+        for listener in list(self.topic_listeners):
+            listener(name)
 
     def set_leader(self, topic: str, partition: int, leader: int | None) -> None:
         was = self.is_leader(topic, partition)

@@ -15,7 +15,8 @@ from groups_cluster_fakes import URLS, FakeCluster, group_in
 from groups_unit_helpers import FakeClock
 
 from app.api.ws.group import GroupMember
-from app.core.errors import (
+from app.common.batch import build_batch
+from app.common.errors import (
     CoordinatorLoadInProgress,
     CoordinatorNotAvailable,
     GroupIdNotFound,
@@ -31,6 +32,7 @@ from app.groups.coordinator import (
     OffsetCommit,
 )
 from app.groups.hashing import partition_for
+from app.groups.records import OffsetKey, OffsetValue, encode_key, encode_value
 
 N = 3
 MINE = group_in(0, N)  # partition 0: broker 1
@@ -471,5 +473,74 @@ def test_a_websocket_member_stops_when_its_coordinator_moves(
             await member.leave()  # nothing to leave here: no heartbeat, no error
         finally:
             await c.stop()
+
+    run(body)
+
+
+def test_every_coordinator_forgets_the_offsets_of_a_deleted_topic(
+    manager: LogManager, clock: FakeClock
+) -> None:
+    """Each broker sees the deletion through its own watch and tombstones the offsets of the
+    groups it coordinates, whichever broker got the DELETE; a partition loading at the time
+    forgets them once loaded. Other topics' offsets stay."""
+    one = FakeCluster(manager, 1)
+    two = FakeCluster(manager, 2)
+    clusters = (one, two)
+    for cluster in clusters:
+        cluster.add_topic("tz", 3)
+        cluster.add_topic("keep", 1)
+        cluster.add_topic(OFFSETS_TOPIC, N)
+    loading = group_in(2, N, prefix="loading")  # partition 2: broker 3, moving to broker 2
+
+    async def body() -> None:
+        a = coordinator(manager, one, clock)
+        b = coordinator(manager, two, clock)
+        await a.start()
+        await b.start()
+        await settle(a, b)
+        try:
+            commits = [OffsetCommit("tz", 2, 5), OffsetCommit("keep", 0, 1)]
+            await a.commit_offsets(MINE, "", -1, commits)
+            await b.commit_offsets(THEIRS, "", -1, commits)
+            # Broker 3 (not under test) wrote this group's offsets before it died.
+            records = [
+                (encode_key(OffsetKey(loading, tp.topic, tp.partition)), encode_value(value))
+                for tp, value in (
+                    (commits[0], OffsetValue(5)),
+                    (commits[1], OffsetValue(1)),
+                )
+            ]
+            manager.get_log(OFFSETS_TOPIC, 2).append(build_batch(records))
+            for cluster in clusters:
+                cluster.set_leader(OFFSETS_TOPIC, 2, 2)
+            assert b.loading == [2]
+            for cluster in clusters:  # deleted through any broker: every watch fires
+                cluster.delete_topic("tz")
+            await settle(a, b)
+            for coord, group in ((a, MINE), (b, THEIRS), (b, loading)):
+                got = {(o.topic, o.partition): o.offset for o in coord.fetch_offsets(group)}
+                assert got == {("keep", 0): 1}, group
+            # Created again: its partitions have nothing committed, so the group reads it
+            # from its start.
+            for cluster in clusters:
+                cluster.add_topic("tz", 3)
+            found = await a.fetch_committed_offsets(MINE, ["tz"])
+            assert [o.offset for o in found] == [-1, -1, -1]
+        finally:
+            await a.stop()
+            await b.stop()
+        # The tombstones are in __consumer_offsets: a reload does not bring them back.
+        alone = FakeCluster(manager, 1, leader_for=lambda _t, _p: 1)
+        alone.add_topic(OFFSETS_TOPIC, N)
+        alone.add_topic("keep", 1)
+        again = coordinator(manager, alone, clock)
+        await again.start()
+        await settle(again)
+        try:
+            for group in (MINE, THEIRS, loading):
+                got = {(o.topic, o.partition): o.offset for o in again.fetch_offsets(group)}
+                assert got == {("keep", 0): 1}, group
+        finally:
+            await again.stop()
 
     run(body)

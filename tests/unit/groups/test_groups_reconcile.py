@@ -6,9 +6,10 @@ import asyncio
 import random
 from collections.abc import Awaitable, Callable
 
+import pytest
 from groups_unit_helpers import FakeClock
 
-from app.core.errors import FencedMemberEpoch, UnknownMemberId, UnreleasedInstanceId
+from app.common.errors import FencedMemberEpoch, UnknownMemberId, UnreleasedInstanceId
 from app.core.log import LogManager
 from app.groups.coordinator import (
     GroupConfig,
@@ -38,6 +39,13 @@ def run(
             await coord.stop()
 
     asyncio.run(main())
+
+
+def applied(answer: HeartbeatResponse) -> HeartbeatRequest:
+    """The next heartbeat of a member that applied ``answer``: it reports what it holds."""
+    return HeartbeatRequest(
+        answer.member_id, answer.member_epoch, owned_partitions=answer.assignment
+    )
 
 
 def assert_disjoint(coord: GroupCoordinator, group: str) -> None:
@@ -126,8 +134,8 @@ def test_static_member_keeps_partitions(manager: LogManager, clock: FakeClock) -
         a = await c.heartbeat("g", HeartbeatRequest(instance_id="i-a", subscribed_topics=["t"]))
         b = await c.heartbeat("g", HeartbeatRequest(instance_id="i-b", subscribed_topics=["t"]))
         for _ in range(3):
-            a = await c.heartbeat("g", HeartbeatRequest(a.member_id, a.member_epoch))
-            b = await c.heartbeat("g", HeartbeatRequest(b.member_id, b.member_epoch))
+            a = await c.heartbeat("g", applied(a))
+            b = await c.heartbeat("g", applied(b))
         assert len(a.assignment) == len(b.assignment) == 2
         try:
             await c.heartbeat("g", HeartbeatRequest(instance_id="i-a", subscribed_topics=["t"]))
@@ -170,12 +178,12 @@ def test_random_churn_never_double_assigns(manager: LogManager, clock: FakeClock
             else:
                 mid = rng.choice(sorted(live))
                 last = live[mid]
-                live[mid] = await c.heartbeat("g", HeartbeatRequest(mid, last.member_epoch))
+                live[mid] = await c.heartbeat("g", applied(last))
             assert_disjoint(c, "g")
         # Quiet heartbeats converge every member to the target.
         for _ in range(4):
             for mid in sorted(live):
-                live[mid] = await c.heartbeat("g", HeartbeatRequest(mid, live[mid].member_epoch))
+                live[mid] = await c.heartbeat("g", applied(live[mid]))
         g = c.group("g")
         assert g is not None
         assert c.describe_group("g")["state"] == "Stable"
@@ -268,3 +276,104 @@ def test_revocation_is_cancelled_when_the_target_gives_partitions_back(
         assert c.describe_group("g")["state"] == "Stable"
 
     run(manager, clock, body)
+
+
+def test_a_heartbeat_without_owned_partitions_releases_nothing(
+    manager: LogManager, clock: FakeClock
+) -> None:
+    """Kafka's meaning of a missing owned list: unchanged since last reported. The answer
+    that revoked partitions may have been lost, so only an explicit list without them
+    releases them; until then nobody else is handed them."""
+    manager.create_topic("t", 4)
+
+    async def body(c: GroupCoordinator) -> None:
+        a = await c.heartbeat("g", HeartbeatRequest(subscribed_topics=["t"]))
+        everything = a.assignment
+        b = await c.heartbeat("g", HeartbeatRequest(subscribed_topics=["t"]))
+        revoking = await c.heartbeat("g", HeartbeatRequest(a.member_id, a.member_epoch))
+        assert len(revoking.assignment) == 2  # this answer is lost on its way to A
+        for _ in range(3):
+            a = await c.heartbeat("g", HeartbeatRequest(a.member_id, a.member_epoch))
+            b = await c.heartbeat("g", HeartbeatRequest(b.member_id, b.member_epoch))
+            assert b.assignment == []
+            assert_disjoint(c, "g")
+        group = c.group("g")
+        assert group is not None and group.members[a.member_id].revoking
+        # A reports what it holds (everything, it never saw the revocation): still nothing.
+        a = await c.heartbeat(
+            "g", HeartbeatRequest(a.member_id, a.member_epoch, owned_partitions=everything)
+        )
+        b = await c.heartbeat("g", HeartbeatRequest(b.member_id, b.member_epoch))
+        assert b.assignment == []
+        # Once A's list leaves them out they are released and B gets them.
+        a = await c.heartbeat(
+            "g",
+            HeartbeatRequest(a.member_id, a.member_epoch, owned_partitions=a.assignment),
+        )
+        b = await c.heartbeat("g", HeartbeatRequest(b.member_id, b.member_epoch))
+        assert len(b.assignment) == 2 and not set(b.assignment) & set(a.assignment)
+        assert_disjoint(c, "g")
+
+    run(manager, clock, body)
+
+
+def test_a_static_members_temporary_leave_survives_a_restart(
+    manager: LogManager, clock: FakeClock
+) -> None:
+    manager.create_topic("t", 2)
+    seen: dict[str, HeartbeatResponse] = {}
+
+    async def before(c: GroupCoordinator) -> None:
+        a = await c.heartbeat("g", HeartbeatRequest(instance_id="i-a", subscribed_topics=["t"]))
+        await c.heartbeat("g", HeartbeatRequest(a.member_id, -2, instance_id="i-a"))
+        with pytest.raises(UnknownMemberId):
+            await c.commit_offsets("g", a.member_id, a.member_epoch, [OffsetCommit("t", 0, 1)])
+        seen["a"] = a
+
+    async def after(c: GroupCoordinator) -> None:
+        a = seen["a"]
+        # The id that left stays out: no heartbeat, no commit.
+        with pytest.raises(UnknownMemberId):
+            await c.heartbeat("g", HeartbeatRequest(a.member_id, a.member_epoch))
+        with pytest.raises(UnknownMemberId):
+            await c.commit_offsets("g", a.member_id, a.member_epoch, [OffsetCommit("t", 0, 1)])
+        # The instance comes back under a new id and takes its partitions over.
+        back = await c.heartbeat("g", HeartbeatRequest(instance_id="i-a", subscribed_topics=["t"]))
+        assert back.member_id != a.member_id
+        assert back.assignment == a.assignment and back.member_epoch == a.member_epoch
+        await c.commit_offsets("g", back.member_id, back.member_epoch, [OffsetCommit("t", 0, 1)])
+
+    run(manager, clock, before)
+    run(manager, clock, after)
+
+
+def test_a_restart_keeps_the_offsets_retention_clock_of_an_empty_group(
+    manager: LogManager, clock: FakeClock
+) -> None:
+    """Retention counts from when the group became empty, also across a restart."""
+    manager.create_topic("t", 1)
+    config = GroupConfig(offsets_topic_num_partitions=2, offsets_retention_ms=60_000)
+    t0 = clock.wall_ms()
+
+    async def with_coordinator(body: Callable[[GroupCoordinator], Awaitable[None]]) -> None:
+        coord = GroupCoordinator(manager, config, clock_ms=clock.wall_ms, monotonic=clock.monotonic)
+        await coord.start()
+        try:
+            await body(coord)
+        finally:
+            await coord.stop()
+
+    async def before(c: GroupCoordinator) -> None:
+        a = await c.heartbeat("g", HeartbeatRequest(subscribed_topics=["t"]))
+        await c.commit_offsets("g", a.member_id, a.member_epoch, [OffsetCommit("t", 0, 3)])
+        clock.now += 40
+        await c.heartbeat("g", HeartbeatRequest(a.member_id, -1))
+
+    async def after(c: GroupCoordinator) -> None:
+        assert c.expire_offsets(t0 + 61_000) == 0
+        assert c.expire_offsets(t0 + 99_000) == 0
+        assert c.expire_offsets(t0 + 100_000) == 1
+
+    asyncio.run(with_coordinator(before))
+    clock.now += 5
+    asyncio.run(with_coordinator(after))

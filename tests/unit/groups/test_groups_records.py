@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.core.errors import CorruptRecord
+from app.common.errors import CorruptRecord
 from app.groups.records import (
     GroupKey,
     GroupValue,
@@ -74,3 +74,29 @@ def test_unknown_key_type_is_skipped_and_garbage_is_corrupt() -> None:
         decode_key(b"\x00\x01not json")
     with pytest.raises(CorruptRecord):
         decode_value(OffsetKey("g", "t", 0), b"\x00\x00{}")
+
+
+def test_group_and_member_values_are_version_1_and_version_0_stays_readable() -> None:
+    """v1 adds a group's empty-since time and a static member's temporary leave; values
+    an older broker wrote (v0, without them) read as never left, empty-since unknown."""
+    gkey, mkey = GroupKey("g"), MemberKey("g", "m")
+    group = GroupValue("uniform", 3, 3, {"t": 2}, empty_since_ms=1_700_000)
+    member = MemberValue("m", "i", 4, 3, ["t"], None, None, 1000, left_static=True)
+    assert encode_value(group)[:2] == encode_value(member)[:2] == b"\x00\x01"
+    assert encode_value(OffsetValue(1))[:2] == b"\x00\x00"
+    assert decode_value(gkey, encode_value(group)) == group
+    assert decode_value(mkey, encode_value(member)) == member
+    old_group = (
+        b'\x00\x00{"protocol_type":"consumer","assignor":"uniform","group_epoch":3,'
+        b'"assignment_epoch":3,"topics":{"t":2}}'
+    )
+    assert decode_value(gkey, old_group) == GroupValue("uniform", 3, 3, {"t": 2})
+    old_member = (
+        b'\x00\x00{"member_id":"m","instance_id":"i","member_epoch":4,'
+        b'"previous_member_epoch":3,"subscribed_topics":["t"],"subscribed_topic_regex":null,'
+        b'"server_assignor":null,"rebalance_timeout_ms":1000,"assigned":[["t",0]],'
+        b'"revoking":[],"target":[["t",0]]}'
+    )
+    decoded = decode_value(mkey, old_member)
+    assert isinstance(decoded, MemberValue)
+    assert not decoded.left_static and decoded.assigned == [("t", 0)]

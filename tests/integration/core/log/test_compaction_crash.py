@@ -10,7 +10,6 @@ record is one that was written, and a new pass completes.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,9 +17,9 @@ from typing import Any
 import pytest
 from log_helpers import BASE_TS, kafka_python_batches
 
+from app.common.batch import BatchBuilder, decode_records
 from app.core.log import Log, LogConfig
 from app.core.log import log as log_module
-from app.core.log.batch import BatchBuilder, decode_records
 from app.core.log.cleaner import LogCleaner
 from app.core.log.index import TimeIndex
 from app.core.log.segment import LogSegment
@@ -89,9 +88,7 @@ def abandon(log: Log) -> None:
     for seg in [*log.segments, *pending]:
         seg.offset_index.seal()
         seg.time_index.seal()
-        if seg.fd >= 0:
-            os.close(seg.fd)
-            seg.fd = -1
+        seg.close()  # with its indexes sealed first, it writes nothing
 
 
 def check(directory: Path, writes: dict[int, Write]) -> Log:
@@ -172,7 +169,7 @@ S = f"{12:020d}"
 #  files that must be in the directory at the crash, files that must not)
 STEPS = [
     ("after .cleaned written", (LogSegment, "change_file_suffixes", 1, None), False,
-     [f"{Z}.log.cleaned", f"{Z}.index.cleaned", f"{Z}.log"], ["*.swap"]),
+     [f"{Z}.log.cleaned", f"{Z}.index.cleaned", f"{Z}.log"], ["*.log.swap", "*.index.swap"]),
     ("after the copy's indexes became .swap", (TimeIndex, "rename", 1, to_swap), False,
      [f"{Z}.log.cleaned", f"{Z}.index.swap", f"{Z}.timeindex.cleaned"], ["*.log.swap"]),
     ("after rename to .swap", (LogSegment, "rename_to_deleted", 1, None), True,
@@ -184,7 +181,7 @@ STEPS = [
     ("after some .swap files renamed live", (TimeIndex, "rename", 1, to_live), True,
      [f"{Z}.log.swap", f"{Z}.index", f"{Z}.timeindex.swap"], [f"{Z}.log"]),
     ("after every .swap renamed live", (log_module, "fsync_dir", 2, None), True,
-     [f"{Z}.log", f"{Z}.log.deleted"], ["*.swap"]),
+     [f"{Z}.log", f"{Z}.log.deleted"], ["*.log.swap", "*.index.swap"]),
     ("in the second group's swap",
      (LogSegment, "change_file_suffixes", 1, second_group_goes_live), True,
      [f"{Z}.log", "*.log.swap", "*.log.deleted"], [f"{Z}.log.swap"]),
@@ -227,14 +224,11 @@ def test_crash_during_swap_leaves_a_correct_log(
 
     reloaded = check(directory, writes)
     if committed:
-        # The copy is in: segment 0 holds nothing superseded. (Old segments of the group
-        # beyond the copy's last offset may survive; they hold only superseded records,
-        # never a duplicate offset, and the next pass takes them, as in Kafka.)
+        # The copy is in, in place of every old segment of its group (the swap marker
+        # says where the group ended, wherever the copy's last record is).
         assert reloaded.segments[0].size < first_size
         assert superseded_left(reloaded, writes, reloaded.segments[1].base_offset) == 0
-        if pinned:
-            # The copy ends in the group's last segment: every old segment of it went.
-            assert len(reloaded.segments) < 12
+        assert len(reloaded.segments) < 12
     else:
         assert len(reloaded.segments) == 12
         assert superseded_left(reloaded, writes, CLEANABLE_END) == before
@@ -289,3 +283,51 @@ def test_damaged_swap_is_dropped_while_the_originals_are_intact(tmp_path: Path) 
     swap.write_bytes(first.read_bytes()[:100] + b"\xff" * 50)
     check(directory, writes).close()
     assert not swap.exists()
+
+
+def test_crash_at_the_commit_point_of_an_empty_copy_completes_the_swap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 20.4: every record of the first group is superseded, so its copy is empty;
+    after a crash at the commit point every old segment of the group goes, not only
+    the one whose base offset the copy has."""
+    directory = tmp_path / "t-0"
+    log = Log(directory, CONFIG, clock_ms=lambda: BASE_TS + 10)
+    writes: dict[int, Write] = {}
+    for round_ in range(10):
+        for i in range(4):
+            pairs: list[Write] = [(b"key-%d" % (i * 3 + j), b"v%d" % round_) for j in range(3)]
+            builder = BatchBuilder()
+            for key, value in pairs:
+                builder.append(value, key, timestamp=BASE_TS)
+            info = log.append(builder.build())
+            for j, pair in enumerate(pairs):
+                writes[info.first_offset + j] = pair
+        log.roll()
+    end = log.segments[-1].base_offset
+    before = superseded_left(log, writes, end)
+    groups: list[tuple[int, int]] = []
+    original = Log.replace_segments
+
+    def record(self: Log, old: Any, new: Any, *, truncations: int) -> bool:
+        groups.append((old[0].base_offset, self.segments[len(old)].base_offset))
+        return original(self, old, new, truncations=truncations)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Log, "replace_segments", record)
+        crash_at(patch, (LogSegment, "rename_to_deleted", 1, None))
+        with pytest.raises(Crash):
+            LogCleaner(tmp_path, lambda: [log]).clean(log, force=True)
+        assert (directory / f"{0:020d}.log.swap").stat().st_size == 0
+        abandon(log)
+    group_end = groups[0][1]
+    assert group_end >= 24, "the first group spans several segments"
+    assert (directory / f"{0:020d}.replaced-{group_end:020d}.swap").exists()
+    # A marker whose swap never reached its commit point (no .log.swap) changes nothing.
+    (directory / f"{60:020d}.replaced-{1000:020d}.swap").touch()
+
+    reloaded = check(directory, writes)
+    # Nothing of the group is left: the copy was empty and replaced all of it.
+    assert reloaded.segments[1].base_offset >= group_end
+    assert superseded_left(reloaded, writes, end) == before - group_end
+    reloaded.close()

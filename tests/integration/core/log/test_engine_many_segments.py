@@ -9,8 +9,8 @@ from pathlib import Path
 
 from log_helpers import value_batch
 
+from app.common.batch import decode_records, read_header
 from app.core.log import Log, LogConfig
-from app.core.log.batch import decode_records, read_header
 
 CONFIG = LogConfig().with_overrides({"segment.bytes": 4096, "index.interval.bytes": 1024})
 RECORDS_PER_BATCH = 4

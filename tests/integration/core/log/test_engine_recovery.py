@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from log_helpers import BASE_TS, check_log_dir, make_batch
 
+from app.common.batch import decode_records
 from app.core.log import Log, LogConfig
-from app.core.log.batch import decode_records
 
 CONFIG = LogConfig().with_overrides({"segment.bytes": 1500, "index.interval.bytes": 150})
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from kafka.record import MemoryRecords
 
-from app.core.log.batch import BatchBuilder
+from app.common.batch import BatchBuilder
 
 BASE_TS = 1_700_000_000_000
 

@@ -12,9 +12,7 @@ from aiokafka.record._crecords import DefaultRecordBatch
 from kafka.record import MemoryRecords
 from log_helpers import BASE_TS, kafka_python_batches
 
-from app.core.errors import InvalidRecord
-from app.core.log import Log, LogConfig
-from app.core.log.batch import (
+from app.common.batch import (
     CONTROL_MASK,
     CRC_OFFSET,
     BatchBuilder,
@@ -25,6 +23,8 @@ from app.core.log.batch import (
     stamp,
     stamp_log_append_time,
 )
+from app.common.errors import InvalidRecord
+from app.core.log import Log, LogConfig
 from app.core.log.cleaner import CleanerConfig, LogCleaner, survey
 from app.core.log.compact_batch import (
     DELETE_HORIZON_MASK,
@@ -456,7 +456,9 @@ def test_rebuild_keeps_log_append_time() -> None:
     assert kafka_python_batches(bytes(out))[0][:2] == (100, 102)
 
 
-def test_last_batch_of_each_producer_is_kept_whole(tmp_path: Path) -> None:
+def test_last_batch_of_each_producer_keeps_its_header_not_its_superseded_records(
+    tmp_path: Path,
+) -> None:
     clock = [BASE_TS]
     log = compacted(tmp_path, clock)
     first = BatchBuilder(producer_id=7, producer_epoch=0, base_sequence=0)
@@ -465,17 +467,71 @@ def test_last_batch_of_each_producer_is_kept_whole(tmp_path: Path) -> None:
     log.append(first.build())  # 0-1
     second = BatchBuilder(producer_id=7, producer_epoch=0, base_sequence=2)
     second.append(b"p2", b"a", timestamp=BASE_TS)
-    log.append(second.build())  # 2
-    log.append(keyed([(b"a", b"plain"), (b"b", b"plain")]))  # 3-4
+    second.append(b"p2", b"c", timestamp=BASE_TS + 5)
+    log.append(second.build())  # 2-3
+    log.append(keyed([(b"a", b"plain"), (b"b", b"plain"), (b"c", b"plain")]))  # 4-6
     log.roll()
     log.append(keyed([(b"z", b"1")]))
     cleaner(tmp_path, log).clean(log)
     got = [(r.offset, r.key, r.value) for r in records(log)]
-    # The first producer batch was wholly superseded and is gone; the second is the
-    # producer's last one and stays although its record is superseded too.
-    assert got == [(2, b"a", b"p2"), (3, b"a", b"plain"), (4, b"b", b"plain"), (5, b"z", b"1")]
-    headers = [read_header(log.segments[0].log_path.read_bytes())]
-    assert (headers[0].producer_id, headers[0].base_sequence) == (7, 2)
+    # Every superseded record is gone, the producer's last batch's too (Kafka's rule).
+    assert got == [(4, b"a", b"plain"), (5, b"b", b"plain"), (6, b"c", b"plain"), (7, b"z", b"1")]
+    # The last batch stays as an empty batch: the producer's sequence state survives.
+    data = log.segments[0].log_path.read_bytes()
+    empty = read_header(data)
+    assert (empty.base_offset, empty.last_offset_delta, empty.record_count) == (2, 1, 0)
+    assert (empty.producer_id, empty.producer_epoch, empty.base_sequence) == (7, 0, 2)
+    assert empty.max_timestamp == BASE_TS + 5 and empty.crc == compute_crc(data, 0, empty.size)
+    assert kafka_python_batches(data)[0] == (2, 3, [])
+    log.close()
+    # Without snapshots the producer state is rebuilt from the batch headers alone.
+    for snapshot in log.dir.glob("*.snapshot"):
+        snapshot.unlink()
+    reopened = compacted(tmp_path, clock)
+    entry = reopened.producer_state.producers.get(7)
+    assert entry is not None and (entry.epoch, entry.last_seq) == (0, 3)
+    # A retry of that batch is still answered as a duplicate, not written again.
+    retry = reopened.append(second.build())
+    assert retry.duplicate and (retry.first_offset, retry.last_offset) == (2, 3)
+    reopened.close()
+
+
+def test_deleted_key_of_an_idempotent_producer_never_comes_back(tmp_path: Path) -> None:
+    """Issue 20.1: the producer's only batch holds the value a tombstone deletes."""
+    clock = [BASE_TS]
+    log = compacted(tmp_path, clock, **{"delete.retention.ms": 1000, "segment.bytes": 300})
+    producer = BatchBuilder(producer_id=42, producer_epoch=0, base_sequence=0)
+    producer.append(b"alice@example.com", b"user:42", timestamp=BASE_TS)
+    log.append(producer.build())
+    log.append(keyed([(b"user:42", None)]))
+    for i in range(20):
+        log.append(keyed([(b"filler-%d" % (i % 3), b"x" * 40)]))
+    clean = cleaner(tmp_path, log)
+    for step in range(4):
+        clock[0] += 800
+        log.append(keyed([(b"filler-%d" % (step % 3), b"y" * 40)]))
+        while clean.clean(log) is not None:
+            pass
+        values = [r.value for r in records(log) if r.key == b"user:42"]
+        assert b"alice@example.com" not in values, f"the deleted value is back (step {step})"
+    # The tombstone itself went after delete.retention.ms.
+    assert not [r for r in records(log) if r.key == b"user:42"]
+    log.close()
+
+
+def test_clients_cannot_set_the_delete_horizon_flag(tmp_path: Path) -> None:
+    clock = [BASE_TS]
+    log = compacted(tmp_path, clock)
+    batch = bytearray(keyed([(b"gone", None)]))
+    attributes = struct.unpack_from(">h", batch, 21)[0] | DELETE_HORIZON_MASK
+    struct.pack_into(">h", batch, 21, attributes)
+    struct.pack_into(">I", batch, CRC_OFFSET, compute_crc(batch, 0, len(batch)))
+    with pytest.raises(InvalidRecord, match="delete horizon"):
+        log.append(bytes(batch))
+    assert log.log_end_offset == 0
+    # A follower copies its leader's batches verbatim, cleaned ones included.
+    stamp(batch, 0, 0, 0)
+    assert log.append_as_follower(bytes(batch)).last_offset == 0
     log.close()
 
 

@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from log_helpers import BASE_TS, kafka_python_batches
 
+from app.common.batch import BatchBuilder, decode_records
 from app.core.log import Log, LogConfig
-from app.core.log.batch import BatchBuilder, decode_records
 from app.core.log.cleaner import CleanerConfig, LogCleaner
 from app.core.log.offset_map import ENTRY_BYTES
 

@@ -11,8 +11,8 @@ from kafka import codec as kafka_codec
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from log_helpers import BASE_TS, check_log_dir, kafka_python_batches
 
+from app.common.batch import BatchBuilder, Compression, decode_records, validate_batches
 from app.core.log import Log, LogConfig
-from app.core.log.batch import BatchBuilder, Compression, decode_records, validate_batches
 
 KAFKA_CODECS = {
     "none": (0, lambda: True),

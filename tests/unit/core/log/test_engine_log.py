@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import gc
+import os
 import threading
 from pathlib import Path
 
 import pytest
 from log_helpers import BASE_TS, check_log_dir, kafka_python_batches, make_batch, value_batch
 
-from app.core.errors import CorruptRecord, OffsetOutOfRange, RecordTooLarge
+from app.common.batch import decode_records, read_header
+from app.common.errors import CorruptRecord, OffsetOutOfRange, RecordTooLarge, SegmentClosed
 from app.core.log import Log, LogConfig
-from app.core.log.batch import decode_records, read_header
-from app.core.log.segment import segment_name
+from app.core.log.segment import BatchInfo, LogSegment, segment_name
 
 
 def _log(tmp_path: Path, clock: list[int] | None = None, **overrides: object) -> Log:
@@ -326,7 +328,7 @@ def test_append_as_follower(tmp_path: Path) -> None:
         follower.append_as_follower(data)
     # A gap (compacted leader) is kept as is.
     gap = bytearray(value_batch(0, 2))
-    from app.core.log.batch import stamp
+    from app.common.batch import stamp
 
     stamp(gap, 0, 10, 2)
     follower.append_as_follower(bytes(gap))
@@ -402,4 +404,70 @@ def test_a_batch_that_does_not_fit_ends_the_fetch(tmp_path: Path) -> None:
     assert [r.offset for r in decode_records(got.read_bytes())] == [0]
     got = log.read(0, len(small) + len(big))
     assert [r.offset for r in decode_records(got.read_bytes())] == [0, 1]
+    log.close()
+
+
+def test_a_slice_keeps_a_deleted_segment_readable_and_its_descriptor_closes_with_it(
+    tmp_path: Path,
+) -> None:
+    seg = LogSegment.create(tmp_path, 0, index_interval_bytes=4096, max_index_bytes=1 << 20)
+    log = Log(tmp_path / "t-0")
+    log.append(value_batch(0, 3))
+    data = log.read(0, 1 << 20).read_bytes()
+    log.close()
+    seg.append(data, [BatchInfo(0, len(data), 0, 2, BASE_TS + 2)], BASE_TS)
+    piece = seg.read(0, 1 << 20, 3, min_one=True)
+    assert piece is not None
+    fd = piece.fd
+    seg.rename_to_deleted()
+    seg.delete_files()
+    assert not list(tmp_path.glob("00000000000000000000.*"))
+    # Deleted and closed, the segment refuses new reads; the slice reads what it held.
+    with pytest.raises(SegmentClosed):
+        seg.read(0, 1 << 20, 3, min_one=True)
+    assert piece.read() == data
+    os.fstat(fd)
+    del piece
+    gc.collect()
+    # The last holder is gone: so is the descriptor (nothing else opened a file since).
+    with pytest.raises(OSError):
+        os.fstat(fd)
+
+
+def _sealed_segment_with_loaded_indexes(tmp_path: Path) -> tuple[Log, LogSegment]:
+    log = Log(tmp_path / "t-0", LogConfig().with_overrides({"index.interval.bytes": 1}))
+    for i in range(20):
+        log.append(value_batch(i, 1))
+    log.roll()
+    log.append(value_batch(20, 1))
+    seg = log.segments[0]
+    assert next(r.offset for r in decode_records(log.read(7, 100).read_bytes())) == 7
+    assert seg.offset_index.loaded
+    return log, seg
+
+
+def test_a_sealed_index_lost_after_it_was_loaded_is_rebuilt(tmp_path: Path) -> None:
+    """Dropped from memory (the sealed-index budget) and its file gone or damaged since: an
+    index is derived data, so the next lookup rebuilds it from the .log instead of failing."""
+    log, seg = _sealed_segment_with_loaded_indexes(tmp_path)
+    seg.offset_index.path.write_bytes(b"\x00" * 3)
+    seg.time_index.path.unlink()
+    seg.offset_index.drop_columns()
+    seg.time_index.drop_columns()
+    assert next(r.offset for r in decode_records(log.read(7, 100).read_bytes())) == 7
+    assert log.offset_for_timestamp(BASE_TS) == (0, BASE_TS)
+    assert seg.offset_index.path.stat().st_size > 3
+    log.close()
+
+
+def test_a_deleted_segment_whose_index_is_gone_sends_its_reader_on(tmp_path: Path) -> None:
+    log, seg = _sealed_segment_with_loaded_indexes(tmp_path)
+    seg.rename_to_deleted()
+    for index in (seg.offset_index, seg.time_index):
+        index.path.unlink()
+        index.drop_columns()
+    # Still open (a reader holds it), but deleted: no index is rebuilt for it.
+    with pytest.raises(SegmentClosed):
+        seg.read(7, 100, 21, min_one=True)
+    assert not list(tmp_path.glob("t-0/*.index*.deleted"))
     log.close()

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from log_helpers import check_log_dir, value_batch
 
-from app.core.errors import (
+from app.common.batch import build_batch, decode_records
+from app.common.errors import (
     InvalidConfig,
     InvalidPartitions,
     InvalidTopic,
@@ -19,7 +20,7 @@ from app.core.errors import (
     UnknownTopicOrPartition,
 )
 from app.core.log import LogConfig, LogManager, validate_topic_name
-from app.core.log.batch import decode_records
+from app.core.log.manager import MAX_PARTITIONS, MAX_TOPIC_NAME_LENGTH
 
 
 @pytest.fixture
@@ -32,15 +33,44 @@ def manager(tmp_path: Path) -> Iterator[LogManager]:
     m.shutdown()
 
 
-@pytest.mark.parametrize("name", ["a", "A.b_c-1", "__consumer_offsets", "x" * 249, "..a", "-"])
+@pytest.mark.parametrize(
+    "name", ["a", "A.b_c-1", "__consumer_offsets", "x" * MAX_TOPIC_NAME_LENGTH, "..a", "-"]
+)
 def test_valid_topic_names(name: str) -> None:
     validate_topic_name(name)
 
 
-@pytest.mark.parametrize("name", ["", ".", "..", "x" * 250, "a b", "a/b", "ä", "a\n", "a:b", "a*"])
+@pytest.mark.parametrize(
+    "name",
+    ["", ".", "..", "x" * (MAX_TOPIC_NAME_LENGTH + 1), "x" * 249, "a b", "a/b", "ä", "a\n", "a*"],
+)
 def test_invalid_topic_names(name: str) -> None:
     with pytest.raises(InvalidTopic):
         validate_topic_name(name)
+
+
+def test_longest_topic_name_fits_every_file_name(tmp_path: Path) -> None:
+    """The name limit is derived from NAME_MAX: the longest name creates, writes its
+    metadata, deletes (the deletion dir names cut it short) and restarts, with no
+    "File name too long" on the way (names of 214-249 characters failed before)."""
+    data = tmp_path / "data"
+    name = "n" * MAX_TOPIC_NAME_LENGTH
+    m = LogManager(data)
+    m.start()
+    m.create_topic(name, 2)
+    m.get_log(name, 1).append(build_batch([(b"k", b"v")]))
+    m.delete_topic(name)
+    m.create_topic(name, 1)
+    m.shutdown()
+    m = LogManager(data)
+    m.start()
+    try:
+        assert m.topics() == [name]
+        m.delete_topic(name)
+    finally:
+        m.shutdown()
+    # The last possible partition's directory name fits as well.
+    assert len(f"{name}-{MAX_PARTITIONS - 1}") <= 255
 
 
 def test_layout_after_start_and_shutdown(tmp_path: Path) -> None:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from log_helpers import BASE_TS, check_log_dir, value_batch
 
+from app.common.batch import decode_records
 from app.core.log import Log, LogConfig
-from app.core.log.batch import decode_records
 
 
 def _filled_log(tmp_path: Path, clock: list[int], **overrides: object) -> Log:

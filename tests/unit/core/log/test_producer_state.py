@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from log_helpers import check_log_dir, value_batch
 
-from app.core.errors import (
+from app.common.batch import BatchBuilder, iter_headers, read_header
+from app.common.errors import (
     InvalidProducerEpoch,
     InvalidRecord,
     InvalidRequest,
@@ -19,7 +20,6 @@ from app.core.errors import (
     UnknownProducerId,
 )
 from app.core.log import Log, LogConfig
-from app.core.log.batch import BatchBuilder, iter_headers, read_header
 from app.core.log.producer_state import (
     INT32_MAX,
     BatchMetadata,

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
-from app.core.partitioner import (
+from app.common.partitioner import (
     StickyPartitioner,
     murmur2,
     partition_for_key,

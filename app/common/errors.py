@@ -13,10 +13,12 @@ place without parsing messages.
     │   ├── InvalidConfig              INVALID_CONFIG
     │   ├── InvalidTopic               INVALID_TOPIC_EXCEPTION
     │   ├── InvalidPartitions          INVALID_PARTITIONS
+    │   │   └── PartitionLimitExceeded INVALID_PARTITIONS           (over the broker's fd budget)
     │   ├── InvalidReplicationFactor   INVALID_REPLICATION_FACTOR
     │   ├── InvalidRequiredAcks        INVALID_REQUIRED_ACKS
     │   └── UnknownProducerId          UNKNOWN_PRODUCER_ID          (an id this broker never issued)
     ├── CorruptRecord                  CORRUPT_MESSAGE
+    │   └── StoredBatchCorrupt         CORRUPT_MESSAGE              (503: a stored batch is damaged)
     ├── InvalidRecord                  INVALID_RECORD
     ├── UnsupportedMessageFormat       UNSUPPORTED_FOR_MESSAGE_FORMAT
     ├── UnsupportedCompressionType     UNSUPPORTED_COMPRESSION_TYPE
@@ -39,6 +41,7 @@ place without parsing messages.
     ├── BrokerNotAvailable             BROKER_NOT_AVAILABLE         (retriable)
     │   └── ZooKeeperUnavailable       BROKER_NOT_AVAILABLE         (cluster metadata unreachable)
     ├── KafkaStorageError              KAFKA_STORAGE_ERROR          (retriable)
+    │   └── SegmentClosed              (a reader's segment was deleted under it; the log retries)
     ├── ClusterAuthorizationFailed     CLUSTER_AUTHORIZATION_FAILED (a broker-only call not from a broker)
     └── GroupError                     consumer groups (app.groups)
         ├── UnsupportedAssignor        UNSUPPORTED_ASSIGNOR         (400)
@@ -111,6 +114,17 @@ class InvalidPartitions(InvalidRequest):
     error_code = "INVALID_PARTITIONS"
 
 
+class PartitionLimitExceeded(InvalidPartitions):
+    """A create asks for more partitions than this broker's file-descriptor budget allows
+    (``app.core.limits``); nothing was written. ``setting`` names the limit that refused."""
+
+    limit: int
+    setting: str
+
+    def __init__(self, message: str, limit: int, setting: str) -> None:
+        super().__init__(message, limit=limit, setting=setting)
+
+
 class InvalidReplicationFactor(InvalidRequest):
     error_code = "INVALID_REPLICATION_FACTOR"
 
@@ -136,6 +150,28 @@ class CorruptRecord(LogbusError):
     """A batch failed its CRC, is truncated, or its header is inconsistent."""
 
     error_code = "CORRUPT_MESSAGE"
+
+
+class StoredBatchCorrupt(CorruptRecord):
+    """A batch *stored* in a partition fails its CRC (the disk damaged it after it was
+    written): not the client's fault, and retrying the same offset cannot help. The
+    records before it are served; this names the damaged range."""
+
+    topic: str
+    partition: int
+    offset: int
+    last_offset: int
+
+    def __init__(self, topic: str, partition: int, offset: int, last_offset: int) -> None:
+        super().__init__(
+            f"the stored batch holding offsets {offset} to {last_offset} of {topic}-{partition} "
+            "is damaged (CRC-32C mismatch) and is not served; read on from "
+            f"{last_offset + 1} or from another replica",
+            topic=topic,
+            partition=partition,
+            offset=offset,
+            last_offset=last_offset,
+        )
 
 
 class InvalidRecord(LogbusError):
@@ -410,6 +446,14 @@ class KafkaStorageError(LogbusError):
 
     error_code = "KAFKA_STORAGE_ERROR"
     retriable = True
+
+
+class SegmentClosed(KafkaStorageError):
+    """A segment was closed (deleted, or its log closed) before a reader took its file.
+
+    :class:`app.core.log.Log` answers it by reading again from its current
+    segments; it reaches a caller only when the log itself is closed.
+    """
 
 
 class ClusterAuthorizationFailed(LogbusError):

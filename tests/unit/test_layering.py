@@ -1,0 +1,62 @@
+"""The import rules of docs/ARCHITECTURE.md ("Layers"), checked on the source.
+
+Every import counts, those under ``if TYPE_CHECKING:`` included: a type that names
+another layer is a dependency on it all the same.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+# (importing package, imported package) pairs that must not exist.
+FORBIDDEN = {
+    "app.common": ("app.core", "app.client", "app.api", "app.spark", "app.groups", "app.config"),
+    "app.core": ("app.client", "app.api", "app.spark", "app.groups", "app.cli", "app.config"),
+    "app.groups": ("app.client", "app.api", "app.spark", "app.cli"),
+    "app.client": ("app.core", "app.api", "app.groups", "app.spark", "app.config"),
+    "app.spark": ("app.core", "app.api", "app.groups", "app.config"),
+    "logbus": ("app.core", "app.api", "app.groups", "app.config"),
+}
+# Debts issue #13 tracks; an entry here that no longer happens fails too, so it is removed.
+KNOWN_DEBT = {("app.core.replication.manager", "app.config")}
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return found
+
+
+def _violations() -> set[tuple[str, str]]:
+    out = set()
+    for path in [*REPO.joinpath("app").rglob("*.py"), *REPO.joinpath("logbus").rglob("*.py")]:
+        module = _module(path)
+        for layer, banned in FORBIDDEN.items():
+            if module != layer and not module.startswith(layer + "."):
+                continue
+            for imported in _imports(path):
+                for target in banned:
+                    if imported == target or imported.startswith(target + "."):
+                        out.add((module, target))
+    return out
+
+
+def test_layers_import_only_downwards() -> None:
+    assert _violations() - KNOWN_DEBT == set()
+
+
+def test_known_debts_still_exist() -> None:
+    assert _violations() >= KNOWN_DEBT, "a debt was paid: remove it from KNOWN_DEBT"
