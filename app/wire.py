@@ -33,6 +33,8 @@ class Endpoint:
     port: int
     tls: bool
     host_header: bytes
+    # More request header lines, each ending in CRLF (a follower's credentials).
+    extra_headers: bytes = b""
 
     @classmethod
     def parse(cls, url: str) -> Endpoint:
@@ -53,7 +55,8 @@ class Response:
 def request_bytes(endpoint: Endpoint, target: str, accept: bytes) -> bytes:
     return (
         b"GET " + target.encode("ascii") + b" HTTP/1.1\r\nHost: " + endpoint.host_header
-        + b"\r\nAccept: " + accept + b"\r\nUser-Agent: logbus-python\r\n\r\n"
+        + b"\r\nAccept: " + accept + b"\r\nUser-Agent: logbus-python\r\n"
+        + endpoint.extra_headers + b"\r\n"
     )  # fmt: skip
 
 

@@ -54,6 +54,7 @@ STATUS_BY_ERROR: tuple[tuple[type[core.LogbusError], int], ...] = (
     (core.NotEnoughReplicas, 503),
     (core.BrokerNotAvailable, 503),
     (core.KafkaStorageError, 503),
+    (core.ClusterAuthorizationFailed, 403),
     # Consumer groups: fencing and membership conflicts are 409, unknown group/member 404.
     (core.GroupIdNotFound, 404),
     (core.UnknownMemberId, 404),
@@ -365,6 +366,19 @@ ERROR_DOCS: dict[int, dict[str, Any]] = {
             {
                 "error_code": "CORRUPT_MESSAGE",
                 "message": "CRC-32C mismatch in record batch at byte 0",
+                "retriable": False,
+            },
+        ),
+    ),
+    403: _doc(
+        "Cluster mode: a call only brokers make (a fetch with `replica_id`) without valid "
+        "inter-broker credentials for the broker it names; nothing changed.",
+        (
+            "CLUSTER_AUTHORIZATION_FAILED",
+            {
+                "error_code": "CLUSTER_AUTHORIZATION_FAILED",
+                "message": "a fetch claiming replica_id 2 must carry broker 2's inter-broker "
+                "credentials (Logbus-Replica-Auth)",
                 "retriable": False,
             },
         ),

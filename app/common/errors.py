@@ -42,6 +42,7 @@ place without parsing messages.
     │   └── ZooKeeperUnavailable       BROKER_NOT_AVAILABLE         (cluster metadata unreachable)
     ├── KafkaStorageError              KAFKA_STORAGE_ERROR          (retriable)
     │   └── SegmentClosed              (a reader's segment was deleted under it; the log retries)
+    ├── ClusterAuthorizationFailed     CLUSTER_AUTHORIZATION_FAILED (a broker-only call not from a broker)
     └── GroupError                     consumer groups (app.groups)
         ├── UnsupportedAssignor        UNSUPPORTED_ASSIGNOR         (400)
         ├── InvalidGroupId             INVALID_GROUP_ID             (400)
@@ -453,6 +454,13 @@ class SegmentClosed(KafkaStorageError):
     :class:`app.core.log.Log` answers it by reading again from its current
     segments; it reaches a caller only when the log itself is closed.
     """
+
+
+class ClusterAuthorizationFailed(LogbusError):
+    """A call only brokers make (a replica's fetch) without the credentials of the broker
+    it claims to come from: refused, and it changes nothing (ISR, high watermark, acks)."""
+
+    error_code = "CLUSTER_AUTHORIZATION_FAILED"
 
 
 class GroupError(LogbusError):

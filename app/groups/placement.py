@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from app.common.errors import UnknownTopicOrPartition
 
 if TYPE_CHECKING:
-    from app.core.log.log import Log
+    from app.core.log.log import AppendInfo, Log
     from app.core.log.manager import LogManager
 
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -43,7 +43,7 @@ class ReplicaView(Protocol):
     @property
     def log(self) -> Log: ...
 
-    def check_min_isr(self) -> None: ...
+    def append_as_leader(self, data: bytes, *, acks_all: bool) -> AppendInfo: ...
 
     async def wait_replicated(self, last_offset: int, timeout_ms: int) -> None: ...
 
@@ -249,8 +249,7 @@ class ClusterPlacement:
 
     def append(self, partition: int, batch: bytes) -> int:
         replica = self.cluster.leader_partition(OFFSETS_TOPIC, partition)
-        replica.check_min_isr()
-        return replica.log.append(batch).last_offset
+        return replica.append_as_leader(batch, acks_all=True).last_offset
 
     async def replicated(self, partition: int, last_offset: int, timeout_ms: int) -> None:
         replica = self.cluster.leader_partition(OFFSETS_TOPIC, partition)

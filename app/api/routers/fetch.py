@@ -38,6 +38,7 @@ from app.api.util import (
 from app.api.zerocopy import ZeroCopyResponse
 from app.common.batch import compute_crc, decode_records, iter_headers
 from app.common.errors import StoredBatchCorrupt, UnknownTopicOrPartition
+from app.core.replication.auth import HEADER as REPLICA_AUTH_HEADER
 
 if TYPE_CHECKING:
     from app.core.log.log import FetchInfo, Log
@@ -210,7 +211,7 @@ def render_json(
     response_model=FetchResponse,
     responses={
         **docs.FETCH_RESPONSES,
-        **error_responses(307, 400, 404, 406, 409, 416, 421, 503),
+        **error_responses(307, 400, 403, 404, 406, 409, 416, 421, 503),
     },
 )
 async def fetch_records(
@@ -260,8 +261,10 @@ async def fetch_records(
             ge=0,
             le=INT_MAX,
             description="Set by follower brokers only (cluster mode): the fetching replica's "
-            "broker id. The answer then runs to the log end offset, not the high watermark, "
-            "and the offset tells the leader how far the follower is.",
+            "broker id, proven by its inter-broker credential in the `Logbus-Replica-Auth` "
+            "header (else 403 CLUSTER_AUTHORIZATION_FAILED, nothing changed). The answer then "
+            "runs to the log end offset, not the high watermark, and the offset tells the "
+            "leader how far the follower is.",
         ),
     ] = None,
     leader_epoch: Annotated[
@@ -280,6 +283,9 @@ async def fetch_records(
     min_bytes = min(min_bytes, max_bytes)
     replica = replica_id is not None and state.cluster is not None
     if state.cluster is not None:
+        if replica_id is not None:
+            # Before anything else: a forged claim must not even learn who leads.
+            state.cluster.verify_replica(replica_id, request.headers.get(REPLICA_AUTH_HEADER))
         part = state.cluster.leader_partition(topic, partition)
         part.check_epoch(leader_epoch)
         log = part.log
@@ -325,7 +331,7 @@ async def fetch_records(
     "when `epoch` is unknown. A follower truncates its log to this offset before fetching "
     "from a new leader, so replicas never diverge (KIP-101).",
     response_model=EpochEndOffset,
-    responses=error_responses(307, 400, 404, 421, 503),
+    responses=error_responses(307, 400, 404, 409, 421, 503),
 )
 async def epoch_end_offset(
     topic: Annotated[str, Path(description="Topic name.")],
@@ -333,7 +339,23 @@ async def epoch_end_offset(
     epoch: Annotated[int, Path(description="A leader epoch.", ge=-1, le=INT_MAX)],
     state: StateDep,
     manager: ManagerDep,
+    current_leader_epoch: Annotated[
+        int | None,
+        Query(
+            ge=-1,
+            le=INT_MAX,
+            description="The leader epoch the caller follows (cluster mode): an answer from "
+            "another term of this broker's leadership would cut the caller's log wrongly, so "
+            "an older one answers 409 FENCED_LEADER_EPOCH, a newer one 409 "
+            "UNKNOWN_LEADER_EPOCH.",
+        ),
+    ] = None,
 ) -> Response:
-    log = leader_log(state, manager, topic, partition)
+    if state.cluster is not None:
+        part = state.cluster.leader_partition(topic, partition)
+        part.check_epoch(current_leader_epoch)
+        log = part.log
+    else:
+        log = leader_log(state, manager, topic, partition)
     found_epoch, end_offset = log.leader_epoch_cache.end_offset_for(epoch)
     return JSONBytes({"leader_epoch": found_epoch, "end_offset": end_offset})

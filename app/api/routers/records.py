@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
@@ -32,7 +33,6 @@ from app.api.util import (
     JSONBytes,
     TopicPlan,
     create_planned,
-    leader_log,
     plan_topic,
 )
 from app.common.batch import BatchBuilder, iter_headers, validate_batches
@@ -43,10 +43,12 @@ from app.common.errors import (
     UnknownTopicOrPartition,
 )
 from app.common.partitioner import partition_for_key
+from app.core.replication.partition import append_to_leaders
 
 if TYPE_CHECKING:
     from app.core.log.log import AppendInfo, Log
     from app.core.log.manager import LogManager
+    from app.core.replication.partition import Partition
 
 router = APIRouter(tags=["produce"])
 
@@ -82,19 +84,38 @@ def parse_acks(acks: str) -> int:
     return value
 
 
-AppendWork = Sequence[tuple["Log", bytes | bytearray]]
-
-
 ACKS_ALL = -1
 
 
-def check_replicas(state: AppState, log: Log, required_acks: int) -> None:
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where one partition's batches go: its log and, in cluster mode, this broker's
+    replica with the leader epoch it led in when the request was routed. The append
+    happens only if it still leads in that epoch (checked again under its lock)."""
+
+    log: Log
+    replica: Partition | None = None
+    epoch: int = -1
+
+
+def leader_target(state: AppState, manager: LogManager, topic: str, partition: int) -> Target:
+    """The partition's Target; NotLeaderOrFollower (naming the leader) when another
+    broker leads it."""
+    if state.cluster is None:
+        return Target(manager.get_log(topic, partition))
+    part = state.cluster.leader_partition(topic, partition)
+    return Target(part.log, part, part.leader_epoch)
+
+
+def check_replicas(state: AppState, target: Target, required_acks: int) -> None:
     """Before an acks=all append: refuse (nothing written) when the partition's ISR is
-    below min.insync.replicas. A lone broker is its own one-member ISR."""
+    below min.insync.replicas. A lone broker is its own one-member ISR. (A cluster
+    checks again under the partition's lock, as it appends.)"""
     if required_acks != ACKS_ALL:
         return
-    if state.cluster is not None:
-        state.cluster.leader_partition(log.topic, log.partition).check_min_isr()
+    log = target.log
+    if target.replica is not None:
+        target.replica.check_min_isr()
     elif log.config.min_insync_replicas > 1:
         raise NotEnoughReplicas(
             f"{log.topic}-{log.partition} has 1 in-sync replica (a single broker), fewer than "
@@ -103,23 +124,46 @@ def check_replicas(state: AppState, log: Log, required_acks: int) -> None:
 
 
 async def await_replicas(
-    state: AppState,
-    appended: Sequence[tuple[Log, AppendInfo]],
-    required_acks: int,
-    deadline: float,
+    appended: Sequence[tuple[Target, AppendInfo]], required_acks: int, deadline: float
 ) -> None:
-    """acks=all in cluster mode: until every in-sync replica has each appended batch."""
-    if required_acks != ACKS_ALL or state.cluster is None:
+    """acks=all in cluster mode: until every in-sync replica has each appended batch.
+
+    Waits on the replicas that appended, in the epoch they appended in: if leadership
+    moved meanwhile the answer is 421 without a leader to go to, never a redirect
+    (the write was made; sending it again to the new leader could write it twice)."""
+    waits = [
+        (t.replica, t.epoch, info.last_offset)
+        for t, info in appended
+        if t.replica is not None and required_acks == ACKS_ALL
+    ]
+    if not waits:
         return
-    loop = asyncio.get_running_loop()
-    for log, info in appended:
-        part = state.cluster.leader_partition(log.topic, log.partition)
-        remaining_ms = max(1, int((deadline - loop.time()) * 1000))
-        await part.wait_replicated(info.last_offset, remaining_ms)
+    remaining_ms = max(1, int((deadline - asyncio.get_running_loop().time()) * 1000))
+    if len(waits) == 1:
+        part, epoch, last = waits[0]
+        await part.wait_replicated(last, remaining_ms, epoch)
+        return
+    # All at once: a waiter registered only after an earlier partition's wait would miss
+    # a leadership change in between.
+    results = await asyncio.gather(
+        *(part.wait_replicated(last, remaining_ms, epoch) for part, epoch, last in waits),
+        return_exceptions=True,
+    )
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
 
 
-def _append_all(work: AppendWork) -> list[AppendInfo]:
-    return [log.append(data) for log, data in work]
+def _append_all(
+    work: Sequence[tuple[Target, bytes | bytearray]], acks_all: bool
+) -> list[AppendInfo]:
+    if all(t.replica is None for t, _ in work):
+        return [t.log.append(data) for t, data in work]
+    leaders = []
+    for t, data in work:
+        assert t.replica is not None, "a request's partitions are all replicated or none"
+        leaders.append((t.replica, t.epoch, data))
+    return append_to_leaders(leaders, acks_all=acks_all)
 
 
 # flush.messages at its default: an append is a page-cache write, never an fsync.
@@ -130,21 +174,26 @@ _NO_FSYNC = LONG_MAX
 INLINE_BATCHES_BYTES = 64 * 1024
 
 
-async def _append(work: AppendWork, inline_max_bytes: int = 0) -> list[AppendInfo]:
-    """Append, on a worker thread unless small. Not bounded by the request's timeout_ms:
-    as in Kafka, that bounds only the wait for in-sync replicas (acks=all). Bounding the
-    local append made acks=0 (which waits for nothing) and acks=1 answer 504 for a
-    client's short timeout_ms while the write went on regardless."""
+async def _append(
+    work: Sequence[tuple[Target, bytes | bytearray]], required_acks: int, inline_max_bytes: int = 0
+) -> list[AppendInfo]:
+    """Append every partition's batches (all or none in cluster mode, see
+    :func:`append_to_leaders`), on a worker thread unless small. Not bounded by the
+    request's timeout_ms: as in Kafka, that bounds only the wait for in-sync replicas
+    (acks=all), so a request never stops waiting for an append that then happens
+    behind its back. Bounding the local append made acks=0 (which waits for nothing)
+    and acks=1 answer 504 for a client's short timeout_ms while the write went on."""
+    acks_all = required_acks == ACKS_ALL
     if (
         inline_max_bytes
         and sum(len(data) for _, data in work) <= inline_max_bytes
-        and all(log.config.flush_messages == _NO_FSYNC for log, _ in work)
+        and all(t.log.config.flush_messages == _NO_FSYNC for t, _ in work)
     ):
         # A small write to the page cache costs less than the hop to a worker
         # thread, which under load waits for the GIL (up to the 5 ms switch
         # interval) and made a WebSocket producer's requests queue.
-        return _append_all(work)
-    return await asyncio.to_thread(_append_all, work)
+        return _append_all(work, acks_all)
+    return await asyncio.to_thread(_append_all, work, acks_all)
 
 
 def build_batches(
@@ -259,15 +308,14 @@ async def append_json_records(
         plan = plan_topic(state, manager, topic)
 
     order = sorted(batches)
-    work = [(leader_log(state, manager, topic, p), batches[p]) for p in order]
-    for log, _ in work:
-        check_replicas(state, log, required_acks)
+    work = [(leader_target(state, manager, topic, p), batches[p]) for p in order]
+    for target, _ in work:
+        check_replicas(state, target, required_acks)
 
-    infos = await _append(work, inline_max_bytes)
+    infos = await _append(work, required_acks, inline_max_bytes)
     appended = dict(zip(order, infos, strict=True))
     await await_replicas(
-        state,
-        [(log, info) for (log, _), info in zip(work, infos, strict=True)],
+        [(target, info) for (target, _), info in zip(work, infos, strict=True)],
         required_acks,
         deadline,
     )
@@ -378,14 +426,14 @@ async def produce_batches(
             raise UnknownTopicOrPartition(topic, partition)
         validate_batches(body, plan.max_message_bytes)
         await create_planned(state, manager, topic)
-    log = leader_log(state, manager, topic, partition)
-    check_replicas(state, log, required_acks)
+    target = leader_target(state, manager, topic, partition)
+    check_replicas(state, target, required_acks)
     # Log.append validates every batch (CRC, sizes, magic) before writing any.
     # A small body is appended on the event loop, as WebSocket produce does: under
     # load the worker-thread hop waits for the GIL behind the loop (up to the 5 ms
     # switch interval), and an SDK producer at a steady rate sends small bodies.
-    (info,) = await _append([(log, body)], INLINE_BATCHES_BYTES)
-    await await_replicas(state, [(log, info)], required_acks, deadline)
+    (info,) = await _append([(target, body)], required_acks, INLINE_BATCHES_BYTES)
+    await await_replicas([(target, info)], required_acks, deadline)
     if required_acks == 0:
         return Response(status_code=204)
     appended: list[dict[str, Any]] = []

@@ -324,11 +324,14 @@ class Log:
                 max_ts = max(max_ts, ts)
                 records += header.record_count
                 offset = last + 1
+            # The epoch's start is recorded before its first batch is written (as Kafka
+            # does): a crash in between leaves an entry past the log end, dropped on load,
+            # never a batch whose epoch the cache does not know.
+            if leader_epoch >= 0 and self.leader_epoch_cache.latest_epoch != leader_epoch:
+                self.leader_epoch_cache.assign(leader_epoch, first)
             self._write(buf, infos, now, first)
             if plan is not None:
                 self._producer_state.commit(plan)
-            if leader_epoch >= 0 and self.leader_epoch_cache.latest_epoch != leader_epoch:
-                self.leader_epoch_cache.assign(leader_epoch, first)
             info = AppendInfo(
                 first,
                 offset - 1,
@@ -358,16 +361,16 @@ class Log:
                 BatchInfo(pos, h.size, h.base_offset, h.last_offset, h.max_timestamp)
                 for pos, h in batches
             ]
-            self._write(data, infos, self._clock(), first)
-            for _, h in batches:
-                if h.producer_id >= 0:
-                    self._producer_state.replay(h, self._clock())
-            for _, h in batches:
+            for _, h in batches:  # epochs first, as in append
                 latest = self.leader_epoch_cache.latest_epoch
                 if h.partition_leader_epoch >= 0 and (
                     latest is None or h.partition_leader_epoch > latest
                 ):
                     self.leader_epoch_cache.assign(h.partition_leader_epoch, h.base_offset)
+            self._write(data, infos, self._clock(), first)
+            for _, h in batches:
+                if h.producer_id >= 0:
+                    self._producer_state.replay(h, self._clock())
             info = AppendInfo(
                 first,
                 infos[-1].last_offset,
@@ -546,6 +549,9 @@ class Log:
         with self._lock:
             self._check_open()
             if offset >= self._log_end_offset:
+                # No batch to cut, but an epoch begun at the log end without a batch yet
+                # (a term that took no write) goes, as it would with batches.
+                self.leader_epoch_cache.truncate_from_end(offset)
                 return
             self._truncations += 1
             view = self._view

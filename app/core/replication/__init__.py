@@ -5,7 +5,10 @@
 - :mod:`.placement`   which brokers hold each partition's replicas
 - :mod:`.controller`  the one broker that elects leaders and fixes the ISR after failures
 - :mod:`.partition`   one partition's replica on this broker: leader or follower, ISR, HW
+- :mod:`.rwlock`      the readers-writer lock appends and leadership changes meet in
+- :mod:`.faults`      test-only fault injection (a slow disk under leader appends)
 - :mod:`.fetcher`     followers pulling from leaders through the binary fetch API
+- :mod:`.auth`        inter-broker credentials: a replica's fetch proves its broker
 - :mod:`.manager`     the broker's side of all of it, used by the HTTP layer
 
 See docs/ARCHITECTURE.md ("Cluster mode") for the ZooKeeper layout and the HTTP contract.

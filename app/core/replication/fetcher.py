@@ -3,13 +3,27 @@
 One asyncio task per followed partition (cancelled when the partition's
 leader or epoch changes, and started again for the new one):
 
-1. Truncate (KIP-101): ask the leader where this replica's latest leader epoch
-   ends on the leader (``GET .../epochs/{epoch}/end-offset``) and cut the local
-   log there, so a replica that took writes the new leader never saw drops
-   them instead of diverging. With nothing to compare (no epochs) the log is
-   cut to the high watermark.
+1. Truncate (KIP-101, KIP-279): ask the leader where this replica's latest
+   leader epoch ends on the leader (``GET .../epochs/{epoch}/end-offset``, Kafka's
+   OffsetsForLeaderEpoch: the leader's largest epoch at or below it, and where
+   that ends) and cut the local log there, so a replica that took writes the new
+   leader never saw drops them instead of diverging:
+
+   - the leader answers our epoch: cut at the smaller of its end there and ours
+     (ours is the log end when it is our latest epoch);
+   - it answers an older epoch we also had: it never had the epochs between, so
+     cut at the smaller of its end and ours of that epoch;
+   - it answers an epoch we never had: everything from the end of our last epoch
+     below it is in epochs the leader never had; cut there and ask again about
+     that epoch (the epoch asked only goes down, so this ends);
+   - it knows no epoch at or below ours, or we know none: cut to the high
+     watermark (Kafka's fallback).
+
+   Every cut also forgets our epochs that start at or after it, even one that
+   began at the log end and holds no batch yet.
 2. Fetch from the log end offset with ``replica_id`` and ``leader_epoch``
-   (``GET .../records``, ``Accept: application/octet-stream``), append the
+   (``GET .../records``, ``Accept: application/octet-stream``, and this broker's
+   inter-broker credential, :mod:`.auth`), append the
    batches verbatim, take the leader's high watermark. The fetch offset tells
    the leader how far this replica is; that drives the leader's ISR and high
    watermark. The leader long-polls (``replica.fetch.wait.max.ms``), so an idle
@@ -19,7 +33,9 @@ Each task keeps one keep-alive connection to its leader and reads an answer
 straight into one buffer of its Content-Length (:mod:`app.wire`, the
 SDK consumer's fetch path): httpx's 64 KiB reads and joins were about half of
 a follower broker's CPU under load. Runs on the broker's event loop; appends
-larger than a few pages go to a worker thread.
+larger than a few pages go to a worker thread. Appends and cuts happen under the
+partition's leader/ISR lock, and only while it still follows the leader and
+epoch this task serves (:meth:`Partition.following`).
 """
 
 from __future__ import annotations
@@ -27,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from dataclasses import replace
 from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
@@ -92,6 +109,11 @@ class ReplicaFetcher:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
 
+    def _credentials(self) -> bytes:
+        """This broker's inter-broker credential header, on every request to a leader."""
+        auth = self.replicas.auth
+        return b"" if auth is None else auth.header(self.broker_id)
+
     def _current(self, part: Partition, leader: int, epoch: int) -> bool:
         return part.role == FOLLOWER and part.leader == leader and part.leader_epoch == epoch
 
@@ -111,12 +133,14 @@ class ReplicaFetcher:
                         conn.close()
                     conn_url = url
                     conn = async_connection(
-                        Endpoint.parse(url), self.timeout_s, self.max_bytes + (1 << 20)
+                        replace(Endpoint.parse(url), extra_headers=self._credentials()),
+                        self.timeout_s,
+                        self.max_bytes + (1 << 20),
                     )
                 base = f"/topics/{part.topic}/partitions/{part.partition}"
                 try:
                     if not truncated:
-                        await self._truncate(part, conn, base)
+                        await self._truncate(part, conn, base, leader, epoch)
                         truncated = True
                     await self._fetch(part, conn, base, leader, epoch)
                     backoff = 0.05
@@ -137,40 +161,67 @@ class ReplicaFetcher:
             if conn is not None:
                 conn.close()
 
-    async def _truncate(self, part: Partition, conn: AsyncConnection, base: str) -> None:
+    async def _truncate(
+        self, part: Partition, conn: AsyncConnection, base: str, leader: int, epoch: int
+    ) -> None:
         log = part.log
-        latest = log.leader_epoch_cache.latest_epoch
-        if latest is None:
-            target = log.high_watermark
-        else:
-            response = await conn.fetch(
-                f"{base}/epochs/{latest}/end-offset",
-                b"application/json",
-            )
-            if response.status != 200:
-                raise _Retry()
-            answer = orjson.loads(response.body)
-            leader_epoch, end_offset = int(answer["leader_epoch"]), int(answer["end_offset"])
-            if leader_epoch < 0 or end_offset < 0:
+        cache = log.leader_epoch_cache
+        asked = cache.latest_epoch
+        while True:
+            if asked is None:
                 target = log.high_watermark
-            else:
-                target = end_offset
-                if leader_epoch < latest:
-                    # The leader never had our latest epoch: cut where its last common one ends.
-                    _, own_end = log.leader_epoch_cache.end_offset_for(leader_epoch)
-                    if own_end >= 0:
-                        target = min(target, own_end)
-        if target < log.log_end_offset:
+                break
+            leader_epoch, leader_end = await self._epoch_end(conn, base, asked, epoch)
+            if leader_epoch < 0 or leader_end < 0:
+                target = log.high_watermark
+                break
+            own_epoch, own_end = cache.end_offset_for(leader_epoch)
+            if own_end < 0:
+                target = leader_end
+                break
+            if own_epoch == leader_epoch:
+                target = min(own_end, leader_end)
+                break
+            # The leader answered an epoch we never had: ours below it ended at own_end,
+            # and whatever follows was written in epochs the leader never had.
+            await self._cut(part, own_end, leader, epoch)
+            asked = own_epoch
+        await self._cut(part, target, leader, epoch)
+
+    async def _epoch_end(
+        self, conn: AsyncConnection, base: str, asked: int, epoch: int
+    ) -> tuple[int, int]:
+        """The leader's OffsetsForLeaderEpoch answer for ``asked``: (its largest epoch at or
+        below it, where that ends), or (-1, -1)."""
+        query = urlencode({"current_leader_epoch": epoch})
+        response = await conn.fetch(
+            f"{base}/epochs/{asked}/end-offset?{query}", b"application/json"
+        )
+        if response.status != 200:
+            raise _Retry()
+        answer = orjson.loads(response.body)
+        return int(answer["leader_epoch"]), int(answer["end_offset"])
+
+    async def _cut(self, part: Partition, offset: int, leader: int, epoch: int) -> None:
+        log = part.log
+        if offset < log.log_end_offset:
             _log.info(
                 "%s-%d: truncating %d -> %d to match the leader",
                 part.topic,
                 part.partition,
                 log.log_end_offset,
-                target,
+                offset,
             )
             self.truncations += 1
-            await asyncio.to_thread(log.truncate_to, target)
-            self.replicas.truncated(log)
+
+        def cut() -> None:
+            with part.following(leader, epoch) as current:
+                if not current:
+                    raise _Retry()
+                log.truncate_to(offset)
+
+        await asyncio.to_thread(cut)
+        self.replicas.truncated(log)
 
     async def _fetch(
         self, part: Partition, conn: AsyncConnection, base: str, leader: int, epoch: int
@@ -194,24 +245,35 @@ class ReplicaFetcher:
             start = int(body.get("log_start_offset", 0))
             if offset < start:
                 # Retention on the leader removed what we would fetch next: start over there.
-                await asyncio.to_thread(log.truncate_fully_and_start_at, start)
+                def restart() -> None:
+                    with part.following(leader, epoch) as current:
+                        if current:
+                            log.truncate_fully_and_start_at(start)
+
+                await asyncio.to_thread(restart)
                 self.replicas.truncated(log)
                 return
             raise _Diverged()
         if response.status != 200:
             raise _Retry()
-        if not self._current(part, leader, epoch):
-            return  # the leader changed while we waited: these bytes are not ours to keep
         data = response.body
         if data:
-            if log.log_end_offset != offset:
-                raise _Diverged()
+
+            def append() -> None:
+                with part.following(leader, epoch) as current:
+                    # The leader or epoch changed while we waited: not ours to keep.
+                    if current:
+                        if log.log_end_offset != offset:
+                            raise _Diverged()
+                        log.append_as_follower(data)
+
             try:
                 if len(data) > INLINE_APPEND_BYTES:
-                    await asyncio.to_thread(log.append_as_follower, data)
+                    await asyncio.to_thread(append)
                 else:
-                    log.append_as_follower(data)
+                    append()
             except InvalidRecord:
                 raise _Diverged() from None
-        hw = int(response.headers.get("logbus-high-watermark", "0"))
-        log.high_watermark = min(hw, log.log_end_offset)
+        if self._current(part, leader, epoch):
+            hw = int(response.headers.get("logbus-high-watermark", "0"))
+            log.high_watermark = min(hw, log.log_end_offset)

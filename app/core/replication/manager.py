@@ -13,8 +13,9 @@ request; every broker reacts to the watch by creating (only the partitions it
 holds) or deleting its local logs.
 
 Threads: kazoo's watch callbacks hop onto the event loop; from there on every
-state change happens on the loop, so nothing here needs a lock. The blocking
-kazoo calls run in worker threads.
+state change happens on the loop, so nothing here needs a lock (appends on
+worker threads meet state changes in each Partition's leader/ISR lock). The
+blocking kazoo calls run in worker threads.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from app.common.errors import (
+    BrokerNotAvailable,
     InvalidTopic,
     KafkaStorageError,
     LeaderNotAvailable,
@@ -38,6 +40,7 @@ from app.common.errors import (
     UnknownTopicOrPartition,
 )
 from app.core.log.manager import check_new_topic, collision_key
+from app.core.replication.auth import ReplicaAuth
 from app.core.replication.controller import Controller
 from app.core.replication.fetcher import ReplicaFetcher
 from app.core.replication.partition import Partition
@@ -87,6 +90,8 @@ class ReplicaManager:
             leader_imbalance_check_interval_ms=settings.leader_imbalance_check_interval_ms,
         )
         self.fetcher: ReplicaFetcher | None = None
+        # Inter-broker credentials, from ZooKeeper at start (a follower's fetches carry them).
+        self.auth: ReplicaAuth | None = None
         self.cluster_id = ""
         self.brokers: dict[int, BrokerInfo] = {}
         self.controller_id: int | None = None
@@ -122,6 +127,7 @@ class ReplicaManager:
         self.fetcher = ReplicaFetcher(self)
         await asyncio.to_thread(self.store.start)
         self.cluster_id = await asyncio.to_thread(self.store.cluster_id)
+        self.auth = ReplicaAuth(await asyncio.to_thread(self.store.inter_broker_secret))
         self.logs.producer_ids.use_cluster_blocks(_ZkProducerIdBlocks(self.store))
         self.store.add_session_listener(self._on_session)
         await self._register()
@@ -253,6 +259,7 @@ class ReplicaManager:
                 notify=self._notify,
                 lag_time_max_ms=self.settings.replica_lag_time_max_ms,
                 registered=lambda r: r in self.brokers,
+                locate=self.broker_url,
             )
             part.on_follow = self._follow
             self.partitions[(name, p)] = part
@@ -458,6 +465,13 @@ class ReplicaManager:
         if leader == self.broker_id:
             url = None  # the state says us, but we have not taken over yet: retry shortly
         raise NotLeaderOrFollower(topic, partition, leader, url)
+
+    def verify_replica(self, replica_id: int, presented: str | None) -> None:
+        """A fetch claiming ``replica_id`` carries that broker's inter-broker credential
+        (:mod:`app.core.replication.auth`), else ClusterAuthorizationFailed."""
+        if self.auth is None:
+            raise BrokerNotAvailable("the broker is joining its cluster")
+        self.auth.verify(replica_id, presented)
 
     def partition_info(self, topic: str, partition: int) -> dict[str, Any]:
         replicas = self.replicas_of(topic, partition)

@@ -15,8 +15,16 @@ ISR changes are compare-and-set writes to the partition's state znode (the
 controller may be writing too); the local view changes only once the write
 succeeded, or when the watch delivers the controller's state.
 
-Not thread-safe: every method runs on the broker's event loop. Appends happen
-on other threads; they reach this object through the loop.
+Threads: state changes, ISR and high-watermark bookkeeping run on the broker's
+event loop. Appends run on the loop or on worker threads; they and the state
+changes meet in the partition's leader/ISR lock (:mod:`.rwlock`, Kafka's
+``leaderIsrUpdateLock``): :func:`append_to_leaders` and
+:meth:`Partition.append_as_follower` hold it shared and check the role and epoch
+under it, :meth:`Partition.apply` and :meth:`Partition.stop` hold it exclusively.
+So a leader appends only while it still leads in the epoch the request saw,
+stamping that epoch, and a follower only while it follows the leader and epoch
+its fetcher serves. A state change waits for the appends in flight (bounded:
+one write, maybe an fsync), never the other way round.
 """
 
 from __future__ import annotations
@@ -24,7 +32,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
 from app.common.errors import (
@@ -35,7 +44,9 @@ from app.common.errors import (
     RequestTimedOut,
     UnknownLeaderEpoch,
 )
-from app.core.log.log import Log
+from app.core.log.log import AppendInfo, Log
+from app.core.replication import faults
+from app.core.replication.rwlock import ReadWriteLock
 from app.core.replication.state import NO_LEADER, PartitionState
 
 _log = logging.getLogger(__name__)
@@ -74,6 +85,7 @@ class Partition:
         notify: Callable[[Log], None],
         lag_time_max_ms: int,
         registered: Callable[[int], bool] = lambda _: True,
+        locate: Callable[[int], str | None] = lambda _: None,
     ) -> None:
         self.log = log
         self.topic = log.topic
@@ -94,6 +106,10 @@ class Partition:
         # keeps fetching, but the controller counts it dead (and takes it out of the ISR)
         # until it registers again: it joins the ISR only then, as in Kafka's KIP-841.
         self._registered = registered
+        # A broker's URL, to name the new leader when an append finds this one deposed.
+        self._locate = locate
+        # Shared by appends, exclusive for leadership changes (see the module docstring).
+        self._lock = ReadWriteLock()
         self._acks: list[tuple[int, asyncio.Future[None]]] = []
         self._isr_write: asyncio.Task[None] | None = None
         # Called with this partition when it becomes a follower (the fetcher starts).
@@ -113,24 +129,31 @@ class Partition:
     # -- state changes (from the partition's state znode) ---------------------------
 
     def apply(self, state: PartitionState, version: int) -> None:
-        """The state znode changed (or was read): become leader or follower as it says."""
+        """The state znode changed (or was read): become leader or follower as it says.
+
+        Holds the leader/ISR lock exclusively: waits for the appends in flight, and
+        no append starts before the new role and epoch are in place."""
         if version < self.zk_version and state.leader_epoch <= self.leader_epoch:
             return  # an older notification arriving late
-        epoch_changed = state.leader_epoch != self.leader_epoch
-        self.zk_version = version
-        self.controller_epoch = state.controller_epoch
-        if state.leader == self.broker_id:
-            if not self.is_leader or epoch_changed:
-                self._become_leader(state)
+        follow = False
+        with self._lock.exclusive():
+            epoch_changed = state.leader_epoch != self.leader_epoch
+            self.zk_version = version
+            self.controller_epoch = state.controller_epoch
+            if state.leader == self.broker_id:
+                if not self.is_leader or epoch_changed:
+                    self._become_leader(state)
+                else:
+                    self._set_isr(state.isr)
+            elif state.leader == NO_LEADER:
+                self._resign(OFFLINE, state)
+            elif self.role != FOLLOWER or epoch_changed or self.leader != state.leader:
+                self._resign(FOLLOWER, state)
+                follow = True
             else:
-                self._set_isr(state.isr)
-        elif state.leader == NO_LEADER:
-            self._resign(OFFLINE, state)
-        elif self.role != FOLLOWER or epoch_changed or self.leader != state.leader:
-            self._resign(FOLLOWER, state)
+                self.isr = state.isr
+        if follow:
             self.on_follow(self)
-        else:
-            self.isr = state.isr
 
     def _become_leader(self, state: PartitionState) -> None:
         log = self.log
@@ -154,26 +177,21 @@ class Partition:
         was_leader = self.is_leader
         self.role = role
         self.leader = state.leader
+        # The log keeps the epoch this broker led last: it never stamps a batch with an
+        # epoch this broker did not lead (a follower's batches carry the leader's stamps).
         self.leader_epoch = state.leader_epoch
-        self.log.leader_epoch = state.leader_epoch
         self.isr = state.isr
         self.followers = {}
         # A follower's high watermark comes from its leader's fetch answers.
         self.log.hw_follows_leo = False
-        self._fail_acks(
-            NotLeaderOrFollower(
-                self.topic,
-                self.partition,
-                message=f"leadership of {self.topic}-{self.partition} moved before the write "
-                "was replicated; retry against the new leader",
-            )
-        )
+        self._fail_acks(self._moved_after_append())
         if was_leader:
             self._notify(self.log)
 
     def stop(self) -> None:
         """The partition is no longer hosted here (topic deleted, broker stopping)."""
-        self.role = OFFLINE
+        with self._lock.exclusive():
+            self.role = OFFLINE
         self._fail_acks(NotLeaderOrFollower(self.topic, self.partition))
         if self._isr_write is not None:
             self._isr_write.cancel()
@@ -185,6 +203,41 @@ class Partition:
         if alone:
             self.log.high_watermark = self.log.log_end_offset
         self.maybe_advance_hw()
+
+    # -- appends ---------------------------------------------------------------------
+
+    def check_leads(self, epoch: int) -> None:
+        """NotLeaderOrFollower unless this broker leads in ``epoch`` (under the lock, for an
+        append: then nothing is written). Names the new leader when it is known, so the
+        client goes there (307); a term of our own that began since asks for a retry (421)."""
+        if self.role == LEADER and self.leader_epoch == epoch:
+            return
+        leader = None if self.leader in (NO_LEADER, self.broker_id) else self.leader
+        raise NotLeaderOrFollower(
+            self.topic,
+            self.partition,
+            leader,
+            None if leader is None else self._locate(leader),
+            message=f"this broker no longer leads {self.topic}-{self.partition} in epoch "
+            f"{epoch} (now {self.role} in epoch {self.leader_epoch}, leader {self.leader}); "
+            "nothing was written",
+        )
+
+    def append_as_leader(
+        self, data: bytes | bytearray | memoryview, *, acks_all: bool
+    ) -> AppendInfo:
+        """Append on the event loop in the epoch this broker leads now (the group
+        coordinator's writes); see :func:`append_to_leaders`."""
+        (info,) = append_to_leaders([(self, self.leader_epoch, data)], acks_all=acks_all)
+        return info
+
+    @contextmanager
+    def following(self, leader: int, epoch: int) -> Iterator[bool]:
+        """Holds the lock shared; yields whether this replica still follows ``leader`` in
+        ``epoch``. A fetcher appends or truncates only then: bytes fetched for an epoch
+        that ended are not this replica's to keep."""
+        with self._lock.shared():
+            yield self.role == FOLLOWER and self.leader == leader and self.leader_epoch == epoch
 
     # -- leader: followers' progress ------------------------------------------------
 
@@ -267,7 +320,8 @@ class Partition:
                     why,
                 )
                 self.zk_version = version
-                self._set_isr(isr)
+                with self._lock.exclusive():  # an acks=all append checks the ISR under it
+                    self._set_isr(isr)
                 self._check_acks()
 
         self._isr_write = asyncio.ensure_future(write())
@@ -299,13 +353,20 @@ class Partition:
                 f"({list(self.isr)}), fewer than min.insync.replicas={needed}; nothing was written"
             )
 
-    async def wait_replicated(self, last_offset: int, timeout_ms: int) -> None:
-        """Until the high watermark passes ``last_offset`` (every ISR member has it)."""
+    async def wait_replicated(
+        self, last_offset: int, timeout_ms: int, epoch: int | None = None
+    ) -> None:
+        """Until the high watermark passes ``last_offset`` (every ISR member has it).
+
+        ``epoch``: the one the write was appended in. Once this broker no longer leads
+        in it, the high watermark says nothing about the write (a follower may have cut
+        it and taken other records at its offsets): NotLeaderOrFollower without a
+        leader to go to (421), since the write was made and may survive."""
+        if not self.is_leader or (epoch is not None and epoch != self.leader_epoch):
+            raise self._moved_after_append()
         if self.log.high_watermark > last_offset:
             self._check_min_isr_after()
             return
-        if not self.is_leader:
-            raise NotLeaderOrFollower(self.topic, self.partition)
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._acks.append((last_offset, future))
         try:
@@ -319,6 +380,16 @@ class Partition:
             ) from None
         finally:
             self._acks = [(o, f) for o, f in self._acks if f is not future]
+
+    def _moved_after_append(self) -> NotLeaderOrFollower:
+        # No leader named: a redirect is an invitation to write again, and this write
+        # was made (an idempotent producer's retry is recognized as a duplicate).
+        return NotLeaderOrFollower(
+            self.topic,
+            self.partition,
+            message=f"leadership of {self.topic}-{self.partition} moved after the write was "
+            "appended and before every in-sync replica had it: it may or may not survive",
+        )
 
     def _check_min_isr_after(self) -> None:
         needed = self.log.config.min_insync_replicas
@@ -341,3 +412,41 @@ class Partition:
             if not future.done():
                 future.set_exception(exc)
         self._acks = []
+
+
+def append_to_leaders(
+    work: Sequence[tuple[Partition, int, bytes | bytearray | memoryview]],
+    *,
+    acks_all: bool,
+) -> list[AppendInfo]:
+    """Append each ``(partition, epoch, batches)`` as leader: all of them or none.
+
+    Holds every partition's leader/ISR lock shared (in (topic, partition) order, so two
+    requests never wait on each other) while it checks that this broker leads each in
+    the epoch the request saw (and, with ``acks_all``, min.insync.replicas), and
+    appends, stamping that epoch. A check that fails writes nothing anywhere; an append
+    error (a full disk) leaves the partitions before it written.
+
+    Runs on the event loop or on a worker thread.
+    """
+    if len(work) == 1:  # the common case, without the ordering and the stack
+        part, epoch, data = work[0]
+        with part._lock.shared():
+            part.check_leads(epoch)
+            if acks_all:
+                part.check_min_isr()
+            faults.slow_append()
+            return [part.log.append(data, leader_epoch=epoch)]
+    order = sorted(work, key=lambda w: (w[0].topic, w[0].partition))
+    with ExitStack() as stack:
+        for part, _, _ in order:
+            stack.enter_context(part._lock.shared())
+        for part, epoch, _ in work:
+            part.check_leads(epoch)
+            if acks_all:
+                part.check_min_isr()
+        infos = []
+        for part, epoch, data in work:
+            faults.slow_append()
+            infos.append(part.log.append(data, leader_epoch=epoch))
+        return infos

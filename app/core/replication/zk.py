@@ -3,6 +3,7 @@
 Layout (under the connect string's optional chroot; docs/ARCHITECTURE.md)::
 
     /cluster/id                                   the cluster id, created by the first broker
+    /cluster/inter_broker_secret                  32 random bytes, likewise (see auth.py)
     /brokers/ids/<id>                             EPHEMERAL BrokerInfo: the live brokers
     /controller                                   EPHEMERAL {"broker_id", "epoch"}
     /controller_epoch                             int, +1 (CAS) per new controller
@@ -19,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import secrets
 import time
 import uuid
 from collections.abc import Callable
@@ -49,6 +51,7 @@ TOPICS = "/brokers/topics"
 CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 CLUSTER_ID = "/cluster/id"
+INTER_BROKER_SECRET = "/cluster/inter_broker_secret"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 # A topic node's value while its subtree is being removed.
 DELETED_TOPIC = b'{"deleted":true}'
@@ -156,6 +159,14 @@ class ZkStore:
             self.client.create(CLUSTER_ID, candidate.encode(), makepath=True)
         data, _ = self.client.get(CLUSTER_ID)
         return bytes(data).decode()
+
+    def inter_broker_secret(self) -> bytes:
+        """The cluster's inter-broker secret (:mod:`.auth`): made by the first broker to ask,
+        like the cluster id, and the same for every broker after."""
+        with contextlib.suppress(NodeExistsError):
+            self.client.create(INTER_BROKER_SECRET, secrets.token_bytes(32), makepath=True)
+        data, _ = self.client.get(INTER_BROKER_SECRET)
+        return bytes(data)
 
     def register_broker(self, info: BrokerInfo, wait_s: float) -> None:
         """Create ``/brokers/ids/<id>``, waiting out a dead session's node of the same id."""

@@ -187,7 +187,8 @@ def test_become_follower_then_offline(tmp_path: Path) -> None:
         p = h.part
         p.apply(PartitionState(2, 5, (2, 1), 1), 3)
         assert (p.role, p.leader, p.leader_epoch, p.isr) == (FOLLOWER, 2, 5, (2, 1))
-        assert h.log.leader_epoch == 5 and not h.log.hw_follows_leo
+        # The log never takes the new leader's epoch: this broker did not lead it.
+        assert h.log.leader_epoch == 0 and not h.log.hw_follows_leo
         assert h.followed == 1 and h.notified == 0
         # Only the ISR changed: still following the same leader, the fetcher keeps going.
         p.apply(PartitionState(2, 5, (2,), 1), 4)
@@ -200,6 +201,24 @@ def test_become_follower_then_offline(tmp_path: Path) -> None:
         assert (p.leader, p.leader_epoch, p.zk_version) == (2, 6, 5)
         p.apply(PartitionState(NO_LEADER, 7, (2,), 1), 6)
         assert (p.role, p.leader, p.leader_epoch) == (OFFLINE, NO_LEADER, 7)
+        h.log.close()
+
+    run(main())
+
+
+def test_resigning_never_stamps_the_new_leaders_epoch(tmp_path: Path) -> None:
+    """A deposed leader's log keeps the epoch it led: a batch written through it (as the
+    produce path once did after losing leadership) is never stamped with the new leader's
+    epoch, and the epoch cache never claims a term this broker did not lead."""
+
+    async def main() -> None:
+        h = Harness(tmp_path)
+        h.lead(epoch=5)
+        h.append(2)
+        h.part.apply(PartitionState(2, 6, (2, 3), 2), 8)
+        h.append(1)
+        assert [epoch for _, epoch in h.epochs_on_disk()] == [5, 5]
+        assert h.log.leader_epoch_cache.entries() == [(5, 0)]
         h.log.close()
 
     run(main())

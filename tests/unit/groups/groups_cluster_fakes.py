@@ -25,7 +25,7 @@ from app.common.errors import (
     UnknownTopicOrPartition,
 )
 from app.core.log import LogManager
-from app.core.log.log import Log
+from app.core.log.log import AppendInfo, Log
 from app.core.replication.state import BrokerInfo
 from app.groups.hashing import partition_for
 
@@ -45,6 +45,11 @@ class FakeReplica:
     def check_min_isr(self) -> None:
         if not self.isr_ok:
             raise NotEnoughReplicas(f"{self.log.topic}-{self.log.partition}: ISR too small")
+
+    def append_as_leader(self, data: bytes, *, acks_all: bool) -> AppendInfo:
+        if acks_all:
+            self.check_min_isr()
+        return self.log.append(data)
 
     async def wait_replicated(self, last_offset: int, timeout_ms: int) -> None:
         self.waits.append(last_offset)
