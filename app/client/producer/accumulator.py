@@ -35,7 +35,13 @@ from collections import deque
 from collections.abc import Callable, Iterator
 
 from app.client.errors import BufferFull, ProducerClosed
-from app.client.producer.batch import NO_HEADERS, DeliveryCallback, ProducerBatch
+from app.client.producer.batch import (
+    NO_HEADERS,
+    DeliveryCallback,
+    Headers,
+    ProducerBatch,
+    record_headers,
+)
 from app.client.producer.config import DEDUP_WINDOW, ProducerConfig
 from app.client.producer.delivery import DeliveryFuture
 from app.client.types import TopicPartition
@@ -121,12 +127,16 @@ class RecordAccumulator:
         num_partitions: int,
         key: bytes | None,
         value: bytes | None,
-        headers: list[tuple[str, bytes | None]],
+        headers: Headers | None,
         timestamp: float,
         callback: DeliveryCallback | None,
         block_s: float,
     ) -> DeliveryFuture:
-        """The general path: any key, partition, headers and callback; may block for space."""
+        """The general path: any key, partition, headers and callback; may block for space.
+
+        Refuses a record no request could carry (RecordTooLarge) before anything else.
+        """
+        encoded_headers = record_headers(self.cfg.max_request_size, key, value, headers)
         notify = False
         try:
             with self.lock:
@@ -149,7 +159,7 @@ class RecordAccumulator:
                     batch = self._new_batch(tp)
                     notify = True
                 index = batch.count
-                if batch.append(index, timestamp, key, value, headers) is None:
+                if batch.append(index, timestamp, key, value, encoded_headers) is None:
                     self._seal(batch)
                     if sticky:
                         partition = self._sticky_choice.next_partition(topic, num_partitions)
@@ -160,7 +170,7 @@ class RecordAccumulator:
                         self.sticky_batch[topic] = batch
                     index = batch.count
                     # The first record of a batch always fits (an oversized one makes an oversized batch).
-                    batch.append(index, timestamp, key, value, headers)
+                    batch.append(index, timestamp, key, value, encoded_headers)
                     notify = True
                 batch.count = index + 1
                 if callback is not None:

@@ -121,7 +121,7 @@ class AsyncProducer(ProducerBase):
         n = await self._partitions(topic, partition)
         if not self._acc.has_space():
             await self._wait_for_space()
-        future = self._append(
+        future = self._acc.append(
             topic,
             partition,
             n,

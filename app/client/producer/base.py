@@ -9,8 +9,7 @@ add only how they wait (a thread and an event, or ``await``):
   the closed flag, the sender once started;
 * before a record is queued: the producer must be open; an explicit partition
   must be below the topic's partition count, after one metadata refresh if it
-  is not (a topic may have grown); a record no request could carry is refused
-  (:func:`~app.client.producer.batch.record_headers`);
+  is not (a topic may have grown);
 * what a metadata lookup that outlasts ``max_block_ms`` raises, and what the
   records still buffered at close get (:class:`ProducerClosed`).
 
@@ -30,9 +29,7 @@ from app.client import _http
 from app.client._cluster import Bootstrap, Cluster
 from app.client.errors import BufferFull, ProducerClosed
 from app.client.producer.accumulator import RecordAccumulator
-from app.client.producer.batch import DeliveryCallback, Headers, record_headers
 from app.client.producer.config import ProducerConfig
-from app.client.producer.delivery import DeliveryFuture
 from app.client.producer.sender import Sender
 from app.common.errors import UnknownTopicOrPartition
 
@@ -79,31 +76,6 @@ class ProducerBase:
         if not 0 <= partition < num_partitions:
             raise UnknownTopicOrPartition(topic, partition)
         return num_partitions
-
-    def _append(
-        self,
-        topic: str,
-        partition: int | None,
-        num_partitions: int,
-        key: bytes | None,
-        value: bytes | None,
-        headers: Headers | None,
-        timestamp: float,
-        on_delivery: DeliveryCallback | None,
-        block_s: float,
-    ) -> DeliveryFuture:
-        """Queue one record on the accumulator's general path (any key, headers, callback)."""
-        return self._acc.append(
-            topic,
-            partition,
-            num_partitions,
-            key,
-            value,
-            record_headers(self.config.max_request_size, key, value, headers),
-            timestamp,
-            on_delivery,
-            block_s,
-        )
 
     def _fail_unsent(self) -> None:
         """Closing: whatever is still buffered fails, and nothing more is accepted."""

@@ -173,7 +173,7 @@ class Producer(ProducerBase):
         n = self._partition_counts.get(topic) or self.partitions_for(topic)
         if partition is not None and not 0 <= partition < n:
             n = self._refresh_for(topic, partition)
-        return self._append(
+        return self._acc.append(
             topic,
             partition,
             n,
