@@ -97,15 +97,9 @@ class AsyncProducer(ProducerBase):
                 raise self._no_metadata(topic) from None
         return n
 
-    async def _partitions(self, topic: str, partition: int | None) -> int:
-        """The topic's partition count, refreshed once if ``partition`` is not below it."""
-        if self._closed:
-            raise ProducerClosed(CLOSED)
-        n = self._partition_counts.get(topic) or await self.partitions_for(topic)
-        if partition is not None and not 0 <= partition < n:
-            assert self._sender is not None
-            n = self._in_range(topic, partition, await self._sender.refresh(topic))
-        return n
+    async def _refresh_for(self, topic: str, partition: int) -> int:
+        assert self._sender is not None
+        return self._in_range(topic, partition, await self._sender.refresh(topic))
 
     async def send(
         self,
@@ -118,7 +112,12 @@ class AsyncProducer(ProducerBase):
         headers: Headers | None = None,
         on_delivery: DeliveryCallback | None = None,
     ) -> DeliveryFuture:
-        n = await self._partitions(topic, partition)
+        # Inline, as in Producer.send: a helper coroutine per record measured ~100 ns (7%).
+        if self._closed:
+            raise ProducerClosed(CLOSED)
+        n = self._partition_counts.get(topic) or await self.partitions_for(topic)
+        if partition is not None and not 0 <= partition < n:
+            n = await self._refresh_for(topic, partition)
         if not self._acc.has_space():
             await self._wait_for_space()
         future = self._acc.append(
@@ -145,7 +144,11 @@ class AsyncProducer(ProducerBase):
         timestamp: int | None = None,
     ) -> DeliveryReport:
         """Queue many null-key records at once; see :meth:`Producer.send_many`."""
-        n = await self._partitions(topic, partition)
+        if self._closed:
+            raise ProducerClosed(CLOSED)
+        n = self._partition_counts.get(topic) or await self.partitions_for(topic)
+        if partition is not None and not 0 <= partition < n:
+            n = await self._refresh_for(topic, partition)
         ts = int(now() * 1000) if timestamp is None else timestamp
         spans: list[tuple[ProducerBatch, int, int]] = []
         it = iter(values)
