@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from app.client.errors import BufferFull
-from app.client.producer import ProducerConfig, _Accumulator, _Batch
+from app.client.producer.accumulator import RecordAccumulator as _Accumulator
+from app.client.producer.batch import ProducerBatch as _Batch
+from app.client.producer.config import ProducerConfig
 from app.client.types import TopicPartition
 from app.common.batch import validate_batches
 

@@ -1,0 +1,255 @@
+"""Producer: the blocking, thread-safe facade; the sender runs on a loop in its own thread.
+
+Owns the background thread ``logbus-producer`` and its event loop (created with
+the producer, closed when the thread ends), and the blocking forms of the
+operations: ``send`` and ``send_many`` block only for a topic's first metadata
+lookup and for back-pressure, each up to ``max_block_ms``; ``flush`` and
+``close`` wait on the batches' events.
+
+Concurrency: any number of caller threads call ``send``, ``send_many`` and
+``flush``; everything that touches the sender hops onto its loop
+(``call_soon_threadsafe``, ``run_coroutine_threadsafe``). A burst of batches
+posts one wake-up at a time (``_wake_pending``). Callbacks run on the sender
+thread, where ``flush`` would wait for itself and so refuses to run.
+
+The hot path is ``send`` of a null-key record without headers or callback into
+the topic's open sticky batch: one lock, one dict lookup and one encode, with
+the bound methods it needs looked up once in ``__init__``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Iterable
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+from app.client._cluster import Bootstrap
+from app.client.errors import ProducerClosed
+from app.client.producer.base import CLOSED, ProducerBase, now
+from app.client.producer.batch import NO_HEADERS, DeliveryCallback, Headers
+from app.client.producer.delivery import DeliveryFuture, DeliveryReport
+
+log = logging.getLogger(__name__)
+
+
+class Producer(ProducerBase):
+    """Thread-safe blocking producer. ``send`` returns at once with a :class:`DeliveryFuture`.
+
+    >>> with Producer("http://127.0.0.1:8080", linger_ms=5) as p:   # doctest: +SKIP
+    ...     p.send("orders", b"payload", key=b"user-1").result(timeout=10)
+
+    ``send`` blocks only to learn a topic's partition count (once per topic)
+    and when ``buffer_memory`` bytes are waiting (back-pressure), each for at
+    most ``max_block_ms``; then it raises :class:`~app.client.errors.BufferFull`.
+    Idempotence is on whenever the broker offers ``POST /producers`` (see
+    :mod:`app.client.producer`). Callbacks and future callbacks run on the sender
+    thread: keep them short.
+    """
+
+    def __init__(
+        self,
+        url: Bootstrap,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        **config: Any,
+    ) -> None:
+        super().__init__(url, config)
+        self._loop = asyncio.new_event_loop()
+        self._wake_pending = False
+        self._wake_lock = threading.Lock()
+        # Bound once: send's fast path runs a million times a second.
+        self._acquire = self._acc.lock.acquire
+        self._release = self._acc.lock.release
+        self._sticky_get = self._acc.sticky_batch.get
+        started = threading.Event()
+        self._start_error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._run, args=(transport, started), name="logbus-producer", daemon=True
+        )
+        self._thread.start()
+        started.wait()
+        if self._start_error is not None:
+            self._thread.join()
+            raise self._start_error
+
+    def _run(self, transport: httpx.AsyncBaseTransport | None, started: threading.Event) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_until_complete(self._main(transport, started))
+        finally:
+            self._loop.close()
+
+    async def _main(
+        self, transport: httpx.AsyncBaseTransport | None, started: threading.Event
+    ) -> None:
+        async with self._client(transport) as client:
+            try:
+                self._sender = self._new_sender(client)
+            except BaseException as exc:
+                self._start_error = exc
+                started.set()
+                return
+            started.set()
+            try:
+                await self._sender.run()
+            except Exception as exc:
+                # A bug in the sender must not leave send() queueing into the void.
+                log.exception("the producer's sender stopped")
+                self._closed = True
+                failure = ProducerClosed(f"the producer's sender failed: {exc!r}")
+                failure.__cause__ = exc
+                self._acc.fail_all(failure)
+
+    def _notify(self) -> None:
+        # One wake-up in the loop's queue at a time: a burst of sealed batches needs one drain.
+        with self._wake_lock:
+            if self._wake_pending:
+                return
+            self._wake_pending = True
+        with contextlib.suppress(RuntimeError):  # loop already closed
+            self._loop.call_soon_threadsafe(self._wake)
+
+    def _wake(self) -> None:
+        with self._wake_lock:
+            self._wake_pending = False
+        if self._sender is not None:
+            self._sender.wake()
+
+    def _on_loop(self, coro: Any, timeout: float) -> Any:
+        if self._acc.closed or not self._thread.is_alive():
+            coro.close()
+            raise ProducerClosed(self._acc.closed_reason or CLOSED)
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    def partitions_for(self, topic: str) -> int:
+        """The topic's partition count (cached; the first call asks the broker)."""
+        n = self._partition_counts.get(topic)
+        if n is None:
+            assert self._sender is not None
+            try:
+                n = int(self._on_loop(self._sender.refresh(topic), self.config.max_block_ms / 1000))
+            except TimeoutError:
+                raise self._no_metadata(topic) from None
+        return n
+
+    def send(
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        *,
+        partition: int | None = None,
+        timestamp: int | None = None,
+        headers: Headers | None = None,
+        on_delivery: DeliveryCallback | None = None,
+    ) -> DeliveryFuture:
+        """Queue one record; ``on_delivery(metadata, None)`` or ``(None, error)`` runs once it is answered."""
+        ts: float = now() * 1000.0 if timestamp is None else timestamp
+        if key is None and partition is None and headers is None and on_delivery is None:
+            # The common case, a null-key record into the topic's open sticky batch,
+            # costs one lock and one encode; anything else takes the general path.
+            # (acquire/try/release measured ~100 ns here against ~270 ns for a with block.)
+            # Back-pressure needs no check here: the open batch is bounded by
+            # batch_size, and the general path blocks before opening the next one.
+            self._acquire()
+            try:
+                batch = self._sticky_get(topic)
+                if batch is not None:
+                    index = batch.count
+                    if batch.append(index, ts, None, value, NO_HEADERS) is not None:
+                        batch.count = index + 1
+                        return DeliveryFuture(batch, index, ts)
+            finally:
+                self._release()
+        if self._closed or self._acc.closed:
+            raise ProducerClosed(self._acc.closed_reason or CLOSED)
+        n = self._partition_counts.get(topic) or self.partitions_for(topic)
+        if partition is not None and not 0 <= partition < n:
+            n = self._refresh_for(topic, partition)
+        return self._acc.append(
+            topic,
+            partition,
+            n,
+            key,
+            value,
+            headers,
+            ts,
+            on_delivery,
+            self.config.max_block_ms / 1000,
+        )
+
+    def send_many(
+        self,
+        topic: str,
+        values: Iterable[bytes | None],
+        *,
+        partition: int | None = None,
+        timestamp: int | None = None,
+    ) -> DeliveryReport:
+        """Queue many null-key records at once (the sticky partitioner, or ``partition``).
+
+        The same batching, linger, retries and back-pressure as ``send``, at a
+        fraction of its per-record cost: no lock, lookup or future per record.
+        All records share ``timestamp`` (default: now).
+        """
+        if self._closed:
+            raise ProducerClosed(CLOSED)
+        n = self._partition_counts.get(topic) or self.partitions_for(topic)
+        if partition is not None and not 0 <= partition < n:
+            n = self._refresh_for(topic, partition)
+        ts = int(now() * 1000) if timestamp is None else timestamp
+        spans, _ = self._acc.append_many(
+            topic, partition, n, iter(values), ts, self.config.max_block_ms / 1000
+        )
+        return DeliveryReport(topic, spans, ts)
+
+    def _refresh_for(self, topic: str, partition: int) -> int:
+        assert self._sender is not None
+        n = int(self._on_loop(self._sender.refresh(topic), self.config.max_block_ms / 1000))
+        return self._in_range(topic, partition, n)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Send everything buffered now (ignoring linger) and wait until every record is answered."""
+        if threading.current_thread() is self._thread:
+            # The sender thread answers the batches flush would wait for.
+            raise RuntimeError("flush() cannot be called from a delivery callback")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            for batch in self._acc.begin_flush():
+                remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+                if not batch.wait(remaining):
+                    raise TimeoutError(f"flush did not finish within {timeout} s")
+        finally:
+            self._acc.end_flush()
+
+    def close(self, timeout: float | None = None) -> None:
+        """Deliver what is buffered (up to ``timeout``), then stop; what is left fails with ProducerClosed."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if threading.current_thread() is not self._thread:
+                with contextlib.suppress(TimeoutError):
+                    self.flush(timeout)
+        finally:
+            self._fail_unsent()
+            if self._sender is not None and not self._loop.is_closed():
+                with contextlib.suppress(RuntimeError):
+                    self._loop.call_soon_threadsafe(self._sender.stop)
+            if threading.current_thread() is not self._thread:
+                self._thread.join(timeout)
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
