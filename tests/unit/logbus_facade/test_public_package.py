@@ -1,4 +1,8 @@
-"""``logbus`` is the SDK's import name: the same classes as ``app.client``, nothing of the core."""
+"""``logbus`` is the SDK's import name: the same classes as ``app.client``, nothing of the core.
+
+This directory is not named ``logbus``: pytest puts test directories on ``sys.path``, and
+one named like the package would shadow it.
+"""
 
 from __future__ import annotations
 
