@@ -30,16 +30,19 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import httpx
 import orjson
 import pytest
 from cluster import Cluster
-from conftest import ClusterFactory
 from test_e2e_cluster import create_topic, read_replica, wait_isr
 
 from app.common.batch import decode_records
 from app.core.replication.auth import HEADER
+
+if TYPE_CHECKING:
+    from conftest import ClusterFactory
 
 pytestmark = pytest.mark.timeout(300)
 
