@@ -9,7 +9,7 @@ HOST     ?= 127.0.0.1
 PORT     ?= 8080
 DATA_DIR ?= ./data
 
-.PHONY: install run cluster test lint unit bench clean openapi java curl redis-server zookeeper pipeline
+.PHONY: install run cluster test lint unit bench clean openapi java curl wrk redis-server zookeeper pipeline
 
 # $(call apt,COMMAND,PACKAGE): install PACKAGE from Debian when COMMAND is missing (root only).
 apt = @command -v $(1) >/dev/null || { \
@@ -54,6 +54,10 @@ redis-server:
 curl:
 	$(call apt,curl,curl)
 
+# HTTP load for bench/http_edge.py (small requests at many connections).
+wrk:
+	$(call apt,wrk,wrk)
+
 # Spark (the `spark` extra, tests/e2e/test_e2e_spark.py, `make pipeline`) runs on Java 17;
 # installed when missing (root only).
 java:
@@ -69,7 +73,7 @@ zookeeper: java
 pipeline: install java
 	$(PY) -m pipelines.clicks_sessions
 
-bench: install redis-server java zookeeper
+bench: install redis-server wrk java zookeeper
 	$(PY) -m bench.run
 
 openapi: install

@@ -82,6 +82,7 @@ def rows(r: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     out += _later_rows(r)
     out += _cluster_rows(r)
     out += _robustness_rows(r)
+    out += _edge_rows(r)
     if xadd:
         out.append(
             ("Redis Streams XADD, pipelined 1,000 (baseline)", f"{_num(xadd)} records/s", "", "")
@@ -296,6 +297,38 @@ def _robustness_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     ]
 
 
+EDGE_NAMES = {
+    "produce_1_keyed": "1 keyed JSON record per request, acks=1",
+    "produce_1_unkeyed": "1 unkeyed JSON record per request, acks=1",
+    "produce_10": "10 keyed JSON records per request",
+    "produce_100": "100 keyed JSON records per request",
+    "fetch_small": "JSON fetch of ~20 records",
+}
+
+
+def _edge_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """Small requests under wrk (issue #14), against the same run's /healthz."""
+    e = r.get("http_edge")
+    if not e:
+        return []
+    out: list[tuple[str, str, str, str]] = []
+    for key in sorted(k for k in e if k.startswith("c")):
+        at, conns = e[key], key[1:]
+        floor = at["healthz"]
+        for name, label in EDGE_NAMES.items():
+            f = at[name]
+            out.append(
+                (
+                    f"HTTP edge, wrk {conns} connections: {label}",
+                    f"{_num(f['requests_per_s'])} req/s, p50 {f['p50_ms']} ms, "
+                    f"p99 {f['p99_ms']} ms",
+                    f"/healthz: {_num(floor['requests_per_s'])} req/s",
+                    f"{f['ratio_to_healthz']}x",
+                )
+            )
+    return out
+
+
 def table(r: dict[str, Any]) -> str:
     lines = ["| figure | Logbus | baseline / goal | ratio |", "| --- | --- | --- | --- |"]
     lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows(r)]
@@ -364,6 +397,10 @@ How each figure is taken:
   the time from the kill until a write sent after it is acknowledged (and
   until `/metadata` on a survivor names a new leader); the broker is
   restarted and back in the ISR before the next kill.
+- HTTP edge: `python -m bench.http_edge` — `wrk -t2` at 8 and 64 keep-alive
+  connections, 10 s per figure, against one broker with default settings:
+  `/healthz` (the same run's baseline), one-record JSON produce keyed and
+  unkeyed, 10 and 100 records per request, a JSON fetch of ~20 records.
 - robustness: `python -m bench.robustness` — one broker with default limits;
   5,000 idle connections, 1,000 clients trickling a request head a byte a
   second, 1,000 WebSocket subscribers that never read, each held while a

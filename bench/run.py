@@ -61,6 +61,7 @@ def collect(quick: bool) -> dict[str, Any]:
     common.warm_memory()
     _section("cluster", lambda: cluster.run(runs=runs, quick=quick), results)
     _section("robustness", lambda: _robustness(quick), results)
+    _section("http_edge", lambda: _http_edge(quick), results)
     return results
 
 
@@ -70,8 +71,17 @@ def _robustness(quick: bool) -> dict[str, Any]:
     return robustness.run()
 
 
+def _http_edge(quick: bool) -> dict[str, Any]:
+    from bench import http_edge
+
+    return http_edge.run(seconds=5 if quick else 10)
+
+
 # Sections that carry their own baseline, so they can be rerun alone (--only).
-SECTIONS: dict[str, Callable[[bool], dict[str, Any]]] = {"robustness": _robustness}
+SECTIONS: dict[str, Callable[[bool], dict[str, Any]]] = {
+    "robustness": _robustness,
+    "http_edge": _http_edge,
+}
 
 
 def main() -> None:

@@ -1,0 +1,136 @@
+"""Small HTTP requests at the edge: what many concurrent one-event-per-request clients see.
+
+``python -m bench.http_edge`` prints the figures as JSON; ``run()`` returns them. One
+``logbus serve`` with default settings, loaded by ``wrk`` (Debian's package; ``make
+bench`` installs it) on keep-alive connections, 2 threads, for ``seconds`` per figure,
+at 8 and at 64 connections:
+
+* ``healthz``: ``GET /healthz``, the framework's own floor and this section's baseline;
+* ``produce_1_keyed`` / ``produce_1_unkeyed``: ``POST /topics/edge/records`` with one JSON
+  record (a key, or none), ``acks=1``;
+* ``produce_10`` / ``produce_100``: the same with 10 and 100 keyed records per request;
+* ``fetch_small``: ``GET`` a JSON fetch of about 20 records.
+
+Each figure is requests/s with wrk's latency p50 and p99 (ms); ``ratio_to_healthz`` is
+the same run's requests/s over ``/healthz``'s. The broker, wrk and the Lua request
+scripts share this machine's cores, as a user's laptop run would.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.common import broker_process
+
+CONNECTIONS = (8, 64)
+TOPIC = "edge"
+
+
+def _records(n: int, keyed: bool = True) -> str:
+    body = {
+        "records": [
+            ({"key": f"user-{i}"} if keyed else {}) | {"value": {"page": "/cart", "n": i}}
+            for i in range(n)
+        ]
+    }
+    return json.dumps(body)
+
+
+def _lua(path: Path, method: str, body: str | None) -> Path:
+    script = [f'wrk.method = "{method}"']
+    if body is not None:
+        script += [
+            f"wrk.body = {json.dumps(body)}",
+            'wrk.headers["Content-Type"] = "application/json"',
+        ]
+    path.write_text("\n".join(script) + "\n")
+    return path
+
+
+_UNITS = {"us": 0.001, "ms": 1.0, "s": 1000.0}
+
+
+def _ms(text: str) -> float:
+    number, unit = re.fullmatch(r"([\d.]+)(us|ms|s)", text).groups()  # type: ignore[union-attr]
+    return round(float(number) * _UNITS[unit], 3)
+
+
+def _wrk(url: str, script: Path, connections: int, seconds: int) -> dict[str, Any]:
+    out = subprocess.run(
+        [
+            "wrk",
+            "-t2",
+            f"-c{connections}",
+            f"-d{seconds}s",
+            "--latency",
+            "-s",
+            str(script),
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    latency = dict(re.findall(r"^\s+(50|99)%\s+(\S+)$", out, flags=re.M))
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    return {
+        "requests_per_s": round(float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))),  # type: ignore[union-attr]
+        "p50_ms": _ms(latency["50"]),
+        "p99_ms": _ms(latency["99"]),
+        "non_2xx": int(errors.group(1)) if errors else 0,
+    }
+
+
+def run(seconds: int = 10) -> dict[str, Any]:
+    if shutil.which("wrk") is None:
+        raise RuntimeError("wrk is missing: apt-get install wrk (make bench does)")
+    scripts = Path(tempfile.mkdtemp(prefix="logbus-edge-"))
+    results: dict[str, Any] = {"seconds": seconds}
+    try:
+        with broker_process() as (url, _pid):
+            with httpx.Client(base_url=url, timeout=30) as client:
+                client.post("/topics", json={"name": TOPIC, "partitions": 4}).raise_for_status()
+                for _ in range(10):
+                    client.post(
+                        f"/topics/{TOPIC}/partitions/0/records",
+                        content=_records(10),
+                        headers={"content-type": "application/json"},
+                    ).raise_for_status()
+            produce = f"{url}/topics/{TOPIC}/records?acks=1"
+            cases = {
+                "healthz": (f"{url}/healthz", _lua(scripts / "get.lua", "GET", None)),
+                "produce_1_keyed": (produce, _lua(scripts / "p1k.lua", "POST", _records(1))),
+                "produce_1_unkeyed": (
+                    produce,
+                    _lua(scripts / "p1u.lua", "POST", _records(1, keyed=False)),
+                ),
+                "produce_10": (produce, _lua(scripts / "p10.lua", "POST", _records(10))),
+                "produce_100": (produce, _lua(scripts / "p100.lua", "POST", _records(100))),
+                "fetch_small": (
+                    f"{url}/topics/{TOPIC}/partitions/0/records?offset=60&max_bytes=2048",
+                    _lua(scripts / "fetch.lua", "GET", None),
+                ),
+            }
+            for connections in CONNECTIONS:
+                at: dict[str, Any] = {}
+                for name, (target, script) in cases.items():
+                    at[name] = _wrk(target, script, connections, seconds)
+                floor = at["healthz"]["requests_per_s"]
+                for figure in at.values():
+                    figure["ratio_to_healthz"] = round(figure["requests_per_s"] / floor, 2)
+                results[f"c{connections}"] = at
+    finally:
+        shutil.rmtree(scripts, ignore_errors=True)
+    return results
+
+
+if __name__ == "__main__":
+    print(json.dumps(run(), indent=2))
