@@ -202,7 +202,8 @@ class GroupCoordinator:
                     member.timer = None
 
     def load(self) -> None:
-        """Replay every ``__consumer_offsets`` partition from its start (blocking)."""
+        """Replay every ``__consumer_offsets`` partition from its start (blocking); :meth:`start`
+        then restores the members' subscriptions and sessions on the loop."""
         self.runtime.load()
 
     def _on_loaded(self, groups: Iterable[Group]) -> None:

@@ -135,8 +135,8 @@ class Group:
     # Wall-clock ms when the group last became empty: offsets retention counts from here.
     empty_since_ms: int = 0
     has_metadata_record: bool = False
-    # Members whose record must be rewritten, and removed ones to tombstone, at the
-    # next _persist: one heartbeat writes what it changed, not the whole group.
+    # Members whose record must be rewritten, and removed ones to tombstone, at the next
+    # CoordinatorRuntime.persist: one heartbeat writes what it changed, not the whole group.
     dirty: set[str] = field(default_factory=set)
     tombstones: set[str] = field(default_factory=set)
 

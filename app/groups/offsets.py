@@ -96,6 +96,8 @@ class OffsetStore:
     async def commit_offsets(
         self, group_id: str, member_id: str, member_epoch: int, offsets: Sequence[OffsetCommit]
     ) -> list[CommittedOffset]:
+        """OffsetCommit: ``member_epoch`` -1 for a commit from outside the group (only
+        while it has no members), else the member's current epoch."""
         self.rt.check_loaded()
         validate_group_id(group_id)
         await self.rt.ensure_topic()
@@ -125,6 +127,8 @@ class OffsetStore:
     def write_offsets(
         self, group_id: str, offsets: Sequence[OffsetCommit]
     ) -> list[CommittedOffset]:
+        """Check and append ``offsets`` (callers have checked the membership), then
+        cache them; the answer waits for replication in the caller."""
         if not offsets:
             return []
         for c in offsets:

@@ -157,11 +157,11 @@ class CoordinatorRuntime:
         groups: dict[str, Group] = {}
         count = self.placement.partition_count(OFFSETS_TOPIC)
         for partition in range(count):
-            self.replay_log(groups, partition, self.placement.offsets_log(partition))
+            self._replay_log(groups, partition, self.placement.offsets_log(partition))
         self.groups = self._finish_load(groups)
         log.info("loaded %d groups from %s", len(self.groups), OFFSETS_TOPIC)
 
-    def replay_log(self, groups: dict[str, Group], partition: int, part_log: Log) -> None:
+    def _replay_log(self, groups: dict[str, Group], partition: int, part_log: Log) -> None:
         """Replay one partition's log into ``groups`` (blocking: run in a worker thread)."""
         offset = part_log.log_start_offset
         end = part_log.log_end_offset
@@ -190,7 +190,10 @@ class CoordinatorRuntime:
             offset = next_offset
 
     def _finish_load(self, groups: dict[str, Group]) -> dict[str, Group]:
-        """Derived state of replayed groups; the groups worth keeping."""
+        """Derived state of replayed groups (owners, static ids); the groups worth keeping.
+
+        Members' resolved subscriptions and timers are not set here: the membership's
+        ``restore`` does that on the loop once the groups are installed."""
         for group in groups.values():
             for member in group.members.values():
                 if member.instance_id is not None:
@@ -237,7 +240,7 @@ class CoordinatorRuntime:
             try:
                 part_log = self.placement.offsets_log(partition)
                 groups: dict[str, Group] = {}
-                await asyncio.to_thread(self.replay_log, groups, partition, part_log)
+                await asyncio.to_thread(self._replay_log, groups, partition, part_log)
                 break
             except NotLeaderOrFollower:
                 return  # leadership went; its listener call unloads
