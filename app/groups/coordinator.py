@@ -81,6 +81,7 @@ from app.groups.model import (
     Member,
     MemberState,
     TopicPartition,
+    cancel_timers,
     validate_group_id,
     wall_ms,
 )
@@ -196,10 +197,7 @@ class GroupCoordinator:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         for group in rt.groups.values():
-            for member in group.members.values():
-                if member.timer is not None:
-                    member.timer.cancel()
-                    member.timer = None
+            cancel_timers(group)
 
     def load(self) -> None:
         """Replay every ``__consumer_offsets`` partition from its start (blocking); :meth:`start`
