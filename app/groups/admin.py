@@ -1,0 +1,207 @@
+"""Admin operations on groups: list, describe, delete, reset offsets.
+
+What Kafka's admin client asks a group coordinator (ListGroups, DescribeGroups,
+DeleteGroups, and the offsets reset of ``kafka-consumer-groups.sh``). They read the
+runtime's cache and change it only through the offset store, with the same rules
+for every caller: a group with members is neither deleted nor reset (NON_EMPTY_GROUP).
+The HTTP shapes returned here are what ``app.api.routers.groups`` answers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from app.common.errors import (
+    CoordinatorLoadInProgress,
+    GroupIdNotFound,
+    InvalidRequest,
+    NonEmptyGroup,
+    UnknownTopicOrPartition,
+)
+from app.groups.hashing import partition_for
+from app.groups.membership import MembershipManager
+from app.groups.model import Group, GroupState, MemberState, TopicPartition, validate_group_id
+from app.groups.offsets import CommittedOffset, OffsetCommit, OffsetStore, check_committable
+from app.groups.placement import OFFSETS_TOPIC
+from app.groups.runtime import CoordinatorRuntime
+
+
+def group_by_topic(tps: Iterable[TopicPartition]) -> list[dict[str, Any]]:
+    """``[{"topic", "partitions": [...]}]``, topics and partitions sorted."""
+    by_topic: dict[str, list[int]] = {}
+    for t, p in sorted(tps):
+        by_topic.setdefault(t, []).append(p)
+    return [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]
+
+
+class GroupAdmin:
+    """The admin operations, over the runtime's cache, the membership state machine (for
+    members' states) and the offset store (for the writes)."""
+
+    def __init__(
+        self, runtime: CoordinatorRuntime, membership: MembershipManager, offsets: OffsetStore
+    ) -> None:
+        self.rt = runtime
+        self.membership = membership
+        self.offsets = offsets
+
+    def state_of(self, group: Group) -> GroupState:
+        """Empty, Assigning (target behind the group epoch), Reconciling, or Stable."""
+        if not group.members:
+            return GroupState.EMPTY
+        if group.assignment_epoch < group.group_epoch:
+            return GroupState.ASSIGNING
+        for m in group.members.values():
+            if (
+                m.member_epoch != group.assignment_epoch
+                or self.membership.member_state(group, m) != MemberState.STABLE
+            ):
+                return GroupState.RECONCILING
+        return GroupState.STABLE
+
+    def list_groups(self) -> list[dict[str, Any]]:
+        """The groups this broker coordinates (in a cluster: of the offsets partitions it
+        leads; COORDINATOR_LOAD_IN_PROGRESS while one of them is loading, as Kafka)."""
+        self.rt.check_loaded()
+        loading = self.rt.loading
+        if loading:
+            raise CoordinatorLoadInProgress(
+                f"loading the groups of {OFFSETS_TOPIC} partitions {loading}; retry shortly"
+            )
+        return [
+            {
+                "group": g.group_id,
+                "state": self.state_of(g).value,
+                "protocol_type": "consumer",
+                "members": len(g.members),
+                "group_epoch": g.group_epoch,
+            }
+            for g in sorted(self.rt.groups.values(), key=lambda g: g.group_id)
+        ]
+
+    def _get(self, group_id: str) -> Group:
+        self.rt.check_loaded()
+        validate_group_id(group_id)
+        self.rt.route(group_id)
+        group = self.rt.groups.get(group_id)
+        if group is None:
+            raise GroupIdNotFound(group_id)
+        return group
+
+    def describe_group(self, group_id: str) -> dict[str, Any]:
+        group = self._get(group_id)
+        offsets = []
+        for (t, p), v in sorted(group.offsets.items()):
+            # As this broker's replica knows it (in a cluster a follower's may trail its
+            # leader's by a fetch); null where this broker holds no replica.
+            plog = self.rt.placement.local_log(t, p)
+            hw = None if plog is None else plog.high_watermark
+            offsets.append(
+                {
+                    "topic": t,
+                    "partition": p,
+                    "offset": v.offset,
+                    "leader_epoch": v.leader_epoch,
+                    "metadata": v.metadata,
+                    "commit_timestamp": v.commit_timestamp,
+                    "high_watermark": hw,
+                    "lag": None if hw is None else max(0, hw - v.offset),
+                }
+            )
+        return {
+            "group": group.group_id,
+            "state": self.state_of(group).value,
+            "protocol_type": "consumer",
+            "group_epoch": group.group_epoch,
+            "assignment_epoch": group.assignment_epoch,
+            "assignor": group.assignor,
+            "coordinator": {
+                "node_id": self.rt.config.node_id,
+                "url": self.rt.config.url,
+                "partition": partition_for(group.group_id, self.rt.num_partitions()),
+            },
+            "members": [
+                {
+                    "member_id": m.member_id,
+                    "instance_id": m.instance_id,
+                    "member_epoch": m.member_epoch,
+                    "state": self.membership.member_state(group, m).value,
+                    "subscribed_topics": m.subscribed_topics,
+                    "subscribed_topic_regex": m.subscribed_regex,
+                    "server_assignor": m.server_assignor,
+                    "assignment": group_by_topic(m.assigned),
+                    "pending_revocation": group_by_topic(m.revoking),
+                    "target_assignment": group_by_topic(group.target.get(m.member_id, ())),
+                }
+                for m in sorted(group.members.values(), key=lambda m: m.member_id)
+            ],
+            "offsets": offsets,
+        }
+
+    async def delete_group(self, group_id: str) -> None:
+        group = self._get(group_id)
+        await self.rt.ensure_topic()
+        # Checked after the await: a member may have joined (or leadership moved) meanwhile.
+        partition = self.rt.route(group_id)
+        if self.rt.groups.get(group_id) is not group:
+            raise GroupIdNotFound(group_id)
+        if group.members:
+            raise NonEmptyGroup(group_id, len(group.members), "deleting it")
+        self.offsets.drop(group)
+        await self.rt.replicated(group_id, partition)
+
+    async def reset_offsets(
+        self,
+        group_id: str,
+        topic: str,
+        to: str,
+        *,
+        partitions: Sequence[int] | None = None,
+        value: int | None = None,
+    ) -> list[CommittedOffset]:
+        """Set an empty group's offsets on ``topic`` to earliest, latest, the first offset
+        at or after a timestamp (``value`` ms), or ``value`` clamped to the log's range."""
+        self.rt.check_loaded()
+        validate_group_id(group_id)
+        if to not in ("earliest", "latest", "timestamp", "offset"):
+            raise InvalidRequest(f"to must be earliest, latest, timestamp or offset, not {to!r}")
+        if to in ("timestamp", "offset") and value is None:
+            raise InvalidRequest(f"resetting to {to} needs a value")
+        check_committable(topic)
+        count = self.rt.placement.partition_count(topic)
+        parts = sorted(set(range(count) if partitions is None else partitions))
+        for p in parts:
+            if not 0 <= p < count:
+                raise UnknownTopicOrPartition(topic, p)
+        await self.rt.ensure_topic()
+        partition = self.rt.route(group_id)
+        group = self.rt.groups.get(group_id)
+        if group is not None and group.members:
+            raise NonEmptyGroup(group_id, len(group.members), "resetting offsets")
+        commits = []
+        for p in parts:
+            plog = self.rt.placement.local_log(topic, p)
+            if plog is None:
+                # Cluster mode: the offsets of a partition held elsewhere are its leader's.
+                raise InvalidRequest(
+                    f"{topic}-{p} has no replica on this broker (the group's coordinator), "
+                    "so its offsets are not known here: look them up at its leader "
+                    f"(GET /topics/{topic}/partitions/{p}/offsets) and commit them with "
+                    "member_epoch -1"
+                )
+            if to == "earliest":
+                offset = plog.log_start_offset
+            elif to == "latest":
+                offset = plog.high_watermark
+            elif to == "timestamp":
+                assert value is not None
+                found = plog.offset_for_timestamp(value)
+                offset = plog.high_watermark if found is None else found[0]
+            else:
+                assert value is not None
+                offset = min(max(value, plog.log_start_offset), plog.high_watermark)
+            commits.append(OffsetCommit(topic, p, offset))
+        done = self.offsets.write_offsets(group_id, commits)
+        await self.rt.replicated(group_id, partition)
+        return done

@@ -1,0 +1,314 @@
+"""The offset store: committed offsets of every group, in ``__consumer_offsets``.
+
+What it owns (Kafka's OffsetMetadataManager):
+
+* **Commit** (:meth:`OffsetStore.commit_offsets`): a member commits at its current
+  epoch (a newer one is fenced, an older one stale); a simple consumer or an admin
+  tool commits with epoch -1 only while the group has no members. Offsets are checked
+  (partition exists, not negative, metadata at most 4,096 bytes, not an internal
+  topic), written as ``OffsetKey``/``OffsetValue`` records, and answered once every
+  in-sync replica holds them.
+* **Fetch**: what is committed; for topics named, every partition (-1 where none).
+* **Deletion with a topic** (:meth:`OffsetStore.topic_deleted`): tombstones for every
+  group coordinated here, also for groups loaded later (``forget_deleted``).
+* **Expiration**: offsets of empty groups past ``offsets.retention.ms``, counted from
+  the commit or from when the group became empty, whichever is later; a group left
+  with nothing is dropped. A task runs it every retention check interval.
+
+The offsets live in each group's ``offsets`` (:class:`app.groups.model.Group`), the
+runtime's cache; writes go through :meth:`CoordinatorRuntime.append`.
+Concurrency: on the event loop, no await between a check and the change it guards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from app.common.errors import (
+    CoordinatorNotAvailable,
+    FencedMemberEpoch,
+    InvalidRequest,
+    InvalidTopic,
+    LogbusError,
+    NotCoordinator,
+    StaleMemberEpoch,
+    UnknownMemberId,
+    UnknownTopicOrPartition,
+)
+from app.groups.model import Group, TopicPartition, validate_group_id
+from app.groups.placement import INTERNAL_TOPICS, OFFSETS_TOPIC
+from app.groups.records import GroupKey, OffsetKey, OffsetValue, encode_key, encode_value
+from app.groups.runtime import CoordinatorRuntime
+
+log = logging.getLogger(__name__)
+
+# Kafka's offset.metadata.max.bytes
+OFFSET_METADATA_MAX_BYTES = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommit:
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int = -1
+    metadata: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedOffset:
+    topic: str
+    partition: int
+    offset: int  # -1 when nothing is committed
+    leader_epoch: int
+    metadata: str
+    commit_timestamp: int
+
+
+def check_committable(topic: str) -> None:
+    """Offsets of internal topics are the broker's business only.
+
+    INVALID_TOPIC_EXCEPTION, not TOPIC_AUTHORIZATION_FAILED: Logbus has no ACLs, so no
+    principal could ever be authorized and an authorization error would send a client
+    looking for permissions that do not exist; the request is invalid for this topic
+    whoever sends it. It is also what Kafka and Logbus answer a produce to an internal
+    topic, so a client sees one error for "clients do not write here".
+    """
+    if topic in INTERNAL_TOPICS:
+        raise InvalidTopic(
+            topic, "it is internal to the broker; clients cannot commit offsets for it"
+        )
+
+
+class OffsetStore:
+    """Commit, fetch, delete and expire the offsets of the groups in the runtime's cache."""
+
+    def __init__(self, runtime: CoordinatorRuntime) -> None:
+        self.rt = runtime
+        # Cluster mode: topics seen deleted since start, with the wall-clock ms of the
+        # last deletion. Groups of an offsets partition loading at the time (or whose
+        # leader could not write the tombstones) forget those offsets once loaded here.
+        self._deleted_topics: dict[str, int] = {}
+
+    async def commit_offsets(
+        self, group_id: str, member_id: str, member_epoch: int, offsets: Sequence[OffsetCommit]
+    ) -> list[CommittedOffset]:
+        """OffsetCommit: ``member_epoch`` -1 for a commit from outside the group (only
+        while it has no members), else the member's current epoch."""
+        self.rt.check_loaded()
+        validate_group_id(group_id)
+        await self.rt.ensure_topic()
+        partition = self.rt.route(group_id)
+        group = self.rt.groups.get(group_id)
+        if member_epoch < 0:
+            # Simple consumers and admin tools commit without membership, only while
+            # no member could be consuming the same partitions.
+            if group is not None and group.members:
+                raise UnknownMemberId(group_id, member_id)
+        else:
+            member = group.members.get(member_id) if group is not None else None
+            if member is None or group is None or member.left_static:
+                # A static member that left (-2) commits no more under that id: its
+                # instance comes back under a new one.
+                raise UnknownMemberId(group_id, member_id)
+            if member_epoch > member.member_epoch:
+                raise FencedMemberEpoch(group_id, member_id, member_epoch, member.member_epoch)
+            if member_epoch < member.member_epoch:
+                raise StaleMemberEpoch(group_id, member_id, member_epoch, member.member_epoch)
+        done = self.write_offsets(group_id, offsets)
+        # Acknowledged only once every in-sync replica has it: a commit answered survives
+        # a coordinator failover (Kafka commits offsets with acks=all).
+        await self.rt.replicated(group_id, partition)
+        return done
+
+    def write_offsets(
+        self, group_id: str, offsets: Sequence[OffsetCommit]
+    ) -> list[CommittedOffset]:
+        """Check and append ``offsets`` (callers have checked the membership), then
+        cache them; the answer waits for replication in the caller."""
+        if not offsets:
+            return []
+        for c in offsets:
+            check_committable(c.topic)
+            if c.partition < 0 or c.partition >= self.rt.placement.partition_count(c.topic):
+                raise UnknownTopicOrPartition(c.topic, c.partition)
+            if c.offset < 0:
+                raise InvalidRequest(f"offset {c.offset} for {c.topic}-{c.partition} is negative")
+            if len(c.metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
+                raise InvalidRequest(
+                    f"offset metadata for {c.topic}-{c.partition} is over "
+                    f"{OFFSET_METADATA_MAX_BYTES} bytes (OFFSET_METADATA_TOO_LARGE)"
+                )
+        now = self.rt.clock_ms()
+        latest: dict[TopicPartition, OffsetValue] = {}
+        for c in offsets:
+            latest[(c.topic, c.partition)] = OffsetValue(c.offset, c.leader_epoch, c.metadata, now)
+        self.rt.append(
+            group_id,
+            [
+                (encode_key(OffsetKey(group_id, t, p)), encode_value(v))
+                for (t, p), v in latest.items()
+            ],
+        )
+        group = self.rt.groups.get(group_id)
+        if group is None:
+            group = self.rt.groups[group_id] = Group(group_id, empty_since_ms=now)
+        group.offsets.update(latest)
+        return [
+            CommittedOffset(t, p, v.offset, v.leader_epoch, v.metadata, v.commit_timestamp)
+            for (t, p), v in latest.items()
+        ]
+
+    async def fetch_committed_offsets(
+        self, group_id: str, topics: Sequence[str] | None = None
+    ) -> list[CommittedOffset]:
+        """:meth:`fetch_offsets`, answered once what it read is replicated (in cluster mode
+        a commit still waiting for its in-sync replicas is not reported before it counts)."""
+        self.rt.check_loaded()
+        validate_group_id(group_id)
+        partition = self.rt.route(group_id)
+        found = self.fetch_offsets(group_id, topics)
+        await self.rt.replicated(group_id, partition)
+        return found
+
+    def fetch_offsets(
+        self, group_id: str, topics: Sequence[str] | None = None
+    ) -> list[CommittedOffset]:
+        """Committed offsets; for topics named, every partition (-1 where none is committed)."""
+        self.rt.check_loaded()
+        validate_group_id(group_id)
+        self.rt.route(group_id)
+        group = self.rt.groups.get(group_id)
+        committed = group.offsets if group is not None else {}
+        if topics is None:
+            wanted = sorted(committed)
+        else:
+            wanted = []
+            for t in dict.fromkeys(topics):
+                try:
+                    count = self.rt.placement.partition_count(t)
+                except UnknownTopicOrPartition:
+                    count = 0
+                parts = set(range(count)) | {p for (ct, p) in committed if ct == t}
+                wanted.extend((t, p) for p in sorted(parts))
+        out = []
+        for tp in wanted:
+            v = committed.get(tp)
+            if v is None:
+                out.append(CommittedOffset(tp[0], tp[1], -1, -1, "", -1))
+            else:
+                out.append(
+                    CommittedOffset(
+                        tp[0], tp[1], v.offset, v.leader_epoch, v.metadata, v.commit_timestamp
+                    )
+                )
+        return out
+
+    # -- topic deletion --------------------------------------------------------------------
+
+    def topic_deleted(self, topic: str) -> None:
+        """Forget every committed offset of ``topic``, deleted: tombstones in
+        ``__consumer_offsets`` and out of the cache, for every group coordinated here.
+
+        Kafka deletes a topic's offsets with the topic; keeping them would start a
+        re-created topic of the same name at the old positions (records below them never
+        delivered). Called on the loop: in a cluster by the ReplicaManager's topic
+        listener on every broker (each coordinator clears its own groups, whichever
+        broker got the DELETE), on a lone broker by the DELETE itself. Members are not
+        touched here: their next heartbeat finds the topic gone and the group rebalances.
+        """
+        if topic == OFFSETS_TOPIC:
+            return
+        self._deleted_topics[topic] = self.rt.clock_ms()
+        self._forget_topics(list(self.rt.groups.values()), {topic: None})
+
+    def forget_deleted(self, groups: Iterable[Group]) -> None:
+        """Groups just loaded: forget offsets of topics deleted while their partition was
+        loading (or led elsewhere).
+
+        Only names seen deleted, never merely unknown ones (a topic created a moment ago
+        may not have reached this broker's metadata yet). A name created again since
+        keeps the offsets committed after the deletion (those are the new topic's)."""
+        existing = set(self.rt.placement.topics())
+        self._forget_topics(
+            groups,
+            {t: (at if t in existing else None) for t, at in self._deleted_topics.items()},
+        )
+
+    def _forget_topics(self, groups: Iterable[Group], topics: Mapping[str, int | None]) -> int:
+        """Tombstone the offsets of deleted ``topics``: all of them (None), or those
+        committed at or before the given wall-clock ms (the topic exists again)."""
+        if not topics:
+            return 0
+        removed = 0
+        for group in groups:
+            gone = sorted(
+                tp
+                for tp, v in group.offsets.items()
+                if tp[0] in topics and ((at := topics[tp[0]]) is None or v.commit_timestamp <= at)
+            )
+            if not gone:
+                continue
+            gid = group.group_id
+            try:
+                self.rt.append(gid, [(encode_key(OffsetKey(gid, t, p)), None) for t, p in gone])
+            except LogbusError as exc:
+                # Not written (leadership just moved, too few in-sync replicas): the next
+                # leader forgets them when it loads the group, having seen the deletion.
+                log.warning("offsets of deleted topics not tombstoned in %s: %s", gid, exc)
+            for tp in gone:
+                del group.offsets[tp]
+            removed += len(gone)
+        if removed:
+            log.info("forgot %d committed offsets of deleted topics %s", removed, sorted(topics))
+        return removed
+
+    async def expire_loop(self) -> None:
+        interval = self.rt.config.offsets_retention_check_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self.expire_offsets()
+            except Exception:  # a failed round must not end expiration for good
+                log.exception("offsets expiration failed")
+
+    def expire_offsets(self, now_ms: int | None = None) -> int:
+        """Tombstone offsets of empty groups past ``offsets.retention.minutes``; drop
+        groups left with nothing. Returns the number of offsets expired."""
+        now = self.rt.clock_ms() if now_ms is None else now_ms
+        retention = self.rt.config.offsets_retention_ms
+        expired = 0
+        for group in list(self.rt.groups.values()):
+            if group.members:
+                continue
+            gone = [
+                tp
+                for tp, v in group.offsets.items()
+                if now - max(v.commit_timestamp, group.empty_since_ms) >= retention
+            ]
+            try:
+                if gone:
+                    self.rt.append(
+                        group.group_id,
+                        [(encode_key(OffsetKey(group.group_id, t, p)), None) for t, p in gone],
+                    )
+                    for tp in gone:
+                        del group.offsets[tp]
+                    expired += len(gone)
+                if not group.offsets and now - group.empty_since_ms >= retention:
+                    self.drop(group)
+            except (NotCoordinator, CoordinatorNotAvailable) as exc:
+                # This group's partition cannot be written now; the others can.
+                log.warning("offsets of group %s not expired: %s", group.group_id, exc)
+        return expired
+
+    def drop(self, group: Group) -> None:
+        records: list[tuple[bytes, bytes | None]] = [
+            (encode_key(OffsetKey(group.group_id, t, p)), None) for t, p in group.offsets
+        ]
+        records.append((encode_key(GroupKey(group.group_id)), None))
+        self.rt.append(group.group_id, records)
+        self.rt.groups.pop(group.group_id, None)

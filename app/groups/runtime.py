@@ -1,0 +1,507 @@
+"""The coordinator runtime: which ``__consumer_offsets`` partitions this broker serves,
+loading them, and the records written to and replayed from them.
+
+Kafka's CoordinatorRuntime and its loader, for the group coordinator:
+
+* **Loading.** A lone broker replays every partition at start (:meth:`load`, in a
+  worker thread). In a cluster the broker loads a partition when it becomes its
+  leader (:meth:`on_leadership`, the ReplicaManager's listener) and forgets that
+  partition's groups when it stops leading it. A partition is ``loading`` then
+  ``loaded``; a per-partition generation lets a load started under an older
+  leadership notice and give up. Requests for a group are routed (:meth:`route`):
+  COORDINATOR_LOAD_IN_PROGRESS while its partition loads, NOT_COORDINATOR naming the
+  leader when another broker serves it.
+* **Records replayed.** :func:`_replay` applies one record (key and value in
+  :mod:`app.groups.records`, Kafka's layout) to the groups being rebuilt: offsets,
+  members with their epochs and assignments, group metadata, tombstones. A record it
+  cannot read is skipped: any client may produce to the topic.
+* **Records written.** :meth:`persist` writes a group's metadata and its changed
+  members as one batch; :meth:`append` is the one write path (also for offsets).
+  Writes go through the placement's append on the loop before a change is
+  answered; :meth:`replicated` then waits until every in-sync replica holds them
+  (acks=all), so what a client was told survives a failover. Alone, there is
+  nothing to wait for.
+
+Ownership: this object holds the group cache (``groups``) that the membership
+state machine (:mod:`app.groups.membership`), the offset store
+(:mod:`app.groups.offsets`) and the admin operations (:mod:`app.groups.admin`)
+read and change; it never decides a group's membership or offsets itself. When a
+partition's groups are installed it calls ``on_loaded`` (the facade wires it to
+restore the members' sessions and forget offsets of topics deleted meanwhile).
+
+Concurrency: everything runs on the event loop, except the replay of a log, which
+runs in a worker thread on a dict of its own and is installed on the loop.
+Placement (:mod:`app.groups.placement`) hides one broker versus a cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from app.common.batch import build_batch, decode_records, iter_headers
+from app.common.errors import (
+    CoordinatorLoadInProgress,
+    CoordinatorNotAvailable,
+    CorruptRecord,
+    InvalidRequest,
+    NotCoordinator,
+    NotEnoughReplicas,
+    NotLeaderOrFollower,
+    RequestTimedOut,
+    TopicAlreadyExists,
+)
+from app.groups.hashing import partition_for
+from app.groups.model import (
+    CoordinatorInfo,
+    Group,
+    GroupConfig,
+    Member,
+    cancel_timers,
+    validate_group_id,
+)
+from app.groups.placement import (
+    OFFSETS_TOPIC,
+    ClusterPlacement,
+    ClusterView,
+    LocalPlacement,
+    OffsetsPlacement,
+)
+from app.groups.records import (
+    GroupKey,
+    GroupValue,
+    MemberKey,
+    MemberValue,
+    OffsetKey,
+    OffsetValue,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+)
+
+if TYPE_CHECKING:
+    from app.core.log.log import Log
+    from app.core.log.manager import LogManager
+
+log = logging.getLogger(__name__)
+
+_READ_CHUNK = 1 << 20
+
+# Cluster mode: where an offsets partition led here stands.
+LOADING = "loading"
+LOADED = "loaded"
+
+
+class CoordinatorRuntime:
+    """The group cache, the offsets partitions it comes from, and the writes to them."""
+
+    def __init__(
+        self,
+        manager: LogManager,
+        config: GroupConfig,
+        cluster: ClusterView | None,
+        clock_ms: Callable[[], int],
+        monotonic: Callable[[], float],
+    ) -> None:
+        self.manager = manager
+        self.config = config
+        self.placement: OffsetsPlacement = (
+            LocalPlacement(manager, config.node_id, config.url)
+            if cluster is None
+            else ClusterPlacement(
+                cluster,
+                manager,
+                config.node_id,
+                config.url,
+                config.offsets_topic_replication_factor,
+            )
+        )
+        self.clock_ms = clock_ms
+        self.monotonic = monotonic
+        self.groups: dict[str, Group] = {}
+        # Set by the owner: called on the loop with the groups of a partition just loaded.
+        self.on_loaded: Callable[[Iterable[Group]], None] = lambda groups: None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.running = False
+        self.loaded = False
+        self.topic_ready = False
+        self._topic_lock: asyncio.Lock | None = None
+        # Cluster mode: the offsets partitions led here (loading or loaded), a counter per
+        # partition that a load started under an older leadership finds changed, the
+        # loads under way, and the last offset appended to each partition (answers wait
+        # until it is replicated).
+        self._partitions: dict[int, str] = {}
+        self._generation: dict[int, int] = {}
+        self.load_tasks: dict[int, asyncio.Task[None]] = {}
+        self._written: dict[int, int] = {}
+        self._known_count: int | None = None
+
+    @property
+    def loading(self) -> list[int]:
+        """Cluster mode: the offsets partitions this broker leads and is still loading."""
+        return sorted(p for p, status in self._partitions.items() if status == LOADING)
+
+    @property
+    def coordinated_partitions(self) -> list[int]:
+        """The offsets partitions whose groups this broker serves (cluster mode)."""
+        return sorted(p for p, status in self._partitions.items() if status == LOADED)
+
+    # -- loading ---------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Replay every ``__consumer_offsets`` partition from its start (blocking)."""
+        groups: dict[str, Group] = {}
+        count = self.placement.partition_count(OFFSETS_TOPIC)
+        for partition in range(count):
+            self._replay_log(groups, partition, self.placement.offsets_log(partition))
+        self.groups = self._finish_load(groups)
+        log.info("loaded %d groups from %s", len(self.groups), OFFSETS_TOPIC)
+
+    def _replay_log(self, groups: dict[str, Group], partition: int, part_log: Log) -> None:
+        """Replay one partition's log into ``groups`` (blocking: run in a worker thread)."""
+        offset = part_log.log_start_offset
+        end = part_log.log_end_offset
+        while offset < end:
+            buf = part_log.read(offset, _READ_CHUNK, max_offset=end).read_bytes()
+            next_offset = offset
+            for _, header in iter_headers(buf):
+                next_offset = header.next_offset
+            if next_offset <= offset:
+                break
+            for record in decode_records(buf, min_offset=offset):
+                if record.key is None:
+                    continue
+                try:
+                    _replay(groups, record.key, record.value)
+                except CorruptRecord as exc:
+                    # Nothing stops a client from producing to the topic; a record we
+                    # cannot read must not keep the broker from starting.
+                    log.warning(
+                        "skipped %s-%d offset %d: %s",
+                        OFFSETS_TOPIC,
+                        partition,
+                        record.offset,
+                        exc,
+                    )
+            offset = next_offset
+
+    def _finish_load(self, groups: dict[str, Group]) -> dict[str, Group]:
+        """Derived state of replayed groups (owners, static ids); the groups worth keeping.
+
+        Members' resolved subscriptions and timers are not set here: the membership's
+        ``restore`` does that on the loop once the groups are installed."""
+        for group in groups.values():
+            for member in group.members.values():
+                if member.instance_id is not None:
+                    group.static[member.instance_id] = member.member_id
+                for tp in member.assigned | member.revoking:
+                    group.owners[tp] = member.member_id
+        return {
+            gid: g for gid, g in groups.items() if g.members or g.offsets or g.has_metadata_record
+        }
+
+    # -- cluster mode: leadership of offsets partitions --------------------------------------
+
+    def on_leadership(self, topic: str, partition: int, leads: bool) -> None:
+        """ReplicaManager's listener (on the loop): load a partition this broker now leads,
+        forget the groups of one it no longer leads."""
+        if topic != OFFSETS_TOPIC or not self.running or self.loop is None:
+            return
+        if leads and partition in self._partitions:
+            return  # already loading or loaded under this leadership
+        self._generation[partition] = generation = self._generation.get(partition, 0) + 1
+        task = self.load_tasks.pop(partition, None)
+        if task is not None:
+            task.cancel()
+        if leads:
+            self._partitions[partition] = LOADING
+            self.load_tasks[partition] = self.loop.create_task(
+                self._load_partition(partition, generation),
+                name=f"load-{OFFSETS_TOPIC}-{partition}",
+            )
+        else:
+            self._partitions.pop(partition, None)
+            self._unload(partition)
+
+    def _current(self, partition: int, generation: int) -> bool:
+        return (
+            self.running
+            and self._generation.get(partition) == generation
+            and self._partitions.get(partition) == LOADING
+        )
+
+    async def _load_partition(self, partition: int, generation: int) -> None:
+        delay = 0.1
+        while True:
+            try:
+                part_log = self.placement.offsets_log(partition)
+                groups: dict[str, Group] = {}
+                await asyncio.to_thread(self._replay_log, groups, partition, part_log)
+                break
+            except NotLeaderOrFollower:
+                return  # leadership went; its listener call unloads
+            except Exception:
+                log.exception("loading %s-%d failed; retrying", OFFSETS_TOPIC, partition)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+            if not self._current(partition, generation):
+                return
+        if not self._current(partition, generation):
+            return  # lost (and maybe regained) leadership meanwhile: a newer load runs
+        self.load_tasks.pop(partition, None)
+        loaded = self._finish_load(groups)
+        for gid, group in loaded.items():
+            old = self.groups.get(gid)
+            if old is not None:
+                cancel_timers(old)
+            self.groups[gid] = group
+        self._partitions[partition] = LOADED
+        self.on_loaded(loaded.values())
+        log.info(
+            "coordinating %d groups of %s-%d (leader now)", len(loaded), OFFSETS_TOPIC, partition
+        )
+
+    def _unload(self, partition: int) -> None:
+        """Forget the groups of an offsets partition this broker no longer leads."""
+        self._written.pop(partition, None)
+        count = self.num_partitions()
+        gone = [gid for gid in self.groups if partition_for(gid, count) == partition]
+        for gid in gone:
+            cancel_timers(self.groups.pop(gid))
+        if gone:
+            log.info(
+                "stopped coordinating %d groups of %s-%d (not its leader any more)",
+                len(gone),
+                OFFSETS_TOPIC,
+                partition,
+            )
+
+    def route(self, group_id: str) -> int:
+        """The group's offsets partition, when this broker serves the group now; else
+        NOT_COORDINATOR naming its coordinator (COORDINATOR_LOAD_IN_PROGRESS while loading)."""
+        partition = partition_for(group_id, self.num_partitions())
+        if not self.placement.clustered:
+            return partition
+        status = self._partitions.get(partition)
+        if status == LOADED:
+            return partition
+        if status == LOADING:
+            raise CoordinatorLoadInProgress(
+                f"loading the groups of {OFFSETS_TOPIC}-{partition} (this broker just became "
+                "its leader); retry shortly",
+                group_id,
+            )
+        leader, url = self.placement.leader_of(partition)
+        if leader == self.config.node_id:
+            raise CoordinatorLoadInProgress(
+                f"this broker is taking over {OFFSETS_TOPIC}-{partition}; retry shortly",
+                group_id,
+            )
+        raise NotCoordinator(group_id, leader, url)
+
+    def check_loaded(self) -> None:
+        if not self.loaded:
+            raise CoordinatorLoadInProgress("the group coordinator is loading __consumer_offsets")
+
+    async def ensure_topic(self) -> None:
+        """Create ``__consumer_offsets`` on first use, as Kafka does."""
+        if self.topic_ready:
+            return
+        if self.placement.clustered and self.offsets_partitions() is not None:
+            self.topic_ready = True  # another broker created it
+            return
+        if self._topic_lock is None:
+            self._topic_lock = asyncio.Lock()
+        async with self._topic_lock:
+            if self.topic_ready:
+                return
+            with contextlib.suppress(TopicAlreadyExists):
+                await self.placement.create_offsets_topic(self.config.offsets_topic_num_partitions)
+            self.topic_ready = True
+            loads = list(self.load_tasks.values())
+            if loads:
+                # The new partitions this broker leads load in an instant (they are empty):
+                # the request that created the topic need not answer LOAD_IN_PROGRESS.
+                await asyncio.wait(loads, timeout=5)
+
+    def offsets_partitions(self) -> int | None:
+        count = self.placement.offsets_partitions()
+        if count is not None:
+            self._known_count = count
+        return count
+
+    def num_partitions(self) -> int:
+        # The topic, once it exists, is the authority: the setting may have changed since.
+        if self.topic_ready or self.placement.clustered:
+            count = self.offsets_partitions()
+            if count is not None:
+                return count
+        if self._known_count is not None:
+            return self._known_count  # the topic went away (deleted): as it was
+        return self.config.offsets_topic_num_partitions
+
+    # -- FindCoordinator -------------------------------------------------------------------
+
+    async def find_coordinator(self, key: str, key_type: str = "group") -> CoordinatorInfo:
+        """The broker coordinating ``key``: the leader of its ``__consumer_offsets``
+        partition (created on first use in cluster mode; this broker when alone)."""
+        if key_type != "group":
+            raise InvalidRequest(
+                f"key_type {key_type!r} is not supported: only 'group' (no transactions)"
+            )
+        validate_group_id(key)
+        if not self.placement.clustered:
+            return CoordinatorInfo(
+                node_id=self.config.node_id,
+                url=self.config.url,
+                key=key,
+                partition=partition_for(key, self.num_partitions()),
+            )
+        await self.ensure_topic()
+        partition = partition_for(key, self.num_partitions())
+        leader, url = self.placement.leader_of(partition)
+        if leader is None or url is None:
+            raise CoordinatorNotAvailable(
+                f"{OFFSETS_TOPIC}-{partition}, which holds group {key!r}, has no leader yet "
+                "(election under way); retry shortly",
+                key,
+            )
+        return CoordinatorInfo(node_id=leader, url=url, key=key, partition=partition)
+
+    # -- persistence -----------------------------------------------------------------------
+
+    def append(self, group_id: str, records: Sequence[tuple[bytes, bytes | None]]) -> None:
+        partition = partition_for(group_id, self.num_partitions())
+        try:
+            self._written[partition] = self.placement.append(partition, build_batch(records))
+        except NotLeaderOrFollower as exc:
+            raise self._not_coordinator(group_id, partition, exc) from None
+        except NotEnoughReplicas as exc:
+            raise CoordinatorNotAvailable(
+                f"group {group_id!r} cannot be written: {exc.message}", group_id
+            ) from None
+
+    async def replicated(self, group_id: str, partition: int) -> None:
+        """Until every in-sync replica holds what this broker appended to ``partition`` so
+        far (Kafka's coordinator writes with acks=all). Nothing to wait for when alone."""
+        if not self.placement.clustered:
+            return
+        last = self._written.get(partition)
+        if last is None:
+            return
+        try:
+            await self.placement.replicated(partition, last, self.config.offsets_commit_timeout_ms)
+        except NotLeaderOrFollower as exc:
+            raise self._not_coordinator(group_id, partition, exc) from None
+        except (NotEnoughReplicas, RequestTimedOut) as exc:
+            # Kafka answers COORDINATOR_NOT_AVAILABLE too: the client finds the coordinator
+            # again and retries. The write is on the leader and may still be replicated.
+            raise CoordinatorNotAvailable(
+                f"group {group_id!r}: the write to {OFFSETS_TOPIC}-{partition} was not "
+                f"acknowledged by every in-sync replica: {exc.message}",
+                group_id,
+            ) from None
+
+    def _not_coordinator(
+        self, group_id: str, partition: int, exc: NotLeaderOrFollower
+    ) -> NotCoordinator:
+        leader, url = exc.leader, exc.leader_url
+        if leader is None:
+            leader, url = self.placement.leader_of(partition)
+        if leader == self.config.node_id:
+            leader, url = None, None
+        return NotCoordinator(group_id, leader, url)
+
+    def _member_value(self, group: Group, m: Member) -> MemberValue:
+        return MemberValue(
+            member_id=m.member_id,
+            instance_id=m.instance_id,
+            member_epoch=m.member_epoch,
+            previous_member_epoch=m.previous_epoch,
+            subscribed_topics=list(m.subscribed_topics),
+            subscribed_topic_regex=m.subscribed_regex,
+            server_assignor=m.server_assignor,
+            rebalance_timeout_ms=m.rebalance_timeout_ms,
+            assigned=sorted(m.assigned),
+            revoking=sorted(m.revoking),
+            target=sorted(group.target.get(m.member_id, ())),
+            left_static=m.left_static,
+        )
+
+    def persist(self, group: Group) -> None:
+        """Write the group's epochs and every member changed since the last write, as one
+        batch (so a restart never sees half a change)."""
+        gid = group.group_id
+        meta = GroupValue(
+            assignor=group.assignor,
+            group_epoch=group.group_epoch,
+            assignment_epoch=group.assignment_epoch,
+            topics=dict(group.topics),
+            empty_since_ms=group.empty_since_ms,
+        )
+        records: list[tuple[bytes, bytes | None]] = [
+            (encode_key(GroupKey(gid)), encode_value(meta))
+        ]
+        for mid in sorted(group.tombstones - group.members.keys()):
+            records.append((encode_key(MemberKey(gid, mid)), None))
+        for mid in sorted(group.dirty):
+            member = group.members.get(mid)
+            if member is not None:
+                value = encode_value(self._member_value(group, member))
+                records.append((encode_key(MemberKey(gid, mid)), value))
+        self.append(gid, records)
+        group.dirty.clear()
+        group.tombstones.clear()
+        group.has_metadata_record = True
+
+
+def _replay(groups: dict[str, Group], raw_key: bytes, raw_value: bytes | None) -> None:
+    key = decode_key(raw_key)
+    if key is None:
+        return
+    value = decode_value(key, raw_value)
+    group = groups.get(key.group)
+    if group is None:
+        group = groups[key.group] = Group(key.group)
+    if isinstance(key, OffsetKey):
+        tp = (key.topic, key.partition)
+        if isinstance(value, OffsetValue):
+            group.offsets[tp] = value
+            group.empty_since_ms = max(group.empty_since_ms, value.commit_timestamp)
+        else:
+            group.offsets.pop(tp, None)
+        return
+    if isinstance(key, MemberKey):
+        group.members.pop(key.member_id, None)
+        group.target.pop(key.member_id, None)
+        if isinstance(value, MemberValue):
+            group.members[key.member_id] = Member(
+                member_id=value.member_id,
+                instance_id=value.instance_id,
+                subscribed_topics=list(value.subscribed_topics),
+                subscribed_regex=value.subscribed_topic_regex,
+                server_assignor=value.server_assignor,
+                rebalance_timeout_ms=value.rebalance_timeout_ms,
+                member_epoch=value.member_epoch,
+                previous_epoch=value.previous_member_epoch,
+                assigned=set(value.assigned),
+                revoking=set(value.revoking),
+                left_static=value.left_static,
+            )
+            group.target[key.member_id] = set(value.target)
+        return
+    if not isinstance(value, GroupValue):
+        # The group was deleted: only later records (offsets, a new incarnation) count.
+        groups[key.group] = Group(key.group, offsets=group.offsets)
+        return
+    group.has_metadata_record = True
+    # max: a group written by an older version has only its commits' times.
+    group.empty_since_ms = max(group.empty_since_ms, value.empty_since_ms)
+    group.group_epoch = value.group_epoch
+    group.assignment_epoch = value.assignment_epoch
+    group.assignor = value.assignor
+    group.topics = dict(value.topics)
