@@ -76,11 +76,12 @@ class AsyncConsumer(ConsumerBase[AsyncGroupMembership]):
             except StopIteration as stop:
                 value: T = stop.value
                 return value
-            result = error = None
+            finally:
+                error = None  # not kept alive by this frame once thrown in
             try:
                 result = await self._perform(op)
             except BaseException as exc:
-                error = exc
+                result, error = None, exc
 
     async def _perform(self, op: Op) -> Any:
         if isinstance(op, LeaderCall):

@@ -91,11 +91,12 @@ class Consumer(ConsumerBase[GroupMembership]):
             except StopIteration as stop:
                 value: T = stop.value
                 return value
-            result = error = None
+            finally:
+                error = None  # not kept alive by this frame once thrown in
             try:
                 result = self._perform(op)
             except BaseException as exc:
-                error = exc
+                result, error = None, exc
 
     def _perform(self, op: Op) -> Any:
         if isinstance(op, LeaderCall):
