@@ -96,27 +96,8 @@ class AsyncConsumer(ConsumerBase[AsyncGroupMembership]):
             return await self._membership().beat_now(op.timeout_s)
         return await _cluster.refresh_async(self._client, self.cluster, op.topics)
 
-    def _join(
-        self,
-        group_id: str,
-        topics: list[str] | None,
-        pattern: str | None,
-        instance_id: str | None,
-        server_assignor: str | None,
-        rebalance_timeout_ms: int | None,
-    ) -> AsyncGroupMembership:
-        group = AsyncGroupMembership(
-            self.cluster,
-            group_id,
-            topics=topics,
-            pattern=pattern,
-            instance_id=instance_id,
-            server_assignor=server_assignor,
-            rebalance_timeout_ms=rebalance_timeout_ms,
-            request_timeout_ms=self._request_timeout_ms,
-            retry_backoff_ms=self._retry_backoff_ms,
-            transport=self._transport,
-        )
+    def _join(self, group_id: str, settings: dict[str, Any]) -> AsyncGroupMembership:
+        group = AsyncGroupMembership(self.cluster, group_id, transport=self._transport, **settings)
         group.start()
         return group
 

@@ -89,16 +89,8 @@ class ConsumerBase(ConsumerCore, Generic[G]):
         self._auto_commit_s: float | None = None
         self._next_auto_commit = 0.0
 
-    def _join(
-        self,
-        group_id: str,
-        topics: list[str] | None,
-        pattern: str | None,
-        instance_id: str | None,
-        server_assignor: str | None,
-        rebalance_timeout_ms: int | None,
-    ) -> G:
-        """The shell's membership of ``group_id``, heartbeating."""
+    def _join(self, group_id: str, settings: dict[str, Any]) -> G:
+        """The shell's membership of ``group_id`` (``settings``: its keyword arguments), heartbeating."""
         raise NotImplementedError
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
@@ -157,7 +149,16 @@ class ConsumerBase(ConsumerCore, Generic[G]):
         self._auto_commit_s = auto_commit_interval_ms / 1000 if enable_auto_commit else None
         self._next_auto_commit = time.monotonic() + (self._auto_commit_s or 0)
         self._group = self._join(
-            group_id, names, regex, group_instance_id, server_assignor, rebalance_timeout_ms
+            group_id,
+            {
+                "topics": names,
+                "pattern": regex,
+                "instance_id": group_instance_id,
+                "server_assignor": server_assignor,
+                "rebalance_timeout_ms": rebalance_timeout_ms,
+                "request_timeout_ms": self._request_timeout_ms,
+                "retry_backoff_ms": self._retry_backoff_ms,
+            },
         )
 
     @property

@@ -112,26 +112,8 @@ class Consumer(ConsumerBase[GroupMembership]):
             return self._membership().beat_now(op.timeout_s)
         return _cluster.refresh_sync(self._client, self.cluster, op.topics)
 
-    def _join(
-        self,
-        group_id: str,
-        topics: list[str] | None,
-        pattern: str | None,
-        instance_id: str | None,
-        server_assignor: str | None,
-        rebalance_timeout_ms: int | None,
-    ) -> GroupMembership:
-        group = GroupMembership(
-            self.cluster,
-            group_id,
-            topics=topics,
-            pattern=pattern,
-            instance_id=instance_id,
-            server_assignor=server_assignor,
-            rebalance_timeout_ms=rebalance_timeout_ms,
-            request_timeout_ms=self._request_timeout_ms,
-            retry_backoff_ms=self._retry_backoff_ms,
-        )
+    def _join(self, group_id: str, settings: dict[str, Any]) -> GroupMembership:
+        group = GroupMembership(self.cluster, group_id, **settings)
         group.start()
         return group
 
