@@ -41,5 +41,16 @@ from app.client.consumer.base import RebalanceCallback
 from app.client.consumer.core import RESETS
 from app.client.consumer.records import Decoded, RecordColumns
 from app.client.consumer.sync import Consumer
+from app.client.types import ConsumerRecord, OffsetAndTimestamp, TopicPartition
 
-__all__ = ["RESETS", "AsyncConsumer", "Consumer", "Decoded", "RebalanceCallback", "RecordColumns"]
+__all__ = [
+    "RESETS",
+    "AsyncConsumer",
+    "Consumer",
+    "ConsumerRecord",
+    "Decoded",
+    "OffsetAndTimestamp",
+    "RebalanceCallback",
+    "RecordColumns",
+    "TopicPartition",
+]
