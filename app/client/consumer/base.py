@@ -49,23 +49,31 @@ G = TypeVar("G", bound=_Membership)
 
 @dataclass(frozen=True, slots=True)
 class LeaderCall:
+    """Run ``call`` at ``tp``'s leader (found again when it moves); answers the call's result."""
+
     tp: TopicPartition
     call: _http.Call[Any]
 
 
 @dataclass(frozen=True, slots=True)
 class GroupCall:
+    """Run ``call`` at ``group_id``'s coordinator (found again when it moves); its result."""
+
     group_id: str
     call: _http.Call[Any]
 
 
 @dataclass(frozen=True, slots=True)
 class Refresh:
+    """Look up the metadata of ``topics``; answers None, or throws the LogbusError."""
+
     topics: list[str]
 
 
 @dataclass(frozen=True, slots=True)
 class BeatNow:
+    """Heartbeat at once and wait up to ``timeout_s`` for the answer; answers None."""
+
     timeout_s: float
 
 
@@ -74,6 +82,7 @@ Flow = Generator[Op, Any, T]
 
 
 def offsets_result(found: tuple[int, int]) -> OffsetAndTimestamp | None:
+    """A ListOffsets answer (offset, timestamp) as ``offsets_for_times`` gives it: None for -1."""
     offset, timestamp = found
     return None if offset < 0 else OffsetAndTimestamp(offset, timestamp)
 
