@@ -77,16 +77,11 @@ from app.common.errors import (
     UnknownTopicOrPartition,
     UnreleasedInstanceId,
 )
+from app.core.local_topology import LocalTopology
 from app.core.patterns import ClientPattern, compile_client_pattern
 from app.groups.assignors import DEFAULT_ASSIGNOR, MemberSpec, get_assignor
 from app.groups.hashing import partition_for
-from app.groups.placement import (
-    INTERNAL_TOPICS,
-    ClusterPlacement,
-    ClusterView,
-    LocalPlacement,
-    OffsetsPlacement,
-)
+from app.groups.placement import INTERNAL_TOPICS, OffsetsPlacement, TopologyView
 from app.groups.placement import OFFSETS_TOPIC as OFFSETS_TOPIC
 from app.groups.records import (
     GroupKey,
@@ -289,23 +284,20 @@ class GroupCoordinator:
         manager: LogManager,
         config: GroupConfig = GroupConfig(),
         *,
-        cluster: ClusterView | None = None,
+        cluster: TopologyView | None = None,
         clock_ms: Callable[[], int] = _wall_ms,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.manager = manager
         self.config = config
         self.cluster = cluster
-        self.placement: OffsetsPlacement = (
-            LocalPlacement(manager, config.node_id, config.url)
-            if cluster is None
-            else ClusterPlacement(
-                cluster,
-                manager,
-                config.node_id,
-                config.url,
-                config.offsets_topic_replication_factor,
-            )
+        # ``cluster``: the broker's topology (None: a lone broker's, over ``manager``).
+        self.placement = OffsetsPlacement(
+            cluster or LocalTopology(manager, config.node_id, config.url),
+            manager,
+            config.node_id,
+            config.url,
+            config.offsets_topic_replication_factor,
         )
         # Cluster mode: the offsets partitions led here (loading or loaded), a counter per
         # partition that a load started under an older leadership finds changed, the

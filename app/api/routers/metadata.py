@@ -59,8 +59,6 @@ async def get_metadata(
         ),
     ] = False,
 ) -> Response:
-    broker = state.settings.broker_id
-    cluster = state.cluster
     names = _requested(topics)
     if names and allow_auto_topic_creation and state.settings.auto_create_topics_enable:
         # Every name is checked before anything is created: a bad list creates nothing.
@@ -79,16 +77,12 @@ async def get_metadata(
         except UnknownTopicOrPartition:
             continue  # absent, or deleted between the two calls
         answer.append({"name": name, "partitions": parts})
-    if cluster is not None:
-        brokers = [
-            {"id": b.id, "url": b.url} for b in sorted(cluster.brokers.values(), key=lambda b: b.id)
-        ]
-        controller = cluster.controller_id if cluster.controller_id is not None else -1
-        cluster_id = cluster.cluster_id
-    else:
-        brokers = [{"id": broker, "url": state.settings.url}]
-        controller = broker
-        cluster_id = manager.cluster_id
+    topology = state.topology
+    brokers = [
+        {"id": b.id, "url": b.url} for b in sorted(topology.brokers.values(), key=lambda b: b.id)
+    ]
+    controller = topology.controller_id if topology.controller_id is not None else -1
+    cluster_id = topology.cluster_id
     return JSONBytes(
         {"cluster_id": cluster_id, "brokers": brokers, "controller": controller, "topics": answer}
     )
