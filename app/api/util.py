@@ -75,7 +75,7 @@ def plan_topic(state: AppState, manager: LogManager, topic: str) -> TopicPlan:
     """
     check_not_internal(topic)
     try:
-        partitions = partition_count(state, manager, topic)
+        partitions = partition_count(state, topic)
     except UnknownTopicOrPartition:
         if not state.settings.auto_create_topics_enable:
             raise
@@ -91,15 +91,15 @@ async def create_planned(state: AppState, manager: LogManager, topic: str) -> in
     with contextlib.suppress(TopicAlreadyExists):
         await topology.create_topic(topic, state.settings.num_partitions, None)
     await topology.wait_for_leaders(topic, 30.0)
-    return partition_count(state, manager, topic)
+    return partition_count(state, topic)
 
 
-def partition_count(state: AppState, manager: LogManager, topic: str) -> int:
+def partition_count(state: AppState, topic: str) -> int:
     """The topic's partitions, cluster-wide (a cluster's broker holds only some)."""
     return state.topology.partition_count(topic)
 
 
-def topic_names(state: AppState, manager: LogManager) -> list[str]:
+def topic_names(state: AppState) -> list[str]:
     return state.topology.topics()
 
 
@@ -109,7 +109,7 @@ def partition_info(state: AppState, topic: str, partition: int) -> dict[str, Any
     return state.topology.partition_info(topic, partition)
 
 
-def leader_log(state: AppState, manager: LogManager, topic: str, partition: int) -> Log:
+def leader_log(state: AppState, topic: str, partition: int) -> Log:
     """The log to serve a client's produce or fetch from: only a leader's
     (NotLeaderOrFollower names the leader otherwise)."""
     return state.topology.leader_partition(topic, partition).log

@@ -64,15 +64,15 @@ async def get_metadata(
         # Every name is checked before anything is created: a bad list creates nothing.
         for name in names:
             validate_topic_name(name)
-        existing = set(topic_names(state, manager))
+        existing = set(topic_names(state))
         for name in names:
             if name not in existing:
                 await create_planned(state, manager, name)
                 state.sticky.forget(name)
     answer = []
-    for name in topic_names(state, manager) if names is None else names:
+    for name in topic_names(state) if names is None else names:
         try:
-            n = partition_count(state, manager, name)
+            n = partition_count(state, name)
             parts = [partition_info(state, name, p) for p in range(n)]
         except UnknownTopicOrPartition:
             continue  # absent, or deleted between the two calls

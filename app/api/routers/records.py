@@ -95,14 +95,14 @@ class Target:
         return self.replica.log
 
 
-def leader_target(state: AppState, manager: LogManager, topic: str, partition: int) -> Target:
+def leader_target(state: AppState, topic: str, partition: int) -> Target:
     """The partition's Target; NotLeaderOrFollower (naming the leader) when another
     broker leads it."""
     replica = state.topology.leader_partition(topic, partition)
     return Target(replica, replica.leader_epoch)
 
 
-def check_replicas(state: AppState, target: Target, required_acks: int) -> None:
+def check_replicas(target: Target, required_acks: int) -> None:
     """Before an acks=all append: refuse (nothing written) when the partition's ISR is
     below min.insync.replicas (a cluster checks again under the partition's lock, as it
     appends)."""
@@ -285,9 +285,9 @@ async def append_json_records(
         plan = plan_topic(state, manager, topic)
 
     order = sorted(batches)
-    work = [(leader_target(state, manager, topic, p), batches[p]) for p in order]
+    work = [(leader_target(state, topic, p), batches[p]) for p in order]
     for target, _ in work:
-        check_replicas(state, target, required_acks)
+        check_replicas(target, required_acks)
 
     infos = await _append(state.topology, work, required_acks, inline_max_bytes)
     appended = dict(zip(order, infos, strict=True))
@@ -403,8 +403,8 @@ async def produce_batches(
             raise UnknownTopicOrPartition(topic, partition)
         validate_batches(body, plan.max_message_bytes)
         await create_planned(state, manager, topic)
-    target = leader_target(state, manager, topic, partition)
-    check_replicas(state, target, required_acks)
+    target = leader_target(state, topic, partition)
+    check_replicas(target, required_acks)
     # Log.append validates every batch (CRC, sizes, magic) before writing any.
     # A small body is appended on the event loop, as WebSocket produce does: under
     # load the worker-thread hop waits for the GIL behind the loop (up to the 5 ms

@@ -63,9 +63,9 @@ def describe_topic(state: AppState, manager: LogManager, topic: str) -> dict[str
 )
 async def list_topics(state: StateDep, manager: ManagerDep) -> Response:
     topics = []
-    for name in topic_names(state, manager):
+    for name in topic_names(state):
         try:
-            topics.append({"name": name, "partitions": partition_count(state, manager, name)})
+            topics.append({"name": name, "partitions": partition_count(state, name)})
         except UnknownTopicOrPartition:
             continue  # deleted between the two calls
     return JSONBytes({"topics": topics})
@@ -128,7 +128,6 @@ async def get_topic(
     responses=error_responses(400, 404, 503),
 )
 async def delete_topic(
-    request: Request,
     topic: Annotated[str, Path(description="Topic name.")],
     state: StateDep,
     manager: ManagerDep,
