@@ -22,6 +22,7 @@ from app.config import Settings
 
 if TYPE_CHECKING:
     from app.core.log.manager import LogManager
+    from app.core.topology import Topology
 
 DESCRIPTION = """A Kafka-style partitioned commit log over HTTP.
 
@@ -54,6 +55,18 @@ def operation_id(route: APIRoute) -> str:
     return head + "".join(part.capitalize() for part in rest)
 
 
+def _topology(settings: Settings, manager: LogManager, state: AppState) -> Topology:
+    """The broker's topology: a cluster's through ZooKeeper (``--zookeeper``), else a
+    lone broker's over its logs. The one place that tells the two apart."""
+    if settings.zookeeper:
+        from app.core.replication.manager import ReplicaManager
+
+        return ReplicaManager(settings, manager, state.waiters.notify)
+    from app.core.local_topology import LocalTopology
+
+    return LocalTopology(manager, settings.broker_id, settings.url)
+
+
 def create_app(settings: Settings, manager: LogManager | None = None) -> FastAPI:
     """The HTTP app. Without ``manager`` it owns one: started and stopped by the lifespan.
 
@@ -82,12 +95,10 @@ def create_app(settings: Settings, manager: LogManager | None = None) -> FastAPI
             # Loading and recovering logs reads files: keep the loop free meanwhile.
             await asyncio.to_thread(owned.start)
             state.manager = owned
-        if settings.zookeeper and state.manager is not None:
-            from app.core.replication.manager import ReplicaManager
-
-            cluster = ReplicaManager(settings, state.manager, state.waiters.notify)
-            await cluster.start()
-            state.cluster = cluster
+        if not state.has_topology and state.manager is not None:
+            topology = _topology(settings, state.manager, state)
+            await topology.start()
+            state.topology = topology
         # Groups are served from the cache the coordinator rebuilds from __consumer_offsets.
         await group_routes.start_coordinator(app, state)
         state.ready = True
@@ -97,9 +108,9 @@ def create_app(settings: Settings, manager: LogManager | None = None) -> FastAPI
             state.ready = False
             state.waiters.close()
             await group_routes.stop_coordinator(app)
-            if state.cluster is not None:
-                await state.cluster.stop()
-                state.cluster = None
+            held = state.drop_topology()
+            if held is not None:
+                await held.stop()
             if state.owns_manager and state.manager is not None:
                 await asyncio.to_thread(state.manager.shutdown)
                 state.manager = None

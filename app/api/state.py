@@ -9,12 +9,13 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry
 
 from app.api.longpoll import FetchWaiters
+from app.common.errors import BrokerNotAvailable
 from app.common.partitioner import StickyPartitioner
 from app.config import Settings
 
 if TYPE_CHECKING:
     from app.core.log.manager import LogManager
-    from app.core.replication.manager import ReplicaManager
+    from app.core.topology import Topology
 
 
 @dataclass
@@ -23,8 +24,10 @@ class AppState:
     manager: LogManager | None
     owns_manager: bool
     ready: bool = False
-    # Cluster mode (settings.zookeeper): partition leadership, ISR, metadata; None alone.
-    cluster: ReplicaManager | None = None
+    # Where partitions live and who leads them (app/core/topology.py): set by the
+    # lifespan, a LocalTopology alone or the ReplicaManager in a cluster (a test may set
+    # a stand-in before the lifespan runs); None before and after.
+    _topology: Topology | None = None
     sticky: StickyPartitioner = field(default_factory=StickyPartitioner)
     waiters: FetchWaiters = field(default_factory=FetchWaiters)
     # Per-app metrics (partition offsets) live here, not in the process-wide
@@ -33,3 +36,22 @@ class AppState:
         default_factory=lambda: CollectorRegistry(auto_describe=False)
     )
     started_at: float = field(default_factory=time.time)
+
+    @property
+    def topology(self) -> Topology:
+        if self._topology is None:
+            raise BrokerNotAvailable("the broker is not serving yet (starting) or is stopping")
+        return self._topology
+
+    @topology.setter
+    def topology(self, topology: Topology) -> None:
+        self._topology = topology
+
+    @property
+    def has_topology(self) -> bool:
+        return self._topology is not None
+
+    def drop_topology(self) -> Topology | None:
+        """Forget the topology (the lifespan stops it); the one held, if any."""
+        topology, self._topology = self._topology, None
+        return topology

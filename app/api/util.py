@@ -75,7 +75,7 @@ def plan_topic(state: AppState, manager: LogManager, topic: str) -> TopicPlan:
     """
     check_not_internal(topic)
     try:
-        partitions = partition_count(state, manager, topic)
+        partitions = partition_count(state, topic)
     except UnknownTopicOrPartition:
         if not state.settings.auto_create_topics_enable:
             raise
@@ -86,47 +86,30 @@ def plan_topic(state: AppState, manager: LogManager, topic: str) -> TopicPlan:
 
 async def create_planned(state: AppState, manager: LogManager, topic: str) -> int:
     """Create an auto-created topic; returns its partition count (another request may have won)."""
-    cluster = state.cluster
-    # A concurrent request may have created it first: same outcome.
+    topology = state.topology
+    # A concurrent request may have created it first: same outcome, once it has leaders.
     with contextlib.suppress(TopicAlreadyExists):
-        if cluster is not None:
-            await cluster.create_topic(topic, state.settings.num_partitions, None)
-        else:
-            await run_blocking(manager.create_topic, topic, state.settings.num_partitions)
-    if cluster is not None:
-        await cluster.wait_for_leaders(topic, 30.0)
-    return partition_count(state, manager, topic)
+        await topology.create_topic(topic, state.settings.num_partitions, None)
+    await topology.wait_for_leaders(topic, 30.0)
+    return partition_count(state, topic)
 
 
-def partition_count(state: AppState, manager: LogManager, topic: str) -> int:
-    """The topic's partitions: cluster-wide in cluster mode (a broker holds only some)."""
-    if state.cluster is not None:
-        return state.cluster.partition_count(topic)
-    return manager.partition_count(topic)
+def partition_count(state: AppState, topic: str) -> int:
+    """The topic's partitions, cluster-wide (a cluster's broker holds only some)."""
+    return state.topology.partition_count(topic)
 
 
-def topic_names(state: AppState, manager: LogManager) -> list[str]:
-    return state.cluster.topics() if state.cluster is not None else manager.topics()
+def topic_names(state: AppState) -> list[str]:
+    return state.topology.topics()
 
 
 def partition_info(state: AppState, topic: str, partition: int) -> dict[str, Any]:
     """Where a partition lives: ``partition``, ``leader``, ``leader_epoch``, ``replicas``,
-    ``isr`` (from the cluster's metadata, or this lone broker holding everything)."""
-    if state.cluster is not None:
-        return state.cluster.partition_info(topic, partition)
-    broker = state.settings.broker_id
-    return {
-        "partition": partition,
-        "leader": broker,
-        "leader_epoch": 0,
-        "replicas": [broker],
-        "isr": [broker],
-    }
+    ``isr``."""
+    return state.topology.partition_info(topic, partition)
 
 
-def leader_log(state: AppState, manager: LogManager, topic: str, partition: int) -> Log:
-    """The log to serve a client's produce or fetch from: in cluster mode only a leader's
+def leader_log(state: AppState, topic: str, partition: int) -> Log:
+    """The log to serve a client's produce or fetch from: only a leader's
     (NotLeaderOrFollower names the leader otherwise)."""
-    if state.cluster is not None:
-        return state.cluster.leader_partition(topic, partition).log
-    return manager.get_log(topic, partition)
+    return state.topology.leader_partition(topic, partition).log

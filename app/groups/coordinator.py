@@ -92,7 +92,7 @@ from app.groups.offsets import (
     OffsetStore,
     check_committable,
 )
-from app.groups.placement import OFFSETS_TOPIC, ClusterView, OffsetsPlacement
+from app.groups.placement import OFFSETS_TOPIC, OffsetsPlacement, TopologyView
 from app.groups.runtime import CoordinatorRuntime
 
 if TYPE_CHECKING:
@@ -140,7 +140,7 @@ class GroupCoordinator:
         manager: LogManager,
         config: GroupConfig = _DEFAULT_CONFIG,
         *,
-        cluster: ClusterView | None = None,
+        cluster: TopologyView | None = None,
         clock_ms: Callable[[], int] = wall_ms,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:

@@ -54,6 +54,7 @@ from app.common.errors import (
     RequestTimedOut,
     TopicAlreadyExists,
 )
+from app.core.local_topology import LocalTopology
 from app.groups.hashing import partition_for
 from app.groups.model import (
     CoordinatorInfo,
@@ -63,13 +64,7 @@ from app.groups.model import (
     cancel_timers,
     validate_group_id,
 )
-from app.groups.placement import (
-    OFFSETS_TOPIC,
-    ClusterPlacement,
-    ClusterView,
-    LocalPlacement,
-    OffsetsPlacement,
-)
+from app.groups.placement import OFFSETS_TOPIC, OffsetsPlacement, TopologyView
 from app.groups.records import (
     GroupKey,
     GroupValue,
@@ -103,22 +98,19 @@ class CoordinatorRuntime:
         self,
         manager: LogManager,
         config: GroupConfig,
-        cluster: ClusterView | None,
+        cluster: TopologyView | None,
         clock_ms: Callable[[], int],
         monotonic: Callable[[], float],
     ) -> None:
         self.manager = manager
         self.config = config
-        self.placement: OffsetsPlacement = (
-            LocalPlacement(manager, config.node_id, config.url)
-            if cluster is None
-            else ClusterPlacement(
-                cluster,
-                manager,
-                config.node_id,
-                config.url,
-                config.offsets_topic_replication_factor,
-            )
+        # ``cluster``: the broker's topology (None: a lone broker's, over ``manager``).
+        self.placement = OffsetsPlacement(
+            cluster or LocalTopology(manager, config.node_id, config.url),
+            manager,
+            config.node_id,
+            config.url,
+            config.offsets_topic_replication_factor,
         )
         self.clock_ms = clock_ms
         self.monotonic = monotonic

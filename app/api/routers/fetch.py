@@ -32,7 +32,6 @@ from app.api.util import (
     LONG_MIN,
     OCTET_STREAM,
     JSONBytes,
-    leader_log,
     run_blocking,
 )
 from app.api.zerocopy import ZeroCopyResponse
@@ -281,19 +280,17 @@ async def fetch_records(
     media = negotiate(request.headers.get("accept"))
     max_bytes = min(max_bytes, state.settings.fetch_max_bytes)
     min_bytes = min(min_bytes, max_bytes)
-    replica = replica_id is not None and state.cluster is not None
-    if state.cluster is not None:
-        if replica_id is not None:
-            # Before anything else: a forged claim must not even learn who leads.
-            state.cluster.verify_replica(replica_id, request.headers.get(REPLICA_AUTH_HEADER))
-        part = state.cluster.leader_partition(topic, partition)
-        part.check_epoch(leader_epoch)
-        log = part.log
-        if replica:
-            assert replica_id is not None
-            part.on_follower_fetch(replica_id, offset)
-    else:
-        log = leader_log(state, manager, topic, partition)
+    topology = state.topology
+    # Before anything else: a forged claim must not even learn who leads.
+    replica = replica_id is not None and topology.authorize_follower(
+        replica_id, request.headers.get(REPLICA_AUTH_HEADER)
+    )
+    part = topology.leader_partition(topic, partition)
+    part.check_epoch(leader_epoch)
+    log = part.log
+    if replica:
+        assert replica_id is not None
+        part.on_follower_fetch(replica_id, offset)
     info = log.read(offset, max_bytes, max_offset=log.log_end_offset if replica else None)
     if info.size < min_bytes and max_wait_ms > 0:
         info = await wait_for_data(
@@ -351,11 +348,7 @@ async def epoch_end_offset(
         ),
     ] = None,
 ) -> Response:
-    if state.cluster is not None:
-        part = state.cluster.leader_partition(topic, partition)
-        part.check_epoch(current_leader_epoch)
-        log = part.log
-    else:
-        log = leader_log(state, manager, topic, partition)
-    found_epoch, end_offset = log.leader_epoch_cache.end_offset_for(epoch)
+    part = state.topology.leader_partition(topic, partition)
+    part.check_epoch(current_leader_epoch)
+    found_epoch, end_offset = part.log.leader_epoch_cache.end_offset_for(epoch)
     return JSONBytes({"leader_epoch": found_epoch, "end_offset": end_offset})

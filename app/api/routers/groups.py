@@ -79,9 +79,9 @@ async def start_coordinator(app: FastAPI, state: AppState) -> None:
             offsets_topic_replication_factor=settings.offsets_topic_replication_factor,
             offsets_commit_timeout_ms=settings.offsets_commit_timeout_ms,
         ),
-        # Cluster mode: coordinate the groups of the __consumer_offsets partitions this
-        # broker leads (None: a lone broker coordinates every group).
-        cluster=state.cluster,
+        # The groups of the __consumer_offsets partitions this broker leads (all of them
+        # for a lone broker).
+        cluster=state.topology,
     )
     try:
         await coordinator.start()
@@ -90,6 +90,9 @@ async def start_coordinator(app: FastAPI, state: AppState) -> None:
         # rest of the API is unaffected.
         log.exception("the group coordinator could not start")
         return
+    # A deleted topic's committed offsets go with it (a coordinator whose leadership can
+    # move listens by itself as it starts; a listener added twice is called once).
+    state.topology.add_topic_listener(coordinator.topic_deleted)
     app.state.coordinator = coordinator
 
 

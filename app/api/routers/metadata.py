@@ -59,36 +59,30 @@ async def get_metadata(
         ),
     ] = False,
 ) -> Response:
-    broker = state.settings.broker_id
-    cluster = state.cluster
     names = _requested(topics)
     if names and allow_auto_topic_creation and state.settings.auto_create_topics_enable:
         # Every name is checked before anything is created: a bad list creates nothing.
         for name in names:
             validate_topic_name(name)
-        existing = set(topic_names(state, manager))
+        existing = set(topic_names(state))
         for name in names:
             if name not in existing:
                 await create_planned(state, manager, name)
                 state.sticky.forget(name)
     answer = []
-    for name in topic_names(state, manager) if names is None else names:
+    for name in topic_names(state) if names is None else names:
         try:
-            n = partition_count(state, manager, name)
+            n = partition_count(state, name)
             parts = [partition_info(state, name, p) for p in range(n)]
         except UnknownTopicOrPartition:
             continue  # absent, or deleted between the two calls
         answer.append({"name": name, "partitions": parts})
-    if cluster is not None:
-        brokers = [
-            {"id": b.id, "url": b.url} for b in sorted(cluster.brokers.values(), key=lambda b: b.id)
-        ]
-        controller = cluster.controller_id if cluster.controller_id is not None else -1
-        cluster_id = cluster.cluster_id
-    else:
-        brokers = [{"id": broker, "url": state.settings.url}]
-        controller = broker
-        cluster_id = manager.cluster_id
+    topology = state.topology
+    brokers = [
+        {"id": b.id, "url": b.url} for b in sorted(topology.brokers.values(), key=lambda b: b.id)
+    ]
+    controller = topology.controller_id if topology.controller_id is not None else -1
+    cluster_id = topology.cluster_id
     return JSONBytes(
         {"cluster_id": cluster_id, "brokers": brokers, "controller": controller, "topics": answer}
     )

@@ -54,7 +54,7 @@ async def list_offsets(
     ] = "latest",
 ) -> Response:
     where = parse_at(at)
-    log = leader_log(state, manager, topic, partition)
+    log = leader_log(state, topic, partition)
     if where == "earliest":
         return JSONBytes({"offset": log.log_start_offset, "timestamp": -1})
     if where == "latest":

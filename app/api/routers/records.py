@@ -36,19 +36,13 @@ from app.api.util import (
     plan_topic,
 )
 from app.common.batch import BatchBuilder, iter_headers, validate_batches
-from app.common.errors import (
-    InvalidRequiredAcks,
-    NotEnoughReplicas,
-    RecordTooLarge,
-    UnknownTopicOrPartition,
-)
+from app.common.errors import InvalidRequiredAcks, RecordTooLarge, UnknownTopicOrPartition
 from app.common.partitioner import partition_for_key
-from app.core.replication.partition import append_to_leaders
 
 if TYPE_CHECKING:
     from app.core.log.log import AppendInfo, Log
     from app.core.log.manager import LogManager
-    from app.core.replication.partition import Partition
+    from app.core.topology import LeaderReplica, Topology
 
 router = APIRouter(tags=["produce"])
 
@@ -89,81 +83,60 @@ ACKS_ALL = -1
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """Where one partition's batches go: its log and, in cluster mode, this broker's
-    replica with the leader epoch it led in when the request was routed. The append
-    happens only if it still leads in that epoch (checked again under its lock)."""
+    """Where one partition's batches go: this broker's leader replica, with the leader
+    epoch it led in when the request was routed. The append happens only if it still
+    leads in that epoch (checked again under its lock, :meth:`Topology.append_to_leaders`)."""
 
-    log: Log
-    replica: Partition | None = None
-    epoch: int = -1
+    replica: LeaderReplica
+    epoch: int
+
+    @property
+    def log(self) -> Log:
+        return self.replica.log
 
 
-def leader_target(state: AppState, manager: LogManager, topic: str, partition: int) -> Target:
+def leader_target(state: AppState, topic: str, partition: int) -> Target:
     """The partition's Target; NotLeaderOrFollower (naming the leader) when another
     broker leads it."""
-    if state.cluster is None:
-        return Target(manager.get_log(topic, partition))
-    part = state.cluster.leader_partition(topic, partition)
-    return Target(part.log, part, part.leader_epoch)
+    replica = state.topology.leader_partition(topic, partition)
+    return Target(replica, replica.leader_epoch)
 
 
-def check_replicas(state: AppState, target: Target, required_acks: int) -> None:
+def check_replicas(target: Target, required_acks: int) -> None:
     """Before an acks=all append: refuse (nothing written) when the partition's ISR is
-    below min.insync.replicas. A lone broker is its own one-member ISR. (A cluster
-    checks again under the partition's lock, as it appends.)"""
-    if required_acks != ACKS_ALL:
-        return
-    log = target.log
-    if target.replica is not None:
+    below min.insync.replicas (a cluster checks again under the partition's lock, as it
+    appends)."""
+    if required_acks == ACKS_ALL:
         target.replica.check_min_isr()
-    elif log.config.min_insync_replicas > 1:
-        raise NotEnoughReplicas(
-            f"{log.topic}-{log.partition} has 1 in-sync replica (a single broker), fewer than "
-            f"min.insync.replicas={log.config.min_insync_replicas}; nothing was written"
-        )
 
 
 async def await_replicas(
     appended: Sequence[tuple[Target, AppendInfo]], required_acks: int, deadline: float
 ) -> None:
-    """acks=all in cluster mode: until every in-sync replica has each appended batch.
+    """acks=all: until every in-sync replica has each appended batch.
 
     Waits on the replicas that appended, in the epoch they appended in: if leadership
     moved meanwhile the answer is 421 without a leader to go to, never a redirect
     (the write was made; sending it again to the new leader could write it twice)."""
-    waits = [
-        (t.replica, t.epoch, info.last_offset)
-        for t, info in appended
-        if t.replica is not None and required_acks == ACKS_ALL
-    ]
-    if not waits:
+    if required_acks != ACKS_ALL or not appended:
         return
     remaining_ms = max(1, int((deadline - asyncio.get_running_loop().time()) * 1000))
-    if len(waits) == 1:
-        part, epoch, last = waits[0]
-        await part.wait_replicated(last, remaining_ms, epoch)
+    if len(appended) == 1:
+        target, info = appended[0]
+        await target.replica.wait_replicated(info.last_offset, remaining_ms, target.epoch)
         return
     # All at once: a waiter registered only after an earlier partition's wait would miss
     # a leadership change in between.
     results = await asyncio.gather(
-        *(part.wait_replicated(last, remaining_ms, epoch) for part, epoch, last in waits),
+        *(
+            t.replica.wait_replicated(info.last_offset, remaining_ms, t.epoch)
+            for t, info in appended
+        ),
         return_exceptions=True,
     )
     for result in results:
         if isinstance(result, BaseException):
             raise result
-
-
-def _append_all(
-    work: Sequence[tuple[Target, bytes | bytearray]], acks_all: bool
-) -> list[AppendInfo]:
-    if all(t.replica is None for t, _ in work):
-        return [t.log.append(data) for t, data in work]
-    leaders = []
-    for t, data in work:
-        assert t.replica is not None, "a request's partitions are all replicated or none"
-        leaders.append((t.replica, t.epoch, data))
-    return append_to_leaders(leaders, acks_all=acks_all)
 
 
 # flush.messages at its default: an append is a page-cache write, never an fsync.
@@ -175,15 +148,19 @@ INLINE_BATCHES_BYTES = 64 * 1024
 
 
 async def _append(
-    work: Sequence[tuple[Target, bytes | bytearray]], required_acks: int, inline_max_bytes: int = 0
+    topology: Topology,
+    work: Sequence[tuple[Target, bytes | bytearray]],
+    required_acks: int,
+    inline_max_bytes: int = 0,
 ) -> list[AppendInfo]:
-    """Append every partition's batches (all or none in cluster mode, see
-    :func:`append_to_leaders`), on a worker thread unless small. Not bounded by the
-    request's timeout_ms: as in Kafka, that bounds only the wait for in-sync replicas
+    """Append every partition's batches (all or none, see
+    :meth:`Topology.append_to_leaders`), on a worker thread unless small. Not bounded by
+    the request's timeout_ms: as in Kafka, that bounds only the wait for in-sync replicas
     (acks=all), so a request never stops waiting for an append that then happens
     behind its back. Bounding the local append made acks=0 (which waits for nothing)
     and acks=1 answer 504 for a client's short timeout_ms while the write went on."""
     acks_all = required_acks == ACKS_ALL
+    leaders = [(t.replica, t.epoch, data) for t, data in work]
     if (
         inline_max_bytes
         and sum(len(data) for _, data in work) <= inline_max_bytes
@@ -192,8 +169,8 @@ async def _append(
         # A small write to the page cache costs less than the hop to a worker
         # thread, which under load waits for the GIL (up to the 5 ms switch
         # interval) and made a WebSocket producer's requests queue.
-        return _append_all(work, acks_all)
-    return await asyncio.to_thread(_append_all, work, acks_all)
+        return topology.append_to_leaders(leaders, acks_all=acks_all)
+    return await asyncio.to_thread(topology.append_to_leaders, leaders, acks_all=acks_all)
 
 
 def build_batches(
@@ -308,11 +285,11 @@ async def append_json_records(
         plan = plan_topic(state, manager, topic)
 
     order = sorted(batches)
-    work = [(leader_target(state, manager, topic, p), batches[p]) for p in order]
+    work = [(leader_target(state, topic, p), batches[p]) for p in order]
     for target, _ in work:
-        check_replicas(state, target, required_acks)
+        check_replicas(target, required_acks)
 
-    infos = await _append(work, required_acks, inline_max_bytes)
+    infos = await _append(state.topology, work, required_acks, inline_max_bytes)
     appended = dict(zip(order, infos, strict=True))
     await await_replicas(
         [(target, info) for (target, _), info in zip(work, infos, strict=True)],
@@ -426,13 +403,13 @@ async def produce_batches(
             raise UnknownTopicOrPartition(topic, partition)
         validate_batches(body, plan.max_message_bytes)
         await create_planned(state, manager, topic)
-    target = leader_target(state, manager, topic, partition)
-    check_replicas(state, target, required_acks)
+    target = leader_target(state, topic, partition)
+    check_replicas(target, required_acks)
     # Log.append validates every batch (CRC, sizes, magic) before writing any.
     # A small body is appended on the event loop, as WebSocket produce does: under
     # load the worker-thread hop waits for the GIL behind the loop (up to the 5 ms
     # switch interval), and an SDK producer at a steady rate sends small bodies.
-    (info,) = await _append([(target, body)], required_acks, INLINE_BATCHES_BYTES)
+    (info,) = await _append(state.topology, [(target, body)], required_acks, INLINE_BATCHES_BYTES)
     await await_replicas([(target, info)], required_acks, deadline)
     if required_acks == 0:
         return Response(status_code=204)

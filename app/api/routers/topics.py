@@ -18,20 +18,16 @@ from app.api.util import (
     JSONBytes,
     check_not_internal,
     partition_count,
-    partition_info,
-    run_blocking,
     topic_names,
 )
 from app.common.errors import (
     InvalidPartitions,
-    InvalidReplicationFactor,
     UnknownTopicOrPartition,
 )
 from app.core.log import validate_topic_name
 
 if TYPE_CHECKING:
     from app.core.log.manager import LogManager
-    from app.groups.coordinator import GroupCoordinator
 
 router = APIRouter(tags=["topics"])
 
@@ -40,17 +36,12 @@ CREATE_BODY_LIMIT = 1024 * 1024
 
 
 def describe_topic(state: AppState, manager: LogManager, topic: str) -> dict[str, Any]:
-    cluster = state.cluster
+    topology = state.topology
     partitions = []
-    for p in range(partition_count(state, manager, topic)):
-        entry = partition_info(state, topic, p)
-        entry["offline_replicas"] = [] if cluster is None else cluster.offline_replicas(topic, p)
-        try:
-            log = manager.get_log(topic, p)
-        except UnknownTopicOrPartition:
-            if cluster is None:
-                raise
-            log = None  # held by other brokers only
+    for p in range(topology.partition_count(topic)):
+        entry = topology.partition_info(topic, p)
+        entry["offline_replicas"] = topology.offline_replicas(topic, p)
+        log = topology.replica_log(topic, p)  # None: held by other brokers only
         entry["log_start_offset"] = None if log is None else log.log_start_offset
         entry["high_watermark"] = None if log is None else log.high_watermark
         entry["log_end_offset"] = None if log is None else log.log_end_offset
@@ -72,9 +63,9 @@ def describe_topic(state: AppState, manager: LogManager, topic: str) -> dict[str
 )
 async def list_topics(state: StateDep, manager: ManagerDep) -> Response:
     topics = []
-    for name in topic_names(state, manager):
+    for name in topic_names(state):
         try:
-            topics.append({"name": name, "partitions": partition_count(state, manager, name)})
+            topics.append({"name": name, "partitions": partition_count(state, name)})
         except UnknownTopicOrPartition:
             continue  # deleted between the two calls
     return JSONBytes({"topics": topics})
@@ -100,15 +91,7 @@ async def create_topic(request: Request, state: StateDep, manager: ManagerDep) -
     if partitions < 1:
         raise InvalidPartitions(f"partitions must be at least 1, got {partitions}")
     rf = None if req.replication_factor in (None, -1) else req.replication_factor
-    if state.cluster is not None:
-        manager.partition_budget.check_per_topic(req.name, partitions)
-        await state.cluster.create_topic(req.name, partitions, rf, req.configs)
-    else:
-        if rf not in (None, 1):
-            assert rf is not None
-            reason = "larger than the available brokers: 1" if rf > 1 else "must be at least 1"
-            raise InvalidReplicationFactor(f"replication factor {rf} is not possible: {reason}")
-        await run_blocking(manager.create_topic, req.name, partitions, req.configs)
+    await state.topology.create_topic(req.name, partitions, rf, req.configs)
     state.sticky.forget(req.name)
     return JSONBytes(
         describe_topic(state, manager, req.name),
@@ -145,22 +128,15 @@ async def get_topic(
     responses=error_responses(400, 404, 503),
 )
 async def delete_topic(
-    request: Request,
     topic: Annotated[str, Path(description="Topic name.")],
     state: StateDep,
     manager: ManagerDep,
 ) -> Response:
     check_not_internal(topic)
     validate_topic_name(topic)  # no topic has a name it refuses (400, not 404)
-    if state.cluster is not None:
-        # Every broker's coordinator forgets the topic's offsets when its ZooKeeper watch
-        # sees the deletion (ReplicaManager's topic listeners).
-        await state.cluster.delete_topic(topic)
-    else:
-        await run_blocking(manager.delete_topic, topic)
-        coordinator: GroupCoordinator | None = getattr(request.app.state, "coordinator", None)
-        if coordinator is not None:
-            coordinator.topic_deleted(topic)
+    # The group coordinators (every broker's, in a cluster) forget the topic's committed
+    # offsets as the topology's topic listeners hear of the deletion.
+    await state.topology.delete_topic(topic)
     state.sticky.forget(topic)
     state.waiters.forget_topic(topic)
     return Response(status_code=204)

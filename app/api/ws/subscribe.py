@@ -362,7 +362,7 @@ class Subscription:
             raise InvalidRequest("message.start: 'committed' needs a group")
         wanted: list[tuple[str, int]] = []
         for topic in sub.topics or ():
-            n = partition_count(self.state, self.manager, topic)
+            n = partition_count(self.state, topic)
             wanted.extend((topic, p) for p in range(n))
         wanted.extend((tp.topic, tp.partition) for tp in sub.partitions or ())
         self._set_delivery(sub)
@@ -383,7 +383,7 @@ class Subscription:
         for topic, p in wanted:
             if (topic, p) in self.cursors:
                 continue
-            log = leader_log(self.state, self.manager, topic, p)
+            log = leader_log(self.state, topic, p)
             hw = log.high_watermark
             position = hw
             if sub.start == "earliest":
@@ -415,7 +415,7 @@ class Subscription:
             )
         topics = list(dict.fromkeys(sub.topics or ()))
         for topic in topics:
-            partition_count(self.state, self.manager, topic)  # UNKNOWN_TOPIC_OR_PARTITION first
+            partition_count(self.state, topic)  # UNKNOWN_TOPIC_OR_PARTITION first
         self._set_delivery(sub)
         self.member = GroupMember(
             self,
@@ -441,7 +441,7 @@ class Subscription:
     # -- group membership (app.api.ws.group.Host) ----------------------------------------
 
     def add_partition(self, topic: str, partition: int, position: int) -> dict[str, Any]:
-        log = leader_log(self.state, self.manager, topic, partition)
+        log = leader_log(self.state, topic, partition)
         cursor = Cursor(topic, partition, log, position)
         self.cursors[(topic, partition)] = cursor
         self.state.waiters.register(log, self.wake)

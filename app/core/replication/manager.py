@@ -1,4 +1,5 @@
-"""The broker's side of cluster mode: what the HTTP layer and the group coordinator use.
+"""The broker's side of cluster mode: the :class:`~app.core.topology.Topology` of a
+broker in a cluster, what the HTTP layer and the group coordinator use.
 
 :class:`ReplicaManager` joins the cluster (registers ``/brokers/ids/<id>``),
 runs this broker's :class:`~app.core.replication.controller.Controller`
@@ -27,7 +28,7 @@ import threading
 import time
 import uuid
 from base64 import urlsafe_b64encode
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from app.common.errors import (
@@ -43,22 +44,18 @@ from app.core.log.manager import check_new_topic, collision_key
 from app.core.replication.auth import ReplicaAuth
 from app.core.replication.controller import Controller
 from app.core.replication.fetcher import ReplicaFetcher
-from app.core.replication.partition import Partition
+from app.core.replication.partition import Partition, append_to_leaders
 from app.core.replication.placement import assign_replicas
 from app.core.replication.state import NO_LEADER, BrokerInfo, PartitionState, TopicAssignment
 from app.core.replication.zk import ZkStore
+from app.core.topology import LeaderAppend, LeadershipListener, TopicListener
 
 if TYPE_CHECKING:
     from app.config import Settings
-    from app.core.log.log import Log
+    from app.core.log.log import AppendInfo, Log
     from app.core.log.manager import LogManager
 
 _log = logging.getLogger(__name__)
-
-# A leadership listener: (topic, partition, leads) on the event loop.
-LeadershipListener = Callable[[str, int, bool], None]
-# A topic-deletion listener: (topic) on the event loop, on every broker.
-TopicListener = Callable[[str], None]
 
 
 class _ZkProducerIdBlocks:
@@ -75,6 +72,10 @@ class _ZkProducerIdBlocks:
 
 
 class ReplicaManager:
+    """A cluster broker's :class:`~app.core.topology.Topology`; see the module docstring."""
+
+    standalone = False
+
     def __init__(self, settings: Settings, logs: LogManager, notify: Callable[[Log], None]) -> None:
         assert settings.zookeeper, "cluster mode needs a ZooKeeper connect string"
         self.settings = settings
@@ -351,7 +352,9 @@ class ReplicaManager:
     ) -> None:
         """Write the topic's assignment to ZooKeeper and wait until every partition has a
         leader. Raises InvalidTopic, InvalidPartitions, InvalidConfig,
-        InvalidReplicationFactor or TopicAlreadyExists."""
+        InvalidReplicationFactor, PartitionLimitExceeded or TopicAlreadyExists."""
+        # Only the per-topic limit: each broker checks the rest as it creates its replicas.
+        self.logs.partition_budget.check_per_topic(name, partitions)
         _, normalized = check_new_topic(name, partitions, configs, self.logs.default_config)
         rf = replication_factor or self.settings.default_replication_factor
         replicas = assign_replicas(partitions, rf, sorted(self.brokers))
@@ -406,8 +409,10 @@ class ReplicaManager:
         """``cb(topic)`` on the loop when a topic is deleted from the cluster. Every broker
         sees every deletion through its ZooKeeper watch, whichever broker got the request
         and whether or not it holds a replica (the group coordinators use it: a group's
-        offsets live with its coordinator, not with the topic's replicas)."""
-        self._topic_listeners.append(cb)
+        offsets live with its coordinator, not with the topic's replicas). A listener
+        added twice is called once."""
+        if cb not in self._topic_listeners:
+            self._topic_listeners.append(cb)
 
     def _tell_topic_deleted(self, topic: str) -> None:
         for listener in list(self._topic_listeners):
@@ -465,6 +470,28 @@ class ReplicaManager:
         if leader == self.broker_id:
             url = None  # the state says us, but we have not taken over yet: retry shortly
         raise NotLeaderOrFollower(topic, partition, leader, url)
+
+    def append_to_leaders(
+        self, work: Sequence[LeaderAppend], *, acks_all: bool
+    ) -> list[AppendInfo]:
+        """See :func:`app.core.replication.partition.append_to_leaders`: under each
+        partition's leader/ISR lock, all or none. The replicas are this manager's own."""
+        parts = []
+        for replica, epoch, data in work:
+            assert isinstance(replica, Partition), "a replica this manager handed out"
+            parts.append((replica, epoch, data))
+        return append_to_leaders(parts, acks_all=acks_all)
+
+    def authorize_follower(self, replica_id: int, credential: str | None) -> bool:
+        """Every claim of a follower's fetch is checked (:meth:`verify_replica`)."""
+        self.verify_replica(replica_id, credential)
+        return True
+
+    def replica_log(self, topic: str, partition: int) -> Log | None:
+        try:
+            return self.logs.get_log(topic, partition)
+        except UnknownTopicOrPartition:
+            return None  # held by other brokers only
 
     def verify_replica(self, replica_id: int, presented: str | None) -> None:
         """A fetch claiming ``replica_id`` carries that broker's inter-broker credential

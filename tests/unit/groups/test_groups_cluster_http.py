@@ -35,7 +35,7 @@ def client(tmp_path: Path, manager: LogManager, cluster: FakeCluster) -> Iterato
         offsets_topic_num_partitions=N,
     )
     app = create_app(settings, manager)
-    app.state.logbus.cluster = cluster
+    app.state.logbus.topology = cluster
     with TestClient(app, raise_server_exceptions=False) as c:
         yield c
 

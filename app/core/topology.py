@@ -1,0 +1,194 @@
+"""Where a broker's partitions live and who leads them: the one seam between the
+request layers (``app/api``, ``app/groups``) and "one broker or a cluster".
+
+Kafka always has a ReplicaManager, even for one broker; so does Logbus. Two
+classes implement :class:`Topology`:
+
+* :class:`~app.core.local_topology.LocalTopology`: a lone broker (no ZooKeeper).
+  Every partition is here and led here for good, an append is durable once
+  written (nobody to replicate to), epoch checks always pass.
+* :class:`~app.core.replication.manager.ReplicaManager`: a cluster through
+  ZooKeeper. Leadership moves, appends of ``acks=all`` wait for the ISR.
+
+Callers take one path through it: route a produce or fetch with
+:meth:`Topology.leader_partition` (NotLeaderOrFollower names the leader when it
+is elsewhere), check and append through the :class:`LeaderReplica` it returns
+and :meth:`Topology.append_to_leaders`, describe partitions with
+:meth:`Topology.partition_info`. Rules that differ between the two (how many
+replicas a topic may have, who counts as in sync) live in the implementations,
+not in their callers.
+
+Concurrency: every method is called on the event loop, except
+:meth:`Topology.append_to_leaders` (and the replica's ``append_as_leader``),
+which may run on a worker thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from app.core.log.log import AppendInfo, Log
+    from app.core.replication.state import BrokerInfo
+
+# (topic, partition, leads) on the event loop, when this broker starts or stops leading.
+LeadershipListener = Callable[[str, int, bool], None]
+# (topic) on the event loop, when a topic is deleted (anywhere in a cluster).
+TopicListener = Callable[[str], None]
+# What one partition's append is: (this broker's leader replica, the leader epoch the
+# request was routed in, the RecordBatch v2 bytes).
+LeaderAppend = tuple["LeaderReplica", int, "bytes | bytearray | memoryview"]
+
+
+class LeaderReplica(Protocol):
+    """This broker's replica of a partition it leads, as :meth:`Topology.leader_partition`
+    hands it out (a cluster's :class:`~app.core.replication.partition.Partition`)."""
+
+    @property
+    def log(self) -> Log: ...
+
+    @property
+    def leader_epoch(self) -> int:
+        """The epoch this broker leads in now (0 for a lone broker)."""
+        ...
+
+    def check_min_isr(self) -> None:
+        """Before an acks=all append: NotEnoughReplicas (nothing written) when the ISR is
+        below the partition's min.insync.replicas."""
+        ...
+
+    def check_epoch(self, epoch: int | None) -> None:
+        """A caller's current leader epoch against ours: FencedLeaderEpoch (older) or
+        UnknownLeaderEpoch (newer); None or -1 passes."""
+        ...
+
+    def on_follower_fetch(self, replica_id: int, fetch_offset: int) -> None:
+        """A follower fetched from ``fetch_offset``: it holds everything below it."""
+        ...
+
+    def append_as_leader(
+        self, data: bytes | bytearray | memoryview, *, acks_all: bool
+    ) -> AppendInfo:
+        """Append in the epoch this broker leads now (the group coordinator's writes)."""
+        ...
+
+    async def wait_replicated(
+        self, last_offset: int, timeout_ms: int, epoch: int | None = None
+    ) -> None:
+        """Until every in-sync replica holds ``last_offset`` (appended in ``epoch``).
+        Raises NotLeaderOrFollower (leadership moved), RequestTimedOut or
+        NotEnoughReplicasAfterAppend."""
+        ...
+
+
+class Topology(Protocol):
+    """A broker's view of where partitions live; see the module docstring."""
+
+    @property
+    def broker_id(self) -> int: ...
+
+    @property
+    def standalone(self) -> bool:
+        """True for a lone broker: every partition here and led here, for the broker's
+        life (no leadership to follow, nothing to replicate)."""
+        ...
+
+    @property
+    def cluster_id(self) -> str: ...
+
+    @property
+    def controller_id(self) -> int | None:
+        """The broker acting as controller; None while there is none."""
+        ...
+
+    @property
+    def brokers(self) -> Mapping[int, BrokerInfo]:
+        """Live brokers by id."""
+        ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    # -- topics and partitions ---------------------------------------------------------
+
+    def topics(self) -> list[str]:
+        """Every topic (of the cluster), sorted."""
+        ...
+
+    def partition_count(self, topic: str) -> int:
+        """Partitions of ``topic`` (cluster-wide); UnknownTopicOrPartition if none."""
+        ...
+
+    def partition_info(self, topic: str, partition: int) -> dict[str, Any]:
+        """``partition``, ``leader`` (-1: none), ``leader_epoch``, ``replicas``, ``isr``."""
+        ...
+
+    def offline_replicas(self, topic: str, partition: int) -> list[int]:
+        """Replicas of the partition on brokers that are not live."""
+        ...
+
+    def replica_log(self, topic: str, partition: int) -> Log | None:
+        """This broker's replica of a partition (leader or follower); None when only
+        other brokers hold it."""
+        ...
+
+    def leader_of(self, topic: str, partition: int) -> tuple[int | None, str | None]:
+        """(leader id, its URL); ``(None, None)`` while there is no leader.
+        UnknownTopicOrPartition for a partition that does not exist."""
+        ...
+
+    def is_leader(self, topic: str, partition: int) -> bool: ...
+
+    def leader_partition(self, topic: str, partition: int) -> LeaderReplica:
+        """This broker's replica if it leads ``topic-partition``; else NotLeaderOrFollower
+        naming the leader (UnknownTopicOrPartition for a partition that does not exist)."""
+        ...
+
+    def append_to_leaders(
+        self, work: Sequence[LeaderAppend], *, acks_all: bool
+    ) -> list[AppendInfo]:
+        """Append each partition's batches as its leader, in the epoch given: all or none
+        (a failed leadership or min-ISR check writes nothing anywhere). Runs on the loop
+        or on a worker thread."""
+        ...
+
+    def authorize_follower(self, replica_id: int, credential: str | None) -> bool:
+        """Whether a fetch claiming to come from broker ``replica_id`` is a follower's (it
+        then reads up to the log end and reports its progress). Raises
+        ClusterAuthorizationFailed when the credential is not that broker's."""
+        ...
+
+    # -- changes -----------------------------------------------------------------------
+
+    async def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        replication_factor: int | None,
+        configs: Mapping[str, object] = {},
+    ) -> None:
+        """Create a topic and return once every partition has a leader. Raises
+        InvalidTopic, InvalidPartitions, InvalidConfig, InvalidReplicationFactor,
+        PartitionLimitExceeded or TopicAlreadyExists."""
+        ...
+
+    async def wait_for_leaders(self, name: str, wait_s: float) -> None:
+        """Until every partition of ``name`` has a leader (LeaderNotAvailable after
+        ``wait_s``)."""
+        ...
+
+    async def delete_topic(self, name: str) -> None:
+        """Delete a topic (UnknownTopicOrPartition if none); topic listeners hear of it."""
+        ...
+
+    def add_leadership_listener(self, cb: LeadershipListener) -> None:
+        """``cb(topic, partition, leads)`` on the loop whenever this broker starts or stops
+        leading a partition (a lone broker's leadership never changes)."""
+        ...
+
+    def add_topic_listener(self, cb: TopicListener) -> None:
+        """``cb(topic)`` on the loop when a topic is deleted. A listener added twice is
+        called once."""
+        ...
