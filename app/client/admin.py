@@ -11,13 +11,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, TypeVar
-from urllib.parse import quote
 
 import httpx
 
 from app.client import _cluster, _http
 from app.client._cluster import Bootstrap, Cluster
-from app.client._http import Call, topic_path
+from app.client._http import Call, group_path, topic_path
 from app.client.types import OffsetAndTimestamp, TopicPartition
 
 T = TypeVar("T")
@@ -107,10 +106,6 @@ class GroupListing:
     group_epoch: int
 
 
-def _group_path(group: str) -> str:
-    return f"/groups/{quote(group, safe='')}"
-
-
 def _committed(body: Any) -> dict[TopicPartition, int]:
     """Committed offsets (partitions without a commit, which the broker lists as -1, left out)."""
     return {
@@ -141,12 +136,12 @@ def _merge_groups(answers: list[list[GroupListing]]) -> list[GroupListing]:
 
 
 def _describe_group_call(group: str) -> Call[dict[str, Any]]:
-    return Call("GET", _group_path(group), dict)
+    return Call("GET", group_path(group), dict)
 
 
 def _group_offsets_call(group: str, topic: str | None) -> Call[dict[TopicPartition, int]]:
     params: dict[str, str | int] = {"topic": topic} if topic is not None else {}
-    return Call("GET", f"{_group_path(group)}/offsets", _committed, params=params)
+    return Call("GET", f"{group_path(group)}/offsets", _committed, params=params)
 
 
 ResetTo = Literal["earliest", "latest", "timestamp", "offset"]
@@ -162,11 +157,11 @@ def _reset_call(
         if value is None:
             raise ValueError(f"resetting to a {to} needs value=")
         body[to] = value
-    return Call("POST", f"{_group_path(group)}/offsets/reset", _committed, json=body)
+    return Call("POST", f"{group_path(group)}/offsets/reset", _committed, json=body)
 
 
 def _delete_group_call(group: str) -> Call[None]:
-    return Call("DELETE", _group_path(group), lambda body: None, empty_ok=True)
+    return Call("DELETE", group_path(group), lambda body: None, empty_ok=True)
 
 
 class Admin:
