@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import os
 import queue
 import select
@@ -24,9 +25,12 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO, NoReturn
-from urllib.parse import quote
 
-import httpx
+from app.client import Admin, TopicPartition, _http
+from app.client._http import topic_path
+from app.client.admin import ResetTo
+from app.client.errors import BrokerUnavailable, ClientError, NetworkTimeout, ServerError
+from app.common.errors import LogbusError
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 # A pipe of many lines goes out in full requests; a person typing waits this
@@ -47,51 +51,48 @@ class CliError(Exception):
         self.code = code
 
 
-# ---------------------------------------------------------------- HTTP client
+# ---------------------------------------------------------------- the broker
 
 
 class Api:
-    """Thin wrapper over httpx: raises CliError with the server's error_code on failure."""
+    """The broker at ``--url``, through the SDK: :class:`app.client.Admin` for topics,
+    groups and offsets, and the SDK's JSON call runner for produce and fetch.
+
+    Failures are the SDK's errors (:mod:`app.client.errors`); :func:`main` prints them.
+    """
 
     def __init__(self, url: str, timeout: float = 30.0) -> None:
         self.url = url.rstrip("/")
-        self.client = httpx.Client(base_url=self.url, timeout=timeout)
+        self.timeout = timeout
+        self.admin = Admin(self.url, request_timeout_ms=int(timeout * 1000))
+        self.client = _http.sync_client(self.url, int(timeout * 1000))
 
     def close(self) -> None:
+        self.admin.close()
         self.client.close()
 
-    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        try:
-            response = self.client.request(method, path, **kwargs)
-        except httpx.TransportError as exc:
-            raise CliError(f"cannot reach the broker at {self.url}: {exc}") from exc
-        if response.status_code >= 400:
-            raise CliError(_describe_error(response))
-        return response
-
-    def json(self, method: str, path: str, **kwargs: Any) -> Any:
-        response = self.request(method, path, **kwargs)
-        if response.status_code == 204 or not response.content:
-            return None
-        return response.json()
+    def json(
+        self, method: str, path: str, params: dict[str, str | int] | None = None, body: Any = None
+    ) -> Any:
+        """The JSON answer to one call to the broker at ``--url`` (None when it has no body)."""
+        return _http.run_sync(self.client, _http.Call(method, path, _as_is, params or {}, body))
 
 
-def _describe_error(response: httpx.Response) -> str:
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
-    if isinstance(body, dict) and "error_code" in body:
-        message = f"{body['error_code']}: {body.get('message', '')}"
-        if body.get("retriable"):
-            message += " (retriable)"
-        return message
-    text = response.text.strip() or response.reason_phrase
-    return f"HTTP {response.status_code}: {text}"
+def _as_is(body: Any) -> Any:
+    return body
 
 
-def _topic_path(topic: str) -> str:
-    return f"/topics/{quote(topic, safe='')}"
+def _error_message(exc: LogbusError) -> str:
+    """``ERROR_CODE: message [(retriable)]`` for a broker's answer; the SDK's own message
+    when no broker answered (unreachable, timed out) or the answer was not an error body."""
+    if isinstance(exc, BrokerUnavailable | NetworkTimeout | ClientError) or (
+        isinstance(exc, ServerError) and exc.message.startswith("HTTP ")
+    ):
+        return exc.message
+    message = f"{exc.error_code}: {exc.message}"
+    if exc.retriable:
+        message += " (retriable)"
+    return message
 
 
 # ---------------------------------------------------------------- serve
@@ -101,7 +102,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from app.api.server import run
-    from app.common.errors import LogbusError
     from app.config import Settings
 
     try:
@@ -139,44 +139,42 @@ def _parse_configs(pairs: Sequence[str]) -> dict[str, str]:
 
 
 def cmd_topics_create(api: Api, args: argparse.Namespace) -> int:
-    body: dict[str, Any] = {"name": args.name, "configs": _parse_configs(args.config)}
-    if args.partitions is not None:
-        body["partitions"] = args.partitions
-    if args.replication_factor is not None:
-        body["replication_factor"] = args.replication_factor
-    created = api.json("POST", "/topics", json=body)
-    partitions = len(created.get("partitions", [])) if isinstance(created, dict) else "?"
-    print(f"Created topic {args.name} with {partitions} partition(s).")
+    created = api.admin.create_topic(
+        args.name,
+        args.partitions,
+        replication_factor=args.replication_factor,
+        configs=_parse_configs(args.config),
+    )
+    print(f"Created topic {args.name} with {len(created.partitions)} partition(s).")
     return 0
 
 
 def cmd_topics_list(api: Api, args: argparse.Namespace) -> int:
-    answer = api.json("GET", "/topics")
+    topics = api.admin.list_topics()
     if args.json:
-        _print_json(answer)
+        _print_json({"topics": [{"name": n, "partitions": c} for n, c in topics.items()]})
         return 0
-    for topic in answer.get("topics", []):
-        print(topic["name"] if isinstance(topic, dict) else topic)
+    for name in topics:
+        print(name)
     return 0
 
 
 def cmd_topics_describe(api: Api, args: argparse.Namespace) -> int:
-    topic = api.json("GET", _topic_path(args.name))
+    topic = api.admin.describe_topic(args.name)
     if args.json:
-        _print_json(topic)
+        _print_json(dataclasses.asdict(topic))
         return 0
-    partitions = topic.get("partitions", [])
-    overrides = topic.get("config_overrides") or {}
-    print(f"Topic: {topic['name']}\tPartitions: {len(partitions)}")
+    overrides = topic.config_overrides
+    print(f"Topic: {topic.name}\tPartitions: {len(topic.partitions)}")
     if overrides:
         print("Configs: " + ", ".join(f"{k}={v}" for k, v in sorted(overrides.items())))
-    for p in partitions:
+    for p in topic.partitions:
         print(
-            f"\tPartition: {p['partition']}\tLeader: {p.get('leader')}"
-            f"\tReplicas: {_ids(p.get('replicas'))}\tIsr: {_ids(p.get('isr'))}"
-            f"\tLogStartOffset: {p.get('log_start_offset')}"
-            f"\tHighWatermark: {p.get('high_watermark')}"
-            f"\tLogEndOffset: {p.get('log_end_offset')}"
+            f"\tPartition: {p.partition}\tLeader: {p.leader}"
+            f"\tReplicas: {_ids(p.replicas)}\tIsr: {_ids(p.isr)}"
+            f"\tLogStartOffset: {p.log_start_offset}"
+            f"\tHighWatermark: {p.high_watermark}"
+            f"\tLogEndOffset: {p.log_end_offset}"
         )
     return 0
 
@@ -186,7 +184,7 @@ def _ids(ids: Any) -> str:
 
 
 def cmd_topics_delete(api: Api, args: argparse.Namespace) -> int:
-    api.request("DELETE", _topic_path(args.name))
+    api.admin.delete_topic(args.name)
     print(f"Deleted topic {args.name}.")
     return 0
 
@@ -267,16 +265,16 @@ class _Span:
 
 def cmd_produce(api: Api, args: argparse.Namespace) -> int:
     sep = _separator(args.key_separator)
-    path = _topic_path(args.topic)
+    path = topic_path(args.topic)
     path += f"/partitions/{args.partition}/records" if args.partition is not None else "/records"
-    params = {"acks": args.acks} if args.acks is not None else {}
+    params: dict[str, str | int] = {"acks": args.acks} if args.acks is not None else {}
     spans: dict[int, _Span] = {}
     total = 0
     try:
         for lines in read_line_batches(sys.stdin.buffer, args.batch_size):
             records = [_record(line, total + i + 1, sep) for i, line in enumerate(lines)]
             body = {"records": records, "key_format": "string", "value_format": "string"}
-            answer = api.json("POST", path, params=params, json=body)
+            answer = api.json("POST", path, params, body)
             total += len(records)
             for entry in (answer or {}).get("offsets", []):
                 partition, offset = entry["partition"], entry["offset"]
@@ -305,10 +303,11 @@ def _produce_summary(topic: str, total: int, spans: dict[int, _Span]) -> None:
 
 def _start_offset(api: Api, topic: str, partition: int, start: str) -> int:
     if start in ("earliest", "latest"):
-        answer = api.json(
-            "GET", f"{_topic_path(topic)}/partitions/{partition}/offsets", params={"at": start}
-        )
-        return int(answer["offset"])
+        tp = TopicPartition(topic, partition)
+        found = api.admin.list_offsets([tp], start)[tp]
+        # earliest and latest always name an offset (the log start, the high watermark).
+        assert found is not None
+        return found.offset
     try:
         offset = int(start)
     except ValueError as exc:
@@ -336,8 +335,8 @@ def fetch_partition(
 ) -> None:
     """Fetch from ``offset`` and hand each batch of records to ``emit`` until caught up
     (or forever with ``follow``); ``emit`` returns False to stop."""
-    path = f"{_topic_path(topic)}/partitions/{partition}/records"
-    params: dict[str, Any] = {
+    path = f"{topic_path(topic)}/partitions/{partition}/records"
+    params: dict[str, str | int] = {
         "max_bytes": max_bytes,
         "max_wait_ms": max_wait_ms if follow else 0,
         "key_format": "binary",
@@ -345,7 +344,7 @@ def fetch_partition(
     }
     while not stop.is_set():
         params["offset"] = offset
-        answer = api.json("GET", path, params=params, headers={"accept": "application/json"})
+        answer = api.json("GET", path, params)
         records = answer.get("records", [])
         next_offset = int(answer.get("next_offset", offset))
         if records and not emit(records):
@@ -391,8 +390,7 @@ def cmd_consume(api: Api, args: argparse.Namespace) -> int:
     if args.partition is not None:
         partitions = [args.partition]
     else:
-        described = api.json("GET", _topic_path(args.topic))
-        partitions = [int(p["partition"]) for p in described.get("partitions", [])]
+        partitions = [p.partition for p in api.admin.describe_topic(args.topic).partitions]
     starts = {p: _start_offset(api, args.topic, p, args.start) for p in partitions}
     sep = (_separator(args.key_separator) or "\t").encode()
     printer = _Printer(sys.stdout.buffer, args.print_key, sep, args.max_records)
@@ -431,8 +429,8 @@ def _follow_many(
     inbox: queue.Queue[list[dict[str, Any]] | BaseException] = queue.Queue(maxsize=64)
 
     def worker(partition: int, offset: int) -> None:
-        # httpx clients are not shared across threads while requests are in flight.
-        own = Api(api.url, timeout=api.client.timeout.read or 30.0)
+        # One client per thread: the SDK's clients are not shared between threads.
+        own = Api(api.url, timeout=api.timeout)
 
         def forward(records: list[dict[str, Any]]) -> bool:
             inbox.put(records)
@@ -457,8 +455,6 @@ def _follow_many(
 
 def _consume_with_sdk(api: Api, args: argparse.Namespace) -> int:
     """``--group`` (Consumer.subscribe, commits as it goes) or ``--ws`` (app.client.ws)."""
-    from app.common.errors import LogbusError
-
     if args.group is not None and (args.partition is not None or args.start.isdigit()):
         raise CliError("--group takes its partitions and offsets from the group", 2)
     sep = (_separator(args.key_separator) or "\t").encode()
@@ -472,8 +468,6 @@ def _consume_with_sdk(api: Api, args: argparse.Namespace) -> int:
             asyncio.run(_consume_ws(api, args, printer))
     except KeyboardInterrupt:
         pass
-    except LogbusError as exc:
-        raise CliError(f"{exc.error_code}: {exc.message}") from exc
     finally:
         print(f"Consumed {printer.count} record(s)", file=sys.stderr)
     return 0
@@ -509,14 +503,12 @@ def _consume_group(api: Api, args: argparse.Namespace, printer: _Printer) -> Non
 
 
 async def _consume_ws(api: Api, args: argparse.Namespace, printer: _Printer) -> None:
-    from app.client import TopicPartition
     from app.client.ws import subscribe
 
     if args.partition is not None:
         partitions = [args.partition]
     else:
-        described = api.json("GET", _topic_path(args.topic))
-        partitions = [int(p["partition"]) for p in described.get("partitions", [])]
+        partitions = [p.partition for p in api.admin.describe_topic(args.topic).partitions]
     tps = [TopicPartition(args.topic, p) for p in partitions]
     start: str | int = args.start
     if args.start not in ("earliest", "latest"):
@@ -538,7 +530,6 @@ async def _consume_ws(api: Api, args: argparse.Namespace, printer: _Printer) -> 
 async def _consume_ws_group(api: Api, args: argparse.Namespace, printer: _Printer) -> None:
     """The socket is the group member; what was printed is committed every second and at
     the end."""
-    from app.client import TopicPartition
     from app.client.ws import subscribe
 
     if args.start not in ("earliest", "latest"):
@@ -582,26 +573,21 @@ async def _consume_ws_group(api: Api, args: argparse.Namespace, printer: _Printe
 # ---------------------------------------------------------------- groups
 
 
-def _group_path(group: str) -> str:
-    return f"/groups/{quote(group, safe='')}"
-
-
 def cmd_groups_list(api: Api, args: argparse.Namespace) -> int:
-    answer = api.json("GET", "/groups")
+    groups = api.admin.list_groups()
     if args.json:
-        _print_json(answer)
+        _print_json({"groups": [dataclasses.asdict(g) for g in groups]})
         return 0
-    groups = answer.get("groups", [])
     if groups:
-        width = max(5, *(len(g["group"]) for g in groups))
+        width = max(5, *(len(g.group) for g in groups))
         print(f"{'GROUP':<{width}}  {'STATE':<12} MEMBERS")
         for g in groups:
-            print(f"{g['group']:<{width}}  {g['state']:<12} {g['members']}")
+            print(f"{g.group:<{width}}  {g.state:<12} {g.members}")
     return 0
 
 
 def cmd_groups_describe(api: Api, args: argparse.Namespace) -> int:
-    desc = api.json("GET", _group_path(args.group))
+    desc = api.admin.describe_group(args.group)
     if args.json:
         _print_json(desc)
         return 0
@@ -657,7 +643,7 @@ def _print_members(members: list[dict[str, Any]]) -> None:
 
 
 def cmd_groups_delete(api: Api, args: argparse.Namespace) -> int:
-    api.request("DELETE", _group_path(args.group))
+    api.admin.delete_group(args.group)
     print(f"Deleted group {args.group}.")
     return 0
 
@@ -681,26 +667,28 @@ def parse_datetime_ms(text: str) -> int:
 
 
 def cmd_groups_reset_offsets(api: Api, args: argparse.Namespace) -> int:
-    body: dict[str, Any] = {"topic": args.topic}
+    partitions = None
     if args.partitions:
         try:
-            body["partitions"] = [int(p) for p in args.partitions.split(",") if p.strip()]
+            partitions = [int(p) for p in args.partitions.split(",") if p.strip()]
         except ValueError:
             raise CliError(f"--partitions expects 0,1,2 got {args.partitions!r}", code=2) from None
+    to: ResetTo
+    value = None
     if args.to_earliest:
-        body["to"] = "earliest"
+        to = "earliest"
     elif args.to_latest:
-        body["to"] = "latest"
+        to = "latest"
     elif args.to_datetime is not None:
-        body["to"] = "timestamp"
-        body["timestamp"] = parse_datetime_ms(args.to_datetime)
+        to, value = "timestamp", parse_datetime_ms(args.to_datetime)
     else:
-        body["to"] = "offset"
-        body["offset"] = args.to_offset
-    answer = api.json("POST", _group_path(args.group) + "/offsets/reset", json=body)
+        to, value = "offset", args.to_offset
+    offsets = api.admin.reset_group_offsets(
+        args.group, args.topic, to, value, partitions=partitions
+    )
     print("TOPIC  PARTITION  NEW-OFFSET")
-    for o in answer.get("offsets", []):
-        print(f"{o['topic']}  {o['partition']}  {o['offset']}")
+    for tp, offset in offsets.items():
+        print(f"{tp.topic}  {tp.partition}  {offset}")
     return 0
 
 
@@ -890,6 +878,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             code = args.handler(args)
     except CliError as exc:
         _fail(exc.message, exc.code)
+    except LogbusError as exc:
+        _fail(_error_message(exc), 1)
     except BrokenPipeError:
         # `logbus consume ... | head`: the reader left; that is not an error.
         with contextlib.suppress(OSError):

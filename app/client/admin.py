@@ -8,7 +8,7 @@ coordinator (:mod:`app.client._cluster`)."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal, TypeVar
 
@@ -29,9 +29,12 @@ class PartitionInfo:
     leader: int
     replicas: list[int]
     isr: list[int]
-    log_start_offset: int
-    high_watermark: int
-    log_end_offset: int
+    # None in a cluster where the answering broker holds no replica of the partition.
+    log_start_offset: int | None
+    high_watermark: int | None
+    log_end_offset: int | None
+    leader_epoch: int = 0
+    offline_replicas: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +42,8 @@ class TopicDescription:
     name: str
     partitions: list[PartitionInfo]
     configs: dict[str, Any]
+    # The configs set on this topic (the rest of ``configs`` are broker defaults).
+    config_overrides: dict[str, Any] = field(default_factory=dict)
 
 
 def _description(body: Any) -> TopicDescription:
@@ -53,10 +58,13 @@ def _description(body: Any) -> TopicDescription:
                 log_start_offset=p["log_start_offset"],
                 high_watermark=p["high_watermark"],
                 log_end_offset=p["log_end_offset"],
+                leader_epoch=p.get("leader_epoch", 0),
+                offline_replicas=list(p.get("offline_replicas") or ()),
             )
             for p in body["partitions"]
         ],
         configs=dict(body.get("configs") or {}),
+        config_overrides=dict(body.get("config_overrides") or {}),
     )
 
 
@@ -104,6 +112,7 @@ class GroupListing:
     state: str
     members: int
     group_epoch: int
+    protocol_type: str = "consumer"
 
 
 def _committed(body: Any) -> dict[TopicPartition, int]:
@@ -120,7 +129,13 @@ def _list_groups_call() -> Call[list[GroupListing]]:
         "GET",
         "/groups",
         lambda body: [
-            GroupListing(g["group"], g["state"], g["members"], g["group_epoch"])
+            GroupListing(
+                g["group"],
+                g["state"],
+                g["members"],
+                g["group_epoch"],
+                g.get("protocol_type", "consumer"),
+            )
             for g in body["groups"]
         ],
     )

@@ -22,7 +22,7 @@ The head is at most :data:`MAX_HEAD_BYTES`. Header names are lowercased; a repea
 header keeps its last value.
 
 Why not httptools' C parser (uvicorn's)? Measured with ``python -m bench.wire_reader``
-(best of 5, two runs agreeing within 5%) on this project's shared 2-core VM, CPython 3.12,
+(best of 5, two runs agreeing within 5%) on this project's shared 2-core VM, CPython 3.11,
 while other jobs ran, so the absolutes are low and the ratios are what count:
 
 - the hot case, 64 MiB Content-Length answers over loopback TCP: this reader, the body
