@@ -7,30 +7,32 @@ Every client command talks to the HTTP API (openapi/openapi.json) at ``--url`` (
     0  success
     1  the broker answered with an error, or could not be reached
     2  bad command line or settings
+
+Here: ``serve``, ``topics``, ``produce``, ``groups``, the parser and :func:`main`;
+``consume`` is :mod:`app.cli.consume`, the broker session (an :class:`app.client.Admin`
+for topics, groups and offsets) and error reporting :mod:`app.cli.base`; ``perf`` is
+:mod:`app.perf`.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import base64
 import contextlib
 import dataclasses
 import os
-import queue
 import select
 import sys
-import threading
-import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO, NoReturn
 
-from app.client import Admin, TopicPartition, _http
+from app.cli.base import Api, CliError, error_message, print_json, separator
+from app.cli.consume import cmd_consume
 from app.client._http import topic_path
 from app.client.admin import ResetTo
-from app.client.errors import BrokerUnavailable, ClientError, NetworkTimeout, ServerError
 from app.common.errors import LogbusError
+
+__all__ = ["CliError", "build_parser", "main", "read_line_batches"]
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 # A pipe of many lines goes out in full requests; a person typing waits this
@@ -40,59 +42,6 @@ STDIN_READ_BYTES = 1 << 20
 # The server caps a long poll at 60 s; the client waits a little longer so the
 # server, not the socket timeout, decides when an empty poll ends.
 HTTP_TIMEOUT_SLACK_SECONDS = 10.0
-
-
-class CliError(Exception):
-    """A failure to report as ``logbus: <message>`` with exit status ``code``."""
-
-    def __init__(self, message: str, code: int = 1) -> None:
-        super().__init__(message)
-        self.message = message
-        self.code = code
-
-
-# ---------------------------------------------------------------- the broker
-
-
-class Api:
-    """The broker at ``--url``, through the SDK: :class:`app.client.Admin` for topics,
-    groups and offsets, and the SDK's JSON call runner for produce and fetch.
-
-    Failures are the SDK's errors (:mod:`app.client.errors`); :func:`main` prints them.
-    """
-
-    def __init__(self, url: str, timeout: float = 30.0) -> None:
-        self.url = url.rstrip("/")
-        self.timeout = timeout
-        self.admin = Admin(self.url, request_timeout_ms=int(timeout * 1000))
-        self.client = _http.sync_client(self.url, int(timeout * 1000))
-
-    def close(self) -> None:
-        self.admin.close()
-        self.client.close()
-
-    def json(
-        self, method: str, path: str, params: dict[str, str | int] | None = None, body: Any = None
-    ) -> Any:
-        """The JSON answer to one call to the broker at ``--url`` (None when it has no body)."""
-        return _http.run_sync(self.client, _http.Call(method, path, _as_is, params or {}, body))
-
-
-def _as_is(body: Any) -> Any:
-    return body
-
-
-def _error_message(exc: LogbusError) -> str:
-    """``ERROR_CODE: message [(retriable)]`` for a broker's answer; the SDK's own message
-    when no broker answered (unreachable, timed out) or the answer was not an error body."""
-    if isinstance(exc, BrokerUnavailable | NetworkTimeout | ClientError) or (
-        isinstance(exc, ServerError) and exc.message.startswith("HTTP ")
-    ):
-        return exc.message
-    message = f"{exc.error_code}: {exc.message}"
-    if exc.retriable:
-        message += " (retriable)"
-    return message
 
 
 # ---------------------------------------------------------------- serve
@@ -152,7 +101,7 @@ def cmd_topics_create(api: Api, args: argparse.Namespace) -> int:
 def cmd_topics_list(api: Api, args: argparse.Namespace) -> int:
     topics = api.admin.list_topics()
     if args.json:
-        _print_json({"topics": [{"name": n, "partitions": c} for n, c in topics.items()]})
+        print_json({"topics": [{"name": n, "partitions": c} for n, c in topics.items()]})
         return 0
     for name in topics:
         print(name)
@@ -162,7 +111,7 @@ def cmd_topics_list(api: Api, args: argparse.Namespace) -> int:
 def cmd_topics_describe(api: Api, args: argparse.Namespace) -> int:
     topic = api.admin.describe_topic(args.name)
     if args.json:
-        _print_json(dataclasses.asdict(topic))
+        print_json(dataclasses.asdict(topic))
         return 0
     overrides = topic.config_overrides
     print(f"Topic: {topic.name}\tPartitions: {len(topic.partitions)}")
@@ -189,23 +138,7 @@ def cmd_topics_delete(api: Api, args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_json(value: Any) -> None:
-    import json
-
-    print(json.dumps(value, indent=2, sort_keys=True))
-
-
 # ---------------------------------------------------------------- produce
-
-
-def _separator(raw: str | None) -> str | None:
-    if raw is None:
-        return None
-    named = {"TAB": "\t", "\\t": "\t", "SPACE": " ", "COMMA": ",", "\\n": "\n"}
-    sep = named.get(raw, raw)
-    if not sep:
-        raise CliError("--key-separator must not be empty", code=2)
-    return sep
 
 
 def read_line_batches(
@@ -264,7 +197,7 @@ class _Span:
 
 
 def cmd_produce(api: Api, args: argparse.Namespace) -> int:
-    sep = _separator(args.key_separator)
+    sep = separator(args.key_separator)
     path = topic_path(args.topic)
     path += f"/partitions/{args.partition}/records" if args.partition is not None else "/records"
     params: dict[str, str | int] = {"acks": args.acks} if args.acks is not None else {}
@@ -298,285 +231,13 @@ def _produce_summary(topic: str, total: int, spans: dict[int, _Span]) -> None:
     print(line + (f" ({detail})" if detail else ""), file=sys.stderr)
 
 
-# ---------------------------------------------------------------- consume
-
-
-def _start_offset(api: Api, topic: str, partition: int, start: str) -> int:
-    if start in ("earliest", "latest"):
-        tp = TopicPartition(topic, partition)
-        found = api.admin.list_offsets([tp], start)[tp]
-        # earliest and latest always name an offset (the log start, the high watermark).
-        assert found is not None
-        return found.offset
-    try:
-        offset = int(start)
-    except ValueError as exc:
-        raise CliError(f"--from expects earliest, latest or an offset, got {start!r}", 2) from exc
-    if offset < 0:
-        raise CliError("--from offset must be >= 0", code=2)
-    return offset
-
-
-def _decode(value: str | None) -> bytes | None:
-    return None if value is None else base64.b64decode(value)
-
-
-def fetch_partition(
-    api: Api,
-    topic: str,
-    partition: int,
-    offset: int,
-    *,
-    follow: bool,
-    max_bytes: int,
-    max_wait_ms: int,
-    stop: threading.Event,
-    emit: Callable[[list[dict[str, Any]]], bool],
-) -> None:
-    """Fetch from ``offset`` and hand each batch of records to ``emit`` until caught up
-    (or forever with ``follow``); ``emit`` returns False to stop."""
-    path = f"{topic_path(topic)}/partitions/{partition}/records"
-    params: dict[str, str | int] = {
-        "max_bytes": max_bytes,
-        "max_wait_ms": max_wait_ms if follow else 0,
-        "key_format": "binary",
-        "value_format": "binary",
-    }
-    while not stop.is_set():
-        params["offset"] = offset
-        answer = api.json("GET", path, params)
-        records = answer.get("records", [])
-        next_offset = int(answer.get("next_offset", offset))
-        if records and not emit(records):
-            return
-        caught_up = next_offset >= int(answer.get("high_watermark", next_offset))
-        if not follow and (caught_up or next_offset == offset):
-            return
-        offset = next_offset
-
-
-class _Printer:
-    def __init__(self, out: BinaryIO, print_key: bool, sep: bytes, limit: int | None) -> None:
-        self.out = out
-        self.print_key = print_key
-        self.sep = sep
-        self.limit = limit
-        self.count = 0
-
-    def __call__(self, records: list[dict[str, Any]]) -> bool:
-        return self.pairs((_decode(r.get("key")), _decode(r.get("value"))) for r in records)
-
-    def pairs(self, records: Iterable[tuple[bytes | None, bytes | None]]) -> bool:
-        """Print (key, value) pairs; False once the limit is reached."""
-        parts: list[bytes] = []
-        for key, value in records:
-            if self.limit is not None and self.count >= self.limit:
-                break
-            if self.print_key:
-                parts += [b"null" if key is None else key, self.sep]
-            parts += [b"null" if value is None else value, b"\n"]
-            self.count += 1
-        self.out.write(b"".join(parts))
-        self.out.flush()
-        return self.limit is None or self.count < self.limit
-
-    def remaining(self) -> int | None:
-        return None if self.limit is None else self.limit - self.count
-
-
-def cmd_consume(api: Api, args: argparse.Namespace) -> int:
-    if args.group is not None or args.ws:
-        return _consume_with_sdk(api, args)
-    if args.partition is not None:
-        partitions = [args.partition]
-    else:
-        partitions = [p.partition for p in api.admin.describe_topic(args.topic).partitions]
-    starts = {p: _start_offset(api, args.topic, p, args.start) for p in partitions}
-    sep = (_separator(args.key_separator) or "\t").encode()
-    printer = _Printer(sys.stdout.buffer, args.print_key, sep, args.max_records)
-    stop = threading.Event()
-    options: dict[str, Any] = {
-        "follow": args.follow,
-        "max_bytes": args.max_bytes,
-        "max_wait_ms": args.max_wait_ms,
-        "stop": stop,
-    }
-    try:
-        if len(partitions) == 1 or not args.follow:
-            for p in partitions:
-                if printer.limit is not None and printer.count >= printer.limit:
-                    break
-                fetch_partition(api, args.topic, p, starts[p], emit=printer, **options)
-        else:
-            _follow_many(api, args.topic, starts, printer, options, stop)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        stop.set()
-        print(f"Consumed {printer.count} record(s)", file=sys.stderr)
-    return 0
-
-
-def _follow_many(
-    api: Api,
-    topic: str,
-    starts: dict[int, int],
-    printer: _Printer,
-    options: dict[str, Any],
-    stop: threading.Event,
-) -> None:
-    """Long-poll every partition at once (one thread each); print from the main thread."""
-    inbox: queue.Queue[list[dict[str, Any]] | BaseException] = queue.Queue(maxsize=64)
-
-    def worker(partition: int, offset: int) -> None:
-        # One client per thread: the SDK's clients are not shared between threads.
-        own = Api(api.url, timeout=api.timeout)
-
-        def forward(records: list[dict[str, Any]]) -> bool:
-            inbox.put(records)
-            return True
-
-        try:
-            fetch_partition(own, topic, partition, offset, emit=forward, **options)
-        except BaseException as exc:
-            inbox.put(exc)
-        finally:
-            own.close()
-
-    for partition, offset in starts.items():
-        threading.Thread(target=worker, args=(partition, offset), daemon=True).start()
-    while True:
-        item = inbox.get()
-        if isinstance(item, BaseException):
-            raise item
-        if not printer(item):
-            return
-
-
-def _consume_with_sdk(api: Api, args: argparse.Namespace) -> int:
-    """``--group`` (Consumer.subscribe, commits as it goes) or ``--ws`` (app.client.ws)."""
-    if args.group is not None and (args.partition is not None or args.start.isdigit()):
-        raise CliError("--group takes its partitions and offsets from the group", 2)
-    sep = (_separator(args.key_separator) or "\t").encode()
-    printer = _Printer(sys.stdout.buffer, args.print_key, sep, args.max_records)
-    try:
-        if args.group is not None and args.ws:
-            asyncio.run(_consume_ws_group(api, args, printer))
-        elif args.group is not None:
-            _consume_group(api, args, printer)
-        else:
-            asyncio.run(_consume_ws(api, args, printer))
-    except KeyboardInterrupt:
-        pass
-    finally:
-        print(f"Consumed {printer.count} record(s)", file=sys.stderr)
-    return 0
-
-
-# Without --follow, a member that is given no partition (more members than partitions)
-# gives up after this long.
-GROUP_IDLE_SECONDS = 10.0
-
-
-def _consume_group(api: Api, args: argparse.Namespace, printer: _Printer) -> None:
-    from app.client import Consumer
-
-    if args.start not in ("earliest", "latest"):
-        raise CliError(f"--from expects earliest or latest with --group, got {args.start!r}", 2)
-    with Consumer(api.url, auto_offset_reset=args.start) as consumer:
-        consumer.subscribe([args.topic], group_id=args.group)
-        idle_until = time.monotonic() + GROUP_IDLE_SECONDS
-        while True:
-            # Never take more than will be printed: what is taken is what gets committed.
-            records = consumer.poll(timeout_ms=200, max_records=printer.remaining())
-            if not printer.pairs((r.key, r.value) for r in records):
-                return
-            if args.follow:
-                continue
-            owned = consumer.assignment()
-            if owned:
-                ends = consumer.end_offsets(owned)
-                if all(consumer.position(tp) >= end for tp, end in ends.items()):
-                    return
-            elif time.monotonic() >= idle_until:
-                return
-
-
-async def _consume_ws(api: Api, args: argparse.Namespace, printer: _Printer) -> None:
-    from app.client.ws import subscribe
-
-    if args.partition is not None:
-        partitions = [args.partition]
-    else:
-        partitions = [p.partition for p in api.admin.describe_topic(args.topic).partitions]
-    tps = [TopicPartition(args.topic, p) for p in partitions]
-    start: str | int = args.start
-    if args.start not in ("earliest", "latest"):
-        start = _start_offset(api, args.topic, partitions[0], args.start)
-    # Without --follow, stop at the high watermarks as they were when we started.
-    ends = {tp: _start_offset(api, args.topic, tp.partition, "latest") for tp in tps}
-
-    def caught_up() -> bool:
-        return not args.follow and all(sub.positions.get(tp, 0) >= e for tp, e in ends.items())
-
-    async with subscribe(api.url, partitions=tps, start=start, format="binary") as sub:
-        if caught_up():
-            return
-        async for record in sub:
-            if not printer.pairs([(record.key, record.value)]) or caught_up():
-                return
-
-
-async def _consume_ws_group(api: Api, args: argparse.Namespace, printer: _Printer) -> None:
-    """The socket is the group member; what was printed is committed every second and at
-    the end."""
-    from app.client.ws import subscribe
-
-    if args.start not in ("earliest", "latest"):
-        raise CliError(f"--from expects earliest or latest with --group, got {args.start!r}", 2)
-    ends: dict[TopicPartition, int] = {}
-
-    def caught_up(owned: set[TopicPartition]) -> bool:
-        for tp in owned - ends.keys():
-            ends[tp] = _start_offset(api, tp.topic, tp.partition, "latest")
-        return all(sub.positions.get(tp, 0) >= ends[tp] for tp in owned)
-
-    async with subscribe(
-        api.url, topics=[args.topic], group=args.group, default=args.start, format="binary"
-    ) as sub:
-        idle_until = time.monotonic() + GROUP_IDLE_SECONDS
-        next_commit = time.monotonic() + 1.0
-        try:
-            while True:
-                owned = sub.assignment or set()
-                if not args.follow and (
-                    caught_up(owned) if owned else time.monotonic() >= idle_until
-                ):
-                    return
-                try:
-                    # Short steps: the loop must look at the assignment while idle.
-                    record = await asyncio.wait_for(anext(sub), 0.2)
-                except TimeoutError:
-                    continue
-                if not printer.pairs([(record.key, record.value)]):
-                    return
-                if time.monotonic() >= next_commit:
-                    await sub.commit()
-                    next_commit = time.monotonic() + 1.0
-        finally:
-            await sub.commit()
-
-
-# ---------------------------------------------------------------- parser
-
-
 # ---------------------------------------------------------------- groups
 
 
 def cmd_groups_list(api: Api, args: argparse.Namespace) -> int:
     groups = api.admin.list_groups()
     if args.json:
-        _print_json({"groups": [dataclasses.asdict(g) for g in groups]})
+        print_json({"groups": [dataclasses.asdict(g) for g in groups]})
         return 0
     if groups:
         width = max(5, *(len(g.group) for g in groups))
@@ -589,7 +250,7 @@ def cmd_groups_list(api: Api, args: argparse.Namespace) -> int:
 def cmd_groups_describe(api: Api, args: argparse.Namespace) -> int:
     desc = api.admin.describe_group(args.group)
     if args.json:
-        _print_json(desc)
+        print_json(desc)
         return 0
     print(
         f"Group: {desc['group']}\tState: {desc['state']}\tEpoch: {desc['group_epoch']}"
@@ -879,7 +540,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CliError as exc:
         _fail(exc.message, exc.code)
     except LogbusError as exc:
-        _fail(_error_message(exc), 1)
+        _fail(error_message(exc), 1)
     except BrokenPipeError:
         # `logbus consume ... | head`: the reader left; that is not an error.
         with contextlib.suppress(OSError):
