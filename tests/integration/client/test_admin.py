@@ -47,9 +47,10 @@ def test_results_carry_every_field_the_broker_answers(broker_url: str) -> None:
         desc = admin.create_topic(name, 2, configs={"retention.ms": 60000})
         assert desc.config_overrides == {"retention.ms": 60000}
         assert [p.leader_epoch for p in desc.partitions] == [0, 0]
-        assert dataclasses.asdict(admin.describe_topic(name)) == httpx.get(
-            f"{broker_url}/topics/{name}"
-        ).json()
+        assert (
+            dataclasses.asdict(admin.describe_topic(name))
+            == httpx.get(f"{broker_url}/topics/{name}").json()
+        )
         group = "sdk-admin-fields-group"
         joined = httpx.post(
             f"{broker_url}/groups/{group}/heartbeat",
