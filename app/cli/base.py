@@ -31,6 +31,8 @@ class Api:
         self.url = url.rstrip("/")
         self.timeout = timeout
         self.admin = Admin(self.url, request_timeout_ms=int(timeout * 1000))
+        # Produce and fetch go to --url itself, as the command's user named it (no
+        # routing to leaders): a pool of its own, since Admin's client is its own too.
         self.client = _http.sync_client(self.url, int(timeout * 1000))
 
     def close(self) -> None:
@@ -62,6 +64,7 @@ def error_message(exc: LogbusError) -> str:
 
 
 def separator(raw: str | None) -> str | None:
+    """``--key-separator`` as text: TAB, SPACE, COMMA, ``\\t``, ``\\n`` or itself."""
     if raw is None:
         return None
     named = {"TAB": "\t", "\\t": "\t", "SPACE": " ", "COMMA": ",", "\\n": "\n"}
@@ -72,6 +75,7 @@ def separator(raw: str | None) -> str | None:
 
 
 def start_offset(api: Api, topic: str, partition: int, start: str) -> int:
+    """``--from``: earliest, latest (looked up at the partition's leader) or an offset."""
     if start in ("earliest", "latest"):
         tp = TopicPartition(topic, partition)
         found = api.admin.list_offsets([tp], start)[tp]
