@@ -69,14 +69,26 @@ def request_bytes(endpoint: Endpoint, target: str, accept: bytes) -> bytes:
     )  # fmt: skip
 
 
-class FetchConnection:
-    """Blocking connection: ``send`` a GET now, ``read_response`` when the socket is readable."""
+class _SocketConnection:
+    """A socket (None until the first request) and the framing state of its answers."""
 
     def __init__(self, endpoint: Endpoint, timeout_s: float) -> None:
         self.endpoint = endpoint
         self.timeout_s = timeout_s
         self.sock: socket.socket | None = None
         self._reader = ResponseReader()
+
+    def close(self) -> None:
+        if self.sock is not None:
+            try:
+                self.sock.close()
+            finally:
+                self.sock = None
+                self._reader.reset()
+
+
+class FetchConnection(_SocketConnection):
+    """Blocking connection: ``send`` a GET now, ``read_response`` when the socket is readable."""
 
     def _connect(self) -> socket.socket:
         sock = socket.create_connection((self.endpoint.host, self.endpoint.port), self.timeout_s)
@@ -127,28 +139,14 @@ class FetchConnection:
             self.close()
         return step
 
-    def close(self) -> None:
-        if self.sock is not None:
-            try:
-                self.sock.close()
-            finally:
-                self.sock = None
-                self._reader.reset()
 
-
-class AsyncSocketConnection:
+class AsyncSocketConnection(_SocketConnection):
     """The asyncio twin of :class:`FetchConnection` for plain TCP.
 
     ``sock_recv_into`` straight into one buffer of the announced length: the
     stream reader's buffer (extend, then slice and delete) cost ~15% of the
     asyncio consumer's time.
     """
-
-    def __init__(self, endpoint: Endpoint, timeout_s: float) -> None:
-        self.endpoint = endpoint
-        self.timeout_s = timeout_s
-        self.sock: socket.socket | None = None
-        self._reader = ResponseReader()
 
     async def fetch(self, target: str, accept: bytes = b"application/octet-stream") -> Response:
         try:
@@ -184,14 +182,6 @@ class AsyncSocketConnection:
         if not reader.keep_alive:
             self.close()
         return step
-
-    def close(self) -> None:
-        if self.sock is not None:
-            try:
-                self.sock.close()
-            finally:
-                self.sock = None
-                self._reader.reset()
 
 
 class AsyncStreamConnection:

@@ -3,9 +3,9 @@
 Two jobs, both over loopback from a thread that answers canned responses:
 
 * ``big_gbps``: answers of ``body_mib`` MiB framed by Content-Length (the
-  fetch answer's shape) over one loopback TCP connection. ``reader``: :class:`app.common.http1.ResponseReader`
-  driven as :mod:`app.wire` drives it, the body read with ``recv_into`` into
-  one preallocated buffer. ``httptools``: ``recv`` chunks fed to
+  fetch answer's shape) over one loopback TCP connection. ``reader``: :class:`app.wire.FetchConnection`
+  (:class:`app.common.http1.ResponseReader` driven by a blocking socket), the
+  body read with ``recv_into`` into one preallocated buffer. ``httptools``: ``recv`` chunks fed to
   ``HttpResponseParser``, ``on_body`` copying into one preallocated buffer.
 * ``head_us``: the parse of one small answer's head (status line, five
   headers, empty body) held in memory, no socket, into a status and a dict of
@@ -25,7 +25,8 @@ from typing import Any
 
 import httptools
 
-from app.common.http1 import Response, ResponseReader
+from app.common.http1 import ResponseReader
+from app.wire import Endpoint, FetchConnection
 
 HEAD = (
     b"HTTP/1.1 200 OK\r\ndate: Tue, 24 Nov 2026 11:00:00 GMT\r\nserver: uvicorn\r\n"
@@ -35,37 +36,32 @@ HEAD = (
 _CHUNK = 256 * 1024
 
 
-def _server(body: bytes, count: int) -> tuple[socket.socket, threading.Thread]:
+def _server(body: bytes, count: int) -> tuple[int, socket.socket, threading.Thread]:
+    """A listener whose first connection gets ``count`` answers to its first request."""
     listener = socket.create_server(("127.0.0.1", 0))
-    a = socket.create_connection(listener.getsockname())
-    b, _ = listener.accept()
-    listener.close()
     answer = HEAD % len(body) + body
 
     def run() -> None:
+        b, _ = listener.accept()
+        listener.close()
         with b:
+            b.recv(4096)  # the request, read so that closing does not reset the connection
             for _ in range(count):
                 b.sendall(answer)
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
-    return a, thread
+    return listener.getsockname()[1], listener, thread
 
 
-def _reader_loop(sock: socket.socket, count: int) -> int:
-    reader = ResponseReader()
+def _reader_loop(port: int, count: int) -> int:
+    """The fetch connection as the consumer uses it (its reader, ``recv_into`` the body)."""
+    conn = FetchConnection(Endpoint.parse(f"http://127.0.0.1:{port}"), 30.0)
+    conn.send("/bench")
     total = 0
     for _ in range(count):
-        while True:
-            step = reader.next()
-            if step is None:
-                reader.feed(sock.recv(_CHUNK))
-            elif isinstance(step, memoryview):
-                reader.filled(sock.recv_into(step))
-            else:
-                assert isinstance(step, Response)
-                total += len(step.body)
-                break
+        total += len(conn.read_response().body)
+    conn.close()
     return total
 
 
@@ -108,12 +104,13 @@ def _httptools_loop(sock: socket.socket, count: int, size: int) -> int:
 
 def big_gbps(mode: str, body_mib: int, count: int) -> float:
     body = b"x" * (body_mib << 20)
-    sock, thread = _server(body, count)
+    port, _, thread = _server(body, count)
     start = time.perf_counter()
-    with sock:
-        if mode == "reader":
-            total = _reader_loop(sock, count)
-        else:
+    if mode == "reader":
+        total = _reader_loop(port, count)
+    else:
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(b"GET /bench HTTP/1.1\r\nHost: bench\r\n\r\n")
             total = _httptools_loop(sock, count, len(body))
     elapsed = time.perf_counter() - start
     thread.join()
