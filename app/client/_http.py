@@ -32,8 +32,14 @@ def normalize_url(url: str) -> str:
 
 
 def topic_path(topic: str) -> str:
+    """``/topics/<topic>``: the one place the SDK and the CLI build a topic's URL path."""
     # Topic names are [a-zA-Z0-9._-]; quoting still keeps a bad name from forming another path.
     return f"/topics/{quote(topic, safe='')}"
+
+
+def group_path(group: str) -> str:
+    """``/groups/<group>``: group ids are free text, so they are always quoted."""
+    return f"/groups/{quote(group, safe='')}"
 
 
 @dataclass(frozen=True, slots=True)

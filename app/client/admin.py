@@ -8,16 +8,15 @@ coordinator (:mod:`app.client._cluster`)."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal, TypeVar
-from urllib.parse import quote
 
 import httpx
 
 from app.client import _cluster, _http
 from app.client._cluster import Bootstrap, Cluster
-from app.client._http import Call, topic_path
+from app.client._http import Call, group_path, topic_path
 from app.client.types import OffsetAndTimestamp, TopicPartition
 
 T = TypeVar("T")
@@ -30,9 +29,12 @@ class PartitionInfo:
     leader: int
     replicas: list[int]
     isr: list[int]
-    log_start_offset: int
-    high_watermark: int
-    log_end_offset: int
+    # None in a cluster where the answering broker holds no replica of the partition.
+    log_start_offset: int | None
+    high_watermark: int | None
+    log_end_offset: int | None
+    leader_epoch: int = 0
+    offline_replicas: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +42,8 @@ class TopicDescription:
     name: str
     partitions: list[PartitionInfo]
     configs: dict[str, Any]
+    # The configs set on this topic (the rest of ``configs`` are broker defaults).
+    config_overrides: dict[str, Any] = field(default_factory=dict)
 
 
 def _description(body: Any) -> TopicDescription:
@@ -54,10 +58,13 @@ def _description(body: Any) -> TopicDescription:
                 log_start_offset=p["log_start_offset"],
                 high_watermark=p["high_watermark"],
                 log_end_offset=p["log_end_offset"],
+                leader_epoch=p.get("leader_epoch", 0),
+                offline_replicas=list(p.get("offline_replicas") or ()),
             )
             for p in body["partitions"]
         ],
         configs=dict(body.get("configs") or {}),
+        config_overrides=dict(body.get("config_overrides") or {}),
     )
 
 
@@ -105,10 +112,7 @@ class GroupListing:
     state: str
     members: int
     group_epoch: int
-
-
-def _group_path(group: str) -> str:
-    return f"/groups/{quote(group, safe='')}"
+    protocol_type: str = "consumer"
 
 
 def _committed(body: Any) -> dict[TopicPartition, int]:
@@ -125,7 +129,13 @@ def _list_groups_call() -> Call[list[GroupListing]]:
         "GET",
         "/groups",
         lambda body: [
-            GroupListing(g["group"], g["state"], g["members"], g["group_epoch"])
+            GroupListing(
+                g["group"],
+                g["state"],
+                g["members"],
+                g["group_epoch"],
+                g.get("protocol_type", "consumer"),
+            )
             for g in body["groups"]
         ],
     )
@@ -141,12 +151,12 @@ def _merge_groups(answers: list[list[GroupListing]]) -> list[GroupListing]:
 
 
 def _describe_group_call(group: str) -> Call[dict[str, Any]]:
-    return Call("GET", _group_path(group), dict)
+    return Call("GET", group_path(group), dict)
 
 
 def _group_offsets_call(group: str, topic: str | None) -> Call[dict[TopicPartition, int]]:
     params: dict[str, str | int] = {"topic": topic} if topic is not None else {}
-    return Call("GET", f"{_group_path(group)}/offsets", _committed, params=params)
+    return Call("GET", f"{group_path(group)}/offsets", _committed, params=params)
 
 
 ResetTo = Literal["earliest", "latest", "timestamp", "offset"]
@@ -162,11 +172,11 @@ def _reset_call(
         if value is None:
             raise ValueError(f"resetting to a {to} needs value=")
         body[to] = value
-    return Call("POST", f"{_group_path(group)}/offsets/reset", _committed, json=body)
+    return Call("POST", f"{group_path(group)}/offsets/reset", _committed, json=body)
 
 
 def _delete_group_call(group: str) -> Call[None]:
-    return Call("DELETE", _group_path(group), lambda body: None, empty_ok=True)
+    return Call("DELETE", group_path(group), lambda body: None, empty_ok=True)
 
 
 class Admin:

@@ -25,6 +25,7 @@ from urllib.parse import quote
 
 from app.client import _cluster, _http
 from app.client._cluster import Cluster
+from app.client._http import group_path
 from app.client.errors import is_retriable
 from app.client.types import TopicPartition
 from app.common.errors import FencedMemberEpoch, LogbusError, UnknownMemberId
@@ -38,10 +39,6 @@ _HEARTBEAT_ATTEMPTS = 2
 # Until the first answer tells the real interval: short, so a join settles fast.
 _FIRST_INTERVAL_S = 0.1
 _REFUSED_RETRY_S = 1.0
-
-
-def group_path(group_id: str) -> str:
-    return f"/groups/{quote(group_id, safe='')}"
 
 
 def by_topic(partitions: Iterable[TopicPartition]) -> list[dict[str, Any]]:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+import httpx
 import pytest
 
 from app.client import Admin, OffsetAndTimestamp, Producer, TopicPartition
@@ -35,3 +38,25 @@ def test_topic_lifecycle_and_offsets(broker_url: str) -> None:
         with pytest.raises(UnknownTopicOrPartition):
             admin.delete_topic(name)
         assert name not in admin.list_topics()
+
+
+def test_results_carry_every_field_the_broker_answers(broker_url: str) -> None:
+    """``logbus topics describe --json`` and ``groups list --json`` print these results."""
+    name = "sdk-admin-fields"
+    with Admin(broker_url) as admin:
+        desc = admin.create_topic(name, 2, configs={"retention.ms": 60000})
+        assert desc.config_overrides == {"retention.ms": 60000}
+        assert [p.leader_epoch for p in desc.partitions] == [0, 0]
+        assert (
+            dataclasses.asdict(admin.describe_topic(name))
+            == httpx.get(f"{broker_url}/topics/{name}").json()
+        )
+        group = "sdk-admin-fields-group"
+        joined = httpx.post(
+            f"{broker_url}/groups/{group}/heartbeat",
+            json={"member_id": "m1", "member_epoch": 0, "subscribed_topics": [name]},
+        )
+        assert joined.status_code == 200, joined.text
+        listed = [dataclasses.asdict(g) for g in admin.list_groups()]
+        assert listed == httpx.get(f"{broker_url}/groups").json()["groups"]
+        assert [g["protocol_type"] for g in listed if g["group"] == group] == ["consumer"]

@@ -7,26 +7,32 @@ Every client command talks to the HTTP API (openapi/openapi.json) at ``--url`` (
     0  success
     1  the broker answered with an error, or could not be reached
     2  bad command line or settings
+
+Here: ``serve``, ``topics``, ``produce``, ``groups``, the parser and :func:`main`;
+``consume`` is :mod:`app.cli.consume`, the broker session (an :class:`app.client.Admin`
+for topics, groups and offsets) and error reporting :mod:`app.cli.base`; ``perf`` is
+:mod:`app.perf`.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import base64
 import contextlib
+import dataclasses
 import os
-import queue
 import select
 import sys
-import threading
-import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO, NoReturn
-from urllib.parse import quote
 
-import httpx
+from app.cli.base import Api, CliError, error_message, print_json, separator
+from app.cli.consume import cmd_consume
+from app.client._http import topic_path
+from app.client.admin import ResetTo
+from app.common.errors import LogbusError
+
+__all__ = ["CliError", "build_parser", "main", "read_line_batches"]
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 # A pipe of many lines goes out in full requests; a person typing waits this
@@ -38,62 +44,6 @@ STDIN_READ_BYTES = 1 << 20
 HTTP_TIMEOUT_SLACK_SECONDS = 10.0
 
 
-class CliError(Exception):
-    """A failure to report as ``logbus: <message>`` with exit status ``code``."""
-
-    def __init__(self, message: str, code: int = 1) -> None:
-        super().__init__(message)
-        self.message = message
-        self.code = code
-
-
-# ---------------------------------------------------------------- HTTP client
-
-
-class Api:
-    """Thin wrapper over httpx: raises CliError with the server's error_code on failure."""
-
-    def __init__(self, url: str, timeout: float = 30.0) -> None:
-        self.url = url.rstrip("/")
-        self.client = httpx.Client(base_url=self.url, timeout=timeout)
-
-    def close(self) -> None:
-        self.client.close()
-
-    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        try:
-            response = self.client.request(method, path, **kwargs)
-        except httpx.TransportError as exc:
-            raise CliError(f"cannot reach the broker at {self.url}: {exc}") from exc
-        if response.status_code >= 400:
-            raise CliError(_describe_error(response))
-        return response
-
-    def json(self, method: str, path: str, **kwargs: Any) -> Any:
-        response = self.request(method, path, **kwargs)
-        if response.status_code == 204 or not response.content:
-            return None
-        return response.json()
-
-
-def _describe_error(response: httpx.Response) -> str:
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
-    if isinstance(body, dict) and "error_code" in body:
-        message = f"{body['error_code']}: {body.get('message', '')}"
-        if body.get("retriable"):
-            message += " (retriable)"
-        return message
-    text = response.text.strip() or response.reason_phrase
-    return f"HTTP {response.status_code}: {text}"
-
-
-def _topic_path(topic: str) -> str:
-    return f"/topics/{quote(topic, safe='')}"
-
-
 # ---------------------------------------------------------------- serve
 
 
@@ -101,7 +51,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from app.api.server import run
-    from app.common.errors import LogbusError
     from app.config import Settings
 
     try:
@@ -139,44 +88,42 @@ def _parse_configs(pairs: Sequence[str]) -> dict[str, str]:
 
 
 def cmd_topics_create(api: Api, args: argparse.Namespace) -> int:
-    body: dict[str, Any] = {"name": args.name, "configs": _parse_configs(args.config)}
-    if args.partitions is not None:
-        body["partitions"] = args.partitions
-    if args.replication_factor is not None:
-        body["replication_factor"] = args.replication_factor
-    created = api.json("POST", "/topics", json=body)
-    partitions = len(created.get("partitions", [])) if isinstance(created, dict) else "?"
-    print(f"Created topic {args.name} with {partitions} partition(s).")
+    created = api.admin.create_topic(
+        args.name,
+        args.partitions,
+        replication_factor=args.replication_factor,
+        configs=_parse_configs(args.config),
+    )
+    print(f"Created topic {args.name} with {len(created.partitions)} partition(s).")
     return 0
 
 
 def cmd_topics_list(api: Api, args: argparse.Namespace) -> int:
-    answer = api.json("GET", "/topics")
+    topics = api.admin.list_topics()
     if args.json:
-        _print_json(answer)
+        print_json({"topics": [{"name": n, "partitions": c} for n, c in topics.items()]})
         return 0
-    for topic in answer.get("topics", []):
-        print(topic["name"] if isinstance(topic, dict) else topic)
+    for name in topics:
+        print(name)
     return 0
 
 
 def cmd_topics_describe(api: Api, args: argparse.Namespace) -> int:
-    topic = api.json("GET", _topic_path(args.name))
+    topic = api.admin.describe_topic(args.name)
     if args.json:
-        _print_json(topic)
+        print_json(dataclasses.asdict(topic))
         return 0
-    partitions = topic.get("partitions", [])
-    overrides = topic.get("config_overrides") or {}
-    print(f"Topic: {topic['name']}\tPartitions: {len(partitions)}")
+    overrides = topic.config_overrides
+    print(f"Topic: {topic.name}\tPartitions: {len(topic.partitions)}")
     if overrides:
         print("Configs: " + ", ".join(f"{k}={v}" for k, v in sorted(overrides.items())))
-    for p in partitions:
+    for p in topic.partitions:
         print(
-            f"\tPartition: {p['partition']}\tLeader: {p.get('leader')}"
-            f"\tReplicas: {_ids(p.get('replicas'))}\tIsr: {_ids(p.get('isr'))}"
-            f"\tLogStartOffset: {p.get('log_start_offset')}"
-            f"\tHighWatermark: {p.get('high_watermark')}"
-            f"\tLogEndOffset: {p.get('log_end_offset')}"
+            f"\tPartition: {p.partition}\tLeader: {p.leader}"
+            f"\tReplicas: {_ids(p.replicas)}\tIsr: {_ids(p.isr)}"
+            f"\tLogStartOffset: {p.log_start_offset}"
+            f"\tHighWatermark: {p.high_watermark}"
+            f"\tLogEndOffset: {p.log_end_offset}"
         )
     return 0
 
@@ -186,28 +133,12 @@ def _ids(ids: Any) -> str:
 
 
 def cmd_topics_delete(api: Api, args: argparse.Namespace) -> int:
-    api.request("DELETE", _topic_path(args.name))
+    api.admin.delete_topic(args.name)
     print(f"Deleted topic {args.name}.")
     return 0
 
 
-def _print_json(value: Any) -> None:
-    import json
-
-    print(json.dumps(value, indent=2, sort_keys=True))
-
-
 # ---------------------------------------------------------------- produce
-
-
-def _separator(raw: str | None) -> str | None:
-    if raw is None:
-        return None
-    named = {"TAB": "\t", "\\t": "\t", "SPACE": " ", "COMMA": ",", "\\n": "\n"}
-    sep = named.get(raw, raw)
-    if not sep:
-        raise CliError("--key-separator must not be empty", code=2)
-    return sep
 
 
 def read_line_batches(
@@ -266,17 +197,17 @@ class _Span:
 
 
 def cmd_produce(api: Api, args: argparse.Namespace) -> int:
-    sep = _separator(args.key_separator)
-    path = _topic_path(args.topic)
+    sep = separator(args.key_separator)
+    path = topic_path(args.topic)
     path += f"/partitions/{args.partition}/records" if args.partition is not None else "/records"
-    params = {"acks": args.acks} if args.acks is not None else {}
+    params: dict[str, str | int] = {"acks": args.acks} if args.acks is not None else {}
     spans: dict[int, _Span] = {}
     total = 0
     try:
         for lines in read_line_batches(sys.stdin.buffer, args.batch_size):
             records = [_record(line, total + i + 1, sep) for i, line in enumerate(lines)]
             body = {"records": records, "key_format": "string", "value_format": "string"}
-            answer = api.json("POST", path, params=params, json=body)
+            answer = api.json("POST", path, params, body)
             total += len(records)
             for entry in (answer or {}).get("offsets", []):
                 partition, offset = entry["partition"], entry["offset"]
@@ -300,310 +231,26 @@ def _produce_summary(topic: str, total: int, spans: dict[int, _Span]) -> None:
     print(line + (f" ({detail})" if detail else ""), file=sys.stderr)
 
 
-# ---------------------------------------------------------------- consume
-
-
-def _start_offset(api: Api, topic: str, partition: int, start: str) -> int:
-    if start in ("earliest", "latest"):
-        answer = api.json(
-            "GET", f"{_topic_path(topic)}/partitions/{partition}/offsets", params={"at": start}
-        )
-        return int(answer["offset"])
-    try:
-        offset = int(start)
-    except ValueError as exc:
-        raise CliError(f"--from expects earliest, latest or an offset, got {start!r}", 2) from exc
-    if offset < 0:
-        raise CliError("--from offset must be >= 0", code=2)
-    return offset
-
-
-def _decode(value: str | None) -> bytes | None:
-    return None if value is None else base64.b64decode(value)
-
-
-def fetch_partition(
-    api: Api,
-    topic: str,
-    partition: int,
-    offset: int,
-    *,
-    follow: bool,
-    max_bytes: int,
-    max_wait_ms: int,
-    stop: threading.Event,
-    emit: Callable[[list[dict[str, Any]]], bool],
-) -> None:
-    """Fetch from ``offset`` and hand each batch of records to ``emit`` until caught up
-    (or forever with ``follow``); ``emit`` returns False to stop."""
-    path = f"{_topic_path(topic)}/partitions/{partition}/records"
-    params: dict[str, Any] = {
-        "max_bytes": max_bytes,
-        "max_wait_ms": max_wait_ms if follow else 0,
-        "key_format": "binary",
-        "value_format": "binary",
-    }
-    while not stop.is_set():
-        params["offset"] = offset
-        answer = api.json("GET", path, params=params, headers={"accept": "application/json"})
-        records = answer.get("records", [])
-        next_offset = int(answer.get("next_offset", offset))
-        if records and not emit(records):
-            return
-        caught_up = next_offset >= int(answer.get("high_watermark", next_offset))
-        if not follow and (caught_up or next_offset == offset):
-            return
-        offset = next_offset
-
-
-class _Printer:
-    def __init__(self, out: BinaryIO, print_key: bool, sep: bytes, limit: int | None) -> None:
-        self.out = out
-        self.print_key = print_key
-        self.sep = sep
-        self.limit = limit
-        self.count = 0
-
-    def __call__(self, records: list[dict[str, Any]]) -> bool:
-        return self.pairs((_decode(r.get("key")), _decode(r.get("value"))) for r in records)
-
-    def pairs(self, records: Iterable[tuple[bytes | None, bytes | None]]) -> bool:
-        """Print (key, value) pairs; False once the limit is reached."""
-        parts: list[bytes] = []
-        for key, value in records:
-            if self.limit is not None and self.count >= self.limit:
-                break
-            if self.print_key:
-                parts += [b"null" if key is None else key, self.sep]
-            parts += [b"null" if value is None else value, b"\n"]
-            self.count += 1
-        self.out.write(b"".join(parts))
-        self.out.flush()
-        return self.limit is None or self.count < self.limit
-
-    def remaining(self) -> int | None:
-        return None if self.limit is None else self.limit - self.count
-
-
-def cmd_consume(api: Api, args: argparse.Namespace) -> int:
-    if args.group is not None or args.ws:
-        return _consume_with_sdk(api, args)
-    if args.partition is not None:
-        partitions = [args.partition]
-    else:
-        described = api.json("GET", _topic_path(args.topic))
-        partitions = [int(p["partition"]) for p in described.get("partitions", [])]
-    starts = {p: _start_offset(api, args.topic, p, args.start) for p in partitions}
-    sep = (_separator(args.key_separator) or "\t").encode()
-    printer = _Printer(sys.stdout.buffer, args.print_key, sep, args.max_records)
-    stop = threading.Event()
-    options: dict[str, Any] = {
-        "follow": args.follow,
-        "max_bytes": args.max_bytes,
-        "max_wait_ms": args.max_wait_ms,
-        "stop": stop,
-    }
-    try:
-        if len(partitions) == 1 or not args.follow:
-            for p in partitions:
-                if printer.limit is not None and printer.count >= printer.limit:
-                    break
-                fetch_partition(api, args.topic, p, starts[p], emit=printer, **options)
-        else:
-            _follow_many(api, args.topic, starts, printer, options, stop)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        stop.set()
-        print(f"Consumed {printer.count} record(s)", file=sys.stderr)
-    return 0
-
-
-def _follow_many(
-    api: Api,
-    topic: str,
-    starts: dict[int, int],
-    printer: _Printer,
-    options: dict[str, Any],
-    stop: threading.Event,
-) -> None:
-    """Long-poll every partition at once (one thread each); print from the main thread."""
-    inbox: queue.Queue[list[dict[str, Any]] | BaseException] = queue.Queue(maxsize=64)
-
-    def worker(partition: int, offset: int) -> None:
-        # httpx clients are not shared across threads while requests are in flight.
-        own = Api(api.url, timeout=api.client.timeout.read or 30.0)
-
-        def forward(records: list[dict[str, Any]]) -> bool:
-            inbox.put(records)
-            return True
-
-        try:
-            fetch_partition(own, topic, partition, offset, emit=forward, **options)
-        except BaseException as exc:
-            inbox.put(exc)
-        finally:
-            own.close()
-
-    for partition, offset in starts.items():
-        threading.Thread(target=worker, args=(partition, offset), daemon=True).start()
-    while True:
-        item = inbox.get()
-        if isinstance(item, BaseException):
-            raise item
-        if not printer(item):
-            return
-
-
-def _consume_with_sdk(api: Api, args: argparse.Namespace) -> int:
-    """``--group`` (Consumer.subscribe, commits as it goes) or ``--ws`` (app.client.ws)."""
-    from app.common.errors import LogbusError
-
-    if args.group is not None and (args.partition is not None or args.start.isdigit()):
-        raise CliError("--group takes its partitions and offsets from the group", 2)
-    sep = (_separator(args.key_separator) or "\t").encode()
-    printer = _Printer(sys.stdout.buffer, args.print_key, sep, args.max_records)
-    try:
-        if args.group is not None and args.ws:
-            asyncio.run(_consume_ws_group(api, args, printer))
-        elif args.group is not None:
-            _consume_group(api, args, printer)
-        else:
-            asyncio.run(_consume_ws(api, args, printer))
-    except KeyboardInterrupt:
-        pass
-    except LogbusError as exc:
-        raise CliError(f"{exc.error_code}: {exc.message}") from exc
-    finally:
-        print(f"Consumed {printer.count} record(s)", file=sys.stderr)
-    return 0
-
-
-# Without --follow, a member that is given no partition (more members than partitions)
-# gives up after this long.
-GROUP_IDLE_SECONDS = 10.0
-
-
-def _consume_group(api: Api, args: argparse.Namespace, printer: _Printer) -> None:
-    from app.client import Consumer
-
-    if args.start not in ("earliest", "latest"):
-        raise CliError(f"--from expects earliest or latest with --group, got {args.start!r}", 2)
-    with Consumer(api.url, auto_offset_reset=args.start) as consumer:
-        consumer.subscribe([args.topic], group_id=args.group)
-        idle_until = time.monotonic() + GROUP_IDLE_SECONDS
-        while True:
-            # Never take more than will be printed: what is taken is what gets committed.
-            records = consumer.poll(timeout_ms=200, max_records=printer.remaining())
-            if not printer.pairs((r.key, r.value) for r in records):
-                return
-            if args.follow:
-                continue
-            owned = consumer.assignment()
-            if owned:
-                ends = consumer.end_offsets(owned)
-                if all(consumer.position(tp) >= end for tp, end in ends.items()):
-                    return
-            elif time.monotonic() >= idle_until:
-                return
-
-
-async def _consume_ws(api: Api, args: argparse.Namespace, printer: _Printer) -> None:
-    from app.client import TopicPartition
-    from app.client.ws import subscribe
-
-    if args.partition is not None:
-        partitions = [args.partition]
-    else:
-        described = api.json("GET", _topic_path(args.topic))
-        partitions = [int(p["partition"]) for p in described.get("partitions", [])]
-    tps = [TopicPartition(args.topic, p) for p in partitions]
-    start: str | int = args.start
-    if args.start not in ("earliest", "latest"):
-        start = _start_offset(api, args.topic, partitions[0], args.start)
-    # Without --follow, stop at the high watermarks as they were when we started.
-    ends = {tp: _start_offset(api, args.topic, tp.partition, "latest") for tp in tps}
-
-    def caught_up() -> bool:
-        return not args.follow and all(sub.positions.get(tp, 0) >= e for tp, e in ends.items())
-
-    async with subscribe(api.url, partitions=tps, start=start, format="binary") as sub:
-        if caught_up():
-            return
-        async for record in sub:
-            if not printer.pairs([(record.key, record.value)]) or caught_up():
-                return
-
-
-async def _consume_ws_group(api: Api, args: argparse.Namespace, printer: _Printer) -> None:
-    """The socket is the group member; what was printed is committed every second and at
-    the end."""
-    from app.client import TopicPartition
-    from app.client.ws import subscribe
-
-    if args.start not in ("earliest", "latest"):
-        raise CliError(f"--from expects earliest or latest with --group, got {args.start!r}", 2)
-    ends: dict[TopicPartition, int] = {}
-
-    def caught_up(owned: set[TopicPartition]) -> bool:
-        for tp in owned - ends.keys():
-            ends[tp] = _start_offset(api, tp.topic, tp.partition, "latest")
-        return all(sub.positions.get(tp, 0) >= ends[tp] for tp in owned)
-
-    async with subscribe(
-        api.url, topics=[args.topic], group=args.group, default=args.start, format="binary"
-    ) as sub:
-        idle_until = time.monotonic() + GROUP_IDLE_SECONDS
-        next_commit = time.monotonic() + 1.0
-        try:
-            while True:
-                owned = sub.assignment or set()
-                if not args.follow and (
-                    caught_up(owned) if owned else time.monotonic() >= idle_until
-                ):
-                    return
-                try:
-                    # Short steps: the loop must look at the assignment while idle.
-                    record = await asyncio.wait_for(anext(sub), 0.2)
-                except TimeoutError:
-                    continue
-                if not printer.pairs([(record.key, record.value)]):
-                    return
-                if time.monotonic() >= next_commit:
-                    await sub.commit()
-                    next_commit = time.monotonic() + 1.0
-        finally:
-            await sub.commit()
-
-
-# ---------------------------------------------------------------- parser
-
-
 # ---------------------------------------------------------------- groups
 
 
-def _group_path(group: str) -> str:
-    return f"/groups/{quote(group, safe='')}"
-
-
 def cmd_groups_list(api: Api, args: argparse.Namespace) -> int:
-    answer = api.json("GET", "/groups")
+    groups = api.admin.list_groups()
     if args.json:
-        _print_json(answer)
+        print_json({"groups": [dataclasses.asdict(g) for g in groups]})
         return 0
-    groups = answer.get("groups", [])
     if groups:
-        width = max(5, *(len(g["group"]) for g in groups))
+        width = max(5, *(len(g.group) for g in groups))
         print(f"{'GROUP':<{width}}  {'STATE':<12} MEMBERS")
         for g in groups:
-            print(f"{g['group']:<{width}}  {g['state']:<12} {g['members']}")
+            print(f"{g.group:<{width}}  {g.state:<12} {g.members}")
     return 0
 
 
 def cmd_groups_describe(api: Api, args: argparse.Namespace) -> int:
-    desc = api.json("GET", _group_path(args.group))
+    desc = api.admin.describe_group(args.group)
     if args.json:
-        _print_json(desc)
+        print_json(desc)
         return 0
     print(
         f"Group: {desc['group']}\tState: {desc['state']}\tEpoch: {desc['group_epoch']}"
@@ -657,7 +304,7 @@ def _print_members(members: list[dict[str, Any]]) -> None:
 
 
 def cmd_groups_delete(api: Api, args: argparse.Namespace) -> int:
-    api.request("DELETE", _group_path(args.group))
+    api.admin.delete_group(args.group)
     print(f"Deleted group {args.group}.")
     return 0
 
@@ -681,26 +328,28 @@ def parse_datetime_ms(text: str) -> int:
 
 
 def cmd_groups_reset_offsets(api: Api, args: argparse.Namespace) -> int:
-    body: dict[str, Any] = {"topic": args.topic}
+    partitions = None
     if args.partitions:
         try:
-            body["partitions"] = [int(p) for p in args.partitions.split(",") if p.strip()]
+            partitions = [int(p) for p in args.partitions.split(",") if p.strip()]
         except ValueError:
             raise CliError(f"--partitions expects 0,1,2 got {args.partitions!r}", code=2) from None
+    to: ResetTo
+    value = None
     if args.to_earliest:
-        body["to"] = "earliest"
+        to = "earliest"
     elif args.to_latest:
-        body["to"] = "latest"
+        to = "latest"
     elif args.to_datetime is not None:
-        body["to"] = "timestamp"
-        body["timestamp"] = parse_datetime_ms(args.to_datetime)
+        to, value = "timestamp", parse_datetime_ms(args.to_datetime)
     else:
-        body["to"] = "offset"
-        body["offset"] = args.to_offset
-    answer = api.json("POST", _group_path(args.group) + "/offsets/reset", json=body)
+        to, value = "offset", args.to_offset
+    offsets = api.admin.reset_group_offsets(
+        args.group, args.topic, to, value, partitions=partitions
+    )
     print("TOPIC  PARTITION  NEW-OFFSET")
-    for o in answer.get("offsets", []):
-        print(f"{o['topic']}  {o['partition']}  {o['offset']}")
+    for tp, offset in offsets.items():
+        print(f"{tp.topic}  {tp.partition}  {offset}")
     return 0
 
 
@@ -890,6 +539,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             code = args.handler(args)
     except CliError as exc:
         _fail(exc.message, exc.code)
+    except LogbusError as exc:
+        _fail(error_message(exc), 1)
     except BrokenPipeError:
         # `logbus consume ... | head`: the reader left; that is not an error.
         with contextlib.suppress(OSError):

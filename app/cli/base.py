@@ -1,0 +1,97 @@
+"""What every ``logbus`` client command shares: the broker session, the error the
+command line reports, and the small parsers of options more than one command takes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.client import Admin, TopicPartition, _http
+from app.client.errors import BrokerUnavailable, ClientError, NetworkTimeout, ServerError
+from app.common.errors import LogbusError
+
+
+class CliError(Exception):
+    """A failure to report as ``logbus: <message>`` with exit status ``code``."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+class Api:
+    """The broker at ``--url``, through the SDK: :class:`app.client.Admin` for topics,
+    groups and offsets, and the SDK's JSON call runner for produce and fetch.
+
+    Failures are the SDK's errors (:mod:`app.client.errors`); :func:`main` prints them.
+    """
+
+    def __init__(self, url: str, timeout: float = 30.0) -> None:
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+        self.admin = Admin(self.url, request_timeout_ms=int(timeout * 1000))
+        # Produce and fetch go to --url itself, as the command's user named it (no
+        # routing to leaders): a pool of its own, since Admin's client is its own too.
+        self.client = _http.sync_client(self.url, int(timeout * 1000))
+
+    def close(self) -> None:
+        self.admin.close()
+        self.client.close()
+
+    def json(
+        self, method: str, path: str, params: dict[str, str | int] | None = None, body: Any = None
+    ) -> Any:
+        """The JSON answer to one call to the broker at ``--url`` (None when it has no body)."""
+        return _http.run_sync(self.client, _http.Call(method, path, _as_is, params or {}, body))
+
+
+def _as_is(body: Any) -> Any:
+    return body
+
+
+def error_message(exc: LogbusError) -> str:
+    """``ERROR_CODE: message [(retriable)]`` for a broker's answer; the SDK's own message
+    when no broker answered (unreachable, timed out) or the answer was not an error body."""
+    if isinstance(exc, BrokerUnavailable | NetworkTimeout | ClientError) or (
+        isinstance(exc, ServerError) and exc.message.startswith("HTTP ")
+    ):
+        return exc.message
+    message = f"{exc.error_code}: {exc.message}"
+    if exc.retriable:
+        message += " (retriable)"
+    return message
+
+
+def separator(raw: str | None) -> str | None:
+    """``--key-separator`` as text: TAB, SPACE, COMMA, ``\\t``, ``\\n`` or itself."""
+    if raw is None:
+        return None
+    named = {"TAB": "\t", "\\t": "\t", "SPACE": " ", "COMMA": ",", "\\n": "\n"}
+    sep = named.get(raw, raw)
+    if not sep:
+        raise CliError("--key-separator must not be empty", code=2)
+    return sep
+
+
+def start_offset(api: Api, topic: str, partition: int, start: str) -> int:
+    """``--from``: earliest, latest (looked up at the partition's leader) or an offset."""
+    if start in ("earliest", "latest"):
+        tp = TopicPartition(topic, partition)
+        found = api.admin.list_offsets([tp], start)[tp]
+        # earliest and latest always name an offset (the log start, the high watermark).
+        assert found is not None
+        return found.offset
+    try:
+        offset = int(start)
+    except ValueError as exc:
+        raise CliError(f"--from expects earliest, latest or an offset, got {start!r}", 2) from exc
+    if offset < 0:
+        raise CliError("--from offset must be >= 0", code=2)
+    return offset
+
+
+def print_json(value: Any) -> None:
+    import json
+
+    print(json.dumps(value, indent=2, sort_keys=True))
