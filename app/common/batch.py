@@ -244,6 +244,37 @@ def validate_batches(
     return out
 
 
+def validate_replicated_batches(
+    buf: bytes | bytearray | memoryview,
+) -> list[tuple[int, BatchHeader]]:
+    """Structure and CRC of replicated batches (a follower's fetch from its leader), which
+    carry their offsets already: each batch whole, its CRC right, offsets never overlapping
+    the batch before. Returns ``(position, header)`` per batch."""
+    total = len(buf)
+    if total == 0:
+        raise InvalidRecord("the request carries no record batch")
+    out: list[tuple[int, BatchHeader]] = []
+    pos = 0
+    next_offset = -1
+    while pos < total:
+        if total - pos < HEADER_SIZE:
+            raise CorruptRecord(f"truncated record batch at byte {pos}")
+        header = read_header(buf, pos)
+        if header.magic != MAGIC:
+            raise UnsupportedMessageFormat(header.magic)
+        size = header.size
+        if size < HEADER_SIZE or pos + size > total or header.last_offset_delta < 0:
+            raise CorruptRecord(f"malformed record batch at byte {pos}")
+        if compute_crc(buf, pos, size) != header.crc:
+            raise CorruptRecord(f"CRC-32C mismatch in record batch at byte {pos}")
+        if header.base_offset < next_offset:
+            raise InvalidRecord(f"record batch at byte {pos} overlaps the one before it")
+        next_offset = header.next_offset
+        out.append((pos, header))
+        pos += size
+    return out
+
+
 def stamp(buf: bytearray | memoryview, pos: int, base_offset: int, leader_epoch: int) -> None:
     """Assign a batch its offset and leader epoch in place; neither is under the CRC."""
     LOG_OVERHEAD.pack_into(buf, pos, base_offset, LOG_OVERHEAD.unpack_from(buf, pos)[1])

@@ -53,10 +53,11 @@ from app.common.batch import (
     Compression,
     RecordBatchBuilder,
     compute_crc,
+    decode_records,
     read_header,
     stamp,
 )
-from app.common.errors import KafkaStorageError
+from app.common.errors import InvalidRecord, KafkaStorageError
 
 __all__ = [
     "DELETE_HORIZON_MASK",
@@ -219,3 +220,26 @@ def encode_with_horizon(header: BatchHeader, records: Sequence[Any], horizon: in
     )
     _CRC.pack_into(buf, CRC_OFFSET, compute_crc(buf, 0, len(buf)))
     return buf
+
+
+def require_keys(
+    data: bytes | bytearray | memoryview,
+    batches: Sequence[tuple[int, BatchHeader]],
+    topic: str,
+    partition: int,
+) -> None:
+    """Refuse a body with a keyless record for a compacted topic (``InvalidRecord``).
+
+    A keyless record could never be superseded, so compaction could not bound the topic;
+    Kafka refuses it at the door rather than in the cleaner.
+    """
+    view = memoryview(data)
+    for pos, header in batches:
+        if header.is_control:
+            continue
+        for record in decode_records(view[pos : pos + header.size]):
+            if record.key is None:
+                raise InvalidRecord(
+                    "Compacted topic cannot accept message without key in topic "
+                    f"partition {topic}-{partition}."
+                )

@@ -52,25 +52,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.common.batch import (
-    HEADER_SIZE,
-    MAGIC,
-    BatchHeader,
-    compute_crc,
-    decode_records,
-    read_header,
     stamp,
     stamp_log_append_time,
     validate_batches,
+    validate_replicated_batches,
 )
 from app.common.errors import (
-    CorruptRecord,
     InvalidRecord,
     KafkaStorageError,
     OffsetOutOfRange,
     SegmentClosed,
-    UnsupportedMessageFormat,
 )
 from app.core.log.checkpoint import fsync_dir
+from app.core.log.compact_batch import require_keys
 from app.core.log.config import LogConfig
 from app.core.log.epoch import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
 from app.core.log.fileslice import FileSlice, SegmentFile
@@ -83,12 +77,12 @@ from app.core.log.loader import (
 )
 from app.core.log.producer_state import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
-    BatchMetadata,
     ProducerAppend,
     ProducerStateManager,
     segment_headers,
     without_duplicates,
 )
+from app.core.log.results import AppendInfo, FetchInfo, duplicate_info, offsets_of
 from app.core.log.retention import deletable_prefix
 from app.core.log.segment import BatchInfo, LogSegment, now_ms
 
@@ -97,40 +91,6 @@ __all__ = ["AppendInfo", "AppendListener", "FetchInfo", "FileSlice", "Log", "par
 _log = logging.getLogger(__name__)
 
 AppendListener = Callable[["Log"], None]
-
-
-@dataclass(frozen=True, slots=True)
-class FetchInfo:
-    """The answer to a read: whole batches as file slices, plus the offsets a fetch reports."""
-
-    slices: list[FileSlice]
-    size: int
-    high_watermark: int
-    log_start_offset: int
-    log_end_offset: int
-
-    def read_bytes(self) -> bytes:
-        """The slices' bytes, concatenated (the copy path)."""
-        if len(self.slices) == 1:
-            return self.slices[0].read()
-        return b"".join(s.read() for s in self.slices)
-
-
-@dataclass(frozen=True, slots=True)
-class AppendInfo:
-    first_offset: int
-    last_offset: int
-    record_count: int
-    max_timestamp: int
-    log_append_time: int
-    log_start_offset: int
-    # Idempotent producers. ``duplicate``: every batch of the body was a retry of one
-    # already in the log, nothing was written and the fields above describe the original
-    # append. ``duplicates``: when any batch was a retry, one item per batch of the body:
-    # the original (first, last) offsets of a retry, None for a batch written now (the
-    # written ones then hold first_offset .. last_offset, in body order).
-    duplicate: bool = False
-    duplicates: tuple[tuple[int, int] | None, ...] = ()
 
 
 @dataclass(slots=True)
@@ -147,39 +107,6 @@ def parse_log_dir_name(name: str) -> tuple[str, int]:
     if not sep or not topic or not partition.isdigit():
         raise ValueError(f"{name!r} is not a <topic>-<partition> directory")
     return topic, int(partition)
-
-
-def _offsets_of(originals: Sequence[BatchMetadata | None]) -> tuple[tuple[int, int] | None, ...]:
-    return tuple(None if d is None else (d.first_offset, d.last_offset) for d in originals)
-
-
-def _validate_follower_batches(
-    buf: bytes | bytearray | memoryview,
-) -> list[tuple[int, BatchHeader]]:
-    """Structure and CRC of replicated batches, which carry their offsets already."""
-    total = len(buf)
-    if total == 0:
-        raise InvalidRecord("the request carries no record batch")
-    out: list[tuple[int, BatchHeader]] = []
-    pos = 0
-    next_offset = -1
-    while pos < total:
-        if total - pos < HEADER_SIZE:
-            raise CorruptRecord(f"truncated record batch at byte {pos}")
-        header = read_header(buf, pos)
-        if header.magic != MAGIC:
-            raise UnsupportedMessageFormat(header.magic)
-        size = header.size
-        if size < HEADER_SIZE or pos + size > total or header.last_offset_delta < 0:
-            raise CorruptRecord(f"malformed record batch at byte {pos}")
-        if compute_crc(buf, pos, size) != header.crc:
-            raise CorruptRecord(f"CRC-32C mismatch in record batch at byte {pos}")
-        if header.base_offset < next_offset:
-            raise InvalidRecord(f"record batch at byte {pos} overlaps the one before it")
-        next_offset = header.next_offset
-        out.append((pos, header))
-        pos += size
-    return out
 
 
 class Log:
@@ -293,7 +220,7 @@ class Log:
             leader_epoch = self.leader_epoch
         batches = validate_batches(data, self.config.max_message_bytes)
         if self.config.compact:
-            self._require_keys(data, batches)
+            require_keys(data, batches, self.topic, self.partition)
         buf = data if isinstance(data, bytearray) else bytearray(data)
         log_append_time = self.config.message_timestamp_type == "LogAppendTime"
         records = 0
@@ -308,7 +235,9 @@ class Log:
                     plan = self._producer_state.check(batches, first, now, log_append_time)
                     if plan.duplicates is not None:
                         if plan.all_duplicates:
-                            return self._duplicate_info(batches, plan.duplicates, log_append_time)
+                            return duplicate_info(
+                                batches, plan.duplicates, log_append_time, self._log_start_offset
+                            )
                         buf, batches = without_duplicates(buf, batches, plan.duplicates)
                     break
             infos: list[BatchInfo] = []
@@ -341,13 +270,13 @@ class Log:
                 self._log_start_offset,
             )
             if plan is not None and plan.duplicates is not None:
-                info = dataclasses.replace(info, duplicates=_offsets_of(plan.duplicates))
+                info = dataclasses.replace(info, duplicates=offsets_of(plan.duplicates))
         self._after_append(records)
         return info
 
     def append_as_follower(self, data: bytes | bytearray | memoryview) -> AppendInfo:
         """Append replicated batches verbatim: offsets and epochs are already assigned."""
-        batches = _validate_follower_batches(data)
+        batches = validate_replicated_batches(data)
         records = sum(h.record_count for _, h in batches)
         with self._lock:
             self._check_open()
@@ -663,22 +592,6 @@ class Log:
 
     # -- compaction (driven by app.core.log.cleaner) -------------------------------
 
-    def _require_keys(
-        self, data: bytes | bytearray | memoryview, batches: Sequence[tuple[int, BatchHeader]]
-    ) -> None:
-        # A keyless record could never be superseded, so compaction could not
-        # bound the topic; Kafka refuses it at the door rather than in the cleaner.
-        view = memoryview(data)
-        for pos, header in batches:
-            if header.is_control:
-                continue
-            for record in decode_records(view[pos : pos + header.size]):
-                if record.key is None:
-                    raise InvalidRecord(
-                        "Compacted topic cannot accept message without key in topic "
-                        f"partition {self.topic}-{self.partition}."
-                    )
-
     @property
     def online(self) -> bool:
         """False once closed or taken offline (topic deletion, a failed swap)."""
@@ -805,24 +718,6 @@ class Log:
             _log.exception(
                 "%s-%s: producer snapshot at %d failed", self.topic, self.partition, offset
             )
-
-    def _duplicate_info(
-        self,
-        batches: Sequence[tuple[int, BatchHeader]],
-        originals: Sequence[BatchMetadata | None],
-        log_append_time: bool,
-    ) -> AppendInfo:
-        found = [d for d in originals if d is not None]
-        return AppendInfo(
-            found[0].first_offset,
-            found[-1].last_offset,
-            sum(h.record_count for _, h in batches),
-            max(d.timestamp for d in found),
-            found[-1].timestamp if log_append_time else -1,
-            self._log_start_offset,
-            duplicate=True,
-            duplicates=_offsets_of(originals),
-        )
 
     # -- flushing ----------------------------------------------------------------
 
