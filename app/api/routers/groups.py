@@ -22,6 +22,7 @@ from app.api.errors import ErrorBody
 from app.api.state import AppState
 from app.api.util import INT_MAX, LONG_MAX, JSONBytes
 from app.common.errors import BrokerNotAvailable, KafkaStorageError
+from app.core.log.manager import MAX_TOPIC_NAME_LENGTH
 from app.groups.coordinator import (
     CommittedOffset,
     GroupConfig,
@@ -118,7 +119,7 @@ class _Strict(BaseModel):
 
 
 class TopicPartitions(_Strict):
-    topic: str = Field(min_length=1, max_length=249)
+    topic: str = Field(min_length=1, max_length=MAX_TOPIC_NAME_LENGTH)
     partitions: list[Annotated[int, Field(ge=0, le=INT_MAX)]]
 
 
@@ -156,9 +157,9 @@ class HeartbeatBody(_Strict):
         description="Static membership: a restarted member with the same instance id keeps "
         "its partitions.",
     )
-    subscribed_topics: list[Annotated[str, Field(min_length=1, max_length=249)]] | None = Field(
-        default=None, description="Topic names; null = unchanged since the last heartbeat."
-    )
+    subscribed_topics: (
+        list[Annotated[str, Field(min_length=1, max_length=MAX_TOPIC_NAME_LENGTH)]] | None
+    ) = Field(default=None, description="Topic names; null = unchanged since the last heartbeat.")
     subscribed_topic_regex: str | None = Field(
         default=None,
         max_length=1024,
@@ -200,7 +201,7 @@ class HeartbeatResponseBody(BaseModel):
 
 
 class OffsetCommitEntry(_Strict):
-    topic: str = Field(min_length=1, max_length=249)
+    topic: str = Field(min_length=1, max_length=MAX_TOPIC_NAME_LENGTH)
     partition: int = Field(ge=0, le=INT_MAX)
     offset: int = Field(ge=0, le=LONG_MAX, description="The next offset to consume.")
     leader_epoch: int = Field(default=-1, ge=-1, le=INT_MAX)
@@ -234,7 +235,7 @@ class OffsetsResponse(BaseModel):
 
 
 class ResetOffsetsBody(_Strict):
-    topic: str = Field(min_length=1, max_length=249)
+    topic: str = Field(min_length=1, max_length=MAX_TOPIC_NAME_LENGTH)
     partitions: list[Annotated[int, Field(ge=0, le=INT_MAX)]] | None = Field(
         default=None, description="Default: every partition of the topic."
     )
