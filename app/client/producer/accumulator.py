@@ -112,7 +112,7 @@ class RecordAccumulator:
 
     @staticmethod
     def builder_size(batch: ProducerBatch) -> int:
-        return int(batch.builder.size())
+        return batch.builder.size()
 
     def _tp(self, topic: str, partition: int) -> TopicPartition:
         tp = self._tps.get((topic, partition))
@@ -159,7 +159,7 @@ class RecordAccumulator:
                     batch = self._new_batch(tp)
                     notify = True
                 index = batch.count
-                if batch.append(index, timestamp, key, value, encoded_headers) is None:
+                if batch.append(timestamp, key, value, encoded_headers) is None:
                     self._seal(batch)
                     if sticky:
                         partition = self._sticky_choice.next_partition(topic, num_partitions)
@@ -170,13 +170,10 @@ class RecordAccumulator:
                         self.sticky_batch[topic] = batch
                     index = batch.count
                     # The first record of a batch always fits (an oversized one makes an oversized batch).
-                    batch.append(index, timestamp, key, value, encoded_headers)
+                    batch.append(timestamp, key, value, encoded_headers)
                     notify = True
-                batch.count = index + 1
                 if callback is not None:
-                    if batch.callbacks is None:
-                        batch.callbacks = []
-                    batch.callbacks.append((index, timestamp, callback))
+                    batch.builder.add_callback(index, timestamp, callback)
         finally:
             # Also after a failed encode: a batch opened for it must still get its linger timer.
             if notify:
@@ -222,22 +219,22 @@ class RecordAccumulator:
                     batch = self._new_batch(tp, register=False)
                 elif self.sticky_batch.get(topic) is batch:
                     del self.sticky_batch[topic]
-            append = batch.append
-            start = i = batch.count
+            start = batch.count
             full = False
             try:
-                for value in carry:
-                    append(i, timestamp, None, value, NO_HEADERS)  # first of a batch: fits
-                    i += 1
-                carry.clear()
-                for value in values:
-                    if append(i, timestamp, None, value, NO_HEADERS) is None:
-                        carry.append(value)
+                if carry:
+                    # It did not fit the batch before. The first of a batch always fits;
+                    # a batch a concurrent send() opened meanwhile may be full already.
+                    if batch.append(timestamp, None, carry[0], NO_HEADERS) is None:
                         full = True
-                        break
-                    i += 1
+                    else:
+                        carry.clear()
+                if not full:
+                    _, full, rest = batch.builder.append_values(values, timestamp)
+                    if full:
+                        carry.append(rest)
             finally:
-                batch.count = i
+                i = batch.count
                 if i > start:
                     spans.append((batch, start, i - start))
                 with self.lock:

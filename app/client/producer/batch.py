@@ -2,16 +2,19 @@
 
 Owns a batch's life and the record format it accepts:
 
-* filling: records are encoded as they come (``append``) by aiokafka's builder,
-  which returns None once ``batch_size`` is reached; ``count`` is the number
-  appended, and record ``i`` of the batch has offset delta ``i``;
+* filling: records are encoded as they come (``append``) into the batch's
+  record buffer (``builder``: the C one of :mod:`app.client.producer._speedups`
+  where built, else aiokafka's builder), which returns None once
+  ``batch_size`` is reached; ``count`` is the number appended, and record
+  ``i`` of the batch has offset delta ``i``;
 * sealing and sending: ``build()`` encodes (and compresses) the batch exactly
   once; producer id, epoch and base sequence are stamped just before (by the
   accumulator, in sending order);
 * the answer: ``complete()`` records the base offset or the error once (later
   calls are ignored) and then wakes every kind of waiter: a
   :class:`threading.Event` for blocking callers, asyncio futures on their own
-  loops, and the delivery callbacks, in the order they were added.
+  loops, and the delivery callbacks, which the record buffer keeps and calls
+  in one loop, in the order they were added, each exactly once.
 
 Every record of a batch shares this one delivery state; the per-record futures
 (:mod:`app.client.producer.delivery`) hold only the batch and an index.
@@ -19,7 +22,8 @@ Every record of a batch shares this one delivery state; the per-record futures
 Concurrency: a batch is filled by one thread at a time (under the accumulator's
 lock, or checked out of it by ``send_many``), built and answered on the
 sender's loop, and waited on from any thread or loop. ``lock`` guards
-``done``, ``callbacks``, ``event`` and ``aio_waiters``; a waiter added after
+``done``, ``event`` and ``aio_waiters``, and callbacks added after the batch
+left the open set (``add_callback``); a waiter added after
 ``complete()`` sees ``done`` under the lock and returns at once. Callbacks run
 on the thread that completes the batch (the sender's, or the one closing the
 producer).
@@ -35,8 +39,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from app.client.producer import _speedups
 from app.client.types import RecordMetadata, TopicPartition
-from app.common.batch import MAGIC, NO_PRODUCER_ID, Compression, RecordBatchBuilder
+from app.common.batch import Compression
 from app.common.errors import RecordTooLarge
 
 log = logging.getLogger(__name__)
@@ -67,11 +72,10 @@ def record_headers(
 class ProducerBatch:
     """One RecordBatch being filled, then sent, then answered; also the shared delivery result.
 
-    Records go straight into aiokafka's Cython builder (the codec
-    :class:`~app.common.batch.BatchBuilder` wraps): the wrapper's per-call
-    checks cost about as much as the encoding itself, and ``send`` is the
-    producer's hot path. ``append(offset_delta, timestamp, key, value,
-    headers)`` returns None once the batch is full.
+    Records go straight into the record buffer (``builder``, see
+    :mod:`~app.client.producer._speedups`): ``append(timestamp, key, value,
+    headers)`` returns None once the batch is full; the record's offset delta
+    is ``count`` before the call.
     """
 
     __slots__ = (
@@ -80,8 +84,6 @@ class ProducerBatch:
         "attempts",
         "base_offset",
         "builder",
-        "callbacks",
-        "count",
         "created",
         "data",
         "done",
@@ -101,25 +103,15 @@ class ProducerBatch:
         batch_size: int,
     ) -> None:
         self.tp = tp
-        # Producer id, epoch and base sequence are stamped when the batch is sealed
+        # Producer id, epoch and base sequence are stamped when the batch goes out
         # (set_producer_state), so sequences follow the order batches go out in.
-        self.builder = RecordBatchBuilder(
-            magic=MAGIC,
-            compression_type=int(compression),
-            is_transactional=0,
-            producer_id=NO_PRODUCER_ID,
-            producer_epoch=-1,
-            base_sequence=-1,
-            batch_size=batch_size,
-        )
+        self.builder = _speedups.RecordBuffer(batch_size, int(compression))
         self.append: Callable[..., Any] = self.builder.append
         self.sequence = -1
         self.created = time.monotonic()
-        self.count = 0
         self.size = 0
         self.data: bytes | None = None
         self.attempts = 0
-        self.callbacks: list[tuple[int, float, DeliveryCallback]] | None = None
         self.lock = threading.Lock()
         self.done = False
         self.base_offset = -1
@@ -128,10 +120,15 @@ class ProducerBatch:
         self.event: threading.Event | None = None
         self.aio_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] | None = None
 
+    @property
+    def count(self) -> int:
+        """Records appended so far (the record buffer counts them)."""
+        return self.builder.count
+
     def build(self) -> bytes:
-        # The Cython builder compresses its buffer in place: build exactly once.
+        # aiokafka's builder compresses its buffer in place: build exactly once.
         if self.data is None:
-            self.data = bytes(self.builder.build())
+            self.data = self.builder.build()
         return self.data
 
     def metadata(self, index: int, timestamp: float) -> RecordMetadata:
@@ -147,7 +144,6 @@ class ProducerBatch:
             self.log_append_time = log_append_time
             self.error = error
             self.done = True
-            callbacks, self.callbacks = self.callbacks, None
             event, waiters = self.event, self.aio_waiters
         if event is not None:
             event.set()
@@ -155,22 +151,26 @@ class ProducerBatch:
             for loop, fut in waiters:
                 with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits
                     loop.call_soon_threadsafe(_resolve, fut)
-        if callbacks:
-            for index, ts, cb in callbacks:
-                try:
-                    if error is None:
-                        cb(self.metadata(index, ts), None)
-                    else:
-                        cb(None, error)
-                except Exception:
-                    log.exception("delivery callback for %s failed", self.tp)
+        # After done is set no callback is added any more (add_callback sees done under
+        # the lock, send only fills open batches): this runs each one exactly once.
+        if self.builder.callback_count():
+            self.builder.run_callbacks(
+                self.tp.topic,
+                self.tp.partition,
+                base_offset,
+                log_append_time,
+                error,
+                RecordMetadata,
+                self._callback_failed,
+            )
+
+    def _callback_failed(self, exc: BaseException) -> None:
+        log.error("delivery callback for %s failed", self.tp, exc_info=exc)
 
     def add_callback(self, index: int, ts: float, cb: DeliveryCallback) -> None:
         with self.lock:
             if not self.done:
-                if self.callbacks is None:
-                    self.callbacks = []
-                self.callbacks.append((index, ts, cb))
+                self.builder.add_callback(index, ts, cb)
                 return
         if self.error is None:
             cb(self.metadata(index, ts), None)

@@ -19,24 +19,26 @@ import time
 from collections.abc import Callable, Generator
 from typing import Any
 
+from app.client.producer._speedups import FutureBase
 from app.client.producer.batch import ProducerBatch
 from app.client.types import RecordMetadata
 
 
-class DeliveryFuture:
+class DeliveryFuture(FutureBase):  # type: ignore[misc,valid-type]
     """The outcome of one ``send``: a :class:`RecordMetadata` or the error that ended its batch.
 
     ``result(timeout)`` blocks (sync), ``await future`` suspends (asyncio);
     both work on futures from either producer. One small object per record:
-    the state lives in the batch, shared by all of its records.
+    the state lives in the batch, shared by all of its records. Its fields
+    (``_batch``, ``_index``, ``_timestamp``) are :data:`FutureBase`'s, a C type
+    the compiled ``send`` fills without calling ``__init__``:
+    ``DeliveryFuture(batch, index, timestamp)`` elsewhere.
     """
 
-    __slots__ = ("_batch", "_index", "_timestamp")
-
-    def __init__(self, batch: ProducerBatch, index: int, timestamp: float) -> None:
-        self._batch = batch
-        self._index = index
-        self._timestamp = timestamp
+    __slots__ = ()
+    _batch: ProducerBatch
+    _index: int
+    _timestamp: float
 
     def done(self) -> bool:
         return self._batch.done

@@ -12,9 +12,13 @@ Concurrency: any number of caller threads call ``send``, ``send_many`` and
 posts one wake-up at a time (``_wake_pending``). Callbacks run on the sender
 thread, where ``flush`` would wait for itself and so refuses to run.
 
-The hot path is ``send`` of a null-key record without headers or callback into
-the topic's open sticky batch: one lock, one dict lookup and one encode, with
-the bound methods it needs looked up once in ``__init__``.
+The hot path is ``send`` into a partition's open batch: with the compiled
+extension (:mod:`app.client.producer._speedups`) ``send`` is one C call,
+:class:`FastSend`, which takes the accumulator's lock, picks the partition
+(sticky, or murmur2 of the key), encodes the record into the batch, keeps its
+callback and returns the future; everything else (a full or missing batch,
+explicit partition, headers, a topic not yet known) goes to the Python ``send``
+below, which also has a null-key fast path of its own for the pure-Python build.
 """
 
 from __future__ import annotations
@@ -32,9 +36,11 @@ import httpx
 
 from app.client._cluster import Bootstrap
 from app.client.errors import ProducerClosed
+from app.client.producer import _speedups
 from app.client.producer.base import CLOSED, ProducerBase, now
 from app.client.producer.batch import NO_HEADERS, DeliveryCallback, Headers
 from app.client.producer.delivery import DeliveryFuture, DeliveryReport
+from app.client.types import TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +74,19 @@ class Producer(ProducerBase):
         self._acquire = self._acc.lock.acquire
         self._release = self._acc.lock.release
         self._sticky_get = self._acc.sticky_batch.get
+        if _speedups.FastSend is not None and type(self).send is Producer.send:
+            # The compiled send, in front of the Python one (a subclass that overrides
+            # send keeps its own). An instance attribute: found before the method.
+            fast = _speedups.FastSend(
+                self._acc.lock,
+                self._acc.sticky_batch,
+                self._acc.open,
+                self._partition_counts,
+                TopicPartition,
+                DeliveryFuture,
+                self._send_python,
+            )
+            self.send = fast.send  # type: ignore[method-assign]
         started = threading.Event()
         self._start_error: BaseException | None = None
         self._thread = threading.Thread(
@@ -163,8 +182,7 @@ class Producer(ProducerBase):
                 batch = self._sticky_get(topic)
                 if batch is not None:
                     index = batch.count
-                    if batch.append(index, ts, None, value, NO_HEADERS) is not None:
-                        batch.count = index + 1
+                    if index and batch.append(ts, None, value, NO_HEADERS) is not None:
                         return DeliveryFuture(batch, index, ts)
             finally:
                 self._release()
@@ -184,6 +202,10 @@ class Producer(ProducerBase):
             on_delivery,
             self.config.max_block_ms / 1000,
         )
+
+    def _send_python(self, *args: Any, **kwargs: Any) -> DeliveryFuture:
+        # What the compiled send hands over: the method above, not the instance attribute.
+        return Producer.send(self, *args, **kwargs)
 
     def send_many(
         self,

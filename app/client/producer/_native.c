@@ -1,0 +1,1106 @@
+/*
+ * app.client.producer._native: the producer's per-record work in C.
+ *
+ * What lives here and why (see app/client/producer/_speedups.py, which wraps it and
+ * provides the pure-Python equivalent used where this extension is not built):
+ *
+ *   murmur2(key)            Kafka's murmur2 (seed 0x9747b28c) as a signed Java int, the
+ *                           same function as app.common.partitioner.murmur2.
+ *   RecordBuffer            the records of one RecordBatch v2 being filled: each append
+ *                           encodes one record (zig-zag varints, Kafka's layout) into one
+ *                           growing buffer, with no Python object per record; it also keeps
+ *                           the batch's delivery callbacks as a C array and runs them in one
+ *                           loop when the batch is answered (run_callbacks).  The batch
+ *                           header, CRC and compression are per-batch work, done in Python.
+ *   FastSend                Producer.send's common case (no explicit partition, no headers,
+ *                           bytes key/value): one call from the caller's loop that takes
+ *                           the accumulator's lock, picks the partition (sticky batch, or
+ *                           murmur2(key) % partitions), appends to the partition's open
+ *                           batch and returns the DeliveryFuture.  Anything else (no open
+ *                           batch, a full batch, unknown topic, other arguments) is handed
+ *                           to the Python send unchanged, which does the rest.
+ *
+ * Concurrency: every function runs with the GIL held and never releases it except inside
+ * the lock's acquire(); FastSend appends only while holding the accumulator's lock, as the
+ * Python paths do.  A RecordBuffer is appended to under that lock and answered on the
+ * sender's thread after the batch left the open set, so the two never overlap.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+#define HEADER_SIZE 61
+
+/* ------------------------------------------------------------------ murmur2 */
+
+static int32_t
+kafka_murmur2(const unsigned char *data, Py_ssize_t length)
+{
+    const uint32_t m = 0x5bd1e995u;
+    uint32_t h = 0x9747b28cu ^ (uint32_t)length;
+    Py_ssize_t words = length >> 2;
+    for (Py_ssize_t i = 0; i < words; i++) {
+        const unsigned char *p = data + 4 * i;
+        uint32_t k = (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
+                     ((uint32_t)p[3] << 24);
+        k *= m;
+        k ^= k >> 24;
+        k *= m;
+        h *= m;
+        h ^= k;
+    }
+    Py_ssize_t base = length & ~(Py_ssize_t)3;
+    switch (length & 3) {
+    case 3:
+        h ^= (uint32_t)data[base + 2] << 16;
+        /* fall through */
+    case 2:
+        h ^= (uint32_t)data[base + 1] << 8;
+        /* fall through */
+    case 1:
+        h ^= (uint32_t)data[base];
+        h *= m;
+    }
+    h ^= h >> 13;
+    h *= m;
+    h ^= h >> 15;
+    return (int32_t)h;
+}
+
+static PyObject *
+py_murmur2(PyObject *module, PyObject *arg)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    int32_t h = kafka_murmur2((const unsigned char *)view.buf, view.len);
+    PyBuffer_Release(&view);
+    return PyLong_FromLong((long)h);
+}
+
+/* ------------------------------------------------------------------ varints */
+
+static inline int
+varint_size(int64_t value)
+{
+    uint64_t v = ((uint64_t)value << 1) ^ (uint64_t)(value >> 63);
+    int n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static inline char *
+write_varint(char *out, int64_t value)
+{
+    uint64_t v = ((uint64_t)value << 1) ^ (uint64_t)(value >> 63);
+    while (v >= 0x80) {
+        *out++ = (char)((v & 0x7f) | 0x80);
+        v >>= 7;
+    }
+    *out++ = (char)v;
+    return out;
+}
+
+/* ------------------------------------------------------------------ RecordBuffer */
+
+typedef struct {
+    int32_t index;
+    int64_t timestamp;
+    PyObject *callback;
+} CallbackEntry;
+
+typedef struct {
+    PyObject_HEAD
+    char *buf;            /* the records section, uncompressed */
+    Py_ssize_t len;
+    Py_ssize_t cap;
+    Py_ssize_t batch_size;
+    int32_t count;
+    int compression;
+    int64_t first_timestamp;
+    int64_t max_timestamp;
+    int64_t producer_id;
+    int32_t producer_epoch;
+    int32_t base_sequence;
+    CallbackEntry *callbacks;
+    Py_ssize_t ncallbacks;
+    Py_ssize_t callbacks_cap;
+} RecordBuffer;
+
+static PyTypeObject RecordBufferType;
+
+static int
+rb_init(RecordBuffer *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"batch_size", "compression", NULL};
+    Py_ssize_t batch_size;
+    int compression = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "n|i", kwlist, &batch_size, &compression))
+        return -1;
+    if (batch_size < 1) {
+        PyErr_SetString(PyExc_ValueError, "batch_size must be >= 1");
+        return -1;
+    }
+    self->batch_size = batch_size;
+    self->compression = compression;
+    self->producer_id = -1;
+    self->producer_epoch = -1;
+    self->base_sequence = -1;
+    return 0;
+}
+
+static int
+rb_traverse(RecordBuffer *self, visitproc visit, void *arg)
+{
+    for (Py_ssize_t i = 0; i < self->ncallbacks; i++)
+        Py_VISIT(self->callbacks[i].callback);
+    return 0;
+}
+
+static int
+rb_clear(RecordBuffer *self)
+{
+    Py_ssize_t n = self->ncallbacks;
+    CallbackEntry *cbs = self->callbacks;
+    self->ncallbacks = 0;
+    self->callbacks = NULL;
+    self->callbacks_cap = 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        Py_DECREF(cbs[i].callback);
+    PyMem_Free(cbs);
+    return 0;
+}
+
+static void
+rb_dealloc(RecordBuffer *self)
+{
+    PyObject_GC_UnTrack(self);
+    rb_clear(self);
+    PyMem_Free(self->buf);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* A key or value: bytes, or anything with the buffer protocol; NULL/None is a null. */
+typedef struct {
+    const char *data;
+    Py_ssize_t len; /* -1: null */
+    Py_buffer view;
+    int has_view;
+} Blob;
+
+static int
+blob_get(PyObject *obj, Blob *b, const char *what)
+{
+    b->has_view = 0;
+    if (obj == NULL || obj == Py_None) {
+        b->data = NULL;
+        b->len = -1;
+        return 0;
+    }
+    if (PyBytes_CheckExact(obj)) {
+        b->data = PyBytes_AS_STRING(obj);
+        b->len = PyBytes_GET_SIZE(obj);
+        return 0;
+    }
+    if (PyByteArray_Check(obj) || PyMemoryView_Check(obj) || PyBytes_Check(obj)) {
+        if (PyObject_GetBuffer(obj, &b->view, PyBUF_SIMPLE) < 0)
+            return -1;
+        b->has_view = 1;
+        b->data = (const char *)b->view.buf;
+        b->len = b->view.len;
+        return 0;
+    }
+    PyErr_Format(PyExc_TypeError, "Not supported type for %s: %R", what,
+                 (PyObject *)Py_TYPE(obj));
+    return -1;
+}
+
+static void
+blob_release(Blob *b)
+{
+    if (b->has_view)
+        PyBuffer_Release(&b->view);
+}
+
+static int
+rb_reserve(RecordBuffer *self, Py_ssize_t extra)
+{
+    Py_ssize_t need = self->len + extra;
+    if (need <= self->cap)
+        return 0;
+    Py_ssize_t cap = self->cap ? self->cap : 4096;
+    while (cap < need)
+        cap *= 2;
+    char *buf = PyMem_Realloc(self->buf, (size_t)cap);
+    if (buf == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    self->buf = buf;
+    self->cap = cap;
+    return 0;
+}
+
+/*
+ * Append one record.  1: appended; 0: the batch is full (nothing written); -1: error.
+ * ``headers`` is NULL or a sequence of (str, bytes | None) pairs.  The first record is
+ * always accepted (an oversized record makes an oversized batch), as aiokafka's builder.
+ */
+static int
+rb_append_raw(RecordBuffer *self, int64_t timestamp, const Blob *key, const Blob *value,
+              PyObject *headers)
+{
+    int64_t delta = self->count ? timestamp - self->first_timestamp : 0;
+    Py_ssize_t nh = 0;
+    PyObject *hseq = NULL;
+    Py_ssize_t body = 1 + varint_size(delta) + varint_size(self->count);
+    body += key->len < 0 ? 1 : varint_size(key->len) + key->len;
+    body += value->len < 0 ? 1 : varint_size(value->len) + value->len;
+    if (headers != NULL && headers != Py_None) {
+        hseq = PySequence_Fast(headers, "headers must be a sequence of (str, bytes) pairs");
+        if (hseq == NULL)
+            return -1;
+        nh = PySequence_Fast_GET_SIZE(hseq);
+        for (Py_ssize_t i = 0; i < nh; i++) {
+            PyObject *pair = PySequence_Fast_GET_ITEM(hseq, i);
+            if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 ||
+                !PyUnicode_Check(PyTuple_GET_ITEM(pair, 0))) {
+                Py_DECREF(hseq);
+                PyErr_SetString(PyExc_TypeError, "a header is a (str, bytes | None) tuple");
+                return -1;
+            }
+            Py_ssize_t klen;
+            if (PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(pair, 0), &klen) == NULL) {
+                Py_DECREF(hseq);
+                return -1;
+            }
+            body += varint_size(klen) + klen;
+            PyObject *hv = PyTuple_GET_ITEM(pair, 1);
+            if (hv == Py_None) {
+                body += 1;
+            } else if (PyBytes_Check(hv)) {
+                body += varint_size(PyBytes_GET_SIZE(hv)) + PyBytes_GET_SIZE(hv);
+            } else {
+                Py_DECREF(hseq);
+                PyErr_Format(PyExc_TypeError, "Not supported type for header value: %R",
+                             (PyObject *)Py_TYPE(hv));
+                return -1;
+            }
+        }
+    }
+    body += varint_size(nh);
+    Py_ssize_t required = body + varint_size(body);
+    if (self->count > 0 && HEADER_SIZE + self->len + required > self->batch_size) {
+        Py_XDECREF(hseq);
+        return 0;
+    }
+    if (rb_reserve(self, required) < 0) {
+        Py_XDECREF(hseq);
+        return -1;
+    }
+    char *out = self->buf + self->len;
+    out = write_varint(out, body);
+    *out++ = 0; /* attributes */
+    out = write_varint(out, delta);
+    out = write_varint(out, self->count);
+    if (key->len < 0) {
+        out = write_varint(out, -1);
+    } else {
+        out = write_varint(out, key->len);
+        memcpy(out, key->data, (size_t)key->len);
+        out += key->len;
+    }
+    if (value->len < 0) {
+        out = write_varint(out, -1);
+    } else {
+        out = write_varint(out, value->len);
+        memcpy(out, value->data, (size_t)value->len);
+        out += value->len;
+    }
+    out = write_varint(out, nh);
+    for (Py_ssize_t i = 0; i < nh; i++) {
+        PyObject *pair = PySequence_Fast_GET_ITEM(hseq, i);
+        Py_ssize_t klen;
+        const char *k = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(pair, 0), &klen);
+        out = write_varint(out, klen);
+        memcpy(out, k, (size_t)klen);
+        out += klen;
+        PyObject *hv = PyTuple_GET_ITEM(pair, 1);
+        if (hv == Py_None) {
+            out = write_varint(out, -1);
+        } else {
+            Py_ssize_t vlen = PyBytes_GET_SIZE(hv);
+            out = write_varint(out, vlen);
+            memcpy(out, PyBytes_AS_STRING(hv), (size_t)vlen);
+            out += vlen;
+        }
+    }
+    Py_XDECREF(hseq);
+    self->len = out - self->buf;
+    if (self->count == 0) {
+        self->first_timestamp = timestamp;
+        self->max_timestamp = timestamp;
+    } else if (timestamp > self->max_timestamp) {
+        self->max_timestamp = timestamp;
+    }
+    self->count++;
+    return 1;
+}
+
+/* A timestamp argument: int, or a float truncated toward zero as int() does. */
+static int
+get_timestamp(PyObject *obj, int64_t *out)
+{
+    if (PyFloat_CheckExact(obj)) {
+        double d = PyFloat_AS_DOUBLE(obj);
+        if (!(d > -9.2e18 && d < 9.2e18)) {
+            PyErr_SetString(PyExc_ValueError, "timestamp out of range");
+            return -1;
+        }
+        *out = (int64_t)d;
+        return 0;
+    }
+    long long v = PyLong_AsLongLong(obj);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    *out = (int64_t)v;
+    return 0;
+}
+
+static int
+rb_add_callback_raw(RecordBuffer *self, int32_t index, int64_t ts, PyObject *cb)
+{
+    if (self->ncallbacks == self->callbacks_cap) {
+        Py_ssize_t cap = self->callbacks_cap ? self->callbacks_cap * 2 : 64;
+        CallbackEntry *cbs = PyMem_Realloc(self->callbacks, (size_t)cap * sizeof(CallbackEntry));
+        if (cbs == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        self->callbacks = cbs;
+        self->callbacks_cap = cap;
+    }
+    Py_INCREF(cb);
+    CallbackEntry *e = &self->callbacks[self->ncallbacks++];
+    e->index = index;
+    e->timestamp = ts;
+    e->callback = cb;
+    return 0;
+}
+
+/* append(timestamp, key, value, headers=None) -> True, or None once the batch is full */
+static PyObject *
+rb_append(RecordBuffer *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 3 || nargs > 4) {
+        PyErr_SetString(PyExc_TypeError, "append(timestamp, key, value, headers=None)");
+        return NULL;
+    }
+    int64_t ts;
+    if (get_timestamp(args[0], &ts) < 0)
+        return NULL;
+    Blob key, value;
+    if (blob_get(args[1], &key, "key") < 0)
+        return NULL;
+    if (blob_get(args[2], &value, "value") < 0) {
+        blob_release(&key);
+        return NULL;
+    }
+    int r = rb_append_raw(self, ts, &key, &value, nargs == 4 ? args[3] : NULL);
+    blob_release(&key);
+    blob_release(&value);
+    if (r < 0)
+        return NULL;
+    if (r == 0)
+        Py_RETURN_NONE;
+    Py_RETURN_TRUE;
+}
+
+/*
+ * append_values(iterator, timestamp) -> (appended, full, carry): null-key records from
+ * ``iterator`` until it ends or the batch is full; ``carry`` is the value that did not fit
+ * (``full`` True) and must start the next batch.
+ */
+static PyObject *
+rb_append_values(RecordBuffer *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "append_values(iterator, timestamp)");
+        return NULL;
+    }
+    int64_t ts;
+    if (get_timestamp(args[1], &ts) < 0)
+        return NULL;
+    PyObject *it = args[0];
+    Py_ssize_t n = 0;
+    Blob nokey = {NULL, -1};
+    nokey.has_view = 0;
+    PyObject *item;
+    while ((item = PyIter_Next(it)) != NULL) {
+        Blob value;
+        if (blob_get(item, &value, "value") < 0) {
+            Py_DECREF(item);
+            return NULL;
+        }
+        int r = rb_append_raw(self, ts, &nokey, &value, NULL);
+        blob_release(&value);
+        if (r < 0) {
+            Py_DECREF(item);
+            return NULL;
+        }
+        if (r == 0) {
+            PyObject *out = Py_BuildValue("(nON)", n, Py_True, item);
+            return out;
+        }
+        Py_DECREF(item);
+        n++;
+    }
+    if (PyErr_Occurred())
+        return NULL;
+    return Py_BuildValue("(nOO)", n, Py_False, Py_None);
+}
+
+static PyObject *
+rb_add_callback(RecordBuffer *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "add_callback(index, timestamp, callback)");
+        return NULL;
+    }
+    long index = PyLong_AsLong(args[0]);
+    if (index == -1 && PyErr_Occurred())
+        return NULL;
+    int64_t ts;
+    if (get_timestamp(args[1], &ts) < 0)
+        return NULL;
+    if (rb_add_callback_raw(self, (int32_t)index, ts, args[2]) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/*
+ * run_callbacks(topic, partition, base_offset, log_append_time, error, metadata_type,
+ * on_error): call every callback once, in the order they were added, with
+ * ``metadata_type(topic, partition, offset, timestamp)`` and None, or None and ``error``;
+ * then forget them.  A callback raising an Exception goes to ``on_error(exc)`` and the
+ * others still run; a BaseException (KeyboardInterrupt) propagates at once.
+ *
+ * ``metadata_type`` is a tuple subclass without instance dict (RecordMetadata, a
+ * NamedTuple): instances are allocated directly, the cost of a tuple.
+ */
+static PyObject *
+rb_run_callbacks(RecordBuffer *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError,
+                        "run_callbacks(topic, partition, base_offset, log_append_time, error, "
+                        "metadata_type, on_error)");
+        return NULL;
+    }
+    PyObject *topic = args[0], *partition = args[1], *error = args[4];
+    PyObject *on_error = args[6];
+    PyTypeObject *mtype = (PyTypeObject *)args[5];
+    long long base_offset = PyLong_AsLongLong(args[2]);
+    if (base_offset == -1 && PyErr_Occurred())
+        return NULL;
+    long long append_time = PyLong_AsLongLong(args[3]);
+    if (append_time == -1 && PyErr_Occurred())
+        return NULL;
+    if (!PyType_Check(mtype) || !PyType_IsSubtype(mtype, &PyTuple_Type) ||
+        mtype->tp_basicsize != PyTuple_Type.tp_basicsize || mtype->tp_dictoffset != 0) {
+        PyErr_SetString(PyExc_TypeError, "metadata_type must be a NamedTuple class");
+        return NULL;
+    }
+    /* Take them out first: a callback that adds one (add_done_callback) must not loop. */
+    Py_ssize_t n = self->ncallbacks;
+    CallbackEntry *cbs = self->callbacks;
+    self->ncallbacks = 0;
+    self->callbacks = NULL;
+    self->callbacks_cap = 0;
+    PyObject *fail = NULL;
+    PyObject *noffset = NULL, *append_ts = NULL;
+    if (error == Py_None && base_offset < 0) {
+        noffset = PyLong_FromLong(-1);
+        if (noffset == NULL)
+            goto done;
+    }
+    if (error == Py_None && append_time >= 0) {
+        append_ts = PyLong_FromLongLong(append_time);
+        if (append_ts == NULL)
+            goto done;
+    }
+    Py_ssize_t i;
+    for (i = 0; i < n; i++) {
+        CallbackEntry *e = &cbs[i];
+        PyObject *callargs[2];
+        PyObject *meta = NULL;
+        if (error == Py_None) {
+            PyObject *offset, *ts;
+            if (noffset != NULL) {
+                offset = Py_NewRef(noffset);
+            } else {
+                offset = PyLong_FromLongLong(base_offset + e->index);
+                if (offset == NULL)
+                    break;
+            }
+            if (append_ts != NULL) {
+                ts = Py_NewRef(append_ts);
+            } else {
+                ts = PyLong_FromLongLong(e->timestamp);
+                if (ts == NULL) {
+                    Py_DECREF(offset);
+                    break;
+                }
+            }
+            meta = mtype->tp_alloc(mtype, 4);
+            if (meta == NULL) {
+                Py_DECREF(offset);
+                Py_DECREF(ts);
+                break;
+            }
+            PyTuple_SET_ITEM(meta, 0, Py_NewRef(topic));
+            PyTuple_SET_ITEM(meta, 1, Py_NewRef(partition));
+            PyTuple_SET_ITEM(meta, 2, offset);
+            PyTuple_SET_ITEM(meta, 3, ts);
+            callargs[0] = meta;
+            callargs[1] = Py_None;
+        } else {
+            callargs[0] = Py_None;
+            callargs[1] = error;
+        }
+        PyObject *r = PyObject_Vectorcall(e->callback, callargs, 2, NULL);
+        Py_XDECREF(meta);
+        if (r != NULL) {
+            Py_DECREF(r);
+            continue;
+        }
+        if (!PyErr_ExceptionMatches(PyExc_Exception))
+            break;
+        PyObject *type, *val, *tb;
+        PyErr_Fetch(&type, &val, &tb);
+        PyErr_NormalizeException(&type, &val, &tb);
+        if (tb != NULL && val != NULL)
+            PyException_SetTraceback(val, tb);
+        PyObject *hr = PyObject_CallOneArg(on_error, val ? val : Py_None);
+        Py_XDECREF(type);
+        Py_XDECREF(val);
+        Py_XDECREF(tb);
+        if (hr == NULL)
+            break;
+        Py_DECREF(hr);
+    }
+    if (i == n)
+        fail = Py_None;
+done:
+    Py_XDECREF(noffset);
+    Py_XDECREF(append_ts);
+    for (Py_ssize_t j = 0; j < n; j++)
+        Py_DECREF(cbs[j].callback);
+    PyMem_Free(cbs);
+    if (fail == NULL)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+rb_set_producer_state(RecordBuffer *self, PyObject *args)
+{
+    long long pid;
+    int epoch, seq;
+    if (!PyArg_ParseTuple(args, "Lii", &pid, &epoch, &seq))
+        return NULL;
+    self->producer_id = pid;
+    self->producer_epoch = epoch;
+    self->base_sequence = seq;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+rb_size(RecordBuffer *self, PyObject *Py_UNUSED(ignored))
+{
+    return PyLong_FromSsize_t(HEADER_SIZE + self->len);
+}
+
+static PyObject *
+rb_records(RecordBuffer *self, PyObject *Py_UNUSED(ignored))
+{
+    return PyBytes_FromStringAndSize(self->buf ? self->buf : "", self->len);
+}
+
+static PyObject *
+rb_callback_count(RecordBuffer *self, PyObject *Py_UNUSED(ignored))
+{
+    return PyLong_FromSsize_t(self->ncallbacks);
+}
+
+static PyMethodDef rb_methods[] = {
+    {"append", (PyCFunction)(void (*)(void))rb_append, METH_FASTCALL,
+     "append(timestamp, key, value, headers=None) -> True, or None once full"},
+    {"append_values", (PyCFunction)(void (*)(void))rb_append_values, METH_FASTCALL,
+     "append_values(iterator, timestamp) -> (appended, full, carry)"},
+    {"add_callback", (PyCFunction)(void (*)(void))rb_add_callback, METH_FASTCALL,
+     "add_callback(index, timestamp, callback)"},
+    {"run_callbacks", (PyCFunction)(void (*)(void))rb_run_callbacks, METH_FASTCALL,
+     "run_callbacks(topic, partition, base_offset, log_append_time, error, metadata_type, "
+     "on_error)"},
+    {"set_producer_state", (PyCFunction)rb_set_producer_state, METH_VARARGS,
+     "set_producer_state(producer_id, producer_epoch, base_sequence)"},
+    {"size", (PyCFunction)rb_size, METH_NOARGS, "header + records bytes, uncompressed"},
+    {"records", (PyCFunction)rb_records, METH_NOARGS, "the encoded records section"},
+    {"callback_count", (PyCFunction)rb_callback_count, METH_NOARGS,
+     "callbacks waiting for the answer"},
+    {NULL}};
+
+static PyMemberDef rb_members[] = {
+    {"count", T_INT, offsetof(RecordBuffer, count), READONLY, "records appended"},
+    {"compression", T_INT, offsetof(RecordBuffer, compression), READONLY, NULL},
+    {"batch_size", T_PYSSIZET, offsetof(RecordBuffer, batch_size), READONLY, NULL},
+    {"first_timestamp", T_LONGLONG, offsetof(RecordBuffer, first_timestamp), READONLY, NULL},
+    {"max_timestamp", T_LONGLONG, offsetof(RecordBuffer, max_timestamp), READONLY, NULL},
+    {"producer_id", T_LONGLONG, offsetof(RecordBuffer, producer_id), READONLY, NULL},
+    {"producer_epoch", T_INT, offsetof(RecordBuffer, producer_epoch), READONLY, NULL},
+    {"base_sequence", T_INT, offsetof(RecordBuffer, base_sequence), READONLY, NULL},
+    {NULL}};
+
+static PyTypeObject RecordBufferType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "app.client.producer._native.RecordBuffer",
+    .tp_basicsize = sizeof(RecordBuffer),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "RecordBuffer(batch_size, compression=0): the records of one batch being filled",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)rb_init,
+    .tp_dealloc = (destructor)rb_dealloc,
+    .tp_traverse = (traverseproc)rb_traverse,
+    .tp_clear = (inquiry)rb_clear,
+    .tp_methods = rb_methods,
+    .tp_members = rb_members,
+};
+
+/* ------------------------------------------------------------------ FutureBase */
+
+/* The state of a DeliveryFuture: its batch, its index in it, its timestamp (ms). */
+typedef struct {
+    PyObject_HEAD
+    PyObject *batch;
+    Py_ssize_t index;
+    PyObject *timestamp;
+} FutureBase;
+
+static int
+fb_init(FutureBase *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"batch", "index", "timestamp", NULL};
+    PyObject *batch, *ts;
+    Py_ssize_t index;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OnO", kwlist, &batch, &index, &ts))
+        return -1;
+    Py_XSETREF(self->batch, Py_NewRef(batch));
+    Py_XSETREF(self->timestamp, Py_NewRef(ts));
+    self->index = index;
+    return 0;
+}
+
+static void
+fb_dealloc(FutureBase *self)
+{
+    Py_CLEAR(self->batch);
+    Py_CLEAR(self->timestamp);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef fb_members[] = {
+    {"_batch", T_OBJECT, offsetof(FutureBase, batch), READONLY, NULL},
+    {"_index", T_PYSSIZET, offsetof(FutureBase, index), READONLY, NULL},
+    {"_timestamp", T_OBJECT, offsetof(FutureBase, timestamp), READONLY, NULL},
+    {NULL}};
+
+/*
+ * No GC: a future refers to its batch, and nothing a batch holds refers to a future
+ * (DeliveryFuture.add_done_callback's lambda does, through the batch's callbacks, but
+ * that cycle runs through the batch, which is collected, and is broken when it runs).
+ */
+static PyTypeObject FutureBaseType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "app.client.producer._native.FutureBase",
+    .tp_basicsize = sizeof(FutureBase),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "FutureBase(batch, index, timestamp): what a DeliveryFuture refers to",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)fb_init,
+    .tp_dealloc = (destructor)fb_dealloc,
+    .tp_members = fb_members,
+};
+
+/* ------------------------------------------------------------------ FastSend */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *acquire;     /* the accumulator lock's bound acquire / release */
+    PyObject *release;
+    PyObject *sticky;      /* dict: topic -> the open batch of its sticky partition */
+    PyObject *open;        /* dict: TopicPartition -> open batch */
+    PyObject *counts;      /* dict: topic -> partition count (the sender's) */
+    PyObject *tps;         /* dict: topic -> tuple of TopicPartition, one per partition */
+    PyObject *tp_type;     /* TopicPartition */
+    PyTypeObject *future_type; /* DeliveryFuture, a FutureBase subclass without dict */
+    PyObject *slow;        /* the Python send: everything this does not take */
+} FastSend;
+
+static PyObject *str_builder;
+static PyObject *kw_value, *kw_key, *kw_partition, *kw_timestamp, *kw_headers, *kw_on_delivery;
+
+static int
+fs_init(FastSend *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"lock", "sticky", "open", "counts", "tp_type", "future_type",
+                             "slow", NULL};
+    PyObject *lock, *sticky, *open, *counts, *tp_type, *future_type, *slow;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!O!O!OOO", kwlist, &lock, &PyDict_Type,
+                                     &sticky, &PyDict_Type, &open, &PyDict_Type, &counts,
+                                     &tp_type, &future_type, &slow))
+        return -1;
+    if (!PyType_Check(future_type) ||
+        !PyType_IsSubtype((PyTypeObject *)future_type, &FutureBaseType) ||
+        ((PyTypeObject *)future_type)->tp_basicsize != FutureBaseType.tp_basicsize ||
+        ((PyTypeObject *)future_type)->tp_dictoffset != 0) {
+        PyErr_SetString(PyExc_TypeError, "future_type: a FutureBase subclass with __slots__ = ()");
+        return -1;
+    }
+    PyObject *acquire = PyObject_GetAttrString(lock, "acquire");
+    if (acquire == NULL)
+        return -1;
+    PyObject *release = PyObject_GetAttrString(lock, "release");
+    if (release == NULL) {
+        Py_DECREF(acquire);
+        return -1;
+    }
+    PyObject *tps = PyDict_New();
+    if (tps == NULL) {
+        Py_DECREF(acquire);
+        Py_DECREF(release);
+        return -1;
+    }
+    Py_XSETREF(self->acquire, acquire);
+    Py_XSETREF(self->release, release);
+    Py_XSETREF(self->sticky, Py_NewRef(sticky));
+    Py_XSETREF(self->open, Py_NewRef(open));
+    Py_XSETREF(self->counts, Py_NewRef(counts));
+    Py_XSETREF(self->tps, tps);
+    Py_XSETREF(self->tp_type, Py_NewRef(tp_type));
+    Py_XSETREF(self->future_type, (PyTypeObject *)Py_NewRef(future_type));
+    Py_XSETREF(self->slow, Py_NewRef(slow));
+    return 0;
+}
+
+static int
+fs_traverse(FastSend *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->acquire);
+    Py_VISIT(self->release);
+    Py_VISIT(self->sticky);
+    Py_VISIT(self->open);
+    Py_VISIT(self->counts);
+    Py_VISIT(self->tps);
+    Py_VISIT(self->tp_type);
+    Py_VISIT(self->future_type);
+    Py_VISIT(self->slow);
+    return 0;
+}
+
+static int
+fs_clear(FastSend *self)
+{
+    Py_CLEAR(self->acquire);
+    Py_CLEAR(self->release);
+    Py_CLEAR(self->sticky);
+    Py_CLEAR(self->open);
+    Py_CLEAR(self->counts);
+    Py_CLEAR(self->tps);
+    Py_CLEAR(self->tp_type);
+    Py_CLEAR(self->future_type);
+    Py_CLEAR(self->slow);
+    return 0;
+}
+
+static void
+fs_dealloc(FastSend *self)
+{
+    PyObject_GC_UnTrack(self);
+    fs_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static inline int
+kw_is(PyObject *name, PyObject *interned)
+{
+    return name == interned || PyUnicode_Compare(name, interned) == 0;
+}
+
+/* The TopicPartition of (topic, p), from a per-topic tuple made once per partition count. */
+static PyObject *
+fs_topic_partition(FastSend *self, PyObject *topic, long n, long p)
+{
+    PyObject *tps = PyDict_GetItemWithError(self->tps, topic);
+    if (tps == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+    } else if (PyTuple_GET_SIZE(tps) == n) {
+        return PyTuple_GET_ITEM(tps, p); /* borrowed */
+    }
+    PyObject *made = PyTuple_New(n);
+    if (made == NULL)
+        return NULL;
+    for (long i = 0; i < n; i++) {
+        PyObject *tp = PyObject_CallFunction(self->tp_type, "Ol", topic, i);
+        if (tp == NULL) {
+            Py_DECREF(made);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(made, i, tp);
+    }
+    int r = PyDict_SetItem(self->tps, topic, made);
+    Py_DECREF(made);
+    if (r < 0)
+        return NULL;
+    return PyTuple_GET_ITEM(made, p); /* borrowed: the dict holds the tuple */
+}
+
+static inline int64_t
+now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/*
+ * send(topic, value=None, key=None, *, partition=None, timestamp=None, headers=None,
+ *      on_delivery=None) -> DeliveryFuture
+ */
+static PyObject *
+fs_send(FastSend *self, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *topic = NULL, *value = Py_None, *key = Py_None, *timestamp = Py_None;
+    PyObject *on_delivery = Py_None;
+    if (nargs < 1 || nargs > 3)
+        goto slow;
+    topic = args[0];
+    if (nargs > 1)
+        value = args[1];
+    if (nargs > 2)
+        key = args[2];
+    if (kwnames != NULL) {
+        Py_ssize_t nkw = PyTuple_GET_SIZE(kwnames);
+        for (Py_ssize_t i = 0; i < nkw; i++) {
+            PyObject *name = PyTuple_GET_ITEM(kwnames, i);
+            PyObject *arg = args[nargs + i];
+            if (kw_is(name, kw_key) && nargs < 3)
+                key = arg;
+            else if (kw_is(name, kw_on_delivery))
+                on_delivery = arg;
+            else if (kw_is(name, kw_value) && nargs < 2)
+                value = arg;
+            else if (kw_is(name, kw_timestamp))
+                timestamp = arg;
+            else if ((kw_is(name, kw_partition) || kw_is(name, kw_headers)) && arg == Py_None)
+                continue;
+            else
+                goto slow;
+        }
+    }
+    if (!PyUnicode_CheckExact(topic) || !(value == Py_None || PyBytes_CheckExact(value)) ||
+        !(key == Py_None || PyBytes_CheckExact(key)))
+        goto slow;
+    int64_t ts;
+    if (timestamp == Py_None) {
+        ts = now_ms();
+    } else if (PyLong_CheckExact(timestamp)) {
+        if (get_timestamp(timestamp, &ts) < 0)
+            return NULL;
+    } else {
+        goto slow;
+    }
+
+    PyObject *locked = PyObject_CallNoArgs(self->acquire);
+    if (locked == NULL)
+        return NULL;
+    Py_DECREF(locked);
+    /* From here on, every exit releases the lock. */
+    PyObject *batch; /* borrowed from the dicts, which only change under the lock */
+    if (key == Py_None) {
+        batch = PyDict_GetItemWithError(self->sticky, topic);
+    } else {
+        batch = NULL;
+        PyObject *count = PyDict_GetItemWithError(self->counts, topic);
+        if (count != NULL) {
+            long n = PyLong_AsLong(count);
+            if (n > 0) {
+                int32_t h = kafka_murmur2((const unsigned char *)PyBytes_AS_STRING(key),
+                                          PyBytes_GET_SIZE(key));
+                long p = (long)((uint32_t)h & 0x7fffffffu) % n;
+                PyObject *tp = fs_topic_partition(self, topic, n, p);
+                if (tp != NULL)
+                    batch = PyDict_GetItemWithError(self->open, tp);
+            }
+        }
+    }
+    if (batch == NULL) {
+        if (PyErr_Occurred())
+            goto error_locked;
+        goto slow_locked;
+    }
+    PyObject *builder = PyObject_GetAttr(batch, str_builder);
+    if (builder == NULL)
+        goto error_locked;
+    if (!PyObject_TypeCheck(builder, &RecordBufferType) || ((RecordBuffer *)builder)->count == 0) {
+        /* An empty open batch (its first record failed to encode): the slow path checks
+         * the record's size against max_request_size before accepting it. */
+        Py_DECREF(builder);
+        goto slow_locked;
+    }
+    RecordBuffer *rb = (RecordBuffer *)builder;
+    Blob kb, vb;
+    kb.has_view = vb.has_view = 0;
+    if (key == Py_None) {
+        kb.data = NULL;
+        kb.len = -1;
+    } else {
+        kb.data = PyBytes_AS_STRING(key);
+        kb.len = PyBytes_GET_SIZE(key);
+    }
+    if (value == Py_None) {
+        vb.data = NULL;
+        vb.len = -1;
+    } else {
+        vb.data = PyBytes_AS_STRING(value);
+        vb.len = PyBytes_GET_SIZE(value);
+    }
+    int32_t index = rb->count;
+    int r = rb_append_raw(rb, ts, &kb, &vb, NULL);
+    if (r <= 0) {
+        Py_DECREF(builder);
+        if (r < 0)
+            goto error_locked;
+        goto slow_locked; /* full: the Python send seals it and opens the next */
+    }
+    if (on_delivery != Py_None && rb_add_callback_raw(rb, index, ts, on_delivery) < 0) {
+        /* The record is in; only its callback could not be kept (out of memory). */
+        Py_DECREF(builder);
+        goto error_locked;
+    }
+    Py_DECREF(builder);
+    Py_INCREF(batch); /* keep it past the lock for the future */
+    PyObject *released = PyObject_CallNoArgs(self->release);
+    if (released == NULL) {
+        Py_DECREF(batch);
+        return NULL;
+    }
+    Py_DECREF(released);
+    PyObject *tsobj = PyLong_FromLongLong(ts);
+    if (tsobj == NULL) {
+        Py_DECREF(batch);
+        return NULL;
+    }
+    FutureBase *fut = (FutureBase *)self->future_type->tp_alloc(self->future_type, 0);
+    if (fut == NULL) {
+        Py_DECREF(batch);
+        Py_DECREF(tsobj);
+        return NULL;
+    }
+    fut->batch = batch;
+    fut->index = index;
+    fut->timestamp = tsobj;
+    return (PyObject *)fut;
+
+error_locked : {
+    PyObject *type, *val, *tb;
+    PyErr_Fetch(&type, &val, &tb);
+    PyObject *released = PyObject_CallNoArgs(self->release);
+    Py_XDECREF(released);
+    PyErr_Restore(type, val, tb);
+    return NULL;
+}
+slow_locked : {
+    PyObject *released = PyObject_CallNoArgs(self->release);
+    if (released == NULL)
+        return NULL;
+    Py_DECREF(released);
+}
+slow:
+    return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
+}
+
+static PyObject *
+fs_forget(FastSend *self, PyObject *topic)
+{
+    if (PyDict_DelItem(self->tps, topic) < 0) {
+        if (!PyErr_ExceptionMatches(PyExc_KeyError))
+            return NULL;
+        PyErr_Clear();
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef fs_methods[] = {
+    {"send", (PyCFunction)(void (*)(void))fs_send, METH_FASTCALL | METH_KEYWORDS,
+     "send(topic, value=None, key=None, *, partition=None, timestamp=None, headers=None, "
+     "on_delivery=None) -> DeliveryFuture"},
+    {"forget", (PyCFunction)fs_forget, METH_O, "drop a topic's cached TopicPartitions"},
+    {NULL}};
+
+static PyTypeObject FastSendType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "app.client.producer._native.FastSend",
+    .tp_basicsize = sizeof(FastSend),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "FastSend(lock, sticky, open, counts, tp_type, future_type, slow)",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)fs_init,
+    .tp_dealloc = (destructor)fs_dealloc,
+    .tp_traverse = (traverseproc)fs_traverse,
+    .tp_clear = (inquiry)fs_clear,
+    .tp_methods = fs_methods,
+};
+
+/* ------------------------------------------------------------------ module */
+
+static PyMethodDef module_methods[] = {
+    {"murmur2", py_murmur2, METH_O, "Kafka's murmur2 of a bytes-like key, as a signed int"},
+    {NULL}};
+
+static struct PyModuleDef native_module = {
+    PyModuleDef_HEAD_INIT, "app.client.producer._native",
+    "The producer's per-record work in C (see _speedups.py).", -1, module_methods};
+
+PyMODINIT_FUNC
+PyInit__native(void)
+{
+    if (PyType_Ready(&RecordBufferType) < 0 || PyType_Ready(&FutureBaseType) < 0 ||
+        PyType_Ready(&FastSendType) < 0)
+        return NULL;
+    str_builder = PyUnicode_InternFromString("builder");
+    kw_value = PyUnicode_InternFromString("value");
+    kw_key = PyUnicode_InternFromString("key");
+    kw_partition = PyUnicode_InternFromString("partition");
+    kw_timestamp = PyUnicode_InternFromString("timestamp");
+    kw_headers = PyUnicode_InternFromString("headers");
+    kw_on_delivery = PyUnicode_InternFromString("on_delivery");
+    if (!str_builder || !kw_value || !kw_key || !kw_partition || !kw_timestamp || !kw_headers ||
+        !kw_on_delivery)
+        return NULL;
+    PyObject *m = PyModule_Create(&native_module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(m, "RecordBuffer", (PyObject *)&RecordBufferType) < 0 ||
+        PyModule_AddObjectRef(m, "FutureBase", (PyObject *)&FutureBaseType) < 0 ||
+        PyModule_AddObjectRef(m, "FastSend", (PyObject *)&FastSendType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

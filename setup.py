@@ -1,0 +1,21 @@
+"""The producer's optional C extension (everything else is in pyproject.toml).
+
+``app.client.producer._native`` (app/client/producer/_native.c) does ``send``'s
+per-record work; ``pip install`` / ``make install`` compile it with the
+machine's C compiler and Python headers. ``optional=True``: where it cannot be
+built, installing still succeeds and the producer uses its pure-Python path
+(app/client/producer/_speedups.py), the same behaviour at a lower rate.
+"""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension(
+            "app.client.producer._native",
+            sources=["app/client/producer/_native.c"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        )
+    ]
+)
