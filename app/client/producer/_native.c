@@ -107,6 +107,159 @@ write_varint(char *out, int64_t value)
     return out;
 }
 
+
+/* ------------------------------------------------------------------ Lock */
+
+/*
+ * The accumulator's lock: threading.Lock's interface (acquire(blocking=True, timeout=-1),
+ * release(), locked(), a context manager; usable by threading.Condition), plus an acquire
+ * from C (FastSend) that costs a compare-and-swap when uncontended instead of a Python call
+ * with argument parsing.  Blocking waits release the GIL, as threading.Lock's do.
+ */
+typedef struct {
+    PyObject_HEAD
+    PyThread_type_lock lock;
+    char locked;
+} Lock;
+
+static PyTypeObject LockType;
+
+static PyObject *
+lock_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    Lock *self = (Lock *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->lock = PyThread_allocate_lock();
+    self->locked = 0;
+    if (self->lock == NULL) {
+        Py_DECREF(self);
+        PyErr_SetString(PyExc_MemoryError, "cannot allocate lock");
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+static void
+lock_dealloc(Lock *self)
+{
+    if (self->lock != NULL) {
+        if (self->locked)
+            PyThread_release_lock(self->lock);
+        PyThread_free_lock(self->lock);
+    }
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* 1 acquired, 0 timed out, -1 error (a signal handler raised). timeout_us < 0: forever. */
+static int
+lock_acquire_raw(Lock *self, PY_TIMEOUT_T timeout_us)
+{
+    PyLockStatus r = PyThread_acquire_lock_timed(self->lock, 0, 0);
+    if (r == PY_LOCK_FAILURE && timeout_us != 0) {
+        for (;;) {
+            Py_BEGIN_ALLOW_THREADS
+            r = PyThread_acquire_lock_timed(self->lock, timeout_us, 1);
+            Py_END_ALLOW_THREADS
+            if (r != PY_LOCK_INTR)
+                break;
+            if (Py_MakePendingCalls() < 0)
+                return -1;
+            /* Interrupted: wait again (the full timeout; good enough for a producer lock). */
+        }
+    }
+    if (r == PY_LOCK_ACQUIRED) {
+        self->locked = 1;
+        return 1;
+    }
+    return 0;
+}
+
+static inline void
+lock_release_raw(Lock *self)
+{
+    self->locked = 0;
+    PyThread_release_lock(self->lock);
+}
+
+static PyObject *
+lock_acquire(Lock *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"blocking", "timeout", NULL};
+    int blocking = 1;
+    double timeout = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|pd", kwlist, &blocking, &timeout))
+        return NULL;
+    PY_TIMEOUT_T us;
+    if (!blocking) {
+        if (timeout != -1) {
+            PyErr_SetString(PyExc_ValueError, "can't specify a timeout for a non-blocking call");
+            return NULL;
+        }
+        us = 0;
+    } else if (timeout < 0) {
+        if (timeout != -1) {
+            PyErr_SetString(PyExc_ValueError, "timeout value must be a non-negative number");
+            return NULL;
+        }
+        us = -1;
+    } else {
+        double t = timeout * 1e6;
+        if (t >= (double)PY_TIMEOUT_MAX) {
+            PyErr_SetString(PyExc_OverflowError, "timeout value is too large");
+            return NULL;
+        }
+        us = (PY_TIMEOUT_T)t;
+    }
+    int r = lock_acquire_raw(self, us);
+    if (r < 0)
+        return NULL;
+    return PyBool_FromLong(r);
+}
+
+static PyObject *
+lock_release(Lock *self, PyObject *Py_UNUSED(ignored))
+{
+    if (!self->locked) {
+        PyErr_SetString(PyExc_RuntimeError, "release unlocked lock");
+        return NULL;
+    }
+    lock_release_raw(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+lock_exit(Lock *self, PyObject *args)
+{
+    return lock_release(self, NULL);
+}
+
+static PyObject *
+lock_locked(Lock *self, PyObject *Py_UNUSED(ignored))
+{
+    return PyBool_FromLong(self->locked);
+}
+
+static PyMethodDef lock_methods[] = {
+    {"acquire", (PyCFunction)(void (*)(void))lock_acquire, METH_VARARGS | METH_KEYWORDS,
+     "acquire(blocking=True, timeout=-1) -> bool"},
+    {"release", (PyCFunction)lock_release, METH_NOARGS, "release()"},
+    {"locked", (PyCFunction)lock_locked, METH_NOARGS, "locked() -> bool"},
+    {"__enter__", (PyCFunction)(void (*)(void))lock_acquire, METH_VARARGS | METH_KEYWORDS,
+     NULL},
+    {"__exit__", (PyCFunction)lock_exit, METH_VARARGS, NULL},
+    {NULL}};
+
+static PyTypeObject LockType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "app.client.producer._native.Lock",
+    .tp_basicsize = sizeof(Lock),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Lock(): threading.Lock's interface, also acquired from C by FastSend",
+    .tp_new = lock_new,
+    .tp_dealloc = (destructor)lock_dealloc,
+    .tp_methods = lock_methods,
+};
+
 /* ------------------------------------------------------------------ RecordBuffer */
 
 typedef struct {
@@ -117,8 +270,9 @@ typedef struct {
 
 typedef struct {
     PyObject_HEAD
-    char *buf;            /* the records section, uncompressed */
-    Py_ssize_t len;
+    char *buf;            /* HEADER_SIZE bytes for the header, then the records; NULL once built */
+    Py_ssize_t len;       /* bytes of records (after the header space) */
+    int built;
     Py_ssize_t cap;
     Py_ssize_t batch_size;
     int32_t count;
@@ -134,6 +288,7 @@ typedef struct {
 } RecordBuffer;
 
 static PyTypeObject RecordBufferType;
+static void pool_put(char *buf, Py_ssize_t cap);
 
 static int
 rb_init(RecordBuffer *self, PyObject *args, PyObject *kwds)
@@ -182,7 +337,7 @@ rb_dealloc(RecordBuffer *self)
 {
     PyObject_GC_UnTrack(self);
     rb_clear(self);
-    PyMem_Free(self->buf);
+    pool_put(self->buf, self->cap);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -228,12 +383,49 @@ blob_release(Blob *b)
         PyBuffer_Release(&b->view);
 }
 
+/*
+ * Batch buffers are ~batch_size (1 MB by default) and live for one batch: fresh ones from
+ * malloc are fresh pages from the kernel, zeroed and faulted in one at a time, which cost
+ * more than encoding the records into them did.  A few freed buffers are kept for the next
+ * batches (at most POOL_SIZE, under the GIL).
+ */
+#define POOL_SIZE 8
+#define POOL_MIN_CAP (64 * 1024)
+static char *pool_buf[POOL_SIZE];
+static Py_ssize_t pool_cap[POOL_SIZE];
+static int pool_n;
+
+static void
+pool_put(char *buf, Py_ssize_t cap)
+{
+    if (buf == NULL)
+        return;
+    if (cap >= POOL_MIN_CAP && pool_n < POOL_SIZE) {
+        pool_buf[pool_n] = buf;
+        pool_cap[pool_n] = cap;
+        pool_n++;
+        return;
+    }
+    PyMem_Free(buf);
+}
+
 static int
 rb_reserve(RecordBuffer *self, Py_ssize_t extra)
 {
-    Py_ssize_t need = self->len + extra;
+    if (self->built) {
+        PyErr_SetString(PyExc_RuntimeError, "the batch is already built");
+        return -1;
+    }
+    Py_ssize_t need = HEADER_SIZE + self->len + extra;
     if (need <= self->cap)
         return 0;
+    if (self->buf == NULL && pool_n > 0) {
+        pool_n--;
+        self->buf = pool_buf[pool_n];
+        self->cap = pool_cap[pool_n];
+        if (need <= self->cap)
+            return 0;
+    }
     Py_ssize_t cap = self->cap ? self->cap : 4096;
     while (cap < need)
         cap *= 2;
@@ -304,7 +496,7 @@ rb_append_raw(RecordBuffer *self, int64_t timestamp, const Blob *key, const Blob
         Py_XDECREF(hseq);
         return -1;
     }
-    char *out = self->buf + self->len;
+    char *out = self->buf + HEADER_SIZE + self->len;
     out = write_varint(out, body);
     *out++ = 0; /* attributes */
     out = write_varint(out, delta);
@@ -342,7 +534,7 @@ rb_append_raw(RecordBuffer *self, int64_t timestamp, const Blob *key, const Blob
         }
     }
     Py_XDECREF(hseq);
-    self->len = out - self->buf;
+    self->len = out - (self->buf + HEADER_SIZE);
     if (self->count == 0) {
         self->first_timestamp = timestamp;
         self->max_timestamp = timestamp;
@@ -535,11 +727,15 @@ rb_run_callbacks(RecordBuffer *self, PyObject *const *args, Py_ssize_t nargs)
         if (append_ts == NULL)
             goto done;
     }
+    /* The metadata tuple is reused while no callback kept it (refcount back to 1), as
+     * CPython's own zip() and dict iterators reuse their result tuples: nobody can see the
+     * change.  The timestamp int is shared by neighbours with the same millisecond. */
+    PyObject *meta = NULL, *last_ts = NULL;
+    int64_t last_ts_value = 0;
     Py_ssize_t i;
     for (i = 0; i < n; i++) {
         CallbackEntry *e = &cbs[i];
         PyObject *callargs[2];
-        PyObject *meta = NULL;
         if (error == Py_None) {
             PyObject *offset, *ts;
             if (noffset != NULL) {
@@ -552,22 +748,33 @@ rb_run_callbacks(RecordBuffer *self, PyObject *const *args, Py_ssize_t nargs)
             if (append_ts != NULL) {
                 ts = Py_NewRef(append_ts);
             } else {
-                ts = PyLong_FromLongLong(e->timestamp);
-                if (ts == NULL) {
+                if (last_ts == NULL || last_ts_value != e->timestamp) {
+                    Py_XDECREF(last_ts);
+                    last_ts = PyLong_FromLongLong(e->timestamp);
+                    if (last_ts == NULL) {
+                        Py_DECREF(offset);
+                        break;
+                    }
+                    last_ts_value = e->timestamp;
+                }
+                ts = Py_NewRef(last_ts);
+            }
+            if (meta != NULL && Py_REFCNT(meta) == 1) {
+                Py_SETREF(((PyTupleObject *)meta)->ob_item[2], offset);
+                Py_SETREF(((PyTupleObject *)meta)->ob_item[3], ts);
+            } else {
+                Py_XDECREF(meta);
+                meta = mtype->tp_alloc(mtype, 4);
+                if (meta == NULL) {
                     Py_DECREF(offset);
+                    Py_DECREF(ts);
                     break;
                 }
+                PyTuple_SET_ITEM(meta, 0, Py_NewRef(topic));
+                PyTuple_SET_ITEM(meta, 1, Py_NewRef(partition));
+                PyTuple_SET_ITEM(meta, 2, offset);
+                PyTuple_SET_ITEM(meta, 3, ts);
             }
-            meta = mtype->tp_alloc(mtype, 4);
-            if (meta == NULL) {
-                Py_DECREF(offset);
-                Py_DECREF(ts);
-                break;
-            }
-            PyTuple_SET_ITEM(meta, 0, Py_NewRef(topic));
-            PyTuple_SET_ITEM(meta, 1, Py_NewRef(partition));
-            PyTuple_SET_ITEM(meta, 2, offset);
-            PyTuple_SET_ITEM(meta, 3, ts);
             callargs[0] = meta;
             callargs[1] = Py_None;
         } else {
@@ -575,7 +782,6 @@ rb_run_callbacks(RecordBuffer *self, PyObject *const *args, Py_ssize_t nargs)
             callargs[1] = error;
         }
         PyObject *r = PyObject_Vectorcall(e->callback, callargs, 2, NULL);
-        Py_XDECREF(meta);
         if (r != NULL) {
             Py_DECREF(r);
             continue;
@@ -595,6 +801,8 @@ rb_run_callbacks(RecordBuffer *self, PyObject *const *args, Py_ssize_t nargs)
             break;
         Py_DECREF(hr);
     }
+    Py_XDECREF(meta);
+    Py_XDECREF(last_ts);
     if (i == n)
         fail = Py_None;
 done:
@@ -630,7 +838,126 @@ rb_size(RecordBuffer *self, PyObject *Py_UNUSED(ignored))
 static PyObject *
 rb_records(RecordBuffer *self, PyObject *Py_UNUSED(ignored))
 {
-    return PyBytes_FromStringAndSize(self->buf ? self->buf : "", self->len);
+    if (self->built) {
+        PyErr_SetString(PyExc_RuntimeError, "the batch is already built");
+        return NULL;
+    }
+    return PyBytes_FromStringAndSize(self->buf ? self->buf + HEADER_SIZE : "", self->len);
+}
+
+/* Give the buffer back (to the pool): the batch is built, its bytes are elsewhere. */
+static PyObject *
+rb_release(RecordBuffer *self, PyObject *Py_UNUSED(ignored))
+{
+    self->built = 1;
+    pool_put(self->buf, self->cap);
+    self->buf = NULL;
+    self->cap = 0;
+    Py_RETURN_NONE;
+}
+
+/* ---- CRC-32C (Castagnoli), with the SSE4.2 instruction where the CPU has it */
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <nmmintrin.h>
+#define HAVE_HW_CRC 1
+__attribute__((target("sse4.2"))) static uint32_t
+crc32c_hw(const unsigned char *p, size_t n)
+{
+    uint64_t crc = 0xffffffffu;
+    while (n && ((uintptr_t)p & 7)) {
+        crc = _mm_crc32_u8((uint32_t)crc, *p++);
+        n--;
+    }
+    while (n >= 8) {
+        uint64_t word;
+        memcpy(&word, p, 8);
+        crc = _mm_crc32_u64(crc, word);
+        p += 8;
+        n -= 8;
+    }
+    while (n--)
+        crc = _mm_crc32_u8((uint32_t)crc, *p++);
+    return (uint32_t)crc ^ 0xffffffffu;
+}
+static int
+hw_crc_available(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("sse4.2");
+}
+#else
+#define HAVE_HW_CRC 0
+static uint32_t
+crc32c_hw(const unsigned char *p, size_t n)
+{
+    return 0;
+}
+static int
+hw_crc_available(void)
+{
+    return 0;
+}
+#endif
+static int hw_crc;
+
+static inline void
+put_be16(char *p, uint16_t v)
+{
+    p[0] = (char)(v >> 8);
+    p[1] = (char)v;
+}
+static inline void
+put_be32(char *p, uint32_t v)
+{
+    p[0] = (char)(v >> 24);
+    p[1] = (char)(v >> 16);
+    p[2] = (char)(v >> 8);
+    p[3] = (char)v;
+}
+static inline void
+put_be64(char *p, uint64_t v)
+{
+    put_be32(p, (uint32_t)(v >> 32));
+    put_be32(p + 4, (uint32_t)v);
+}
+
+/*
+ * build_plain() -> bytes: the whole uncompressed batch (header, CRC-32C, records), byte
+ * for byte as aiokafka's builder makes it, in one copy; the buffer goes back to the pool.
+ * None where this CPU has no CRC-32C instruction (the caller builds it in Python).
+ */
+static PyObject *
+rb_build_plain(RecordBuffer *self, PyObject *Py_UNUSED(ignored))
+{
+    if (!hw_crc)
+        Py_RETURN_NONE;
+    if (self->built) {
+        PyErr_SetString(PyExc_RuntimeError, "the batch is already built");
+        return NULL;
+    }
+    if (self->buf == NULL && rb_reserve(self, 0) < 0)
+        return NULL;
+    char *h = self->buf;
+    Py_ssize_t total = HEADER_SIZE + self->len;
+    put_be64(h, 0);                                        /* baseOffset */
+    put_be32(h + 8, (uint32_t)(total - 12));               /* batchLength */
+    put_be32(h + 12, (uint32_t)-1);                        /* partitionLeaderEpoch */
+    h[16] = 2;                                             /* magic */
+    put_be16(h + 21, 0);                                   /* attributes */
+    put_be32(h + 23, (uint32_t)(self->count - 1));         /* lastOffsetDelta */
+    put_be64(h + 27, (uint64_t)self->first_timestamp);     /* baseTimestamp */
+    put_be64(h + 35, (uint64_t)self->max_timestamp);       /* maxTimestamp */
+    put_be64(h + 43, (uint64_t)self->producer_id);
+    put_be16(h + 51, (uint16_t)self->producer_epoch);
+    put_be32(h + 53, (uint32_t)self->base_sequence);
+    put_be32(h + 57, (uint32_t)self->count);
+    put_be32(h + 17, crc32c_hw((const unsigned char *)h + 21, (size_t)(total - 21)));
+    PyObject *out = PyBytes_FromStringAndSize(h, total);
+    if (out == NULL)
+        return NULL;
+    rb_release(self, NULL);
+    return out;
 }
 
 static PyObject *
@@ -653,6 +980,9 @@ static PyMethodDef rb_methods[] = {
      "set_producer_state(producer_id, producer_epoch, base_sequence)"},
     {"size", (PyCFunction)rb_size, METH_NOARGS, "header + records bytes, uncompressed"},
     {"records", (PyCFunction)rb_records, METH_NOARGS, "the encoded records section"},
+    {"release", (PyCFunction)rb_release, METH_NOARGS, "built: give the buffer back"},
+    {"build_plain", (PyCFunction)rb_build_plain, METH_NOARGS,
+     "the whole uncompressed batch, or None without a CRC-32C instruction"},
     {"callback_count", (PyCFunction)rb_callback_count, METH_NOARGS,
      "callbacks waiting for the answer"},
     {NULL}};
@@ -689,7 +1019,7 @@ typedef struct {
     PyObject_HEAD
     PyObject *batch;
     Py_ssize_t index;
-    PyObject *timestamp;
+    int64_t timestamp;
 } FutureBase;
 
 static int
@@ -700,8 +1030,11 @@ fb_init(FutureBase *self, PyObject *args, PyObject *kwds)
     Py_ssize_t index;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "OnO", kwlist, &batch, &index, &ts))
         return -1;
+    int64_t t;
+    if (get_timestamp(ts, &t) < 0)
+        return -1;
     Py_XSETREF(self->batch, Py_NewRef(batch));
-    Py_XSETREF(self->timestamp, Py_NewRef(ts));
+    self->timestamp = t;
     self->index = index;
     return 0;
 }
@@ -710,14 +1043,13 @@ static void
 fb_dealloc(FutureBase *self)
 {
     Py_CLEAR(self->batch);
-    Py_CLEAR(self->timestamp);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 static PyMemberDef fb_members[] = {
     {"_batch", T_OBJECT, offsetof(FutureBase, batch), READONLY, NULL},
     {"_index", T_PYSSIZET, offsetof(FutureBase, index), READONLY, NULL},
-    {"_timestamp", T_OBJECT, offsetof(FutureBase, timestamp), READONLY, NULL},
+    {"_timestamp", T_LONGLONG, offsetof(FutureBase, timestamp), READONLY, NULL},
     {NULL}};
 
 /*
@@ -740,13 +1072,14 @@ static PyTypeObject FutureBaseType = {
 
 typedef struct {
     PyObject_HEAD
+    Lock *lock;            /* the accumulator's lock when it is a Lock, else NULL */
     PyObject *acquire;     /* the accumulator lock's bound acquire / release */
     PyObject *release;
     PyObject *sticky;      /* dict: topic -> the open batch of its sticky partition */
     PyObject *open;        /* dict: TopicPartition -> open batch */
     PyObject *counts;      /* dict: topic -> partition count (the sender's) */
     PyObject *tps;         /* dict: topic -> tuple of TopicPartition, one per partition */
-    PyObject *tp_type;     /* TopicPartition */
+    PyObject *tp_make;     /* (topic, partition) -> TopicPartition: the accumulator's _tp */
     PyTypeObject *future_type; /* DeliveryFuture, a FutureBase subclass without dict */
     PyObject *slow;        /* the Python send: everything this does not take */
 } FastSend;
@@ -757,12 +1090,12 @@ static PyObject *kw_value, *kw_key, *kw_partition, *kw_timestamp, *kw_headers, *
 static int
 fs_init(FastSend *self, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"lock", "sticky", "open", "counts", "tp_type", "future_type",
+    static char *kwlist[] = {"lock", "sticky", "open", "counts", "tp_make", "future_type",
                              "slow", NULL};
-    PyObject *lock, *sticky, *open, *counts, *tp_type, *future_type, *slow;
+    PyObject *lock, *sticky, *open, *counts, *tp_make, *future_type, *slow;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!O!O!OOO", kwlist, &lock, &PyDict_Type,
                                      &sticky, &PyDict_Type, &open, &PyDict_Type, &counts,
-                                     &tp_type, &future_type, &slow))
+                                     &tp_make, &future_type, &slow))
         return -1;
     if (!PyType_Check(future_type) ||
         !PyType_IsSubtype((PyTypeObject *)future_type, &FutureBaseType) ||
@@ -785,13 +1118,14 @@ fs_init(FastSend *self, PyObject *args, PyObject *kwds)
         Py_DECREF(release);
         return -1;
     }
+    Py_XSETREF(self->lock, PyObject_TypeCheck(lock, &LockType) ? (Lock *)Py_NewRef(lock) : NULL);
     Py_XSETREF(self->acquire, acquire);
     Py_XSETREF(self->release, release);
     Py_XSETREF(self->sticky, Py_NewRef(sticky));
     Py_XSETREF(self->open, Py_NewRef(open));
     Py_XSETREF(self->counts, Py_NewRef(counts));
     Py_XSETREF(self->tps, tps);
-    Py_XSETREF(self->tp_type, Py_NewRef(tp_type));
+    Py_XSETREF(self->tp_make, Py_NewRef(tp_make));
     Py_XSETREF(self->future_type, (PyTypeObject *)Py_NewRef(future_type));
     Py_XSETREF(self->slow, Py_NewRef(slow));
     return 0;
@@ -800,13 +1134,14 @@ fs_init(FastSend *self, PyObject *args, PyObject *kwds)
 static int
 fs_traverse(FastSend *self, visitproc visit, void *arg)
 {
+    Py_VISIT(self->lock);
     Py_VISIT(self->acquire);
     Py_VISIT(self->release);
     Py_VISIT(self->sticky);
     Py_VISIT(self->open);
     Py_VISIT(self->counts);
     Py_VISIT(self->tps);
-    Py_VISIT(self->tp_type);
+    Py_VISIT(self->tp_make);
     Py_VISIT(self->future_type);
     Py_VISIT(self->slow);
     return 0;
@@ -815,13 +1150,14 @@ fs_traverse(FastSend *self, visitproc visit, void *arg)
 static int
 fs_clear(FastSend *self)
 {
+    Py_CLEAR(self->lock);
     Py_CLEAR(self->acquire);
     Py_CLEAR(self->release);
     Py_CLEAR(self->sticky);
     Py_CLEAR(self->open);
     Py_CLEAR(self->counts);
     Py_CLEAR(self->tps);
-    Py_CLEAR(self->tp_type);
+    Py_CLEAR(self->tp_make);
     Py_CLEAR(self->future_type);
     Py_CLEAR(self->slow);
     return 0;
@@ -852,11 +1188,13 @@ fs_topic_partition(FastSend *self, PyObject *topic, long n, long p)
     } else if (PyTuple_GET_SIZE(tps) == n) {
         return PyTuple_GET_ITEM(tps, p); /* borrowed */
     }
+    /* The accumulator's own TopicPartition objects where it has them: the open dict then
+     * finds its keys by identity, without comparing tuples. */
     PyObject *made = PyTuple_New(n);
     if (made == NULL)
         return NULL;
     for (long i = 0; i < n; i++) {
-        PyObject *tp = PyObject_CallFunction(self->tp_type, "Ol", topic, i);
+        PyObject *tp = PyObject_CallFunction(self->tp_make, "Ol", topic, i);
         if (tp == NULL) {
             Py_DECREF(made);
             return NULL;
@@ -868,6 +1206,32 @@ fs_topic_partition(FastSend *self, PyObject *topic, long n, long p)
     if (r < 0)
         return NULL;
     return PyTuple_GET_ITEM(made, p); /* borrowed: the dict holds the tuple */
+}
+
+static inline int
+fs_acquire(FastSend *self)
+{
+    if (self->lock != NULL)
+        return lock_acquire_raw(self->lock, -1) == 1 ? 0 : -1;
+    PyObject *r = PyObject_CallNoArgs(self->acquire);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+static inline int
+fs_release(FastSend *self)
+{
+    if (self->lock != NULL) {
+        lock_release_raw(self->lock);
+        return 0;
+    }
+    PyObject *r = PyObject_CallNoArgs(self->release);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
 }
 
 static inline int64_t
@@ -927,10 +1291,8 @@ fs_send(FastSend *self, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwna
         goto slow;
     }
 
-    PyObject *locked = PyObject_CallNoArgs(self->acquire);
-    if (locked == NULL)
+    if (fs_acquire(self) < 0)
         return NULL;
-    Py_DECREF(locked);
     /* From here on, every exit releases the lock. */
     PyObject *batch; /* borrowed from the dicts, which only change under the lock */
     if (key == Py_None) {
@@ -996,42 +1358,31 @@ fs_send(FastSend *self, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwna
     }
     Py_DECREF(builder);
     Py_INCREF(batch); /* keep it past the lock for the future */
-    PyObject *released = PyObject_CallNoArgs(self->release);
-    if (released == NULL) {
-        Py_DECREF(batch);
-        return NULL;
-    }
-    Py_DECREF(released);
-    PyObject *tsobj = PyLong_FromLongLong(ts);
-    if (tsobj == NULL) {
+    if (fs_release(self) < 0) {
         Py_DECREF(batch);
         return NULL;
     }
     FutureBase *fut = (FutureBase *)self->future_type->tp_alloc(self->future_type, 0);
     if (fut == NULL) {
         Py_DECREF(batch);
-        Py_DECREF(tsobj);
         return NULL;
     }
     fut->batch = batch;
     fut->index = index;
-    fut->timestamp = tsobj;
+    fut->timestamp = ts;
     return (PyObject *)fut;
 
 error_locked : {
     PyObject *type, *val, *tb;
     PyErr_Fetch(&type, &val, &tb);
-    PyObject *released = PyObject_CallNoArgs(self->release);
-    Py_XDECREF(released);
+    if (fs_release(self) < 0)
+        PyErr_Clear();
     PyErr_Restore(type, val, tb);
     return NULL;
 }
-slow_locked : {
-    PyObject *released = PyObject_CallNoArgs(self->release);
-    if (released == NULL)
+slow_locked:
+    if (fs_release(self) < 0)
         return NULL;
-    Py_DECREF(released);
-}
 slow:
     return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
 }
@@ -1058,7 +1409,7 @@ static PyTypeObject FastSendType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "app.client.producer._native.FastSend",
     .tp_basicsize = sizeof(FastSend),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "FastSend(lock, sticky, open, counts, tp_type, future_type, slow)",
+    .tp_doc = "FastSend(lock, sticky, open, counts, tp_make, future_type, slow)",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)fs_init,
     .tp_dealloc = (destructor)fs_dealloc,
@@ -1080,9 +1431,10 @@ static struct PyModuleDef native_module = {
 PyMODINIT_FUNC
 PyInit__native(void)
 {
-    if (PyType_Ready(&RecordBufferType) < 0 || PyType_Ready(&FutureBaseType) < 0 ||
+    if (PyType_Ready(&LockType) < 0 || PyType_Ready(&RecordBufferType) < 0 || PyType_Ready(&FutureBaseType) < 0 ||
         PyType_Ready(&FastSendType) < 0)
         return NULL;
+    hw_crc = hw_crc_available();
     str_builder = PyUnicode_InternFromString("builder");
     kw_value = PyUnicode_InternFromString("value");
     kw_key = PyUnicode_InternFromString("key");
@@ -1096,7 +1448,8 @@ PyInit__native(void)
     PyObject *m = PyModule_Create(&native_module);
     if (m == NULL)
         return NULL;
-    if (PyModule_AddObjectRef(m, "RecordBuffer", (PyObject *)&RecordBufferType) < 0 ||
+    if (PyModule_AddObjectRef(m, "Lock", (PyObject *)&LockType) < 0 ||
+        PyModule_AddObjectRef(m, "RecordBuffer", (PyObject *)&RecordBufferType) < 0 ||
         PyModule_AddObjectRef(m, "FutureBase", (PyObject *)&FutureBaseType) < 0 ||
         PyModule_AddObjectRef(m, "FastSend", (PyObject *)&FastSendType) < 0) {
         Py_DECREF(m);

@@ -35,6 +35,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 
 from app.client.errors import BufferFull, ProducerClosed
+from app.client.producer import _speedups
 from app.client.producer.batch import (
     NO_HEADERS,
     DeliveryCallback,
@@ -58,7 +59,8 @@ class RecordAccumulator:
 
     def __init__(self, cfg: ProducerConfig, notify: Callable[[], None]) -> None:
         self.cfg = cfg
-        self.lock = threading.Lock()
+        # threading.Lock's interface; the compiled send takes the C one without a Python call.
+        self.lock = _speedups.Lock()
         self.space = threading.Condition(self.lock)
         self.open: dict[TopicPartition, ProducerBatch] = {}
         # The open batch of each null-key topic's sticky partition: one dict
@@ -114,7 +116,8 @@ class RecordAccumulator:
     def builder_size(batch: ProducerBatch) -> int:
         return batch.builder.size()
 
-    def _tp(self, topic: str, partition: int) -> TopicPartition:
+    def tp(self, topic: str, partition: int) -> TopicPartition:
+        """The one TopicPartition object of (topic, partition): dict keys found by identity."""
         tp = self._tps.get((topic, partition))
         if tp is None:
             tp = self._tps[(topic, partition)] = TopicPartition(topic, partition)
@@ -153,7 +156,7 @@ class RecordAccumulator:
                             self._sticky[topic] = partition
                     else:
                         partition = partition_for_key(key, num_partitions)
-                tp = self._tp(topic, partition)
+                tp = self.tp(topic, partition)
                 batch = self.open.get(tp)
                 if batch is None:
                     batch = self._new_batch(tp)
@@ -164,7 +167,7 @@ class RecordAccumulator:
                     if sticky:
                         partition = self._sticky_choice.next_partition(topic, num_partitions)
                         self._sticky[topic] = partition
-                        tp = self._tp(topic, partition)
+                        tp = self.tp(topic, partition)
                     batch = self.open.get(tp) or self._new_batch(tp)
                     if tp.partition == self._sticky.get(topic):
                         self.sticky_batch[topic] = batch
@@ -213,7 +216,7 @@ class RecordAccumulator:
                         p = self._sticky.setdefault(
                             topic, self._sticky_choice.next_partition(topic, num_partitions)
                         )
-                tp = self._tp(topic, p)
+                tp = self.tp(topic, p)
                 batch = self.open.pop(tp, None)
                 if batch is None:
                     batch = self._new_batch(tp, register=False)

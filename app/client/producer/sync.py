@@ -40,7 +40,6 @@ from app.client.producer import _speedups
 from app.client.producer.base import CLOSED, ProducerBase, now
 from app.client.producer.batch import NO_HEADERS, DeliveryCallback, Headers
 from app.client.producer.delivery import DeliveryFuture, DeliveryReport
-from app.client.types import TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +81,7 @@ class Producer(ProducerBase):
                 self._acc.sticky_batch,
                 self._acc.open,
                 self._partition_counts,
-                TopicPartition,
+                self._acc.tp,
                 DeliveryFuture,
                 self._send_python,
             )
