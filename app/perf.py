@@ -1,8 +1,12 @@
 """``logbus perf produce|consume|e2e``: load generators in the spirit of Kafka's perf tools.
 
 * ``produce`` sends ``--records`` values of ``--record-size`` bytes through
-  :class:`app.client.Producer` at up to ``--throughput`` records/s and times
-  every record from ``send`` to its acknowledgement (a delivery callback);
+  :class:`app.client.Producer` at up to ``--throughput`` records/s, with
+  ``--keys`` distinct keys (default: none, as Kafka's tool), and times every
+  record from ``send`` to its acknowledgement with a delivery callback per
+  record: acknowledgement time minus the record's timestamp, which ``send``
+  takes from the wall clock in milliseconds (so latencies have 1 ms
+  resolution, as Kafka's ProducerPerformance measures them);
 * ``consume`` reads ``--records`` records from the start of the topic with
   :meth:`app.client.Consumer.poll_columns` and reports the rate;
 * ``e2e`` does both at once: every value starts with its send time (wall
@@ -186,6 +190,7 @@ class PerfOptions:
     acks: str = "1"
     compression: str = "none"
     partitions: int | None = None
+    keys: int = 0
     timeout_ms: int = 10_000
     fetch_max_wait_ms: int = 500
     e2e_same_process: bool = False
@@ -229,47 +234,60 @@ def _rates(records: int, nbytes: int, elapsed: float) -> dict[str, float]:
     }
 
 
+def perf_keys(count: int) -> list[bytes]:
+    """``count`` distinct keys (``key-0`` ...): records spread over partitions by their hash."""
+    return [b"key-%d" % i for i in range(count)]
+
+
 def run_produce(opts: PerfOptions) -> dict[str, Any]:
-    """Send ``records`` values, timing each from ``send`` to its acknowledgement."""
+    """Send ``records`` values, timing each from ``send`` to its acknowledgement.
+
+    One callback, called once per record: acknowledgement time (wall clock,
+    ms) minus the record's timestamp (the wall clock when ``send`` took it,
+    whole ms). A callback object made per record would time it exactly but
+    costs about a quarter of a compiled ``send``: the tool would measure itself.
+    """
     from app.client import Producer
 
     partitions = ensure_topic(opts.url, opts.topic, opts.partitions)
     value = payload(opts.record_size)
     latencies = array("d")
     errors: list[BaseException] = []
-    perf_counter = time.perf_counter
+    wall = time.time
     add_latency = latencies.append
 
-    def delivered(sent_at: float) -> Callable[[RecordMetadata | None, BaseException | None], None]:
-        def done(meta: RecordMetadata | None, exc: BaseException | None) -> None:
-            if exc is None:
-                add_latency((perf_counter() - sent_at) * 1000.0)
-            else:
-                errors.append(exc)
-
-        return done
+    def delivered(meta: RecordMetadata | None, exc: BaseException | None) -> None:
+        if meta is not None:
+            add_latency(wall() * 1000.0 - meta.timestamp)
+        elif exc is not None:
+            errors.append(exc)
 
     topic = opts.topic
+    keys = perf_keys(opts.keys)
     with (
         Producer(opts.url, **opts.producer_config()) as producer,
         progress_bar(opts.progress, opts.records, "produce") as advance,
     ):
+        # Metadata and connections first, so the first records do not pay for them.
+        producer.partitions_for(topic)
         send = producer.send
         pacer = Pacer(opts.throughput)
         start = pacer.start
         sent = 0
         while sent < opts.records:
             n = min(pacer.step, opts.records - sent)
-            for _ in range(n):
-                # One callback per record, made at send time, so every latency is exact.
-                # It costs: unlimited, ~185,000 records/s here against ~600,000 for bare
-                # sends (bench.sdk's produce_send); send_many would hide per-record latency.
-                send(topic, value, on_delivery=delivered(perf_counter()))
+            if keys:
+                nkeys = len(keys)
+                for i in range(sent, sent + n):
+                    send(topic, value, key=keys[i % nkeys], on_delivery=delivered)
+            else:
+                for _ in range(n):
+                    send(topic, value, on_delivery=delivered)
             sent += n
             advance(n)
             pacer.wait(sent)
         producer.flush()
-        elapsed = perf_counter() - start
+        elapsed = time.perf_counter() - start
     if errors:
         raise PerfError(
             f"{len(errors)} of {opts.records} records failed; first error: {errors[0]!r}"
@@ -282,6 +300,7 @@ def run_produce(opts: PerfOptions) -> dict[str, Any]:
         "records": sent,
         "acknowledged": stats.count,
         "record_size": opts.record_size,
+        "keys": opts.keys,
         "throughput_target": opts.throughput,
         **_rates(sent, sent * opts.record_size, elapsed),
         "latency_ms": stats.as_dict(),
@@ -564,6 +583,7 @@ def _options(args: argparse.Namespace) -> PerfOptions:
         acks=args.acks,
         compression=args.compression,
         partitions=args.partitions,
+        keys=getattr(args, "keys", 0),
         timeout_ms=args.timeout_ms,
         fetch_max_wait_ms=args.fetch_max_wait_ms,
         e2e_same_process=args.same_process,
@@ -599,6 +619,13 @@ def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
     return value
 
 
@@ -643,6 +670,13 @@ def register(commands: Any, client: argparse.ArgumentParser) -> None:
             default="none",
         )
         p.add_argument("--partitions", type=_positive, help="for a new topic (broker default)")
+        if mode == "produce":
+            p.add_argument(
+                "--keys",
+                type=_non_negative,
+                default=0,
+                help="distinct record keys, key-0 ... (default 0: null keys, as Kafka's tool)",
+            )
         p.add_argument(
             "--timeout-ms",
             type=int,
