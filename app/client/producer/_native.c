@@ -488,7 +488,8 @@ rb_append_raw(RecordBuffer *self, int64_t timestamp, const Blob *key, const Blob
     }
     body += varint_size(nh);
     Py_ssize_t required = body + varint_size(body);
-    if (self->count > 0 && HEADER_SIZE + self->len + required > self->batch_size) {
+    /* Full once the batch would reach batch_size (aiokafka's compiled builder's rule). */
+    if (self->count > 0 && HEADER_SIZE + self->len + required >= self->batch_size) {
         Py_XDECREF(hseq);
         return 0;
     }

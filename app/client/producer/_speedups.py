@@ -92,7 +92,9 @@ class RecordBufferLike(Protocol):
 
     def callback_count(self) -> int: ...
 
-    def set_producer_state(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None: ...
+    def set_producer_state(
+        self, producer_id: int, producer_epoch: int, base_sequence: int
+    ) -> None: ...
 
     def size(self) -> int: ...
 
@@ -201,18 +203,12 @@ def build_batch(
     producer_epoch: int,
     base_sequence: int,
 ) -> bytes:
-    """A RecordBatch v2 from its encoded records, byte for byte as aiokafka's builder makes it.
-
-    Compressed only when that makes the records smaller (aiokafka's rule; the
-    attributes then say "none").
+    """A RecordBatch v2 from its encoded records, byte for byte as aiokafka's compiled
+    builder (the producer's codec before this module) makes it: compressed whenever a codec
+    is set, as Kafka's producer does, even where that does not make it smaller.
     """
-    attributes = 0
-    data = records
-    if compression:
-        packed = _COMPRESS[compression](records)
-        if len(packed) < len(records):
-            data = packed
-            attributes = compression
+    attributes = compression
+    data = _COMPRESS[compression](records) if compression else records
     out = bytearray(HEADER.size + len(data))
     HEADER.pack_into(
         out,
@@ -252,7 +248,7 @@ else:
 
 if _native is not None:
 
-    class _NativeRecordBuffer(_native.RecordBuffer):  # type: ignore[misc,name-defined]
+    class _NativeRecordBuffer(_native.RecordBuffer):  # type: ignore[misc]
         """The C record buffer, plus ``build`` (per batch: header, CRC, compression)."""
 
         __slots__ = ()

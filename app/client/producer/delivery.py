@@ -24,7 +24,7 @@ from app.client.producer.batch import ProducerBatch
 from app.client.types import RecordMetadata
 
 
-class DeliveryFuture(FutureBase):  # type: ignore[misc,valid-type]
+class DeliveryFuture(FutureBase):  # type: ignore[misc]
     """The outcome of one ``send``: a :class:`RecordMetadata` or the error that ended its batch.
 
     ``result(timeout)`` blocks (sync), ``await future`` suspends (asyncio);

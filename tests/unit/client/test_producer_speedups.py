@@ -1,0 +1,259 @@
+"""The producer's compiled per-record path against its pure-Python reference.
+
+``app.client.producer._native`` (C) and the pure-Python classes of
+``_speedups`` must give the same bytes, partitions and callbacks; the batches
+must also decode with an independent codec (kafka-python). The compiled tests
+are skipped only where the extension was not built (``make install`` builds it).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kafka.record.default_records import DefaultRecordBatch as KafkaBatch
+
+from app.client.producer import _speedups
+from app.client.producer.delivery import DeliveryFuture
+from app.client.types import RecordMetadata, TopicPartition
+from app.common.batch import decode_records, validate_batches
+from app.common.partitioner import murmur2 as py_murmur2
+from app.common.partitioner import partition_for_key
+
+native = pytest.mark.skipif(not _speedups.COMPILED, reason="the C extension is not built here")
+
+blobs = st.none() | st.binary(max_size=300)
+headers = st.none() | st.lists(
+    st.tuples(st.text(max_size=8), st.none() | st.binary(max_size=20)), max_size=3
+)
+records = st.lists(st.tuples(st.integers(0, 2**41), blobs, blobs, headers), min_size=1, max_size=40)
+
+
+def fill(buf: Any, recs: list[Any]) -> list[bool | None]:
+    return [buf.append(ts, k, v, h) for ts, k, v, h in recs]
+
+
+@native
+@settings(max_examples=200, deadline=None)
+@given(
+    recs=records,
+    compression=st.sampled_from([0, 1, 2, 3, 4]),
+    batch_size=st.integers(61, 4000),
+    producer=st.tuples(
+        st.integers(-1, 2**40), st.integers(-1, 2**15 - 1), st.integers(-1, 2**31 - 1)
+    ),
+)
+def test_compiled_buffer_builds_the_bytes_of_the_reference(
+    recs: list[Any], compression: int, batch_size: int, producer: tuple[int, int, int]
+) -> None:
+    assert _speedups.NativeRecordBuffer is not None
+    fast = _speedups.NativeRecordBuffer(batch_size, compression)
+    ref = _speedups.PyRecordBuffer(batch_size, compression)
+    # The same records accepted, the same "full" answers (None) at the same records.
+    assert fill(fast, recs) == fill(ref, recs)
+    assert fast.count == ref.count and fast.size() == ref.size()
+    fast.set_producer_state(*producer)
+    ref.set_producer_state(*producer)
+    data = fast.build()
+    assert data == ref.build()
+    # ... and it is a valid batch an independent codec reads back.
+    ((_, header),) = validate_batches(data, 1 << 30)
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == producer
+    accepted = [
+        r
+        for r, ok in zip(recs, fill(_speedups.PyRecordBuffer(batch_size, 0), recs), strict=True)
+        if ok
+    ]
+    decoded = list(KafkaBatch(bytearray(data)))
+    assert [(r.offset, r.timestamp, r.key, r.value) for r in decoded] == [
+        (i, ts, k, v) for i, (ts, k, v, _) in enumerate(accepted)
+    ]
+    assert [list(r.headers) for r in decoded] == [list(h or []) for _, _, _, h in accepted]
+
+
+@native
+def test_compiled_buffer_appends_in_bulk_like_one_by_one() -> None:
+    assert _speedups.NativeRecordBuffer is not None
+    values = [b"%d" % i * (i % 7) or None for i in range(500)]
+    bulk, single = (_speedups.NativeRecordBuffer(2000, 0) for _ in range(2))
+    it = iter(values)
+    appended, full, carry = bulk.append_values(it, 1234)
+    results = [single.append(1234, None, v) for v in values[: appended + 1]]
+    # Stopped exactly where one-by-one appends first found the batch full.
+    assert full and results == [True] * appended + [None] and carry == values[appended]
+    assert next(it) == values[appended + 1]  # the iterator is left just after the carry
+    assert bulk.count == single.count == appended and bulk.build() == single.build()
+    _, full, carry = _speedups.NativeRecordBuffer(1 << 20, 0).append_values(iter([b"a"]), 1)
+    assert (full, carry) == (False, None)
+
+
+@native
+def test_a_built_buffer_refuses_more_records() -> None:
+    assert _speedups.NativeRecordBuffer is not None
+    buf = _speedups.NativeRecordBuffer(1000, 0)
+    buf.append(1, None, b"x")
+    buf.build()
+    with pytest.raises(RuntimeError):
+        buf.append(1, None, b"y")
+
+
+@native
+def test_compiled_buffer_refuses_what_the_reference_refuses() -> None:
+    assert _speedups.NativeRecordBuffer is not None
+    for bad in ("text", 5, object()):
+        for buf in (_speedups.NativeRecordBuffer(100, 0), _speedups.PyRecordBuffer(100, 0)):
+            with pytest.raises(TypeError):
+                buf.append(1, None, bad)
+            with pytest.raises(TypeError):
+                buf.append(1, bad, b"v")
+            assert buf.count == 0
+
+
+@native
+@settings(max_examples=300, deadline=None)
+@given(key=st.binary(max_size=64), partitions=st.integers(1, 1000))
+def test_compiled_murmur2_and_partition_match_kafkas(key: bytes, partitions: int) -> None:
+    assert _speedups.murmur2(key) == py_murmur2(key)
+    assert (_speedups.murmur2(key) & 0x7FFFFFFF) % partitions == partition_for_key(key, partitions)
+
+
+@pytest.mark.parametrize(
+    "make", [pytest.param("native", marks=native), "python"], ids=["compiled", "pure"]
+)
+def test_callbacks_run_once_each_in_order_with_their_metadata(make: str) -> None:
+    buf: Any = (
+        _speedups.NativeRecordBuffer(1 << 20, 0)
+        if make == "native" and _speedups.NativeRecordBuffer is not None
+        else _speedups.PyRecordBuffer(1 << 20, 0)
+    )
+    seen: list[tuple[RecordMetadata | None, BaseException | None]] = []
+    kept: list[RecordMetadata] = []
+    failures: list[BaseException] = []
+
+    def keep(meta: RecordMetadata | None, exc: BaseException | None) -> None:
+        assert meta is not None
+        kept.append(meta)  # holds on to it: later callbacks must not change it
+
+    def boom(meta: RecordMetadata | None, exc: BaseException | None) -> None:
+        raise ValueError("callback bug")
+
+    for i in range(10):
+        buf.append(1000 + i, None, b"v")
+        cb = keep if i % 3 == 0 else boom if i == 4 else lambda m, e: seen.append((m, e))
+        buf.add_callback(i, 1000 + i, cb)
+    assert buf.callback_count() == 10
+    buf.run_callbacks("t", 2, 500, -1, None, RecordMetadata, failures.append)
+    assert buf.callback_count() == 0
+    expected = [RecordMetadata("t", 2, 500 + i, 1000 + i) for i in range(10)]
+    assert kept == [expected[i] for i in (0, 3, 6, 9)]
+    assert [m for m, _ in seen] == [expected[i] for i in (1, 2, 5, 7, 8)]
+    assert all(type(m) is RecordMetadata for m in kept)
+    assert [str(e) for e in failures] == ["callback bug"]
+    # Run twice: nothing is called again.
+    buf.run_callbacks("t", 2, 500, -1, None, RecordMetadata, failures.append)
+    assert len(kept) == 4 and len(seen) == 5
+
+
+@pytest.mark.parametrize(
+    "make", [pytest.param("native", marks=native), "python"], ids=["compiled", "pure"]
+)
+def test_callbacks_get_the_error_or_acks0_offsets_and_append_time(make: str) -> None:
+    def new() -> Any:
+        if make == "native" and _speedups.NativeRecordBuffer is not None:
+            return _speedups.NativeRecordBuffer(1 << 20, 0)
+        return _speedups.PyRecordBuffer(1 << 20, 0)
+
+    got: list[Any] = []
+    buf = new()
+    for i in range(3):
+        buf.add_callback(i, 7, lambda m, e: got.append((m, e)))
+    error = RuntimeError("gone")
+    buf.run_callbacks("t", 0, -1, -1, error, RecordMetadata, got.append)
+    assert got == [(None, error)] * 3
+    got.clear()
+    buf = new()
+    for i in range(2):
+        buf.add_callback(i, 7, lambda m, e: got.append(m))
+    buf.run_callbacks("t", 0, -1, 99, None, RecordMetadata, got.append)  # acks=0, LogAppendTime
+    assert got == [RecordMetadata("t", 0, -1, 99)] * 2
+
+
+@native
+def test_compiled_lock_is_a_lock_for_conditions() -> None:
+    lock = _speedups.Lock()
+    assert lock.acquire() and lock.locked()
+    assert not lock.acquire(False) and not lock.acquire(timeout=0.01)
+    lock.release()
+    with pytest.raises(RuntimeError):
+        lock.release()
+    cond = threading.Condition(lock)
+    ready: list[int] = []
+
+    def wake() -> None:
+        with cond:
+            ready.append(1)
+            cond.notify_all()
+
+    with cond:
+        threading.Timer(0.05, wake).start()
+        assert cond.wait_for(lambda: ready, timeout=5)
+    assert not lock.locked()
+
+
+@native
+def test_fast_send_takes_only_its_case_and_hands_the_rest_over() -> None:
+    """Keyed and null-key records go into the open batch of the right partition; anything
+    the C path does not take reaches the Python send with its arguments unchanged."""
+    from app.client.producer.batch import ProducerBatch
+    from app.common.batch import Compression
+
+    lock = _speedups.Lock()
+    counts = {"t": 5}
+    tps = {p: TopicPartition("t", p) for p in range(5)}
+    batches = {tp: ProducerBatch(tp, Compression.NONE, 1 << 20) for tp in tps.values()}
+    for b in batches.values():
+        b.append(1.0, None, b"first")
+    slow_calls: list[tuple[Any, Any]] = []
+
+    def slow(*args: Any, **kwargs: Any) -> str:
+        slow_calls.append((args, kwargs))
+        return "slow"
+
+    open_ = dict(batches)
+    fs = _speedups.FastSend(
+        lock, {"t": batches[tps[3]]}, open_, counts, lambda t, p: tps[p], DeliveryFuture, slow
+    )
+    key_counts = {p: 0 for p in range(5)}
+    for i in range(200):
+        key = b"user-%d" % i
+        before = time.time() * 1000
+        fut = fs.send("t", b"v", key=key, on_delivery=lambda m, e: None)
+        p = partition_for_key(key, 5)
+        key_counts[p] += 1
+        assert isinstance(fut, DeliveryFuture) and fut._batch is batches[tps[p]]
+        assert fut._index == key_counts[p]
+        assert int(before) <= fut._timestamp <= time.time() * 1000
+    fut = fs.send("t", None, timestamp=42)
+    assert fut._batch is batches[tps[3]] and fut._timestamp == 42
+    assert not lock.locked() and slow_calls == []
+    # Everything else goes to the Python send as given.
+    assert fs.send("t", b"v", partition=1) == "slow"
+    assert fs.send("t", b"v", headers=[("h", b"1")]) == "slow"
+    assert fs.send("t", "text") == "slow"
+    assert fs.send("other", b"v", b"k") == "slow"  # no partition count yet
+    assert fs.send("t", b"v", timestamp=1.5) == "slow"
+    del open_[tps[partition_for_key(b"k", 5)]]
+    assert fs.send("t", b"v", key=b"k") == "slow"  # no open batch: Python opens one
+    assert [c[1] for c in slow_calls[:2]] == [{"partition": 1}, {"headers": [("h", b"1")]}]
+    assert not lock.locked()
+    # The callbacks kept by the batches: one per keyed record, run once at the answer.
+    assert sum(b.builder.callback_count() for b in batches.values()) == 200
+    # What went in decodes back, in order, per partition.
+    for p, tp in tps.items():
+        data = batches[tp].build()
+        values = [r.key for r in decode_records(data)]
+        assert values[0] is None and len(values) == 1 + key_counts[p] + (p == 3)
