@@ -77,10 +77,24 @@ def _http_edge(quick: bool) -> dict[str, Any]:
     return http_edge.run(seconds=5 if quick else 10)
 
 
+def _sdk(quick: bool) -> dict[str, Any]:
+    """The SDK section with its own Redis baseline measured in the same run (``--only sdk``)."""
+    from bench import redis_baseline, sdk
+
+    runs = 1 if quick else 3
+    baseline = redis_baseline.run(runs=runs)
+    common.warm_memory()
+    with common.broker() as url:
+        result = sdk.run(url, runs=runs)
+    result["redis_baseline"] = baseline
+    return result
+
+
 # Sections that carry their own baseline, so they can be rerun alone (--only).
 SECTIONS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "robustness": _robustness,
     "http_edge": _http_edge,
+    "sdk": _sdk,
 }
 
 

@@ -5,13 +5,27 @@ JSON; ``run(url)`` returns them. Each figure is the median of ``runs`` runs,
 each on a fresh topic, timed from the first send to the last acknowledgement
 (``flush``) and, for consume, from the first poll to the last record.
 
-Two produce figures, because they measure different things:
+Produce figures, because they measure different things:
 
-* ``produce_send``: one ``Producer.send`` call per record, each returning a
-  delivery future: what code written like Kafka's Java client gets.
+* ``produce_send``: one ``Producer.send`` call per record, null keys, each
+  returning a delivery future: what code written like Kafka's Java client gets.
+* ``produce_send_keyed_callback``: the same with one of 1,000 keys per record
+  and a delivery callback per record (one function, called once per record;
+  it counts, and the count is checked): the idiomatic Kafka-style call.
+* ``perf_produce_keyed`` and ``perf_produce``: what ``logbus perf produce
+  --partitions 4 --records N --keys 1000`` (the same workload as the figure
+  above: the same keys, a callback per record that also records its latency)
+  and plain ``logbus perf produce`` (null keys, as Kafka's tool) print, run
+  through :func:`app.perf.run_produce` itself, so the README's figures are
+  the tool's.
 * ``produce_send_many``: ``Producer.send_many`` with lists of 10,000 values:
   the same batches, requests and acknowledgements, without a Python call,
   lock and future per record.
+
+The four produce figures of one run are taken round-robin (one sample of
+each, then the next round), so load from other work on the machine falls on
+all of them alike; each is the median of its samples. ``producer_compiled``
+says whether the producer's C extension was in use.
 
 and two consume figures, over the same topics: ``consume`` with
 ``Consumer.poll`` (a ConsumerRecord tuple per record) and ``consume_columns``
@@ -31,10 +45,12 @@ import statistics
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
-from app.client import Admin, Consumer, Producer, TopicPartition
-from app.perf import PerfOptions, run_e2e
+from app.client import Admin, Consumer, Producer, RecordMetadata, TopicPartition
+from app.client.producer import _speedups
+from app.perf import PerfOptions, perf_keys, run_e2e, run_produce
 from bench.common import median_of
 
 VALUE = b"x" * 100
@@ -59,6 +75,41 @@ def produce_send(url: str, topic: str, records: int) -> float:
             send(topic, VALUE)
         producer.flush()
         return records / (time.perf_counter() - start)
+
+
+KEYS = 1_000
+
+
+def produce_send_keyed_callback(url: str, topic: str, records: int) -> float:
+    """Records/s with one ``send(topic, value, key=..., on_delivery=...)`` per record."""
+    keys = perf_keys(KEYS)
+    delivered = [0]
+
+    def on_delivery(meta: RecordMetadata | None, exc: BaseException | None) -> None:
+        if meta is not None:
+            delivered[0] += 1
+
+    with Producer(url, acks=1) as producer:
+        producer.send(topic, VALUE).result(timeout=30)
+        send = producer.send
+        start = time.perf_counter()
+        for i in range(records):
+            send(topic, VALUE, key=keys[i % KEYS], on_delivery=on_delivery)
+        producer.flush()
+        rate = records / (time.perf_counter() - start)
+    if delivered[0] != records:
+        raise RuntimeError(f"{delivered[0]} of {records} records acknowledged")
+    return rate
+
+
+def perf_produce(url: str, topic: str, records: int, keys: int) -> float:
+    """``logbus perf produce --partitions 4 --records N [--keys K]``: its records/s."""
+    result = run_produce(
+        PerfOptions(url=url, topic=topic, records=records, partitions=PARTITIONS, keys=keys)
+    )
+    if result["acknowledged"] != records:
+        raise RuntimeError(f"perf produce: {result}")
+    return float(result["records_per_s"])
 
 
 def produce_send_many(url: str, topic: str, records: int, chunk: int = 10_000) -> float:
@@ -120,24 +171,36 @@ def run(
     topics: list[str] = []
     with Admin(url) as admin:
 
-        def one_send() -> float:
+        def fresh() -> str:
             topics.append(_topic(admin))
-            return produce_send(url, topics[-1], send_records)
+            return topics[-1]
+
+        produce: dict[str, tuple[Callable[[], float], list[float]]] = {
+            "send": (lambda: produce_send(url, fresh(), send_records), []),
+            "keyed": (lambda: produce_send_keyed_callback(url, fresh(), send_records), []),
+            "perf_keyed": (lambda: perf_produce(url, fresh(), send_records, KEYS), []),
+            "perf": (lambda: perf_produce(url, fresh(), send_records, 0), []),
+        }
+        for _ in range(runs):  # round-robin: the machine's load falls on all alike
+            for fn, samples in produce.values():
+                samples.append(fn())
+        rates = {name: statistics.median(samples) for name, (_, samples) in produce.items()}
+        for name in topics:  # only the send_many topics are consumed below
+            admin.delete_topic(name)
+        many_topics_start = len(topics)
 
         def one_many() -> float:
-            topics.append(_topic(admin))
-            return produce_send_many(url, topics[-1], many_records)
+            return produce_send_many(url, fresh(), many_records)
 
-        send_rate, send_samples = median_of(runs, one_send)
         many_rate, many_samples = median_of(runs, one_many)
         # Consume the send_many topics: the biggest, and written in full batches.
-        many_topics = iter(topics[runs:])
+        many_topics = iter(topics[many_topics_start:])
         consume_rate, consume_samples = median_of(runs, lambda: consume(url, next(many_topics)))
-        many_topics = iter(topics[runs:])
+        many_topics = iter(topics[many_topics_start:])
         columns_rate, columns_samples = median_of(
             runs, lambda: consume(url, next(many_topics), columns=True)
         )
-        for name in topics:
+        for name in topics[many_topics_start:]:
             admin.delete_topic(name)
     # Latency last, on a broker no longer busy with the throughput topics.
     e2e_runs = [e2e_latency(url, e2e_records) for _ in range(runs)]
@@ -147,9 +210,17 @@ def run(
         "value_bytes": bytes_per_record,
         "partitions": PARTITIONS,
         "acks": 1,
-        "produce_send_records_per_s": send_rate,
-        "produce_send_mb_per_s": send_rate * bytes_per_record / 1e6,
-        "produce_send_samples": send_samples,
+        "producer_compiled": _speedups.COMPILED,
+        "produce_send_records_per_s": rates["send"],
+        "produce_send_mb_per_s": rates["send"] * bytes_per_record / 1e6,
+        "produce_send_samples": produce["send"][1],
+        "produce_send_keyed_callback_records_per_s": rates["keyed"],
+        "produce_send_keyed_callback_samples": produce["keyed"][1],
+        "perf_produce_keyed_records_per_s": rates["perf_keyed"],
+        "perf_produce_keyed_samples": produce["perf_keyed"][1],
+        "perf_produce_records_per_s": rates["perf"],
+        "perf_produce_samples": produce["perf"][1],
+        "perf_vs_send_keyed_callback": rates["perf_keyed"] / rates["keyed"],
         "produce_send_many_records_per_s": many_rate,
         "produce_send_many_mb_per_s": many_rate * bytes_per_record / 1e6,
         "produce_send_many_samples": many_samples,

@@ -1083,6 +1083,8 @@ typedef struct {
     PyObject *tp_make;     /* (topic, partition) -> TopicPartition: the accumulator's _tp */
     PyTypeObject *future_type; /* DeliveryFuture, a FutureBase subclass without dict */
     PyObject *slow;        /* the Python send: everything this does not take */
+    PyTypeObject *batch_type;  /* ProducerBatch, whose __slots__ member "builder" is read */
+    Py_ssize_t builder_offset; /* ... straight from the object (0: with getattr) */
 } FastSend;
 
 static PyObject *str_builder;
@@ -1092,11 +1094,12 @@ static int
 fs_init(FastSend *self, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"lock", "sticky", "open", "counts", "tp_make", "future_type",
-                             "slow", NULL};
+                             "slow", "batch_type", NULL};
     PyObject *lock, *sticky, *open, *counts, *tp_make, *future_type, *slow;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!O!O!OOO", kwlist, &lock, &PyDict_Type,
+    PyObject *batch_type = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!O!O!OOO|O", kwlist, &lock, &PyDict_Type,
                                      &sticky, &PyDict_Type, &open, &PyDict_Type, &counts,
-                                     &tp_make, &future_type, &slow))
+                                     &tp_make, &future_type, &slow, &batch_type))
         return -1;
     if (!PyType_Check(future_type) ||
         !PyType_IsSubtype((PyTypeObject *)future_type, &FutureBaseType) ||
@@ -1129,6 +1132,27 @@ fs_init(FastSend *self, PyObject *args, PyObject *kwds)
     Py_XSETREF(self->tp_make, Py_NewRef(tp_make));
     Py_XSETREF(self->future_type, (PyTypeObject *)Py_NewRef(future_type));
     Py_XSETREF(self->slow, Py_NewRef(slow));
+    /* The batch's record buffer is the "builder" slot of ProducerBatch: its offset comes
+     * from the member descriptor, as Python's own attribute lookup would find it. */
+    Py_CLEAR(self->batch_type);
+    self->builder_offset = 0;
+    if (batch_type != Py_None) {
+        if (!PyType_Check(batch_type)) {
+            PyErr_SetString(PyExc_TypeError, "batch_type must be a class");
+            return -1;
+        }
+        PyObject *descr = PyObject_GetAttr(batch_type, str_builder);
+        if (descr == NULL)
+            return -1;
+        if (Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
+            PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
+            if (member->type == T_OBJECT_EX && !(member->flags & READONLY)) {
+                self->batch_type = (PyTypeObject *)Py_NewRef(batch_type);
+                self->builder_offset = member->offset;
+            }
+        }
+        Py_DECREF(descr);
+    }
     return 0;
 }
 
@@ -1145,6 +1169,7 @@ fs_traverse(FastSend *self, visitproc visit, void *arg)
     Py_VISIT(self->tp_make);
     Py_VISIT(self->future_type);
     Py_VISIT(self->slow);
+    Py_VISIT(self->batch_type);
     return 0;
 }
 
@@ -1161,6 +1186,7 @@ fs_clear(FastSend *self)
     Py_CLEAR(self->tp_make);
     Py_CLEAR(self->future_type);
     Py_CLEAR(self->slow);
+    Py_CLEAR(self->batch_type);
     return 0;
 }
 
@@ -1318,9 +1344,17 @@ fs_send(FastSend *self, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwna
             goto error_locked;
         goto slow_locked;
     }
-    PyObject *builder = PyObject_GetAttr(batch, str_builder);
-    if (builder == NULL)
-        goto error_locked;
+    PyObject *builder;
+    if (self->builder_offset && Py_IS_TYPE(batch, self->batch_type)) {
+        builder = *(PyObject **)((char *)batch + self->builder_offset);
+        if (builder == NULL)
+            goto slow_locked;
+        Py_INCREF(builder);
+    } else {
+        builder = PyObject_GetAttr(batch, str_builder);
+        if (builder == NULL)
+            goto error_locked;
+    }
     if (!PyObject_TypeCheck(builder, &RecordBufferType) || ((RecordBuffer *)builder)->count == 0) {
         /* An empty open batch (its first record failed to encode): the slow path checks
          * the record's size against max_request_size before accepting it. */
@@ -1410,7 +1444,7 @@ static PyTypeObject FastSendType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "app.client.producer._native.FastSend",
     .tp_basicsize = sizeof(FastSend),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "FastSend(lock, sticky, open, counts, tp_make, future_type, slow)",
+    .tp_doc = "FastSend(lock, sticky, open, counts, tp_make, future_type, slow, batch_type=None)",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)fs_init,
     .tp_dealloc = (destructor)fs_dealloc,

@@ -38,7 +38,7 @@ from app.client._cluster import Bootstrap
 from app.client.errors import ProducerClosed
 from app.client.producer import _speedups
 from app.client.producer.base import CLOSED, ProducerBase, now
-from app.client.producer.batch import NO_HEADERS, DeliveryCallback, Headers
+from app.client.producer.batch import NO_HEADERS, DeliveryCallback, Headers, ProducerBatch
 from app.client.producer.delivery import DeliveryFuture, DeliveryReport
 
 log = logging.getLogger(__name__)
@@ -84,6 +84,7 @@ class Producer(ProducerBase):
                 self._acc.tp,
                 DeliveryFuture,
                 self._send_python,
+                ProducerBatch,
             )
             self.send = fast.send  # type: ignore[method-assign]
         started = threading.Event()
