@@ -1453,6 +1453,139 @@ static PyTypeObject FastSendType = {
     .tp_methods = fs_methods,
 };
 
+
+/* ------------------------------------------------------------------ LatencyRecorder */
+
+/*
+ * A delivery callback for load tests (``logbus perf produce``): called as
+ * ``recorder(metadata, error)``, it keeps ``now - metadata.timestamp`` in ms (wall clock,
+ * the record's timestamp being the wall clock when send took it) or the error.  In C, so
+ * the tool measures the producer rather than its own callback.
+ */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    double *values;
+    Py_ssize_t n;
+    Py_ssize_t cap;
+    PyObject *errors;
+} LatencyRecorder;
+
+static PyObject *
+lr_vectorcall(PyObject *obj, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    LatencyRecorder *self = (LatencyRecorder *)obj;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs != 2 || kwnames != NULL) {
+        PyErr_SetString(PyExc_TypeError, "recorder(metadata, error)");
+        return NULL;
+    }
+    PyObject *meta = args[0];
+    if (meta == Py_None) {
+        if (PyList_Append(self->errors, args[1]) < 0)
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    if (!PyTuple_Check(meta) || PyTuple_GET_SIZE(meta) < 4) {
+        PyErr_SetString(PyExc_TypeError, "metadata must be a RecordMetadata");
+        return NULL;
+    }
+    long long ts = PyLong_AsLongLong(PyTuple_GET_ITEM(meta, 3));
+    if (ts == -1 && PyErr_Occurred())
+        return NULL;
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    double now = (double)t.tv_sec * 1000.0 + (double)t.tv_nsec / 1e6;
+    if (self->n == self->cap) {
+        Py_ssize_t cap = self->cap ? self->cap * 2 : 1 << 16;
+        double *values = PyMem_Realloc(self->values, (size_t)cap * sizeof(double));
+        if (values == NULL)
+            return PyErr_NoMemory();
+        self->values = values;
+        self->cap = cap;
+    }
+    self->values[self->n++] = now - (double)ts;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+lr_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    if (PyTuple_GET_SIZE(args) || (kwds && PyDict_GET_SIZE(kwds))) {
+        PyErr_SetString(PyExc_TypeError, "LatencyRecorder() takes no arguments");
+        return NULL;
+    }
+    LatencyRecorder *self = (LatencyRecorder *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->vectorcall = lr_vectorcall;
+    self->errors = PyList_New(0);
+    if (self->errors == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+static int
+lr_traverse(LatencyRecorder *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->errors);
+    return 0;
+}
+
+static int
+lr_clear(LatencyRecorder *self)
+{
+    Py_CLEAR(self->errors);
+    return 0;
+}
+
+static void
+lr_dealloc(LatencyRecorder *self)
+{
+    PyObject_GC_UnTrack(self);
+    lr_clear(self);
+    PyMem_Free(self->values);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *
+lr_latencies(LatencyRecorder *self, PyObject *Py_UNUSED(ignored))
+{
+    return PyBytes_FromStringAndSize((const char *)self->values,
+                                     self->n * (Py_ssize_t)sizeof(double));
+}
+
+static PyObject *
+lr_get_errors(LatencyRecorder *self, void *closure)
+{
+    return Py_NewRef(self->errors);
+}
+
+static PyMethodDef lr_methods[] = {
+    {"latencies", (PyCFunction)lr_latencies, METH_NOARGS,
+     "the latencies (ms) recorded so far, as native doubles (array('d').frombytes)"},
+    {NULL}};
+
+static PyGetSetDef lr_getset[] = {{"errors", (getter)lr_get_errors, NULL, "errors received", NULL},
+                                  {NULL}};
+
+static PyTypeObject LatencyRecorderType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "app.client.producer._native.LatencyRecorder",
+    .tp_basicsize = sizeof(LatencyRecorder),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "LatencyRecorder(): a delivery callback keeping now - record timestamp (ms)",
+    .tp_new = lr_new,
+    .tp_dealloc = (destructor)lr_dealloc,
+    .tp_traverse = (traverseproc)lr_traverse,
+    .tp_clear = (inquiry)lr_clear,
+    .tp_vectorcall_offset = offsetof(LatencyRecorder, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_methods = lr_methods,
+    .tp_getset = lr_getset,
+};
+
 /* ------------------------------------------------------------------ module */
 
 static PyMethodDef module_methods[] = {
@@ -1467,7 +1600,7 @@ PyMODINIT_FUNC
 PyInit__native(void)
 {
     if (PyType_Ready(&LockType) < 0 || PyType_Ready(&RecordBufferType) < 0 || PyType_Ready(&FutureBaseType) < 0 ||
-        PyType_Ready(&FastSendType) < 0)
+        PyType_Ready(&FastSendType) < 0 || PyType_Ready(&LatencyRecorderType) < 0)
         return NULL;
     hw_crc = hw_crc_available();
     str_builder = PyUnicode_InternFromString("builder");
@@ -1486,7 +1619,8 @@ PyInit__native(void)
     if (PyModule_AddObjectRef(m, "Lock", (PyObject *)&LockType) < 0 ||
         PyModule_AddObjectRef(m, "RecordBuffer", (PyObject *)&RecordBufferType) < 0 ||
         PyModule_AddObjectRef(m, "FutureBase", (PyObject *)&FutureBaseType) < 0 ||
-        PyModule_AddObjectRef(m, "FastSend", (PyObject *)&FastSendType) < 0) {
+        PyModule_AddObjectRef(m, "FastSend", (PyObject *)&FastSendType) < 0 ||
+        PyModule_AddObjectRef(m, "LatencyRecorder", (PyObject *)&LatencyRecorderType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -16,6 +16,9 @@ tests check them against each other and against aiokafka's builder):
   Python ``send``.
 * :func:`murmur2`: Kafka's hash, compiled or
   :func:`app.common.partitioner.murmur2`;
+* :class:`LatencyRecorder`: the delivery callback of ``logbus perf produce``
+  (keeps acknowledgement time minus record timestamp, ms), compiled so the
+  tool does not measure its own callback;
 * :data:`Lock`: the accumulator's lock, ``threading.Lock``'s interface; the
   compiled one is taken by ``FastSend`` without a Python call.
 
@@ -37,6 +40,8 @@ import logging
 import os
 import struct
 import threading
+import time
+from array import array
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
@@ -232,11 +237,32 @@ def build_batch(
     return bytes(out)
 
 
+class PyLatencyRecorder:
+    """``recorder(metadata, error)``: keeps wall-clock now minus the record's timestamp (ms),
+    or the error; the pure-Python form of the compiled one."""
+
+    __slots__ = ("_values", "errors")
+
+    def __init__(self) -> None:
+        self._values = array("d")
+        self.errors: list[BaseException | None] = []
+
+    def __call__(self, meta: Any, exc: BaseException | None) -> None:
+        if meta is None:
+            self.errors.append(exc)
+        else:
+            self._values.append(time.time() * 1000.0 - meta[3])
+
+    def latencies(self) -> bytes:
+        return self._values.tobytes()
+
+
 NativeRecordBuffer: type | None = None
 FastSend: Any = None
 murmur2: Callable[[bytes], int] = py_murmur2
 FutureBase: type
 Lock: Callable[[], Any] = threading.Lock
+LatencyRecorder: Callable[[], Any] = PyLatencyRecorder
 
 if os.environ.get("LOGBUS_NO_EXTENSIONS", "") not in ("", "0"):
     _native: Any = None
@@ -277,6 +303,7 @@ if _native is not None:
     murmur2 = _native.murmur2
     FutureBase = _native.FutureBase
     Lock = _native.Lock
+    LatencyRecorder = _native.LatencyRecorder
 else:
 
     class _PyFutureBase:

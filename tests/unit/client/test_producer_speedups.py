@@ -266,3 +266,24 @@ def test_fast_send_takes_only_its_case_and_hands_the_rest_over(by_slot: bool) ->
         data = batches[tp].build()
         values = [r.key for r in decode_records(data)]
         assert values[0] is None and len(values) == 1 + key_counts[p] + (p == 3)
+
+
+@pytest.mark.parametrize(
+    "make", [pytest.param("native", marks=native), "python"], ids=["compiled", "pure"]
+)
+def test_latency_recorder_keeps_ack_time_minus_record_time(make: str) -> None:
+    from array import array
+
+    recorder: Any = (
+        _speedups.LatencyRecorder() if make == "native" else _speedups.PyLatencyRecorder()
+    )
+    now_ms = int(time.time() * 1000)
+    recorder(RecordMetadata("t", 0, 5, now_ms - 250), None)
+    recorder(RecordMetadata("t", 0, 6, now_ms), None)
+    error = RuntimeError("x")
+    recorder(None, error)
+    got = array("d")
+    got.frombytes(recorder.latencies())
+    assert len(got) == 2 and recorder.errors == [error]
+    assert 250 <= got[0] < 250 + 5_000 and 0 <= got[1] < 5_000
+    assert got[0] - got[1] == pytest.approx(250, abs=50)
