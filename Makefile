@@ -25,7 +25,8 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 
-$(STAMP): pyproject.toml | $(PY)
+# setup.py and the C source: the producer extension is rebuilt when they change.
+$(STAMP): pyproject.toml setup.py app/client/producer/_native.c | $(PY)
 	$(PIP) install --quiet -e '.[test,bench,spark]'
 	touch $(STAMP)
 

@@ -23,7 +23,9 @@ above; ``space`` (a condition on it) wakes blocking callers when an answered
 batch frees buffer memory, and ``space_listeners`` (called outside the lock)
 wake asyncio ones. ``notify`` (the facade's, to wake the sender) is called
 whenever a batch is opened or sealed, mostly outside the lock; it must not
-take the lock itself. ``send_many`` fills a batch it has checked out of
+take the lock itself. The compiled ``send`` (:mod:`app.client.producer._speedups`)
+appends to ``open`` and ``sticky_batch`` batches under the same ``lock`` and opens
+or seals nothing itself. ``send_many`` fills a batch it has checked out of
 ``open`` without the lock, so other senders and the sender thread go on.
 """
 
