@@ -10,19 +10,21 @@ Produce figures, because they measure different things:
 * ``produce_send``: one ``Producer.send`` call per record, null keys, each
   returning a delivery future: what code written like Kafka's Java client gets.
 * ``produce_send_keyed_callback``: the same with one of 1,000 keys per record
-  and a delivery callback per record (one function, called once per record;
-  it counts, and the count is checked): the idiomatic Kafka-style call.
+  and a delivery callback per record (a Python function, called once per
+  record; it counts, and the count is checked): the idiomatic Kafka-style call.
+* ``produce_send_keyed_recorder``: the same loop with ``perf produce``'s own
+  callback (the producer extension's latency recorder) instead of the Python
+  function: ``perf produce --keys 1000``'s workload written as a plain loop.
 * ``perf_produce_keyed`` and ``perf_produce``: what ``logbus perf produce
   --partitions 4 --records N --keys 1000`` (the same workload as the figure
-  above: the same keys, a callback per record that also records its latency)
-  and plain ``logbus perf produce`` (null keys, as Kafka's tool) print, run
-  through :func:`app.perf.run_produce` itself, so the README's figures are
-  the tool's.
+  above) and plain ``logbus perf produce`` (null keys, as Kafka's tool) print,
+  run through :func:`app.perf.run_produce` itself, so the README's figures
+  are the tool's.
 * ``produce_send_many``: ``Producer.send_many`` with lists of 10,000 values:
   the same batches, requests and acknowledgements, without a Python call,
   lock and future per record.
 
-The four produce figures of one run are taken round-robin (one sample of
+The five produce figures of one run are taken round-robin (one sample of
 each, then the next round), so load from other work on the machine falls on
 all of them alike; each is the median of its samples. ``producer_compiled``
 says whether the producer's C extension was in use.
@@ -80,15 +82,22 @@ def produce_send(url: str, topic: str, records: int) -> float:
 KEYS = 1_000
 
 
-def produce_send_keyed_callback(url: str, topic: str, records: int) -> float:
-    """Records/s with one ``send(topic, value, key=..., on_delivery=...)`` per record."""
+def produce_send_keyed_callback(
+    url: str, topic: str, records: int, recorder: bool = False
+) -> float:
+    """Records/s with one ``send(topic, value, key=..., on_delivery=...)`` per record; the
+    callback is a Python function that counts, or ``perf produce``'s latency recorder."""
     keys = perf_keys(KEYS)
     delivered = [0]
 
-    def on_delivery(meta: RecordMetadata | None, exc: BaseException | None) -> None:
+    def count(meta: RecordMetadata | None, exc: BaseException | None) -> None:
         if meta is not None:
             delivered[0] += 1
 
+    latencies = _speedups.LatencyRecorder()
+    on_delivery: Callable[[RecordMetadata | None, BaseException | None], None] = (
+        latencies if recorder else count
+    )
     with Producer(url, acks=1) as producer:
         producer.send(topic, VALUE).result(timeout=30)
         send = producer.send
@@ -97,6 +106,8 @@ def produce_send_keyed_callback(url: str, topic: str, records: int) -> float:
             send(topic, VALUE, key=keys[i % KEYS], on_delivery=on_delivery)
         producer.flush()
         rate = records / (time.perf_counter() - start)
+    if recorder:
+        delivered[0] = len(latencies.latencies()) // 8
     if delivered[0] != records:
         raise RuntimeError(f"{delivered[0]} of {records} records acknowledged")
     return rate
@@ -178,6 +189,10 @@ def run(
         produce: dict[str, tuple[Callable[[], float], list[float]]] = {
             "send": (lambda: produce_send(url, fresh(), send_records), []),
             "keyed": (lambda: produce_send_keyed_callback(url, fresh(), send_records), []),
+            "keyed_recorder": (
+                lambda: produce_send_keyed_callback(url, fresh(), send_records, recorder=True),
+                [],
+            ),
             "perf_keyed": (lambda: perf_produce(url, fresh(), send_records, KEYS), []),
             "perf": (lambda: perf_produce(url, fresh(), send_records, 0), []),
         }
@@ -216,10 +231,13 @@ def run(
         "produce_send_samples": produce["send"][1],
         "produce_send_keyed_callback_records_per_s": rates["keyed"],
         "produce_send_keyed_callback_samples": produce["keyed"][1],
+        "produce_send_keyed_recorder_records_per_s": rates["keyed_recorder"],
+        "produce_send_keyed_recorder_samples": produce["keyed_recorder"][1],
         "perf_produce_keyed_records_per_s": rates["perf_keyed"],
         "perf_produce_keyed_samples": produce["perf_keyed"][1],
         "perf_produce_records_per_s": rates["perf"],
         "perf_produce_samples": produce["perf"][1],
+        "perf_vs_send_keyed_recorder": rates["perf_keyed"] / rates["keyed_recorder"],
         "perf_vs_send_keyed_callback": rates["perf_keyed"] / rates["keyed"],
         "produce_send_many_records_per_s": many_rate,
         "produce_send_many_mb_per_s": many_rate * bytes_per_record / 1e6,
