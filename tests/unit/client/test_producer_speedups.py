@@ -287,3 +287,19 @@ def test_latency_recorder_keeps_ack_time_minus_record_time(make: str) -> None:
     assert len(got) == 2 and recorder.errors == [error]
     assert 250 <= got[0] < 250 + 5_000 and 0 <= got[1] < 5_000
     assert got[0] - got[1] == pytest.approx(250, abs=50)
+
+
+def test_no_extensions_env_selects_the_pure_python_path() -> None:
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "from app.client.producer import _speedups as s; "
+        "print(s.COMPILED, s.RecordBuffer.__name__, s.FastSend)"
+    )
+    env = {**os.environ, "LOGBUS_NO_EXTENSIONS": "1"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert out == ["False", "PyRecordBuffer", "None"]
