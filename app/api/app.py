@@ -12,10 +12,11 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 
-from app.api import errors, openapi_docs, ws
+from app.api import errors, openapi_docs, security, ws
 from app.api.guards import RequestGuard
 from app.api.metrics import MetricsMiddleware, PartitionCollector
 from app.api.routers import ALL
+from app.api.routers import acls as acl_routes
 from app.api.routers import groups as group_routes
 from app.api.state import AppState
 from app.config import Settings
@@ -65,6 +66,16 @@ def _topology(settings: Settings, manager: LogManager, state: AppState) -> Topol
     from app.core.local_topology import LocalTopology
 
     return LocalTopology(manager, settings.broker_id, settings.url)
+
+
+def _topic_exists(state: AppState, topic: str) -> bool:
+    from app.common.errors import LogbusError
+
+    try:
+        state.topology.partition_count(topic)
+    except LogbusError:
+        return False
+    return True
 
 
 def create_app(settings: Settings, manager: LogManager | None = None) -> FastAPI:
@@ -127,8 +138,21 @@ def create_app(settings: Settings, manager: LogManager | None = None) -> FastAPI
     errors.install(app)
     # Inside the metrics middleware: refused requests are counted too.
     app.add_middleware(RequestGuard, openapi=lambda: app.openapi())
+    # Outside the guard: a request without valid credentials learns nothing, not even
+    # which media types a route takes (app/api/security.py).
+    app.state.logbus_security = guard = security.build(settings)
+    if guard is not None:
+        app.add_middleware(
+            security.SecurityMiddleware,
+            security=guard,
+            openapi=lambda: app.openapi(),
+            verify_broker=lambda broker, credential: state.topology.authorize_follower(
+                broker, credential
+            ),
+            topic_exists=lambda topic: _topic_exists(state, topic),
+        )
     app.add_middleware(MetricsMiddleware)
-    for router in (*ALL, group_routes.router):
+    for router in (*ALL, group_routes.router, acl_routes.router):
         app.include_router(router)
     ws.install(app, state)
 
@@ -163,6 +187,9 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
                 responses = operation.setdefault("responses", {})
                 responses.pop("422", None)
                 statuses = [400, 415] if "requestBody" in operation else [400]
+                # With authentication and an authorizer on (app/api/security.py).
+                if operation.get("operationId") not in ("healthz", "readyz"):
+                    statuses += [401, 403]
                 for status, doc in errors.error_responses(*statuses).items():
                     responses.setdefault(str(status), _openapi_response(doc))
     for name in ("HTTPValidationError", "ValidationError"):
