@@ -38,7 +38,7 @@ import binascii
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 import orjson
 from starlette.requests import HTTPConnection
@@ -239,7 +239,7 @@ def build(settings: Settings) -> Security | None:
 
 # --- the rules: operationId -> actions ---------------------------------------------
 
-Rule = Callable[[dict[str, str], dict[str, list[str]], Any], list[Any]]
+Rule: TypeAlias = Callable[[dict[str, str], dict[str, list[str]], Any], list[Any]]
 
 
 def _topic(op: Operation, key: str = "topic") -> Rule:
@@ -541,7 +541,9 @@ class SecurityMiddleware:
         if found is None:
             return receive, None  # no such route: the router answers 404/405
         op_id, path_params = found
-        rule: Rule | None = RULES[op_id] if op_id in RULES else _deny_unmapped
+        rule: Rule | None = _deny_unmapped
+        if op_id in RULES:
+            rule = RULES[op_id]
         if rule is None:
             return receive, None
         body: Any = None
