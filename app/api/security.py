@@ -313,15 +313,12 @@ def _init_producer_id(path: dict[str, str], query: dict[str, list[str]], body: A
     return [_IDEMPOTENT]
 
 
-def _metadata(path: dict[str, str], query: dict[str, list[str]], body: Any) -> list[Action]:
+def _metadata(path: dict[str, str], query: dict[str, list[str]], body: Any) -> list[Any]:
     # Listing is filtered by DESCRIBE in the route; creating needs CREATE (Kafka's
     # auto-create through Metadata).
     if query.get("allow_auto_topic_creation", ["false"])[-1].lower() in ("true", "1", "yes", "on"):
         names = [n.strip() for t in query.get("topics", []) for n in t.split(",") if n.strip()]
-        return [
-            _either(Action(Operation.CREATE, CLUSTER), Action(Operation.CREATE, Resource(T, n)))
-            for n in names
-        ]
+        return [_AutoCreate(n) for n in names]
     return []
 
 
