@@ -110,6 +110,9 @@ def create_app(settings: Settings, manager: LogManager | None = None) -> FastAPI
             topology = _topology(settings, state.manager, state)
             await topology.start()
             state.topology = topology
+        guard = app.state.logbus_security
+        if guard is not None:
+            await guard.start()
         # Groups are served from the cache the coordinator rebuilds from __consumer_offsets.
         await group_routes.start_coordinator(app, state)
         state.ready = True
@@ -119,6 +122,8 @@ def create_app(settings: Settings, manager: LogManager | None = None) -> FastAPI
             state.ready = False
             state.waiters.close()
             await group_routes.stop_coordinator(app)
+            if app.state.logbus_security is not None:
+                await app.state.logbus_security.stop()
             held = state.drop_topology()
             if held is not None:
                 await held.stop()

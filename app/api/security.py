@@ -88,6 +88,21 @@ class Security:
     authorizer: Authorizer | None
     store: AclStore | None
 
+    async def start(self) -> None:
+        """Connect the ACL store (ZooKeeper in a cluster) and load its bindings."""
+        store, authorizer = self.store, self.authorizer
+        if store is None or authorizer is None:
+            return
+        starter = getattr(store, "start", None)
+        if starter is not None:
+            await asyncio.to_thread(starter)
+        authorizer.update(store.load())
+        store.watch(authorizer.update)
+
+    async def stop(self) -> None:
+        if self.store is not None:
+            await asyncio.to_thread(self.store.close)
+
     @property
     def challenge(self) -> str:
         parts = []
@@ -227,13 +242,20 @@ def build(settings: Settings) -> Security | None:
             settings.jwt_algorithms.split(","),
             settings.jwt_clock_skew_s,
         )
-    authorizer = store = None
+    authorizer: Authorizer | None = None
+    store: AclStore | None = None
     if settings.authorizer == "acl":
-        store = FileAclStore(settings.acls_file or settings.data_dir / ACLS_FILE)
-        authorizer = Authorizer(
-            settings.super_user_list, settings.allow_everyone_if_no_acl_found, store.load()
-        )
-        store.watch(authorizer.update)
+        if settings.zookeeper:
+            # A cluster keeps its ACLs with its metadata, as Kafka's znodes; every broker
+            # reloads them on a change notification (app/core/replication/zk_acls.py).
+            from app.core.replication.zk_acls import ZkAclStore
+
+            store = ZkAclStore(settings.zookeeper, settings.zookeeper_session_timeout_ms)
+        else:
+            store = FileAclStore(settings.acls_file or settings.data_dir / ACLS_FILE)
+        # Empty until start() loads the store: nothing is allowed before (no super user
+        # aside), and the app serves only after its lifespan started it.
+        authorizer = Authorizer(settings.super_user_list, settings.allow_everyone_if_no_acl_found)
     return Security(mechanisms, basic, jwt, authorizer, store)
 
 
