@@ -37,7 +37,7 @@ import base64
 import binascii
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 import orjson
@@ -87,6 +87,9 @@ class Security:
     jwt: JwtAuthenticator | None
     authorizer: Authorizer | None
     store: AclStore | None
+    # Basic checks under way, by cache key: concurrent requests with the same uncached
+    # credentials (a client opening 64 connections at once) share one scrypt check.
+    _checking: dict[bytes, asyncio.Future[Identity]] = field(default_factory=dict)
 
     async def start(self) -> None:
         """Connect the ACL store (ZooKeeper in a cluster) and load its bindings."""
@@ -133,7 +136,7 @@ class Security:
                 name, password = _basic_pair(credentials)
                 identity = self.basic.cached(name, password)
                 if identity is None:
-                    identity = await asyncio.to_thread(self.basic.verify, name, password)
+                    identity = await self._verify_once(self.basic, name, password)
                 return identity
             if scheme == "bearer" and self.jwt is not None:
                 identity = self.jwt.cached(credentials)
@@ -148,6 +151,15 @@ class Security:
         raise self.failed(
             f"authentication scheme {scheme or '(none)'!r} is not accepted here", host, scheme
         )
+
+    async def _verify_once(self, basic: BasicAuthenticator, name: str, password: str) -> Identity:
+        key = basic.cache_key(name, password)
+        pending = self._checking.get(key)
+        if pending is None:
+            pending = asyncio.ensure_future(asyncio.to_thread(basic.verify, name, password))
+            self._checking[key] = pending
+            pending.add_done_callback(lambda _: self._checking.pop(key, None))
+        return await asyncio.shield(pending)
 
     def allowed(self, identity: Identity, host: str, action: Action) -> bool:
         if self.authorizer is None or identity.principal == BROKER_PRINCIPAL:
@@ -400,6 +412,10 @@ RULES: dict[str, Rule | None] = {
     "describeAcls": _cluster(Operation.DESCRIBE),
     "deleteAcls": _cluster(Operation.ALTER),
 }
+# Operations whose rule reads the query string.
+QUERY_RULES = frozenset(("getMetadata", "fetchOffsets"))
+# Paths whose operation is remembered, at most (cleared whole when full).
+ROUTE_CACHE_SIZE = 10_000
 # Operations whose rule reads the JSON body.
 BODY_RULES = frozenset(
     (
@@ -482,16 +498,29 @@ class SecurityMiddleware:
         self._openapi = openapi
         self._verify_broker = verify_broker
         self._table: list[_Route] | None = None
+        # (method, path) -> its operation: a produce or fetch loop asks the same few paths
+        # over and over, so the route regexes run once per path, not once per request.
+        self._routes: dict[tuple[str, str], tuple[str, dict[str, str]] | None] = {}
 
     def _operation(self, method: str, path: str) -> tuple[str, dict[str, str]] | None:
+        key = (method, path)
+        try:
+            return self._routes[key]
+        except KeyError:
+            pass
         if self._table is None:
             self._table = route_table(self._openapi())
+        found = None
         for route in self._table:
             m = route.pattern.match(path)
             if m is not None:
                 op = route.operations.get(method)
-                return None if op is None else (op, m.groupdict())
-        return None
+                found = None if op is None else (op, m.groupdict())
+                break
+        if len(self._routes) >= ROUTE_CACHE_SIZE:
+            self._routes.clear()
+        self._routes[key] = found
+        return found
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -572,7 +601,7 @@ class SecurityMiddleware:
                 body = orjson.loads(raw) if raw else None
             except orjson.JSONDecodeError:
                 body = None  # the route answers 400
-        query = _query(scope.get("query_string", b""))
+        query = _query(scope.get("query_string", b"")) if op_id in QUERY_RULES else {}
         try:
             for action in rule(path_params, query, body):
                 self._check(identity, host, action, path_params)

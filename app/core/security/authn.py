@@ -91,6 +91,10 @@ class BasicAuthenticator:
         # Checked for unknown names, so they cost what a wrong password costs.
         self._dummy = ScryptHash.make(secrets.token_hex(16))
 
+    def cache_key(self, name: str, password: str) -> bytes:
+        """The key a verified pair is remembered under (an HMAC, never the password)."""
+        return self._cache_key(name, password)
+
     def _cache_key(self, name: str, password: str) -> bytes:
         pair = name.encode("utf-8") + b"\0" + password.encode("utf-8")
         return hmac.new(self._key, pair, hashlib.sha256).digest()
