@@ -173,35 +173,10 @@ class Security:
                 raise denial(identity.principal, host, action)
 
     def allowed_any_topic(self, identity: Identity, host: str, op: Operation) -> bool:
-        """Kafka's ``authorizeByResourceType``: whether some ALLOW binding lets the
-        principal do ``op`` on some topic that no DENY of the principal covers whole."""
-        if self.authorizer is None or identity.principal in self.authorizer.super_users:
+        """Kafka's ``authorizeByResourceType`` on topics (the KIP-679 idempotent producer)."""
+        if self.authorizer is None or identity.principal == BROKER_PRINCIPAL:
             return True
-        from app.core.security.acl import GRANTED_BY, WILDCARD, WILDCARD_PRINCIPAL, Permission
-
-        mine = [
-            a
-            for a in self.authorizer.snapshot.bindings
-            if a.resource_type is T
-            and a.principal in (identity.principal, WILDCARD_PRINCIPAL)
-            and a.host in (host, WILDCARD)
-        ]
-        denies = [
-            a
-            for a in mine
-            if a.permission is Permission.DENY and a.operation in (op, Operation.ALL)
-        ]
-        for a in mine:
-            if a.permission is Permission.ALLOW and a.operation in GRANTED_BY[op]:
-                covered = any(
-                    d.name == WILDCARD
-                    or (a.name.startswith(d.name) and d.pattern_type.value == "PREFIXED")
-                    or (d.name == a.name and d.pattern_type == a.pattern_type)
-                    for d in denies
-                )
-                if not covered:
-                    return True
-        return False
+        return self.authorizer.authorize_any(identity.principal, host, op, T)
 
 
 def denial(principal: str, host: str, action: Action) -> core.AuthorizationFailed:

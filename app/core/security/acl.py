@@ -389,3 +389,43 @@ class Authorizer:
                 cache.clear()
             cache[key] = decision
         return decision
+
+    def authorize_any(
+        self, principal: str, host: str, op: Operation, resource_type: ResourceType
+    ) -> bool:
+        """Kafka's ``authorizeByResourceType``: whether the principal may do ``op`` on *some*
+        resource of the type (InitProducerId without a transactional id asks it for WRITE
+        on topics, KIP-679). True when an ALLOW binding of the principal (or ``User:*``)
+        for this host grants ``op`` on a name that no DENY of ``op``/ALL covers: a DENY on
+        the wildcard covers everything, a PREFIXED DENY covers the names and prefixes it
+        starts, a LITERAL DENY its own name. With no binding of the type at all,
+        ``allow_everyone_if_no_acl_found`` answers. Not cached (rare calls)."""
+        if principal in self.super_users:
+            return True
+        snapshot = self.snapshot
+        typed = [a for a in snapshot.bindings if a.resource_type is resource_type]
+        if not typed:
+            return self.allow_everyone_if_no_acl_found
+        mine = [
+            a
+            for a in typed
+            if a.principal in (principal, WILDCARD_PRINCIPAL) and a.host in (host, WILDCARD)
+        ]
+        denies = [
+            a
+            for a in mine
+            if a.permission is Permission.DENY and a.operation in (op, Operation.ALL)
+        ]
+        if any(d.pattern_type is PatternType.LITERAL and d.name == WILDCARD for d in denies):
+            return False
+        denied_prefixes = [d.name for d in denies if d.pattern_type is PatternType.PREFIXED]
+        denied_names = {d.name for d in denies if d.pattern_type is PatternType.LITERAL}
+        for a in mine:
+            if a.permission is not Permission.ALLOW or a.operation not in GRANTED_BY[op]:
+                continue
+            if any(a.name.startswith(prefix) for prefix in denied_prefixes):
+                continue
+            if a.pattern_type is PatternType.LITERAL and a.name in denied_names:
+                continue
+            return True
+        return False

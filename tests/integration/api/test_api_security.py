@@ -473,3 +473,40 @@ def test_websocket_produce_and_subscribe(secured: TestClient, who: Who, keys: Ke
     with c.websocket_connect("/ws/subscribe", headers=w.alice) as ws:
         ws.send_json(sub)
         assert ws.receive_json()["type"] == "subscribed"
+
+
+def test_idempotent_producer_id_with_write_on_some_topic(secured: TestClient, who: Who) -> None:
+    """KIP-679: IDEMPOTENT_WRITE on the cluster, or WRITE on any topic."""
+    c, w = secured, who
+    _set_alice(c, w, [acl(T, "orders", "READ")])
+    r = c.post("/producers", json={}, headers=w.alice)
+    assert r.status_code == 403 and r.json()["operation"] == "IDEMPOTENT_WRITE"
+    _set_alice(c, w, [acl(T, "orders", "WRITE")])
+    assert c.post("/producers", json={}, headers=w.alice).status_code == 200
+    r = c.post("/producers", json={"transactional_id": "tx-1"}, headers=w.alice)
+    assert (
+        r.status_code == 403 and r.json()["error_code"] == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+    )
+
+
+def test_websocket_closes_when_its_token_expires(tmp_path: Path, keys: Keys, who: Who) -> None:
+    jwk = jwt.algorithms.RSAAlgorithm.to_jwk(keys.private.public_key(), as_dict=True)
+    jwk.update(kid="k1")
+    (tmp_path / "jwks.json").write_text(json.dumps({"keys": [jwk]}))
+    settings = make_settings(
+        tmp_path,
+        authentication="jwt",
+        jwt_jwks_file=tmp_path / "jwks.json",
+        jwt_issuer=ISSUER,
+        jwt_audience=AUDIENCE,
+        jwt_clock_skew_s=0,
+    )
+    with TestClient(create_app(settings), raise_server_exceptions=False) as c:
+        token = keys.token("alice", exp_in=2)
+        headers = {"Authorization": f"Bearer {token}"}
+        with c.websocket_connect("/ws/produce", headers=headers) as ws:
+            ws.send_json({"type": "ping", "id": 1})
+            assert ws.receive_json()["type"] == "pong"
+            with pytest.raises(WebSocketDisconnect) as closed:
+                ws.receive_json()  # nothing more is sent: the expiry closes the socket
+            assert closed.value.code == 4401

@@ -256,3 +256,24 @@ def test_cluster_resource() -> None:
     authz = Authorizer(snapshot=AclSnapshot(frozenset(acls)))
     assert authz.authorize("User:alice", "h", Action(Op.CREATE, CLUSTER))
     assert not authz.authorize("User:alice", "h", Action(Op.IDEMPOTENT_WRITE, CLUSTER))
+
+
+def test_authorize_any_topic_as_kafka_by_resource_type() -> None:
+    """KIP-679: an idempotent producer needs WRITE on some topic no DENY covers."""
+
+    def any_write(acls: list[AclBinding], **kw: object) -> bool:
+        authz = Authorizer(snapshot=AclSnapshot(frozenset(acls)), **kw)  # type: ignore[arg-type]
+        return authz.authorize_any("User:alice", "h", Op.WRITE, T)
+
+    assert not any_write([])
+    assert any_write([], allow_everyone_if_no_acl_found=True)
+    assert any_write([acl("orders", Op.WRITE)])
+    assert any_write([acl("o", Op.WRITE, pattern=PRE)])
+    assert any_write([acl("orders", Op.ALL)])
+    assert not any_write([acl("orders", Op.READ)])
+    assert not any_write([acl("orders", Op.WRITE), acl("orders", Op.WRITE, DENY)])
+    assert not any_write([acl("orders", Op.WRITE), acl("*", Op.ALL, DENY, principal="User:*")])
+    assert not any_write([acl("orders", Op.WRITE), acl("ord", Op.WRITE, DENY, pattern=PRE)])
+    assert not any_write([acl("ord", Op.WRITE, pattern=PRE), acl("o", Op.WRITE, DENY, pattern=PRE)])
+    assert any_write([acl("orders", Op.WRITE), acl("pay", Op.WRITE, DENY, pattern=PRE)])
+    assert any_write([acl("x", Op.WRITE, DENY, principal="User:bob")], super_users=["User:alice"])
