@@ -71,7 +71,9 @@ WS_TOKEN_PREFIX = "bearer."
 PUBLIC_PATHS = frozenset(
     ("/healthz", "/readyz", "/docs", "/docs/oauth2-redirect", "/openapi.json", "/asyncapi.yaml")
 )
-BROKER_PRINCIPAL = "User:__broker"
+# A follower broker proven by its inter-broker credential: a principal type no user
+# authenticator produces (they all answer User:...), recognised by its mechanism.
+INTER_BROKER = "inter-broker"
 # JSON bodies the rules read are small; a larger one is left for the route to refuse.
 RULE_BODY_LIMIT = 1024 * 1024
 T, G, TX = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.TRANSACTIONAL_ID
@@ -162,7 +164,7 @@ class Security:
         return await asyncio.shield(pending)
 
     def allowed(self, identity: Identity, host: str, action: Action) -> bool:
-        if self.authorizer is None or identity.principal == BROKER_PRINCIPAL:
+        if self.authorizer is None or identity.mechanism == INTER_BROKER:
             return True
         return self.authorizer.authorize(identity.principal, host, action)
 
@@ -174,7 +176,7 @@ class Security:
 
     def allowed_any_topic(self, identity: Identity, host: str, op: Operation) -> bool:
         """Kafka's ``authorizeByResourceType`` on topics (the KIP-679 idempotent producer)."""
-        if self.authorizer is None or identity.principal == BROKER_PRINCIPAL:
+        if self.authorizer is None or identity.mechanism == INTER_BROKER:
             return True
         return self.authorizer.authorize_any(identity.principal, host, op, T)
 
@@ -537,7 +539,7 @@ class SecurityMiddleware:
             ok = self._verify_broker(int(raw_id), credential.decode("latin-1"))
         except core.LogbusError:
             ok = False
-        return Identity(BROKER_PRINCIPAL, "inter-broker") if ok else None
+        return Identity(f"Broker:{int(raw_id)}", INTER_BROKER) if ok else None
 
     async def _ws_identity(self, headers: dict[bytes, bytes], host: str) -> Identity | None:
         """From the handshake: the Authorization header or a ``bearer.<token>`` subprotocol;
@@ -611,7 +613,7 @@ class SecurityMiddleware:
             # __consumer_offsets: only super users (and brokers) read or write it directly.
             assert security.authorizer is not None
             if identity.principal not in security.authorizer.super_users and (
-                identity.principal != BROKER_PRINCIPAL
+                identity.mechanism != INTER_BROKER
             ):
                 raise denial(identity.principal, host, action)
         security.check(identity, host, [action])

@@ -510,3 +510,12 @@ def test_websocket_closes_when_its_token_expires(tmp_path: Path, keys: Keys, who
             with pytest.raises(WebSocketDisconnect) as closed:
                 ws.receive_json()  # nothing more is sent: the expiry closes the socket
             assert closed.value.code == 4401
+
+
+def test_a_forged_broker_credential_is_no_credential(secured: TestClient, who: Who) -> None:
+    forged = {"Logbus-Replica-Id": "1", "Logbus-Replica-Auth": "00" * 32}
+    r = secured.get("/topics/orders/partitions/0/records?offset=0&replica_id=1", headers=forged)
+    assert r.status_code == 401
+    # With a user's credentials the forged claim still earns nothing beyond the user's ACLs.
+    r = secured.get("/topics", headers={**forged, **who.mallory})
+    assert r.status_code == 200 and r.json()["topics"] == []
