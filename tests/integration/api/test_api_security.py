@@ -473,6 +473,17 @@ def test_websocket_produce_and_subscribe(secured: TestClient, who: Who, keys: Ke
     with c.websocket_connect("/ws/subscribe", headers=w.alice) as ws:
         ws.send_json(sub)
         assert ws.receive_json()["type"] == "subscribed"
+    # A group member also needs READ on the group.
+    member = {**sub, "group": "ws-billing", "start": "earliest"}
+    with c.websocket_connect("/ws/subscribe", headers=w.alice) as ws:
+        ws.send_json(member)
+        refused = ws.receive_json()
+        assert refused["error_code"] == "GROUP_AUTHORIZATION_FAILED", refused
+    assert c.get("/groups/ws-billing", headers=w.root).status_code == 404
+    _set_alice(c, w, [acl(T, "orders", "READ"), acl("GROUP", "ws-billing", "READ")])
+    with c.websocket_connect("/ws/subscribe", headers=w.alice) as ws:
+        ws.send_json(member)
+        assert ws.receive_json()["type"] == "subscribed"
 
 
 def test_idempotent_producer_id_with_write_on_some_topic(secured: TestClient, who: Who) -> None:
