@@ -14,6 +14,7 @@ Bearer so machine noise hits all three alike, and the figure is the median over
   application/octet-stream``, the zero-copy path).
 
 ``ratio`` is requests/s with credentials over anonymous requests/s in the same run.
+:func:`door_cost` measures the door alone in-process (microseconds per request).
 Credentials are checked once (scrypt for Basic, RSA for the JWT) and then come from the
 authenticators' caches, as they do for any client that keeps its credentials.
 """
@@ -150,5 +151,84 @@ def run(seconds: int = 5, rounds: int = 3) -> dict[str, Any]:
     return results
 
 
+def door_cost(n: int = 20_000) -> dict[str, float]:
+    """Microseconds per request the door itself costs, in-process: ``SecurityMiddleware``
+    over a no-op app, cached Basic credentials, cached decisions (median of 5 loops)."""
+    import asyncio
+
+    from app.api import create_app
+    from app.api.security import SecurityMiddleware, build
+    from app.config import Settings
+    from app.core.security.acl import (
+        AclBinding,
+        AclSnapshot,
+        Operation,
+        PatternType,
+        Permission,
+        ResourceType,
+    )
+    from app.core.security.users import UsersFile
+
+    work = Path(tempfile.mkdtemp(prefix="logbus-door-"))
+    try:
+        UsersFile(work / "users.json").add(*ALICE, n=2**10)
+        settings = Settings(
+            data_dir=work, authentication="basic", authorizer="acl", users_file=work / "users.json"
+        )
+        app = create_app(settings)
+        security = build(settings)
+        assert security is not None and security.authorizer is not None
+        security.authorizer.update(
+            AclSnapshot(
+                frozenset(
+                    AclBinding(
+                        ResourceType.TOPIC,
+                        TOPIC,
+                        PatternType.LITERAL,
+                        "User:alice",
+                        "*",
+                        op,
+                        Permission.ALLOW,
+                    )
+                    for op in (Operation.WRITE, Operation.READ)
+                )
+            )
+        )
+
+        async def nothing(scope: Any, receive: Any, send: Any) -> None:
+            return None
+
+        door = SecurityMiddleware(
+            nothing, security, app.openapi, lambda b, c: False, lambda t: True
+        )
+        auth = ("Basic " + base64.b64encode(":".join(ALICE).encode()).decode()).encode()
+        produce = {
+            "type": "http", "method": "POST", "path": f"/topics/{TOPIC}/records",
+            "query_string": b"acks=1", "client": ("127.0.0.1", 1),
+            "headers": [(b"content-type", b"application/json"), (b"authorization", auth)],
+        }  # fmt: skip
+        fetch = dict(
+            produce,
+            method="GET",
+            path=f"/topics/{TOPIC}/partitions/0/records",
+            query_string=b"offset=40&max_bytes=2048",
+        )
+
+        async def loop(scope: dict[str, Any]) -> float:
+            for _ in range(100):
+                await door(dict(scope), None, None)  # type: ignore[arg-type]
+            start = time.perf_counter()
+            for _ in range(n):
+                await door(dict(scope), None, None)  # type: ignore[arg-type]
+            return (time.perf_counter() - start) / n * 1e6
+
+        return {
+            name: round(statistics.median(asyncio.run(loop(scope)) for _ in range(5)), 1)
+            for name, scope in (("produce_us", produce), ("fetch_us", fetch))
+        }
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 if __name__ == "__main__":
-    print(json.dumps(run(), indent=2))
+    print(json.dumps({"door": door_cost(), **run()}, indent=2))
