@@ -398,18 +398,16 @@ class Authorizer:
         on topics, KIP-679). True when an ALLOW binding of the principal (or ``User:*``)
         for this host grants ``op`` on a name that no DENY of ``op``/ALL covers: a DENY on
         the wildcard covers everything, a PREFIXED DENY covers the names and prefixes it
-        starts, a LITERAL DENY its own name. With no binding of the type at all,
-        ``allow_everyone_if_no_acl_found`` answers. Not cached (rare calls)."""
+        starts, a LITERAL DENY its own name. With ``allow_everyone_if_no_acl_found`` only a
+        DENY on the wildcard refuses (as Kafka's AclAuthorizer). Not cached (rare calls)."""
         if principal in self.super_users:
             return True
-        snapshot = self.snapshot
-        typed = [a for a in snapshot.bindings if a.resource_type is resource_type]
-        if not typed:
-            return self.allow_everyone_if_no_acl_found
         mine = [
             a
-            for a in typed
-            if a.principal in (principal, WILDCARD_PRINCIPAL) and a.host in (host, WILDCARD)
+            for a in self.snapshot.bindings
+            if a.resource_type is resource_type
+            and a.principal in (principal, WILDCARD_PRINCIPAL)
+            and a.host in (host, WILDCARD)
         ]
         denies = [
             a
@@ -418,6 +416,8 @@ class Authorizer:
         ]
         if any(d.pattern_type is PatternType.LITERAL and d.name == WILDCARD for d in denies):
             return False
+        if self.allow_everyone_if_no_acl_found:
+            return True  # as Kafka's: only a DENY on every resource refuses then
         denied_prefixes = [d.name for d in denies if d.pattern_type is PatternType.PREFIXED]
         denied_names = {d.name for d in denies if d.pattern_type is PatternType.LITERAL}
         for a in mine:

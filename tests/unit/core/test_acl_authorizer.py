@@ -277,3 +277,14 @@ def test_authorize_any_topic_as_kafka_by_resource_type() -> None:
     assert not any_write([acl("ord", Op.WRITE, pattern=PRE), acl("o", Op.WRITE, DENY, pattern=PRE)])
     assert any_write([acl("orders", Op.WRITE), acl("pay", Op.WRITE, DENY, pattern=PRE)])
     assert any_write([acl("x", Op.WRITE, DENY, principal="User:bob")], super_users=["User:alice"])
+
+
+def test_authorize_any_with_allow_everyone() -> None:
+    def any_write(acls: list[AclBinding]) -> bool:
+        authz = Authorizer(
+            snapshot=AclSnapshot(frozenset(acls)), allow_everyone_if_no_acl_found=True
+        )
+        return authz.authorize_any("User:alice", "h", Op.WRITE, T)
+
+    assert any_write([acl("orders", Op.READ)])
+    assert not any_write([acl("*", Op.WRITE, DENY)])
