@@ -444,6 +444,15 @@ def authorize(conn: HTTPConnection, *actions: Action) -> None:
     security.check(identity_of(conn), _host(conn.scope), actions)
 
 
+def permits(conn: HTTPConnection, action: Action) -> bool:
+    """Whether the connection's principal may do ``action`` (True without an authorizer);
+    for answers that show a part only to those allowed (a topic's configs)."""
+    security = security_of(conn)
+    if security is None or security.authorizer is None:
+        return True
+    return security.allowed(identity_of(conn), _host(conn.scope), action)
+
+
 def visible(conn: HTTPConnection, resource_type: ResourceType, names: Iterable[str]) -> set[str]:
     """The names the principal may DESCRIBE (every one when no authorizer is configured)."""
     security = security_of(conn)

@@ -530,3 +530,13 @@ def test_a_forged_broker_credential_is_no_credential(secured: TestClient, who: W
     # With a user's credentials the forged claim still earns nothing beyond the user's ACLs.
     r = secured.get("/topics", headers={**forged, **who.mallory})
     assert r.status_code == 200 and r.json()["topics"] == []
+
+
+def test_topic_configs_need_describe_configs(secured: TestClient, who: Who) -> None:
+    c, w = secured, who
+    _topic(c, w, "orders")
+    _set_alice(c, w, [acl(T, "orders", "DESCRIBE")])
+    described = c.get("/topics/orders", headers=w.alice).json()
+    assert described["configs"] == {} and described["partitions"]
+    _set_alice(c, w, [acl(T, "orders", "DESCRIBE"), acl(T, "orders", "ALTER_CONFIGS")])
+    assert "retention.ms" in c.get("/topics/orders", headers=w.alice).json()["configs"]
