@@ -132,3 +132,35 @@ def test_basic_against_scrypt_hashes(tmp_path: Path, monkeypatch: Any) -> None:
     users.remove("alice")
     with pytest.raises(SaslAuthenticationFailed):
         auth.verify("alice", "battery staple")
+
+
+def test_keys_from_a_jwks_url(jwks: Path) -> None:
+    """``jwt_jwks_url``: the keys are fetched over HTTP (a loopback server here)."""
+    import http.server
+    import threading
+
+    body = jwks.read_bytes()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/jwks.json"
+        auth = JwtAuthenticator(None, url, issuer=ISS, audience=AUD)
+        assert auth.needs_io
+        assert auth.authenticate(token()).principal == "User:alice"
+        wrong = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        with pytest.raises(SaslAuthenticationFailed):
+            auth.authenticate(token(key=wrong))
+    finally:
+        server.shutdown()
