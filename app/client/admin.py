@@ -353,6 +353,18 @@ class AsyncAdmin:
     async def list_topics(self) -> dict[str, int]:
         return await self._any(_list_call())
 
+    async def create_acls(self, acls: Sequence[Mapping[str, str]]) -> list[dict[str, str]]:
+        """:meth:`Admin.create_acls`."""
+        return await self._any(_acls_call("POST", {}, {"acls": [dict(a) for a in acls]}))
+
+    async def describe_acls(self, **filters: str | None) -> list[dict[str, str]]:
+        """:meth:`Admin.describe_acls`."""
+        return await self._any(_acls_call("GET", filters))
+
+    async def delete_acls(self, **filters: str | None) -> list[dict[str, str]]:
+        """:meth:`Admin.delete_acls`."""
+        return await self._any(_acls_call("DELETE", filters))
+
     async def describe_topic(self, name: str) -> TopicDescription:
         return await self._any(_describe_call(name))
 

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from conftest import REPO, Broker, BrokerFactory
 
-from app.client import Admin, BasicAuth, Consumer, Producer, TopicPartition
+from app.client import Admin, AsyncAdmin, BasicAuth, Consumer, Producer, TopicPartition
 from app.client.ws import subscribe
 from app.common.errors import SaslAuthenticationFailed
 
@@ -105,6 +105,12 @@ def test_cli_and_sdk_against_a_secured_broker(secured: Broker) -> None:
     assert r.returncode == 0 and "WRITE" in r.stdout
     with Admin(secured.url, auth=admin) as a:
         assert [x["operation"] for x in a.describe_acls(principal="User:alice")] == ["READ"]
+
+    async def described_async() -> list[dict[str, str]]:
+        async with AsyncAdmin(secured.url, auth=admin) as a:
+            return await a.describe_acls(resource_name="orders", pattern_type="MATCH")
+
+    assert [x["principal"] for x in asyncio.run(described_async())] == ["User:alice"]
     answer = httpx.post(
         f"{secured.url}/topics/orders/records",
         json={"records": [{"value": "late"}]},
