@@ -9,8 +9,8 @@ Otherwise one ASGI middleware, :class:`SecurityMiddleware`, runs before any rout
    ``logbus``, or a first ``{"type": "auth", ...}`` message, see :func:`ws_accept`)
    become an :class:`~app.core.security.authn.Identity`, kept in the ASGI scope. A
    follower broker proves itself with its inter-broker credential
-   (``Logbus-Replica-Auth`` + ``Logbus-Replica-Id``, :mod:`app.core.replication.auth`)
-   and is a super user. No or bad credentials where they are required: **401**
+   (``Logbus-Replica-Auth`` + ``Logbus-Replica-Id``, :mod:`app.core.replication.auth`):
+   principal ``Broker:<id>``, mechanism ``inter-broker``, allowed everything. No or bad credentials where they are required: **401**
    ``SASL_AUTHENTICATION_FAILED`` with ``WWW-Authenticate``; nothing else runs.
 2. **What**: :data:`RULES` maps each operation of the OpenAPI spec (by ``operationId``)
    to the ACL actions Kafka's equivalent API requires, from the path, the query and,
