@@ -208,6 +208,88 @@ class Settings(BaseSettings):
     log_defaults: dict[str, Any] = Field(
         default_factory=dict, description="Broker-wide topic config defaults, Kafka names."
     )
+    # Security (README "Security"; app/api/security.py). Off by default: `make run` stays a
+    # zero-config development broker on 127.0.0.1.
+    authentication: str = Field(
+        default="none",
+        description="How clients prove who they are: none, or a comma-separated list of "
+        "basic (users file, `logbus users`) and jwt (bearer tokens checked against a JWKS). "
+        "Without it every client is User:ANONYMOUS.",
+    )
+    authorizer: str = Field(
+        default="none",
+        description="none, or acl: Kafka's ACL authorizer decides every operation "
+        "(`logbus acls`, `/acls`).",
+    )
+    super_users: str = Field(
+        default="",
+        description="Kafka's super.users: principals the authorizer never refuses, separated "
+        "by ';' (e.g. User:admin;User:ops).",
+    )
+    allow_everyone_if_no_acl_found: bool = Field(
+        default=False,
+        description="Kafka's allow.everyone.if.no.acl.found: a resource no ACL names is open "
+        "to everyone (off: closed to all but super users).",
+    )
+    users_file: Path | None = Field(
+        default=None,
+        description="The users of basic authentication (default <data-dir>/users.json).",
+    )
+    acls_file: Path | None = Field(
+        default=None,
+        description="One broker's ACLs (default <data-dir>/acls.json); a cluster keeps them "
+        "in ZooKeeper.",
+    )
+    jwt_jwks_file: Path | None = Field(
+        default=None, description="JWKS (JSON Web Key Set) file whose keys sign bearer tokens."
+    )
+    jwt_jwks_url: str | None = Field(
+        default=None, description="JWKS URL instead of a file (fetched and cached)."
+    )
+    jwt_issuer: str | None = Field(default=None, description="Required `iss` of bearer tokens.")
+    jwt_audience: str | None = Field(default=None, description="Required `aud` of bearer tokens.")
+    jwt_principal_claim: str = Field(
+        default="sub", description="The claim naming the user (principal User:<claim>)."
+    )
+    jwt_algorithms: str = Field(
+        default="RS256,ES256,PS256,EdDSA",
+        description="Signature algorithms accepted, comma-separated (never none or HS*).",
+    )
+    jwt_clock_skew_s: float = Field(
+        default=30.0, ge=0, le=600, description="Leeway for exp/nbf/iat, in seconds."
+    )
+
+    @field_validator("authentication")
+    @classmethod
+    def _check_authentication(cls, value: str) -> str:
+        names = [n.strip().lower() for n in value.split(",") if n.strip()] or ["none"]
+        unknown = set(names) - {"none", "basic", "jwt"}
+        if unknown or ("none" in names and len(names) > 1):
+            raise ValueError("authentication is none, or a list of basic and jwt")
+        return ",".join(names)
+
+    @field_validator("authorizer")
+    @classmethod
+    def _check_authorizer(cls, value: str) -> str:
+        if value.strip().lower() not in ("none", "acl"):
+            raise ValueError("authorizer is none or acl")
+        return value.strip().lower()
+
+    @field_validator("jwt_algorithms")
+    @classmethod
+    def _check_algorithms(cls, value: str) -> str:
+        algs = [a.strip() for a in value.split(",") if a.strip()]
+        if not algs or any(a.lower() == "none" or a.upper().startswith("HS") for a in algs):
+            raise ValueError("jwt_algorithms: asymmetric algorithms only (no none, no HS*)")
+        return ",".join(algs)
+
+    @property
+    def authentication_mechanisms(self) -> list[str]:
+        return [] if self.authentication == "none" else self.authentication.split(",")
+
+    @property
+    def super_user_list(self) -> list[str]:
+        return [p.strip() for p in self.super_users.split(";") if p.strip()]
 
     @field_validator("log_defaults")
     @classmethod

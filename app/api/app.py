@@ -12,10 +12,11 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 
-from app.api import errors, openapi_docs, ws
+from app.api import errors, openapi_docs, security, ws
 from app.api.guards import RequestGuard
 from app.api.metrics import MetricsMiddleware, PartitionCollector
 from app.api.routers import ALL
+from app.api.routers import acls as acl_routes
 from app.api.routers import groups as group_routes
 from app.api.state import AppState
 from app.config import Settings
@@ -67,6 +68,16 @@ def _topology(settings: Settings, manager: LogManager, state: AppState) -> Topol
     return LocalTopology(manager, settings.broker_id, settings.url)
 
 
+def _topic_exists(state: AppState, topic: str) -> bool:
+    from app.common.errors import LogbusError
+
+    try:
+        state.topology.partition_count(topic)
+    except LogbusError:
+        return False
+    return True
+
+
 def create_app(settings: Settings, manager: LogManager | None = None) -> FastAPI:
     """The HTTP app. Without ``manager`` it owns one: started and stopped by the lifespan.
 
@@ -99,6 +110,9 @@ def create_app(settings: Settings, manager: LogManager | None = None) -> FastAPI
             topology = _topology(settings, state.manager, state)
             await topology.start()
             state.topology = topology
+        guard = app.state.logbus_security
+        if guard is not None:
+            await guard.start()
         # Groups are served from the cache the coordinator rebuilds from __consumer_offsets.
         await group_routes.start_coordinator(app, state)
         state.ready = True
@@ -108,6 +122,8 @@ def create_app(settings: Settings, manager: LogManager | None = None) -> FastAPI
             state.ready = False
             state.waiters.close()
             await group_routes.stop_coordinator(app)
+            if app.state.logbus_security is not None:
+                await app.state.logbus_security.stop()
             held = state.drop_topology()
             if held is not None:
                 await held.stop()
@@ -127,8 +143,21 @@ def create_app(settings: Settings, manager: LogManager | None = None) -> FastAPI
     errors.install(app)
     # Inside the metrics middleware: refused requests are counted too.
     app.add_middleware(RequestGuard, openapi=lambda: app.openapi())
+    # Outside the guard: a request without valid credentials learns nothing, not even
+    # which media types a route takes (app/api/security.py).
+    app.state.logbus_security = guard = security.build(settings)
+    if guard is not None:
+        app.add_middleware(
+            security.SecurityMiddleware,
+            security=guard,
+            openapi=lambda: app.openapi(),
+            verify_broker=lambda broker, credential: state.topology.authorize_follower(
+                broker, credential
+            ),
+            topic_exists=lambda topic: _topic_exists(state, topic),
+        )
     app.add_middleware(MetricsMiddleware)
-    for router in (*ALL, group_routes.router):
+    for router in (*ALL, group_routes.router, acl_routes.router):
         app.include_router(router)
     ws.install(app, state)
 
@@ -163,6 +192,9 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
                 responses = operation.setdefault("responses", {})
                 responses.pop("422", None)
                 statuses = [400, 415] if "requestBody" in operation else [400]
+                # With authentication and an authorizer on (app/api/security.py).
+                if operation.get("operationId") not in ("healthz", "readyz"):
+                    statuses += [401, 403]
                 for status, doc in errors.error_responses(*statuses).items():
                     responses.setdefault(str(status), _openapi_response(doc))
     for name in ("HTTPValidationError", "ValidationError"):

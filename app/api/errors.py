@@ -54,7 +54,8 @@ STATUS_BY_ERROR: tuple[tuple[type[core.LogbusError], int], ...] = (
     (core.NotEnoughReplicas, 503),
     (core.BrokerNotAvailable, 503),
     (core.KafkaStorageError, 503),
-    (core.ClusterAuthorizationFailed, 403),
+    (core.SaslAuthenticationFailed, 401),
+    (core.AuthorizationFailed, 403),  # TOPIC_/GROUP_/CLUSTER_/TRANSACTIONAL_ID_...
     # Consumer groups: fencing and membership conflicts are 409, unknown group/member 404.
     (core.GroupIdNotFound, 404),
     (core.UnknownMemberId, 404),
@@ -196,7 +197,10 @@ def response_for(exc: core.LogbusError) -> Response:
     if isinstance(exc, core.KafkaStorageError):
         log.warning("storage error answered with 503: %s", exc)
         message = without_paths(message)
-    return error_response(status, exc.error_code, message, exc.retriable, exc.fields())
+    headers = None
+    if isinstance(exc, core.SaslAuthenticationFailed) and exc.challenge:
+        headers = {"WWW-Authenticate": exc.challenge}
+    return error_response(status, exc.error_code, message, exc.retriable, exc.fields(), headers)
 
 
 def describe_validation_errors(errors: Sequence[Any]) -> str:
@@ -370,9 +374,35 @@ ERROR_DOCS: dict[int, dict[str, Any]] = {
             },
         ),
     ),
+    401: _doc(
+        "Authentication is on and the request carries no credentials, or credentials the "
+        "broker refused (unknown user, wrong password, a bearer token expired or wrongly "
+        "signed). `WWW-Authenticate` names the accepted schemes; nothing was done.",
+        (
+            "SASL_AUTHENTICATION_FAILED",
+            {
+                "error_code": "SASL_AUTHENTICATION_FAILED",
+                "message": "Basic: unknown user or wrong password",
+                "retriable": False,
+            },
+        ),
+    ),
     403: _doc(
-        "Cluster mode: a call only brokers make (a fetch with `replica_id`) without valid "
-        "inter-broker credentials for the broker it names; nothing changed.",
+        "An ACL refuses the principal the operation on the resource named in the body "
+        "(TOPIC_/GROUP_/CLUSTER_/TRANSACTIONAL_ID_AUTHORIZATION_FAILED); or, in cluster "
+        "mode, a call only brokers make (a fetch with `replica_id`) came without valid "
+        "inter-broker credentials for the broker it names. Nothing changed.",
+        (
+            "TOPIC_AUTHORIZATION_FAILED",
+            {
+                "error_code": "TOPIC_AUTHORIZATION_FAILED",
+                "message": "User:alice may not WRITE topic 'orders'",
+                "retriable": False,
+                "resource_type": "TOPIC",
+                "resource_name": "orders",
+                "operation": "WRITE",
+            },
+        ),
         (
             "CLUSTER_AUTHORIZATION_FAILED",
             {

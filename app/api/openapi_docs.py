@@ -231,7 +231,9 @@ INIT_PRODUCER_ID_EXAMPLES: dict[str, Any] = {
 
 DESCRIBE_TOPIC = """Partitions with their leader, replicas and in-sync replicas (broker
 ids), log start offset, high watermark and log end offset, and every effective topic
-config under its Kafka name (`config_overrides` lists the ones set on this topic)."""
+config under its Kafka name (`config_overrides` lists the ones set on this topic). With an
+authorizer, describing needs DESCRIBE on the topic, and the configs are shown only to a
+principal with DESCRIBE_CONFIGS (implied by ALTER_CONFIGS); others get them empty."""
 
 METADATA = """Kafka's Metadata: the cluster id, the brokers (`id`, `url`), the controller's broker id,
 and every topic's partitions with leader, replicas and in-sync replicas.

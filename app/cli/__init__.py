@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO, NoReturn
 
-from app.cli.base import Api, CliError, error_message, print_json, separator
+from app.cli.base import Api, CliError, cli_auth, error_message, print_json, separator
 from app.cli.consume import cmd_consume
 from app.client._http import topic_path
 from app.client.admin import ResetTo
@@ -509,7 +509,10 @@ def build_parser() -> argparse.ArgumentParser:
     to.add_argument("--to-offset", type=int, metavar="N", help="clamped to the log's range")
     reset.set_defaults(client_handler=cmd_groups_reset_offsets)
 
+    from app.cli.security import register as register_security
     from app.perf import register as register_perf
+
+    register_security(commands, client)
 
     register_perf(commands, client)
     return parser
@@ -530,7 +533,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if hasattr(args, "client_handler"):
             timeout = max(30.0, getattr(args, "max_wait_ms", 0) / 1000 + HTTP_TIMEOUT_SLACK_SECONDS)
-            api = Api(args.url, timeout=timeout)
+            api = Api(args.url, timeout=timeout, auth=cli_auth())
             try:
                 code: int = args.client_handler(api, args)
             finally:

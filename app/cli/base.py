@@ -4,9 +4,11 @@ command line reports, and the small parsers of options more than one command tak
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from app.client import Admin, TopicPartition, _http
+from app.client.auth import Auth, BasicAuth, BearerAuth, authorization
 from app.client.errors import BrokerUnavailable, ClientError, NetworkTimeout, ServerError
 from app.common.errors import LogbusError
 
@@ -27,13 +29,16 @@ class Api:
     Failures are the SDK's errors (:mod:`app.client.errors`); :func:`main` prints them.
     """
 
-    def __init__(self, url: str, timeout: float = 30.0) -> None:
+    def __init__(self, url: str, timeout: float = 30.0, auth: Auth = None) -> None:
         self.url = url.rstrip("/")
         self.timeout = timeout
-        self.admin = Admin(self.url, request_timeout_ms=int(timeout * 1000))
+        self.auth = auth
+        self.admin = Admin(self.url, request_timeout_ms=int(timeout * 1000), auth=auth)
         # Produce and fetch go to --url itself, as the command's user named it (no
         # routing to leaders): a pool of its own, since Admin's client is its own too.
-        self.client = _http.sync_client(self.url, int(timeout * 1000))
+        self.client = _http.sync_client(
+            self.url, int(timeout * 1000), authorization=authorization(auth)
+        )
 
     def close(self) -> None:
         self.admin.close()
@@ -44,6 +49,19 @@ class Api:
     ) -> Any:
         """The JSON answer to one call to the broker at ``--url`` (None when it has no body)."""
         return _http.run_sync(self.client, _http.Call(method, path, _as_is, params or {}, body))
+
+
+def cli_auth() -> Auth:
+    """Credentials for a secured broker, from the environment (never from flags, which
+    ``ps`` shows): ``LOGBUS_TOKEN`` (a bearer JWT), or ``LOGBUS_USER`` with
+    ``LOGBUS_PASSWORD``."""
+    token = os.environ.get("LOGBUS_TOKEN")
+    if token:
+        return BearerAuth(token.strip())
+    user = os.environ.get("LOGBUS_USER")
+    if user:
+        return BasicAuth(user, os.environ.get("LOGBUS_PASSWORD", ""))
+    return None
 
 
 def _as_is(body: Any) -> Any:

@@ -189,7 +189,7 @@ def _consume_group(api: Api, args: argparse.Namespace, printer: _Printer) -> Non
 
     if args.start not in ("earliest", "latest"):
         raise CliError(f"--from expects earliest or latest with --group, got {args.start!r}", 2)
-    with Consumer(api.url, auto_offset_reset=args.start) as consumer:
+    with Consumer(api.url, auto_offset_reset=args.start, auth=api.auth) as consumer:
         consumer.subscribe([args.topic], group_id=args.group)
         idle_until = time.monotonic() + GROUP_IDLE_SECONDS
         while True:
@@ -225,7 +225,9 @@ async def _consume_ws(api: Api, args: argparse.Namespace, printer: _Printer) -> 
     def caught_up() -> bool:
         return not args.follow and all(sub.positions.get(tp, 0) >= e for tp, e in ends.items())
 
-    async with subscribe(api.url, partitions=tps, start=start, format="binary") as sub:
+    async with subscribe(
+        api.url, partitions=tps, start=start, format="binary", auth=api.auth
+    ) as sub:
         if caught_up():
             return
         async for record in sub:
@@ -248,7 +250,12 @@ async def _consume_ws_group(api: Api, args: argparse.Namespace, printer: _Printe
         return all(sub.positions.get(tp, 0) >= ends[tp] for tp in owned)
 
     async with subscribe(
-        api.url, topics=[args.topic], group=args.group, default=args.start, format="binary"
+        api.url,
+        topics=[args.topic],
+        group=args.group,
+        default=args.start,
+        format="binary",
+        auth=api.auth,
     ) as sub:
         idle_until = time.monotonic() + GROUP_IDLE_SECONDS
         next_commit = time.monotonic() + 1.0

@@ -45,6 +45,7 @@ Example (``tests/integration/client/test_examples.py`` runs it)::
 """
 
 from app.client.admin import Admin, AsyncAdmin, GroupListing
+from app.client.auth import BasicAuth, BearerAuth
 from app.client.consumer import AsyncConsumer, Consumer, RecordColumns
 from app.client.producer import AsyncProducer, DeliveryFuture, DeliveryReport, Producer
 from app.client.types import ConsumerRecord, OffsetAndTimestamp, RecordMetadata, TopicPartition
@@ -54,6 +55,8 @@ __all__ = [
     "AsyncAdmin",
     "AsyncConsumer",
     "AsyncProducer",
+    "BasicAuth",
+    "BearerAuth",
     "Consumer",
     "ConsumerRecord",
     "DeliveryFuture",

@@ -37,6 +37,7 @@ import httpx
 
 from app.client import _http
 from app.client._http import Call
+from app.client.auth import Auth, authorization
 from app.client.errors import is_connection_error
 from app.client.types import TopicPartition
 from app.common.errors import BrokerNotAvailable, LogbusError
@@ -79,8 +80,12 @@ def error_code(exc: BaseException) -> str | None:
 class Cluster:
     """Bootstrap URLs, live brokers, partition leaders and group coordinators, as last learnt."""
 
-    def __init__(self, urls: Bootstrap, metadata_max_age_ms: int = 300_000) -> None:
+    def __init__(
+        self, urls: Bootstrap, metadata_max_age_ms: int = 300_000, auth: Auth = None
+    ) -> None:
         self.bootstrap = bootstrap_urls(urls)
+        # The Authorization header every client of this cluster sends (app/client/auth.py).
+        self.authorization = authorization(auth)
         self.max_age_s = metadata_max_age_ms / 1000
         self._lock = threading.Lock()
         # The URL that last answered: where calls for "any broker" go first.

@@ -115,12 +115,24 @@ def _ssl_context() -> ssl.SSLContext:
     return httpx.create_ssl_context()
 
 
-def sync_client(url: str, request_timeout_ms: int, max_connections: int = 100) -> httpx.Client:
+def _headers(authorization: str | None) -> dict[str, str]:
+    headers = {"user-agent": USER_AGENT}
+    if authorization is not None:
+        headers["authorization"] = authorization
+    return headers
+
+
+def sync_client(
+    url: str,
+    request_timeout_ms: int,
+    max_connections: int = 100,
+    authorization: str | None = None,
+) -> httpx.Client:
     return httpx.Client(
         base_url=normalize_url(url),
         verify=_ssl_context(),
         timeout=timeout_config(request_timeout_ms),
-        headers={"user-agent": USER_AGENT},
+        headers=_headers(authorization),
         limits=httpx.Limits(
             max_connections=max_connections, max_keepalive_connections=max_connections
         ),
@@ -132,12 +144,13 @@ def async_client(
     request_timeout_ms: int,
     max_connections: int = 100,
     transport: httpx.AsyncBaseTransport | None = None,
+    authorization: str | None = None,
 ) -> httpx.AsyncClient:
     return httpx.AsyncClient(
         base_url=normalize_url(url),
         verify=_ssl_context(),
         timeout=timeout_config(request_timeout_ms),
-        headers={"user-agent": USER_AGENT},
+        headers=_headers(authorization),
         limits=httpx.Limits(
             max_connections=max_connections, max_keepalive_connections=max_connections
         ),

@@ -7,7 +7,7 @@ coordinator (:mod:`app.client._cluster`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal, TypeVar
@@ -17,6 +17,7 @@ import httpx
 from app.client import _cluster, _http
 from app.client._cluster import Bootstrap, Cluster
 from app.client._http import Call, group_path, topic_path
+from app.client.auth import Auth
 from app.client.types import OffsetAndTimestamp, TopicPartition
 
 T = TypeVar("T")
@@ -83,6 +84,13 @@ def _create_call(
 
 def _list_call() -> Call[dict[str, int]]:
     return Call("GET", "/topics", lambda body: {t["name"]: t["partitions"] for t in body["topics"]})
+
+
+def _acls_call(
+    method: str, filters: Mapping[str, str | None], body: Any = None
+) -> Call[list[dict[str, str]]]:
+    params: dict[str, str | int] = {k: v for k, v in filters.items() if v is not None}
+    return Call(method, "/acls", lambda answer: list(answer["acls"]), params=params, json=body)
 
 
 def _describe_call(name: str) -> Call[TopicDescription]:
@@ -186,9 +194,16 @@ class Admin:
     (a list or a comma-separated string): any of them can answer.
     """
 
-    def __init__(self, url: Bootstrap, *, request_timeout_ms: int = 30_000) -> None:
-        self._cluster = Cluster(url)
-        self._client = _http.sync_client(self._cluster.default_url, request_timeout_ms)
+    def __init__(
+        self, url: Bootstrap, *, request_timeout_ms: int = 30_000, auth: Auth = None
+    ) -> None:
+        """``auth``: credentials for a secured broker (:mod:`app.client.auth`)."""
+        self._cluster = Cluster(url, auth=auth)
+        self._client = _http.sync_client(
+            self._cluster.default_url,
+            request_timeout_ms,
+            authorization=self._cluster.authorization,
+        )
 
     def _any(self, call: Call[T]) -> T:
         return _cluster.run_any_sync(self._client, self._cluster, call)
@@ -210,6 +225,20 @@ class Admin:
     def list_topics(self) -> dict[str, int]:
         """Topic name -> partition count."""
         return self._any(_list_call())
+
+    def create_acls(self, acls: Sequence[Mapping[str, str]]) -> list[dict[str, str]]:
+        """Kafka's CreateAcls: add bindings (``resource_type``, ``resource_name``,
+        ``pattern_type``, ``principal``, ``host``, ``operation``, ``permission``)."""
+        return self._any(_acls_call("POST", {}, {"acls": [dict(a) for a in acls]}))
+
+    def describe_acls(self, **filters: str | None) -> list[dict[str, str]]:
+        """Kafka's DescribeAcls: the bindings a filter selects (the same field names;
+        absent: any; ``pattern_type="MATCH"``: every binding applying to a resource)."""
+        return self._any(_acls_call("GET", filters))
+
+    def delete_acls(self, **filters: str | None) -> list[dict[str, str]]:
+        """Kafka's DeleteAcls: remove the bindings the filter selects; the removed ones."""
+        return self._any(_acls_call("DELETE", filters))
 
     def describe_topic(self, name: str) -> TopicDescription:
         return self._any(_describe_call(name))
@@ -295,10 +324,14 @@ class AsyncAdmin:
         *,
         request_timeout_ms: int = 30_000,
         transport: httpx.AsyncBaseTransport | None = None,
+        auth: Auth = None,
     ) -> None:
-        self._cluster = Cluster(url)
+        self._cluster = Cluster(url, auth=auth)
         self._client = _http.async_client(
-            self._cluster.default_url, request_timeout_ms, transport=transport
+            self._cluster.default_url,
+            request_timeout_ms,
+            transport=transport,
+            authorization=self._cluster.authorization,
         )
 
     async def _any(self, call: Call[T]) -> T:
@@ -319,6 +352,18 @@ class AsyncAdmin:
 
     async def list_topics(self) -> dict[str, int]:
         return await self._any(_list_call())
+
+    async def create_acls(self, acls: Sequence[Mapping[str, str]]) -> list[dict[str, str]]:
+        """:meth:`Admin.create_acls`."""
+        return await self._any(_acls_call("POST", {}, {"acls": [dict(a) for a in acls]}))
+
+    async def describe_acls(self, **filters: str | None) -> list[dict[str, str]]:
+        """:meth:`Admin.describe_acls`."""
+        return await self._any(_acls_call("GET", filters))
+
+    async def delete_acls(self, **filters: str | None) -> list[dict[str, str]]:
+        """:meth:`Admin.delete_acls`."""
+        return await self._any(_acls_call("DELETE", filters))
 
     async def describe_topic(self, name: str) -> TopicDescription:
         return await self._any(_describe_call(name))

@@ -213,7 +213,9 @@ class GroupMembership(_Membership):
         super().__init__(group_id, **kwargs)
         self._cluster = cluster
         # The thread's own client: httpx clients are not shared with the polling thread.
-        self._client = _http.sync_client(cluster.default_url, request_timeout_ms)
+        self._client = _http.sync_client(
+            cluster.default_url, request_timeout_ms, authorization=cluster.authorization
+        )
         self._answered = threading.Condition(self._lock)
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -287,7 +289,10 @@ class AsyncGroupMembership(_Membership):
         super().__init__(group_id, **kwargs)
         self._cluster = cluster
         self._client = _http.async_client(
-            cluster.default_url, request_timeout_ms, transport=transport
+            cluster.default_url,
+            request_timeout_ms,
+            transport=transport,
+            authorization=cluster.authorization,
         )
         self._wake = asyncio.Event()
         self._answered = asyncio.Event()

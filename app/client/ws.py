@@ -48,6 +48,7 @@ from websockets.asyncio.client import ClientConnection
 
 from app.client._cluster import Bootstrap, bootstrap_urls
 from app.client._http import normalize_url
+from app.client.auth import Auth, authorization
 from app.client.errors import ClientError, error_from_fields
 from app.client.types import TopicPartition
 from app.common.batch import RecordBatchReader, iter_headers
@@ -115,6 +116,7 @@ class Subscription:
         default: str = "latest",
         on_assigned: RebalanceCallback | None = None,
         on_revoked: RebalanceCallback | None = None,
+        auth: Auth = None,
     ) -> None:
         if (topics is None) == (partitions is None):
             raise ValueError("subscribe to topics or to partitions, not both or neither")
@@ -131,6 +133,8 @@ class Subscription:
         # tries the next. The socket is not routed to partition leaders: the broker it
         # reaches serves the subscription.
         self._urls = [ws_url(u) for u in bootstrap_urls(url)]
+        # Sent in the handshake's Authorization header (app/client/auth.py).
+        self._authorization = authorization(auth)
         self.url = self._urls[0]
         self.topics = None if topics is None else list(topics)
         self.partitions = None if partitions is None else list(partitions)
@@ -241,7 +245,13 @@ class Subscription:
         order = self._urls[start:] + self._urls[:start]
         for i, url in enumerate(order):
             try:
-                ws = await websockets.connect(url, max_size=None)
+                ws = await websockets.connect(
+                    url,
+                    max_size=None,
+                    additional_headers=None
+                    if self._authorization is None
+                    else {"Authorization": self._authorization},
+                )
             except OSError:
                 if i == len(order) - 1:
                     raise
@@ -514,6 +524,7 @@ def subscribe(
     default: str = "latest",
     on_assigned: RebalanceCallback | None = None,
     on_revoked: RebalanceCallback | None = None,
+    auth: Auth = None,
 ) -> Subscription:
     """A :class:`Subscription` (connects on ``async with`` or the first ``async for`` step).
 
@@ -540,4 +551,5 @@ def subscribe(
         default=default,
         on_assigned=on_assigned,
         on_revoked=on_revoked,
+        auth=auth,
     )

@@ -16,6 +16,7 @@ place without parsing messages.
     │   │   └── PartitionLimitExceeded INVALID_PARTITIONS           (over the broker's fd budget)
     │   ├── InvalidReplicationFactor   INVALID_REPLICATION_FACTOR
     │   ├── InvalidRequiredAcks        INVALID_REQUIRED_ACKS
+    │   ├── SecurityDisabled           SECURITY_DISABLED            (ACL calls without an authorizer)
     │   └── UnknownProducerId          UNKNOWN_PRODUCER_ID          (an id this broker never issued)
     ├── CorruptRecord                  CORRUPT_MESSAGE
     │   └── StoredBatchCorrupt         CORRUPT_MESSAGE              (503: a stored batch is damaged)
@@ -42,7 +43,13 @@ place without parsing messages.
     │   └── ZooKeeperUnavailable       BROKER_NOT_AVAILABLE         (cluster metadata unreachable)
     ├── KafkaStorageError              KAFKA_STORAGE_ERROR          (retriable)
     │   └── SegmentClosed              (a reader's segment was deleted under it; the log retries)
-    ├── ClusterAuthorizationFailed     CLUSTER_AUTHORIZATION_FAILED (a broker-only call not from a broker)
+    ├── SaslAuthenticationFailed       SASL_AUTHENTICATION_FAILED   (401: no or bad credentials)
+    ├── AuthorizationFailed            (403: an ACL refuses; names the resource and operation)
+    │   ├── TopicAuthorizationFailed   TOPIC_AUTHORIZATION_FAILED
+    │   ├── GroupAuthorizationFailed   GROUP_AUTHORIZATION_FAILED
+    │   ├── TransactionalIdAuthorizationFailed  TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    │   └── ClusterAuthorizationFailed CLUSTER_AUTHORIZATION_FAILED (also a broker-only call
+    │                                                                 not from a broker)
     └── GroupError                     consumer groups (app.groups)
         ├── UnsupportedAssignor        UNSUPPORTED_ASSIGNOR         (400)
         ├── InvalidGroupId             INVALID_GROUP_ID             (400)
@@ -131,6 +138,12 @@ class InvalidReplicationFactor(InvalidRequest):
 
 class InvalidRequiredAcks(InvalidRequest):
     error_code = "INVALID_REQUIRED_ACKS"
+
+
+class SecurityDisabled(InvalidRequest):
+    """An ACL call on a broker with no authorizer configured (``authorizer=acl`` turns it on)."""
+
+    error_code = "SECURITY_DISABLED"
 
 
 class UnknownProducerId(InvalidRequest):
@@ -456,9 +469,37 @@ class SegmentClosed(KafkaStorageError):
     """
 
 
-class ClusterAuthorizationFailed(LogbusError):
-    """A call only brokers make (a replica's fetch) without the credentials of the broker
-    it claims to come from: refused, and it changes nothing (ISR, high watermark, acks)."""
+class SaslAuthenticationFailed(LogbusError):
+    """No credentials where the broker requires them, or credentials it refused (unknown
+    user, wrong password, a bearer token expired, wrongly signed or for another audience).
+    The message says why, never what was presented; ``challenge`` is the
+    ``WWW-Authenticate`` value the HTTP layer answers with (set by the authenticator)."""
+
+    error_code = "SASL_AUTHENTICATION_FAILED"
+    challenge: str = ""
+
+
+class AuthorizationFailed(LogbusError):
+    """The principal may not do ``operation`` on the resource (Kafka's ACLs). Nothing was
+    done. Fields: ``resource_type``, ``resource_name``, ``operation``."""
+
+
+class TopicAuthorizationFailed(AuthorizationFailed):
+    error_code = "TOPIC_AUTHORIZATION_FAILED"
+
+
+class GroupAuthorizationFailed(AuthorizationFailed):
+    error_code = "GROUP_AUTHORIZATION_FAILED"
+
+
+class TransactionalIdAuthorizationFailed(AuthorizationFailed):
+    error_code = "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+
+
+class ClusterAuthorizationFailed(AuthorizationFailed):
+    """An ACL refuses an operation on the cluster resource; or a call only brokers make (a
+    replica's fetch) came without the credentials of the broker it claims to come from:
+    refused, and it changes nothing (ISR, high watermark, acks)."""
 
     error_code = "CLUSTER_AUTHORIZATION_FAILED"
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import orjson
 import pytest
 from cluster import Cluster
-from conftest import REPO, Broker
+from conftest import REPO, Broker, BrokerFactory
 
 README = REPO / "README.md"
 # Under CI a missing curl is a failure (the test then fails in run()), never a silent skip.
@@ -178,3 +178,49 @@ def test_readme_cluster_walkthrough(cluster: Cluster) -> None:
     assert sorted(b["id"] for b in metadata["brokers"]) == [1, 2, 3]
     assert metadata["controller"] in (1, 2, 3)
     assert metadata["topics"][0]["name"] == "orders"
+
+
+SECURED_ENV = {
+    "LOGBUS_AUTHENTICATION": "basic",
+    "LOGBUS_AUTHORIZER": "acl",
+    "LOGBUS_SUPER_USERS": "User:admin",
+}
+
+
+@NEEDS_CURL
+def test_readme_security_walkthrough(new_broker: BrokerFactory, tmp_path: Path) -> None:
+    """The Security section's commands against a broker started as it says, then its SDK
+    and WebSocket example."""
+    text = README.read_text()
+    for name, value in SECURED_ENV.items():
+        assert f"{name}={value.replace('User:admin', chr(39) + 'User:admin' + chr(39))}" in text
+    broker = new_broker(SECURED_ENV)
+    cli = f"{sys.executable} -m app.cli"
+    commands = [
+        c.replace("./data", str(broker.data_dir)).replace("logbus ", cli + " ")
+        for c in readme_commands("security")
+    ]
+    for command in commands[:2]:  # users, before the broker starts
+        done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, cwd=REPO)
+        assert done.returncode == 0, done.stderr
+    broker.start()
+    outputs = [run(c, broker, tmp_path) for c in commands[2:]]
+    anonymous, created, acl, produced, refused = outputs
+    assert orjson.loads(anonymous)["error_code"] == "SASL_AUTHENTICATION_FAILED"
+    assert orjson.loads(created)["name"] == "payments"
+    assert '"operation": "WRITE"' in acl and "User:alice" in acl
+    assert orjson.loads(produced)["offsets"][0]["offset"] == 0
+    denial = orjson.loads(refused)
+    assert denial["error_code"] == "TOPIC_AUTHORIZATION_FAILED"
+    assert (denial["operation"], denial["resource_name"]) == ("READ", "payments")
+
+    code = readme_block("security-sdk", "python").replace("http://127.0.0.1:8080", broker.url)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "[b'{\"amount\":5}', b'paid']", lines
+    assert lines[1].startswith("pushed")
+    assert lines[2] == "TOPIC_AUTHORIZATION_FAILED DELETE"
+    assert "admin-secret-1" not in broker.log() and "alice-secret-1" not in broker.log()

@@ -19,10 +19,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
 from app.api.errors import ErrorBody
+from app.api.security import visible
 from app.api.state import AppState
 from app.api.util import INT_MAX, LONG_MAX, JSONBytes
 from app.common.errors import BrokerNotAvailable, KafkaStorageError
 from app.core.log.manager import MAX_TOPIC_NAME_LENGTH
+from app.core.security.acl import ResourceType
 from app.groups.coordinator import (
     CommittedOffset,
     GroupConfig,
@@ -459,7 +461,9 @@ async def reset_offsets(request: Request, group: GroupPath, body: ResetOffsetsBo
     responses=_errors(503),
 )
 async def list_groups(request: Request) -> Response:
-    return JSONBytes({"groups": get_coordinator(request).list_groups()})
+    groups = get_coordinator(request).list_groups()
+    shown = visible(request, ResourceType.GROUP, (g["group"] for g in groups))
+    return JSONBytes({"groups": [g for g in groups if g["group"] in shown]})
 
 
 @router.get(

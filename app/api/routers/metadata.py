@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
 from app.api import openapi_docs as docs
 from app.api.deps import ManagerDep, StateDep
 from app.api.errors import error_responses
 from app.api.models import Metadata
+from app.api.security import visible
 from app.api.util import (
     JSONBytes,
     create_planned,
@@ -20,6 +21,7 @@ from app.api.util import (
 )
 from app.common.errors import UnknownTopicOrPartition
 from app.core.log import validate_topic_name
+from app.core.security.acl import ResourceType
 
 router = APIRouter(tags=["metadata"])
 
@@ -39,6 +41,7 @@ def _requested(topics: str | None) -> list[str] | None:
     responses=error_responses(400, 503),
 )
 async def get_metadata(
+    request: Request,
     state: StateDep,
     manager: ManagerDep,
     topics: Annotated[
@@ -70,7 +73,11 @@ async def get_metadata(
                 await create_planned(state, manager, name)
                 state.sticky.forget(name)
     answer = []
-    for name in topic_names(state) if names is None else names:
+    listed = topic_names(state) if names is None else names
+    shown = visible(request, ResourceType.TOPIC, listed)  # what the principal may DESCRIBE
+    for name in listed:
+        if name not in shown:
+            continue
         try:
             n = partition_count(state, name)
             parts = [partition_info(state, name, p) for p in range(n)]

@@ -13,6 +13,7 @@ from app.api.codec import BodyInvalid
 from app.api.deps import ManagerDep, StateDep, read_body
 from app.api.errors import error_responses
 from app.api.models import CreateTopicRequest, TopicDescription, TopicList
+from app.api.security import permits, visible
 from app.api.state import AppState
 from app.api.util import (
     JSONBytes,
@@ -25,6 +26,7 @@ from app.common.errors import (
     UnknownTopicOrPartition,
 )
 from app.core.log import validate_topic_name
+from app.core.security.acl import Action, Operation, Resource, ResourceType
 
 if TYPE_CHECKING:
     from app.core.log.manager import LogManager
@@ -61,9 +63,13 @@ def describe_topic(state: AppState, manager: LogManager, topic: str) -> dict[str
     response_model=TopicList,
     responses=error_responses(503),
 )
-async def list_topics(state: StateDep, manager: ManagerDep) -> Response:
+async def list_topics(request: Request, state: StateDep, manager: ManagerDep) -> Response:
     topics = []
-    for name in topic_names(state):
+    names = topic_names(state)
+    shown = visible(request, ResourceType.TOPIC, names)  # what the principal may DESCRIBE
+    for name in names:
+        if name not in shown:
+            continue
         try:
             topics.append({"name": name, "partitions": partition_count(state, name)})
         except UnknownTopicOrPartition:
@@ -109,10 +115,17 @@ async def create_topic(request: Request, state: StateDep, manager: ManagerDep) -
 )
 async def get_topic(
     topic: Annotated[str, Path(description="Topic name.")],
+    request: Request,
     state: StateDep,
     manager: ManagerDep,
 ) -> Response:
-    return JSONBytes(describe_topic(state, manager, topic))
+    described = describe_topic(state, manager, topic)
+    # Kafka's DescribeConfigs needs DESCRIBE_CONFIGS: without it the configs are left out.
+    if not permits(
+        request, Action(Operation.DESCRIBE_CONFIGS, Resource(ResourceType.TOPIC, topic))
+    ):
+        described["configs"], described["config_overrides"] = {}, {}
+    return JSONBytes(described)
 
 
 @router.delete(

@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
+from app.api import security
 from app.api.state import AppState
 from app.api.ws.protocol import Close, error_frame, parse_text
 from app.api.ws.stats import WsStats
@@ -61,13 +63,33 @@ async def serve(
 ) -> None:
     """What every WebSocket endpoint does around its own loop: accept, refuse before
     the broker is ready (1013) or on a bad ``idle_timeout_ms`` (4400), and count
-    the connection while ``run(state, stats, idle_seconds)`` serves it."""
-    await ws.accept()
+    the connection while ``run(state, stats, idle_seconds)`` serves it.
+
+    With authentication on (``app/api/security.py``), a socket whose handshake carried no
+    credentials must send an ``auth`` message first (else 4401), and a socket closes with
+    4401 when its bearer token expires."""
+    await ws.accept(subprotocol=security.ws_subprotocol(ws))
     state = app_state(ws)
     stats = ws_stats(ws)
     if not state.ready or state.manager is None:
         await close(ws, Close.TRY_AGAIN_LATER, "the broker is not serving yet")
         return
+    expiry: asyncio.TimerHandle | None = None
+    if security.security_of(ws) is not None:
+        try:
+            identity = ws.scope.get(security.SCOPE_KEY) or await security.ws_authenticate(
+                ws, ws.receive_text
+            )
+        except (LogbusError, WebSocketDisconnect, RuntimeError) as exc:
+            reason = exc.message if isinstance(exc, LogbusError) else "authentication failed"
+            await close(ws, Close.UNAUTHENTICATED, reason)
+            return
+        if identity.expires_at is not None:
+            loop = asyncio.get_running_loop()
+            expiry = loop.call_at(
+                loop.time() + max(0.0, identity.expires_at - time.time()),
+                lambda: loop.create_task(close(ws, Close.UNAUTHENTICATED, "token expired")),
+            )
     try:
         idle = idle_timeout_seconds(ws)
     except LogbusError as exc:
@@ -80,6 +102,8 @@ async def serve(
         await run(state, stats, idle)
     finally:
         stats.connections[endpoint] -= 1
+        if expiry is not None:
+            expiry.cancel()
 
 
 async def send_text(ws: WebSocket, text: str) -> None:

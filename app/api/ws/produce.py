@@ -23,6 +23,7 @@ from starlette.websockets import WebSocket
 
 from app.api.produce_body import parse_produce_object
 from app.api.routers.records import append_json_records
+from app.api.security import authorize
 from app.api.ws import common
 from app.api.ws.common import ClientGone, send_error, send_text
 from app.api.ws.protocol import (
@@ -34,6 +35,7 @@ from app.api.ws.protocol import (
     validate,
 )
 from app.common.errors import LogbusError
+from app.core.security.acl import Action, Operation, Resource, ResourceType
 
 if TYPE_CHECKING:
     from app.api.state import AppState
@@ -80,6 +82,7 @@ async def _serve_requests(ws: WebSocket, state: AppState, idle: common.IdleTimer
             if manager is None or not state.ready:
                 await common.close(ws, Close.GOING_AWAY, "the broker is stopping")
                 return
+            authorize(ws, Action(Operation.WRITE, Resource(ResourceType.TOPIC, msg.topic)))
             body = {name: obj[name] for name in _BODY_FIELDS if name in obj}
             req = parse_produce_object(body, "message")
             offsets = await append_json_records(

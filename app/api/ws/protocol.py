@@ -51,6 +51,7 @@ class Close:
     INTERNAL_ERROR = 1011
     TRY_AGAIN_LATER = 1013  # the broker is not serving yet
     BAD_REQUEST = 4400  # a bad first subscribe or query parameter (an error frame says why)
+    UNAUTHENTICATED = 4401  # no or bad credentials, or the bearer token expired
     IDLE_TIMEOUT = 4408  # no client message within idle_timeout_ms
 
 
@@ -62,6 +63,8 @@ CLOSE_CODES: dict[int, str] = {
     Close.TRY_AGAIN_LATER: "the broker is not serving yet",
     Close.BAD_REQUEST: "the first message was not a valid subscribe, or a bad query parameter",
     Close.IDLE_TIMEOUT: "no message from the client within idle_timeout_ms",
+    Close.UNAUTHENTICATED: "authentication failed (the first message was not a valid auth) "
+    "or the bearer token expired",
 }
 
 

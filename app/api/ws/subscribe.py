@@ -44,6 +44,7 @@ import orjson
 from starlette.websockets import WebSocket
 
 from app.api.routers.fetch import json_records
+from app.api.security import authorize
 from app.api.util import INLINE_WORK_BYTES, leader_log, partition_count, run_blocking
 from app.api.ws import common
 from app.api.ws.common import ClientGone, send_bytes, send_error, send_text
@@ -73,6 +74,7 @@ from app.common.errors import (
     StoredBatchCorrupt,
     UnknownTopicOrPartition,
 )
+from app.core.security.acl import Action, Operation, Resource, ResourceType
 from app.groups.coordinator import OffsetCommit
 
 if TYPE_CHECKING:
@@ -354,6 +356,13 @@ class Subscription:
         after the ``subscribed`` frame and leave their partition stalled."""
         if not sub.topics and not sub.partitions:
             raise InvalidRequest("message: a subscribe names `topics` or `partitions`")
+        # Kafka's Fetch: READ on every topic; a group member also READ on the group.
+        names = {*(sub.topics or ()), *(tp.topic for tp in sub.partitions or ())}
+        authorize(
+            self.ws,
+            *[Action(Operation.READ, Resource(ResourceType.GROUP, g)) for g in [sub.group] if g],
+            *[Action(Operation.READ, Resource(ResourceType.TOPIC, t)) for t in sorted(names)],
+        )
         if sub.group is not None:
             return self._subscribe_group(sub)
         if sub.instance_id is not None or sub.server_assignor is not None:

@@ -21,6 +21,7 @@ import httpx
 from app import wire
 from app.client import _cluster, _http
 from app.client._cluster import Bootstrap
+from app.client.auth import Auth
 from app.client.consumer.base import BeatNow, ConsumerBase, Flow, GroupCall, LeaderCall, Op
 from app.client.consumer.records import Decoded, RecordColumns, as_columns, as_records
 from app.client.consumer.state import PartitionState
@@ -47,6 +48,7 @@ class AsyncConsumer(ConsumerBase[AsyncGroupMembership]):
         check_crcs: bool = True,
         transport: httpx.AsyncBaseTransport | None = None,
         metadata_max_age_ms: int = 300_000,
+        auth: Auth = None,
     ) -> None:
         super().__init__(
             url,
@@ -59,9 +61,15 @@ class AsyncConsumer(ConsumerBase[AsyncGroupMembership]):
             retry_backoff_ms=retry_backoff_ms,
             check_crcs=check_crcs,
             metadata_max_age_ms=metadata_max_age_ms,
+            auth=auth,
         )
         self._transport = transport
-        self._client = _http.async_client(self.url, request_timeout_ms, transport=transport)
+        self._client = _http.async_client(
+            self.url,
+            request_timeout_ms,
+            transport=transport,
+            authorization=self.cluster.authorization,
+        )
         self._arrived = asyncio.Event()
 
     # ---- driving flows ----

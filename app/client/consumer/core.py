@@ -25,12 +25,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from typing import Any
 from urllib.parse import quote
 
 from app import wire
 from app.client import _cluster
 from app.client._cluster import Bootstrap, Cluster, error_code
+from app.client.auth import Auth
 from app.client.consumer.drain import drain
 from app.client.consumer.records import Decoded
 from app.client.consumer.state import Fetched, PartitionState
@@ -59,6 +61,7 @@ class ConsumerCore:
         retry_backoff_ms: int,
         check_crcs: bool,
         metadata_max_age_ms: int,
+        auth: Auth = None,
     ) -> None:
         if auto_offset_reset not in RESETS:
             raise ValueError(
@@ -66,7 +69,7 @@ class ConsumerCore:
             )
         if max_poll_records < 1 or max_partition_fetch_bytes < 1:
             raise ValueError("max_poll_records and max_partition_fetch_bytes must be positive")
-        self.cluster = Cluster(url, metadata_max_age_ms)
+        self.cluster = Cluster(url, metadata_max_age_ms, auth)
         self.url = self.cluster.bootstrap[0]
         self._endpoints: dict[str, wire.Endpoint] = {}
         # Look the leaders up again before the next fetches (a partition moved, a broker
@@ -191,7 +194,11 @@ class ConsumerCore:
     def _endpoint(self, url: str) -> wire.Endpoint:
         endpoint = self._endpoints.get(url)
         if endpoint is None:
-            endpoint = self._endpoints[url] = wire.Endpoint.parse(url)
+            endpoint = wire.Endpoint.parse(url)
+            if self.cluster.authorization is not None:
+                header = f"Authorization: {self.cluster.authorization}\r\n".encode("latin-1")
+                endpoint = replace(endpoint, extra_headers=header)
+            self._endpoints[url] = endpoint
         return endpoint
 
     def _fetch_url(self, st: PartitionState) -> str:

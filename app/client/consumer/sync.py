@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from app import wire
 from app.client import _cluster, _http
 from app.client._cluster import Bootstrap
+from app.client.auth import Auth
 from app.client.consumer.base import BeatNow, ConsumerBase, Flow, GroupCall, LeaderCall, Op
 from app.client.consumer.records import Decoded, RecordColumns, as_columns, as_records
 from app.client.consumer.state import PartitionState
@@ -63,6 +64,7 @@ class Consumer(ConsumerBase[GroupMembership]):
         retry_backoff_ms: int = 100,
         check_crcs: bool = True,
         metadata_max_age_ms: int = 300_000,
+        auth: Auth = None,
     ) -> None:
         super().__init__(
             url,
@@ -75,8 +77,11 @@ class Consumer(ConsumerBase[GroupMembership]):
             retry_backoff_ms=retry_backoff_ms,
             check_crcs=check_crcs,
             metadata_max_age_ms=metadata_max_age_ms,
+            auth=auth,
         )
-        self._client = _http.sync_client(self.url, request_timeout_ms)
+        self._client = _http.sync_client(
+            self.url, request_timeout_ms, authorization=self.cluster.authorization
+        )
         self._selector = selectors.DefaultSelector()
 
     # ---- driving flows ----

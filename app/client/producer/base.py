@@ -46,8 +46,10 @@ class ProducerBase:
     """State and I/O-free rules of a producer; subclasses supply ``_notify`` and the waiting."""
 
     def __init__(self, url: Bootstrap, config: dict[str, Any]) -> None:
+        # ``auth``: credentials for a secured broker (app/client/auth.py), not a tuning knob.
+        auth = config.pop("auth", None)
         self.config = ProducerConfig(**config)
-        self._cluster = Cluster(url, self.config.metadata_max_age_ms)
+        self._cluster = Cluster(url, self.config.metadata_max_age_ms, auth)
         self._url = self._cluster.bootstrap[0]
         self._partition_counts: dict[str, int] = {}
         self._acc = RecordAccumulator(self.config, self._notify)
@@ -60,7 +62,13 @@ class ProducerBase:
 
     def _client(self, transport: httpx.AsyncBaseTransport | None) -> httpx.AsyncClient:
         cfg = self.config
-        return _http.async_client(self._url, cfg.request_timeout_ms, cfg.max_connections, transport)
+        return _http.async_client(
+            self._url,
+            cfg.request_timeout_ms,
+            cfg.max_connections,
+            transport,
+            authorization=self._cluster.authorization,
+        )
 
     def _new_sender(self, client: httpx.AsyncClient) -> Sender:
         return Sender(self._acc, self.config, client, self._partition_counts, self._cluster)

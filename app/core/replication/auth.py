@@ -20,6 +20,9 @@ import hmac
 from app.common.errors import ClusterAuthorizationFailed
 
 HEADER = "Logbus-Replica-Auth"
+# Which broker a request comes from, for requests without ``replica_id`` (the leader-epoch
+# lookup): with the credential, the HTTP door's authentication knows it is a broker.
+ID_HEADER = "Logbus-Replica-Id"
 
 
 class ReplicaAuth:
@@ -32,8 +35,8 @@ class ReplicaAuth:
         return hmac.new(self._secret, b"replica:%d" % broker_id, hashlib.sha256).hexdigest()
 
     def header(self, broker_id: int) -> bytes:
-        """The request header line (CRLF-terminated) a follower sends with its fetches."""
-        return f"{HEADER}: {self.token(broker_id)}\r\n".encode("ascii")
+        """The request header lines (CRLF-terminated) a follower sends with its fetches."""
+        return f"{HEADER}: {self.token(broker_id)}\r\n{ID_HEADER}: {broker_id}\r\n".encode("ascii")
 
     def verify(self, broker_id: int, presented: str | None) -> None:
         """ClusterAuthorizationFailed unless ``presented`` is ``broker_id``'s credential."""

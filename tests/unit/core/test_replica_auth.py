@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app.common.errors import ClusterAuthorizationFailed
-from app.core.replication.auth import HEADER, ReplicaAuth
+from app.core.replication.auth import HEADER, ID_HEADER, ReplicaAuth
 
 SECRET = bytes(range(32))
 
@@ -13,7 +13,7 @@ SECRET = bytes(range(32))
 def test_a_brokers_own_credential_is_accepted() -> None:
     auth = ReplicaAuth(SECRET)
     auth.verify(2, auth.token(2))
-    assert auth.header(2) == f"{HEADER}: {auth.token(2)}\r\n".encode()
+    assert auth.header(2) == f"{HEADER}: {auth.token(2)}\r\n{ID_HEADER}: 2\r\n".encode()
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,172 @@
+"""``logbus users`` and ``logbus acls``: the users of Basic authentication and Kafka ACLs.
+
+``users`` edits ``<data-dir>/users.json`` on the broker's machine (passwords are read
+from the terminal or, with ``--password-stdin``, from standard input: never from the
+command line, where ``ps`` and shell history would keep them). A running broker picks
+the change up within a second.
+
+``acls`` goes through the broker's ``/acls`` (the SDK's Admin), with the credentials of
+a principal allowed to ALTER (add, remove) or DESCRIBE (list) the cluster: a super user,
+typically. Flags follow ``kafka-acls.sh``: ``--allow-principal User:alice --operation
+Read --topic orders``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import os
+import sys
+from pathlib import Path
+
+from app.cli.base import Api, CliError, print_json
+from app.core.security.users import USERS_FILE, InvalidUser, UsersFile
+
+
+def _users_file(args: argparse.Namespace) -> UsersFile:
+    if args.users_file:
+        return UsersFile(Path(args.users_file))
+    data_dir = args.data_dir or os.environ.get("LOGBUS_DATA_DIR") or "./data"
+    return UsersFile(Path(data_dir) / USERS_FILE)
+
+
+def _password(args: argparse.Namespace) -> str:
+    if args.password_stdin:
+        password = sys.stdin.readline().rstrip("\n")
+    else:
+        password = getpass.getpass("password: ")
+        if getpass.getpass("again: ") != password:
+            raise CliError("the passwords differ", code=2)
+    if len(password) < 8:
+        raise CliError("a password has at least 8 characters", code=2)
+    return password
+
+
+def cmd_users(args: argparse.Namespace) -> int:
+    users = _users_file(args)
+    try:
+        if args.users_command == "list":
+            for name in sorted(users.read()):
+                print(name)
+        elif args.users_command == "add":
+            users.add(args.name, _password(args))
+        elif args.users_command == "passwd":
+            users.passwd(args.name, _password(args))
+        else:
+            users.remove(args.name)
+    except InvalidUser as exc:
+        raise CliError(str(exc), code=1) from None
+    return 0
+
+
+def _resource(args: argparse.Namespace) -> tuple[str | None, str | None]:
+    given = [
+        (kind, name)
+        for kind, name in (
+            ("TOPIC", args.topic),
+            ("GROUP", args.group),
+            ("TRANSACTIONAL_ID", args.transactional_id),
+            ("CLUSTER", "kafka-cluster" if args.cluster else None),
+        )
+        if name is not None
+    ]
+    if len(given) > 1:
+        raise CliError("name one resource: --topic, --group, --transactional-id or --cluster", 2)
+    return given[0] if given else (None, None)
+
+
+def _upper(value: str | None) -> str | None:
+    return None if value is None else value.upper().replace("-", "_")
+
+
+def cmd_acls(api: Api, args: argparse.Namespace) -> int:
+    rtype, name = _resource(args)
+    pattern = _upper(args.resource_pattern_type)
+    if args.acls_command == "add":
+        principals = [(p, "ALLOW") for p in args.allow_principal or ()]
+        principals += [(p, "DENY") for p in args.deny_principal or ()]
+        if rtype is None or name is None or not principals or not args.operation:
+            raise CliError(
+                "acls add needs a resource, --allow-principal/--deny-principal and --operation",
+                code=2,
+            )
+        acls = [
+            {
+                "resource_type": rtype,
+                "resource_name": name,
+                "pattern_type": pattern or "LITERAL",
+                "principal": principal,
+                "host": args.host,
+                "operation": _upper(op) or "",
+                "permission": permission,
+            }
+            for principal, permission in principals
+            for op in args.operation
+        ]
+        print_json(api.admin.create_acls(acls))
+        return 0
+    filters = {
+        "resource_type": rtype,
+        "resource_name": name,
+        "pattern_type": pattern,
+        "principal": args.principal,
+        "operation": _upper(args.operation[0]) if args.operation else None,
+    }
+    if args.acls_command == "list":
+        print_json(api.admin.describe_acls(**filters))
+    else:
+        print_json(api.admin.delete_acls(**filters))
+    return 0
+
+
+def register(
+    commands: argparse._SubParsersAction,  # type: ignore[type-arg]
+    client: argparse.ArgumentParser,
+) -> None:
+    users = commands.add_parser("users", help="users of Basic authentication (users.json)")
+    user_commands = users.add_subparsers(dest="users_command", required=True, metavar="ACTION")
+    where = argparse.ArgumentParser(add_help=False)
+    where.add_argument("--data-dir", help="the broker's data dir ($LOGBUS_DATA_DIR, ./data)")
+    where.add_argument("--users-file", help="the users file (default <data-dir>/users.json)")
+    secret = argparse.ArgumentParser(add_help=False)
+    secret.add_argument(
+        "--password-stdin", action="store_true", help="read the password from standard input"
+    )
+    user_commands.add_parser("list", parents=[where], help="list user names")
+    for action, text in (("add", "add a user"), ("passwd", "change a user's password")):
+        p = user_commands.add_parser(action, parents=[where, secret], help=text)
+        p.add_argument("name")
+    remove = user_commands.add_parser("remove", parents=[where], help="remove a user")
+    remove.add_argument("name")
+    users.set_defaults(handler=cmd_users)
+
+    acls = commands.add_parser("acls", help="add, list and remove ACLs (Kafka's model)")
+    acl_commands = acls.add_subparsers(dest="acls_command", required=True, metavar="ACTION")
+    for action, text in (
+        ("add", "add ACLs"),
+        ("list", "list the ACLs a filter selects"),
+        ("remove", "remove the ACLs a filter selects"),
+    ):
+        p = acl_commands.add_parser(action, parents=[client], help=text)
+        p.add_argument("--topic")
+        p.add_argument("--group")
+        p.add_argument("--transactional-id")
+        p.add_argument("--cluster", action="store_true", help="the cluster resource")
+        p.add_argument(
+            "--resource-pattern-type",
+            choices=["literal", "prefixed", "match", "any"],
+            help="add: literal (default) or prefixed; list/remove: also match, any",
+        )
+        p.add_argument(
+            "--operation",
+            action="append",
+            help="Read, Write, Create, Delete, Alter, Describe, "
+            "DescribeConfigs, AlterConfigs, IdempotentWrite, All (repeatable for add)",
+        )
+        if action == "add":
+            p.add_argument("--allow-principal", action="append", help="e.g. User:alice")
+            p.add_argument("--deny-principal", action="append")
+            p.add_argument("--host", default="*", help="client address (default: any)")
+        else:
+            p.add_argument("--principal", help="only this principal's ACLs")
+        p.set_defaults(client_handler=cmd_acls)

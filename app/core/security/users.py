@@ -1,0 +1,153 @@
+"""The users of HTTP Basic: names and salted scrypt hashes in ``<data-dir>/users.json``.
+
+Format::
+
+    {"users": {"alice": {"scrypt": {"n": 131072, "r": 8, "p": 1,
+                                    "salt": "<base64, 16 bytes>", "hash": "<base64, 32 bytes>"}}}}
+
+Why scrypt (``hashlib.scrypt``, the standard library's binding of OpenSSL's): it is a
+memory-hard, salted, slow hash that OWASP lists beside argon2id for password storage, and
+it needs no new compiled dependency in the broker. The cost (N=2^17, r=8, p=1: 128 MiB
+and a few hundred milliseconds per check, OWASP's minimum for scrypt) is stored per
+user, so it can be raised later without invalidating older entries. Verifying compares
+in constant time; a wrong name costs the same as a wrong password (a dummy hash is
+checked), so answers do not tell which names exist.
+
+The file is written whole (temporary file, fsync, rename) by ``logbus users`` on the
+broker's machine; a running broker rereads it when its modification time changes, so
+``add``/``passwd``/``remove`` take effect without a restart. Never holds a password.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import os
+import re
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+USERS_FILE = "users.json"
+SCRYPT_N = 2**17
+SCRYPT_R = 8
+SCRYPT_P = 1
+SALT_BYTES = 16
+HASH_BYTES = 32
+# A name is what follows "User:" in a principal: no colon, no space, not the wildcard.
+_NAME = re.compile(r"^[A-Za-z0-9._@+=-]{1,128}$")
+
+
+class InvalidUser(ValueError):
+    """A user name or users file that cannot be used; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScryptHash:
+    n: int
+    r: int
+    p: int
+    salt: bytes
+    hash: bytes
+
+    @classmethod
+    def make(cls, password: str, n: int = SCRYPT_N) -> ScryptHash:
+        salt = secrets.token_bytes(SALT_BYTES)
+        return cls(n, SCRYPT_R, SCRYPT_P, salt, _scrypt(password, salt, n, SCRYPT_R, SCRYPT_P))
+
+    def verify(self, password: str) -> bool:
+        got = _scrypt(password, self.salt, self.n, self.r, self.p)
+        return hmac.compare_digest(got, self.hash)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "n": self.n,
+            "r": self.r,
+            "p": self.p,
+            "salt": base64.b64encode(self.salt).decode(),
+            "hash": base64.b64encode(self.hash).decode(),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ScryptHash:
+        return cls(
+            int(data["n"]),
+            int(data["r"]),
+            int(data["p"]),
+            base64.b64decode(data["salt"]),
+            base64.b64decode(data["hash"]),
+        )
+
+
+def _scrypt(password: str, salt: bytes, n: int, r: int, p: int) -> bytes:
+    return hashlib.scrypt(
+        password.encode("utf-8"),
+        salt=salt,
+        n=n,
+        r=r,
+        p=p,
+        maxmem=2 * 128 * n * r * p + 1024 * 1024,
+        dklen=HASH_BYTES,
+    )
+
+
+def check_name(name: str) -> str:
+    if not _NAME.match(name):
+        raise InvalidUser(
+            f"user name {name!r}: 1 to 128 of letters, digits and . _ @ + = - (no ':', no spaces)"
+        )
+    return name
+
+
+class UsersFile:
+    """Read and change ``users.json`` (module docstring). Not thread-safe: one writer."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def read(self) -> dict[str, ScryptHash]:
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return {}
+        try:
+            users = orjson.loads(data)["users"]
+            return {check_name(n): ScryptHash.from_json(u["scrypt"]) for n, u in users.items()}
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise InvalidUser(f"{self.path} is not a users file: {exc}") from None
+
+    def _write(self, users: dict[str, ScryptHash]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        doc = {"users": {n: {"scrypt": h.to_json()} for n, h in sorted(users.items())}}
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        # Owner-only: the hashes are slow to attack, not impossible.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+    def add(self, name: str, password: str, n: int = SCRYPT_N) -> None:
+        users = self.read()
+        if check_name(name) in users:
+            raise InvalidUser(f"user {name!r} exists; use passwd to change its password")
+        users[name] = ScryptHash.make(password, n)
+        self._write(users)
+
+    def passwd(self, name: str, password: str, n: int = SCRYPT_N) -> None:
+        users = self.read()
+        if name not in users:
+            raise InvalidUser(f"no user {name!r}")
+        users[name] = ScryptHash.make(password, n)
+        self._write(users)
+
+    def remove(self, name: str) -> None:
+        users = self.read()
+        if users.pop(name, None) is None:
+            raise InvalidUser(f"no user {name!r}")
+        self._write(users)

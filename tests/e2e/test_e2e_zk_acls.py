@@ -1,0 +1,100 @@
+"""ACLs in ZooKeeper (app/core/replication/zk_acls.py) against a real ZooKeeper: Kafka's
+znode layout, compare-and-set writes, and every broker's store reloading within a second
+of a change made through another."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import orjson
+import pytest
+from zookeeper import ZooKeeperServer
+
+from app.core.replication.zk_acls import ZkAclStore
+from app.core.security.acl import (
+    AclBinding,
+    AclFilter,
+    AclSnapshot,
+    Action,
+    Authorizer,
+    Operation,
+    PatternType,
+    Permission,
+    Resource,
+    ResourceType,
+)
+
+
+@pytest.fixture
+def stores(zookeeper: ZooKeeperServer) -> Iterator[list[ZkAclStore]]:
+    made = [ZkAclStore(zookeeper.connect_string + "/acls-test", 6000) for _ in range(2)]
+    for store in made:
+        store.start()
+    yield made
+    for store in made:
+        store.close()
+
+
+def binding(name: str, op: Operation, pattern: PatternType = PatternType.LITERAL) -> AclBinding:
+    return AclBinding(ResourceType.TOPIC, name, pattern, "User:alice", "*", op, Permission.ALLOW)
+
+
+def test_changes_reach_every_broker_within_a_second(stores: list[ZkAclStore]) -> None:
+    writer, reader = stores
+    authorizer = Authorizer()
+    changed = threading.Event()
+
+    def on_change(snapshot: AclSnapshot) -> None:
+        authorizer.update(snapshot)
+        changed.set()
+
+    reader.watch(on_change)
+    read = Action(Operation.READ, Resource(ResourceType.TOPIC, "orders"))
+    assert not authorizer.authorize("User:alice", "h", read)
+    started = time.monotonic()
+    writer.create(
+        [binding("orders", Operation.READ), binding("ord", Operation.WRITE, PatternType.PREFIXED)]
+    )
+    deadline = started + 1.0
+    while not authorizer.authorize("User:alice", "h", read) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert authorizer.authorize("User:alice", "h", read), "not reloaded within a second"
+    assert len(reader.load().bindings) == 2
+
+    # Kafka's layout and value format.
+    data, _ = writer.client.get("/kafka-acl/Topic/orders")
+    assert orjson.loads(data) == {
+        "version": 1,
+        "acls": [
+            {"principal": "User:alice", "permissionType": "Allow", "operation": "Read", "host": "*"}
+        ],
+    }
+    assert writer.client.exists("/kafka-acl-extended/prefixed/Topic/ord")
+
+    matched, snapshot = writer.delete([AclFilter(pattern_type=PatternType.PREFIXED)])
+    assert [a.name for a in matched[0]] == ["ord"] and len(snapshot.bindings) == 1
+    assert not writer.client.exists("/kafka-acl-extended/prefixed/Topic/ord")
+    deadline = time.monotonic() + 1.0
+    while len(reader.load().bindings) != 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(reader.load().bindings) == 1
+
+
+def test_concurrent_writers_lose_nothing(stores: list[ZkAclStore]) -> None:
+    a, b = stores
+    ops = [Operation.READ, Operation.WRITE, Operation.DESCRIBE, Operation.DELETE]
+
+    def add(store: ZkAclStore, op: Operation) -> None:
+        store.create([binding("orders", op)])
+
+    threads = [
+        threading.Thread(target=add, args=(s, op)) for s, op in zip([a, b, a, b], ops, strict=True)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    data, _ = a.client.get("/kafka-acl/Topic/orders")
+    assert len(orjson.loads(data)["acls"]) == 4

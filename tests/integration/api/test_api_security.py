@@ -1,0 +1,542 @@
+"""Every operation of openapi/openapi.json, and the WebSocket messages, under authentication
+and Kafka ACLs: no credentials, bad credentials, an expired or wrongly signed JWT, a
+principal without the ACL, one with exactly the ACLs Kafka's equivalent API needs, and a
+super user answer 401 / 401 / 401 / 403 / 2xx / 2xx, and nothing changes after a refusal.
+
+The list of operations comes from the spec: an endpoint added without a case here (and a
+rule in app/api/security.py) fails ``test_every_operation_has_a_case``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jwt
+import pytest
+from api_helpers import make_settings
+from cryptography.hazmat.primitives.asymmetric import rsa
+from starlette.testclient import TestClient
+from starlette.websockets import WebSocketDisconnect
+
+from app.api import create_app
+from app.api.security import RULES
+from app.common.batch import build_batch
+from app.core.security.users import UsersFile
+
+SPEC = json.loads((Path(__file__).resolve().parents[3] / "openapi" / "openapi.json").read_text())
+ISSUER, AUDIENCE = "https://issuer.test", "logbus"
+PUBLIC = {"healthz", "readyz"}
+# Listings answer 200 to anyone authenticated, filtered to what they may DESCRIBE.
+LISTINGS = {"listTopics", "listGroups", "getMetadata"}
+
+
+def spec_operations() -> set[str]:
+    return {op["operationId"] for item in SPEC["paths"].values() for op in item.values()}
+
+
+@dataclass
+class Keys:
+    private: Any
+    other: Any  # signs the "wrongly signed" token
+
+    def token(self, sub: str, exp_in: float = 300, key: Any = None) -> str:
+        claims = {"sub": sub, "iss": ISSUER, "aud": AUDIENCE, "exp": int(time.time() + exp_in)}
+        return jwt.encode(claims, key or self.private, algorithm="RS256", headers={"kid": "k1"})
+
+
+@pytest.fixture(scope="module")
+def keys() -> Keys:
+    return Keys(
+        rsa.generate_private_key(public_exponent=65537, key_size=2048),
+        rsa.generate_private_key(public_exponent=65537, key_size=2048),
+    )
+
+
+def _basic(name: str, password: str) -> dict[str, str]:
+    return {"Authorization": "Basic " + base64.b64encode(f"{name}:{password}".encode()).decode()}
+
+
+@pytest.fixture
+def secured(tmp_path: Path, keys: Keys) -> Iterator[TestClient]:
+    jwks = jwt.algorithms.RSAAlgorithm.to_jwk(keys.private.public_key(), as_dict=True)
+    jwks.update(kid="k1", use="sig", alg="RS256")
+    (tmp_path / "jwks.json").write_text(json.dumps({"keys": [jwks]}))
+    users = UsersFile(tmp_path / "users.json")
+    for name in ("alice", "mallory"):
+        users.add(name, f"{name}-secret", n=2**10)  # a cheap cost: tests, not storage
+    settings = make_settings(
+        tmp_path,
+        authentication="basic,jwt",
+        authorizer="acl",
+        super_users="User:root",
+        users_file=tmp_path / "users.json",
+        jwt_jwks_file=tmp_path / "jwks.json",
+        jwt_issuer=ISSUER,
+        jwt_audience=AUDIENCE,
+    )
+    with TestClient(create_app(settings), raise_server_exceptions=False) as c:
+        yield c
+
+
+@dataclass
+class Who:
+    root: dict[str, str]
+    alice: dict[str, str]
+    mallory: dict[str, str]
+    refused: dict[str, dict[str, str]] = field(default_factory=dict)
+
+
+@pytest.fixture
+def who(keys: Keys) -> Who:
+    return Who(
+        root={"Authorization": f"Bearer {keys.token('root')}"},
+        alice=_basic("alice", "alice-secret"),
+        mallory=_basic("mallory", "mallory-secret"),
+        refused={
+            "none": {},
+            "bad password": _basic("alice", "wrong"),
+            "expired jwt": {"Authorization": f"Bearer {keys.token('alice', exp_in=-3600)}"},
+            "wrongly signed jwt": {
+                "Authorization": f"Bearer {keys.token('alice', key=keys.other)}"
+            },
+        },
+    )
+
+
+def acl(rtype: str, name: str, op: str, principal: str = "User:alice") -> dict[str, str]:
+    return {
+        "resource_type": rtype,
+        "resource_name": name,
+        "pattern_type": "LITERAL",
+        "principal": principal,
+        "host": "*",
+        "operation": op,
+        "permission": "ALLOW",
+    }
+
+
+@dataclass
+class Case:
+    """A request that succeeds with ``acls``; ``setup`` prepares it for one caller (as root)."""
+
+    method: str
+    path: Callable[[str], str]
+    acls: Callable[[str], list[dict[str, str]]]
+    json: Callable[[str], Any] | None = None
+    content: bytes | None = None
+    setup: Callable[[TestClient, Who, str], None] | None = None
+
+
+def _topic(c: TestClient, w: Who, name: str) -> None:
+    r = c.post("/topics", json={"name": name}, headers=w.root)
+    assert r.status_code == 201, r.text
+
+
+def _commit(c: TestClient, w: Who, group: str) -> None:
+    body = {"offsets": [{"topic": "orders", "partition": 0, "offset": 1}]}
+    r = c.post(f"/groups/{group}/offsets", json=body, headers=w.root)
+    assert r.status_code == 200, r.text
+
+
+T = "TOPIC"
+CASES: dict[str, Case] = {
+    "findCoordinator": Case(
+        "POST",
+        lambda s: "/coordinator",
+        lambda s: [acl("GROUP", "billing", "DESCRIBE")],
+        json=lambda s: {"key": "billing"},
+    ),
+    "listGroups": Case("GET", lambda s: "/groups", lambda s: [acl("GROUP", "billing", "DESCRIBE")]),
+    "deleteGroup": Case(
+        "DELETE",
+        lambda s: f"/groups/gone-{s}",
+        lambda s: [acl("GROUP", f"gone-{s}", "DELETE")],
+        setup=lambda c, w, s: _commit(c, w, f"gone-{s}"),
+    ),
+    "describeGroup": Case(
+        "GET", lambda s: "/groups/billing", lambda s: [acl("GROUP", "billing", "DESCRIBE")]
+    ),
+    "heartbeat": Case(
+        "POST",
+        lambda s: f"/groups/join-{s}/heartbeat",
+        lambda s: [acl("GROUP", f"join-{s}", "READ"), acl(T, "orders", "DESCRIBE")],
+        json=lambda s: {"member_epoch": 0, "subscribed_topics": ["orders"]},
+    ),
+    "fetchOffsets": Case(
+        "GET", lambda s: "/groups/billing/offsets", lambda s: [acl("GROUP", "billing", "DESCRIBE")]
+    ),
+    "commitOffsets": Case(
+        "POST",
+        lambda s: "/groups/billing/offsets",
+        lambda s: [acl("GROUP", "billing", "READ"), acl(T, "orders", "READ")],
+        json=lambda s: {"offsets": [{"topic": "orders", "partition": 0, "offset": 1}]},
+    ),
+    "resetOffsets": Case(
+        "POST",
+        lambda s: "/groups/billing/offsets/reset",
+        lambda s: [acl("GROUP", "billing", "READ"), acl(T, "orders", "READ")],
+        json=lambda s: {"topic": "orders", "to": "earliest"},
+    ),
+    "healthz": Case("GET", lambda s: "/healthz", lambda s: []),
+    "readyz": Case("GET", lambda s: "/readyz", lambda s: []),
+    "getMetadata": Case("GET", lambda s: "/metadata", lambda s: [acl(T, "orders", "DESCRIBE")]),
+    "getMetrics": Case(
+        "GET", lambda s: "/metrics", lambda s: [acl("CLUSTER", "kafka-cluster", "DESCRIBE")]
+    ),
+    "initProducerId": Case(
+        "POST",
+        lambda s: "/producers",
+        lambda s: [acl("CLUSTER", "kafka-cluster", "IDEMPOTENT_WRITE")],
+        json=lambda s: {},
+    ),
+    "listTopics": Case("GET", lambda s: "/topics", lambda s: [acl(T, "orders", "DESCRIBE")]),
+    "createTopic": Case(
+        "POST",
+        lambda s: "/topics",
+        lambda s: [acl(T, f"new-{s}", "CREATE")],
+        json=lambda s: {"name": f"new-{s}"},
+    ),
+    "deleteTopic": Case(
+        "DELETE",
+        lambda s: f"/topics/doomed-{s}",
+        lambda s: [acl(T, f"doomed-{s}", "DELETE")],
+        setup=lambda c, w, s: _topic(c, w, f"doomed-{s}"),
+    ),
+    "getTopic": Case("GET", lambda s: "/topics/orders", lambda s: [acl(T, "orders", "DESCRIBE")]),
+    "produceBatches": Case(
+        "POST",
+        lambda s: "/topics/orders/partitions/0/batches",
+        lambda s: [acl(T, "orders", "WRITE")],
+        content=build_batch([(b"k", b"v")]),
+    ),
+    "epochEndOffset": Case(
+        "GET",
+        lambda s: "/topics/orders/partitions/0/epochs/0/end-offset",
+        lambda s: [acl(T, "orders", "DESCRIBE")],
+    ),
+    "listOffsets": Case(
+        "GET",
+        lambda s: "/topics/orders/partitions/0/offsets?at=latest",
+        lambda s: [acl(T, "orders", "DESCRIBE")],
+    ),
+    "fetchRecords": Case(
+        "GET",
+        lambda s: "/topics/orders/partitions/0/records?offset=0&max_wait_ms=0",
+        lambda s: [acl(T, "orders", "READ")],
+    ),
+    "produceToPartition": Case(
+        "POST",
+        lambda s: "/topics/orders/partitions/0/records",
+        lambda s: [acl(T, "orders", "WRITE")],
+        json=lambda s: {"records": [{"value": 1}]},
+    ),
+    "produce": Case(
+        "POST",
+        lambda s: "/topics/orders/records",
+        lambda s: [acl(T, "orders", "WRITE")],
+        json=lambda s: {"records": [{"value": 1}]},
+    ),
+    "createAcls": Case(
+        "POST",
+        lambda s: "/acls",
+        lambda s: [acl("CLUSTER", "kafka-cluster", "ALTER")],
+        json=lambda s: {"acls": [acl(T, f"x-{s}", "READ", "User:nobody")]},
+    ),
+    "describeAcls": Case(
+        "GET", lambda s: "/acls", lambda s: [acl("CLUSTER", "kafka-cluster", "DESCRIBE")]
+    ),
+    "deleteAcls": Case(
+        "DELETE",
+        lambda s: f"/acls?principal=User:nobody&resource_name=x-{s}",
+        lambda s: [acl("CLUSTER", "kafka-cluster", "ALTER")],
+        setup=lambda c, w, s: _add_acls(c, w, [acl(T, f"x-{s}", "READ", "User:nobody")]),
+    ),
+}
+
+
+def _add_acls(c: TestClient, w: Who, acls: list[dict[str, str]]) -> None:
+    if acls:
+        r = c.post("/acls", json={"acls": acls}, headers=w.root)
+        assert r.status_code == 201, r.text
+
+
+def _set_alice(c: TestClient, w: Who, acls: list[dict[str, str]]) -> None:
+    r = c.delete("/acls?principal=User:alice", headers=w.root)
+    assert r.status_code == 200, r.text
+    _add_acls(c, w, acls)
+
+
+def _call(c: TestClient, case: Case, s: str, headers: dict[str, str]) -> Any:
+    kwargs: dict[str, Any] = {"headers": dict(headers)}
+    if case.json is not None:
+        kwargs["json"] = case.json(s)
+    if case.content is not None:
+        kwargs["content"] = case.content
+        kwargs["headers"]["Content-Type"] = "application/octet-stream"
+    return c.request(case.method, case.path(s), **kwargs)
+
+
+def fingerprint(c: TestClient, w: Who) -> Any:
+    """What a refused request must not change: topics, their offsets, groups, offsets, ACLs."""
+    topics = c.get("/topics", headers=w.root).json()["topics"]
+    ends = {
+        t["name"]: [
+            p["log_end_offset"]
+            for p in c.get(f"/topics/{t['name']}", headers=w.root).json()["partitions"]
+        ]
+        for t in topics
+    }
+    groups = c.get("/groups", headers=w.root).json()["groups"]
+    offsets = {
+        g["group"]: c.get(f"/groups/{g['group']}/offsets", headers=w.root).json() for g in groups
+    }
+    acls = c.get("/acls", headers=w.root).json()
+    return topics, ends, groups, offsets, acls
+
+
+def test_every_operation_has_a_case() -> None:
+    assert spec_operations() == set(CASES)
+    assert spec_operations() == set(RULES)
+
+
+@pytest.mark.slow
+def test_every_operation_under_security(secured: TestClient, who: Who) -> None:
+    c, w = secured, who
+    _topic(c, w, "orders")
+    _commit(c, w, "billing")
+    for op_id, case in sorted(CASES.items()):
+        for s in ("a", "r", "m"):
+            if case.setup is not None:
+                case.setup(c, w, s)
+        for label, headers in w.refused.items():
+            before = fingerprint(c, w)
+            r = _call(c, case, "m", headers)
+            if op_id in PUBLIC:
+                assert r.status_code == 200, (op_id, label, r.text)
+                continue
+            assert r.status_code == 401, (op_id, label, r.text)
+            assert r.json()["error_code"] == "SASL_AUTHENTICATION_FAILED"
+            assert "Basic" in r.headers["www-authenticate"]
+            assert "Bearer" in r.headers["www-authenticate"]
+            assert fingerprint(c, w) == before, (op_id, label)
+        # A principal without the ACL (alice holds exactly what another call needs).
+        _set_alice(c, w, case.acls("a"))
+        before = fingerprint(c, w)
+        r = _call(c, case, "m", w.mallory)
+        if op_id in PUBLIC or op_id in LISTINGS:
+            assert r.status_code == 200, (op_id, r.text)
+            assert "orders" not in r.text and "billing" not in r.text, (op_id, r.text)
+        else:
+            assert r.status_code == 403, (op_id, r.text)
+            body = r.json()
+            assert body["error_code"].endswith("_AUTHORIZATION_FAILED"), body
+            assert body["operation"] and body["resource_name"], body
+            assert fingerprint(c, w) == before, op_id
+        # Exactly the ACLs Kafka's API needs.
+        r = _call(c, case, "a", w.alice)
+        assert 200 <= r.status_code < 300, (op_id, r.text)
+        if op_id in LISTINGS:
+            assert ("orders" in r.text) or ("billing" in r.text), (op_id, r.text)
+        # A super user.
+        _set_alice(c, w, [])
+        r = _call(c, case, "r", w.root)
+        assert 200 <= r.status_code < 300, (op_id, r.text)
+
+
+def test_each_acl_is_needed(secured: TestClient, who: Who) -> None:
+    """Dropping any one of a case's ACLs refuses it: the cases hold no spare ACL."""
+    c, w = secured, who
+    _topic(c, w, "orders")
+    _commit(c, w, "billing")
+    for op_id, case in sorted(CASES.items()):
+        needed = case.acls("a")
+        if op_id in LISTINGS or op_id in PUBLIC or len(needed) < 2:
+            continue
+        if case.setup is not None:
+            case.setup(c, w, "a")
+        for i in range(len(needed)):
+            _set_alice(c, w, needed[:i] + needed[i + 1 :])
+            r = _call(c, case, "a", w.alice)
+            assert r.status_code == 403, (op_id, needed[i], r.text)
+
+
+def test_internal_topic_is_not_readable(secured: TestClient, who: Who) -> None:
+    c, w = secured, who
+    _topic(c, w, "orders")
+    _commit(c, w, "billing")
+    _set_alice(c, w, [acl(T, "*", "ALL")])
+    r = c.get("/topics/__consumer_offsets/partitions/0/records?offset=0", headers=w.alice)
+    assert r.status_code == 403 and r.json()["error_code"] == "TOPIC_AUTHORIZATION_FAILED"
+    r = c.get(
+        "/topics/__consumer_offsets/partitions/0/records?offset=0&max_wait_ms=0", headers=w.root
+    )
+    assert r.status_code == 200
+
+
+def test_produce_to_a_missing_topic_needs_create(secured: TestClient, who: Who) -> None:
+    c, w = secured, who
+    _set_alice(c, w, [acl(T, "fresh", "WRITE")])
+    r = c.post("/topics/fresh/records", json={"records": [{"value": 1}]}, headers=w.alice)
+    assert r.status_code == 403 and r.json()["operation"] == "CREATE"
+    assert c.get("/topics/fresh", headers=w.root).status_code == 404
+    _set_alice(c, w, [acl(T, "fresh", "WRITE"), acl(T, "fresh", "CREATE")])
+    r = c.post("/topics/fresh/records", json={"records": [{"value": 1}]}, headers=w.alice)
+    assert r.status_code == 200, r.text
+
+
+def test_audit_log_names_denials_without_secrets(
+    secured: TestClient, who: Who, caplog: pytest.LogCaptureFixture
+) -> None:
+    c, w = secured, who
+    with caplog.at_level(logging.INFO, logger="logbus.audit"):
+        c.get("/topics/orders", headers=w.mallory)
+        c.get("/topics/orders", headers=_basic("alice", "hunter2"))
+        _set_alice(c, w, [acl(T, "orders", "READ")])
+    text = "\n".join(r.getMessage() for r in caplog.records if r.name == "logbus.audit")
+    assert "DENIED principal=User:mallory" in text and "TOPIC:orders" in text
+    assert "AUTHENTICATION_FAILED mechanism=basic" in text
+    assert "CREATE_ACLS" in text and "DELETE_ACLS" in text
+    assert "hunter2" not in text and "mallory-secret" not in text
+    assert w.root["Authorization"].split()[1] not in text
+
+
+# --- WebSocket ------------------------------------------------------------------------
+
+
+def _ws_produce(
+    c: TestClient,
+    headers: dict[str, str],
+    first: dict[str, Any] | None = None,
+    subprotocols: list[str] | None = None,
+) -> dict[str, Any]:
+    with c.websocket_connect("/ws/produce", headers=headers, subprotocols=subprotocols) as ws:
+        if first is not None:
+            ws.send_json(first)
+        ws.send_json({"type": "produce", "id": 1, "topic": "orders", "records": [{"value": 1}]})
+        answer: dict[str, Any] = ws.receive_json()
+        return answer
+
+
+def test_websocket_produce_and_subscribe(secured: TestClient, who: Who, keys: Keys) -> None:
+    c, w = secured, who
+    _topic(c, w, "orders")
+
+    def end() -> int:
+        r = c.get("/topics/orders", headers=w.root)
+        return int(r.json()["partitions"][0]["log_end_offset"])
+
+    # Refused handshakes: 401 before anything is accepted.
+    for label, headers in w.refused.items():
+        if not headers:
+            continue
+        with pytest.raises(Exception) as info:
+            _ws_produce(c, headers)
+        assert "401" in repr(info.value) or isinstance(info.value, WebSocketDisconnect), label
+    assert end() == 0
+    # No credentials in the handshake and a first message that is not auth: closed 4401.
+    with pytest.raises(WebSocketDisconnect) as closed:
+        _ws_produce(c, {})
+    assert closed.value.code == 4401
+    assert end() == 0
+    # Without the ACL: an error frame, nothing written.
+    _set_alice(c, w, [acl(T, "orders", "READ")])
+    answer = _ws_produce(c, w.alice)
+    assert answer["type"] == "error" and answer["error_code"] == "TOPIC_AUTHORIZATION_FAILED"
+    assert end() == 0
+    # With WRITE: by header, by first auth message, by subprotocol token; a super user.
+    _set_alice(c, w, [acl(T, "orders", "WRITE")])
+    assert _ws_produce(c, w.alice)["type"] == "ack"
+    auth = {"type": "auth", "username": "alice", "password": "alice-secret"}
+    assert _ws_produce(c, {}, first=auth)["type"] == "ack"
+    token = keys.token("alice")
+    assert _ws_produce(c, {}, subprotocols=["logbus", f"bearer.{token}"])["type"] == "ack"
+    assert _ws_produce(c, w.root)["type"] == "ack"
+    assert end() == 4
+    # Subscribe needs READ.
+    sub = {
+        "type": "subscribe",
+        "topics": ["orders"],
+        "start": "earliest",
+        "credit": {"records": 10},
+    }
+    with c.websocket_connect("/ws/subscribe", headers=w.alice) as ws:
+        ws.send_json(sub)
+        assert ws.receive_json()["error_code"] == "TOPIC_AUTHORIZATION_FAILED"
+    _set_alice(c, w, [acl(T, "orders", "READ")])
+    with c.websocket_connect("/ws/subscribe", headers=w.alice) as ws:
+        ws.send_json(sub)
+        assert ws.receive_json()["type"] == "subscribed"
+    # A group member also needs READ on the group.
+    member = {**sub, "group": "ws-billing", "start": "earliest"}
+    with c.websocket_connect("/ws/subscribe", headers=w.alice) as ws:
+        ws.send_json(member)
+        refused = ws.receive_json()
+        assert refused["error_code"] == "GROUP_AUTHORIZATION_FAILED", refused
+    assert c.get("/groups/ws-billing", headers=w.root).status_code == 404
+    _set_alice(c, w, [acl(T, "orders", "READ"), acl("GROUP", "ws-billing", "READ")])
+    with c.websocket_connect("/ws/subscribe", headers=w.alice) as ws:
+        ws.send_json(member)
+        assert ws.receive_json()["type"] == "subscribed"
+
+
+def test_idempotent_producer_id_with_write_on_some_topic(secured: TestClient, who: Who) -> None:
+    """KIP-679: IDEMPOTENT_WRITE on the cluster, or WRITE on any topic."""
+    c, w = secured, who
+    _set_alice(c, w, [acl(T, "orders", "READ")])
+    r = c.post("/producers", json={}, headers=w.alice)
+    assert r.status_code == 403 and r.json()["operation"] == "IDEMPOTENT_WRITE"
+    _set_alice(c, w, [acl(T, "orders", "WRITE")])
+    assert c.post("/producers", json={}, headers=w.alice).status_code == 200
+    r = c.post("/producers", json={"transactional_id": "tx-1"}, headers=w.alice)
+    assert (
+        r.status_code == 403 and r.json()["error_code"] == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+    )
+
+
+def test_websocket_closes_when_its_token_expires(tmp_path: Path, keys: Keys, who: Who) -> None:
+    jwk = jwt.algorithms.RSAAlgorithm.to_jwk(keys.private.public_key(), as_dict=True)
+    jwk.update(kid="k1")
+    (tmp_path / "jwks.json").write_text(json.dumps({"keys": [jwk]}))
+    settings = make_settings(
+        tmp_path,
+        authentication="jwt",
+        jwt_jwks_file=tmp_path / "jwks.json",
+        jwt_issuer=ISSUER,
+        jwt_audience=AUDIENCE,
+        jwt_clock_skew_s=0,
+    )
+    with TestClient(create_app(settings), raise_server_exceptions=False) as c:
+        token = keys.token("alice", exp_in=2)
+        headers = {"Authorization": f"Bearer {token}"}
+        with c.websocket_connect("/ws/produce", headers=headers) as ws:
+            ws.send_json({"type": "ping", "id": 1})
+            assert ws.receive_json()["type"] == "pong"
+            with pytest.raises(WebSocketDisconnect) as closed:
+                ws.receive_json()  # nothing more is sent: the expiry closes the socket
+            assert closed.value.code == 4401
+
+
+def test_a_forged_broker_credential_is_no_credential(secured: TestClient, who: Who) -> None:
+    forged = {"Logbus-Replica-Id": "1", "Logbus-Replica-Auth": "00" * 32}
+    r = secured.get("/topics/orders/partitions/0/records?offset=0&replica_id=1", headers=forged)
+    assert r.status_code == 401
+    # With a user's credentials the forged claim still earns nothing beyond the user's ACLs.
+    r = secured.get("/topics", headers={**forged, **who.mallory})
+    assert r.status_code == 200 and r.json()["topics"] == []
+
+
+def test_topic_configs_need_describe_configs(secured: TestClient, who: Who) -> None:
+    c, w = secured, who
+    _topic(c, w, "orders")
+    _set_alice(c, w, [acl(T, "orders", "DESCRIBE")])
+    described = c.get("/topics/orders", headers=w.alice).json()
+    assert described["configs"] == {} and described["partitions"]
+    _set_alice(c, w, [acl(T, "orders", "DESCRIBE"), acl(T, "orders", "ALTER_CONFIGS")])
+    assert "retention.ms" in c.get("/topics/orders", headers=w.alice).json()["configs"]
