@@ -51,6 +51,7 @@ from app.client._http import normalize_url
 from app.client.errors import ClientError, error_from_fields
 from app.client.types import TopicPartition
 from app.common.batch import RecordBatchReader, iter_headers
+from app.common.tls import default_context
 
 log = logging.getLogger(__name__)
 
@@ -241,7 +242,9 @@ class Subscription:
         order = self._urls[start:] + self._urls[:start]
         for i, url in enumerate(order):
             try:
-                ws = await websockets.connect(url, max_size=None)
+                # wss: the process's verifying context (app.common.tls), as every client.
+                ssl = default_context() if url.startswith("wss://") else None
+                ws = await websockets.connect(url, max_size=None, ssl=ssl)
             except OSError:
                 if i == len(order) - 1:
                     raise

@@ -25,6 +25,7 @@ from websockets.asyncio.client import connect
 
 from app.client import Admin, Consumer, Producer, TopicPartition, configure_tls
 from app.client.errors import BrokerUnavailable
+from app.client.ws import subscribe
 from app.common import tls
 
 trustme = pytest.importorskip("trustme")
@@ -215,6 +216,20 @@ def test_wss_subscribe_receives_records(
             return got
 
     assert asyncio.run(main()) == [0, 1, 2, 3, 4]
+
+    # The SDK's subscription over wss://, trusting the CA through configure_tls.
+    configure_tls(ca_file=pki.ca)
+
+    async def sdk() -> list[int]:
+        got: list[int] = []
+        async with subscribe(b.url, topics=["w"], start="earliest") as sub:
+            async for record in sub:
+                got.append(record.value)
+                if len(got) == 5:
+                    break
+        return got
+
+    assert asyncio.run(asyncio.wait_for(sdk(), 30)) == [0, 1, 2, 3, 4]
 
 
 def test_sdk_producer_and_consumer_over_tls_and_refused_without_the_ca(
