@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
@@ -330,3 +331,72 @@ def test_serve_refuses_a_network_bind_without_authentication(tmp_path: Path) -> 
     )
     assert r.returncode == 2, r
     assert "--allow-unauthenticated-network" in r.stderr, r.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_two_brokers_replicate_over_mutual_tls_and_survive_the_leader_s_death(
+    tmp_path: Path, pki: Pki, make_broker: list[TlsBroker], zookeeper: Any
+) -> None:
+    """inter_broker_tls with ssl_client_auth=required on both: the follower verifies the
+    leader and presents its own certificate, or acks=all with min.insync.replicas=2 fails."""
+    env = {
+        **pki.server_env("required"),
+        "LOGBUS_INTER_BROKER_TLS": "true",
+        "LOGBUS_ZOOKEEPER_SESSION_TIMEOUT_MS": "2000",
+        "LOGBUS_REPLICA_LAG_TIME_MAX_MS": "2000",
+    }
+    brokers: dict[int, TlsBroker] = {}
+    for broker_id in (1, 2):
+
+        def args(port: int, broker_id: int = broker_id) -> list[str]:
+            return [
+                "--broker-id", str(broker_id),
+                "--zookeeper", zookeeper.connect_string + "/tls",
+                "--advertised-url", f"https://127.0.0.1:{port}",
+            ]  # fmt: skip
+
+        b = TlsBroker(tmp_path / f"b{broker_id}", tmp_path / f"b{broker_id}.log", env, args=args)
+        b.verify = pki.context(client_cert=True)
+        make_broker.append(b)
+        brokers[broker_id] = b.start()
+    ctx = pki.context(client_cert=True)
+
+    def call(broker_id: int, method: str, path: str, **kw: Any) -> httpx.Response:
+        return httpx.request(method, brokers[broker_id].url + path, verify=ctx, timeout=30, **kw)
+
+    deadline = time.monotonic() + 30
+    while len(call(1, "GET", "/metadata").json()["brokers"]) < 2:
+        assert time.monotonic() < deadline, "the brokers never saw each other"
+        time.sleep(0.2)
+    body = {
+        "name": "r",
+        "partitions": 1,
+        "replication_factor": 2,
+        "configs": {"min.insync.replicas": "2"},
+    }
+    assert call(1, "POST", "/topics", json=body).status_code == 201
+    leader = int(call(1, "GET", "/topics/r").json()["partitions"][0]["leader"])
+    deadline = time.monotonic() + 30
+    while True:
+        r = call(
+            leader,
+            "POST",
+            "/topics/r/partitions/0/records",
+            params={"acks": "all", "timeout_ms": 10_000},
+            json={"records": [{"value": i} for i in range(10)]},
+        )
+        if r.status_code == 200:
+            break
+        assert time.monotonic() < deadline, r.text
+        time.sleep(0.5)  # the follower joins the ISR after its first fetch
+    brokers[leader].kill()
+    other = 3 - leader
+    deadline = time.monotonic() + 60
+    while True:
+        r = call(other, "GET", "/topics/r/partitions/0/records", params={"offset": 0})
+        if r.status_code == 200 and r.json()["records"]:
+            break
+        assert time.monotonic() < deadline, r.text
+        time.sleep(0.5)
+    assert [rec["value"] for rec in r.json()["records"]] == list(range(10))
