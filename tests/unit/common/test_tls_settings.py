@@ -151,3 +151,38 @@ def test_followers_verify_the_leader_and_present_their_certificate(
         inter_broker_ca_file=pem["ca"],
     )
     assert inter_broker_tls(s) == tls.ClientTls(str(pem["ca"]), str(pem["cert"]), str(pem["key"]))
+
+
+def test_serve_flags_reach_the_settings_and_a_lone_certificate_is_refused(
+    tmp_path: Path, pem: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from app.cli import build_parser, main
+
+    args = build_parser().parse_args(
+        [
+            "serve",
+            "--ssl-certfile",
+            str(pem["cert"]),
+            "--ssl-keyfile",
+            str(pem["key"]),
+            "--ssl-ca-file",
+            str(pem["ca"]),
+            "--ssl-client-auth",
+            "required",
+            "--allow-unauthenticated-network",
+        ]
+    )
+    assert (args.ssl_certfile, args.ssl_keyfile) == (str(pem["cert"]), str(pem["key"]))
+    assert args.ssl_client_auth == "required" and args.allow_unauthenticated_network is True
+    client = build_parser().parse_args(
+        ["topics", "list", "--ca-file", "ca.pem", "--cert", "c.pem", "--key", "k.pem"]
+    )
+    assert (client.ca_file, client.cert, client.key) == ("ca.pem", "c.pem", "k.pem")
+    with pytest.raises(SystemExit) as exit_:
+        main(["serve", "--data-dir", str(tmp_path), "--ssl-certfile", str(pem["cert"])])
+    assert exit_.value.code == 2
+    assert "ssl_certfile and ssl_keyfile go together" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        main(["topics", "list", "--url", "https://127.0.0.1:1", "--ca-file", "/nonexistent.pem"])
+    assert exit_.value.code == 2
+    assert "TLS options" in capsys.readouterr().err
