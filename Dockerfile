@@ -26,6 +26,8 @@ RUN pip install --no-deps -e . \
     && chown logbus /data
 
 USER logbus
+# 0.0.0.0 with no authentication is refused at start (README "Security"): configure
+# authentication, or pass --allow-unauthenticated-network where the network is trusted.
 ENV LOGBUS_DATA_DIR=/data \
     LOGBUS_HOST=0.0.0.0 \
     LOGBUS_PORT=8080

@@ -13,18 +13,33 @@ Topic defaults use Kafka's names under ``log_defaults``, e.g. in TOML::
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
+import socket
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.core.limits import PartitionBudget
 from app.core.log.config import LogConfig
 from app.core.log.manager import MAX_PARTITIONS
+
+# Addresses that mean "every interface": bound, never advertised.
+WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})
+
+
+def is_loopback(host: str) -> bool:
+    """True for an address (or ``localhost``) that only this machine can reach."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 class Settings(BaseSettings):
@@ -36,6 +51,36 @@ class Settings(BaseSettings):
     broker_id: int = Field(default=0, ge=0)
     advertised_url: str | None = Field(
         default=None, description="URL clients use to reach this broker (default http://host:port)."
+    )
+    # TLS on the listener (README "TLS"): HTTPS and WSS when a certificate is set.
+    ssl_certfile: Path | None = Field(
+        default=None,
+        description="PEM certificate chain of the listener; set with ssl_keyfile to serve "
+        "https:// and wss:// (the binary fetch then copies instead of sendfile).",
+    )
+    ssl_keyfile: Path | None = Field(default=None, description="PEM private key of ssl_certfile.")
+    ssl_ca_file: Path | None = Field(
+        default=None,
+        description="PEM CA bundle that signs client certificates (mutual TLS), and that "
+        "followers verify their leader with when inter_broker_ca_file is unset.",
+    )
+    ssl_client_auth: Literal["none", "requested", "required"] = Field(
+        default="none",
+        description="Kafka's ssl.client.auth: ask for a client certificate (requested) or "
+        "refuse the handshake without one signed by ssl_ca_file (required).",
+    )
+    inter_broker_tls: bool = Field(
+        default=False,
+        description="Followers replicate only over https:// and verify the leader's "
+        "certificate (inter_broker_ca_file or ssl_ca_file); they present ssl_certfile.",
+    )
+    inter_broker_ca_file: Path | None = Field(
+        default=None, description="PEM CA bundle followers verify their leader with."
+    )
+    allow_unauthenticated_network: bool = Field(
+        default=False,
+        description="Serve on a non-loopback address with no authentication: anyone who "
+        "reaches the port can read, write and delete everything. Refused unless set.",
     )
     auto_create_topics_enable: bool = Field(
         default=True, description="Kafka's auto.create.topics.enable: produce creates a topic."
@@ -291,6 +336,40 @@ class Settings(BaseSettings):
     def super_user_list(self) -> list[str]:
         return [p.strip() for p in self.super_users.split(";") if p.strip()]
 
+    @model_validator(mode="after")
+    def _check_tls(self) -> Settings:
+        if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
+            raise ValueError("ssl_certfile and ssl_keyfile go together")
+        if self.ssl_client_auth != "none" and (self.ssl_ca_file is None or not self.tls):
+            raise ValueError("ssl_client_auth needs ssl_certfile, ssl_keyfile and ssl_ca_file")
+        return self
+
+    def check_network_exposure(self) -> None:
+        """Refuse an open broker on the network (issue 15's safe defaults).
+
+        Binding a non-loopback address with no authentication configured lets
+        anyone who reaches the port read, write and delete every topic; the
+        operator must say so with ``allow_unauthenticated_network``
+        (``--allow-unauthenticated-network``). Mutual TLS with a required client
+        certificate counts as authentication.
+
+        Raises:
+            ValueError: naming the address and the two ways out.
+        """
+        if (
+            is_loopback(self.host)
+            or self.allow_unauthenticated_network
+            or self.authentication != "none"
+            or self.ssl_client_auth == "required"
+        ):
+            return
+        raise ValueError(
+            f"refusing to serve {self.host}:{self.port} with no authentication: anyone who "
+            "reaches it can read, write and delete every topic. Configure authentication "
+            "(or ssl_client_auth=required), bind 127.0.0.1, or pass "
+            "--allow-unauthenticated-network (LOGBUS_ALLOW_UNAUTHENTICATED_NETWORK=1)."
+        )
+
     @field_validator("log_defaults")
     @classmethod
     def _check_log_defaults(cls, value: dict[str, Any]) -> dict[str, Any]:
@@ -310,8 +389,26 @@ class Settings(BaseSettings):
         return LogConfig().with_overrides(self.log_defaults)
 
     @property
+    def tls(self) -> bool:
+        """True when the listener serves TLS (https://, wss://)."""
+        return self.ssl_certfile is not None
+
+    @property
     def url(self) -> str:
-        return self.advertised_url or f"http://{self.host}:{self.port}"
+        """The URL advertised in /metadata: never a wildcard address (Kafka's rule).
+
+        With no advertised_url, a wildcard bind (0.0.0.0, ::) advertises this
+        machine's host name (socket.gethostname()) instead; set advertised_url
+        where other hosts know it by another name.
+        """
+        if self.advertised_url:
+            return self.advertised_url
+        host = self.host
+        if host in WILDCARD_HOSTS:
+            host = socket.gethostname()
+        if ":" in host:
+            host = f"[{host}]"
+        return f"{'https' if self.tls else 'http'}://{host}:{self.port}"
 
     @classmethod
     def load(cls, config_file: Path | str | None = None, **overrides: Any) -> Settings:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from app.common.http1 import MAX_HEAD_BYTES, Response, ResponseReader, parse_head
+from app.common.tls import ClientTls, client_context, default_context
 
 _READ_CHUNK = 256 * 1024
 
@@ -51,6 +52,14 @@ class Endpoint:
     host_header: bytes
     # More request header lines, each ending in CRLF (a follower's credentials).
     extra_headers: bytes = b""
+    # TLS options for https (a follower's, from its settings); None: the process default.
+    tls_options: ClientTls | None = None
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """The verifying client context for this endpoint (:mod:`app.common.tls`)."""
+        if self.tls_options is None:
+            return default_context()
+        return client_context(self.tls_options)
 
     @classmethod
     def parse(cls, url: str) -> Endpoint:
@@ -94,7 +103,7 @@ class FetchConnection(_SocketConnection):
         sock = socket.create_connection((self.endpoint.host, self.endpoint.port), self.timeout_s)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self.endpoint.tls:
-            context = ssl.create_default_context()
+            context = self.endpoint.ssl_context()
             sock = context.wrap_socket(sock, server_hostname=self.endpoint.host)
         sock.settimeout(self.timeout_s)
         return sock
@@ -206,7 +215,7 @@ class AsyncStreamConnection:
 
     async def _fetch(self, target: str, accept: bytes) -> Response:
         if self.writer is None:
-            ctx = ssl.create_default_context() if self.endpoint.tls else None
+            ctx = self.endpoint.ssl_context() if self.endpoint.tls else None
             self.reader, self.writer = await asyncio.open_connection(
                 self.endpoint.host,
                 self.endpoint.port,

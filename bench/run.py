@@ -62,7 +62,15 @@ def collect(quick: bool) -> dict[str, Any]:
     _section("cluster", lambda: cluster.run(runs=runs, quick=quick), results)
     _section("robustness", lambda: _robustness(quick), results)
     _section("http_edge", lambda: _http_edge(quick), results)
+    _section("tls", lambda: _tls(quick), results)
     return results
+
+
+def _tls(quick: bool) -> dict[str, Any]:
+    """TLS / plaintext ratios of binary produce and fetch, both brokers in this run."""
+    from bench import tls
+
+    return tls.run(runs=2 if quick else 5)
 
 
 def _robustness(quick: bool) -> dict[str, Any]:
@@ -95,6 +103,7 @@ SECTIONS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "robustness": _robustness,
     "http_edge": _http_edge,
     "sdk": _sdk,
+    "tls": _tls,
 }
 
 

@@ -137,8 +137,12 @@ def create_app(settings: Settings, manager: LogManager | None = None) -> FastAPI
         description=DESCRIPTION,
         lifespan=lifespan,
         generate_unique_id_function=operation_id,
+        # /docs is served below from local assets; ReDoc only exists on a CDN.
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.logbus = state
+    install_offline_docs(app)
     state.registry.register(PartitionCollector(state))
     errors.install(app)
     # Inside the metrics middleware: refused requests are counted too.
@@ -168,6 +172,35 @@ def create_app(settings: Settings, manager: LogManager | None = None) -> FastAPI
 
     app.openapi = openapi  # type: ignore[method-assign]
     return app
+
+
+DOCS_ASSETS = "/docs-assets"
+
+
+def install_offline_docs(app: FastAPI) -> None:
+    """``/docs``: Swagger UI from the ``swagger-ui-bundle`` package, so it works offline.
+
+    FastAPI's default page loads its script and stylesheet from a public CDN:
+    a broker on an isolated network showed a blank page, and every visit told
+    the CDN who reads the docs. The assets are mounted at :data:`DOCS_ASSETS`.
+    """
+    from fastapi.openapi.docs import get_swagger_ui_html
+    from fastapi.responses import HTMLResponse
+    from fastapi.staticfiles import StaticFiles
+    from swagger_ui_bundle import swagger_ui_path
+
+    app.mount(DOCS_ASSETS, StaticFiles(directory=str(swagger_ui_path)), name="docs-assets")
+
+    async def docs() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url=app.openapi_url or "/openapi.json",
+            title=f"{app.title} - Swagger UI",
+            swagger_js_url=f"{DOCS_ASSETS}/swagger-ui-bundle.js",
+            swagger_css_url=f"{DOCS_ASSETS}/swagger-ui.css",
+            swagger_favicon_url=f"{DOCS_ASSETS}/favicon-32x32.png",
+        )
+
+    app.add_api_route("/docs", docs, include_in_schema=False)
 
 
 def build_openapi(app: FastAPI) -> dict[str, Any]:

@@ -46,6 +46,8 @@ import http
 import logging
 import os
 import signal
+import ssl
+import sys
 from types import FrameType
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -529,8 +531,15 @@ def build_config(
     log_level: str = "info",
     access_log: bool = False,
 ) -> uvicorn.Config:
-    """A uvicorn config serving ``create_app(settings)`` with zero-copy unless disabled."""
+    """A uvicorn config serving ``create_app(settings)`` with zero-copy unless disabled.
+
+    Raises:
+        ValueError: a non-loopback bind with no authentication and no
+            ``allow_unauthenticated_network`` (:meth:`Settings.check_network_exposure`).
+    """
     from app.api import create_app
+
+    settings.check_network_exposure()
 
     if zerocopy is None:
         zerocopy = _zerocopy_from_env()
@@ -560,7 +569,33 @@ def build_config(
         server_header=False,
         ws_ping_interval=ping_interval,
         ws_ping_timeout=ping_timeout,
+        **tls_options(settings),
     )
+
+
+_CLIENT_AUTH = {
+    "none": ssl.CERT_NONE,
+    "requested": ssl.CERT_OPTIONAL,
+    "required": ssl.CERT_REQUIRED,
+}
+
+
+def tls_options(settings: Settings) -> dict[str, Any]:
+    """uvicorn's TLS arguments from the ``ssl_*`` settings (empty: plaintext).
+
+    Over TLS, :class:`ZeroCopyHttpToolsProtocol` offers no sendfile extension
+    (``is_ssl``), so a binary fetch is read from the segment and written
+    through the SSL transport: Python's :mod:`ssl` cannot hand encryption to
+    the kernel (kTLS), so there is nothing sendfile could skip.
+    """
+    if not settings.tls:
+        return {}
+    return {
+        "ssl_certfile": str(settings.ssl_certfile),
+        "ssl_keyfile": str(settings.ssl_keyfile),
+        "ssl_ca_certs": None if settings.ssl_ca_file is None else str(settings.ssl_ca_file),
+        "ssl_cert_reqs": _CLIENT_AUTH[settings.ssl_client_auth],
+    }
 
 
 def _exit_cleanly(signum: int, frame: FrameType | None) -> None:
@@ -587,6 +622,11 @@ def run(
         signal.signal(sig, _exit_cleanly)
     if zerocopy is None:
         zerocopy = _zerocopy_from_env()
+    try:
+        settings.check_network_exposure()
+    except ValueError as exc:
+        print(f"logbus: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     config = build_config(
         settings, zerocopy=zerocopy, loop=loop, log_level=log_level, access_log=access_log
     )
@@ -595,7 +635,7 @@ def run(
         settings.broker_id,
         settings.data_dir,
         settings.url,
-        "on" if zerocopy else "off",
+        "off: TLS" if settings.tls else "on" if zerocopy else "off",
     )
     server = uvicorn.Server(config)
     server.run()

@@ -30,6 +30,7 @@ from app.cli.base import Api, CliError, cli_auth, error_message, print_json, sep
 from app.cli.consume import cmd_consume
 from app.client._http import topic_path
 from app.client.admin import ResetTo
+from app.common import tls
 from app.common.errors import LogbusError
 
 __all__ = ["CliError", "build_parser", "main", "read_line_batches"]
@@ -62,6 +63,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
             broker_id=args.broker_id,
             advertised_url=args.advertised_url,
             zookeeper=args.zookeeper,
+            ssl_certfile=args.ssl_certfile,
+            ssl_keyfile=args.ssl_keyfile,
+            ssl_ca_file=args.ssl_ca_file,
+            ssl_client_auth=args.ssl_client_auth,
+            allow_unauthenticated_network=args.allow_unauthenticated_network,
         )
     except (ValidationError, LogbusError, OSError, ValueError) as exc:
         raise CliError(f"invalid settings: {exc}", code=2) from exc
@@ -369,6 +375,20 @@ def build_parser() -> argparse.ArgumentParser:
         default=_env_url(),
         help="broker URL (default: $LOGBUS_URL or %(default)s)",
     )
+    client.add_argument(
+        "--ca-file",
+        metavar="PEM",
+        help="CA bundle that signs an https broker's certificate "
+        "(default: $LOGBUS_CLIENT_CA_FILE, else public roots); verification is always on",
+    )
+    client.add_argument(
+        "--cert",
+        metavar="PEM",
+        help="client certificate for mutual TLS (default: $LOGBUS_CLIENT_CERT_FILE)",
+    )
+    client.add_argument(
+        "--key", metavar="PEM", help="its private key (default: $LOGBUS_CLIENT_KEY_FILE)"
+    )
 
     serve = commands.add_parser(
         "serve",
@@ -390,6 +410,27 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="HOSTS[/CHROOT]",
         help="join a cluster coordinated by this ZooKeeper ensemble (LOGBUS_ZOOKEEPER); "
         "without it the broker runs alone",
+    )
+    serve.add_argument(
+        "--ssl-certfile",
+        metavar="PEM",
+        help="serve https/wss with this certificate chain (LOGBUS_SSL_CERTFILE)",
+    )
+    serve.add_argument("--ssl-keyfile", metavar="PEM", help="its key (LOGBUS_SSL_KEYFILE)")
+    serve.add_argument(
+        "--ssl-ca-file", metavar="PEM", help="CA of client certificates (LOGBUS_SSL_CA_FILE)"
+    )
+    serve.add_argument(
+        "--ssl-client-auth",
+        choices=["none", "requested", "required"],
+        help="ask for client certificates (LOGBUS_SSL_CLIENT_AUTH)",
+    )
+    serve.add_argument(
+        "--allow-unauthenticated-network",
+        action="store_true",
+        default=None,
+        help="serve a non-loopback address with no authentication: anyone who reaches the "
+        "port can read, write and delete everything (LOGBUS_ALLOW_UNAUTHENTICATED_NETWORK)",
     )
     serve.add_argument("--config", metavar="FILE", help="settings file (LOGBUS_CONFIG)")
     serve.add_argument(
@@ -523,6 +564,19 @@ def _fail(message: str, code: int) -> NoReturn:
     raise SystemExit(code)
 
 
+def _configure_tls(args: argparse.Namespace) -> None:
+    """--ca-file/--cert/--key over the LOGBUS_CLIENT_* environment, for every connection."""
+    env = tls.ClientTls.from_env()
+    try:
+        tls.configure(
+            args.ca_file or env.ca_file,
+            args.cert or env.cert_file,
+            args.key or env.key_file,
+        )
+    except (OSError, ValueError) as exc:
+        raise CliError(f"TLS options: {exc}", code=2) from exc
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -533,6 +587,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if hasattr(args, "client_handler"):
             timeout = max(30.0, getattr(args, "max_wait_ms", 0) / 1000 + HTTP_TIMEOUT_SLACK_SECONDS)
+            _configure_tls(args)
             api = Api(args.url, timeout=timeout, auth=cli_auth())
             try:
                 code: int = args.client_handler(api, args)

@@ -49,6 +49,7 @@ from app.client.auth import BasicAuth, BearerAuth
 from app.client.consumer import AsyncConsumer, Consumer, RecordColumns
 from app.client.producer import AsyncProducer, DeliveryFuture, DeliveryReport, Producer
 from app.client.types import ConsumerRecord, OffsetAndTimestamp, RecordMetadata, TopicPartition
+from app.common.tls import configure as configure_tls
 
 __all__ = [
     "Admin",
@@ -67,4 +68,5 @@ __all__ = [
     "RecordColumns",
     "RecordMetadata",
     "TopicPartition",
+    "configure_tls",
 ]

@@ -7,7 +7,6 @@ consumer's offset lookups are written once for both flavours.
 
 from __future__ import annotations
 
-import functools
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ import httpx
 import orjson
 
 from app.client.errors import BrokerUnavailable, NetworkTimeout, error_from_body
+from app.common import tls
 
 T = TypeVar("T")
 
@@ -105,14 +105,14 @@ def timeout_config(request_timeout_ms: int) -> httpx.Timeout:
     return httpx.Timeout(seconds, connect=min(seconds, 10.0))
 
 
-@functools.cache
 def _ssl_context() -> ssl.SSLContext:
-    """httpx's default TLS context, built once per process and shared by every client.
+    """The process's client TLS context (:mod:`app.common.tls`), shared by every client.
 
-    httpx builds it (loading the CA bundle, ~75 ms) in each client's constructor,
-    even for a plain ``http://`` broker: a Spark task opening one Consumer paid it.
+    Built once per distinct set of options (loading the CA bundle costs ~75 ms,
+    which httpx would pay in each client's constructor, even for a plain
+    ``http://`` broker: a Spark task opening one Consumer paid it).
     """
-    return httpx.create_ssl_context()
+    return tls.default_context()
 
 
 def _headers(authorization: str | None) -> dict[str, str]:

@@ -52,6 +52,7 @@ from app.client.auth import Auth, authorization
 from app.client.errors import ClientError, error_from_fields
 from app.client.types import TopicPartition
 from app.common.batch import RecordBatchReader, iter_headers
+from app.common.tls import default_context
 
 log = logging.getLogger(__name__)
 
@@ -245,9 +246,12 @@ class Subscription:
         order = self._urls[start:] + self._urls[:start]
         for i, url in enumerate(order):
             try:
+                # wss: the process's verifying context (app.common.tls), as every client.
+                ssl = default_context() if url.startswith("wss://") else None
                 ws = await websockets.connect(
                     url,
                     max_size=None,
+                    ssl=ssl,
                     additional_headers=None
                     if self._authorization is None
                     else {"Authorization": self._authorization},

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from app.client import Admin, TopicPartition
+from app.common import tls
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,34 @@ def url_of(options: Mapping[str, str]) -> str:
     # Several URLs may be given, like Kafka's bootstrap servers: the SDK clients take the
     # list (and route to partition leaders in a cluster).
     return ",".join(u.strip() for u in raw.split(",") if u.strip())
+
+
+# librdkafka's names under the source's prefix: PEM files, readable on every executor.
+TLS_OPTIONS = (
+    "logbus.ssl.ca.location",
+    "logbus.ssl.certificate.location",
+    "logbus.ssl.key.location",
+)
+
+
+def apply_tls(options: Mapping[str, str]) -> None:
+    """Make the ``logbus.ssl.*`` options this process's client TLS default.
+
+    Called on the driver when a reader or writer is built and again in each
+    task (the Python worker that runs it is another process). Without them the
+    process keeps its default (``LOGBUS_CLIENT_*`` or public roots); hostname
+    verification is always on.
+
+    Raises:
+        OptionError: a file is missing or is not PEM.
+    """
+    ca, cert, key = (get(options, name) for name in TLS_OPTIONS)
+    if ca is None and cert is None and key is None:
+        return
+    try:
+        tls.configure(ca, cert, key)
+    except (OSError, ValueError) as exc:
+        raise OptionError(f"options {', '.join(TLS_OPTIONS)}: {exc}") from None
 
 
 def flag(options: Mapping[str, str], name: str, default: bool) -> bool:

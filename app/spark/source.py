@@ -93,6 +93,7 @@ class _Reading:
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         self.options = options
         self.url = opt.url_of(options)
+        opt.apply_tls(options)
         self.lookup = OffsetLookup(self.url, options)
         self.include_headers = opt.flag(options, "includeHeaders", False)
         self.fail_on_data_loss = opt.flag(options, "failOnDataLoss", True)
@@ -109,6 +110,7 @@ class _Reading:
             if partition.value is None:
                 return
             raise TypeError(f"not a partition of this source: {partition!r}")
+        opt.apply_tls(self.options)  # this task's worker process
         yield from read_range(
             self.url,
             partition.range,
@@ -266,6 +268,8 @@ def _bytes(column: pa.Array | pa.ChunkedArray | None, n: int) -> list[bytes | No
 class _Writing:
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         self.url = opt.url_of(options)
+        self.options = options
+        opt.apply_tls(options)
         self.topic = opt.get(options, "topic")
         names = set(schema.fieldNames())
         if "value" not in names:
@@ -285,6 +289,7 @@ class _Writing:
                 errors.append(error)
 
         count = 0
+        opt.apply_tls(self.options)  # this task's worker process
         with Producer(self.url, **self.producer_config) as producer:
             for batch in iterator:
                 n = batch.num_rows

@@ -44,12 +44,13 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 import orjson
 
 from app.common.errors import InvalidRecord
+from app.common.tls import ClientTls
 from app.core.replication.partition import FOLLOWER, Partition
 from app.wire import AsyncConnection, Endpoint, async_connection
 
@@ -71,6 +72,23 @@ class _Diverged(Exception):
     """This replica's log does not line up with the leader's: truncate again."""
 
 
+def inter_broker_tls(settings: Any) -> ClientTls | None:
+    """A follower's TLS options toward its leaders (None: the process default).
+
+    It verifies the leader against ``inter_broker_ca_file`` (else ``ssl_ca_file``)
+    and presents its own listener certificate, so a leader that requires client
+    certificates (``ssl_client_auth=required``) accepts its followers.
+    """
+    ca = settings.inter_broker_ca_file or settings.ssl_ca_file
+    if ca is None and settings.ssl_certfile is None:
+        return None
+    return ClientTls(
+        None if ca is None else str(ca),
+        None if settings.ssl_certfile is None else str(settings.ssl_certfile),
+        None if settings.ssl_keyfile is None else str(settings.ssl_keyfile),
+    )
+
+
 class ReplicaFetcher:
     def __init__(self, replicas: ReplicaManager) -> None:
         self.replicas = replicas
@@ -78,6 +96,8 @@ class ReplicaFetcher:
         self.broker_id = settings.broker_id
         self.wait_ms = settings.replica_fetch_wait_max_ms
         self.max_bytes = settings.replica_fetch_max_bytes
+        self.require_tls = bool(settings.inter_broker_tls)
+        self.tls_options = inter_broker_tls(settings)
         self._tasks: dict[tuple[str, int], asyncio.Task[None]] = {}
         self.timeout_s = self.wait_ms / 1000 + 10.0
         self.fetches = 0
@@ -128,12 +148,22 @@ class ReplicaFetcher:
                 if url is None:
                     await asyncio.sleep(0.2)  # the leader's registration has not reached us
                     continue
+                if self.require_tls and not url.startswith("https://"):
+                    # inter_broker_tls: never send a follower's credentials or read a
+                    # leader's records in the clear; the leader must advertise https.
+                    _log.warning("not fetching %s from %s: inter_broker_tls needs https", part, url)
+                    await asyncio.sleep(MAX_BACKOFF_S)
+                    continue
                 if conn is None or conn_url != url:
                     if conn is not None:
                         conn.close()
                     conn_url = url
                     conn = async_connection(
-                        replace(Endpoint.parse(url), extra_headers=self._credentials()),
+                        replace(
+                            Endpoint.parse(url),
+                            extra_headers=self._credentials(),
+                            tls_options=self.tls_options,
+                        ),
                         self.timeout_s,
                         self.max_bytes + (1 << 20),
                     )
