@@ -52,6 +52,7 @@ class Close:
     TRY_AGAIN_LATER = 1013  # the broker is not serving yet
     BAD_REQUEST = 4400  # a bad first subscribe or query parameter (an error frame says why)
     IDLE_TIMEOUT = 4408  # no client message within idle_timeout_ms
+    SLOW_CONSUMER = 4503  # the client took no frame within send_timeout_ms (memory freed)
 
 
 CLOSE_CODES: dict[int, str] = {
@@ -62,6 +63,7 @@ CLOSE_CODES: dict[int, str] = {
     Close.TRY_AGAIN_LATER: "the broker is not serving yet",
     Close.BAD_REQUEST: "the first message was not a valid subscribe, or a bad query parameter",
     Close.IDLE_TIMEOUT: "no message from the client within idle_timeout_ms",
+    Close.SLOW_CONSUMER: "the client took none of a frame within send_timeout_ms",
 }
 
 
