@@ -9,7 +9,7 @@ HOST     ?= 127.0.0.1
 PORT     ?= 8080
 DATA_DIR ?= ./data
 
-.PHONY: install run cluster test lint unit bench clean openapi java curl wrk redis-server zookeeper pipeline
+.PHONY: install run cluster test lint unit bench clean openapi java curl wrk redis-server zookeeper pipeline chromium
 
 # $(call apt,COMMAND,PACKAGE): install PACKAGE from Debian when COMMAND is missing (root only).
 apt = @command -v $(1) >/dev/null || { \
@@ -44,8 +44,9 @@ lint: install
 	$(VENV)/bin/ruff format --check app logbus tests bench pipelines
 	$(VENV)/bin/mypy
 
-# The README test runs its curl examples; Spark's tests need Java; cluster tests need ZooKeeper.
-test: install lint java curl zookeeper
+# The README test runs its curl examples; Spark's tests need Java; cluster tests need ZooKeeper;
+# the browser tests (tests/e2e/test_e2e_browsers.py) need Chromium.
+test: install lint java curl zookeeper chromium
 	$(VENV)/bin/pytest -q tests
 
 # Debian's redis-server is the standing baseline; installed when missing (root only).
@@ -54,6 +55,10 @@ redis-server:
 
 curl:
 	$(call apt,curl,curl)
+
+# Debian's headless-capable Chromium for the CORS/Origin tests (a page from another origin).
+chromium:
+	$(call apt,chromium,chromium)
 
 # HTTP load for bench/http_edge.py (small requests at many connections).
 wrk:

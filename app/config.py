@@ -136,6 +136,39 @@ class Settings(BaseSettings):
     max_header_count: int = Field(
         default=100, ge=8, description="Most header fields in one request (431 above)."
     )
+    # The broker-wide memory budget (app/api/memory.py), Kafka's queued.max.request.bytes.
+    memory_budget_bytes: int | None = Field(
+        default=None,
+        ge=1024 * 1024,
+        description="Kafka's queued.max.request.bytes: memory request bodies, JSON fetch "
+        "answers and WebSocket frames may hold at once; above it reading, rendering and "
+        "sending wait. Default: a quarter of RAM, between 64 MiB and 512 MiB.",
+    )
+    memory_wait_timeout_ms: int = Field(
+        default=30_000,
+        ge=1,
+        description="Longest a fetch answer waits for the memory budget before answering "
+        "503 BROKER_NOT_AVAILABLE (retriable).",
+    )
+    # Browsers (README "Browsers and CORS"): off by default, so no page from another
+    # origin may call the broker or open a WebSocket to it.
+    cors_allowed_origins: list[str] = Field(
+        default_factory=list,
+        description="Origins (scheme://host[:port]) whose pages may call the broker and open "
+        "WebSockets; '*' allows any. Empty: CORS off, cross-origin WebSockets refused (403).",
+    )
+    cors_allowed_methods: list[str] = Field(
+        default_factory=lambda: ["GET", "POST", "PUT", "DELETE"],
+        description="Methods a preflight allows for the allowed origins.",
+    )
+    cors_allowed_headers: list[str] = Field(
+        default_factory=lambda: ["Content-Type", "Accept", "Authorization"],
+        description="Request headers a preflight allows for the allowed origins.",
+    )
+    cors_allow_credentials: bool = Field(
+        default=False,
+        description="Let allowed origins send cookies/credentials (never with '*').",
+    )
     log_retention_check_interval_ms: int = Field(default=300_000, ge=10)
     log_cleaner_backoff_ms: int = Field(
         default=15_000,

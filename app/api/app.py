@@ -11,8 +11,10 @@ from typing import TYPE_CHECKING, Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
+from starlette.middleware.cors import CORSMiddleware
 
 from app.api import errors, openapi_docs, security, ws
+from app.api.browsers import OriginGuard
 from app.api.guards import RequestGuard
 from app.api.metrics import MetricsMiddleware, PartitionCollector
 from app.api.routers import ALL
@@ -160,7 +162,24 @@ def create_app(settings: Settings, manager: LogManager | None = None) -> FastAPI
             ),
             topic_exists=lambda topic: _topic_exists(state, topic),
         )
+    # Pages from origins not allowed are refused before any route (app/api/browsers.py).
+    app.add_middleware(OriginGuard, origins=settings.cors_allowed_origins)
     app.add_middleware(MetricsMiddleware)
+    if settings.cors_allowed_origins:
+        # Outermost: preflights are answered and every answer (errors too) carries the
+        # Access-Control-* headers an allowed page needs to read it.
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_allowed_origins,
+            allow_methods=settings.cors_allowed_methods,
+            allow_headers=settings.cors_allowed_headers,
+            allow_credentials=settings.cors_allow_credentials,
+            expose_headers=[
+                "Logbus-High-Watermark",
+                "Logbus-Log-Start-Offset",
+                "Logbus-Log-End-Offset",
+            ],
+        )
     for router in (*ALL, group_routes.router, acl_routes.router):
         app.include_router(router)
     ws.install(app, state)

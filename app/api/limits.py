@@ -34,12 +34,12 @@ event loop only.
 
 from __future__ import annotations
 
-import resource
 from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from app.common import errors as core
+from app.core.limits import nofile_limit, raise_nofile_limit
 
 if TYPE_CHECKING:
     from app.config import Settings
@@ -85,13 +85,6 @@ class RequestReadTimeout(core.RequestTimedOut):
         )
 
 
-def descriptor_budget() -> int:
-    """File descriptors this process may open: the hard limit, which the log manager raises
-    the soft limit to at start (every segment keeps its ``.log`` open)."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    return soft if hard == resource.RLIM_INFINITY else max(soft, hard)
-
-
 @dataclass(frozen=True, slots=True)
 class ListenerLimits:
     """The listener's limits, in the units the protocol uses (seconds, bytes)."""
@@ -111,7 +104,12 @@ class ListenerLimits:
         """Connections may use at most half of the descriptors, whatever ``max_connections``
         says: the other half is for segment files, so a connection flood cannot stop a
         partition from opening its log."""
-        budget = descriptor_budget() if fd_budget is None else fd_budget
+        if fd_budget is None:
+            # The same budget the partition limits are cut from (app.core.limits), after
+            # the raise to the hard limit LogManager also makes at start.
+            raise_nofile_limit()
+            fd_budget = nofile_limit()
+        budget = fd_budget
         return cls(
             max_connections=max(1, min(settings.max_connections, budget // 2)),
             max_connections_per_ip=settings.max_connections_per_ip,

@@ -48,12 +48,15 @@ import os
 import signal
 import ssl
 import sys
+from collections import deque
+from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import httptools
 import uvicorn
 from uvicorn._types import ASGI3Application, ASGIReceiveCallable, ASGISendEvent, Scope
+from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 from uvicorn.protocols.utils import is_ssl
 
@@ -65,6 +68,7 @@ from app.api.limits import (
     RequestReadTimeout,
     head_bytes,
 )
+from app.api.memory import DRAINED_EXTENSION, JSON_BODY_FACTOR, MemoryBudget, Reservation
 from app.api.zerocopy import COPY_BYTES, ZEROCOPY_BYTES, ZEROCOPY_EXTENSION, pread_exactly
 from app.common import errors as core
 
@@ -111,6 +115,23 @@ class _Refused(Exception):
         self.error = error
 
 
+# DRAINED_EXTENSION: how an answer learns that the client has taken it:
+# ``scope["extensions"][DRAINED_EXTENSION]["on_drained"](callback)`` calls ``callback()``
+# once the transport's buffer is below its low-water mark, or the connection is lost.
+
+
+class GatedFlowControl(FlowControl):
+    """uvicorn's flow control with one more reason to stop reading: ``held`` (the request
+    body waits for the memory budget). uvicorn resumes reading when its own reasons end;
+    while held that is ignored."""
+
+    held = False
+
+    def resume_reading(self) -> None:
+        if not self.held:
+            super().resume_reading()
+
+
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol under the listener's limits (:mod:`app.api.limits`).
 
@@ -124,11 +145,14 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     # Bound per server by build_config (one counter per listener).
     counter: ClassVar[ConnectionCounter | None] = None
+    # The app's memory budget (app/api/memory.py), bound by build_config; None: unbounded.
+    memory: ClassVar[MemoryBudget | None] = None
 
     def connection_made(  # type: ignore[override]
         self, transport: asyncio.Transport
     ) -> None:
         super().connection_made(transport)
+        self.flow = GatedFlowControl(transport)
         cls = type(self)
         if cls.counter is None:
             from app.config import Settings
@@ -143,6 +167,12 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._header_count = 0
         self._deadline: asyncio.TimerHandle | None = None
         self._send_deadline: asyncio.TimerHandle | None = None
+        self._memory = cls.memory
+        # One entry per request whose response is not complete (in request order, as
+        # HTTP/1.1 answers): the memory its body holds.
+        self._body_memory: deque[Reservation | None] = deque()
+        self._memory_waiter: Any = None
+        self._drained: list[Callable[[], None]] = []
         refused = self._counter.admit(self._address)
         if refused is not None:
             self._refuse(refused)
@@ -160,7 +190,97 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._send_deadline.cancel()
             self._send_deadline = None
         self._uncount()
+        self._free_memory()
         super().connection_lost(exc)
+
+    def _free_memory(self) -> None:
+        if self._memory_waiter is not None:
+            self._memory_waiter.cancel()
+            self._memory_waiter = None
+        while self._body_memory:
+            held = self._body_memory.popleft()
+            if held is not None:
+                held.release()
+        self._run_drained()
+
+    def _run_drained(self) -> None:
+        callbacks, self._drained = self._drained, []
+        for callback in callbacks:
+            callback()
+
+    def on_drained(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once what was written so far has left the transport's buffer
+        (or the connection is lost)."""
+        if self.flow.write_paused and not self.transport.is_closing():
+            self._drained.append(callback)
+        else:
+            self.loop.call_soon(callback)
+
+    def on_response_complete(self) -> None:
+        if self._body_memory:
+            held = self._body_memory.popleft()
+            if held is not None:
+                held.release()
+        super().on_response_complete()
+
+    def on_body(self, body: bytes) -> None:
+        super().on_body(body)
+        if self._memory is None or not self._body_memory or self._declared_length() > 0:
+            return
+        # A chunked body: its bytes are charged as they arrive; over the budget, reading
+        # stops until memory frees.
+        held = self._body_memory[-1]
+        if held is None:
+            return
+        held.grow(len(body))
+        if self._memory.over and self._memory_waiter is None:
+            self._hold_reading(0)
+
+    def _reserve_body(self, declared: int) -> None:
+        """Reserve the body this request declares (or start charging a chunked one)."""
+        if self._memory is None:
+            self._body_memory.append(None)
+            return
+        if declared <= 0:
+            chunked = any(
+                name == b"transfer-encoding" and b"chunked" in value.lower()
+                for name, value in self.headers
+            )
+            # No body (None), or a chunked one charged as it arrives.
+            self._body_memory.append(Reservation(self._memory, 0) if chunked else None)
+            return
+        json_body = any(
+            name == b"content-type" and b"json" in value.lower() for name, value in self.headers
+        )
+        size = declared * (JSON_BODY_FACTOR if json_body else 1)
+        granted = self._memory.try_reserve(size)
+        if granted is not None:
+            self._body_memory.append(granted)
+            return
+        # Over the budget: keep the request, stop reading its body until memory frees
+        # (Kafka's queued.max.request.bytes). The body timeout does not run meanwhile.
+        self._body_memory.append(Reservation(self._memory, 0))
+        self._hold_reading(size)
+
+    def _hold_reading(self, size: int) -> None:
+        assert self._memory is not None and isinstance(self.flow, GatedFlowControl)
+        self.flow.held = True
+        self.flow.pause_reading()
+        target = self._body_memory[-1]
+
+        def granted(reservation: Reservation) -> None:
+            self._memory_waiter = None
+            if self.transport.is_closing() or target not in self._body_memory:
+                reservation.release()
+                return
+            assert target is not None
+            target.absorb(reservation)
+            assert isinstance(self.flow, GatedFlowControl)
+            self.flow.held = False
+            if self.cycle is None or len(self.cycle.body) <= 65536:
+                self.flow.resume_reading()
+
+        self._memory_waiter = self._memory.reserve_later(size, granted)
 
     def _uncount(self) -> None:
         if self._counted:
@@ -206,6 +326,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self.scope["extensions"] = {DRAINED_EXTENSION: {"on_drained": self.on_drained}}
         self._header_count = 0
         self._arm(self._limits.header_timeout_s, "line and headers")
 
@@ -224,6 +345,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
                 raise _Refused(core.PayloadTooLarge(declared, self._limits.max_request_bytes))
             self._in_body = True
             self._arm(self._limits.body_timeout_s, "body")
+            super().on_headers_complete()
+            self._reserve_body(declared)
+            return
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
@@ -261,6 +385,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if self._send_deadline is not None:
             self._send_deadline.cancel()
             self._send_deadline = None
+        self._run_drained()
 
     def _send_expired(self) -> None:
         """A reader that stopped reading: abort, so the buffered answer's memory is freed
@@ -348,7 +473,7 @@ class ZeroCopyHttpToolsProtocol(GuardedHttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         if self._zerocopy_ok:
-            self.scope["extensions"] = {ZEROCOPY_EXTENSION: {}}
+            self.scope["extensions"][ZEROCOPY_EXTENSION] = {}
 
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
         # Every request (pipelined ones included) starts here, so wrapping the
@@ -551,11 +676,17 @@ def build_config(
             "for segment files)",
             limits.max_connections,
         )
-    # One counter per listener, bound to a protocol class of its own.
-    protocol = type(base.__name__, (base,), {"counter": ConnectionCounter(limits)})
+    app = create_app(settings)
+    # One counter per listener, bound to a protocol class of its own, with the app's
+    # memory budget (request bodies are reserved by the protocol, before the app).
+    protocol = type(
+        base.__name__,
+        (base,),
+        {"counter": ConnectionCounter(limits), "memory": app.state.logbus.memory},
+    )
     ping_interval, ping_timeout = ws_keepalive(settings)
     return uvicorn.Config(
-        create_app(settings),
+        app,
         host=settings.host,
         port=settings.port,
         http=protocol,

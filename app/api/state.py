@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry
 
 from app.api.longpoll import FetchWaiters
+from app.api.memory import BudgetCollector, MemoryBudget, default_budget_bytes
 from app.common.errors import BrokerNotAvailable
 from app.common.partitioner import StickyPartitioner
 from app.config import Settings
@@ -36,6 +37,16 @@ class AppState:
         default_factory=lambda: CollectorRegistry(auto_describe=False)
     )
     started_at: float = field(default_factory=time.time)
+    # The broker-wide memory budget (app/api/memory.py), shared with the listener's
+    # protocol (request bodies) by app.api.server.build_config.
+    memory: MemoryBudget = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.memory = MemoryBudget(
+            self.settings.memory_budget_bytes or default_budget_bytes(),
+            self.settings.memory_wait_timeout_ms / 1000,
+        )
+        self.registry.register(BudgetCollector(self.memory))
 
     @property
     def topology(self) -> Topology:

@@ -26,6 +26,7 @@ current limit and open descriptors, so callers serialise creates themselves
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 from dataclasses import dataclass
@@ -40,8 +41,21 @@ LOAD_HEADROOM_FDS = 64
 DEFAULT_PARTITION_FD_SHARE = 3
 
 
+def raise_nofile_limit() -> None:
+    """Raise the soft RLIMIT_NOFILE to the hard limit: every segment keeps its .log open,
+    so the broker uses all the descriptors it is allowed (``LogManager.start`` calls this;
+    so does the listener's setup, which sizes ``max_connections`` from the same number)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 def nofile_limit() -> int:
-    """The soft RLIMIT_NOFILE (LogManager raises it to the hard limit at start)."""
+    """The soft RLIMIT_NOFILE: the process's file-descriptor budget, the one number the
+    partition budget here and the listener's connection limit (``app.api.limits``) are
+    both cut from. Callers that size something for the broker's life call
+    :func:`raise_nofile_limit` first."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     return soft if soft != resource.RLIM_INFINITY else 1 << 20
 

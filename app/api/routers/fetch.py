@@ -22,6 +22,7 @@ from app.api.codec import DECODERS, decode_headers
 from app.api.deps import ManagerDep, StateDep
 from app.api.errors import NotAcceptable, error_responses
 from app.api.longpoll import FetchWaiters
+from app.api.memory import JSON_RENDER_FACTOR, held_json
 from app.api.models import EpochEndOffset, FetchResponse, Format
 from app.api.util import (
     INLINE_WORK_BYTES,
@@ -310,13 +311,18 @@ async def fetch_records(
     }
     if media == OCTET_STREAM:
         return ZeroCopyResponse(info.slices, headers=headers)
-    if info.size > INLINE_WORK_BYTES:
-        body = await run_blocking(
-            render_json, topic, partition, offset, info, key_format, value_format
-        )
-    else:
-        body = render_json(topic, partition, offset, info, key_format, value_format)
-    return JSONBytes(body, headers=headers)
+
+    async def render() -> bytes:
+        if info.size > INLINE_WORK_BYTES:
+            return await run_blocking(
+                render_json, topic, partition, offset, info, key_format, value_format
+            )
+        return render_json(topic, partition, offset, info, key_format, value_format)
+
+    # The answer holds broker memory until the client has taken it (app/api/memory.py).
+    return await held_json(
+        state.memory, info.size * JSON_RENDER_FACTOR, render, headers, request.is_disconnected
+    )
 
 
 @router.get(

@@ -53,6 +53,7 @@ class Close:
     BAD_REQUEST = 4400  # a bad first subscribe or query parameter (an error frame says why)
     UNAUTHENTICATED = 4401  # no or bad credentials, or the bearer token expired
     IDLE_TIMEOUT = 4408  # no client message within idle_timeout_ms
+    SLOW_CONSUMER = 4503  # the client took no frame within send_timeout_ms (memory freed)
 
 
 CLOSE_CODES: dict[int, str] = {
@@ -65,6 +66,7 @@ CLOSE_CODES: dict[int, str] = {
     Close.IDLE_TIMEOUT: "no message from the client within idle_timeout_ms",
     Close.UNAUTHENTICATED: "authentication failed (the first message was not a valid auth) "
     "or the bearer token expired",
+    Close.SLOW_CONSUMER: "the client took none of a frame within send_timeout_ms",
 }
 
 

@@ -172,7 +172,8 @@ class FrameCache:
                 _, count, used, _, first = rendered
                 # What Log.read would give this socket: batches within max_bytes, or one.
                 if (limit is None or count <= limit) and (used <= max_bytes or used == first):
-                    self._entries.move_to_end(key)
+                    if self._entries.get(key) is entry:  # not evicted while we waited
+                        self._entries.move_to_end(key)
                     return rendered
             return await render()
         if entry is not None:
@@ -282,6 +283,7 @@ class Subscription:
         self.stats = stats
         self.idle_timeout = idle_timeout
         self.max_message_bytes = state.settings.max_request_bytes
+        self.send_timeout_s = state.settings.send_timeout_ms / 1000
         self.cursors: dict[tuple[str, int], Cursor] = {}
         self.wake = asyncio.Event()
         self.format = "json"
@@ -659,10 +661,8 @@ class Subscription:
             # Revoked (its assignment frame is out) while this chunk was read: the
             # partition's records now go to its new owner.
             return False
-        if isinstance(frame, bytes):
-            await send_bytes(self.ws, frame)
-        elif frame is not None:
-            await send_text(self.ws, frame)
+        if frame is not None:
+            await self._send_held(frame)
         if cursor.generation == gen:
             cursor.position = next_offset
         if self.records_credit is not None:
@@ -674,6 +674,35 @@ class Subscription:
             self.stats.frames_sent += 1
             self.stats.records_sent += count
         return next_offset > position
+
+    async def _send_held(self, frame: str | bytes) -> None:
+        """Send a records frame under the broker's memory budget (app/api/memory.py).
+
+        The frame's size is reserved before it is handed to the transport and released
+        once the send returns, which uvicorn's WebSocket protocol does when the transport's
+        buffer is below its low-water mark: a subscriber that does not read holds at most
+        one frame, and all of them together at most the budget; the others wait (their
+        pumps pause, nothing is read for them). A client that takes none of a frame for
+        ``send_timeout_ms`` is closed with ``Close.SLOW_CONSUMER`` and its frame freed.
+        """
+        # A str frame is encoded as UTF-8 by the send: about its length in bytes.
+        held = await self.state.memory.reserve(len(frame), timeout_s=None)
+        try:
+            send = send_bytes if isinstance(frame, bytes) else send_text
+            try:
+                await asyncio.wait_for(send(self.ws, frame), self.send_timeout_s)  # type: ignore[arg-type]
+            except TimeoutError:
+                logger.info(
+                    "closing a WebSocket subscriber that took no frame for %.0f s",
+                    self.send_timeout_s,
+                )
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(
+                        common.close(self.ws, Close.SLOW_CONSUMER, "send timeout"), 1.0
+                    )
+                raise ClientGone from None
+        finally:
+            held.release()
 
     async def _render(
         self, cursor: Cursor, position: int, info: FetchInfo, limit: int | None

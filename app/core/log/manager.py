@@ -49,7 +49,6 @@ import contextlib
 import json
 import logging
 import re
-import resource
 import shutil
 import threading
 import uuid
@@ -67,7 +66,7 @@ from app.common.errors import (
     TopicAlreadyExists,
     UnknownTopicOrPartition,
 )
-from app.core.limits import PartitionBudget
+from app.core.limits import PartitionBudget, raise_nofile_limit
 from app.core.log.checkpoint import (
     CheckpointCorrupt,
     OffsetCheckpointFile,
@@ -215,7 +214,7 @@ class LogManager:
         with self._lock:
             if self._started:
                 return
-            _raise_fd_limit()
+            raise_nofile_limit()
             self.data_dir.mkdir(parents=True, exist_ok=True)
             (self.data_dir / TOPICS_DIR).mkdir(exist_ok=True)
             self._load_meta()
@@ -492,6 +491,13 @@ class LogManager:
         with contextlib.suppress(OSError):
             fsync_dir(self.data_dir / TOPICS_DIR)
 
+    def check_can_host(self, topic: str, partitions: int) -> None:
+        """Raise PartitionLimitExceeded unless ``partitions`` more replicas of ``topic`` fit
+        in this broker's partition budget now (what :meth:`create_topic` checks first): a
+        cluster's creating broker asks before it writes the topic to ZooKeeper."""
+        with self._lock:
+            self.partition_budget.check_create(topic, partitions, self._hosted_count())
+
     def _hosted_count(self) -> int:
         return sum(1 for t in self._topics.values() for log in t.logs if log is not None)
 
@@ -669,14 +675,6 @@ def _close_all(logs: list[Log | None]) -> None:
         if log is not None:
             with contextlib.suppress(Exception):
                 log.close()
-
-
-def _raise_fd_limit() -> None:
-    """Every segment keeps its .log open, so use all the descriptors we are allowed."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard != resource.RLIM_INFINITY and soft < hard:
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def describe(manager: LogManager, topic: str) -> dict[str, Any]:

@@ -37,6 +37,7 @@ from app.common.errors import (
     KafkaStorageError,
     LeaderNotAvailable,
     NotLeaderOrFollower,
+    PartitionLimitExceeded,
     TopicAlreadyExists,
     UnknownTopicOrPartition,
 )
@@ -219,7 +220,18 @@ class ReplicaManager:
         for name in gone:
             await self._drop_topic(name)
         for name in sorted(new):
-            await self._add_topic(name)
+            try:
+                await self._add_topic(name)
+            except PartitionLimitExceeded as e:
+                # As a lone broker refuses a topic it cannot open (LogManager.start): this
+                # broker does not host it, says why, and goes on with the other topics.
+                # Its replicas here stay offline; the rest of the cluster serves them.
+                _log.error(
+                    "topic %r: this broker cannot host its replicas: %s; raise the file "
+                    "descriptor limit or max_partitions and restart this broker",
+                    name,
+                    e,
+                )
         if not self.topics_synced.is_set():
             # Topics deleted while this broker was down go now.
             for name in self.logs.topics():
@@ -364,6 +376,10 @@ class ReplicaManager:
         clash = next((t for t in self.assignments if collision_key(t) == collision_key(name)), None)
         if clash is not None:
             raise InvalidTopic(name, f"collides with existing topic {clash!r} ('.' and '_' clash)")
+        # This broker's own share, checked before anything is written (as a lone broker
+        # does); the others check theirs as they create their replicas (_sync_topics).
+        here = sum(1 for r in replicas if self.broker_id in r)
+        await asyncio.to_thread(self.logs.check_can_host, name, here)
         await asyncio.to_thread(
             self.store.create_topic, name, TopicAssignment(topic_id, tuple(replicas), normalized)
         )

@@ -24,6 +24,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from app.api.memory import DRAINED_EXTENSION
 from app.api.server import PlainHttpToolsProtocol, ZeroCopyHttpToolsProtocol
 from app.api.zerocopy import ZEROCOPY_EXTENSION, ZeroCopyResponse
 
@@ -170,7 +171,8 @@ def _read_response(sock: socket.socket, pending: bytearray) -> tuple[bytes, byte
 
 
 def test_extension_is_offered(served: Served) -> None:
-    assert httpx.get(f"{served.url}/extensions").json() == [ZEROCOPY_EXTENSION]
+    # Beside the listener's own drained-callback extension (app/api/memory.py).
+    assert httpx.get(f"{served.url}/extensions").json() == [ZEROCOPY_EXTENSION, DRAINED_EXTENSION]
 
 
 def test_bytes_are_exact_and_counted_and_keep_alive_survives(served: Served) -> None:
@@ -301,7 +303,7 @@ def test_plain_protocol_offers_no_extension_and_copies(data_file: tuple[int, byt
     copied = _copied()
     for port, _ in _serve(_make_app(fd), PlainHttpToolsProtocol, "asyncio"):
         url = f"http://127.0.0.1:{port}"
-        assert httpx.get(f"{url}/extensions").json() == []
+        assert httpx.get(f"{url}/extensions").json() == [DRAINED_EXTENSION]
         r = httpx.get(f"{url}/data", params={"offset": 100, "length": 3_000_000, "parts": 2})
         assert r.content == data[100:3_000_100]
     assert _sent() == sent
