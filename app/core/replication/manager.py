@@ -42,6 +42,7 @@ from app.common.errors import (
 )
 from app.core.log.manager import check_new_topic, collision_key
 from app.core.replication.auth import ReplicaAuth
+from app.core.replication.config import ReplicaConfig
 from app.core.replication.controller import Controller
 from app.core.replication.fetcher import ReplicaFetcher
 from app.core.replication.partition import Partition, append_to_leaders
@@ -51,7 +52,6 @@ from app.core.replication.zk import ZkStore
 from app.core.topology import LeaderAppend, LeadershipListener, TopicListener
 
 if TYPE_CHECKING:
-    from app.config import Settings
     from app.core.log.log import AppendInfo, Log
     from app.core.log.manager import LogManager
 
@@ -76,7 +76,9 @@ class ReplicaManager:
 
     standalone = False
 
-    def __init__(self, settings: Settings, logs: LogManager, notify: Callable[[Log], None]) -> None:
+    def __init__(
+        self, settings: ReplicaConfig, logs: LogManager, notify: Callable[[Log], None]
+    ) -> None:
         assert settings.zookeeper, "cluster mode needs a ZooKeeper connect string"
         self.settings = settings
         self.logs = logs
