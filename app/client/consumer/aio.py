@@ -11,7 +11,6 @@ partition cancels it. Group membership:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any, TypeVar
@@ -26,6 +25,7 @@ from app.client.consumer.records import Decoded, RecordColumns, as_columns, as_r
 from app.client.consumer.state import PartitionState
 from app.client.group import AsyncGroupMembership
 from app.client.types import ConsumerRecord, OffsetAndTimestamp, TopicPartition
+from app.common.aio import wait_event
 
 T = TypeVar("T")
 
@@ -208,8 +208,7 @@ class AsyncConsumer(ConsumerBase[AsyncGroupMembership]):
             self._arrived.clear()
             if any(st.in_flight is not None and st.in_flight.done() for st in self.states.values()):
                 continue
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._arrived.wait(), max(0.0, self._wait_s(remaining)))
+            await wait_event(self._arrived, self._wait_s(remaining))
 
     async def close(self) -> None:
         if self.closed:

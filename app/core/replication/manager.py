@@ -31,6 +31,7 @@ from base64 import urlsafe_b64encode
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from app.common.aio import wait_event
 from app.common.errors import (
     BrokerNotAvailable,
     InvalidTopic,
@@ -140,7 +141,8 @@ class ReplicaManager:
         self.controller.start()
         self._isr_task = asyncio.create_task(self._isr_loop(), name="logbus-isr-shrink")
         # Serve only once this broker knows the topics (and has created their logs).
-        await asyncio.wait_for(self.topics_synced.wait(), 60)
+        if not await wait_event(self.topics_synced, 60):
+            raise TimeoutError("the topics were not read from ZooKeeper within 60 s")
 
     async def stop(self) -> None:
         self._stopping = True
@@ -202,9 +204,7 @@ class ReplicaManager:
         self._changed = asyncio.Event()
 
     async def wait_changed(self, timeout_s: float) -> None:
-        event = self._changed
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(event.wait(), timeout_s)
+        await wait_event(self._changed, timeout_s)
 
     # -- topics ------------------------------------------------------------------------
 
