@@ -115,16 +115,21 @@ def _ssl_context() -> ssl.SSLContext:
     return httpx.create_ssl_context()
 
 
-def sync_client(url: str, request_timeout_ms: int, max_connections: int = 100) -> httpx.Client:
-    return httpx.Client(
-        base_url=normalize_url(url),
-        verify=_ssl_context(),
-        timeout=timeout_config(request_timeout_ms),
-        headers={"user-agent": USER_AGENT},
-        limits=httpx.Limits(
+def _client_options(url: str, request_timeout_ms: int, max_connections: int) -> dict[str, Any]:
+    """What the blocking and the asyncio httpx clients of the SDK are built with."""
+    return {
+        "base_url": normalize_url(url),
+        "verify": _ssl_context(),
+        "timeout": timeout_config(request_timeout_ms),
+        "headers": {"user-agent": USER_AGENT},
+        "limits": httpx.Limits(
             max_connections=max_connections, max_keepalive_connections=max_connections
         ),
-    )
+    }
+
+
+def sync_client(url: str, request_timeout_ms: int, max_connections: int = 100) -> httpx.Client:
+    return httpx.Client(**_client_options(url, request_timeout_ms, max_connections))
 
 
 def async_client(
@@ -134,14 +139,7 @@ def async_client(
     transport: httpx.AsyncBaseTransport | None = None,
 ) -> httpx.AsyncClient:
     return httpx.AsyncClient(
-        base_url=normalize_url(url),
-        verify=_ssl_context(),
-        timeout=timeout_config(request_timeout_ms),
-        headers={"user-agent": USER_AGENT},
-        limits=httpx.Limits(
-            max_connections=max_connections, max_keepalive_connections=max_connections
-        ),
-        transport=transport,
+        **_client_options(url, request_timeout_ms, max_connections), transport=transport
     )
 
 

@@ -15,9 +15,13 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class ReplicaConfig:
+    """The settings cluster mode reads; each means what the ``LOGBUS_*`` setting of its
+    name means (``app/config.py``)."""
+
     zookeeper: str
     """ZooKeeper connect string, ``HOST:PORT[,HOST:PORT...][/chroot]``."""
     broker_id: int
+    """This broker's id, unique in the cluster."""
     url: str
     """The URL this broker advertises to clients and other brokers."""
     zookeeper_session_timeout_ms: int = 6_000
