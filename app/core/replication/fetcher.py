@@ -50,8 +50,8 @@ from urllib.parse import urlencode
 
 import orjson
 
-from app.common.errors import InvalidRecord, OffsetOutOfRange
-from app.common.fetch_answer import Refused, interpret
+from app.common.errors import InvalidRecord
+from app.common.fetch_answer import Action, Refused, interpret
 from app.core.replication.partition import FOLLOWER, Partition
 from app.wire import AsyncConnection, Endpoint, async_connection
 
@@ -246,10 +246,9 @@ class ReplicaFetcher:
         # divergence to truncate away), so the CRCs are not checked twice.
         outcome = interpret(response, part.topic, part.partition, check_crcs=False)
         if isinstance(outcome, Refused):
-            error = outcome.error
-            if not isinstance(error, OffsetOutOfRange):
+            if outcome.action is not Action.OUT_OF_RANGE:
                 raise _Retry()  # leadership or the epoch moving, or the leader not ready
-            start = int(getattr(error, "log_start_offset", 0))
+            start = int(getattr(outcome.error, "log_start_offset", 0))
             if offset < start:
                 # Retention on the leader removed what we would fetch next: start over there.
                 def restart() -> None:
