@@ -38,6 +38,7 @@ from typing import Any, TypeVar
 import httpx
 
 from app.client import _http
+from app.client._drive import drive_async, drive_sync
 from app.client._http import Call
 from app.client.errors import is_connection_error
 from app.client.types import TopicPartition
@@ -440,45 +441,21 @@ def _group(
 
 
 def _drive_sync(client: httpx.Client, route: Route[T]) -> T:
-    result: Any = None
-    error: LogbusError | None = None
-    while True:
-        try:
-            op = route.send(result) if error is None else route.throw(error)
-        except StopIteration as stop:
-            value: T = stop.value
-            return value
-        finally:
-            error = None  # not kept alive by this frame once thrown in
-        result = None
+    def perform(op: _Send | _Sleep) -> Any:
         if isinstance(op, _Sleep):
-            time.sleep(op.seconds)
-            continue
-        try:
-            result = _http.run_sync(client, op.call, op.url)
-        except LogbusError as exc:
-            error = exc
+            return time.sleep(op.seconds)
+        return _http.run_sync(client, op.call, op.url)
+
+    return drive_sync(route, perform)
 
 
 async def _drive_async(client: httpx.AsyncClient, route: Route[T]) -> T:
-    result: Any = None
-    error: LogbusError | None = None
-    while True:
-        try:
-            op = route.send(result) if error is None else route.throw(error)
-        except StopIteration as stop:
-            value: T = stop.value
-            return value
-        finally:
-            error = None  # not kept alive by this frame once thrown in
-        result = None
+    async def perform(op: _Send | _Sleep) -> Any:
         if isinstance(op, _Sleep):
-            await asyncio.sleep(op.seconds)
-            continue
-        try:
-            result = await _http.run_async(client, op.call, op.url)
-        except LogbusError as exc:
-            error = exc
+            return await asyncio.sleep(op.seconds)
+        return await _http.run_async(client, op.call, op.url)
+
+    return await drive_async(route, perform)
 
 
 # ---- sync --------------------------------------------------------------------

@@ -20,6 +20,7 @@ import httpx
 from app import wire
 from app.client import _cluster, _http
 from app.client._cluster import Bootstrap
+from app.client._drive import drive_async
 from app.client.consumer.base import BeatNow, ConsumerBase, Flow, GroupCall, LeaderCall, Op
 from app.client.consumer.records import Decoded, RecordColumns, as_columns, as_records
 from app.client.consumer.state import PartitionState
@@ -68,20 +69,7 @@ class AsyncConsumer(ConsumerBase[AsyncGroupMembership]):
 
     async def _run(self, flow: Flow[T]) -> T:
         """Await the calls ``flow`` yields, one after the other; its return value."""
-        result: Any = None
-        error: BaseException | None = None
-        while True:
-            try:
-                op = flow.send(result) if error is None else flow.throw(error)
-            except StopIteration as stop:
-                value: T = stop.value
-                return value
-            finally:
-                error = None  # not kept alive by this frame once thrown in
-            try:
-                result = await self._perform(op)
-            except BaseException as exc:
-                result, error = None, exc
+        return await drive_async(flow, self._perform)
 
     async def _perform(self, op: Op) -> Any:
         if isinstance(op, LeaderCall):
