@@ -62,9 +62,22 @@ def _topology(settings: Settings, manager: LogManager, state: AppState) -> Topol
     """The broker's topology: a cluster's through ZooKeeper (``--zookeeper``), else a
     lone broker's over its logs. The one place that tells the two apart."""
     if settings.zookeeper:
+        from app.core.replication.config import ReplicaConfig
         from app.core.replication.manager import ReplicaManager
 
-        return ReplicaManager(settings, manager, state.waiters.notify)
+        config = ReplicaConfig(
+            zookeeper=settings.zookeeper,
+            broker_id=settings.broker_id,
+            url=settings.url,
+            zookeeper_session_timeout_ms=settings.zookeeper_session_timeout_ms,
+            replica_lag_time_max_ms=settings.replica_lag_time_max_ms,
+            replica_fetch_wait_max_ms=settings.replica_fetch_wait_max_ms,
+            replica_fetch_max_bytes=settings.replica_fetch_max_bytes,
+            default_replication_factor=settings.default_replication_factor,
+            unclean_leader_election_enable=settings.unclean_leader_election_enable,
+            leader_imbalance_check_interval_ms=settings.leader_imbalance_check_interval_ms,
+        )
+        return ReplicaManager(config, manager, state.waiters.notify)
     from app.core.local_topology import LocalTopology
 
     return LocalTopology(manager, settings.broker_id, settings.url)

@@ -28,7 +28,7 @@ from typing import Any, BinaryIO, NoReturn
 
 from app.cli.base import Api, CliError, cli_auth, error_message, print_json, separator
 from app.cli.consume import cmd_consume
-from app.client._http import topic_path
+from app.client import Producer
 from app.client.admin import ResetTo
 from app.common import tls
 from app.common.errors import LogbusError
@@ -181,7 +181,8 @@ def read_line_batches(
         yield batch
 
 
-def _record(line: bytes, number: int, sep: str | None) -> dict[str, Any]:
+def _record(line: bytes, number: int, sep: str | None) -> dict[str, str]:
+    """``{"key", "value"}`` of one stdin line: the key before the first ``sep``, if any."""
     if line.endswith(b"\r"):
         line = line[:-1]
     try:
@@ -203,27 +204,45 @@ class _Span:
 
 
 def cmd_produce(api: Api, args: argparse.Namespace) -> int:
+    """Stdin lines through :class:`app.client.Producer`: each list of lines
+    :func:`read_line_batches` hands out is sent and acknowledged before the next is read,
+    so ``--batch-size`` bounds a request and a typed line goes out after the linger."""
     sep = separator(args.key_separator)
-    path = topic_path(args.topic)
-    path += f"/partitions/{args.partition}/records" if args.partition is not None else "/records"
-    params: dict[str, str | int] = {"acks": args.acks} if args.acks is not None else {}
+    config: dict[str, Any] = {
+        "linger_ms": 0,
+        "request_timeout_ms": int(api.timeout * 1000),
+        "auth": api.auth,
+    }
+    if args.acks is not None:
+        config["acks"] = args.acks
     spans: dict[int, _Span] = {}
     total = 0
     try:
-        for lines in read_line_batches(sys.stdin.buffer, args.batch_size):
-            records = [_record(line, total + i + 1, sep) for i, line in enumerate(lines)]
-            body = {"records": records, "key_format": "string", "value_format": "string"}
-            answer = api.json("POST", path, params, body)
-            total += len(records)
-            for entry in (answer or {}).get("offsets", []):
-                partition, offset = entry["partition"], entry["offset"]
-                span = spans.get(partition)
-                if span is None:
-                    spans[partition] = _Span(offset, offset, 1)
-                else:
-                    span.first = min(span.first, offset)
-                    span.last = max(span.last, offset)
-                    span.count += 1
+        with Producer(api.url, **config) as producer:
+            for lines in read_line_batches(sys.stdin.buffer, args.batch_size):
+                records = [_record(line, total + i + 1, sep) for i, line in enumerate(lines)]
+                futures = [
+                    producer.send(
+                        args.topic,
+                        r["value"].encode(),
+                        key=r["key"].encode() if "key" in r else None,
+                        partition=args.partition,
+                    )
+                    for r in records
+                ]
+                producer.flush()
+                for future in futures:
+                    meta = future.result()
+                    total += 1
+                    if meta.offset < 0:
+                        continue  # acks=0: the broker does not say where
+                    span = spans.get(meta.partition)
+                    if span is None:
+                        spans[meta.partition] = _Span(meta.offset, meta.offset, 1)
+                    else:
+                        span.first = min(span.first, meta.offset)
+                        span.last = max(span.last, meta.offset)
+                        span.count += 1
     finally:
         _produce_summary(args.topic, total, spans)
     return 0

@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from app.client import Admin, TopicPartition, _http
-from app.client.auth import Auth, BasicAuth, BearerAuth, authorization
+from app.client import Admin, TopicPartition
+from app.client.auth import Auth, BasicAuth, BearerAuth
 from app.client.errors import BrokerUnavailable, ClientError, NetworkTimeout, ServerError
 from app.common.errors import LogbusError
 
@@ -24,7 +24,8 @@ class CliError(Exception):
 
 class Api:
     """The broker at ``--url``, through the SDK: :class:`app.client.Admin` for topics,
-    groups and offsets, and the SDK's JSON call runner for produce and fetch.
+    groups and offsets; ``produce`` and ``consume`` open a :class:`app.client.Producer`
+    or :class:`app.client.Consumer` on ``url`` with ``timeout`` as their request timeout.
 
     Failures are the SDK's errors (:mod:`app.client.errors`); :func:`main` prints them.
     """
@@ -34,21 +35,9 @@ class Api:
         self.timeout = timeout
         self.auth = auth
         self.admin = Admin(self.url, request_timeout_ms=int(timeout * 1000), auth=auth)
-        # Produce and fetch go to --url itself, as the command's user named it (no
-        # routing to leaders): a pool of its own, since Admin's client is its own too.
-        self.client = _http.sync_client(
-            self.url, int(timeout * 1000), authorization=authorization(auth)
-        )
 
     def close(self) -> None:
         self.admin.close()
-        self.client.close()
-
-    def json(
-        self, method: str, path: str, params: dict[str, str | int] | None = None, body: Any = None
-    ) -> Any:
-        """The JSON answer to one call to the broker at ``--url`` (None when it has no body)."""
-        return _http.run_sync(self.client, _http.Call(method, path, _as_is, params or {}, body))
 
 
 def cli_auth() -> Auth:
@@ -62,10 +51,6 @@ def cli_auth() -> Auth:
     if user:
         return BasicAuth(user, os.environ.get("LOGBUS_PASSWORD", ""))
     return None
-
-
-def _as_is(body: Any) -> Any:
-    return body
 
 
 def error_message(exc: LogbusError) -> str:

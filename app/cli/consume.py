@@ -1,64 +1,23 @@
 """``logbus consume``: records of a topic to stdout, one per line.
 
-Three ways, chosen by the flags: plain JSON fetches of each partition (long polls with
-``--follow``, one thread per partition), a group member through
-:class:`app.client.Consumer` (``--group``), or the WebSocket push API
-(:mod:`app.client.ws`, ``--ws``, with ``--group`` the socket is the member).
+Three ways, chosen by the flags, all through the SDK: :class:`app.client.Consumer` of
+assigned partitions from ``--from`` (the default), a group member through the same
+Consumer (``--group``), or the WebSocket push API (:mod:`app.client.ws`, ``--ws``, with
+``--group`` the socket is the member).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
-import queue
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterable
-from typing import Any, BinaryIO
+from collections.abc import Iterable
+from typing import BinaryIO
 
 from app.cli.base import Api, CliError, separator, start_offset
 from app.client import TopicPartition
-from app.client._http import topic_path
-
-
-def _decode(value: str | None) -> bytes | None:
-    return None if value is None else base64.b64decode(value)
-
-
-def fetch_partition(
-    api: Api,
-    topic: str,
-    partition: int,
-    offset: int,
-    *,
-    follow: bool,
-    max_bytes: int,
-    max_wait_ms: int,
-    stop: threading.Event,
-    emit: Callable[[list[dict[str, Any]]], bool],
-) -> None:
-    """Fetch from ``offset`` and hand each batch of records to ``emit`` until caught up
-    (or forever with ``follow``); ``emit`` returns False to stop."""
-    path = f"{topic_path(topic)}/partitions/{partition}/records"
-    params: dict[str, str | int] = {
-        "max_bytes": max_bytes,
-        "max_wait_ms": max_wait_ms if follow else 0,
-        "key_format": "binary",
-        "value_format": "binary",
-    }
-    while not stop.is_set():
-        params["offset"] = offset
-        answer = api.json("GET", path, params)
-        records = answer.get("records", [])
-        next_offset = int(answer.get("next_offset", offset))
-        if records and not emit(records):
-            return
-        caught_up = next_offset >= int(answer.get("high_watermark", next_offset))
-        if not follow and (caught_up or next_offset == offset):
-            return
-        offset = next_offset
+from app.common.errors import OffsetOutOfRange
 
 
 class _Printer:
@@ -68,9 +27,6 @@ class _Printer:
         self.sep = sep
         self.limit = limit
         self.count = 0
-
-    def __call__(self, records: list[dict[str, Any]]) -> bool:
-        return self.pairs((_decode(r.get("key")), _decode(r.get("value"))) for r in records)
 
     def pairs(self, records: Iterable[tuple[bytes | None, bytes | None]]) -> bool:
         """Print (key, value) pairs; False once the limit is reached."""
@@ -97,66 +53,52 @@ def cmd_consume(api: Api, args: argparse.Namespace) -> int:
         partitions = [args.partition]
     else:
         partitions = [p.partition for p in api.admin.describe_topic(args.topic).partitions]
-    starts = {p: start_offset(api, args.topic, p, args.start) for p in partitions}
+    tps = [TopicPartition(args.topic, p) for p in partitions]
+    starts = {tp: start_offset(api, args.topic, tp.partition, args.start) for tp in tps}
     sep = (separator(args.key_separator) or "\t").encode()
     printer = _Printer(sys.stdout.buffer, args.print_key, sep, args.max_records)
-    stop = threading.Event()
-    options: dict[str, Any] = {
-        "follow": args.follow,
-        "max_bytes": args.max_bytes,
-        "max_wait_ms": args.max_wait_ms,
-        "stop": stop,
-    }
     try:
-        if len(partitions) == 1 or not args.follow:
-            for p in partitions:
-                if printer.limit is not None and printer.count >= printer.limit:
-                    break
-                fetch_partition(api, args.topic, p, starts[p], emit=printer, **options)
-        else:
-            _follow_many(api, args.topic, starts, printer, options, stop)
+        _consume_assigned(api, args, starts, printer)
     except KeyboardInterrupt:
         pass
     finally:
-        stop.set()
         print(f"Consumed {printer.count} record(s)", file=sys.stderr)
     return 0
 
 
-def _follow_many(
-    api: Api,
-    topic: str,
-    starts: dict[int, int],
-    printer: _Printer,
-    options: dict[str, Any],
-    stop: threading.Event,
+def _consume_assigned(
+    api: Api, args: argparse.Namespace, starts: dict[TopicPartition, int], printer: _Printer
 ) -> None:
-    """Long-poll every partition at once (one thread each); print from the main thread."""
-    inbox: queue.Queue[list[dict[str, Any]] | BaseException] = queue.Queue(maxsize=64)
+    """The partitions of ``starts`` from those offsets through :class:`app.client.Consumer`
+    (no group, nothing committed); without ``--follow`` up to the high watermarks as
+    they were when it started."""
+    from app.client import Consumer
 
-    def worker(partition: int, offset: int) -> None:
-        # One client per thread: the SDK's clients are not shared between threads.
-        own = Api(api.url, timeout=api.timeout)
-
-        def forward(records: list[dict[str, Any]]) -> bool:
-            inbox.put(records)
-            return True
-
-        try:
-            fetch_partition(own, topic, partition, offset, emit=forward, **options)
-        except BaseException as exc:
-            inbox.put(exc)
-        finally:
-            own.close()
-
-    for partition, offset in starts.items():
-        threading.Thread(target=worker, args=(partition, offset), daemon=True).start()
-    while True:
-        item = inbox.get()
-        if isinstance(item, BaseException):
-            raise item
-        if not printer(item):
-            return
+    with Consumer(
+        api.url,
+        auto_offset_reset="none",  # an offset outside the log is an error to report
+        max_partition_fetch_bytes=args.max_bytes,
+        fetch_max_wait_ms=args.max_wait_ms,
+        request_timeout_ms=int(api.timeout * 1000),
+        auth=api.auth,
+    ) as consumer:
+        consumer.assign(starts)
+        ends = consumer.end_offsets(list(starts))
+        for tp, offset in starts.items():
+            if offset > ends[tp]:
+                # Past the high watermark: nothing there to print, now or (as the log
+                # holds no such offset) for a long while. Say so, as a fetch there would.
+                first = start_offset(api, tp.topic, tp.partition, "earliest")
+                raise OffsetOutOfRange(tp.topic, tp.partition, offset, first, ends[tp])
+            consumer.seek(tp, offset)
+        if args.follow:
+            ends = {}
+        while True:
+            if not args.follow and all(consumer.position(tp) >= e for tp, e in ends.items()):
+                return
+            records = consumer.poll(timeout_ms=1_000, max_records=printer.remaining())
+            if not printer.pairs((r.key, r.value) for r in records):
+                return
 
 
 def _consume_with_sdk(api: Api, args: argparse.Namespace) -> int:

@@ -20,8 +20,9 @@ URL may not even be reachable from here. So a client of a single broker
 behaves exactly as before cluster mode.
 
 :class:`Cluster` is plain state under a lock (shared by a consumer's polling
-thread and its heartbeat thread); the I/O helpers take the httpx client to
-use, in a sync and an asyncio flavour.
+thread and its heartbeat thread). The routing rules (any broker, the leader, the
+group's coordinator) are generators without I/O, written once; the ``*_sync``
+and ``*_async`` helpers drive them with the httpx client they are given.
 """
 
 from __future__ import annotations
@@ -30,12 +31,14 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Generator, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import httpx
 
 from app.client import _http
+from app.client._drive import drive_async, drive_sync
 from app.client._http import Call
 from app.client.auth import Auth, authorization
 from app.client.errors import is_connection_error
@@ -320,15 +323,34 @@ def _is_missing_endpoint(exc: LogbusError) -> bool:
     return getattr(exc, "status", None) in (404, 405)
 
 
-# ---- sync --------------------------------------------------------------------
+# ---- the routes, without I/O -------------------------------------------------
+#
+# Each route is a generator that yields what it needs done: a call at one broker
+# (:class:`_Send`; the driver sends back the decoded answer, or throws the call's
+# LogbusError in) or a pause (:class:`_Sleep`). The blocking and the asyncio drivers
+# below make them happen, so every routing rule is written once.
 
 
-def run_any_sync(client: httpx.Client, cluster: Cluster, call: Call[T]) -> T:
+@dataclass(frozen=True, slots=True)
+class _Send:
+    call: Call[Any]
+    url: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Sleep:
+    seconds: float
+
+
+Route = Generator[_Send | _Sleep, Any, T]
+
+
+def _any(cluster: Cluster, call: Call[T]) -> Route[T]:
     """``call`` at the first broker that answers (the last good one first)."""
     urls = cluster.candidates()
     for i, url in enumerate(urls):
         try:
-            result = _http.run_sync(client, call, url)
+            result: T = yield _Send(call, url)
         except LogbusError as exc:
             if i == len(urls) - 1 or not _try_next(exc, call):
                 raise
@@ -342,16 +364,16 @@ def run_any_sync(client: httpx.Client, cluster: Cluster, call: Call[T]) -> T:
     raise AssertionError("unreachable")
 
 
-def refresh_sync(
-    client: httpx.Client, cluster: Cluster, topics: Iterable[str] | None, auto_create: bool = False
-) -> dict[str, Any]:
+def _refresh(
+    cluster: Cluster, topics: Iterable[str] | None, auto_create: bool
+) -> Route[dict[str, Any]]:
     names = None if topics is None else list(topics)
-    body = run_any_sync(client, cluster, metadata_call(names, auto_create))
+    body: dict[str, Any] = yield from _any(cluster, metadata_call(names, auto_create))
     cluster.update(body, names)
     return body
 
 
-def coordinator_sync(client: httpx.Client, cluster: Cluster, group: str) -> str:
+def _coordinator(cluster: Cluster, group: str) -> Route[str]:
     """The coordinator's URL: cached, else found with ``POST /coordinator`` at any broker."""
     url = cluster.coordinator_url(group)
     if url is not None:
@@ -360,7 +382,7 @@ def coordinator_sync(client: httpx.Client, cluster: Cluster, group: str) -> str:
         urls = cluster.candidates()
         for url in urls:
             try:
-                answer = _http.run_sync(client, _coordinator_call(group), url)
+                answer: dict[str, Any] = yield _Send(_coordinator_call(group), url)
             except LogbusError as exc:
                 if url == urls[-1] or not _try_next(exc, _coordinator_call(group)):
                     raise
@@ -369,7 +391,7 @@ def coordinator_sync(client: httpx.Client, cluster: Cluster, group: str) -> str:
             cluster.answered(url)
             if _http.normalize_url(str(answer["url"])) != url and cluster.is_multi() is False:
                 # Is the named broker the one we reach (a single broker behind a proxy)?
-                refresh_sync(client, cluster, ())
+                yield from _refresh(cluster, (), False)
             return _found_coordinator(cluster, group, answer, url)
     except LogbusError as exc:
         if not _is_missing_endpoint(exc):
@@ -378,26 +400,93 @@ def coordinator_sync(client: httpx.Client, cluster: Cluster, group: str) -> str:
     return cluster.default_url
 
 
-def run_leader_sync(
-    client: httpx.Client, cluster: Cluster, tp: TopicPartition, call: Call[T], backoff_s: float
-) -> T:
+def _leader(cluster: Cluster, tp: TopicPartition, call: Call[T], backoff_s: float) -> Route[T]:
     """``call`` at ``tp``'s leader; moves of the leader are followed with a metadata refresh."""
     url = cluster.leader_url(tp)
     for attempt in range(1, ROUTED_ATTEMPTS + 1):
         try:
-            return _http.run_sync(client, call, url)
+            result: T = yield _Send(call, url)
+            return result
         except LogbusError as exc:
             if attempt == ROUTED_ATTEMPTS or not _leader_retriable(cluster, exc):
                 raise
             hint = _moved_leader(cluster, tp, url, exc)
-            if hint is None:
-                time.sleep(backoff_s)
-            try:
-                refresh_sync(client, cluster, [tp.topic])
-            except LogbusError as refresh_error:
-                log.debug("metadata refresh failed: %s", refresh_error)
-            url = hint or cluster.leader_url(tp)
+        if hint is None:
+            yield _Sleep(backoff_s)
+        try:
+            yield from _refresh(cluster, [tp.topic], False)
+        except LogbusError as refresh_error:
+            log.debug("metadata refresh failed: %s", refresh_error)
+        url = hint or cluster.leader_url(tp)
     raise AssertionError("unreachable")
+
+
+def _group(
+    cluster: Cluster, group: str, call: Call[T], backoff_s: float, attempts: int
+) -> Route[T]:
+    """``call`` at ``group``'s coordinator, found again when it moved."""
+    hint: str | None = None
+    for attempt in range(1, attempts + 1):
+        url = hint or (yield from _coordinator(cluster, group))
+        try:
+            result: T = yield _Send(call, url)
+            return result
+        except LogbusError as exc:
+            if not _coordinator_retriable(cluster, exc):
+                raise
+            hint = _coordinator_moved(cluster, group, url, exc)
+            if attempt == attempts:
+                raise
+        if hint is None:
+            yield _Sleep(backoff_s)
+    raise AssertionError("unreachable")
+
+
+# ---- the drivers ---------------------------------------------------------------
+
+
+def _drive_sync(client: httpx.Client, route: Route[T]) -> T:
+    def perform(op: _Send | _Sleep) -> Any:
+        if isinstance(op, _Sleep):
+            return time.sleep(op.seconds)
+        return _http.run_sync(client, op.call, op.url)
+
+    return drive_sync(route, perform)
+
+
+async def _drive_async(client: httpx.AsyncClient, route: Route[T]) -> T:
+    async def perform(op: _Send | _Sleep) -> Any:
+        if isinstance(op, _Sleep):
+            return await asyncio.sleep(op.seconds)
+        return await _http.run_async(client, op.call, op.url)
+
+    return await drive_async(route, perform)
+
+
+# ---- sync --------------------------------------------------------------------
+
+
+def run_any_sync(client: httpx.Client, cluster: Cluster, call: Call[T]) -> T:
+    """``call`` at the first broker that answers (the last good one first)."""
+    return _drive_sync(client, _any(cluster, call))
+
+
+def refresh_sync(
+    client: httpx.Client, cluster: Cluster, topics: Iterable[str] | None, auto_create: bool = False
+) -> dict[str, Any]:
+    return _drive_sync(client, _refresh(cluster, topics, auto_create))
+
+
+def coordinator_sync(client: httpx.Client, cluster: Cluster, group: str) -> str:
+    """The coordinator's URL: cached, else found with ``POST /coordinator`` at any broker."""
+    return _drive_sync(client, _coordinator(cluster, group))
+
+
+def run_leader_sync(
+    client: httpx.Client, cluster: Cluster, tp: TopicPartition, call: Call[T], backoff_s: float
+) -> T:
+    """``call`` at ``tp``'s leader; moves of the leader are followed with a metadata refresh."""
+    return _drive_sync(client, _leader(cluster, tp, call, backoff_s))
 
 
 def run_group_sync(
@@ -409,41 +498,14 @@ def run_group_sync(
     attempts: int = ROUTED_ATTEMPTS,
 ) -> T:
     """``call`` at ``group``'s coordinator, found again when it moved."""
-    hint: str | None = None
-    for attempt in range(1, attempts + 1):
-        url = hint or coordinator_sync(client, cluster, group)
-        try:
-            return _http.run_sync(client, call, url)
-        except LogbusError as exc:
-            if not _coordinator_retriable(cluster, exc):
-                raise
-            hint = _coordinator_moved(cluster, group, url, exc)
-            if attempt == attempts:
-                raise
-            if hint is None:
-                time.sleep(backoff_s)
-    raise AssertionError("unreachable")
+    return _drive_sync(client, _group(cluster, group, call, backoff_s, attempts))
 
 
 # ---- asyncio -----------------------------------------------------------------
 
 
 async def run_any_async(client: httpx.AsyncClient, cluster: Cluster, call: Call[T]) -> T:
-    urls = cluster.candidates()
-    for i, url in enumerate(urls):
-        try:
-            result = await _http.run_async(client, call, url)
-        except LogbusError as exc:
-            if i == len(urls) - 1 or not _try_next(exc, call):
-                raise
-            log.debug(
-                "%s %s at %s failed (%s); trying the next broker", call.method, call.path, url, exc
-            )
-            cluster.failed(url)
-            continue
-        cluster.answered(url)
-        return result
-    raise AssertionError("unreachable")
+    return await _drive_async(client, _any(cluster, call))
 
 
 async def refresh_async(
@@ -452,34 +514,11 @@ async def refresh_async(
     topics: Iterable[str] | None,
     auto_create: bool = False,
 ) -> dict[str, Any]:
-    names = None if topics is None else list(topics)
-    body = await run_any_async(client, cluster, metadata_call(names, auto_create))
-    cluster.update(body, names)
-    return body
+    return await _drive_async(client, _refresh(cluster, topics, auto_create))
 
 
 async def coordinator_async(client: httpx.AsyncClient, cluster: Cluster, group: str) -> str:
-    url = cluster.coordinator_url(group)
-    if url is not None:
-        return url
-    try:
-        urls = cluster.candidates()
-        for url in urls:
-            try:
-                answer = await _http.run_async(client, _coordinator_call(group), url)
-            except LogbusError as exc:
-                if url == urls[-1] or not _try_next(exc, _coordinator_call(group)):
-                    raise
-                cluster.failed(url)
-                continue
-            cluster.answered(url)
-            if _http.normalize_url(str(answer["url"])) != url and cluster.is_multi() is False:
-                await refresh_async(client, cluster, ())
-            return _found_coordinator(cluster, group, answer, url)
-    except LogbusError as exc:
-        if not _is_missing_endpoint(exc):
-            raise
-    return cluster.default_url
+    return await _drive_async(client, _coordinator(cluster, group))
 
 
 async def run_leader_async(
@@ -489,22 +528,7 @@ async def run_leader_async(
     call: Call[T],
     backoff_s: float,
 ) -> T:
-    url = cluster.leader_url(tp)
-    for attempt in range(1, ROUTED_ATTEMPTS + 1):
-        try:
-            return await _http.run_async(client, call, url)
-        except LogbusError as exc:
-            if attempt == ROUTED_ATTEMPTS or not _leader_retriable(cluster, exc):
-                raise
-            hint = _moved_leader(cluster, tp, url, exc)
-            if hint is None:
-                await asyncio.sleep(backoff_s)
-            try:
-                await refresh_async(client, cluster, [tp.topic])
-            except LogbusError as refresh_error:
-                log.debug("metadata refresh failed: %s", refresh_error)
-            url = hint or cluster.leader_url(tp)
-    raise AssertionError("unreachable")
+    return await _drive_async(client, _leader(cluster, tp, call, backoff_s))
 
 
 async def run_group_async(
@@ -515,17 +539,4 @@ async def run_group_async(
     backoff_s: float,
     attempts: int = ROUTED_ATTEMPTS,
 ) -> T:
-    hint: str | None = None
-    for attempt in range(1, attempts + 1):
-        url = hint or await coordinator_async(client, cluster, group)
-        try:
-            return await _http.run_async(client, call, url)
-        except LogbusError as exc:
-            if not _coordinator_retriable(cluster, exc):
-                raise
-            hint = _coordinator_moved(cluster, group, url, exc)
-            if attempt == attempts:
-                raise
-            if hint is None:
-                await asyncio.sleep(backoff_s)
-    raise AssertionError("unreachable")
+    return await _drive_async(client, _group(cluster, group, call, backoff_s, attempts))

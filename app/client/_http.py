@@ -115,11 +115,22 @@ def _ssl_context() -> ssl.SSLContext:
     return tls.default_context()
 
 
-def _headers(authorization: str | None) -> dict[str, str]:
+def _client_options(
+    url: str, request_timeout_ms: int, max_connections: int, authorization: str | None
+) -> dict[str, Any]:
+    """What the blocking and the asyncio httpx clients of the SDK are built with."""
     headers = {"user-agent": USER_AGENT}
     if authorization is not None:
         headers["authorization"] = authorization
-    return headers
+    return {
+        "base_url": normalize_url(url),
+        "verify": _ssl_context(),
+        "timeout": timeout_config(request_timeout_ms),
+        "headers": headers,
+        "limits": httpx.Limits(
+            max_connections=max_connections, max_keepalive_connections=max_connections
+        ),
+    }
 
 
 def sync_client(
@@ -129,13 +140,7 @@ def sync_client(
     authorization: str | None = None,
 ) -> httpx.Client:
     return httpx.Client(
-        base_url=normalize_url(url),
-        verify=_ssl_context(),
-        timeout=timeout_config(request_timeout_ms),
-        headers=_headers(authorization),
-        limits=httpx.Limits(
-            max_connections=max_connections, max_keepalive_connections=max_connections
-        ),
+        **_client_options(url, request_timeout_ms, max_connections, authorization)
     )
 
 
@@ -147,13 +152,7 @@ def async_client(
     authorization: str | None = None,
 ) -> httpx.AsyncClient:
     return httpx.AsyncClient(
-        base_url=normalize_url(url),
-        verify=_ssl_context(),
-        timeout=timeout_config(request_timeout_ms),
-        headers=_headers(authorization),
-        limits=httpx.Limits(
-            max_connections=max_connections, max_keepalive_connections=max_connections
-        ),
+        **_client_options(url, request_timeout_ms, max_connections, authorization),
         transport=transport,
     )
 

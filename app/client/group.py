@@ -16,7 +16,6 @@ than a whole interval later.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import threading
 from collections.abc import Iterable
@@ -28,6 +27,7 @@ from app.client._cluster import Cluster
 from app.client._http import group_path
 from app.client.errors import is_retriable
 from app.client.types import TopicPartition
+from app.common.aio import wait_event
 from app.common.errors import FencedMemberEpoch, LogbusError, UnknownMemberId
 
 log = logging.getLogger(__name__)
@@ -318,8 +318,7 @@ class AsyncGroupMembership(_Membership):
             if remaining <= 0:
                 return
             self._answered.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._answered.wait(), remaining)
+            await wait_event(self._answered, remaining)
 
     async def close(self, leave: bool) -> None:
         self._closing = True

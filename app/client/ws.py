@@ -93,10 +93,19 @@ def _decode_field(value: Any, fmt: str) -> Any:
 class Subscription:
     """Records of the subscribed partitions, in offset order per partition.
 
-    Use as ``async with`` (or close it) and ``async for``. Errors the broker
-    reports in ``error`` frames are raised from the iterator as
-    :mod:`app.common.errors` classes (OFFSET_OUT_OF_RANGE, ...); a dropped
-    connection is retried ``reconnects`` times in a row from the positions.
+    Use as ``async with`` (or close it) and ``async for``; it connects on ``async
+    with`` or the first ``async for`` step. Errors the broker reports in ``error``
+    frames are raised from the iterator as :mod:`app.common.errors` classes
+    (OFFSET_OUT_OF_RANGE, ...); a dropped connection is retried ``reconnects`` times
+    in a row from the positions.
+
+    ``start``: ``"earliest"``, ``"latest"`` (the default without a group), an
+    offset (with ``partitions``), or ``{TopicPartition: offset}`` (others start
+    at latest). With ``group`` the socket is a member for as long as it is
+    open: the broker assigns partitions (``assignment`` frames, reported to
+    ``on_assigned`` / ``on_revoked``), ``start`` defaults to ``"committed"``
+    (``default`` where the group committed nothing), and ``commit()`` commits
+    what was handed out.
     """
 
     def __init__(
@@ -512,48 +521,7 @@ class Subscription:
         await self.close()
 
 
-def subscribe(
-    url: Bootstrap,
-    *,
-    topics: Iterable[str] | None = None,
-    partitions: Iterable[TopicPartition] | None = None,
-    start: Start | None = None,
-    format: str = "json",
-    key_format: str = "json",
-    value_format: str = "json",
-    credit: int = 1000,
-    reconnects: int = 5,
-    group: str | None = None,
-    group_instance_id: str | None = None,
-    default: str = "latest",
-    on_assigned: RebalanceCallback | None = None,
-    on_revoked: RebalanceCallback | None = None,
-    auth: Auth = None,
-) -> Subscription:
-    """A :class:`Subscription` (connects on ``async with`` or the first ``async for`` step).
-
-    ``start``: ``"earliest"``, ``"latest"`` (the default without a group), an
-    offset (with ``partitions``), or ``{TopicPartition: offset}`` (others start
-    at latest). With ``group`` the socket is a member for as long as it is
-    open: the broker assigns partitions (``assignment`` frames, reported to
-    ``on_assigned`` / ``on_revoked``), ``start`` defaults to ``"committed"``
-    (``default`` where the group committed nothing), and ``commit()`` commits
-    what was handed out.
-    """
-    return Subscription(
-        url,
-        topics=topics,
-        partitions=partitions,
-        start=start,
-        format=format,
-        key_format=key_format,
-        value_format=value_format,
-        credit=credit,
-        reconnects=reconnects,
-        group=group,
-        group_instance_id=group_instance_id,
-        default=default,
-        on_assigned=on_assigned,
-        on_revoked=on_revoked,
-        auth=auth,
-    )
+subscribe = Subscription
+"""``subscribe(url, topics=... | partitions=..., ...)``: a :class:`Subscription`, which
+connects on ``async with`` or the first ``async for`` step. The options are
+:class:`Subscription`'s."""

@@ -319,7 +319,7 @@ def decode_records(
     for pos, header in iter_headers(view):
         if header.last_offset < min_offset or (skip_control and header.is_control):
             continue
-        batch = RecordBatchReader(bytes(view[pos : pos + header.size]))
+        batch = RecordBatchReader(view[pos : pos + header.size])  # read in place, no copy
         for r in batch:
             if r.offset >= min_offset:
                 yield Record(r.offset, r.timestamp, r.key, r.value, r.headers)

@@ -22,10 +22,10 @@ import pyarrow as pa
 
 from app import wire
 from app.client import _cluster, _http
-from app.client.errors import error_from_body, is_retriable
 from app.client.types import TopicPartition
-from app.common.batch import BatchHeader, compute_crc, iter_headers
-from app.common.errors import CorruptRecord, LogbusError, OffsetOutOfRange
+from app.common.batch import BatchHeader
+from app.common.errors import LogbusError, OffsetOutOfRange
+from app.common.fetch_answer import Action, Refused, interpret, verified_prefix
 from app.spark.decode import Segment, decode, segment
 from app.spark.options import DataLoss, OffsetRange
 
@@ -82,19 +82,22 @@ def answer_records(
     batches: list[tuple[int, BatchHeader]],
     position: int,
     r: OffsetRange,
+    *,
+    verified: bool = False,
 ) -> Segment | None:
     """The whole batches of a fetch answer that hold records of ``r`` at or after ``position``.
 
-    CRCs are checked (as the SDK's Consumer does by default); control batches
-    (transaction markers) are left out, as every Kafka consumer does; records of
-    transactional batches are kept (read_uncommitted, like the SDK's Consumer).
+    CRCs are checked (as the SDK's Consumer does by default) unless ``verified``
+    says :func:`~app.common.fetch_answer.interpret` did; a damaged batch raises
+    :class:`~app.common.errors.StoredBatchCorrupt` (a ``CorruptRecord``). Control
+    batches (transaction markers) are left out, as every Kafka consumer does;
+    records of transactional batches are kept (read_uncommitted, like the SDK's
+    Consumer).
     """
-    for pos, header in batches:
-        if compute_crc(body, pos, header.size) != header.crc:
-            raise CorruptRecord(
-                f"CRC-32C mismatch in the batch at offset {header.base_offset} "
-                f"of {r.topic}-{r.partition}"
-            )
+    if not verified:
+        _, damaged = verified_prefix(body, batches, r.topic, r.partition)
+        if damaged is not None:
+            raise damaged
     wanted = [
         (pos, h)
         for pos, h in batches
@@ -161,65 +164,75 @@ def fetch_range(
                     reconnect(None)
                 continue
             sent = None
-            if response.status != 200:
-                error = error_from_body(response.status, bytes(response.body))
-                if error.error_code == "NOT_LEADER_OR_FOLLOWER":
+            outcome = interpret(response, r.topic, r.partition)
+            if isinstance(outcome, Refused):
+                error = outcome.error
+                if outcome.action is Action.NOT_LEADER:
                     hint = cluster.leader_hint(tp, error)
                     if hint is None:
                         time.sleep(RETRY_BACKOFF_S)  # an election: ask the metadata again
                     reconnect(hint)
                     continue
-                if isinstance(error, OffsetOutOfRange) and position > error.log_end_offset:
-                    # The log went back under this task (topic re-created, log truncated):
-                    # the rest of the range is not in it. A later micro-batch finds the
-                    # same at planning and reads the new log from its start.
-                    what = (
-                        f"{r.topic}-{r.partition}: offset {position} is past the end of the "
-                        f"log, which holds offsets [{error.log_start_offset}, "
-                        f"{error.log_end_offset}) (the topic was re-created, or the log "
-                        "truncated, while it was read)"
-                    )
-                    if fail_on_data_loss:
-                        raise DataLoss(f"{what}; set failOnDataLoss=false to go on") from error
-                    log.warning(
-                        "%s; failOnDataLoss=false: offsets %d..%d skipped",
-                        what,
-                        position,
-                        r.end - 1,
-                    )
-                    return
-                if isinstance(error, OffsetOutOfRange):
-                    # Retention passed the position between planning and this task.
-                    if fail_on_data_loss:
-                        raise DataLoss(
-                            f"{r.topic}-{r.partition}: offset {position} was deleted before "
-                            f"it was read (log starts at {error.log_start_offset}); set "
-                            "failOnDataLoss=false to skip lost records"
-                        ) from error
-                    if error.log_start_offset >= r.end:
+                if outcome.action is Action.OUT_OF_RANGE:
+                    assert isinstance(error, OffsetOutOfRange)
+                    moved = _out_of_range(error, position, r, fail_on_data_loss)
+                    if moved is None:
                         return
-                    position = max(position, error.log_start_offset)
+                    position = moved
                     continue
-                if not is_retriable(error):
+                if outcome.action is Action.RAISE:
                     raise error
                 time.sleep(RETRY_BACKOFF_S)
                 continue
-            body = response.body
-            batches = list(iter_headers(body))
-            if not batches:
+            if not outcome.batches:
+                if outcome.damaged is not None:
+                    raise outcome.damaged  # nothing good before it
                 continue  # the long poll ended with nothing new: ask again
-            next_offset = batches[-1][1].next_offset
+            next_offset = outcome.batches[-1][1].next_offset
             if next_offset <= position:
                 continue  # nothing past the position (not expected from the broker): ask again
-            if next_offset < r.end:
+            if next_offset < r.end and outcome.damaged is None:
                 # Pipelining: the broker reads the next answer while this one is decoded.
                 sent = send(next_offset)
-            records = answer_records(body, batches, position, r)
+            records = answer_records(outcome.body, outcome.batches, position, r, verified=True)
             position = next_offset
             deadline = time.monotonic() + timeout_s
             yield records, position
     finally:
         conn.close()
+
+
+def _out_of_range(
+    error: OffsetOutOfRange, position: int, r: OffsetRange, fail_on_data_loss: bool
+) -> int | None:
+    """Where to go on after a 416 at ``position``: an offset to fetch, or None (the range is done).
+
+    Raises :class:`DataLoss` under ``failOnDataLoss``.
+    """
+    if position > error.log_end_offset:
+        # The log went back under this task (topic re-created, log truncated): the rest
+        # of the range is not in it. A later micro-batch finds the same at planning and
+        # reads the new log from its start.
+        what = (
+            f"{r.topic}-{r.partition}: offset {position} is past the end of the "
+            f"log, which holds offsets [{error.log_start_offset}, "
+            f"{error.log_end_offset}) (the topic was re-created, or the log "
+            "truncated, while it was read)"
+        )
+        if fail_on_data_loss:
+            raise DataLoss(f"{what}; set failOnDataLoss=false to go on") from error
+        log.warning("%s; failOnDataLoss=false: offsets %d..%d skipped", what, position, r.end - 1)
+        return None
+    # Retention passed the position between planning and this task.
+    if fail_on_data_loss:
+        raise DataLoss(
+            f"{r.topic}-{r.partition}: offset {position} was deleted before "
+            f"it was read (log starts at {error.log_start_offset}); set "
+            "failOnDataLoss=false to skip lost records"
+        ) from error
+    if error.log_start_offset >= r.end:
+        return None
+    return max(position, error.log_start_offset)
 
 
 def _leader(cluster: _cluster.Cluster, tp: TopicPartition, *, refresh: bool = False) -> str:

@@ -20,8 +20,6 @@ FORBIDDEN = {
     "app.spark": ("app.core", "app.api", "app.groups", "app.config"),
     "logbus": ("app.core", "app.api", "app.groups", "app.config"),
 }
-# Debts issue #13 tracks; an entry here that no longer happens fails too, so it is removed.
-KNOWN_DEBT = {("app.core.replication.manager", "app.config")}
 
 
 def _module(path: Path) -> str:
@@ -55,8 +53,4 @@ def _violations() -> set[tuple[str, str]]:
 
 
 def test_layers_import_only_downwards() -> None:
-    assert _violations() - KNOWN_DEBT == set()
-
-
-def test_known_debts_still_exist() -> None:
-    assert _violations() >= KNOWN_DEBT, "a debt was paid: remove it from KNOWN_DEBT"
+    assert _violations() == set()

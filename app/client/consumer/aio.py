@@ -11,7 +11,6 @@ partition cancels it. Group membership:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any, TypeVar
@@ -21,12 +20,14 @@ import httpx
 from app import wire
 from app.client import _cluster, _http
 from app.client._cluster import Bootstrap
+from app.client._drive import drive_async
 from app.client.auth import Auth
 from app.client.consumer.base import BeatNow, ConsumerBase, Flow, GroupCall, LeaderCall, Op
 from app.client.consumer.records import Decoded, RecordColumns, as_columns, as_records
 from app.client.consumer.state import PartitionState
 from app.client.group import AsyncGroupMembership
 from app.client.types import ConsumerRecord, OffsetAndTimestamp, TopicPartition
+from app.common.aio import wait_event
 
 T = TypeVar("T")
 
@@ -76,20 +77,7 @@ class AsyncConsumer(ConsumerBase[AsyncGroupMembership]):
 
     async def _run(self, flow: Flow[T]) -> T:
         """Await the calls ``flow`` yields, one after the other; its return value."""
-        result: Any = None
-        error: BaseException | None = None
-        while True:
-            try:
-                op = flow.send(result) if error is None else flow.throw(error)
-            except StopIteration as stop:
-                value: T = stop.value
-                return value
-            finally:
-                error = None  # not kept alive by this frame once thrown in
-            try:
-                result = await self._perform(op)
-            except BaseException as exc:
-                result, error = None, exc
+        return await drive_async(flow, self._perform)
 
     async def _perform(self, op: Op) -> Any:
         if isinstance(op, LeaderCall):
@@ -216,8 +204,7 @@ class AsyncConsumer(ConsumerBase[AsyncGroupMembership]):
             self._arrived.clear()
             if any(st.in_flight is not None and st.in_flight.done() for st in self.states.values()):
                 continue
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._arrived.wait(), max(0.0, self._wait_s(remaining)))
+            await wait_event(self._arrived, self._wait_s(remaining))
 
     async def close(self) -> None:
         if self.closed:

@@ -9,8 +9,9 @@ both shells follow:
   offset, no backoff), where the fetch goes (a leader a 307/421 just named,
   once, else the metadata's), the request target, and when the metadata is
   to be looked up again (not more often than ``retry_backoff_ms``);
-* answers: a fetch answer becomes batches to hand out (CRC-checked), a
-  redirect, a reset, a backoff or an error (:meth:`ConsumerCore._on_answer`);
+* answers: a fetch answer (read by :func:`app.common.fetch_answer.interpret`)
+  becomes batches to hand out (CRC-checked), a redirect, a reset, a backoff or
+  an error (:meth:`ConsumerCore._on_answer`);
   a failed connection a backoff (:meth:`ConsumerCore._on_failure`);
 * handing out: :func:`~app.client.consumer.drain.drain`, partitions taking
   turns across polls.
@@ -30,16 +31,15 @@ from typing import Any
 from urllib.parse import quote
 
 from app import wire
-from app.client import _cluster
-from app.client._cluster import Bootstrap, Cluster, error_code
+from app.client._cluster import Bootstrap, Cluster
 from app.client.auth import Auth
 from app.client.consumer.drain import drain
 from app.client.consumer.records import Decoded
 from app.client.consumer.state import Fetched, PartitionState
-from app.client.errors import ConsumerClosed, NoOffsetForPartition, error_from_body, is_retriable
+from app.client.errors import ConsumerClosed, NoOffsetForPartition
 from app.client.types import TopicPartition
-from app.common.batch import compute_crc, iter_headers
-from app.common.errors import LogbusError, OffsetOutOfRange, StoredBatchCorrupt
+from app.common.errors import LogbusError
+from app.common.fetch_answer import Action, Records, interpret
 
 RESETS = ("earliest", "latest", "none")
 log = logging.getLogger(__name__)
@@ -261,54 +261,48 @@ class ConsumerCore:
     # ---- answers ----
 
     def _on_answer(self, st: PartitionState, asked: int, response: wire.Response) -> None:
-        """Take one fetch answer for ``st`` (asked at offset ``asked``)."""
+        """Take one fetch answer for ``st`` (asked at offset ``asked``).
+
+        What the answer means is :func:`app.common.fetch_answer.interpret`'s; what the
+        consumer does about it (positions, redirects, backoff, resets) is decided here.
+        """
         if st.stale or asked != st.fetch_offset:
             st.stale = False
             return
-        if response.status == 200:
-            body = response.body
-            batches = list(iter_headers(body))
-            if self.check_crcs:
-                for i, (pos, header) in enumerate(batches):
-                    if compute_crc(body, pos, header.size) == header.crc:
-                        continue
-                    if i == 0:
-                        # Nothing good before it: the application hears of the damage now,
-                        # with the range to skip (seek past last_offset to go on).
-                        raise StoredBatchCorrupt(
-                            st.tp.topic, st.tp.partition, header.base_offset, header.last_offset
-                        )
-                    # Hand out the good batches before it; the next fetch starts at the
-                    # damaged one and reports it then.
-                    del batches[i:]
-                    break
-            if batches:
-                st.fetch_offset = batches[-1][1].next_offset
-                st.fetched = Fetched(body, batches)
+        tp = st.tp
+        outcome = interpret(response, tp.topic, tp.partition, check_crcs=self.check_crcs)
+        if isinstance(outcome, Records):
+            if outcome.batches:
+                # Hand out the good batches; the next fetch starts at a damaged one.
+                st.fetch_offset = outcome.batches[-1][1].next_offset
+                st.fetched = Fetched(outcome.body, outcome.batches)
+            elif outcome.damaged is not None:
+                # Nothing good before it: the application hears of the damage now, with
+                # the range to skip (seek past last_offset to go on).
+                raise outcome.damaged
             return
-        error = error_from_body(response.status, bytes(response.body))
-        code = error_code(error)
-        if code == "NOT_LEADER_OR_FOLLOWER":
-            # Stale metadata (never a redirect to follow blindly): the named leader gets
-            # the next fetch at once, from the same offset, and the metadata is refreshed.
+        error, action = outcome.error, outcome.action
+        if outcome.stale_metadata:
             self._refresh_wanted = True
-            hint = self.cluster.leader_hint(st.tp, error)
+        if action is Action.NOT_LEADER:
+            # Stale metadata: the named leader gets the next fetch at once, from the same
+            # offset, and the metadata is refreshed.
+            hint = self.cluster.leader_hint(tp, error)
             if hint is not None and hint != st.url and not st.redirected:
                 # Once in a row: two brokers naming each other are waited out.
                 st.redirect = hint
                 return
             st.backoff_until = time.monotonic() + self.retry_backoff_s
             return
-        if code in _cluster.LEADER_MOVED or code in ("FENCED_LEADER_EPOCH", "UNKNOWN_LEADER_EPOCH"):
-            self.cluster.mark_stale(st.tp.topic)
-            self._refresh_wanted = True
-        if isinstance(error, OffsetOutOfRange) and st.position == asked:
+        if outcome.stale_metadata:
+            self.cluster.mark_stale(tp.topic)
+        if action is Action.OUT_OF_RANGE and st.position == asked:
             if self.auto_offset_reset == "none":
                 raise error
             # Kafka's rule: fall back to the policy when the position left the log.
             st.forget_position(self.auto_offset_reset)
             return
-        if is_retriable(error):
+        if action is Action.RETRY:
             st.backoff_until = time.monotonic() + self.retry_backoff_s
             return
         raise error

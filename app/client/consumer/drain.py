@@ -40,7 +40,8 @@ def drain(states: list[PartitionState], max_records: int, columnar: bool) -> lis
                 if header.last_offset < st.position or header.is_control:
                     decoded = []
                 else:
-                    data = bytes(fetched.data[pos : pos + header.size])
+                    # A view into the answer's buffer: the codec reads it in place.
+                    data = fetched.data[pos : pos + header.size]
                     decoded = decode(st.tp.topic, st.tp.partition, data, header, st.position)
                 fetched.decoded = decoded
                 if not len(decoded):

@@ -24,7 +24,7 @@ _new_tuple = tuple.__new__
 
 
 def decode_records(
-    topic: str, partition: int, data: bytes, header: BatchHeader, min_offset: int
+    topic: str, partition: int, data: bytes | memoryview, header: BatchHeader, min_offset: int
 ) -> list[ConsumerRecord]:
     """Every record of one batch at or after ``min_offset`` (decompressed as needed)."""
     ts_type = header.timestamp_type
@@ -109,7 +109,7 @@ class RecordColumns:
 
 
 def decode_columns(
-    topic: str, partition: int, data: bytes, header: BatchHeader, min_offset: int
+    topic: str, partition: int, data: bytes | memoryview, header: BatchHeader, min_offset: int
 ) -> RecordColumns:
     """Every record of one batch at or after ``min_offset``, as columns."""
     offsets: list[int] = []

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from app import wire
 from app.client import _cluster, _http
 from app.client._cluster import Bootstrap
+from app.client._drive import drive_sync
 from app.client.auth import Auth
 from app.client.consumer.base import BeatNow, ConsumerBase, Flow, GroupCall, LeaderCall, Op
 from app.client.consumer.records import Decoded, RecordColumns, as_columns, as_records
@@ -88,20 +89,7 @@ class Consumer(ConsumerBase[GroupMembership]):
 
     def _run(self, flow: Flow[T]) -> T:
         """Make the calls ``flow`` yields, one after the other; its return value."""
-        result: Any = None
-        error: BaseException | None = None
-        while True:
-            try:
-                op = flow.send(result) if error is None else flow.throw(error)
-            except StopIteration as stop:
-                value: T = stop.value
-                return value
-            finally:
-                error = None  # not kept alive by this frame once thrown in
-            try:
-                result = self._perform(op)
-            except BaseException as exc:
-                result, error = None, exc
+        return drive_sync(flow, self._perform)
 
     def _perform(self, op: Op) -> Any:
         if isinstance(op, LeaderCall):

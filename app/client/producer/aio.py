@@ -32,6 +32,7 @@ from app.client.producer.base import CLOSED, ProducerBase, now
 from app.client.producer.batch import DeliveryCallback, Headers, ProducerBatch
 from app.client.producer.delivery import DeliveryFuture, DeliveryReport
 from app.client.types import RecordMetadata
+from app.common.aio import wait_event
 
 # How many values AsyncProducer.send_many encodes between yields to the loop.
 ASYNC_SLICE = 8192
@@ -174,8 +175,7 @@ class AsyncProducer(ProducerBase):
         while not self._acc.has_space():
             self._space.clear()
             remaining = self._acc.time_left(deadline)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._space.wait(), remaining)
+            await wait_event(self._space, remaining)
 
     async def send_and_wait(
         self,

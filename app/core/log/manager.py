@@ -53,7 +53,7 @@ import shutil
 import threading
 import uuid
 from base64 import urlsafe_b64encode
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -614,13 +614,17 @@ class LogManager:
 
     def run_retention(self, now: int | None = None) -> int:
         """Apply retention to every log now; returns the number of segments deleted."""
-        deleted = 0
+        return self._sum_over_logs(lambda log: log.delete_old_segments(now), "retention")
+
+    def _sum_over_logs(self, step: Callable[[Log], int], what: str) -> int:
+        """``step`` on every log, summed; a log whose step fails is logged and skipped."""
+        total = 0
         for log in self._all_logs():
             try:
-                deleted += log.delete_old_segments(now)
+                total += step(log)
             except Exception:
-                _log.exception("retention of %s-%s failed", log.topic, log.partition)
-        return deleted
+                _log.exception("%s of %s-%s failed", what, log.topic, log.partition)
+        return total
 
     def run_cleaner_once(self, now: int | None = None) -> CleanResult | None:
         """Compact the dirtiest log that qualifies now (``now`` defaults to each log's clock)."""
@@ -639,13 +643,9 @@ class LogManager:
 
     def expire_producers(self, now: int | None = None) -> int:
         """Forget idempotent producers idle for producer_id_expiration_ms; returns how many."""
-        expired = 0
-        for log in self._all_logs():
-            try:
-                expired += log.remove_expired_producers(now)
-            except Exception:
-                _log.exception("producer expiration of %s-%s failed", log.topic, log.partition)
-        return expired
+        return self._sum_over_logs(
+            lambda log: log.remove_expired_producers(now), "producer expiration"
+        )
 
     def _run(self) -> None:
         tick = min(self.flush_scheduler_interval_ms, self.retention_check_interval_ms) / 1000

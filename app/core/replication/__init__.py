@@ -10,6 +10,7 @@
 - :mod:`.fetcher`     followers pulling from leaders through the binary fetch API
 - :mod:`.auth`        inter-broker credentials: a replica's fetch proves its broker
 - :mod:`.manager`     the broker's side of all of it, used by the HTTP layer
+- :mod:`.config`      the settings replication reads (:class:`.config.ReplicaConfig`)
 
 See docs/ARCHITECTURE.md ("Cluster mode") for the ZooKeeper layout and the HTTP contract.
 """

@@ -23,7 +23,8 @@ leader or epoch changes, and started again for the new one):
    began at the log end and holds no batch yet.
 2. Fetch from the log end offset with ``replica_id`` and ``leader_epoch``
    (``GET .../records``, ``Accept: application/octet-stream``, and this broker's
-   inter-broker credential, :mod:`.auth`), append the
+   inter-broker credential, :mod:`.auth`), read the answer as every fetcher does
+   (:func:`app.common.fetch_answer.interpret`), append the
    batches verbatim, take the leader's high watermark. The fetch offset tells
    the leader how far this replica is; that drives the leader's ISR and high
    watermark. The leader long-polls (``replica.fetch.wait.max.ms``), so an idle
@@ -50,6 +51,7 @@ from urllib.parse import urlencode
 import orjson
 
 from app.common.errors import InvalidRecord
+from app.common.fetch_answer import Action, Refused, interpret
 from app.common.tls import ClientTls
 from app.core.replication.partition import FOLLOWER, Partition
 from app.wire import AsyncConnection, Endpoint, async_connection
@@ -270,9 +272,13 @@ class ReplicaFetcher:
         )
         response = await conn.fetch(f"{base}/records?{query}", OCTET_STREAM)
         self.fetches += 1
-        if response.status == 416:
-            body = orjson.loads(response.body)
-            start = int(body.get("log_start_offset", 0))
+        # The bytes are appended verbatim and checked by the append (a damaged batch is a
+        # divergence to truncate away), so the CRCs are not checked twice.
+        outcome = interpret(response, part.topic, part.partition, check_crcs=False)
+        if isinstance(outcome, Refused):
+            if outcome.action is not Action.OUT_OF_RANGE:
+                raise _Retry()  # leadership or the epoch moving, or the leader not ready
+            start = int(getattr(outcome.error, "log_start_offset", 0))
             if offset < start:
                 # Retention on the leader removed what we would fetch next: start over there.
                 def restart() -> None:
@@ -284,9 +290,7 @@ class ReplicaFetcher:
                 self.replicas.truncated(log)
                 return
             raise _Diverged()
-        if response.status != 200:
-            raise _Retry()
-        data = response.body
+        data = outcome.body
         if data:
 
             def append() -> None:
@@ -305,5 +309,5 @@ class ReplicaFetcher:
             except InvalidRecord:
                 raise _Diverged() from None
         if self._current(part, leader, epoch):
-            hw = int(response.headers.get("logbus-high-watermark", "0"))
+            hw = outcome.high_watermark or 0
             log.high_watermark = min(hw, log.log_end_offset)

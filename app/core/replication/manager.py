@@ -31,6 +31,7 @@ from base64 import urlsafe_b64encode
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from app.common.aio import wait_event
 from app.common.errors import (
     BrokerNotAvailable,
     InvalidTopic,
@@ -43,6 +44,7 @@ from app.common.errors import (
 )
 from app.core.log.manager import check_new_topic, collision_key
 from app.core.replication.auth import ReplicaAuth
+from app.core.replication.config import ReplicaConfig
 from app.core.replication.controller import Controller
 from app.core.replication.fetcher import ReplicaFetcher
 from app.core.replication.partition import Partition, append_to_leaders
@@ -52,7 +54,6 @@ from app.core.replication.zk import ZkStore
 from app.core.topology import LeaderAppend, LeadershipListener, TopicListener
 
 if TYPE_CHECKING:
-    from app.config import Settings
     from app.core.log.log import AppendInfo, Log
     from app.core.log.manager import LogManager
 
@@ -77,7 +78,9 @@ class ReplicaManager:
 
     standalone = False
 
-    def __init__(self, settings: Settings, logs: LogManager, notify: Callable[[Log], None]) -> None:
+    def __init__(
+        self, settings: ReplicaConfig, logs: LogManager, notify: Callable[[Log], None]
+    ) -> None:
         assert settings.zookeeper, "cluster mode needs a ZooKeeper connect string"
         self.settings = settings
         self.logs = logs
@@ -139,7 +142,8 @@ class ReplicaManager:
         self.controller.start()
         self._isr_task = asyncio.create_task(self._isr_loop(), name="logbus-isr-shrink")
         # Serve only once this broker knows the topics (and has created their logs).
-        await asyncio.wait_for(self.topics_synced.wait(), 60)
+        if not await wait_event(self.topics_synced, 60):
+            raise TimeoutError("the topics were not read from ZooKeeper within 60 s")
 
     async def stop(self) -> None:
         self._stopping = True
@@ -201,9 +205,7 @@ class ReplicaManager:
         self._changed = asyncio.Event()
 
     async def wait_changed(self, timeout_s: float) -> None:
-        event = self._changed
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(event.wait(), timeout_s)
+        await wait_event(self._changed, timeout_s)
 
     # -- topics ------------------------------------------------------------------------
 

@@ -370,7 +370,10 @@ class Partition:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._acks.append((last_offset, future))
         try:
-            await asyncio.wait_for(asyncio.shield(future), timeout_ms / 1000)
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for drops a cancellation
+            # that arrives as the future completes (see app/common/aio.py).
+            async with asyncio.timeout(timeout_ms / 1000):
+                await asyncio.shield(future)
             self._check_min_isr_after()
         except TimeoutError:
             raise RequestTimedOut(
