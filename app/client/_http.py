@@ -139,9 +139,7 @@ def sync_client(
     max_connections: int = 100,
     authorization: str | None = None,
 ) -> httpx.Client:
-    return httpx.Client(
-        **_client_options(url, request_timeout_ms, max_connections, authorization)
-    )
+    return httpx.Client(**_client_options(url, request_timeout_ms, max_connections, authorization))
 
 
 def async_client(
