@@ -22,6 +22,7 @@ from app.api.routers import acls as acl_routes
 from app.api.routers import groups as group_routes
 from app.api.state import AppState
 from app.config import Settings
+from app.core.replication.config import ReplicaConfig
 
 if TYPE_CHECKING:
     from app.core.log.manager import LogManager
@@ -58,29 +59,42 @@ def operation_id(route: APIRoute) -> str:
     return head + "".join(part.capitalize() for part in rest)
 
 
+def replica_config(settings: Settings) -> ReplicaConfig:
+    """What cluster mode reads of the settings (``app/core`` never reads them itself)."""
+    return ReplicaConfig(
+        zookeeper=settings.zookeeper or "",
+        broker_id=settings.broker_id,
+        url=settings.url,
+        zookeeper_session_timeout_ms=settings.zookeeper_session_timeout_ms,
+        replica_lag_time_max_ms=settings.replica_lag_time_max_ms,
+        replica_fetch_wait_max_ms=settings.replica_fetch_wait_max_ms,
+        replica_fetch_max_bytes=settings.replica_fetch_max_bytes,
+        default_replication_factor=settings.default_replication_factor,
+        unclean_leader_election_enable=settings.unclean_leader_election_enable,
+        leader_imbalance_check_interval_ms=settings.leader_imbalance_check_interval_ms,
+        inter_broker_tls=settings.inter_broker_tls,
+        inter_broker_ca_file=_path(settings.inter_broker_ca_file),
+        ssl_ca_file=_path(settings.ssl_ca_file),
+        ssl_certfile=_path(settings.ssl_certfile),
+        ssl_keyfile=_path(settings.ssl_keyfile),
+    )
+
+
 def _topology(settings: Settings, manager: LogManager, state: AppState) -> Topology:
     """The broker's topology: a cluster's through ZooKeeper (``--zookeeper``), else a
     lone broker's over its logs. The one place that tells the two apart."""
     if settings.zookeeper:
-        from app.core.replication.config import ReplicaConfig
         from app.core.replication.manager import ReplicaManager
 
-        config = ReplicaConfig(
-            zookeeper=settings.zookeeper,
-            broker_id=settings.broker_id,
-            url=settings.url,
-            zookeeper_session_timeout_ms=settings.zookeeper_session_timeout_ms,
-            replica_lag_time_max_ms=settings.replica_lag_time_max_ms,
-            replica_fetch_wait_max_ms=settings.replica_fetch_wait_max_ms,
-            replica_fetch_max_bytes=settings.replica_fetch_max_bytes,
-            default_replication_factor=settings.default_replication_factor,
-            unclean_leader_election_enable=settings.unclean_leader_election_enable,
-            leader_imbalance_check_interval_ms=settings.leader_imbalance_check_interval_ms,
-        )
+        config = replica_config(settings)
         return ReplicaManager(config, manager, state.waiters.notify)
     from app.core.local_topology import LocalTopology
 
     return LocalTopology(manager, settings.broker_id, settings.url)
+
+
+def _path(value: object) -> str | None:
+    return None if value is None else str(value)
 
 
 def _topic_exists(state: AppState, topic: str) -> bool:

@@ -31,3 +31,11 @@ class ReplicaConfig:
     default_replication_factor: int = 1
     unclean_leader_election_enable: bool = False
     leader_imbalance_check_interval_ms: int = 30_000
+    inter_broker_tls: bool = False
+    """Followers fetch from their leaders only over ``https://``."""
+    inter_broker_ca_file: str | None = None
+    """The CA followers verify their leaders against (else ``ssl_ca_file``)."""
+    ssl_ca_file: str | None = None
+    ssl_certfile: str | None = None
+    """This broker's listener certificate, presented to leaders that require one."""
+    ssl_keyfile: str | None = None

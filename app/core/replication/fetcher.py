@@ -45,7 +45,7 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
 import orjson
@@ -57,6 +57,7 @@ from app.core.replication.partition import FOLLOWER, Partition
 from app.wire import AsyncConnection, Endpoint, async_connection
 
 if TYPE_CHECKING:
+    from app.core.replication.config import ReplicaConfig
     from app.core.replication.manager import ReplicaManager
 
 _log = logging.getLogger(__name__)
@@ -74,7 +75,7 @@ class _Diverged(Exception):
     """This replica's log does not line up with the leader's: truncate again."""
 
 
-def inter_broker_tls(settings: Any) -> ClientTls | None:
+def inter_broker_tls(settings: ReplicaConfig) -> ClientTls | None:
     """A follower's TLS options toward its leaders (None: the process default).
 
     It verifies the leader against ``inter_broker_ca_file`` (else ``ssl_ca_file``)
@@ -84,11 +85,7 @@ def inter_broker_tls(settings: Any) -> ClientTls | None:
     ca = settings.inter_broker_ca_file or settings.ssl_ca_file
     if ca is None and settings.ssl_certfile is None:
         return None
-    return ClientTls(
-        None if ca is None else str(ca),
-        None if settings.ssl_certfile is None else str(settings.ssl_certfile),
-        None if settings.ssl_keyfile is None else str(settings.ssl_keyfile),
-    )
+    return ClientTls(ca, settings.ssl_certfile, settings.ssl_keyfile)
 
 
 class ReplicaFetcher:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from app.api.app import replica_config
 from app.api.server import build_config, tls_options
 from app.common import tls
 from app.config import Settings, is_loopback
@@ -142,7 +143,7 @@ def test_spark_ssl_options_set_the_default(pem: dict[str, Path]) -> None:
 def test_followers_verify_the_leader_and_present_their_certificate(
     tmp_path: Path, pem: dict[str, Path]
 ) -> None:
-    assert inter_broker_tls(Settings(data_dir=tmp_path)) is None
+    assert inter_broker_tls(replica_config(Settings(data_dir=tmp_path))) is None
     s = Settings(
         data_dir=tmp_path,
         ssl_certfile=pem["cert"],
@@ -150,7 +151,9 @@ def test_followers_verify_the_leader_and_present_their_certificate(
         inter_broker_tls=True,
         inter_broker_ca_file=pem["ca"],
     )
-    assert inter_broker_tls(s) == tls.ClientTls(str(pem["ca"]), str(pem["cert"]), str(pem["key"]))
+    assert inter_broker_tls(replica_config(s)) == tls.ClientTls(
+        str(pem["ca"]), str(pem["cert"]), str(pem["key"])
+    )
 
 
 def test_serve_flags_reach_the_settings_and_a_lone_certificate_is_refused(
