@@ -45,6 +45,15 @@ class Settings(BaseSettings):
         default=100 * 1024 * 1024, ge=1024, description="Largest request body accepted (413 above)."
     )
     fetch_max_bytes: int = Field(default=50 * 1024 * 1024, ge=1)
+    inline_append_max_bytes: int = Field(
+        default=64 * 1024,
+        ge=0,
+        description="Produce requests whose batches total at most this many bytes are "
+        "appended on the event loop (a page-cache write of a few KB takes microseconds; "
+        "the hop to a worker thread costs more) and small requests to one partition are "
+        "group-committed; larger ones, and any to a topic that fsyncs per append "
+        "(flush.messages), go to a worker thread. 0: every append on a worker thread.",
+    )
     # The listener's limits (app/api/limits.py): what a slow, careless or hostile client
     # may cost the broker. Each breach has its own answer; see the README's "Limits".
     max_connections: int = Field(

@@ -44,6 +44,17 @@ BYTES_OUT = Counter(
     "Response body bytes sent (zero-copy file bytes included), by route template.",
     ["route"],
 )
+# Group commit (app/api/group_commit.py): appends per request is appends / requests.
+GROUP_COMMIT_REQUESTS = Counter(
+    "logbus_group_commit_requests",
+    "Produce requests (HTTP and WebSocket, one partition, appended on the event loop) that "
+    "went through group commit.",
+)
+GROUP_COMMIT_APPENDS = Counter(
+    "logbus_group_commit_appends",
+    "Log appends group commit made for them (a joined group is one append; a refused "
+    "group is retried one request at a time).",
+)
 
 UNMATCHED = "<unmatched>"
 
