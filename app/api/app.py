@@ -14,6 +14,7 @@ from fastapi.routing import APIRoute
 
 from app.api import errors, openapi_docs, ws
 from app.api.guards import RequestGuard
+from app.api.lean_route import HotRoutes
 from app.api.metrics import MetricsMiddleware, PartitionCollector
 from app.api.routers import ALL
 from app.api.routers import groups as group_routes
@@ -130,6 +131,8 @@ def create_app(settings: Settings, manager: LogManager | None = None) -> FastAPI
     app.add_middleware(MetricsMiddleware)
     for router in (*ALL, group_routes.router):
         app.include_router(router)
+    # Produce and fetch are looked up before FastAPI walks every router (app/api/lean_route.py).
+    app.router.routes.insert(0, HotRoutes(app.router))
     ws.install(app, state)
 
     def openapi() -> dict[str, Any]:

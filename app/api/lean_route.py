@@ -33,9 +33,13 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote_plus
 
+import fastapi.routing
 from fastapi.routing import APIRoute
+from starlette._utils import get_route_path
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import BaseRoute, Match
+from starlette.types import Receive, Scope, Send
 
 from app.api import deps
 
@@ -134,12 +138,20 @@ def _query(query_string: bytes) -> dict[str, str]:
     return found
 
 
-def lean_reader(route: APIRoute) -> Callable[[Request], dict[str, Any] | None] | None:
+# FastAPI (0.16x) builds an included route's handler with the including router's
+# context (its dependencies, e.g. a security scheme) in this variable; without it the
+# lean reader cannot know them, so it is not used at all.
+_CONTEXT_VAR = getattr(fastapi.routing, "_effective_route_context_var", None)
+
+
+def lean_reader(route: Any) -> Callable[[Request], dict[str, Any] | None] | None:
     """The route's lean argument reader, or None when the route needs FastAPI's handler.
 
-    The reader returns the endpoint's keyword arguments, or None to let FastAPI judge
-    the request. It may raise what the state dependencies raise (BrokerNotAvailable),
-    as FastAPI's handler would before validating parameters.
+    ``route``: the APIRoute, or the context FastAPI builds it in (its ``dependant``
+    then holds the including routers' dependencies too). The reader returns the
+    endpoint's keyword arguments, or None to let FastAPI judge the request. It may raise
+    what the state dependencies raise (BrokerNotAvailable), as FastAPI's handler would
+    before validating parameters.
     """
     d = route.dependant
     if d.header_params or d.cookie_params or d.body_params or route.body_field is not None:
@@ -165,8 +177,11 @@ def lean_reader(route: APIRoute) -> Callable[[Request], dict[str, Any] | None] |
     path_params = [p for p in path if p is not None]
     query_params = [p for p in query if p is not None]
     request_name = d.request_param_name
+    overrides = route.dependency_overrides_provider
 
     def read(request: Request) -> dict[str, Any] | None:
+        if overrides is not None and getattr(overrides, "dependency_overrides", None):
+            return None  # a test's or an app's override: FastAPI resolves it
         kwargs: dict[str, Any] = {}
         given = request.path_params
         for p in path_params:
@@ -196,7 +211,13 @@ class LeanRoute(APIRoute):
 
     def get_route_handler(self) -> Handler:
         slow = super().get_route_handler()
-        read = lean_reader(self)
+        if _CONTEXT_VAR is None:
+            return slow
+        # As APIRoute.get_route_handler: an included route is built in its context.
+        context = _CONTEXT_VAR.get()
+        read = lean_reader(
+            context if context is not None and context.original_route is self else self
+        )
         endpoint = self.endpoint
         # Only coroutine endpoints, which build their own Response (FastAPI's handler
         # would otherwise serialize a return value through the response model).
@@ -213,3 +234,75 @@ class LeanRoute(APIRoute):
             return response
 
         return handler
+
+
+@dataclass(frozen=True, slots=True)
+class _Hot:
+    route: APIRoute
+    regex: re.Pattern[str]
+    convertors: dict[str, Any]
+    app: Any
+
+
+class HotRoutes(BaseRoute):
+    """The app's :class:`LeanRoute` operations, matched before every other route.
+
+    FastAPI matches a request against the included routers one after another, each
+    through its own context; for the produce and fetch paths, behind the health,
+    metadata and topic routers, that walk cost ~15-20 us a request. This route, first
+    in the app's router, looks the hot paths up by method and dispatches each to the
+    very handler FastAPI built for it in its router's context (dependencies included),
+    with the same ``route``, ``endpoint`` and ``path_params`` in the scope. Every other
+    request (another path, or a hot path with another method, which answers 405) goes on
+    to FastAPI's routing.
+
+    It is right only while no route before a hot one matches the same path and method;
+    the hot paths (``/topics/{topic}/.../records|batches``) are matched by no other route.
+    The table is built on the first request, once every router is included.
+    """
+
+    def __init__(self, router: Any) -> None:
+        self._router = router
+        self._table: dict[str, list[_Hot]] | None = None
+
+    def _build(self) -> dict[str, list[_Hot]]:
+        table: dict[str, list[_Hot]] = {}
+        for route in self._router.routes:
+            contexts = getattr(route, "effective_route_contexts", None)
+            if contexts is None:
+                continue
+            for context in contexts():
+                original = context.original_route
+                if not isinstance(original, LeanRoute) or context.app is None:
+                    continue
+                hot = _Hot(original, context.path_regex, context.param_convertors, context.app)
+                for method in context.methods or ():
+                    table.setdefault(method, []).append(hot)
+        return table
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        if scope["type"] != "http":
+            return Match.NONE, {}
+        if self._table is None:
+            self._table = self._build()
+        candidates = self._table.get(scope["method"])
+        if candidates:
+            path = get_route_path(scope)
+            for hot in candidates:
+                found = hot.regex.match(path)
+                if found is None:
+                    continue
+                params = dict(scope.get("path_params", {}))
+                for key, value in found.groupdict().items():
+                    params[key] = hot.convertors[key].convert(value)
+                return Match.FULL, {
+                    "endpoint": hot.route.endpoint,
+                    "path_params": params,
+                    "route": hot.route,
+                    "logbus.hot": hot,
+                }
+        return Match.NONE, {}
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        hot: _Hot = scope["logbus.hot"]
+        await hot.app(scope, receive, send)

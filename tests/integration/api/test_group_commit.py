@@ -22,7 +22,6 @@ from app.api.metrics import GROUP_COMMIT_APPENDS, GROUP_COMMIT_REQUESTS
 from app.common.batch import BatchBuilder
 from app.config import Settings
 
-
 Scenario = Callable[[httpx.AsyncClient], Awaitable[None]]
 
 
