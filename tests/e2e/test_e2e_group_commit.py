@@ -53,7 +53,8 @@ def _counter(metrics: str, name: str) -> float:
 def test_kill_9_mid_group_commit_keeps_every_acknowledged_record(
     new_broker: BrokerFactory,
 ) -> None:
-    broker = new_broker().start()
+    # Small requests are joined only with group_commit_inline (off by default).
+    broker = new_broker(env={"LOGBUS_GROUP_COMMIT_INLINE": "true"}).start()
     with broker.client() as client:
         r = client.post(
             "/topics",

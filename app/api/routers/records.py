@@ -6,10 +6,10 @@ batch is built once, every batch is checked against max.message.bytes
 before anything is appended (a bad request leaves every log unchanged), and
 the request's appends are made on the event loop when they are small
 (``inline_append_max_bytes``) and no partition fsyncs per append, else with one
-hop to a worker thread (an append may then fsync or copy megabytes). Small
-requests to one partition are group-committed (:mod:`app.api.group_commit`):
-those arriving in the same loop turn share one append, each answered with its
-own offsets.
+hop to a worker thread (an append may then fsync or copy megabytes). Requests to
+one partition that go to a worker thread are group-committed
+(:mod:`app.api.group_commit`): those arriving while a write is in flight share the
+next one, each answered with its own offsets.
 """
 
 from __future__ import annotations
@@ -278,8 +278,9 @@ async def append_json_records(
 
     Requests up to ``inline_max_bytes`` of batches (default: the
     ``inline_append_max_bytes`` setting) are appended on the event loop when no
-    partition fsyncs per append (flush.messages), through group commit when they
-    write to one partition; others on a worker thread."""
+    partition fsyncs per append (flush.messages), others on a worker thread. Requests
+    to one partition go through group commit (:mod:`app.api.group_commit`) when they
+    go to a worker thread, and on the loop too with ``group_commit_inline``."""
     if inline_max_bytes is None:
         inline_max_bytes = state.settings.inline_append_max_bytes
     now_ms = int(time.time() * 1000)
@@ -301,7 +302,8 @@ async def append_json_records(
     for target, _ in work:
         check_replicas(target, required_acks)
 
-    if len(work) == 1 and appends_inline(work, inline_max_bytes):
+    inline = appends_inline(work, inline_max_bytes)
+    if len(work) == 1 and (not inline or state.settings.group_commit_inline):
         target, data = work[0]
         info = await state.group_commit.append(
             state.topology,
@@ -310,6 +312,7 @@ async def append_json_records(
             data,
             len(placed),
             acks_all=required_acks == ACKS_ALL,
+            off_loop=not inline,
         )
         infos = [info]
     else:

@@ -1,9 +1,11 @@
-"""Group commit (app/api/group_commit.py): concurrent small produce requests to one
-partition share one append, and each keeps its own offsets, order and acks.
+"""Group commit (app/api/group_commit.py): concurrent produce requests to one partition
+share one append, and each keeps its own offsets, order and acks.
 
 The requests are started together in the app's own event loop (httpx's ASGI transport,
 a real LogManager in a temp dir), so they reach the partition in the same loop turn,
-as requests whose bodies arrive in one read of the sockets do under load.
+as requests whose bodies arrive in one read of the sockets do under load. Small
+requests are joined only with ``group_commit_inline``; requests appended on a worker
+thread always are.
 """
 
 from __future__ import annotations
@@ -85,7 +87,20 @@ async def _stored(client: httpx.AsyncClient, topic: str, partition: int = 0) -> 
 
 
 def test_concurrent_requests_share_one_append_and_keep_their_own_offsets(tmp_path: Path) -> None:
-    run(make_settings(tmp_path), _coalesced)
+    run(make_settings(tmp_path, group_commit_inline=True), _coalesced)
+
+
+def test_by_default_small_requests_append_at_once(tmp_path: Path) -> None:
+    async def scenario(client: httpx.AsyncClient) -> None:
+        await _create(client, "direct")
+        with Counted() as counted:
+            answers = await asyncio.gather(
+                *(_post(client, "direct", [{"value": "v"}]) for _ in range(8))
+            )
+        assert counted.requests == 0
+        assert sorted(a.json()["offsets"][0]["offset"] for a in answers) == list(range(8))
+
+    run(make_settings(tmp_path), scenario)
 
 
 async def _coalesced(client: httpx.AsyncClient) -> None:
@@ -111,7 +126,7 @@ async def _coalesced(client: httpx.AsyncClient) -> None:
 
 
 def test_each_request_keeps_its_acks(tmp_path: Path) -> None:
-    run(make_settings(tmp_path), _acks)
+    run(make_settings(tmp_path, group_commit_inline=True), _acks)
 
 
 async def _acks(client: httpx.AsyncClient) -> None:
@@ -139,7 +154,7 @@ async def _acks(client: httpx.AsyncClient) -> None:
 
 
 def test_a_refused_request_fails_alone(tmp_path: Path) -> None:
-    run(make_settings(tmp_path), _refused)
+    run(make_settings(tmp_path, group_commit_inline=True), _refused)
 
 
 async def _refused(client: httpx.AsyncClient) -> None:
@@ -160,7 +175,7 @@ async def _refused(client: httpx.AsyncClient) -> None:
 
 
 def test_binary_batches_and_multi_partition_requests_are_never_joined(tmp_path: Path) -> None:
-    run(make_settings(tmp_path), _apart)
+    run(make_settings(tmp_path, group_commit_inline=True), _apart)
 
 
 async def _apart(client: httpx.AsyncClient) -> None:
@@ -203,38 +218,53 @@ async def _apart(client: httpx.AsyncClient) -> None:
 @pytest.mark.parametrize(
     "settings_of",
     [
-        # A body over the inline limit goes to a worker thread, alone.
+        # A body over the inline limit goes to a worker thread.
         lambda tmp: make_settings(tmp, inline_append_max_bytes=64),
         # 0: every append on a worker thread.
         lambda tmp: make_settings(tmp, inline_append_max_bytes=0),
     ],
 )
-def test_work_off_the_loop_is_not_joined(
+def test_requests_appended_off_the_loop_are_joined(
     tmp_path: Path, settings_of: Callable[[Path], Settings]
 ) -> None:
     async def scenario(c: httpx.AsyncClient) -> None:
         await _create(c, "big")
+        bodies = [[{"value": f"{i}-{j}" + "x" * 200} for j in range(i % 2 + 1)] for i in range(6)]
         with Counted() as counted:
-            answers = await asyncio.gather(
-                *(_post(c, "big", [{"value": "x" * 200}]) for _ in range(4))
-            )
-        assert [a.status_code for a in answers] == [200] * 4
-        assert counted.requests == 0
-        offsets = sorted(a.json()["offsets"][0]["offset"] for a in answers)
-        assert offsets == [0, 1, 2, 3]
+            answers = await asyncio.gather(*(_post(c, "big", body) for body in bodies))
+        assert counted.requests == len(bodies)
+        assert counted.appends == 1
+        stored = await _stored(c, "big")
+        seen: list[int] = []
+        for body, answer in zip(bodies, answers, strict=True):
+            assert answer.status_code == 200, answer.text
+            offsets = [entry["offset"] for entry in answer.json()["offsets"]]
+            assert [stored[o] for o in offsets] == [rec["value"] for rec in body]
+            seen += offsets
+        assert seen == list(range(len(stored)))
 
     run(settings_of(tmp_path), scenario)
 
 
-def test_a_topic_that_fsyncs_per_append_is_not_joined(tmp_path: Path) -> None:
-    run(make_settings(tmp_path), _durable)
-
-
-async def _durable(client: httpx.AsyncClient) -> None:
-    await _create(client, "durable", **{"flush.messages": 1})
-    with Counted() as counted:
-        answers = await asyncio.gather(
-            *(_post(client, "durable", [{"value": "d"}]) for _ in range(4))
+def test_a_topic_that_fsyncs_per_append_writes_once_per_group(tmp_path: Path) -> None:
+    async def scenario(client: httpx.AsyncClient) -> None:
+        await _create(client, "durable", **{"flush.messages": 1})
+        with Counted() as counted:
+            first = await asyncio.gather(
+                *(_post(client, "durable", [{"value": f"a{i}"}]) for i in range(4))
+            )
+            # A later burst: a group of its own.
+            second = [
+                asyncio.ensure_future(_post(client, "durable", [{"value": f"b{i}"}]))
+                for i in range(3)
+            ]
+            answers = [*first, *await asyncio.gather(*second)]
+        assert [a.status_code for a in answers] == [200] * 7
+        assert counted.requests == 7
+        assert counted.appends == 2
+        stored = await _stored(client, "durable")
+        assert sorted(stored.values()) == sorted(
+            [f"a{i}" for i in range(4)] + [f"b{i}" for i in range(3)]
         )
-    assert [a.status_code for a in answers] == [200] * 4
-    assert counted.requests == 0
+
+    run(make_settings(tmp_path), scenario)
