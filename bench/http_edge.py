@@ -19,8 +19,10 @@ at 8 and at 64 connections:
 Each figure is requests (messages) per second with the latency p50 and p99 (ms);
 ``ratio_to_healthz`` is the same run's requests/s over ``/healthz``'s. The broker,
 wrk and the Lua request scripts share this machine's cores, as a user's laptop run
-would. ``appends_per_request``: the broker's group-commit appends per one-partition
-produce request over the whole run (``logbus_group_commit_*`` in ``/metrics``).
+would. ``group_commit_inline_c64``: ``healthz`` and ``produce_1_keyed`` at 64
+connections against a second broker with ``LOGBUS_GROUP_COMMIT_INLINE=true``, with
+``appends_per_request``: its group-commit appends per produce request over the figure
+(``logbus_group_commit_*`` in ``/metrics``).
 """
 
 from __future__ import annotations
@@ -201,6 +203,27 @@ def run(seconds: int = 10) -> dict[str, Any]:
                 for figure in at.values():
                     figure["ratio_to_healthz"] = round(figure["requests_per_s"] / floor, 2)
                 results[f"c{connections}"] = at
+        # The same keyed one-record load at 64 connections against a broker that
+        # group-commits small requests too (LOGBUS_GROUP_COMMIT_INLINE), with its own
+        # /healthz: what joining the requests costs and saves.
+        with broker_process({"LOGBUS_GROUP_COMMIT_INLINE": "true"}) as (url, _pid):
+            with httpx.Client(base_url=url, timeout=30) as client:
+                client.post("/topics", json={"name": TOPIC, "partitions": 4}).raise_for_status()
+            joined: dict[str, Any] = {}
+            for name in ("healthz", "produce_1_keyed"):
+                target, script = cases[name]
+                target = url + target[target.index("/", len("http://")) :]
+                before = _group_commit(url)
+                joined[name] = _wrk(target, script, 64, seconds)
+                after = _group_commit(url)
+                if after[0] > before[0]:
+                    joined[name]["appends_per_request"] = round(
+                        (after[1] - before[1]) / (after[0] - before[0]), 3
+                    )
+            floor = joined["healthz"]["requests_per_s"]
+            for figure in joined.values():
+                figure["ratio_to_healthz"] = round(figure["requests_per_s"] / floor, 2)
+            results["group_commit_inline_c64"] = joined
     finally:
         shutil.rmtree(scripts, ignore_errors=True)
     return results
