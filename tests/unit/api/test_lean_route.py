@@ -40,15 +40,16 @@ async def echo(
     )
 
 
-def _app(route_class: type[APIRoute], *, refuse: bool = False, hot: bool = False) -> FastAPI:
+async def refuse_all() -> None:
+    raise HTTPException(401, "refused by the including router")
+
+
+def _app(route_class: type[APIRoute], *, refuse: str = "", hot: bool = False) -> FastAPI:
+    """``refuse``: "include" (a dependency of include_router) or "app" (of the app)."""
     router = APIRouter(route_class=route_class)
     router.add_api_route("/t/{topic}/p/{partition}", echo, methods=["GET"])
-    app = FastAPI()
-
-    async def refuse_all() -> None:
-        raise HTTPException(401, "refused by the including router")
-
-    app.include_router(router, dependencies=[Depends(refuse_all)] if refuse else [])
+    app = FastAPI(dependencies=[Depends(refuse_all)] if refuse == "app" else None)
+    app.include_router(router, dependencies=[Depends(refuse_all)] if refuse == "include" else [])
     if hot:
         app.router.routes.insert(0, HotRoutes(app.router))
     return app
@@ -115,8 +116,9 @@ def test_routes_with_more_than_plain_parameters_keep_fastapis_handler() -> None:
 
 
 @pytest.mark.parametrize("hot", [False, True])
-def test_the_including_routers_dependencies_still_run(hot: bool) -> None:
-    with TestClient(_app(LeanRoute, refuse=True, hot=hot)) as client:
+@pytest.mark.parametrize("refuse", ["include", "app"])
+def test_the_including_routers_dependencies_still_run(hot: bool, refuse: str) -> None:
+    with TestClient(_app(LeanRoute, refuse=refuse, hot=hot)) as client:
         r = client.get("/t/orders/p/0?offset=1")
         assert r.status_code == 401
         assert r.json() == {"detail": "refused by the including router"}
