@@ -92,7 +92,9 @@ def _wrk(url: str, script: Path, connections: int, seconds: int) -> dict[str, An
         text=True,
         check=True,
     ).stdout
-    latency = dict(re.findall(r"^\s+(50|99)%\s+(\S+)$", out, flags=re.M))
+    latency = dict(re.findall(r"^\s+(50|99)%\s+(\S+)\s*$", out, flags=re.M))
+    if len(latency) != 2:
+        raise RuntimeError(f"wrk gave no latency distribution for {url}:\n{out}")
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     return {
         "requests_per_s": round(float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))),  # type: ignore[union-attr]
