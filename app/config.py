@@ -50,7 +50,8 @@ class Settings(BaseSettings):
         ge=0,
         description="Produce requests whose batches total at most this many bytes are "
         "appended on the event loop (a page-cache write of a few KB takes microseconds; "
-        "the hop to a worker thread costs more); larger ones, and any to a topic that fsyncs per append "
+        "the hop to a worker thread costs more); larger ones, acks=all ones and any to a topic "
+        "that fsyncs per append "
         "(flush.messages), go to a worker thread. 0: every append on a worker thread.",
     )
     group_commit_inline: bool = Field(

@@ -11,8 +11,8 @@ requests joined.
 
 Where it is used (``append_json_records``):
 
-- **Appends that go to a worker thread** (a topic with ``flush.messages``, or batches
-  over ``inline_append_max_bytes``): always. Such a request waits for a thread hop
+- **Appends that go to a worker thread** (acks=all, a topic with ``flush.messages``, or
+  batches over ``inline_append_max_bytes``): always. Such a request waits for a thread hop
   anyway; requests for the partition that arrive while a group is being written form
   the next group, so N concurrent requests cost one hop, one write and one fsync per
   group instead of N (a database's group commit).

@@ -302,7 +302,10 @@ async def append_json_records(
     for target, _ in work:
         check_replicas(target, required_acks)
 
-    inline = appends_inline(work, inline_max_bytes)
+    # acks=all waits for the in-sync replicas anyway: its append takes the worker thread
+    # (and group commit), so a leader/ISR lock contended by a leadership change, or a
+    # slow disk, never holds the event loop.
+    inline = required_acks != ACKS_ALL and appends_inline(work, inline_max_bytes)
     if len(work) == 1 and (not inline or state.settings.group_commit_inline):
         target, data = work[0]
         info = await state.group_commit.append(
@@ -316,7 +319,9 @@ async def append_json_records(
         )
         infos = [info]
     else:
-        infos = await _append(state.topology, work, required_acks, inline_max_bytes)
+        infos = await _append(
+            state.topology, work, required_acks, inline_max_bytes if inline else 0
+        )
     appended = dict(zip(order, infos, strict=True))
     await await_replicas(
         [(target, info) for (target, _), info in zip(work, infos, strict=True)],

@@ -125,6 +125,23 @@ async def _coalesced(client: httpx.AsyncClient) -> None:
     assert seen == list(range(sum(len(b) for b in bodies)))
 
 
+def test_acks_all_requests_are_joined_off_the_loop_by_default(tmp_path: Path) -> None:
+    async def scenario(client: httpx.AsyncClient) -> None:
+        await _create(client, "all")
+        with Counted() as counted:
+            answers = await asyncio.gather(
+                *(_post(client, "all", [{"value": f"v{i}"}], "all") for i in range(5))
+            )
+        assert counted.requests == 5
+        assert counted.appends == 1
+        stored = await _stored(client, "all")
+        for i, answer in enumerate(answers):
+            assert answer.status_code == 200, answer.text
+            assert stored[answer.json()["offsets"][0]["offset"]] == f"v{i}"
+
+    run(make_settings(tmp_path), scenario)
+
+
 def test_each_request_keeps_its_acks(tmp_path: Path) -> None:
     run(make_settings(tmp_path, group_commit_inline=True), _acks)
 
