@@ -1,5 +1,6 @@
 """Group commit under kill -9: many one-record producers on one partition, their requests
-joined into shared appends, the broker killed mid-stream; nothing acknowledged is lost."""
+joined into shared appends (on the loop with group_commit_inline; on a worker thread for
+acks=all), the broker killed mid-stream; nothing acknowledged is lost."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import threading
 import time
 
 import httpx
+import pytest
 from conftest import BrokerFactory
 from test_e2e_restart import _read_all
 
@@ -15,12 +17,13 @@ PRODUCERS = 16
 
 
 class OneRecordProducer(threading.Thread):
-    """Posts one keyless record per request (acks=1) until the broker goes away."""
+    """Posts one keyless record per request until the broker goes away."""
 
-    def __init__(self, url: str, name: str) -> None:
+    def __init__(self, url: str, name: str, acks: str) -> None:
         super().__init__(daemon=True)
         self.url = url
         self.name_ = name
+        self.acks = acks
         self.acked: list[tuple[int, str]] = []
         self.failure: BaseException | None = None
 
@@ -32,7 +35,7 @@ class OneRecordProducer(threading.Thread):
                 try:
                     r = client.post(
                         "/topics/gc/partitions/0/records",
-                        params={"acks": "1"},
+                        params={"acks": self.acks},
                         json={"records": [{"value": value}], "value_format": "string"},
                     )
                 except httpx.TransportError:
@@ -50,11 +53,19 @@ def _counter(metrics: str, name: str) -> float:
     return float(found.group(1))
 
 
+@pytest.mark.parametrize(
+    ("acks", "env"),
+    [
+        # Small acks=1 requests are joined on the loop only with group_commit_inline.
+        ("1", {"LOGBUS_GROUP_COMMIT_INLINE": "true"}),
+        # acks=all requests are always joined, on a worker thread.
+        ("all", {}),
+    ],
+)
 def test_kill_9_mid_group_commit_keeps_every_acknowledged_record(
-    new_broker: BrokerFactory,
+    new_broker: BrokerFactory, acks: str, env: dict[str, str]
 ) -> None:
-    # Small requests are joined only with group_commit_inline (off by default).
-    broker = new_broker(env={"LOGBUS_GROUP_COMMIT_INLINE": "true"}).start()
+    broker = new_broker(env=env).start()
     with broker.client() as client:
         r = client.post(
             "/topics",
@@ -63,7 +74,7 @@ def test_kill_9_mid_group_commit_keeps_every_acknowledged_record(
         )
         assert r.status_code == 201, r.text
 
-    producers = [OneRecordProducer(broker.url, f"p{i}") for i in range(PRODUCERS)]
+    producers = [OneRecordProducer(broker.url, f"p{i}", acks) for i in range(PRODUCERS)]
     for producer in producers:
         producer.start()
     deadline = time.monotonic() + 20
