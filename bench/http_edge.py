@@ -9,24 +9,37 @@ at 8 and at 64 connections:
 * ``produce_1_keyed`` / ``produce_1_unkeyed``: ``POST /topics/edge/records`` with one JSON
   record (a key, or none), ``acks=1``;
 * ``produce_10`` / ``produce_100``: the same with 10 and 100 keyed records per request;
-* ``fetch_small``: ``GET`` a JSON fetch of about 20 records.
+* ``fetch_small``: ``GET`` a JSON fetch of about 20 records;
+* ``ws_produce_1_keyed``: ``WS /ws/produce``, one keyed record per message, each
+  connection sending its next message when the previous one is acknowledged. wrk
+  speaks no WebSocket, so this client is Python (``websockets``, one process): it
+  shares the cores with the broker and costs about as much per message, so the
+  figure is a floor of what the broker can take.
 
-Each figure is requests/s with wrk's latency p50 and p99 (ms); ``ratio_to_healthz`` is
-the same run's requests/s over ``/healthz``'s. The broker, wrk and the Lua request
-scripts share this machine's cores, as a user's laptop run would.
+Each figure is requests (messages) per second with the latency p50 and p99 (ms);
+``ratio_to_healthz`` is the same run's requests/s over ``/healthz``'s. The broker,
+wrk and the Lua request scripts share this machine's cores, as a user's laptop run
+would. ``group_commit_inline_c64``: ``healthz`` and ``produce_1_keyed`` at 64
+connections against a second broker with ``LOGBUS_GROUP_COMMIT_INLINE=true``, with
+``appends_per_request``: its group-commit appends per produce request over the figure
+(``logbus_group_commit_*`` in ``/metrics``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import shutil
+import statistics
 import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
+from websockets.asyncio.client import connect
 
 from bench.common import broker_process
 
@@ -79,7 +92,9 @@ def _wrk(url: str, script: Path, connections: int, seconds: int) -> dict[str, An
         text=True,
         check=True,
     ).stdout
-    latency = dict(re.findall(r"^\s+(50|99)%\s+(\S+)$", out, flags=re.M))
+    latency = dict(re.findall(r"^\s+(50|99)%\s+(\S+)\s*$", out, flags=re.M))
+    if len(latency) != 2:
+        raise RuntimeError(f"wrk gave no latency distribution for {url}:\n{out}")
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     return {
         "requests_per_s": round(float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))),  # type: ignore[union-attr]
@@ -87,6 +102,62 @@ def _wrk(url: str, script: Path, connections: int, seconds: int) -> dict[str, An
         "p99_ms": _ms(latency["99"]),
         "non_2xx": int(errors.group(1)) if errors else 0,
     }
+
+
+async def _ws_produce_async(url: str, connections: int, seconds: int) -> dict[str, Any]:
+    """Closed-loop WebSocket produce: one keyed record per message, on ``connections``
+    sockets, for ``seconds`` after a one-second warm-up."""
+    ws_url = url.replace("http://", "ws://", 1) + "/ws/produce"
+    latencies: list[float] = []
+    errors = 0
+    loop = asyncio.get_running_loop()
+    warm_until = loop.time() + 1.0
+    stop_at = warm_until + seconds
+
+    async def one(conn: int) -> None:
+        nonlocal errors
+        async with connect(ws_url, max_size=None) as ws:
+            n = 0
+            while True:
+                message = orjson.dumps(
+                    {
+                        "id": n,
+                        "topic": TOPIC,
+                        "records": [{"key": f"user-{conn}", "value": {"page": "/cart", "n": n}}],
+                    }
+                ).decode()
+                sent = loop.time()
+                if sent >= stop_at:
+                    return
+                await ws.send(message)
+                answer = orjson.loads(await ws.recv())
+                if sent >= warm_until:
+                    latencies.append(loop.time() - sent)
+                    if answer.get("type") != "ack":
+                        errors += 1
+                n += 1
+
+    await asyncio.gather(*(one(c) for c in range(connections)))
+    latencies.sort()
+    return {
+        "requests_per_s": round(len(latencies) / seconds),
+        "p50_ms": round(statistics.median(latencies) * 1000, 3),
+        "p99_ms": round(latencies[int(len(latencies) * 0.99)] * 1000, 3),
+        "non_2xx": errors,
+    }
+
+
+def _ws_produce(url: str, connections: int, seconds: int) -> dict[str, Any]:
+    return asyncio.run(_ws_produce_async(url, connections, seconds))
+
+
+def _group_commit(url: str) -> tuple[float, float]:
+    text = httpx.get(f"{url}/metrics").text
+    found = [
+        float(re.search(rf"^logbus_group_commit_{name}_total (\S+)$", text, flags=re.M).group(1))  # type: ignore[union-attr]
+        for name in ("requests", "appends")
+    ]
+    return found[0], found[1]
 
 
 def run(seconds: int = 10) -> dict[str, Any]:
@@ -122,11 +193,39 @@ def run(seconds: int = 10) -> dict[str, Any]:
             for connections in CONNECTIONS:
                 at: dict[str, Any] = {}
                 for name, (target, script) in cases.items():
+                    before = _group_commit(url)
                     at[name] = _wrk(target, script, connections, seconds)
+                    after = _group_commit(url)
+                    if after[0] > before[0]:
+                        at[name]["appends_per_request"] = round(
+                            (after[1] - before[1]) / (after[0] - before[0]), 3
+                        )
+                at["ws_produce_1_keyed"] = _ws_produce(url, connections, seconds)
                 floor = at["healthz"]["requests_per_s"]
                 for figure in at.values():
                     figure["ratio_to_healthz"] = round(figure["requests_per_s"] / floor, 2)
                 results[f"c{connections}"] = at
+        # The same keyed one-record load at 64 connections against a broker that
+        # group-commits small requests too (LOGBUS_GROUP_COMMIT_INLINE), with its own
+        # /healthz: what joining the requests costs and saves.
+        with broker_process({"LOGBUS_GROUP_COMMIT_INLINE": "true"}) as (url, _pid):
+            with httpx.Client(base_url=url, timeout=30) as client:
+                client.post("/topics", json={"name": TOPIC, "partitions": 4}).raise_for_status()
+            joined: dict[str, Any] = {}
+            for name in ("healthz", "produce_1_keyed"):
+                target, script = cases[name]
+                target = url + target[target.index("/", len("http://")) :]
+                before = _group_commit(url)
+                joined[name] = _wrk(target, script, 64, seconds)
+                after = _group_commit(url)
+                if after[0] > before[0]:
+                    joined[name]["appends_per_request"] = round(
+                        (after[1] - before[1]) / (after[0] - before[0]), 3
+                    )
+            floor = joined["healthz"]["requests_per_s"]
+            for figure in joined.values():
+                figure["ratio_to_healthz"] = round(figure["requests_per_s"] / floor, 2)
+            results["group_commit_inline_c64"] = joined
     finally:
         shutil.rmtree(scripts, ignore_errors=True)
     return results

@@ -346,6 +346,7 @@ EDGE_NAMES = {
     "produce_10": "10 keyed JSON records per request",
     "produce_100": "100 keyed JSON records per request",
     "fetch_small": "JSON fetch of ~20 records",
+    "ws_produce_1_keyed": "WebSocket produce, 1 keyed record per message (Python client)",
 }
 
 
@@ -359,7 +360,9 @@ def _edge_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         at, conns = e[key], key[1:]
         floor = at["healthz"]
         for name, label in EDGE_NAMES.items():
-            f = at[name]
+            f = at.get(name)
+            if f is None:
+                continue
             out.append(
                 (
                     f"HTTP edge, wrk {conns} connections: {label}",
@@ -369,6 +372,18 @@ def _edge_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str]]:
                     f"{f['ratio_to_healthz']}x",
                 )
             )
+    joined = e.get("group_commit_inline_c64")
+    if joined:
+        f = joined["produce_1_keyed"]
+        out.append(
+            (
+                "HTTP edge, wrk 64 connections: 1 keyed JSON record, LOGBUS_GROUP_COMMIT_INLINE=true",
+                f"{_num(f['requests_per_s'])} req/s, p50 {f['p50_ms']} ms, p99 {f['p99_ms']} ms, "
+                f"{f.get('appends_per_request', '-')} appends per request",
+                f"/healthz: {_num(joined['healthz']['requests_per_s'])} req/s",
+                f"{f['ratio_to_healthz']}x",
+            )
+        )
     return out
 
 
@@ -445,7 +460,11 @@ How each figure is taken:
 - HTTP edge: `python -m bench.http_edge` — `wrk -t2` at 8 and 64 keep-alive
   connections, 10 s per figure, against one broker with default settings:
   `/healthz` (the same run's baseline), one-record JSON produce keyed and
-  unkeyed, 10 and 100 records per request, a JSON fetch of ~20 records.
+  unkeyed, 10 and 100 records per request, a JSON fetch of ~20 records;
+  WebSocket produce of one keyed record per message from a Python client
+  (`websockets`, one process, closed loop per connection); and the keyed
+  one-record produce at 64 connections against a second broker with
+  `LOGBUS_GROUP_COMMIT_INLINE=true`, with its appends per request.
 - robustness: `python -m bench.robustness` — one broker with default limits;
   5,000 idle connections, 1,000 clients trickling a request head a byte a
   second, 1,000 WebSocket subscribers that never read, each held while a

@@ -16,6 +16,7 @@ from starlette.middleware.cors import CORSMiddleware
 from app.api import errors, openapi_docs, security, ws
 from app.api.browsers import OriginGuard
 from app.api.guards import RequestGuard
+from app.api.lean_route import HotRoutes
 from app.api.metrics import MetricsMiddleware, PartitionCollector
 from app.api.routers import ALL
 from app.api.routers import acls as acl_routes
@@ -209,6 +210,8 @@ def create_app(settings: Settings, manager: LogManager | None = None) -> FastAPI
         )
     for router in (*ALL, group_routes.router, acl_routes.router):
         app.include_router(router)
+    # Produce and fetch are looked up before FastAPI walks every router (app/api/lean_route.py).
+    app.router.routes.insert(0, HotRoutes(app.router))
     ws.install(app, state)
 
     def openapi() -> dict[str, Any]:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 
+from app.api.group_commit import GroupCommit
 from app.api.longpoll import FetchWaiters
 from app.api.memory import BudgetCollector, MemoryBudget, default_budget_bytes
 from app.common.errors import BrokerNotAvailable
@@ -31,6 +32,8 @@ class AppState:
     _topology: Topology | None = None
     sticky: StickyPartitioner = field(default_factory=StickyPartitioner)
     waiters: FetchWaiters = field(default_factory=FetchWaiters)
+    # Small produce requests to one partition share appends (app/api/group_commit.py).
+    group_commit: GroupCommit = field(default_factory=GroupCommit)
     # Per-app metrics (partition offsets) live here, not in the process-wide
     # default registry, so tests that build many apps don't collide.
     registry: CollectorRegistry = field(

@@ -21,6 +21,7 @@ from app.api import openapi_docs as docs
 from app.api.codec import DECODERS, decode_headers
 from app.api.deps import ManagerDep, StateDep
 from app.api.errors import NotAcceptable, error_responses
+from app.api.lean_route import LeanRoute
 from app.api.longpoll import FetchWaiters
 from app.api.memory import JSON_RENDER_FACTOR, held_json
 from app.api.models import EpochEndOffset, FetchResponse, Format
@@ -45,7 +46,8 @@ if TYPE_CHECKING:
     from app.core.log.manager import LogManager
 
 log = logging.getLogger(__name__)
-router = APIRouter(tags=["fetch"])
+# LeanRoute: plain parameters are read without FastAPI's dependency solver (hot path).
+router = APIRouter(tags=["fetch"], route_class=LeanRoute)
 
 MAX_WAIT_MS_LIMIT = 60_000
 OFFERED = (JSON, OCTET_STREAM)
@@ -130,8 +132,16 @@ def verified_prefix(data: bytes, offset: int, topic: str, partition: int) -> byt
     ~19 GB/s here, a rounding error beside rendering JSON. Binary fetches are not checked
     (they leave by ``sendfile``); consumers check them, as Kafka's do (``check_crcs``).
     """
+    return _verified(data, offset, topic, partition)[0]
+
+
+def _verified(data: bytes, offset: int, topic: str, partition: int) -> tuple[bytes, int]:
+    """:func:`verified_prefix`, and the offset after its last batch (``offset`` if none):
+    one pass over the headers serves both."""
+    next_offset = offset
     for pos, header in iter_headers(data):
         if compute_crc(data, pos, header.size) == header.crc:
+            next_offset = max(next_offset, header.next_offset)
             continue
         log.error(
             "damaged batch in %s-%d at offsets %d-%d (CRC-32C mismatch): not served",
@@ -141,9 +151,9 @@ def verified_prefix(data: bytes, offset: int, topic: str, partition: int) -> byt
             header.last_offset,
         )
         if pos > 0:
-            return data[:pos]
+            return data[:pos], next_offset
         raise StoredBatchCorrupt(topic, partition, header.base_offset, header.last_offset)
-    return data
+    return data, next_offset
 
 
 def json_records(
@@ -159,7 +169,7 @@ def json_records(
     """The records of ``data`` from ``offset`` on, rendered as in a JSON fetch, and the
     offset to read next; at most ``limit`` records (the WebSocket record credit). Only
     the batches before the first damaged one are rendered (:func:`verified_prefix`)."""
-    data = verified_prefix(data, offset, topic, partition)
+    data, next_offset = _verified(data, offset, topic, partition)
     decode_key = DECODERS[key_format]
     decode_value = DECODERS[value_format]
     records: list[dict[str, Any]] = []
@@ -175,9 +185,6 @@ def json_records(
                 "headers": decode_headers(r.headers) if r.headers else [],
             }
         )
-    next_offset = offset
-    for _, header in iter_headers(data):
-        next_offset = max(next_offset, header.next_offset)
     return records, next_offset
 
 

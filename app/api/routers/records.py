@@ -4,8 +4,12 @@ A JSON produce request becomes exactly one RecordBatch per partition it
 touches: records are encoded and placed in one pass, each partition's
 batch is built once, every batch is checked against max.message.bytes
 before anything is appended (a bad request leaves every log unchanged), and
-all appends of the request share one hop to a worker thread, because an
-append may fsync (flush.messages) or roll a segment.
+the request's appends are made on the event loop when they are small
+(``inline_append_max_bytes``) and no partition fsyncs per append, else with one
+hop to a worker thread (an append may then fsync or copy megabytes). Requests to
+one partition that go to a worker thread are group-committed
+(:mod:`app.api.group_commit`): those arriving while a write is in flight share the
+next one, each answered with its own offsets.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from app.api import openapi_docs as docs
 from app.api.codec import ENCODERS, BodyInvalid, FormatError, encode_headers
 from app.api.deps import ManagerDep, StateDep, read_body, read_body_mutable
 from app.api.errors import error_responses, producer_conflict_doc
+from app.api.lean_route import LeanRoute
 from app.api.models import BatchProduceResponse, ProduceResponse
 from app.api.produce_body import ParsedProduce, parse_produce_body
 from app.api.state import AppState
@@ -44,7 +49,8 @@ if TYPE_CHECKING:
     from app.core.log.manager import LogManager
     from app.core.topology import LeaderReplica, Topology
 
-router = APIRouter(tags=["produce"])
+# LeanRoute: plain parameters are read without FastAPI's dependency solver (hot path).
+router = APIRouter(tags=["produce"], route_class=LeanRoute)
 
 TopicPath = Annotated[str, Path(description="Topic name.")]
 PartitionPath = Annotated[int, Path(description="Partition number.", ge=INT_MIN, le=INT_MAX)]
@@ -143,8 +149,14 @@ async def await_replicas(
 _NO_FSYNC = LONG_MAX
 
 
-# Binary produce bodies up to this size skip the thread hop (see produce_batches).
-INLINE_BATCHES_BYTES = 64 * 1024
+def appends_inline(work: Sequence[tuple[Target, bytes | bytearray]], inline_max_bytes: int) -> bool:
+    """Whether ``work`` is appended on the event loop: at most ``inline_max_bytes`` in all,
+    and no partition fsyncs per append (flush.messages), which must never block the loop."""
+    return (
+        inline_max_bytes > 0
+        and sum(len(data) for _, data in work) <= inline_max_bytes
+        and all(t.log.config.flush_messages == _NO_FSYNC for t, _ in work)
+    )
 
 
 async def _append(
@@ -161,11 +173,7 @@ async def _append(
     and acks=1 answer 504 for a client's short timeout_ms while the write went on."""
     acks_all = required_acks == ACKS_ALL
     leaders = [(t.replica, t.epoch, data) for t, data in work]
-    if (
-        inline_max_bytes
-        and sum(len(data) for _, data in work) <= inline_max_bytes
-        and all(t.log.config.flush_messages == _NO_FSYNC for t, _ in work)
-    ):
+    if appends_inline(work, inline_max_bytes):
         # A small write to the page cache costs less than the hop to a worker
         # thread, which under load waits for the GIL (up to the 5 ms switch
         # interval) and made a WebSocket producer's requests queue.
@@ -262,14 +270,19 @@ async def append_json_records(
     req: ParsedProduce,
     timeout_ms: int,
     fixed_partition: int | None,
-    inline_max_bytes: int = 0,
+    inline_max_bytes: int | None = None,
     required_acks: int = 1,
 ) -> list[dict[str, int]]:
     """Append a parsed JSON produce request; each record's partition, offset and
     timestamp in request order. Shared by HTTP produce and ``WS /ws/produce``.
 
-    Requests up to ``inline_max_bytes`` of batches are appended on the event loop
-    when no partition fsyncs per append (flush.messages); others on a worker thread."""
+    Requests up to ``inline_max_bytes`` of batches (default: the
+    ``inline_append_max_bytes`` setting) are appended on the event loop when no
+    partition fsyncs per append (flush.messages), others on a worker thread. Requests
+    to one partition go through group commit (:mod:`app.api.group_commit`) when they
+    go to a worker thread, and on the loop too with ``group_commit_inline``."""
+    if inline_max_bytes is None:
+        inline_max_bytes = state.settings.inline_append_max_bytes
     now_ms = int(time.time() * 1000)
     deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
     plan = plan_topic(state, manager, topic)
@@ -289,7 +302,26 @@ async def append_json_records(
     for target, _ in work:
         check_replicas(target, required_acks)
 
-    infos = await _append(state.topology, work, required_acks, inline_max_bytes)
+    # acks=all waits for the in-sync replicas anyway: its append takes the worker thread
+    # (and group commit), so a leader/ISR lock contended by a leadership change, or a
+    # slow disk, never holds the event loop.
+    inline = required_acks != ACKS_ALL and appends_inline(work, inline_max_bytes)
+    if len(work) == 1 and (not inline or state.settings.group_commit_inline):
+        target, data = work[0]
+        info = await state.group_commit.append(
+            state.topology,
+            target.replica,
+            target.epoch,
+            data,
+            len(placed),
+            acks_all=required_acks == ACKS_ALL,
+            off_loop=not inline,
+        )
+        infos = [info]
+    else:
+        infos = await _append(
+            state.topology, work, required_acks, inline_max_bytes if inline else 0
+        )
     appended = dict(zip(order, infos, strict=True))
     await await_replicas(
         [(target, info) for (target, _), info in zip(work, infos, strict=True)],
@@ -409,7 +441,9 @@ async def produce_batches(
     # A small body is appended on the event loop, as WebSocket produce does: under
     # load the worker-thread hop waits for the GIL behind the loop (up to the 5 ms
     # switch interval), and an SDK producer at a steady rate sends small bodies.
-    (info,) = await _append(state.topology, [(target, body)], required_acks, INLINE_BATCHES_BYTES)
+    (info,) = await _append(
+        state.topology, [(target, body)], required_acks, state.settings.inline_append_max_bytes
+    )
     await await_replicas([(target, info)], required_acks, deadline)
     if required_acks == 0:
         return Response(status_code=204)

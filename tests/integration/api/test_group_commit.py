@@ -1,0 +1,287 @@
+"""Group commit (app/api/group_commit.py): concurrent produce requests to one partition
+share one append, and each keeps its own offsets, order and acks.
+
+The requests are started together in the app's own event loop (httpx's ASGI transport,
+a real LogManager in a temp dir), so they reach the partition in the same loop turn,
+as requests whose bodies arrive in one read of the sockets do under load. Small
+requests are joined only with ``group_commit_inline``; requests appended on a worker
+thread always are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from api_helpers import make_settings
+
+from app.api import create_app
+from app.api.metrics import GROUP_COMMIT_APPENDS, GROUP_COMMIT_REQUESTS
+from app.common.batch import BatchBuilder
+from app.config import Settings
+
+Scenario = Callable[[httpx.AsyncClient], Awaitable[None]]
+
+
+def run(settings: Settings, scenario: Scenario) -> None:
+    """``scenario(client)`` in one event loop with the app (its lifespan run around it)."""
+
+    async def main() -> None:
+        app = create_app(settings)
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://broker") as c:
+                await scenario(c)
+
+    asyncio.run(main())
+
+
+def _counts() -> tuple[float, float]:
+    return GROUP_COMMIT_REQUESTS._value.get(), GROUP_COMMIT_APPENDS._value.get()
+
+
+class Counted:
+    """Group-commit requests and appends made inside a ``with`` block."""
+
+    def __enter__(self) -> Counted:
+        self.start = _counts()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        end = _counts()
+        self.requests = int(end[0] - self.start[0])
+        self.appends = int(end[1] - self.start[1])
+
+
+async def _create(
+    client: httpx.AsyncClient, name: str, partitions: int = 1, **configs: Any
+) -> None:
+    body: dict[str, Any] = {"name": name, "partitions": partitions}
+    if configs:
+        body["configs"] = configs
+    r = await client.post("/topics", json=body)
+    assert r.status_code == 201, r.text
+
+
+def _post(
+    client: httpx.AsyncClient, topic: str, records: list[dict[str, Any]], acks: str = "1"
+) -> Any:
+    return client.post(
+        f"/topics/{topic}/records",
+        params={"acks": acks},
+        json={"records": records, "value_format": "string", "key_format": "string"},
+    )
+
+
+async def _stored(client: httpx.AsyncClient, topic: str, partition: int = 0) -> dict[int, str]:
+    r = await client.get(
+        f"/topics/{topic}/partitions/{partition}/records",
+        params={"offset": 0, "max_wait_ms": 0, "value_format": "string"},
+    )
+    assert r.status_code == 200, r.text
+    return {rec["offset"]: rec["value"] for rec in r.json()["records"]}
+
+
+def test_concurrent_requests_share_one_append_and_keep_their_own_offsets(tmp_path: Path) -> None:
+    run(make_settings(tmp_path, group_commit_inline=True), _coalesced)
+
+
+def test_by_default_small_requests_append_at_once(tmp_path: Path) -> None:
+    async def scenario(client: httpx.AsyncClient) -> None:
+        await _create(client, "direct")
+        with Counted() as counted:
+            answers = await asyncio.gather(
+                *(_post(client, "direct", [{"value": "v"}]) for _ in range(8))
+            )
+        assert counted.requests == 0
+        assert sorted(a.json()["offsets"][0]["offset"] for a in answers) == list(range(8))
+
+    run(make_settings(tmp_path), scenario)
+
+
+async def _coalesced(client: httpx.AsyncClient) -> None:
+    await _create(client, "gc")
+    # Requests of 1, 2 and 3 records: each answer must be its own slice of the append.
+    bodies = [[{"value": f"r{i}-{j}"} for j in range(i % 3 + 1)] for i in range(24)]
+    with Counted() as counted:
+        answers = await asyncio.gather(*(_post(client, "gc", body) for body in bodies))
+    assert counted.requests == len(bodies)
+    assert counted.appends < len(bodies) / 4, "the requests were not coalesced"
+
+    stored = await _stored(client, "gc")
+    seen: list[int] = []
+    for body, answer in zip(bodies, answers, strict=True):
+        assert answer.status_code == 200, answer.text
+        offsets = [entry["offset"] for entry in answer.json()["offsets"]]
+        # Consecutive within a request, in the request's order, holding its records.
+        assert offsets == list(range(offsets[0], offsets[0] + len(body)))
+        assert [stored[o] for o in offsets] == [rec["value"] for rec in body]
+        seen += offsets
+    # In the order the requests joined, no offset shared, none skipped.
+    assert seen == list(range(sum(len(b) for b in bodies)))
+
+
+def test_acks_all_requests_are_joined_off_the_loop_by_default(tmp_path: Path) -> None:
+    async def scenario(client: httpx.AsyncClient) -> None:
+        await _create(client, "all")
+        with Counted() as counted:
+            answers = await asyncio.gather(
+                *(_post(client, "all", [{"value": f"v{i}"}], "all") for i in range(5))
+            )
+        assert counted.requests == 5
+        assert counted.appends == 1
+        stored = await _stored(client, "all")
+        for i, answer in enumerate(answers):
+            assert answer.status_code == 200, answer.text
+            assert stored[answer.json()["offsets"][0]["offset"]] == f"v{i}"
+
+    run(make_settings(tmp_path), scenario)
+
+
+def test_each_request_keeps_its_acks(tmp_path: Path) -> None:
+    run(make_settings(tmp_path, group_commit_inline=True), _acks)
+
+
+async def _acks(client: httpx.AsyncClient) -> None:
+    await _create(client, "acks")
+    acks = ["0", "1", "all", "-1", "1", "0", "all", "1"]
+    with Counted() as counted:
+        answers = await asyncio.gather(
+            *(_post(client, "acks", [{"value": f"a{i}"}], a) for i, a in enumerate(acks))
+        )
+    # acks=all appends apart from the others (a cluster checks min.insync.replicas under
+    # the partition's lock for them only): one append for each kind.
+    assert counted.requests == len(acks)
+    assert counted.appends == 2
+    for a, answer in zip(acks, answers, strict=True):
+        if a == "0":
+            assert answer.status_code == 204 and answer.content == b""
+        else:
+            assert answer.status_code == 200, answer.text
+    stored = await _stored(client, "acks")
+    assert sorted(stored.values()) == sorted(f"a{i}" for i in range(len(acks)))
+    for i, (a, answer) in enumerate(zip(acks, answers, strict=True)):
+        if a != "0":
+            (entry,) = answer.json()["offsets"]
+            assert stored[entry["offset"]] == f"a{i}"
+
+
+def test_a_refused_request_fails_alone(tmp_path: Path) -> None:
+    run(make_settings(tmp_path, group_commit_inline=True), _refused)
+
+
+async def _refused(client: httpx.AsyncClient) -> None:
+    # A compacted topic refuses a keyless record in the log's own check: the joined
+    # append is refused, then each request is judged alone.
+    await _create(client, "compacted", **{"cleanup.policy": "compact"})
+    bodies = [[{"key": f"k{i}", "value": f"v{i}"}] for i in range(6)]
+    bodies[2] = [{"value": "no key"}]
+    answers = await asyncio.gather(*(_post(client, "compacted", body) for body in bodies))
+    assert answers[2].status_code == 400, answers[2].text
+    assert answers[2].json()["error_code"] == "INVALID_RECORD"
+    stored = await _stored(client, "compacted")
+    assert sorted(stored.values()) == [f"v{i}" for i in range(6) if i != 2]
+    for i, answer in enumerate(answers):
+        if i != 2:
+            assert answer.status_code == 200, answer.text
+            assert stored[answer.json()["offsets"][0]["offset"]] == f"v{i}"
+
+
+def test_binary_batches_and_multi_partition_requests_are_never_joined(tmp_path: Path) -> None:
+    run(make_settings(tmp_path, group_commit_inline=True), _apart)
+
+
+async def _apart(client: httpx.AsyncClient) -> None:
+    await _create(client, "apart", partitions=2)
+    r = await client.post("/producers", json={})
+    assert r.status_code == 200, r.text
+    producer = r.json()
+
+    def batch(i: int) -> bytes:
+        # Odd: a plain batch; even: an idempotent producer's, in sequence.
+        builder = (
+            BatchBuilder()
+            if i % 2
+            else BatchBuilder(
+                producer_id=producer["producer_id"],
+                producer_epoch=producer["producer_epoch"],
+                base_sequence=i // 2,
+            )
+        )
+        builder.append(b"v", None, [], 0)
+        return builder.build()
+
+    two_partitions = [{"value": "a", "partition": 0}, {"value": "b", "partition": 1}]
+    with Counted() as counted:
+        answers = await asyncio.gather(
+            *(
+                client.post(
+                    "/topics/apart/partitions/0/batches",
+                    content=batch(i),
+                    headers={"content-type": "application/octet-stream"},
+                )
+                for i in range(4)
+            ),
+            *(_post(client, "apart", two_partitions) for _ in range(4)),
+        )
+    assert [a.status_code for a in answers] == [200] * 8, [a.text for a in answers]
+    assert counted.requests == 0
+
+
+@pytest.mark.parametrize(
+    "settings_of",
+    [
+        # A body over the inline limit goes to a worker thread.
+        lambda tmp: make_settings(tmp, inline_append_max_bytes=64),
+        # 0: every append on a worker thread.
+        lambda tmp: make_settings(tmp, inline_append_max_bytes=0),
+    ],
+)
+def test_requests_appended_off_the_loop_are_joined(
+    tmp_path: Path, settings_of: Callable[[Path], Settings]
+) -> None:
+    async def scenario(c: httpx.AsyncClient) -> None:
+        await _create(c, "big")
+        bodies = [[{"value": f"{i}-{j}" + "x" * 200} for j in range(i % 2 + 1)] for i in range(6)]
+        with Counted() as counted:
+            answers = await asyncio.gather(*(_post(c, "big", body) for body in bodies))
+        assert counted.requests == len(bodies)
+        assert counted.appends == 1
+        stored = await _stored(c, "big")
+        seen: list[int] = []
+        for body, answer in zip(bodies, answers, strict=True):
+            assert answer.status_code == 200, answer.text
+            offsets = [entry["offset"] for entry in answer.json()["offsets"]]
+            assert [stored[o] for o in offsets] == [rec["value"] for rec in body]
+            seen += offsets
+        assert seen == list(range(len(stored)))
+
+    run(settings_of(tmp_path), scenario)
+
+
+def test_a_topic_that_fsyncs_per_append_writes_once_per_group(tmp_path: Path) -> None:
+    async def scenario(client: httpx.AsyncClient) -> None:
+        await _create(client, "durable", **{"flush.messages": 1})
+        with Counted() as counted:
+            first = await asyncio.gather(
+                *(_post(client, "durable", [{"value": f"a{i}"}]) for i in range(4))
+            )
+            # A later burst: a group of its own.
+            second = [
+                asyncio.ensure_future(_post(client, "durable", [{"value": f"b{i}"}]))
+                for i in range(3)
+            ]
+            answers = [*first, *await asyncio.gather(*second)]
+        assert [a.status_code for a in answers] == [200] * 7
+        assert counted.requests == 7
+        assert counted.appends == 2
+        stored = await _stored(client, "durable")
+        assert sorted(stored.values()) == sorted(
+            [f"a{i}" for i in range(4)] + [f"b{i}" for i in range(3)]
+        )
+
+    run(make_settings(tmp_path), scenario)
