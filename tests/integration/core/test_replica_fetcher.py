@@ -24,6 +24,7 @@ import pytest
 from app.common.batch import BatchBuilder
 from app.core.log import Log, LogConfig
 from app.core.replication import fetcher as fetcher_mod
+from app.core.replication.config import ReplicaConfig
 from app.core.replication.fetcher import ReplicaFetcher
 from app.core.replication.partition import Partition
 from app.core.replication.state import PartitionState
@@ -77,8 +78,12 @@ class FakeLeader:
 
 
 def manager() -> Any:
-    settings = SimpleNamespace(
-        broker_id=ME, replica_fetch_wait_max_ms=0, replica_fetch_max_bytes=1 << 20
+    settings = ReplicaConfig(
+        zookeeper="",
+        broker_id=ME,
+        url="http://127.0.0.1:9",
+        replica_fetch_wait_max_ms=0,
+        replica_fetch_max_bytes=1 << 20,
     )
     return SimpleNamespace(
         settings=settings,

@@ -37,6 +37,9 @@ def fill(buf: Any, recs: list[Any]) -> list[bool | None]:
     return [buf.append(ts, k, v, h) for ts, k, v, h in recs]
 
 
+GZIP = 1  # RecordBatch v2 attributes: compression codec 1
+
+
 @native
 @settings(max_examples=200, deadline=None)
 @given(
@@ -58,8 +61,15 @@ def test_compiled_buffer_builds_the_bytes_of_the_reference(
     assert fast.count == ref.count and fast.size() == ref.size()
     fast.set_producer_state(*producer)
     ref.set_producer_state(*producer)
-    data = fast.build()
-    assert data == ref.build()
+    data, ref_data = fast.build(), ref.build()
+    if compression == GZIP:
+        # A gzip stream carries its compression time (in seconds): two builds across a
+        # second boundary differ there and only there, so compare what they decode to.
+        assert [(r.offset, r.timestamp, r.key, r.value) for r in KafkaBatch(bytearray(data))] == [
+            (r.offset, r.timestamp, r.key, r.value) for r in KafkaBatch(bytearray(ref_data))
+        ]
+    else:
+        assert data == ref_data
     # ... and it is a valid batch an independent codec reads back.
     ((_, header),) = validate_batches(data, 1 << 30)
     assert (header.producer_id, header.producer_epoch, header.base_sequence) == producer
