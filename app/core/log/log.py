@@ -885,6 +885,8 @@ class Log:
             segment_bases=view.bases,
             max_snapshot_offset=max_snapshot_offset,
         )
+        # Recovery may have cut the active segment's .log; its index entries past the end go.
+        view.segments[-1].txn_index.truncate_to(self._log_end_offset)
         start = state.replayed_from
         if start is not None:
             # The replay saw every marker from ``start`` on: those entries are rewritten
