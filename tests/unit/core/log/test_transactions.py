@@ -13,7 +13,13 @@ import pytest
 from kafka.record import MemoryRecords
 from log_helpers import check_log_dir
 
-from app.common.batch import BatchBuilder, build_control_batch, iter_headers, read_control_marker
+from app.common.batch import (
+    BatchBuilder,
+    build_control_batch,
+    iter_headers,
+    read_control_marker,
+    read_header,
+)
 from app.common.errors import (
     InvalidProducerEpoch,
     InvalidRecord,
@@ -325,3 +331,92 @@ def test_follower_copies_transactions_verbatim(tmp_path: Path) -> None:
     ).read_bytes()
     leader.close()
     follower.close()
+
+
+# -- compaction --------------------------------------------------------------------
+
+
+def ktxn(pid: int, seq: int, pairs: list[tuple[bytes, bytes]], ts: int) -> bytes:
+    b = BatchBuilder(producer_id=pid, producer_epoch=0, base_sequence=seq, transactional=True)
+    for key, value in pairs:
+        b.append(value, key, timestamp=ts)
+    return b.build()
+
+
+def kplain(pairs: list[tuple[bytes, bytes]], ts: int) -> bytes:
+    b = BatchBuilder()
+    for key, value in pairs:
+        b.append(value, key, timestamp=ts)
+    return b.build()
+
+
+def test_cleaner_drops_aborted_records_then_markers_after_the_horizon(tmp_path: Path) -> None:
+    from app.core.log.cleaner import CleanerConfig, LogCleaner
+
+    day = 24 * 3600 * 1000
+    clock = Clock()
+    config = LogConfig().with_overrides(
+        {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": 0.01, "file.delete.delay.ms": 0}
+    )
+    log = Log(tmp_path / "t-0", config, clock_ms=clock)
+    now = clock.now
+    log.append(ktxn(1, 0, [(b"k1", b"aborted")], now))  # 0
+    log.append_control(1, 0, commit=False, coordinator_epoch=0)  # 1
+    log.append(ktxn(2, 0, [(b"k1", b"b"), (b"k2", b"b")], now))  # 2-3
+    log.append_control(2, 0, commit=True, coordinator_epoch=0)  # 4
+    log.append(ktxn(1, 1, [(b"k3", b"x")], now))  # 5
+    log.append_control(1, 0, commit=True, coordinator_epoch=0)  # 6
+    log.append(kplain([(b"k1", b"c"), (b"k2", b"c")], now))  # 7-8: supersede pid 2's txn
+    log.append(ktxn(2, 2, [(b"k4", b"y")], now))  # 9
+    log.append_control(2, 0, commit=True, coordinator_epoch=0)  # 10
+    # An open transaction at 12 holds the cleaner below it.
+    log.append(kplain([(b"k5", b"z")], now))  # 11
+    log.roll()
+    log.append(ktxn(3, 0, [(b"k1", b"open")], now))  # 12
+    log.roll()
+    log.append(kplain([(b"k6", b"tail")], now))
+    assert log.last_stable_offset == 12
+
+    cleaner = LogCleaner(tmp_path, lambda: [log], CleanerConfig())  # type: ignore[arg-type]
+    assert cleaner.clean(log, now=now, force=True) is not None
+    view = kafka_python_view(log.dir)
+    offsets = [b[0] for b in view]
+    # The aborted record at 0 is gone; its ABORT marker (1) waits for the horizon, as
+    # does pid 2's first COMMIT (4), whose records 7-8 superseded. The open transaction
+    # at 12 and what follows were not cleaned.
+    assert 0 not in offsets and {1, 4, 6, 10, 12} <= set(offsets)
+    assert [b[4] for b in view if b[0] == 2] == []  # the whole batch 2-3 went
+    marker_1 = read_header(bytes(log.read(1, 1 << 20).read_bytes()))
+    assert marker_1.base_offset == 1 and marker_1.attributes & 0x40  # delete horizon set
+    # After the horizon: the markers of transactions without records left go; the
+    # producers' last batches (markers 6 and 10) stay whatever happens.
+    assert cleaner.clean(log, now=now + day + 2, force=True) is not None
+    offsets = [b[0] for b in kafka_python_view(log.dir)]
+    assert 1 not in offsets and 4 not in offsets
+    assert {5, 6, 7, 9, 10, 11, 12} <= set(offsets)
+    # Still Kafka's format: pid 1's records are the committed k3 only.
+    assert [b[4] for b in kafka_python_view(log.dir) if b[3] == 1 and not b[2]] == [[(5, b"x")]]
+    # read_committed still answers the aborted transaction's index entry, harmlessly.
+    info = log.read(0, 1 << 20, isolation=READ_COMMITTED)
+    assert info.aborted_transactions == (AbortedTxn(1, 0, 1, 2),)
+    log.close()
+
+
+def test_aborted_records_supersede_nothing(tmp_path: Path) -> None:
+    from app.core.log.cleaner import CleanerConfig, LogCleaner
+
+    clock = Clock()
+    config = LogConfig().with_overrides(
+        {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": 0.01, "file.delete.delay.ms": 0}
+    )
+    log = Log(tmp_path / "t-0", config, clock_ms=clock)
+    log.append(kplain([(b"k", b"committed")], clock.now))  # 0
+    log.append(ktxn(1, 0, [(b"k", b"aborted")], clock.now))  # 1
+    log.append_control(1, 0, commit=False, coordinator_epoch=0)  # 2
+    log.roll()
+    log.append(kplain([(b"other", b"x")], clock.now))
+    cleaner = LogCleaner(tmp_path, lambda: [log], CleanerConfig())  # type: ignore[arg-type]
+    assert cleaner.clean(log, now=clock.now, force=True) is not None
+    data = [r for b in kafka_python_view(log.dir) if not b[2] for r in b[4]]
+    assert data == [(0, b"committed"), (3, b"x")]
+    log.close()
