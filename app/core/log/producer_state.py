@@ -457,6 +457,9 @@ class ProducerStateManager:
         # Completed transactions whose marker is not yet below the high watermark,
         # as (first offset, marker offset) in marker order: they still bound the LSO.
         self._unreplicated: list[tuple[int, int]] = []
+        # Whether any transactional batch or marker was seen since the last load: until
+        # then the LSO questions cost nothing (they run on every append and HW move).
+        self._transactional = False
 
     # -- queries -----------------------------------------------------------------
 
@@ -468,6 +471,8 @@ class ProducerStateManager:
     def first_unstable_offset(self, high_watermark: int) -> int | None:
         """The first offset of an open transaction or of a completed one whose marker is
         at or above ``high_watermark``; None when there is none (the LSO is the HW)."""
+        if not self._transactional:
+            return None
         firsts = [
             e.current_txn_first_offset
             for e in self._producers.values()
@@ -625,6 +630,7 @@ class ProducerStateManager:
             entry.add(meta, plan.append_time)
             if transactional and entry.current_txn_first_offset < 0:
                 entry.current_txn_first_offset = meta.first_offset
+                self._transactional = True
         self._dirty = True
 
     def _entry_for_epoch(self, pid: int, epoch: int) -> ProducerEntry:
@@ -675,6 +681,7 @@ class ProducerStateManager:
 
         Returns the aborted transaction to index when the marker aborts an open one.
         """
+        self._transactional = True
         entry = self._entry_for_epoch(pid, epoch)
         entry.coordinator_epoch = max(entry.coordinator_epoch, marker.coordinator_epoch)
         entry.last_timestamp = max(entry.last_timestamp, append_time)
@@ -715,6 +722,7 @@ class ProducerStateManager:
         entry = self._entry_for_epoch(pid, h.producer_epoch)
         if h.attributes & TRANSACTIONAL_MASK and entry.current_txn_first_offset < 0:
             entry.current_txn_first_offset = h.base_offset
+            self._transactional = True
         entry.add(
             BatchMetadata(
                 h.base_sequence,
@@ -772,6 +780,7 @@ class ProducerStateManager:
         """
         self._producers = {}
         self._unreplicated = []
+        self._transactional = False
         self._dirty = False
         self.replayed_on_load = 0
         self.replayed_from = None
@@ -794,6 +803,7 @@ class ProducerStateManager:
                 self._delete_snapshot(o)
                 continue
             self._producers = {e.producer_id: e for e in entries}
+            self._transactional = any(e.current_txn_first_offset >= 0 for e in entries)
             found = o
             break
         if found is None and clean_shutdown and not offsets:
