@@ -420,3 +420,35 @@ def test_aborted_records_supersede_nothing(tmp_path: Path) -> None:
     data = [r for b in kafka_python_view(log.dir) if not b[2] for r in b[4]]
     assert data == [(0, b"committed"), (3, b"x")]
     log.close()
+
+
+# -- file formats: upgrades and damage ------------------------------------------------
+
+
+def test_version_1_producer_snapshots_still_load(tmp_path: Path) -> None:
+    import crc32c
+
+    # Version 1 layout, written out independently: no transaction fields, 1..5 batches.
+    body = struct.pack(">I", 1) + struct.pack(">qhqB", 42, 3, TS, 1)
+    body += struct.pack(">iiqqq", 0, 4, 10, 14, TS)
+    path = tmp_path / snapshot_name(15)
+    path.write_bytes(struct.pack(">4sHI", b"LBPS", 1, crc32c.crc32c(body)) + body)
+    (entry,) = read_snapshot(path)
+    assert (entry.producer_id, entry.epoch, entry.last_seq) == (42, 3, 4)
+    assert entry.current_txn_first_offset == -1 and entry.coordinator_epoch == -1
+
+
+def test_torn_txnindex_tail_is_cut_on_load(tmp_path: Path) -> None:
+    from app.core.log.txn_index import TransactionIndex
+
+    path = tmp_path / "00000000000000000000.txnindex"
+    path.write_bytes(txnindex_bytes([(5, 0, 3, 4)]) + b"\x00" * 10)
+    index = TransactionIndex(path, 0)
+    assert index.entries == [AbortedTxn(5, 0, 3, 4)]
+    assert path.stat().st_size == 34
+    index.append(AbortedTxn(6, 4, 9, 10))
+    assert path.read_bytes() == txnindex_bytes([(5, 0, 3, 4), (6, 4, 9, 10)])
+    with pytest.raises(ValueError):
+        index.append(AbortedTxn(7, 8, 9, 10))  # markers only move forward
+    index.truncate_to(9)
+    assert path.read_bytes() == txnindex_bytes([(5, 0, 3, 4)])
