@@ -276,6 +276,9 @@ class Log:
         if leader_epoch is None:
             leader_epoch = self.leader_epoch
         batches = validate_batches(data, self.config.max_message_bytes)
+        for _, header in batches:
+            if header.attributes & (CONTROL_MASK | TRANSACTIONAL_MASK):
+                _check_client_transactional(header.attributes, header.producer_id)
         if self.config.compact:
             require_keys(data, batches, self.topic, self.partition)
         buf = data if isinstance(data, bytearray) else bytearray(data)
@@ -287,9 +290,7 @@ class Log:
             first = offset = self._log_end_offset
             plan: ProducerAppend | None = None
             for _, header in batches:
-                if header.attributes & (CONTROL_MASK | TRANSACTIONAL_MASK):
-                    _check_client_transactional(header.attributes, header.producer_id)
-                # The only cost for plain batches without a producer id: two compares each.
+                # The only cost for batches without a producer id: one compare each.
                 if header.producer_id >= 0:
                     plan = self._producer_state.check(batches, first, now, log_append_time)
                     if plan.duplicates is not None:

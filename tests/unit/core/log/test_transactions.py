@@ -162,6 +162,11 @@ def test_fencing_and_transaction_state_rules(tmp_path: Path) -> None:
     # A control batch from a client, a transactional batch without a producer id.
     with pytest.raises(InvalidRecord):
         log.append(build_control_batch(1, 0, commit=True, coordinator_epoch=0, timestamp=TS))
+    # Also behind a valid producer batch in the same body.
+    with pytest.raises(InvalidRecord):
+        log.append(
+            tbatch(1, 2) + build_control_batch(1, 0, commit=True, coordinator_epoch=0, timestamp=TS)
+        )
     b = BatchBuilder(transactional=True)
     b.append(b"x")
     with pytest.raises(InvalidRecord):
