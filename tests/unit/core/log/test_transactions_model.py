@@ -1,5 +1,5 @@
 """A hypothesis state machine: producers begin, write, commit and abort transactions,
-interleaved with plain writes, rolls, flushes, epoch bumps and crashes (the directory as
+interleaved with plain writes, rolls, flushes, epoch bumps, follower truncations and crashes (the directory as
 a crash leaves it, a torn tail, lost ``.txnindex`` files, then a reopen), checked after
 every step against a model that derives the open transactions, the LSO and the aborted
 list from the events the log holds."""
@@ -139,6 +139,14 @@ class TransactionsMachine(RuleBasedStateMachine):
             else:
                 raise AssertionError("a plain batch inside an open transaction was accepted")
         assert self.log.log_end_offset == end
+
+    @precondition(lambda self: bool(self.events))
+    @rule(data=st.data())
+    def truncate_as_follower(self, data: st.DataObject) -> None:
+        # A follower matching a new leader: every batch holding an offset >= the cut goes.
+        cut = data.draw(st.integers(0, self.log.log_end_offset), label="cut")
+        self.log.truncate_to(cut)
+        self.events = [e for e in self.events if e.last < cut]
 
     @rule()
     def roll(self) -> None:
