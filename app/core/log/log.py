@@ -78,6 +78,7 @@ from app.common.batch import (
 )
 from app.common.errors import (
     InvalidRecord,
+    InvalidRequest,
     KafkaStorageError,
     OffsetOutOfRange,
     SegmentClosed,
@@ -528,7 +529,9 @@ class Log:
         """
         committed = isolation == READ_COMMITTED
         if not committed and isolation != READ_UNCOMMITTED:
-            raise ValueError(f"unknown isolation level {isolation!r}")
+            raise InvalidRequest(
+                f"unknown isolation level {isolation!r}; use {READ_UNCOMMITTED} or {READ_COMMITTED}"
+            )
         while True:
             view = self._view
             try:

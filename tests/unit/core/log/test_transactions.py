@@ -23,6 +23,7 @@ from app.common.batch import (
 from app.common.errors import (
     InvalidProducerEpoch,
     InvalidRecord,
+    InvalidRequest,
     InvalidTxnState,
     ProducerFenced,
     TransactionCoordinatorFenced,
@@ -236,6 +237,8 @@ def test_read_committed_stops_at_the_lso_and_lists_aborted_transactions(tmp_path
         AbortedTxn(3, 8, 10, 11),
     )
     assert log.read(11, 1 << 20, isolation=READ_COMMITTED).aborted_transactions == ()
+    with pytest.raises(InvalidRequest):
+        log.read(0, 1 << 20, isolation="read_dirty")
     log.close()
 
 
