@@ -402,3 +402,121 @@ def build_batch(
         else:
             builder.append(rec[1], rec[0], rec[2], rec[3])
     return builder.build()
+
+
+# -- control batches (transaction markers) -------------------------------------------
+#
+# A control batch (attributes bit 5, with bit 4 transactional) holds one uncompressed
+# record written by the broker for a transaction coordinator, in Kafka's
+# ``EndTransactionMarker`` format:
+#
+#     key:   version int16 (0), type int16 (0 ABORT, 1 COMMIT)   (ControlRecordType)
+#     value: version int16 (0), coordinatorEpoch int32
+#
+# The batch carries the producer id and epoch of the transaction it ends, baseSequence
+# -1 (control batches are not sequenced) and lastOffsetDelta 0.
+CONTROL_KEY = struct.Struct(">hh")  # version, type
+CONTROL_VALUE = struct.Struct(">hi")  # version, coordinatorEpoch
+CONTROL_ABORT = 0
+CONTROL_COMMIT = 1
+
+
+class ControlMarker(NamedTuple):
+    """A decoded transaction marker: ``commit`` (else abort) and the coordinator's epoch."""
+
+    commit: bool
+    coordinator_epoch: int
+
+
+def _zigzag(n: int) -> bytes:
+    v = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+def _read_varint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
+    shift = value = 0
+    while True:
+        if pos >= len(buf) or shift > 63:
+            raise CorruptRecord("truncated or overlong varint in a control record")
+        b = buf[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return (value >> 1) ^ -(value & 1), pos
+        shift += 7
+
+
+def build_control_batch(
+    producer_id: int,
+    producer_epoch: int,
+    *,
+    commit: bool,
+    coordinator_epoch: int,
+    timestamp: int,
+) -> bytes:
+    """One control batch ending ``producer_id``'s transaction (base offset 0, to be stamped)."""
+    key = CONTROL_KEY.pack(0, CONTROL_COMMIT if commit else CONTROL_ABORT)
+    value = CONTROL_VALUE.pack(0, coordinator_epoch)
+    body = (
+        b"\x00"  # record attributes
+        + _zigzag(0)  # timestampDelta
+        + _zigzag(0)  # offsetDelta
+        + _zigzag(len(key))
+        + key
+        + _zigzag(len(value))
+        + value
+        + _zigzag(0)  # header count
+    )
+    record = _zigzag(len(body)) + body
+    size = HEADER_SIZE + len(record)
+    buf = bytearray(size)
+    HEADER.pack_into(
+        buf,
+        0,
+        0,
+        size - LOG_OVERHEAD_SIZE,
+        NO_PARTITION_LEADER_EPOCH,
+        MAGIC,
+        0,
+        TRANSACTIONAL_MASK | CONTROL_MASK,
+        0,
+        timestamp,
+        timestamp,
+        producer_id,
+        producer_epoch,
+        -1,
+        1,
+    )
+    buf[HEADER_SIZE:] = record
+    struct.pack_into(">I", buf, CRC_OFFSET, compute_crc(buf, 0, size))
+    return bytes(buf)
+
+
+def read_control_marker(buf: bytes | bytearray | memoryview, pos: int = 0) -> ControlMarker:
+    """The marker of the control batch at ``pos`` (its first record's key and value).
+
+    Raises :class:`CorruptRecord` if the record does not have Kafka's layout
+    (an unknown control type, such as KRaft's, too: Logbus writes only these two).
+    """
+    p = pos + HEADER_SIZE
+    _, p = _read_varint(buf, p)  # record length
+    p += 1  # attributes
+    _, p = _read_varint(buf, p)  # timestampDelta
+    _, p = _read_varint(buf, p)  # offsetDelta
+    key_len, p = _read_varint(buf, p)
+    if key_len < CONTROL_KEY.size or p + key_len > len(buf):
+        raise CorruptRecord(f"control record key of {key_len} bytes")
+    _, kind = CONTROL_KEY.unpack_from(buf, p)
+    p += key_len
+    value_len, p = _read_varint(buf, p)
+    if kind not in (CONTROL_ABORT, CONTROL_COMMIT):
+        raise CorruptRecord(f"control record type {kind} is not a transaction marker")
+    epoch = -1
+    if value_len >= CONTROL_VALUE.size and p + value_len <= len(buf):
+        _, epoch = CONTROL_VALUE.unpack_from(buf, p)
+    return ControlMarker(kind == CONTROL_COMMIT, epoch)

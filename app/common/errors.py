@@ -17,7 +17,9 @@ place without parsing messages.
     │   ├── InvalidReplicationFactor   INVALID_REPLICATION_FACTOR
     │   ├── InvalidRequiredAcks        INVALID_REQUIRED_ACKS
     │   ├── SecurityDisabled           SECURITY_DISABLED            (ACL calls without an authorizer)
-    │   └── UnknownProducerId          UNKNOWN_PRODUCER_ID          (an id this broker never issued)
+    │   ├── UnknownProducerId          UNKNOWN_PRODUCER_ID          (an id this broker never issued)
+    │   ├── InvalidTxnState            INVALID_TXN_STATE            (a write that breaks the transaction)
+    │   └── TransactionCoordinatorFenced TRANSACTION_COORDINATOR_FENCED (a marker from an old coordinator)
     ├── CorruptRecord                  CORRUPT_MESSAGE
     │   └── StoredBatchCorrupt         CORRUPT_MESSAGE              (503: a stored batch is damaged)
     ├── InvalidRecord                  INVALID_RECORD
@@ -30,6 +32,7 @@ place without parsing messages.
     ├── TopicAlreadyExists             TOPIC_ALREADY_EXISTS
     ├── OutOfOrderSequence             OUT_OF_ORDER_SEQUENCE_NUMBER (idempotent producer gap)
     ├── InvalidProducerEpoch           INVALID_PRODUCER_EPOCH       (fenced by a newer epoch)
+    │   └── ProducerFenced             PRODUCER_FENCED              (a transaction marker's epoch is old)
     ├── RequestTimedOut                REQUEST_TIMED_OUT            (retriable)
     ├── NotLeaderOrFollower            NOT_LEADER_OR_FOLLOWER       (retriable; 307 to the leader)
     ├── LeaderNotAvailable             LEADER_NOT_AVAILABLE         (retriable; election under way)
@@ -331,6 +334,26 @@ class InvalidProducerEpoch(LogbusError):
             producer_epoch=producer_epoch,
             current_epoch=current,
         )
+
+
+class ProducerFenced(InvalidProducerEpoch):
+    """A transaction marker names an epoch older than its producer's: that producer
+    instance was fenced by a newer one with the same transactional id."""
+
+    error_code = "PRODUCER_FENCED"
+
+
+class InvalidTxnState(InvalidRequest):
+    """A write that the producer's transaction state forbids (for instance a
+    non-transactional batch while the producer's transaction is open)."""
+
+    error_code = "INVALID_TXN_STATE"
+
+
+class TransactionCoordinatorFenced(InvalidRequest):
+    """A transaction marker from a coordinator epoch older than one already seen."""
+
+    error_code = "TRANSACTION_COORDINATOR_FENCED"
 
 
 class RequestTimedOut(LogbusError):

@@ -33,7 +33,15 @@ cleans the qualifying log with the highest ratio.
 
 **Which records stay** (in a batch below the map end):
 
-* control batches, whole (there are no transactions to resolve yet);
+* transactions (Kafka's rules; only segments below the last stable offset
+  are cleanable, so every transaction there is decided): the records of
+  aborted transactions (known from the segments' ``.txnindex``) are
+  dropped, and never enter the offset map, so they supersede nothing; a
+  COMMIT or ABORT marker stays while any batch of its transaction is left,
+  and once none is, it gets a delete horizon (``delete.retention.ms``, as a
+  tombstone does) and a later pass after the horizon drops it, unless it is
+  its producer's last batch. The ``.txnindex`` entries of a group go to its
+  copy unchanged (an entry whose records are gone filters nothing);
 * the *header* of the last batch of every producer id in the whole log, so
   that the idempotent-producer state rebuilt from the log (last sequence and
   epoch per producer) survives compaction. Its records are filtered like any
@@ -113,6 +121,7 @@ from app.core.log.loader import CLEANED_SUFFIX
 from app.core.log.log import Log
 from app.core.log.offset_map import OffsetMap
 from app.core.log.segment import BatchInfo, LogSegment, segment_name
+from app.core.log.txn_index import AbortedTxn
 
 __all__ = ["CLEANER_CHECKPOINT", "CleanResult", "CleanerConfig", "LogCleaner", "Survey", "survey"]
 
@@ -215,6 +224,31 @@ def survey(
     return Survey(first_dirty, first_uncleanable, count, clean, dirty)
 
 
+class _AbortedRanges:
+    """Which transactional batches belong to aborted transactions, walking a log in offset order.
+
+    Built from the segments' ``.txnindex`` entries; :meth:`aborted` must be asked
+    in ascending base offset (batches may be skipped).
+    """
+
+    def __init__(self, aborted: Iterable[AbortedTxn]) -> None:
+        self._pending = sorted(aborted, key=lambda t: t.first_offset)
+        self._next = 0
+        self._open: dict[int, int] = {}  # producer id -> offset of its ABORT marker
+
+    def aborted(self, header: BatchHeader) -> bool:
+        base = header.base_offset
+        pending = self._pending
+        while self._next < len(pending) and pending[self._next].first_offset <= base:
+            txn = pending[self._next]
+            self._open[txn.producer_id] = txn.last_offset
+            self._next += 1
+        if not header.is_transactional or header.is_control:
+            return False
+        end = self._open.get(header.producer_id)
+        return end is not None and base < end
+
+
 class _Aborted(Exception):
     """The pass was stopped (shutdown, topic deleted, log closed)."""
 
@@ -244,6 +278,10 @@ class _Pass:
         self.offsets = OffsetMap(cleaner.config.dedupe_buffer_bytes)
         self.map_end = found.first_uncleanable
         self.last_batches: dict[int, int] = {}
+        self.aborted_txns = [e for seg in segments for e in seg.txn_index.entries]
+        # Producer id -> whether a batch of its current transaction was kept by this pass
+        # (its marker must then stay).
+        self.txn_kept: dict[int, bool] = {}
         self.tombstone_deadline: int | None = None
         # Set while Log.replace_segments runs: a failure there is the disk's, not an abort.
         self.swapping = False
@@ -280,13 +318,14 @@ class _Pass:
         """Fill the offset map from the dirty part; set the map end where it stopped."""
         first_dirty = self.survey.first_dirty
         put_records = self.offsets.put_records
+        aborted = _AbortedRanges(self.aborted_txns)
         for i in range(self.survey.cleanable_segments):
             seg = self.segments[i]
             if self.segments[i + 1].base_offset <= first_dirty:
                 continue
             for header, data in iter_segment_batches(self.files[i].fd, seg.size, self.chunk):
                 self.check_abort()
-                if header.last_offset < first_dirty or header.is_control:
+                if header.last_offset < first_dirty or header.is_control or aborted.aborted(header):
                     continue
                 if not self.offsets.has_room(header.record_count):
                     self.map_end = header.base_offset
@@ -322,7 +361,7 @@ class _Pass:
         """Copy one group into a ``.cleaned`` segment and swap it in; False if the log changed."""
         log = self.log
         base = self.segments[group.start].base_offset
-        for suffix in (".log", ".index", ".timeindex"):
+        for suffix in (".log", ".index", ".timeindex", ".txnindex"):
             (log.dir / f"{segment_name(base)}{suffix}{CLEANED_SUFFIX}").unlink(missing_ok=True)
         out = LogSegment.create(
             log.dir,
@@ -358,7 +397,10 @@ class _Pass:
         io_bytes = self.chunk
         pending = bytearray()
         infos: list[BatchInfo] = []
+        aborted = _AbortedRanges(self.aborted_txns)
         for i in group:
+            for txn in self.segments[i].txn_index.entries:
+                out.txn_index.append(txn)
             seg, f = self.segments[i], self.files[i]
             self.result.bytes_read += seg.size
             for header, data in iter_segment_batches(f.fd, seg.size, io_bytes):
@@ -368,7 +410,10 @@ class _Pass:
                         f"{self.log.topic}-{self.log.partition}: CRC mismatch in the batch at "
                         f"offset {header.base_offset}; not compacting a damaged segment"
                     )
-                kept = self._filter(header, data)
+                kept = self._filter(header, data, aborted.aborted(header))
+                if header.is_transactional and not header.is_control:
+                    kept_any = self.txn_kept.get(header.producer_id, False)
+                    self.txn_kept[header.producer_id] = kept_any or kept is not None
                 if kept is None:
                     continue
                 size = len(kept)
@@ -386,17 +431,28 @@ class _Pass:
             out.append(pending, infos, self.now)
             self.result.bytes_written += len(pending)
 
-    def _filter(self, header: BatchHeader, data: memoryview) -> memoryview | bytearray | None:
-        """The batch to write: ``data`` itself, a rewritten batch, or None (nothing survives)."""
+    def _filter(
+        self, header: BatchHeader, data: memoryview, aborted: bool = False
+    ) -> memoryview | bytearray | None:
+        """The batch to write: ``data`` itself, a rewritten batch, or None (nothing survives).
+
+        ``aborted``: the batch belongs to an aborted transaction.
+        """
         result = self.result
         result.records_read += header.record_count
-        if header.is_control or header.base_offset >= self.map_end:
-            result.records_retained += header.record_count
-            return data
         producer_last = (
             header.producer_id != NO_PRODUCER_ID
             and self.last_batches.get(header.producer_id) == header.base_offset
         )
+        if header.is_control:
+            return self._filter_marker(header, data, producer_last)
+        if header.base_offset >= self.map_end:
+            result.records_retained += header.record_count
+            return data
+        if aborted:
+            if not producer_last:
+                return None
+            return data if header.record_count == 0 else empty_batch(header)
         map_end = self.map_end
         now = self.now
         horizon = delete_horizon(header)
@@ -434,6 +490,28 @@ class _Pass:
             self._note_horizon(horizon)
             return encode_with_horizon(header, kept, horizon) if dropped else data
         return rebuild(header, kept) if dropped else data
+
+    def _filter_marker(
+        self, header: BatchHeader, data: memoryview, producer_last: bool
+    ) -> memoryview | bytearray | None:
+        """A COMMIT/ABORT marker stays while its transaction has a batch left; after that
+        it gets a delete horizon, and goes in a pass after the horizon."""
+        # The marker ends the producer's transaction whatever happens to it.
+        had_data = self.txn_kept.pop(header.producer_id, False)
+        if had_data or producer_last or header.base_offset >= self.map_end:
+            self.result.records_retained += header.record_count
+            return data
+        horizon = delete_horizon(header)
+        if horizon is None:
+            horizon = self.now + self.config.delete_retention_ms
+            self._note_horizon(horizon)
+            self.result.records_retained += header.record_count
+            return encode_with_horizon(header, list(RecordBatchReader(bytes(data))), horizon)
+        if self.now > horizon:
+            return None
+        self._note_horizon(horizon)
+        self.result.records_retained += header.record_count
+        return data
 
     def _note_horizon(self, horizon: int) -> None:
         # The cleaner comes back for the batch as soon as its tombstones may go.
@@ -558,7 +636,9 @@ class LogCleaner:
         return survey(
             log.segments,
             first_dirty=self.first_dirty_offset(log),
-            high_watermark=log.high_watermark,
+            # Kafka bounds cleaning by the first unstable offset: an open transaction's
+            # fate is unknown, so nothing from its first offset on is cleaned.
+            high_watermark=log.last_stable_offset,
             config=log.config,
             now=log.time_ms() if now is None else now,
         )
@@ -612,7 +692,9 @@ class LogCleaner:
                 found = survey(
                     segments,
                     first_dirty=self.first_dirty_offset(log),
-                    high_watermark=log.high_watermark,
+                    # Kafka bounds cleaning by the first unstable offset: an open transaction's
+                    # fate is unknown, so nothing from its first offset on is cleaned.
+                    high_watermark=log.last_stable_offset,
                     config=log.config,
                     now=at,
                 )

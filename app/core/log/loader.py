@@ -50,6 +50,7 @@ from app.core.log.segment import (
     LogSegment,
     segment_name,
 )
+from app.core.log.txn_index import TXN_INDEX_SUFFIX
 
 _log = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ SWAP_SUFFIX = ".swap"
 # <base>.replaced-<end>.swap: where the run of segments a compacted copy replaces ends.
 _SWAP_MARKER = re.compile(r"(\d{20})\.replaced-(\d{20})\.swap")
 STRAY_SUFFIXES = (".tmp", CLEANED_SUFFIX, DELETED_SUFFIX)
-_SEGMENT_FILE = re.compile(r"(\d{20})(\.log|\.index|\.timeindex)")
+_SEGMENT_FILE = re.compile(r"(\d{20})(\.log|\.index|\.timeindex|\.txnindex)")
 
 
 class LoadedLog(NamedTuple):
@@ -78,7 +79,11 @@ def remove_stray_files(directory: Path) -> list[str]:
         name = path.name
         orphan = False
         m = _SEGMENT_FILE.fullmatch(name)
-        if m and m.group(2) in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) and m.group(1) not in logs:
+        if (
+            m
+            and m.group(2) in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+            and m.group(1) not in logs
+        ):
             orphan = True
         if (orphan or name.endswith(STRAY_SUFFIXES)) and path.is_file():
             path.unlink(missing_ok=True)

@@ -32,6 +32,20 @@ original offsets and not written again, and the state is snapshotted on roll
 and close and rebuilt on load and truncation. Batches without a producer id
 cost one integer compare each.
 
+Transactions (KIP-98, the partition's side; the coordinator that drives
+them is not built yet): transactional batches (attributes bit 4) of a
+producer with an id and epoch are appended like idempotent ones and open the
+producer's transaction; :meth:`Log.append_control` writes the COMMIT or
+ABORT control batch that closes it (the coordinator's call), and an ABORT
+adds an entry to the marker segment's ``.txnindex``
+(:mod:`app.core.log.txn_index`). The last stable offset
+(:attr:`Log.last_stable_offset`) is the first offset of the oldest open
+transaction (or completed one whose marker is not below the high watermark
+yet), never above the high watermark; ``read(..., isolation=READ_COMMITTED)``
+stops there and lists the aborted transactions overlapping what it read, as
+Kafka's fetch does, for the fetch paths to filter. Loading and truncation
+rebuild the open transactions and the replayed segments' ``.txnindex``.
+
 Compaction (``cleanup.policy`` with ``compact``, driven by
 :mod:`app.core.log.cleaner`) copies segments without the log's lock and takes
 it only in :meth:`Log.replace_segments` to swap the copy in; appends to a
@@ -52,6 +66,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.common.batch import (
+    CONTROL_MASK,
+    TRANSACTIONAL_MASK,
+    ControlMarker,
+    build_control_batch,
+    read_control_marker,
     stamp,
     stamp_log_append_time,
     validate_batches,
@@ -59,6 +78,7 @@ from app.common.batch import (
 )
 from app.common.errors import (
     InvalidRecord,
+    InvalidRequest,
     KafkaStorageError,
     OffsetOutOfRange,
     SegmentClosed,
@@ -85,10 +105,26 @@ from app.core.log.producer_state import (
 from app.core.log.results import AppendInfo, FetchInfo, duplicate_info, offsets_of
 from app.core.log.retention import deletable_prefix
 from app.core.log.segment import BatchInfo, LogSegment, now_ms
+from app.core.log.txn_index import AbortedTxn
 
-__all__ = ["AppendInfo", "AppendListener", "FetchInfo", "FileSlice", "Log", "parse_log_dir_name"]
+__all__ = [
+    "READ_COMMITTED",
+    "READ_UNCOMMITTED",
+    "AppendInfo",
+    "AppendListener",
+    "FetchInfo",
+    "FileSlice",
+    "Log",
+    "parse_log_dir_name",
+]
+
+# Fetch isolation levels, Kafka's names.
+READ_UNCOMMITTED = "read_uncommitted"
+READ_COMMITTED = "read_committed"
 
 _log = logging.getLogger(__name__)
+
+_NO_UNSTABLE = 1 << 62
 
 AppendListener = Callable[["Log"], None]
 
@@ -107,6 +143,14 @@ def parse_log_dir_name(name: str) -> tuple[str, int]:
     if not sep or not topic or not partition.isdigit():
         raise ValueError(f"{name!r} is not a <topic>-<partition> directory")
     return topic, int(partition)
+
+
+def _check_client_transactional(attributes: int, producer_id: int) -> None:
+    if attributes & CONTROL_MASK:
+        # Kafka's rule: control batches come from the broker (append_control), never a client.
+        raise InvalidRecord("control batches (attribute bit 5) are written by the broker only")
+    if producer_id < 0:
+        raise InvalidRecord("a transactional batch (attribute bit 4) needs a producer id")
 
 
 class Log:
@@ -167,7 +211,15 @@ class Log:
         self._producer_state = ProducerStateManager(
             self.dir, self.topic, self.partition, expiration_ms=producer_id_expiration_ms
         )
-        self._reload_producer_state(clean_shutdown=clean_shutdown)
+        # First offset of an open (or unreplicated completed) transaction, or a sentinel
+        # past any offset: the LSO is min(this, HW), read without the lock.
+        self._first_unstable = _NO_UNSTABLE
+        self._reload_producer_state(
+            clean_shutdown=clean_shutdown,
+            # Recovery scanned the segments from the recovery point: replay from there so
+            # their .txnindex entries are rebuilt.
+            max_snapshot_offset=None if clean_shutdown else recovery_point,
+        )
 
     # -- offsets -----------------------------------------------------------------
 
@@ -187,6 +239,12 @@ class Log:
     def high_watermark(self, offset: int) -> None:
         with self._lock:
             self._high_watermark = min(max(offset, self._log_start_offset), self._log_end_offset)
+            self._update_first_unstable()
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The LSO: no open transaction's record is below it; never above the high watermark."""
+        return min(self._first_unstable, self._high_watermark)
 
     @property
     def segments(self) -> list[LogSegment]:
@@ -219,6 +277,9 @@ class Log:
         if leader_epoch is None:
             leader_epoch = self.leader_epoch
         batches = validate_batches(data, self.config.max_message_bytes)
+        for _, header in batches:
+            if header.attributes & (CONTROL_MASK | TRANSACTIONAL_MASK):
+                _check_client_transactional(header.attributes, header.producer_id)
         if self.config.compact:
             require_keys(data, batches, self.topic, self.partition)
         buf = data if isinstance(data, bytearray) else bytearray(data)
@@ -261,6 +322,7 @@ class Log:
             self._write(buf, infos, now, first)
             if plan is not None:
                 self._producer_state.commit(plan)
+                self._update_first_unstable()
             info = AppendInfo(
                 first,
                 offset - 1,
@@ -297,9 +359,13 @@ class Log:
                 ):
                     self.leader_epoch_cache.assign(h.partition_leader_epoch, h.base_offset)
             self._write(data, infos, self._clock(), first)
-            for _, h in batches:
+            for pos, h in batches:
                 if h.producer_id >= 0:
-                    self._producer_state.replay(h, self._clock())
+                    marker = read_control_marker(data, pos) if h.attributes & CONTROL_MASK else None
+                    aborted = self._producer_state.replay(h, self._clock(), marker)
+                    if aborted is not None:
+                        self._view.segments[-1].txn_index.append(aborted)
+            self._update_first_unstable()
             info = AppendInfo(
                 first,
                 infos[-1].last_offset,
@@ -310,6 +376,67 @@ class Log:
             )
         self._after_append(records)
         return info
+
+    def append_control(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        *,
+        commit: bool,
+        coordinator_epoch: int,
+        leader_epoch: int | None = None,
+    ) -> AppendInfo:
+        """Write the COMMIT or ABORT marker ending ``producer_id``'s transaction (the
+        transaction coordinator's call, KIP-98's WriteTxnMarkers).
+
+        The control batch has Kafka's format (:func:`app.common.batch.build_control_batch`).
+        An ABORT that ends an open transaction adds its entry to the ``.txnindex`` of
+        the segment the marker lands in; either marker moves the LSO past the
+        transaction once the marker is below the high watermark. Raises
+        ProducerFenced (older producer epoch), TransactionCoordinatorFenced (older
+        coordinator epoch) or InvalidRecord (no producer id or epoch).
+        """
+        if leader_epoch is None:
+            leader_epoch = self.leader_epoch
+        with self._lock:
+            self._check_open()
+            state = self._producer_state
+            state.check_marker(producer_id, producer_epoch, coordinator_epoch)
+            now = self._clock()
+            buf = bytearray(
+                build_control_batch(
+                    producer_id,
+                    producer_epoch,
+                    commit=commit,
+                    coordinator_epoch=coordinator_epoch,
+                    timestamp=now,
+                )
+            )
+            offset = self._log_end_offset
+            stamp(buf, 0, offset, leader_epoch)
+            if leader_epoch >= 0 and self.leader_epoch_cache.latest_epoch != leader_epoch:
+                self.leader_epoch_cache.assign(leader_epoch, offset)
+            self._write(buf, [BatchInfo(0, len(buf), offset, offset, now)], now, offset)
+            aborted = state.complete_txn(
+                producer_id,
+                producer_epoch,
+                ControlMarker(commit, coordinator_epoch),
+                offset,
+                now,
+            )
+            if aborted is not None:
+                self._view.segments[-1].txn_index.append(aborted)
+            self._update_first_unstable()
+            info = AppendInfo(offset, offset, 1, now, -1, self._log_start_offset)
+        self._after_append(1)
+        return info
+
+    def _update_first_unstable(self) -> None:
+        """Recompute the LSO bound (under the lock, after any change to producer state or HW)."""
+        state = self._producer_state
+        state.on_high_watermark(self._high_watermark)
+        first = state.first_unstable_offset(self._high_watermark)
+        self._first_unstable = _NO_UNSTABLE if first is None else first
 
     def _write(
         self, data: bytes | bytearray | memoryview, infos: Sequence[BatchInfo], now: int, first: int
@@ -323,6 +450,8 @@ class Log:
         self._log_end_offset = infos[-1].last_offset + 1
         if self.hw_follows_leo:
             self._high_watermark = self._log_end_offset
+            # Markers now below the HW no longer bound the LSO.
+            self._producer_state.on_high_watermark(self._high_watermark)
 
     def _after_append(self, records: int) -> None:
         with self._lock:
@@ -379,16 +508,35 @@ class Log:
 
     # -- reading -----------------------------------------------------------------
 
-    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> FetchInfo:
+    def read(
+        self,
+        offset: int,
+        max_bytes: int,
+        *,
+        max_offset: int | None = None,
+        isolation: str = READ_UNCOMMITTED,
+    ) -> FetchInfo:
         """Whole batches from the one holding ``offset``, up to ``max_bytes`` (at least one).
 
         Only batches entirely below ``max_offset`` (default: the high
-        watermark) are returned. Raises :class:`OffsetOutOfRange` unless
+        watermark) are returned. With ``isolation=READ_COMMITTED`` the bound
+        is also the last stable offset, and the answer's
+        ``aborted_transactions`` lists every aborted transaction overlapping
+        ``[offset, bound)`` (Kafka's FetchResponse AbortedTransactions: the
+        reader drops the records of those producers from each first offset up
+        to the ABORT marker). Raises :class:`OffsetOutOfRange` unless
         ``log_start_offset <= offset <= log_end_offset``.
         """
+        committed = isolation == READ_COMMITTED
+        if not committed and isolation != READ_UNCOMMITTED:
+            raise InvalidRequest(
+                f"unknown isolation level {isolation!r}; use {READ_UNCOMMITTED} or {READ_COMMITTED}"
+            )
         while True:
             view = self._view
             try:
+                if committed:
+                    return self._read_committed(offset, max_bytes, max_offset)
                 return self._read(offset, max_bytes, max_offset)
             except SegmentClosed:
                 self._after_closed_segment(view)
@@ -440,7 +588,38 @@ class Log:
                 if i >= len(segments) or bases[i] >= limit:
                     break
                 current = bases[i]
-        return FetchInfo(slices, total, hw, start, end)
+        return FetchInfo(slices, total, hw, start, end, min(self._first_unstable, hw))
+
+    def _read_committed(self, offset: int, max_bytes: int, max_offset: int | None) -> FetchInfo:
+        # The LSO before the segments: everything below it is in the view read next.
+        lso = self.last_stable_offset
+        bound = lso if max_offset is None else min(lso, max_offset)
+        info = self._read(offset, max_bytes, bound)
+        return dataclasses.replace(
+            info,
+            last_stable_offset=lso,
+            aborted_transactions=tuple(self.aborted_transactions(offset, bound)),
+        )
+
+    def aborted_transactions(self, start: int, upper_bound: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping ``[start, upper_bound)``, oldest marker first.
+
+        Searches the ``.txnindex`` of the segment holding ``start`` and the later
+        ones until an entry's last stable offset reaches ``upper_bound`` (Kafka's
+        ``collectAbortedTransactions``): a transaction begun before ``start`` has
+        its entry in the segment of its marker, at or after ``start``.
+        """
+        out: list[AbortedTxn] = []
+        if start >= upper_bound:
+            return out
+        view = self._view
+        i = max(bisect.bisect_right(view.bases, start) - 1, 0)
+        for seg in view.segments[i:]:
+            found, complete = seg.txn_index.collect(start, upper_bound)
+            out.extend(found)
+            if complete:
+                break
+        return out
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """``(offset, timestamp)`` of the first record with timestamp >= ``timestamp_ms``.
@@ -524,6 +703,7 @@ class Log:
         self.recovery_point = offset
         self.leader_epoch_cache.clear()
         self._producer_state.truncate_fully()
+        self._update_first_unstable()
 
     # -- retention ---------------------------------------------------------------
 
@@ -695,16 +875,33 @@ class Log:
                 return 0
             return self._producer_state.remove_expired(self._clock() if now is None else now)
 
-    def _reload_producer_state(self, *, clean_shutdown: bool) -> None:
+    def _reload_producer_state(
+        self, *, clean_shutdown: bool, max_snapshot_offset: int | None = None
+    ) -> None:
         view = self._view
-        self._producer_state.load(
+        state = self._producer_state
+        state.load(
             self._log_start_offset,
             self._log_end_offset,
             lambda start: segment_headers(view.segments, view.bases, start),
             clean_shutdown=clean_shutdown,
             now=self._clock(),
             segment_bases=view.bases,
+            max_snapshot_offset=max_snapshot_offset,
         )
+        # Recovery may have cut the active segment's .log; its index entries past the end go.
+        view.segments[-1].txn_index.truncate_to(self._log_end_offset)
+        start = state.replayed_from
+        if start is not None:
+            # The replay saw every marker from ``start`` on: those entries are rewritten
+            # from it (a crash may have lost or torn them; a truncation cut their log).
+            first = max(bisect.bisect_right(view.bases, start) - 1, 0)
+            for seg in view.segments[first:]:
+                seg.txn_index.truncate_to(start)
+            for txn in state.aborted_on_load:
+                i = max(bisect.bisect_right(view.bases, txn.last_offset) - 1, 0)
+                view.segments[i].txn_index.append(txn)
+        self._update_first_unstable()
 
     def _snapshot_producer_state(self, offset: int, *, closing: bool = False) -> None:
         state = self._producer_state

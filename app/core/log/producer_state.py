@@ -13,7 +13,10 @@ covers: every batch below it is in the state, none at or above it::
                     8  producer id
                     2  epoch
                     8  last append time  broker clock, ms (what expiration counts from)
-                    1  batch count       B, 1..5, oldest first
+                    4  coordinator epoch (version 2 only) of the last marker, -1: none
+                    8  txn first offset  (version 2 only) first offset of the producer's
+                                         open transaction, -1: none open
+                    1  batch count       B, 1..5 (version 2: 0..5), oldest first
                     B x 32 bytes:
                        4  first sequence
                        4  last sequence
@@ -39,6 +42,24 @@ control batches are not sequenced):
   expiration) and snapshots survive restarts, so an unknown producer with
   sequence > 0 really did lose track, and the error makes it bump its epoch
   (POST /producers with its id) rather than silently risk a duplicate.
+
+Transactions (KIP-98, the partition's side): a transactional batch
+(attributes bit 4) opens its producer's transaction at its base offset
+unless one is open; a control batch (bit 5) written by
+:meth:`Log.append_control <app.core.log.log.Log.append_control>` for the
+coordinator closes it (COMMIT or ABORT). Rules: a non-transactional batch
+while the producer's transaction is open is ``InvalidTxnState``; a marker
+with an older producer epoch is ``ProducerFenced``, with an older
+coordinator epoch ``TransactionCoordinatorFenced``; a marker with a newer
+producer epoch (the coordinator bumped it to fence a zombie) starts the
+producer's new epoch. A marker for a producer with nothing open is written
+and changes nothing (a coordinator retrying its markers). The first offset
+of every open transaction, and of every completed one whose marker is not
+yet below the high watermark, bounds the last stable offset
+(:meth:`ProducerStateManager.first_unstable_offset`). Completing an aborted
+transaction yields its :class:`~app.core.log.txn_index.AbortedTxn`, which
+the log writes to the marker's segment's ``.txnindex``. A producer with an
+open transaction never expires.
 
 Invariants: the state equals the newest snapshot plus the producer batches
 at or after its offset, and those batches are still in the log. This holds
@@ -74,10 +95,26 @@ from typing import NamedTuple
 
 import crc32c
 
-from app.common.batch import CONTROL_MASK, HEADER_SIZE, BatchHeader, read_header
-from app.common.errors import InvalidProducerEpoch, InvalidRecord, OutOfOrderSequence
+from app.common.batch import (
+    CONTROL_MASK,
+    HEADER_SIZE,
+    TRANSACTIONAL_MASK,
+    BatchHeader,
+    ControlMarker,
+    read_control_marker,
+    read_header,
+)
+from app.common.errors import (
+    InvalidProducerEpoch,
+    InvalidRecord,
+    InvalidTxnState,
+    OutOfOrderSequence,
+    ProducerFenced,
+    TransactionCoordinatorFenced,
+)
 from app.core.log.checkpoint import write_atomically
 from app.core.log.segment import LogSegment
+from app.core.log.txn_index import AbortedTxn
 
 __all__ = [
     "DEFAULT_PRODUCER_ID_EXPIRATION_MS",
@@ -105,12 +142,16 @@ DEFAULT_PRODUCER_ID_EXPIRATION_MS = 24 * 3600 * 1000  # Kafka's producer.id.expi
 SNAPSHOT_SUFFIX = ".snapshot"
 
 _MAGIC = b"LBPS"
-_VERSION = 1
+_VERSION = 2  # version 1 (no transaction fields) is still read
 _FILE_HEAD = struct.Struct(">4sHII")  # magic, version, crc, producer count
 _PREFIX = struct.Struct(">4sHI")  # magic, version, crc: what precedes the CRC-covered part
 _COUNT = struct.Struct(">I")
 _CRC_START = _PREFIX.size
-_PRODUCER = struct.Struct(">qhqB")
+_PRODUCER_V1 = struct.Struct(">qhqB")
+# id, epoch, last append time, coordinator epoch, txn first offset, batch count
+_PRODUCER = struct.Struct(">qhqiqB")
+# A control batch's first record starts within this many bytes after its header.
+_CONTROL_PEEK = 64
 _BATCH = struct.Struct(">iiqqq")
 _SNAPSHOT_FILE = re.compile(r"(\d{20})\.snapshot")
 # Replay reads headers in chunks; a header that does not fit is read again at its start.
@@ -144,7 +185,14 @@ class BatchMetadata(NamedTuple):
 class ProducerEntry:
     """One producer on one partition: its epoch and its last (up to 5) batches, oldest first."""
 
-    __slots__ = ("batches", "epoch", "last_timestamp", "producer_id")
+    __slots__ = (
+        "batches",
+        "coordinator_epoch",
+        "current_txn_first_offset",
+        "epoch",
+        "last_timestamp",
+        "producer_id",
+    )
 
     def __init__(
         self,
@@ -152,11 +200,17 @@ class ProducerEntry:
         epoch: int,
         batches: Iterable[BatchMetadata] = (),
         last_timestamp: int = -1,
+        *,
+        coordinator_epoch: int = -1,
+        current_txn_first_offset: int = -1,
     ) -> None:
         self.producer_id = producer_id
         self.epoch = epoch
         self.batches: deque[BatchMetadata] = deque(batches, maxlen=NUM_BATCHES_TO_RETAIN)
         self.last_timestamp = last_timestamp
+        self.coordinator_epoch = coordinator_epoch
+        # First offset of the producer's open transaction, -1 when none is open.
+        self.current_txn_first_offset = current_txn_first_offset
 
     @property
     def last_seq(self) -> int:
@@ -173,22 +227,36 @@ class ProducerEntry:
         self.last_timestamp = max(self.last_timestamp, append_time)
 
     def copy(self) -> ProducerEntry:
-        return ProducerEntry(self.producer_id, self.epoch, self.batches, self.last_timestamp)
+        return ProducerEntry(
+            self.producer_id,
+            self.epoch,
+            self.batches,
+            self.last_timestamp,
+            coordinator_epoch=self.coordinator_epoch,
+            current_txn_first_offset=self.current_txn_first_offset,
+        )
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, ProducerEntry) and (
+    def _key(self) -> tuple[object, ...]:
+        return (
             self.producer_id,
             self.epoch,
             list(self.batches),
             self.last_timestamp,
-        ) == (other.producer_id, other.epoch, list(other.batches), other.last_timestamp)
+            self.coordinator_epoch,
+            self.current_txn_first_offset,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ProducerEntry) and self._key() == other._key()
 
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
         return (
             f"ProducerEntry(id={self.producer_id}, epoch={self.epoch}, "
-            f"batches={list(self.batches)}, last_timestamp={self.last_timestamp})"
+            f"batches={list(self.batches)}, last_timestamp={self.last_timestamp}, "
+            f"coordinator_epoch={self.coordinator_epoch}, "
+            f"txn_first_offset={self.current_txn_first_offset})"
         )
 
 
@@ -196,13 +264,13 @@ class ProducerEntry:
 class ProducerAppend:
     """The outcome of checking one append, applied by :meth:`ProducerStateManager.commit`.
 
-    ``updates``: ``(producer id, epoch, batch)`` for every producer batch to
-    write, in log order. ``duplicates``: ``None`` when no batch is a retry;
+    ``updates``: ``(producer id, epoch, batch, transactional)`` for every
+    producer batch to write, in log order. ``duplicates``: ``None`` when no batch is a retry;
     else one item per batch of the body, the original batch's metadata for a
     retry and ``None`` for a batch to write.
     """
 
-    updates: list[tuple[int, int, BatchMetadata]]
+    updates: list[tuple[int, int, BatchMetadata, bool]]
     duplicates: list[BatchMetadata | None] | None
     append_time: int
 
@@ -245,7 +313,14 @@ def write_snapshot(path: Path, producers: Iterable[ProducerEntry], *, sync: bool
     body = bytearray()
     count = 0
     for e in producers:
-        body += _PRODUCER.pack(e.producer_id, e.epoch, e.last_timestamp, len(e.batches))
+        body += _PRODUCER.pack(
+            e.producer_id,
+            e.epoch,
+            e.last_timestamp,
+            e.coordinator_epoch,
+            e.current_txn_first_offset,
+            len(e.batches),
+        )
         for b in e.batches:
             body += _BATCH.pack(*b)
         count += 1
@@ -266,7 +341,7 @@ def read_snapshot(path: Path) -> list[ProducerEntry]:
     if len(data) < _FILE_HEAD.size:
         raise SnapshotCorrupt(f"{path.name}: {len(data)} bytes, shorter than its header")
     magic, version, crc, count = _FILE_HEAD.unpack_from(data)
-    if magic != _MAGIC or version != _VERSION:
+    if magic != _MAGIC or version not in (1, _VERSION):
         raise SnapshotCorrupt(f"{path.name}: unknown magic {magic!r} or version {version}")
     if crc32c.crc32c(memoryview(data)[_CRC_START:]) != crc:
         raise SnapshotCorrupt(f"{path.name}: CRC-32C mismatch")
@@ -274,15 +349,31 @@ def read_snapshot(path: Path) -> list[ProducerEntry]:
     pos = _FILE_HEAD.size
     try:
         for _ in range(count):
-            pid, epoch, last_ts, n = _PRODUCER.unpack_from(data, pos)
-            pos += _PRODUCER.size
-            if not 1 <= n <= NUM_BATCHES_TO_RETAIN:
+            if version == 1:
+                pid, epoch, last_ts, n = _PRODUCER_V1.unpack_from(data, pos)
+                coordinator_epoch, txn_first = -1, -1
+                pos += _PRODUCER_V1.size
+            else:
+                pid, epoch, last_ts, coordinator_epoch, txn_first, n = _PRODUCER.unpack_from(
+                    data, pos
+                )
+                pos += _PRODUCER.size
+            if not (1 if version == 1 else 0) <= n <= NUM_BATCHES_TO_RETAIN:
                 raise SnapshotCorrupt(f"{path.name}: producer {pid} with {n} batches")
             batches = []
             for _ in range(n):
                 batches.append(BatchMetadata._make(_BATCH.unpack_from(data, pos)))
                 pos += _BATCH.size
-            out.append(ProducerEntry(pid, epoch, batches, last_ts))
+            out.append(
+                ProducerEntry(
+                    pid,
+                    epoch,
+                    batches,
+                    last_ts,
+                    coordinator_epoch=coordinator_epoch,
+                    current_txn_first_offset=txn_first,
+                )
+            )
     except struct.error as e:
         raise SnapshotCorrupt(f"{path.name}: truncated ({e})") from None
     if pos != len(data):
@@ -292,8 +383,9 @@ def read_snapshot(path: Path) -> list[ProducerEntry]:
 
 def segment_headers(
     segments: Sequence[LogSegment], bases: Sequence[int], from_offset: int
-) -> Iterator[BatchHeader]:
-    """Headers of every batch holding an offset >= ``from_offset``, in log order (trusted bytes).
+) -> Iterator[tuple[BatchHeader, ControlMarker | None]]:
+    """Headers of every batch holding an offset >= ``from_offset``, in log order (trusted bytes),
+    each with its transaction marker when it is a control batch (else None).
 
     ``bases`` are the segments' base offsets. Reads headers only: chunks of
     the file, and one short read per batch too large to share a chunk with
@@ -323,11 +415,15 @@ def segment_headers(
             header = read_header(buf, off)
             if header.size < HEADER_SIZE or position + header.size > end:
                 break
-            yield header
+            marker = None
+            if header.attributes & CONTROL_MASK:
+                peek = os.pread(f.fd, min(header.size, HEADER_SIZE + _CONTROL_PEEK), position)
+                marker = read_control_marker(peek)
+            yield header, marker
             position += header.size
 
 
-HeaderSource = Callable[[int], Iterable[BatchHeader]]
+HeaderSource = Callable[[int], Iterable[tuple[BatchHeader, ControlMarker | None]]]
 
 
 class ProducerStateManager:
@@ -354,6 +450,16 @@ class ProducerStateManager:
         self._dirty = False
         # Batches read from the log by the last load (what a restart cost, for tests and logs).
         self.replayed_on_load = 0
+        # The last load: where its replay started (None: no replay) and the aborted
+        # transactions whose markers it replayed (the log rewrites their .txnindex entries).
+        self.replayed_from: int | None = None
+        self.aborted_on_load: list[AbortedTxn] = []
+        # Completed transactions whose marker is not yet below the high watermark,
+        # as (first offset, marker offset) in marker order: they still bound the LSO.
+        self._unreplicated: list[tuple[int, int]] = []
+        # Whether any transactional batch or marker was seen since the last load: until
+        # then the LSO questions cost nothing (they run on every append and HW move).
+        self._transactional = False
 
     # -- queries -----------------------------------------------------------------
 
@@ -361,6 +467,32 @@ class ProducerStateManager:
     def producers(self) -> Mapping[int, ProducerEntry]:
         """The live entries (read-only use; under the log's lock for a consistent view)."""
         return self._producers
+
+    def first_unstable_offset(self, high_watermark: int) -> int | None:
+        """The first offset of an open transaction or of a completed one whose marker is
+        at or above ``high_watermark``; None when there is none (the LSO is the HW)."""
+        if not self._transactional:
+            return None
+        firsts = [
+            e.current_txn_first_offset
+            for e in self._producers.values()
+            if e.current_txn_first_offset >= 0
+        ]
+        firsts.extend(first for first, last in self._unreplicated if last >= high_watermark)
+        return min(firsts) if firsts else None
+
+    def on_high_watermark(self, high_watermark: int) -> None:
+        """Forget completed transactions whose marker is now below the high watermark."""
+        if self._unreplicated and self._unreplicated[0][1] < high_watermark:
+            self._unreplicated = [t for t in self._unreplicated if t[1] >= high_watermark]
+
+    def ongoing_transactions(self) -> dict[int, int]:
+        """``producer id -> first offset`` of every open transaction."""
+        return {
+            pid: e.current_txn_first_offset
+            for pid, e in self._producers.items()
+            if e.current_txn_first_offset >= 0
+        }
 
     def snapshot_offsets(self) -> list[int]:
         """Offsets of the snapshot files present, ascending."""
@@ -385,11 +517,12 @@ class ProducerStateManager:
         InvalidRecord for the first batch that breaks a rule.
         """
         producers = self._producers
-        updates: list[tuple[int, int, BatchMetadata]] = []
+        updates: list[tuple[int, int, BatchMetadata, bool]] = []
         duplicates: list[BatchMetadata | None] = []
         any_duplicate = False
-        # Producers seen earlier in this body: (epoch, last sequence, batches written by it).
-        seen: dict[int, tuple[int, int, list[BatchMetadata]]] = {}
+        # Producers seen earlier in this body: (epoch, last sequence, batches written by it,
+        # transaction open).
+        seen: dict[int, tuple[int, int, list[BatchMetadata], bool]] = {}
         offset = next_offset
         for _, h in batches:
             delta = h.last_offset_delta
@@ -408,12 +541,14 @@ class ProducerStateManager:
             last_seq = (first_seq + delta) & INT32_MAX
             entry = producers.get(pid)
             earlier = seen.get(pid)
+            transactional = bool(h.attributes & TRANSACTIONAL_MASK)
             if earlier is not None:
-                cur_epoch, cur_last, written = earlier
+                cur_epoch, cur_last, written, in_txn = earlier
             elif entry is not None:
                 cur_epoch, cur_last, written = entry.epoch, entry.last_seq, []
+                in_txn = entry.current_txn_first_offset >= 0
             else:
-                cur_epoch, cur_last, written = -1, -1, []
+                cur_epoch, cur_last, written, in_txn = -1, -1, [], False
             if cur_epoch == epoch:
                 original = _find(written, first_seq, last_seq)
                 if original is None and entry is not None and entry.epoch == epoch:
@@ -425,10 +560,23 @@ class ProducerStateManager:
             self._check_sequence(
                 entry is not None or earlier is not None, cur_epoch, cur_last, pid, epoch, first_seq
             )
+            if in_txn and not transactional:
+                raise InvalidTxnState(
+                    f"{self.topic}-{self.partition}: producer {pid} has an open transaction; "
+                    "a non-transactional batch must wait until it is committed or aborted",
+                    topic=self.topic,
+                    partition=self.partition,
+                    producer_id=pid,
+                )
             ts = now if log_append_time else h.max_timestamp
             meta = BatchMetadata(first_seq, last_seq, offset, offset + delta, ts)
-            updates.append((pid, epoch, meta))
-            seen[pid] = (epoch, last_seq, [*written, meta] if cur_epoch == epoch else [meta])
+            updates.append((pid, epoch, meta, transactional))
+            seen[pid] = (
+                epoch,
+                last_seq,
+                [*written, meta] if cur_epoch == epoch else [meta],
+                in_txn or transactional,
+            )
             duplicates.append(None)
             offset += delta + 1
         return ProducerAppend(updates, duplicates if any_duplicate else None, now)
@@ -477,23 +625,104 @@ class ProducerStateManager:
         """Make a checked append's state current (after its bytes were written)."""
         if not plan.updates:
             return
-        producers = self._producers
-        for pid, epoch, meta in plan.updates:
-            entry = producers.get(pid)
-            if entry is None or entry.epoch != epoch:
-                # A new epoch starts a fresh window (check() made sure it begins at 0).
-                entry = producers[pid] = ProducerEntry(pid, epoch)
+        for pid, epoch, meta, transactional in plan.updates:
+            entry = self._entry_for_epoch(pid, epoch)
             entry.add(meta, plan.append_time)
+            if transactional and entry.current_txn_first_offset < 0:
+                entry.current_txn_first_offset = meta.first_offset
+                self._transactional = True
         self._dirty = True
 
-    def replay(self, h: BatchHeader, append_time: int) -> None:
-        """Update from a batch already in the log (loading, or a follower's append): no checks."""
-        pid = h.producer_id
-        if pid < 0 or h.attributes & CONTROL_MASK or h.base_sequence < 0:
-            return
+    def _entry_for_epoch(self, pid: int, epoch: int) -> ProducerEntry:
+        """The producer's entry at ``epoch``: a new epoch starts a fresh sequence window
+        (check() made sure it begins at 0) but keeps an open transaction and the
+        coordinator epoch (only a marker closes a transaction)."""
+        producers = self._producers
+        entry = producers.get(pid)
+        if entry is None or entry.epoch != epoch:
+            old = entry
+            entry = producers[pid] = ProducerEntry(pid, epoch)
+            if old is not None:
+                entry.current_txn_first_offset = old.current_txn_first_offset
+                entry.coordinator_epoch = old.coordinator_epoch
+                entry.last_timestamp = old.last_timestamp
+        return entry
+
+    # -- transaction markers -------------------------------------------------------
+
+    def check_marker(self, pid: int, epoch: int, coordinator_epoch: int) -> None:
+        """Raise unless a marker from (``epoch``, ``coordinator_epoch``) may end ``pid``'s
+        transaction: ProducerFenced for an older producer epoch,
+        TransactionCoordinatorFenced for an older coordinator epoch."""
+        if pid < 0 or epoch < 0:
+            raise InvalidRecord(
+                f"a transaction marker needs a producer id and epoch, got {pid} and {epoch}"
+            )
         entry = self._producers.get(pid)
-        if entry is None or entry.epoch != h.producer_epoch:
-            entry = self._producers[pid] = ProducerEntry(pid, h.producer_epoch)
+        if entry is None:
+            return
+        if epoch < entry.epoch:
+            raise ProducerFenced(self.topic, self.partition, pid, epoch, entry.epoch)
+        if coordinator_epoch < entry.coordinator_epoch:
+            raise TransactionCoordinatorFenced(
+                f"{self.topic}-{self.partition}: marker for producer {pid} from coordinator "
+                f"epoch {coordinator_epoch}, older than {entry.coordinator_epoch}",
+                topic=self.topic,
+                partition=self.partition,
+                producer_id=pid,
+                coordinator_epoch=coordinator_epoch,
+                current_coordinator_epoch=entry.coordinator_epoch,
+            )
+
+    def complete_txn(
+        self, pid: int, epoch: int, marker: ControlMarker, offset: int, append_time: int
+    ) -> AbortedTxn | None:
+        """Apply a marker written at ``offset`` (checked, or replayed from the log).
+
+        Returns the aborted transaction to index when the marker aborts an open one.
+        """
+        self._transactional = True
+        entry = self._entry_for_epoch(pid, epoch)
+        entry.coordinator_epoch = max(entry.coordinator_epoch, marker.coordinator_epoch)
+        entry.last_timestamp = max(entry.last_timestamp, append_time)
+        first = entry.current_txn_first_offset
+        self._dirty = True
+        if first < 0:
+            return None
+        entry.current_txn_first_offset = -1
+        self._unreplicated.append((first, offset))
+        if marker.commit:
+            return None
+        # The LSO right after the marker (Kafka's AbortedTxn.lastStableOffset): the oldest
+        # transaction still open, else the offset after the marker.
+        others = [
+            e.current_txn_first_offset
+            for e in self._producers.values()
+            if e.current_txn_first_offset >= 0
+        ]
+        return AbortedTxn(pid, first, offset, min(others) if others else offset + 1)
+
+    def replay(
+        self, h: BatchHeader, append_time: int, marker: ControlMarker | None = None
+    ) -> AbortedTxn | None:
+        """Update from a batch already in the log (loading, or a follower's append): no checks.
+
+        ``marker``: the transaction marker of a control batch. Returns the aborted
+        transaction a replayed ABORT marker completes.
+        """
+        pid = h.producer_id
+        if pid < 0:
+            return None
+        if h.attributes & CONTROL_MASK:
+            if marker is None:
+                return None
+            return self.complete_txn(pid, h.producer_epoch, marker, h.base_offset, append_time)
+        if h.base_sequence < 0:
+            return None
+        entry = self._entry_for_epoch(pid, h.producer_epoch)
+        if h.attributes & TRANSACTIONAL_MASK and entry.current_txn_first_offset < 0:
+            entry.current_txn_first_offset = h.base_offset
+            self._transactional = True
         entry.add(
             BatchMetadata(
                 h.base_sequence,
@@ -505,11 +734,16 @@ class ProducerStateManager:
             append_time,
         )
         self._dirty = True
+        return None
 
     def remove_expired(self, now: int) -> int:
         """Forget producers idle for ``expiration_ms``; returns how many."""
         limit = now - self.expiration_ms
-        expired = [pid for pid, e in self._producers.items() if e.last_timestamp <= limit]
+        expired = [
+            pid
+            for pid, e in self._producers.items()
+            if e.last_timestamp <= limit and e.current_txn_first_offset < 0
+        ]
         for pid in expired:
             del self._producers[pid]
         if expired:
@@ -527,6 +761,7 @@ class ProducerStateManager:
         clean_shutdown: bool,
         now: int,
         segment_bases: Sequence[int] = (),
+        max_snapshot_offset: int | None = None,
     ) -> None:
         """Rebuild the state for a log holding ``[log_start_offset, log_end_offset)``.
 
@@ -537,16 +772,30 @@ class ProducerStateManager:
         (a clean close snapshots any state), so nothing is replayed. A load
         that replayed batches snapshots the result at the end offset, so the
         next start does not replay them again.
+
+        ``max_snapshot_offset``: ignore (keep) snapshots above it, so that the
+        replay covers every batch from there: recovery passes the recovery
+        point, and the replay rebuilds the ``.txnindex`` entries of the
+        segments it scanned (:attr:`replayed_from`, :attr:`aborted_on_load`).
         """
         self._producers = {}
+        self._unreplicated = []
+        self._transactional = False
         self._dirty = False
         self.replayed_on_load = 0
+        self.replayed_from = None
+        self.aborted_on_load = []
+        # Below the log start nothing is replayed anyway, and the snapshot at or below it
+        # carries the producers whose batches retention deleted.
+        cap = log_end_offset
+        if max_snapshot_offset is not None:
+            cap = min(log_end_offset, max(max_snapshot_offset, log_start_offset))
         offsets = self.snapshot_offsets()
         for o in offsets:
             if o > log_end_offset:
                 self._delete_snapshot(o)
         found: int | None = None
-        for o in reversed([o for o in offsets if o <= log_end_offset]):
+        for o in reversed([o for o in offsets if o <= cap]):
             try:
                 entries = read_snapshot(self.dir / snapshot_name(o))
             except (SnapshotCorrupt, OSError) as e:
@@ -554,18 +803,22 @@ class ProducerStateManager:
                 self._delete_snapshot(o)
                 continue
             self._producers = {e.producer_id: e for e in entries}
+            self._transactional = any(e.current_txn_first_offset >= 0 for e in entries)
             found = o
             break
         if found is None and clean_shutdown and not offsets:
             return
         start = log_start_offset if found is None else max(found, log_start_offset)
         if start < log_end_offset:
-            for h in headers(start):
+            self.replayed_from = start
+            for h, marker in headers(start):
                 if h.last_offset < start:
                     continue
                 if h.base_offset >= log_end_offset:
                     break
-                self.replay(h, now)
+                aborted = self.replay(h, now, marker)
+                if aborted is not None:
+                    self.aborted_on_load.append(aborted)
                 self.replayed_on_load += 1
         self.remove_expired(now)
         if start < log_end_offset:
@@ -576,6 +829,7 @@ class ProducerStateManager:
     def truncate_fully(self) -> None:
         """The log was emptied: no producer and no snapshot survive."""
         self._producers = {}
+        self._unreplicated = []
         self._dirty = False
         for o in self.snapshot_offsets():
             self._delete_snapshot(o)

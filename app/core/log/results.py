@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from app.common.batch import BatchHeader
 from app.core.log.fileslice import FileSlice
 from app.core.log.producer_state import BatchMetadata
+from app.core.log.txn_index import AbortedTxn
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +25,10 @@ class FetchInfo:
     high_watermark: int
     log_start_offset: int
     log_end_offset: int
+    # read_committed reads only (None for read_uncommitted, as Kafka's null list): the
+    # LSO the read stopped at, and the aborted transactions overlapping what it covered.
+    last_stable_offset: int = -1
+    aborted_transactions: tuple[AbortedTxn, ...] | None = None
 
     def read_bytes(self) -> bytes:
         """The slices' bytes, concatenated (the copy path)."""

@@ -3,7 +3,9 @@
 File format: ``<base offset, 20 digits>.log`` holds RecordBatch v2 batches
 back to back, exactly as produced and stamped (see :mod:`app.common.batch`
 for the 61-byte header). ``.index`` and ``.timeindex`` beside it are described
-in :mod:`app.core.log.index`.
+in :mod:`app.core.log.index`; ``.txnindex`` (aborted transactions whose
+ABORT marker is in this segment, present only once there is one) in
+:mod:`app.core.log.txn_index`.
 
 Invariants:
 
@@ -51,6 +53,7 @@ from app.common.batch import (
 from app.common.errors import KafkaStorageError, SegmentClosed
 from app.core.log.fileslice import FileSlice, SegmentFile
 from app.core.log.index import MAX_RELATIVE_OFFSET, IndexCorrupt, OffsetIndex, TimeIndex
+from app.core.log.txn_index import TXN_INDEX_SUFFIX, TransactionIndex
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -118,6 +121,7 @@ class LogSegment:
         "log_path",
         "offset_index",
         "time_index",
+        "txn_index",
     )
 
     def __init__(
@@ -141,6 +145,9 @@ class LogSegment:
         )
         self.time_index = TimeIndex(
             directory / (name + TIME_INDEX_SUFFIX + suffix), base_offset, max_index_bytes
+        )
+        self.txn_index = TransactionIndex(
+            directory / (name + TXN_INDEX_SUFFIX + suffix), base_offset
         )
         self._file: SegmentFile | None = SegmentFile(fd)
         self._size = size
@@ -181,6 +188,7 @@ class LogSegment:
         )
         seg.offset_index.reset()
         seg.time_index.reset()
+        seg.txn_index.reset()
         seg._indexes_checked = True
         return seg
 
@@ -523,6 +531,7 @@ class LogSegment:
             os.ftruncate(f.fd, position)
             self._size = position
             self._next_offset = min(header.base_offset, max(offset, self.base_offset))
+            self.txn_index.truncate_to(self._next_offset)
             self._max_timestamp = None
             self._max_timestamp = self._compute_max_timestamp()
             self._bytes_since_index = 0
@@ -607,6 +616,7 @@ class LogSegment:
             if self.deleted or f is None:
                 return
             os.fdatasync(f.fd)
+            self.txn_index.flush()
             for index in (self.offset_index, self.time_index):
                 if index.writable:
                     index.flush()
@@ -628,6 +638,8 @@ class LogSegment:
             for index in (self.offset_index, self.time_index):
                 if index.path.exists():
                     index.rename(index.path.with_name(index.path.name + DELETED_SUFFIX))
+            txn = self.txn_index
+            txn.rename(txn.path.with_name(txn.path.name + DELETED_SUFFIX))
             self.deleted = True
 
     def change_file_suffixes(self, old: str, new: str) -> None:
@@ -644,6 +656,9 @@ class LogSegment:
                             index.path.name[: len(index.path.name) - len(old)] + new
                         )
                     )
+            txn = self.txn_index
+            if txn.path.name.endswith(old):
+                txn.rename(txn.path.with_name(txn.path.name[: len(txn.path.name) - len(old)] + new))
             name = self.log_path.name
             if not name.endswith(old):
                 raise KafkaStorageError(f"{self.log_path} does not end with {old!r}")
@@ -668,6 +683,7 @@ class LogSegment:
         self.close()
         for path in (self.log_path, self.offset_index.path, self.time_index.path):
             path.unlink(missing_ok=True)
+        self.txn_index.delete()
 
     def __repr__(self) -> str:
         return f"LogSegment({self.log_path}, size={self._size})"

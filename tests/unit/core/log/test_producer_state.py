@@ -385,7 +385,10 @@ def test_crash_after_rolls_loads_the_last_snapshot_and_replays_the_tail(
     # One snapshot per roll: at each segment base but the first.
     assert snapshots(directory) == bases[1:]
     expected = windows(log)
-    log2 = Log(directory, config, clean_shutdown=False, clock_ms=clock)
+    # The rolled segments were flushed (the background flush moves the recovery point to
+    # the active segment): recovery scans, and replays the producer state of, only the
+    # active segment, from the snapshot at its base.
+    log2 = Log(directory, config, clean_shutdown=False, clock_ms=clock, recovery_point=bases[-1])
     assert windows(log2) == expected
     # Only the active segment (after the last roll's snapshot) was replayed.
     active = (directory / f"{bases[-1]:020d}.log").read_bytes()
