@@ -40,8 +40,20 @@ from app.api.util import (
     create_planned,
     plan_topic,
 )
-from app.common.batch import BatchBuilder, iter_headers, validate_batches
-from app.common.errors import InvalidRequiredAcks, RecordTooLarge, UnknownTopicOrPartition
+from app.common.batch import (
+    HEADER_SIZE,
+    TRANSACTIONAL_MASK,
+    BatchBuilder,
+    iter_headers,
+    read_header,
+    validate_batches,
+)
+from app.common.errors import (
+    InvalidRequiredAcks,
+    InvalidTxnState,
+    RecordTooLarge,
+    UnknownTopicOrPartition,
+)
 from app.common.partitioner import partition_for_key
 
 if TYPE_CHECKING:
@@ -403,6 +415,29 @@ async def produce_to_partition(
     return await _produce(state, manager, topic, request, acks, timeout_ms, partition)
 
 
+def refuse_transactional(body: bytearray) -> None:
+    """Refuse transactional batches (attribute bit 4) until a transaction coordinator
+    serves (issue #16).
+
+    The log engine keeps transactions (``Log.append_control`` ends one), but nothing
+    would end a client's: its open transaction would hold the partition's last stable
+    offset, and so every ``read_committed`` reader and the cleaner, forever (Kafka's
+    "hanging transaction"). A walk over the batch headers only; a malformed body is
+    left to ``Log.append``'s full validation.
+    """
+    pos, end = 0, len(body)
+    while end - pos >= HEADER_SIZE:
+        header = read_header(body, pos)
+        if header.attributes & TRANSACTIONAL_MASK:
+            raise InvalidTxnState(
+                "transactional batches (attribute bit 4) are refused: this broker has no "
+                "transaction coordinator yet; send the batch without the transactional flag"
+            )
+        if header.size < HEADER_SIZE:
+            return
+        pos += header.size
+
+
 @router.post(
     "/topics/{topic}/partitions/{partition}/batches",
     summary="Produce raw RecordBatch v2 bytes",
@@ -427,6 +462,7 @@ async def produce_batches(
     required_acks = parse_acks(acks)
     deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
     body = await read_body_mutable(request, state.settings.max_request_bytes)
+    refuse_transactional(body)
     plan = plan_topic(state, manager, topic)
     if not plan.exists:
         # Check before creating, so a bad request leaves no topic behind; an

@@ -34,6 +34,17 @@ def _magic(batch: bytes, magic: int) -> bytes:
     return bytes(data)
 
 
+def _transactional(batch: bytes) -> bytes:
+    """The batch with attribute bit 4 (transactional) and a producer id: no coordinator
+    could ever end that transaction yet."""
+    data = bytearray(batch)
+    attributes = struct.unpack_from(">h", data, 21)[0] | 0x10
+    struct.pack_into(">h", data, 21, attributes)
+    struct.pack_into(">qhi", data, 43, 7, 0, 0)  # producer id, epoch, base sequence
+    struct.pack_into(">I", data, 17, compute_crc(data, 0, len(data)))
+    return bytes(data)
+
+
 def _delete_horizon(batch: bytes) -> bytes:
     """The batch with attribute bit 6 (KIP-534's delete horizon, the cleaner's alone) set."""
     data = bytearray(batch)
@@ -163,6 +174,11 @@ CASES = [
     # A delete horizon from a client would let the cleaner drop its tombstones at once.
     Case("batch-delete-horizon", "POST", "/topics/t/partitions/0/batches", 400,
          "INVALID_RECORD", content=GOOD_BATCH + _delete_horizon(GOOD_BATCH)),
+    # Nothing could end a client's transaction yet (issue #16): it would pin the LSO.
+    Case("batch-transactional", "POST", "/topics/t/partitions/0/batches", 400,
+         "INVALID_TXN_STATE", content=GOOD_BATCH + _transactional(GOOD_BATCH)),
+    Case("new-topic-batch-transactional", "POST", "/topics/fresh/partitions/0/batches", 400,
+         "INVALID_TXN_STATE", content=_transactional(GOOD_BATCH)),
     Case("batch-json-body", "POST", "/topics/t/partitions/0/batches", 400, "CORRUPT_MESSAGE",
          content=b'{"records": [{"value": 1}]}'),
     Case("batch-unknown-partition", "POST", "/topics/t/partitions/5/batches", 404,
