@@ -388,6 +388,9 @@ RULES: dict[str, Rule | None] = {
     "createAcls": _cluster(Operation.ALTER),
     "describeAcls": _cluster(Operation.DESCRIBE),
     "deleteAcls": _cluster(Operation.ALTER),
+    # Kafka's DescribeClientQuotas / AlterClientQuotas.
+    "describeQuotas": _cluster(Operation.DESCRIBE_CONFIGS),
+    "alterQuotas": _cluster(Operation.ALTER_CONFIGS),
 }
 # Operations whose rule reads the query string.
 QUERY_RULES = frozenset(("getMetadata", "fetchOffsets"))
