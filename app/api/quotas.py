@@ -107,7 +107,7 @@ def _kind(method: str, path: str) -> str | None:
 def _client_id(scope: Scope) -> str:
     for name, value in scope["headers"]:
         if name == CLIENT_ID_HEADER:
-            return value.decode("latin-1")[:255]
+            return str(value.decode("latin-1"))[:255]
     raw: bytes = scope.get("query_string", b"")
     if b"client_id=" in raw:
         from urllib.parse import parse_qs

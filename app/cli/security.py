@@ -203,7 +203,7 @@ def cmd_quotas(api: Api, args: argparse.Namespace) -> int:
                 "quotas set needs --producer-byte-rate, --consumer-byte-rate or --request-rate", 2
             )
     else:
-        ops = [{"key": key, "remove": True} for key in (args.key or QUOTA_KEYS)]
+        ops = [{"key": key, "remove": True} for key in (args.quota or QUOTA_KEYS)]
     print_json(api.admin.alter_client_quotas([{"entity": entity, "ops": ops}]))
     return 0
 
@@ -227,5 +227,7 @@ def register_quotas(
             p.add_argument("--consumer-byte-rate", type=float, help="fetch bytes/s")
             p.add_argument("--request-rate", type=float, help="requests/s")
         elif action == "remove":
-            p.add_argument("--key", action="append", choices=QUOTA_KEYS, help="default: every key")
+            p.add_argument(
+                "--quota", action="append", choices=QUOTA_KEYS, help="default: every quota"
+            )
         p.set_defaults(client_handler=cmd_quotas)
