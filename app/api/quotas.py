@@ -38,6 +38,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.errors import error_responses
+from app.api.peer import peer_name
 from app.api.security import INTER_BROKER, SCOPE_KEY, identity_of
 from app.api.util import JSONBytes
 from app.common.errors import InvalidRequest
@@ -122,7 +123,8 @@ def _user(scope: Scope) -> str | None:
     """The principal's name, or None for an exempt follower broker."""
     identity = scope.get(SCOPE_KEY)
     if identity is None:
-        return "ANONYMOUS"
+        # No security door: the certificate's subject, else Kafka's anonymous user.
+        return peer_name(scope) or "ANONYMOUS"
     if identity.mechanism == INTER_BROKER:
         return None
     principal: str = identity.principal
