@@ -8,8 +8,10 @@ import threading
 import time
 from collections.abc import Iterator
 
+import httpx
 import orjson
 import pytest
+from cluster import Cluster
 from zookeeper import ZooKeeperServer
 
 from app.core.replication.zk_quotas import ZkQuotaStore
@@ -71,3 +73,27 @@ def test_quotas_reach_every_broker_within_a_second(stores: list[ZkQuotaStore]) -
         time.sleep(0.01)
     assert Entity("alice") not in reader.load().quotas
     assert reader.load().quotas[Entity("alice", "etl/1")] == {FETCH: 2048.0}
+
+
+@pytest.mark.slow
+def test_a_quota_set_on_one_broker_throttles_on_another(cluster: Cluster) -> None:
+    """Set through broker 1's /quotas, listed and enforced by broker 2 within a second."""
+    entry = {
+        "entity": [{"entity_type": "client-id", "entity_name": "slow"}],
+        "ops": [{"key": "request_rate", "value": 0.5}],
+    }
+    r = httpx.post(f"{cluster.urls[0]}/quotas", json={"entries": [entry]}, timeout=30)
+    assert r.status_code == 200, r.text
+    other = cluster.urls[1]
+    deadline = time.monotonic() + 1.0
+    listed: list[object] = []
+    while not listed and time.monotonic() < deadline:
+        listed = httpx.get(f"{other}/quotas", timeout=30).json()["quotas"]
+        time.sleep(0.02)
+    assert listed, "the quota did not reach the other broker within a second"
+    # 0.5 requests/s with an 11 s window: a burst of 5.5 requests, then throttled.
+    with httpx.Client(base_url=other, headers={"Logbus-Client-Id": "slow"}, timeout=30) as c:
+        answers = [c.get("/topics") for _ in range(8)]
+    assert all(a.status_code == 200 for a in answers)
+    assert "logbus-throttle-time-ms" not in answers[0].headers
+    assert "logbus-throttle-time-ms" in answers[-1].headers
