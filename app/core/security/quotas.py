@@ -24,7 +24,8 @@ credit (Kafka's KIP-599 measurement; see the class for why not the sampled rate)
 principal is over, its answer is delayed by the time that brings it back to its quota
 (at most the whole window, as Kafka). Nothing is refused.
 
-Concurrency: :class:`QuotaManager` is used from the event loop only (no locks): a record
+Concurrency: :class:`QuotaManager` (and the answers :meth:`QuotaConfig.resolve` memoizes)
+are used from the event loop only (no locks): a record
 is a few dict lookups and float operations. :class:`QuotaConfig` snapshots are immutable
 and replaced whole by the store's watcher.
 """
@@ -142,6 +143,8 @@ class QuotaConfig:
             e: dict(v) for e, v in (quotas or {}).items() if v
         }
         self._keys = {k for v in self.quotas.values() for k in v}
+        # resolve()'s answers: a principal asks the same question on every request.
+        self._resolved: dict[tuple[str, str, str], tuple[float, str, str] | None] = {}
 
     def __bool__(self) -> bool:
         return bool(self.quotas)
@@ -155,6 +158,17 @@ class QuotaConfig:
         Principals with the same tags share one measurement, as Kafka's metric tags:
         the tags keep the parts the matched entity names (its defaults stand for the
         actual user or client id, each measured apart)."""
+        question = (key, user, client_id)
+        try:
+            return self._resolved[question]
+        except KeyError:
+            pass
+        if len(self._resolved) >= MAX_SENSORS:
+            self._resolved.clear()
+        found = self._resolved[question] = self._resolve(key, user, client_id)
+        return found
+
+    def _resolve(self, key: str, user: str, client_id: str) -> tuple[float, str, str] | None:
         for u_rule, c_rule in PRECEDENCE:
             entity = Entity(
                 user if u_rule == "user" else u_rule,
