@@ -210,6 +210,7 @@ def create_app(settings: Settings, manager: LogManager | None = None) -> FastAPI
                 "Logbus-High-Watermark",
                 "Logbus-Log-Start-Offset",
                 "Logbus-Log-End-Offset",
+                "Logbus-Throttle-Time-Ms",
             ],
         )
     for router in (*ALL, group_routes.router, acl_routes.router, quotas.router):
