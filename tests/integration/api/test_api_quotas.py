@@ -152,3 +152,21 @@ def test_produce_bytes_over_quota_are_throttled_with_the_header(client: TestClie
     second = client.post("/topics/t/records", json=body, headers=h)
     assert second.status_code == 200, second.text  # delayed, not refused
     assert int(second.headers[THROTTLE]) > 100
+
+
+def test_websocket_produce_messages_are_delayed_over_quota(client: TestClient) -> None:
+    r = client.post("/topics", json={"name": "t"}, headers=_basic("alice"))
+    assert r.status_code == 201, r.text
+    alter(client, [user("bob")], producer_byte_rate=1000)
+    message = {"id": 0, "topic": "t", "records": [{"value": "x" * 600}]}
+    with client.websocket_connect("/ws/produce", headers=_basic("bob")) as ws:
+        times = []
+        for i in range(3):
+            start = time.monotonic()
+            ws.send_json({**message, "id": i})
+            answer = ws.receive_json()
+            assert answer["type"] == "ack", answer
+            times.append(time.monotonic() - start)
+    # The burst (1000 bytes) holds the first message; the next ones wait for the bucket.
+    assert times[0] < 0.3
+    assert times[1] > 0.15 and times[2] > 0.4, times
