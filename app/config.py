@@ -354,6 +354,27 @@ class Settings(BaseSettings):
         default=30.0, ge=0, le=600, description="Leeway for exp/nbf/iat, in seconds."
     )
 
+    # Client quotas (README "Quotas"; app/api/quotas.py): set through /quotas.
+    quotas_file: Path | None = Field(
+        default=None,
+        description="One broker's client quotas (default <data-dir>/quotas.json); a cluster "
+        "keeps them in ZooKeeper (/config/users, /config/clients).",
+    )
+    quota_window_num: int = Field(
+        default=11,
+        ge=2,
+        le=1000,
+        description="Kafka's quota.window.num: samples in the window a quota is measured over.",
+    )
+    quota_window_size_s: float = Field(
+        default=1.0,
+        gt=0,
+        le=60,
+        description="Kafka's quota.window.size.seconds: the length of one sample. A principal "
+        "may burst a whole window's worth (num x size x quota) before it is throttled, and "
+        "is never delayed longer than the window.",
+    )
+
     @field_validator("authentication")
     @classmethod
     def _check_authentication(cls, value: str) -> str:

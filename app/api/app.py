@@ -13,7 +13,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 from starlette.middleware.cors import CORSMiddleware
 
-from app.api import errors, openapi_docs, security, ws
+from app.api import errors, openapi_docs, quotas, security, ws
 from app.api.browsers import OriginGuard
 from app.api.guards import RequestGuard
 from app.api.lean_route import HotRoutes
@@ -143,6 +143,7 @@ def create_app(settings: Settings, manager: LogManager | None = None) -> FastAPI
         guard = app.state.logbus_security
         if guard is not None:
             await guard.start()
+        await app.state.logbus_quotas.start()
         # Groups are served from the cache the coordinator rebuilds from __consumer_offsets.
         await group_routes.start_coordinator(app, state)
         state.ready = True
@@ -154,6 +155,7 @@ def create_app(settings: Settings, manager: LogManager | None = None) -> FastAPI
             await group_routes.stop_coordinator(app)
             if app.state.logbus_security is not None:
                 await app.state.logbus_security.stop()
+            await app.state.logbus_quotas.stop()
             held = state.drop_topology()
             if held is not None:
                 await held.stop()
@@ -177,6 +179,9 @@ def create_app(settings: Settings, manager: LogManager | None = None) -> FastAPI
     errors.install(app)
     # Inside the metrics middleware: refused requests are counted too.
     app.add_middleware(RequestGuard, openapi=lambda: app.openapi())
+    # Inside the security middleware, which names the principal (app/api/quotas.py).
+    app.state.logbus_quotas = quota_state = quotas.build(settings)
+    app.add_middleware(quotas.QuotaMiddleware, quotas=quota_state)
     # Outside the guard: a request without valid credentials learns nothing, not even
     # which media types a route takes (app/api/security.py).
     app.state.logbus_security = guard = security.build(settings)
@@ -206,9 +211,10 @@ def create_app(settings: Settings, manager: LogManager | None = None) -> FastAPI
                 "Logbus-High-Watermark",
                 "Logbus-Log-Start-Offset",
                 "Logbus-Log-End-Offset",
+                "Logbus-Throttle-Time-Ms",
             ],
         )
-    for router in (*ALL, group_routes.router, acl_routes.router):
+    for router in (*ALL, group_routes.router, acl_routes.router, quotas.router):
         app.include_router(router)
     # Produce and fetch are looked up before FastAPI walks every router (app/api/lean_route.py).
     app.router.routes.insert(0, HotRoutes(app.router))

@@ -10,7 +10,11 @@ Otherwise one ASGI middleware, :class:`SecurityMiddleware`, runs before any rout
    become an :class:`~app.core.security.authn.Identity`, kept in the ASGI scope. A
    follower broker proves itself with its inter-broker credential
    (``Logbus-Replica-Auth`` + ``Logbus-Replica-Id``, :mod:`app.core.replication.auth`):
-   principal ``Broker:<id>``, mechanism ``inter-broker``, allowed everything. No or bad credentials where they are required: **401**
+   principal ``Broker:<id>``, mechanism ``inter-broker``, allowed everything. A client
+   that presented a verified TLS certificate and no ``Authorization`` header is
+   ``User:<subject DN>`` (Kafka's SSL listener with ``ssl.principal.mapping.rules=DEFAULT``:
+   RFC 2253 order, ``User:CN=alice,O=Example``; app/api/peer.py), mechanism ``mtls``.
+   No or bad credentials where they are required: **401**
    ``SASL_AUTHENTICATION_FAILED`` with ``WWW-Authenticate``; nothing else runs.
 2. **What**: :data:`RULES` maps each operation of the OpenAPI spec (by ``operationId``)
    to the ACL actions Kafka's equivalent API requires, from the path, the query and,
@@ -45,6 +49,7 @@ from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.errors import response_for
+from app.api.peer import peer_name
 from app.common import errors as core
 from app.config import Settings
 from app.core.security import audit
@@ -74,6 +79,8 @@ PUBLIC_PATHS = frozenset(
 # A follower broker proven by its inter-broker credential: a principal type no user
 # authenticator produces (they all answer User:...), recognised by its mechanism.
 INTER_BROKER = "inter-broker"
+# A client proven by its TLS certificate (ssl_client_auth=requested|required).
+MTLS = "mtls"
 # JSON bodies the rules read are small; a larger one is left for the route to refuse.
 RULE_BODY_LIMIT = 1024 * 1024
 T, G, TX = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.TRANSACTIONAL_ID
@@ -388,6 +395,9 @@ RULES: dict[str, Rule | None] = {
     "createAcls": _cluster(Operation.ALTER),
     "describeAcls": _cluster(Operation.DESCRIBE),
     "deleteAcls": _cluster(Operation.ALTER),
+    # Kafka's DescribeClientQuotas / AlterClientQuotas.
+    "describeQuotas": _cluster(Operation.DESCRIBE_CONFIGS),
+    "alterQuotas": _cluster(Operation.ALTER_CONFIGS),
 }
 # Operations whose rule reads the query string.
 QUERY_RULES = frozenset(("getMetadata", "fetchOffsets"))
@@ -517,6 +527,12 @@ class SecurityMiddleware:
         headers = dict(scope["headers"])
         try:
             identity = self._broker(headers)
+            if identity is None and b"authorization" not in headers:
+                # Kafka's SSL listener: a verified client certificate names the principal
+                # (User:<subject DN>, app/api/peer.py) unless other credentials are given.
+                name = peer_name(scope)
+                if name is not None:
+                    identity = Identity(f"User:{name}", MTLS)
             if identity is None:
                 if kind == "websocket":
                     identity = await self._ws_identity(headers, host)

@@ -60,6 +60,7 @@ from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 from uvicorn.protocols.utils import is_ssl
 
+from app.api import peer
 from app.api.errors import response_for
 from app.api.limits import (
     ConnectionCounter,
@@ -153,6 +154,10 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     ) -> None:
         super().connection_made(transport)
         self.flow = GatedFlowControl(transport)
+        # A client certificate names the principal (Kafka's SSL listener, app/api/peer.py).
+        self._peer = peer.connected(
+            transport.get_extra_info("ssl_object"), self.client, self.server
+        )
         cls = type(self)
         if cls.counter is None:
             from app.config import Settings
@@ -185,6 +190,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         )
 
     def connection_lost(self, exc: Exception | None) -> None:
+        peer.lost(self._peer)
         self._disarm()
         if self._send_deadline is not None:
             self._send_deadline.cancel()
@@ -358,6 +364,15 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def handle_websocket_upgrade(self) -> None:
         self._disarm()
         super().handle_websocket_upgrade()
+        if self._peer is not None:
+            ws = self.transport.get_protocol()
+            ws_lost, key = ws.connection_lost, self._peer
+
+            def forget(exc: Exception | None) -> None:
+                peer.lost(key)
+                ws_lost(exc)
+
+            ws.connection_lost = forget  # type: ignore[method-assign]
         if not self._counted:
             return
         # The connection now belongs to the WebSocket protocol: it releases the count.

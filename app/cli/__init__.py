@@ -570,9 +570,11 @@ def build_parser() -> argparse.ArgumentParser:
     reset.set_defaults(client_handler=cmd_groups_reset_offsets)
 
     from app.cli.security import register as register_security
+    from app.cli.security import register_quotas
     from app.perf import register as register_perf
 
     register_security(commands, client)
+    register_quotas(commands, client)
 
     register_perf(commands, client)
     return parser

@@ -170,3 +170,64 @@ def register(
         else:
             p.add_argument("--principal", help="only this principal's ACLs")
         p.set_defaults(client_handler=cmd_acls)
+
+
+QUOTA_KEYS = ("producer_byte_rate", "consumer_byte_rate", "request_rate")
+
+
+def _quota_entity(args: argparse.Namespace) -> list[dict[str, str | None]]:
+    entity: list[dict[str, str | None]] = []
+    for kind, name in (("user", args.user), ("client-id", args.client_id)):
+        if name is not None:
+            entity.append(
+                {"entity_type": kind, "entity_name": None if name == "<default>" else name}
+            )
+    if not entity:
+        raise CliError("name --user and/or --client-id (<default> for the default entity)", 2)
+    return entity
+
+
+def cmd_quotas(api: Api, args: argparse.Namespace) -> int:
+    if args.quotas_command == "list":
+        print_json(api.admin.describe_client_quotas(args.user, args.client_id))
+        return 0
+    entity = _quota_entity(args)
+    if args.quotas_command == "set":
+        ops: list[dict[str, object]] = [
+            {"key": key, "value": getattr(args, key)}
+            for key in QUOTA_KEYS
+            if getattr(args, key) is not None
+        ]
+        if not ops:
+            raise CliError(
+                "quotas set needs --producer-byte-rate, --consumer-byte-rate or --request-rate", 2
+            )
+    else:
+        ops = [{"key": key, "remove": True} for key in (args.quota or QUOTA_KEYS)]
+    print_json(api.admin.alter_client_quotas([{"entity": entity, "ops": ops}]))
+    return 0
+
+
+def register_quotas(
+    commands: argparse._SubParsersAction,  # type: ignore[type-arg]
+    client: argparse.ArgumentParser,
+) -> None:
+    quotas = commands.add_parser("quotas", help="list, set and remove client quotas (Kafka's)")
+    quota_commands = quotas.add_subparsers(dest="quotas_command", required=True, metavar="ACTION")
+    for action, text in (
+        ("list", "list the quotas (of a user and/or client id)"),
+        ("set", "set quotas of a user and/or client id"),
+        ("remove", "remove quotas of a user and/or client id"),
+    ):
+        p = quota_commands.add_parser(action, parents=[client], help=text)
+        p.add_argument("--user", help="a user name (User:alice -> alice), or <default>")
+        p.add_argument("--client-id", help="a client id (Logbus-Client-Id), or <default>")
+        if action == "set":
+            p.add_argument("--producer-byte-rate", type=float, help="produce bytes/s")
+            p.add_argument("--consumer-byte-rate", type=float, help="fetch bytes/s")
+            p.add_argument("--request-rate", type=float, help="requests/s")
+        elif action == "remove":
+            p.add_argument(
+                "--quota", action="append", choices=QUOTA_KEYS, help="default: every quota"
+            )
+        p.set_defaults(client_handler=cmd_quotas)

@@ -7,6 +7,7 @@ consumer's offset lookups are written once for both flavours.
 
 from __future__ import annotations
 
+import os
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -115,6 +116,11 @@ def _ssl_context() -> ssl.SSLContext:
     return tls.default_context()
 
 
+CLIENT_ID_HEADER = "logbus-client-id"
+# Kafka's client.id for every SDK client of the process (quotas may name it).
+CLIENT_ID_ENV = "LOGBUS_CLIENT_ID"
+
+
 def _client_options(
     url: str, request_timeout_ms: int, max_connections: int, authorization: str | None
 ) -> dict[str, Any]:
@@ -122,6 +128,10 @@ def _client_options(
     headers = {"user-agent": USER_AGENT}
     if authorization is not None:
         headers["authorization"] = authorization
+    # Kafka's client.id: the broker's quotas may name it (README "Quotas").
+    client_id = os.environ.get(CLIENT_ID_ENV)
+    if client_id:
+        headers[CLIENT_ID_HEADER] = client_id
     return {
         "base_url": normalize_url(url),
         "verify": _ssl_context(),

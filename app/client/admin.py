@@ -93,6 +93,13 @@ def _acls_call(
     return Call(method, "/acls", lambda answer: list(answer["acls"]), params=params, json=body)
 
 
+def _quotas_call(
+    method: str, params: Mapping[str, str | None], body: Any = None
+) -> Call[list[dict[str, Any]]]:
+    query: dict[str, str | int] = {k: v for k, v in params.items() if v is not None}
+    return Call(method, "/quotas", lambda answer: list(answer["quotas"]), params=query, json=body)
+
+
 def _describe_call(name: str) -> Call[TopicDescription]:
     return Call("GET", topic_path(name), _description)
 
@@ -240,6 +247,21 @@ class Admin:
         """Kafka's DeleteAcls: remove the bindings the filter selects; the removed ones."""
         return self._any(_acls_call("DELETE", filters))
 
+    def describe_client_quotas(
+        self, user: str | None = None, client_id: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Kafka's DescribeClientQuotas: ``[{"entity": [{"entity_type": "user",
+        "entity_name": "alice"}], "values": {"producer_byte_rate": 1048576.0}}]`` for the
+        entities matching ``user`` / ``client_id`` (None: any; ``"<default>"``: the
+        default entity)."""
+        return self._any(_quotas_call("GET", {"user": user, "client_id": client_id}))
+
+    def alter_client_quotas(self, entries: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """Kafka's AlterClientQuotas: ``[{"entity": [...], "ops": [{"key":
+        "producer_byte_rate", "value": 1048576}, {"key": "request_rate", "remove": True}]}]``;
+        answers the altered entities' quotas."""
+        return self._any(_quotas_call("POST", {}, {"entries": [dict(e) for e in entries]}))
+
     def describe_topic(self, name: str) -> TopicDescription:
         return self._any(_describe_call(name))
 
@@ -364,6 +386,18 @@ class AsyncAdmin:
     async def delete_acls(self, **filters: str | None) -> list[dict[str, str]]:
         """:meth:`Admin.delete_acls`."""
         return await self._any(_acls_call("DELETE", filters))
+
+    async def describe_client_quotas(
+        self, user: str | None = None, client_id: str | None = None
+    ) -> list[dict[str, Any]]:
+        """:meth:`Admin.describe_client_quotas`."""
+        return await self._any(_quotas_call("GET", {"user": user, "client_id": client_id}))
+
+    async def alter_client_quotas(
+        self, entries: Sequence[Mapping[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """:meth:`Admin.alter_client_quotas`."""
+        return await self._any(_quotas_call("POST", {}, {"entries": [dict(e) for e in entries]}))
 
     async def describe_topic(self, name: str) -> TopicDescription:
         return await self._any(_describe_call(name))

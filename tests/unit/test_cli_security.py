@@ -49,3 +49,31 @@ def test_acls_argument_errors(argv: list[str], capsys: pytest.CaptureFixture[str
     with pytest.raises(SystemExit) as refused:
         main([*argv, "--url", "http://127.0.0.1:9"])
     assert refused.value.code == 2, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["quotas", "set", "--producer-byte-rate", "1"], "--user and/or --client-id"),
+        (["quotas", "set", "--user", "alice"], "--producer-byte-rate"),
+        (["quotas", "remove"], "--user and/or --client-id"),
+    ],
+)
+def test_quotas_argument_errors(
+    argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as refused:
+        main([*argv, "--url", "http://127.0.0.1:9"])
+    assert refused.value.code == 2
+    assert says in capsys.readouterr().err
+
+
+def test_the_sdk_sends_its_client_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    from app.client import _http
+
+    monkeypatch.delenv(_http.CLIENT_ID_ENV, raising=False)
+    with _http.sync_client("http://127.0.0.1:9", 1000) as plain:
+        assert _http.CLIENT_ID_HEADER not in plain.headers
+    monkeypatch.setenv(_http.CLIENT_ID_ENV, "etl-7")
+    with _http.sync_client("http://127.0.0.1:9", 1000) as named:
+        assert named.headers[_http.CLIENT_ID_HEADER] == "etl-7"

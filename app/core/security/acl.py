@@ -134,9 +134,19 @@ class InvalidAcl(ValueError):
 
 
 def check_principal(principal: str) -> str:
-    """``User:alice`` (a type, a colon, a non-empty name); the wildcard ``User:*`` too."""
+    """``User:alice`` (a type, a colon, a non-empty name); the wildcard ``User:*`` too.
+
+    A name may hold inner spaces (a certificate's subject DN, ``User:CN=alice,OU=Dev
+    Team``, as Kafka allows), not leading or trailing blanks nor control characters."""
     kind, colon, name = principal.partition(":")
-    if not colon or not kind or not name or any(c.isspace() for c in principal):
+    if (
+        not colon
+        or not kind
+        or not name.strip()
+        or name != name.strip()
+        or any(c.isspace() for c in kind)
+        or any(ord(c) < 32 or c in "\x7f\t\n\r" for c in principal)
+    ):
         raise InvalidAcl(f"principal {principal!r} is not TYPE:NAME (e.g. User:alice)")
     return principal
 

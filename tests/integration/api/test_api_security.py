@@ -258,6 +258,23 @@ CASES: dict[str, Case] = {
         lambda s: [acl("CLUSTER", "kafka-cluster", "ALTER")],
         setup=lambda c, w, s: _add_acls(c, w, [acl(T, f"x-{s}", "READ", "User:nobody")]),
     ),
+    # Kafka's DescribeClientQuotas / AlterClientQuotas: DESCRIBE_CONFIGS / ALTER_CONFIGS.
+    "describeQuotas": Case(
+        "GET", lambda s: "/quotas", lambda s: [acl("CLUSTER", "kafka-cluster", "DESCRIBE_CONFIGS")]
+    ),
+    "alterQuotas": Case(
+        "POST",
+        lambda s: "/quotas",
+        lambda s: [acl("CLUSTER", "kafka-cluster", "ALTER_CONFIGS")],
+        json=lambda s: {
+            "entries": [
+                {
+                    "entity": [{"entity_type": "user", "entity_name": f"q-{s}"}],
+                    "ops": [{"key": "request_rate", "value": 1000}],
+                }
+            ]
+        },
+    ),
 }
 
 

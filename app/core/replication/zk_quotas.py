@@ -1,0 +1,190 @@
+"""The cluster's client quotas in ZooKeeper, laid out as Kafka's dynamic configs, with
+change notifications so every broker reloads within a second (as app/core/replication/
+zk_acls.py does for ACLs).
+
+Layout (under the connect string's optional chroot)::
+
+    /config/users/<user>                       quotas of a user (or <default>)
+    /config/users/<user>/clients/<client-id>   quotas of a client id of a user
+    /config/clients/<client-id>                quotas of a client id (any user)
+    /config/changes/config_change_<seq>        PERSISTENT_SEQUENTIAL, {"version": 2,
+                                               "entity_path": "users/alice"}
+
+A name is percent-encoded (Kafka's sanitized names); ``<default>`` is written as is. A
+node's value is Kafka's ``{"version": 1, "config": {"producer_byte_rate": "1048576"}}``
+(values as strings); a node without quotas holds an empty config (its children may have
+some). Every broker's ChildrenWatch on ``/config/changes`` reloads the whole set (quota
+sets are small) and hands it to ``on_change``. Blocking kazoo calls: the broker runs
+writes in a worker thread; watch callbacks run on kazoo's thread. Thread-safe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from urllib.parse import quote, unquote
+
+import orjson
+from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.recipe.watchers import ChildrenWatch
+
+from app.core.replication.zk import split_connect
+from app.core.security.quotas import DEFAULT, Entity, QuotaConfig, check_values
+
+_log = logging.getLogger(__name__)
+
+USERS = "/config/users"
+CLIENTS = "/config/clients"
+CHANGES = "/config/changes"
+CHANGE_PREFIX = "config_change_"
+KEEP_CHANGES = 100
+
+
+def _encode(name: str) -> str:
+    return name if name == DEFAULT else quote(name, safe="")
+
+
+def _decode(name: str) -> str:
+    return name if name == DEFAULT else unquote(name)
+
+
+def entity_path(entity: Entity) -> str:
+    if entity.user is None:
+        return f"{CLIENTS}/{_encode(entity.client_id or '')}"
+    base = f"{USERS}/{_encode(entity.user)}"
+    if entity.client_id is None:
+        return base
+    return f"{base}/clients/{_encode(entity.client_id)}"
+
+
+def _values(data: bytes) -> dict[str, float]:
+    if not data:
+        return {}
+    obj = orjson.loads(data)
+    config = obj.get("config") or {} if isinstance(obj, dict) else {}
+    return check_values({k: float(v) for k, v in config.items()})
+
+
+class ZkQuotaStore:
+    """The quota store of a cluster (module docstring); load/alter/watch/close as
+    :class:`app.core.security.quotas.FileQuotaStore`."""
+
+    def __init__(self, connect: str, session_timeout_ms: int) -> None:
+        hosts, chroot = split_connect(connect)
+        self._root_hosts = hosts
+        self._chroot = chroot
+        self.client = KazooClient(hosts=connect, timeout=session_timeout_ms / 1000)
+        self._lock = threading.Lock()
+        self._config = QuotaConfig()
+        self._listeners: list[Callable[[QuotaConfig], None]] = []
+
+    def start(self, timeout_s: float = 30.0) -> None:
+        if self._chroot:
+            root = KazooClient(hosts=self._root_hosts)
+            root.start(timeout=timeout_s)
+            try:
+                root.ensure_path(self._chroot)
+            finally:
+                root.stop()
+                root.close()
+        self.client.start(timeout=timeout_s)
+        for path in (USERS, CLIENTS, CHANGES):
+            self.client.ensure_path(path)
+        self._reload()
+        ChildrenWatch(self.client, CHANGES, self._on_changes)
+
+    def _on_changes(self, children: list[str]) -> None:
+        try:
+            config = self._reload()
+        except Exception:
+            _log.exception("reloading quotas from ZooKeeper failed; keeping the last set")
+            return
+        for cb in self._listeners:
+            cb(config)
+
+    def _get(self, path: str) -> dict[str, float]:
+        try:
+            data, _ = self.client.get(path)
+        except NoNodeError:
+            return {}
+        try:
+            return _values(data)
+        except (orjson.JSONDecodeError, ValueError, TypeError, AttributeError):
+            _log.warning("quota znode %s is not a quota config; ignored", path)
+            return {}
+
+    def _read_all(self) -> QuotaConfig:
+        quotas: dict[Entity, dict[str, float]] = {}
+        for encoded in self.client.get_children(USERS):
+            user = _decode(encoded)
+            quotas[Entity(user)] = self._get(f"{USERS}/{encoded}")
+            with contextlib.suppress(NoNodeError):
+                for c in self.client.get_children(f"{USERS}/{encoded}/clients"):
+                    entity = Entity(user, _decode(c))
+                    quotas[entity] = self._get(f"{USERS}/{encoded}/clients/{c}")
+        for encoded in self.client.get_children(CLIENTS):
+            quotas[Entity(None, _decode(encoded))] = self._get(f"{CLIENTS}/{encoded}")
+        return QuotaConfig(quotas)
+
+    def _reload(self) -> QuotaConfig:
+        config = self._read_all()
+        with self._lock:
+            self._config = config
+        return config
+
+    def load(self) -> QuotaConfig:
+        return self._config
+
+    def _update(self, entity: Entity, ops: list[tuple[str, float | None]]) -> None:
+        path = entity_path(entity)
+        while True:
+            try:
+                data, stat = self.client.get(path)
+                current = _values(data)
+                version: int | None = stat.version
+            except NoNodeError:
+                current, version = {}, None
+            new = dict(current)
+            for key, value in ops:
+                if value is None:
+                    new.pop(key, None)
+                else:
+                    new[key] = value
+            if new == current and version is not None:
+                return
+            payload = orjson.dumps(
+                {"version": 1, "config": {k: repr(v) for k, v in sorted(new.items())}}
+            )
+            try:
+                if version is None:
+                    self.client.create(path, payload, makepath=True)
+                else:
+                    self.client.set(path, payload, version=version)
+                break
+            except (BadVersionError, NodeExistsError, NoNodeError):
+                continue  # another writer changed it: read again
+        notice = {"version": 2, "entity_path": path.removeprefix("/config/")}
+        self.client.create(f"{CHANGES}/{CHANGE_PREFIX}", orjson.dumps(notice), sequence=True)
+
+    def alter(
+        self, changes: Iterable[tuple[Entity, list[tuple[str, float | None]]]]
+    ) -> QuotaConfig:
+        for entity, ops in changes:
+            self._update(entity, ops)
+        children = sorted(self.client.get_children(CHANGES))
+        for old in children[:-KEEP_CHANGES]:
+            with contextlib.suppress(NoNodeError):
+                self.client.delete(f"{CHANGES}/{old}")
+        return self._reload()
+
+    def watch(self, on_change: Callable[[QuotaConfig], None]) -> None:
+        self._listeners.append(on_change)
+
+    def close(self) -> None:
+        try:
+            self.client.stop()
+        finally:
+            self.client.close()

@@ -1,0 +1,99 @@
+"""Client quotas in ZooKeeper (app/core/replication/zk_quotas.py) against a real ZooKeeper:
+Kafka's ``/config/users``, ``/config/clients`` layout and value format, change notices
+under ``/config/changes``, and every broker's store reloading within a second."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+import orjson
+import pytest
+from cluster import Cluster
+from zookeeper import ZooKeeperServer
+
+from app.core.replication.zk_quotas import ZkQuotaStore
+from app.core.security.quotas import DEFAULT, FETCH, PRODUCE, REQUEST, Entity, QuotaConfig
+
+
+@pytest.fixture
+def stores(zookeeper: ZooKeeperServer) -> Iterator[list[ZkQuotaStore]]:
+    made = [ZkQuotaStore(zookeeper.connect_string + "/quotas-test", 6000) for _ in range(2)]
+    for store in made:
+        store.start()
+    yield made
+    for store in made:
+        store.close()
+
+
+def test_quotas_reach_every_broker_within_a_second(stores: list[ZkQuotaStore]) -> None:
+    writer, reader = stores
+    seen: list[QuotaConfig] = []
+    changed = threading.Event()
+
+    def on_change(config: QuotaConfig) -> None:
+        seen.append(config)
+        changed.set()
+
+    reader.watch(on_change)
+    writer.alter(
+        [
+            (Entity("alice"), [(PRODUCE, 1024.0)]),
+            (Entity("alice", "etl/1"), [(FETCH, 2048.0)]),
+            (Entity(DEFAULT, DEFAULT), [(REQUEST, 10.0)]),
+            (Entity(None, "batch"), [(REQUEST, 5.0)]),
+        ]
+    )
+    expected = {
+        Entity("alice"): {PRODUCE: 1024.0},
+        Entity("alice", "etl/1"): {FETCH: 2048.0},
+        Entity(DEFAULT, DEFAULT): {REQUEST: 10.0},
+        Entity(None, "batch"): {REQUEST: 5.0},
+    }
+    deadline = time.monotonic() + 1.0
+    while reader.load().quotas != expected and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert reader.load().quotas == expected, "not reloaded within a second"
+    assert changed.is_set()
+
+    # Kafka's layout and value format (names percent-encoded, <default> as is).
+    data, _ = writer.client.get("/config/users/alice")
+    assert orjson.loads(data) == {"version": 1, "config": {"producer_byte_rate": "1024.0"}}
+    assert writer.client.exists("/config/users/alice/clients/etl%2F1")
+    assert writer.client.exists("/config/users/<default>/clients/<default>")
+    assert writer.client.exists("/config/clients/batch")
+    notices = writer.client.get_children("/config/changes")
+    assert notices and all(n.startswith("config_change_") for n in notices)
+
+    writer.alter([(Entity("alice"), [(PRODUCE, None)])])
+    deadline = time.monotonic() + 1.0
+    while Entity("alice") in reader.load().quotas and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert Entity("alice") not in reader.load().quotas
+    assert reader.load().quotas[Entity("alice", "etl/1")] == {FETCH: 2048.0}
+
+
+@pytest.mark.slow
+def test_a_quota_set_on_one_broker_throttles_on_another(cluster: Cluster) -> None:
+    """Set through broker 1's /quotas, listed and enforced by broker 2 within a second."""
+    entry = {
+        "entity": [{"entity_type": "client-id", "entity_name": "slow"}],
+        "ops": [{"key": "request_rate", "value": 0.5}],
+    }
+    r = httpx.post(f"{cluster.urls[0]}/quotas", json={"entries": [entry]}, timeout=30)
+    assert r.status_code == 200, r.text
+    other = cluster.urls[1]
+    deadline = time.monotonic() + 1.0
+    listed: list[object] = []
+    while not listed and time.monotonic() < deadline:
+        listed = httpx.get(f"{other}/quotas", timeout=30).json()["quotas"]
+        time.sleep(0.02)
+    assert listed, "the quota did not reach the other broker within a second"
+    # 0.5 requests/s with an 11 s window: a burst of 5.5 requests, then throttled.
+    with httpx.Client(base_url=other, headers={"Logbus-Client-Id": "slow"}, timeout=30) as c:
+        answers = [c.get("/topics") for _ in range(8)]
+    assert all(a.status_code == 200 for a in answers)
+    assert "logbus-throttle-time-ms" not in answers[0].headers
+    assert "logbus-throttle-time-ms" in answers[-1].headers
