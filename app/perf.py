@@ -225,6 +225,11 @@ def ensure_topic(url: str, topic: str, partitions: int | None) -> int:
             return len(admin.describe_topic(topic).partitions)
 
 
+def _head(mode: str, opts: PerfOptions, partitions: int, records: int) -> dict[str, Any]:
+    """The fields every mode's result starts with."""
+    return {"mode": mode, "topic": opts.topic, "partitions": partitions, "records": records}
+
+
 def _rates(records: int, nbytes: int, elapsed: float) -> dict[str, float]:
     elapsed = max(elapsed, 1e-9)
     return {
@@ -291,10 +296,7 @@ def run_produce(opts: PerfOptions) -> dict[str, Any]:
     latencies.frombytes(delivered.latencies())
     stats = summarize(latencies)
     return {
-        "mode": "produce",
-        "topic": opts.topic,
-        "partitions": partitions,
-        "records": sent,
+        **_head("produce", opts, partitions, sent),
         "acknowledged": stats.count,
         "record_size": opts.record_size,
         "keys": opts.keys,
@@ -341,10 +343,7 @@ def run_consume(opts: PerfOptions) -> dict[str, Any]:
         # A stall is not part of the rate: the clock stops at the last record.
         elapsed = (last_record if received < opts.records else time.perf_counter()) - start
     result = {
-        "mode": "consume",
-        "topic": opts.topic,
-        "partitions": partitions,
-        "records": received,
+        **_head("consume", opts, partitions, received),
         "bytes": nbytes,
         **_rates(received, nbytes, elapsed),
     }
@@ -527,10 +526,7 @@ def run_e2e(opts: PerfOptions) -> dict[str, Any]:
         raise PerfError(f"producing failed: {report['error']}")
     stats = summarize(latencies)
     return {
-        "mode": "e2e",
-        "topic": opts.topic,
-        "partitions": partitions,
-        "records": total,
+        **_head("e2e", opts, partitions, total),
         "sent": report["sent"],
         "received": received,
         "lost": total - received,

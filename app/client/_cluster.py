@@ -21,8 +21,9 @@ behaves exactly as before cluster mode.
 
 :class:`Cluster` is plain state under a lock (shared by a consumer's polling
 thread and its heartbeat thread). The routing rules (any broker, the leader, the
-group's coordinator) are generators without I/O, written once; the ``*_sync``
-and ``*_async`` helpers drive them with the httpx client they are given.
+group's coordinator) are generators without I/O, written once (the ``*_route``
+functions); :func:`run_sync` and :func:`run_async` drive any of them with the httpx
+client they are given, e.g. ``run_sync(client, leader_route(cluster, tp, call, 0.1))``.
 """
 
 from __future__ import annotations
@@ -345,7 +346,7 @@ class _Sleep:
 Route = Generator[_Send | _Sleep, Any, T]
 
 
-def _any(cluster: Cluster, call: Call[T]) -> Route[T]:
+def any_route(cluster: Cluster, call: Call[T]) -> Route[T]:
     """``call`` at the first broker that answers (the last good one first)."""
     urls = cluster.candidates()
     for i, url in enumerate(urls):
@@ -364,16 +365,17 @@ def _any(cluster: Cluster, call: Call[T]) -> Route[T]:
     raise AssertionError("unreachable")
 
 
-def _refresh(
-    cluster: Cluster, topics: Iterable[str] | None, auto_create: bool
+def refresh_route(
+    cluster: Cluster, topics: Iterable[str] | None, auto_create: bool = False
 ) -> Route[dict[str, Any]]:
+    """The metadata of ``topics`` (None: every topic) from any broker, learnt by ``cluster``."""
     names = None if topics is None else list(topics)
-    body: dict[str, Any] = yield from _any(cluster, metadata_call(names, auto_create))
+    body: dict[str, Any] = yield from any_route(cluster, metadata_call(names, auto_create))
     cluster.update(body, names)
     return body
 
 
-def _coordinator(cluster: Cluster, group: str) -> Route[str]:
+def coordinator_route(cluster: Cluster, group: str) -> Route[str]:
     """The coordinator's URL: cached, else found with ``POST /coordinator`` at any broker."""
     url = cluster.coordinator_url(group)
     if url is not None:
@@ -391,7 +393,7 @@ def _coordinator(cluster: Cluster, group: str) -> Route[str]:
             cluster.answered(url)
             if _http.normalize_url(str(answer["url"])) != url and cluster.is_multi() is False:
                 # Is the named broker the one we reach (a single broker behind a proxy)?
-                yield from _refresh(cluster, (), False)
+                yield from refresh_route(cluster, (), False)
             return _found_coordinator(cluster, group, answer, url)
     except LogbusError as exc:
         if not _is_missing_endpoint(exc):
@@ -400,7 +402,7 @@ def _coordinator(cluster: Cluster, group: str) -> Route[str]:
     return cluster.default_url
 
 
-def _leader(cluster: Cluster, tp: TopicPartition, call: Call[T], backoff_s: float) -> Route[T]:
+def leader_route(cluster: Cluster, tp: TopicPartition, call: Call[T], backoff_s: float) -> Route[T]:
     """``call`` at ``tp``'s leader; moves of the leader are followed with a metadata refresh."""
     url = cluster.leader_url(tp)
     for attempt in range(1, ROUTED_ATTEMPTS + 1):
@@ -414,20 +416,20 @@ def _leader(cluster: Cluster, tp: TopicPartition, call: Call[T], backoff_s: floa
         if hint is None:
             yield _Sleep(backoff_s)
         try:
-            yield from _refresh(cluster, [tp.topic], False)
+            yield from refresh_route(cluster, [tp.topic], False)
         except LogbusError as refresh_error:
             log.debug("metadata refresh failed: %s", refresh_error)
         url = hint or cluster.leader_url(tp)
     raise AssertionError("unreachable")
 
 
-def _group(
-    cluster: Cluster, group: str, call: Call[T], backoff_s: float, attempts: int
+def group_route(
+    cluster: Cluster, group: str, call: Call[T], backoff_s: float, attempts: int = ROUTED_ATTEMPTS
 ) -> Route[T]:
     """``call`` at ``group``'s coordinator, found again when it moved."""
     hint: str | None = None
     for attempt in range(1, attempts + 1):
-        url = hint or (yield from _coordinator(cluster, group))
+        url = hint or (yield from coordinator_route(cluster, group))
         try:
             result: T = yield _Send(call, url)
             return result
@@ -445,7 +447,9 @@ def _group(
 # ---- the drivers ---------------------------------------------------------------
 
 
-def _drive_sync(client: httpx.Client, route: Route[T]) -> T:
+def run_sync(client: httpx.Client, route: Route[T]) -> T:
+    """``route``'s value, its calls made by blocking ``client`` requests."""
+
     def perform(op: _Send | _Sleep) -> Any:
         if isinstance(op, _Sleep):
             return time.sleep(op.seconds)
@@ -454,89 +458,12 @@ def _drive_sync(client: httpx.Client, route: Route[T]) -> T:
     return drive_sync(route, perform)
 
 
-async def _drive_async(client: httpx.AsyncClient, route: Route[T]) -> T:
+async def run_async(client: httpx.AsyncClient, route: Route[T]) -> T:
+    """``route``'s value, its calls awaited on ``client``."""
+
     async def perform(op: _Send | _Sleep) -> Any:
         if isinstance(op, _Sleep):
             return await asyncio.sleep(op.seconds)
         return await _http.run_async(client, op.call, op.url)
 
     return await drive_async(route, perform)
-
-
-# ---- sync --------------------------------------------------------------------
-
-
-def run_any_sync(client: httpx.Client, cluster: Cluster, call: Call[T]) -> T:
-    """``call`` at the first broker that answers (the last good one first)."""
-    return _drive_sync(client, _any(cluster, call))
-
-
-def refresh_sync(
-    client: httpx.Client, cluster: Cluster, topics: Iterable[str] | None, auto_create: bool = False
-) -> dict[str, Any]:
-    return _drive_sync(client, _refresh(cluster, topics, auto_create))
-
-
-def coordinator_sync(client: httpx.Client, cluster: Cluster, group: str) -> str:
-    """The coordinator's URL: cached, else found with ``POST /coordinator`` at any broker."""
-    return _drive_sync(client, _coordinator(cluster, group))
-
-
-def run_leader_sync(
-    client: httpx.Client, cluster: Cluster, tp: TopicPartition, call: Call[T], backoff_s: float
-) -> T:
-    """``call`` at ``tp``'s leader; moves of the leader are followed with a metadata refresh."""
-    return _drive_sync(client, _leader(cluster, tp, call, backoff_s))
-
-
-def run_group_sync(
-    client: httpx.Client,
-    cluster: Cluster,
-    group: str,
-    call: Call[T],
-    backoff_s: float,
-    attempts: int = ROUTED_ATTEMPTS,
-) -> T:
-    """``call`` at ``group``'s coordinator, found again when it moved."""
-    return _drive_sync(client, _group(cluster, group, call, backoff_s, attempts))
-
-
-# ---- asyncio -----------------------------------------------------------------
-
-
-async def run_any_async(client: httpx.AsyncClient, cluster: Cluster, call: Call[T]) -> T:
-    return await _drive_async(client, _any(cluster, call))
-
-
-async def refresh_async(
-    client: httpx.AsyncClient,
-    cluster: Cluster,
-    topics: Iterable[str] | None,
-    auto_create: bool = False,
-) -> dict[str, Any]:
-    return await _drive_async(client, _refresh(cluster, topics, auto_create))
-
-
-async def coordinator_async(client: httpx.AsyncClient, cluster: Cluster, group: str) -> str:
-    return await _drive_async(client, _coordinator(cluster, group))
-
-
-async def run_leader_async(
-    client: httpx.AsyncClient,
-    cluster: Cluster,
-    tp: TopicPartition,
-    call: Call[T],
-    backoff_s: float,
-) -> T:
-    return await _drive_async(client, _leader(cluster, tp, call, backoff_s))
-
-
-async def run_group_async(
-    client: httpx.AsyncClient,
-    cluster: Cluster,
-    group: str,
-    call: Call[T],
-    backoff_s: float,
-    attempts: int = ROUTED_ATTEMPTS,
-) -> T:
-    return await _drive_async(client, _group(cluster, group, call, backoff_s, attempts))

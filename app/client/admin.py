@@ -213,10 +213,12 @@ class Admin:
         )
 
     def _any(self, call: Call[T]) -> T:
-        return _cluster.run_any_sync(self._client, self._cluster, call)
+        return _cluster.run_sync(self._client, _cluster.any_route(self._cluster, call))
 
     def _group(self, group: str, call: Call[T]) -> T:
-        return _cluster.run_group_sync(self._client, self._cluster, group, call, _BACKOFF_S)
+        return _cluster.run_sync(
+            self._client, _cluster.group_route(self._cluster, group, call, _BACKOFF_S)
+        )
 
     def create_topic(
         self,
@@ -279,12 +281,14 @@ class Admin:
         at = _at(spec)
         return {
             tp: _offset_result(
-                _cluster.run_leader_sync(
+                _cluster.run_sync(
                     self._client,
-                    self._cluster,
-                    tp,
-                    _http.list_offset_call(tp.topic, tp.partition, at),
-                    _BACKOFF_S,
+                    _cluster.leader_route(
+                        self._cluster,
+                        tp,
+                        _http.list_offset_call(tp.topic, tp.partition, at),
+                        _BACKOFF_S,
+                    ),
                 )
             )
             for tp in partitions
@@ -294,7 +298,7 @@ class Admin:
         """Every group; in a cluster each broker lists the groups it coordinates, so all are asked."""
         if not self._cluster.is_multi():
             return self._any(_list_groups_call())
-        _cluster.refresh_sync(self._client, self._cluster, ())
+        _cluster.run_sync(self._client, _cluster.refresh_route(self._cluster, ()))
         found = [
             _http.run_sync(self._client, _list_groups_call(), url)
             for url in self._cluster.broker_urls()
@@ -357,10 +361,12 @@ class AsyncAdmin:
         )
 
     async def _any(self, call: Call[T]) -> T:
-        return await _cluster.run_any_async(self._client, self._cluster, call)
+        return await _cluster.run_async(self._client, _cluster.any_route(self._cluster, call))
 
     async def _group(self, group: str, call: Call[T]) -> T:
-        return await _cluster.run_group_async(self._client, self._cluster, group, call, _BACKOFF_S)
+        return await _cluster.run_async(
+            self._client, _cluster.group_route(self._cluster, group, call, _BACKOFF_S)
+        )
 
     async def create_topic(
         self,
@@ -411,12 +417,14 @@ class AsyncAdmin:
         at = _at(spec)
         out: dict[TopicPartition, OffsetAndTimestamp | None] = {}
         for tp in partitions:
-            found = await _cluster.run_leader_async(
+            found = await _cluster.run_async(
                 self._client,
-                self._cluster,
-                tp,
-                _http.list_offset_call(tp.topic, tp.partition, at),
-                _BACKOFF_S,
+                _cluster.leader_route(
+                    self._cluster,
+                    tp,
+                    _http.list_offset_call(tp.topic, tp.partition, at),
+                    _BACKOFF_S,
+                ),
             )
             out[tp] = _offset_result(found)
         return out
@@ -424,7 +432,7 @@ class AsyncAdmin:
     async def list_groups(self) -> list[GroupListing]:
         if not self._cluster.is_multi():
             return await self._any(_list_groups_call())
-        await _cluster.refresh_async(self._client, self._cluster, ())
+        await _cluster.run_async(self._client, _cluster.refresh_route(self._cluster, ()))
         found = [
             await _http.run_async(self._client, _list_groups_call(), url)
             for url in self._cluster.broker_urls()

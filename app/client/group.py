@@ -252,8 +252,11 @@ class GroupMembership(_Membership):
         self._client.close()
 
     def _run_call(self, call: _http.Call[Any], attempts: int) -> Any:
-        return _cluster.run_group_sync(
-            self._client, self._cluster, self.group_id, call, self.retry_backoff_s, attempts
+        return _cluster.run_sync(
+            self._client,
+            _cluster.group_route(
+                self._cluster, self.group_id, call, self.retry_backoff_s, attempts
+            ),
         )
 
     def _run(self) -> None:
@@ -337,8 +340,11 @@ class AsyncGroupMembership(_Membership):
         await self._client.aclose()
 
     async def _run_call(self, call: _http.Call[Any], attempts: int) -> Any:
-        return await _cluster.run_group_async(
-            self._client, self._cluster, self.group_id, call, self.retry_backoff_s, attempts
+        return await _cluster.run_async(
+            self._client,
+            _cluster.group_route(
+                self._cluster, self.group_id, call, self.retry_backoff_s, attempts
+            ),
         )
 
     async def _run(self) -> None:

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
+from dataclasses import fields as dataclass_fields
 from typing import Any
 
 import orjson
@@ -150,43 +151,24 @@ def _tps(items: list[TopicPartition]) -> list[list[Any]]:
     return [[t, p] for t, p in sorted(items)]
 
 
+# The version each value type is written with; its body is the dataclass's fields by name.
+_VALUE_VERSIONS: dict[type, int] = {
+    OffsetValue: OFFSET_VALUE_VERSION,
+    GroupValue: GROUP_VALUE_VERSION,
+    MemberValue: MEMBER_VALUE_VERSION,
+}
+# Fields holding (topic, partition) lists: written sorted, as [topic, partition] pairs.
+_TP_LIST_FIELDS = frozenset({"assigned", "revoking", "target"})
+
+
 def encode_value(value: Value) -> bytes:
-    body: dict[str, Any]
-    if isinstance(value, OffsetValue):
-        version = OFFSET_VALUE_VERSION
-        body = {
-            "offset": value.offset,
-            "leader_epoch": value.leader_epoch,
-            "metadata": value.metadata,
-            "commit_timestamp": value.commit_timestamp,
-        }
-    elif isinstance(value, GroupValue):
-        version = GROUP_VALUE_VERSION
-        body = {
-            "protocol_type": value.protocol_type,
-            "assignor": value.assignor,
-            "group_epoch": value.group_epoch,
-            "assignment_epoch": value.assignment_epoch,
-            "topics": value.topics,
-            "empty_since_ms": value.empty_since_ms,
-        }
-    else:
-        version = MEMBER_VALUE_VERSION
-        body = {
-            "member_id": value.member_id,
-            "instance_id": value.instance_id,
-            "member_epoch": value.member_epoch,
-            "previous_member_epoch": value.previous_member_epoch,
-            "subscribed_topics": value.subscribed_topics,
-            "subscribed_topic_regex": value.subscribed_topic_regex,
-            "server_assignor": value.server_assignor,
-            "rebalance_timeout_ms": value.rebalance_timeout_ms,
-            "assigned": _tps(value.assigned),
-            "revoking": _tps(value.revoking),
-            "target": _tps(value.target),
-            "left_static": value.left_static,
-        }
-    return _SHORT.pack(version) + orjson.dumps(body)
+    """The version (2 bytes) and a JSON object of every field of ``value`` by name (a field
+    added to a value class is written too; :func:`decode_value` reads it by name)."""
+    body: dict[str, Any] = {}
+    for f in dataclass_fields(value):
+        item = getattr(value, f.name)
+        body[f.name] = _tps(item) if f.name in _TP_LIST_FIELDS else item
+    return _SHORT.pack(_VALUE_VERSIONS[type(value)]) + orjson.dumps(body)
 
 
 def _tp_list(raw: Any) -> list[TopicPartition]:

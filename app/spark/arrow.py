@@ -240,7 +240,7 @@ def _leader(cluster: _cluster.Cluster, tp: TopicPartition, *, refresh: bool = Fa
     if refresh or cluster.needs_refresh([tp.topic]):
         client = _http.sync_client(cluster.default_url, int(REQUEST_TIMEOUT_S * 1000), 4)
         with client, contextlib.suppress(LogbusError):
-            _cluster.refresh_sync(client, cluster, [tp.topic])
+            _cluster.run_sync(client, _cluster.refresh_route(cluster, [tp.topic]))
     return cluster.leader_url(tp)
 
 

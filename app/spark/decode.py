@@ -114,6 +114,36 @@ def _copy_typer(
 _copy: Any = intrinsic(_copy_typer)
 
 
+@_inline
+def _span(data: U8, pos: int, end: int) -> tuple[int, int, int]:  # pragma: no cover - compiled
+    """A length-prefixed nullable field at ``pos``: its length (-1 for null), where its
+    bytes start, and the position after them; that position is -1 when the field is cut
+    or its length is below -1."""
+    n, pos = _varint(data, pos, end)
+    if pos < 0 or n < -1 or n > end - pos:
+        return 0, 0, -1
+    return n, pos, pos + max(n, 0)
+
+
+@_inline
+def _put(  # pragma: no cover - compiled
+    out: U8, at: int, valid: U8, ends: I32, i: int, data: U8, pos: int, n: int
+) -> tuple[int, int]:
+    """Entry ``i`` of a nullable binary column: the ``n`` bytes of ``data`` at ``pos``
+    copied to ``out[at:]``, or null when ``n`` is -1. The column's new length and 1 for
+    a null (0 otherwise), which the caller adds to its null count."""
+    null = 0
+    if n >= 0:
+        _copy(out, at, data, pos, n)
+        at += n
+        valid[i] = 1
+    else:
+        valid[i] = 0
+        null = 1
+    ends[i + 1] = at
+    return at, null
+
+
 @_jit
 def _decode(  # pragma: no cover - compiled
     data: U8,
@@ -177,39 +207,21 @@ def _decode(  # pragma: no cover - compiled
             if offset < lo or offset >= hi:
                 pos = rend
                 continue
-            klen, pos = _varint(data, pos, rend)
-            if pos < 0 or klen < -1 or klen > rend - pos:
+            klen, kpos, pos = _span(data, pos, rend)
+            if pos < 0:
                 return b
-            kpos = pos
-            if klen > 0:
-                pos += klen
-            vlen, pos = _varint(data, pos, rend)
-            if pos < 0 or vlen < -1 or vlen > rend - pos:
+            vlen, vpos, pos = _span(data, pos, rend)
+            if pos < 0:
                 return b
-            vpos = pos
-            if vlen > 0:
-                pos += vlen
             offsets[row] = offset
             # Spark timestamps are microseconds, Kafka's milliseconds; LogAppendTime
             # batches carry the broker's time as maxTimestamp for every record.
             timestamps[row] = (max_ts if ts_type == 1 else base_ts + ts_delta) * 1000
             ts_types[row] = ts_type
-            if klen >= 0:
-                _copy(key_data, kl, data, kpos, klen)
-                kl += klen
-                key_valid[row] = 1
-            else:
-                key_valid[row] = 0
-                knull += 1
-            key_ends[row + 1] = kl
-            if vlen >= 0:
-                _copy(value_data, vl, data, vpos, vlen)
-                vl += vlen
-                value_valid[row] = 1
-            else:
-                value_valid[row] = 0
-                vnull += 1
-            value_ends[row + 1] = vl
+            kl, null = _put(key_data, kl, key_valid, key_ends, row, data, kpos, klen)
+            knull += null
+            vl, null = _put(value_data, vl, value_valid, value_ends, row, data, vpos, vlen)
+            vnull += null
             if with_headers:
                 hcount, pos = _varint(data, pos, rend)
                 if pos < 0 or hcount < 0 or hcount > rend - pos:
@@ -222,18 +234,13 @@ def _decode(  # pragma: no cover - compiled
                     hkl += hklen
                     pos += hklen
                     hkey_ends[nh + 1] = hkl
-                    hvlen, pos = _varint(data, pos, rend)
-                    if pos < 0 or hvlen < -1 or hvlen > rend - pos:
+                    hvlen, hvpos, pos = _span(data, pos, rend)
+                    if pos < 0:
                         return b
-                    if hvlen >= 0:
-                        _copy(hvalue_data, hvl, data, pos, hvlen)
-                        hvl += hvlen
-                        pos += hvlen
-                        hvalue_valid[nh] = 1
-                    else:
-                        hvalue_valid[nh] = 0
-                        hvnull += 1
-                    hvalue_ends[nh + 1] = hvl
+                    hvl, null = _put(
+                        hvalue_data, hvl, hvalue_valid, hvalue_ends, nh, data, hvpos, hvlen
+                    )
+                    hvnull += null
                     nh += 1
                 if pos != rend:
                     return b

@@ -13,24 +13,26 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, Field
 from starlette.responses import Response
 
 from app.api.errors import error_responses
-from app.api.security import Security, identity_of, security_of
+from app.api.security import identity_of, security_of
 from app.api.util import JSONBytes
 from app.common.errors import InvalidRequest, SecurityDisabled
 from app.core.security import audit
 from app.core.security.acl import (
     AclBinding,
     AclFilter,
+    Authorizer,
     InvalidAcl,
     Operation,
     PatternType,
     Permission,
     ResourceType,
 )
+from app.core.security.store import AclStore
 
 router = APIRouter(tags=["acls"])
 
@@ -73,31 +75,12 @@ class AclList(BaseModel):
     acls: list[AclBody]
 
 
-def _security(request: Request) -> Security:
+def _acls(request: Request) -> tuple[AclStore, Authorizer]:
+    """The broker's ACL store and authorizer; SecurityDisabled when it has none."""
     security = security_of(request)
     if security is None or security.store is None or security.authorizer is None:
         raise SecurityDisabled("no authorizer is configured on this broker (authorizer=acl)")
-    return security
-
-
-def _filter(
-    resource_type: str | None,
-    resource_name: str | None,
-    pattern_type: str | None,
-    principal: str | None,
-    host: str | None,
-    operation: str | None,
-    permission: str | None,
-) -> AclFilter:
-    return AclFilter(
-        ResourceType(resource_type or "ANY"),
-        resource_name,
-        PatternType(pattern_type or "ANY"),
-        principal,
-        host,
-        Operation(operation or "ANY"),
-        Permission(permission or "ANY"),
-    )
+    return security.store, security.authorizer
 
 
 RT = Annotated[
@@ -110,6 +93,32 @@ PT = Annotated[
 ]
 OP = Annotated[Literal["ANY", OperationName] | None, Query()]
 PERM = Annotated[Literal["ANY", "ALLOW", "DENY"] | None, Query()]
+NAME = Annotated[str | None, Query(max_length=255)]
+
+
+def _filter(
+    resource_type: RT = None,
+    resource_name: NAME = None,
+    pattern_type: PT = None,
+    principal: NAME = None,
+    host: NAME = None,
+    operation: OP = None,
+    permission: PERM = None,
+) -> AclFilter:
+    """The filter the query names (a dependency of describe and delete): an absent field
+    matches any value."""
+    return AclFilter(
+        ResourceType(resource_type or "ANY"),
+        resource_name,
+        PatternType(pattern_type or "ANY"),
+        principal,
+        host,
+        Operation(operation or "ANY"),
+        Permission(permission or "ANY"),
+    )
+
+
+AclFilterQuery = Annotated[AclFilter, Depends(_filter)]
 
 
 @router.post(
@@ -123,14 +132,13 @@ PERM = Annotated[Literal["ANY", "ALLOW", "DENY"] | None, Query()]
     responses=error_responses(400, 401, 403),
 )
 async def create_acls(request: Request, body: CreateAclsBody) -> Response:
-    security = _security(request)
-    assert security.store is not None and security.authorizer is not None
+    store, authorizer = _acls(request)
     try:
         bindings = [b.binding().validate() for b in body.acls]
     except InvalidAcl as exc:
         raise InvalidRequest(str(exc)) from None
-    snapshot = await asyncio.to_thread(security.store.create, bindings)
-    security.authorizer.update(snapshot)
+    snapshot = await asyncio.to_thread(store.create, bindings)
+    authorizer.update(snapshot)
     audit.changed(
         identity_of(request).principal, "CREATE_ACLS", [str(b.to_json()) for b in bindings]
     )
@@ -144,22 +152,9 @@ async def create_acls(request: Request, body: CreateAclsBody) -> Response:
     response_model=AclList,
     responses=error_responses(400, 401, 403),
 )
-async def describe_acls(
-    request: Request,
-    resource_type: RT = None,
-    resource_name: Annotated[str | None, Query(max_length=255)] = None,
-    pattern_type: PT = None,
-    principal: Annotated[str | None, Query(max_length=255)] = None,
-    host: Annotated[str | None, Query(max_length=255)] = None,
-    operation: OP = None,
-    permission: PERM = None,
-) -> Response:
-    security = _security(request)
-    assert security.authorizer is not None
-    filt = _filter(
-        resource_type, resource_name, pattern_type, principal, host, operation, permission
-    )
-    return JSONBytes({"acls": [a.to_json() for a in security.authorizer.snapshot.select(filt)]})
+async def describe_acls(request: Request, filt: AclFilterQuery) -> Response:
+    _, authorizer = _acls(request)
+    return JSONBytes({"acls": [a.to_json() for a in authorizer.snapshot.select(filt)]})
 
 
 @router.delete(
@@ -170,23 +165,10 @@ async def describe_acls(
     response_model=AclList,
     responses=error_responses(400, 401, 403),
 )
-async def delete_acls(
-    request: Request,
-    resource_type: RT = None,
-    resource_name: Annotated[str | None, Query(max_length=255)] = None,
-    pattern_type: PT = None,
-    principal: Annotated[str | None, Query(max_length=255)] = None,
-    host: Annotated[str | None, Query(max_length=255)] = None,
-    operation: OP = None,
-    permission: PERM = None,
-) -> Response:
-    security = _security(request)
-    assert security.store is not None and security.authorizer is not None
-    filt = _filter(
-        resource_type, resource_name, pattern_type, principal, host, operation, permission
-    )
-    matched, snapshot = await asyncio.to_thread(security.store.delete, [filt])
-    security.authorizer.update(snapshot)
+async def delete_acls(request: Request, filt: AclFilterQuery) -> Response:
+    store, authorizer = _acls(request)
+    matched, snapshot = await asyncio.to_thread(store.delete, [filt])
+    authorizer.update(snapshot)
     gone = matched[0]
     audit.changed(identity_of(request).principal, "DELETE_ACLS", [str(a.to_json()) for a in gone])
     return JSONBytes({"acls": [a.to_json() for a in gone]})

@@ -81,16 +81,20 @@ class AsyncConsumer(ConsumerBase[AsyncGroupMembership]):
 
     async def _perform(self, op: Op) -> Any:
         if isinstance(op, LeaderCall):
-            return await _cluster.run_leader_async(
-                self._client, self.cluster, op.tp, op.call, self.retry_backoff_s
+            return await _cluster.run_async(
+                self._client,
+                _cluster.leader_route(self.cluster, op.tp, op.call, self.retry_backoff_s),
             )
         if isinstance(op, GroupCall):
-            return await _cluster.run_group_async(
-                self._client, self.cluster, op.group_id, op.call, self.retry_backoff_s
+            return await _cluster.run_async(
+                self._client,
+                _cluster.group_route(self.cluster, op.group_id, op.call, self.retry_backoff_s),
             )
         if isinstance(op, BeatNow):
             return await self._membership().beat_now(op.timeout_s)
-        return await _cluster.refresh_async(self._client, self.cluster, op.topics)
+        return await _cluster.run_async(
+            self._client, _cluster.refresh_route(self.cluster, op.topics)
+        )
 
     def _join(self, group_id: str, settings: dict[str, Any]) -> AsyncGroupMembership:
         group = AsyncGroupMembership(self.cluster, group_id, transport=self._transport, **settings)

@@ -93,17 +93,19 @@ class Consumer(ConsumerBase[GroupMembership]):
 
     def _perform(self, op: Op) -> Any:
         if isinstance(op, LeaderCall):
-            return _cluster.run_leader_sync(
-                self._client, self.cluster, op.tp, op.call, self.retry_backoff_s
+            return _cluster.run_sync(
+                self._client,
+                _cluster.leader_route(self.cluster, op.tp, op.call, self.retry_backoff_s),
             )
         if isinstance(op, GroupCall):
             # At the group's coordinator (found again when it moves).
-            return _cluster.run_group_sync(
-                self._client, self.cluster, op.group_id, op.call, self.retry_backoff_s
+            return _cluster.run_sync(
+                self._client,
+                _cluster.group_route(self.cluster, op.group_id, op.call, self.retry_backoff_s),
             )
         if isinstance(op, BeatNow):
             return self._membership().beat_now(op.timeout_s)
-        return _cluster.refresh_sync(self._client, self.cluster, op.topics)
+        return _cluster.run_sync(self._client, _cluster.refresh_route(self.cluster, op.topics))
 
     def _join(self, group_id: str, settings: dict[str, Any]) -> GroupMembership:
         group = GroupMembership(self.cluster, group_id, **settings)

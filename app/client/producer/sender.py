@@ -65,8 +65,8 @@ async def init_idempotence(
     if cfg.enable_idempotence is False or cfg.acks == "0":
         return
     try:
-        producer_id, epoch = await _cluster.run_any_async(
-            client, cluster, _http.init_producer_call()
+        producer_id, epoch = await _cluster.run_async(
+            client, _cluster.any_route(cluster, _http.init_producer_call())
         )
     except LogbusError as exc:
         if getattr(exc, "status", None) not in (404, 405):
@@ -175,7 +175,9 @@ class Sender:
     async def refresh(self, topic: str) -> int:
         """The topic's partition count and leaders from ``GET /metadata`` (creating the topic
         if the broker allows it, as Kafka's producer metadata request)."""
-        body = await _cluster.refresh_async(self.client, self.cluster, [topic], auto_create=True)
+        body = await _cluster.run_async(
+            self.client, _cluster.refresh_route(self.cluster, [topic], auto_create=True)
+        )
         for t in body["topics"]:
             if t["name"] == topic:
                 n = len(t["partitions"])
@@ -193,7 +195,7 @@ class Sender:
 
     async def _refresh_quietly(self, topics: list[str]) -> None:
         try:
-            await _cluster.refresh_async(self.client, self.cluster, topics)
+            await _cluster.run_async(self.client, _cluster.refresh_route(self.cluster, topics))
         except LogbusError as exc:
             log.debug("metadata refresh failed: %s", exc)
             return
