@@ -87,6 +87,11 @@ SMALL_BYTES = 256 * 1024
 SMALL_SHARE = 16
 # Released since the last trim before the broker hands free memory back (malloc_trim).
 TRIM_AFTER_BYTES = 32 * MIB
+# Or connections closed since the last trim: a closing WebSocket frees what the budget
+# never saw (its transport's write buffer, parser and protocol state), so a crowd leaving
+# must trim even when no reservation was released meanwhile (measured: 1,000 never-reading
+# subscribers leaving left RSS where it was with them connected, until a trim).
+TRIM_AFTER_CLOSES = 16
 # Default budget: a quarter of physical memory, between these bounds.
 DEFAULT_MIN_BYTES = 64 * MIB
 DEFAULT_MAX_BYTES = 512 * MIB
@@ -230,6 +235,7 @@ class MemoryBudget:
         self.waits = 0
         self._waiters: deque[_Waiter] = deque()
         self._released_since_trim = 0
+        self._closed_since_trim = 0
         self._trim_scheduled = False
         self.trims = 0
 
@@ -304,6 +310,13 @@ class MemoryBudget:
         if self._released_since_trim >= TRIM_AFTER_BYTES:
             self._schedule_trim()
 
+    def connection_closed(self) -> None:
+        """A connection ended (its buffers are free now): after ``TRIM_AFTER_CLOSES`` of them,
+        the next quiet moment hands free memory back. Called from the event loop."""
+        self._closed_since_trim += 1
+        if self._closed_since_trim >= TRIM_AFTER_CLOSES:
+            self._schedule_trim()
+
     def _serve_waiters(self) -> None:
         while self._waiters:
             head = self._waiters[0]
@@ -328,6 +341,7 @@ class MemoryBudget:
         if self.used > self.limit // 2:
             return  # busy: the next quiet moment trims
         self._released_since_trim = 0
+        self._closed_since_trim = 0
         if release_free_memory():
             self.trims += 1
             logger.debug("memory budget idle: free malloc arena pages returned to the system")

@@ -124,3 +124,27 @@ async def _test_a_cancelled_waiter_gives_its_grant_back() -> None:
     first.release()
     await asyncio.sleep(0.01)
     assert budget.used == 0
+
+
+def test_many_connections_closing_trim_once_a_moment_later() -> None:
+    """Closing sockets free memory the budget never reserved (transport buffers, protocol
+    state): a crowd leaving hands it back to the system even with no reservation released;
+    a few closes do not trim (glibc only: elsewhere there is nothing to trim)."""
+    from app.api.memory import TRIM_AFTER_CLOSES, release_free_memory
+
+    if not release_free_memory():
+        pytest.skip("not glibc: no malloc_trim")
+
+    async def main() -> tuple[int, int]:
+        budget = MemoryBudget(LIMIT)
+        for _ in range(TRIM_AFTER_CLOSES - 1):
+            budget.connection_closed()
+        await asyncio.sleep(1.2)
+        few = budget.trims
+        for _ in range(2 * TRIM_AFTER_CLOSES):
+            budget.connection_closed()
+        await asyncio.sleep(1.2)
+        return few, budget.trims
+
+    few, many = asyncio.run(main())
+    assert (few, many) == (0, 1)
