@@ -128,6 +128,35 @@ def _load_malloc_trim() -> Callable[[int], int] | None:
 
 _MALLOC_TRIM = _load_malloc_trim()
 
+# glibc's mallopt parameter numbers (malloc.h).
+_M_MMAP_THRESHOLD = -3
+# Allocations at least this large get pages of their own (mmap), returned to the system
+# the moment they are freed: what glibc does by default until the first such block is
+# freed, after which it raises the threshold (up to 32 MiB) and serves later large blocks
+# (request bodies, rendered answers, WebSocket frames) from its heaps, where one live small
+# object keeps their pages. Setting it fixes it (mallopt turns the adjustment off).
+MMAP_THRESHOLD_BYTES = 128 * 1024
+
+
+def tune_allocator() -> bool:
+    """Fix glibc's mmap threshold at ``MMAP_THRESHOLD_BYTES`` (see there), unless the
+    operator chose one (``MALLOC_MMAP_THRESHOLD_`` or ``GLIBC_TUNABLES``); False where
+    not glibc or left alone. Called once at startup, before worker threads exist."""
+    if "MALLOC_MMAP_THRESHOLD_" in os.environ or "mmap_threshold" in os.environ.get(
+        "GLIBC_TUNABLES", ""
+    ):
+        return False
+    name = ctypes.util.find_library("c")
+    if not name:
+        return False
+    try:
+        mallopt = ctypes.CDLL(name).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
+
 
 def release_free_memory() -> bool:
     """Hand free malloc arena pages back to the system; False where not glibc."""

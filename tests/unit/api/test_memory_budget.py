@@ -148,3 +148,19 @@ def test_many_connections_closing_trim_once_a_moment_later() -> None:
 
     few, many = asyncio.run(main())
     assert (few, many) == (0, 1)
+
+
+def test_tune_allocator_fixes_the_mmap_threshold_unless_the_operator_chose(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from app.api.memory import release_free_memory, tune_allocator
+
+    if not release_free_memory():
+        pytest.skip("not glibc: no mallopt")
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "65536")
+    assert tune_allocator() is False
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_")
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.mmap_threshold=65536")
+    assert tune_allocator() is False
+    monkeypatch.delenv("GLIBC_TUNABLES")
+    assert tune_allocator() is True
