@@ -708,6 +708,8 @@ def build_config(
         server_header=False,
         ws_ping_interval=ping_interval,
         ws_ping_timeout=ping_timeout,
+        # Per-socket zlib state and per-socket compression of shared frames (config.py).
+        ws_per_message_deflate=settings.ws_compression,
         **tls_options(settings),
     )
 
