@@ -324,6 +324,12 @@ class MemoryBudget:
             await asyncio.wait_for(asyncio.shield(future), wait)
         except TimeoutError:
             pass
+        except BaseException:
+            # Cancelled after the grant arrived but before this task resumed (a crowd of
+            # subscribers leaving at once as others release): nobody else will release it.
+            if future.done() and not future.cancelled():
+                future.result().release()
+            raise
         finally:
             waiter.cancel()
             if not future.done():
