@@ -87,6 +87,11 @@ SMALL_BYTES = 256 * 1024
 SMALL_SHARE = 16
 # Released since the last trim before the broker hands free memory back (malloc_trim).
 TRIM_AFTER_BYTES = 32 * MIB
+# Or connections closed since the last trim: a closing WebSocket frees what the budget
+# never saw (its transport's write buffer, parser and protocol state), so a crowd leaving
+# must trim even when no reservation was released meanwhile (measured: 1,000 never-reading
+# subscribers leaving left RSS where it was with them connected, until a trim).
+TRIM_AFTER_CLOSES = 16
 # Default budget: a quarter of physical memory, between these bounds.
 DEFAULT_MIN_BYTES = 64 * MIB
 DEFAULT_MAX_BYTES = 512 * MIB
@@ -122,6 +127,35 @@ def _load_malloc_trim() -> Callable[[int], int] | None:
 
 
 _MALLOC_TRIM = _load_malloc_trim()
+
+# glibc's mallopt parameter numbers (malloc.h).
+_M_MMAP_THRESHOLD = -3
+# Allocations at least this large get pages of their own (mmap), returned to the system
+# the moment they are freed: what glibc does by default until the first such block is
+# freed, after which it raises the threshold (up to 32 MiB) and serves later large blocks
+# (request bodies, rendered answers, WebSocket frames) from its heaps, where one live small
+# object keeps their pages. Setting it fixes it (mallopt turns the adjustment off).
+MMAP_THRESHOLD_BYTES = 128 * 1024
+
+
+def tune_allocator() -> bool:
+    """Fix glibc's mmap threshold at ``MMAP_THRESHOLD_BYTES`` (see there), unless the
+    operator chose one (``MALLOC_MMAP_THRESHOLD_`` or ``GLIBC_TUNABLES``); False where
+    not glibc or left alone. Called once at startup, before worker threads exist."""
+    if "MALLOC_MMAP_THRESHOLD_" in os.environ or "mmap_threshold" in os.environ.get(
+        "GLIBC_TUNABLES", ""
+    ):
+        return False
+    name = ctypes.util.find_library("c")
+    if not name:
+        return False
+    try:
+        mallopt = ctypes.CDLL(name).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
 
 
 def release_free_memory() -> bool:
@@ -230,6 +264,7 @@ class MemoryBudget:
         self.waits = 0
         self._waiters: deque[_Waiter] = deque()
         self._released_since_trim = 0
+        self._closed_since_trim = 0
         self._trim_scheduled = False
         self.trims = 0
 
@@ -289,6 +324,12 @@ class MemoryBudget:
             await asyncio.wait_for(asyncio.shield(future), wait)
         except TimeoutError:
             pass
+        except BaseException:
+            # Cancelled after the grant arrived but before this task resumed (a crowd of
+            # subscribers leaving at once as others release): nobody else will release it.
+            if future.done() and not future.cancelled():
+                future.result().release()
+            raise
         finally:
             waiter.cancel()
             if not future.done():
@@ -302,6 +343,13 @@ class MemoryBudget:
         self._released_since_trim += size
         self._serve_waiters()
         if self._released_since_trim >= TRIM_AFTER_BYTES:
+            self._schedule_trim()
+
+    def connection_closed(self) -> None:
+        """A connection ended (its buffers are free now): after ``TRIM_AFTER_CLOSES`` of them,
+        the next quiet moment hands free memory back. Called from the event loop."""
+        self._closed_since_trim += 1
+        if self._closed_since_trim >= TRIM_AFTER_CLOSES:
             self._schedule_trim()
 
     def _serve_waiters(self) -> None:
@@ -328,6 +376,7 @@ class MemoryBudget:
         if self.used > self.limit // 2:
             return  # busy: the next quiet moment trims
         self._released_since_trim = 0
+        self._closed_since_trim = 0
         if release_free_memory():
             self.trims += 1
             logger.debug("memory budget idle: free malloc arena pages returned to the system")

@@ -69,7 +69,13 @@ from app.api.limits import (
     RequestReadTimeout,
     head_bytes,
 )
-from app.api.memory import DRAINED_EXTENSION, JSON_BODY_FACTOR, MemoryBudget, Reservation
+from app.api.memory import (
+    DRAINED_EXTENSION,
+    JSON_BODY_FACTOR,
+    MemoryBudget,
+    Reservation,
+    tune_allocator,
+)
 from app.api.zerocopy import COPY_BYTES, ZEROCOPY_BYTES, ZEROCOPY_EXTENSION, pread_exactly
 from app.common import errors as core
 
@@ -680,6 +686,8 @@ def build_config(
     from app.api import create_app
 
     settings.check_network_exposure()
+    # Large freed blocks go back to the system at once (app/api/memory.py).
+    tune_allocator()
 
     if zerocopy is None:
         zerocopy = _zerocopy_from_env()
@@ -715,6 +723,8 @@ def build_config(
         server_header=False,
         ws_ping_interval=ping_interval,
         ws_ping_timeout=ping_timeout,
+        # Per-socket zlib state and per-socket compression of shared frames (config.py).
+        ws_per_message_deflate=settings.ws_compression,
         **tls_options(settings),
     )
 

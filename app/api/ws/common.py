@@ -104,6 +104,8 @@ async def serve(
         stats.connections[endpoint] -= 1
         if expiry is not None:
             expiry.cancel()
+        # Its buffers go with it; many leaving at once trim (app/api/memory.py).
+        state.memory.connection_closed()
 
 
 async def send_text(ws: WebSocket, text: str) -> None:

@@ -154,6 +154,24 @@ class FrameCache:
             OrderedDict()
         )
         self._bytes = 0
+        # Sockets using the cache: when the last leaves, nobody will ask for its frames.
+        self.users = 0
+
+    @property
+    def held_bytes(self) -> int:
+        return self._bytes
+
+    def join(self) -> None:
+        self.users += 1
+
+    def leave(self) -> None:
+        """A socket is done with the cache; the last one out empties it (up to
+        FRAME_CACHE_BYTES otherwise stay alive with no subscriber to share them)."""
+        self.users -= 1
+        if self.users == 0:
+            # Renders in flight still finish: their futures stay with their waiters.
+            self._entries.clear()
+            self._bytes = 0
 
     async def get(
         self,
@@ -720,6 +738,10 @@ async def endpoint(ws: WebSocket) -> None:
     async def run(state: AppState, stats: WsStats, idle: float) -> None:
         assert state.manager is not None  # common.serve checked it
         frames: FrameCache = ws.app.state.logbus_ws_frames
-        await Subscription(ws, state, state.manager, stats, idle, frames).run()
+        frames.join()
+        try:
+            await Subscription(ws, state, state.manager, stats, idle, frames).run()
+        finally:
+            frames.leave()
 
     await common.serve(ws, "subscribe", run)

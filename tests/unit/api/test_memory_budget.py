@@ -124,3 +124,63 @@ async def _test_a_cancelled_waiter_gives_its_grant_back() -> None:
     first.release()
     await asyncio.sleep(0.01)
     assert budget.used == 0
+
+
+def test_many_connections_closing_trim_once_a_moment_later() -> None:
+    """Closing sockets free memory the budget never reserved (transport buffers, protocol
+    state): a crowd leaving hands it back to the system even with no reservation released;
+    a few closes do not trim (glibc only: elsewhere there is nothing to trim)."""
+    from app.api.memory import TRIM_AFTER_CLOSES, release_free_memory
+
+    if not release_free_memory():
+        pytest.skip("not glibc: no malloc_trim")
+
+    async def main() -> tuple[int, int]:
+        budget = MemoryBudget(LIMIT)
+        for _ in range(TRIM_AFTER_CLOSES - 1):
+            budget.connection_closed()
+        await asyncio.sleep(1.2)
+        few = budget.trims
+        for _ in range(2 * TRIM_AFTER_CLOSES):
+            budget.connection_closed()
+        await asyncio.sleep(1.2)
+        return few, budget.trims
+
+    few, many = asyncio.run(main())
+    assert (few, many) == (0, 1)
+
+
+def test_tune_allocator_fixes_the_mmap_threshold_unless_the_operator_chose(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from app.api.memory import release_free_memory, tune_allocator
+
+    if not release_free_memory():
+        pytest.skip("not glibc: no mallopt")
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "65536")
+    assert tune_allocator() is False
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_")
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.mmap_threshold=65536")
+    assert tune_allocator() is False
+    monkeypatch.delenv("GLIBC_TUNABLES")
+    assert tune_allocator() is True
+
+
+def test_a_waiter_cancelled_after_its_grant_arrived_gives_it_back() -> None:
+    """Issue #12: 1,000 subscribers leaving at once left 54 MB of a 64 MB budget reserved
+    forever (pumps cancelled between the grant and their wake-up), so later crowds waited
+    and the broker never went quiet enough to trim."""
+
+    async def main() -> int:
+        budget = MemoryBudget(LIMIT)
+        held = budget.try_reserve(LIMIT)
+        assert held is not None
+        task = asyncio.create_task(budget.reserve(BIG, timeout_s=None))
+        await asyncio.sleep(0)  # queued as a waiter
+        held.release()  # grants it: the grant is handed over on the next loop turn
+        task.cancel()  # the pump is cancelled before it resumes
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return budget.used
+
+    assert asyncio.run(main()) == 0
