@@ -31,6 +31,13 @@ This works on both the standard asyncio loop and uvloop (we only need the
 socket's fd, ``add_writer`` and the transport's write-buffer size), so the
 default loop stays uvicorn's ``auto`` (uvloop when installed).
 
+Both protocols answer each request through :func:`single_write`: the response head is
+held until the first body bytes and both leave in one ``transport.write`` (uvicorn writes
+them separately: two sends, and on loopback two wake-ups of the reader, per small answer).
+The bytes are uvicorn's own, only the number of writes changes (a property test compares
+them with uvicorn's plain path); the same per-request send wrapper routes zero-copy
+messages.
+
 Both protocols are :class:`GuardedHttpToolsProtocol`s: before a request reaches the app
 they enforce the listener's limits (:mod:`app.api.limits`): connections in total and per
 address, idle, header and body timeouts, the size and count of headers and the declared
@@ -49,7 +56,7 @@ import signal
 import ssl
 import sys
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from types import FrameType
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -120,6 +127,107 @@ class _Refused(Exception):
     def __init__(self, error: core.LogbusError) -> None:
         super().__init__(error.message)
         self.error = error
+
+
+# Bodies up to this size go out with their response head in one ``transport.write``:
+# joining copies the body, which costs less than a second send (a syscall and, on
+# loopback, waking the reader twice) up to well past a typical JSON answer.
+SINGLE_WRITE_MAX_BODY_BYTES = 64 * 1024
+
+
+class HeadWithBody:
+    """The transport a request's :class:`RequestResponseCycle` writes to: it holds the
+    response head until the first body bytes, then writes both with one ``write``.
+
+    uvicorn writes the head on ``http.response.start`` and the body on each
+    ``http.response.body``, two sends per small answer. Here the first write after the
+    cycle's ``response_started`` is set (uvicorn writes the head synchronously right after
+    setting it, so nothing else can write in between) is held; the next write (a body, or
+    a chunk and its framing) is appended to it, or follows it as its own write when it is
+    larger than :data:`SINGLE_WRITE_MAX_BODY_BYTES`. The bytes and their order on the wire
+    are exactly uvicorn's; only how many writes carry them changes.
+
+    A held head never stays behind: :meth:`flush` runs after every ASGI message but the
+    start (a ``HEAD`` answer has no body write), before a zero-copy body and on
+    :meth:`close`. Everything else is the real transport's (one event loop: no locking).
+    """
+
+    __slots__ = ("_cycle", "_head", "transport")
+
+    def __init__(self, transport: asyncio.Transport, cycle: RequestResponseCycle) -> None:
+        self.transport = transport
+        # Until the head is written. The cycle holds this object as its transport: the
+        # reference is dropped as soon as the head is seen, or each request would leave a
+        # reference cycle (cycle, scope, body) to the garbage collector, which cost more
+        # CPU than the saved write.
+        self._cycle: RequestResponseCycle | None = cycle
+        self._head: bytes | None = None
+
+    def write(self, data: bytes) -> None:
+        cycle = self._cycle
+        if cycle is not None and cycle.response_started:
+            self._cycle = None
+            self._head = data
+            return
+        head = self._head
+        if head is not None:
+            self._head = None
+            if len(data) <= SINGLE_WRITE_MAX_BODY_BYTES:
+                self.transport.write(head + data)
+                return
+            self.transport.write(head)
+        self.transport.write(data)
+
+    def flush(self) -> None:
+        """Write the held head, if any."""
+        head = self._head
+        if head is not None:
+            self._head = None
+            self.transport.write(head)
+
+    def close(self) -> None:
+        self.flush()
+        self.transport.close()
+
+    def is_closing(self) -> bool:
+        return self.transport.is_closing()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.transport, name)
+
+
+SendExtension = Callable[[RequestResponseCycle, dict[str, Any]], Awaitable[None]]
+
+
+def single_write(
+    app: ASGI3Application, cycle: RequestResponseCycle, extension: SendExtension | None = None
+) -> ASGI3Application:
+    """``app`` answering through ``cycle`` with its head and first body bytes in one write.
+
+    Installs :class:`HeadWithBody` as the cycle's transport and gives ``app`` a send that
+    flushes a held head after every message but the start. ``extension``: the handler of
+    ``http.response.zerocopysend`` messages (the zero-copy protocol's), called after the
+    head is flushed; None: such messages go to uvicorn, which refuses them.
+    """
+    out = HeadWithBody(cycle.transport, cycle)
+    cycle.transport = out  # type: ignore[assignment]  # duck-typed: write/close/is_closing
+    cycle_send = cycle.send
+
+    async def send(message: Any) -> None:
+        kind = message["type"]
+        if kind == "http.response.start":
+            await cycle_send(message)
+        elif extension is not None and kind == ZEROCOPY_EXTENSION:
+            out.flush()
+            await extension(cycle, message)
+        else:
+            await cycle_send(message)
+            out.flush()
+
+    async def with_send(scope: Scope, receive: ASGIReceiveCallable, _send: Any) -> None:
+        await app(scope, receive, send)
+
+    return with_send
 
 
 # DRAINED_EXTENSION: how an answer learns that the client has taken it:
@@ -227,6 +335,15 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._drained.append(callback)
         else:
             self.loop.call_soon(callback)
+
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
+        # Every request (pipelined ones included) starts here: one send wrapper per
+        # request gives the single-write head (HeadWithBody) and, in the zero-copy
+        # protocol, the sendfile extension, without copying uvicorn code.
+        super()._start_asgi_task(cycle, single_write(app, cycle, self._send_extension))
+
+    # The zero-copy protocol's handler of ``http.response.zerocopysend``; None: not offered.
+    _send_extension: SendExtension | None = None
 
     def on_response_complete(self) -> None:
         if self._body_memory:
@@ -485,6 +602,7 @@ class ZeroCopyHttpToolsProtocol(GuardedHttpToolsProtocol):
         self._zerocopy_ok = (
             _CAN_WRAP_SEND and not is_ssl(transport) and self._socket_fd(transport) >= 0
         )
+        self._send_extension = self._send_file if self._zerocopy_ok else None
 
     @staticmethod
     def _socket_fd(transport: asyncio.BaseTransport) -> int:
@@ -495,27 +613,6 @@ class ZeroCopyHttpToolsProtocol(GuardedHttpToolsProtocol):
         super().on_message_begin()
         if self._zerocopy_ok:
             self.scope["extensions"][ZEROCOPY_EXTENSION] = {}
-
-    def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
-        # Every request (pipelined ones included) starts here, so wrapping the
-        # app's send in one place covers them all without copying uvicorn code.
-        if self._zerocopy_ok:
-            app = self._with_zerocopy(app, cycle)
-        super()._start_asgi_task(cycle, app)
-
-    def _with_zerocopy(
-        self, app: ASGI3Application, cycle: RequestResponseCycle
-    ) -> ASGI3Application:
-        async def zerocopy_app(scope: Scope, receive: ASGIReceiveCallable, send: Any) -> None:
-            async def zerocopy_send(message: Any) -> None:
-                if message["type"] == ZEROCOPY_EXTENSION:
-                    await self._send_file(cycle, message)
-                else:
-                    await send(message)
-
-            await app(scope, receive, zerocopy_send)
-
-        return zerocopy_app
 
     async def _send_file(self, cycle: RequestResponseCycle, message: dict[str, Any]) -> None:
         if cycle.flow.write_paused and not cycle.disconnected:
