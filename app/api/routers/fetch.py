@@ -9,7 +9,6 @@ sleep loop. The binary answer is the file bytes themselves, sent with
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -37,6 +36,7 @@ from app.api.util import (
     run_blocking,
 )
 from app.api.zerocopy import ZeroCopyResponse
+from app.common.aio import wait_event
 from app.common.batch import compute_crc, decode_records, iter_headers
 from app.common.errors import StoredBatchCorrupt, UnknownTopicOrPartition
 from app.core.replication.auth import HEADER as REPLICA_AUTH_HEADER
@@ -115,8 +115,9 @@ async def wait_for_data(
             remaining = deadline - loop.time()
             if info.size >= min_bytes or remaining <= 0 or waiters.closed:
                 return info
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(event.wait(), remaining)
+            # Not wait_for(event.wait()): on 3.11 it can drop the cancellation of a
+            # long poll whose client went away (app/common/aio.py).
+            await wait_event(event, remaining)
     finally:
         waiters.unregister(log, event)
 

@@ -28,7 +28,6 @@ called on that loop (the blocking producer hops with ``call_soon_threadsafe``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import time
@@ -49,6 +48,7 @@ from app.client.producer.accumulator import RecordAccumulator
 from app.client.producer.batch import ProducerBatch
 from app.client.producer.config import ProducerConfig
 from app.client.types import TopicPartition
+from app.common.aio import wait_event
 from app.common.errors import InvalidRequest, LogbusError, UnknownTopicOrPartition
 
 log = logging.getLogger(__name__)
@@ -133,8 +133,7 @@ class Sender:
                 log.debug("InitProducerId failed (%s); retrying in %.3f s", exc, pause)
                 # stop() sets the wake-up: closing must not wait out the backoff.
                 self._wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), pause)
+                await wait_event(self._wake, pause)
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
