@@ -71,6 +71,24 @@ def split_connect(connect: str) -> tuple[str, str]:
     return hosts, ("/" + chroot.rstrip("/")) if slash and chroot.strip("/") else ""
 
 
+def ensure_chroot(connect: str, timeout_s: float) -> None:
+    """Create the connect string's chroot (``/logbus`` of ``h:2181/logbus``) if missing.
+
+    kazoo does not create a missing chroot, and every client under it (the cluster
+    store, the ACL and quota stores) would fail; a root-level client does, once.
+    """
+    hosts, chroot = split_connect(connect)
+    if not chroot:
+        return
+    root = KazooClient(hosts=hosts, timeout=timeout_s)
+    root.start(timeout=timeout_s)
+    try:
+        root.ensure_path(chroot)
+    finally:
+        root.stop()
+        root.close()
+
+
 def _needs_zookeeper(what: str) -> Callable[[F], F]:
     """Answer ZooKeeperUnavailable at once while disconnected, instead of a kazoo call that
     waits for the connection to return (a request would hang for the whole outage), and
@@ -125,16 +143,7 @@ class ZkStore:
         self._session_listeners.append(cb)
 
     def start(self, timeout_s: float = 30.0) -> None:
-        hosts, chroot = split_connect(self.connect)
-        if chroot:
-            # kazoo does not create a missing chroot; a root-level client does.
-            root = KazooClient(hosts=hosts, timeout=self.session_timeout_ms / 1000)
-            root.start(timeout=timeout_s)
-            try:
-                root.ensure_path(chroot)
-            finally:
-                root.stop()
-                root.close()
+        ensure_chroot(self.connect, timeout_s)
         self.client.start(timeout=timeout_s)
         for path in (BROKERS, TOPICS, "/cluster"):
             self.client.ensure_path(path)

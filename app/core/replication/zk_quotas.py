@@ -31,7 +31,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch
 
-from app.core.replication.zk import split_connect
+from app.core.replication.zk import ensure_chroot
 from app.core.security.quotas import DEFAULT, Entity, QuotaConfig, check_values
 
 _log = logging.getLogger(__name__)
@@ -73,23 +73,14 @@ class ZkQuotaStore:
     :class:`app.core.security.quotas.FileQuotaStore`."""
 
     def __init__(self, connect: str, session_timeout_ms: int) -> None:
-        hosts, chroot = split_connect(connect)
-        self._root_hosts = hosts
-        self._chroot = chroot
+        self._connect = connect
         self.client = KazooClient(hosts=connect, timeout=session_timeout_ms / 1000)
         self._lock = threading.Lock()
         self._config = QuotaConfig()
         self._listeners: list[Callable[[QuotaConfig], None]] = []
 
     def start(self, timeout_s: float = 30.0) -> None:
-        if self._chroot:
-            root = KazooClient(hosts=self._root_hosts)
-            root.start(timeout=timeout_s)
-            try:
-                root.ensure_path(self._chroot)
-            finally:
-                root.stop()
-                root.close()
+        ensure_chroot(self._connect, timeout_s)
         self.client.start(timeout=timeout_s)
         for path in (USERS, CLIENTS, CHANGES):
             self.client.ensure_path(path)
