@@ -50,19 +50,23 @@ Compaction (``cleanup.policy`` with ``compact``, driven by
 :mod:`app.core.log.cleaner`) copies segments without the log's lock and takes
 it only in :meth:`Log.replace_segments` to swap the copy in; appends to a
 compacted topic must carry a key in every record (Kafka's rule).
+
+Where the parts live: this module appends, reads, truncates, flushes and
+keeps the offsets; :mod:`app.core.log.view` is the segment snapshot readers
+work from (the read loop, the ``.txnindex`` and timestamp lookups);
+:mod:`app.core.log.log_cleanup` (a base class of :class:`Log`) removes and
+replaces segments (retention, the compaction swap, delayed file deletion).
 """
 
 from __future__ import annotations
 
 import bisect
-import contextlib
 import dataclasses
 import logging
 import os
 import threading
 from array import array
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.common.batch import (
@@ -87,14 +91,9 @@ from app.core.log.checkpoint import fsync_dir
 from app.core.log.compact_batch import require_keys
 from app.core.log.config import LogConfig
 from app.core.log.epoch import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
-from app.core.log.fileslice import FileSlice, SegmentFile
-from app.core.log.loader import (
-    CLEANED_SUFFIX,
-    SWAP_SUFFIX,
-    load_segments,
-    swap_marker,
-    write_swap_marker,
-)
+from app.core.log.fileslice import FileSlice
+from app.core.log.loader import load_segments
+from app.core.log.log_cleanup import LogCleanup
 from app.core.log.producer_state import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     ProducerAppend,
@@ -103,9 +102,9 @@ from app.core.log.producer_state import (
     without_duplicates,
 )
 from app.core.log.results import AppendInfo, FetchInfo, duplicate_info, offsets_of
-from app.core.log.retention import deletable_prefix
 from app.core.log.segment import BatchInfo, LogSegment, now_ms
 from app.core.log.txn_index import AbortedTxn
+from app.core.log.view import SegmentView
 
 __all__ = [
     "READ_COMMITTED",
@@ -129,14 +128,6 @@ _NO_UNSTABLE = 1 << 62
 AppendListener = Callable[["Log"], None]
 
 
-@dataclass(slots=True)
-class _View:
-    """What readers snapshot: base offsets (for bisect) and segments, never mutated."""
-
-    bases: array[int] = field(default_factory=lambda: array("q"))
-    segments: list[LogSegment] = field(default_factory=list)
-
-
 def parse_log_dir_name(name: str) -> tuple[str, int]:
     """``orders-3`` -> ``("orders", 3)``; raises ValueError."""
     topic, sep, partition = name.rpartition("-")
@@ -153,7 +144,7 @@ def _check_client_transactional(attributes: int, producer_id: int) -> None:
         raise InvalidRecord("a transactional batch (attribute bit 4) needs a producer id")
 
 
-class Log:
+class Log(LogCleanup):
     """One partition's log; see the module docstring for durability and concurrency."""
 
     def __init__(
@@ -193,7 +184,7 @@ class Log:
         )
         self.truncated_bytes_on_load = loaded.truncated_bytes
         self.recovered_segments_on_load = loaded.recovered_segments
-        self._view = _View(array("q", [s.base_offset for s in loaded.segments]), loaded.segments)
+        self._view = SegmentView.of(loaded.segments)
         self._log_start_offset = loaded.log_start_offset
         self._log_end_offset = loaded.segments[-1].next_offset
         self._high_watermark = self._log_end_offset
@@ -493,9 +484,6 @@ class Log:
             self._snapshot_producer_state(base_offset)
         return seg
 
-    def _set_view(self, bases: array[int], segments: list[LogSegment]) -> None:
-        self._view = _View(bases, segments)
-
     # -- listeners ---------------------------------------------------------------
 
     def add_append_listener(self, cb: AppendListener) -> None:
@@ -541,7 +529,7 @@ class Log:
             except SegmentClosed:
                 self._after_closed_segment(view)
 
-    def _after_closed_segment(self, view: _View) -> None:
+    def _after_closed_segment(self, view: SegmentView) -> None:
         """A read met a segment closed under it: go on once the segments changed.
 
         Every deletion happens under the log's lock with the view change, so
@@ -566,28 +554,7 @@ class Log:
         if offset < start or offset > end:
             raise OffsetOutOfRange(self.topic, self.partition, offset, start, end)
         limit = hw if max_offset is None else max_offset
-        slices: list[FileSlice] = []
-        total = 0
-        if offset < limit:
-            bases, segments = view.bases, view.segments
-            i = max(bisect.bisect_right(bases, offset) - 1, 0)
-            budget = max_bytes
-            current = offset
-            while i < len(segments):
-                seg = segments[i]
-                piece = seg.read(current, max(budget, 0), limit, min_one=not slices)
-                if piece is not None:
-                    if piece.length == 0:
-                        break
-                    slices.append(piece)
-                    total += piece.length
-                    budget -= piece.length
-                    if budget <= 0 or piece.position + piece.length < seg.size:
-                        break
-                i += 1
-                if i >= len(segments) or bases[i] >= limit:
-                    break
-                current = bases[i]
+        slices, total = view.read(offset, max_bytes, limit)
         return FetchInfo(slices, total, hw, start, end, min(self._first_unstable, hw))
 
     def _read_committed(self, offset: int, max_bytes: int, max_offset: int | None) -> FetchInfo:
@@ -602,24 +569,9 @@ class Log:
         )
 
     def aborted_transactions(self, start: int, upper_bound: int) -> list[AbortedTxn]:
-        """Aborted transactions overlapping ``[start, upper_bound)``, oldest marker first.
-
-        Searches the ``.txnindex`` of the segment holding ``start`` and the later
-        ones until an entry's last stable offset reaches ``upper_bound`` (Kafka's
-        ``collectAbortedTransactions``): a transaction begun before ``start`` has
-        its entry in the segment of its marker, at or after ``start``.
-        """
-        out: list[AbortedTxn] = []
-        if start >= upper_bound:
-            return out
-        view = self._view
-        i = max(bisect.bisect_right(view.bases, start) - 1, 0)
-        for seg in view.segments[i:]:
-            found, complete = seg.txn_index.collect(start, upper_bound)
-            out.extend(found)
-            if complete:
-                break
-        return out
+        """Aborted transactions overlapping ``[start, upper_bound)``, oldest marker first
+        (:meth:`SegmentView.aborted_transactions <app.core.log.view.SegmentView.aborted_transactions>`)."""
+        return self._view.aborted_transactions(start, upper_bound)
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """``(offset, timestamp)`` of the first record with timestamp >= ``timestamp_ms``.
@@ -636,13 +588,7 @@ class Log:
     def _offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         hw = self._high_watermark
         start = self._log_start_offset
-        for seg in self._view.segments:
-            if seg.max_timestamp < timestamp_ms:
-                continue
-            found = seg.find_offset_by_timestamp(timestamp_ms)
-            if found is not None and found[0] >= start:
-                return found if found[0] < hw else None
-        return None
+        return self._view.offset_for_timestamp(timestamp_ms, start, hw)
 
     # -- truncation --------------------------------------------------------------
 
@@ -705,162 +651,6 @@ class Log:
         self._producer_state.truncate_fully()
         self._update_first_unstable()
 
-    # -- retention ---------------------------------------------------------------
-
-    def delete_old_segments(self, now: int | None = None) -> int:
-        """Apply retention (see :mod:`app.core.log.retention`); returns the number of segments deleted.
-
-        The log start offset moves to the first remaining segment; the files
-        are renamed ``.deleted`` and removed after ``file.delete.delay.ms``.
-        """
-        with self._lock:
-            if self._closed:
-                return 0
-            view = self._view
-            segments = view.segments
-            count = deletable_prefix(
-                segments,
-                view.bases,
-                self.config,
-                now=self._clock() if now is None else now,
-                high_watermark=self._high_watermark,
-                log_start_offset=self._log_start_offset,
-            )
-            if count == 0:
-                return 0
-            doomed = segments[:count]
-            new_start = max(self._log_start_offset, view.bases[count])
-            # Start offset first: a reader holding the old view then still finds its data.
-            self._log_start_offset = new_start
-            self._set_view(view.bases[count:], segments[count:])
-            self.recovery_point = max(self.recovery_point, new_start)
-            self.leader_epoch_cache.truncate_from_start(new_start)
-            self._producer_state.prune(self._view.bases, new_start)
-            self._schedule_delete(doomed)
-            _log.info(
-                "%s-%s: retention deleted %d segment(s), log start offset now %d",
-                self.topic,
-                self.partition,
-                count,
-                new_start,
-            )
-            return count
-
-    def _schedule_delete(self, segments: Sequence[LogSegment]) -> None:
-        if not segments:
-            return
-        for seg in segments:
-            seg.rename_to_deleted()
-        delay = self.config.file_delete_delay_ms
-        if delay <= 0:
-            for seg in segments:
-                seg.delete_files()
-            return
-        due = self._clock() + delay
-        with self._pending_lock:
-            self._pending_deletes.extend((due, seg) for seg in segments)
-
-    def delete_expired_files(self, now: int | None = None) -> int:
-        """Remove ``.deleted`` segments whose delay is over; returns how many."""
-        now = self._clock() if now is None else now
-        with self._pending_lock:
-            due = [seg for when, seg in self._pending_deletes if when <= now]
-            self._pending_deletes = [(w, s) for w, s in self._pending_deletes if w > now]
-        for seg in due:
-            seg.delete_files()
-        return len(due)
-
-    # -- compaction (driven by app.core.log.cleaner) -------------------------------
-
-    @property
-    def online(self) -> bool:
-        """False once closed or taken offline (topic deletion, a failed swap)."""
-        return not (self._closed or self._offline)
-
-    def time_ms(self) -> int:
-        """The log's clock (injectable for tests); compaction ages records by it."""
-        return self._clock()
-
-    def compaction_snapshot(self) -> tuple[list[LogSegment], list[SegmentFile], int]:
-        """Segments, each one's open ``.log``, and the truncation count, atomically.
-
-        The cleaner reads through the files it holds, so that a retention
-        delete under it leaves them readable. Raises :class:`KafkaStorageError`
-        if closed.
-        """
-        with self._lock:
-            self._check_open()
-            segments = list(self._view.segments)
-            return segments, [seg.file for seg in segments], self._truncations
-
-    def replace_segments(
-        self, old: Sequence[LogSegment], new: LogSegment, *, truncations: int
-    ) -> bool:
-        """Swap a compacted copy (files named ``<base>.log.cleaned``, fsynced) in for ``old``.
-
-        ``old`` must still be a run of non-active segments of this log and no
-        truncation may have happened since ``truncations`` was read; otherwise
-        nothing changes and the answer is False (the caller drops its copy).
-        An empty ``new`` removes ``old`` outright unless ``old`` starts the log
-        (the first segment holds the log start offset).
-
-        The steps, each a rename that a crash can stop after: the marker
-        ``<base>.replaced-<end>.swap`` records where the run of old segments
-        ends (a copy may end far before it, or be empty), the copy becomes ``.swap``
-        (the commit point: recovery finishes the swap from here, see
-        :mod:`app.core.log.loader`), the old segments become ``.deleted`` one
-        by one (their files stay open for ``file.delete.delay.ms`` and for as
-        long as a reader holds them), the copy's indexes and then its ``.log``
-        get the live names, the marker goes. If a step after the commit point
-        fails the log goes offline: the files are ahead of the view, and the
-        next start finishes the swap.
-        """
-        with self._lock:
-            view = self._view
-            segments = view.segments
-            if self._closed or self._offline or truncations != self._truncations or not old:
-                return False
-            first = next((i for i, s in enumerate(segments) if s is old[0]), -1)
-            end = first + len(old)
-            if (
-                first < 0
-                or end >= len(segments)
-                or any(a is not b for a, b in zip(segments[first:end], old, strict=True))
-            ):
-                return False
-            marker = swap_marker(self.dir, new.base_offset, segments[end].base_offset)
-            write_swap_marker(self.dir, new.base_offset, segments[end].base_offset)
-            try:
-                new.change_file_suffixes(CLEANED_SUFFIX, SWAP_SUFFIX)
-            except BaseException:
-                # Before the commit point (the .log is renamed last): the log is as it was.
-                with contextlib.suppress(OSError):
-                    marker.unlink()
-                raise
-            try:
-                fsync_dir(self.dir)
-                self._schedule_delete(old)
-                new.change_file_suffixes(SWAP_SUFFIX, "")
-                fsync_dir(self.dir)
-            except BaseException:
-                self._offline = True
-                _log.exception(
-                    "%s-%s: compaction swap failed; offline until restart finishes it",
-                    self.topic,
-                    self.partition,
-                )
-                raise
-            with contextlib.suppress(OSError):
-                # A marker left behind is harmless: a start removes it, a swap replaces it.
-                marker.unlink()
-            keep_new = new.size > 0 or first == 0
-            if not keep_new:
-                # Live and empty between two segments, it is what a start removes as well.
-                new.delete_files()
-            kept = [*segments[:first], *([new] if keep_new else []), *segments[end:]]
-            self._set_view(array("q", [s.base_offset for s in kept]), kept)
-            return True
-
     # -- idempotent producers (see app.core.log.producer_state) ----------------------
 
     @property
@@ -895,12 +685,10 @@ class Log:
         if start is not None:
             # The replay saw every marker from ``start`` on: those entries are rewritten
             # from it (a crash may have lost or torn them; a truncation cut their log).
-            first = max(bisect.bisect_right(view.bases, start) - 1, 0)
-            for seg in view.segments[first:]:
+            for seg in view.from_offset(start):
                 seg.txn_index.truncate_to(start)
             for txn in state.aborted_on_load:
-                i = max(bisect.bisect_right(view.bases, txn.last_offset) - 1, 0)
-                view.segments[i].txn_index.append(txn)
+                view.segments[view.index_of(txn.last_offset)].txn_index.append(txn)
         self._update_first_unstable()
 
     def _snapshot_producer_state(self, offset: int, *, closing: bool = False) -> None:
@@ -930,7 +718,7 @@ class Log:
             if target <= self.recovery_point:
                 return
             view = self._view
-            first = max(bisect.bisect_right(view.bases, self.recovery_point) - 1, 0)
+            first = view.index_of(self.recovery_point)
             last = bisect.bisect_left(view.bases, target)
             for seg in view.segments[first:last]:
                 seg.flush()
@@ -954,10 +742,6 @@ class Log:
         return False
 
     # -- lifecycle ---------------------------------------------------------------
-
-    def _check_open(self) -> None:
-        if self._closed or self._offline:
-            raise KafkaStorageError(f"log {self.topic}-{self.partition} is closed")
 
     def mark_offline(self) -> None:
         """Refuse further writes but keep files open for in-flight reads (topic deletion)."""

@@ -19,7 +19,7 @@ from log_helpers import BASE_TS, kafka_python_batches
 
 from app.common.batch import BatchBuilder, decode_records
 from app.core.log import Log, LogConfig
-from app.core.log import log as log_module
+from app.core.log import log_cleanup as log_module  # the compaction swap calls its fsync_dir
 from app.core.log.cleaner import LogCleaner
 from app.core.log.index import TimeIndex
 from app.core.log.segment import LogSegment
