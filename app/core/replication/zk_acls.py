@@ -17,24 +17,20 @@ Writes are compare-and-set on the resource node's version (retried on a conflict
 each is followed by a change node; every broker's ChildrenWatch on
 ``/kafka-acl-changes`` reloads the whole set (ACL sets are small) and hands it to
 ``on_change``. A writer keeps the newest ``KEEP_CHANGES`` change nodes and deletes older
-ones. Blocking kazoo calls: the broker runs writes in a worker thread; watch callbacks run
-on kazoo's thread. Thread-safe.
+ones. Connection, change notices and compare-and-set are
+:class:`~app.core.replication.zk_watched.ZkWatchedStore`'s. Blocking kazoo calls: the
+broker runs writes in a worker thread; watch callbacks run on kazoo's thread. Thread-safe.
 """
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import threading
 from collections.abc import Callable, Sequence
 from urllib.parse import quote, unquote
 
 import orjson
-from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
-from kazoo.recipe.watchers import ChildrenWatch
+from kazoo.exceptions import NoNodeError
 
-from app.core.replication.zk import ensure_chroot
+from app.core.replication.zk_watched import ZkWatchedStore
 from app.core.security.acl import (
     AclBinding,
     AclFilter,
@@ -46,8 +42,6 @@ from app.core.security.acl import (
     ResourceType,
 )
 from app.core.security.store import apply_create, apply_delete
-
-_log = logging.getLogger(__name__)
 
 LITERAL_ROOT = "/kafka-acl"
 PREFIXED_ROOT = "/kafka-acl-extended/prefixed"
@@ -109,33 +103,19 @@ def decode_entries(
         raise InvalidAcl(f"ACL znode {resource_path(rtype, pattern, name)}: {exc}") from None
 
 
-class ZkAclStore:
+class ZkAclStore(ZkWatchedStore[AclSnapshot]):
     """:class:`app.core.security.store.AclStore` over ZooKeeper (module docstring)."""
 
+    ROOTS = (LITERAL_ROOT, PREFIXED_ROOT)
+    CHANGES = CHANGES
+    CHANGE_PREFIX = CHANGE_PREFIX
+    KEEP_CHANGES = KEEP_CHANGES
+    WHAT = "ACLs"
+
     def __init__(self, connect: str, session_timeout_ms: int) -> None:
-        self._connect = connect
-        self.client = KazooClient(hosts=connect, timeout=session_timeout_ms / 1000)
-        self._lock = threading.Lock()
+        super().__init__(connect, session_timeout_ms)
         self._snapshot = AclSnapshot()
         self._version = 0
-        self._listeners: list[Callable[[AclSnapshot], None]] = []
-
-    def start(self, timeout_s: float = 30.0) -> None:
-        ensure_chroot(self._connect, timeout_s)
-        self.client.start(timeout=timeout_s)
-        for path in (LITERAL_ROOT, PREFIXED_ROOT, CHANGES):
-            self.client.ensure_path(path)
-        self._reload()
-        ChildrenWatch(self.client, CHANGES, self._on_changes)
-
-    def _on_changes(self, children: list[str]) -> None:
-        try:
-            snapshot = self._reload()
-        except Exception:
-            _log.exception("reloading ACLs from ZooKeeper failed; keeping the last set")
-            return
-        for cb in self._listeners:
-            cb(snapshot)
 
     def _read_all(self) -> frozenset[AclBinding]:
         found: set[AclBinding] = set()
@@ -175,38 +155,13 @@ class ZkAclStore:
         change: Callable[[set[AclBinding]], set[AclBinding]],
     ) -> None:
         """Apply ``change`` to one resource's bindings by compare-and-set, then notify."""
-        path = resource_path(rtype, pattern, name)
-        while True:
-            try:
-                data, stat = self.client.get(path)
-                current = set(decode_entries(data, rtype, pattern, name))
-                version: int | None = stat.version
-            except NoNodeError:
-                current, version = set(), None
-            new = change(set(current))
-            if new == current:
-                return
-            try:
-                if version is None:
-                    self.client.create(path, encode_entries(list(new)), makepath=True)
-                elif new:
-                    self.client.set(path, encode_entries(list(new)), version=version)
-                else:
-                    self.client.delete(path, version=version)
-                break
-            except (BadVersionError, NodeExistsError, NoNodeError):
-                continue  # another writer changed it: read again
-        self.client.create(
-            f"{CHANGES}/{CHANGE_PREFIX}",
-            f"{ZK_TYPES[rtype]}:{pattern.value}:{name}".encode(),
-            sequence=True,
-        )
-
-    def _trim_changes(self) -> None:
-        children = sorted(self.client.get_children(CHANGES))
-        for old in children[:-KEEP_CHANGES]:
-            with contextlib.suppress(NoNodeError):
-                self.client.delete(f"{CHANGES}/{old}")
+        if self._compare_and_set(
+            resource_path(rtype, pattern, name),
+            lambda data: set() if data is None else set(decode_entries(data, rtype, pattern, name)),
+            lambda current: change(set(current)),
+            lambda new: encode_entries(list(new)) if new else None,
+        ):
+            self._notify(f"{ZK_TYPES[rtype]}:{pattern.value}:{name}".encode())
 
     def create(self, bindings: Sequence[AclBinding]) -> AclSnapshot:
         apply_create(AclSnapshot(), bindings)  # validates every binding first
@@ -227,12 +182,3 @@ class ZkAclStore:
             self._update(rtype, pattern, name, lambda cur: {a for a in cur if a not in gone})
         self._trim_changes()
         return matched, self._reload()
-
-    def watch(self, on_change: Callable[[AclSnapshot], None]) -> None:
-        self._listeners.append(on_change)
-
-    def close(self) -> None:
-        try:
-            self.client.stop()
-        finally:
-            self.client.close()

@@ -14,24 +14,23 @@ A name is percent-encoded (Kafka's sanitized names); ``<default>`` is written as
 node's value is Kafka's ``{"version": 1, "config": {"producer_byte_rate": "1048576"}}``
 (values as strings); a node without quotas holds an empty config (its children may have
 some). Every broker's ChildrenWatch on ``/config/changes`` reloads the whole set (quota
-sets are small) and hands it to ``on_change``. Blocking kazoo calls: the broker runs
-writes in a worker thread; watch callbacks run on kazoo's thread. Thread-safe.
+sets are small) and hands it to ``on_change``; connection, change notices and
+compare-and-set are :class:`~app.core.replication.zk_watched.ZkWatchedStore`'s. Blocking
+kazoo calls: the broker runs writes in a worker thread; watch callbacks run on kazoo's
+thread. Thread-safe.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from urllib.parse import quote, unquote
 
 import orjson
-from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
-from kazoo.recipe.watchers import ChildrenWatch
+from kazoo.exceptions import NoNodeError
 
-from app.core.replication.zk import ensure_chroot
+from app.core.replication.zk_watched import ZkWatchedStore
 from app.core.security.quotas import DEFAULT, Entity, QuotaConfig, check_values
 
 _log = logging.getLogger(__name__)
@@ -68,33 +67,19 @@ def _values(data: bytes) -> dict[str, float]:
     return check_values({k: float(v) for k, v in config.items()})
 
 
-class ZkQuotaStore:
+class ZkQuotaStore(ZkWatchedStore[QuotaConfig]):
     """The quota store of a cluster (module docstring); load/alter/watch/close as
     :class:`app.core.security.quotas.FileQuotaStore`."""
 
+    ROOTS = (USERS, CLIENTS)
+    CHANGES = CHANGES
+    CHANGE_PREFIX = CHANGE_PREFIX
+    KEEP_CHANGES = KEEP_CHANGES
+    WHAT = "quotas"
+
     def __init__(self, connect: str, session_timeout_ms: int) -> None:
-        self._connect = connect
-        self.client = KazooClient(hosts=connect, timeout=session_timeout_ms / 1000)
-        self._lock = threading.Lock()
+        super().__init__(connect, session_timeout_ms)
         self._config = QuotaConfig()
-        self._listeners: list[Callable[[QuotaConfig], None]] = []
-
-    def start(self, timeout_s: float = 30.0) -> None:
-        ensure_chroot(self._connect, timeout_s)
-        self.client.start(timeout=timeout_s)
-        for path in (USERS, CLIENTS, CHANGES):
-            self.client.ensure_path(path)
-        self._reload()
-        ChildrenWatch(self.client, CHANGES, self._on_changes)
-
-    def _on_changes(self, children: list[str]) -> None:
-        try:
-            config = self._reload()
-        except Exception:
-            _log.exception("reloading quotas from ZooKeeper failed; keeping the last set")
-            return
-        for cb in self._listeners:
-            cb(config)
 
     def _get(self, path: str) -> dict[str, float]:
         try:
@@ -130,52 +115,32 @@ class ZkQuotaStore:
         return self._config
 
     def _update(self, entity: Entity, ops: list[tuple[str, float | None]]) -> None:
-        path = entity_path(entity)
-        while True:
-            try:
-                data, stat = self.client.get(path)
-                current = _values(data)
-                version: int | None = stat.version
-            except NoNodeError:
-                current, version = {}, None
+        def change(current: dict[str, float]) -> dict[str, float]:
             new = dict(current)
             for key, value in ops:
                 if value is None:
                     new.pop(key, None)
                 else:
                     new[key] = value
-            if new == current and version is not None:
-                return
-            payload = orjson.dumps(
+            return new
+
+        path = entity_path(entity)
+        if self._compare_and_set(
+            path,
+            lambda data: {} if data is None else _values(data),
+            change,
+            lambda new: orjson.dumps(
                 {"version": 1, "config": {k: repr(v) for k, v in sorted(new.items())}}
-            )
-            try:
-                if version is None:
-                    self.client.create(path, payload, makepath=True)
-                else:
-                    self.client.set(path, payload, version=version)
-                break
-            except (BadVersionError, NodeExistsError, NoNodeError):
-                continue  # another writer changed it: read again
-        notice = {"version": 2, "entity_path": path.removeprefix("/config/")}
-        self.client.create(f"{CHANGES}/{CHANGE_PREFIX}", orjson.dumps(notice), sequence=True)
+            ),
+            create_unchanged=True,
+        ):
+            notice = {"version": 2, "entity_path": path.removeprefix("/config/")}
+            self._notify(orjson.dumps(notice))
 
     def alter(
         self, changes: Iterable[tuple[Entity, list[tuple[str, float | None]]]]
     ) -> QuotaConfig:
         for entity, ops in changes:
             self._update(entity, ops)
-        children = sorted(self.client.get_children(CHANGES))
-        for old in children[:-KEEP_CHANGES]:
-            with contextlib.suppress(NoNodeError):
-                self.client.delete(f"{CHANGES}/{old}")
+        self._trim_changes()
         return self._reload()
-
-    def watch(self, on_change: Callable[[QuotaConfig], None]) -> None:
-        self._listeners.append(on_change)
-
-    def close(self) -> None:
-        try:
-            self.client.stop()
-        finally:
-            self.client.close()

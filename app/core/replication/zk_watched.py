@@ -1,0 +1,134 @@
+"""A small set of records kept in ZooKeeper that every broker reloads whole on a change
+notice: the base of the ACL store (:mod:`app.core.replication.zk_acls`) and the quota
+store (:mod:`app.core.replication.zk_quotas`), which differ only in their layout.
+
+Format: the records' znodes live under the subclass's ``ROOTS``; after each write the
+writer creates a PERSISTENT_SEQUENTIAL ``<CHANGES>/<CHANGE_PREFIX><seq>`` node whose
+value says what changed (Kafka's change notifications), and keeps the newest
+``KEEP_CHANGES`` of them.
+
+Invariants: a record is changed only by compare-and-set on its znode's version, retried
+when another writer got there first, so concurrent writers on several brokers never lose
+an update; a failed reload keeps the last set.
+
+Concurrency: blocking kazoo calls (the broker runs writes in a worker thread); the
+ChildrenWatch callback runs on kazoo's thread and calls the listeners there. The
+subclass's ``_reload`` swaps its set under ``_lock``. Thread-safe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable
+from typing import ClassVar, Generic, TypeVar
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.recipe.watchers import ChildrenWatch
+
+from app.core.replication.zk import ensure_chroot
+
+__all__ = ["ZkWatchedStore"]
+
+_log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+V = TypeVar("V")
+
+
+class ZkWatchedStore(Generic[T]):
+    """Connection, change notices and compare-and-set writes shared by the ZooKeeper
+    stores; ``T`` is the whole set a reload answers (module docstring)."""
+
+    ROOTS: ClassVar[tuple[str, ...]]
+    CHANGES: ClassVar[str]
+    CHANGE_PREFIX: ClassVar[str]
+    KEEP_CHANGES: ClassVar[int] = 100
+    # What the set holds, for the log line of a failed reload.
+    WHAT: ClassVar[str]
+
+    def __init__(self, connect: str, session_timeout_ms: int) -> None:
+        self._connect = connect
+        self.client = KazooClient(hosts=connect, timeout=session_timeout_ms / 1000)
+        self._lock = threading.Lock()
+        self._listeners: list[Callable[[T], None]] = []
+
+    def _reload(self) -> T:
+        """Read the whole set from ZooKeeper and make it current."""
+        raise NotImplementedError
+
+    def start(self, timeout_s: float = 30.0) -> None:
+        ensure_chroot(self._connect, timeout_s)
+        self.client.start(timeout=timeout_s)
+        for path in (*self.ROOTS, self.CHANGES):
+            self.client.ensure_path(path)
+        self._reload()
+        ChildrenWatch(self.client, self.CHANGES, self._on_changes)
+
+    def _on_changes(self, children: list[str]) -> None:
+        try:
+            current = self._reload()
+        except Exception:
+            _log.exception("reloading %s from ZooKeeper failed; keeping the last set", self.WHAT)
+            return
+        for cb in self._listeners:
+            cb(current)
+
+    def _compare_and_set(
+        self,
+        path: str,
+        read: Callable[[bytes | None], V],
+        change: Callable[[V], V],
+        encode: Callable[[V], bytes | None],
+        *,
+        create_unchanged: bool = False,
+    ) -> bool:
+        """Apply ``change`` to the record at ``path`` (``read(None)`` when it is absent),
+        retrying on a conflicting write; False when nothing was written.
+
+        ``encode`` answers the new value's bytes, or None to delete the node (never asked
+        for a node that does not exist). ``create_unchanged``: a missing node is created
+        even when ``change`` leaves the value as it was.
+        """
+        while True:
+            try:
+                data, stat = self.client.get(path)
+                current = read(data)
+                version: int | None = stat.version
+            except NoNodeError:
+                current, version = read(None), None
+            new = change(current)
+            if new == current and (version is not None or not create_unchanged):
+                return False
+            payload = encode(new)
+            try:
+                if version is None:
+                    self.client.create(path, payload, makepath=True)
+                elif payload is None:
+                    self.client.delete(path, version=version)
+                else:
+                    self.client.set(path, payload, version=version)
+                return True
+            except (BadVersionError, NodeExistsError, NoNodeError):
+                continue  # another writer changed it: read again
+
+    def _notify(self, notice: bytes) -> None:
+        """Tell every broker (their ChildrenWatch) to reload."""
+        self.client.create(f"{self.CHANGES}/{self.CHANGE_PREFIX}", notice, sequence=True)
+
+    def _trim_changes(self) -> None:
+        children = sorted(self.client.get_children(self.CHANGES))
+        for old in children[: -self.KEEP_CHANGES]:
+            with contextlib.suppress(NoNodeError):
+                self.client.delete(f"{self.CHANGES}/{old}")
+
+    def watch(self, on_change: Callable[[T], None]) -> None:
+        self._listeners.append(on_change)
+
+    def close(self) -> None:
+        try:
+            self.client.stop()
+        finally:
+            self.client.close()
