@@ -65,12 +65,13 @@ class LogCleanup:
     _high_watermark: int
     _producer_state: ProducerStateManager
 
+    def _set_view(self, bases: array[int], segments: list[LogSegment]) -> None:
+        """Publish a new view (under the lock; readers pick it up without one)."""
+        self._view = SegmentView(bases, segments)
+
     def _check_open(self) -> None:
         if self._closed or self._offline:
             raise KafkaStorageError(f"log {self.topic}-{self.partition} is closed")
-
-    def _set_view(self, bases: array[int], segments: list[LogSegment]) -> None:
-        self._view = SegmentView(bases, segments)
 
     # -- retention ---------------------------------------------------------------
 

@@ -16,8 +16,8 @@ is percent-encoded (a group id may hold ``/``). A resource node's value is Kafka
 Writes are compare-and-set on the resource node's version (retried on a conflict), and
 each is followed by a change node; every broker's ChildrenWatch on
 ``/kafka-acl-changes`` reloads the whole set (ACL sets are small) and hands it to
-``on_change``. A writer keeps the newest ``KEEP_CHANGES`` change nodes and deletes older
-ones. Connection, change notices and compare-and-set are
+``on_change``. A writer keeps the newest ``KEEP_CHANGES`` (100) change nodes and
+deletes older ones. Connection, change notices and compare-and-set are
 :class:`~app.core.replication.zk_watched.ZkWatchedStore`'s. Blocking kazoo calls: the
 broker runs writes in a worker thread; watch callbacks run on kazoo's thread. Thread-safe.
 """
@@ -30,7 +30,7 @@ from urllib.parse import quote, unquote
 import orjson
 from kazoo.exceptions import NoNodeError
 
-from app.core.replication.zk_watched import ZkWatchedStore
+from app.core.replication.zk_watched import ZkLayout, ZkWatchedStore
 from app.core.security.acl import (
     AclBinding,
     AclFilter,
@@ -47,7 +47,6 @@ LITERAL_ROOT = "/kafka-acl"
 PREFIXED_ROOT = "/kafka-acl-extended/prefixed"
 CHANGES = "/kafka-acl-changes"
 CHANGE_PREFIX = "acl_changes_"
-KEEP_CHANGES = 100
 ZK_TYPES = {
     ResourceType.TOPIC: "Topic",
     ResourceType.GROUP: "Group",
@@ -106,11 +105,7 @@ def decode_entries(
 class ZkAclStore(ZkWatchedStore[AclSnapshot]):
     """:class:`app.core.security.store.AclStore` over ZooKeeper (module docstring)."""
 
-    ROOTS = (LITERAL_ROOT, PREFIXED_ROOT)
-    CHANGES = CHANGES
-    CHANGE_PREFIX = CHANGE_PREFIX
-    KEEP_CHANGES = KEEP_CHANGES
-    WHAT = "ACLs"
+    LAYOUT = ZkLayout((LITERAL_ROOT, PREFIXED_ROOT), CHANGES, CHANGE_PREFIX, "ACLs")
 
     def __init__(self, connect: str, session_timeout_ms: int) -> None:
         super().__init__(connect, session_timeout_ms)

@@ -30,7 +30,7 @@ from urllib.parse import quote, unquote
 import orjson
 from kazoo.exceptions import NoNodeError
 
-from app.core.replication.zk_watched import ZkWatchedStore
+from app.core.replication.zk_watched import ZkLayout, ZkWatchedStore
 from app.core.security.quotas import DEFAULT, Entity, QuotaConfig, check_values
 
 _log = logging.getLogger(__name__)
@@ -39,7 +39,6 @@ USERS = "/config/users"
 CLIENTS = "/config/clients"
 CHANGES = "/config/changes"
 CHANGE_PREFIX = "config_change_"
-KEEP_CHANGES = 100
 
 
 def _encode(name: str) -> str:
@@ -71,11 +70,7 @@ class ZkQuotaStore(ZkWatchedStore[QuotaConfig]):
     """The quota store of a cluster (module docstring); load/alter/watch/close as
     :class:`app.core.security.quotas.FileQuotaStore`."""
 
-    ROOTS = (USERS, CLIENTS)
-    CHANGES = CHANGES
-    CHANGE_PREFIX = CHANGE_PREFIX
-    KEEP_CHANGES = KEEP_CHANGES
-    WHAT = "quotas"
+    LAYOUT = ZkLayout((USERS, CLIENTS), CHANGES, CHANGE_PREFIX, "quotas")
 
     def __init__(self, connect: str, session_timeout_ms: int) -> None:
         super().__init__(connect, session_timeout_ms)

@@ -2,8 +2,8 @@
 notice: the base of the ACL store (:mod:`app.core.replication.zk_acls`) and the quota
 store (:mod:`app.core.replication.zk_quotas`), which differ only in their layout.
 
-Format: the records' znodes live under the subclass's ``ROOTS``; after each write the
-writer creates a PERSISTENT_SEQUENTIAL ``<CHANGES>/<CHANGE_PREFIX><seq>`` node whose
+Format: the records' znodes live under the roots of the subclass's ``LAYOUT``; after each write the
+writer creates a PERSISTENT_SEQUENTIAL ``<changes>/<change_prefix><seq>`` node whose
 value says what changed (Kafka's change notifications), and keeps the newest
 ``KEEP_CHANGES`` of them.
 
@@ -22,7 +22,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable
-from typing import ClassVar, Generic, TypeVar
+from typing import ClassVar, Generic, NamedTuple, TypeVar
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
@@ -30,7 +30,7 @@ from kazoo.recipe.watchers import ChildrenWatch
 
 from app.core.replication.zk import ensure_chroot
 
-__all__ = ["ZkWatchedStore"]
+__all__ = ["ZkLayout", "ZkWatchedStore"]
 
 _log = logging.getLogger(__name__)
 
@@ -38,16 +38,22 @@ T = TypeVar("T")
 V = TypeVar("V")
 
 
+class ZkLayout(NamedTuple):
+    """Where a store keeps its records (``roots``) and its change notices."""
+
+    roots: tuple[str, ...]
+    changes: str
+    change_prefix: str
+    # What the set holds, for the log line of a failed reload.
+    what: str
+
+
 class ZkWatchedStore(Generic[T]):
     """Connection, change notices and compare-and-set writes shared by the ZooKeeper
     stores; ``T`` is the whole set a reload answers (module docstring)."""
 
-    ROOTS: ClassVar[tuple[str, ...]]
-    CHANGES: ClassVar[str]
-    CHANGE_PREFIX: ClassVar[str]
+    LAYOUT: ClassVar[ZkLayout]
     KEEP_CHANGES: ClassVar[int] = 100
-    # What the set holds, for the log line of a failed reload.
-    WHAT: ClassVar[str]
 
     def __init__(self, connect: str, session_timeout_ms: int) -> None:
         self._connect = connect
@@ -62,16 +68,18 @@ class ZkWatchedStore(Generic[T]):
     def start(self, timeout_s: float = 30.0) -> None:
         ensure_chroot(self._connect, timeout_s)
         self.client.start(timeout=timeout_s)
-        for path in (*self.ROOTS, self.CHANGES):
+        for path in (*self.LAYOUT.roots, self.LAYOUT.changes):
             self.client.ensure_path(path)
         self._reload()
-        ChildrenWatch(self.client, self.CHANGES, self._on_changes)
+        ChildrenWatch(self.client, self.LAYOUT.changes, self._on_changes)
 
     def _on_changes(self, children: list[str]) -> None:
         try:
             current = self._reload()
         except Exception:
-            _log.exception("reloading %s from ZooKeeper failed; keeping the last set", self.WHAT)
+            _log.exception(
+                "reloading %s from ZooKeeper failed; keeping the last set", self.LAYOUT.what
+            )
             return
         for cb in self._listeners:
             cb(current)
@@ -116,13 +124,14 @@ class ZkWatchedStore(Generic[T]):
 
     def _notify(self, notice: bytes) -> None:
         """Tell every broker (their ChildrenWatch) to reload."""
-        self.client.create(f"{self.CHANGES}/{self.CHANGE_PREFIX}", notice, sequence=True)
+        changes, prefix = self.LAYOUT.changes, self.LAYOUT.change_prefix
+        self.client.create(f"{changes}/{prefix}", notice, sequence=True)
 
     def _trim_changes(self) -> None:
-        children = sorted(self.client.get_children(self.CHANGES))
-        for old in children[: -self.KEEP_CHANGES]:
+        changes = self.LAYOUT.changes
+        for old in sorted(self.client.get_children(changes))[: -self.KEEP_CHANGES]:
             with contextlib.suppress(NoNodeError):
-                self.client.delete(f"{self.CHANGES}/{old}")
+                self.client.delete(f"{changes}/{old}")
 
     def watch(self, on_change: Callable[[T], None]) -> None:
         self._listeners.append(on_change)
