@@ -27,7 +27,12 @@ class CheckpointCorrupt(ValueError):
 
 
 def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    fsync_path(path, os.O_DIRECTORY)
+
+
+def fsync_path(path: Path, flags: int = 0) -> None:
+    """fsync a file (or, with ``os.O_DIRECTORY``, a directory) by its name."""
+    fd = os.open(path, os.O_RDONLY | flags)
     try:
         os.fsync(fd)
     finally:

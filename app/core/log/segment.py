@@ -38,7 +38,7 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -51,6 +51,7 @@ from app.common.batch import (
     read_header,
 )
 from app.common.errors import KafkaStorageError, SegmentClosed
+from app.core.log.checkpoint import fsync_path
 from app.core.log.fileslice import FileSlice, SegmentFile
 from app.core.log.index import MAX_RELATIVE_OFFSET, IndexCorrupt, OffsetIndex, TimeIndex
 from app.core.log.txn_index import TXN_INDEX_SUFFIX, TransactionIndex
@@ -225,23 +226,25 @@ class LogSegment:
     def next_offset(self) -> int:
         """Last offset + 1 (the base offset when empty)."""
         n = self._next_offset
-        if n is None:
-            with self._lock:
-                if self._next_offset is None:
-                    self._next_offset = self._compute_next_offset()
-                n = self._next_offset
-        return n
+        return self._compute_once("_next_offset", self._compute_next_offset) if n is None else n
 
     @property
     def max_timestamp(self) -> int:
         """Largest batch maxTimestamp in the segment, -1 if none."""
         ts = self._max_timestamp
-        if ts is None:
-            with self._lock:
-                if self._max_timestamp is None:
-                    self._max_timestamp = self._compute_max_timestamp()
-                ts = self._max_timestamp
-        return ts
+        return (
+            self._compute_once("_max_timestamp", self._compute_max_timestamp) if ts is None else ts
+        )
+
+    def _compute_once(self, slot: str, compute: Callable[[], int]) -> int:
+        """Fill a lazily computed slot (None: not known yet) under the lock: the first reader
+        computes, concurrent ones wait for its answer."""
+        with self._lock:
+            value: int | None = getattr(self, slot)
+            if value is None:
+                value = compute()
+                setattr(self, slot, value)
+            return value
 
     @property
     def file(self) -> SegmentFile:
@@ -621,11 +624,7 @@ class LogSegment:
                 if index.writable:
                     index.flush()
                 elif index.path.exists():
-                    fd = os.open(index.path, os.O_RDONLY)
-                    try:
-                        os.fsync(fd)
-                    finally:
-                        os.close(fd)
+                    fsync_path(index.path)
 
     def rename_to_deleted(self) -> None:
         """Step one of a delayed delete: the fd stays open for in-flight reads."""

@@ -52,6 +52,8 @@ import threading
 from pathlib import Path
 from typing import NamedTuple
 
+from app.core.log.checkpoint import fsync_path
+
 __all__ = ["ENTRY", "TXN_INDEX_SUFFIX", "AbortedTxn", "TransactionIndex"]
 
 TXN_INDEX_SUFFIX = ".txnindex"
@@ -159,11 +161,7 @@ class TransactionIndex:
 
     def flush(self) -> None:
         if self.path.exists():
-            fd = os.open(self.path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fsync_path(self.path)
 
     def delete(self) -> None:
         self.path.unlink(missing_ok=True)
