@@ -353,20 +353,13 @@ class LogManager:
                 if p not in hosted:
                     topic.logs.append(None)
                     continue
-                directory = self.data_dir / f"{name}-{p}"
-                topic.logs.append(
-                    Log(
-                        directory,
-                        config,
-                        topic=name,
-                        partition=p,
-                        recovery_point=recovery_points.get((name, p), 0),
-                        log_start_offset=start_offsets.get((name, p), 0),
-                        clean_shutdown=clean,
-                        producer_id_expiration_ms=self.producer_id_expiration_ms,
-                    )
+                self._open_log(
+                    topic,
+                    p,
+                    recovery_point=recovery_points.get((name, p), 0),
+                    log_start_offset=start_offsets.get((name, p), 0),
+                    clean_shutdown=clean,
                 )
-                self._write_partition_metadata(directory, topic_id)
         except BaseException:
             _close_all(topic.logs)  # their descriptors are needed by the other topics
             raise
@@ -392,6 +385,32 @@ class LogManager:
                 continue  # a topic refused at start: its data stays until it is deleted
             _log.warning("removing %s: its topic was deleted", path)
             shutil.rmtree(path, ignore_errors=True)
+
+    def _open_log(
+        self,
+        topic: _Topic,
+        p: int,
+        *,
+        clean_shutdown: bool,
+        recovery_point: int = 0,
+        log_start_offset: int = 0,
+    ) -> None:
+        """Open (or create) partition ``p``'s log as the topic's next one, with its
+        ``partition.metadata``."""
+        directory = self.data_dir / f"{topic.name}-{p}"
+        topic.logs.append(
+            Log(
+                directory,
+                topic.config,
+                topic=topic.name,
+                partition=p,
+                recovery_point=recovery_point,
+                log_start_offset=log_start_offset,
+                clean_shutdown=clean_shutdown,
+                producer_id_expiration_ms=self.producer_id_expiration_ms,
+            )
+        )
+        self._write_partition_metadata(directory, topic.topic_id)
 
     @staticmethod
     def _write_partition_metadata(directory: Path, topic_id: str) -> None:
@@ -460,17 +479,7 @@ class LogManager:
                     directory = self.data_dir / f"{name}-{p}"
                     if directory.exists():  # leftover of an interrupted deletion
                         shutil.rmtree(directory)
-                    topic.logs.append(
-                        Log(
-                            directory,
-                            config,
-                            topic=name,
-                            partition=p,
-                            clean_shutdown=True,
-                            producer_id_expiration_ms=self.producer_id_expiration_ms,
-                        )
-                    )
-                    self._write_partition_metadata(directory, topic_id)
+                    self._open_log(topic, p, clean_shutdown=True)
                 fsync_dir(self.data_dir)
             except BaseException:
                 # All or nothing: the topic file goes first (the commit point), then what
