@@ -112,18 +112,24 @@ def default_budget_bytes() -> int:
     return max(DEFAULT_MIN_BYTES, min(DEFAULT_MAX_BYTES, physical // 4))
 
 
-def _load_malloc_trim() -> Callable[[int], int] | None:
-    name = ctypes.util.find_library("c")
-    if not name:
+def _libc_function(name: str, argtypes: list[Any]) -> Any | None:
+    """glibc's ``name`` with its argument types and an int result, or None where the C
+    library is not glibc (musl, macOS: no malloc_trim or mallopt to call)."""
+    lib = ctypes.util.find_library("c")
+    if not lib:
         return None
     try:
-        trim = ctypes.CDLL(name).malloc_trim
+        fn = getattr(ctypes.CDLL(lib), name)
     except (OSError, AttributeError):
-        return None  # not glibc (musl, macOS): nothing to trim
-    trim.argtypes = [ctypes.c_size_t]
-    trim.restype = ctypes.c_int
-    fn: Callable[[int], int] = trim
+        return None
+    fn.argtypes = argtypes
+    fn.restype = ctypes.c_int
     return fn
+
+
+def _load_malloc_trim() -> Callable[[int], int] | None:
+    trim: Callable[[int], int] | None = _libc_function("malloc_trim", [ctypes.c_size_t])
+    return trim
 
 
 _MALLOC_TRIM = _load_malloc_trim()
@@ -146,16 +152,8 @@ def tune_allocator() -> bool:
         "GLIBC_TUNABLES", ""
     ):
         return False
-    name = ctypes.util.find_library("c")
-    if not name:
-        return False
-    try:
-        mallopt = ctypes.CDLL(name).mallopt
-    except (OSError, AttributeError):
-        return False
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    mallopt.restype = ctypes.c_int
-    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
+    mallopt = _libc_function("mallopt", [ctypes.c_int, ctypes.c_int])
+    return mallopt is not None and bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
 
 
 def release_free_memory() -> bool:
