@@ -26,7 +26,15 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO, NoReturn
 
-from app.cli.base import Api, CliError, cli_auth, error_message, print_json, separator
+from app.cli.base import (
+    Api,
+    CliError,
+    cli_auth,
+    command_group,
+    error_message,
+    print_json,
+    separator,
+)
 from app.cli.consume import cmd_consume
 from app.client import Producer
 from app.client.admin import ResetTo
@@ -461,8 +469,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--access-log", action="store_true", help="log every request")
     serve.set_defaults(handler=cmd_serve)
 
-    topics = commands.add_parser("topics", help="create, list, describe and delete topics")
-    topic_commands = topics.add_subparsers(dest="topics_command", required=True, metavar="ACTION")
+    topic_commands = command_group(commands, "topics", "create, list, describe and delete topics")
     create = topic_commands.add_parser("create", parents=[client], help="create a topic")
     create.add_argument("name")
     create.add_argument("--partitions", type=int, help="partition count (broker default)")
@@ -537,8 +544,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     consume.set_defaults(client_handler=cmd_consume)
 
-    groups = commands.add_parser("groups", help="list, describe, delete groups; reset offsets")
-    group_commands = groups.add_subparsers(dest="groups_command", required=True, metavar="ACTION")
+    group_commands = command_group(
+        commands, "groups", "list, describe, delete groups; reset offsets"
+    )
     glist = group_commands.add_parser("list", parents=[client], help="list groups")
     glist.add_argument("--json", action="store_true", help="print the API's JSON answer")
     glist.set_defaults(client_handler=cmd_groups_list)

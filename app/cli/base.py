@@ -4,7 +4,9 @@ command line reports, and the small parsers of options more than one command tak
 
 from __future__ import annotations
 
+import argparse
 import os
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from app.client import Admin, TopicPartition
@@ -98,3 +100,35 @@ def print_json(value: Any) -> None:
     import json
 
     print(json.dumps(value, indent=2, sort_keys=True))
+
+
+def command_group(
+    commands: argparse._SubParsersAction,  # type: ignore[type-arg]
+    name: str,
+    help: str,
+) -> argparse._SubParsersAction:  # type: ignore[type-arg]
+    """``logbus NAME ACTION ...``: a command whose actions are subcommands (the chosen
+    one in ``args.<name>_command``)."""
+    group = commands.add_parser(name, help=help)
+    actions: argparse._SubParsersAction = group.add_subparsers(  # type: ignore[type-arg]
+        dest=f"{name}_command", required=True, metavar="ACTION"
+    )
+    return actions
+
+
+def client_actions(
+    commands: argparse._SubParsersAction,  # type: ignore[type-arg]
+    name: str,
+    help: str,
+    client: argparse.ArgumentParser,
+    actions: Sequence[tuple[str, str]],
+    handler: Callable[[Api, argparse.Namespace], int],
+) -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    """A :func:`command_group` whose ``(action, help)`` subcommands all talk to the broker
+    (``client``'s options) through one ``handler``; yields each action's parser for its
+    own options."""
+    sub = command_group(commands, name, help)
+    for action, text in actions:
+        p = sub.add_parser(action, parents=[client], help=text)
+        p.set_defaults(client_handler=handler)
+        yield action, p

@@ -19,7 +19,7 @@ import os
 import sys
 from pathlib import Path
 
-from app.cli.base import Api, CliError, print_json
+from app.cli.base import Api, CliError, client_actions, command_group, print_json
 from app.core.security.users import USERS_FILE, InvalidUser, UsersFile
 
 
@@ -123,8 +123,7 @@ def register(
     commands: argparse._SubParsersAction,  # type: ignore[type-arg]
     client: argparse.ArgumentParser,
 ) -> None:
-    users = commands.add_parser("users", help="users of Basic authentication (users.json)")
-    user_commands = users.add_subparsers(dest="users_command", required=True, metavar="ACTION")
+    user_commands = command_group(commands, "users", "users of Basic authentication (users.json)")
     where = argparse.ArgumentParser(add_help=False)
     where.add_argument("--data-dir", help="the broker's data dir ($LOGBUS_DATA_DIR, ./data)")
     where.add_argument("--users-file", help="the users file (default <data-dir>/users.json)")
@@ -132,22 +131,29 @@ def register(
     secret.add_argument(
         "--password-stdin", action="store_true", help="read the password from standard input"
     )
-    user_commands.add_parser("list", parents=[where], help="list user names")
-    for action, text in (("add", "add a user"), ("passwd", "change a user's password")):
-        p = user_commands.add_parser(action, parents=[where, secret], help=text)
-        p.add_argument("name")
-    remove = user_commands.add_parser("remove", parents=[where], help="remove a user")
-    remove.add_argument("name")
-    users.set_defaults(handler=cmd_users)
-
-    acls = commands.add_parser("acls", help="add, list and remove ACLs (Kafka's model)")
-    acl_commands = acls.add_subparsers(dest="acls_command", required=True, metavar="ACTION")
-    for action, text in (
-        ("add", "add ACLs"),
-        ("list", "list the ACLs a filter selects"),
-        ("remove", "remove the ACLs a filter selects"),
+    for action, parents, text in (
+        ("list", [where], "list user names"),
+        ("add", [where, secret], "add a user"),
+        ("passwd", [where, secret], "change a user's password"),
+        ("remove", [where], "remove a user"),
     ):
-        p = acl_commands.add_parser(action, parents=[client], help=text)
+        p = user_commands.add_parser(action, parents=parents, help=text)
+        p.set_defaults(handler=cmd_users)
+        if action != "list":
+            p.add_argument("name")
+
+    for action, p in client_actions(
+        commands,
+        "acls",
+        "add, list and remove ACLs (Kafka's model)",
+        client,
+        (
+            ("add", "add ACLs"),
+            ("list", "list the ACLs a filter selects"),
+            ("remove", "remove the ACLs a filter selects"),
+        ),
+        cmd_acls,
+    ):
         p.add_argument("--topic")
         p.add_argument("--group")
         p.add_argument("--transactional-id")
@@ -169,7 +175,6 @@ def register(
             p.add_argument("--host", default="*", help="client address (default: any)")
         else:
             p.add_argument("--principal", help="only this principal's ACLs")
-        p.set_defaults(client_handler=cmd_acls)
 
 
 QUOTA_KEYS = ("producer_byte_rate", "consumer_byte_rate", "request_rate")
@@ -212,14 +217,18 @@ def register_quotas(
     commands: argparse._SubParsersAction,  # type: ignore[type-arg]
     client: argparse.ArgumentParser,
 ) -> None:
-    quotas = commands.add_parser("quotas", help="list, set and remove client quotas (Kafka's)")
-    quota_commands = quotas.add_subparsers(dest="quotas_command", required=True, metavar="ACTION")
-    for action, text in (
-        ("list", "list the quotas (of a user and/or client id)"),
-        ("set", "set quotas of a user and/or client id"),
-        ("remove", "remove quotas of a user and/or client id"),
+    for action, p in client_actions(
+        commands,
+        "quotas",
+        "list, set and remove client quotas (Kafka's)",
+        client,
+        (
+            ("list", "list the quotas (of a user and/or client id)"),
+            ("set", "set quotas of a user and/or client id"),
+            ("remove", "remove quotas of a user and/or client id"),
+        ),
+        cmd_quotas,
     ):
-        p = quota_commands.add_parser(action, parents=[client], help=text)
         p.add_argument("--user", help="a user name (User:alice -> alice), or <default>")
         p.add_argument("--client-id", help="a client id (Logbus-Client-Id), or <default>")
         if action == "set":
@@ -230,4 +239,3 @@ def register_quotas(
             p.add_argument(
                 "--quota", action="append", choices=QUOTA_KEYS, help="default: every quota"
             )
-        p.set_defaults(client_handler=cmd_quotas)
