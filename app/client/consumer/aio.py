@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable, Mapping
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 import httpx
 
@@ -21,8 +21,8 @@ from app import wire
 from app.client import _cluster, _http
 from app.client._cluster import Bootstrap
 from app.client._drive import drive_async
-from app.client.auth import Auth
 from app.client.consumer.base import BeatNow, ConsumerBase, Flow, GroupCall, LeaderCall, Op
+from app.client.consumer.core import ConsumerSettings
 from app.client.consumer.records import Decoded, RecordColumns, as_columns, as_records
 from app.client.consumer.state import PartitionState
 from app.client.group import AsyncGroupMembership
@@ -39,35 +39,14 @@ class AsyncConsumer(ConsumerBase[AsyncGroupMembership]):
         self,
         url: Bootstrap,
         *,
-        auto_offset_reset: str = "latest",
-        fetch_min_bytes: int = 1,
-        fetch_max_wait_ms: int = 500,
-        max_partition_fetch_bytes: int = 8 * 1024 * 1024,
-        max_poll_records: int = 10_000,
-        request_timeout_ms: int = 30_000,
-        retry_backoff_ms: int = 100,
-        check_crcs: bool = True,
         transport: httpx.AsyncBaseTransport | None = None,
-        metadata_max_age_ms: int = 300_000,
-        auth: Auth = None,
+        **settings: Unpack[ConsumerSettings],
     ) -> None:
-        super().__init__(
-            url,
-            auto_offset_reset=auto_offset_reset,
-            fetch_min_bytes=fetch_min_bytes,
-            fetch_max_wait_ms=fetch_max_wait_ms,
-            max_partition_fetch_bytes=max_partition_fetch_bytes,
-            max_poll_records=max_poll_records,
-            request_timeout_ms=request_timeout_ms,
-            retry_backoff_ms=retry_backoff_ms,
-            check_crcs=check_crcs,
-            metadata_max_age_ms=metadata_max_age_ms,
-            auth=auth,
-        )
+        super().__init__(url, **settings)
         self._transport = transport
         self._client = _http.async_client(
             self.url,
-            request_timeout_ms,
+            self._request_timeout_ms,
             transport=transport,
             authorization=self.cluster.authorization,
         )

@@ -27,7 +27,7 @@ import logging
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypedDict
 from urllib.parse import quote
 
 from app import wire
@@ -45,6 +45,23 @@ RESETS = ("earliest", "latest", "none")
 log = logging.getLogger(__name__)
 
 
+class ConsumerSettings(TypedDict, total=False):
+    """The keyword settings of :class:`~app.client.Consumer` and
+    :class:`~app.client.AsyncConsumer` (Kafka's names; defaults in
+    :meth:`ConsumerCore.__init__`)."""
+
+    auto_offset_reset: str
+    fetch_min_bytes: int
+    fetch_max_wait_ms: int
+    max_partition_fetch_bytes: int
+    max_poll_records: int
+    request_timeout_ms: int
+    retry_backoff_ms: int
+    check_crcs: bool
+    metadata_max_age_ms: int
+    auth: Auth
+
+
 class ConsumerCore:
     """Everything but I/O: assignment, positions, what to fetch, answers to records."""
 
@@ -52,15 +69,15 @@ class ConsumerCore:
         self,
         url: Bootstrap,
         *,
-        auto_offset_reset: str,
-        fetch_min_bytes: int,
-        fetch_max_wait_ms: int,
-        max_partition_fetch_bytes: int,
-        max_poll_records: int,
-        request_timeout_ms: int,
-        retry_backoff_ms: int,
-        check_crcs: bool,
-        metadata_max_age_ms: int,
+        auto_offset_reset: str = "latest",
+        fetch_min_bytes: int = 1,
+        fetch_max_wait_ms: int = 500,
+        max_partition_fetch_bytes: int = 8 * 1024 * 1024,
+        max_poll_records: int = 10_000,
+        request_timeout_ms: int = 30_000,
+        retry_backoff_ms: int = 100,
+        check_crcs: bool = True,
+        metadata_max_age_ms: int = 300_000,
         auth: Auth = None,
     ) -> None:
         if auto_offset_reset not in RESETS:

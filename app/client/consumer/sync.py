@@ -19,14 +19,14 @@ import selectors
 import time
 from collections.abc import Iterable, Mapping
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 from app import wire
 from app.client import _cluster, _http
 from app.client._cluster import Bootstrap
 from app.client._drive import drive_sync
-from app.client.auth import Auth
 from app.client.consumer.base import BeatNow, ConsumerBase, Flow, GroupCall, LeaderCall, Op
+from app.client.consumer.core import ConsumerSettings
 from app.client.consumer.records import Decoded, RecordColumns, as_columns, as_records
 from app.client.consumer.state import PartitionState
 from app.client.group import GroupMembership
@@ -49,39 +49,14 @@ class Consumer(ConsumerBase[GroupMembership]):
     decides where a partition without a position starts and what happens
     when a position falls out of the log: ``earliest``, ``latest`` or
     ``none`` (raise :class:`~app.common.errors.OffsetOutOfRange` /
-    :class:`~app.client.errors.NoOffsetForPartition`).
+    :class:`~app.client.errors.NoOffsetForPartition`). The keyword settings and their
+    defaults: :class:`~app.client.consumer.core.ConsumerSettings`.
     """
 
-    def __init__(
-        self,
-        url: Bootstrap,
-        *,
-        auto_offset_reset: str = "latest",
-        fetch_min_bytes: int = 1,
-        fetch_max_wait_ms: int = 500,
-        max_partition_fetch_bytes: int = 8 * 1024 * 1024,
-        max_poll_records: int = 10_000,
-        request_timeout_ms: int = 30_000,
-        retry_backoff_ms: int = 100,
-        check_crcs: bool = True,
-        metadata_max_age_ms: int = 300_000,
-        auth: Auth = None,
-    ) -> None:
-        super().__init__(
-            url,
-            auto_offset_reset=auto_offset_reset,
-            fetch_min_bytes=fetch_min_bytes,
-            fetch_max_wait_ms=fetch_max_wait_ms,
-            max_partition_fetch_bytes=max_partition_fetch_bytes,
-            max_poll_records=max_poll_records,
-            request_timeout_ms=request_timeout_ms,
-            retry_backoff_ms=retry_backoff_ms,
-            check_crcs=check_crcs,
-            metadata_max_age_ms=metadata_max_age_ms,
-            auth=auth,
-        )
+    def __init__(self, url: Bootstrap, **settings: Unpack[ConsumerSettings]) -> None:
+        super().__init__(url, **settings)
         self._client = _http.sync_client(
-            self.url, request_timeout_ms, authorization=self.cluster.authorization
+            self.url, self._request_timeout_ms, authorization=self.cluster.authorization
         )
         self._selector = selectors.DefaultSelector()
 
