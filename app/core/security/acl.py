@@ -33,6 +33,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 WILDCARD = "*"
 WILDCARD_PRINCIPAL = "User:*"
@@ -42,40 +43,48 @@ ANONYMOUS = "User:ANONYMOUS"
 DECISION_CACHE_SIZE = 100_000
 
 
-class ResourceType(enum.Enum):
-    ANY = "ANY"  # filters only
-    TOPIC = "TOPIC"
-    GROUP = "GROUP"
-    CLUSTER = "CLUSTER"
-    TRANSACTIONAL_ID = "TRANSACTIONAL_ID"
+class _Named(enum.Enum):
+    """An enum whose values are its members' names (Kafka's names, as the API spells them)."""
+
+    @staticmethod
+    def _generate_next_value_(name: str, start: int, count: int, last_values: list[Any]) -> str:
+        return name
 
 
-class PatternType(enum.Enum):
-    ANY = "ANY"  # filters only: any pattern type
-    MATCH = "MATCH"  # filters only: every binding that applies to the named resource
-    LITERAL = "LITERAL"
-    PREFIXED = "PREFIXED"
+class ResourceType(_Named):
+    ANY = enum.auto()  # filters only
+    TOPIC = enum.auto()
+    GROUP = enum.auto()
+    CLUSTER = enum.auto()
+    TRANSACTIONAL_ID = enum.auto()
 
 
-class Operation(enum.Enum):
-    ANY = "ANY"  # filters only
-    ALL = "ALL"
-    READ = "READ"
-    WRITE = "WRITE"
-    CREATE = "CREATE"
-    DELETE = "DELETE"
-    ALTER = "ALTER"
-    DESCRIBE = "DESCRIBE"
-    CLUSTER_ACTION = "CLUSTER_ACTION"
-    DESCRIBE_CONFIGS = "DESCRIBE_CONFIGS"
-    ALTER_CONFIGS = "ALTER_CONFIGS"
-    IDEMPOTENT_WRITE = "IDEMPOTENT_WRITE"
+class PatternType(_Named):
+    ANY = enum.auto()  # filters only: any pattern type
+    MATCH = enum.auto()  # filters only: every binding that applies to the named resource
+    LITERAL = enum.auto()
+    PREFIXED = enum.auto()
 
 
-class Permission(enum.Enum):
-    ANY = "ANY"  # filters only
-    ALLOW = "ALLOW"
-    DENY = "DENY"
+class Operation(_Named):
+    ANY = enum.auto()  # filters only
+    ALL = enum.auto()
+    READ = enum.auto()
+    WRITE = enum.auto()
+    CREATE = enum.auto()
+    DELETE = enum.auto()
+    ALTER = enum.auto()
+    DESCRIBE = enum.auto()
+    CLUSTER_ACTION = enum.auto()
+    DESCRIBE_CONFIGS = enum.auto()
+    ALTER_CONFIGS = enum.auto()
+    IDEMPOTENT_WRITE = enum.auto()
+
+
+class Permission(_Named):
+    ANY = enum.auto()  # filters only
+    ALLOW = enum.auto()
+    DENY = enum.auto()
 
 
 # The operations an ALLOW ACL of the key grants besides itself (Kafka's implied operations).
