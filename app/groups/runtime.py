@@ -40,7 +40,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from app.common.batch import build_batch, decode_records, iter_headers
 from app.common.errors import (
@@ -409,19 +409,14 @@ class CoordinatorRuntime:
         return NotCoordinator(group_id, leader, url)
 
     def _member_value(self, group: Group, m: Member) -> MemberValue:
+        fields: dict[str, Any] = {
+            record: _copied(getattr(m, attr)) for attr, record in MEMBER_RECORD_FIELDS
+        }
         return MemberValue(
-            member_id=m.member_id,
-            instance_id=m.instance_id,
-            member_epoch=m.member_epoch,
-            previous_member_epoch=m.previous_epoch,
-            subscribed_topics=list(m.subscribed_topics),
-            subscribed_topic_regex=m.subscribed_regex,
-            server_assignor=m.server_assignor,
-            rebalance_timeout_ms=m.rebalance_timeout_ms,
+            **fields,
             assigned=sorted(m.assigned),
             revoking=sorted(m.revoking),
             target=sorted(group.target.get(m.member_id, ())),
-            left_static=m.left_static,
         )
 
     def persist(self, group: Group) -> None:
@@ -451,6 +446,26 @@ class CoordinatorRuntime:
         group.has_metadata_record = True
 
 
+# A member's attributes and the MemberValue fields that store them, in both directions
+# (the assignments and the target convert between sets and sorted lists on their own).
+MEMBER_RECORD_FIELDS = (
+    ("member_id", "member_id"),
+    ("instance_id", "instance_id"),
+    ("member_epoch", "member_epoch"),
+    ("previous_epoch", "previous_member_epoch"),
+    ("subscribed_topics", "subscribed_topics"),
+    ("subscribed_regex", "subscribed_topic_regex"),
+    ("server_assignor", "server_assignor"),
+    ("rebalance_timeout_ms", "rebalance_timeout_ms"),
+    ("left_static", "left_static"),
+)
+
+
+def _copied(value: Any) -> Any:
+    """Lists are copied (the subscription), so a member and its record never share one."""
+    return list(value) if isinstance(value, list) else value
+
+
 def _replay(groups: dict[str, Group], raw_key: bytes, raw_value: bytes | None) -> None:
     key = decode_key(raw_key)
     if key is None:
@@ -471,18 +486,11 @@ def _replay(groups: dict[str, Group], raw_key: bytes, raw_value: bytes | None) -
         group.members.pop(key.member_id, None)
         group.target.pop(key.member_id, None)
         if isinstance(value, MemberValue):
+            fields = {
+                attr: _copied(getattr(value, record)) for attr, record in MEMBER_RECORD_FIELDS
+            }
             group.members[key.member_id] = Member(
-                member_id=value.member_id,
-                instance_id=value.instance_id,
-                subscribed_topics=list(value.subscribed_topics),
-                subscribed_regex=value.subscribed_topic_regex,
-                server_assignor=value.server_assignor,
-                rebalance_timeout_ms=value.rebalance_timeout_ms,
-                member_epoch=value.member_epoch,
-                previous_epoch=value.previous_member_epoch,
-                assigned=set(value.assigned),
-                revoking=set(value.revoking),
-                left_static=value.left_static,
+                **fields, assigned=set(value.assigned), revoking=set(value.revoking)
             )
             group.target[key.member_id] = set(value.target)
         return
