@@ -50,6 +50,7 @@ class AsyncConsumer(ConsumerBase[AsyncGroupMembership]):
         transport: httpx.AsyncBaseTransport | None = None,
         metadata_max_age_ms: int = 300_000,
         auth: Auth = None,
+        isolation_level: str = "read_uncommitted",
     ) -> None:
         super().__init__(
             url,
@@ -63,6 +64,7 @@ class AsyncConsumer(ConsumerBase[AsyncGroupMembership]):
             check_crcs=check_crcs,
             metadata_max_age_ms=metadata_max_age_ms,
             auth=auth,
+            isolation_level=isolation_level,
         )
         self._transport = transport
         self._client = _http.async_client(

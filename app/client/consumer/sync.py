@@ -50,6 +50,15 @@ class Consumer(ConsumerBase[GroupMembership]):
     when a position falls out of the log: ``earliest``, ``latest`` or
     ``none`` (raise :class:`~app.common.errors.OffsetOutOfRange` /
     :class:`~app.client.errors.NoOffsetForPartition`).
+
+    ``isolation_level`` is Kafka's: ``read_uncommitted`` (the default, as Kafka's
+    consumer) hands out every record up to the high watermark; ``read_committed``
+    only those below the last stable offset that no aborted transaction holds
+    (the broker lists the aborted transactions with each answer and the consumer
+    drops their batches, :mod:`app.common.isolation`), so a transaction still open
+    holds the partition at its first offset until it ends. Positions move past
+    dropped batches and transaction markers; ``latest`` (``seek_to_end``,
+    ``auto_offset_reset``) is the last stable offset.
     """
 
     def __init__(
@@ -66,6 +75,7 @@ class Consumer(ConsumerBase[GroupMembership]):
         check_crcs: bool = True,
         metadata_max_age_ms: int = 300_000,
         auth: Auth = None,
+        isolation_level: str = "read_uncommitted",
     ) -> None:
         super().__init__(
             url,
@@ -79,6 +89,7 @@ class Consumer(ConsumerBase[GroupMembership]):
             check_crcs=check_crcs,
             metadata_max_age_ms=metadata_max_age_ms,
             auth=auth,
+            isolation_level=isolation_level,
         )
         self._client = _http.sync_client(
             self.url, request_timeout_ms, authorization=self.cluster.authorization
