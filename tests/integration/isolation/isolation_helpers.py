@@ -81,7 +81,11 @@ class Broker:
 
 @contextmanager
 def broker_at(tmp_path: Path, **overrides: Any) -> Iterator[Broker]:
-    values: dict[str, Any] = {"data_dir": tmp_path / "data", "num_partitions": 1}
+    values: dict[str, Any] = {
+        "data_dir": tmp_path / "data",
+        "num_partitions": 1,
+        "offsets_topic_num_partitions": 1,
+    }
     values.update(overrides)
     broker = Broker(Settings(**values)).start()
     try:
