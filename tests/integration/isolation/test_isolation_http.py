@@ -120,9 +120,7 @@ def test_an_open_transaction_holds_a_long_poll_until_it_commits(
 
     def poll() -> None:
         began = time.monotonic()
-        answer = fetch_json(
-            broker, name, 1, isolation_level="read_committed", max_wait_ms=10_000
-        )
+        answer = fetch_json(broker, name, 1, isolation_level="read_committed", max_wait_ms=10_000)
         answers.append((answer, time.monotonic() - began))
 
     t = threading.Thread(target=poll)
@@ -172,9 +170,7 @@ def test_list_offsets_latest_is_the_lso_under_read_committed(
 
 
 @pytest.mark.parametrize("path", ["records?offset=0&", "offsets?"])
-def test_an_unknown_isolation_level_is_a_400(
-    broker: Broker, topic: MakeTopic, path: str
-) -> None:
+def test_an_unknown_isolation_level_is_a_400(broker: Broker, topic: MakeTopic, path: str) -> None:
     name, _ = topic()
     with broker.http() as c:
         r = c.get(f"/topics/{name}/partitions/0/{path}isolation_level=read_dirty")

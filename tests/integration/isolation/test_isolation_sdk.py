@@ -77,9 +77,7 @@ def test_answers_of_aborted_batches_only_move_the_position(
         assert poll_until(c, 1) == [b"z"]
 
 
-def test_latest_is_the_lso_for_a_read_committed_consumer(
-    broker: Broker, topic: MakeTopic
-) -> None:
+def test_latest_is_the_lso_for_a_read_committed_consumer(broker: Broker, topic: MakeTopic) -> None:
     name, w = topic()
     w.plain([b"a"])
     w.txn(31, [b"t"])
@@ -94,8 +92,8 @@ def test_latest_is_the_lso_for_a_read_committed_consumer(
         c.assign([tp])
         assert c.position(tp) == 3
     with Admin(broker.url) as admin:
-        found = admin.list_offsets([tp], "latest", isolation_level="read_committed")
-        assert found[tp] is not None and found[tp].offset == 1
+        found = admin.list_offsets([tp], "latest", isolation_level="read_committed")[tp]
+        assert found is not None and found.offset == 1
         with pytest.raises(ValueError):
             admin.list_offsets([tp], "latest", isolation_level="read_dirty")
     with pytest.raises(ValueError, match="isolation_level"):
@@ -132,9 +130,7 @@ def test_async_consumer_reads_committed(broker: Broker, topic: MakeTopic) -> Non
 def test_group_consumer_reads_committed(broker: Broker, topic: MakeTopic) -> None:
     name, w = topic()
     s = scenario(w)
-    with Consumer(
-        broker.url, isolation_level="read_committed", auto_offset_reset="earliest"
-    ) as c:
+    with Consumer(broker.url, isolation_level="read_committed", auto_offset_reset="earliest") as c:
         c.subscribe([name], group_id=f"g-{name}")
         assert poll_until(c, len(s["committed"]), timeout=20) == s["committed"]
         c.commit()

@@ -41,7 +41,7 @@ async def frames_until(
             _, _, _, next_offset, batches = parse_binary_frame(frame)
             for _, h in iter_headers(batches):
                 assert not h.is_control, "a control batch in a read_committed frame"
-            got += [(r.offset, r.value) for r in decode_records(batches)]
+            got += [(r.offset, r.value or b"") for r in decode_records(batches)]
             continue
         msg = orjson.loads(frame)
         if msg["type"] == "records":
@@ -86,7 +86,7 @@ def test_json_subscriber_gets_committed_records_only_and_is_released_by_the_comm
         assert [v for _, v in got] == s["committed"]
         await nothing_more(ws)
         w.commit(3)
-        more, next_offset = await frames_until(ws, lambda g: len(g) >= 3)
+        more, _ = await frames_until(ws, lambda g: len(g) >= 3)
         assert [v for _, v in more] == [b"o9", b"o10", b"p11"]
         await nothing_more(ws, 0.2)
         await ws.close()
@@ -152,7 +152,9 @@ def test_latest_and_seek_latest_are_the_lso(broker: Broker, topic: MakeTopic) ->
         )
         assert subscribed["partitions"][0]["offset"] == 1  # the LSO, not the HW (3)
         await ws.send(
-            orjson.dumps({"type": "seek", "topic": name, "partition": 0, "offset": "latest"}).decode()
+            orjson.dumps(
+                {"type": "seek", "topic": name, "partition": 0, "offset": "latest"}
+            ).decode()
         )
         await nothing_more(ws, 0.3)
         w.commit(5)

@@ -25,7 +25,6 @@ from hypothesis import strategies as st
 from app.api.routers.fetch import aborted_pairs, json_records
 from app.common.batch import (
     BatchBuilder,
-    build_batch,
     build_control_batch,
     decode_records,
     iter_headers,
@@ -68,7 +67,7 @@ class Model:
 def apply(log: Log, model: Model, op: tuple[str, int, int]) -> None:
     kind, pid, n = op
     if kind == "end":
-        if pid in model.open and model.open[pid]:
+        if model.open.get(pid):
             commit = bool(n)
             log.append_control(pid, 0, commit=commit, coordinator_epoch=0)
             offsets = model.open.pop(pid)
@@ -149,7 +148,7 @@ def walk_binary(log: Log, start: int, max_bytes: int) -> tuple[list[tuple[int, b
         for pos, h in outcome.batches:
             assert not h.is_control
             piece = outcome.body[pos : pos + h.size]
-            out += [(r.offset, r.value) for r in decode_records(piece, min_offset=offset)]
+            out += [(r.offset, r.value or b"") for r in decode_records(piece, min_offset=offset)]
         offset = outcome.next_offset
 
 
@@ -184,7 +183,10 @@ def test_read_committed_returns_exactly_the_model(
 
 
 def batch_at(base: int, count: int, **kwargs: int | bool) -> bytes:
-    buf = bytearray(build_batch([(None, b"v%d" % i) for i in range(count)], **kwargs))
+    builder = BatchBuilder(**kwargs)  # type: ignore[arg-type]
+    for i in range(count):
+        builder.append(b"v%d" % i, timestamp=TS)
+    buf = bytearray(builder.build())
     stamp(buf, 0, base, 0)
     return bytes(buf)
 
