@@ -10,10 +10,13 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
+import pytest
 from isolation_helpers import Broker, Writer, scenario
 from websockets.asyncio.client import ClientConnection, connect
 
 from app.api.ws.protocol import parse_binary_frame
+from app.client.ws import Subscription
+from app.client.ws import subscribe as ws_subscribe
 from app.common.batch import decode_records, iter_headers
 
 MakeTopic = Callable[[], tuple[str, Writer]]
@@ -188,5 +191,38 @@ def test_group_subscriber_is_held_at_the_lso_and_skips_aborted(
         more, _ = await frames_until(ws, lambda g: len(g) >= 3)
         assert [v for _, v in more] == [b"o9", b"o10", b"p11"]
         await ws.close()
+
+    run(main())
+
+
+@pytest.mark.parametrize("fmt", ["json", "binary"])
+def test_the_sdk_websocket_subscription_reads_committed(
+    broker: Broker, topic: MakeTopic, fmt: str
+) -> None:
+    name, w = topic()
+    s = scenario(w)
+
+    async def take(sub: Subscription, n: int) -> list[bytes]:
+        out: list[bytes] = []
+        async for record in sub:
+            out.append(record.value)
+            if len(out) >= n:
+                break
+        return out
+
+    async def main() -> None:
+        async with ws_subscribe(
+            broker.url,
+            topics=[name],
+            start="earliest",
+            format=fmt,
+            value_format="binary",
+            isolation_level="read_committed",
+        ) as sub:
+            assert await asyncio.wait_for(take(sub, 5), 10) == s["committed"]
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(take(sub, 1), 0.5)
+            w.commit(3)
+            assert await asyncio.wait_for(take(sub, 3), 10) == [b"o9", b"o10", b"p11"]
 
     run(main())
