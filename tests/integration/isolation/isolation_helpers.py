@@ -100,11 +100,29 @@ class Writer:
     ``txn(pid, values)`` appends one transactional batch of producer ``pid`` (opening its
     transaction), ``commit``/``abort`` write its marker, ``plain(values)`` appends a batch
     without a producer id. Each returns the offsets written.
+
+    It also keeps the model of what a read_committed reader must see: ``expected()``.
     """
 
     def __init__(self, log: Log) -> None:
         self.log = log
         self.seq: dict[int, int] = {}
+        self.values: dict[int, bytes] = {}
+        self.visible: set[int] = set()  # plain and committed offsets
+        self.open: dict[int, list[int]] = {}  # pid -> offsets of its open transaction
+
+    def lso(self) -> int:
+        return min((o[0] for o in self.open.values()), default=self.log.log_end_offset)
+
+    def expected(self, start: int = 0) -> list[bytes]:
+        """What read_committed returns from ``start``: visible records below the LSO."""
+        lso = self.lso()
+        return [self.values[o] for o in sorted(self.visible) if start <= o < lso]
+
+    def _wrote(self, first: int, last: int, values: list[bytes]) -> list[int]:
+        offsets = list(range(first, last + 1))
+        self.values.update(zip(offsets, values, strict=True))
+        return offsets
 
     def txn(self, pid: int, values: list[bytes]) -> list[int]:
         seq = self.seq.get(pid, 0)
@@ -113,19 +131,25 @@ class Writer:
             b.append(v, timestamp=TS)
         info = self.log.append(b.build())
         self.seq[pid] = seq + len(values)
-        return list(range(info.first_offset, info.last_offset + 1))
+        offsets = self._wrote(info.first_offset, info.last_offset, values)
+        self.open.setdefault(pid, []).extend(offsets)
+        return offsets
 
     def plain(self, values: list[bytes]) -> list[int]:
         b = BatchBuilder()
         for v in values:
             b.append(v, timestamp=TS)
         info = self.log.append(b.build())
-        return list(range(info.first_offset, info.last_offset + 1))
+        offsets = self._wrote(info.first_offset, info.last_offset, values)
+        self.visible.update(offsets)
+        return offsets
 
     def commit(self, pid: int) -> int:
+        self.visible.update(self.open.pop(pid, []))
         return self.log.append_control(pid, 0, commit=True, coordinator_epoch=0).first_offset
 
     def abort(self, pid: int) -> int:
+        self.open.pop(pid, None)
         return self.log.append_control(pid, 0, commit=False, coordinator_epoch=0).first_offset
 
 

@@ -10,6 +10,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from isolation_helpers import TS, Broker, Writer, scenario
 
 from app.api.routers import fetch as fetch_router
@@ -66,6 +68,84 @@ def test_json_read_committed_drops_aborted_records_and_stops_at_the_lso(
     w.commit(3)
     got, stopped = walk_json(broker, name, isolation_level="read_committed")
     assert got == s["after_commit"] and stopped == s["end"] + 1
+
+
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("txn"), st.sampled_from((1, 2, 3)), st.integers(1, 3)),
+        st.tuples(st.just("plain"), st.just(0), st.integers(1, 2)),
+        st.tuples(st.sampled_from(("commit", "abort")), st.sampled_from((1, 2, 3)), st.just(0)),
+    ),
+    min_size=1,
+    max_size=25,
+)
+
+
+def walk_binary(broker: Broker, topic: str, start: int, max_bytes: int) -> list[bytes]:
+    """Binary read_committed fetches from ``start``, filtered as the SDK does."""
+    out: list[bytes] = []
+    offset = start
+    with broker.http() as c:
+        while True:
+            r = c.get(
+                f"/topics/{topic}/partitions/0/records",
+                params={
+                    "offset": offset,
+                    "max_wait_ms": 0,
+                    "max_bytes": max_bytes,
+                    "isolation_level": "read_committed",
+                },
+                headers={"Accept": "application/octet-stream"},
+            )
+            headers = {k.lower(): v for k, v in r.headers.items()}
+            outcome = interpret(
+                Response(200, headers, bytearray(r.content)), topic, 0, read_committed=True
+            )
+            assert isinstance(outcome, Records)
+            if outcome.next_offset is None:
+                return out
+            for pos, h in outcome.batches:
+                piece = outcome.body[pos : pos + h.size]
+                out += [rec.value or b"" for rec in decode_records(piece, min_offset=offset)]
+            offset = outcome.next_offset
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(ops=OPS, start_at=st.floats(0, 1), max_bytes=st.integers(1, 300))
+def test_random_transactions_read_committed_over_http_matches_the_model(
+    broker: Broker,
+    topic: MakeTopic,
+    ops: list[tuple[str, int, int]],
+    start_at: float,
+    max_bytes: int,
+) -> None:
+    name, w = topic()
+    for i, (kind, pid, n) in enumerate(ops):
+        if kind == "txn":
+            w.txn(pid, [b"t%d-%d" % (i, j) for j in range(n)])
+        elif kind == "plain":
+            w.plain([b"p%d-%d" % (i, j) for j in range(n)])
+        elif pid in w.open:
+            (w.commit if kind == "commit" else w.abort)(pid)
+    start = int(start_at * w.log.log_end_offset)
+    expected = w.expected(start)
+    offset, got = start, []
+    while True:
+        answer = fetch_json(
+            broker, name, offset, isolation_level="read_committed", max_bytes=max_bytes
+        )
+        assert answer["last_stable_offset"] == w.lso()
+        got += values(answer)
+        if answer["next_offset"] == offset:
+            break
+        offset = answer["next_offset"]
+    assert got == expected
+    assert offset == max(start, w.lso())
+    assert walk_binary(broker, name, start, max_bytes) == expected
 
 
 def test_binary_read_committed_stops_at_the_lso_and_lists_the_aborted(
