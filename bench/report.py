@@ -404,9 +404,10 @@ def _isolation_rows(i: dict[str, Any] | None) -> list[tuple[str, str, str, str]]
         ("json_fetch", "HTTP JSON fetch"),
     ):
         c, u = i[f"{flavour}_committed"], i[f"{flavour}_uncommitted"]
+        span = what if flavour != "json_fetch" else f"its first {_num(c['offsets'])} offsets"
         out.append(
             (
-                f"read_committed consume, {label} ({what})",
+                f"read_committed consume, {label} ({span})",
                 f"{_num(c['offsets_per_s'])} offsets/s ({_num(c['records_per_s'])} records/s)",
                 f"read_uncommitted, same run: {_num(u['offsets_per_s'])} offsets/s",
                 f"{i[f'{flavour}_ratio']}x",
