@@ -89,6 +89,7 @@ def rows(r: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     out += _cluster_rows(r)
     out += _robustness_rows(r)
     out += _edge_rows(r)
+    out += _isolation_rows(r.get("isolation"))
     if xadd:
         out.append(
             ("Redis Streams XADD, pipelined 1,000 (baseline)", f"{_num(xadd)} records/s", "", "")
@@ -382,6 +383,34 @@ def _edge_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str]]:
                 f"{f.get('appends_per_request', '-')} appends per request",
                 f"/healthz: {_num(joined['healthz']['requests_per_s'])} req/s",
                 f"{f['ratio_to_healthz']}x",
+            )
+        )
+    return out
+
+
+def _isolation_rows(i: dict[str, Any] | None) -> list[tuple[str, str, str, str]]:
+    """read_committed vs read_uncommitted over one transactional topic (bench/isolation.py)."""
+    if not i:
+        return []
+    topic = i["topic"]
+    what = (
+        f"{_num(topic['records'])} records in interleaved transactions, "
+        f"{_num(topic['aborted'])} aborted"
+    )
+    out = []
+    for flavour, label in (
+        ("sdk_columns", "Consumer.poll_columns"),
+        ("sdk_poll", "Consumer.poll"),
+        ("json_fetch", "HTTP JSON fetch"),
+    ):
+        c, u = i[f"{flavour}_committed"], i[f"{flavour}_uncommitted"]
+        span = what if flavour != "json_fetch" else f"its first {_num(c['offsets'])} offsets"
+        out.append(
+            (
+                f"read_committed consume, {label} ({span})",
+                f"{_num(c['offsets_per_s'])} offsets/s ({_num(c['records_per_s'])} records/s)",
+                f"read_uncommitted, same run: {_num(u['offsets_per_s'])} offsets/s",
+                f"{i[f'{flavour}_ratio']}x",
             )
         )
     return out

@@ -63,6 +63,7 @@ def collect(quick: bool) -> dict[str, Any]:
     _section("robustness", lambda: _robustness(quick), results)
     _section("http_edge", lambda: _http_edge(quick), results)
     _section("tls", lambda: _tls(quick), results)
+    _section("isolation", lambda: _isolation(quick), results)
     return results
 
 
@@ -71,6 +72,14 @@ def _tls(quick: bool) -> dict[str, Any]:
     from bench import tls
 
     return tls.run(runs=2 if quick else 5)
+
+
+def _isolation(quick: bool) -> dict[str, Any]:
+    """read_committed vs read_uncommitted consume over one transactional topic, same run."""
+    from bench import isolation
+
+    common.warm_memory()
+    return isolation.run(runs=1 if quick else 5)
 
 
 def _robustness(quick: bool) -> dict[str, Any]:
@@ -104,6 +113,7 @@ SECTIONS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "http_edge": _http_edge,
     "sdk": _sdk,
     "tls": _tls,
+    "isolation": _isolation,
 }
 
 

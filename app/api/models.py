@@ -240,6 +240,10 @@ class FetchResponse(BaseModel):
     topic: str
     partition: int
     high_watermark: int
+    last_stable_offset: int = Field(
+        description="The last stable offset: the first offset of the oldest transaction "
+        "still open (the high watermark when none is); read_committed answers stop there."
+    )
     log_start_offset: int
     next_offset: int = Field(description="The offset to fetch next.")
     records: list[FetchedRecord]

@@ -128,8 +128,20 @@ valid JSON come back as a string. Header values are UTF-8 strings.
 
 `Accept: application/octet-stream` answers the stored RecordBatch v2 bytes as they are
 on disk (sent with sendfile): whole batches, so the first may start before `offset`.
-Headers `Logbus-High-Watermark`, `Logbus-Log-Start-Offset` and `Logbus-Log-End-Offset`
-come with both answers.
+Headers `Logbus-High-Watermark`, `Logbus-Log-Start-Offset`, `Logbus-Log-End-Offset` and
+`Logbus-Last-Stable-Offset` come with both answers.
+
+`isolation_level=read_committed` reads only up to the last stable offset (LSO: the first
+offset of the oldest transaction still open), so an open transaction holds the reader
+there until it commits or aborts. A JSON answer leaves out the records of aborted
+transactions; a binary answer carries the whole batches below the LSO and lists the
+aborted transactions they overlap in `Logbus-Aborted-Transactions`, as
+`producer_id:first_offset` pairs, comma-separated (empty when none): drop a
+transactional batch of such a producer from its first offset until that producer's
+ABORT control batch, as Kafka's consumer does (the SDK's `Consumer` and the Spark
+source do it for you). Control batches (transaction markers) never appear in JSON
+answers; in binary answers they come as stored. Either way `next_offset` (JSON) or the
+end of the last batch (binary) is where to fetch next, past dropped batches.
 
 When fewer than `min_bytes` are available the request waits up to `max_wait_ms`, and
 returns as soon as an append brings enough. `offset` equal to the log end offset is an
@@ -149,7 +161,22 @@ _OFFSET_HEADERS: dict[str, Any] = {
         "description": "Offset the next appended record gets.",
         "schema": {"type": "integer"},
     },
+    "Logbus-Last-Stable-Offset": {
+        "description": "The last stable offset: no record of a transaction still open is "
+        "below it; read_committed answers stop there.",
+        "schema": {"type": "integer"},
+    },
+    "Logbus-Aborted-Transactions": {
+        "description": "read_committed answers only: the aborted transactions the answer "
+        "overlaps, as comma-separated `producer_id:first_offset` pairs (empty: none).",
+        "schema": {"type": "string", "example": "4001:120,4007:133"},
+    },
 }
+
+ISOLATION_LEVEL = """Kafka's isolation level. `read_uncommitted` (the default, as Kafka's
+consumer): every record up to the high watermark, whatever its transaction. `read_committed`:
+records up to the last stable offset only, without those of aborted transactions (JSON), or
+with the aborted transactions listed in `Logbus-Aborted-Transactions` (binary)."""
 
 FETCH_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {
@@ -161,6 +188,7 @@ FETCH_RESPONSES: dict[int | str, dict[str, Any]] = {
                     "topic": "orders",
                     "partition": 0,
                     "high_watermark": 3,
+                    "last_stable_offset": 3,
                     "log_start_offset": 0,
                     "next_offset": 3,
                     "records": [

@@ -176,12 +176,18 @@ def describe_topic_call(topic: str) -> Call[dict[str, Any]]:
     return Call("GET", topic_path(topic), lambda body: dict(body))
 
 
-def list_offset_call(topic: str, partition: int, at: str | int) -> Call[tuple[int, int]]:
+def list_offset_call(
+    topic: str, partition: int, at: str | int, isolation_level: str = "read_uncommitted"
+) -> Call[tuple[int, int]]:
+    """ListOffsets; under ``read_committed`` ``latest`` is the last stable offset."""
+    params: dict[str, Any] = {"at": at}
+    if isolation_level != "read_uncommitted":
+        params["isolation_level"] = isolation_level
     return Call(
         "GET",
         f"{topic_path(topic)}/partitions/{partition}/offsets",
         lambda body: (int(body["offset"]), int(body["timestamp"])),
-        params={"at": at},
+        params=params,
     )
 
 

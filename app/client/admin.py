@@ -19,6 +19,7 @@ from app.client._cluster import Bootstrap, Cluster
 from app.client._http import Call, group_path, topic_path
 from app.client.auth import Auth
 from app.client.types import OffsetAndTimestamp, TopicPartition
+from app.common.isolation import check_isolation_level
 
 T = TypeVar("T")
 _BACKOFF_S = 0.1
@@ -271,14 +272,21 @@ class Admin:
         self._any(_delete_call(name))
 
     def list_offsets(
-        self, partitions: Iterable[TopicPartition], spec: str | int = "latest"
+        self,
+        partitions: Iterable[TopicPartition],
+        spec: str | int = "latest",
+        *,
+        isolation_level: str = "read_uncommitted",
     ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
         """``earliest``, ``latest`` (the high watermark) or the first offset at/after a timestamp (ms).
 
         ``None`` for a partition with no record at or after the timestamp.
-        For ``earliest``/``latest`` the timestamp is -1.
+        For ``earliest``/``latest`` the timestamp is -1. With
+        ``isolation_level="read_committed"`` (Kafka's ListOffsets), ``latest`` is the
+        last stable offset and a timestamp finds only offsets below it.
         """
         at = _at(spec)
+        check_isolation_level(isolation_level)
         return {
             tp: _offset_result(
                 _cluster.run_sync(
@@ -286,7 +294,7 @@ class Admin:
                     _cluster.leader_route(
                         self._cluster,
                         tp,
-                        _http.list_offset_call(tp.topic, tp.partition, at),
+                        _http.list_offset_call(tp.topic, tp.partition, at, isolation_level),
                         _BACKOFF_S,
                     ),
                 )
@@ -412,9 +420,15 @@ class AsyncAdmin:
         await self._any(_delete_call(name))
 
     async def list_offsets(
-        self, partitions: Iterable[TopicPartition], spec: str | int = "latest"
+        self,
+        partitions: Iterable[TopicPartition],
+        spec: str | int = "latest",
+        *,
+        isolation_level: str = "read_uncommitted",
     ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        """:meth:`Admin.list_offsets`."""
         at = _at(spec)
+        check_isolation_level(isolation_level)
         out: dict[TopicPartition, OffsetAndTimestamp | None] = {}
         for tp in partitions:
             found = await _cluster.run_async(
@@ -422,7 +436,7 @@ class AsyncAdmin:
                 _cluster.leader_route(
                     self._cluster,
                     tp,
-                    _http.list_offset_call(tp.topic, tp.partition, at),
+                    _http.list_offset_call(tp.topic, tp.partition, at, isolation_level),
                     _BACKOFF_S,
                 ),
             )

@@ -52,6 +52,7 @@ from app.client.auth import Auth, authorization
 from app.client.errors import ClientError, error_from_fields
 from app.client.types import TopicPartition
 from app.common.batch import RecordBatchReader, iter_headers
+from app.common.isolation import check_isolation_level
 from app.common.tls import default_context
 
 log = logging.getLogger(__name__)
@@ -106,6 +107,11 @@ class Subscription:
     ``on_assigned`` / ``on_revoked``), ``start`` defaults to ``"committed"``
     (``default`` where the group committed nothing), and ``commit()`` commits
     what was handed out.
+
+    ``isolation_level="read_committed"``: the broker sends only records below each
+    partition's last stable offset, without those of aborted transactions (a
+    partition is held while a transaction is open there); the default
+    ``read_uncommitted`` sends every record, as Kafka's consumer.
     """
 
     def __init__(
@@ -127,7 +133,9 @@ class Subscription:
         on_assigned: RebalanceCallback | None = None,
         on_revoked: RebalanceCallback | None = None,
         auth: Auth = None,
+        isolation_level: str = "read_uncommitted",
     ) -> None:
+        check_isolation_level(isolation_level)
         if (topics is None) == (partitions is None):
             raise ValueError("subscribe to topics or to partitions, not both or neither")
         if group is not None and (topics is None or not isinstance(start, str | None)):
@@ -153,6 +161,7 @@ class Subscription:
         self.key_format = "binary" if format == "binary" else key_format
         self.value_format = "binary" if format == "binary" else value_format
         self.credit = credit
+        self.isolation_level = isolation_level
         self.reconnects = reconnects
         self.reconnect_backoff_s = reconnect_backoff_ms / 1000
         self.positions: dict[TopicPartition, int] = {}
@@ -186,6 +195,8 @@ class Subscription:
             "value_format": self.value_format,
             "credit": {"records": self.credit},
         }
+        if self.isolation_level != "read_uncommitted":
+            msg["isolation_level"] = self.isolation_level
         if self.group is not None:
             # A member resumes from the group's commits, not from its own positions:
             # after a reconnect it may own other partitions.

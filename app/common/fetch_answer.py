@@ -14,7 +14,17 @@ read a binary fetch answer (``Accept: application/octet-stream``) over
   (an answer whose first batch is damaged has no batches). A partial batch at
   the end (the broker cut the answer at ``max_bytes``) is not listed.
   ``high_watermark`` is the ``Logbus-High-Watermark`` header (leaders send it
-  to followers), else None.
+  to followers), else None; ``last_stable_offset`` the ``Logbus-Last-Stable-Offset``
+  header, else None.
+
+  ``interpret(..., read_committed=True)`` (the answer to a fetch sent with
+  ``isolation_level=read_committed``) reads the answer's aborted transactions
+  (``Logbus-Aborted-Transactions``) into ``aborted`` and lists in ``batches`` only
+  the batches a read_committed reader keeps (:func:`app.common.isolation.committed_batches`:
+  no control batch, no batch of an aborted transaction). Either way ``next_offset``
+  is the offset after the last whole, verified batch of the answer, dropped or not:
+  where the next fetch starts, and how far a reader's position may advance even when
+  every batch was dropped.
 - :class:`Refused` (any other status): the error the body names
   (:mod:`app.common.error_body`) and the one thing to do about it, ``action``:
 
@@ -47,10 +57,13 @@ from app.common.batch import BatchHeader, compute_crc, iter_headers
 from app.common.error_body import error_from_body
 from app.common.errors import LogbusError, OffsetOutOfRange, StoredBatchCorrupt
 from app.common.http1 import Response
+from app.common.isolation import ABORTED_HEADER, LSO_HEADER, committed_batches, parse_aborted
 
 __all__ = ["Action", "FetchOutcome", "Records", "Refused", "interpret", "verified_prefix"]
 
 HIGH_WATERMARK_HEADER = "logbus-high-watermark"
+_LSO = LSO_HEADER.lower()
+_ABORTED = ABORTED_HEADER.lower()
 
 # Retriable codes after which the partition's leader may be another broker.
 _LEADER_MAY_HAVE_MOVED = frozenset(
@@ -80,11 +93,11 @@ class Records:
     batches: list[tuple[int, BatchHeader]]
     damaged: StoredBatchCorrupt | None
     high_watermark: int | None
-
-    @property
-    def next_offset(self) -> int | None:
-        """The offset after the last batch listed (None when none is)."""
-        return self.batches[-1][1].next_offset if self.batches else None
+    next_offset: int | None = None
+    """The offset after the answer's last whole verified batch, listed or dropped (None: none)."""
+    last_stable_offset: int | None = None
+    aborted: list[tuple[int, int]] | None = None
+    """read_committed answers: the aborted transactions, ``(producer_id, first_offset)``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,17 +129,41 @@ def verified_prefix(
 
 
 def interpret(
-    response: Response, topic: str, partition: int, *, check_crcs: bool = True
+    response: Response,
+    topic: str,
+    partition: int,
+    *,
+    check_crcs: bool = True,
+    read_committed: bool = False,
 ) -> FetchOutcome:
-    """What ``response``, the answer to a binary fetch of ``topic``-``partition``, means."""
+    """What ``response``, the answer to a binary fetch of ``topic``-``partition``, means.
+
+    ``read_committed``: the fetch asked for ``isolation_level=read_committed``; the
+    batches listed are those a read_committed reader keeps (see the module docstring).
+    """
     if response.status == 200:
         body = response.body
+        headers = response.headers
         batches = list(iter_headers(body))
         damaged = None
         if check_crcs:
             batches, damaged = verified_prefix(body, batches, topic, partition)
-        hw = response.headers.get(HIGH_WATERMARK_HEADER)
-        return Records(body, batches, damaged, int(hw) if hw is not None else None)
+        next_offset = batches[-1][1].next_offset if batches else None
+        hw = headers.get(HIGH_WATERMARK_HEADER)
+        lso = headers.get(_LSO)
+        aborted = None
+        if read_committed:
+            aborted = parse_aborted(headers.get(_ABORTED, ""))
+            batches = committed_batches(body, batches, aborted)
+        return Records(
+            body,
+            batches,
+            damaged,
+            int(hw) if hw is not None else None,
+            next_offset,
+            int(lso) if lso is not None else None,
+            aborted,
+        )
     error = error_from_body(response.status, response.body)
     code = error.error_code
     stale = code in _LEADER_MAY_HAVE_MOVED

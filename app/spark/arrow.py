@@ -7,6 +7,10 @@ broker prepares it meanwhile) and :mod:`app.spark.decode` writes the records
 of several answers straight into the buffers of one Arrow batch: no Python
 object per record, and Spark gets Arrow batches it hands to the JVM without a
 per-row conversion.
+
+``isolation.level=read_committed``: the fetches ask for ``read_committed`` and
+:func:`~app.common.fetch_answer.interpret` drops the batches of aborted transactions
+(and control batches); the position still advances past them.
 """
 
 from __future__ import annotations
@@ -107,7 +111,12 @@ def answer_records(
 
 
 def fetch_range(
-    url: str, r: OffsetRange, *, fail_on_data_loss: bool, timeout_s: float
+    url: str,
+    r: OffsetRange,
+    *,
+    fail_on_data_loss: bool,
+    timeout_s: float,
+    read_committed: bool = False,
 ) -> Iterator[tuple[Segment | None, int]]:
     """Fetch answers covering ``r`` as ``(records, position)``; ``position`` is the next offset to fetch.
 
@@ -131,7 +140,8 @@ def fetch_range(
 
     target = (
         f"/topics/{quote(r.topic, safe='')}/partitions/{r.partition}/records"
-        f"?max_bytes={FETCH_MAX_BYTES}&min_bytes=1&max_wait_ms={FETCH_MAX_WAIT_MS}&offset="
+        f"?max_bytes={FETCH_MAX_BYTES}&min_bytes=1&max_wait_ms={FETCH_MAX_WAIT_MS}"
+        f"{'&isolation_level=read_committed' if read_committed else ''}&offset="
     )
     position = r.start
     sent: int | None = None  # the offset asked by the fetch in flight
@@ -164,7 +174,7 @@ def fetch_range(
                     reconnect(None)
                 continue
             sent = None
-            outcome = interpret(response, r.topic, r.partition)
+            outcome = interpret(response, r.topic, r.partition, read_committed=read_committed)
             if isinstance(outcome, Refused):
                 error = outcome.error
                 if outcome.action is Action.NOT_LEADER:
@@ -184,16 +194,17 @@ def fetch_range(
                     raise error
                 time.sleep(RETRY_BACKOFF_S)
                 continue
-            if not outcome.batches:
+            next_offset = outcome.next_offset
+            if next_offset is None:
                 if outcome.damaged is not None:
                     raise outcome.damaged  # nothing good before it
                 continue  # the long poll ended with nothing new: ask again
-            next_offset = outcome.batches[-1][1].next_offset
             if next_offset <= position:
                 continue  # nothing past the position (not expected from the broker): ask again
             if next_offset < r.end and outcome.damaged is None:
                 # Pipelining: the broker reads the next answer while this one is decoded.
                 sent = send(next_offset)
+            # read_committed: the batches listed are the kept ones (maybe none).
             records = answer_records(outcome.body, outcome.batches, position, r, verified=True)
             position = next_offset
             deadline = time.monotonic() + timeout_s
@@ -252,14 +263,20 @@ def read_range(
     include_headers: bool,
     fail_on_data_loss: bool,
     timeout_s: float,
+    read_committed: bool = False,
 ) -> Iterator[pa.RecordBatch]:
-    """Every record of ``r`` (offsets ``[start, end)``) as Arrow batches, in offset order."""
+    """Every record of ``r`` (offsets ``[start, end)``) as Arrow batches, in offset order
+    (``read_committed``: without the records of aborted transactions)."""
     if r.size <= 0:
         return
     pending: list[Segment] = []
     rows = size = 0
     for seg, position in fetch_range(
-        url, r, fail_on_data_loss=fail_on_data_loss, timeout_s=timeout_s
+        url,
+        r,
+        fail_on_data_loss=fail_on_data_loss,
+        timeout_s=timeout_s,
+        read_committed=read_committed,
     ):
         if seg is not None:
             pending.append(seg)

@@ -39,6 +39,7 @@ from typing import TypeVar
 from app.client import Admin, TopicPartition
 from app.client.errors import is_retriable
 from app.common.errors import LogbusError, UnknownTopicOrPartition
+from app.common.isolation import READ_UNCOMMITTED
 from app.spark import options as opt
 from app.spark.options import OptionError
 
@@ -132,7 +133,8 @@ def retried(
 
 @dataclass(frozen=True, slots=True)
 class Bounds:
-    """The partitions asked for that exist, with their log start offsets and high watermarks."""
+    """The partitions asked for that exist, with their log start offsets and high watermarks
+    (last stable offsets under ``isolation.level=read_committed``)."""
 
     earliest: dict[TopicPartition, int]
     latest: dict[TopicPartition, int]
@@ -157,6 +159,7 @@ class OffsetLookup:
         self.url = url
         self.options = dict(options)
         self.policy = RetryPolicy.from_options(options)
+        self.isolation = opt.isolation_level(options)
 
     def bounds(self) -> Bounds:
         """The partitions the options name (subscribe, subscribePattern or assign), bounded."""
@@ -166,7 +169,10 @@ class OffsetLookup:
         """The bounds of ``tps``, those that still exist."""
         wanted = sorted(set(tps))
         return retried(
-            self.url, self.policy, "looking up offsets", lambda admin: _bounds(admin, wanted, [])
+            self.url,
+            self.policy,
+            "looking up offsets",
+            lambda admin: _bounds(admin, wanted, [], isolation=self.isolation),
         )
 
     def offsets_at(
@@ -175,7 +181,7 @@ class OffsetLookup:
         """Each partition's first offset at or after ``timestamp`` (ms); None when there is none."""
 
         def call(admin: Admin) -> dict[TopicPartition, int | None]:
-            found = admin.list_offsets(tps, timestamp)
+            found = admin.list_offsets(tps, timestamp, isolation_level=self.isolation)
             return {tp: None if o is None else o.offset for tp, o in found.items()}
 
         return retried(self.url, self.policy, "looking up offsets by timestamp", call)
@@ -183,7 +189,7 @@ class OffsetLookup:
     def _named_bounds(self, admin: Admin) -> Bounds:
         counts = admin.list_topics()
         named, missing = opt.named_partitions(self.options, counts)
-        return _bounds(admin, named, missing, counts)
+        return _bounds(admin, named, missing, counts, isolation=self.isolation)
 
 
 def _bounds(
@@ -191,10 +197,12 @@ def _bounds(
     tps: list[TopicPartition],
     missing: list[str],
     counts: Mapping[str, int] | None = None,
+    *,
+    isolation: str = READ_UNCOMMITTED,
 ) -> Bounds:
     if counts is None:
         counts = admin.list_topics()
     present = [tp for tp in tps if tp.partition < counts.get(tp.topic, 0)]
     gone = [f"partition {tp.topic}-{tp.partition}" for tp in tps if tp not in present]
-    earliest, latest = opt.log_bounds(admin, present)
+    earliest, latest = opt.log_bounds(admin, present, isolation)
     return Bounds(earliest, latest, missing + gone)

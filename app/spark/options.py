@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from app.client import Admin, TopicPartition
 from app.common import tls
+from app.common.isolation import ISOLATION_LEVELS, READ_UNCOMMITTED
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +109,26 @@ def integer(options: Mapping[str, str], name: str) -> int | None:
         raise OptionError(f"option {name!r} must be an integer, got {raw!r}") from None
 
 
+def isolation_level(options: Mapping[str, str]) -> str:
+    """The ``isolation.level`` option (Spark's Kafka name ``kafka.isolation.level`` too):
+    ``read_uncommitted`` (the default, as Kafka's consumer and Spark's Kafka source) or
+    ``read_committed`` (offset ranges end at the last stable offset; records of
+    aborted transactions are left out)."""
+    given = {n: v for n in ("isolation.level", "kafka.isolation.level") if (v := get(options, n))}
+    values = {v.strip().lower() for v in given.values()}
+    if len(values) > 1:
+        raise OptionError(
+            "'isolation.level' and 'kafka.isolation.level' disagree: "
+            + ", ".join(f"{n}={v!r}" for n, v in given.items())
+        )
+    level = values.pop() if values else READ_UNCOMMITTED
+    if level not in ISOLATION_LEVELS:
+        raise OptionError(
+            f"option 'isolation.level' must be {' or '.join(ISOLATION_LEVELS)}, got {level!r}"
+        )
+    return level
+
+
 def named_partitions(
     options: Mapping[str, str], counts: Mapping[str, int]
 ) -> tuple[list[TopicPartition], list[str]]:
@@ -169,11 +190,12 @@ def parse_offsets(raw: str, what: str) -> dict[TopicPartition, int] | str:
 
 
 def log_bounds(
-    admin: Admin, tps: list[TopicPartition]
+    admin: Admin, tps: list[TopicPartition], isolation: str = READ_UNCOMMITTED
 ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
-    """(log start offsets, high watermarks) of the partitions."""
+    """(log start offsets, ends) of the partitions: the ends are the high watermarks, or
+    the last stable offsets under ``read_committed`` (Kafka's ListOffsets)."""
     starts = admin.list_offsets(tps, "earliest")
-    ends = admin.list_offsets(tps, "latest")
+    ends = admin.list_offsets(tps, "latest", isolation_level=isolation)
     return (
         {tp: o.offset if o else 0 for tp, o in starts.items()},
         {tp: o.offset if o else 0 for tp, o in ends.items()},

@@ -39,6 +39,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from app.client import Producer, TopicPartition
+from app.common.isolation import READ_COMMITTED
 from app.spark import options as opt
 from app.spark.arrow import read_range
 from app.spark.lookup import OffsetLookup
@@ -101,6 +102,9 @@ class _Reading:
         if self.min_partitions is not None and self.min_partitions < 1:
             raise OptionError("'minPartitions' must be positive")
         self.poll_timeout_ms = opt.integer(options, "pollTimeoutMs") or DEFAULT_POLL_TIMEOUT_MS
+        # isolation.level / kafka.isolation.level: read_committed ranges end at the LSO
+        # (the lookup's "latest") and tasks drop the records of aborted transactions.
+        self.read_committed = opt.isolation_level(options) == READ_COMMITTED
         self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -118,6 +122,7 @@ class _Reading:
             include_headers=self.include_headers,
             fail_on_data_loss=self.fail_on_data_loss,
             timeout_s=self.poll_timeout_ms / 1000,
+            read_committed=self.read_committed,
         )
 
     def _ranges(

@@ -4,13 +4,19 @@ A fetch that finds fewer than ``min_bytes`` waits up to ``max_wait_ms`` and is
 woken by the append that brings data (:mod:`app.api.longpoll`), never by a
 sleep loop. The binary answer is the file bytes themselves, sent with
 ``os.sendfile`` by :class:`~app.api.zerocopy.ZeroCopyResponse`.
+
+``isolation_level=read_committed`` (:mod:`app.common.isolation`): the read stops at
+the last stable offset; a JSON answer drops the records of aborted transactions (and,
+as always, control batches), a binary answer carries the aborted transactions in the
+``Logbus-Aborted-Transactions`` header for the client to filter with the same rule.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Annotated, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import orjson
 from fastapi import APIRouter, Path, Query, Request
@@ -39,6 +45,13 @@ from app.api.zerocopy import ZeroCopyResponse
 from app.common.aio import wait_event
 from app.common.batch import compute_crc, decode_records, iter_headers
 from app.common.errors import StoredBatchCorrupt, UnknownTopicOrPartition
+from app.common.isolation import (
+    ABORTED_HEADER,
+    LSO_HEADER,
+    READ_COMMITTED,
+    committed_batches,
+    format_aborted,
+)
 from app.core.replication.auth import HEADER as REPLICA_AUTH_HEADER
 
 if TYPE_CHECKING:
@@ -51,6 +64,43 @@ router = APIRouter(tags=["fetch"], route_class=LeanRoute)
 
 MAX_WAIT_MS_LIMIT = 60_000
 OFFERED = (JSON, OCTET_STREAM)
+IsolationLevel = Literal["read_uncommitted", "read_committed"]
+# A read_committed binary answer lists its aborted transactions in a header (~40 bytes
+# each at worst), so the head must stay inside what HTTP clients read (the SDK's 64 KiB,
+# app/common/http1.py): a read overlapping more than this many transactions that begin
+# at or after its offset stops before the first offset of the next one, and the
+# reader's next fetch goes on from there. (Those begun before the offset and still
+# open there must all be listed; as many producers were in a transaction at once.)
+MAX_ABORTED_PER_ANSWER = 1000
+
+
+def read_log(
+    log: Log, offset: int, max_bytes: int, *, replica: bool = False, committed: bool = False
+) -> FetchInfo:
+    """One read for a fetch: to the log end offset for a follower (``replica``), else to
+    the high watermark, or to the last stable offset with ``committed`` (read_committed,
+    with the aborted transactions, at most :data:`MAX_ABORTED_PER_ANSWER` of them)."""
+    if replica:
+        return log.read(offset, max_bytes, max_offset=log.log_end_offset)
+    if not committed:
+        return log.read(offset, max_bytes)
+    info = log.read(offset, max_bytes, isolation=READ_COMMITTED)
+    aborted = info.aborted_transactions or ()
+    if len(aborted) > MAX_ABORTED_PER_ANSWER:
+        later = sorted(a.first_offset for a in aborted if a.first_offset >= offset)
+        if len(later) > MAX_ABORTED_PER_ANSWER:
+            # First offsets are distinct batch starts, so the bound is past ``offset``
+            # and the batch holding it ends below the bound: the read still progresses.
+            bound = later[MAX_ABORTED_PER_ANSWER]
+            info = log.read(offset, max_bytes, max_offset=bound, isolation=READ_COMMITTED)
+    return info
+
+
+def aborted_pairs(info: FetchInfo) -> list[tuple[int, int]] | None:
+    """A read_committed read's aborted transactions as ``(producer_id, first_offset)``;
+    None for a read_uncommitted one."""
+    found = info.aborted_transactions
+    return None if found is None else [(a.producer_id, a.first_offset) for a in found]
 
 
 def negotiate(accept: str | None) -> str:
@@ -96,11 +146,14 @@ async def wait_for_data(
     max_wait_ms: int,
     *,
     replica: bool = False,
+    committed: bool = False,
 ) -> FetchInfo:
     """Read again after each append until ``min_bytes`` are there or the wait is over.
 
-    Consumers read up to the high watermark; a follower (``replica``) up to the
-    log end offset, since what it fetches is what moves the high watermark."""
+    Consumers read up to the high watermark (read_committed ones, ``committed``, up to
+    the last stable offset: a transaction's marker is an append, so it wakes them); a
+    follower (``replica``) up to the log end offset, since what it fetches is what
+    moves the high watermark."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait_ms / 1000
     event = waiters.register(log)
@@ -111,7 +164,7 @@ async def wait_for_data(
             if manager.get_log(log.topic, log.partition) is not log:
                 # Deleted (and maybe recreated) while we waited: these offsets are gone.
                 raise UnknownTopicOrPartition(log.topic, log.partition)
-            info = log.read(offset, max_bytes, max_offset=log.log_end_offset if replica else None)
+            info = read_log(log, offset, max_bytes, replica=replica, committed=committed)
             remaining = deadline - loop.time()
             if info.size >= min_bytes or remaining <= 0 or waiters.closed:
                 return info
@@ -166,15 +219,26 @@ def json_records(
     *,
     topic: str = "",
     partition: int = 0,
+    aborted: Sequence[tuple[int, int]] | None = None,
 ) -> tuple[list[dict[str, Any]], int]:
     """The records of ``data`` from ``offset`` on, rendered as in a JSON fetch, and the
     offset to read next; at most ``limit`` records (the WebSocket record credit). Only
-    the batches before the first damaged one are rendered (:func:`verified_prefix`)."""
+    the batches before the first damaged one are rendered (:func:`verified_prefix`).
+    ``aborted`` (a read_committed read's aborted transactions): the records of aborted
+    transactions are left out (:func:`app.common.isolation.committed_batches`)."""
     data, next_offset = _verified(data, offset, topic, partition)
     decode_key = DECODERS[key_format]
     decode_value = DECODERS[value_format]
     records: list[dict[str, Any]] = []
-    for r in decode_records(data, min_offset=offset):
+    found = decode_records(data, min_offset=offset)
+    if aborted is not None:
+        view = memoryview(data)
+        found = (
+            r
+            for pos, h in committed_batches(view, list(iter_headers(view)), aborted)
+            for r in decode_records(view[pos : pos + h.size], min_offset=offset)
+        )
+    for r in found:
         if limit is not None and len(records) >= limit:
             return records, records[-1]["offset"] + 1 if records else offset
         records.append(
@@ -199,12 +263,19 @@ def render_json(
 ) -> bytes:
     data = info.read_bytes() if info.size else b""
     records, next_offset = json_records(
-        data, offset, key_format, value_format, topic=topic, partition=partition
+        data,
+        offset,
+        key_format,
+        value_format,
+        topic=topic,
+        partition=partition,
+        aborted=aborted_pairs(info),
     )
     body: dict[str, Any] = {
         "topic": topic,
         "partition": partition,
         "high_watermark": info.high_watermark,
+        "last_stable_offset": info.last_stable_offset,
         "log_start_offset": info.log_start_offset,
         "next_offset": next_offset,
         "records": records,
@@ -285,6 +356,13 @@ async def fetch_records(
             "one 409 UNKNOWN_LEADER_EPOCH.",
         ),
     ] = None,
+    isolation_level: Annotated[
+        IsolationLevel,
+        Query(
+            description=docs.ISOLATION_LEVEL,
+            examples=["read_uncommitted", "read_committed"],
+        ),
+    ] = "read_uncommitted",
 ) -> Response:
     media = negotiate(request.headers.get("accept"))
     max_bytes = min(max_bytes, state.settings.fetch_max_bytes)
@@ -300,7 +378,8 @@ async def fetch_records(
     if replica:
         assert replica_id is not None
         part.on_follower_fetch(replica_id, offset)
-    info = log.read(offset, max_bytes, max_offset=log.log_end_offset if replica else None)
+    committed = isolation_level == READ_COMMITTED and not replica
+    info = read_log(log, offset, max_bytes, replica=replica, committed=committed)
     if info.size < min_bytes and max_wait_ms > 0:
         info = await wait_for_data(
             state.waiters,
@@ -311,12 +390,16 @@ async def fetch_records(
             min_bytes,
             max_wait_ms,
             replica=replica,
+            committed=committed,
         )
     headers = {
         "Logbus-High-Watermark": str(info.high_watermark),
         "Logbus-Log-Start-Offset": str(info.log_start_offset),
         "Logbus-Log-End-Offset": str(info.log_end_offset),
+        LSO_HEADER: str(info.last_stable_offset),
     }
+    if committed:
+        headers[ABORTED_HEADER] = format_aborted(aborted_pairs(info) or ())
     if media == OCTET_STREAM:
         return ZeroCopyResponse(info.slices, headers=headers)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Path, Query
 from starlette.responses import Response
@@ -13,6 +13,7 @@ from app.api.errors import error_responses
 from app.api.models import OffsetAnswer
 from app.api.util import INT_MAX, INT_MIN, LONG_MAX, JSONBytes, leader_log
 from app.common.errors import InvalidRequest
+from app.common.isolation import READ_COMMITTED
 
 router = APIRouter(tags=["fetch"])
 
@@ -52,16 +53,27 @@ async def list_offsets(
             examples=["earliest", "latest", "1700000000000"],
         ),
     ] = "latest",
+    isolation_level: Annotated[
+        Literal["read_uncommitted", "read_committed"],
+        Query(
+            description="As Kafka's ListOffsets: with `read_committed`, `latest` is the last "
+            "stable offset (where a read_committed reader is held) and a timestamp lookup "
+            "finds only offsets below it.",
+            examples=["read_uncommitted", "read_committed"],
+        ),
+    ] = "read_uncommitted",
 ) -> Response:
     where = parse_at(at)
     log = leader_log(state, topic, partition)
     if where == "earliest":
         return JSONBytes({"offset": log.log_start_offset, "timestamp": -1})
+    committed = isolation_level == READ_COMMITTED
+    end = log.last_stable_offset if committed else log.high_watermark
     if where == "latest":
-        return JSONBytes({"offset": log.high_watermark, "timestamp": -1})
+        return JSONBytes({"offset": end, "timestamp": -1})
     assert isinstance(where, int)
     found = log.offset_for_timestamp(where)
-    if found is None:
+    if found is None or (committed and found[0] >= end):
         return JSONBytes({"offset": -1, "timestamp": -1})
     offset, timestamp = found
     return JSONBytes({"offset": offset, "timestamp": timestamp})

@@ -100,6 +100,7 @@ class GroupMember:
         server_assignor: str | None,
         start: StartMode,
         default: Literal["earliest", "latest"],
+        read_committed: bool = False,
     ) -> None:
         self.host = host
         self.coordinator = coordinator
@@ -109,6 +110,8 @@ class GroupMember:
         self.server_assignor = server_assignor
         self.start = start
         self.default = default
+        # A read_committed member's "latest" is the last stable offset.
+        self.read_committed = read_committed
         self.member_id = ""
         self.member_epoch = JOIN_EPOCH
         self.owned: set[TP] = set()
@@ -321,7 +324,8 @@ class GroupMember:
             start, hw = log.log_start_offset, log.high_watermark
             offset = committed.get(tp)
             if offset is None or not start <= offset <= hw:
-                offset = start if mode == "earliest" else hw
+                end = log.last_stable_offset if self.read_committed else hw
+                offset = start if mode == "earliest" else end
             out[tp] = offset
         return out
 

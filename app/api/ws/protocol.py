@@ -17,6 +17,10 @@ Binary record frames (``"format": "binary"`` subscriptions), big-endian::
       18+n     8  next_offset      i64, where the partition's next frame starts
       26+n     -  batches          RecordBatch v2 bytes as stored (whole batches;
                                    the first may start before the offset asked for)
+
+In a ``read_committed`` subscription the broker leaves out of a binary frame the
+batches a read_committed reader drops (those of aborted transactions, and control
+batches): the frame holds the kept batches, ``next_offset`` is past the dropped ones.
 """
 
 from __future__ import annotations
@@ -121,6 +125,11 @@ class Subscribe(_Message):
     key_format: Format = "json"
     value_format: Format = "json"
     credit: Credit = Field(default_factory=lambda: Credit(records=0))
+    isolation_level: Literal["read_uncommitted", "read_committed"] = Field(
+        default="read_uncommitted",
+        description="read_committed: only records below the last stable offset, without "
+        "those of aborted transactions (app.common.isolation).",
+    )
 
 
 class CreditGrant(_Message):

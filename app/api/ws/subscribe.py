@@ -28,6 +28,13 @@ bytes for JSON) one batch may overdraw the credit; nothing more is sent until
 it is positive again.
 
 The binary frame layout is in :mod:`app.api.ws.protocol`.
+
+Isolation (``isolation_level`` in the subscribe message): a ``read_committed``
+subscription reads up to the last stable offset (:func:`app.api.routers.fetch.read_log`)
+and sends only what a read_committed reader keeps (:mod:`app.common.isolation`): JSON
+frames without aborted records, binary frames without aborted or control batches. A
+partition is held at the LSO while a transaction is open there; the marker that ends
+it is an append, which wakes the pump.
 """
 
 from __future__ import annotations
@@ -43,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from starlette.websockets import WebSocket
 
-from app.api.routers.fetch import json_records
+from app.api.routers.fetch import aborted_pairs, json_records, read_log
 from app.api.security import authorize
 from app.api.util import INLINE_WORK_BYTES, leader_log, partition_count, run_blocking
 from app.api.ws import common
@@ -74,6 +81,7 @@ from app.common.errors import (
     StoredBatchCorrupt,
     UnknownTopicOrPartition,
 )
+from app.common.isolation import READ_COMMITTED, committed_batches
 from app.core.security.acl import Action, Operation, Resource, ResourceType
 from app.groups.coordinator import OffsetCommit
 
@@ -111,6 +119,7 @@ class Cursor:
             "offset": self.position,
             "log_start_offset": self.log.log_start_offset,
             "high_watermark": self.log.high_watermark,
+            "last_stable_offset": self.log.last_stable_offset,
             "paused": self.paused,
         }
 
@@ -150,7 +159,7 @@ class FrameCache:
     """
 
     def __init__(self) -> None:
-        self._entries: OrderedDict[tuple[str, int, int, str, str, str], _CachedFrame] = (
+        self._entries: OrderedDict[tuple[str, int, int, str, str, str, str], _CachedFrame] = (
             OrderedDict()
         )
         self._bytes = 0
@@ -176,7 +185,7 @@ class FrameCache:
     async def get(
         self,
         log: Log,
-        fmt: tuple[str, str, str],
+        fmt: tuple[str, str, str, str],
         position: int,
         limit: int | None,
         max_bytes: int,
@@ -214,7 +223,7 @@ class FrameCache:
                 self._evict()
         return rendered
 
-    def _drop(self, key: tuple[str, int, int, str, str, str]) -> None:
+    def _drop(self, key: tuple[str, int, int, str, str, str, str]) -> None:
         self._bytes -= self._entries.pop(key).size
 
     def _evict(self) -> None:
@@ -241,7 +250,14 @@ def _json_frame(
     """(frame or None when no record is visible, records, stored bytes used, next offset)."""
     data = info.read_bytes()
     records, next_offset = json_records(
-        data, position, key_format, value_format, limit, topic=topic, partition=partition
+        data,
+        position,
+        key_format,
+        value_format,
+        limit,
+        topic=topic,
+        partition=partition,
+        aborted=aborted_pairs(info),
     )
     used = first = 0
     for _, header in iter_headers(data):
@@ -257,6 +273,7 @@ def _json_frame(
             "topic": topic,
             "partition": partition,
             "high_watermark": info.high_watermark,
+            "last_stable_offset": info.last_stable_offset,
             "log_start_offset": info.log_start_offset,
             "next_offset": next_offset,
             "records": records,
@@ -269,8 +286,12 @@ def _binary_frame(
     topic: str, partition: int, position: int, info: FetchInfo, limit: int | None
 ) -> Rendered:
     """(frame, records at or after ``position``, bytes used, next offset); whole batches,
-    cut after the batch that reaches ``limit`` records."""
+    cut after the batch that reaches ``limit`` records. A read_committed read's frame
+    holds only the batches a read_committed reader keeps (no frame when none is)."""
     data = info.read_bytes()
+    aborted = aborted_pairs(info)
+    if aborted is not None:
+        return _committed_binary_frame(topic, partition, position, info, data, aborted, limit)
     count = used = first = 0
     next_offset = position
     for pos, header in iter_headers(data):
@@ -282,6 +303,38 @@ def _binary_frame(
         next_offset = header.next_offset
     head = binary_header(topic, partition, info.high_watermark, next_offset)
     return b"".join((head, memoryview(data)[:used])), count, used, next_offset, first
+
+
+def _committed_binary_frame(
+    topic: str,
+    partition: int,
+    position: int,
+    info: FetchInfo,
+    data: bytes,
+    aborted: list[tuple[int, int]],
+    limit: int | None,
+) -> Rendered:
+    """:func:`_binary_frame` of a read_committed read: the kept batches only; ``used``
+    and the next offset cover the dropped ones too (they cost the bytes credit as read)."""
+    view = memoryview(data)
+    batches = list(iter_headers(view))
+    kept = {pos for pos, _ in committed_batches(view, batches, aborted)}
+    count = used = first = 0
+    next_offset = position
+    pieces: list[memoryview] = []
+    for pos, header in batches:
+        if limit is not None and count >= limit and used:
+            break
+        if pos in kept:
+            count += header.last_offset - max(header.base_offset, position) + 1
+            pieces.append(view[pos : pos + header.size])
+        used = pos + header.size
+        first = first or header.size
+        next_offset = header.next_offset
+    if not pieces:
+        return None, 0, used, next_offset, first
+    head = binary_header(topic, partition, info.high_watermark, next_offset)
+    return b"".join((head, *pieces)), count, used, next_offset, first
 
 
 class Subscription:
@@ -307,6 +360,8 @@ class Subscription:
         self.format = "json"
         self.key_format = "json"
         self.value_format = "json"
+        self.isolation_level = "read_uncommitted"
+        self.committed = False
         self.records_credit: int | None = 0
         self.bytes_credit: int | None = None
         self.bytes_per_record = INITIAL_BYTES_PER_RECORD
@@ -414,14 +469,14 @@ class Subscription:
                 continue
             log = leader_log(self.state, topic, p)
             hw = log.high_watermark
-            position = hw
+            position = self._end(log)
             if sub.start == "earliest":
                 position = log.log_start_offset
             elif isinstance(sub.start, TimestampStart):
                 found = log.offset_for_timestamp(sub.start.timestamp)
-                position = hw if found is None else found[0]
+                position = self._end(log) if found is None else found[0]
             elif isinstance(sub.start, OffsetsStart):
-                default = log.log_start_offset if sub.start.default == "earliest" else hw
+                default = log.log_start_offset if sub.start.default == "earliest" else position
                 position = explicit.get((topic, p), default)
             cursor = Cursor(topic, p, log, position)
             if not log.log_start_offset <= position <= hw:
@@ -455,6 +510,7 @@ class Subscription:
             server_assignor=sub.server_assignor,
             start=sub.start or "committed",
             default=sub.default,
+            read_committed=self.committed,
         )
         return []
 
@@ -462,6 +518,8 @@ class Subscription:
         self.format = sub.format
         self.key_format = sub.key_format
         self.value_format = sub.value_format
+        self.isolation_level = sub.isolation_level
+        self.committed = sub.isolation_level == READ_COMMITTED
         self.records_credit = sub.credit.records
         self.bytes_credit = sub.credit.bytes
         if self.records_credit is None and self.bytes_credit is None:
@@ -582,7 +640,7 @@ class Subscription:
         if msg.offset == "earliest":
             offset = start
         elif msg.offset == "latest":
-            offset = hw
+            offset = self._end(log)
         else:
             offset = msg.offset
         if not start <= offset <= hw:
@@ -592,6 +650,10 @@ class Subscription:
         cursor.stalled = False
 
     # -- pump ----------------------------------------------------------------------
+
+    def _end(self, log: Log) -> int:
+        """Where this subscription's reads end now: the LSO (read_committed) or the HW."""
+        return log.last_stable_offset if self.committed else log.high_watermark
 
     def _has_credit(self) -> bool:
         return (self.records_credit is None or self.records_credit > 0) and (
@@ -610,7 +672,7 @@ class Subscription:
                         break
                     if cursor.paused or cursor.stalled:
                         continue
-                    if cursor.position < cursor.log.high_watermark:
+                    if cursor.position < self._end(cursor.log):
                         if await self._send_chunk(cursor):
                             progressed = True
                     elif not self._alive(cursor):
@@ -654,7 +716,7 @@ class Subscription:
         log = cursor.log
 
         async def render() -> Rendered | None:
-            info = log.read(position, max_bytes)
+            info = read_log(log, position, max_bytes, committed=self.committed)
             if not info.size:
                 return None
             self.stats.hold(info.size)
@@ -663,7 +725,7 @@ class Subscription:
             finally:
                 self.stats.release(info.size)
 
-        fmt = (self.format, self.key_format, self.value_format)
+        fmt = (self.format, self.key_format, self.value_format, self.isolation_level)
         try:
             rendered = await self.frames.get(log, fmt, position, limit, max_bytes, render)
         except (OffsetOutOfRange, StoredBatchCorrupt) as exc:

@@ -30,6 +30,12 @@ is a tuple subclass, which CPython never untracks, and that walk was ~25% of
 ``poll``. :meth:`Consumer.poll_columns` avoids it and the per-record tuple:
 parallel lists per partition, about twice the rate of ``poll``.
 
+Isolation (``isolation_level="read_committed"``, Kafka's): fetches ask the broker to
+stop at the last stable offset and to list the aborted transactions of each answer;
+:func:`app.common.fetch_answer.interpret` drops their batches (and the control
+batches), and a position moves past dropped batches once the kept ones are handed
+out (``Fetched.end``).
+
 Group membership (:meth:`Consumer.subscribe`, ``commit``, ``committed``):
 :mod:`app.client.group` heartbeats from a thread (:class:`AsyncConsumer`:
 from a task), and ``poll`` applies the assignment it learnt (revocations

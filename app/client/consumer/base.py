@@ -285,7 +285,7 @@ class ConsumerBase(ConsumerCore, Generic[G]):
 
     def _list_offset(self, tp: TopicPartition, at: str | int) -> Flow[tuple[int, int]]:
         found: tuple[int, int] = yield LeaderCall(
-            tp, _http.list_offset_call(tp.topic, tp.partition, at)
+            tp, _http.list_offset_call(tp.topic, tp.partition, at, self.isolation_level)
         )
         return found
 

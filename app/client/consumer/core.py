@@ -40,6 +40,7 @@ from app.client.errors import ConsumerClosed, NoOffsetForPartition
 from app.client.types import TopicPartition
 from app.common.errors import LogbusError
 from app.common.fetch_answer import Action, Records, interpret
+from app.common.isolation import READ_COMMITTED, check_isolation_level
 
 RESETS = ("earliest", "latest", "none")
 log = logging.getLogger(__name__)
@@ -60,6 +61,7 @@ class ConsumerSettings(TypedDict, total=False):
     check_crcs: bool
     metadata_max_age_ms: int
     auth: Auth
+    isolation_level: str
 
 
 class ConsumerCore:
@@ -79,7 +81,9 @@ class ConsumerCore:
         check_crcs: bool = True,
         metadata_max_age_ms: int = 300_000,
         auth: Auth = None,
+        isolation_level: str = "read_uncommitted",
     ) -> None:
+        check_isolation_level(isolation_level)
         if auto_offset_reset not in RESETS:
             raise ValueError(
                 f"auto_offset_reset must be one of {RESETS}, got {auto_offset_reset!r}"
@@ -102,6 +106,10 @@ class ConsumerCore:
         self.request_timeout_s = max(request_timeout_ms, fetch_max_wait_ms + 5_000) / 1000
         self.retry_backoff_s = retry_backoff_ms / 1000
         self.check_crcs = check_crcs
+        self.isolation_level = isolation_level
+        self.read_committed = isolation_level == READ_COMMITTED
+        # Appended to every fetch target (nothing for the default).
+        self._isolation_query = "&isolation_level=read_committed" if self.read_committed else ""
         self.states: dict[TopicPartition, PartitionState] = {}
         self._rotation = 0
         self.closed = False
@@ -206,6 +214,7 @@ class ConsumerCore:
             f"/topics/{quote(st.tp.topic, safe='')}/partitions/{st.tp.partition}/records"
             f"?offset={st.fetch_offset}&max_bytes={self.max_partition_fetch_bytes}"
             f"&min_bytes={self.fetch_min_bytes}&max_wait_ms={self.fetch_max_wait_ms}"
+            f"{self._isolation_query}"
         )
 
     def _endpoint(self, url: str) -> wire.Endpoint:
@@ -287,12 +296,20 @@ class ConsumerCore:
             st.stale = False
             return
         tp = st.tp
-        outcome = interpret(response, tp.topic, tp.partition, check_crcs=self.check_crcs)
+        outcome = interpret(
+            response,
+            tp.topic,
+            tp.partition,
+            check_crcs=self.check_crcs,
+            read_committed=self.read_committed,
+        )
         if isinstance(outcome, Records):
-            if outcome.batches:
-                # Hand out the good batches; the next fetch starts at a damaged one.
-                st.fetch_offset = outcome.batches[-1][1].next_offset
-                st.fetched = Fetched(outcome.body, outcome.batches)
+            if outcome.next_offset is not None:
+                # Hand out the good batches; the next fetch starts at a damaged one. Under
+                # read_committed the batches dropped (aborted, control) are not listed, and
+                # the position moves to ``end`` once the listed ones are handed out.
+                st.fetch_offset = outcome.next_offset
+                st.fetched = Fetched(outcome.body, outcome.batches, outcome.next_offset)
             elif outcome.damaged is not None:
                 # Nothing good before it: the application hears of the damage now, with
                 # the range to skip (seek past last_offset to go on).

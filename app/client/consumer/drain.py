@@ -33,6 +33,8 @@ def drain(states: list[PartitionState], max_records: int, columnar: bool) -> lis
             decoded = fetched.decoded
             if fetched.taken >= len(decoded):
                 if fetched.next_batch >= len(fetched.batches):
+                    # Past batches the answer held but does not hand out (read_committed).
+                    st.position = max(st.position, fetched.end)
                     break
                 pos, header = fetched.batches[fetched.next_batch]
                 fetched.next_batch += 1

@@ -27,16 +27,21 @@ from app.common.batch import BatchHeader
 class Fetched:
     """One fetch answer being handed out, batch by batch.
 
-    ``batches`` are (position in ``data``, header) of the CRC-checked batches;
-    ``decoded`` is the batch ``next_batch - 1`` decoded, of which ``taken``
-    rows were handed out.
+    ``batches`` are (position in ``data``, header) of the CRC-checked batches
+    to hand out; ``end`` is the offset after the answer's last batch (handed out or
+    dropped by the read_committed filter): the position once all are handed out.
+    ``decoded`` is the batch ``next_batch - 1`` decoded, of which ``taken`` rows
+    were handed out.
     """
 
-    __slots__ = ("batches", "data", "decoded", "next_batch", "taken")
+    __slots__ = ("batches", "data", "decoded", "end", "next_batch", "taken")
 
-    def __init__(self, data: bytes | bytearray, batches: list[tuple[int, BatchHeader]]) -> None:
+    def __init__(
+        self, data: bytes | bytearray, batches: list[tuple[int, BatchHeader]], end: int
+    ) -> None:
         self.data = memoryview(data)
         self.batches = batches
+        self.end = end
         self.next_batch = 0
         self.decoded: Decoded = []
         self.taken = 0

@@ -51,6 +51,15 @@ class Consumer(ConsumerBase[GroupMembership]):
     ``none`` (raise :class:`~app.common.errors.OffsetOutOfRange` /
     :class:`~app.client.errors.NoOffsetForPartition`). The keyword settings and their
     defaults: :class:`~app.client.consumer.core.ConsumerSettings`.
+
+    ``isolation_level`` is Kafka's: ``read_uncommitted`` (the default, as Kafka's
+    consumer) hands out every record up to the high watermark; ``read_committed``
+    only those below the last stable offset that no aborted transaction holds
+    (the broker lists the aborted transactions with each answer and the consumer
+    drops their batches, :mod:`app.common.isolation`), so a transaction still open
+    holds the partition at its first offset until it ends. Positions move past
+    dropped batches and transaction markers; ``latest`` (``seek_to_end``,
+    ``auto_offset_reset``) is the last stable offset.
     """
 
     def __init__(self, url: Bootstrap, **settings: Unpack[ConsumerSettings]) -> None:
