@@ -65,7 +65,6 @@ from app.common.errors import (
     TransactionalIdNotFound,
     UnknownTopicOrPartition,
 )
-from app.core.producer_ids import MAX_EPOCH
 from app.groups.placement import OFFSETS_TOPIC
 from app.txn.markers import MarkerWriter
 from app.txn.model import (
@@ -87,6 +86,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 S = TxnState
+# producerEpoch is an int16 (app/core/producer_ids.py MAX_EPOCH, not imported here: importing
+# that module before app.core.log closes an import cycle).
+MAX_EPOCH = (1 << 15) - 1
 _DEFAULT_CONFIG = TxnConfig()
 
 
