@@ -444,6 +444,8 @@ RULES: dict[str, Rule | None] = {
     "abortTransaction": _transactional(Operation.WRITE),
     "describeTransaction": _transactional(Operation.DESCRIBE),
     "listTransactions": _nothing,  # filtered by DESCRIBE on each id in the route
+    # Kafka's WriteTxnMarkers: CLUSTER_ACTION (brokers; the route checks the credential).
+    "writeTxnMarker": _cluster(Operation.CLUSTER_ACTION),
 }
 # Operations whose rule reads the query string.
 QUERY_RULES = frozenset(("getMetadata", "fetchOffsets"))

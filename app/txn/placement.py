@@ -11,10 +11,11 @@ replica of each data partition through the same topology (:meth:`append_marker`)
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from app.common.batch import build_batch
-from app.common.errors import UnknownTopicOrPartition
+from app.common.errors import NotLeaderOrFollower, UnknownTopicOrPartition
 from app.core.topology import LeadershipListener
 from app.txn.model import TXN_TOPIC, TXN_TOPIC_CONFIGS
 
@@ -23,8 +24,17 @@ if TYPE_CHECKING:
     from app.core.topology import Topology
 
 
+# Kafka's WriteTxnMarkers to another broker: (leader url, topic, partition, producer id,
+# producer epoch, commit, coordinator epoch, timeout ms). Raises the LogbusError the
+# leader answered (NotLeaderOrFollower when it does not lead the partition any more).
+RemoteMarkers = Callable[[str, str, int, int, int, bool, int, int], Awaitable[None]]
+
+
 class TxnPlacement:
     """What the coordinator asks about ``__transaction_state`` and data partitions."""
+
+    # Set by the API layer in a cluster: how a marker reaches a partition led elsewhere.
+    remote: RemoteMarkers | None = None
 
     def __init__(self, topology: Topology, node_id: int, url: str, replication_factor: int):
         self.topology = topology
@@ -90,10 +100,26 @@ class TxnPlacement:
         timeout_ms: int,
     ) -> None:
         """Kafka's WriteTxnMarkers for one partition: the COMMIT or ABORT control batch,
-        appended by this broker as the partition's leader and replicated to its ISR.
-        Raises NotLeaderOrFollower when another broker leads it (see the package
-        docstring: markers for remote leaders are not sent yet)."""
-        replica = self.topology.leader_partition(topic, partition)
+        appended by this broker as the partition's leader and replicated to its ISR, or
+        sent to the broker that leads it (:attr:`remote`, the leader's
+        ``POST /topics/{t}/partitions/{p}/markers``). Raises NotLeaderOrFollower while
+        the partition has no leader that can be reached."""
+        try:
+            replica = self.topology.leader_partition(topic, partition)
+        except NotLeaderOrFollower as exc:
+            if self.remote is None or not exc.leader_url:
+                raise
+            await self.remote(
+                exc.leader_url,
+                topic,
+                partition,
+                producer_id,
+                producer_epoch,
+                commit,
+                coordinator_epoch,
+                timeout_ms,
+            )
+            return
         info = replica.append_control(
             producer_id, producer_epoch, commit=commit, coordinator_epoch=coordinator_epoch
         )

@@ -27,9 +27,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from typing import Annotated, Any
+from urllib.parse import quote
 
+import httpx
 from fastapi import APIRouter, FastAPI, Path, Query, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.responses import Response
@@ -43,13 +46,18 @@ from app.api.security import visible
 from app.api.state import AppState
 from app.api.util import INT_MAX, LONG_MAX, JSONBytes
 from app.common.batch import stamp_producer
+from app.common.error_body import error_from_body
 from app.common.errors import (
     BrokerNotAvailable,
+    ClusterAuthorizationFailed,
     KafkaStorageError,
+    NotLeaderOrFollower,
     RecordTooLarge,
     UnknownTopicOrPartition,
 )
 from app.core.log.manager import MAX_TOPIC_NAME_LENGTH
+from app.core.replication.auth import HEADER as AUTH_HEADER
+from app.core.replication.auth import ID_HEADER
 from app.core.security.acl import ResourceType
 from app.groups.coordinator import OFFSETS_TOPIC, GroupCoordinator, OffsetCommit
 from app.txn import TransactionCoordinator, TxnConfig
@@ -138,6 +146,10 @@ async def start_coordinator(app: FastAPI, state: AppState) -> None:
     coordinator = TransactionCoordinator(
         state.topology, state.manager.producer_ids, txn_config(state), groups=groups
     )
+    if not state.topology.standalone:
+        sender = RemoteMarkerSender(state)
+        coordinator.placement.remote = sender.send
+        app.state.txn_marker_sender = sender
     try:
         await coordinator.start()
     except KafkaStorageError:
@@ -151,6 +163,71 @@ async def stop_coordinator(app: FastAPI) -> None:
     if coordinator is not None:
         app.state.txn_coordinator = None
         await coordinator.stop()
+    sender: RemoteMarkerSender | None = getattr(app.state, "txn_marker_sender", None)
+    if sender is not None:
+        app.state.txn_marker_sender = None
+        await sender.close()
+
+
+class RemoteMarkerSender:
+    """Kafka's WriteTxnMarkers between brokers: a marker for a partition another broker
+    leads is sent to that leader's ``POST /topics/{t}/partitions/{p}/markers`` with this
+    broker's inter-broker credential (``app/core/replication/auth.py``). One pooled
+    HTTP client per broker; an error answer becomes the LogbusError it names."""
+
+    def __init__(self, state: AppState) -> None:
+        self.state = state
+        self._client: httpx.AsyncClient | None = None
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            settings = self.state.settings
+            cafile = settings.inter_broker_ca_file or settings.ssl_ca_file
+            verify: ssl.SSLContext | bool = (
+                ssl.create_default_context(cafile=str(cafile)) if cafile is not None else True
+            )
+            self._client = httpx.AsyncClient(verify=verify, follow_redirects=False)
+        return self._client
+
+    async def send(
+        self,
+        url: str,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+        timeout_ms: int,
+    ) -> None:
+        auth = getattr(self.state.topology, "auth", None)
+        broker_id = self.state.topology.broker_id
+        headers = {ID_HEADER: str(broker_id)}
+        if auth is not None:
+            headers[AUTH_HEADER] = auth.token(broker_id)
+        try:
+            r = await self._http().post(
+                f"{url.rstrip('/')}/topics/{quote(topic, safe='')}/partitions/{partition}/markers",
+                json={
+                    "producer_id": producer_id,
+                    "producer_epoch": producer_epoch,
+                    "commit": commit,
+                    "coordinator_epoch": coordinator_epoch,
+                },
+                headers=headers,
+                timeout=timeout_ms / 1000 + 5,
+            )
+        except httpx.HTTPError as exc:
+            raise NotLeaderOrFollower(
+                topic, partition, message=f"the leader at {url} did not answer: {exc!r}"
+            ) from None
+        if r.status_code >= 300:
+            raise error_from_body(r.status_code, r.content)
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
 
 
 def get_txn_coordinator(request: Request) -> TransactionCoordinator:
@@ -557,5 +634,89 @@ async def list_transactions(
     return JSONBytes(listed)
 
 
+class WriteTxnMarkerRequest(_Strict):
+    producer_id: int = Field(ge=0, le=LONG_MAX)
+    producer_epoch: int = Field(ge=0, le=SHORT_MAX)
+    commit: bool = Field(description="COMMIT (true) or ABORT (false).")
+    coordinator_epoch: int = Field(ge=0, le=INT_MAX)
+
+
+@router.post(
+    "/topics/{topic}/partitions/{partition}/markers",
+    summary="Write a transaction marker (WriteTxnMarkers, between brokers)",
+    description="A transaction coordinator on another broker of the cluster ends a "
+    "transaction on a partition this broker leads: the COMMIT or ABORT control batch is "
+    "appended as leader and answered once every in-sync replica has it. Only brokers of the "
+    "cluster, with their inter-broker credential (`Logbus-Replica-Id`, `Logbus-Replica-Auth`), "
+    "or, with an authorizer, a principal with CLUSTER_ACTION (Kafka's rule): anyone else is "
+    "403 CLUSTER_AUTHORIZATION_FAILED. 409 PRODUCER_FENCED or "
+    "TRANSACTION_COORDINATOR_FENCED when the partition has seen a newer producer or "
+    "coordinator epoch.",
+    responses=_errors(409, 421, 503),
+    openapi_extra=_body(
+        "WriteTxnMarkerRequest",
+        (
+            "commit",
+            "Commit producer 1000's transaction",
+            {"producer_id": 1000, "producer_epoch": 0, "commit": True, "coordinator_epoch": 0},
+        ),
+    ),
+)
+async def write_txn_marker(
+    topic: Annotated[str, Path(min_length=1, max_length=MAX_TOPIC_NAME_LENGTH)],
+    partition: Annotated[int, Path(ge=0, le=INT_MAX)],
+    request: Request,
+    state: StateDep,
+) -> Response:
+    if not _door_authorized(request):
+        _check_broker(request, state)
+    req: WriteTxnMarkerRequest = _parse(WriteTxnMarkerRequest, await read_body(request, BODY_LIMIT))
+    replica = state.topology.leader_partition(topic, partition)
+    info = replica.append_control(
+        req.producer_id,
+        req.producer_epoch,
+        commit=req.commit,
+        coordinator_epoch=req.coordinator_epoch,
+    )
+    if replica.log.high_watermark <= info.last_offset:
+        await replica.wait_replicated(info.last_offset, state.settings.offsets_commit_timeout_ms)
+    if topic == OFFSETS_TOPIC:
+        groups: GroupCoordinator | None = getattr(request.app.state, "coordinator", None)
+        if groups is not None:
+            groups.txn_completed(partition, req.producer_id, req.commit)
+    return JSONBytes({"topic": topic, "partition": partition, "offset": info.first_offset})
+
+
+def _door_authorized(request: Request) -> bool:
+    """With an authorizer the security door already required CLUSTER_ACTION on the cluster
+    (Kafka's rule for WriteTxnMarkers; brokers pass with their credential)."""
+    security = getattr(request.app.state, "logbus_security", None)
+    return security is not None and security.authorizer is not None
+
+
+def _check_broker(request: Request, state: AppState) -> None:
+    """Without an authorizer: only a broker of this cluster, by its inter-broker credential
+    (as a follower's fetch), may write markers."""
+    claimed = request.headers.get(ID_HEADER)
+    try:
+        broker = int(claimed) if claimed is not None else -1
+    except ValueError:
+        broker = -1
+    if broker < 0 or not state.topology.authorize_follower(
+        broker, request.headers.get(AUTH_HEADER)
+    ):
+        raise ClusterAuthorizationFailed(
+            "transaction markers are written by the brokers of this cluster only (with their "
+            "inter-broker credential) or by a principal with CLUSTER_ACTION; nothing was "
+            "written"
+        )
+
+
 # Request body models referenced by the routes' openapi_extra (app/api/app.py adds them).
-BODY_MODELS = (AddPartitionsRequest, AddOffsetsRequest, TxnOffsetCommitRequest, EndTxnRequest)
+BODY_MODELS = (
+    AddPartitionsRequest,
+    AddOffsetsRequest,
+    TxnOffsetCommitRequest,
+    EndTxnRequest,
+    WriteTxnMarkerRequest,
+)

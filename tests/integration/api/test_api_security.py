@@ -322,6 +322,17 @@ CASES: dict[str, Case] = {
         lambda s: [acl(TX, "orders-tx", "DESCRIBE")],
         setup=_init_tx("orders-tx"),
     ),
+    "writeTxnMarker": Case(
+        "POST",
+        lambda s: "/topics/orders/partitions/0/markers",
+        lambda s: [acl("CLUSTER", "kafka-cluster", "CLUSTER_ACTION")],
+        json=lambda s: {
+            "producer_id": 77,
+            "producer_epoch": 0,
+            "commit": False,
+            "coordinator_epoch": 0,
+        },
+    ),
     "listTopics": Case("GET", lambda s: "/topics", lambda s: [acl(T, "orders", "DESCRIBE")]),
     "createTopic": Case(
         "POST",

@@ -311,3 +311,13 @@ def test_describe_list_and_errors(client: TestClient) -> None:
     assert r.status_code == 404 and r.json()["error_code"] == "UNKNOWN_TOPIC_OR_PARTITION"
     r = client.post("/topics/__transaction_state/records", json={"records": [{"value": "x"}]})
     assert r.status_code == 400 and r.json()["error_code"] == "INVALID_TOPIC_EXCEPTION"
+
+
+def test_markers_from_outside_the_cluster_are_refused(client: TestClient) -> None:
+    create_topic(client, "out")
+    body = {"producer_id": 5, "producer_epoch": 0, "commit": True, "coordinator_epoch": 0}
+    for headers in ({}, {"Logbus-Replica-Id": "3", "Logbus-Replica-Auth": "00"}):
+        r = client.post("/topics/out/partitions/0/markers", json=body, headers=headers)
+        assert r.status_code == 403, r.text
+        assert r.json()["error_code"] == "CLUSTER_AUTHORIZATION_FAILED"
+    assert _log(client, "out").log_end_offset == 0
