@@ -264,6 +264,13 @@ class Settings(BaseSettings):
         description="Kafka's transaction.abort.timed.out.transaction.cleanup.interval.ms: how "
         "often the coordinator aborts transactions past their timeout (and retries markers).",
     )
+    transactional_id_expiration_ms: int = Field(
+        default=7 * 24 * 3600 * 1000,
+        ge=1,
+        description="Kafka's transactional.id.expiration.ms: a transactional id with no "
+        "transaction open and no change for this long is forgotten (its next init gets a "
+        "new producer id).",
+    )
     zookeeper: str | None = Field(
         default=None,
         description="ZooKeeper connect string, HOST:PORT[,HOST:PORT...][/chroot]: join a "

@@ -17,10 +17,12 @@ module per concept, as :mod:`app.groups`:
 The partitions' side (transactional batches, markers, the LSO, ``.txnindex``) is in
 :mod:`app.core.log`; offsets committed in a transaction in :mod:`app.groups.txn_offsets`.
 
-Not done yet: in a cluster, markers for partitions led by another broker are not sent
-(Kafka's WriteTxnMarkers between brokers); such a transaction stays prepared until
-that partition's leadership comes to the coordinator's broker. A transactional batch
-whose producer this broker does not coordinate is not verified in a cluster.
+In a cluster, markers for partitions led by another broker are sent to that broker
+(``POST /topics/{t}/partitions/{p}/markers``, Kafka's WriteTxnMarkers, with the
+inter-broker credential). Not done yet: a transactional batch whose producer this broker
+does not coordinate is accepted unverified in a cluster (Kafka before KIP-890 did the
+same); the JSON produce inside a transaction needs the partitions' leader to be the
+coordinator.
 """
 
 from app.txn.coordinator import GroupHooks, TransactionCoordinator

@@ -504,6 +504,7 @@ class TransactionCoordinator:
             await asyncio.sleep(interval)
             try:
                 await self.abort_timed_out()
+                await self.expire_ids()
             except Exception:
                 log.exception("aborting timed-out transactions failed")
 
@@ -512,8 +513,10 @@ class TransactionCoordinator:
         prepared ones; the number aborted."""
         now = self.clock_ms() if now_ms is None else now_ms
         aborted = 0
-        for tid, meta in list(self.state.txns.items()):
-            if tid in self._busy:
+        for tid in list(self.state.txns):
+            # Read again each time: an earlier abort awaited, and requests ran meanwhile.
+            meta = self.state.get(tid)
+            if meta is None or tid in self._busy:
                 continue
             if meta.state is S.ONGOING and now - meta.start_ms > meta.timeout_ms:
                 with self._holding(tid):
@@ -531,6 +534,29 @@ class TransactionCoordinator:
             elif meta.state in PREPARED:
                 await self._complete_ids([tid])
         return aborted
+
+    async def expire_ids(self, now_ms: int | None = None) -> int:
+        """Forget ids with no open transaction whose last change is older than
+        ``transactional.id.expiration.ms`` (Kafka moves them to Dead and writes a
+        tombstone); the number forgotten. An InitProducerId with the id later starts
+        afresh, with a new producer id."""
+        now = self.clock_ms() if now_ms is None else now_ms
+        gone = 0
+        for tid in list(self.state.txns):
+            meta = self.state.get(tid)
+            if meta is None or tid in self._busy or meta.state not in STARTABLE:
+                continue
+            if now - meta.last_update_ms < self.config.id_expiration_ms:
+                continue
+            with self._holding(tid):
+                try:
+                    await self.state.forget(meta)
+                    gone += 1
+                except LogbusError as exc:
+                    log.warning("transactional id %r not expired: %s", tid, exc.message)
+        if gone:
+            log.info("expired %d transactional ids", gone)
+        return gone
 
     # -- describe and list ------------------------------------------------------------------
 

@@ -96,8 +96,8 @@ class TxnConfig:
     abort_check_interval_ms: int = 10_000
     # How long a write to __transaction_state waits for its in-sync replicas (cluster).
     write_timeout_ms: int = 5_000
-    # How long before a failed marker write is tried again.
-    marker_retry_backoff_ms: int = 200
+    # transactional.id.expiration.ms: an id idle this long (no transaction open) is forgotten.
+    id_expiration_ms: int = 7 * 24 * 3600 * 1000
     node_id: int = 0
     url: str = ""
 

@@ -313,13 +313,24 @@ class TxnStateManager:
 
     # -- writes ----------------------------------------------------------------------------
 
+    async def forget(self, meta: TxnMetadata) -> None:
+        """Write the id's tombstone (it expired: Kafka's Dead) and drop it from the cache."""
+        await self._append(meta.transactional_id, None)
+        tid = meta.transactional_id
+        if self.txns.get(tid) is meta:
+            del self.txns[tid]
+            if self.by_producer.get(meta.producer_id) == tid:
+                del self.by_producer[meta.producer_id]
+
     async def write(self, meta: TxnMetadata) -> None:
         """Append ``meta``'s state to its partition and wait for the in-sync replicas.
         TxnNotCoordinator (leadership moved) or CoordinatorNotAvailable (too few in-sync
         replicas, or they did not acknowledge in time)."""
-        tid = meta.transactional_id
+        await self._append(meta.transactional_id, encode_value(to_value(meta)))
+
+    async def _append(self, tid: str, value: bytes | None) -> None:
         partition = self.partition_of(tid)
-        record = (encode_key(tid), encode_value(to_value(meta)))
+        record = (encode_key(tid), value)
         try:
             last = self.placement.append(partition, [record])
             if self.placement.clustered:

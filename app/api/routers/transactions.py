@@ -53,6 +53,7 @@ from app.common.errors import (
     KafkaStorageError,
     NotLeaderOrFollower,
     RecordTooLarge,
+    TxnNotCoordinator,
     UnknownTopicOrPartition,
 )
 from app.core.log.manager import MAX_TOPIC_NAME_LENGTH
@@ -133,6 +134,7 @@ def txn_config(state: AppState) -> TxnConfig:
         max_timeout_ms=settings.transaction_max_timeout_ms,
         abort_check_interval_ms=settings.transaction_abort_timed_out_transaction_cleanup_interval_ms,
         write_timeout_ms=settings.offsets_commit_timeout_ms,
+        id_expiration_ms=settings.transactional_id_expiration_ms,
         node_id=settings.broker_id,
         url=settings.url,
     )
@@ -503,8 +505,9 @@ async def add_offsets_to_txn(transactional_id: TxnIdPath, request: Request) -> R
     description="The offsets are written to the group's `__consumer_offsets` partition as "
     "part of the transaction and count (`GET /groups/{group}/offsets`) only once it "
     "commits; an abort drops them. Adds the group to the transaction first "
-    "(AddOffsetsToTxn). On a cluster the transaction's and the group's coordinators must "
-    "be this broker.",
+    "(AddOffsetsToTxn) when this broker coordinates the transactional id; in a cluster "
+    "where another broker does, call `POST /transactions/{id}/groups` there first, then "
+    "this at the group's coordinator.",
     response_model=TxnOffsetCommitResponse,
     responses=_errors(400, 404, 409, 421, 503),
     openapi_extra=_body(
@@ -520,17 +523,27 @@ async def add_offsets_to_txn(transactional_id: TxnIdPath, request: Request) -> R
         ),
     ),
 )
-async def txn_offset_commit(transactional_id: TxnIdPath, request: Request) -> Response:
+async def txn_offset_commit(
+    transactional_id: TxnIdPath, request: Request, state: StateDep
+) -> Response:
     req: TxnOffsetCommitRequest = _parse(
         TxnOffsetCommitRequest, await read_body(request, BODY_LIMIT)
     )
     tc = get_txn_coordinator(request)
     groups = _groups(request)
-    partition = await tc.add_offsets(
-        transactional_id, req.producer_id, req.producer_epoch, req.group_id
-    )
-    # The producer's epoch again: a fence may have happened while the group was added.
-    tc.check_produce(OFFSETS_TOPIC, partition, req.producer_id, req.producer_epoch)
+    try:
+        partition = await tc.add_offsets(
+            transactional_id, req.producer_id, req.producer_epoch, req.group_id
+        )
+        # The producer's epoch again: a fence may have happened while the group was added.
+        tc.check_produce(OFFSETS_TOPIC, partition, req.producer_id, req.producer_epoch)
+    except TxnNotCoordinator:
+        if state.topology.standalone:
+            raise
+        # A cluster where the group's coordinator is not the transaction's: as Kafka's
+        # TxnOffsetCommit, sent to the group coordinator after AddOffsetsToTxn
+        # (POST /transactions/{id}/groups) at the transaction coordinator.
+        partition = await groups.offsets_partition(req.group_id)
     await groups.txn_commit_offsets(
         req.group_id,
         req.producer_id,

@@ -33,6 +33,7 @@ from app.txn import TransactionCoordinator, TxnConfig
 IDS = ["t0", "t1", "t2"]
 PARTITIONS = [0, 1]
 TIMEOUT_MS = 10_000
+EXPIRATION_MS = 60_000
 
 
 @dataclass
@@ -42,6 +43,7 @@ class ModelTxn:
     state: str = "Empty"
     partitions: set[int] = field(default_factory=set)
     start_ms: int = -1
+    last_update_ms: int = 0
     # Values written in the open transaction, per partition, in order.
     pending: dict[int, list[str]] = field(default_factory=dict)
 
@@ -67,7 +69,9 @@ class CoordinatorMachine(RuleBasedStateMachine):
         tc = TransactionCoordinator(
             self.topology,
             self.manager.producer_ids,
-            TxnConfig(num_partitions=3, abort_check_interval_ms=10**8),
+            TxnConfig(
+                num_partitions=3, abort_check_interval_ms=10**8, id_expiration_ms=EXPIRATION_MS
+            ),
             clock_ms=lambda: self.now,
         )
         self.loop.run_until_complete(tc.start())
@@ -92,6 +96,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         m.pending = {}
         m.partitions = set()
         m.state = "CompleteCommit" if commit else "CompleteAbort"
+        m.last_update_ms = self.now
 
     # -- steps -------------------------------------------------------------------------
 
@@ -104,7 +109,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         m = self.model.get(tid)
         if m is None:
             assert epoch == 0
-            self.model[tid] = ModelTxn(pid, 0)
+            self.model[tid] = ModelTxn(pid, 0, last_update_ms=self.now)
         else:
             assert pid == m.producer_id
             bump = 1
@@ -114,6 +119,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
             assert epoch == m.epoch + bump
             m.epoch = epoch
             m.state = "Empty"
+            m.last_update_ms = self.now
         self.handles.setdefault(tid, []).append((pid, epoch))
 
     @rule(tid=st.sampled_from(IDS), partition=st.sampled_from(PARTITIONS), zombie=st.booleans())
@@ -124,10 +130,15 @@ class CoordinatorMachine(RuleBasedStateMachine):
         if m is None:
             assert error == "TRANSACTIONAL_ID_NOT_FOUND"
             return
+        if pid != m.producer_id:  # a zombie from before the id expired
+            assert error == "INVALID_PRODUCER_ID_MAPPING"
+            return
         if epoch < m.epoch:
             assert error == "PRODUCER_FENCED"
             return
         assert error is None, error
+        if m.state != "Ongoing" or partition not in m.partitions:
+            m.last_update_ms = self.now
         if m.state != "Ongoing":
             m.state, m.start_ms = "Ongoing", self.now
         m.partitions.add(partition)
@@ -153,7 +164,9 @@ class CoordinatorMachine(RuleBasedStateMachine):
             error = None
         except LogbusError as exc:
             error = exc.error_code
-        if epoch < m.epoch:
+        if pid != m.producer_id:
+            assert error == "INVALID_TXN_STATE"
+        elif epoch < m.epoch:
             assert error == "PRODUCER_FENCED"
         elif m.state != "Ongoing" or partition not in m.partitions:
             assert error == "INVALID_TXN_STATE"
@@ -168,6 +181,8 @@ class CoordinatorMachine(RuleBasedStateMachine):
         result, error = self._run(self.coordinator.end_txn(tid, pid, epoch, commit))
         if m is None:
             assert error == "TRANSACTIONAL_ID_NOT_FOUND"
+        elif pid != m.producer_id:
+            assert error == "INVALID_PRODUCER_ID_MAPPING"
         elif epoch < m.epoch:
             assert error == "PRODUCER_FENCED"
         elif m.state == "Ongoing":
@@ -179,7 +194,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         else:
             assert error == "INVALID_TXN_STATE", (m.state, commit, error)
 
-    @rule(ms=st.sampled_from([1_000, 6_000, 11_000]))
+    @rule(ms=st.sampled_from([1_000, 6_000, 11_000, 61_000]))
     def time_passes(self, ms: int) -> None:
         self.now += ms
         self.loop.run_until_complete(self.coordinator.abort_timed_out())
@@ -187,6 +202,10 @@ class CoordinatorMachine(RuleBasedStateMachine):
             if m.state == "Ongoing" and self.now - m.start_ms > TIMEOUT_MS:
                 self._finish(m, commit=False)
                 m.epoch += 1  # aborted with a bumped epoch: its producer is fenced
+        self.loop.run_until_complete(self.coordinator.expire_ids())
+        for tid, m in list(self.model.items()):
+            if m.state != "Ongoing" and self.now - m.last_update_ms >= EXPIRATION_MS:
+                del self.model[tid]  # forgotten: the next init starts afresh
 
     @rule()
     def restart(self) -> None:
@@ -280,5 +299,12 @@ def test_a_fixed_run() -> None:
         m.end("t1", commit=True, zombie=False)
         m.ids_match_the_model()
         m.committed_readers_see_committed_transactions()
+        m.time_passes(61_000)  # every id idle: forgotten
+        m.ids_match_the_model()
+        m.add_partition("t0", 0, zombie=False)  # the old producer id maps to nothing now
+        m.init("t0")
+        m.add_partition("t0", 0, zombie=True)
+        m.write("t0", 0, zombie=True)
+        m.ids_match_the_model()
     finally:
         m.teardown()
