@@ -201,7 +201,7 @@ class InitProducerIdRequest(_Strict):
     transactional_id: str | None = Field(
         default=None,
         min_length=1,
-        max_length=32767,
+        max_length=255,
         description="Kafka's transactional.id: get (or fence and take over) the id's "
         "transactional producer. Null or absent: an idempotent producer.",
     )

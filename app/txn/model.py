@@ -29,8 +29,9 @@ TXN_TOPIC_CONFIGS = {"cleanup.policy": "compact"}
 DEFAULT_MAX_TIMEOUT_MS = 900_000
 # Kafka's client default transaction.timeout.ms, for callers that give none.
 DEFAULT_TIMEOUT_MS = 60_000
-# Kafka's maximum transactional id length: a string with an int16 length.
-MAX_TRANSACTIONAL_ID_LENGTH = 32767
+# Kafka allows 32767 characters (an int16-length string); the id is a URL path segment
+# here, and 255 (as group ids) keeps every request line under the listener's header limit.
+MAX_TRANSACTIONAL_ID_LENGTH = 255
 
 
 class TxnState(enum.Enum):

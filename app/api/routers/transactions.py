@@ -40,6 +40,7 @@ from starlette.responses import Response
 from app.api.codec import BodyInvalid
 from app.api.deps import StateDep, read_body
 from app.api.errors import ErrorBody
+from app.api.models import ProduceResponse
 from app.api.produce_body import parse_produce_body
 from app.api.routers.records import build_batches
 from app.api.security import visible
@@ -77,7 +78,7 @@ TxnIdPath = Annotated[
     Path(
         description="The transactional id (Kafka's transactional.id).",
         min_length=1,
-        max_length=32767,
+        max_length=255,
         examples=["orders-copier-0"],
     ),
 ]
@@ -393,6 +394,7 @@ async def add_partitions_to_txn(
     "next sequence there, and appends them all or none (acks=all). The records are "
     "visible to `read_committed` readers once the transaction commits. The topic must "
     "exist.",
+    response_model=ProduceResponse,
     responses=_errors(400, 404, 409, 421, 503),
     openapi_extra={
         "requestBody": {
