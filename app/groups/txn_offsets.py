@@ -35,7 +35,7 @@ from app.common.batch import (
 )
 from app.common.errors import CorruptRecord, FencedMemberEpoch, UnknownMemberId
 from app.groups.hashing import partition_for
-from app.groups.model import Group, TopicPartition, validate_group_id
+from app.groups.model import Group, validate_group_id
 from app.groups.records import OffsetKey, OffsetValue, decode_key, decode_value, encode_key
 from app.groups.records import encode_value as encode_record_value
 
@@ -184,8 +184,3 @@ class TxnOffsetStore:
         count = self.rt.num_partitions()
         groups = [g for gid, g in self.rt.groups.items() if partition_for(gid, count) == partition]
         complete_pending(groups, producer_id, commit)
-
-
-def pending_offsets(group: Group) -> dict[int, dict[TopicPartition, OffsetValue]]:
-    """A group's offsets waiting for their transaction (for describe and tests)."""
-    return {pid: dict(v) for pid, v in group.pending_txn_offsets.items()}

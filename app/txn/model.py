@@ -13,7 +13,7 @@ States and transitions are Kafka's (``TransactionState``), with their ids as wri
     while an Ongoing transaction is aborted with a bumped epoch to fence its producer.
 
 :data:`VALID_PREVIOUS` is the one table of allowed transitions (a move outside it is a
-bug: :meth:`TxnMetadata.transition` raises). Everything here is plain data, used on the
+bug: the coordinator's ``_save`` raises). Everything here is plain data, used on the
 event loop only.
 """
 
@@ -127,16 +127,3 @@ class TxnMetadata:
     # The epoch before the last bump (Kafka's lastProducerEpoch): a retried InitProducerId
     # of the producer that got the bumped one is recognised by it.
     last_producer_epoch: int = -1
-
-    def transition(self, to: TxnState) -> None:
-        if self.state not in VALID_PREVIOUS[to]:
-            raise AssertionError(
-                f"transaction {self.transactional_id!r}: {self.state.kafka_name} -> "
-                f"{to.kafka_name} is not a valid transition"
-            )
-        self.state = to
-
-    @property
-    def open(self) -> bool:
-        """A transaction is under way or being completed."""
-        return self.state not in STARTABLE and self.state is not TxnState.DEAD

@@ -149,7 +149,7 @@ async def start_coordinator(app: FastAPI, state: AppState) -> None:
     coordinator = TransactionCoordinator(
         state.topology, state.manager.producer_ids, txn_config(state), groups=groups
     )
-    if not state.topology.standalone:
+    if not getattr(state.topology, "standalone", False):
         sender = RemoteMarkerSender(state)
         coordinator.placement.remote = sender.send
         app.state.txn_marker_sender = sender
@@ -540,7 +540,7 @@ async def txn_offset_commit(
         # The producer's epoch again: a fence may have happened while the group was added.
         tc.check_produce(OFFSETS_TOPIC, partition, req.producer_id, req.producer_epoch)
     except TxnNotCoordinator:
-        if state.topology.standalone:
+        if getattr(state.topology, "standalone", False):
             raise
         # A cluster where the group's coordinator is not the transaction's: as Kafka's
         # TxnOffsetCommit, sent to the group coordinator after AddOffsetsToTxn
