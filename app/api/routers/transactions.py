@@ -101,8 +101,89 @@ _DESCRIPTIONS = {
 }
 
 
+def _error(code: str, message: str, retriable: bool = False, **fields: Any) -> dict[str, Any]:
+    return {
+        "summary": code,
+        "value": {"error_code": code, "message": message, "retriable": retriable, **fields},
+    }
+
+
+# Named examples of each status's answers (in the OpenAPI document).
+_EXAMPLES: dict[int, dict[str, Any]] = {
+    400: {
+        "INVALID_TXN_STATE": _error(
+            "INVALID_TXN_STATE",
+            "orders-0 is not in an ongoing transaction of 'orders-copier' (Empty): add it "
+            "first (AddPartitionsToTxn)",
+            transactional_id="orders-copier",
+            topic="orders",
+            partition=0,
+        ),
+    },
+    404: {
+        "TRANSACTIONAL_ID_NOT_FOUND": _error(
+            "TRANSACTIONAL_ID_NOT_FOUND",
+            "transactional id 'orders-copier' is not known to its coordinator "
+            "(InitProducerId with it first)",
+            transactional_id="orders-copier",
+        ),
+    },
+    409: {
+        "PRODUCER_FENCED": _error(
+            "PRODUCER_FENCED",
+            "transactional id 'orders-copier': producer 1000 has epoch 2; epoch 0 is fenced "
+            "(a newer instance initialized the id, or the broker aborted its timed-out "
+            "transaction)",
+            transactional_id="orders-copier",
+            producer_id=1000,
+            producer_epoch=0,
+            current_epoch=2,
+        ),
+        "INVALID_PRODUCER_EPOCH": _error(
+            "INVALID_PRODUCER_EPOCH",
+            "transactional id 'orders-copier': producer 1000 has epoch 2; epoch 7 is newer "
+            "than any the coordinator handed out",
+            transactional_id="orders-copier",
+            producer_id=1000,
+            producer_epoch=7,
+            current_epoch=2,
+        ),
+        "CONCURRENT_TRANSACTIONS": _error(
+            "CONCURRENT_TRANSACTIONS",
+            "transactional id 'orders-copier': the previous transaction is being completed; retry",
+            True,
+            transactional_id="orders-copier",
+        ),
+        "INVALID_PRODUCER_ID_MAPPING": _error(
+            "INVALID_PRODUCER_ID_MAPPING",
+            "transactional id 'orders-copier' holds producer id 1000, not 1001",
+            transactional_id="orders-copier",
+            producer_id=1001,
+            current_producer_id=1000,
+        ),
+    },
+    421: {
+        "NOT_COORDINATOR": _error(
+            "NOT_COORDINATOR",
+            "this broker does not coordinate transactional id 'orders-copier'; its "
+            "coordinator is broker 2 (http://broker-2:8080)",
+            True,
+            transactional_id="orders-copier",
+            coordinator=2,
+            coordinator_url="http://broker-2:8080",
+        ),
+    },
+}
+
+
 def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    return {s: {"model": ErrorBody, "description": _DESCRIPTIONS[s]} for s in statuses}
+    out: dict[int | str, dict[str, Any]] = {}
+    for status in statuses:
+        entry: dict[str, Any] = {"model": ErrorBody, "description": _DESCRIPTIONS[status]}
+        if status in _EXAMPLES:
+            entry["content"] = {"application/json": {"examples": _EXAMPLES[status]}}
+        out[status] = entry
+    return out
 
 
 def _examples(*pairs: tuple[str, str, dict[str, Any]]) -> dict[str, Any]:
