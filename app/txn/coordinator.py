@@ -24,7 +24,10 @@ and replicated before it is answered):
 * :meth:`check_produce`: a transactional batch is accepted by a partition only from the
   current epoch of a producer whose Ongoing transaction added that partition (Kafka's
   KIP-890 verification): else INVALID_TXN_STATE, PRODUCER_FENCED or
-  INVALID_PRODUCER_EPOCH.
+  INVALID_PRODUCER_EPOCH. The request that passed it is remembered until it finishes,
+  and EndTxn (or an abort) waits for it before deciding: an append on a worker thread
+  never lands after the transaction's marker, where it would open a transaction nobody
+  ends (Kafka's "hanging transaction").
 * Timer: every ``abort_check_interval_ms`` an Ongoing transaction older than its
   ``transaction.timeout.ms`` is aborted with a bumped epoch (its producer is fenced),
   and prepared transactions whose markers are missing are completed.
@@ -147,6 +150,10 @@ class TransactionCoordinator:
             self.markers.on_offsets_marker = groups.txn_completed
         self.clock_ms = clock_ms
         self._busy: set[str] = set()
+        # Requests appending a producer's transactional batches, checked and not yet
+        # finished (their append may run on a worker thread): the transaction is not
+        # decided until they are done, so no batch lands after its marker.
+        self._producing: dict[int, set[asyncio.Task[Any]]] = {}
         self._timer: asyncio.Task[None] | None = None
         self._completions: set[asyncio.Task[None]] = set()
         self.state.on_loaded = self._on_loaded
@@ -277,6 +284,7 @@ class TransactionCoordinator:
     async def _abort(self, meta: TxnMetadata, *, fence: bool) -> bool:
         """Abort the Ongoing transaction of ``meta``; with ``fence`` under a bumped epoch
         (Kafka's PrepareEpochFence), so that its producer is fenced everywhere."""
+        await self._appends_done(meta.producer_id)
         epoch = meta.producer_epoch
         last = meta.last_producer_epoch
         if fence and epoch < MAX_EPOCH:
@@ -461,6 +469,7 @@ class TransactionCoordinator:
                     transactional_id=tid,
                     state=meta.state.kafka_name,
                 )
+            await self._appends_done(producer_id)
             prepared = await self._save(meta, deciding, pending_markers=set(meta.partitions))
             await self._complete(prepared)
             return self._current(tid).state.kafka_name
@@ -495,6 +504,39 @@ class TransactionCoordinator:
                 topic=topic,
                 partition=partition,
             )
+        self._track(producer_id)
+
+    def _track(self, producer_id: int) -> None:
+        """Remember the request task appending for ``producer_id`` until it finishes."""
+        try:
+            task = asyncio.current_task()
+        except RuntimeError:  # no loop: a caller appending synchronously (tests)
+            return
+        if task is None:
+            return
+        tasks = self._producing.setdefault(producer_id, set())
+        if task in tasks:
+            return
+        tasks.add(task)
+
+        def done(t: asyncio.Task[Any], pid: int = producer_id) -> None:
+            left = self._producing.get(pid)
+            if left is not None:
+                left.discard(t)
+                if not left:
+                    del self._producing[pid]
+
+        task.add_done_callback(done)
+
+    async def _appends_done(self, producer_id: int) -> None:
+        """Until the producer's checked appends have finished (bounded by the write
+        timeout): a transaction is decided only after its batches are in the logs."""
+        tasks = set(self._producing.get(producer_id, ()))
+        current = asyncio.current_task()
+        if current is not None:
+            tasks.discard(current)
+        if tasks:
+            await asyncio.wait(tasks, timeout=self.config.write_timeout_ms / 1000)
 
     # -- timer -----------------------------------------------------------------------------
 

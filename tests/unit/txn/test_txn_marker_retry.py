@@ -76,3 +76,35 @@ def test_failed_markers_are_written_by_the_timer(manager: LogManager) -> None:
         await groups.stop()
 
     asyncio.run(scenario())
+
+
+def test_the_decision_waits_for_appends_checked_before_it(manager: LogManager) -> None:
+    """A produce request that passed the check and appends on a worker thread finishes
+    before EndTxn writes the marker: its batch is in the transaction, never after it."""
+
+    async def scenario() -> None:
+        topology = LocalTopology(manager, 0, "http://b0")
+        tc = TransactionCoordinator(topology, manager.producer_ids, TxnConfig())
+        await tc.start()
+        pid, epoch = await tc.init_producer_id("t", 60_000)
+        await tc.add_partitions("t", pid, epoch, [("d", 0)])
+        log = manager.get_log("d", 0)
+
+        async def slow_produce() -> None:
+            b = BatchBuilder(
+                producer_id=pid, producer_epoch=epoch, base_sequence=0, transactional=True
+            )
+            b.append(b"late")
+            tc.check_produce("d", 0, pid, epoch)
+            await asyncio.sleep(0.2)  # the worker-thread hop of a large append
+            log.append(b.build())
+
+        producing = asyncio.create_task(slow_produce())
+        await asyncio.sleep(0)  # the request has passed its check
+        assert await tc.end_txn("t", pid, epoch, True) == "CompleteCommit"
+        assert producing.done()
+        assert log.producer_state.ongoing_transactions() == {}
+        assert log.last_stable_offset == log.log_end_offset == 2  # the batch, then the marker
+        await tc.stop()
+
+    asyncio.run(scenario())
