@@ -238,6 +238,39 @@ class Settings(BaseSettings):
         description="Kafka's offsets.commit.timeout.ms: how long a group write waits for the "
         "in-sync replicas of its __consumer_offsets partition (cluster mode).",
     )
+    transaction_state_log_num_partitions: int = Field(
+        default=50,
+        ge=1,
+        le=1000,
+        description="Kafka's transaction.state.log.num.partitions: partitions of "
+        "__transaction_state (fixed once the topic exists).",
+    )
+    transaction_state_log_replication_factor: int = Field(
+        default=3,
+        ge=1,
+        description="Kafka's transaction.state.log.replication.factor (capped by the live "
+        "brokers when __transaction_state is created).",
+    )
+    transaction_max_timeout_ms: int = Field(
+        default=900_000,
+        ge=1,
+        le=2**31 - 1,
+        description="Kafka's transaction.max.timeout.ms: the longest transaction.timeout.ms "
+        "a transactional producer may ask for (INVALID_TRANSACTION_TIMEOUT above).",
+    )
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = Field(
+        default=10_000,
+        ge=10,
+        description="Kafka's transaction.abort.timed.out.transaction.cleanup.interval.ms: how "
+        "often the coordinator aborts transactions past their timeout (and retries markers).",
+    )
+    transactional_id_expiration_ms: int = Field(
+        default=7 * 24 * 3600 * 1000,
+        ge=1,
+        description="Kafka's transactional.id.expiration.ms: a transactional id with no "
+        "transaction open and no change for this long is forgotten (its next init gets a "
+        "new producer id).",
+    )
     zookeeper: str | None = Field(
         default=None,
         description="ZooKeeper connect string, HOST:PORT[,HOST:PORT...][/chroot]: join a "

@@ -21,6 +21,7 @@ from app.api.metrics import MetricsMiddleware, PartitionCollector
 from app.api.routers import ALL
 from app.api.routers import acls as acl_routes
 from app.api.routers import groups as group_routes
+from app.api.routers import transactions as txn_routes
 from app.api.state import AppState
 from app.config import Settings
 from app.core.replication.config import ReplicaConfig
@@ -146,12 +147,15 @@ def create_app(settings: Settings, manager: LogManager | None = None) -> FastAPI
         await app.state.logbus_quotas.start()
         # Groups are served from the cache the coordinator rebuilds from __consumer_offsets.
         await group_routes.start_coordinator(app, state)
+        # Transactions commit group offsets: after the group coordinator.
+        await txn_routes.start_coordinator(app, state)
         state.ready = True
         try:
             yield
         finally:
             state.ready = False
             state.waiters.close()
+            await txn_routes.stop_coordinator(app)
             await group_routes.stop_coordinator(app)
             if app.state.logbus_security is not None:
                 await app.state.logbus_security.stop()
@@ -214,7 +218,13 @@ def create_app(settings: Settings, manager: LogManager | None = None) -> FastAPI
                 "Logbus-Throttle-Time-Ms",
             ],
         )
-    for router in (*ALL, group_routes.router, acl_routes.router, quotas.router):
+    for router in (
+        *ALL,
+        group_routes.router,
+        txn_routes.router,
+        acl_routes.router,
+        quotas.router,
+    ):
         app.include_router(router)
     # Produce and fetch are looked up before FastAPI walks every router (app/api/lean_route.py).
     app.router.routes.insert(0, HotRoutes(app.router))
@@ -266,7 +276,7 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
         routes=app.routes,
     )
     schemas: dict[str, Any] = spec.setdefault("components", {}).setdefault("schemas", {})
-    for model in openapi_docs.BODY_MODELS:
+    for model in (*openapi_docs.BODY_MODELS, *txn_routes.BODY_MODELS):
         schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
         for name, sub in schema.pop("$defs", {}).items():
             schemas.setdefault(name, sub)

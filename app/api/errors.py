@@ -51,6 +51,9 @@ STATUS_BY_ERROR: tuple[tuple[type[core.LogbusError], int], ...] = (
     (core.LeaderNotAvailable, 503),
     (core.LeaderEpochMismatch, 409),  # FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH
     (core.NotCoordinator, 421),
+    # Transactions: an unknown id 404; the rest are conflicts with its state (409).
+    (core.TransactionalIdNotFound, 404),
+    (core.TransactionError, 409),
     (core.NotEnoughReplicas, 503),
     (core.BrokerNotAvailable, 503),
     (core.KafkaStorageError, 503),

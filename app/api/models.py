@@ -189,12 +189,28 @@ class InitProducerIdRequest(_Strict):
         strict=True,
         extra="forbid",
         json_schema_extra={
-            "examples": [{}, {"transactional_id": None}, {"producer_id": 1000, "producer_epoch": 0}]
+            "examples": [
+                {},
+                {"transactional_id": None},
+                {"producer_id": 1000, "producer_epoch": 0},
+                {"transactional_id": "orders-copier-0", "transaction_timeout_ms": 60000},
+            ]
         },
     )
 
     transactional_id: str | None = Field(
-        default=None, description="Must be null or absent: transactions are not supported."
+        default=None,
+        min_length=1,
+        max_length=255,
+        description="Kafka's transactional.id: get (or fence and take over) the id's "
+        "transactional producer. Null or absent: an idempotent producer.",
+    )
+    transaction_timeout_ms: int | None = Field(
+        default=None,
+        ge=1,
+        le=2**31 - 1,
+        description="With `transactional_id`: Kafka's transaction.timeout.ms (default 60000): "
+        "a transaction open longer is aborted by the broker and its producer fenced.",
     )
     producer_id: int | None = Field(
         default=None,

@@ -246,14 +246,27 @@ With `producer_id` and `producer_epoch` the same id comes back with the epoch bu
 (KIP-360): the way out of OUT_OF_ORDER_SEQUENCE_NUMBER, after which the producer starts
 every partition again at sequence 0 and batches with the old epoch are fenced. When the
 epoch is exhausted (32767) a new id with epoch 0 is answered instead. An id this broker
-never issued is 400 UNKNOWN_PRODUCER_ID. A `transactional_id` is refused (400
-INVALID_REQUEST): transactions are not supported. An empty body is the same as `{}`."""
+never issued is 400 UNKNOWN_PRODUCER_ID. An empty body is the same as `{}`.
+
+With a `transactional_id` (and `transaction_timeout_ms`, default 60000, at most the
+broker's `transaction_max_timeout_ms`) this is the transactional producer's
+InitProducerId, answered by the id's transaction coordinator: a new id gets a producer id
+and epoch 0; a known one keeps its producer id with the epoch bumped, which fences every
+older instance (their transactional writes answer 409 PRODUCER_FENCED or
+INVALID_PRODUCER_EPOCH). An open transaction of the old instance is aborted first.
+Errors: 400 INVALID_TRANSACTION_TIMEOUT, 409 CONCURRENT_TRANSACTIONS (retriable: the
+previous transaction is still being completed), 409 PRODUCER_FENCED (a bump asked with an
+older epoch), 421 NOT_COORDINATOR (cluster: another broker coordinates the id)."""
 
 INIT_PRODUCER_ID_EXAMPLES: dict[str, Any] = {
     "new": {"summary": "A new producer id", "value": {}},
     "bump": {
         "summary": "Bump the epoch of an existing id",
         "value": {"producer_id": 1000, "producer_epoch": 0},
+    },
+    "transactional": {
+        "summary": "A transactional producer (fences older instances of the id)",
+        "value": {"transactional_id": "orders-copier-0", "transaction_timeout_ms": 60000},
     },
 }
 

@@ -367,6 +367,40 @@ def _produce(path: dict[str, str], query: dict[str, list[str]], body: Any) -> li
     return [Action(Operation.WRITE, Resource(T, path["topic"])), _AutoCreate(path["topic"])]
 
 
+def _transactional(
+    op: Operation,
+    *,
+    body_topics: str = "",
+    path_topic: bool = False,
+    group_op: Operation | None = None,
+) -> Rule:
+    """Kafka's transaction APIs: ``op`` on the transactional id in the path; WRITE on the
+    topics a transaction writes (AddPartitionsToTxn: the body's ``topics``; a produce:
+    the path's topic), READ on the group whose offsets it commits (AddOffsetsToTxn,
+    TxnOffsetCommit) and on the topics of those offsets."""
+
+    def rule(path: dict[str, str], query: dict[str, list[str]], body: Any) -> list[Action]:
+        actions = [Action(op, Resource(TX, path["transactional_id"]))]
+        if path_topic:
+            actions.append(Action(Operation.WRITE, Resource(T, path["topic"])))
+        if body_topics == "topics" and isinstance(body, dict):
+            names = {
+                e["topic"]
+                for e in body.get("topics") or ()
+                if isinstance(e, dict) and isinstance(e.get("topic"), str)
+            }
+            actions += [Action(Operation.WRITE, Resource(T, n)) for n in sorted(names)]
+        if group_op is not None and isinstance(body, dict):
+            group = body.get("group_id")
+            if isinstance(group, str):
+                actions.append(Action(group_op, Resource(G, group)))
+            for name in _body_topics(body, body_topics):
+                actions.append(Action(Operation.READ, Resource(T, name)))
+        return actions
+
+    return rule
+
+
 RULES: dict[str, Rule | None] = {
     # None: public (probes, documents).
     "healthz": None,
@@ -398,6 +432,20 @@ RULES: dict[str, Rule | None] = {
     # Kafka's DescribeClientQuotas / AlterClientQuotas.
     "describeQuotas": _cluster(Operation.DESCRIBE_CONFIGS),
     "alterQuotas": _cluster(Operation.ALTER_CONFIGS),
+    # Transactions (Kafka's AddPartitionsToTxn, Produce, AddOffsetsToTxn, TxnOffsetCommit,
+    # EndTxn, DescribeTransactions, ListTransactions).
+    "addPartitionsToTxn": _transactional(Operation.WRITE, body_topics="topics"),
+    "produceTransactional": _transactional(Operation.WRITE, path_topic=True),
+    "addOffsetsToTxn": _transactional(Operation.WRITE, group_op=Operation.READ),
+    "txnOffsetCommit": _transactional(
+        Operation.WRITE, group_op=Operation.READ, body_topics="offsets"
+    ),
+    "commitTransaction": _transactional(Operation.WRITE),
+    "abortTransaction": _transactional(Operation.WRITE),
+    "describeTransaction": _transactional(Operation.DESCRIBE),
+    "listTransactions": _nothing,  # filtered by DESCRIBE on each id in the route
+    # Kafka's WriteTxnMarkers: CLUSTER_ACTION (brokers; the route checks the credential).
+    "writeTxnMarker": _cluster(Operation.CLUSTER_ACTION),
 }
 # Operations whose rule reads the query string.
 QUERY_RULES = frozenset(("getMetadata", "fetchOffsets"))
@@ -412,6 +460,9 @@ BODY_RULES = frozenset(
         "heartbeat",
         "commitOffsets",
         "resetOffsets",
+        "addPartitionsToTxn",
+        "addOffsetsToTxn",
+        "txnOffsetCommit",
     )
 )
 

@@ -281,6 +281,31 @@ def stamp(buf: bytearray | memoryview, pos: int, base_offset: int, leader_epoch:
     LEADER_EPOCH.pack_into(buf, pos + 12, leader_epoch)
 
 
+PRODUCER = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence at byte 43
+PRODUCER_OFFSET = 43
+
+
+def stamp_producer(
+    buf: bytearray,
+    pos: int,
+    producer_id: int,
+    epoch: int,
+    base_sequence: int,
+    *,
+    transactional: bool,
+) -> None:
+    """Give a built batch a producer id, epoch and base sequence (and the transactional
+    flag) in place, recomputing the CRC (all are covered by it). For a broker building a
+    batch on a stateless caller's behalf (JSON produce inside a transaction)."""
+    attributes = ATTRIBUTES.unpack_from(buf, pos + ATTRIBUTES_OFFSET)[0]
+    if transactional:
+        attributes |= TRANSACTIONAL_MASK
+    ATTRIBUTES.pack_into(buf, pos + ATTRIBUTES_OFFSET, attributes)
+    PRODUCER.pack_into(buf, pos + PRODUCER_OFFSET, producer_id, epoch, base_sequence)
+    size = LOG_OVERHEAD_SIZE + LOG_OVERHEAD.unpack_from(buf, pos)[1]
+    struct.pack_into(">I", buf, pos + CRC_OFFSET, compute_crc(buf, pos, size))
+
+
 def stamp_log_append_time(buf: bytearray | memoryview, pos: int, size: int, now_ms: int) -> None:
     """Rewrite a batch for ``message.timestamp.type=LogAppendTime``.
 

@@ -19,7 +19,8 @@ place without parsing messages.
     │   ├── SecurityDisabled           SECURITY_DISABLED            (ACL calls without an authorizer)
     │   ├── UnknownProducerId          UNKNOWN_PRODUCER_ID          (an id this broker never issued)
     │   ├── InvalidTxnState            INVALID_TXN_STATE            (a write that breaks the transaction)
-    │   └── TransactionCoordinatorFenced TRANSACTION_COORDINATOR_FENCED (a marker from an old coordinator)
+    │   ├── TransactionCoordinatorFenced TRANSACTION_COORDINATOR_FENCED (a marker from an old coordinator)
+    │   └── InvalidTransactionTimeout  INVALID_TRANSACTION_TIMEOUT  (over transaction.max.timeout.ms)
     ├── CorruptRecord                  CORRUPT_MESSAGE
     │   └── StoredBatchCorrupt         CORRUPT_MESSAGE              (503: a stored batch is damaged)
     ├── InvalidRecord                  INVALID_RECORD
@@ -40,6 +41,11 @@ place without parsing messages.
     │   ├── FencedLeaderEpoch          FENCED_LEADER_EPOCH          (retriable; the caller is behind)
     │   └── UnknownLeaderEpoch         UNKNOWN_LEADER_EPOCH         (retriable; this broker is behind)
     ├── NotCoordinator                 NOT_COORDINATOR              (retriable; 421 with the coordinator)
+    │   └── TxnNotCoordinator          NOT_COORDINATOR              (of a transactional id)
+    ├── TransactionError               transactions (app.txn)
+    │   ├── ConcurrentTransactions     CONCURRENT_TRANSACTIONS      (409, retriable: one completes)
+    │   ├── TransactionalIdNotFound    TRANSACTIONAL_ID_NOT_FOUND   (404)
+    │   └── InvalidProducerIdMapping   INVALID_PRODUCER_ID_MAPPING  (409: not this id's producer)
     ├── NotEnoughReplicas              NOT_ENOUGH_REPLICAS          (retriable)
     │   └── NotEnoughReplicasAfterAppend  NOT_ENOUGH_REPLICAS_AFTER_APPEND (written, not replicated)
     ├── BrokerNotAvailable             BROKER_NOT_AVAILABLE         (retriable)
@@ -335,6 +341,29 @@ class InvalidProducerEpoch(LogbusError):
             current_epoch=current,
         )
 
+    @classmethod
+    def of_transaction(
+        cls, transactional_id: str, producer_id: int, producer_epoch: int, current: int
+    ) -> InvalidProducerEpoch:
+        """The same error from a transaction coordinator (no partition involved)."""
+        exc = cls.__new__(cls)
+        LogbusError.__init__(
+            exc,
+            f"transactional id {transactional_id!r}: producer {producer_id} has epoch "
+            f"{current}; epoch {producer_epoch} is "
+            + (
+                "fenced (a newer instance initialized the id, or the broker aborted its "
+                "timed-out transaction)"
+                if producer_epoch < current
+                else "newer than any the coordinator handed out"
+            ),
+            transactional_id=transactional_id,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            current_epoch=current,
+        )
+        return exc
+
 
 class ProducerFenced(InvalidProducerEpoch):
     """A transaction marker names an epoch older than its producer's: that producer
@@ -354,6 +383,46 @@ class TransactionCoordinatorFenced(InvalidRequest):
     """A transaction marker from a coordinator epoch older than one already seen."""
 
     error_code = "TRANSACTION_COORDINATOR_FENCED"
+
+
+class InvalidTransactionTimeout(InvalidRequest):
+    """A transaction timeout below 1 ms or over the broker's transaction.max.timeout.ms."""
+
+    error_code = "INVALID_TRANSACTION_TIMEOUT"
+
+
+class TransactionError(LogbusError):
+    """A transaction coordinator request refused (``app.txn``); names the transactional id."""
+
+    transactional_id: str
+
+    def __init__(self, message: str, transactional_id: str, **fields: Any) -> None:
+        super().__init__(message, transactional_id=transactional_id, **fields)
+
+
+class ConcurrentTransactions(TransactionError):
+    """The transactional id's previous transaction is still being completed (its markers
+    are being written): retry shortly."""
+
+    error_code = "CONCURRENT_TRANSACTIONS"
+    retriable = True
+
+
+class TransactionalIdNotFound(TransactionError):
+    error_code = "TRANSACTIONAL_ID_NOT_FOUND"
+
+    def __init__(self, transactional_id: str) -> None:
+        super().__init__(
+            f"transactional id {transactional_id!r} is not known to its coordinator "
+            "(InitProducerId with it first)",
+            transactional_id,
+        )
+
+
+class InvalidProducerIdMapping(TransactionError):
+    """The producer id is not the one the transactional id holds now."""
+
+    error_code = "INVALID_PRODUCER_ID_MAPPING"
 
 
 class RequestTimedOut(LogbusError):
@@ -444,6 +513,27 @@ class NotCoordinator(LogbusError):
         super().__init__(
             f"this broker does not coordinate group {group!r}; its coordinator is {where}",
             group=group,
+            coordinator=coordinator,
+            coordinator_url=coordinator_url,
+        )
+
+
+class TxnNotCoordinator(NotCoordinator):
+    """Another broker coordinates this transactional id (it leads the id's
+    ``__transaction_state`` partition)."""
+
+    def __init__(
+        self,
+        transactional_id: str,
+        coordinator: int | None = None,
+        coordinator_url: str | None = None,
+    ) -> None:
+        where = f"broker {coordinator} ({coordinator_url})" if coordinator_url else "not known yet"
+        LogbusError.__init__(
+            self,
+            f"this broker does not coordinate transactional id {transactional_id!r}; its "
+            f"coordinator is {where}",
+            transactional_id=transactional_id,
             coordinator=coordinator,
             coordinator_url=coordinator_url,
         )

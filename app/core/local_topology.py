@@ -69,6 +69,13 @@ class LocalReplica:
     ) -> AppendInfo:
         return self.log.append(data)
 
+    def append_control(
+        self, producer_id: int, producer_epoch: int, *, commit: bool, coordinator_epoch: int
+    ) -> AppendInfo:
+        return self.log.append_control(
+            producer_id, producer_epoch, commit=commit, coordinator_epoch=coordinator_epoch
+        )
+
     async def wait_replicated(
         self, last_offset: int, timeout_ms: int, epoch: int | None = None
     ) -> None:

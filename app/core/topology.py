@@ -73,6 +73,13 @@ class LeaderReplica(Protocol):
         """Append in the epoch this broker leads now (the group coordinator's writes)."""
         ...
 
+    def append_control(
+        self, producer_id: int, producer_epoch: int, *, commit: bool, coordinator_epoch: int
+    ) -> AppendInfo:
+        """Write a transaction marker (COMMIT or ABORT) in the epoch this broker leads now:
+        the transaction coordinator's WriteTxnMarkers (:meth:`Log.append_control`)."""
+        ...
+
     async def wait_replicated(
         self, last_offset: int, timeout_ms: int, epoch: int | None = None
     ) -> None:

@@ -94,6 +94,7 @@ from app.groups.offsets import (
 )
 from app.groups.placement import OFFSETS_TOPIC, OffsetsPlacement, TopologyView
 from app.groups.runtime import CoordinatorRuntime
+from app.groups.txn_offsets import TxnOffsetStore
 
 if TYPE_CHECKING:
     from app.core.log.manager import LogManager
@@ -152,6 +153,7 @@ class GroupCoordinator:
         self.membership = MembershipManager(self.runtime)
         self.offsets = OffsetStore(self.runtime)
         self.admin = GroupAdmin(self.runtime, self.membership, self.offsets)
+        self.txn_offsets = TxnOffsetStore(self.runtime, self.offsets)
         self.runtime.on_loaded = self._on_loaded
         self._expire_task: asyncio.Task[None] | None = None
 
@@ -256,6 +258,27 @@ class GroupCoordinator:
 
     def expire_offsets(self, now_ms: int | None = None) -> int:
         return self.offsets.expire_offsets(now_ms)
+
+    # -- offsets in transactions (the transaction coordinator's GroupHooks) ---------------
+
+    async def offsets_partition(self, group_id: str) -> int:
+        return await self.txn_offsets.offsets_partition(group_id)
+
+    async def txn_commit_offsets(
+        self,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        offsets: Sequence[OffsetCommit],
+        member_id: str | None = None,
+        member_epoch: int = -1,
+    ) -> list[CommittedOffset]:
+        return await self.txn_offsets.commit(
+            group_id, producer_id, producer_epoch, offsets, member_id, member_epoch
+        )
+
+    def txn_completed(self, partition: int, producer_id: int, commit: bool) -> None:
+        self.txn_offsets.completed(partition, producer_id, commit)
 
     # -- admin -----------------------------------------------------------------------------
 

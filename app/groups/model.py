@@ -139,6 +139,10 @@ class Group:
     # CoordinatorRuntime.persist: one heartbeat writes what it changed, not the whole group.
     dirty: set[str] = field(default_factory=set)
     tombstones: set[str] = field(default_factory=set)
+    # Offsets committed inside open transactions (TxnOffsetCommit), by producer id: they
+    # become ``offsets`` when the transaction's COMMIT marker is written, and are dropped
+    # on ABORT (app/groups/txn_offsets.py).
+    pending_txn_offsets: dict[int, dict[TopicPartition, OffsetValue]] = field(default_factory=dict)
 
 
 def validate_group_id(group_id: str) -> None:

@@ -131,6 +131,26 @@ class OffsetStore:
         cache them; the answer waits for replication in the caller."""
         if not offsets:
             return []
+        latest = self.checked(offsets)
+        self.rt.append(
+            group_id,
+            [
+                (encode_key(OffsetKey(group_id, t, p)), encode_value(v))
+                for (t, p), v in latest.items()
+            ],
+        )
+        group = self.rt.groups.get(group_id)
+        if group is None:
+            group = self.rt.groups[group_id] = Group(group_id, empty_since_ms=self.rt.clock_ms())
+        group.offsets.update(latest)
+        return [
+            CommittedOffset(t, p, v.offset, v.leader_epoch, v.metadata, v.commit_timestamp)
+            for (t, p), v in latest.items()
+        ]
+
+    def checked(self, offsets: Sequence[OffsetCommit]) -> dict[TopicPartition, OffsetValue]:
+        """Check ``offsets`` (not internal, partition exists, not negative, metadata size)
+        and stamp them; the last one per partition wins. Shared with TxnOffsetCommit."""
         for c in offsets:
             check_committable(c.topic)
             if c.partition < 0 or c.partition >= self.rt.placement.partition_count(c.topic):
@@ -146,21 +166,7 @@ class OffsetStore:
         latest: dict[TopicPartition, OffsetValue] = {}
         for c in offsets:
             latest[(c.topic, c.partition)] = OffsetValue(c.offset, c.leader_epoch, c.metadata, now)
-        self.rt.append(
-            group_id,
-            [
-                (encode_key(OffsetKey(group_id, t, p)), encode_value(v))
-                for (t, p), v in latest.items()
-            ],
-        )
-        group = self.rt.groups.get(group_id)
-        if group is None:
-            group = self.rt.groups[group_id] = Group(group_id, empty_since_ms=now)
-        group.offsets.update(latest)
-        return [
-            CommittedOffset(t, p, v.offset, v.leader_epoch, v.metadata, v.commit_timestamp)
-            for (t, p), v in latest.items()
-        ]
+        return latest
 
     async def fetch_committed_offsets(
         self, group_id: str, topics: Sequence[str] | None = None

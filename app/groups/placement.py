@@ -31,7 +31,8 @@ OFFSETS_TOPIC = "__consumer_offsets"
 OFFSETS_TOPIC_CONFIGS: Mapping[str, object] = {"cleanup.policy": "compact"}
 # Written by the broker only: clients can neither produce to them nor commit offsets
 # for them (Kafka's internal topics).
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
+# (``__transaction_state`` is the transaction coordinator's, app/txn/model.py.)
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, "__transaction_state"})
 
 
 class ReplicaView(Protocol):

@@ -42,7 +42,13 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from app.common.batch import build_batch, decode_records, iter_headers
+from app.common.batch import (
+    CONTROL_MASK,
+    TRANSACTIONAL_MASK,
+    build_batch,
+    decode_records,
+    iter_headers,
+)
 from app.common.errors import (
     CoordinatorLoadInProgress,
     CoordinatorNotAvailable,
@@ -77,6 +83,7 @@ from app.groups.records import (
     encode_key,
     encode_value,
 )
+from app.groups.txn_offsets import replay_txn_batch
 
 if TYPE_CHECKING:
     from app.core.log.log import Log
@@ -164,21 +171,31 @@ class CoordinatorRuntime:
                 next_offset = header.next_offset
             if next_offset <= offset:
                 break
-            for record in decode_records(buf, min_offset=offset):
-                if record.key is None:
+            view = memoryview(buf)
+            for pos, header in iter_headers(view):
+                if header.last_offset < offset:
                     continue
-                try:
-                    _replay(groups, record.key, record.value)
-                except CorruptRecord as exc:
-                    # Nothing stops a client from producing to the topic; a record we
-                    # cannot read must not keep the broker from starting.
-                    log.warning(
-                        "skipped %s-%d offset %d: %s",
-                        OFFSETS_TOPIC,
-                        partition,
-                        record.offset,
-                        exc,
-                    )
+                batch = view[pos : pos + header.size]
+                if header.attributes & (TRANSACTIONAL_MASK | CONTROL_MASK):
+                    # Offsets committed in a transaction count once its COMMIT marker is
+                    # read (app/groups/txn_offsets.py).
+                    replay_txn_batch(groups, header, batch, offset, partition)
+                    continue
+                for record in decode_records(batch, min_offset=offset):
+                    if record.key is None:
+                        continue
+                    try:
+                        _replay(groups, record.key, record.value)
+                    except CorruptRecord as exc:
+                        # Nothing stops a client from producing to the topic; a record we
+                        # cannot read must not keep the broker from starting.
+                        log.warning(
+                            "skipped %s-%d offset %d: %s",
+                            OFFSETS_TOPIC,
+                            partition,
+                            record.offset,
+                            exc,
+                        )
             offset = next_offset
 
     def _finish_load(self, groups: dict[str, Group]) -> dict[str, Group]:
@@ -193,7 +210,9 @@ class CoordinatorRuntime:
                 for tp in member.assigned | member.revoking:
                     group.owners[tp] = member.member_id
         return {
-            gid: g for gid, g in groups.items() if g.members or g.offsets or g.has_metadata_record
+            gid: g
+            for gid, g in groups.items()
+            if g.members or g.offsets or g.has_metadata_record or g.pending_txn_offsets
         }
 
     # -- cluster mode: leadership of offsets partitions --------------------------------------
@@ -366,10 +385,19 @@ class CoordinatorRuntime:
 
     # -- persistence -----------------------------------------------------------------------
 
-    def append(self, group_id: str, records: Sequence[tuple[bytes, bytes | None]]) -> None:
+    def append(
+        self,
+        group_id: str,
+        records: Sequence[tuple[bytes, bytes | None]],
+        *,
+        batch: bytes | None = None,
+    ) -> None:
+        """Append ``records`` as one batch (or ``batch``, built by the caller: a
+        transactional one) to the group's partition."""
         partition = partition_for(group_id, self.num_partitions())
         try:
-            self._written[partition] = self.placement.append(partition, build_batch(records))
+            data = build_batch(records) if batch is None else batch
+            self._written[partition] = self.placement.append(partition, data)
         except NotLeaderOrFollower as exc:
             raise self._not_coordinator(group_id, partition, exc) from None
         except NotEnoughReplicas as exc:

@@ -224,3 +224,25 @@ def test_readme_security_walkthrough(new_broker: BrokerFactory, tmp_path: Path) 
     assert lines[1].startswith("pushed")
     assert lines[2] == "TOPIC_AUTHORIZATION_FAILED DELETE"
     assert "admin-secret-1" not in broker.log() and "alice-secret-1" not in broker.log()
+
+
+@NEEDS_CURL
+def test_readme_transactions_walkthrough(new_broker: BrokerFactory, tmp_path: Path) -> None:
+    broker = new_broker().start()  # a fresh data dir: the first producer id is 0
+    out = [orjson.loads(run(c, broker, tmp_path)) for c in readme_commands("transactions")]
+    _, _, init, produced, txn_offsets, described, committed, fetched, listed = out
+    assert init == {"producer_id": 0, "producer_epoch": 0}
+    assert len(produced["offsets"]) == 2
+    assert {o["partition"] for o in produced["offsets"]} <= {0, 1}
+    assert txn_offsets["group_id"] == "copier"
+    assert described["transaction_state"] == "Ongoing"
+    assert {t["topic"] for t in described["topics"]} == {"__consumer_offsets", "orders"}
+    assert committed == {"transactional_id": "orders-copier", "transaction_state": "CompleteCommit"}
+    assert fetched["offsets"][0]["offset"] == 42
+    assert listed["transaction_states"] == [
+        {
+            "transactional_id": "orders-copier",
+            "producer_id": 0,
+            "transaction_state": "CompleteCommit",
+        }
+    ]

@@ -15,7 +15,8 @@ REPO = Path(__file__).resolve().parents[2]
 FORBIDDEN = {
     "app.common": ("app.core", "app.client", "app.api", "app.spark", "app.groups", "app.config"),
     "app.core": ("app.client", "app.api", "app.spark", "app.groups", "app.cli", "app.config"),
-    "app.groups": ("app.client", "app.api", "app.spark", "app.cli"),
+    "app.groups": ("app.client", "app.api", "app.spark", "app.cli", "app.txn"),
+    "app.txn": ("app.client", "app.api", "app.spark", "app.cli", "app.config"),
     "app.client": ("app.core", "app.api", "app.groups", "app.spark", "app.config"),
     "app.spark": ("app.core", "app.api", "app.groups", "app.config"),
     "logbus": ("app.core", "app.api", "app.groups", "app.config"),

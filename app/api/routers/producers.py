@@ -25,7 +25,7 @@ INIT_BODY_LIMIT = 64 * 1024
     summary="Get a producer id (InitProducerId)",
     description=docs.INIT_PRODUCER_ID,
     response_model=InitProducerIdResponse,
-    responses=error_responses(400, 413, 503),
+    responses=error_responses(400, 409, 413, 421, 503),
     openapi_extra={
         "requestBody": {
             "required": False,
@@ -45,10 +45,19 @@ async def init_producer_id(request: Request, state: StateDep, manager: ManagerDe
     except ValidationError as exc:
         raise BodyInvalid.from_validation(exc) from None
     if req.transactional_id is not None:
-        raise InvalidRequest(
-            "transactional_id must be null: this broker supports idempotent producers, "
-            "not transactions"
+        # The transactional producer's InitProducerId: its transaction coordinator.
+        from app.api.routers.transactions import get_txn_coordinator
+        from app.txn.model import DEFAULT_TIMEOUT_MS
+
+        pid, epoch = await get_txn_coordinator(request).init_producer_id(
+            req.transactional_id,
+            req.transaction_timeout_ms or DEFAULT_TIMEOUT_MS,
+            req.producer_id,
+            req.producer_epoch,
         )
+        return JSONBytes({"producer_id": pid, "producer_epoch": epoch})
+    if req.transaction_timeout_ms is not None:
+        raise InvalidRequest("transaction_timeout_ms goes with a transactional_id")
     # A new block of ids is persisted (fsync) once per thousand ids: off the loop.
     producer_id, epoch = await run_blocking(
         manager.producer_ids.init_producer, req.producer_id, req.producer_epoch

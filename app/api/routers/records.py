@@ -49,8 +49,8 @@ from app.common.batch import (
     validate_batches,
 )
 from app.common.errors import (
+    BrokerNotAvailable,
     InvalidRequiredAcks,
-    InvalidTxnState,
     RecordTooLarge,
     UnknownTopicOrPartition,
 )
@@ -415,24 +415,23 @@ async def produce_to_partition(
     return await _produce(state, manager, topic, request, acks, timeout_ms, partition)
 
 
-def refuse_transactional(body: bytearray) -> None:
-    """Refuse transactional batches (attribute bit 4) until a transaction coordinator
-    serves (issue #16).
-
-    The log engine keeps transactions (``Log.append_control`` ends one), but nothing
-    would end a client's: its open transaction would hold the partition's last stable
-    offset, and so every ``read_committed`` reader and the cleaner, forever (Kafka's
-    "hanging transaction"). A walk over the batch headers only; a malformed body is
-    left to ``Log.append``'s full validation.
+def check_transactional_batches(
+    request: Request, topic: str, partition: int, body: bytes | bytearray
+) -> None:
+    """Every transactional batch (attribute bit 4) of ``body`` must come from the current
+    epoch of a producer whose ongoing transaction added ``topic-partition``
+    (``app/txn/coordinator.py: check_produce``): else INVALID_TXN_STATE, PRODUCER_FENCED or
+    INVALID_PRODUCER_EPOCH, before anything is written. A walk over the batch headers
+    only; a malformed body is left to ``Log.append``'s full validation.
     """
     pos, end = 0, len(body)
     while end - pos >= HEADER_SIZE:
         header = read_header(body, pos)
         if header.attributes & TRANSACTIONAL_MASK:
-            raise InvalidTxnState(
-                "transactional batches (attribute bit 4) are refused: this broker has no "
-                "transaction coordinator yet; send the batch without the transactional flag"
-            )
+            coordinator = getattr(request.app.state, "txn_coordinator", None)
+            if coordinator is None:
+                raise BrokerNotAvailable("the transaction coordinator is not serving")
+            coordinator.check_produce(topic, partition, header.producer_id, header.producer_epoch)
         if header.size < HEADER_SIZE:
             return
         pos += header.size
@@ -462,7 +461,8 @@ async def produce_batches(
     required_acks = parse_acks(acks)
     deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
     body = await read_body_mutable(request, state.settings.max_request_bytes)
-    refuse_transactional(body)
+    # Transactional batches: only from a producer whose transaction added the partition.
+    check_transactional_batches(request, topic, partition, body)
     plan = plan_topic(state, manager, topic)
     if not plan.exists:
         # Check before creating, so a bad request leaves no topic behind; an

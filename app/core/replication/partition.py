@@ -231,6 +231,22 @@ class Partition:
         (info,) = append_to_leaders([(self, self.leader_epoch, data)], acks_all=acks_all)
         return info
 
+    def append_control(
+        self, producer_id: int, producer_epoch: int, *, commit: bool, coordinator_epoch: int
+    ) -> AppendInfo:
+        """Write a transaction marker as leader, in the epoch this broker leads now, under
+        the leader/ISR lock (a deposed leader writes nothing: NotLeaderOrFollower)."""
+        with self._lock.shared():
+            epoch = self.leader_epoch
+            self.check_leads(epoch)
+            return self.log.append_control(
+                producer_id,
+                producer_epoch,
+                commit=commit,
+                coordinator_epoch=coordinator_epoch,
+                leader_epoch=epoch,
+            )
+
     @contextmanager
     def following(self, leader: int, epoch: int) -> Iterator[bool]:
         """Holds the lock shared; yields whether this replica still follows ``leader`` in

@@ -34,7 +34,7 @@ SPEC = json.loads((Path(__file__).resolve().parents[3] / "openapi" / "openapi.js
 ISSUER, AUDIENCE = "https://issuer.test", "logbus"
 PUBLIC = {"healthz", "readyz"}
 # Listings answer 200 to anyone authenticated, filtered to what they may DESCRIBE.
-LISTINGS = {"listTopics", "listGroups", "getMetadata"}
+LISTINGS = {"listTopics", "listGroups", "getMetadata", "listTransactions"}
 
 
 def spec_operations() -> set[str]:
@@ -145,6 +145,71 @@ def _commit(c: TestClient, w: Who, group: str) -> None:
     assert r.status_code == 200, r.text
 
 
+# Transactions: each case (and caller) its own transactional id, initialized by root in
+# the setup; the producer id and epoch it got, by transactional id.
+PRODUCERS: dict[str, tuple[int, int]] = {}
+
+
+def _tx(op: str, s: str) -> str:
+    return f"tx-{op}-{s}"
+
+
+def _init_tx(tid: str, *, add: bool = False) -> Callable[[TestClient, Who, str], None]:
+    def setup(c: TestClient, w: Who, s: str) -> None:
+        name = tid.format(s=s)
+        r = c.post("/producers", json={"transactional_id": name}, headers=w.root)
+        assert r.status_code == 200, r.text
+        PRODUCERS[name] = (r.json()["producer_id"], r.json()["producer_epoch"])
+        if add:
+            r = c.post(
+                f"/transactions/{name}/partitions",
+                json={**_producer(name), "topics": [{"topic": "orders", "partitions": [0]}]},
+                headers=w.root,
+            )
+            assert r.status_code == 200, r.text
+
+    return setup
+
+
+def _producer(tid: str) -> dict[str, int]:
+    pid, epoch = PRODUCERS[tid]
+    return {"producer_id": pid, "producer_epoch": epoch}
+
+
+def _tx_case(
+    op: str,
+    method: str,
+    suffix: str,
+    acls: Callable[[str, str], list[dict[str, str]]],
+    body: Callable[[str], dict[str, Any]] | None = None,
+    *,
+    add: bool = False,
+    query: bool = False,
+    plain: dict[str, Any] | None = None,
+) -> Case:
+    def path(s: str) -> str:
+        tid = _tx(op, s)
+        url = f"/transactions/{tid}{suffix}"
+        if query:
+            pid, epoch = PRODUCERS[tid]
+            url += f"?producer_id={pid}&producer_epoch={epoch}"
+        return url
+
+    def json(s: str) -> Any:
+        if plain is not None:
+            return plain
+        return None if body is None else {**_producer(_tx(op, s)), **body(s)}
+
+    return Case(
+        method,
+        path,
+        lambda s: acls(_tx(op, s), s),
+        json=None if body is None and plain is None else json,
+        setup=_init_tx(_tx(op, "{s}"), add=add),
+    )
+
+
+TX = "TRANSACTIONAL_ID"
 T = "TOPIC"
 CASES: dict[str, Case] = {
     "findCoordinator": Case(
@@ -195,6 +260,78 @@ CASES: dict[str, Case] = {
         lambda s: "/producers",
         lambda s: [acl("CLUSTER", "kafka-cluster", "IDEMPOTENT_WRITE")],
         json=lambda s: {},
+    ),
+    "addPartitionsToTxn": _tx_case(
+        "addPartitionsToTxn",
+        "POST",
+        "/partitions",
+        lambda tid, s: [acl(TX, tid, "WRITE"), acl(T, "orders", "WRITE")],
+        lambda s: {"topics": [{"topic": "orders", "partitions": [0]}]},
+    ),
+    "produceTransactional": _tx_case(
+        "produceTransactional",
+        "POST",
+        "/topics/orders/records",
+        lambda tid, s: [acl(TX, tid, "WRITE"), acl(T, "orders", "WRITE")],
+        query=True,
+        plain={"records": [{"value": 1, "partition": 0}]},
+    ),
+    "addOffsetsToTxn": _tx_case(
+        "addOffsetsToTxn",
+        "POST",
+        "/groups",
+        lambda tid, s: [acl(TX, tid, "WRITE"), acl("GROUP", "billing", "READ")],
+        lambda s: {"group_id": "billing"},
+    ),
+    "txnOffsetCommit": _tx_case(
+        "txnOffsetCommit",
+        "POST",
+        "/offsets",
+        lambda tid, s: [
+            acl(TX, tid, "WRITE"),
+            acl("GROUP", "billing", "READ"),
+            acl(T, "orders", "READ"),
+        ],
+        lambda s: {
+            "group_id": "billing",
+            "offsets": [{"topic": "orders", "partition": 0, "offset": 1}],
+        },
+    ),
+    "commitTransaction": _tx_case(
+        "commitTransaction",
+        "POST",
+        "/commit",
+        lambda tid, s: [acl(TX, tid, "WRITE")],
+        lambda s: {},
+        add=True,
+    ),
+    "abortTransaction": _tx_case(
+        "abortTransaction",
+        "POST",
+        "/abort",
+        lambda tid, s: [acl(TX, tid, "WRITE")],
+        lambda s: {},
+        add=True,
+    ),
+    "describeTransaction": _tx_case(
+        "describeTransaction", "GET", "", lambda tid, s: [acl(TX, tid, "DESCRIBE")]
+    ),
+    "listTransactions": Case(
+        "GET",
+        lambda s: "/transactions",
+        lambda s: [acl(TX, "orders-tx", "DESCRIBE")],
+        setup=_init_tx("orders-tx"),
+    ),
+    "writeTxnMarker": Case(
+        "POST",
+        lambda s: "/topics/orders/partitions/0/markers",
+        lambda s: [acl("CLUSTER", "kafka-cluster", "CLUSTER_ACTION")],
+        json=lambda s: {
+            "producer_id": 77,
+            "producer_epoch": 0,
+            "commit": False,
+            "coordinator_epoch": 0,
+        },
     ),
     "listTopics": Case("GET", lambda s: "/topics", lambda s: [acl(T, "orders", "DESCRIBE")]),
     "createTopic": Case(

@@ -76,7 +76,14 @@ def test_init_producer_id_bumps_an_epoch(client: TestClient) -> None:
 
 def test_init_producer_id_bad_input(client: TestClient) -> None:
     cases: list[tuple[Any, int, str]] = [
-        ({"transactional_id": "tx-1"}, 400, "INVALID_REQUEST"),
+        ({"transactional_id": ""}, 400, "INVALID_REQUEST"),
+        ({"transaction_timeout_ms": 1000}, 400, "INVALID_REQUEST"),
+        (
+            {"transactional_id": "t", "transaction_timeout_ms": 10**9},
+            400,
+            "INVALID_TRANSACTION_TIMEOUT",
+        ),
+        ({"transactional_id": "t", "transaction_timeout_ms": 0}, 400, "INVALID_REQUEST"),
         ({"producer_id": 10**9, "producer_epoch": 0}, 400, "UNKNOWN_PRODUCER_ID"),
         ({"producer_id": 0}, 400, "INVALID_REQUEST"),
         ({"producer_id": 0, "producer_epoch": 40000}, 400, "INVALID_REQUEST"),

@@ -1,0 +1,818 @@
+"""Transactions over HTTP (Kafka's KIP-98 APIs), stateless as the rest of the API.
+
+Every request names the transactional id in its path and carries the producer id and
+epoch that ``POST /producers`` with a ``transactional_id`` handed out (InitProducerId);
+nothing is kept per connection. The coordinator (:mod:`app.txn`) does the work; this
+module translates:
+
+* ``POST /transactions/{id}/partitions``: AddPartitionsToTxn;
+* ``POST /transactions/{id}/topics/{topic}/records``: JSON produce inside the
+  transaction for callers that keep no producer state: the broker adds the partitions
+  the records go to, builds one transactional batch per partition with the producer's
+  id, epoch and next sequence on that partition, and appends them (all or none);
+* ``POST /transactions/{id}/groups``: AddOffsetsToTxn;
+* ``POST /transactions/{id}/offsets``: TxnOffsetCommit (adds the group's offsets
+  partition first, so a stateless caller needs one request);
+* ``POST /transactions/{id}/commit`` and ``/abort``: EndTxn;
+* ``GET /transactions/{id}`` and ``GET /transactions``: DescribeTransactions and
+  ListTransactions.
+
+Binary produce of transactional batches (``POST .../batches``) is checked by the same
+coordinator (``app/api/routers/records.py: check_transactional_batches``). In a cluster the coordinator of an id
+is the leader of its ``__transaction_state`` partition; other brokers answer 421
+NOT_COORDINATOR naming it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+import time
+from typing import Annotated, Any
+from urllib.parse import quote
+
+import httpx
+from fastapi import APIRouter, FastAPI, Path, Query, Request
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.responses import Response
+
+from app.api.codec import BodyInvalid
+from app.api.deps import StateDep, read_body
+from app.api.errors import ErrorBody
+from app.api.models import ProduceResponse
+from app.api.produce_body import parse_produce_body
+from app.api.routers.records import build_batches
+from app.api.security import visible
+from app.api.state import AppState
+from app.api.util import INT_MAX, LONG_MAX, JSONBytes
+from app.common.batch import stamp_producer
+from app.common.error_body import error_from_body
+from app.common.errors import (
+    BrokerNotAvailable,
+    ClusterAuthorizationFailed,
+    KafkaStorageError,
+    NotLeaderOrFollower,
+    RecordTooLarge,
+    TxnNotCoordinator,
+    UnknownTopicOrPartition,
+)
+from app.core.log.manager import MAX_TOPIC_NAME_LENGTH
+from app.core.replication.auth import HEADER as AUTH_HEADER
+from app.core.replication.auth import ID_HEADER
+from app.core.security.acl import ResourceType
+from app.groups.coordinator import OFFSETS_TOPIC, GroupCoordinator, OffsetCommit
+from app.txn import TransactionCoordinator, TxnConfig
+
+log = logging.getLogger(__name__)
+
+router = APIRouter(tags=["transactions"])
+
+SHORT_MAX = (1 << 15) - 1
+_INT32_MAX = (1 << 31) - 1
+# Transaction requests are small; the records of a JSON produce use max_request_bytes.
+BODY_LIMIT = 1024 * 1024
+
+TxnIdPath = Annotated[
+    str,
+    Path(
+        description="The transactional id (Kafka's transactional.id).",
+        min_length=1,
+        max_length=255,
+        examples=["orders-copier-0"],
+    ),
+]
+
+_DESCRIPTIONS = {
+    400: "Bad input: INVALID_REQUEST, INVALID_TXN_STATE (the id's state forbids it, for "
+    "instance a commit with no transaction, or a produce to a partition not added), "
+    "INVALID_TOPIC_EXCEPTION (an internal topic), INVALID_TRANSACTION_TIMEOUT.",
+    404: "TRANSACTIONAL_ID_NOT_FOUND (POST /producers with the id first), "
+    "UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_MEMBER_ID.",
+    409: "PRODUCER_FENCED (a newer instance initialized the id, or the broker aborted the "
+    "transaction at its timeout: stop, and init again), INVALID_PRODUCER_EPOCH (an epoch "
+    "never handed out), INVALID_PRODUCER_ID_MAPPING (not the id's producer), "
+    "CONCURRENT_TRANSACTIONS (retriable: the previous transaction is still being "
+    "completed, or another request on the id is being written), OUT_OF_ORDER_SEQUENCE_NUMBER.",
+    421: "NOT_COORDINATOR (cluster mode, retriable): another broker coordinates the id; "
+    "`coordinator` and `coordinator_url` name it.",
+    503: "BROKER_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS or COORDINATOR_NOT_AVAILABLE; "
+    "all retriable.",
+}
+
+
+def _error(code: str, message: str, retriable: bool = False, **fields: Any) -> dict[str, Any]:
+    return {
+        "summary": code,
+        "value": {"error_code": code, "message": message, "retriable": retriable, **fields},
+    }
+
+
+# Named examples of each status's answers (in the OpenAPI document).
+_EXAMPLES: dict[int, dict[str, Any]] = {
+    400: {
+        "INVALID_TXN_STATE": _error(
+            "INVALID_TXN_STATE",
+            "orders-0 is not in an ongoing transaction of 'orders-copier' (Empty): add it "
+            "first (AddPartitionsToTxn)",
+            transactional_id="orders-copier",
+            topic="orders",
+            partition=0,
+        ),
+    },
+    404: {
+        "TRANSACTIONAL_ID_NOT_FOUND": _error(
+            "TRANSACTIONAL_ID_NOT_FOUND",
+            "transactional id 'orders-copier' is not known to its coordinator "
+            "(InitProducerId with it first)",
+            transactional_id="orders-copier",
+        ),
+    },
+    409: {
+        "PRODUCER_FENCED": _error(
+            "PRODUCER_FENCED",
+            "transactional id 'orders-copier': producer 1000 has epoch 2; epoch 0 is fenced "
+            "(a newer instance initialized the id, or the broker aborted its timed-out "
+            "transaction)",
+            transactional_id="orders-copier",
+            producer_id=1000,
+            producer_epoch=0,
+            current_epoch=2,
+        ),
+        "INVALID_PRODUCER_EPOCH": _error(
+            "INVALID_PRODUCER_EPOCH",
+            "transactional id 'orders-copier': producer 1000 has epoch 2; epoch 7 is newer "
+            "than any the coordinator handed out",
+            transactional_id="orders-copier",
+            producer_id=1000,
+            producer_epoch=7,
+            current_epoch=2,
+        ),
+        "CONCURRENT_TRANSACTIONS": _error(
+            "CONCURRENT_TRANSACTIONS",
+            "transactional id 'orders-copier': the previous transaction is being completed; retry",
+            True,
+            transactional_id="orders-copier",
+        ),
+        "INVALID_PRODUCER_ID_MAPPING": _error(
+            "INVALID_PRODUCER_ID_MAPPING",
+            "transactional id 'orders-copier' holds producer id 1000, not 1001",
+            transactional_id="orders-copier",
+            producer_id=1001,
+            current_producer_id=1000,
+        ),
+    },
+    421: {
+        "NOT_COORDINATOR": _error(
+            "NOT_COORDINATOR",
+            "this broker does not coordinate transactional id 'orders-copier'; its "
+            "coordinator is broker 2 (http://broker-2:8080)",
+            True,
+            transactional_id="orders-copier",
+            coordinator=2,
+            coordinator_url="http://broker-2:8080",
+        ),
+    },
+}
+
+
+def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    out: dict[int | str, dict[str, Any]] = {}
+    for status in statuses:
+        entry: dict[str, Any] = {"model": ErrorBody, "description": _DESCRIPTIONS[status]}
+        if status in _EXAMPLES:
+            entry["content"] = {"application/json": {"examples": _EXAMPLES[status]}}
+        out[status] = entry
+    return out
+
+
+def _examples(*pairs: tuple[str, str, dict[str, Any]]) -> dict[str, Any]:
+    """An ``openapi_extra`` JSON request body with named examples."""
+    return {name: {"summary": summary, "value": value} for name, summary, value in pairs}
+
+
+def _body(schema: str, *pairs: tuple[str, str, dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": {"$ref": f"#/components/schemas/{schema}"},
+                    "examples": _examples(*pairs),
+                }
+            },
+        }
+    }
+
+
+# -- lifecycle (called from the app's lifespan) ---------------------------------------------
+
+
+def txn_config(state: AppState) -> TxnConfig:
+    settings = state.settings
+    return TxnConfig(
+        num_partitions=settings.transaction_state_log_num_partitions,
+        replication_factor=settings.transaction_state_log_replication_factor,
+        max_timeout_ms=settings.transaction_max_timeout_ms,
+        abort_check_interval_ms=settings.transaction_abort_timed_out_transaction_cleanup_interval_ms,
+        write_timeout_ms=settings.offsets_commit_timeout_ms,
+        id_expiration_ms=settings.transactional_id_expiration_ms,
+        node_id=settings.broker_id,
+        url=settings.url,
+    )
+
+
+async def start_coordinator(app: FastAPI, state: AppState) -> None:
+    """Start the transaction coordinator (after the group coordinator, whose offsets it
+    commits in transactions)."""
+    assert state.manager is not None
+    groups: GroupCoordinator | None = getattr(app.state, "coordinator", None)
+    coordinator = TransactionCoordinator(
+        state.topology, state.manager.producer_ids, txn_config(state), groups=groups
+    )
+    if not getattr(state.topology, "standalone", False):
+        sender = RemoteMarkerSender(state)
+        coordinator.placement.remote = sender.send
+        app.state.txn_marker_sender = sender
+    try:
+        await coordinator.start()
+    except KafkaStorageError:
+        log.exception("the transaction coordinator could not start")
+        return
+    app.state.txn_coordinator = coordinator
+
+
+async def stop_coordinator(app: FastAPI) -> None:
+    coordinator: TransactionCoordinator | None = getattr(app.state, "txn_coordinator", None)
+    if coordinator is not None:
+        app.state.txn_coordinator = None
+        await coordinator.stop()
+    sender: RemoteMarkerSender | None = getattr(app.state, "txn_marker_sender", None)
+    if sender is not None:
+        app.state.txn_marker_sender = None
+        await sender.close()
+
+
+class RemoteMarkerSender:
+    """Kafka's WriteTxnMarkers between brokers: a marker for a partition another broker
+    leads is sent to that leader's ``POST /topics/{t}/partitions/{p}/markers`` with this
+    broker's inter-broker credential (``app/core/replication/auth.py``). One pooled
+    HTTP client per broker; an error answer becomes the LogbusError it names."""
+
+    def __init__(self, state: AppState) -> None:
+        self.state = state
+        self._client: httpx.AsyncClient | None = None
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            settings = self.state.settings
+            cafile = settings.inter_broker_ca_file or settings.ssl_ca_file
+            verify: ssl.SSLContext | bool = (
+                ssl.create_default_context(cafile=str(cafile)) if cafile is not None else True
+            )
+            self._client = httpx.AsyncClient(verify=verify, follow_redirects=False)
+        return self._client
+
+    async def send(
+        self,
+        url: str,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+        timeout_ms: int,
+    ) -> None:
+        auth = getattr(self.state.topology, "auth", None)
+        broker_id = self.state.topology.broker_id
+        headers = {ID_HEADER: str(broker_id)}
+        if auth is not None:
+            headers[AUTH_HEADER] = auth.token(broker_id)
+        try:
+            r = await self._http().post(
+                f"{url.rstrip('/')}/topics/{quote(topic, safe='')}/partitions/{partition}/markers",
+                json={
+                    "producer_id": producer_id,
+                    "producer_epoch": producer_epoch,
+                    "commit": commit,
+                    "coordinator_epoch": coordinator_epoch,
+                },
+                headers=headers,
+                timeout=timeout_ms / 1000 + 5,
+            )
+        except httpx.HTTPError as exc:
+            raise NotLeaderOrFollower(
+                topic, partition, message=f"the leader at {url} did not answer: {exc!r}"
+            ) from None
+        if r.status_code >= 300:
+            raise error_from_body(r.status_code, r.content)
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+
+def get_txn_coordinator(request: Request) -> TransactionCoordinator:
+    coordinator: TransactionCoordinator | None = getattr(request.app.state, "txn_coordinator", None)
+    if coordinator is None or not request.app.state.logbus.ready:
+        raise BrokerNotAvailable(
+            "the transaction coordinator is not serving yet (starting) or stopping"
+        )
+    return coordinator
+
+
+def _groups(request: Request) -> GroupCoordinator:
+    coordinator: GroupCoordinator | None = getattr(request.app.state, "coordinator", None)
+    if coordinator is None or not request.app.state.logbus.ready:
+        raise BrokerNotAvailable("the group coordinator is not serving yet (starting) or stopping")
+    return coordinator
+
+
+# -- models ---------------------------------------------------------------------------------
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class TxnProducer(_Strict):
+    producer_id: int = Field(ge=0, le=LONG_MAX, description="From POST /producers.")
+    producer_epoch: int = Field(ge=0, le=SHORT_MAX, description="From POST /producers.")
+
+
+class TxnTopicPartitions(_Strict):
+    topic: str = Field(min_length=1, max_length=MAX_TOPIC_NAME_LENGTH)
+    partitions: list[Annotated[int, Field(ge=0, le=INT_MAX)]] = Field(min_length=1)
+
+
+class AddPartitionsRequest(TxnProducer):
+    topics: list[TxnTopicPartitions] = Field(min_length=1)
+
+
+class EndTxnRequest(TxnProducer):
+    pass
+
+
+class AddOffsetsRequest(TxnProducer):
+    group_id: str = Field(min_length=1, max_length=255, description="The consumer group.")
+
+
+class TxnOffset(_Strict):
+    topic: str = Field(min_length=1, max_length=MAX_TOPIC_NAME_LENGTH)
+    partition: int = Field(ge=0, le=INT_MAX)
+    offset: int = Field(ge=0, le=LONG_MAX, description="The next offset to consume.")
+    leader_epoch: int = Field(default=-1, ge=-1, le=INT_MAX)
+    metadata: str = Field(default="", max_length=4096)
+
+
+class TxnOffsetCommitRequest(TxnProducer):
+    group_id: str = Field(min_length=1, max_length=255)
+    member_id: str | None = Field(
+        default=None,
+        max_length=255,
+        description="With `member_epoch` (KIP-447): the group member consuming the input; a "
+        "member fenced by a rebalance cannot commit.",
+    )
+    member_epoch: int = Field(default=-1, ge=-1, le=INT_MAX, description="-1: no member check.")
+    offsets: list[TxnOffset] = Field(min_length=1)
+
+
+class TransactionDescription(BaseModel):
+    """Kafka's DescribeTransactions fields."""
+
+    transactional_id: str
+    transaction_state: str = Field(
+        description="Empty, Ongoing, PrepareCommit, PrepareAbort, CompleteCommit, "
+        "CompleteAbort, Dead or PrepareEpochFence (Kafka's names).",
+        examples=["Ongoing"],
+    )
+    transaction_timeout_ms: int
+    transaction_start_time_ms: int = Field(description="-1 when no transaction has started.")
+    producer_id: int
+    producer_epoch: int
+    topics: list[TxnTopicPartitions] = Field(
+        description="The partitions of the transaction (while it completes: those still "
+        "missing their marker)."
+    )
+    coordinator: int = Field(description="The broker coordinating the id.")
+
+
+class ListedTransaction(BaseModel):
+    transactional_id: str
+    producer_id: int
+    transaction_state: str
+
+
+class ListTransactionsResponse(BaseModel):
+    """Kafka's ListTransactions fields."""
+
+    unknown_state_filters: list[str]
+    transaction_states: list[ListedTransaction]
+
+
+class EndTxnResponse(BaseModel):
+    transactional_id: str
+    transaction_state: str = Field(
+        description="CompleteCommit/CompleteAbort; PrepareCommit/PrepareAbort when some "
+        "partition could not take its marker yet (the outcome is decided and durable; the "
+        "broker completes it)."
+    )
+
+
+class TxnOffsetCommitResponse(BaseModel):
+    group_id: str
+    partition: int = Field(description="The group's __consumer_offsets partition.")
+    offsets: list[TxnOffset]
+
+
+def _parse(model: type[BaseModel], body: bytes) -> Any:
+    try:
+        return model.model_validate_json(body or b"{}")
+    except ValidationError as exc:
+        raise BodyInvalid.from_validation(exc) from None
+
+
+_PRODUCER = {"producer_id": 1000, "producer_epoch": 0}
+
+# -- routes ---------------------------------------------------------------------------------
+
+
+@router.post(
+    "/transactions/{transactional_id}/partitions",
+    summary="Add partitions to the transaction (AddPartitionsToTxn)",
+    description="Starts the transaction (state Ongoing) or extends it. Transactional "
+    "batches to a partition (binary produce) are accepted only once it is added. Answers "
+    "the transaction as DescribeTransactions does.",
+    response_model=TransactionDescription,
+    responses=_errors(400, 404, 409, 421, 503),
+    openapi_extra=_body(
+        "AddPartitionsRequest",
+        (
+            "two_partitions",
+            "Partitions 0 and 1 of orders",
+            {**_PRODUCER, "topics": [{"topic": "orders", "partitions": [0, 1]}]},
+        ),
+    ),
+)
+async def add_partitions_to_txn(
+    transactional_id: TxnIdPath, request: Request, state: StateDep
+) -> Response:
+    req: AddPartitionsRequest = _parse(AddPartitionsRequest, await read_body(request, BODY_LIMIT))
+    tc = get_txn_coordinator(request)
+    wanted = {(t.topic, p) for t in req.topics for p in t.partitions}
+    await tc.add_partitions(transactional_id, req.producer_id, req.producer_epoch, wanted)
+    return JSONBytes(tc.describe(transactional_id))
+
+
+@router.post(
+    "/transactions/{transactional_id}/topics/{topic}/records",
+    summary="Produce JSON records inside the transaction",
+    description="For callers that keep no producer state: the body is a produce request "
+    "(as `POST /topics/{topic}/records`); the broker adds the partitions the records go "
+    "to, builds one transactional batch per partition with the producer's id, epoch and "
+    "next sequence there, and appends them all or none (acks=all). The records are "
+    "visible to `read_committed` readers once the transaction commits. The topic must "
+    "exist.",
+    response_model=ProduceResponse,
+    responses=_errors(400, 404, 409, 421, 503),
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": {"$ref": "#/components/schemas/ProduceRequest"},
+                    "examples": _examples(
+                        (
+                            "two",
+                            "Two keyed records",
+                            {
+                                "records": [
+                                    {"key": "a", "value": {"n": 1}},
+                                    {"key": "b", "value": {"n": 2}},
+                                ]
+                            },
+                        )
+                    ),
+                }
+            },
+        }
+    },
+)
+async def produce_transactional(
+    transactional_id: TxnIdPath,
+    topic: Annotated[str, Path(min_length=1, max_length=MAX_TOPIC_NAME_LENGTH)],
+    request: Request,
+    state: StateDep,
+    producer_id: Annotated[int, Query(ge=0, le=LONG_MAX, description="From POST /producers.")],
+    producer_epoch: Annotated[int, Query(ge=0, le=SHORT_MAX, description="From POST /producers.")],
+) -> Response:
+    body = await read_body(request, state.settings.max_request_bytes)
+    req = parse_produce_body(body)
+    tc = get_txn_coordinator(request)
+    topology = state.topology
+    n = topology.partition_count(topic)
+    now_ms = int(time.time() * 1000)
+    builders, placed = build_batches(
+        req, n, None, lambda: state.sticky.next_partition(topic, n), now_ms
+    )
+    built: dict[int, bytes] = {}
+    for p, builder in builders.items():
+        if p >= n:
+            raise UnknownTopicOrPartition(topic, p)
+        data = builder.build()
+        limit = topology.leader_partition(topic, p).log.config.max_message_bytes
+        if len(data) > limit:
+            raise RecordTooLarge(len(data), limit, what=f"record batch for {topic}-{p}")
+        built[p] = data
+    await tc.add_partitions(
+        transactional_id, producer_id, producer_epoch, {(topic, p) for p in built}
+    )
+    # From here to the append nothing awaits: the sequences read are the ones the
+    # partitions expect (a binary produce of the same producer on a worker thread could
+    # still race; the partition then refuses one of them, OUT_OF_ORDER_SEQUENCE_NUMBER).
+    work = []
+    for p in sorted(built):
+        tc.check_produce(topic, p, producer_id, producer_epoch)
+        replica = topology.leader_partition(topic, p)
+        entry = replica.log.producer_state.producers.get(producer_id)
+        sequence = (
+            (entry.last_seq + 1) & _INT32_MAX
+            if entry is not None and entry.epoch == producer_epoch and entry.last_seq >= 0
+            else 0
+        )
+        buf = bytearray(built[p])
+        stamp_producer(buf, 0, producer_id, producer_epoch, sequence, transactional=True)
+        work.append((replica, replica.leader_epoch, buf))
+    infos = topology.append_to_leaders(work, acks_all=True)
+    await asyncio.gather(
+        *(
+            replica.wait_replicated(info.last_offset, 30_000, epoch)
+            for (replica, epoch, _), info in zip(work, infos, strict=True)
+        )
+    )
+    first = {p: info.first_offset for p, info in zip(sorted(built), infos, strict=True)}
+    return JSONBytes(
+        {
+            "offsets": [
+                {"partition": p, "offset": first[p] + j, "timestamp": ts} for p, j, ts in placed
+            ]
+        }
+    )
+
+
+@router.post(
+    "/transactions/{transactional_id}/groups",
+    summary="Add a group's offsets to the transaction (AddOffsetsToTxn)",
+    description="Adds the group's `__consumer_offsets` partition to the transaction, so "
+    "offsets committed with `POST /transactions/{id}/offsets` are part of it (that call "
+    "does this itself too).",
+    response_model=TransactionDescription,
+    responses=_errors(400, 404, 409, 421, 503),
+    openapi_extra=_body(
+        "AddOffsetsRequest",
+        ("group", "The copier's group", {**_PRODUCER, "group_id": "copier"}),
+    ),
+)
+async def add_offsets_to_txn(transactional_id: TxnIdPath, request: Request) -> Response:
+    req: AddOffsetsRequest = _parse(AddOffsetsRequest, await read_body(request, BODY_LIMIT))
+    tc = get_txn_coordinator(request)
+    await tc.add_offsets(transactional_id, req.producer_id, req.producer_epoch, req.group_id)
+    return JSONBytes(tc.describe(transactional_id))
+
+
+@router.post(
+    "/transactions/{transactional_id}/offsets",
+    summary="Commit a group's offsets inside the transaction (TxnOffsetCommit)",
+    description="The offsets are written to the group's `__consumer_offsets` partition as "
+    "part of the transaction and count (`GET /groups/{group}/offsets`) only once it "
+    "commits; an abort drops them. Adds the group to the transaction first "
+    "(AddOffsetsToTxn) when this broker coordinates the transactional id; in a cluster "
+    "where another broker does, call `POST /transactions/{id}/groups` there first, then "
+    "this at the group's coordinator.",
+    response_model=TxnOffsetCommitResponse,
+    responses=_errors(400, 404, 409, 421, 503),
+    openapi_extra=_body(
+        "TxnOffsetCommitRequest",
+        (
+            "copier",
+            "The input position after the records copied",
+            {
+                **_PRODUCER,
+                "group_id": "copier",
+                "offsets": [{"topic": "input", "partition": 0, "offset": 42}],
+            },
+        ),
+    ),
+)
+async def txn_offset_commit(
+    transactional_id: TxnIdPath, request: Request, state: StateDep
+) -> Response:
+    req: TxnOffsetCommitRequest = _parse(
+        TxnOffsetCommitRequest, await read_body(request, BODY_LIMIT)
+    )
+    tc = get_txn_coordinator(request)
+    groups = _groups(request)
+    try:
+        partition = await tc.add_offsets(
+            transactional_id, req.producer_id, req.producer_epoch, req.group_id
+        )
+        # The producer's epoch again: a fence may have happened while the group was added.
+        tc.check_produce(OFFSETS_TOPIC, partition, req.producer_id, req.producer_epoch)
+    except TxnNotCoordinator:
+        if getattr(state.topology, "standalone", False):
+            raise
+        # A cluster where the group's coordinator is not the transaction's: as Kafka's
+        # TxnOffsetCommit, sent to the group coordinator after AddOffsetsToTxn
+        # (POST /transactions/{id}/groups) at the transaction coordinator.
+        partition = await groups.offsets_partition(req.group_id)
+    await groups.txn_commit_offsets(
+        req.group_id,
+        req.producer_id,
+        req.producer_epoch,
+        [
+            OffsetCommit(o.topic, o.partition, o.offset, o.leader_epoch, o.metadata)
+            for o in req.offsets
+        ],
+        req.member_id,
+        req.member_epoch,
+    )
+    return JSONBytes(
+        {
+            "group_id": req.group_id,
+            "partition": partition,
+            "offsets": [o.model_dump() for o in req.offsets],
+        }
+    )
+
+
+async def _end(request: Request, transactional_id: str, commit: bool) -> Response:
+    req: EndTxnRequest = _parse(EndTxnRequest, await read_body(request, BODY_LIMIT))
+    tc = get_txn_coordinator(request)
+    outcome = await tc.end_txn(transactional_id, req.producer_id, req.producer_epoch, commit)
+    return JSONBytes({"transactional_id": transactional_id, "transaction_state": outcome})
+
+
+@router.post(
+    "/transactions/{transactional_id}/commit",
+    summary="Commit the transaction (EndTxn commit)",
+    description="Writes PrepareCommit, then a COMMIT marker to every partition of the "
+    "transaction, then CompleteCommit. Once answered, `read_committed` readers see its "
+    "records and the group offsets committed in it count. A retry after a success "
+    "answers the same.",
+    response_model=EndTxnResponse,
+    responses=_errors(400, 404, 409, 421, 503),
+    openapi_extra=_body("EndTxnRequest", ("commit", "Commit", _PRODUCER)),
+)
+async def commit_transaction(transactional_id: TxnIdPath, request: Request) -> Response:
+    return await _end(request, transactional_id, True)
+
+
+@router.post(
+    "/transactions/{transactional_id}/abort",
+    summary="Abort the transaction (EndTxn abort)",
+    description="Writes PrepareAbort, then an ABORT marker to every partition of the "
+    "transaction (its records are never shown to `read_committed` readers, its offsets "
+    "dropped), then CompleteAbort.",
+    response_model=EndTxnResponse,
+    responses=_errors(400, 404, 409, 421, 503),
+    openapi_extra=_body("EndTxnRequest", ("abort", "Abort", _PRODUCER)),
+)
+async def abort_transaction(transactional_id: TxnIdPath, request: Request) -> Response:
+    return await _end(request, transactional_id, False)
+
+
+@router.get(
+    "/transactions/{transactional_id}",
+    summary="Describe a transactional id (DescribeTransactions)",
+    description="Its state (Kafka's names), producer id and epoch, timeout, when the "
+    "current transaction started, and its partitions. 404 TRANSACTIONAL_ID_NOT_FOUND for "
+    "an id never initialized.",
+    response_model=TransactionDescription,
+    responses=_errors(404, 421, 503),
+)
+async def describe_transaction(transactional_id: TxnIdPath, request: Request) -> Response:
+    return JSONBytes(get_txn_coordinator(request).describe(transactional_id))
+
+
+@router.get(
+    "/transactions",
+    summary="List transactional ids (ListTransactions)",
+    description="The ids this broker coordinates (in a cluster, ask every broker, as "
+    "Kafka's admin client does), those the principal may DESCRIBE.",
+    response_model=ListTransactionsResponse,
+    responses=_errors(503),
+)
+async def list_transactions(
+    request: Request,
+    state: Annotated[
+        list[str] | None,
+        Query(description="Only these states (Kafka's names, e.g. Ongoing)."),
+    ] = None,
+    producer_id: Annotated[list[int] | None, Query(description="Only these producer ids.")] = None,
+    duration_ms: Annotated[
+        int | None,
+        Query(ge=0, le=LONG_MAX, description="Only transactions running longer (KIP-994)."),
+    ] = None,
+) -> Response:
+    listed = get_txn_coordinator(request).list_transactions(
+        state or (), producer_id or (), duration_ms
+    )
+    shown = visible(
+        request,
+        ResourceType.TRANSACTIONAL_ID,
+        (t["transactional_id"] for t in listed["transaction_states"]),
+    )
+    listed["transaction_states"] = [
+        t for t in listed["transaction_states"] if t["transactional_id"] in shown
+    ]
+    return JSONBytes(listed)
+
+
+class WriteTxnMarkerRequest(_Strict):
+    producer_id: int = Field(ge=0, le=LONG_MAX)
+    producer_epoch: int = Field(ge=0, le=SHORT_MAX)
+    commit: bool = Field(description="COMMIT (true) or ABORT (false).")
+    coordinator_epoch: int = Field(ge=0, le=INT_MAX)
+
+
+@router.post(
+    "/topics/{topic}/partitions/{partition}/markers",
+    summary="Write a transaction marker (WriteTxnMarkers, between brokers)",
+    description="A transaction coordinator on another broker of the cluster ends a "
+    "transaction on a partition this broker leads: the COMMIT or ABORT control batch is "
+    "appended as leader and answered once every in-sync replica has it. Only brokers of the "
+    "cluster, with their inter-broker credential (`Logbus-Replica-Id`, `Logbus-Replica-Auth`), "
+    "or, with an authorizer, a principal with CLUSTER_ACTION (Kafka's rule): anyone else is "
+    "403 CLUSTER_AUTHORIZATION_FAILED. 409 PRODUCER_FENCED or "
+    "TRANSACTION_COORDINATOR_FENCED when the partition has seen a newer producer or "
+    "coordinator epoch.",
+    responses=_errors(409, 421, 503),
+    openapi_extra=_body(
+        "WriteTxnMarkerRequest",
+        (
+            "commit",
+            "Commit producer 1000's transaction",
+            {"producer_id": 1000, "producer_epoch": 0, "commit": True, "coordinator_epoch": 0},
+        ),
+    ),
+)
+async def write_txn_marker(
+    topic: Annotated[str, Path(min_length=1, max_length=MAX_TOPIC_NAME_LENGTH)],
+    partition: Annotated[int, Path(ge=0, le=INT_MAX)],
+    request: Request,
+    state: StateDep,
+) -> Response:
+    if not _door_authorized(request):
+        _check_broker(request, state)
+    req: WriteTxnMarkerRequest = _parse(WriteTxnMarkerRequest, await read_body(request, BODY_LIMIT))
+    replica = state.topology.leader_partition(topic, partition)
+    info = replica.append_control(
+        req.producer_id,
+        req.producer_epoch,
+        commit=req.commit,
+        coordinator_epoch=req.coordinator_epoch,
+    )
+    if replica.log.high_watermark <= info.last_offset:
+        await replica.wait_replicated(info.last_offset, state.settings.offsets_commit_timeout_ms)
+    if topic == OFFSETS_TOPIC:
+        groups: GroupCoordinator | None = getattr(request.app.state, "coordinator", None)
+        if groups is not None:
+            groups.txn_completed(partition, req.producer_id, req.commit)
+    return JSONBytes({"topic": topic, "partition": partition, "offset": info.first_offset})
+
+
+def _door_authorized(request: Request) -> bool:
+    """With an authorizer the security door already required CLUSTER_ACTION on the cluster
+    (Kafka's rule for WriteTxnMarkers; brokers pass with their credential)."""
+    security = getattr(request.app.state, "logbus_security", None)
+    return security is not None and security.authorizer is not None
+
+
+def _check_broker(request: Request, state: AppState) -> None:
+    """Without an authorizer: only a broker of this cluster, by its inter-broker credential
+    (as a follower's fetch), may write markers."""
+    claimed = request.headers.get(ID_HEADER)
+    try:
+        broker = int(claimed) if claimed is not None else -1
+    except ValueError:
+        broker = -1
+    if broker < 0 or not state.topology.authorize_follower(
+        broker, request.headers.get(AUTH_HEADER)
+    ):
+        raise ClusterAuthorizationFailed(
+            "transaction markers are written by the brokers of this cluster only (with their "
+            "inter-broker credential) or by a principal with CLUSTER_ACTION; nothing was "
+            "written"
+        )
+
+
+# Request body models referenced by the routes' openapi_extra (app/api/app.py adds them).
+BODY_MODELS = (
+    AddPartitionsRequest,
+    AddOffsetsRequest,
+    TxnOffsetCommitRequest,
+    EndTxnRequest,
+    WriteTxnMarkerRequest,
+)

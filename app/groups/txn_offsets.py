@@ -1,0 +1,186 @@
+"""Offsets committed inside a transaction (Kafka's TxnOffsetCommit, KIP-98 / KIP-447).
+
+A transactional producer that consumes too (consume-transform-produce) commits the
+group's offsets in its transaction, so the output and the input positions become visible
+together or not at all. As in Kafka:
+
+* the transaction coordinator first adds the group's ``__consumer_offsets`` partition to
+  the transaction (AddOffsetsToTxn);
+* :meth:`TxnOffsetStore.commit` writes the offsets to that partition as a
+  **transactional batch** of the producer (its id, epoch and next sequence there), in
+  the ordinary ``OffsetKey``/``OffsetValue`` records, and keeps them in the group's
+  ``pending_txn_offsets`` under the producer id: not visible to OffsetFetch;
+* the coordinator's COMMIT or ABORT marker in that partition decides:
+  :meth:`TxnOffsetStore.completed` (called by the transaction coordinator once the
+  marker is written) moves them to the committed offsets or drops them;
+* replaying the partition (:func:`replay_txn_batch`, from the loader) does the same from
+  the log: transactional batches are pending until their producer's marker is read, so
+  offsets of an aborted (or never ended) transaction never count after a restart.
+
+Concurrency: on the event loop, as the rest of :mod:`app.groups`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from app.common.batch import (
+    CONTROL_MASK,
+    BatchHeader,
+    build_batch,
+    decode_records,
+    read_control_marker,
+)
+from app.common.errors import CorruptRecord, FencedMemberEpoch, UnknownMemberId
+from app.groups.hashing import partition_for
+from app.groups.model import Group, validate_group_id
+from app.groups.records import OffsetKey, OffsetValue, decode_key, decode_value, encode_key
+from app.groups.records import encode_value as encode_record_value
+
+if TYPE_CHECKING:
+    from app.groups.offsets import CommittedOffset, OffsetCommit, OffsetStore
+    from app.groups.runtime import CoordinatorRuntime
+
+log = logging.getLogger(__name__)
+
+_INT32_MAX = (1 << 31) - 1
+
+
+def complete_pending(groups: Iterable[Group], producer_id: int, commit: bool) -> int:
+    """Apply (``commit``) or drop the offsets ``producer_id`` committed in its transaction;
+    the number of groups touched."""
+    touched = 0
+    for group in groups:
+        pending = group.pending_txn_offsets.pop(producer_id, None)
+        if not pending:
+            continue
+        touched += 1
+        if commit:
+            group.offsets.update(pending)
+            latest = max(v.commit_timestamp for v in pending.values())
+            group.empty_since_ms = max(group.empty_since_ms, latest)
+    return touched
+
+
+def replay_txn_batch(
+    groups: dict[str, Group],
+    header: BatchHeader,
+    batch: memoryview,
+    min_offset: int,
+    partition: int,
+) -> None:
+    """Replay one transactional or control batch of ``__consumer_offsets``."""
+    pid = header.producer_id
+    if header.attributes & CONTROL_MASK:
+        try:
+            marker = read_control_marker(batch)
+        except CorruptRecord as exc:
+            log.warning(
+                "skipped control batch at %d of partition %d: %s",
+                header.base_offset,
+                partition,
+                exc,
+            )
+            return
+        complete_pending(groups.values(), pid, marker.commit)
+        return
+    for record in decode_records(batch, min_offset=min_offset):
+        if record.key is None:
+            continue
+        try:
+            key = decode_key(record.key)
+            if not isinstance(key, OffsetKey):
+                continue
+            value = decode_value(key, record.value)
+        except CorruptRecord as exc:
+            log.warning("skipped offset %d of partition %d: %s", record.offset, partition, exc)
+            continue
+        if not isinstance(value, OffsetValue):
+            continue
+        group = groups.get(key.group)
+        if group is None:
+            group = groups[key.group] = Group(key.group)
+        group.pending_txn_offsets.setdefault(pid, {})[(key.topic, key.partition)] = value
+
+
+class TxnOffsetStore:
+    """TxnOffsetCommit and the markers that end it, over the runtime's group cache."""
+
+    def __init__(self, runtime: CoordinatorRuntime, offsets: OffsetStore) -> None:
+        self.rt = runtime
+        self.offsets = offsets
+
+    async def offsets_partition(self, group_id: str) -> int:
+        """The group's ``__consumer_offsets`` partition (AddOffsetsToTxn), the topic
+        created on first use."""
+        validate_group_id(group_id)
+        self.rt.check_loaded()
+        await self.rt.ensure_topic()
+        return partition_for(group_id, self.rt.num_partitions())
+
+    async def commit(
+        self,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        offsets: Sequence[OffsetCommit],
+        member_id: str | None = None,
+        member_epoch: int = -1,
+    ) -> list[CommittedOffset]:
+        """Write ``offsets`` in the producer's transaction; pending until its marker.
+
+        ``member_id``/``member_epoch`` (KIP-447): when given, the member must be in the
+        group at that epoch (a zombie that lost its partitions cannot commit); -1 skips
+        the check, as Kafka's generation -1."""
+        from app.groups.offsets import CommittedOffset
+
+        self.rt.check_loaded()
+        validate_group_id(group_id)
+        await self.rt.ensure_topic()
+        partition = self.rt.route(group_id)
+        group = self.rt.groups.get(group_id)
+        if member_epoch >= 0:
+            member = group.members.get(member_id or "") if group is not None else None
+            if member is None:
+                raise UnknownMemberId(group_id, member_id or "")
+            if member_epoch != member.member_epoch:
+                raise FencedMemberEpoch(
+                    group_id, member.member_id, member_epoch, member.member_epoch
+                )
+        latest = self.offsets.checked(offsets)
+        if not latest:
+            return []
+        part_log = self.rt.placement.offsets_log(partition)
+        entry = part_log.producer_state.producers.get(producer_id)
+        sequence = (
+            (entry.last_seq + 1) & _INT32_MAX
+            if entry is not None and entry.epoch == producer_epoch and entry.last_seq >= 0
+            else 0
+        )
+        batch = build_batch(
+            [
+                (encode_key(OffsetKey(group_id, t, p)), encode_record_value(v))
+                for (t, p), v in latest.items()
+            ],
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            base_sequence=sequence,
+            transactional=True,
+        )
+        self.rt.append(group_id, [], batch=batch)
+        if group is None:
+            group = self.rt.groups[group_id] = Group(group_id, empty_since_ms=self.rt.clock_ms())
+        group.pending_txn_offsets.setdefault(producer_id, {}).update(latest)
+        await self.rt.replicated(group_id, partition)
+        return [
+            CommittedOffset(t, p, v.offset, v.leader_epoch, v.metadata, v.commit_timestamp)
+            for (t, p), v in latest.items()
+        ]
+
+    def completed(self, partition: int, producer_id: int, commit: bool) -> None:
+        """The transaction coordinator wrote ``producer_id``'s marker to ``partition``."""
+        count = self.rt.num_partitions()
+        groups = [g for gid, g in self.rt.groups.items() if partition_for(gid, count) == partition]
+        complete_pending(groups, producer_id, commit)

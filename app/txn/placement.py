@@ -1,0 +1,130 @@
+"""Where ``__transaction_state`` lives, for the transaction coordinator:
+:class:`TxnPlacement`, over the broker's :class:`~app.core.topology.Topology`.
+
+As the group coordinator's placement (:mod:`app.groups.placement`), one code path for a
+lone broker (every partition here, led here, appends durable once written) and a
+cluster (the coordinator of a transactional id is the leader of its
+``__transaction_state`` partition; its writes count once every in-sync replica has
+them, Kafka's acks=-1 for the transaction log). Transaction markers go to the leader
+replica of each data partition through the same topology (:meth:`append_marker`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from app.common.batch import build_batch
+from app.common.errors import NotLeaderOrFollower, UnknownTopicOrPartition
+from app.core.topology import LeadershipListener
+from app.txn.model import TXN_TOPIC, TXN_TOPIC_CONFIGS
+
+if TYPE_CHECKING:
+    from app.core.log.log import Log
+    from app.core.topology import Topology
+
+
+# Kafka's WriteTxnMarkers to another broker: (leader url, topic, partition, producer id,
+# producer epoch, commit, coordinator epoch, timeout ms). Raises the LogbusError the
+# leader answered (NotLeaderOrFollower when it does not lead the partition any more).
+RemoteMarkers = Callable[[str, str, int, int, int, bool, int, int], Awaitable[None]]
+
+
+class TxnPlacement:
+    """What the coordinator asks about ``__transaction_state`` and data partitions."""
+
+    # Set by the API layer in a cluster: how a marker reaches a partition led elsewhere.
+    remote: RemoteMarkers | None = None
+
+    def __init__(self, topology: Topology, node_id: int, url: str, replication_factor: int):
+        self.topology = topology
+        self.node_id = node_id
+        self.url = url
+        self.replication_factor = replication_factor
+        self.clustered: bool = not getattr(topology, "standalone", False)
+
+    def txn_partitions(self) -> int | None:
+        """Partitions of ``__transaction_state``; None while the topic does not exist."""
+        try:
+            return self.topology.partition_count(TXN_TOPIC)
+        except UnknownTopicOrPartition:
+            return None
+
+    async def create_txn_topic(self, partitions: int) -> None:
+        """Create ``__transaction_state`` (TopicAlreadyExists if it is there)."""
+        rf = max(1, min(self.replication_factor, len(self.topology.brokers)))
+        await self.topology.create_topic(TXN_TOPIC, partitions, rf, TXN_TOPIC_CONFIGS)
+
+    def partition_count(self, topic: str) -> int:
+        return self.topology.partition_count(topic)
+
+    def leads(self, partition: int) -> bool:
+        return self.topology.is_leader(TXN_TOPIC, partition)
+
+    def leader_of(self, partition: int) -> tuple[int | None, str | None]:
+        try:
+            leader, url = self.topology.leader_of(TXN_TOPIC, partition)
+        except UnknownTopicOrPartition:
+            return None, None
+        if leader == self.node_id:
+            url = self.url
+        return leader, url
+
+    def txn_log(self, partition: int) -> tuple[Log, int]:
+        """The local log of a ``__transaction_state`` partition this broker leads, and the
+        leader epoch it leads in (the coordinator epoch of the ids loaded from it)."""
+        replica = self.topology.leader_partition(TXN_TOPIC, partition)
+        return replica.log, replica.leader_epoch
+
+    def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> int:
+        """Append records to a partition this broker leads; the last offset. Raises
+        NotLeaderOrFollower or NotEnoughReplicas (nothing written)."""
+        replica = self.topology.leader_partition(TXN_TOPIC, partition)
+        return replica.append_as_leader(build_batch(records), acks_all=True).last_offset
+
+    async def replicated(self, partition: int, last_offset: int, timeout_ms: int) -> None:
+        replica = self.topology.leader_partition(TXN_TOPIC, partition)
+        if replica.log.high_watermark > last_offset:
+            return
+        await replica.wait_replicated(last_offset, timeout_ms)
+
+    async def append_marker(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        *,
+        commit: bool,
+        coordinator_epoch: int,
+        timeout_ms: int,
+    ) -> None:
+        """Kafka's WriteTxnMarkers for one partition: the COMMIT or ABORT control batch,
+        appended by this broker as the partition's leader and replicated to its ISR, or
+        sent to the broker that leads it (:attr:`remote`, the leader's
+        ``POST /topics/{t}/partitions/{p}/markers``). Raises NotLeaderOrFollower while
+        the partition has no leader that can be reached."""
+        try:
+            replica = self.topology.leader_partition(topic, partition)
+        except NotLeaderOrFollower as exc:
+            if self.remote is None or not exc.leader_url:
+                raise
+            await self.remote(
+                exc.leader_url,
+                topic,
+                partition,
+                producer_id,
+                producer_epoch,
+                commit,
+                coordinator_epoch,
+                timeout_ms,
+            )
+            return
+        info = replica.append_control(
+            producer_id, producer_epoch, commit=commit, coordinator_epoch=coordinator_epoch
+        )
+        if replica.log.high_watermark <= info.last_offset:
+            await replica.wait_replicated(info.last_offset, timeout_ms)
+
+    def add_leadership_listener(self, cb: LeadershipListener) -> None:
+        self.topology.add_leadership_listener(cb)

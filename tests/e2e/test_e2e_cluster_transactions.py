@@ -1,0 +1,178 @@
+"""Transactions in a cluster: the coordinator of a transactional id is the leader of its
+``__transaction_state`` partition, and its markers reach partitions led by other brokers
+(WriteTxnMarkers between brokers, with the inter-broker credential)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import httpx
+import pytest
+from conftest import ClusterFactory
+from test_e2e_transactions import committed_view
+
+from app.common.batch import build_batch
+from app.groups.hashing import partition_for
+
+TXN_PARTITIONS = 3
+OCTET = {"content-type": "application/octet-stream"}
+
+
+def _retry(call: Any, what: str, timeout: float = 30) -> httpx.Response:
+    """A coordinator call, retried while the coordinator is moving or loading."""
+    deadline = time.monotonic() + timeout
+    while True:
+        r: httpx.Response = call()
+        if r.status_code < 300 or r.status_code == 421 or not r.json().get("retriable"):
+            return r
+        assert time.monotonic() < deadline, (what, r.text)
+        time.sleep(0.1)
+
+
+@pytest.mark.slow
+def test_markers_reach_partitions_led_by_other_brokers(cluster_factory: ClusterFactory) -> None:
+    cluster = cluster_factory(
+        size=3,
+        env={
+            "LOGBUS_TRANSACTION_STATE_LOG_NUM_PARTITIONS": str(TXN_PARTITIONS),
+            "LOGBUS_TRANSACTION_STATE_LOG_REPLICATION_FACTOR": "2",
+        },
+    )
+    any_broker = cluster.client(1)
+    r = any_broker.post("/topics", json={"name": "out", "partitions": 3, "replication_factor": 2})
+    assert r.status_code == 201, r.text
+    tid = "cluster-copier"
+    # Any broker creates __transaction_state; the id's coordinator answers (421 names it).
+    r = _retry(lambda: any_broker.post("/producers", json={"transactional_id": tid}), "init")
+    if r.status_code == 421:
+        url = r.json()["coordinator_url"]
+        assert url, r.text
+    else:
+        assert r.status_code == 200, r.text
+        url = cluster.url(1)
+    coordinator = httpx.Client(base_url=url, timeout=30)
+    r = _retry(lambda: coordinator.post("/producers", json={"transactional_id": tid}), "init")
+    assert r.status_code == 200, r.text
+    pid, epoch = r.json()["producer_id"], r.json()["producer_epoch"]
+    leader_of_txn = cluster.leader("__transaction_state", partition_for(tid, TXN_PARTITIONS))
+    assert cluster.url(leader_of_txn) == url
+    # Partitions on every broker: at least one is led by another broker than the coordinator.
+    leaders = {p: cluster.leader("out", p) for p in range(3)}
+    assert set(leaders.values()) - {leader_of_txn}, leaders
+    producer = {"producer_id": pid, "producer_epoch": epoch}
+    r = coordinator.post(
+        f"/transactions/{tid}/partitions",
+        json={**producer, "topics": [{"topic": "out", "partitions": [0, 1, 2]}]},
+    )
+    assert r.status_code == 200, r.text
+    for p, leader in leaders.items():
+        batch = build_batch(
+            [(None, f"v{p}".encode())],
+            producer_id=pid,
+            producer_epoch=epoch,
+            base_sequence=0,
+            transactional=True,
+        )
+        with cluster.client(leader) as c:
+            r = c.post(f"/topics/out/partitions/{p}/batches", content=batch, headers=OCTET)
+            assert r.status_code == 200, r.text
+            assert committed_view(c, "out", p)[0] == []
+    r = coordinator.post(f"/transactions/{tid}/commit", json=producer)
+    assert r.status_code == 200 and r.json()["transaction_state"] == "CompleteCommit", r.text
+    for p, leader in leaders.items():
+        with cluster.client(leader) as c:
+            assert committed_view(c, "out", p)[0] == [f"v{p}"]
+    # A broker that is not the coordinator says who is.
+    other = next(i for i in cluster.ids if i != leader_of_txn)
+    with cluster.client(other) as c:
+        r = c.get(f"/transactions/{tid}")
+        assert r.status_code == 421 and r.json()["coordinator"] == leader_of_txn, r.text
+    coordinator.close()
+
+
+@pytest.mark.slow
+def test_a_new_coordinator_completes_what_a_dead_one_prepared(
+    cluster_factory: ClusterFactory,
+) -> None:
+    """The coordinator dies (os._exit, as kill -9) after PrepareCommit and one marker; the
+    broker that takes over its __transaction_state partition loads it and writes the
+    missing markers, to whichever brokers lead those partitions now."""
+    cluster = cluster_factory(
+        size=3,
+        env={
+            "LOGBUS_TRANSACTION_STATE_LOG_NUM_PARTITIONS": str(TXN_PARTITIONS),
+            "LOGBUS_TRANSACTION_STATE_LOG_REPLICATION_FACTOR": "3",
+            "LOGBUS_TRANSACTION_ABORT_TIMED_OUT_TRANSACTION_CLEANUP_INTERVAL_MS": "200",
+        },
+    )
+    tid = "failover-copier"
+    txn_partition = partition_for(tid, TXN_PARTITIONS)
+    with cluster.client(1) as c:
+        r = c.post("/topics", json={"name": "out", "partitions": 3, "replication_factor": 3})
+        assert r.status_code == 201, r.text
+        r = _retry(lambda: c.post("/producers", json={"transactional_id": tid}), "init")
+        assert r.status_code in (200, 421), r.text
+    # The coordinator restarts with a crash point, and leads its partition again.
+    first = cluster.wait_until(
+        lambda: (lead := cluster.leader("__transaction_state", txn_partition)) > 0 and lead,
+        message="a coordinator",
+    )
+    cluster.stop_broker(first)
+    cluster.brokers[first].env["LOGBUS_TEST_TXN_CRASH"] = "after-first-marker"
+    cluster.restart(first)
+    cluster.wait_until(
+        lambda: cluster.leader("__transaction_state", txn_partition) == first,
+        message="leadership back on the preferred replica",
+    )
+    with cluster.client(first) as coordinator:
+        r = _retry(lambda: coordinator.post("/producers", json={"transactional_id": tid}), "init")
+        assert r.status_code == 200, r.text
+        pid, epoch = r.json()["producer_id"], r.json()["producer_epoch"]
+        producer = {"producer_id": pid, "producer_epoch": epoch}
+        r = coordinator.post(
+            f"/transactions/{tid}/partitions",
+            json={**producer, "topics": [{"topic": "out", "partitions": [0, 1, 2]}]},
+        )
+        assert r.status_code == 200, r.text
+        for p in range(3):
+            data = build_batch(
+                [(None, f"v{p}".encode())],
+                producer_id=pid,
+                producer_epoch=epoch,
+                base_sequence=0,
+                transactional=True,
+            )
+            with cluster.client(cluster.leader("out", p)) as leader:
+                r = leader.post(
+                    f"/topics/out/partitions/{p}/batches?acks=all", content=data, headers=OCTET
+                )
+                assert r.status_code == 200, r.text
+        with pytest.raises(httpx.TransportError):
+            coordinator.post(f"/transactions/{tid}/commit", json=producer)
+    dead = cluster.brokers[first]
+    assert dead.proc is not None
+    dead.proc.wait(timeout=10)
+    dead.proc = None
+    # Another replica leads the partition now and completes the commit.
+    second = cluster.wait_until(
+        lambda: (
+            (lead := cluster.leader("__transaction_state", txn_partition)) not in (-1, first)
+            and lead
+        ),
+        message="a new coordinator",
+    )
+
+    def completed() -> bool:
+        with cluster.client(second) as c:
+            r = c.get(f"/transactions/{tid}")
+            return r.status_code == 200 and r.json()["transaction_state"] == "CompleteCommit"
+
+    cluster.wait_until(completed, message="the new coordinator completing the commit")
+    for p in range(3):
+        leader = cluster.wait_until(
+            lambda p=p: (lead := cluster.leader("out", p)) not in (-1, first) and lead,
+            message=f"a live leader of out-{p}",
+        )
+        with cluster.client(leader) as c:
+            assert committed_view(c, "out", p)[0] == [f"v{p}"]

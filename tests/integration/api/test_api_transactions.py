@@ -1,0 +1,323 @@
+"""Transactions through the HTTP API, the app in process over real logs (#16).
+
+Reads use the core's ``Log.read(..., isolation=READ_COMMITTED)`` and the aborted
+transactions it reports, as a read_committed fetch does, so what a committed reader
+sees is checked against the partition itself.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from api_helpers import create_topic, make_settings
+from starlette.testclient import TestClient
+
+from app.api import create_app
+from app.common.batch import TRANSACTIONAL_MASK, build_batch, decode_records, iter_headers
+from app.config import Settings
+from app.core.log.log import READ_COMMITTED, Log
+
+
+def _log(client: TestClient, topic: str, partition: int = 0) -> Log:
+    log: Log = client.app.state.logbus.manager.get_log(topic, partition)  # type: ignore[attr-defined]
+    return log
+
+
+def committed(client: TestClient, topic: str, partition: int = 0) -> list[str]:
+    """The values a read_committed reader gets: up to the LSO, aborted records dropped."""
+    info = _log(client, topic, partition).read(0, 1 << 24, isolation=READ_COMMITTED)
+    buf = info.read_bytes()
+    aborted = info.aborted_transactions or ()
+    out: list[str] = []
+    for pos, h in iter_headers(buf):
+        if h.is_control:
+            continue
+        if h.attributes & TRANSACTIONAL_MASK and any(
+            a.producer_id == h.producer_id and a.first_offset <= h.base_offset <= a.last_offset
+            for a in aborted
+        ):
+            continue
+        out += [(r.value or b"").decode() for r in decode_records(buf[pos : pos + h.size])]
+    return out
+
+
+def init(client: TestClient, tid: str, **body: Any) -> tuple[int, int]:
+    r = client.post("/producers", json={"transactional_id": tid, **body})
+    assert r.status_code == 200, r.text
+    return r.json()["producer_id"], r.json()["producer_epoch"]
+
+
+def produce(
+    client: TestClient, tid: str, pid: int, epoch: int, topic: str, values: list[str]
+) -> Any:
+    return client.post(
+        f"/transactions/{tid}/topics/{topic}/records",
+        params={"producer_id": pid, "producer_epoch": epoch},
+        json={"value_format": "string", "records": [{"value": v, "partition": 0} for v in values]},
+    )
+
+
+def end(client: TestClient, tid: str, pid: int, epoch: int, commit: bool = True) -> Any:
+    what = "commit" if commit else "abort"
+    return client.post(
+        f"/transactions/{tid}/{what}", json={"producer_id": pid, "producer_epoch": epoch}
+    )
+
+
+@pytest.fixture
+def client(settings: Settings) -> Any:
+    with TestClient(create_app(settings), raise_server_exceptions=False) as c:
+        yield c
+
+
+def test_commit_shows_abort_hides_and_an_open_transaction_holds_the_lso(
+    client: TestClient,
+) -> None:
+    create_topic(client, "out")
+    pid, epoch = init(client, "copier")
+    assert epoch == 0
+    r = produce(client, "copier", pid, epoch, "out", ["a", "b"])
+    assert r.status_code == 200, r.text
+    assert [o["offset"] for o in r.json()["offsets"]] == [0, 1]
+    d = client.get("/transactions/copier").json()
+    assert d["transaction_state"] == "Ongoing"
+    assert d["topics"] == [{"topic": "out", "partitions": [0]}]
+    # Open: the LSO holds at the transaction's first offset; nothing is committed yet.
+    assert _log(client, "out").last_stable_offset == 0
+    assert committed(client, "out") == []
+    r = end(client, "copier", pid, epoch)
+    assert r.status_code == 200 and r.json()["transaction_state"] == "CompleteCommit", r.text
+    assert committed(client, "out") == ["a", "b"]
+    # A retried commit answers the same.
+    assert end(client, "copier", pid, epoch).json()["transaction_state"] == "CompleteCommit"
+    # The next transaction, aborted: its records never reach a committed reader.
+    assert produce(client, "copier", pid, epoch, "out", ["x"]).status_code == 200
+    r = end(client, "copier", pid, epoch, commit=False)
+    assert r.json()["transaction_state"] == "CompleteAbort", r.text
+    assert produce(client, "copier", pid, epoch, "out", ["c"]).status_code == 200
+    assert end(client, "copier", pid, epoch).status_code == 200
+    assert committed(client, "out") == ["a", "b", "c"]
+    assert _log(client, "out").last_stable_offset == _log(client, "out").log_end_offset
+
+
+def test_a_second_init_fences_the_zombie_and_aborts_its_transaction(client: TestClient) -> None:
+    create_topic(client, "out")
+    pid, old = init(client, "job")
+    assert produce(client, "job", pid, old, "out", ["zombie"]).status_code == 200
+    pid2, new = init(client, "job")
+    assert pid2 == pid and new == old + 2  # the fencing abort took old + 1
+    for r in (
+        produce(client, "job", pid, old, "out", ["late"]),
+        end(client, "job", pid, old),
+        client.post(
+            "/transactions/job/partitions",
+            json={
+                "producer_id": pid,
+                "producer_epoch": old,
+                "topics": [{"topic": "out", "partitions": [0]}],
+            },
+        ),
+    ):
+        assert r.status_code == 409 and r.json()["error_code"] == "PRODUCER_FENCED", r.text
+    # The zombie's own binary batch at its old epoch: the partition refuses it too.
+    batch = build_batch(
+        [(None, b"late")],
+        producer_id=pid,
+        producer_epoch=old,
+        base_sequence=1,
+        transactional=True,
+    )
+    r = client.post(
+        "/topics/out/partitions/0/batches",
+        content=batch,
+        headers={"content-type": "application/octet-stream"},
+    )
+    assert r.status_code == 409 and r.json()["error_code"] == "PRODUCER_FENCED", r.text
+    assert committed(client, "out") == []
+    assert produce(client, "job", pid, new, "out", ["fresh"]).status_code == 200
+    assert end(client, "job", pid, new).status_code == 200
+    assert committed(client, "out") == ["fresh"]
+
+
+def test_binary_transactional_produce_needs_the_partition_added(client: TestClient) -> None:
+    create_topic(client, "out", partitions=2)
+    pid, epoch = init(client, "bin")
+
+    def send(seq: int, partition: int = 0) -> Any:
+        data = build_batch(
+            [(None, b"v")],
+            producer_id=pid,
+            producer_epoch=epoch,
+            base_sequence=seq,
+            transactional=True,
+        )
+        return client.post(
+            f"/topics/out/partitions/{partition}/batches",
+            content=data,
+            headers={"content-type": "application/octet-stream"},
+        )
+
+    r = send(0)
+    assert r.status_code == 400 and r.json()["error_code"] == "INVALID_TXN_STATE", r.text
+    r = client.post(
+        "/transactions/bin/partitions",
+        json={
+            "producer_id": pid,
+            "producer_epoch": epoch,
+            "topics": [{"topic": "out", "partitions": [0]}],
+        },
+    )
+    assert r.status_code == 200 and r.json()["transaction_state"] == "Ongoing", r.text
+    assert send(0).status_code == 200
+    r = send(0, partition=1)  # not added
+    assert r.status_code == 400 and r.json()["error_code"] == "INVALID_TXN_STATE"
+    assert end(client, "bin", pid, epoch).status_code == 200
+    assert committed(client, "out") == ["v"]
+
+
+def test_offsets_committed_in_a_transaction_count_only_when_it_commits(
+    client: TestClient,
+) -> None:
+    create_topic(client, "in")
+    create_topic(client, "out")
+    pid, epoch = init(client, "cp")
+
+    def commit_offset(offset: int) -> None:
+        r = client.post(
+            "/transactions/cp/offsets",
+            json={
+                "producer_id": pid,
+                "producer_epoch": epoch,
+                "group_id": "g",
+                "offsets": [{"topic": "in", "partition": 0, "offset": offset}],
+            },
+        )
+        assert r.status_code == 200, r.text
+
+    def fetched() -> int:
+        r = client.get("/groups/g/offsets", params={"topic": "in"})
+        assert r.status_code == 200, r.text
+        return int(r.json()["offsets"][0]["offset"])
+
+    assert produce(client, "cp", pid, epoch, "out", ["1"]).status_code == 200
+    commit_offset(5)
+    assert fetched() == -1
+    assert end(client, "cp", pid, epoch, commit=False).status_code == 200
+    assert fetched() == -1
+    assert produce(client, "cp", pid, epoch, "out", ["2"]).status_code == 200
+    commit_offset(7)
+    assert fetched() == -1
+    assert end(client, "cp", pid, epoch).status_code == 200
+    assert fetched() == 7
+    assert committed(client, "out") == ["2"]
+
+
+def test_offsets_of_transactions_survive_a_restart_as_decided(settings: Settings) -> None:
+    with TestClient(create_app(settings)) as c:
+        create_topic(c, "in")
+        pid, epoch = init(c, "cp")
+        for offset, commit in ((3, True), (9, False)):
+            r = c.post(
+                "/transactions/cp/offsets",
+                json={
+                    "producer_id": pid,
+                    "producer_epoch": epoch,
+                    "group_id": "g",
+                    "offsets": [{"topic": "in", "partition": 0, "offset": offset}],
+                },
+            )
+            assert r.status_code == 200, r.text
+            assert end(c, "cp", pid, epoch, commit).status_code == 200
+        r = c.post(
+            "/transactions/cp/offsets",
+            json={
+                "producer_id": pid,
+                "producer_epoch": epoch,
+                "group_id": "g",
+                "offsets": [{"topic": "in", "partition": 0, "offset": 11}],
+            },
+        )
+        assert r.status_code == 200  # left open at the stop
+    with TestClient(create_app(settings)) as c:
+        r = c.get("/groups/g/offsets", params={"topic": "in"})
+        assert r.json()["offsets"][0]["offset"] == 3, r.text
+        d = c.get("/transactions/cp").json()
+        assert d["transaction_state"] == "Ongoing" and d["producer_epoch"] == epoch
+
+
+def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(
+    tmp_path: Path,
+) -> None:
+    settings = make_settings(
+        tmp_path, transaction_abort_timed_out_transaction_cleanup_interval_ms=50
+    )
+    with TestClient(create_app(settings)) as c:
+        create_topic(c, "out")
+        pid, epoch = init(c, "slow", transaction_timeout_ms=100)
+        assert produce(c, "slow", pid, epoch, "out", ["late"]).status_code == 200
+        import time
+
+        deadline = time.monotonic() + 10
+        while c.get("/transactions/slow").json()["transaction_state"] != "CompleteAbort":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert _log(c, "out").last_stable_offset == _log(c, "out").log_end_offset
+        assert committed(c, "out") == []
+        r = end(c, "slow", pid, epoch)
+        assert r.status_code == 409 and r.json()["error_code"] == "PRODUCER_FENCED"
+
+
+def test_describe_list_and_errors(client: TestClient) -> None:
+    create_topic(client, "out")
+    r = client.get("/transactions/nope")
+    assert r.status_code == 404 and r.json()["error_code"] == "TRANSACTIONAL_ID_NOT_FOUND"
+    pid, epoch = init(client, "a")
+    init(client, "b")
+    assert produce(client, "a", pid, epoch, "out", ["v"]).status_code == 200
+    listed = client.get("/transactions").json()
+    assert {
+        t["transactional_id"]: t["transaction_state"] for t in listed["transaction_states"]
+    } == {"a": "Ongoing", "b": "Empty"}
+    r = client.get("/transactions", params={"state": ["Ongoing", "Bogus"]}).json()
+    assert [t["transactional_id"] for t in r["transaction_states"]] == ["a"]
+    assert r["unknown_state_filters"] == ["Bogus"]
+    # Nothing to commit, a wrong producer id, an epoch never handed out, internal topics.
+    pid_b, epoch_b = init(client, "c")
+    r = end(client, "c", pid_b, epoch_b)
+    assert r.status_code == 400 and r.json()["error_code"] == "INVALID_TXN_STATE"
+    r = end(client, "a", pid + 1000, epoch)
+    assert r.status_code == 409 and r.json()["error_code"] == "INVALID_PRODUCER_ID_MAPPING"
+    r = end(client, "a", pid, epoch + 5)
+    assert r.status_code == 409 and r.json()["error_code"] == "INVALID_PRODUCER_EPOCH"
+    r = client.post(
+        "/transactions/a/partitions",
+        json={
+            "producer_id": pid,
+            "producer_epoch": epoch,
+            "topics": [{"topic": "__consumer_offsets", "partitions": [0]}],
+        },
+    )
+    assert r.status_code == 400 and r.json()["error_code"] == "INVALID_TOPIC_EXCEPTION"
+    r = client.post(
+        "/transactions/a/partitions",
+        json={
+            "producer_id": pid,
+            "producer_epoch": epoch,
+            "topics": [{"topic": "missing", "partitions": [0]}],
+        },
+    )
+    assert r.status_code == 404 and r.json()["error_code"] == "UNKNOWN_TOPIC_OR_PARTITION"
+    r = client.post("/topics/__transaction_state/records", json={"records": [{"value": "x"}]})
+    assert r.status_code == 400 and r.json()["error_code"] == "INVALID_TOPIC_EXCEPTION"
+
+
+def test_markers_from_outside_the_cluster_are_refused(client: TestClient) -> None:
+    create_topic(client, "out")
+    body = {"producer_id": 5, "producer_epoch": 0, "commit": True, "coordinator_epoch": 0}
+    for headers in ({}, {"Logbus-Replica-Id": "3", "Logbus-Replica-Auth": "00"}):
+        r = client.post("/topics/out/partitions/0/markers", json=body, headers=headers)
+        assert r.status_code == 403, r.text
+        assert r.json()["error_code"] == "CLUSTER_AUTHORIZATION_FAILED"
+    assert _log(client, "out").log_end_offset == 0
