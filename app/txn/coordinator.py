@@ -68,6 +68,7 @@ from app.common.errors import (
     TransactionalIdNotFound,
     UnknownTopicOrPartition,
 )
+from app.core.log.producer_ids import MAX_EPOCH
 from app.groups.placement import OFFSETS_TOPIC
 from app.txn.markers import MarkerWriter
 from app.txn.model import (
@@ -89,14 +90,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 S = TxnState
-# producerEpoch is an int16 (app/core/producer_ids.py MAX_EPOCH, not imported here: importing
-# that module before app.core.log closes an import cycle).
-MAX_EPOCH = (1 << 15) - 1
 _DEFAULT_CONFIG = TxnConfig()
 
 
 class ProducerIds(Protocol):
-    """The broker's producer id allocator (:class:`app.core.producer_ids.ProducerIdManager`)."""
+    """The broker's producer id allocator (:class:`app.core.log.producer_ids.ProducerIdManager`)."""
 
     def next_id(self) -> int: ...
 

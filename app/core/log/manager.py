@@ -8,7 +8,7 @@ Data-dir layout (see also docs/ARCHITECTURE.md, "On disk")::
                                           "hosted" (cluster mode: the partitions kept here)}
       <topic>-<partition>/               segments, indexes, leader-epoch-checkpoint,
                                          partition.metadata (topic id, Kafka's format)
-      producer-id-block                  next unused block of producer ids (app.core.producer_ids)
+      producer-id-block                  next unused block of producer ids (app.core.log.producer_ids)
       recovery-point-offset-checkpoint   per partition: offsets below it are fsynced
       log-start-offset-checkpoint        per partition: first readable offset
       .clean_shutdown                    present only after a clean stop
@@ -78,7 +78,7 @@ from app.core.log.config import LogConfig
 from app.core.log.log import Log
 from app.core.log.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS
 from app.core.log.segment import now_ms
-from app.core.producer_ids import PRODUCER_ID_BLOCK_FILE, ProducerIdManager
+from app.core.log.producer_ids import PRODUCER_ID_BLOCK_FILE, ProducerIdManager
 
 _log = logging.getLogger(__name__)
 

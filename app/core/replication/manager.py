@@ -61,7 +61,7 @@ _log = logging.getLogger(__name__)
 
 
 class _ZkProducerIdBlocks:
-    """Producer id blocks from ZooKeeper (see :mod:`app.core.producer_ids`)."""
+    """Producer id blocks from ZooKeeper (see :mod:`app.core.log.producer_ids`)."""
 
     def __init__(self, store: ZkStore) -> None:
         self.store = store

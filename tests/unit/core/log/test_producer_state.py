@@ -31,7 +31,7 @@ from app.core.log.producer_state import (
     snapshot_name,
     write_snapshot,
 )
-from app.core.producer_ids import MAX_EPOCH, ProducerIdManager
+from app.core.log.producer_ids import MAX_EPOCH, ProducerIdManager
 
 PID = 4242
 TS = 1_700_000_000_000
