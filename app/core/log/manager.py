@@ -76,9 +76,9 @@ from app.core.log.checkpoint import (
 from app.core.log.cleaner import CleanerConfig, CleanResult, LogCleaner
 from app.core.log.config import LogConfig
 from app.core.log.log import Log
+from app.core.log.producer_ids import PRODUCER_ID_BLOCK_FILE, ProducerIdManager
 from app.core.log.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS
 from app.core.log.segment import now_ms
-from app.core.log.producer_ids import PRODUCER_ID_BLOCK_FILE, ProducerIdManager
 
 _log = logging.getLogger(__name__)
 

@@ -20,6 +20,7 @@ from app.common.errors import (
     UnknownProducerId,
 )
 from app.core.log import Log, LogConfig
+from app.core.log.producer_ids import MAX_EPOCH, ProducerIdManager
 from app.core.log.producer_state import (
     INT32_MAX,
     BatchMetadata,
@@ -31,7 +32,6 @@ from app.core.log.producer_state import (
     snapshot_name,
     write_snapshot,
 )
-from app.core.log.producer_ids import MAX_EPOCH, ProducerIdManager
 
 PID = 4242
 TS = 1_700_000_000_000
