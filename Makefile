@@ -46,8 +46,10 @@ lint: install
 
 # The README test runs its curl examples; Spark's tests need Java; cluster tests need ZooKeeper;
 # the browser tests (tests/e2e/test_e2e_browsers.py) need Chromium.
+# TEST_WORKERS=0 runs the suite in this one process (e.g. to read output in order, or pdb).
+TEST_WORKERS ?= 2
 test: install lint java curl zookeeper chromium
-	$(VENV)/bin/pytest -q tests
+	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist worksteal tests
 
 # Debian's redis-server is the standing baseline; installed when missing (root only).
 redis-server:
