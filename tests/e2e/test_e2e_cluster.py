@@ -357,11 +357,15 @@ def test_delete_topic_removes_every_replica(cluster: Cluster) -> None:
             message=f"broker {b} forgets the topic",
         )
     create_topic(cluster, "gone", partitions=1)
-    fetched = httpx.get(
-        f"{cluster.url(cluster.leader('gone'))}/topics/gone/partitions/0/records",
-        params={"offset": 0},
-    )
-    assert fetched.json()["records"] == []
+
+    def fetched() -> httpx.Response | None:
+        # The new leader may still be opening the recreated partition (a retriable 503).
+        url = f"{cluster.url(cluster.leader('gone'))}/topics/gone/partitions/0/records"
+        answer = httpx.get(url, params={"offset": 0}, timeout=30)
+        return answer if answer.status_code == 200 else None
+
+    answer = cluster.wait_until(fetched, message="the recreated topic serves fetches")
+    assert answer.json()["records"] == []
 
 
 @pytest.mark.slow
