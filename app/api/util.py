@@ -13,6 +13,7 @@ from starlette.responses import Response
 
 from app.api.state import AppState
 from app.common.errors import InvalidTopic, TopicAlreadyExists, UnknownTopicOrPartition
+from app.core.topology import NewTopic
 from app.groups.placement import INTERNAL_TOPICS
 
 if TYPE_CHECKING:
@@ -89,7 +90,7 @@ async def create_planned(state: AppState, manager: LogManager, topic: str) -> in
     topology = state.topology
     # A concurrent request may have created it first: same outcome, once it has leaders.
     with contextlib.suppress(TopicAlreadyExists):
-        await topology.create_topic(topic, state.settings.num_partitions, None)
+        await topology.create_topic(NewTopic(topic, state.settings.num_partitions))
     await topology.wait_for_leaders(topic, 30.0)
     return partition_count(state, topic)
 

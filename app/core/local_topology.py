@@ -30,7 +30,7 @@ from app.common.errors import (
     UnknownTopicOrPartition,
 )
 from app.core.replication.state import BrokerInfo
-from app.core.topology import LeaderAppend, LeadershipListener, TopicListener
+from app.core.topology import LeaderAppend, LeadershipListener, NewTopic, TopicListener
 
 if TYPE_CHECKING:
     from app.core.log.log import AppendInfo, Log
@@ -156,13 +156,8 @@ class LocalTopology:
 
     # -- changes -----------------------------------------------------------------------
 
-    async def create_topic(
-        self,
-        name: str,
-        partitions: int,
-        replication_factor: int | None,
-        configs: Mapping[str, object] = {},
-    ) -> None:
+    async def create_topic(self, topic: NewTopic) -> None:
+        replication_factor = topic.replication_factor
         if replication_factor not in (None, 1):
             assert replication_factor is not None
             reason = (
@@ -173,7 +168,7 @@ class LocalTopology:
             raise InvalidReplicationFactor(
                 f"replication factor {replication_factor} is not possible: {reason}"
             )
-        await asyncio.to_thread(self.logs.create_topic, name, partitions, configs)
+        await asyncio.to_thread(self.logs.create_topic, topic.name, topic.partitions, topic.configs)
 
     async def wait_for_leaders(self, name: str, wait_s: float) -> None:
         return None  # led here from creation

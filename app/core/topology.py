@@ -26,6 +26,7 @@ which may run on a worker thread.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -36,6 +37,20 @@ if TYPE_CHECKING:
 LeadershipListener = Callable[[str, int, bool], None]
 # (topic) on the event loop, when a topic is deleted (anywhere in a cluster).
 TopicListener = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class NewTopic:
+    """A topic to create (Kafka's ``NewTopic``): its name, partition count, replication
+    factor (``None``: the broker's ``default_replication_factor``) and config overrides
+    (validated by the log manager, ``app.core.log.config``)."""
+
+    name: str
+    partitions: int
+    replication_factor: int | None = None
+    configs: Mapping[str, object] = field(default_factory=dict)
+
+
 # What one partition's append is: (this broker's leader replica, the leader epoch the
 # request was routed in, the RecordBatch v2 bytes).
 LeaderAppend = tuple["LeaderReplica", int, "bytes | bytearray | memoryview"]
@@ -169,13 +184,7 @@ class Topology(Protocol):
 
     # -- changes -----------------------------------------------------------------------
 
-    async def create_topic(
-        self,
-        name: str,
-        partitions: int,
-        replication_factor: int | None,
-        configs: Mapping[str, object] = {},
-    ) -> None:
+    async def create_topic(self, topic: NewTopic) -> None:
         """Create a topic and return once every partition has a leader. Raises
         InvalidTopic, InvalidPartitions, InvalidConfig, InvalidReplicationFactor,
         PartitionLimitExceeded or TopicAlreadyExists."""

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from app.common.errors import UnknownTopicOrPartition
-from app.core.topology import LeadershipListener, TopicListener
+from app.core.topology import LeadershipListener, NewTopic, TopicListener
 
 if TYPE_CHECKING:
     from app.core.log.log import AppendInfo, Log
@@ -66,13 +66,7 @@ class TopologyView(Protocol):
 
     def partition_count(self, topic: str) -> int: ...
 
-    async def create_topic(
-        self,
-        name: str,
-        partitions: int,
-        replication_factor: int | None,
-        configs: Mapping[str, object] = ...,
-    ) -> None: ...
+    async def create_topic(self, topic: NewTopic) -> None: ...
 
     def leader_partition(self, topic: str, partition: int) -> ReplicaView: ...
 
@@ -125,7 +119,9 @@ class OffsetsPlacement:
         # Kafka caps offsets.topic.replication.factor by the live brokers only while the
         # cluster is young; here it always is (a lone first broker still gets its topic).
         rf = max(1, min(self.replication_factor, len(self.topology.brokers)))
-        await self.topology.create_topic(OFFSETS_TOPIC, partitions, rf, OFFSETS_TOPIC_CONFIGS)
+        await self.topology.create_topic(
+            NewTopic(OFFSETS_TOPIC, partitions, rf, OFFSETS_TOPIC_CONFIGS)
+        )
 
     def leads(self, partition: int) -> bool:
         return self.topology.is_leader(OFFSETS_TOPIC, partition)

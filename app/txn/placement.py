@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from app.common.batch import build_batch
 from app.common.errors import NotLeaderOrFollower, UnknownTopicOrPartition
-from app.core.topology import LeadershipListener
+from app.core.topology import LeadershipListener, NewTopic
 from app.txn.model import TXN_TOPIC, TXN_TOPIC_CONFIGS
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ class TxnPlacement:
     async def create_txn_topic(self, partitions: int) -> None:
         """Create ``__transaction_state`` (TopicAlreadyExists if it is there)."""
         rf = max(1, min(self.replication_factor, len(self.topology.brokers)))
-        await self.topology.create_topic(TXN_TOPIC, partitions, rf, TXN_TOPIC_CONFIGS)
+        await self.topology.create_topic(NewTopic(TXN_TOPIC, partitions, rf, TXN_TOPIC_CONFIGS))
 
     def partition_count(self, topic: str) -> int:
         return self.topology.partition_count(topic)

@@ -27,6 +27,7 @@ from app.common.errors import (
 )
 from app.core.log import validate_topic_name
 from app.core.security.acl import Action, Operation, Resource, ResourceType
+from app.core.topology import NewTopic
 
 if TYPE_CHECKING:
     from app.core.log.manager import LogManager
@@ -97,7 +98,7 @@ async def create_topic(request: Request, state: StateDep, manager: ManagerDep) -
     if partitions < 1:
         raise InvalidPartitions(f"partitions must be at least 1, got {partitions}")
     rf = None if req.replication_factor in (None, -1) else req.replication_factor
-    await state.topology.create_topic(req.name, partitions, rf, req.configs)
+    await state.topology.create_topic(NewTopic(req.name, partitions, rf, req.configs))
     state.sticky.forget(req.name)
     return JSONBytes(
         describe_topic(state, manager, req.name),

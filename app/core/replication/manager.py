@@ -28,7 +28,7 @@ import threading
 import time
 import uuid
 from base64 import urlsafe_b64encode
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from app.common.aio import wait_event
@@ -51,7 +51,7 @@ from app.core.replication.partition import Partition, append_to_leaders
 from app.core.replication.placement import assign_replicas
 from app.core.replication.state import NO_LEADER, BrokerInfo, PartitionState, TopicAssignment
 from app.core.replication.zk import ZkStore
-from app.core.topology import LeaderAppend, LeadershipListener, TopicListener
+from app.core.topology import LeaderAppend, LeadershipListener, NewTopic, TopicListener
 
 if TYPE_CHECKING:
     from app.core.log.log import AppendInfo, Log
@@ -355,22 +355,15 @@ class ReplicaManager:
             for part in list(self.partitions.values()):
                 part.maybe_shrink_isr()
 
-    async def create_topic(
-        self,
-        name: str,
-        partitions: int,
-        replication_factor: int | None,
-        configs: Mapping[str, object] = {},
-        *,
-        wait_s: float = 30.0,
-    ) -> None:
+    async def create_topic(self, topic: NewTopic, *, wait_s: float = 30.0) -> None:
         """Write the topic's assignment to ZooKeeper and wait until every partition has a
         leader. Raises InvalidTopic, InvalidPartitions, InvalidConfig,
         InvalidReplicationFactor, PartitionLimitExceeded or TopicAlreadyExists."""
+        name, partitions = topic.name, topic.partitions
         # Only the per-topic limit: each broker checks the rest as it creates its replicas.
         self.logs.partition_budget.check_per_topic(name, partitions)
-        _, normalized = check_new_topic(name, partitions, configs, self.logs.default_config)
-        rf = replication_factor or self.settings.default_replication_factor
+        _, normalized = check_new_topic(name, partitions, topic.configs, self.logs.default_config)
+        rf = topic.replication_factor or self.settings.default_replication_factor
         replicas = assign_replicas(partitions, rf, sorted(self.brokers))
         topic_id = urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         if name in self.assignments:

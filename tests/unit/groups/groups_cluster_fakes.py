@@ -27,6 +27,7 @@ from app.common.errors import (
 from app.core.log import LogManager
 from app.core.log.log import AppendInfo, Log
 from app.core.replication.state import BrokerInfo
+from app.core.topology import NewTopic
 from app.groups.hashing import partition_for
 
 URLS = {1: "http://broker-1:8080", 2: "http://broker-2:8080", 3: "http://broker-3:8080"}
@@ -140,13 +141,13 @@ class FakeCluster:
         leader, url = self.leader_of(topic, partition)
         raise NotLeaderOrFollower(topic, partition, leader, url)
 
-    async def create_topic(
-        self,
-        name: str,
-        partitions: int,
-        replication_factor: int | None,
-        configs: Mapping[str, object] = {},
-    ) -> None:
+    async def create_topic(self, topic: NewTopic) -> None:
+        name, partitions, replication_factor, configs = (
+            topic.name,
+            topic.partitions,
+            topic.replication_factor,
+            topic.configs,
+        )
         if name in self.counts:
             raise TopicAlreadyExists(name)
         self.created.append((name, partitions, replication_factor, dict(configs)))
