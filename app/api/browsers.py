@@ -98,7 +98,7 @@ class OriginGuard:
         self.policy = OriginPolicy(origins)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] not in ("http", "websocket") or self._allowed(scope):
+        if scope["type"] not in ("http", "websocket") or self.allowed(scope):
             await self.app(scope, receive, send)
             return
         if scope["type"] == "websocket":
@@ -110,7 +110,8 @@ class OriginGuard:
         error = OriginNotAllowed(origin.decode("latin-1") if origin is not None else None)
         await response_for(error)(scope, receive, send)
 
-    def _allowed(self, scope: Scope) -> bool:
+    def allowed(self, scope: Scope) -> bool:
+        """Whether the module docstring's rules let ``scope`` through (no answer sent)."""
         origin: bytes | None = None
         fetch_site: bytes | None = None
         fetch_mode: bytes | None = None

@@ -65,49 +65,45 @@ def route_template(scope: Scope) -> str:
     return path if isinstance(path, str) else UNMATCHED
 
 
-class MetricsMiddleware:
-    """Counts every HTTP request by the route it matched, not its raw path (bounded labels)."""
+async def measured(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
+    """Run ``app`` on an HTTP request, counting it by the route it matched, not its raw
+    path (bounded labels): requests by status, latency, body bytes in and out.
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
+    Called by the app's edge middleware (app/api/edge.py) outside every check, so refused
+    requests are counted too."""
+    start = time.perf_counter()
+    received = 0
+    sent = 0
+    status = 500
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        start = time.perf_counter()
-        received = 0
-        sent = 0
-        status = 500
+    async def counting_receive() -> Message:
+        nonlocal received
+        message = await receive()
+        if message["type"] == "http.request":
+            received += len(message.get("body", b""))
+        return message
 
-        async def counting_receive() -> Message:
-            nonlocal received
-            message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-            return message
+    async def counting_send(message: Message) -> None:
+        nonlocal sent, status
+        kind = message["type"]
+        if kind == "http.response.start":
+            status = message["status"]
+        elif kind == "http.response.body":
+            sent += len(message.get("body", b""))
+        elif kind == "http.response.zerocopysend":
+            sent += int(message.get("count") or 0)
+        await send(message)
 
-        async def counting_send(message: Message) -> None:
-            nonlocal sent, status
-            kind = message["type"]
-            if kind == "http.response.start":
-                status = message["status"]
-            elif kind == "http.response.body":
-                sent += len(message.get("body", b""))
-            elif kind == "http.response.zerocopysend":
-                sent += int(message.get("count") or 0)
-            await send(message)
-
-        try:
-            await self.app(scope, counting_receive, counting_send)
-        finally:
-            children = _children(scope["method"], route_template(scope), status)
-            children.requests.inc()
-            children.latency.observe(time.perf_counter() - start)
-            if received:
-                children.bytes_in.inc(received)
-            if sent:
-                children.bytes_out.inc(sent)
+    try:
+        await app(scope, counting_receive, counting_send)
+    finally:
+        children = _children(scope["method"], route_template(scope), status)
+        children.requests.inc()
+        children.latency.observe(time.perf_counter() - start)
+        if received:
+            children.bytes_in.inc(received)
+        if sent:
+            children.bytes_out.inc(sent)
 
 
 class _Children(NamedTuple):

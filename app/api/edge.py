@@ -1,0 +1,133 @@
+"""The one ASGI middleware in front of the routes: metrics, origins, credentials, quotas,
+the request rules, and the produce and fetch routes' own dispatch.
+
+These were five middlewares (metrics, :class:`~app.api.browsers.OriginGuard`, the
+security door, :class:`~app.api.quotas.QuotaMiddleware`,
+:class:`~app.api.guards.RequestGuard`), each a coroutine layer, and some a send wrapper,
+on every request; FastAPI's exception, exit-stack and routing layers followed. Under
+``wrk`` a profile of a one-record produce showed these layers costing about as much
+as the produce itself. :class:`EdgeMiddleware` keeps every rule, in the same order
+(outside in), as one layer:
+
+1. **metrics** (:func:`app.api.metrics.measured`): every HTTP answer, refusals included;
+2. **origin** (:mod:`app.api.browsers`): a page from an origin not allowed is refused,
+   HTTP and WebSocket;
+3. **security** (:mod:`app.api.security`), only when authentication or an authorizer is
+   configured: its middleware runs here, with the rest of this list as its app;
+4. **quotas** (:mod:`app.api.quotas`), only while some quota is configured (the check
+   is made per request: quotas change at run time);
+5. **request rules** (:mod:`app.api.guards`): media types and repeated parameters;
+6. **dispatch**: a request :class:`~app.api.lean_route.HotRoutes` matches whose
+   parameters the route's lean reader accepts goes straight to its endpoint, with the
+   app's exception handlers (as Starlette's ExceptionMiddleware applies them: same
+   handlers, same answers); everything else goes on to FastAPI's own stack (exception
+   middleware, router), which answers as it always did.
+
+Outside this layer stay uvicorn's and FastAPI's own (server errors, telemetry, body
+size) and, when CORS is configured, Starlette's CORS middleware. Concurrency: one event
+loop; the only state is the route caches of the guard and the hot routes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from starlette._exception_handler import wrap_app_handling_exceptions
+from starlette.requests import Request
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from app.api.browsers import OriginGuard
+from app.api.errors import response_for
+from app.api.guards import RequestGuard
+from app.api.lean_route import HotRoutes
+from app.api.metrics import measured
+from app.api.quotas import QuotaMiddleware, Quotas
+
+# What builds the security middleware around the stages after it (None: security off).
+SecurityFactory = Callable[[ASGIApp], ASGIApp]
+
+
+class EdgeMiddleware:
+    """The module docstring's layer. ``app``: the rest of FastAPI's stack (its
+    ExceptionMiddleware, whose handler tables the hot dispatch applies)."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        origins: list[str],
+        quotas: Quotas,
+        openapi: Callable[[], dict[str, Any]],
+        hot: HotRoutes | None = None,
+        security: SecurityFactory | None = None,
+    ) -> None:
+        self.app = app
+        self._hot = hot
+        self._guard = RequestGuard(self._dispatch, openapi)
+        self._quotas = QuotaMiddleware(self._guarded, quotas)
+        self._quota_manager = quotas.manager
+        self._secured: ASGIApp = (
+            self._after_security if security is None else security(self._after_security)
+        )
+        self._origin = OriginGuard(self._secured, origins)
+        # Starlette's ExceptionMiddleware keeps its handler tables in these attributes;
+        # without them (another Starlette) hot requests take the ordinary path.
+        handlers = getattr(app, "_exception_handlers", None)
+        statuses = getattr(app, "_status_handlers", None)
+        self._handlers = None if handlers is None or statuses is None else (handlers, statuses)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            # WebSocket: origin, security and quotas; lifespan: straight through.
+            if scope["type"] == "websocket":
+                await self._origin(scope, receive, send)
+            else:
+                await self.app(scope, receive, send)
+            return
+        await measured(self._http, scope, receive, send)
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self._origin.allowed(scope):
+            await self._secured(scope, receive, send)
+        else:
+            await self._origin(scope, receive, send)  # answers the 403
+
+    async def _after_security(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self._quota_manager.config:
+            await self._quotas(scope, receive, send)
+        else:
+            await self._guarded(scope, receive, send)
+
+    async def _guarded(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            error = self._guard.check(scope)
+            if error is not None:
+                await response_for(error)(scope, receive, send)
+                return
+        await self._dispatch(scope, receive, send)
+
+    async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
+        found = None
+        if self._hot is not None and self._handlers is not None and scope["type"] == "http":
+            found = self._hot.lean_match(scope)
+        if found is None:
+            await self.app(scope, receive, send)
+            return
+        lean, child = found
+        scope.update(child)
+        request = Request(scope, receive, send)
+
+        async def endpoint(scope: Scope, receive: Receive, send: Send) -> None:
+            # Inside the handlers: the state dependencies may raise (503 while starting).
+            kwargs = lean.read(request)
+            if kwargs is None:
+                # A value the lean reader leaves to FastAPI: its own stack judges it.
+                await self.app(scope, receive, send)
+                return
+            response = await lean.call(kwargs)
+            await response(scope, receive, send)
+
+        # What ExceptionMiddleware does for the requests it passes on.
+        scope["starlette.exception_handlers"] = self._handlers
+        await wrap_app_handling_exceptions(endpoint, request)(scope, receive, send)
