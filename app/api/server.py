@@ -121,6 +121,11 @@ def _file_fd(file: Any) -> int:
     return file if isinstance(file, int) else int(file.fileno())
 
 
+# The parts of a request a read timeout names (RequestReadTimeout), compared by identity.
+HEAD = "line and headers"
+BODY = "body"
+
+
 class _Refused(Exception):
     """Raised from a parser callback to stop parsing and answer ``error``."""
 
@@ -251,11 +256,17 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol under the listener's limits (:mod:`app.api.limits`).
 
     State per connection: ``_in_body`` is true from the end of a request's head to the
-    end of its body (head bytes are counted only outside it); ``_deadline`` is the one
-    armed timer among "head not complete" and "body not complete" (uvicorn's own
-    keep-alive timer covers idleness, armed here at connect too). A WebSocket upgrade
-    hands the connection to uvicorn's WebSocket protocol; the connection stays counted
-    until that protocol loses it.
+    end of its body (head bytes are counted only outside it); ``_reading`` names the part
+    of a request being read (:data:`HEAD`, :data:`BODY`, None between requests);
+    ``_deadline`` is the one armed timer among "head not complete" and "body not
+    complete", for the part ``_armed`` (uvicorn's own keep-alive timer covers idleness,
+    armed here at connect too). The timers are armed only when a part is still
+    incomplete at the end of a read (:meth:`_sync_deadline`): a request whose head and
+    body arrive in one read, as nearly all small ones do, arms and cancels no timer
+    (four timer operations a request before, as costly as the produce's parsing). A
+    part's clock so starts at the end of the read that began it, microseconds after
+    its first byte. A WebSocket upgrade hands the connection to uvicorn's WebSocket
+    protocol; the connection stays counted until that protocol loses it.
     """
 
     # Bound per server by build_config (one counter per listener).
@@ -282,6 +293,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._address = self.client[0] if self.client else ""
         self._counted = False
         self._in_body = False
+        self._reading: str | None = None
+        self._armed: str | None = None
+        self._declared = 0
         self._head_seen = 0
         self._header_count = 0
         self._deadline: asyncio.TimerHandle | None = None
@@ -354,7 +368,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_body(self, body: bytes) -> None:
         super().on_body(body)
-        if self._memory is None or not self._body_memory or self._declared_length() > 0:
+        if self._memory is None or not self._body_memory or self._declared > 0:
             return
         # A chunked body: its bytes are charged as they arrive; over the budget, reading
         # stops until memory frees.
@@ -452,12 +466,26 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
                 self._unsupported_upgrade_warning()
         except httptools.HttpParserError as exc:
             self._refuse(core.InvalidRequest(f"invalid HTTP/1.1 request: {exc}"))
+        if self._reading is not self._armed:
+            self._sync_deadline()
+
+    def _sync_deadline(self) -> None:
+        """After a read: the timer of the part still incomplete, or none."""
+        part = self._reading
+        if self.transport.is_closing():
+            return
+        if part is None:
+            self._disarm()
+        elif part is HEAD:
+            self._arm(self._limits.header_timeout_s, HEAD)
+        else:
+            self._arm(self._limits.body_timeout_s, BODY)
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self.scope["extensions"] = {DRAINED_EXTENSION: {"on_drained": self.on_drained}}
         self._header_count = 0
-        self._arm(self._limits.header_timeout_s, "line and headers")
+        self._reading = HEAD
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._header_count += 1
@@ -466,25 +494,26 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
-        self._disarm()
         self._head_seen = 0
         if not (self.parser.should_upgrade() and self._should_upgrade()):
-            declared = self._declared_length()
+            self._declared = declared = self._declared_length()
             if declared > self._limits.max_request_bytes:
                 raise _Refused(core.PayloadTooLarge(declared, self._limits.max_request_bytes))
             self._in_body = True
-            self._arm(self._limits.body_timeout_s, "body")
+            self._reading = BODY
             super().on_headers_complete()
             self._reserve_body(declared)
             return
+        self._reading = None
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
-        self._disarm()
         self._in_body = False
+        self._reading = None
         super().on_message_complete()
 
     def handle_websocket_upgrade(self) -> None:
+        self._reading = None
         self._disarm()
         super().handle_websocket_upgrade()
         if self._peer is not None:
@@ -547,18 +576,21 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def _arm(self, seconds: float, part: str) -> None:
         self._disarm()
+        self._armed = part
         self._deadline = self.loop.call_later(seconds, self._expired, seconds, part)
 
     def _disarm(self) -> None:
+        self._armed = None
         if self._deadline is not None:
             self._deadline.cancel()
             self._deadline = None
 
     def _expired(self, seconds: float, part: str) -> None:
         self._deadline = None
+        self._armed = None
         if self.transport.is_closing():
             return
-        if part == "body" and self.flow.read_paused:
+        if part is BODY and self.flow.read_paused:
             # We stopped reading (the app is busy with the body or a pipelined request):
             # the client is not late, so the clock restarts.
             self._arm(seconds, part)
