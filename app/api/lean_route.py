@@ -258,6 +258,10 @@ class LeanRoute(APIRoute):
         return handler
 
 
+# Scope key: no hot route matches this request (set by HotRoutes.lean_match).
+_COLD = "logbus.cold"
+
+
 @dataclass(frozen=True, slots=True)
 class _Hot:
     route: APIRoute
@@ -334,14 +338,18 @@ class HotRoutes(BaseRoute):
     def lean_match(self, scope: Scope) -> tuple[Lean, Scope] | None:
         """For the app's edge middleware (app/api/edge.py), which dispatches hot requests
         itself: the matched route's :class:`Lean` and the scope entries the router would
-        set; None when no hot route with a lean path matches."""
+        set; None when no hot route with a lean path matches. A request no hot route
+        matches is marked so that :meth:`matches` does not look again."""
         found = self._match(scope)
-        if found is None or found[0].lean is None:
+        if found is None:
+            scope[_COLD] = True
+            return None
+        if found[0].lean is None:
             return None
         return found[0].lean, found[1]
 
     def matches(self, scope: Scope) -> tuple[Match, Scope]:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or _COLD in scope:
             return Match.NONE, {}
         found = self._match(scope)
         if found is None:

@@ -164,10 +164,13 @@ _NO_FSYNC = LONG_MAX
 def appends_inline(work: Sequence[tuple[Target, bytes | bytearray]], inline_max_bytes: int) -> bool:
     """Whether ``work`` is appended on the event loop: at most ``inline_max_bytes`` in all,
     and no partition fsyncs per append (flush.messages), which must never block the loop."""
-    return (
-        inline_max_bytes > 0
-        and sum(len(data) for _, data in work) <= inline_max_bytes
-        and all(t.log.config.flush_messages == _NO_FSYNC for t, _ in work)
+    if inline_max_bytes <= 0:
+        return False
+    if len(work) == 1:  # the usual request: one partition, no generator frames
+        target, data = work[0]
+        return len(data) <= inline_max_bytes and target.log.config.flush_messages == _NO_FSYNC
+    return sum(len(data) for _, data in work) <= inline_max_bytes and all(
+        t.log.config.flush_messages == _NO_FSYNC for t, _ in work
     )
 
 
