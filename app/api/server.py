@@ -18,7 +18,7 @@ import signal
 import ssl
 import sys
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 import uvicorn
 
@@ -62,14 +62,18 @@ def ws_keepalive(settings: Settings) -> tuple[float, float]:
     return min(WS_PING_SECONDS, session / 4), min(WS_PING_SECONDS, session * 3 / 4)
 
 
-def build_config(
-    settings: Settings,
-    *,
-    zerocopy: bool | None = None,
-    loop: str = "auto",
-    log_level: str = "info",
-    access_log: bool = False,
-) -> uvicorn.Config:
+class ServeOptions(TypedDict, total=False):
+    """How :func:`build_config` and :func:`run` serve, beyond the settings."""
+
+    # None: on unless LOGBUS_ZEROCOPY turns it off (:func:`_zerocopy_from_env`).
+    zerocopy: bool | None
+    # uvicorn's event loop ("auto": uvloop when installed), log level and access log.
+    loop: str
+    log_level: str
+    access_log: bool
+
+
+def build_config(settings: Settings, **options: Unpack[ServeOptions]) -> uvicorn.Config:
     """A uvicorn config serving ``create_app(settings)`` with zero-copy unless disabled.
 
     Raises:
@@ -82,6 +86,7 @@ def build_config(
     # Large freed blocks go back to the system at once (app/api/memory.py).
     tune_allocator()
 
+    zerocopy = options.get("zerocopy")
     if zerocopy is None:
         zerocopy = _zerocopy_from_env()
     base = ZeroCopyHttpToolsProtocol if zerocopy else PlainHttpToolsProtocol
@@ -106,10 +111,10 @@ def build_config(
         host=settings.host,
         port=settings.port,
         http=protocol,
-        loop=loop,
+        loop=options.get("loop", "auto"),
         lifespan="on",
-        access_log=access_log,
-        log_level=log_level,
+        access_log=options.get("access_log", False),
+        log_level=options.get("log_level", "info"),
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
         # uvicorn hands it to loop.call_later, which takes float seconds.
         timeout_keep_alive=limits.idle_timeout_s,  # type: ignore[arg-type]
@@ -151,14 +156,7 @@ def _exit_cleanly(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(0)
 
 
-def run(
-    settings: Settings,
-    *,
-    zerocopy: bool | None = None,
-    loop: str = "auto",
-    log_level: str = "info",
-    access_log: bool = False,
-) -> None:
+def run(settings: Settings, **options: Unpack[ServeOptions]) -> None:
     """Serve until SIGTERM or SIGINT, then shut down cleanly (LogManager writes .clean_shutdown).
 
     uvicorn catches both signals, drains connections and runs the lifespan
@@ -169,6 +167,7 @@ def run(
     """
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _exit_cleanly)
+    zerocopy = options.get("zerocopy")
     if zerocopy is None:
         zerocopy = _zerocopy_from_env()
     try:
@@ -176,9 +175,8 @@ def run(
     except ValueError as exc:
         print(f"logbus: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
-    config = build_config(
-        settings, zerocopy=zerocopy, loop=loop, log_level=log_level, access_log=access_log
-    )
+    served: ServeOptions = {**options, "zerocopy": zerocopy}
+    config = build_config(settings, **served)
     logger.info(
         "logbus broker %d serving %s on %s (zero-copy fetch %s)",
         settings.broker_id,

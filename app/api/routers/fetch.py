@@ -201,7 +201,15 @@ def render_json(
     records, next_offset = json_records(
         data, offset, key_format, value_format, topic=topic, partition=partition
     )
-    body: dict[str, Any] = {
+    return orjson.dumps(records_answer(topic, partition, info, next_offset, records))
+
+
+def records_answer(
+    topic: str, partition: int, info: FetchInfo, next_offset: int, records: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The fields of a JSON fetch answer, in their order (also a WebSocket records frame's,
+    after its ``type``)."""
+    return {
         "topic": topic,
         "partition": partition,
         "high_watermark": info.high_watermark,
@@ -209,7 +217,6 @@ def render_json(
         "next_offset": next_offset,
         "records": records,
     }
-    return orjson.dumps(body)
 
 
 @router.get(

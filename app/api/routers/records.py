@@ -18,7 +18,7 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Path, Query, Request
 from starlette.responses import Response
@@ -377,15 +377,29 @@ async def _produce(
 
 
 _PRODUCE_ERRORS = error_responses(307, 400, 404, 413, 421, 503, 504)
+_ACKS_0: dict[int | str, dict[str, Any]] = {204: {"description": "Appended (acks=0): no body."}}
+_Endpoint = TypeVar("_Endpoint", bound=Callable[..., Any])
 
 
-@router.post(
+def _json_produce(
+    path: str, summary: str, description: str, examples: Any
+) -> Callable[[_Endpoint], _Endpoint]:
+    """The route decorator of a JSON produce operation (one contract, two paths)."""
+    return router.post(
+        path,
+        summary=summary,
+        description=description,
+        response_model=ProduceResponse,
+        responses={**_PRODUCE_ERRORS, **_ACKS_0},
+        openapi_extra=docs.json_request_body("ProduceRequest", examples),
+    )
+
+
+@_json_produce(
     "/topics/{topic}/records",
-    summary="Produce records (the partitioner picks partitions)",
-    description=docs.PRODUCE,
-    response_model=ProduceResponse,
-    responses={**_PRODUCE_ERRORS, 204: {"description": "Appended (acks=0): no body."}},
-    openapi_extra=docs.json_request_body("ProduceRequest", docs.PRODUCE_EXAMPLES),
+    "Produce records (the partitioner picks partitions)",
+    docs.PRODUCE,
+    docs.PRODUCE_EXAMPLES,
 )
 async def produce(
     topic: TopicPath,
@@ -398,13 +412,11 @@ async def produce(
     return await _produce(state, manager, topic, request, acks, timeout_ms, None)
 
 
-@router.post(
+@_json_produce(
     "/topics/{topic}/partitions/{partition}/records",
-    summary="Produce records to one partition",
-    description=docs.PRODUCE_PARTITION,
-    response_model=ProduceResponse,
-    responses={**_PRODUCE_ERRORS, 204: {"description": "Appended (acks=0): no body."}},
-    openapi_extra=docs.json_request_body("ProduceRequest", docs.PRODUCE_PARTITION_EXAMPLES),
+    "Produce records to one partition",
+    docs.PRODUCE_PARTITION,
+    docs.PRODUCE_PARTITION_EXAMPLES,
 )
 async def produce_to_partition(
     topic: TopicPath,
@@ -446,11 +458,7 @@ def refuse_transactional(body: bytearray) -> None:
     summary="Produce raw RecordBatch v2 bytes",
     description=docs.PRODUCE_BATCHES,
     response_model=BatchProduceResponse,
-    responses={
-        **_PRODUCE_ERRORS,
-        409: producer_conflict_doc(),
-        204: {"description": "Appended (acks=0): no body."},
-    },
+    responses={**_PRODUCE_ERRORS, 409: producer_conflict_doc(), **_ACKS_0},
     openapi_extra=docs.BINARY_REQUEST_BODY,
 )
 async def produce_batches(
