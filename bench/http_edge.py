@@ -23,16 +23,22 @@ would. ``group_commit_inline_c64``: ``healthz`` and ``produce_1_keyed`` at 64
 connections against a second broker with ``LOGBUS_GROUP_COMMIT_INLINE=true``, with
 ``appends_per_request``: its group-commit appends per produce request over the figure
 (``logbus_group_commit_*`` in ``/metrics``).
+
+``python -m bench.http_edge --profile NAME [--out FILE.svg]`` profiles instead: one
+broker under ``wrk`` with figure NAME's requests at 64 connections while ``py-spy``
+(a bench dependency) samples it; the flame graph is written to FILE.svg.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import re
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -160,6 +166,68 @@ def _group_commit(url: str) -> tuple[float, float]:
     return found[0], found[1]
 
 
+def _cases(url: str, scripts: Path) -> dict[str, tuple[str, Path]]:
+    """Each wrk figure's target URL and request script."""
+    produce = f"{url}/topics/{TOPIC}/records?acks=1"
+    return {
+        "healthz": (f"{url}/healthz", _lua(scripts / "get.lua", "GET", None)),
+        "produce_1_keyed": (produce, _lua(scripts / "p1k.lua", "POST", _records(1))),
+        "produce_1_unkeyed": (
+            produce,
+            _lua(scripts / "p1u.lua", "POST", _records(1, keyed=False)),
+        ),
+        "produce_10": (produce, _lua(scripts / "p10.lua", "POST", _records(10))),
+        "produce_100": (produce, _lua(scripts / "p100.lua", "POST", _records(100))),
+        "fetch_small": (
+            f"{url}/topics/{TOPIC}/partitions/0/records?offset=60&max_bytes=2048",
+            _lua(scripts / "fetch.lua", "GET", None),
+        ),
+    }
+
+
+def _prepare(url: str) -> None:
+    """The topic every figure uses, with 100 records to fetch from partition 0."""
+    with httpx.Client(base_url=url, timeout=30) as client:
+        client.post("/topics", json={"name": TOPIC, "partitions": 4}).raise_for_status()
+        for _ in range(10):
+            client.post(
+                f"/topics/{TOPIC}/partitions/0/records",
+                content=_records(10),
+                headers={"content-type": "application/json"},
+            ).raise_for_status()
+
+
+def profile(name: str, out: Path, seconds: int = 10) -> dict[str, Any]:
+    """``py-spy record`` of one broker while wrk loads it with figure ``name`` at 64
+    connections; the flame graph goes to ``out``. Returns the wrk figure."""
+    scripts = Path(tempfile.mkdtemp(prefix="logbus-edge-"))
+    try:
+        with broker_process() as (url, pid):
+            _prepare(url)
+            target, script = _cases(url, scripts)[name]
+            spy = subprocess.Popen(
+                [
+                    str(Path(sys.executable).with_name("py-spy")),
+                    "record",
+                    "--pid",
+                    str(pid),
+                    "--duration",
+                    str(seconds),
+                    "--rate",
+                    "200",
+                    "--nonblocking",
+                    "-o",
+                    str(out),
+                ],
+                stdout=subprocess.DEVNULL,
+            )
+            figure = _wrk(target, script, 64, seconds + 2)
+            spy.wait(timeout=seconds + 60)
+    finally:
+        shutil.rmtree(scripts, ignore_errors=True)
+    return figure
+
+
 def run(seconds: int = 10) -> dict[str, Any]:
     if shutil.which("wrk") is None:
         raise RuntimeError("wrk is missing: apt-get install wrk (make bench does)")
@@ -167,29 +235,8 @@ def run(seconds: int = 10) -> dict[str, Any]:
     results: dict[str, Any] = {"seconds": seconds}
     try:
         with broker_process() as (url, _pid):
-            with httpx.Client(base_url=url, timeout=30) as client:
-                client.post("/topics", json={"name": TOPIC, "partitions": 4}).raise_for_status()
-                for _ in range(10):
-                    client.post(
-                        f"/topics/{TOPIC}/partitions/0/records",
-                        content=_records(10),
-                        headers={"content-type": "application/json"},
-                    ).raise_for_status()
-            produce = f"{url}/topics/{TOPIC}/records?acks=1"
-            cases = {
-                "healthz": (f"{url}/healthz", _lua(scripts / "get.lua", "GET", None)),
-                "produce_1_keyed": (produce, _lua(scripts / "p1k.lua", "POST", _records(1))),
-                "produce_1_unkeyed": (
-                    produce,
-                    _lua(scripts / "p1u.lua", "POST", _records(1, keyed=False)),
-                ),
-                "produce_10": (produce, _lua(scripts / "p10.lua", "POST", _records(10))),
-                "produce_100": (produce, _lua(scripts / "p100.lua", "POST", _records(100))),
-                "fetch_small": (
-                    f"{url}/topics/{TOPIC}/partitions/0/records?offset=60&max_bytes=2048",
-                    _lua(scripts / "fetch.lua", "GET", None),
-                ),
-            }
+            _prepare(url)
+            cases = _cases(url, scripts)
             for connections in CONNECTIONS:
                 at: dict[str, Any] = {}
                 for name, (target, script) in cases.items():
@@ -232,4 +279,12 @@ def run(seconds: int = 10) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    print(json.dumps(run(), indent=2))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--profile", metavar="NAME", help="profile figure NAME instead")
+    parser.add_argument("--out", type=Path, default=Path("http_edge.svg"))
+    args = parser.parse_args()
+    if args.profile:
+        print(json.dumps(profile(args.profile, args.out), indent=2))
+        print(f"flame graph: {args.out}")
+    else:
+        print(json.dumps(run(), indent=2))
