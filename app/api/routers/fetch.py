@@ -173,16 +173,37 @@ def json_records(
     data, next_offset = _verified(data, offset, topic, partition)
     decode_key = DECODERS[key_format]
     decode_value = DECODERS[value_format]
+    # The default format, json, decoded in the loop: a call of the decoder per key and
+    # per value was a third of a small fetch's Python work. Same result as DECODERS.
+    json_key = key_format == "json"
+    json_value = value_format == "json"
+    loads, malformed = orjson.loads, orjson.JSONDecodeError
     records: list[dict[str, Any]] = []
+    append = records.append
     for r in decode_records(data, min_offset=offset):
         if limit is not None and len(records) >= limit:
             return records, records[-1]["offset"] + 1 if records else offset
-        records.append(
+        key, value = r.key, r.value
+        if not json_key:
+            key = decode_key(key)
+        elif key is not None:
+            try:
+                key = loads(key)
+            except malformed:
+                key = key.decode("utf-8", "replace")
+        if not json_value:
+            value = decode_value(value)
+        elif value is not None:
+            try:
+                value = loads(value)
+            except malformed:
+                value = value.decode("utf-8", "replace")
+        append(
             {
                 "offset": r.offset,
                 "timestamp": r.timestamp,
-                "key": decode_key(r.key),
-                "value": decode_value(r.value),
+                "key": key,
+                "value": value,
                 "headers": decode_headers(r.headers) if r.headers else [],
             }
         )
