@@ -183,7 +183,8 @@ def json_records(
     for r in decode_records(data, min_offset=offset):
         if limit is not None and len(records) >= limit:
             return records, records[-1]["offset"] + 1 if records else offset
-        key, value = r.key, r.value
+        key: Any = r.key
+        value: Any = r.value
         if not json_key:
             key = decode_key(key)
         elif key is not None:
