@@ -15,7 +15,7 @@ from fastapi.routing import APIRoute
 from starlette.middleware.cors import CORSMiddleware
 
 from app.api import errors, openapi_docs, quotas, security, ws
-from app.api.edge import EdgeMiddleware
+from app.api.edge import EdgeApp, EdgeMiddleware
 from app.api.lean_route import HotRoutes
 from app.api.metrics import PartitionCollector
 from app.api.routers import ALL
@@ -163,7 +163,8 @@ def create_app(settings: Settings, manager: LogManager | None = None) -> FastAPI
                 await asyncio.to_thread(state.manager.shutdown)
                 state.manager = None
 
-    app = FastAPI(
+    # FastAPI, with produce and fetch entering at the edge middleware (app/api/edge.py).
+    app = EdgeApp(
         title="Logbus",
         version=_version(),
         description=DESCRIPTION,

@@ -24,8 +24,13 @@ as the produce itself. :class:`EdgeMiddleware` keeps every rule, in the same ord
    middleware, router), which answers as it always did.
 
 Outside this layer stay uvicorn's and FastAPI's own (server errors, telemetry, body
-size) and, when CORS is configured, Starlette's CORS middleware. Concurrency: one event
-loop; the only state is the route caches of the guard and the hot routes.
+size) and, when CORS is configured, Starlette's CORS middleware. A produce or fetch
+request skips FastAPI's outer layers too: :class:`EdgeApp` (the app ``create_app``
+builds) hands it to this layer directly, under Starlette's server-error middleware with
+the app's own 500 handler, when nothing those layers do applies: no CORS, no body size
+limit, no root path, and FastAPI's native OpenTelemetry not configured when the stack
+was built (else every request takes FastAPI's whole stack, as before). Concurrency: one
+event loop; the only state is the route caches of the guard and the hot routes.
 """
 
 from __future__ import annotations
@@ -34,17 +39,22 @@ from collections.abc import Callable
 from time import perf_counter
 from typing import Any
 
+from fastapi import FastAPI
 from starlette._exception_handler import wrap_app_handling_exceptions
+from starlette.middleware.errors import ServerErrorMiddleware
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.browsers import OriginGuard
 from app.api.errors import response_for
 from app.api.guards import RequestGuard
-from app.api.lean_route import HotRoutes
+from app.api.lean_route import HotRoutes, Lean
 from app.api.metrics import count_request
 from app.api.quotas import QuotaMiddleware, Quotas
 from app.api.zerocopy import ZEROCOPY_EXTENSION
+
+# Scope key: the hot route EdgeApp matched before entering the edge (see _dispatch).
+_MATCHED = "logbus.matched"
 
 # What builds the security middleware around the stages after it (None: security off).
 SecurityFactory = Callable[[ASGIApp], ASGIApp]
@@ -142,10 +152,17 @@ class EdgeMiddleware:
                 return
         await self._dispatch(scope, receive, send)
 
+    def lean_match(self, scope: Scope) -> tuple[Lean, Scope] | None:
+        """The lean path of a hot route matching the HTTP ``scope`` (None: another
+        route, or no dispatch here)."""
+        if self._hot is None or self._handlers is None:
+            return None
+        return self._hot.lean_match(scope)
+
     async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
-        found = None
-        if self._hot is not None and self._handlers is not None and scope["type"] == "http":
-            found = self._hot.lean_match(scope)
+        found = scope.pop(_MATCHED, None)
+        if found is None and scope["type"] == "http":
+            found = self.lean_match(scope)
         if found is None:
             await self.app(scope, receive, send)
             return
@@ -166,3 +183,57 @@ class EdgeMiddleware:
         # What ExceptionMiddleware does for the requests it passes on.
         scope["starlette.exception_handlers"] = self._handlers
         await wrap_app_handling_exceptions(endpoint, request)(scope, receive, send)
+
+
+class EdgeApp(FastAPI):
+    """FastAPI whose produce and fetch requests enter at its :class:`EdgeMiddleware`.
+
+    FastAPI's own entry runs, per request, its OpenTelemetry check (three provider
+    lookups, each reading the environment), Starlette's entry and three middlewares
+    (server errors, exception telemetry, body size): on a one-record produce about as
+    much Python as the produce's batch building. When none of them can apply (module
+    docstring), a request that a hot route matches goes from here to the edge under a
+    server-error middleware of its own, built like FastAPI's (the app's 500 handler,
+    its debug flag); every other request, and every request when they may apply, takes
+    FastAPI's entry.
+    """
+
+    _edge_entry: ASGIApp | None = None
+    _edge: EdgeMiddleware | None = None
+
+    def build_middleware_stack(self) -> ASGIApp:
+        stack = super().build_middleware_stack()
+        edge: Any = stack
+        while edge is not None and not isinstance(edge, EdgeMiddleware):
+            edge = getattr(edge, "app", None)
+        self._edge = edge
+        self._edge_entry = None
+        if edge is not None and self._outer_layers_idle(edge):
+            handler = None
+            for key, value in self.exception_handlers.items():
+                if key in (500, Exception):
+                    handler = value  # as FastAPI's build_middleware_stack picks it
+            self._edge_entry = ServerErrorMiddleware(edge, handler=handler, debug=self.debug)
+        return stack
+
+    def _outer_layers_idle(self, edge: EdgeMiddleware) -> bool:
+        """Whether FastAPI's layers outside the edge would only pass a request on."""
+        telemetry = getattr(self, "_native_telemetry", None)
+        outermost: Any = self.user_middleware[0].cls
+        return (
+            outermost is EdgeMiddleware  # no CORS middleware outside it
+            and getattr(self, "max_body_size", None) is None
+            and not self.root_path
+            and (telemetry is None or not telemetry.enabled())
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        entry, edge = self._edge_entry, self._edge
+        if entry is not None and edge is not None and scope["type"] == "http":
+            found = edge.lean_match(scope)
+            if found is not None:
+                scope["app"] = self
+                scope[_MATCHED] = found
+                await entry(scope, receive, send)
+                return
+        await super().__call__(scope, receive, send)

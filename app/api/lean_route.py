@@ -340,6 +340,8 @@ class HotRoutes(BaseRoute):
         itself: the matched route's :class:`Lean` and the scope entries the router would
         set; None when no hot route with a lean path matches. A request no hot route
         matches is marked so that :meth:`matches` does not look again."""
+        if _COLD in scope:
+            return None
         found = self._match(scope)
         if found is None:
             scope[_COLD] = True

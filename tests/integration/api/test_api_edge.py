@@ -4,9 +4,11 @@ answers FastAPI's own stack gives: errors, fallbacks, metrics and the request ru
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from api_helpers import make_settings
 from starlette.testclient import TestClient
 
 from app.api import create_app
@@ -85,3 +87,52 @@ def test_before_the_broker_serves_a_hot_route_answers_503(settings: Settings) ->
     client = TestClient(create_app(settings), raise_server_exceptions=False)
     r = client.post("/topics/t/records", content=ONE, headers=JSON)
     assert (r.status_code, r.json()["error_code"]) == (503, "BROKER_NOT_AVAILABLE")
+
+
+def _outer_layer_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Paths of the requests that passed FastAPI's own outer layers."""
+    from fastapi.telemetry._asgi import ExceptionTelemetryMiddleware
+
+    seen: list[str] = []
+    original = ExceptionTelemetryMiddleware.__call__
+
+    async def spy(self: Any, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            seen.append(scope["path"])
+        await original(self, scope, receive, send)
+
+    monkeypatch.setattr(ExceptionTelemetryMiddleware, "__call__", spy)
+    return seen
+
+
+def test_hot_requests_skip_fastapis_outer_layers_unless_cors_is_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen = _outer_layer_calls(monkeypatch)
+    with TestClient(create_app(make_settings(tmp_path / "a")), raise_server_exceptions=False) as c:
+        c.post("/topics/t/records", content=ONE, headers=JSON).raise_for_status()
+        c.get("/healthz").raise_for_status()
+    assert seen == ["/healthz"]
+    seen.clear()
+    page = "http://page.example"
+    settings = make_settings(tmp_path / "b", cors_allowed_origins=[page])
+    with TestClient(create_app(settings), raise_server_exceptions=False) as c:
+        r = c.post("/topics/t/records", content=ONE, headers={**JSON, "origin": page})
+        assert r.status_code == 200, r.text
+        assert r.headers["access-control-allow-origin"] == page
+    assert seen == ["/topics/t/records"]
+
+
+def test_an_unhandled_error_in_a_hot_route_answers_the_apps_500(
+    edge_client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from app.api.routers import records
+
+    def broken(*args: Any) -> Any:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(records, "parse_produce_body", broken)
+    r = edge_client.post("/topics/t/records", content=ONE, headers=JSON)
+    assert r.status_code == 500
+    assert r.json()["error_code"] == "UNKNOWN_SERVER_ERROR"
+    assert r.json()["message"] == "internal error: RuntimeError"
