@@ -183,22 +183,15 @@ def json_records(
     for r in decode_records(data, min_offset=offset):
         if limit is not None and len(records) >= limit:
             return records, records[-1]["offset"] + 1 if records else offset
-        key: Any = r.key
-        value: Any = r.value
-        if not json_key:
-            key = decode_key(key)
-        elif key is not None:
-            try:
-                key = loads(key)
-            except malformed:
-                key = key.decode("utf-8", "replace")
-        if not json_value:
-            value = decode_value(value)
-        elif value is not None:
-            try:
-                value = loads(value)
-            except malformed:
-                value = value.decode("utf-8", "replace")
+        raw_key, raw_value = r.key, r.value
+        try:
+            key = decode_key(raw_key) if not json_key or raw_key is None else loads(raw_key)
+            value = (
+                decode_value(raw_value) if not json_value or raw_value is None else loads(raw_value)
+            )
+        except malformed:
+            # Bytes that are not JSON (another client's): the codec answers them as text.
+            key, value = decode_key(raw_key), decode_value(raw_value)
         append(
             {
                 "offset": r.offset,
