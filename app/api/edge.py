@@ -79,6 +79,7 @@ class EdgeMiddleware:
         self._guard = RequestGuard(self._dispatch, openapi)
         self._quotas = QuotaMiddleware(self._guarded, quotas)
         self._quota_manager = quotas.manager
+        self._has_security = security is not None
         self._secured: ASGIApp = (
             self._after_security if security is None else security(self._after_security)
         )
@@ -125,7 +126,7 @@ class EdgeMiddleware:
         try:
             if not self._origin.allowed(scope):
                 await self._origin(scope, counting_receive, counting_send)  # answers the 403
-            elif self._secured is not self._after_security:
+            elif self._has_security:
                 await self._secured(scope, counting_receive, counting_send)
             elif self._quota_manager.config:
                 await self._quotas(scope, counting_receive, counting_send)
