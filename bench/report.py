@@ -351,6 +351,12 @@ EDGE_NAMES = {
 }
 
 
+def _edge_cpu(f: dict[str, Any]) -> str:
+    """The broker's CPU per request, when the figure has it (older results do not)."""
+    cpu = f.get("broker_cpu_us_per_request")
+    return "" if cpu is None else f", broker CPU {cpu} us/request"
+
+
 def _edge_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     """Small requests under wrk (issue #14), against the same run's /healthz."""
     e = r.get("http_edge")
@@ -368,7 +374,7 @@ def _edge_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str]]:
                 (
                     f"HTTP edge, wrk {conns} connections: {label}",
                     f"{_num(f['requests_per_s'])} req/s, p50 {f['p50_ms']} ms, "
-                    f"p99 {f['p99_ms']} ms",
+                    f"p99 {f['p99_ms']} ms" + _edge_cpu(f),
                     f"/healthz: {_num(floor['requests_per_s'])} req/s",
                     f"{f['ratio_to_healthz']}x",
                 )
@@ -380,7 +386,7 @@ def _edge_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str]]:
             (
                 "HTTP edge, wrk 64 connections: 1 keyed JSON record, LOGBUS_GROUP_COMMIT_INLINE=true",
                 f"{_num(f['requests_per_s'])} req/s, p50 {f['p50_ms']} ms, p99 {f['p99_ms']} ms, "
-                f"{f.get('appends_per_request', '-')} appends per request",
+                f"{f.get('appends_per_request', '-')} appends per request" + _edge_cpu(f),
                 f"/healthz: {_num(joined['healthz']['requests_per_s'])} req/s",
                 f"{f['ratio_to_healthz']}x",
             )
@@ -487,7 +493,10 @@ How each figure is taken:
   until `/metadata` on a survivor names a new leader); the broker is
   restarted and back in the ISR before the next kill.
 - HTTP edge: `python -m bench.http_edge` — `wrk -t2` at 8 and 64 keep-alive
-  connections, 10 s per figure, against one broker with default settings:
+  connections, each figure the median of 3 runs of 5 s taken in turn with the
+  others (the ratio: the median of each run's ratio to the same round's
+  `/healthz`), with the broker's CPU time per request, against one broker with
+  default settings:
   `/healthz` (the same run's baseline), one-record JSON produce keyed and
   unkeyed, 10 and 100 records per request, a JSON fetch of ~20 records;
   WebSocket produce of one keyed record per message from a Python client

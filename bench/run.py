@@ -91,7 +91,7 @@ def _robustness(quick: bool) -> dict[str, Any]:
 def _http_edge(quick: bool) -> dict[str, Any]:
     from bench import http_edge
 
-    return http_edge.run(seconds=5 if quick else 10)
+    return http_edge.run(seconds=5, rounds=1 if quick else 3)
 
 
 def _sdk(quick: bool) -> dict[str, Any]:

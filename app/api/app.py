@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
@@ -14,10 +15,9 @@ from fastapi.routing import APIRoute
 from starlette.middleware.cors import CORSMiddleware
 
 from app.api import errors, openapi_docs, quotas, security, ws
-from app.api.browsers import OriginGuard
-from app.api.guards import RequestGuard
+from app.api.edge import EdgeApp, EdgeMiddleware
 from app.api.lean_route import HotRoutes
-from app.api.metrics import MetricsMiddleware, PartitionCollector
+from app.api.metrics import PartitionCollector
 from app.api.routers import ALL
 from app.api.routers import acls as acl_routes
 from app.api.routers import groups as group_routes
@@ -167,7 +167,8 @@ def create_app(settings: Settings, manager: LogManager | None = None) -> FastAPI
                 await asyncio.to_thread(state.manager.shutdown)
                 state.manager = None
 
-    app = FastAPI(
+    # FastAPI, with produce and fetch entering at the edge middleware (app/api/edge.py).
+    app = EdgeApp(
         title="Logbus",
         version=_version(),
         description=DESCRIPTION,
@@ -181,16 +182,11 @@ def create_app(settings: Settings, manager: LogManager | None = None) -> FastAPI
     install_offline_docs(app)
     state.registry.register(PartitionCollector(state))
     errors.install(app)
-    # Inside the metrics middleware: refused requests are counted too.
-    app.add_middleware(RequestGuard, openapi=lambda: app.openapi())
-    # Inside the security middleware, which names the principal (app/api/quotas.py).
     app.state.logbus_quotas = quota_state = quotas.build(settings)
-    app.add_middleware(quotas.QuotaMiddleware, quotas=quota_state)
-    # Outside the guard: a request without valid credentials learns nothing, not even
-    # which media types a route takes (app/api/security.py).
     app.state.logbus_security = guard = security.build(settings)
+    secured = None
     if guard is not None:
-        app.add_middleware(
+        secured = partial(
             security.SecurityMiddleware,
             security=guard,
             openapi=lambda: app.openapi(),
@@ -199,9 +195,19 @@ def create_app(settings: Settings, manager: LogManager | None = None) -> FastAPI
             ),
             topic_exists=lambda topic: _topic_exists(state, topic),
         )
-    # Pages from origins not allowed are refused before any route (app/api/browsers.py).
-    app.add_middleware(OriginGuard, origins=settings.cors_allowed_origins)
-    app.add_middleware(MetricsMiddleware)
+    # Produce and fetch are looked up before FastAPI walks every router (app/api/lean_route.py).
+    hot = HotRoutes(app.router)
+    # Metrics, origins, security (outside quotas, which need the principal, and outside
+    # the media-type rules: a request without valid credentials learns nothing), quotas,
+    # request rules and the hot routes' dispatch, in one layer (app/api/edge.py).
+    app.add_middleware(
+        EdgeMiddleware,
+        origins=settings.cors_allowed_origins,
+        quotas=quota_state,
+        openapi=lambda: app.openapi(),
+        hot=hot,
+        security=secured,
+    )
     if settings.cors_allowed_origins:
         # Outermost: preflights are answered and every answer (errors too) carries the
         # Access-Control-* headers an allowed page needs to read it.
@@ -226,8 +232,7 @@ def create_app(settings: Settings, manager: LogManager | None = None) -> FastAPI
         quotas.router,
     ):
         app.include_router(router)
-    # Produce and fetch are looked up before FastAPI walks every router (app/api/lean_route.py).
-    app.router.routes.insert(0, HotRoutes(app.router))
+    app.router.routes.insert(0, hot)
     ws.install(app, state)
 
     def openapi() -> dict[str, Any]:

@@ -98,7 +98,7 @@ class OriginGuard:
         self.policy = OriginPolicy(origins)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] not in ("http", "websocket") or self._allowed(scope):
+        if scope["type"] not in ("http", "websocket") or self.allowed(scope):
             await self.app(scope, receive, send)
             return
         if scope["type"] == "websocket":
@@ -110,21 +110,15 @@ class OriginGuard:
         error = OriginNotAllowed(origin.decode("latin-1") if origin is not None else None)
         await response_for(error)(scope, receive, send)
 
-    def _allowed(self, scope: Scope) -> bool:
-        origin: bytes | None = None
-        fetch_site: bytes | None = None
-        fetch_mode: bytes | None = None
-        host: bytes | None = None
-        for name, value in scope["headers"]:
-            if name == b"origin":
-                origin = value
-            elif name == b"sec-fetch-site":
-                fetch_site = value
-            elif name == b"sec-fetch-mode":
-                fetch_mode = value
-            elif name == b"host":
-                host = value
+    def allowed(self, scope: Scope) -> bool:
+        """Whether the module docstring's rules let ``scope`` through (no answer sent)."""
+        # One dict built in C costs less than a Python loop over the headers. A repeated
+        # header keeps its last value, as the loop did.
+        headers = dict(scope["headers"])
+        origin = headers.get(b"origin")
         if origin is None:
+            fetch_site = headers.get(b"sec-fetch-site")
+            fetch_mode = headers.get(b"sec-fetch-mode")
             if fetch_site not in _CROSS:
                 return True  # not a browser, or the broker's own page
             return (
@@ -132,6 +126,7 @@ class OriginGuard:
                 and fetch_mode == b"navigate"
                 and (scope["method"] in ("GET", "HEAD"))
             )
+        host = headers.get(b"host")
         return self.policy.allows(
             origin.decode("latin-1"),
             host.decode("latin-1") if host is not None else None,

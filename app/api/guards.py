@@ -22,7 +22,8 @@ The rules come from the served OpenAPI spec, read on the first request that
 needs them (every router is included by then): a route accepts what it
 documents, no more. Requests that
 carry no body and no repeated query parameter cost one scan of the query
-string and no route lookup.
+string and no route lookup; the others one dict lookup once their path has been
+seen (the route regexes run once per method and path, as in app/api/security.py).
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ from app.api.codec import BodyInvalid
 from app.api.errors import UnsupportedMediaType, response_for
 from app.common.errors import InvalidRequest
 
+# Paths whose operation is remembered, at most (cleared whole when full): a produce loop
+# asks the same few paths over and over.
+ROUTE_CACHE_SIZE = 10_000
 # Methods whose requests carry a body worth checking.
 _BODY_METHODS = frozenset(("POST", "PUT", "PATCH"))
 _PLACEHOLDER = re.compile(r"\{[^}/]+\}")
@@ -136,27 +140,38 @@ class RequestGuard:
         self.app = app
         self._openapi = openapi
         self._table: list[_Path] | None = None
+        self._found: dict[tuple[str, str], _Operation | None] = {}
 
     def _find(self, scope: Scope) -> _Operation | None:
+        key = (scope["method"], scope["path"])
+        try:
+            return self._found[key]
+        except KeyError:
+            pass
         if self._table is None:
             self._table = route_table(self._openapi())
-        path = scope["path"]
+        found = None
         for entry in self._table:
-            if entry.pattern.match(path):
-                return entry.operations.get(scope["method"])
-        return None
+            if entry.pattern.match(key[1]):
+                found = entry.operations.get(key[0])
+                break
+        if len(self._found) >= ROUTE_CACHE_SIZE:
+            self._found.clear()
+        self._found[key] = found
+        return found
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        error = self._check(scope)
+        error = self.check(scope)
         if error is not None:
             await response_for(error)(scope, receive, send)
             return
         await self.app(scope, receive, send)
 
-    def _check(self, scope: Scope) -> InvalidRequest | None:
+    def check(self, scope: Scope) -> InvalidRequest | None:
+        """The error to answer ``scope``'s HTTP request with, or None when it passes."""
         duplicates = duplicate_parameters(scope.get("query_string", b""))
         has_body = False
         headers: dict[bytes, bytes] = {}

@@ -204,6 +204,25 @@ def lean_reader(route: Any) -> Callable[[Request], dict[str, Any] | None] | None
     return read
 
 
+@dataclass(frozen=True, slots=True)
+class Lean:
+    """A route's lean path in one build context: its argument reader and its endpoint."""
+
+    read: Callable[[Request], dict[str, Any] | None]
+    endpoint: Callable[..., Coroutine[Any, Any, Response]]
+
+    async def call(self, kwargs: dict[str, Any]) -> Response:
+        response = await self.endpoint(**kwargs)
+        if not isinstance(response, Response):
+            raise TypeError(f"{self.endpoint.__name__} must return a Response on a LeanRoute")
+        return response
+
+
+# Where a LeanRoute leaves its Lean on the object it was built for (the route itself,
+# or the context FastAPI includes it in), for HotRoutes to find.
+LEAN_ATTRIBUTE = "logbus_lean"
+
+
 class LeanRoute(APIRoute):
     """An APIRoute whose requests skip FastAPI's argument resolution when
     :func:`lean_reader` can read them (see the module docstring); the schema, the
@@ -215,25 +234,32 @@ class LeanRoute(APIRoute):
             return slow
         # As APIRoute.get_route_handler: an included route is built in its context.
         context = _CONTEXT_VAR.get()
-        read = lean_reader(
-            context if context is not None and context.original_route is self else self
-        )
+        target = context if context is not None and context.original_route is self else self
+        read = lean_reader(target)
         endpoint = self.endpoint
         # Only coroutine endpoints, which build their own Response (FastAPI's handler
-        # would otherwise serialize a return value through the response model).
-        if read is None or not inspect.iscoroutinefunction(endpoint):
+        # would otherwise serialize a return value through the response model). A body
+        # size limit of the including router is FastAPI's to apply.
+        if (
+            read is None
+            or not inspect.iscoroutinefunction(endpoint)
+            or getattr(target, "max_body_size", None) is not None
+        ):
             return slow
+        lean = Lean(read, endpoint)
+        setattr(target, LEAN_ATTRIBUTE, lean)
 
         async def handler(request: Request) -> Response:
             kwargs = read(request)
             if kwargs is None:
                 return await slow(request)
-            response = await endpoint(**kwargs)
-            if not isinstance(response, Response):
-                raise TypeError(f"{endpoint.__name__} must return a Response on a LeanRoute")
-            return response
+            return await lean.call(kwargs)
 
         return handler
+
+
+# Scope key: no hot route matches this request (set by HotRoutes.lean_match).
+_COLD = "logbus.cold"
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,6 +268,7 @@ class _Hot:
     regex: re.Pattern[str]
     convertors: dict[str, Any]
     app: Any
+    lean: Lean | None
 
 
 class HotRoutes(BaseRoute):
@@ -275,14 +302,19 @@ class HotRoutes(BaseRoute):
                 original = context.original_route
                 if not isinstance(original, LeanRoute) or context.app is None:
                     continue
-                hot = _Hot(original, context.path_regex, context.param_convertors, context.app)
+                hot = _Hot(
+                    original,
+                    context.path_regex,
+                    context.param_convertors,
+                    context.app,
+                    getattr(context, LEAN_ATTRIBUTE, None),
+                )
                 for method in context.methods or ():
                     table.setdefault(method, []).append(hot)
         return table
 
-    def matches(self, scope: Scope) -> tuple[Match, Scope]:
-        if scope["type"] != "http":
-            return Match.NONE, {}
+    def _match(self, scope: Scope) -> tuple[_Hot, Scope] | None:
+        """The hot route of an HTTP ``scope`` and the scope entries the router would set."""
         if self._table is None:
             self._table = self._build()
         candidates = self._table.get(scope["method"])
@@ -295,14 +327,51 @@ class HotRoutes(BaseRoute):
                 params = dict(scope.get("path_params", {}))
                 for key, value in found.groupdict().items():
                     params[key] = hot.convertors[key].convert(value)
-                return Match.FULL, {
+                return hot, {
                     "endpoint": hot.route.endpoint,
                     "path_params": params,
                     "route": hot.route,
                     "logbus.hot": hot,
                 }
-        return Match.NONE, {}
+        return None
+
+    def lean_match(self, scope: Scope) -> tuple[Lean, Scope] | None:
+        """For the app's edge middleware (app/api/edge.py), which dispatches hot requests
+        itself: the matched route's :class:`Lean` and the scope entries the router would
+        set; None when no hot route with a lean path matches. A request no hot route
+        matches is marked so that :meth:`matches` does not look again."""
+        if _COLD in scope:
+            return None
+        found = self._match(scope)
+        if found is None:
+            scope[_COLD] = True
+            return None
+        if found[0].lean is None:
+            return None
+        return found[0].lean, found[1]
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        if scope["type"] != "http" or _COLD in scope:
+            return Match.NONE, {}
+        found = self._match(scope)
+        if found is None:
+            return Match.NONE, {}
+        return Match.FULL, found[1]
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         hot: _Hot = scope["logbus.hot"]
+        lean = hot.lean
+        if lean is not None:
+            # The lean path calls the endpoint itself: FastAPI's request wrapper (two
+            # AsyncExitStacks for dependencies with yield, which a lean route has none
+            # of, and an exception wrapper that the app's ExceptionMiddleware repeats)
+            # cost more than the endpoint's own work on a one-record produce. An error
+            # raised here reaches that ExceptionMiddleware, which answers it with the
+            # same handlers.
+            request = Request(scope, receive, send)
+            kwargs = lean.read(request)
+            if kwargs is not None:
+                response = await lean.call(kwargs)
+                await response(scope, receive, send)
+                return
         await hot.app(scope, receive, send)

@@ -4,7 +4,7 @@ A client that never finishes its request head, trickles a body a byte a second, 
 300 MB header line or opens sockets until the broker runs out of descriptors costs the
 broker for as long as it is let: every limit here is a setting with a safe default
 (``app.config.Settings``, Kafka's names where Kafka has one), enforced by the server's
-protocol (:class:`app.api.server.GuardedHttpToolsProtocol`) before the request reaches
+protocol (:class:`app.api.protocol.GuardedHttpToolsProtocol`) before the request reaches
 the app:
 
 ===========================  ===================================  ============================

@@ -31,7 +31,7 @@ refused for its size (``max_request_bytes`` and ``fetch_max_bytes`` bound it).
 
 Waiting cannot deadlock: every reservation is released when its answer completes or its
 connection dies, and a client that takes none of an answer is cut after
-``send_timeout_ms`` (:class:`app.api.server.GuardedHttpToolsProtocol`, WebSocket frames in
+``send_timeout_ms`` (:class:`app.api.protocol.GuardedHttpToolsProtocol`, WebSocket frames in
 :mod:`app.api.ws.subscribe`), so held memory always frees within that time. A fetch that
 still cannot reserve within ``memory_wait_timeout_ms`` answers 503
 ``BROKER_NOT_AVAILABLE`` (retriable) rather than hold its client indefinitely.
@@ -71,7 +71,7 @@ from app.common.errors import BrokerNotAvailable
 logger = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
-# The scope extension the listener offers (app.api.server): on_drained(callback).
+# The scope extension the listener offers (app.api.protocol): on_drained(callback).
 DRAINED_EXTENSION = "logbus.drained"
 # Parsing a JSON produce body with orjson and encoding its records peaks at about 8 times
 # the body (measured: 100 MB body, 820 MB peak); a quarter of the peak is the body bytes
@@ -384,7 +384,7 @@ class HeldJSON(Response):
     """A JSON answer that holds its memory reservation until the client has taken it.
 
     Released when the transport's buffer has drained (through the listener's
-    ``logbus.drained`` scope extension, :mod:`app.api.server`), or when the connection is
+    ``logbus.drained`` scope extension, :mod:`app.api.protocol`), or when the connection is
     lost; without the extension (another server, a test transport) once it is sent."""
 
     media_type = "application/json"

@@ -10,7 +10,6 @@ renders both.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -18,7 +17,7 @@ from prometheus_client import REGISTRY, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Scope
 
 from app.common.errors import LogbusError
 
@@ -65,49 +64,18 @@ def route_template(scope: Scope) -> str:
     return path if isinstance(path, str) else UNMATCHED
 
 
-class MetricsMiddleware:
-    """Counts every HTTP request by the route it matched, not its raw path (bounded labels)."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        start = time.perf_counter()
-        received = 0
-        sent = 0
-        status = 500
-
-        async def counting_receive() -> Message:
-            nonlocal received
-            message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-            return message
-
-        async def counting_send(message: Message) -> None:
-            nonlocal sent, status
-            kind = message["type"]
-            if kind == "http.response.start":
-                status = message["status"]
-            elif kind == "http.response.body":
-                sent += len(message.get("body", b""))
-            elif kind == "http.response.zerocopysend":
-                sent += int(message.get("count") or 0)
-            await send(message)
-
-        try:
-            await self.app(scope, counting_receive, counting_send)
-        finally:
-            children = _children(scope["method"], route_template(scope), status)
-            children.requests.inc()
-            children.latency.observe(time.perf_counter() - start)
-            if received:
-                children.bytes_in.inc(received)
-            if sent:
-                children.bytes_out.inc(sent)
+def count_request(scope: Scope, status: int, seconds: float, received: int, sent: int) -> None:
+    """Count one answered HTTP request by the route it matched, not its raw path (bounded
+    labels): its status, its latency from request start to the end of the response body,
+    and its body bytes in and out (zero-copy file bytes included). Called by the app's
+    edge middleware (app/api/edge.py) outside every check, so refused requests count too."""
+    children = _children(scope["method"], route_template(scope), status)
+    children.requests.inc()
+    children.latency.observe(seconds)
+    if received:
+        children.bytes_in.inc(received)
+    if sent:
+        children.bytes_out.inc(sent)
 
 
 class _Children(NamedTuple):

@@ -6,7 +6,7 @@ distinguished name in RFC 2253 form, most specific part first, no spaces
 (``User:CN=alice,OU=eng,O=Example``). The same string is produced here (RFC 4514, the
 successor of 2253, as ``cryptography`` writes it), so ACLs written for Kafka apply.
 
-The HTTP protocol (app/api/server.py) records the name when a connection that presented
+The HTTP protocol (app/api/protocol.py) records the name when a connection that presented
 a certificate is made and forgets it when the connection is lost (a WebSocket keeps its
 connection, so it keeps the name too). The ASGI scope of both HTTP and WebSocket carries
 ``client`` and ``server`` addresses, which together name one live TCP connection:

@@ -4,7 +4,7 @@ Binary fetches answer with the segment bytes exactly as they lie on disk
 (zero-copy fetch, docs/ARCHITECTURE.md), so the body never needs to pass through Python
 buffers. The ASGI server says whether it can do that by offering the
 ``http.response.zerocopysend`` extension in ``scope["extensions"]``; our
-uvicorn protocol (``app.api.server``) does. Any other server gets the same
+uvicorn protocol (``app.api.zerocopy_protocol``) does. Any other server gets the same
 bytes read with ``os.pread``.
 
 Message shape, as in the ASGI zero-copy send extension::

@@ -18,8 +18,9 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
+import orjson
 from fastapi import APIRouter, Path, Query, Request
 from starlette.responses import Response
 
@@ -164,10 +165,13 @@ _NO_FSYNC = LONG_MAX
 def appends_inline(work: Sequence[tuple[Target, bytes | bytearray]], inline_max_bytes: int) -> bool:
     """Whether ``work`` is appended on the event loop: at most ``inline_max_bytes`` in all,
     and no partition fsyncs per append (flush.messages), which must never block the loop."""
-    return (
-        inline_max_bytes > 0
-        and sum(len(data) for _, data in work) <= inline_max_bytes
-        and all(t.log.config.flush_messages == _NO_FSYNC for t, _ in work)
+    if inline_max_bytes <= 0:
+        return False
+    if len(work) == 1:  # the usual request: one partition, no generator frames
+        target, data = work[0]
+        return len(data) <= inline_max_bytes and target.log.config.flush_messages == _NO_FSYNC
+    return sum(len(data) for _, data in work) <= inline_max_bytes and all(
+        t.log.config.flush_messages == _NO_FSYNC for t, _ in work
     )
 
 
@@ -207,6 +211,11 @@ def build_batches(
     """
     encode_key = ENCODERS[req.key_format]
     encode_value = ENCODERS[req.value_format]
+    # The default format, json, encoded in the loop (as codec's json encoder does): an
+    # encoder call per key and per value cost more than the encoding.
+    json_key = req.key_format == "json"
+    json_value = req.value_format == "json"
+    dumps = orjson.dumps
     sticky: int | None = None
     builders: dict[int, BatchBuilder] = {}
     counts: dict[int, int] = {}
@@ -215,9 +224,15 @@ def build_batches(
     try:
         for raw_key, raw_value, raw_headers, p, timestamp in req.records:
             field = "key"
-            key = encode_key(raw_key)
+            if not json_key:
+                key = encode_key(raw_key)
+            else:
+                key = None if raw_key is None else dumps(raw_key)
             field = "value"
-            value = encode_value(raw_value)
+            if not json_value:
+                value = encode_value(raw_value)
+            else:
+                value = None if raw_value is None else dumps(raw_value)
             field = "headers"
             headers = encode_headers(raw_headers) if raw_headers else []
             if fixed_partition is not None:
@@ -244,6 +259,11 @@ def build_batches(
     except FormatError as exc:
         # Every record before the bad one was placed: its index is their count.
         raise BodyInvalid.at(f"body.records.{len(placed)}.{field}", str(exc)) from None
+    except orjson.JSONEncodeError as exc:
+        # A json key or value encoded in the loop: the words of codec's json encoder.
+        raise BodyInvalid.at(
+            f"body.records.{len(placed)}.{field}", f"{exc} (format json)"
+        ) from None
     return builders, placed
 
 
@@ -374,15 +394,29 @@ async def _produce(
 
 
 _PRODUCE_ERRORS = error_responses(307, 400, 404, 413, 421, 503, 504)
+_ACKS_0: dict[int | str, dict[str, Any]] = {204: {"description": "Appended (acks=0): no body."}}
+_Endpoint = TypeVar("_Endpoint", bound=Callable[..., Any])
 
 
-@router.post(
+def _json_produce(
+    path: str, summary: str, description: str, examples: Any
+) -> Callable[[_Endpoint], _Endpoint]:
+    """The route decorator of a JSON produce operation (one contract, two paths)."""
+    return router.post(
+        path,
+        summary=summary,
+        description=description,
+        response_model=ProduceResponse,
+        responses={**_PRODUCE_ERRORS, **_ACKS_0},
+        openapi_extra=docs.json_request_body("ProduceRequest", examples),
+    )
+
+
+@_json_produce(
     "/topics/{topic}/records",
-    summary="Produce records (the partitioner picks partitions)",
-    description=docs.PRODUCE,
-    response_model=ProduceResponse,
-    responses={**_PRODUCE_ERRORS, 204: {"description": "Appended (acks=0): no body."}},
-    openapi_extra=docs.json_request_body("ProduceRequest", docs.PRODUCE_EXAMPLES),
+    "Produce records (the partitioner picks partitions)",
+    docs.PRODUCE,
+    docs.PRODUCE_EXAMPLES,
 )
 async def produce(
     topic: TopicPath,
@@ -395,13 +429,11 @@ async def produce(
     return await _produce(state, manager, topic, request, acks, timeout_ms, None)
 
 
-@router.post(
+@_json_produce(
     "/topics/{topic}/partitions/{partition}/records",
-    summary="Produce records to one partition",
-    description=docs.PRODUCE_PARTITION,
-    response_model=ProduceResponse,
-    responses={**_PRODUCE_ERRORS, 204: {"description": "Appended (acks=0): no body."}},
-    openapi_extra=docs.json_request_body("ProduceRequest", docs.PRODUCE_PARTITION_EXAMPLES),
+    "Produce records to one partition",
+    docs.PRODUCE_PARTITION,
+    docs.PRODUCE_PARTITION_EXAMPLES,
 )
 async def produce_to_partition(
     topic: TopicPath,
@@ -442,11 +474,7 @@ def check_transactional_batches(
     summary="Produce raw RecordBatch v2 bytes",
     description=docs.PRODUCE_BATCHES,
     response_model=BatchProduceResponse,
-    responses={
-        **_PRODUCE_ERRORS,
-        409: producer_conflict_doc(),
-        204: {"description": "Appended (acks=0): no body."},
-    },
+    responses={**_PRODUCE_ERRORS, 409: producer_conflict_doc(), **_ACKS_0},
     openapi_extra=docs.BINARY_REQUEST_BODY,
 )
 async def produce_batches(

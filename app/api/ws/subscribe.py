@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from starlette.websockets import WebSocket
 
-from app.api.routers.fetch import aborted_pairs, json_records, read_log
+from app.api.routers.fetch import aborted_pairs, json_records, read_log, records_answer
 from app.api.security import authorize
 from app.api.util import INLINE_WORK_BYTES, leader_log, partition_count, run_blocking
 from app.api.ws import common
@@ -268,16 +268,7 @@ def _json_frame(
     if not records:
         return None, 0, used, next_offset, first
     frame = orjson.dumps(
-        {
-            "type": "records",
-            "topic": topic,
-            "partition": partition,
-            "high_watermark": info.high_watermark,
-            "last_stable_offset": info.last_stable_offset,
-            "log_start_offset": info.log_start_offset,
-            "next_offset": next_offset,
-            "records": records,
-        }
+        {"type": "records", **records_answer(topic, partition, info, next_offset, records)}
     ).decode()
     return frame, len(records), used, next_offset, first
 

@@ -11,10 +11,11 @@ from hypothesis import strategies as st
 from app.api.codec import DECODERS, ENCODERS, FormatError, decode_headers, encode_headers
 from app.api.errors import STATUS_BY_ERROR, NotAcceptable, status_for
 from app.api.models import Header
-from app.api.routers.fetch import negotiate
+from app.api.routers.fetch import json_records, negotiate
 from app.api.routers.offsets import parse_at
 from app.api.routers.records import parse_acks
 from app.common import errors as core
+from app.common.batch import BatchBuilder
 
 
 @given(st.binary(max_size=200))
@@ -178,3 +179,20 @@ def test_base64_standard_alphabet() -> None:
     assert ENCODERS["binary"](base64.b64encode(b"\xfb\xff").decode()) == b"\xfb\xff"
     with pytest.raises(FormatError):
         ENCODERS["binary"](base64.urlsafe_b64encode(b"\xfb\xff").decode())
+
+
+@pytest.mark.parametrize("key_format", ["json", "string", "binary"])
+@pytest.mark.parametrize("value_format", ["json", "string", "binary"])
+def test_json_records_decode_as_the_codecs_decoders(key_format: str, value_format: str) -> None:
+    """The fetch loop decodes json in place (app/api/routers/fetch.py): same answers as
+    DECODERS, for JSON, text that is not JSON, bytes that are not UTF-8 and nulls."""
+    samples = [b'{"a": 1}', b"plain", b"\xff\xfe", None, b"7", b'"s"']
+    builder = BatchBuilder()
+    for i, value in enumerate(samples):
+        builder.append(value, samples[-1 - i], [], 1000 + i)
+    records, next_offset = json_records(builder.build(), 0, key_format, value_format)
+    assert next_offset == len(samples)
+    assert [(r["key"], r["value"]) for r in records] == [
+        (DECODERS[key_format](samples[-1 - i]), DECODERS[value_format](value))
+        for i, value in enumerate(samples)
+    ]

@@ -1,4 +1,4 @@
-"""The single-write response path (app/api/server.py ``single_write``/``HeadWithBody``).
+"""The single-write response path (app/api/single_write.py ``single_write``/``HeadWithBody``).
 
 It changes how many ``transport.write`` calls carry an answer, never its bytes: the
 property test drives uvicorn's own ``RequestResponseCycle`` with the same ASGI messages
@@ -26,12 +26,8 @@ from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
-from app.api.server import (
-    SINGLE_WRITE_MAX_BODY_BYTES,
-    PlainHttpToolsProtocol,
-    ZeroCopyHttpToolsProtocol,
-    single_write,
-)
+from app.api.single_write import SINGLE_WRITE_MAX_BODY_BYTES, single_write
+from app.api.zerocopy_protocol import PlainHttpToolsProtocol, ZeroCopyHttpToolsProtocol
 
 
 class RecordingTransport(asyncio.Transport):

@@ -25,8 +25,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from app.api.memory import DRAINED_EXTENSION
-from app.api.server import PlainHttpToolsProtocol, ZeroCopyHttpToolsProtocol
 from app.api.zerocopy import ZEROCOPY_EXTENSION, ZeroCopyResponse
+from app.api.zerocopy_protocol import PlainHttpToolsProtocol, ZeroCopyHttpToolsProtocol
 
 SIZE = 24 * 1024 * 1024 + 7
 
