@@ -557,3 +557,35 @@ def test_topic_configs_need_describe_configs(secured: TestClient, who: Who) -> N
     assert described["configs"] == {} and described["partitions"]
     _set_alice(c, w, [acl(T, "orders", "DESCRIBE"), acl(T, "orders", "ALTER_CONFIGS")])
     assert "retention.ms" in c.get("/topics/orders", headers=w.alice).json()["configs"]
+
+
+def test_a_regex_subscription_matches_only_topics_the_member_may_describe(
+    secured: TestClient, who: Who
+) -> None:
+    """Kafka filters metadata by DESCRIBE: a pattern subscription resolves to the matching
+    topics the member's principal may DESCRIBE, and follows a new ACL at its next
+    heartbeat. A super user's pattern matches all."""
+    c = secured
+    for name in ("pay-a", "pay-b", "pay-secret", "other"):
+        _topic(c, who, name)
+    _set_alice(c, who, [acl("GROUP", "rx", "READ"), acl(T, "pay-a", "DESCRIBE"),
+                        acl(T, "pay-b", "READ"), acl(T, "other", "DESCRIBE")])  # fmt: skip
+
+    def beat(headers: dict[str, str], group: str, body: dict[str, Any]) -> dict[str, Any]:
+        r = c.post(f"/groups/{group}/heartbeat", json=body, headers=headers)
+        assert r.status_code == 200, r.text
+        answer: dict[str, Any] = r.json()
+        return answer
+
+    def topics_of(answer: dict[str, Any]) -> set[str]:
+        return {tp["topic"] for tp in answer["assignment"]["partitions"]}
+
+    join = {"member_id": "", "member_epoch": 0, "subscribed_topic_regex": "pay-.*"}
+    first = beat(who.alice, "rx", join)
+    assert topics_of(first) == {"pay-a", "pay-b"}
+    described = c.get("/groups/rx", headers=who.root).json()
+    assert described["members"][0]["subscribed_topic_regex"] == "pay-.*"
+    _add_acls(c, who, [acl(T, "pay-", "DESCRIBE") | {"pattern_type": "PREFIXED"}])
+    again = {"member_id": first["member_id"], "member_epoch": first["member_epoch"]}
+    assert topics_of(beat(who.alice, "rx", again)) == {"pay-a", "pay-b", "pay-secret"}
+    assert topics_of(beat(who.root, "rx-root", join)) == {"pay-a", "pay-b", "pay-secret"}
