@@ -5,6 +5,7 @@ connections), admin and WebSocket subscription carrying credentials."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -127,6 +128,21 @@ def test_cli_and_sdk_against_a_secured_broker(secured: Broker) -> None:
     assert answer.status_code == 403
     assert answer.json()["error_code"] == "TOPIC_AUTHORIZATION_FAILED"
     assert "DENIED principal=User:alice" in secured.log()
+
+    # remove with several principals and operations: one DeleteAcls call of one filter per
+    # pair; MATCH selects the prefixed bindings that apply to topic "payments".
+    r = logbus(secured, "acls", "add", "--allow-principal", "User:alice", "--allow-principal",
+               "User:bob", "--operation", "Describe", "--operation", "Write", "--topic", "pay",
+               "--resource-pattern-type", "prefixed", creds=admin)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    r = logbus(secured, "acls", "remove", "--topic", "payments", "--resource-pattern-type",
+               "match", "--principal", "User:alice", "--principal", "User:bob", "--operation",
+               "Describe", "--operation", "Write", "--operation", "Read", creds=admin)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    removed = {(a["principal"], a["operation"]) for a in json.loads(r.stdout)}
+    assert removed == {(p, op) for p in ("User:alice", "User:bob") for op in ("DESCRIBE", "WRITE")}
+    with Admin(secured.url, auth=admin) as a:
+        assert [x["resource_name"] for x in a.describe_acls()] == ["orders"]
 
 
 def test_a_producer_whose_producer_id_is_refused_fails_fast(secured: Broker) -> None:
