@@ -89,6 +89,7 @@ def rows(r: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     out += _cluster_rows(r)
     out += _robustness_rows(r)
     out += _edge_rows(r)
+    out += _security_rows(r)
     if xadd:
         out.append(
             ("Redis Streams XADD, pipelined 1,000 (baseline)", f"{_num(xadd)} records/s", "", "")
@@ -387,6 +388,36 @@ def _edge_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     return out
 
 
+SECURITY_FIGURES = (
+    ("produce", "binary produce, 1 MiB batches", "MB/s"),
+    ("fetch", "binary fetch, 8 MiB fetches", "MB/s"),
+    ("json_produce", "JSON produce, 1,000 records/request", "records/s"),
+    ("json_fetch", "JSON fetch, 1 MiB fetches", "records/s"),
+)
+
+
+def _security_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """TLS and authentication + authorization against plaintext, anonymous (issue #15),
+    three brokers in the same run (bench/tls.py)."""
+    t = r.get("tls")
+    if not t or "json_fetch_auth_ratio" not in t:
+        return []
+    out: list[tuple[str, str, str, str]] = []
+    for key, label, unit in SECURITY_FIGURES:
+        suffix = "mb_per_s" if unit == "MB/s" else "records_per_s"
+        plain = f"plaintext, anonymous: {_num(t[f'plain_{key}_{suffix}'])} {unit}"
+        for name, what in (("tls", "TLS"), ("auth", "Basic + ACL authorizer")):
+            out.append(
+                (
+                    f"{what}: {label}",
+                    f"{_num(t[f'{name}_{key}_{suffix}'])} {unit}",
+                    plain,
+                    f"{t[f'{key}_{name}_ratio']:.2f}x",
+                )
+            )
+    return out
+
+
 def table(r: dict[str, Any]) -> str:
     lines = ["| figure | Logbus | baseline / goal | ratio |", "| --- | --- | --- | --- |"]
     lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows(r)]
@@ -471,6 +502,17 @@ How each figure is taken:
   normal client (its own address) loops a keyed one-record produce and a
   small fetch; broker RSS from `/proc`; the time to answer 413 to a head
   declaring an oversized body.
+- TLS and authentication + authorization: `python -m bench.tls` — three brokers
+  in one run, driven in turn each round (7 rounds; figures are medians, ratios
+  the median of each round's ratio): plaintext and
+  anonymous (the baseline), TLS (trustme certificate, TLS 1.3), and plaintext
+  with `authentication=basic`, `authorizer=acl`, every request carrying the
+  Basic credentials of a user holding exactly READ and WRITE on the topics.
+  Binary produce (~1 MiB batches, 2 in flight) and fetch (a 64 MiB partition
+  in 8 MiB fetches: `sendfile` in plaintext, read + SSL write over TLS); JSON
+  produce (1,000 100-byte values a request, 2 in flight) and fetch (100,000
+  records in 1 MiB fetches, parsed by the client). `http.client` on the same
+  two cores, so TLS counts both ends' encryption.
 
 ![Logbus vs Redis Streams](chart.png)
 """

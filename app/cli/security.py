@@ -17,6 +17,7 @@ import argparse
 import getpass
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from app.cli.base import Api, CliError, print_json
@@ -129,6 +130,22 @@ def cmd_acls(api: Api, args: argparse.Namespace) -> int:
     return 0
 
 
+def _client_actions(
+    commands: argparse._SubParsersAction,  # type: ignore[type-arg]
+    client: argparse.ArgumentParser,
+    command: tuple[str, str],
+    *actions: tuple[str, str],
+) -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    """A command (name, help) whose actions (name, help) talk to a broker: each action's
+    parser, with the connection flags of ``client``, for the caller to add its own. The
+    chosen action lands in ``<command>_command``."""
+    name, text = command
+    parser = commands.add_parser(name, help=text)
+    subparsers = parser.add_subparsers(dest=f"{name}_command", required=True, metavar="ACTION")
+    for action, action_text in actions:
+        yield action, subparsers.add_parser(action, parents=[client], help=action_text)
+
+
 def register(
     commands: argparse._SubParsersAction,  # type: ignore[type-arg]
     client: argparse.ArgumentParser,
@@ -150,14 +167,14 @@ def register(
     remove.add_argument("name")
     users.set_defaults(handler=cmd_users)
 
-    acls = commands.add_parser("acls", help="add, list and remove ACLs (Kafka's model)")
-    acl_commands = acls.add_subparsers(dest="acls_command", required=True, metavar="ACTION")
-    for action, text in (
+    for action, p in _client_actions(
+        commands,
+        client,
+        ("acls", "add, list and remove ACLs (Kafka's model)"),
         ("add", "add ACLs"),
         ("list", "list the ACLs a filter selects"),
         ("remove", "remove the ACLs a filter selects"),
     ):
-        p = acl_commands.add_parser(action, parents=[client], help=text)
         p.add_argument("--topic")
         p.add_argument("--group")
         p.add_argument("--transactional-id")
@@ -226,14 +243,14 @@ def register_quotas(
     commands: argparse._SubParsersAction,  # type: ignore[type-arg]
     client: argparse.ArgumentParser,
 ) -> None:
-    quotas = commands.add_parser("quotas", help="list, set and remove client quotas (Kafka's)")
-    quota_commands = quotas.add_subparsers(dest="quotas_command", required=True, metavar="ACTION")
-    for action, text in (
+    for action, p in _client_actions(
+        commands,
+        client,
+        ("quotas", "list, set and remove client quotas (Kafka's)"),
         ("list", "list the quotas (of a user and/or client id)"),
         ("set", "set quotas of a user and/or client id"),
         ("remove", "remove quotas of a user and/or client id"),
     ):
-        p = quota_commands.add_parser(action, parents=[client], help=text)
         p.add_argument("--user", help="a user name (User:alice -> alice), or <default>")
         p.add_argument("--client-id", help="a client id (Logbus-Client-Id), or <default>")
         if action == "set":

@@ -4,8 +4,9 @@ A binding is ``{"resource_type", "resource_name", "pattern_type", "principal", "
 "operation", "permission"}`` with Kafka's names (``app/core/security/acl.py``). Filters
 (describe, delete) take the same fields as query parameters, each optional (absent:
 any), and ``pattern_type=MATCH`` selects every binding that applies to the named
-resource; DeleteAcls also takes several filters at once as a JSON body. Creating and deleting need ALTER on the cluster, describing DESCRIBE
-(``app/api/security.py``); every change goes to the audit log.
+resource; DeleteAcls also takes several filters at once as a JSON body. Creating and
+deleting need ALTER on the cluster, describing DESCRIBE (``app/api/security.py``); every
+change goes to the audit log.
 """
 
 from __future__ import annotations
