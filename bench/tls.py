@@ -16,7 +16,7 @@ Figures:
 
 - binary produce: prebuilt ~1 MiB RecordBatches, two requests in flight (as
   ``bench.http_produce``), MB/s;
-- binary fetch: a ~64 MiB partition read whole in 8 MiB binary fetches on one
+- binary fetch: a ~256 MiB partition read whole in 8 MiB binary fetches on one
   keep-alive connection, MB/s. Plaintext leaves by ``os.sendfile`` (zero-copy); over
   TLS the broker reads the segment and writes through the SSL transport;
 - JSON produce: 1,000 100-byte string values a request, two in flight, records/s;
@@ -24,7 +24,10 @@ Figures:
   (the client parses each answer), records/s.
 
 Ratios: ``tls / plain`` and ``auth / plain`` of each figure, the median over the rounds
-of each round's ratio (the figures of a round are taken one right after the other). The client is the
+of each round's ratio (the figures of a round are taken one right after the other).
+Beside each rate, the broker's CPU seconds per GB (binary) or per million records
+(JSON), from ``/proc/<pid>/stat``, and its ratio likewise: on a shared, loaded machine
+the CPU a request costs the broker is a much steadier measure than a rate. The client is the
 standard library's ``http.client`` (with the same :class:`ssl.SSLContext` the SDK
 uses): it runs on the same two cores as the broker, so the TLS ratio counts both
 sides' encryption.
@@ -61,7 +64,7 @@ from app.common import tls
 from bench.common import free_port, machine, wait_until
 from bench.http_produce import one_mib_batch
 
-FETCH_BYTES = 64 << 20
+FETCH_BYTES = 256 << 20
 FETCH_MAX = 8 << 20
 JSON_PER_REQUEST = 1000
 JSON_PRODUCE_REQUESTS = 200
@@ -92,7 +95,10 @@ def _pki() -> Iterator[dict[str, str]]:
 
 
 @contextlib.contextmanager
-def _broker(env: dict[str, str], scheme: str, verify: ssl.SSLContext | bool) -> Iterator[str]:
+def _broker(
+    env: dict[str, str], scheme: str, verify: ssl.SSLContext | bool
+) -> Iterator[tuple[str, int]]:
+    """A ``logbus serve`` over a fresh data dir: (its URL, its pid)."""
     port = free_port()
     data = tempfile.mkdtemp(prefix="logbus-bench-")
     proc = subprocess.Popen(
@@ -104,7 +110,7 @@ def _broker(env: dict[str, str], scheme: str, verify: ssl.SSLContext | bool) -> 
     url = f"{scheme}://127.0.0.1:{port}"
     try:
         wait_until(lambda: httpx.get(f"{url}/readyz", verify=verify).status_code == 200)
-        yield url
+        yield url, proc.pid
     finally:
         proc.terminate()
         try:
@@ -129,6 +135,13 @@ class Target:
     url: str
     context: ssl.SSLContext | None = None
     headers: dict[str, str] = field(default_factory=dict)
+    pid: int = 0  # the broker's, for its CPU time
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (all its threads) from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _post_loop(target: Target, path: str, body: bytes, content_type: str, requests: int) -> float:
@@ -269,7 +282,7 @@ def _prepare(target: Target, admin: tuple[str, str] | None) -> None:
     json_produce_records_per_s(target, "jf", requests=JSON_FETCH_RECORDS // JSON_PER_REQUEST)
 
 
-def _measure(target: Target, figure: str) -> float:
+def _rate(target: Target, figure: str) -> float:
     if figure == "produce":
         return produce_mb_per_s(target, "p")
     if figure == "fetch":
@@ -277,6 +290,17 @@ def _measure(target: Target, figure: str) -> float:
     if figure == "json_produce":
         return json_produce_records_per_s(target, "jp")
     return json_fetch_records_per_s(target, "jf")
+
+
+def _measure(target: Target, figure: str) -> tuple[float, float]:
+    """(rate, broker CPU seconds per unit moved): per GB for the binary figures, per
+    million records for the JSON ones. CPU time is far steadier than a rate on a shared
+    machine: other processes' load stretches the wall time, not this broker's CPU."""
+    cpu, start = _cpu_seconds(target.pid), time.perf_counter()
+    rate = _rate(target, figure)
+    used, elapsed = _cpu_seconds(target.pid) - cpu, time.perf_counter() - start
+    per = 1e3 if figure in ("produce", "fetch") else 1e6  # MB in a GB, records in a million
+    return rate, used / (rate * elapsed / per)
 
 
 def run(runs: int = 7) -> dict[str, Any]:
@@ -298,14 +322,14 @@ def run(runs: int = 7) -> dict[str, Any]:
             context = tls.client_context(tls.ClientTls(pem["ca"]))
             tls_env = {"LOGBUS_SSL_CERTFILE": pem["cert"], "LOGBUS_SSL_KEYFILE": pem["key"]}
             with (
-                _broker({}, "http", True) as plain,
-                _broker(tls_env, "https", context) as secure,
-                _broker(auth_env, "http", True) as guarded,
+                _broker({}, "http", True) as (plain, plain_pid),
+                _broker(tls_env, "https", context) as (secure, secure_pid),
+                _broker(auth_env, "http", True) as (guarded, guarded_pid),
             ):
                 targets = {
-                    "plain": Target(plain),
-                    "tls": Target(secure, context),
-                    "auth": Target(guarded, None, {"authorization": basic}),
+                    "plain": Target(plain, pid=plain_pid),
+                    "tls": Target(secure, context, pid=secure_pid),
+                    "auth": Target(guarded, None, {"authorization": basic}, guarded_pid),
                 }
                 for name, target in targets.items():
                     _prepare(target, ADMIN if name == "auth" else None)
@@ -313,9 +337,9 @@ def run(runs: int = 7) -> dict[str, Any]:
                 for _ in range(runs):
                     for figure in FIGURES:
                         for name, target in targets.items():
-                            samples.setdefault(f"{name}_{figure}", []).append(
-                                _measure(target, figure)
-                            )
+                            rate, cpu = _measure(target, figure)
+                            samples.setdefault(f"{name}_{figure}", []).append(rate)
+                            samples.setdefault(f"cpu_{name}_{figure}", []).append(cpu)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     units = {
@@ -324,16 +348,24 @@ def run(runs: int = 7) -> dict[str, Any]:
         "json_produce": "records_per_s",
         "json_fetch": "records_per_s",
     }
+    cpu_units = {"produce": "gb", "fetch": "gb", "json_produce": "m", "json_fetch": "m"}
     result: dict[str, Any] = {}
-    for key, values in samples.items():
-        figure = key.split("_", 1)[1]
-        result[f"{key}_{units[figure]}"] = median(values)
+    for name in ("plain", "tls", "auth"):
+        for figure in FIGURES:
+            result[f"{name}_{figure}_{units[figure]}"] = median(samples[f"{name}_{figure}"])
+            cpu = median(samples[f"cpu_{name}_{figure}"])
+            result[f"{name}_{figure}_broker_cpu_s_per_{cpu_units[figure]}"] = cpu
+
+    def paired(key: str, name: str) -> float:
+        # The median of each round's ratio: the figures of a round were taken one right
+        # after the other, so a burst of load from elsewhere hits them alike.
+        pairs = zip(samples[key.format(name)], samples[key.format("plain")], strict=True)
+        return median(a / b for a, b in pairs)
+
     for figure in FIGURES:
         for name in ("tls", "auth"):
-            # The median of each round's ratio: the two figures of a round were taken one
-            # right after the other, so a burst of load from elsewhere hits both.
-            pairs = zip(samples[f"{name}_{figure}"], samples[f"plain_{figure}"], strict=True)
-            result[f"{figure}_{name}_ratio"] = median(a / b for a, b in pairs)
+            result[f"{figure}_{name}_ratio"] = paired(f"{{}}_{figure}", name)
+            result[f"{figure}_{name}_cpu_ratio"] = paired(f"cpu_{{}}_{figure}", name)
     result["samples"] = samples
     result["machine"] = machine()
     return result
