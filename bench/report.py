@@ -90,6 +90,7 @@ def rows(r: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     out += _robustness_rows(r)
     out += _edge_rows(r)
     out += _isolation_rows(r.get("isolation"))
+    out += _security_rows(r)
     if xadd:
         out.append(
             ("Redis Streams XADD, pipelined 1,000 (baseline)", f"{_num(xadd)} records/s", "", "")
@@ -422,6 +423,44 @@ def _isolation_rows(i: dict[str, Any] | None) -> list[tuple[str, str, str, str]]
     return out
 
 
+SECURITY_FIGURES = (
+    ("produce", "binary produce, 1 MiB batches", "MB/s"),
+    ("fetch", "binary fetch, 8 MiB fetches", "MB/s"),
+    ("json_produce", "JSON produce, 1,000 records/request", "records/s"),
+    ("json_fetch", "JSON fetch, 1 MiB fetches", "records/s"),
+)
+
+
+def _security_figure(t: dict[str, Any], name: str, key: str, unit: str) -> str:
+    """``rate unit; broker CPU x s/GB`` (or ``s/M records``) of one broker's figure."""
+    binary = unit == "MB/s"
+    rate = t[f"{name}_{key}_{'mb_per_s' if binary else 'records_per_s'}"]
+    cpu = t[f"{name}_{key}_broker_cpu_s_per_{'gb' if binary else 'm'}"]
+    return f"{_num(rate)} {unit}; broker CPU {cpu:.2f} {'s/GB' if binary else 's/M records'}"
+
+
+def _security_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """TLS and authentication + authorization against plaintext, anonymous (issue #15),
+    three brokers in the same run (bench/tls.py)."""
+    t = r.get("tls")
+    if not t or "json_fetch_auth_cpu_ratio" not in t:
+        return []
+    out: list[tuple[str, str, str, str]] = []
+    for key, label, unit in SECURITY_FIGURES:
+        plain = _security_figure(t, "plain", key, unit)
+        for name, what in (("tls", "TLS"), ("auth", "Basic + ACL authorizer")):
+            out.append(
+                (
+                    f"{what}: {label}",
+                    _security_figure(t, name, key, unit),
+                    f"plaintext, anonymous: {plain}",
+                    f"rate {t[f'{key}_{name}_ratio']:.2f}x, broker CPU "
+                    f"{t[f'{key}_{name}_cpu_ratio']:.2f}x",
+                )
+            )
+    return out
+
+
 def table(r: dict[str, Any]) -> str:
     lines = ["| figure | Logbus | baseline / goal | ratio |", "| --- | --- | --- | --- |"]
     lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows(r)]
@@ -509,6 +548,19 @@ How each figure is taken:
   normal client (its own address) loops a keyed one-record produce and a
   small fetch; broker RSS from `/proc`; the time to answer 413 to a head
   declaring an oversized body.
+- TLS and authentication + authorization: `python -m bench.tls` — three brokers
+  in one run, driven in turn each round (7 rounds; figures are medians, ratios
+  the median of each round's ratio): plaintext and
+  anonymous (the baseline), TLS (trustme certificate, TLS 1.3), and plaintext
+  with `authentication=basic`, `authorizer=acl`, every request carrying the
+  Basic credentials of a user holding exactly READ and WRITE on the topics.
+  Binary produce (~1 MiB batches, 2 in flight) and fetch (a 256 MiB partition
+  in 8 MiB fetches: `sendfile` in plaintext, read + SSL write over TLS); JSON
+  produce (1,000 100-byte values a request, 2 in flight) and fetch (100,000
+  records in 1 MiB fetches, parsed by the client). `http.client` on the same
+  two cores, so the TLS rate counts both ends' encryption; the broker's CPU
+  seconds per GB (or per million records), from `/proc`, count the broker's
+  alone and hold steadier than rates on a loaded machine.
 
 ![Logbus vs Redis Streams](chart.png)
 """

@@ -68,10 +68,11 @@ def collect(quick: bool) -> dict[str, Any]:
 
 
 def _tls(quick: bool) -> dict[str, Any]:
-    """TLS / plaintext ratios of binary produce and fetch, both brokers in this run."""
+    """TLS / plaintext and authenticated + authorized / anonymous ratios of produce and
+    fetch (binary and JSON), every broker in this run."""
     from bench import tls
 
-    return tls.run(runs=2 if quick else 5)
+    return tls.run(runs=2 if quick else 7)
 
 
 def _isolation(quick: bool) -> dict[str, Any]:

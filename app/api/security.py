@@ -514,18 +514,26 @@ def permits(conn: HTTPConnection, action: Action) -> bool:
     return security.allowed(identity_of(conn), _host(conn.scope), action)
 
 
+def describable(conn: HTTPConnection, resource_type: ResourceType) -> Callable[[str], bool] | None:
+    """Whether the connection's principal may DESCRIBE a resource of ``resource_type`` by
+    name; None when no authorizer is configured (everything is). Asks the authorizer at
+    each call, so a function kept (a group member's regex subscription) follows ACL
+    changes."""
+    security = security_of(conn)
+    if security is None or security.authorizer is None:
+        return None
+    identity, host, allowed = identity_of(conn), _host(conn.scope), security.allowed
+
+    def may_describe(name: str) -> bool:
+        return allowed(identity, host, Action(Operation.DESCRIBE, Resource(resource_type, name)))
+
+    return may_describe
+
+
 def visible(conn: HTTPConnection, resource_type: ResourceType, names: Iterable[str]) -> set[str]:
     """The names the principal may DESCRIBE (every one when no authorizer is configured)."""
-    security = security_of(conn)
-    names = list(names)
-    if security is None or security.authorizer is None:
-        return set(names)
-    identity, host = identity_of(conn), _host(conn.scope)
-    return {
-        n
-        for n in names
-        if security.allowed(identity, host, Action(Operation.DESCRIBE, Resource(resource_type, n)))
-    }
+    may_describe = describable(conn, resource_type)
+    return set(names) if may_describe is None else set(filter(may_describe, names))
 
 
 class SecurityMiddleware:

@@ -105,17 +105,27 @@ def cmd_acls(api: Api, args: argparse.Namespace) -> int:
         ]
         print_json(api.admin.create_acls(acls))
         return 0
-    filters = {
-        "resource_type": rtype,
-        "resource_name": name,
-        "pattern_type": pattern,
-        "principal": args.principal,
-        "operation": _upper(args.operation[0]) if args.operation else None,
-    }
+    # remove: one filter per principal and operation named, all in one DeleteAcls call
+    # (kafka-acls.sh --remove does the same); list: one filter.
+    names: list[str | None] = list(args.principal or [None])
+    operations: list[str | None] = [_upper(op) for op in args.operation or [None]]
+    filters: list[dict[str, str | None]] = [
+        {
+            "resource_type": rtype,
+            "resource_name": name,
+            "pattern_type": pattern,
+            "principal": principal,
+            "operation": op,
+        }
+        for principal in names
+        for op in operations
+    ]
     if args.acls_command == "list":
-        print_json(api.admin.describe_acls(**filters))
+        if len(filters) > 1:
+            raise CliError("acls list takes one --principal and one --operation", code=2)
+        print_json(api.admin.describe_acls(**filters[0]))
     else:
-        print_json(api.admin.delete_acls(**filters))
+        print_json(api.admin.delete_acls(filters))
     return 0
 
 
@@ -167,14 +177,18 @@ def register(
             "--operation",
             action="append",
             help="Read, Write, Create, Delete, Alter, Describe, "
-            "DescribeConfigs, AlterConfigs, IdempotentWrite, All (repeatable for add)",
+            "DescribeConfigs, AlterConfigs, IdempotentWrite, All (repeatable for add, remove)",
         )
         if action == "add":
             p.add_argument("--allow-principal", action="append", help="e.g. User:alice")
             p.add_argument("--deny-principal", action="append")
             p.add_argument("--host", default="*", help="client address (default: any)")
         else:
-            p.add_argument("--principal", help="only this principal's ACLs")
+            p.add_argument(
+                "--principal",
+                action="append",
+                help="only this principal's ACLs (repeatable for remove)",
+            )
 
 
 QUOTA_KEYS = ("producer_byte_rate", "consumer_byte_rate", "request_rate")

@@ -94,6 +94,17 @@ def _acls_call(
     return Call(method, "/acls", lambda answer: list(answer["acls"]), params=params, json=body)
 
 
+def _delete_acls_call(
+    filters: Sequence[Mapping[str, str | None]] | None, filter: Mapping[str, str | None]
+) -> Call[list[dict[str, str]]]:
+    if filters is None:
+        return _acls_call("DELETE", filter)
+    if filter:
+        raise ValueError("pass filters=[...] or one filter's fields, not both")
+    body = {"filters": [{k: v for k, v in f.items() if v is not None} for f in filters]}
+    return _acls_call("DELETE", {}, body)
+
+
 def _quotas_call(
     method: str, params: Mapping[str, str | None], body: Any = None
 ) -> Call[list[dict[str, Any]]]:
@@ -246,9 +257,13 @@ class Admin:
         absent: any; ``pattern_type="MATCH"``: every binding applying to a resource)."""
         return self._any(_acls_call("GET", filters))
 
-    def delete_acls(self, **filters: str | None) -> list[dict[str, str]]:
-        """Kafka's DeleteAcls: remove the bindings the filter selects; the removed ones."""
-        return self._any(_acls_call("DELETE", filters))
+    def delete_acls(
+        self, filters: Sequence[Mapping[str, str | None]] | None = None, **filter: str | None
+    ) -> list[dict[str, str]]:
+        """Kafka's DeleteAcls: remove the bindings the filter selects (keyword arguments,
+        as :meth:`describe_acls`), or any of several ``filters`` (dicts of the same fields)
+        in one change; the removed ones."""
+        return self._any(_delete_acls_call(filters, filter))
 
     def describe_client_quotas(
         self, user: str | None = None, client_id: str | None = None
@@ -397,9 +412,11 @@ class AsyncAdmin:
         """:meth:`Admin.describe_acls`."""
         return await self._any(_acls_call("GET", filters))
 
-    async def delete_acls(self, **filters: str | None) -> list[dict[str, str]]:
+    async def delete_acls(
+        self, filters: Sequence[Mapping[str, str | None]] | None = None, **filter: str | None
+    ) -> list[dict[str, str]]:
         """:meth:`Admin.delete_acls`."""
-        return await self._any(_acls_call("DELETE", filters))
+        return await self._any(_delete_acls_call(filters, filter))
 
     async def describe_client_quotas(
         self, user: str | None = None, client_id: str | None = None

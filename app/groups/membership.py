@@ -185,6 +185,8 @@ class MembershipManager:
     def _update_member(self, group: Group, member: Member, req: HeartbeatRequest) -> bool:
         """Apply a changed subscription or assignor; True when the group epoch moved."""
         bump = False
+        if req.topic_filter is not None:
+            member.topic_filter = req.topic_filter
         if req.subscribed_topics is not None or req.subscribed_topic_regex is not None:
             topics = list(req.subscribed_topics or [])
             regex = req.subscribed_topic_regex

@@ -82,6 +82,9 @@ class HeartbeatRequest:
     # revoked them may never have reached the member.
     owned_partitions: Iterable[TopicPartition] | None = None
     rebalance_timeout_ms: int | None = None
+    # Whether the member's principal may DESCRIBE a topic (None: every topic, no
+    # authorizer): a regex subscription matches only those, as Kafka filters metadata.
+    topic_filter: Callable[[str], bool] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +121,9 @@ class Member:
     revoke_deadline: float | None = None
     left_static: bool = False
     timer: asyncio.TimerHandle | None = None
+    # HeartbeatRequest.topic_filter of its latest heartbeat; in memory only (a member
+    # loaded from the log has none until it heartbeats to this coordinator).
+    topic_filter: Callable[[str], bool] | None = None
 
 
 @dataclass(eq=False)
@@ -189,5 +195,10 @@ def resolve_subscription(member: Member, topics: Callable[[], Sequence[str]]) ->
     if member.subscribed_regex is not None:
         pattern = compile_pattern(member.subscribed_regex)
         # Internal topics are never matched by a pattern (Kafka's exclude.internal.topics).
-        names.update(t for t in topics() if not t.startswith("__") and pattern.fullmatch(t))
+        allowed = member.topic_filter
+        names.update(
+            t
+            for t in topics()
+            if not t.startswith("__") and pattern.fullmatch(t) and (allowed is None or allowed(t))
+        )
     return frozenset(names)

@@ -6,16 +6,19 @@ Timings are shortened through ``LOGBUS_*`` env vars (DEFAULT_ENV) so failure det
 seconds; pass ``env=`` to override or add settings.
 
 In a test, use the ``cluster`` fixture (3 brokers, started and cleaned up by
-``tests/e2e/conftest.py``) or ``cluster_factory(size=..., env=...)``.
+``tests/e2e/conftest.py``) or ``cluster_factory(size=..., env=...)``; a cluster serving
+TLS or asking for credentials takes ``access=Access(scheme, verify, auth)``.
 """
 
 from __future__ import annotations
 
 import signal
+import ssl
 import subprocess
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -27,6 +30,23 @@ from kazoo.client import KazooClient  # type: ignore[import-untyped,unused-ignor
 from zookeeper import ZooKeeperServer
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Access:
+    """How the harness (and a test, through ``cluster.access``) reaches the brokers: their
+    scheme (they advertise ``scheme://127.0.0.1:port``), the TLS trust of its clients and
+    the credentials of its own requests (``/metadata``...). The default: plaintext,
+    anonymous."""
+
+    scheme: str = "http"
+    verify: ssl.SSLContext | bool = True
+    auth: tuple[str, str] | None = None
+
+    def http(self) -> dict[str, Any]:
+        """httpx keyword arguments: ``httpx.get(url, **cluster.access.http())``."""
+        return {"verify": self.verify, "auth": self.auth}
+
 
 DEFAULT_ENV = {
     "LOGBUS_ZOOKEEPER_SESSION_TIMEOUT_MS": "2000",
@@ -55,6 +75,7 @@ class Cluster:
         chroot: str = "/logbus",
         env: dict[str, str] | None = None,
         create_chroot: bool = False,
+        access: Access | None = None,
     ) -> None:
         assert size >= 1
         assert chroot.startswith("/") or chroot == ""
@@ -63,6 +84,7 @@ class Cluster:
         self.chroot = chroot
         self.create_chroot = create_chroot
         self.env = {**DEFAULT_ENV, **(env or {})}
+        self.access = access or Access()
         self.brokers: dict[int, conftest.Broker] = {
             broker_id: self._make_broker(broker_id) for broker_id in range(1, size + 1)
         }
@@ -75,17 +97,19 @@ class Cluster:
                 "--zookeeper",
                 self.zookeeper_connect,
                 "--advertised-url",
-                f"http://127.0.0.1:{port}",
+                f"{self.access.scheme}://127.0.0.1:{port}",
             ]
 
         self.workdir.mkdir(parents=True, exist_ok=True)
-        return conftest.Broker(
+        broker = conftest.Broker(
             self.workdir / f"broker{broker_id}",
             self.workdir / f"broker{broker_id}.log",
             self.env,
             args=args,
             keep_port=True,
         )
+        broker.scheme, broker.verify = self.access.scheme, self.access.verify
+        return broker
 
     # ------------------------------------------------------------ whole cluster
 
@@ -184,7 +208,9 @@ class Cluster:
 
     def client(self, broker_id: int, **kwargs: Any) -> httpx.Client:
         """An httpx client on one broker (redirects not followed unless asked)."""
-        return httpx.Client(base_url=self.url(broker_id), timeout=30, **kwargs)
+        return httpx.Client(
+            base_url=self.url(broker_id), timeout=30, **{**self.access.http(), **kwargs}
+        )
 
     def kill(self, broker_id: int) -> None:
         """SIGKILL: no shutdown code runs; its ZooKeeper session expires on its own."""
@@ -220,7 +246,9 @@ class Cluster:
         errors: list[str] = []
         for i in candidates:
             try:
-                response = httpx.get(f"{self.url(i)}/metadata", timeout=HTTP_TIMEOUT_SECONDS)
+                response = httpx.get(
+                    f"{self.url(i)}/metadata", timeout=HTTP_TIMEOUT_SECONDS, **self.access.http()
+                )
                 response.raise_for_status()
                 answer: dict[str, Any] = response.json()
                 return answer

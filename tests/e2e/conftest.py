@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -58,10 +59,13 @@ class Broker:
         self.keep_port = keep_port
         self.proc: subprocess.Popen[bytes] | None = None
         self.paused = False
+        # A broker serving TLS: https, and the client context its probes trust.
+        self.scheme = "http"
+        self.verify: ssl.SSLContext | bool = True
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
     @property
     def clean_shutdown_marker(self) -> Path:
@@ -122,7 +126,8 @@ class Broker:
             if self.proc.poll() is not None:
                 return False
             try:
-                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
+                ready = httpx.get(f"{self.url}/readyz", timeout=1, verify=self.verify)
+                if ready.status_code == 200:
                     self.fixed_port = self.fixed_port or self.keep_port
                     return True
             except httpx.TransportError:
@@ -171,11 +176,12 @@ class Broker:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def client(self, **kwargs: object) -> httpx.Client:
+        kwargs.setdefault("verify", self.verify)
         return httpx.Client(base_url=self.url, timeout=30, **kwargs)  # type: ignore[arg-type]
 
     def metric(self, name: str) -> float:
         """A sample of /metrics (0 when absent, as for a counter never incremented)."""
-        text = httpx.get(f"{self.url}/metrics", timeout=10).text
+        text = httpx.get(f"{self.url}/metrics", timeout=10, verify=self.verify).text
         for line in text.splitlines():
             if line.startswith(name + " ") or line.startswith(name + "{"):
                 return float(line.rsplit(" ", 1)[1])
@@ -248,6 +254,7 @@ class ClusterFactory(Protocol):
         start: bool = True,
         chroot: str | None = None,
         create_chroot: bool = False,
+        access: cluster_harness.Access | None = None,
     ) -> cluster_harness.Cluster: ...
 
 
@@ -255,7 +262,7 @@ class ClusterFactory(Protocol):
 def cluster_factory(
     request: pytest.FixtureRequest, tmp_path: Path, zookeeper: zookeeper_harness.ZooKeeperServer
 ) -> Iterator[ClusterFactory]:
-    """``cluster_factory(size=3, env=..., start=True)``: a cluster over the test's ZooKeeper
+    """``cluster_factory(size=3, env=..., start=True, access=...)``: a cluster over the test's ZooKeeper
     (chroot /logbus, then /logbus1...). Every broker still running at the end gets SIGTERM
     (all at once) and must exit 0; the brokers stop before ZooKeeper does."""
     made: list[cluster_harness.Cluster] = []
@@ -268,6 +275,7 @@ def cluster_factory(
         start: bool = True,
         chroot: str | None = None,
         create_chroot: bool = False,
+        access: cluster_harness.Access | None = None,
     ) -> cluster_harness.Cluster:
         n = len(made)
         made_cluster = cluster_harness.Cluster(
@@ -277,6 +285,7 @@ def cluster_factory(
             chroot=chroot if chroot is not None else (f"/logbus{n}" if n else "/logbus"),
             env=env,
             create_chroot=create_chroot,
+            access=access,
         )
         made.append(made_cluster)
         return made_cluster.start() if start else made_cluster

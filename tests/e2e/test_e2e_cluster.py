@@ -9,19 +9,23 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from cluster import Cluster, find_partition
-from conftest import Broker
+from cluster import Access, Cluster, find_partition
+from conftest import Broker, ClusterFactory
 from zookeeper import ZooKeeperServer
 
-from app.client import Consumer, Producer, TopicPartition
+from app.client import Consumer, Producer, TopicPartition, configure_tls
+from app.common import tls
 from app.common.batch import iter_headers
 from app.core.log.config import LogConfig
 from app.core.log.log import Log
+from app.core.security.users import UsersFile
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -43,6 +47,7 @@ def create_topic(
             "configs": configs or {},
         },
         timeout=30,
+        **cluster.access.http(),
     )
     assert response.status_code == 201, response.text
     body: dict[str, Any] = response.json()
@@ -95,7 +100,7 @@ def read_replica(data_dir: Path, topic: str, partition: int, upto: int) -> bytes
 
 def consume_all(cluster: Cluster, topic: str, partition: int, count: int) -> list[bytes]:
     seen: list[bytes] = []
-    with Consumer(cluster.urls, auto_offset_reset="earliest") as consumer:
+    with Consumer(cluster.urls, auto_offset_reset="earliest", auth=cluster.access.auth) as consumer:
         consumer.assign([TopicPartition(topic, partition)])
         deadline = time.monotonic() + 60
         while len(seen) < count and time.monotonic() < deadline:
@@ -159,7 +164,75 @@ def test_replication_factor_larger_than_brokers_is_refused(cluster: Cluster) -> 
     assert "3" in answer.json()["message"]
 
 
-def test_kill_leader_under_acks_all_load_loses_nothing(cluster: Cluster) -> None:
+SECURED_USERS = {"admin": "admin-secret-1", "app": "app-secret-1"}
+
+
+def secured_cluster(cluster_factory: ClusterFactory, tmp_path: Path) -> Iterator[Cluster]:
+    """Three brokers with TLS on every listener (one trustme CA), followers fetching over
+    TLS that verifies their leader (inter_broker_tls) with their inter-broker credential,
+    Basic authentication and the ACL authorizer. The test's requests, SDK clients included,
+    run as ``User:app`` holding exactly CREATE, WRITE and READ on topic ``payments`` (WRITE
+    on a topic also grants the idempotent producer id, KIP-679); ``User:admin``, a super
+    user, only sets that up."""
+    trustme = pytest.importorskip("trustme")
+    ca = trustme.CA()
+    pem = tmp_path / "pki"
+    pem.mkdir()
+    ca.cert_pem.write_to_path(str(pem / "ca.pem"))
+    cert = ca.issue_cert("127.0.0.1", "localhost")
+    cert.cert_chain_pems[0].write_to_path(str(pem / "cert.pem"))
+    cert.private_key_pem.write_to_path(str(pem / "key.pem"))
+    users = UsersFile(tmp_path / "users.json")
+    for name, password in SECURED_USERS.items():
+        users.add(name, password, n=2**12)  # a cheap cost: a test, not storage
+    verify = tls.client_context(tls.ClientTls(str(pem / "ca.pem")))
+    env = {
+        "LOGBUS_SSL_CERTFILE": str(pem / "cert.pem"),
+        "LOGBUS_SSL_KEYFILE": str(pem / "key.pem"),
+        "LOGBUS_INTER_BROKER_TLS": "true",
+        "LOGBUS_INTER_BROKER_CA_FILE": str(pem / "ca.pem"),
+        "LOGBUS_AUTHENTICATION": "basic",
+        "LOGBUS_AUTHORIZER": "acl",
+        "LOGBUS_SUPER_USERS": "User:admin",
+        "LOGBUS_USERS_FILE": str(tmp_path / "users.json"),
+    }
+    admin = Access("https", verify, ("admin", SECURED_USERS["admin"]))
+    cluster = cluster_factory(env=env, access=admin)
+    assert {b["url"][:8] for b in cluster.metadata()["brokers"]} == {"https://"}
+    acls = [
+        {"resource_type": "TOPIC", "resource_name": "payments", "principal": "User:app",
+         "operation": op}
+        for op in ("CREATE", "WRITE", "READ")
+    ]  # fmt: skip
+    with cluster.client(1) as client:
+        assert client.post("/acls", json={"acls": acls}).status_code == 201
+    cluster.access = replace(admin, auth=("app", SECURED_USERS["app"]))
+    for broker_id in cluster.ids:  # the ACLs reach every broker (within a second)
+        with cluster.client(broker_id) as app:
+            cluster.wait_until(lambda: app.post("/producers", json={}).is_success)
+        with cluster.client(broker_id, auth=None) as anonymous:
+            assert anonymous.get("/metadata").status_code == 401
+    configure_tls(pem / "ca.pem")  # the SDK's clients trust the test CA
+    try:
+        yield cluster
+    finally:
+        configure_tls()
+
+
+@pytest.fixture(params=["plaintext", pytest.param("tls-authn-acls", marks=pytest.mark.slow)])
+def guarded(
+    request: pytest.FixtureRequest, cluster_factory: ClusterFactory, tmp_path: Path
+) -> Iterator[Cluster]:
+    """The default cluster, and the same with TLS, authentication and ACLs everywhere
+    (issue #15: a secured cluster passes the kill-leader test)."""
+    if request.param == "plaintext":
+        yield cluster_factory()
+    else:
+        yield from secured_cluster(cluster_factory, tmp_path)
+
+
+def test_kill_leader_under_acks_all_load_loses_nothing(guarded: Cluster) -> None:
+    cluster = guarded
     create_topic(cluster, "payments", configs={"min.insync.replicas": 2})
     leader = cluster.leader("payments")
     acked: list[int] = []
@@ -169,7 +242,9 @@ def test_kill_leader_under_acks_all_load_loses_nothing(cluster: Cluster) -> None
     first_ack_after_kill: list[float] = []
 
     def produce_loop() -> None:
-        with Producer(cluster.urls, acks="all", delivery_timeout_ms=60_000) as producer:
+        with Producer(
+            cluster.urls, acks="all", delivery_timeout_ms=60_000, auth=cluster.access.auth
+        ) as producer:
             i = 0
             while not stop.is_set():
                 futures = [
@@ -381,7 +456,9 @@ def test_randomized_faults_lose_and_duplicate_nothing(cluster: Cluster) -> None:
     stop = threading.Event()
 
     def produce_loop() -> None:
-        with Producer(cluster.urls, acks="all", delivery_timeout_ms=60_000) as producer:
+        with Producer(
+            cluster.urls, acks="all", delivery_timeout_ms=60_000, auth=cluster.access.auth
+        ) as producer:
             seq = 0
             while not stop.is_set():
                 batch = [
@@ -457,7 +534,7 @@ def test_group_survives_its_coordinator_failing(cluster: Cluster) -> None:
         for i in range(100):
             producer.send("jobs", value=b"%d" % i, partition=i % 2)
     seen: list[int] = []
-    with Consumer(cluster.urls, auto_offset_reset="earliest") as consumer:
+    with Consumer(cluster.urls, auto_offset_reset="earliest", auth=cluster.access.auth) as consumer:
         consumer.subscribe(["jobs"], group_id="workers", enable_auto_commit=False)
         deadline = time.monotonic() + 30
         while len(seen) < 60 and time.monotonic() < deadline:
@@ -597,7 +674,7 @@ def test_deleting_a_topic_deletes_its_offsets_on_every_coordinator(cluster: Clus
     for broker, group in by_broker.items():
         assert offsets(broker, group) == {0: -1, 1: -1, 2: -1}
     got: list[int] = []
-    with Consumer(cluster.urls, auto_offset_reset="earliest") as consumer:
+    with Consumer(cluster.urls, auto_offset_reset="earliest", auth=cluster.access.auth) as consumer:
         consumer.subscribe(["tz"], group_id=by_broker[1], enable_auto_commit=False)
         deadline = time.monotonic() + 30
         while len(got) < 8 and time.monotonic() < deadline:

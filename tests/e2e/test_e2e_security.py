@@ -5,6 +5,7 @@ connections), admin and WebSocket subscription carrying credentials."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -14,9 +15,17 @@ import httpx
 import pytest
 from conftest import REPO, Broker, BrokerFactory
 
-from app.client import Admin, AsyncAdmin, BasicAuth, Consumer, Producer, TopicPartition
+from app.client import (
+    Admin,
+    AsyncAdmin,
+    AsyncProducer,
+    BasicAuth,
+    Consumer,
+    Producer,
+    TopicPartition,
+)
 from app.client.ws import subscribe
-from app.common.errors import SaslAuthenticationFailed
+from app.common.errors import ClusterAuthorizationFailed, SaslAuthenticationFailed
 
 ADMIN_PW, ALICE_PW = "admin-secret-1", "alice-secret-1"
 
@@ -119,3 +128,56 @@ def test_cli_and_sdk_against_a_secured_broker(secured: Broker) -> None:
     assert answer.status_code == 403
     assert answer.json()["error_code"] == "TOPIC_AUTHORIZATION_FAILED"
     assert "DENIED principal=User:alice" in secured.log()
+
+    # remove with several principals and operations: one DeleteAcls call of one filter per
+    # pair; MATCH selects the prefixed bindings that apply to topic "payments".
+    r = logbus(secured, "acls", "add", "--allow-principal", "User:alice", "--allow-principal",
+               "User:bob", "--operation", "Describe", "--operation", "Write", "--topic", "pay",
+               "--resource-pattern-type", "prefixed", creds=admin)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    r = logbus(secured, "acls", "remove", "--topic", "payments", "--resource-pattern-type",
+               "match", "--principal", "User:alice", "--principal", "User:bob", "--operation",
+               "Describe", "--operation", "Write", "--operation", "Read", creds=admin)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    removed = {(a["principal"], a["operation"]) for a in json.loads(r.stdout)}
+    assert removed == {(p, op) for p in ("User:alice", "User:bob") for op in ("DESCRIBE", "WRITE")}
+    with Admin(secured.url, auth=admin) as a:
+        assert [x["resource_name"] for x in a.describe_acls()] == ["orders"]
+
+
+def test_a_producer_whose_producer_id_is_refused_fails_fast(secured: Broker) -> None:
+    """alice may DESCRIBE the topic (so metadata answers) but holds neither IDEMPOTENT_WRITE
+    nor WRITE on any topic: InitProducerId is refused, and send/flush raise Kafka's
+    ClusterAuthorizationFailed at once (not BufferFull after max_block_ms), sync and async."""
+    admin = ("admin", ADMIN_PW)
+    assert httpx.post(f"{secured.url}/topics", json={"name": "locked"}, auth=admin).is_success
+    acl = {"resource_type": "TOPIC", "resource_name": "locked", "principal": "User:alice",
+           "operation": "DESCRIBE"}  # fmt: skip
+    assert httpx.post(f"{secured.url}/acls", json={"acls": [acl]}, auth=admin).is_success
+    alice = BasicAuth("alice", ALICE_PW)
+    started = time.monotonic()
+    with Producer(secured.url, auth=alice, max_block_ms=30_000) as producer:
+        with pytest.raises(ClusterAuthorizationFailed, match="IDEMPOTENT_WRITE"):
+            producer.send("locked", b"x")
+            producer.flush()
+        with pytest.raises(ClusterAuthorizationFailed):
+            producer.send("locked", b"y")
+        with pytest.raises(ClusterAuthorizationFailed):
+            producer.flush()
+    assert time.monotonic() - started < 10
+
+    async def async_producer() -> None:
+        async with AsyncProducer(secured.url, auth=alice, max_block_ms=30_000) as producer:
+            with pytest.raises(ClusterAuthorizationFailed, match="IDEMPOTENT_WRITE"):
+                await producer.send("locked", b"x")
+                await producer.flush()
+            with pytest.raises(ClusterAuthorizationFailed):
+                await producer.send("locked", b"y")
+            with pytest.raises(ClusterAuthorizationFailed):
+                await producer.flush()
+
+    started = time.monotonic()
+    asyncio.run(async_producer())
+    assert time.monotonic() - started < 10
+    end = httpx.get(f"{secured.url}/topics/locked", auth=admin).json()["partitions"][0]
+    assert end["high_watermark"] == 0

@@ -78,42 +78,17 @@ class Pki:
 
 
 class TlsBroker(Broker):
-    """A broker whose URL is https while it serves TLS; probes trust the test CA."""
-
-    verify: ssl.SSLContext | bool = True
+    """A broker whose URL is https while it serves TLS; its probes and clients trust
+    ``verify`` (set it to the test CA's context)."""
 
     @property
     def url(self) -> str:
+        # From the env at each call: a test may serve the same data dir in plaintext next.
         scheme = "https" if "LOGBUS_SSL_CERTFILE" in self.env else "http"
         return f"{scheme}://127.0.0.1:{self.port}"
 
     def wait_ready(self, timeout: float = 60.0) -> bool:
-        assert self.proc is not None
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                return False
-            try:
-                r = httpx.get(f"{self.url}/readyz", timeout=1, verify=self.verify)
-                if r.status_code == 200:
-                    self.fixed_port = self.fixed_port or self.keep_port
-                    return True
-            except httpx.TransportError:
-                pass
-            time.sleep(0.05)
-        self.proc.kill()
-        self.proc.wait()
-        return False
-
-    def client(self, **kwargs: object) -> httpx.Client:
-        return httpx.Client(base_url=self.url, timeout=30, verify=self.verify, **kwargs)  # type: ignore[arg-type]
-
-    def metric(self, name: str) -> float:
-        text = httpx.get(f"{self.url}/metrics", timeout=10, verify=self.verify).text
-        for line in text.splitlines():
-            if line.startswith(name + " ") or line.startswith(name + "{"):
-                return float(line.rsplit(" ", 1)[1])
-        return 0.0
+        return super().wait_ready(timeout)
 
 
 @pytest.fixture(scope="module")

@@ -4,8 +4,9 @@ A binding is ``{"resource_type", "resource_name", "pattern_type", "principal", "
 "operation", "permission"}`` with Kafka's names (``app/core/security/acl.py``). Filters
 (describe, delete) take the same fields as query parameters, each optional (absent:
 any), and ``pattern_type=MATCH`` selects every binding that applies to the named
-resource. Creating and deleting need ALTER on the cluster, describing DESCRIBE
-(``app/api/security.py``); every change goes to the audit log.
+resource; DeleteAcls also takes several filters at once as a JSON body. Creating and
+deleting need ALTER on the cluster, describing DESCRIBE (``app/api/security.py``); every
+change goes to the audit log.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, Query, Request
-from pydantic import BaseModel, Field
+from fastapi import APIRouter, Body, Depends, Query, Request
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
 from app.api.errors import error_responses
@@ -35,6 +36,8 @@ from app.core.security.acl import (
 from app.core.security.store import AclStore
 
 router = APIRouter(tags=["acls"])
+# Filters one DeleteAcls call may carry (each is matched against every binding).
+MAX_DELETE_FILTERS = 100
 
 ResourceTypeName = Literal["TOPIC", "GROUP", "CLUSTER", "TRANSACTIONAL_ID"]
 OperationName = Literal[
@@ -73,6 +76,19 @@ class CreateAclsBody(BaseModel):
 
 class AclList(BaseModel):
     acls: list[AclBody]
+
+
+class FilterResult(BaseModel):
+    """What one filter of a DeleteAcls call matched (Kafka's DeleteAclsFilterResult)."""
+
+    acls: list[AclBody]
+
+
+class DeletedAcls(AclList):
+    """``acls``: every binding removed, once; ``filter_results``: per filter, in order,
+    the bindings it matched (one binding may be matched by several filters)."""
+
+    filter_results: list[FilterResult]
 
 
 def _acls(request: Request) -> tuple[AclStore, Authorizer]:
@@ -121,6 +137,31 @@ def _filter(
 AclFilterQuery = Annotated[AclFilter, Depends(_filter)]
 
 
+class AclFilterBody(BaseModel):
+    """One of Kafka's AclBindingFilters: each field absent (or ANY) matches any value;
+    ``pattern_type`` MATCH selects every binding that applies to ``resource_name``
+    (literal, ``*`` and prefixes of it), ANY every pattern type with exactly that name."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    resource_type: Literal["ANY", ResourceTypeName] | None = None
+    resource_name: str | None = Field(default=None, max_length=255)
+    pattern_type: Literal["ANY", "MATCH", "LITERAL", "PREFIXED"] | None = None
+    principal: str | None = Field(default=None, max_length=255)
+    host: str | None = Field(default=None, max_length=255)
+    operation: Literal["ANY", OperationName] | None = None
+    permission: Literal["ANY", "ALLOW", "DENY"] | None = None
+
+    def filter(self) -> AclFilter:
+        return _filter(**self.model_dump())
+
+
+class DeleteAclsBody(BaseModel):
+    """Kafka's DeleteAclsRequest: several filters, applied together in one change."""
+
+    filters: list[AclFilterBody] = Field(min_length=1, max_length=MAX_DELETE_FILTERS)
+
+
 @router.post(
     "/acls",
     status_code=201,
@@ -160,15 +201,31 @@ async def describe_acls(request: Request, filt: AclFilterQuery) -> Response:
 @router.delete(
     "/acls",
     summary="Delete ACLs (DeleteAcls)",
-    description="Removes every binding the filter selects and answers them. A filter with "
-    "no field removes every ACL.",
-    response_model=AclList,
+    description="Removes every binding the filters select and answers them. One filter "
+    'in the query string, or several (Kafka\'s DeleteAcls) as a JSON body `{"filters": '
+    "[{...}, ...]}` with the same fields; not both. A filter with no field removes every "
+    "ACL. All filters apply in one change.",
+    response_model=DeletedAcls,
     responses=error_responses(400, 401, 403),
 )
-async def delete_acls(request: Request, filt: AclFilterQuery) -> Response:
+async def delete_acls(
+    request: Request,
+    filt: AclFilterQuery,
+    body: Annotated[DeleteAclsBody | None, Body()] = None,
+) -> Response:
     store, authorizer = _acls(request)
-    matched, snapshot = await asyncio.to_thread(store.delete, [filt])
+    filters = [filt]
+    if body is not None:
+        if request.query_params:
+            raise InvalidRequest("name the filters in the query string or in the body, not both")
+        filters = [f.filter() for f in body.filters]
+    matched, snapshot = await asyncio.to_thread(store.delete, filters)
     authorizer.update(snapshot)
-    gone = matched[0]
+    gone = list(dict.fromkeys(a for found in matched for a in found))
     audit.changed(identity_of(request).principal, "DELETE_ACLS", [str(a.to_json()) for a in gone])
-    return JSONBytes({"acls": [a.to_json() for a in gone]})
+    return JSONBytes(
+        {
+            "acls": [a.to_json() for a in gone],
+            "filter_results": [{"acls": [a.to_json() for a in found]} for found in matched],
+        }
+    )

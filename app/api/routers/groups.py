@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
 from app.api.errors import ErrorBody
-from app.api.security import visible
+from app.api.security import describable, visible
 from app.api.state import AppState
 from app.api.util import INT_MAX, LONG_MAX, JSONBytes
 from app.common.errors import BrokerNotAvailable, KafkaStorageError
@@ -376,6 +376,7 @@ async def heartbeat(request: Request, group: GroupPath, body: HeartbeatBody) -> 
             server_assignor=body.server_assignor,
             owned_partitions=owned,
             rebalance_timeout_ms=body.rebalance_timeout_ms,
+            topic_filter=describable(request, ResourceType.TOPIC),
         ),
     )
     return JSONBytes(

@@ -74,6 +74,9 @@ class RecordAccumulator:
         self.limit = cfg.buffer_memory
         self.closed = False
         self.closed_reason: str | None = None
+        # Why the producer can never send (InitProducerId refused by an ACL, say): what
+        # send and flush raise from then on, as Kafka's producer in its fatal state.
+        self.fatal: BaseException | None = None
         self.flushing = 0
         self._notify = notify
         self._compression = Compression.parse(cfg.compression)
@@ -146,7 +149,7 @@ class RecordAccumulator:
         try:
             with self.lock:
                 if self.closed:
-                    raise ProducerClosed(self.closed_reason or "the producer is closed")
+                    raise self.closed_error()
                 if self.buffered >= self.limit:
                     self._wait_for_space(block_s)
                 sticky = partition is None and key is None
@@ -206,7 +209,7 @@ class RecordAccumulator:
         while True:
             with self.lock:
                 if self.closed:
-                    raise ProducerClosed(self.closed_reason or "the producer is closed")
+                    raise self.closed_error()
                 if self.buffered >= self.limit:
                     if block_s is None:
                         return spans, False
@@ -267,7 +270,14 @@ class RecordAccumulator:
                 self._notify()
             self.space.wait(remaining)
             if self.closed:
-                raise ProducerClosed("the producer was closed while send() waited for space")
+                raise self.fatal or ProducerClosed(
+                    "the producer was closed while send() waited for space"
+                )
+
+    def closed_error(self) -> BaseException:
+        """What a call on the closed producer raises: the fatal error that closed it (an
+        authorization refusal, say), else ProducerClosed with the reason."""
+        return self.fatal or ProducerClosed(self.closed_reason or "the producer is closed")
 
     def has_space(self) -> bool:
         return self.buffered < self.cfg.buffer_memory

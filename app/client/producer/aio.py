@@ -114,8 +114,8 @@ class AsyncProducer(ProducerBase):
         on_delivery: DeliveryCallback | None = None,
     ) -> DeliveryFuture:
         # Inline, as in Producer.send: a helper coroutine per record measured ~100 ns (7%).
-        if self._closed:
-            raise ProducerClosed(CLOSED)
+        if self._closed or self._acc.fatal is not None:
+            raise self._acc.closed_error() if self._acc.closed else ProducerClosed(CLOSED)
         n = self._partition_counts.get(topic) or await self.partitions_for(topic)
         if partition is not None and not 0 <= partition < n:
             n = await self._refresh_for(topic, partition)
@@ -145,8 +145,8 @@ class AsyncProducer(ProducerBase):
         timestamp: int | None = None,
     ) -> DeliveryReport:
         """Queue many null-key records at once; see :meth:`Producer.send_many`."""
-        if self._closed:
-            raise ProducerClosed(CLOSED)
+        if self._closed or self._acc.fatal is not None:
+            raise self._acc.closed_error() if self._acc.closed else ProducerClosed(CLOSED)
         n = self._partition_counts.get(topic) or await self.partitions_for(topic)
         if partition is not None and not 0 <= partition < n:
             n = await self._refresh_for(topic, partition)
@@ -193,7 +193,15 @@ class AsyncProducer(ProducerBase):
         self._acc.seal_all()
 
     async def flush(self, timeout: float | None = None) -> None:
-        """Send everything buffered now and wait until every record is answered."""
+        """Send everything buffered now and wait until every record is answered.
+
+        Raises the producer's fatal error (an ACL refusing InitProducerId, say) if it has one.
+        """
+        await self._wait_flushed(timeout)
+        if self._acc.fatal is not None:
+            raise self._acc.fatal
+
+    async def _wait_flushed(self, timeout: float | None) -> None:
         try:
             pending = self._acc.begin_flush()
             if pending:
@@ -209,7 +217,7 @@ class AsyncProducer(ProducerBase):
         try:
             if self._sender is not None:
                 with contextlib.suppress(TimeoutError):
-                    await self.flush(timeout)
+                    await self._wait_flushed(timeout)
         finally:
             self._fail_unsent()
             if self._sender is not None and self._task is not None:

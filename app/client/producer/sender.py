@@ -49,7 +49,12 @@ from app.client.producer.batch import ProducerBatch
 from app.client.producer.config import ProducerConfig
 from app.client.types import TopicPartition
 from app.common.aio import wait_event
-from app.common.errors import InvalidRequest, LogbusError, UnknownTopicOrPartition
+from app.common.errors import (
+    AuthorizationFailed,
+    InvalidRequest,
+    LogbusError,
+    UnknownTopicOrPartition,
+)
 
 log = logging.getLogger(__name__)
 
@@ -140,8 +145,13 @@ class Sender:
         try:
             await self._start()
         except LogbusError as exc:
-            # Nothing can be sent as configured: every record fails with the reason.
+            # Nothing can be sent as configured: every record fails with the reason. An
+            # ACL refusing InitProducerId (ClusterAuthorizationFailed, or
+            # TransactionalIdAuthorizationFailed) is Kafka's fatal error: send and flush
+            # raise it from now on; other reasons close the producer (ProducerClosed).
             self.acc.closed_reason = f"the producer could not start: {exc}"
+            if isinstance(exc, AuthorizationFailed):
+                self.acc.fatal = exc
             self.acc.fail_all(exc)
             return
         while True:

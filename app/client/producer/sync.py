@@ -24,6 +24,7 @@ below, which also has a null-key fast path of its own for the pure-Python build.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import threading
@@ -118,6 +119,7 @@ class Producer(ProducerBase):
             started.set()
             try:
                 await self._sender.run()
+                await self._cancel_the_rest()
             except Exception as exc:
                 # A bug in the sender must not leave send() queueing into the void.
                 log.exception("the producer's sender stopped")
@@ -125,6 +127,17 @@ class Producer(ProducerBase):
                 failure = ProducerClosed(f"the producer's sender failed: {exc!r}")
                 failure.__cause__ = exc
                 self._acc.fail_all(failure)
+
+    @staticmethod
+    async def _cancel_the_rest() -> None:
+        """The sender is done (closed, or it could not start): cancel what callers still
+        wait for on this loop (a metadata lookup), so they fail at once instead of waiting
+        out ``max_block_ms`` on a loop that no longer runs."""
+        me = asyncio.current_task()
+        rest = [t for t in asyncio.all_tasks() if t is not me]
+        for task in rest:
+            task.cancel()
+        await asyncio.gather(*rest, return_exceptions=True)
 
     def _notify(self) -> None:
         # One wake-up in the loop's queue at a time: a burst of sealed batches needs one drain.
@@ -144,8 +157,12 @@ class Producer(ProducerBase):
     def _on_loop(self, coro: Any, timeout: float) -> Any:
         if self._acc.closed or not self._thread.is_alive():
             coro.close()
-            raise ProducerClosed(self._acc.closed_reason or CLOSED)
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+            raise self._acc.closed_error()
+        try:
+            return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+        except concurrent.futures.CancelledError:
+            # The sender stopped meanwhile (see _cancel_the_rest): say why.
+            raise self._acc.closed_error() from None
 
     def partitions_for(self, topic: str) -> int:
         """The topic's partition count (cached; the first call asks the broker)."""
@@ -187,7 +204,7 @@ class Producer(ProducerBase):
             finally:
                 self._release()
         if self._closed or self._acc.closed:
-            raise ProducerClosed(self._acc.closed_reason or CLOSED)
+            raise self._acc.closed_error()
         n = self._partition_counts.get(topic) or self.partitions_for(topic)
         if partition is not None and not 0 <= partition < n:
             n = self._refresh_for(topic, partition)
@@ -221,8 +238,8 @@ class Producer(ProducerBase):
         fraction of its per-record cost: no lock, lookup or future per record.
         All records share ``timestamp`` (default: now).
         """
-        if self._closed:
-            raise ProducerClosed(CLOSED)
+        if self._closed or self._acc.fatal is not None:
+            raise self._acc.closed_error() if self._acc.closed else ProducerClosed(CLOSED)
         n = self._partition_counts.get(topic) or self.partitions_for(topic)
         if partition is not None and not 0 <= partition < n:
             n = self._refresh_for(topic, partition)
@@ -238,7 +255,15 @@ class Producer(ProducerBase):
         return self._in_range(topic, partition, n)
 
     def flush(self, timeout: float | None = None) -> None:
-        """Send everything buffered now (ignoring linger) and wait until every record is answered."""
+        """Send everything buffered now (ignoring linger) and wait until every record is answered.
+
+        Raises the producer's fatal error (an ACL refusing InitProducerId, say) if it has one.
+        """
+        self._wait_flushed(timeout)
+        if self._acc.fatal is not None:
+            raise self._acc.fatal
+
+    def _wait_flushed(self, timeout: float | None) -> None:
         if threading.current_thread() is self._thread:
             # The sender thread answers the batches flush would wait for.
             raise RuntimeError("flush() cannot be called from a delivery callback")
@@ -259,7 +284,7 @@ class Producer(ProducerBase):
         try:
             if threading.current_thread() is not self._thread:
                 with contextlib.suppress(TimeoutError):
-                    self.flush(timeout)
+                    self._wait_flushed(timeout)
         finally:
             self._fail_unsent()
             if self._sender is not None and not self._loop.is_closed():

@@ -694,3 +694,90 @@ def test_topic_configs_need_describe_configs(secured: TestClient, who: Who) -> N
     assert described["configs"] == {} and described["partitions"]
     _set_alice(c, w, [acl(T, "orders", "DESCRIBE"), acl(T, "orders", "ALTER_CONFIGS")])
     assert "retention.ms" in c.get("/topics/orders", headers=w.alice).json()["configs"]
+
+
+def test_a_regex_subscription_matches_only_topics_the_member_may_describe(
+    secured: TestClient, who: Who
+) -> None:
+    """Kafka filters metadata by DESCRIBE: a pattern subscription resolves to the matching
+    topics the member's principal may DESCRIBE, and follows a new ACL at its next
+    heartbeat. A super user's pattern matches all."""
+    c = secured
+    for name in ("pay-a", "pay-b", "pay-secret", "other"):
+        _topic(c, who, name)
+    _set_alice(c, who, [acl("GROUP", "rx", "READ"), acl(T, "pay-a", "DESCRIBE"),
+                        acl(T, "pay-b", "READ"), acl(T, "other", "DESCRIBE")])  # fmt: skip
+
+    def beat(headers: dict[str, str], group: str, body: dict[str, Any]) -> dict[str, Any]:
+        r = c.post(f"/groups/{group}/heartbeat", json=body, headers=headers)
+        assert r.status_code == 200, r.text
+        answer: dict[str, Any] = r.json()
+        return answer
+
+    def topics_of(answer: dict[str, Any]) -> set[str]:
+        return {tp["topic"] for tp in answer["assignment"]["partitions"]}
+
+    join = {"member_id": "", "member_epoch": 0, "subscribed_topic_regex": "pay-.*"}
+    first = beat(who.alice, "rx", join)
+    assert topics_of(first) == {"pay-a", "pay-b"}
+    described = c.get("/groups/rx", headers=who.root).json()
+    assert described["members"][0]["subscribed_topic_regex"] == "pay-.*"
+    _add_acls(c, who, [acl(T, "pay-", "DESCRIBE") | {"pattern_type": "PREFIXED"}])
+    again = {"member_id": first["member_id"], "member_epoch": first["member_epoch"]}
+    assert topics_of(beat(who.alice, "rx", again)) == {"pay-a", "pay-b", "pay-secret"}
+    assert topics_of(beat(who.root, "rx-root", join)) == {"pay-a", "pay-b", "pay-secret"}
+
+
+def test_delete_acls_takes_several_kafka_filters_in_one_call(secured: TestClient, who: Who) -> None:
+    """Kafka's DeleteAcls: several AclBindingFilters in one call, per-filter results, and
+    the MATCH / ANY pattern types as AclBindingFilter has them."""
+    c = secured
+    prefixed = {"pattern_type": "PREFIXED"}
+    _set_alice(c, who, [
+        acl(T, "pay", "READ"),  # literal pay
+        acl(T, "pay", "WRITE") | prefixed,  # prefix pay*
+        acl(T, "*", "DESCRIBE"),  # literal wildcard
+        acl(T, "payments", "READ"),  # literal payments
+        acl("GROUP", "pay", "READ"),
+        acl(T, "pay", "READ", principal="User:bob"),
+    ])  # fmt: skip
+
+    def names(answer: list[dict[str, str]]) -> list[tuple[str, str, str, str]]:
+        return sorted(
+            (a["resource_type"], a["resource_name"], a["pattern_type"], a["operation"])
+            for a in answer
+        )
+
+    # MATCH: every binding that applies to topic "payments" (literal, * and prefix pay).
+    r = c.request("DELETE", "/acls", headers=who.root, json={"filters": [
+        {"resource_type": "TOPIC", "resource_name": "payments", "pattern_type": "MATCH",
+         "principal": "User:alice", "operation": "WRITE"},
+        # ANY: every pattern type, exactly the name "pay" (the literal and the group's).
+        {"resource_name": "pay", "pattern_type": "ANY", "principal": "User:alice",
+         "operation": "READ"},
+        {"resource_type": "TOPIC", "resource_name": "*", "pattern_type": "LITERAL"},
+    ]})  # fmt: skip
+    assert r.status_code == 200, r.text
+    results = [names(f["acls"]) for f in r.json()["filter_results"]]
+    assert results == [
+        [(T, "pay", "PREFIXED", "WRITE")],
+        [("GROUP", "pay", "LITERAL", "READ"), (T, "pay", "LITERAL", "READ")],
+        [(T, "*", "LITERAL", "DESCRIBE")],
+    ]
+    assert names(r.json()["acls"]) == sorted(x for result in results for x in result)
+    left = c.get("/acls", headers=who.root).json()["acls"]
+    assert {(a["principal"], a["resource_name"]) for a in left} == {
+        ("User:alice", "payments"),
+        ("User:bob", "pay"),
+    }
+    # One filter in the query string still works; both forms at once do not.
+    r = c.request("DELETE", "/acls?principal=User:bob", headers=who.root, json={"filters": [{}]})
+    assert r.status_code == 400 and r.json()["error_code"] == "INVALID_REQUEST"
+    r = c.request("DELETE", "/acls", headers=who.root, json={"filters": []})
+    assert r.status_code == 400
+    r = c.delete("/acls?principal=User:bob", headers=who.root)
+    assert r.status_code == 200 and [a["principal"] for a in r.json()["acls"]] == ["User:bob"]
+    # Refused to a principal without ALTER on the cluster, and nothing changed.
+    r = c.request("DELETE", "/acls", headers=who.alice, json={"filters": [{}]})
+    assert r.status_code == 403 and r.json()["error_code"] == "CLUSTER_AUTHORIZATION_FAILED"
+    assert len(c.get("/acls", headers=who.root).json()["acls"]) == 1
