@@ -18,6 +18,7 @@ import cluster as cluster_harness
 import httpx
 import pytest
 import zookeeper as zookeeper_harness
+from procs import freeze
 
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_SECONDS = 30.0
@@ -163,7 +164,7 @@ class Broker:
     def pause(self) -> None:
         """SIGSTOP: the process stays, its sockets stay open, nothing answers (a hung broker)."""
         assert self.proc is not None, "broker not running"
-        self.proc.send_signal(signal.SIGSTOP)
+        freeze(self.proc)
         self.paused = True
 
     def resume(self) -> None:

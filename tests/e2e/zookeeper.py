@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
+from procs import freeze
 
 START_TIMEOUT_SECONDS = 30.0
 STOP_TIMEOUT_SECONDS = 15.0
@@ -246,7 +247,7 @@ class ZooKeeperServer:
 
     def pause(self) -> None:
         """SIGSTOP: the process stays but answers nothing (a hung or partitioned server)."""
-        self._running_proc().send_signal(signal.SIGSTOP)
+        freeze(self._running_proc())
         self.paused = True
 
     def resume(self) -> None:
