@@ -26,7 +26,7 @@ from starlette.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
 from app.api import create_app
-from app.api.security import RULES
+from app.api.acl_rules import RULES
 from app.common.batch import build_batch
 from app.core.security.users import UsersFile
 
