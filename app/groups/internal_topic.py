@@ -199,6 +199,18 @@ class InternalTopicRuntime(Generic[T]):
             self._partitions.pop(partition, None)
             self._unload(partition)
 
+    async def stop_loading(self, *others: asyncio.Task[None] | None) -> None:
+        """Stop: no load starts any more; cancel those under way (and ``others``, tasks
+        of the owner's) and wait until they have ended."""
+        self.running = False
+        tasks = [t for t in (*others, *self.load_tasks.values()) if t is not None]
+        self.load_tasks.clear()
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
     def _current(self, partition: int, generation: int) -> bool:
         return (
             self.running

@@ -24,8 +24,6 @@ a dict of its own and is installed on the loop.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -226,15 +224,8 @@ class TxnStateManager(InternalTopicRuntime[dict[str, TxnMetadata]]):
                 del self.by_producer[meta.producer_id]
 
     async def stop(self) -> None:
-        self.running = False
         self.loaded = False
-        tasks = list(self.load_tasks.values())
-        self.load_tasks.clear()
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self.stop_loading()
 
     # -- writes ----------------------------------------------------------------------------
 
