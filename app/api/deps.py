@@ -7,7 +7,7 @@ under load a wait for the GIL behind the event loop) for three attribute reads. 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import Depends, Request
 
@@ -43,6 +43,18 @@ def manager_of(request: Request) -> LogManager:
     if not state.ready or state.manager is None:
         raise BrokerNotAvailable("the broker is not serving yet (starting) or is stopping")
     return state.manager
+
+
+def serving_coordinator(request: Request, attr: str, kind: str) -> Any:
+    """The coordinator the lifespan set as ``app.state.<attr>`` (``kind``: "group",
+    "transaction"); BrokerNotAvailable before it started, once it stops, or while the
+    broker is not ready."""
+    coordinator = getattr(request.app.state, attr, None)
+    if coordinator is None or not request.app.state.logbus.ready:
+        raise BrokerNotAvailable(
+            f"the {kind} coordinator is not serving yet (starting) or stopping"
+        )
+    return coordinator
 
 
 StateDep = Annotated[AppState, Depends(get_state)]

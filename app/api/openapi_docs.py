@@ -22,10 +22,13 @@ from app.core.log.manager import MAX_TOPIC_NAME_LENGTH
 BODY_MODELS = (ProduceRequest, CreateTopicRequest, InitProducerIdRequest)
 
 
-def json_request_body(model: str, examples: dict[str, Any]) -> dict[str, Any]:
+def json_request_body(
+    model: str, examples: dict[str, Any], *, required: bool = True
+) -> dict[str, Any]:
+    """An ``openapi_extra`` JSON request body: ``model``'s schema and named examples."""
     return {
         "requestBody": {
-            "required": True,
+            "required": required,
             "content": {
                 "application/json": {
                     "schema": {"$ref": f"#/components/schemas/{model}"},

@@ -59,7 +59,6 @@ leads every partition and its appends need no replication.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -154,6 +153,11 @@ class GroupCoordinator:
         self.offsets = OffsetStore(self.runtime)
         self.admin = GroupAdmin(self.runtime, self.membership, self.offsets)
         self.txn_offsets = TxnOffsetStore(self.runtime, self.offsets)
+        # Offsets in transactions (the transaction coordinator's GroupHooks, and the
+        # router's TxnOffsetCommit): the store's own methods, documented there.
+        self.offsets_partition = self.txn_offsets.offsets_partition
+        self.txn_commit_offsets = self.txn_offsets.commit
+        self.txn_completed = self.txn_offsets.completed
         self.runtime.on_loaded = self._on_loaded
         self._expire_task: asyncio.Task[None] | None = None
 
@@ -189,15 +193,8 @@ class GroupCoordinator:
     async def stop(self) -> None:
         rt = self.runtime
         rt.loaded = False
-        rt.running = False
-        tasks = [t for t in (self._expire_task, *rt.load_tasks.values()) if t is not None]
-        self._expire_task = None
-        rt.load_tasks.clear()
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        expire, self._expire_task = self._expire_task, None
+        await rt.stop_loading(expire)
         for group in rt.groups.values():
             cancel_timers(group)
 
@@ -258,27 +255,6 @@ class GroupCoordinator:
 
     def expire_offsets(self, now_ms: int | None = None) -> int:
         return self.offsets.expire_offsets(now_ms)
-
-    # -- offsets in transactions (the transaction coordinator's GroupHooks) ---------------
-
-    async def offsets_partition(self, group_id: str) -> int:
-        return await self.txn_offsets.offsets_partition(group_id)
-
-    async def txn_commit_offsets(
-        self,
-        group_id: str,
-        producer_id: int,
-        producer_epoch: int,
-        offsets: Sequence[OffsetCommit],
-        member_id: str | None = None,
-        member_epoch: int = -1,
-    ) -> list[CommittedOffset]:
-        return await self.txn_offsets.commit(
-            group_id, producer_id, producer_epoch, offsets, member_id, member_epoch
-        )
-
-    def txn_completed(self, partition: int, producer_id: int, commit: bool) -> None:
-        self.txn_offsets.completed(partition, producer_id, commit)
 
     # -- admin -----------------------------------------------------------------------------
 

@@ -36,8 +36,6 @@ Placement (:mod:`app.groups.placement`) hides one broker versus a cluster.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -57,11 +55,10 @@ from app.common.errors import (
     NotCoordinator,
     NotEnoughReplicas,
     NotLeaderOrFollower,
-    RequestTimedOut,
-    TopicAlreadyExists,
 )
 from app.core.local_topology import LocalTopology
 from app.groups.hashing import partition_for
+from app.groups.internal_topic import InternalTopicRuntime, read_chunks
 from app.groups.model import (
     CoordinatorInfo,
     Group,
@@ -91,15 +88,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_READ_CHUNK = 1 << 20
 
-# Cluster mode: where an offsets partition led here stands.
-LOADING = "loading"
-LOADED = "loaded"
+class CoordinatorRuntime(InternalTopicRuntime[dict[str, Group]]):
+    """The group cache, the offsets partitions it comes from, and the writes to them.
 
-
-class CoordinatorRuntime:
-    """The group cache, the offsets partitions it comes from, and the writes to them."""
+    Partition states, loading on leadership and routing: :mod:`app.groups.internal_topic`."""
 
     def __init__(
         self,
@@ -109,6 +102,7 @@ class CoordinatorRuntime:
         clock_ms: Callable[[], int],
         monotonic: Callable[[], float],
     ) -> None:
+        super().__init__(OFFSETS_TOPIC, config.node_id)
         self.manager = manager
         self.config = config
         # ``cluster``: the broker's topology (None: a lone broker's, over ``manager``).
@@ -124,30 +118,11 @@ class CoordinatorRuntime:
         self.groups: dict[str, Group] = {}
         # Set by the owner: called on the loop with the groups of a partition just loaded.
         self.on_loaded: Callable[[Iterable[Group]], None] = lambda groups: None
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.running = False
         self.loaded = False
-        self.topic_ready = False
-        self._topic_lock: asyncio.Lock | None = None
-        # Cluster mode: the offsets partitions led here (loading or loaded), a counter per
-        # partition that a load started under an older leadership finds changed, the
-        # loads under way, and the last offset appended to each partition (answers wait
-        # until it is replicated).
-        self._partitions: dict[int, str] = {}
-        self._generation: dict[int, int] = {}
-        self.load_tasks: dict[int, asyncio.Task[None]] = {}
+        # Cluster mode: the last offset appended to each partition (answers wait until it
+        # is replicated).
         self._written: dict[int, int] = {}
         self._known_count: int | None = None
-
-    @property
-    def loading(self) -> list[int]:
-        """Cluster mode: the offsets partitions this broker leads and is still loading."""
-        return sorted(p for p, status in self._partitions.items() if status == LOADING)
-
-    @property
-    def coordinated_partitions(self) -> list[int]:
-        """The offsets partitions whose groups this broker serves (cluster mode)."""
-        return sorted(p for p, status in self._partitions.items() if status == LOADED)
 
     # -- loading ---------------------------------------------------------------------------
 
@@ -162,15 +137,7 @@ class CoordinatorRuntime:
 
     def _replay_log(self, groups: dict[str, Group], partition: int, part_log: Log) -> None:
         """Replay one partition's log into ``groups`` (blocking: run in a worker thread)."""
-        offset = part_log.log_start_offset
-        end = part_log.log_end_offset
-        while offset < end:
-            buf = part_log.read(offset, _READ_CHUNK, max_offset=end).read_bytes()
-            next_offset = offset
-            for _, header in iter_headers(buf):
-                next_offset = header.next_offset
-            if next_offset <= offset:
-                break
+        for buf, offset in read_chunks(part_log):
             view = memoryview(buf)
             for pos, header in iter_headers(view):
                 if header.last_offset < offset:
@@ -196,7 +163,6 @@ class CoordinatorRuntime:
                             record.offset,
                             exc,
                         )
-            offset = next_offset
 
     def _finish_load(self, groups: dict[str, Group]) -> dict[str, Group]:
         """Derived state of replayed groups (owners, static ids); the groups worth keeping.
@@ -217,64 +183,39 @@ class CoordinatorRuntime:
 
     # -- cluster mode: leadership of offsets partitions --------------------------------------
 
-    def on_leadership(self, topic: str, partition: int, leads: bool) -> None:
-        """ReplicaManager's listener (on the loop): load a partition this broker now leads,
-        forget the groups of one it no longer leads."""
-        if topic != OFFSETS_TOPIC or not self.running or self.loop is None:
-            return
-        if leads and partition in self._partitions:
-            return  # already loading or loaded under this leadership
-        self._generation[partition] = generation = self._generation.get(partition, 0) + 1
-        task = self.load_tasks.pop(partition, None)
-        if task is not None:
-            task.cancel()
-        if leads:
-            self._partitions[partition] = LOADING
-            self.load_tasks[partition] = self.loop.create_task(
-                self._load_partition(partition, generation),
-                name=f"load-{OFFSETS_TOPIC}-{partition}",
-            )
-        else:
-            self._partitions.pop(partition, None)
-            self._unload(partition)
+    def _reader(self, partition: int) -> Callable[[], dict[str, Group]]:
+        part_log = self.placement.offsets_log(partition)
 
-    def _current(self, partition: int, generation: int) -> bool:
-        return (
-            self.running
-            and self._generation.get(partition) == generation
-            and self._partitions.get(partition) == LOADING
-        )
+        def replay() -> dict[str, Group]:
+            groups: dict[str, Group] = {}
+            self._replay_log(groups, partition, part_log)
+            return groups
 
-    async def _load_partition(self, partition: int, generation: int) -> None:
-        delay = 0.1
-        while True:
-            try:
-                part_log = self.placement.offsets_log(partition)
-                groups: dict[str, Group] = {}
-                await asyncio.to_thread(self._replay_log, groups, partition, part_log)
-                break
-            except NotLeaderOrFollower:
-                return  # leadership went; its listener call unloads
-            except Exception:
-                log.exception("loading %s-%d failed; retrying", OFFSETS_TOPIC, partition)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
-            if not self._current(partition, generation):
-                return
-        if not self._current(partition, generation):
-            return  # lost (and maybe regained) leadership meanwhile: a newer load runs
-        self.load_tasks.pop(partition, None)
-        loaded = self._finish_load(groups)
-        for gid, group in loaded.items():
+        return replay
+
+    def _install_partition(self, partition: int, loaded: dict[str, Group]) -> None:
+        groups = self._finish_load(loaded)
+        for gid, group in groups.items():
             old = self.groups.get(gid)
             if old is not None:
                 cancel_timers(old)
             self.groups[gid] = group
-        self._partitions[partition] = LOADED
-        self.on_loaded(loaded.values())
+        self.on_loaded(groups.values())
         log.info(
-            "coordinating %d groups of %s-%d (leader now)", len(loaded), OFFSETS_TOPIC, partition
+            "coordinating %d groups of %s-%d (leader now)", len(groups), OFFSETS_TOPIC, partition
         )
+
+    def _leader_of(self, partition: int) -> tuple[int | None, str | None]:
+        return self.placement.leader_of(partition)
+
+    def _load_in_progress(self, key: str, message: str) -> CoordinatorLoadInProgress:
+        return CoordinatorLoadInProgress(message, key)
+
+    def _not_coordinator(self, key: str, leader: int | None, url: str | None) -> NotCoordinator:
+        return NotCoordinator(key, leader, url)
+
+    def _not_available(self, key: str, message: str) -> CoordinatorNotAvailable:
+        return CoordinatorNotAvailable(message, key)
 
     def _unload(self, partition: int) -> None:
         """Forget the groups of an offsets partition this broker no longer leads."""
@@ -295,49 +236,24 @@ class CoordinatorRuntime:
         """The group's offsets partition, when this broker serves the group now; else
         NOT_COORDINATOR naming its coordinator (COORDINATOR_LOAD_IN_PROGRESS while loading)."""
         partition = partition_for(group_id, self.num_partitions())
-        if not self.placement.clustered:
-            return partition
-        status = self._partitions.get(partition)
-        if status == LOADED:
-            return partition
-        if status == LOADING:
-            raise CoordinatorLoadInProgress(
+        if self.placement.clustered:
+            self._served(
+                group_id,
+                partition,
                 f"loading the groups of {OFFSETS_TOPIC}-{partition} (this broker just became "
                 "its leader); retry shortly",
-                group_id,
             )
-        leader, url = self.placement.leader_of(partition)
-        if leader == self.config.node_id:
-            raise CoordinatorLoadInProgress(
-                f"this broker is taking over {OFFSETS_TOPIC}-{partition}; retry shortly",
-                group_id,
-            )
-        raise NotCoordinator(group_id, leader, url)
+        return partition
 
     def check_loaded(self) -> None:
         if not self.loaded:
             raise CoordinatorLoadInProgress("the group coordinator is loading __consumer_offsets")
 
-    async def ensure_topic(self) -> None:
-        """Create ``__consumer_offsets`` on first use, as Kafka does."""
-        if self.topic_ready:
-            return
-        if self.placement.clustered and self.offsets_partitions() is not None:
-            self.topic_ready = True  # another broker created it
-            return
-        if self._topic_lock is None:
-            self._topic_lock = asyncio.Lock()
-        async with self._topic_lock:
-            if self.topic_ready:
-                return
-            with contextlib.suppress(TopicAlreadyExists):
-                await self.placement.create_offsets_topic(self.config.offsets_topic_num_partitions)
-            self.topic_ready = True
-            loads = list(self.load_tasks.values())
-            if loads:
-                # The new partitions this broker leads load in an instant (they are empty):
-                # the request that created the topic need not answer LOAD_IN_PROGRESS.
-                await asyncio.wait(loads, timeout=5)
+    def _topic_exists(self) -> bool:
+        return self.placement.clustered and self.offsets_partitions() is not None
+
+    async def _create_topic(self) -> None:
+        await self.placement.create_offsets_topic(self.config.offsets_topic_num_partitions)
 
     def offsets_partitions(self) -> int | None:
         count = self.placement.offsets_partitions()
@@ -399,7 +315,7 @@ class CoordinatorRuntime:
             data = build_batch(records) if batch is None else batch
             self._written[partition] = self.placement.append(partition, data)
         except NotLeaderOrFollower as exc:
-            raise self._not_coordinator(group_id, partition, exc) from None
+            raise NotCoordinator(group_id, *self._leader_after(partition, exc)) from None
         except NotEnoughReplicas as exc:
             raise CoordinatorNotAvailable(
                 f"group {group_id!r} cannot be written: {exc.message}", group_id
@@ -413,28 +329,8 @@ class CoordinatorRuntime:
         last = self._written.get(partition)
         if last is None:
             return
-        try:
-            await self.placement.replicated(partition, last, self.config.offsets_commit_timeout_ms)
-        except NotLeaderOrFollower as exc:
-            raise self._not_coordinator(group_id, partition, exc) from None
-        except (NotEnoughReplicas, RequestTimedOut) as exc:
-            # Kafka answers COORDINATOR_NOT_AVAILABLE too: the client finds the coordinator
-            # again and retries. The write is on the leader and may still be replicated.
-            raise CoordinatorNotAvailable(
-                f"group {group_id!r}: the write to {OFFSETS_TOPIC}-{partition} was not "
-                f"acknowledged by every in-sync replica: {exc.message}",
-                group_id,
-            ) from None
-
-    def _not_coordinator(
-        self, group_id: str, partition: int, exc: NotLeaderOrFollower
-    ) -> NotCoordinator:
-        leader, url = exc.leader, exc.leader_url
-        if leader is None:
-            leader, url = self.placement.leader_of(partition)
-        if leader == self.config.node_id:
-            leader, url = None, None
-        return NotCoordinator(group_id, leader, url)
+        wait = self.placement.replicated(partition, last, self.config.offsets_commit_timeout_ms)
+        await self._acknowledged(group_id, f"group {group_id!r}", partition, wait)
 
     def _member_value(self, group: Group, m: Member) -> MemberValue:
         fields: dict[str, Any] = {

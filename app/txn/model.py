@@ -56,17 +56,19 @@ class TxnState(enum.Enum):
 
     @classmethod
     def from_id(cls, state_id: int) -> TxnState:
-        for s in cls:
-            if s.id == state_id:
-                return s
-        raise ValueError(f"no transaction state {state_id}")
+        return cls._find(0, state_id)
 
     @classmethod
     def from_name(cls, name: str) -> TxnState:
+        return cls._find(1, name)
+
+    @classmethod
+    def _find(cls, field: int, wanted: int | str) -> TxnState:
+        """The state whose value (id, Kafka name) holds ``wanted`` at ``field``."""
         for s in cls:
-            if s.kafka_name == name:
+            if s.value[field] == wanted:
                 return s
-        raise ValueError(f"no transaction state {name!r}")
+        raise ValueError(f"no transaction state {wanted!r}")
 
 
 S = TxnState

@@ -24,24 +24,19 @@ a dict of its own and is installed on the loop.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from app.common.batch import decode_records, iter_headers
+from app.common.batch import decode_records
 from app.common.errors import (
     CoordinatorLoadInProgress,
     CoordinatorNotAvailable,
     CorruptRecord,
-    NotEnoughReplicas,
-    NotLeaderOrFollower,
-    RequestTimedOut,
-    TopicAlreadyExists,
     TxnNotCoordinator,
 )
 from app.groups.hashing import partition_for
+from app.groups.internal_topic import InternalTopicRuntime, read_chunks
 from app.txn.model import TXN_TOPIC, TxnConfig, TxnMetadata, TxnState
 from app.txn.placement import TxnPlacement
 from app.txn.records import TxnLogValue, decode_key, decode_value, encode_key, encode_value
@@ -51,24 +46,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_READ_CHUNK = 1 << 20
-LOADING = "loading"
-LOADED = "loaded"
-
 
 def replay_log(part_log: Log, coordinator_epoch: int) -> dict[str, TxnMetadata]:
     """Every transactional id of one ``__transaction_state`` partition, as its latest
     record says (blocking: run in a worker thread)."""
     found: dict[str, TxnMetadata] = {}
-    offset = part_log.log_start_offset
-    end = part_log.log_end_offset
-    while offset < end:
-        buf = part_log.read(offset, _READ_CHUNK, max_offset=end).read_bytes()
-        next_offset = offset
-        for _, header in iter_headers(buf):
-            next_offset = header.next_offset
-        if next_offset <= offset:
-            break
+    for buf, offset in read_chunks(part_log):
         for record in decode_records(buf, min_offset=offset):
             if record.key is None:
                 continue
@@ -82,7 +65,6 @@ def replay_log(part_log: Log, coordinator_epoch: int) -> dict[str, TxnMetadata]:
                 found.pop(tid, None)
                 continue
             found[tid] = from_value(tid, value, coordinator_epoch)
-        offset = next_offset
     return found
 
 
@@ -116,24 +98,20 @@ def to_value(meta: TxnMetadata) -> TxnLogValue:
     )
 
 
-class TxnStateManager:
-    """The transactional ids this broker coordinates; see the module docstring."""
+class TxnStateManager(InternalTopicRuntime[dict[str, TxnMetadata]]):
+    """The transactional ids this broker coordinates; see the module docstring.
+
+    Partition states, loading on leadership and routing: :mod:`app.groups.internal_topic`."""
 
     def __init__(self, placement: TxnPlacement, config: TxnConfig) -> None:
+        super().__init__(TXN_TOPIC, config.node_id)
         self.placement = placement
         self.config = config
         self.txns: dict[str, TxnMetadata] = {}
         # producer id -> transactional id, for the produce path's check.
         self.by_producer: dict[int, str] = {}
         self.on_loaded: Callable[[list[TxnMetadata]], None] = lambda metas: None
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.running = False
         self.loaded = False
-        self.topic_ready = False
-        self._topic_lock: asyncio.Lock | None = None
-        self._partitions: dict[int, str] = {}
-        self._generation: dict[int, int] = {}
-        self.load_tasks: dict[int, asyncio.Task[None]] = {}
         self._known_count: int | None = None
 
     # -- the cache -------------------------------------------------------------------------
@@ -171,32 +149,19 @@ class TxnStateManager:
     def partition_of(self, tid: str) -> int:
         return partition_for(tid, self.num_partitions())
 
-    async def ensure_topic(self) -> None:
-        """Create ``__transaction_state`` on first use, as Kafka does."""
-        if self.topic_ready:
-            return
-        if self.placement.txn_partitions() is not None:
-            self.topic_ready = True
-            return
-        if self._topic_lock is None:
-            self._topic_lock = asyncio.Lock()
-        async with self._topic_lock:
-            if self.topic_ready:
-                return
-            with contextlib.suppress(TopicAlreadyExists):
-                await self.placement.create_txn_topic(self.config.num_partitions)
-            self.topic_ready = True
-            if not self.placement.clustered:
-                return
-            count = self.num_partitions()
-            for partition in range(count):
+    def _topic_exists(self) -> bool:
+        return self.placement.txn_partitions() is not None
+
+    async def _create_topic(self) -> None:
+        await self.placement.create_txn_topic(self.config.num_partitions)
+
+    def _topic_created(self) -> None:
+        # Load the new partitions led here now rather than on the leadership listener's
+        # call (a no-op for one already loading).
+        if self.placement.clustered:
+            for partition in range(self.num_partitions()):
                 if self.placement.leads(partition):
                     self.on_leadership(TXN_TOPIC, partition, True)
-            loads = list(self.load_tasks.values())
-            if loads:
-                # Empty new partitions load at once: the creating request need not answer
-                # COORDINATOR_LOAD_IN_PROGRESS.
-                await asyncio.wait(loads, timeout=5)
 
     def route(self, tid: str) -> int:
         """The id's partition when this broker coordinates it now; else NOT_COORDINATOR
@@ -206,23 +171,13 @@ class TxnStateManager:
                 f"the transaction coordinator is loading {TXN_TOPIC}", transactional_id=tid
             )
         partition = self.partition_of(tid)
-        if not self.placement.clustered:
-            return partition
-        status = self._partitions.get(partition)
-        if status == LOADED:
-            return partition
-        if status == LOADING:
-            raise CoordinatorLoadInProgress(
+        if self.placement.clustered:
+            self._served(
+                tid,
+                partition,
                 f"loading the transactions of {TXN_TOPIC}-{partition}; retry shortly",
-                transactional_id=tid,
             )
-        leader, url = self.placement.leader_of(partition)
-        if leader == self.config.node_id:
-            raise CoordinatorLoadInProgress(
-                f"this broker is taking over {TXN_TOPIC}-{partition}; retry shortly",
-                transactional_id=tid,
-            )
-        raise TxnNotCoordinator(tid, leader, url)
+        return partition
 
     # -- loading ---------------------------------------------------------------------------
 
@@ -239,54 +194,26 @@ class TxnStateManager:
     def install(self, metas: list[TxnMetadata]) -> None:
         self._install({m.transactional_id: m for m in metas})
 
-    def on_leadership(self, topic: str, partition: int, leads: bool) -> None:
-        """Cluster mode: load a partition this broker now leads, forget one it lost."""
-        if topic != TXN_TOPIC or not self.running or self.loop is None:
-            return
-        if leads and partition in self._partitions:
-            return
-        self._generation[partition] = generation = self._generation.get(partition, 0) + 1
-        task = self.load_tasks.pop(partition, None)
-        if task is not None:
-            task.cancel()
-        if leads:
-            self._partitions[partition] = LOADING
-            self.load_tasks[partition] = self.loop.create_task(
-                self._load_partition(partition, generation), name=f"load-{TXN_TOPIC}-{partition}"
-            )
-        else:
-            self._partitions.pop(partition, None)
-            self._unload(partition)
+    def _reader(self, partition: int) -> Callable[[], dict[str, TxnMetadata]]:
+        part_log, epoch = self.placement.txn_log(partition)
+        return lambda: replay_log(part_log, epoch)
 
-    def _current(self, partition: int, generation: int) -> bool:
-        return (
-            self.running
-            and self._generation.get(partition) == generation
-            and self._partitions.get(partition) == LOADING
-        )
+    def _install_partition(self, partition: int, loaded: dict[str, TxnMetadata]) -> None:
+        metas = self._install(loaded)
+        log.info("coordinating %d transactional ids of %s-%d", len(metas), TXN_TOPIC, partition)
+        self.on_loaded(metas)
 
-    async def _load_partition(self, partition: int, generation: int) -> None:
-        delay = 0.1
-        while True:
-            try:
-                part_log, epoch = self.placement.txn_log(partition)
-                found = await asyncio.to_thread(replay_log, part_log, epoch)
-                break
-            except NotLeaderOrFollower:
-                return
-            except Exception:
-                log.exception("loading %s-%d failed; retrying", TXN_TOPIC, partition)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
-            if not self._current(partition, generation):
-                return
-        if not self._current(partition, generation):
-            return
-        self.load_tasks.pop(partition, None)
-        loaded = self._install(found)
-        self._partitions[partition] = LOADED
-        log.info("coordinating %d transactional ids of %s-%d", len(loaded), TXN_TOPIC, partition)
-        self.on_loaded(loaded)
+    def _leader_of(self, partition: int) -> tuple[int | None, str | None]:
+        return self.placement.leader_of(partition)
+
+    def _load_in_progress(self, key: str, message: str) -> CoordinatorLoadInProgress:
+        return CoordinatorLoadInProgress(message, transactional_id=key)
+
+    def _not_coordinator(self, key: str, leader: int | None, url: str | None) -> TxnNotCoordinator:
+        return TxnNotCoordinator(key, leader, url)
+
+    def _not_available(self, key: str, message: str) -> CoordinatorNotAvailable:
+        return CoordinatorNotAvailable(message, transactional_id=key)
 
     def _unload(self, partition: int) -> None:
         count = self.num_partitions()
@@ -296,20 +223,9 @@ class TxnStateManager:
             if self.by_producer.get(meta.producer_id) == tid:
                 del self.by_producer[meta.producer_id]
 
-    @property
-    def coordinated_partitions(self) -> list[int]:
-        return sorted(p for p, s in self._partitions.items() if s == LOADED)
-
     async def stop(self) -> None:
-        self.running = False
         self.loaded = False
-        tasks = list(self.load_tasks.values())
-        self.load_tasks.clear()
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self.stop_loading()
 
     # -- writes ----------------------------------------------------------------------------
 
@@ -331,20 +247,10 @@ class TxnStateManager:
     async def _append(self, tid: str, value: bytes | None) -> None:
         partition = self.partition_of(tid)
         record = (encode_key(tid), value)
-        try:
+
+        async def write() -> None:
             last = self.placement.append(partition, [record])
             if self.placement.clustered:
                 await self.placement.replicated(partition, last, self.config.write_timeout_ms)
-        except NotLeaderOrFollower as exc:
-            leader, url = exc.leader, exc.leader_url
-            if leader is None:
-                leader, url = self.placement.leader_of(partition)
-            if leader == self.config.node_id:
-                leader, url = None, None
-            raise TxnNotCoordinator(tid, leader, url) from None
-        except (NotEnoughReplicas, RequestTimedOut) as exc:
-            raise CoordinatorNotAvailable(
-                f"transactional id {tid!r}: the write to {TXN_TOPIC}-{partition} was not "
-                f"acknowledged by every in-sync replica: {exc.message}",
-                transactional_id=tid,
-            ) from None
+
+        await self._acknowledged(tid, f"transactional id {tid!r}", partition, write())

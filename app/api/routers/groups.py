@@ -18,11 +18,12 @@ from fastapi import APIRouter, FastAPI, Path, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
+from app.api.deps import serving_coordinator
 from app.api.errors import ErrorBody
 from app.api.security import describable, visible
 from app.api.state import AppState
 from app.api.util import INT_MAX, LONG_MAX, JSONBytes
-from app.common.errors import BrokerNotAvailable, KafkaStorageError
+from app.common.errors import KafkaStorageError
 from app.core.log.manager import MAX_TOPIC_NAME_LENGTH
 from app.core.security.acl import ResourceType
 from app.groups.coordinator import (
@@ -107,9 +108,7 @@ async def stop_coordinator(app: FastAPI) -> None:
 
 
 def get_coordinator(request: Request) -> GroupCoordinator:
-    coordinator: GroupCoordinator | None = getattr(request.app.state, "coordinator", None)
-    if coordinator is None or not request.app.state.logbus.ready:
-        raise BrokerNotAvailable("the group coordinator is not serving yet (starting) or stopping")
+    coordinator: GroupCoordinator = serving_coordinator(request, "coordinator", "group")
     return coordinator
 
 

@@ -26,17 +26,9 @@ INIT_BODY_LIMIT = 64 * 1024
     description=docs.INIT_PRODUCER_ID,
     response_model=InitProducerIdResponse,
     responses=error_responses(400, 409, 413, 421, 503),
-    openapi_extra={
-        "requestBody": {
-            "required": False,
-            "content": {
-                "application/json": {
-                    "schema": {"$ref": "#/components/schemas/InitProducerIdRequest"},
-                    "examples": docs.INIT_PRODUCER_ID_EXAMPLES,
-                }
-            },
-        }
-    },
+    openapi_extra=docs.json_request_body(
+        "InitProducerIdRequest", docs.INIT_PRODUCER_ID_EXAMPLES, required=False
+    ),
 )
 async def init_producer_id(request: Request, state: StateDep, manager: ManagerDep) -> Response:
     body = await read_body(request, min(INIT_BODY_LIMIT, state.settings.max_request_bytes))

@@ -282,17 +282,25 @@ def _plan_batches(
     builders, placed = build_batches(
         req, n, fixed_partition, lambda: state.sticky.next_partition(topic, n), now_ms
     )
+    return checked_batches(topic, n, builders, lambda p: plan.max_message_bytes), placed
+
+
+def checked_batches(
+    topic: str, partitions: int, builders: dict[int, BatchBuilder], max_bytes: Callable[[int], int]
+) -> dict[int, bytes]:
+    """Each partition's batch built, checked before any append: UNKNOWN_TOPIC_OR_PARTITION
+    for a partition the topic (``partitions`` of them) lacks, RECORD_TOO_LARGE for one
+    over ``max_bytes(partition)`` (its max.message.bytes)."""
     batches: dict[int, bytes] = {}
     for p, builder in builders.items():
-        if p >= n:
+        if p >= partitions:
             raise UnknownTopicOrPartition(topic, p)
         data = builder.build()
-        if len(data) > plan.max_message_bytes:
-            raise RecordTooLarge(
-                len(data), plan.max_message_bytes, what=f"record batch for {topic}-{p}"
-            )
+        limit = max_bytes(p)
+        if len(data) > limit:
+            raise RecordTooLarge(len(data), limit, what=f"record batch for {topic}-{p}")
         batches[p] = data
-    return batches, placed
+    return batches
 
 
 async def append_json_records(

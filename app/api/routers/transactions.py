@@ -37,25 +37,24 @@ from fastapi import APIRouter, FastAPI, Path, Query, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.responses import Response
 
+from app.api import openapi_docs as docs
 from app.api.codec import BodyInvalid
-from app.api.deps import StateDep, read_body
+from app.api.deps import StateDep, read_body, serving_coordinator
 from app.api.errors import ErrorBody
 from app.api.models import ProduceResponse
 from app.api.produce_body import parse_produce_body
-from app.api.routers.records import build_batches
+from app.api.routers.groups import get_coordinator
+from app.api.routers.records import build_batches, checked_batches
 from app.api.security import visible
 from app.api.state import AppState
 from app.api.util import INT_MAX, LONG_MAX, JSONBytes
 from app.common.batch import stamp_producer
 from app.common.error_body import error_from_body
 from app.common.errors import (
-    BrokerNotAvailable,
     ClusterAuthorizationFailed,
     KafkaStorageError,
     NotLeaderOrFollower,
-    RecordTooLarge,
     TxnNotCoordinator,
-    UnknownTopicOrPartition,
 )
 from app.core.log.manager import MAX_TOPIC_NAME_LENGTH
 from app.core.replication.auth import HEADER as AUTH_HEADER
@@ -192,17 +191,7 @@ def _examples(*pairs: tuple[str, str, dict[str, Any]]) -> dict[str, Any]:
 
 
 def _body(schema: str, *pairs: tuple[str, str, dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "requestBody": {
-            "required": True,
-            "content": {
-                "application/json": {
-                    "schema": {"$ref": f"#/components/schemas/{schema}"},
-                    "examples": _examples(*pairs),
-                }
-            },
-        }
-    }
+    return docs.json_request_body(schema, _examples(*pairs))
 
 
 # -- lifecycle (called from the app's lifespan) ---------------------------------------------
@@ -315,18 +304,9 @@ class RemoteMarkerSender:
 
 
 def get_txn_coordinator(request: Request) -> TransactionCoordinator:
-    coordinator: TransactionCoordinator | None = getattr(request.app.state, "txn_coordinator", None)
-    if coordinator is None or not request.app.state.logbus.ready:
-        raise BrokerNotAvailable(
-            "the transaction coordinator is not serving yet (starting) or stopping"
-        )
-    return coordinator
-
-
-def _groups(request: Request) -> GroupCoordinator:
-    coordinator: GroupCoordinator | None = getattr(request.app.state, "coordinator", None)
-    if coordinator is None or not request.app.state.logbus.ready:
-        raise BrokerNotAvailable("the group coordinator is not serving yet (starting) or stopping")
+    coordinator: TransactionCoordinator = serving_coordinator(
+        request, "txn_coordinator", "transaction"
+    )
     return coordinator
 
 
@@ -477,28 +457,14 @@ async def add_partitions_to_txn(
     "exist.",
     response_model=ProduceResponse,
     responses=_errors(400, 404, 409, 421, 503),
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {
-                "application/json": {
-                    "schema": {"$ref": "#/components/schemas/ProduceRequest"},
-                    "examples": _examples(
-                        (
-                            "two",
-                            "Two keyed records",
-                            {
-                                "records": [
-                                    {"key": "a", "value": {"n": 1}},
-                                    {"key": "b", "value": {"n": 2}},
-                                ]
-                            },
-                        )
-                    ),
-                }
-            },
-        }
-    },
+    openapi_extra=_body(
+        "ProduceRequest",
+        (
+            "two",
+            "Two keyed records",
+            {"records": [{"key": "a", "value": {"n": 1}}, {"key": "b", "value": {"n": 2}}]},
+        ),
+    ),
 )
 async def produce_transactional(
     transactional_id: TxnIdPath,
@@ -517,15 +483,12 @@ async def produce_transactional(
     builders, placed = build_batches(
         req, n, None, lambda: state.sticky.next_partition(topic, n), now_ms
     )
-    built: dict[int, bytes] = {}
-    for p, builder in builders.items():
-        if p >= n:
-            raise UnknownTopicOrPartition(topic, p)
-        data = builder.build()
-        limit = topology.leader_partition(topic, p).log.config.max_message_bytes
-        if len(data) > limit:
-            raise RecordTooLarge(len(data), limit, what=f"record batch for {topic}-{p}")
-        built[p] = data
+    built = checked_batches(
+        topic,
+        n,
+        builders,
+        lambda p: topology.leader_partition(topic, p).log.config.max_message_bytes,
+    )
     await tc.add_partitions(
         transactional_id, producer_id, producer_epoch, {(topic, p) for p in built}
     )
@@ -613,7 +576,7 @@ async def txn_offset_commit(
         TxnOffsetCommitRequest, await read_body(request, BODY_LIMIT)
     )
     tc = get_txn_coordinator(request)
-    groups = _groups(request)
+    groups = get_coordinator(request)
     try:
         partition = await tc.add_offsets(
             transactional_id, req.producer_id, req.producer_epoch, req.group_id
