@@ -343,7 +343,10 @@ class Partition:
         # Before the write goes out: from now on ZooKeeper may hold the proposal.
         self._pending_isr = isr
         if self.is_leader:
-            self._hw_mode()
+            # Under the lock: an append (maybe on a worker thread) moves the HW with the
+            # log end while hw_follows_leo holds, and must not do so once a member joins.
+            with self._lock.exclusive():
+                self._hw_mode()
 
         async def write() -> None:
             try:
@@ -351,7 +354,8 @@ class Partition:
             finally:
                 self._pending_isr = None
                 if self.is_leader:
-                    self._hw_mode()
+                    with self._lock.exclusive():
+                        self._hw_mode()
 
         async def attempt() -> None:
             version = await self._write_state(proposal, expected)
