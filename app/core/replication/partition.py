@@ -7,6 +7,9 @@ fetches (a fetch from offset ``o`` says the follower holds everything below
 - the high watermark: the smallest log end offset across the ISR, so a
   consumer only ever sees records every in-sync replica holds;
 - ISR expansion: a follower that reached the high watermark joins;
+- while an ISR write is out, the high watermark counts the proposed members too
+  (Kafka's "maximal ISR", KIP-497): once the write lands the controller may elect
+  a joining follower, so nothing it does not hold may be acknowledged before;
 - ISR shrinking: a follower not caught up for ``replica.lag.time.max.ms``
   leaves (Kafka's rule: caught up = fetched up to the leader's end offset);
 - ``acks=all`` waiters, answered when the high watermark passes their batch.
@@ -112,6 +115,9 @@ class Partition:
         self._lock = ReadWriteLock()
         self._acks: list[tuple[int, asyncio.Future[None]]] = []
         self._isr_write: asyncio.Task[None] | None = None
+        # The ISR the write in flight proposes (None: no write out). ZooKeeper may hold
+        # it already, so the high watermark counts its members too (see maximal_isr).
+        self._pending_isr: tuple[int, ...] | None = None
         # Called with this partition when it becomes a follower (the fetcher starts).
         self.on_follow: Callable[[Partition], None] = lambda _: None
 
@@ -198,11 +204,30 @@ class Partition:
 
     def _set_isr(self, isr: tuple[int, ...]) -> None:
         self.isr = isr
-        alone = set(isr) <= {self.broker_id}
+        self._hw_mode()
+
+    def _hw_mode(self) -> None:
+        """The high watermark follows the log end only while no other broker is in the
+        maximal ISR; then it is the log end at once."""
+        alone = set(self.maximal_isr) <= {self.broker_id}
         self.log.hw_follows_leo = alone
         if alone:
             self.log.high_watermark = self.log.log_end_offset
         self.maybe_advance_hw()
+
+    @property
+    def maximal_isr(self) -> tuple[int, ...]:
+        """The ISR plus the members an ISR write in flight adds (Kafka's maximal ISR).
+
+        The high watermark is the smallest log end over these: from the moment the write
+        reaches ZooKeeper the controller may elect any of them, before this broker hears
+        the write succeeded. Counting only the ISR known here acknowledged records a
+        joining follower did not hold yet; that follower, elected after this leader
+        stalled (paused past its session timeout), lost them."""
+        pending = self._pending_isr
+        if pending is None:
+            return self.isr
+        return self.isr + tuple(r for r in pending if r not in self.isr)
 
     # -- appends ---------------------------------------------------------------------
 
@@ -315,8 +340,24 @@ class Partition:
             return  # one write at a time; the next fetch or check tries again
         proposal = PartitionState(self.broker_id, self.leader_epoch, isr, self.controller_epoch)
         expected = self.zk_version
+        # Before the write goes out: from now on ZooKeeper may hold the proposal.
+        self._pending_isr = isr
+        if self.is_leader:
+            # Under the lock: an append (maybe on a worker thread) moves the HW with the
+            # log end while hw_follows_leo holds, and must not do so once a member joins.
+            with self._lock.exclusive():
+                self._hw_mode()
 
         async def write() -> None:
+            try:
+                await attempt()
+            finally:
+                self._pending_isr = None
+                if self.is_leader:
+                    with self._lock.exclusive():
+                        self._hw_mode()
+
+        async def attempt() -> None:
             version = await self._write_state(proposal, expected)
             if version is None:
                 return  # the controller wrote first: its state arrives through the watch
@@ -348,7 +389,7 @@ class Partition:
         log = self.log
         leo = log.log_end_offset
         hw = leo
-        for r in self.isr:
+        for r in self.maximal_isr:
             if r == self.broker_id:
                 continue
             progress = self.followers.get(r)

@@ -302,6 +302,86 @@ def test_isr_expands_once_the_write_succeeds(tmp_path: Path) -> None:
     run(main())
 
 
+def test_hw_waits_for_a_follower_whose_isr_expansion_is_being_written(tmp_path: Path) -> None:
+    # The chaos test's loss: ZooKeeper may hold the new ISR before the leader hears back,
+    # and the controller may elect the joining follower (this leader paused past its
+    # session timeout). Records acknowledged meanwhile must be on that follower too.
+    async def main() -> None:
+        h = Harness(tmp_path)
+        h.append(10)
+        h.log.high_watermark = 0
+        h.lead(isr=(1, 2), epoch=3, version=7)
+        h.part.on_follower_fetch(2, 10)
+        h.gate = asyncio.Event()
+        h.part.on_follower_fetch(3, 10)  # caught up: the expansion write goes out
+        await settle()
+        assert h.writes == [(PartitionState(ME, 3, (1, 2, 3), 2), 7)]
+        assert h.part.isr == (1, 2), "the local ISR waits for the write"
+        last = h.append(10)
+        waiter = asyncio.ensure_future(h.part.wait_replicated(last, 5_000, 3))
+        h.part.on_follower_fetch(2, 20)
+        await settle()
+        assert h.log.high_watermark == 10, "follower 3, maybe in the ISR already, lacks 10-19"
+        assert not waiter.done()
+        h.gate.set()
+        await settle()
+        assert h.isr() == (1, 2, 3) and h.log.high_watermark == 10 and not waiter.done()
+        h.part.on_follower_fetch(3, 20)
+        await waiter
+        assert h.log.high_watermark == 20
+        h.log.close()
+
+    run(main())
+
+
+def test_a_lone_leader_stops_moving_the_hw_with_its_log_end_while_a_follower_joins(
+    tmp_path: Path,
+) -> None:
+    async def main() -> None:
+        h = Harness(tmp_path, min_isr=1)
+        h.lead(isr=(1,), epoch=3, version=7)
+        h.append(10)
+        assert h.log.high_watermark == 10, "alone: the log end"
+        h.gate = asyncio.Event()
+        h.part.on_follower_fetch(2, 10)
+        await settle()
+        assert h.writes == [(PartitionState(ME, 3, (1, 2), 2), 7)]
+        h.append(10)
+        assert h.log.high_watermark == 10, "follower 2 may be in the ISR in ZooKeeper already"
+        h.gate.set()
+        await settle()
+        assert h.isr() == (1, 2) and h.log.high_watermark == 10
+        h.part.on_follower_fetch(2, 20)
+        assert h.log.high_watermark == 20
+        h.log.close()
+
+    run(main())
+
+
+def test_a_lone_leader_whose_expansion_loses_its_cas_follows_its_log_end_again(
+    tmp_path: Path,
+) -> None:
+    async def main() -> None:
+        h = Harness(tmp_path, min_isr=1)
+        h.lead(isr=(1,), epoch=3, version=7)
+        h.append(10)
+        h.cas_ok = False
+        h.gate = asyncio.Event()
+        h.part.on_follower_fetch(2, 10)
+        await settle()
+        h.append(10)
+        assert h.log.high_watermark == 10
+        h.gate.set()
+        await settle()
+        assert h.isr() == (1,)
+        assert h.log.high_watermark == 20, "alone again: the log end"
+        h.append(5)
+        assert h.log.high_watermark == 25
+        h.log.close()
+
+    run(main())
+
+
 def test_a_follower_not_registered_in_zookeeper_does_not_join(tmp_path: Path) -> None:
     # Its session expired (paused, say): the controller counts it dead until it registers.
     async def main() -> None:
