@@ -294,8 +294,14 @@ class Partition:
         progress = self.followers.get(replica_id)
         if progress is None:
             return  # not a replica of this partition: it may read, but is not tracked
-        now = _now_ms()
         leo = self.log.log_end_offset
+        if fetch_offset > leo:
+            # Past this leader's log end (a diverged follower that has not truncated yet):
+            # the read answers out of range, so the position is no progress. Recorded, it
+            # would count records the follower does not hold toward the high watermark
+            # (Kafka updates a follower's state only after a successful read).
+            return
+        now = _now_ms()
         if fetch_offset >= leo:
             progress.last_caught_up_ms = now
         elif fetch_offset >= progress.last_fetch_leader_leo >= 0:

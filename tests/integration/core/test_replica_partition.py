@@ -274,6 +274,27 @@ def test_hw_is_the_smallest_log_end_over_the_isr(tmp_path: Path) -> None:
     run(main())
 
 
+def test_a_fetch_past_the_log_end_is_no_progress(tmp_path: Path) -> None:
+    async def main() -> None:
+        h = Harness(tmp_path)
+        h.append(10)
+        h.log.high_watermark = 0
+        h.lead(isr=(1, 2, 3))
+        h.part.on_follower_fetch(2, 10)
+        # Follower 3 asks past this leader's log end (its longer, diverged log is not
+        # truncated yet): the read answers out of range, and it holds none of 0-9 here.
+        h.part.on_follower_fetch(3, 15)
+        assert h.log.high_watermark == 0
+        h.append(5)
+        h.part.on_follower_fetch(2, 15)
+        assert h.log.high_watermark == 0, "follower 3 holds none of this leader's records"
+        h.part.on_follower_fetch(3, 15)  # a real position now
+        assert h.log.high_watermark == 15
+        h.log.close()
+
+    run(main())
+
+
 def test_isr_expands_once_the_write_succeeds(tmp_path: Path) -> None:
     async def main() -> None:
         h = Harness(tmp_path)
