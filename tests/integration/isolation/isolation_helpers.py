@@ -1,22 +1,17 @@
-"""Helpers for the isolation tests: a real broker in-process (uvicorn on a thread, so the
+"""Helpers for the isolation tests: the shared in-process broker (uvicorn on a thread, so the
 tests reach its partition logs) and transactions written on a partition with the storage
 layer's own calls (transactional batches, ``Log.append_control``), the coordinator's job
 once it exists. A unique module name: test dirs are not packages."""
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
-import uvicorn
+from live_broker import LiveBroker
 
-from app.api import create_app
-from app.api.server import ws_keepalive
 from app.common.batch import BatchBuilder
 from app.config import Settings
 from app.core.log import Log
@@ -24,59 +19,8 @@ from app.core.log import Log
 TS = 1_700_000_000_000
 
 
-class Broker:
-    """The real app served by uvicorn on a thread."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.app = create_app(settings)
-        ping_interval, ping_timeout = ws_keepalive(settings)
-        config = uvicorn.Config(
-            self.app,
-            host="127.0.0.1",
-            port=0,
-            loop="asyncio",
-            http="httptools",
-            lifespan="on",
-            log_level="warning",
-            ws_ping_interval=ping_interval,
-            ws_ping_timeout=ping_timeout,
-        )
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.port = 0
-
-    def start(self) -> Broker:
-        self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started:
-            assert self.thread.is_alive(), "the broker thread died"
-            assert time.monotonic() < deadline, "the broker did not start"
-            time.sleep(0.01)
-        self.port = self.server.servers[0].sockets[0].getsockname()[1]
-        return self
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=20)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def ws_url(self, path: str) -> str:
-        return f"ws://127.0.0.1:{self.port}{path}"
-
-    def http(self) -> httpx.Client:
-        return httpx.Client(base_url=self.url, timeout=30)
-
-    def create_topic(self, name: str, partitions: int = 1) -> None:
-        with self.http() as c:
-            r = c.post("/topics", json={"name": name, "partitions": partitions})
-            assert r.status_code == 201, r.text
-
-    def log(self, topic: str, partition: int = 0) -> Log:
-        log: Log = self.app.state.logbus.manager.get_log(topic, partition)
-        return log
+# The isolation tests' broker is the shared in-process one.
+Broker = LiveBroker
 
 
 @contextmanager
