@@ -12,14 +12,14 @@ broker answers 421 NOT_COORDINATOR naming it.
 from __future__ import annotations
 
 import logging
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, FastAPI, Path, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
 from app.api.deps import serving_coordinator
-from app.api.errors import ErrorBody
+from app.api.errors import router_error_responses
 from app.api.security import describable, visible
 from app.api.state import AppState
 from app.api.util import INT_MAX, LONG_MAX, JSONBytes
@@ -60,8 +60,7 @@ _DESCRIPTIONS = {
 }
 
 
-def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    return {s: {"model": ErrorBody, "description": _DESCRIPTIONS[s]} for s in statuses}
+_errors = router_error_responses(_DESCRIPTIONS)
 
 
 # -- lifecycle (called from the app's lifespan) ---------------------------------------------

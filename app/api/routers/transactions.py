@@ -40,7 +40,7 @@ from starlette.responses import Response
 from app.api import openapi_docs as docs
 from app.api.codec import BodyInvalid
 from app.api.deps import StateDep, read_body, serving_coordinator
-from app.api.errors import ErrorBody
+from app.api.errors import error_example, router_error_responses
 from app.api.models import ProduceResponse
 from app.api.produce_body import parse_produce_body
 from app.api.routers.groups import get_coordinator
@@ -62,6 +62,8 @@ from app.core.replication.auth import ID_HEADER
 from app.core.security.acl import ResourceType
 from app.groups.coordinator import OFFSETS_TOPIC, GroupCoordinator, OffsetCommit
 from app.txn import TransactionCoordinator, TxnConfig
+from app.txn.model import TxnMarker
+from app.txn.placement import write_marker
 
 log = logging.getLogger(__name__)
 
@@ -100,17 +102,10 @@ _DESCRIPTIONS = {
 }
 
 
-def _error(code: str, message: str, retriable: bool = False, **fields: Any) -> dict[str, Any]:
-    return {
-        "summary": code,
-        "value": {"error_code": code, "message": message, "retriable": retriable, **fields},
-    }
-
-
 # Named examples of each status's answers (in the OpenAPI document).
-_EXAMPLES: dict[int, dict[str, Any]] = {
-    400: {
-        "INVALID_TXN_STATE": _error(
+_EXAMPLES: dict[int, list[dict[str, Any]]] = {
+    400: [
+        error_example(
             "INVALID_TXN_STATE",
             "orders-0 is not in an ongoing transaction of 'orders-copier' (Empty): add it "
             "first (AddPartitionsToTxn)",
@@ -118,17 +113,17 @@ _EXAMPLES: dict[int, dict[str, Any]] = {
             topic="orders",
             partition=0,
         ),
-    },
-    404: {
-        "TRANSACTIONAL_ID_NOT_FOUND": _error(
+    ],
+    404: [
+        error_example(
             "TRANSACTIONAL_ID_NOT_FOUND",
             "transactional id 'orders-copier' is not known to its coordinator "
             "(InitProducerId with it first)",
             transactional_id="orders-copier",
         ),
-    },
-    409: {
-        "PRODUCER_FENCED": _error(
+    ],
+    409: [
+        error_example(
             "PRODUCER_FENCED",
             "transactional id 'orders-copier': producer 1000 has epoch 2; epoch 0 is fenced "
             "(a newer instance initialized the id, or the broker aborted its timed-out "
@@ -138,7 +133,7 @@ _EXAMPLES: dict[int, dict[str, Any]] = {
             producer_epoch=0,
             current_epoch=2,
         ),
-        "INVALID_PRODUCER_EPOCH": _error(
+        error_example(
             "INVALID_PRODUCER_EPOCH",
             "transactional id 'orders-copier': producer 1000 has epoch 2; epoch 7 is newer "
             "than any the coordinator handed out",
@@ -147,22 +142,22 @@ _EXAMPLES: dict[int, dict[str, Any]] = {
             producer_epoch=7,
             current_epoch=2,
         ),
-        "CONCURRENT_TRANSACTIONS": _error(
+        error_example(
             "CONCURRENT_TRANSACTIONS",
             "transactional id 'orders-copier': the previous transaction is being completed; retry",
             True,
             transactional_id="orders-copier",
         ),
-        "INVALID_PRODUCER_ID_MAPPING": _error(
+        error_example(
             "INVALID_PRODUCER_ID_MAPPING",
             "transactional id 'orders-copier' holds producer id 1000, not 1001",
             transactional_id="orders-copier",
             producer_id=1001,
             current_producer_id=1000,
         ),
-    },
-    421: {
-        "NOT_COORDINATOR": _error(
+    ],
+    421: [
+        error_example(
             "NOT_COORDINATOR",
             "this broker does not coordinate transactional id 'orders-copier'; its "
             "coordinator is broker 2 (http://broker-2:8080)",
@@ -171,18 +166,11 @@ _EXAMPLES: dict[int, dict[str, Any]] = {
             coordinator=2,
             coordinator_url="http://broker-2:8080",
         ),
-    },
+    ],
 }
 
 
-def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    out: dict[int | str, dict[str, Any]] = {}
-    for status in statuses:
-        entry: dict[str, Any] = {"model": ErrorBody, "description": _DESCRIPTIONS[status]}
-        if status in _EXAMPLES:
-            entry["content"] = {"application/json": {"examples": _EXAMPLES[status]}}
-        out[status] = entry
-    return out
+_errors = router_error_responses(_DESCRIPTIONS, _EXAMPLES)
 
 
 def _examples(*pairs: tuple[str, str, dict[str, Any]]) -> dict[str, Any]:
@@ -263,15 +251,7 @@ class RemoteMarkerSender:
         return self._client
 
     async def send(
-        self,
-        url: str,
-        topic: str,
-        partition: int,
-        producer_id: int,
-        producer_epoch: int,
-        commit: bool,
-        coordinator_epoch: int,
-        timeout_ms: int,
+        self, url: str, topic: str, partition: int, marker: TxnMarker, timeout_ms: int
     ) -> None:
         auth = getattr(self.state.topology, "auth", None)
         broker_id = self.state.topology.broker_id
@@ -281,12 +261,7 @@ class RemoteMarkerSender:
         try:
             r = await self._http().post(
                 f"{url.rstrip('/')}/topics/{quote(topic, safe='')}/partitions/{partition}/markers",
-                json={
-                    "producer_id": producer_id,
-                    "producer_epoch": producer_epoch,
-                    "commit": commit,
-                    "coordinator_epoch": coordinator_epoch,
-                },
+                json=marker.as_json(),
                 headers=headers,
                 timeout=timeout_ms / 1000 + 5,
             )
@@ -730,20 +705,16 @@ async def write_txn_marker(
     if not _door_authorized(request):
         _check_broker(request, state)
     req: WriteTxnMarkerRequest = _parse(WriteTxnMarkerRequest, await read_body(request, BODY_LIMIT))
-    replica = state.topology.leader_partition(topic, partition)
-    info = replica.append_control(
-        req.producer_id,
-        req.producer_epoch,
-        commit=req.commit,
-        coordinator_epoch=req.coordinator_epoch,
+    offset = await write_marker(
+        state.topology.leader_partition(topic, partition),
+        TxnMarker(**req.model_dump()),
+        state.settings.offsets_commit_timeout_ms,
     )
-    if replica.log.high_watermark <= info.last_offset:
-        await replica.wait_replicated(info.last_offset, state.settings.offsets_commit_timeout_ms)
     if topic == OFFSETS_TOPIC:
         groups: GroupCoordinator | None = getattr(request.app.state, "coordinator", None)
         if groups is not None:
             groups.txn_completed(partition, req.producer_id, req.commit)
-    return JSONBytes({"topic": topic, "partition": partition, "offset": info.first_offset})
+    return JSONBytes({"topic": topic, "partition": partition, "offset": offset})
 
 
 def _door_authorized(request: Request) -> bool:
