@@ -29,7 +29,8 @@ import asyncio
 import logging
 import ssl
 import time
-from typing import Annotated, Any
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -382,47 +383,83 @@ class TxnOffsetCommitResponse(BaseModel):
     offsets: list[TxnOffset]
 
 
-def _parse(model: type[BaseModel], body: bytes) -> Any:
+_Body = TypeVar("_Body", bound=BaseModel)
+_Route = TypeVar("_Route", bound=Callable[..., Any])
+
+
+async def _read(request: Request, model: type[_Body]) -> _Body:
+    """The request's JSON body as ``model`` (an empty body is ``{}``); 400 INVALID_REQUEST
+    naming the fields otherwise."""
     try:
-        return model.model_validate_json(body or b"{}")
+        return model.model_validate_json(await read_body(request, BODY_LIMIT) or b"{}")
     except ValidationError as exc:
         raise BodyInvalid.from_validation(exc) from None
 
 
+async def _txn_request(
+    request: Request, model: type[_Body]
+) -> tuple[_Body, TransactionCoordinator]:
+    """What every request on a transactional id starts with: its body (checked first), then
+    the coordinator (421 NOT_COORDINATOR or 503 when this broker cannot serve the id)."""
+    return await _read(request, model), get_txn_coordinator(request)
+
+
 _PRODUCER = {"producer_id": 1000, "producer_epoch": 0}
+
+
+def _txn_post(
+    path: str,
+    *,
+    summary: str,
+    description: str,
+    response_model: type[BaseModel],
+    body: str,
+    examples: list[tuple[str, str, dict[str, Any]]],
+) -> Callable[[_Route], _Route]:
+    """The declaration the requests on a transactional id share: ``POST
+    /transactions/{transactional_id}`` + ``path``, the same failures (any of them can meet
+    an unknown or fenced id, a coordinator elsewhere or loading), and a JSON body of the
+    schema ``body`` with named examples (summary, value)."""
+    return router.post(
+        "/transactions/{transactional_id}" + path,
+        summary=summary,
+        description=description,
+        response_model=response_model,
+        responses=_errors(400, 404, 409, 421, 503),
+        openapi_extra=_body(body, *examples),
+    )
+
 
 # -- routes ---------------------------------------------------------------------------------
 
 
-@router.post(
-    "/transactions/{transactional_id}/partitions",
+@_txn_post(
+    "/partitions",
     summary="Add partitions to the transaction (AddPartitionsToTxn)",
     description="Starts the transaction (state Ongoing) or extends it. Transactional "
     "batches to a partition (binary produce) are accepted only once it is added. Answers "
     "the transaction as DescribeTransactions does.",
     response_model=TransactionDescription,
-    responses=_errors(400, 404, 409, 421, 503),
-    openapi_extra=_body(
-        "AddPartitionsRequest",
+    body="AddPartitionsRequest",
+    examples=[
         (
             "two_partitions",
             "Partitions 0 and 1 of orders",
             {**_PRODUCER, "topics": [{"topic": "orders", "partitions": [0, 1]}]},
-        ),
-    ),
+        )
+    ],
 )
 async def add_partitions_to_txn(
     transactional_id: TxnIdPath, request: Request, state: StateDep
 ) -> Response:
-    req: AddPartitionsRequest = _parse(AddPartitionsRequest, await read_body(request, BODY_LIMIT))
-    tc = get_txn_coordinator(request)
+    req, tc = await _txn_request(request, AddPartitionsRequest)
     wanted = {(t.topic, p) for t in req.topics for p in t.partitions}
     await tc.add_partitions(transactional_id, req.producer_id, req.producer_epoch, wanted)
     return JSONBytes(tc.describe(transactional_id))
 
 
-@router.post(
-    "/transactions/{transactional_id}/topics/{topic}/records",
+@_txn_post(
+    "/topics/{topic}/records",
     summary="Produce JSON records inside the transaction",
     description="For callers that keep no producer state: the body is a produce request "
     "(as `POST /topics/{topic}/records`); the broker adds the partitions the records go "
@@ -431,15 +468,14 @@ async def add_partitions_to_txn(
     "visible to `read_committed` readers once the transaction commits. The topic must "
     "exist.",
     response_model=ProduceResponse,
-    responses=_errors(400, 404, 409, 421, 503),
-    openapi_extra=_body(
-        "ProduceRequest",
+    body="ProduceRequest",
+    examples=[
         (
             "two",
             "Two keyed records",
             {"records": [{"key": "a", "value": {"n": 1}}, {"key": "b", "value": {"n": 2}}]},
-        ),
-    ),
+        )
+    ],
 )
 async def produce_transactional(
     transactional_id: TxnIdPath,
@@ -500,28 +536,24 @@ async def produce_transactional(
     )
 
 
-@router.post(
-    "/transactions/{transactional_id}/groups",
+@_txn_post(
+    "/groups",
     summary="Add a group's offsets to the transaction (AddOffsetsToTxn)",
     description="Adds the group's `__consumer_offsets` partition to the transaction, so "
     "offsets committed with `POST /transactions/{id}/offsets` are part of it (that call "
     "does this itself too).",
     response_model=TransactionDescription,
-    responses=_errors(400, 404, 409, 421, 503),
-    openapi_extra=_body(
-        "AddOffsetsRequest",
-        ("group", "The copier's group", {**_PRODUCER, "group_id": "copier"}),
-    ),
+    body="AddOffsetsRequest",
+    examples=[("group", "The copier's group", {**_PRODUCER, "group_id": "copier"})],
 )
 async def add_offsets_to_txn(transactional_id: TxnIdPath, request: Request) -> Response:
-    req: AddOffsetsRequest = _parse(AddOffsetsRequest, await read_body(request, BODY_LIMIT))
-    tc = get_txn_coordinator(request)
+    req, tc = await _txn_request(request, AddOffsetsRequest)
     await tc.add_offsets(transactional_id, req.producer_id, req.producer_epoch, req.group_id)
     return JSONBytes(tc.describe(transactional_id))
 
 
-@router.post(
-    "/transactions/{transactional_id}/offsets",
+@_txn_post(
+    "/offsets",
     summary="Commit a group's offsets inside the transaction (TxnOffsetCommit)",
     description="The offsets are written to the group's `__consumer_offsets` partition as "
     "part of the transaction and count (`GET /groups/{group}/offsets`) only once it "
@@ -530,9 +562,8 @@ async def add_offsets_to_txn(transactional_id: TxnIdPath, request: Request) -> R
     "where another broker does, call `POST /transactions/{id}/groups` there first, then "
     "this at the group's coordinator.",
     response_model=TxnOffsetCommitResponse,
-    responses=_errors(400, 404, 409, 421, 503),
-    openapi_extra=_body(
-        "TxnOffsetCommitRequest",
+    body="TxnOffsetCommitRequest",
+    examples=[
         (
             "copier",
             "The input position after the records copied",
@@ -541,16 +572,13 @@ async def add_offsets_to_txn(transactional_id: TxnIdPath, request: Request) -> R
                 "group_id": "copier",
                 "offsets": [{"topic": "input", "partition": 0, "offset": 42}],
             },
-        ),
-    ),
+        )
+    ],
 )
 async def txn_offset_commit(
     transactional_id: TxnIdPath, request: Request, state: StateDep
 ) -> Response:
-    req: TxnOffsetCommitRequest = _parse(
-        TxnOffsetCommitRequest, await read_body(request, BODY_LIMIT)
-    )
-    tc = get_txn_coordinator(request)
+    req, tc = await _txn_request(request, TxnOffsetCommitRequest)
     groups = get_coordinator(request)
     try:
         partition = await tc.add_offsets(
@@ -586,36 +614,35 @@ async def txn_offset_commit(
 
 
 async def _end(request: Request, transactional_id: str, commit: bool) -> Response:
-    req: EndTxnRequest = _parse(EndTxnRequest, await read_body(request, BODY_LIMIT))
-    tc = get_txn_coordinator(request)
+    req, tc = await _txn_request(request, EndTxnRequest)
     outcome = await tc.end_txn(transactional_id, req.producer_id, req.producer_epoch, commit)
     return JSONBytes({"transactional_id": transactional_id, "transaction_state": outcome})
 
 
-@router.post(
-    "/transactions/{transactional_id}/commit",
+@_txn_post(
+    "/commit",
     summary="Commit the transaction (EndTxn commit)",
     description="Writes PrepareCommit, then a COMMIT marker to every partition of the "
     "transaction, then CompleteCommit. Once answered, `read_committed` readers see its "
     "records and the group offsets committed in it count. A retry after a success "
     "answers the same.",
     response_model=EndTxnResponse,
-    responses=_errors(400, 404, 409, 421, 503),
-    openapi_extra=_body("EndTxnRequest", ("commit", "Commit", _PRODUCER)),
+    body="EndTxnRequest",
+    examples=[("commit", "Commit", _PRODUCER)],
 )
 async def commit_transaction(transactional_id: TxnIdPath, request: Request) -> Response:
     return await _end(request, transactional_id, True)
 
 
-@router.post(
-    "/transactions/{transactional_id}/abort",
+@_txn_post(
+    "/abort",
     summary="Abort the transaction (EndTxn abort)",
     description="Writes PrepareAbort, then an ABORT marker to every partition of the "
     "transaction (its records are never shown to `read_committed` readers, its offsets "
     "dropped), then CompleteAbort.",
     response_model=EndTxnResponse,
-    responses=_errors(400, 404, 409, 421, 503),
-    openapi_extra=_body("EndTxnRequest", ("abort", "Abort", _PRODUCER)),
+    body="EndTxnRequest",
+    examples=[("abort", "Abort", _PRODUCER)],
 )
 async def abort_transaction(transactional_id: TxnIdPath, request: Request) -> Response:
     return await _end(request, transactional_id, False)
@@ -704,7 +731,7 @@ async def write_txn_marker(
 ) -> Response:
     if not _door_authorized(request):
         _check_broker(request, state)
-    req: WriteTxnMarkerRequest = _parse(WriteTxnMarkerRequest, await read_body(request, BODY_LIMIT))
+    req = await _read(request, WriteTxnMarkerRequest)
     offset = await write_marker(
         state.topology.leader_partition(topic, partition),
         TxnMarker(**req.model_dump()),
