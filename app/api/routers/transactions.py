@@ -35,14 +35,14 @@ from urllib.parse import quote
 
 import httpx
 from fastapi import APIRouter, FastAPI, Path, Query, Request
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 from starlette.responses import Response
 
 from app.api import openapi_docs as docs
 from app.api.codec import BodyInvalid
 from app.api.deps import StateDep, read_body, serving_coordinator
 from app.api.errors import error_example, router_error_responses
-from app.api.models import ProduceResponse
+from app.api.models import ProduceResponse, StrictBody
 from app.api.produce_body import parse_produce_body
 from app.api.routers.groups import get_coordinator
 from app.api.routers.records import build_batches, checked_batches
@@ -289,16 +289,12 @@ def get_txn_coordinator(request: Request) -> TransactionCoordinator:
 # -- models ---------------------------------------------------------------------------------
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-
-class TxnProducer(_Strict):
+class TxnProducer(StrictBody):
     producer_id: int = Field(ge=0, le=LONG_MAX, description="From POST /producers.")
     producer_epoch: int = Field(ge=0, le=SHORT_MAX, description="From POST /producers.")
 
 
-class TxnTopicPartitions(_Strict):
+class TxnTopicPartitions(StrictBody):
     topic: str = Field(min_length=1, max_length=MAX_TOPIC_NAME_LENGTH)
     partitions: list[Annotated[int, Field(ge=0, le=INT_MAX)]] = Field(min_length=1)
 
@@ -315,7 +311,7 @@ class AddOffsetsRequest(TxnProducer):
     group_id: str = Field(min_length=1, max_length=255, description="The consumer group.")
 
 
-class TxnOffset(_Strict):
+class TxnOffset(StrictBody):
     topic: str = Field(min_length=1, max_length=MAX_TOPIC_NAME_LENGTH)
     partition: int = Field(ge=0, le=INT_MAX)
     offset: int = Field(ge=0, le=LONG_MAX, description="The next offset to consume.")
@@ -695,7 +691,7 @@ async def list_transactions(
     return JSONBytes(listed)
 
 
-class WriteTxnMarkerRequest(_Strict):
+class WriteTxnMarkerRequest(StrictBody):
     producer_id: int = Field(ge=0, le=LONG_MAX)
     producer_epoch: int = Field(ge=0, le=SHORT_MAX)
     commit: bool = Field(description="COMMIT (true) or ABORT (false).")
