@@ -12,12 +12,13 @@ from typing import Any
 
 import pytest
 from api_helpers import create_topic, make_settings
+from log_helpers import committed_values
 from starlette.testclient import TestClient
 
 from app.api import create_app
-from app.common.batch import TRANSACTIONAL_MASK, build_batch, decode_records, iter_headers
+from app.common.batch import build_batch
 from app.config import Settings
-from app.core.log.log import READ_COMMITTED, Log
+from app.core.log.log import Log
 
 
 def _log(client: TestClient, topic: str, partition: int = 0) -> Log:
@@ -27,20 +28,7 @@ def _log(client: TestClient, topic: str, partition: int = 0) -> Log:
 
 def committed(client: TestClient, topic: str, partition: int = 0) -> list[str]:
     """The values a read_committed reader gets: up to the LSO, aborted records dropped."""
-    info = _log(client, topic, partition).read(0, 1 << 24, isolation=READ_COMMITTED)
-    buf = info.read_bytes()
-    aborted = info.aborted_transactions or ()
-    out: list[str] = []
-    for pos, h in iter_headers(buf):
-        if h.is_control:
-            continue
-        if h.attributes & TRANSACTIONAL_MASK and any(
-            a.producer_id == h.producer_id and a.first_offset <= h.base_offset <= a.last_offset
-            for a in aborted
-        ):
-            continue
-        out += [(r.value or b"").decode() for r in decode_records(buf[pos : pos + h.size])]
-    return out
+    return committed_values(_log(client, topic, partition))
 
 
 def init(client: TestClient, tid: str, **body: Any) -> tuple[int, int]:
