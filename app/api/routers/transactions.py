@@ -43,6 +43,7 @@ from app.api.codec import BodyInvalid
 from app.api.deps import StateDep, read_body, serving_coordinator
 from app.api.errors import error_example, router_error_responses
 from app.api.models import ProduceResponse, StrictBody
+from app.api.openapi_docs import DocumentedRoute
 from app.api.produce_body import parse_produce_body
 from app.api.routers.groups import get_coordinator
 from app.api.routers.records import build_batches, checked_batches
@@ -68,7 +69,7 @@ from app.txn.placement import write_marker
 
 log = logging.getLogger(__name__)
 
-router = APIRouter(tags=["transactions"])
+router = APIRouter(tags=["transactions"], route_class=DocumentedRoute)
 
 SHORT_MAX = (1 << 15) - 1
 _INT32_MAX = (1 << 31) - 1
@@ -406,8 +407,6 @@ _PRODUCER = {"producer_id": 1000, "producer_epoch": 0}
 def _txn_post(
     path: str,
     *,
-    summary: str,
-    description: str,
     response_model: type[BaseModel],
     body: str,
     examples: list[tuple[str, str, dict[str, Any]]],
@@ -415,11 +414,10 @@ def _txn_post(
     """The declaration the requests on a transactional id share: ``POST
     /transactions/{transactional_id}`` + ``path``, the same failures (any of them can meet
     an unknown or fenced id, a coordinator elsewhere or loading), and a JSON body of the
-    schema ``body`` with named examples (summary, value)."""
+    schema ``body`` with named examples (summary, value). The endpoint's docstring documents
+    it (:class:`~app.api.openapi_docs.DocumentedRoute`)."""
     return router.post(
         "/transactions/{transactional_id}" + path,
-        summary=summary,
-        description=description,
         response_model=response_model,
         responses=_errors(400, 404, 409, 421, 503),
         openapi_extra=_body(body, *examples),
@@ -431,10 +429,6 @@ def _txn_post(
 
 @_txn_post(
     "/partitions",
-    summary="Add partitions to the transaction (AddPartitionsToTxn)",
-    description="Starts the transaction (state Ongoing) or extends it. Transactional "
-    "batches to a partition (binary produce) are accepted only once it is added. Answers "
-    "the transaction as DescribeTransactions does.",
     response_model=TransactionDescription,
     body="AddPartitionsRequest",
     examples=[
@@ -448,6 +442,12 @@ def _txn_post(
 async def add_partitions_to_txn(
     transactional_id: TxnIdPath, request: Request, state: StateDep
 ) -> Response:
+    """Add partitions to the transaction (AddPartitionsToTxn)
+
+    Starts the transaction (state Ongoing) or extends it. Transactional batches to a partition
+    (binary produce) are accepted only once it is added. Answers the transaction as
+    DescribeTransactions does.
+    """
     req, tc = await _txn_request(request, AddPartitionsRequest)
     wanted = {(t.topic, p) for t in req.topics for p in t.partitions}
     await tc.add_partitions(transactional_id, req.producer_id, req.producer_epoch, wanted)
@@ -456,13 +456,6 @@ async def add_partitions_to_txn(
 
 @_txn_post(
     "/topics/{topic}/records",
-    summary="Produce JSON records inside the transaction",
-    description="For callers that keep no producer state: the body is a produce request "
-    "(as `POST /topics/{topic}/records`); the broker adds the partitions the records go "
-    "to, builds one transactional batch per partition with the producer's id, epoch and "
-    "next sequence there, and appends them all or none (acks=all). The records are "
-    "visible to `read_committed` readers once the transaction commits. The topic must "
-    "exist.",
     response_model=ProduceResponse,
     body="ProduceRequest",
     examples=[
@@ -481,6 +474,14 @@ async def produce_transactional(
     producer_id: Annotated[int, Query(ge=0, le=LONG_MAX, description="From POST /producers.")],
     producer_epoch: Annotated[int, Query(ge=0, le=SHORT_MAX, description="From POST /producers.")],
 ) -> Response:
+    """Produce JSON records inside the transaction
+
+    For callers that keep no producer state: the body is a produce request (as `POST
+    /topics/{topic}/records`); the broker adds the partitions the records go to, builds one
+    transactional batch per partition with the producer's id, epoch and next sequence there, and
+    appends them all or none (acks=all). The records are visible to `read_committed` readers
+    once the transaction commits. The topic must exist.
+    """
     body = await read_body(request, state.settings.max_request_bytes)
     req = parse_produce_body(body)
     tc = get_txn_coordinator(request)
@@ -534,15 +535,16 @@ async def produce_transactional(
 
 @_txn_post(
     "/groups",
-    summary="Add a group's offsets to the transaction (AddOffsetsToTxn)",
-    description="Adds the group's `__consumer_offsets` partition to the transaction, so "
-    "offsets committed with `POST /transactions/{id}/offsets` are part of it (that call "
-    "does this itself too).",
     response_model=TransactionDescription,
     body="AddOffsetsRequest",
     examples=[("group", "The copier's group", {**_PRODUCER, "group_id": "copier"})],
 )
 async def add_offsets_to_txn(transactional_id: TxnIdPath, request: Request) -> Response:
+    """Add a group's offsets to the transaction (AddOffsetsToTxn)
+
+    Adds the group's `__consumer_offsets` partition to the transaction, so offsets committed
+    with `POST /transactions/{id}/offsets` are part of it (that call does this itself too).
+    """
     req, tc = await _txn_request(request, AddOffsetsRequest)
     await tc.add_offsets(transactional_id, req.producer_id, req.producer_epoch, req.group_id)
     return JSONBytes(tc.describe(transactional_id))
@@ -550,13 +552,6 @@ async def add_offsets_to_txn(transactional_id: TxnIdPath, request: Request) -> R
 
 @_txn_post(
     "/offsets",
-    summary="Commit a group's offsets inside the transaction (TxnOffsetCommit)",
-    description="The offsets are written to the group's `__consumer_offsets` partition as "
-    "part of the transaction and count (`GET /groups/{group}/offsets`) only once it "
-    "commits; an abort drops them. Adds the group to the transaction first "
-    "(AddOffsetsToTxn) when this broker coordinates the transactional id; in a cluster "
-    "where another broker does, call `POST /transactions/{id}/groups` there first, then "
-    "this at the group's coordinator.",
     response_model=TxnOffsetCommitResponse,
     body="TxnOffsetCommitRequest",
     examples=[
@@ -574,6 +569,14 @@ async def add_offsets_to_txn(transactional_id: TxnIdPath, request: Request) -> R
 async def txn_offset_commit(
     transactional_id: TxnIdPath, request: Request, state: StateDep
 ) -> Response:
+    """Commit a group's offsets inside the transaction (TxnOffsetCommit)
+
+    The offsets are written to the group's `__consumer_offsets` partition as part of the
+    transaction and count (`GET /groups/{group}/offsets`) only once it commits; an abort drops
+    them. Adds the group to the transaction first (AddOffsetsToTxn) when this broker coordinates
+    the transactional id; in a cluster where another broker does, call `POST
+    /transactions/{id}/groups` there first, then this at the group's coordinator.
+    """
     req, tc = await _txn_request(request, TxnOffsetCommitRequest)
     groups = get_coordinator(request)
     try:
@@ -617,54 +620,50 @@ async def _end(request: Request, transactional_id: str, commit: bool) -> Respons
 
 @_txn_post(
     "/commit",
-    summary="Commit the transaction (EndTxn commit)",
-    description="Writes PrepareCommit, then a COMMIT marker to every partition of the "
-    "transaction, then CompleteCommit. Once answered, `read_committed` readers see its "
-    "records and the group offsets committed in it count. A retry after a success "
-    "answers the same.",
     response_model=EndTxnResponse,
     body="EndTxnRequest",
     examples=[("commit", "Commit", _PRODUCER)],
 )
 async def commit_transaction(transactional_id: TxnIdPath, request: Request) -> Response:
+    """Commit the transaction (EndTxn commit)
+
+    Writes PrepareCommit, then a COMMIT marker to every partition of the transaction, then
+    CompleteCommit. Once answered, `read_committed` readers see its records and the group
+    offsets committed in it count. A retry after a success answers the same.
+    """
     return await _end(request, transactional_id, True)
 
 
 @_txn_post(
     "/abort",
-    summary="Abort the transaction (EndTxn abort)",
-    description="Writes PrepareAbort, then an ABORT marker to every partition of the "
-    "transaction (its records are never shown to `read_committed` readers, its offsets "
-    "dropped), then CompleteAbort.",
     response_model=EndTxnResponse,
     body="EndTxnRequest",
     examples=[("abort", "Abort", _PRODUCER)],
 )
 async def abort_transaction(transactional_id: TxnIdPath, request: Request) -> Response:
+    """Abort the transaction (EndTxn abort)
+
+    Writes PrepareAbort, then an ABORT marker to every partition of the transaction (its records
+    are never shown to `read_committed` readers, its offsets dropped), then CompleteAbort.
+    """
     return await _end(request, transactional_id, False)
 
 
 @router.get(
     "/transactions/{transactional_id}",
-    summary="Describe a transactional id (DescribeTransactions)",
-    description="Its state (Kafka's names), producer id and epoch, timeout, when the "
-    "current transaction started, and its partitions. 404 TRANSACTIONAL_ID_NOT_FOUND for "
-    "an id never initialized.",
     response_model=TransactionDescription,
     responses=_errors(404, 421, 503),
 )
 async def describe_transaction(transactional_id: TxnIdPath, request: Request) -> Response:
+    """Describe a transactional id (DescribeTransactions)
+
+    Its state (Kafka's names), producer id and epoch, timeout, when the current transaction
+    started, and its partitions. 404 TRANSACTIONAL_ID_NOT_FOUND for an id never initialized.
+    """
     return JSONBytes(get_txn_coordinator(request).describe(transactional_id))
 
 
-@router.get(
-    "/transactions",
-    summary="List transactional ids (ListTransactions)",
-    description="The ids this broker coordinates (in a cluster, ask every broker, as "
-    "Kafka's admin client does), those the principal may DESCRIBE.",
-    response_model=ListTransactionsResponse,
-    responses=_errors(503),
-)
+@router.get("/transactions", response_model=ListTransactionsResponse, responses=_errors(503))
 async def list_transactions(
     request: Request,
     state: Annotated[
@@ -677,6 +676,11 @@ async def list_transactions(
         Query(ge=0, le=LONG_MAX, description="Only transactions running longer (KIP-994)."),
     ] = None,
 ) -> Response:
+    """List transactional ids (ListTransactions)
+
+    The ids this broker coordinates (in a cluster, ask every broker, as Kafka's admin client
+    does), those the principal may DESCRIBE.
+    """
     listed = get_txn_coordinator(request).list_transactions(
         state or (), producer_id or (), duration_ms
     )
@@ -700,15 +704,6 @@ class WriteTxnMarkerRequest(StrictBody):
 
 @router.post(
     "/topics/{topic}/partitions/{partition}/markers",
-    summary="Write a transaction marker (WriteTxnMarkers, between brokers)",
-    description="A transaction coordinator on another broker of the cluster ends a "
-    "transaction on a partition this broker leads: the COMMIT or ABORT control batch is "
-    "appended as leader and answered once every in-sync replica has it. Only brokers of the "
-    "cluster, with their inter-broker credential (`Logbus-Replica-Id`, `Logbus-Replica-Auth`), "
-    "or, with an authorizer, a principal with CLUSTER_ACTION (Kafka's rule): anyone else is "
-    "403 CLUSTER_AUTHORIZATION_FAILED. 409 PRODUCER_FENCED or "
-    "TRANSACTION_COORDINATOR_FENCED when the partition has seen a newer producer or "
-    "coordinator epoch.",
     responses=_errors(409, 421, 503),
     openapi_extra=_body(
         "WriteTxnMarkerRequest",
@@ -725,6 +720,16 @@ async def write_txn_marker(
     request: Request,
     state: StateDep,
 ) -> Response:
+    """Write a transaction marker (WriteTxnMarkers, between brokers)
+
+    A transaction coordinator on another broker of the cluster ends a transaction on a partition
+    this broker leads: the COMMIT or ABORT control batch is appended as leader and answered once
+    every in-sync replica has it. Only brokers of the cluster, with their inter-broker
+    credential (`Logbus-Replica-Id`, `Logbus-Replica-Auth`), or, with an authorizer, a principal
+    with CLUSTER_ACTION (Kafka's rule): anyone else is 403 CLUSTER_AUTHORIZATION_FAILED. 409
+    PRODUCER_FENCED or TRANSACTION_COORDINATOR_FENCED when the partition has seen a newer
+    producer or coordinator epoch.
+    """
     if not _door_authorized(request):
         _check_broker(request, state)
     req = await _read(request, WriteTxnMarkerRequest)
