@@ -30,7 +30,7 @@ import logging
 import ssl
 import time
 from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -612,18 +612,24 @@ async def txn_offset_commit(
     )
 
 
+def _end_txn(outcome: Literal["commit", "abort"]) -> Callable[[_Route], _Route]:
+    """EndTxn is one Kafka API with a commit flag: ``POST .../commit`` and ``.../abort``
+    are declared alike, with an example named after the outcome."""
+    return _txn_post(
+        f"/{outcome}",
+        response_model=EndTxnResponse,
+        body="EndTxnRequest",
+        examples=[(outcome, outcome.title(), _PRODUCER)],
+    )
+
+
 async def _end(request: Request, transactional_id: str, commit: bool) -> Response:
     req, tc = await _txn_request(request, EndTxnRequest)
     outcome = await tc.end_txn(transactional_id, req.producer_id, req.producer_epoch, commit)
     return JSONBytes({"transactional_id": transactional_id, "transaction_state": outcome})
 
 
-@_txn_post(
-    "/commit",
-    response_model=EndTxnResponse,
-    body="EndTxnRequest",
-    examples=[("commit", "Commit", _PRODUCER)],
-)
+@_end_txn("commit")
 async def commit_transaction(transactional_id: TxnIdPath, request: Request) -> Response:
     """Commit the transaction (EndTxn commit)
 
@@ -634,12 +640,7 @@ async def commit_transaction(transactional_id: TxnIdPath, request: Request) -> R
     return await _end(request, transactional_id, True)
 
 
-@_txn_post(
-    "/abort",
-    response_model=EndTxnResponse,
-    body="EndTxnRequest",
-    examples=[("abort", "Abort", _PRODUCER)],
-)
+@_end_txn("abort")
 async def abort_transaction(transactional_id: TxnIdPath, request: Request) -> Response:
     """Abort the transaction (EndTxn abort)
 
