@@ -27,8 +27,10 @@ import asyncio
 import json
 import resource
 import socket
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -36,17 +38,17 @@ import orjson
 
 from bench.common import broker_process
 
+# The broker's memory is measured as tests/e2e/test_e2e_memory.py measures it.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "e2e"))
+from memory_probe import proc_mb, rss_during_crowd
+
 MB = 1024 * 1024
 UNBOUND = str(64 * 1024 * MB)
 VALUE = "x" * 1000
 
 
 def _mb(pid: int, field: str = "VmRSS") -> float:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return round(int(line.split()[1]) / 1024, 1)
-    return 0.0
+    return round(proc_mb(pid, field), 1)
 
 
 def _metric(url: str, name: str) -> float:
@@ -194,32 +196,6 @@ def _ws_unread(url: str, pid: int) -> dict[str, Any]:
     }
 
 
-async def _crowd(url: str, count: int) -> list[Any]:
-    from websockets.asyncio.client import connect
-
-    port = int(url.rsplit(":", 1)[1].split("/")[0])
-    subscribe = orjson.dumps(
-        {
-            "type": "subscribe",
-            "topics": ["loaded"],
-            "start": "earliest",
-            "format": "json",
-            "value_format": "string",
-            "credit": {"records": 1 << 40},
-        }
-    ).decode()
-    opened = []
-    for _ in range(count):
-        sock = socket.socket()
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        sock.connect(("127.0.0.1", port))
-        sock.setblocking(False)
-        ws = await connect(url, sock=sock, max_size=None, max_queue=1, open_timeout=60)
-        await ws.send(subscribe)
-        opened.append(ws)
-    return opened
-
-
 def ws_cycles(cycles: int = 3, crowd: int = 1000) -> dict[str, Any]:
     out: dict[str, Any] = {"subscribers": crowd, "budget_mb": 64, "cycles": []}
     with broker_process({"LOGBUS_MEMORY_BUDGET_BYTES": str(64 * MB)}) as (url, pid):
@@ -227,16 +203,7 @@ def ws_cycles(cycles: int = 3, crowd: int = 1000) -> dict[str, Any]:
         out["baseline_mb"] = _settled(url, pid)
         ws_url = url.replace("http://", "ws://") + "/ws/subscribe"
         for _ in range(cycles):
-            loop = asyncio.new_event_loop()
-            try:
-                opened = loop.run_until_complete(_crowd(ws_url, crowd))
-                loop.run_until_complete(asyncio.sleep(3))
-                during = _mb(pid)
-                for ws in opened:
-                    ws.transport.abort()
-                loop.run_until_complete(asyncio.sleep(0.5))
-            finally:
-                loop.close()
+            during = round(rss_during_crowd(ws_url, pid, crowd, 3, open_timeout=60), 1)
             out["cycles"].append({"during_mb": during, "after_mb": _settled(url, pid)})
     return out
 

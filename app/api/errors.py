@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import re
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -344,15 +344,41 @@ def producer_conflict_doc() -> dict[str, Any]:
 
 
 def _doc(description: str, *examples: tuple[str, dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "model": ErrorBody,
-        "description": description,
-        "content": {
+    """One status's OpenAPI ``responses`` entry: the ErrorBody model, what the status
+    means, and named example bodies (none: no ``content``)."""
+    entry: dict[str, Any] = {"model": ErrorBody, "description": description}
+    if examples:
+        entry["content"] = {
             "application/json": {
                 "examples": {name: {"summary": name, "value": value} for name, value in examples}
             }
-        },
-    }
+        }
+    return entry
+
+
+def error_example(
+    code: str, message: str, retriable: bool = False, **fields: Any
+) -> dict[str, Any]:
+    """An error body as the broker answers it, for an OpenAPI example."""
+    return {"error_code": code, "message": message, "retriable": retriable, **fields}
+
+
+def router_error_responses(
+    descriptions: Mapping[int, str], examples: Mapping[int, Sequence[dict[str, Any]]] | None = None
+) -> Callable[..., dict[int | str, dict[str, Any]]]:
+    """:func:`error_responses` for a router whose statuses mean something of its own (the
+    groups' 409 is a fencing, the transactions' a producer conflict): ``responses(*statuses)``
+    documents each with the router's ``descriptions`` and ``examples`` (error bodies from
+    :func:`error_example`, named by their ``error_code``)."""
+    examples = examples or {}
+
+    def responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+        return {
+            s: _doc(descriptions[s], *((e["error_code"], e) for e in examples.get(s, ())))
+            for s in statuses
+        }
+
+    return responses
 
 
 ERROR_DOCS: dict[int, dict[str, Any]] = {

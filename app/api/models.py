@@ -36,16 +36,19 @@ FORMAT_DOC = (
 )
 
 
-class _Strict(BaseModel):
+class StrictBody(BaseModel):
+    """A request body: no type coercion ("1" is not 1), no unknown fields (a typo is a 400,
+    not an option silently ignored)."""
+
     model_config = ConfigDict(strict=True, extra="forbid")
 
 
-class Header(_Strict):
+class Header(StrictBody):
     key: str = Field(description="Header name.")
     value: str | None = Field(default=None, description="Header value as a UTF-8 string.")
 
 
-class ProduceRecord(_Strict):
+class ProduceRecord(StrictBody):
     key: Any = Field(
         default=None,
         description="Record key, rendered per `key_format`. Keys place records on partitions "
@@ -88,7 +91,7 @@ class ProduceRecord(_Strict):
             ) from None
 
 
-class ProduceRequest(_Strict):
+class ProduceRequest(StrictBody):
     records: list[ProduceRecord] = Field(min_length=1, description="One or more records.")
     key_format: Format = Field(default="json", description=FORMAT_DOC)
     value_format: Format = Field(default="json", description=FORMAT_DOC)
@@ -184,7 +187,7 @@ class BatchProduceResponse(BaseModel):
     log_start_offset: int
 
 
-class InitProducerIdRequest(_Strict):
+class InitProducerIdRequest(StrictBody):
     model_config = ConfigDict(
         strict=True,
         extra="forbid",
@@ -274,7 +277,7 @@ class OffsetAnswer(BaseModel):
     timestamp: int = Field(description="The found record's timestamp; -1 for earliest/latest.")
 
 
-class CreateTopicRequest(_Strict):
+class CreateTopicRequest(StrictBody):
     name: str = Field(
         description=f"1-{MAX_TOPIC_NAME_LENGTH} characters of ASCII letters, digits, '.', '_' "
         "and '-'; not '.' or '..'.",

@@ -8,7 +8,11 @@ the models are added to the spec's components by ``app.api.app``.
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from typing import Any
+
+from fastapi.routing import APIRoute
 
 from app.api.models import (
     FORMAT_DOC,
@@ -17,6 +21,35 @@ from app.api.models import (
     ProduceRequest,
 )
 from app.core.log.manager import MAX_TOPIC_NAME_LENGTH
+
+
+class DocumentedRoute(APIRoute):
+    """A route documented by its endpoint's docstring, as a Python reader expects: the
+    first line is the operation's OpenAPI ``summary``, the paragraphs after the blank line
+    its ``description`` (a paragraph's lines joined by one space, paragraphs by a blank
+    line, as Markdown reads them). ``summary=``/``description=`` given to the decorator
+    win (a description kept in this module)."""
+
+    def __init__(
+        self,
+        path: str,
+        endpoint: Callable[..., Any],
+        *,
+        summary: str | None = None,
+        description: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        first, _, rest = (inspect.getdoc(endpoint) or "").partition("\n")
+        paragraphs = (" ".join(p.split()) for p in rest.strip().split("\n\n"))
+        super().__init__(
+            path,
+            endpoint,
+            summary=summary or first.strip() or None,
+            # "\f" (FastAPI's cut mark): no description, rather than the whole docstring.
+            description=description or "\n\n".join(p for p in paragraphs if p) or "\f",
+            **kwargs,
+        )
+
 
 # Models whose schemas the spec needs although no parameter uses them.
 BODY_MODELS = (ProduceRequest, CreateTopicRequest, InitProducerIdRequest)

@@ -38,6 +38,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.errors import error_responses
+from app.api.openapi_docs import DocumentedRoute
 from app.api.peer import peer_name
 from app.api.security import INTER_BROKER, SCOPE_KEY, identity_of
 from app.api.util import JSONBytes
@@ -249,7 +250,7 @@ def _content_length(message: Message) -> int | None:
 
 # --- the endpoint: Kafka's DescribeClientQuotas / AlterClientQuotas --------------------
 
-router = APIRouter(tags=["quotas"])
+router = APIRouter(tags=["quotas"], route_class=DocumentedRoute)
 
 QuotaKey = Literal["producer_byte_rate", "consumer_byte_rate", "request_rate"]
 
@@ -296,36 +297,32 @@ def _part(value: str | None) -> str | None:
     return DEFAULT if value in ("<default>", "") else value
 
 
-@router.get(
-    "/quotas",
-    summary="Describe client quotas (DescribeClientQuotas)",
-    description="The quotas set on the entities the filter selects. `user` and "
-    "`client_id` each: absent (any), a name, or `<default>` (the default entity). Keys: "
-    "producer_byte_rate, consumer_byte_rate (bytes/s), request_rate (requests/s).",
-    response_model=QuotaList,
-    responses=error_responses(400, 401, 403),
-)
+@router.get("/quotas", response_model=QuotaList, responses=error_responses(400, 401, 403))
 async def describe_quotas(
     request: Request,
     user: Annotated[str | None, Query(max_length=255)] = None,
     client_id: Annotated[str | None, Query(max_length=255)] = None,
 ) -> Response:
+    """Describe client quotas (DescribeClientQuotas)
+
+    The quotas set on the entities the filter selects. `user` and `client_id` each: absent
+    (any), a name, or `<default>` (the default entity). Keys: producer_byte_rate,
+    consumer_byte_rate (bytes/s), request_rate (requests/s).
+    """
     config = quotas_of(request).manager.config
     selected = config.select(_part(user), _part(client_id))
     return JSONBytes({"quotas": [{"entity": e.to_json(), "values": v} for e, v in selected]})
 
 
-@router.post(
-    "/quotas",
-    summary="Alter client quotas (AlterClientQuotas)",
-    description="Sets or removes (`remove: true`) quota keys of entities; all or none. An "
-    "entity is one or two components (`user`, `client-id`), `entity_name` null standing "
-    "for `<default>`. Takes effect on every broker within a second. Answers the quotas "
-    "of the altered entities after the change.",
-    response_model=QuotaList,
-    responses=error_responses(400, 401, 403),
-)
+@router.post("/quotas", response_model=QuotaList, responses=error_responses(400, 401, 403))
 async def alter_quotas(request: Request, body: AlterQuotasBody) -> Response:
+    """Alter client quotas (AlterClientQuotas)
+
+    Sets or removes (`remove: true`) quota keys of entities; all or none. An entity is one or
+    two components (`user`, `client-id`), `entity_name` null standing for `<default>`. Takes
+    effect on every broker within a second. Answers the quotas of the altered entities after the
+    change.
+    """
     quotas = quotas_of(request)
     changes: list[tuple[Entity, list[tuple[str, float | None]]]] = []
     try:

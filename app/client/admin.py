@@ -128,9 +128,21 @@ def _at(spec: str | int) -> str | int:
     return spec
 
 
-def _offset_result(found: tuple[int, int]) -> OffsetAndTimestamp | None:
-    offset, timestamp = found
-    return None if offset < 0 else OffsetAndTimestamp(offset, timestamp)
+def _list_offsets_routes(
+    cluster: Cluster, partitions: Iterable[TopicPartition], spec: str | int, isolation_level: str
+) -> list[tuple[TopicPartition, _cluster.Route[OffsetAndTimestamp | None]]]:
+    """ListOffsets, once for :class:`Admin` and :class:`AsyncAdmin`: the spec and isolation
+    level checked now (ValueError before any request), then one route a partition to its
+    leader; ``None`` where no record is at or after the timestamp."""
+    at = _at(spec)
+    check_isolation_level(isolation_level)
+
+    def route(tp: TopicPartition) -> _cluster.Route[OffsetAndTimestamp | None]:
+        call = _http.list_offset_call(tp.topic, tp.partition, at, isolation_level)
+        offset, timestamp = yield from _cluster.leader_route(cluster, tp, call, _BACKOFF_S)
+        return None if offset < 0 else OffsetAndTimestamp(offset, timestamp)
+
+    return [(tp, route(tp)) for tp in partitions]
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,22 +312,8 @@ class Admin:
         ``isolation_level="read_committed"`` (Kafka's ListOffsets), ``latest`` is the
         last stable offset and a timestamp finds only offsets below it.
         """
-        at = _at(spec)
-        check_isolation_level(isolation_level)
-        return {
-            tp: _offset_result(
-                _cluster.run_sync(
-                    self._client,
-                    _cluster.leader_route(
-                        self._cluster,
-                        tp,
-                        _http.list_offset_call(tp.topic, tp.partition, at, isolation_level),
-                        _BACKOFF_S,
-                    ),
-                )
-            )
-            for tp in partitions
-        }
+        routes = _list_offsets_routes(self._cluster, partitions, spec, isolation_level)
+        return {tp: _cluster.run_sync(self._client, route) for tp, route in routes}
 
     def list_groups(self) -> list[GroupListing]:
         """Every group; in a cluster each broker lists the groups it coordinates, so all are asked."""
@@ -444,21 +442,8 @@ class AsyncAdmin:
         isolation_level: str = "read_uncommitted",
     ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
         """:meth:`Admin.list_offsets`."""
-        at = _at(spec)
-        check_isolation_level(isolation_level)
-        out: dict[TopicPartition, OffsetAndTimestamp | None] = {}
-        for tp in partitions:
-            found = await _cluster.run_async(
-                self._client,
-                _cluster.leader_route(
-                    self._cluster,
-                    tp,
-                    _http.list_offset_call(tp.topic, tp.partition, at, isolation_level),
-                    _BACKOFF_S,
-                ),
-            )
-            out[tp] = _offset_result(found)
-        return out
+        routes = _list_offsets_routes(self._cluster, partitions, spec, isolation_level)
+        return {tp: await _cluster.run_async(self._client, route) for tp, route in routes}
 
     async def list_groups(self) -> list[GroupListing]:
         if not self._cluster.is_multi():

@@ -32,7 +32,7 @@ from app.common.errors import (
 )
 from app.groups.placement import OFFSETS_TOPIC
 from app.txn import faults
-from app.txn.model import TxnConfig, TxnMetadata
+from app.txn.model import TxnConfig, TxnMarker, TxnMetadata
 from app.txn.placement import TxnPlacement
 
 log = logging.getLogger(__name__)
@@ -50,16 +50,11 @@ class MarkerWriter:
     async def write(self, meta: TxnMetadata, commit: bool) -> bool:
         """Write the missing markers of ``meta``'s transaction; True once none is missing.
         Removes each written partition from ``meta.pending_markers``."""
+        marker = TxnMarker(meta.producer_id, meta.producer_epoch, commit, meta.coordinator_epoch)
         for topic, partition in sorted(meta.pending_markers):
             try:
                 await self.placement.append_marker(
-                    topic,
-                    partition,
-                    meta.producer_id,
-                    meta.producer_epoch,
-                    commit=commit,
-                    coordinator_epoch=meta.coordinator_epoch,
-                    timeout_ms=self.config.write_timeout_ms,
+                    topic, partition, marker, self.config.write_timeout_ms
                 )
             except UnknownTopicOrPartition:
                 log.info(

@@ -105,6 +105,29 @@ class TxnConfig:
     url: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class TxnMarker:
+    """What a COMMIT or ABORT marker says (Kafka's WriteTxnMarkers ``TxnMarkerEntry``):
+    the producer whose transaction ends, the outcome, and the coordinator epoch it was
+    decided in (a partition refuses a marker from an older coordinator epoch). The same
+    value goes to a partition led here (:func:`app.txn.placement.write_marker`) and, as
+    :meth:`as_json`, to one led by another broker."""
+
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    coordinator_epoch: int
+
+    def as_json(self) -> dict[str, int | bool]:
+        """The body of ``POST /topics/{t}/partitions/{p}/markers``."""
+        return {
+            "producer_id": self.producer_id,
+            "producer_epoch": self.producer_epoch,
+            "commit": self.commit,
+            "coordinator_epoch": self.coordinator_epoch,
+        }
+
+
 @dataclass(slots=True)
 class TxnMetadata:
     """One transactional id's state (Kafka's TransactionMetadata).

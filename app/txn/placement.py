@@ -17,17 +17,32 @@ from typing import TYPE_CHECKING
 from app.common.batch import build_batch
 from app.common.errors import NotLeaderOrFollower, UnknownTopicOrPartition
 from app.core.topology import LeadershipListener, NewTopic
-from app.txn.model import TXN_TOPIC, TXN_TOPIC_CONFIGS
+from app.txn.model import TXN_TOPIC, TXN_TOPIC_CONFIGS, TxnMarker
 
 if TYPE_CHECKING:
     from app.core.log.log import Log
-    from app.core.topology import Topology
+    from app.core.topology import LeaderReplica, Topology
 
 
-# Kafka's WriteTxnMarkers to another broker: (leader url, topic, partition, producer id,
-# producer epoch, commit, coordinator epoch, timeout ms). Raises the LogbusError the
-# leader answered (NotLeaderOrFollower when it does not lead the partition any more).
-RemoteMarkers = Callable[[str, str, int, int, int, bool, int, int], Awaitable[None]]
+# Kafka's WriteTxnMarkers to another broker: (leader url, topic, partition, marker,
+# timeout ms). Raises the LogbusError the leader answered (NotLeaderOrFollower when it
+# does not lead the partition any more).
+RemoteMarkers = Callable[[str, str, int, TxnMarker, int], Awaitable[None]]
+
+
+async def write_marker(replica: LeaderReplica, marker: TxnMarker, timeout_ms: int) -> int:
+    """Append ``marker`` to a partition this broker leads and wait (up to ``timeout_ms``)
+    until its in-sync replicas hold it; the marker's offset. The one way a marker is
+    written, whether this broker's coordinator decided it or another broker's sent it."""
+    info = replica.append_control(
+        marker.producer_id,
+        marker.producer_epoch,
+        commit=marker.commit,
+        coordinator_epoch=marker.coordinator_epoch,
+    )
+    if replica.log.high_watermark <= info.last_offset:
+        await replica.wait_replicated(info.last_offset, timeout_ms)
+    return info.first_offset
 
 
 class TxnPlacement:
@@ -89,15 +104,7 @@ class TxnPlacement:
         await replica.wait_replicated(last_offset, timeout_ms)
 
     async def append_marker(
-        self,
-        topic: str,
-        partition: int,
-        producer_id: int,
-        producer_epoch: int,
-        *,
-        commit: bool,
-        coordinator_epoch: int,
-        timeout_ms: int,
+        self, topic: str, partition: int, marker: TxnMarker, timeout_ms: int
     ) -> None:
         """Kafka's WriteTxnMarkers for one partition: the COMMIT or ABORT control batch,
         appended by this broker as the partition's leader and replicated to its ISR, or
@@ -109,22 +116,9 @@ class TxnPlacement:
         except NotLeaderOrFollower as exc:
             if self.remote is None or not exc.leader_url:
                 raise
-            await self.remote(
-                exc.leader_url,
-                topic,
-                partition,
-                producer_id,
-                producer_epoch,
-                commit,
-                coordinator_epoch,
-                timeout_ms,
-            )
+            await self.remote(exc.leader_url, topic, partition, marker, timeout_ms)
             return
-        info = replica.append_control(
-            producer_id, producer_epoch, commit=commit, coordinator_epoch=coordinator_epoch
-        )
-        if replica.log.high_watermark <= info.last_offset:
-            await replica.wait_replicated(info.last_offset, timeout_ms)
+        await write_marker(replica, marker, timeout_ms)
 
     def add_leadership_listener(self, cb: LeadershipListener) -> None:
         self.topology.add_leadership_listener(cb)

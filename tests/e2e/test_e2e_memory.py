@@ -10,29 +10,29 @@ acknowledged record reads back.
 
 from __future__ import annotations
 
-import asyncio
 import socket
 import threading
 import time
-from typing import Any
 
 import httpx
+import memory_probe
 import orjson
 import pytest
 from conftest import Broker, BrokerFactory
+from memory_probe import rss_during_crowd
 
 MIB = 1024 * 1024
 BUDGET = 64 * MIB
 VALUE = "x" * 1000
 
 
-def proc_mb(broker: Broker, field: str = "VmRSS") -> float:
+def pid(broker: Broker) -> int:
     assert broker.proc is not None
-    with open(f"/proc/{broker.proc.pid}/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024
-    raise AssertionError(f"no {field} in /proc/{broker.proc.pid}/status")
+    return broker.proc.pid
+
+
+def proc_mb(broker: Broker, field: str = "VmRSS") -> float:
+    return memory_probe.proc_mb(pid(broker), field)
 
 
 def settle(broker: Broker, seconds: float = 2.5, timeout: float = 60) -> float:
@@ -209,35 +209,6 @@ def test_json_fetchers_that_never_read_cost_bounded_memory(budgeted: Broker) -> 
     reads_back(budgeted, "loaded", count)
 
 
-async def _never_reading_subscribers(url: str, count: int) -> tuple[list[Any], int]:
-    from websockets.asyncio.client import connect
-
-    subscribe = orjson.dumps(
-        {
-            "type": "subscribe",
-            "topics": ["loaded"],
-            "start": "earliest",
-            "format": "json",
-            "value_format": "string",
-            "credit": {"records": 1 << 40},
-        }
-    ).decode()
-    port = int(url.split(":")[2].split("/")[0])
-    opened = []
-    for _ in range(count):
-        # A small receive buffer: the kernel absorbs little, what the broker sends stays
-        # in its own buffers. max_queue=1: the library stops reading once a frame waits,
-        # as a client that never reads would.
-        sock = socket.socket()
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        sock.connect(("127.0.0.1", port))
-        sock.setblocking(False)
-        ws = await connect(url, sock=sock, max_size=None, max_queue=1, open_timeout=30)
-        await ws.send(subscribe)
-        opened.append(ws)
-    return opened, len(opened)
-
-
 @pytest.mark.slow
 def test_websocket_subscribers_that_never_read_cost_bounded_memory(budgeted: Broker) -> None:
     """Issue #12: 3,000 subscribers granted credit that never read took +2.7 GB. Each frame
@@ -247,17 +218,15 @@ def test_websocket_subscribers_that_never_read_cost_bounded_memory(budgeted: Bro
     count = load(budgeted, "loaded", 16)
     baseline = settle(budgeted)
     url = budgeted.url.replace("http://", "ws://") + "/ws/subscribe"
-    loop = asyncio.new_event_loop()
-    try:
-        opened, _ = loop.run_until_complete(_never_reading_subscribers(url, 400))
-        loop.run_until_complete(asyncio.sleep(6))
-        during = proc_mb(budgeted)
-        assert serves_a_small_round_trip(budgeted) < 15
-        for ws in opened:
-            ws.transport.abort()
-        loop.run_until_complete(asyncio.sleep(0.5))
-    finally:
-        loop.close()
+    round_trips: list[float] = []
+    during = rss_during_crowd(
+        url,
+        pid(budgeted),
+        400,
+        6,
+        meanwhile=lambda: round_trips.append(serves_a_small_round_trip(budgeted)),
+    )
+    assert round_trips[0] < 15
     after = settle(budgeted)
     print(
         f"400 never-reading subscribers: baseline {baseline:.0f} MB, during {during:.0f} MB, after {after:.0f} MB"
@@ -292,16 +261,7 @@ def test_subscriber_crowds_coming_and_going_leave_no_growth(budgeted: Broker) ->
     url = budgeted.url.replace("http://", "ws://") + "/ws/subscribe"
     figures: list[tuple[float, float]] = []
     for _ in range(CYCLES):
-        loop = asyncio.new_event_loop()
-        try:
-            opened, _ = loop.run_until_complete(_never_reading_subscribers(url, CROWD))
-            loop.run_until_complete(asyncio.sleep(3))
-            during = proc_mb(budgeted)
-            for ws in opened:
-                ws.transport.abort()
-            loop.run_until_complete(asyncio.sleep(0.5))
-        finally:
-            loop.close()
+        during = rss_during_crowd(url, pid(budgeted), CROWD, 3)
         figures.append((during, settle(budgeted)))
         assert serves_a_small_round_trip(budgeted) < 15
     print(

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
 from app.api.errors import error_responses
+from app.api.openapi_docs import DocumentedRoute
 from app.api.security import identity_of, security_of
 from app.api.util import JSONBytes
 from app.common.errors import InvalidRequest, SecurityDisabled
@@ -35,7 +36,7 @@ from app.core.security.acl import (
 )
 from app.core.security.store import AclStore
 
-router = APIRouter(tags=["acls"])
+router = APIRouter(tags=["acls"], route_class=DocumentedRoute)
 # Filters one DeleteAcls call may carry (each is matched against every binding).
 MAX_DELETE_FILTERS = 100
 
@@ -163,16 +164,15 @@ class DeleteAclsBody(BaseModel):
 
 
 @router.post(
-    "/acls",
-    status_code=201,
-    summary="Create ACLs (CreateAcls)",
-    description="Adds the bindings (those already present stay once); all or none: one "
-    "invalid binding (an operation that does not apply to its resource type, a principal "
-    "that is not TYPE:NAME) refuses the request with 400 and adds nothing.",
-    response_model=AclList,
-    responses=error_responses(400, 401, 403),
+    "/acls", status_code=201, response_model=AclList, responses=error_responses(400, 401, 403)
 )
 async def create_acls(request: Request, body: CreateAclsBody) -> Response:
+    """Create ACLs (CreateAcls)
+
+    Adds the bindings (those already present stay once); all or none: one invalid binding (an
+    operation that does not apply to its resource type, a principal that is not TYPE:NAME)
+    refuses the request with 400 and adds nothing.
+    """
     store, authorizer = _acls(request)
     try:
         bindings = [b.binding().validate() for b in body.acls]
@@ -186,33 +186,28 @@ async def create_acls(request: Request, body: CreateAclsBody) -> Response:
     return JSONBytes({"acls": [b.to_json() for b in bindings]}, status_code=201)
 
 
-@router.get(
-    "/acls",
-    summary="Describe ACLs (DescribeAcls)",
-    description="The bindings the filter selects, sorted.",
-    response_model=AclList,
-    responses=error_responses(400, 401, 403),
-)
+@router.get("/acls", response_model=AclList, responses=error_responses(400, 401, 403))
 async def describe_acls(request: Request, filt: AclFilterQuery) -> Response:
+    """Describe ACLs (DescribeAcls)
+
+    The bindings the filter selects, sorted.
+    """
     _, authorizer = _acls(request)
     return JSONBytes({"acls": [a.to_json() for a in authorizer.snapshot.select(filt)]})
 
 
-@router.delete(
-    "/acls",
-    summary="Delete ACLs (DeleteAcls)",
-    description="Removes every binding the filters select and answers them. One filter "
-    'in the query string, or several (Kafka\'s DeleteAcls) as a JSON body `{"filters": '
-    "[{...}, ...]}` with the same fields; not both. A filter with no field removes every "
-    "ACL. All filters apply in one change.",
-    response_model=DeletedAcls,
-    responses=error_responses(400, 401, 403),
-)
+@router.delete("/acls", response_model=DeletedAcls, responses=error_responses(400, 401, 403))
 async def delete_acls(
     request: Request,
     filt: AclFilterQuery,
     body: Annotated[DeleteAclsBody | None, Body()] = None,
 ) -> Response:
+    """Delete ACLs (DeleteAcls)
+
+    Removes every binding the filters select and answers them. One filter in the query string,
+    or several (Kafka's DeleteAcls) as a JSON body `{"filters": [{...}, ...]}` with the same
+    fields; not both. A filter with no field removes every ACL. All filters apply in one change.
+    """
     store, authorizer = _acls(request)
     filters = [filt]
     if body is not None:

@@ -12,14 +12,15 @@ broker answers 421 NOT_COORDINATOR naming it.
 from __future__ import annotations
 
 import logging
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, FastAPI, Path, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
 from app.api.deps import serving_coordinator
-from app.api.errors import ErrorBody
+from app.api.errors import router_error_responses
+from app.api.openapi_docs import DocumentedRoute
 from app.api.security import describable, visible
 from app.api.state import AppState
 from app.api.util import INT_MAX, LONG_MAX, JSONBytes
@@ -37,7 +38,7 @@ from app.groups.coordinator import (
 
 log = logging.getLogger(__name__)
 
-router = APIRouter(tags=["groups"])
+router = APIRouter(tags=["groups"], route_class=DocumentedRoute)
 
 GroupPath = Annotated[
     str, Path(description="Group id (1 to 255 characters).", min_length=1, max_length=255)
@@ -60,8 +61,7 @@ _DESCRIPTIONS = {
 }
 
 
-def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    return {s: {"model": ErrorBody, "description": _DESCRIPTIONS[s]} for s in statuses}
+_errors = router_error_responses(_DESCRIPTIONS)
 
 
 # -- lifecycle (called from the app's lifespan) ---------------------------------------------
@@ -330,18 +330,20 @@ def _offsets_answer(group: str, offsets: list[CommittedOffset]) -> Response:
 
 @router.post(
     "/coordinator",
-    summary="Find a group's coordinator (FindCoordinator)",
-    description="The broker that coordinates the group: send its heartbeats and commits "
-    "there. The group lives in partition `abs(javaHashCode(group)) % "
-    "offsets.topic.num.partitions` of `__consumer_offsets`, as in Kafka; in cluster mode "
-    "its coordinator is that partition's leader (any broker answers; the first call "
-    "creates `__consumer_offsets` with `offsets.topic.replication.factor`, capped by the "
-    "live brokers). COORDINATOR_NOT_AVAILABLE while the partition has no leader.",
     response_model=FindCoordinatorResponse,
     responses=_errors(400, 503),
     tags=["groups"],
 )
 async def find_coordinator(request: Request, body: FindCoordinatorRequest) -> Response:
+    """Find a group's coordinator (FindCoordinator)
+
+    The broker that coordinates the group: send its heartbeats and commits there. The group
+    lives in partition `abs(javaHashCode(group)) % offsets.topic.num.partitions` of
+    `__consumer_offsets`, as in Kafka; in cluster mode its coordinator is that partition's
+    leader (any broker answers; the first call creates `__consumer_offsets` with
+    `offsets.topic.replication.factor`, capped by the live brokers). COORDINATOR_NOT_AVAILABLE
+    while the partition has no leader.
+    """
     info = await get_coordinator(request).find_coordinator(body.key, body.key_type)
     return JSONBytes(
         {"node_id": info.node_id, "url": info.url, "key": info.key, "partition": info.partition}
@@ -350,17 +352,18 @@ async def find_coordinator(request: Request, body: FindCoordinatorRequest) -> Re
 
 @router.post(
     "/groups/{group}/heartbeat",
-    summary="Join, heartbeat or leave (ConsumerGroupHeartbeat)",
-    description='Join with `member_id: ""` and `member_epoch: 0` plus a subscription; then '
-    "heartbeat every `heartbeat_interval_ms` with the id and epoch answered. The answer's "
-    "assignment is what the member may consume now: partitions taken away must be released "
-    "(commit, stop fetching) before they go to another member, so no two members ever hold "
-    "one partition. Leave with `member_epoch: -1`. Members silent for "
-    "`group_consumer_session_timeout_ms` are removed.",
     response_model=HeartbeatResponseBody,
     responses=_errors(400, 404, 409, 421, 503),
 )
 async def heartbeat(request: Request, group: GroupPath, body: HeartbeatBody) -> Response:
+    """Join, heartbeat or leave (ConsumerGroupHeartbeat)
+
+    Join with `member_id: ""` and `member_epoch: 0` plus a subscription; then heartbeat every
+    `heartbeat_interval_ms` with the id and epoch answered. The answer's assignment is what the
+    member may consume now: partitions taken away must be released (commit, stop fetching)
+    before they go to another member, so no two members ever hold one partition. Leave with
+    `member_epoch: -1`. Members silent for `group_consumer_session_timeout_ms` are removed.
+    """
     owned = None
     if body.owned_partitions is not None:
         owned = [(tp.topic, p) for tp in body.owned_partitions for p in tp.partitions]
@@ -390,16 +393,17 @@ async def heartbeat(request: Request, group: GroupPath, body: HeartbeatBody) -> 
 
 @router.post(
     "/groups/{group}/offsets",
-    summary="Commit offsets (OffsetCommit)",
-    description="Stored in `__consumer_offsets` before the answer (in cluster mode: on every "
-    "in-sync replica, so it survives a coordinator failover). A member commits with its "
-    "id and current epoch (an older epoch: STALE_MEMBER_EPOCH; an unknown member: "
-    "UNKNOWN_MEMBER_ID); `member_epoch: -1` commits without membership, only while the "
-    "group has no members. All or nothing.",
     response_model=OffsetsResponse,
     responses=_errors(400, 404, 409, 421, 503),
 )
 async def commit_offsets(request: Request, group: GroupPath, body: OffsetCommitBody) -> Response:
+    """Commit offsets (OffsetCommit)
+
+    Stored in `__consumer_offsets` before the answer (in cluster mode: on every in-sync replica,
+    so it survives a coordinator failover). A member commits with its id and current epoch (an
+    older epoch: STALE_MEMBER_EPOCH; an unknown member: UNKNOWN_MEMBER_ID); `member_epoch: -1`
+    commits without membership, only while the group has no members. All or nothing.
+    """
     done = await get_coordinator(request).commit_offsets(
         group,
         body.member_id,
@@ -413,36 +417,36 @@ async def commit_offsets(request: Request, group: GroupPath, body: OffsetCommitB
 
 
 @router.get(
-    "/groups/{group}/offsets",
-    summary="Fetch committed offsets (OffsetFetch)",
-    description="Every committed offset of the group, or, with `topic`, every partition of "
-    "those topics (`offset: -1` where nothing is committed). An unknown group answers an "
-    "empty list.",
-    response_model=OffsetsResponse,
-    responses=_errors(400, 421, 503),
+    "/groups/{group}/offsets", response_model=OffsetsResponse, responses=_errors(400, 421, 503)
 )
 async def fetch_offsets(
     request: Request,
     group: GroupPath,
     topic: Annotated[list[str] | None, Query(description="Repeatable; default all.")] = None,
 ) -> Response:
+    """Fetch committed offsets (OffsetFetch)
+
+    Every committed offset of the group, or, with `topic`, every partition of those topics
+    (`offset: -1` where nothing is committed). An unknown group answers an empty list.
+    """
     found = await get_coordinator(request).fetch_committed_offsets(group, topic)
     return _offsets_answer(group, found)
 
 
 @router.post(
     "/groups/{group}/offsets/reset",
-    summary="Reset an empty group's offsets",
-    description="To the earliest or latest offset, the first offset at or after a timestamp "
-    "(the end when none), or a given offset (clamped to the log's range). The group must "
-    "have no members (NON_EMPTY_GROUP otherwise). In cluster mode the coordinator reads "
-    "the offsets from its own replicas: a partition with no replica on it answers "
-    "INVALID_REQUEST (look its offsets up at its leader and commit them with "
-    "`member_epoch: -1`).",
     response_model=OffsetsResponse,
     responses=_errors(400, 404, 409, 421, 503),
 )
 async def reset_offsets(request: Request, group: GroupPath, body: ResetOffsetsBody) -> Response:
+    """Reset an empty group's offsets
+
+    To the earliest or latest offset, the first offset at or after a timestamp (the end when
+    none), or a given offset (clamped to the log's range). The group must have no members
+    (NON_EMPTY_GROUP otherwise). In cluster mode the coordinator reads the offsets from its own
+    replicas: a partition with no replica on it answers INVALID_REQUEST (look its offsets up at
+    its leader and commit them with `member_epoch: -1`).
+    """
     value = body.timestamp if body.to == "timestamp" else body.offset
     done = await get_coordinator(request).reset_offsets(
         group, body.topic, body.to, partitions=body.partitions, value=value
@@ -450,45 +454,41 @@ async def reset_offsets(request: Request, group: GroupPath, body: ResetOffsetsBo
     return _offsets_answer(group, done)
 
 
-@router.get(
-    "/groups",
-    summary="List groups",
-    description="Every group this broker coordinates, with its state and member count. In "
-    "cluster mode that is the groups of the `__consumer_offsets` partitions this broker "
-    "leads, not the cluster's: ask each broker (from `GET /metadata`) for all of them "
-    "(COORDINATOR_LOAD_IN_PROGRESS while one of its partitions is loading).",
-    response_model=GroupList,
-    responses=_errors(503),
-)
+@router.get("/groups", response_model=GroupList, responses=_errors(503))
 async def list_groups(request: Request) -> Response:
+    """List groups
+
+    Every group this broker coordinates, with its state and member count. In cluster mode that
+    is the groups of the `__consumer_offsets` partitions this broker leads, not the cluster's:
+    ask each broker (from `GET /metadata`) for all of them (COORDINATOR_LOAD_IN_PROGRESS while
+    one of its partitions is loading).
+    """
     groups = get_coordinator(request).list_groups()
     shown = visible(request, ResourceType.GROUP, (g["group"] for g in groups))
     return JSONBytes({"groups": [g for g in groups if g["group"] in shown]})
 
 
 @router.get(
-    "/groups/{group}",
-    summary="Describe a group",
-    description="State, epochs, members with their assignment (current, pending revocation, "
-    "target), and committed offsets with lag = high watermark - committed offset. In "
-    "cluster mode the high watermark is this broker's replica's (exact on the partition's "
-    "leader, up to a fetch behind on a follower); `high_watermark` and `lag` are null for "
-    "partitions with no replica on the coordinator.",
-    response_model=GroupDescription,
-    responses=_errors(400, 404, 421, 503),
+    "/groups/{group}", response_model=GroupDescription, responses=_errors(400, 404, 421, 503)
 )
 async def describe_group(request: Request, group: GroupPath) -> Response:
+    """Describe a group
+
+    State, epochs, members with their assignment (current, pending revocation, target), and
+    committed offsets with lag = high watermark - committed offset. In cluster mode the high
+    watermark is this broker's replica's (exact on the partition's leader, up to a fetch behind
+    on a follower); `high_watermark` and `lag` are null for partitions with no replica on the
+    coordinator.
+    """
     return JSONBytes(get_coordinator(request).describe_group(group))
 
 
-@router.delete(
-    "/groups/{group}",
-    summary="Delete an empty group and its offsets",
-    description="Writes tombstones for the group and its committed offsets to "
-    "`__consumer_offsets`. A group with members answers NON_EMPTY_GROUP.",
-    status_code=204,
-    responses=_errors(400, 404, 409, 421, 503),
-)
+@router.delete("/groups/{group}", status_code=204, responses=_errors(400, 404, 409, 421, 503))
 async def delete_group(request: Request, group: GroupPath) -> Response:
+    """Delete an empty group and its offsets
+
+    Writes tombstones for the group and its committed offsets to `__consumer_offsets`. A group
+    with members answers NON_EMPTY_GROUP.
+    """
     await get_coordinator(request).delete_group(group)
     return Response(status_code=204)

@@ -11,6 +11,7 @@ from app.api import openapi_docs as docs
 from app.api.deps import ManagerDep, StateDep
 from app.api.errors import error_responses
 from app.api.models import Metadata
+from app.api.openapi_docs import DocumentedRoute
 from app.api.security import visible
 from app.api.util import (
     JSONBytes,
@@ -23,7 +24,7 @@ from app.common.errors import UnknownTopicOrPartition
 from app.core.log import validate_topic_name
 from app.core.security.acl import ResourceType
 
-router = APIRouter(tags=["metadata"])
+router = APIRouter(tags=["metadata"], route_class=DocumentedRoute)
 
 
 def _requested(topics: str | None) -> list[str] | None:
@@ -35,7 +36,6 @@ def _requested(topics: str | None) -> list[str] | None:
 
 @router.get(
     "/metadata",
-    summary="Cluster metadata",
     description=docs.METADATA,
     response_model=Metadata,
     responses=error_responses(400, 503),
@@ -62,6 +62,7 @@ async def get_metadata(
         ),
     ] = False,
 ) -> Response:
+    """Cluster metadata"""
     names = _requested(topics)
     if names and allow_auto_topic_creation and state.settings.auto_create_topics_enable:
         # Every name is checked before anything is created: a bad list creates nothing.

@@ -11,11 +11,12 @@ from app.api import openapi_docs as docs
 from app.api.deps import ManagerDep, StateDep
 from app.api.errors import error_responses
 from app.api.models import OffsetAnswer
+from app.api.openapi_docs import DocumentedRoute
 from app.api.util import INT_MAX, INT_MIN, LONG_MAX, JSONBytes, leader_log
 from app.common.errors import InvalidRequest
 from app.common.isolation import READ_COMMITTED
 
-router = APIRouter(tags=["fetch"])
+router = APIRouter(tags=["fetch"], route_class=DocumentedRoute)
 
 
 def parse_at(at: str) -> str | int:
@@ -35,7 +36,6 @@ def parse_at(at: str) -> str | int:
 
 @router.get(
     "/topics/{topic}/partitions/{partition}/offsets",
-    summary="Look up an offset (earliest, latest, or by timestamp)",
     description=docs.LIST_OFFSETS,
     response_model=OffsetAnswer,
     responses=error_responses(307, 400, 404, 421, 503),
@@ -63,6 +63,7 @@ async def list_offsets(
         ),
     ] = "read_uncommitted",
 ) -> Response:
+    """Look up an offset (earliest, latest, or by timestamp)"""
     where = parse_at(at)
     log = leader_log(state, topic, partition)
     if where == "earliest":

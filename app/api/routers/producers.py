@@ -11,10 +11,11 @@ from app.api.codec import BodyInvalid
 from app.api.deps import ManagerDep, StateDep, read_body
 from app.api.errors import error_responses
 from app.api.models import InitProducerIdRequest, InitProducerIdResponse
+from app.api.openapi_docs import DocumentedRoute
 from app.api.util import JSONBytes, run_blocking
 from app.common.errors import InvalidRequest
 
-router = APIRouter(tags=["producers"])
+router = APIRouter(tags=["producers"], route_class=DocumentedRoute)
 
 # The body is at most three small fields.
 INIT_BODY_LIMIT = 64 * 1024
@@ -22,7 +23,6 @@ INIT_BODY_LIMIT = 64 * 1024
 
 @router.post(
     "/producers",
-    summary="Get a producer id (InitProducerId)",
     description=docs.INIT_PRODUCER_ID,
     response_model=InitProducerIdResponse,
     responses=error_responses(400, 409, 413, 421, 503),
@@ -31,6 +31,7 @@ INIT_BODY_LIMIT = 64 * 1024
     ),
 )
 async def init_producer_id(request: Request, state: StateDep, manager: ManagerDep) -> Response:
+    """Get a producer id (InitProducerId)"""
     body = await read_body(request, min(INIT_BODY_LIMIT, state.settings.max_request_bytes))
     try:
         req = InitProducerIdRequest.model_validate_json(body or b"{}")

@@ -13,6 +13,7 @@ from app.api.codec import BodyInvalid
 from app.api.deps import ManagerDep, StateDep, read_body
 from app.api.errors import error_responses
 from app.api.models import CreateTopicRequest, TopicDescription, TopicList
+from app.api.openapi_docs import DocumentedRoute
 from app.api.security import permits, visible
 from app.api.state import AppState
 from app.api.util import (
@@ -32,7 +33,7 @@ from app.core.topology import NewTopic
 if TYPE_CHECKING:
     from app.core.log.manager import LogManager
 
-router = APIRouter(tags=["topics"])
+router = APIRouter(tags=["topics"], route_class=DocumentedRoute)
 
 # A topic-create body is a name and a few configs; a megabyte is generous.
 CREATE_BODY_LIMIT = 1024 * 1024
@@ -57,14 +58,12 @@ def describe_topic(state: AppState, manager: LogManager, topic: str) -> dict[str
     }
 
 
-@router.get(
-    "/topics",
-    summary="List topics",
-    description="Every topic with its partition count, sorted by name.",
-    response_model=TopicList,
-    responses=error_responses(503),
-)
+@router.get("/topics", response_model=TopicList, responses=error_responses(503))
 async def list_topics(request: Request, state: StateDep, manager: ManagerDep) -> Response:
+    """List topics
+
+    Every topic with its partition count, sorted by name.
+    """
     topics = []
     names = topic_names(state)
     shown = visible(request, ResourceType.TOPIC, names)  # what the principal may DESCRIBE
@@ -81,13 +80,13 @@ async def list_topics(request: Request, state: StateDep, manager: ManagerDep) ->
 @router.post(
     "/topics",
     status_code=201,
-    summary="Create a topic",
     description=docs.CREATE_TOPIC,
     response_model=TopicDescription,
     responses=error_responses(400, 409, 413, 503),
     openapi_extra=docs.json_request_body("CreateTopicRequest", docs.CREATE_TOPIC_EXAMPLES),
 )
 async def create_topic(request: Request, state: StateDep, manager: ManagerDep) -> Response:
+    """Create a topic"""
     body = await read_body(request, min(CREATE_BODY_LIMIT, state.settings.max_request_bytes))
     try:
         req = CreateTopicRequest.model_validate_json(body)
@@ -109,7 +108,6 @@ async def create_topic(request: Request, state: StateDep, manager: ManagerDep) -
 
 @router.get(
     "/topics/{topic}",
-    summary="Describe a topic",
     description=docs.DESCRIBE_TOPIC,
     response_model=TopicDescription,
     responses=error_responses(404, 503),
@@ -120,6 +118,7 @@ async def get_topic(
     state: StateDep,
     manager: ManagerDep,
 ) -> Response:
+    """Describe a topic"""
     described = describe_topic(state, manager, topic)
     # Kafka's DescribeConfigs needs DESCRIBE_CONFIGS: without it the configs are left out.
     if not permits(
@@ -132,12 +131,6 @@ async def get_topic(
 @router.delete(
     "/topics/{topic}",
     status_code=204,
-    summary="Delete a topic",
-    description="Deletes the topic and all its data, and every group's committed offsets "
-    "for it (a topic created again under the name is read from its start). Fetches "
-    "already being answered from its files finish (files are removed after "
-    "file.delete.delay.ms). Internal topics (`__consumer_offsets`) cannot be deleted, and "
-    "a name no topic can have is refused: 400 INVALID_TOPIC_EXCEPTION.",
     response_class=Response,
     responses=error_responses(400, 404, 503),
 )
@@ -146,6 +139,14 @@ async def delete_topic(
     state: StateDep,
     manager: ManagerDep,
 ) -> Response:
+    """Delete a topic
+
+    Deletes the topic and all its data, and every group's committed offsets for it (a topic
+    created again under the name is read from its start). Fetches already being answered from
+    its files finish (files are removed after file.delete.delay.ms). Internal topics
+    (`__consumer_offsets`) cannot be deleted, and a name no topic can have is refused: 400
+    INVALID_TOPIC_EXCEPTION.
+    """
     check_not_internal(topic)
     validate_topic_name(topic)  # no topic has a name it refuses (400, not 404)
     # The group coordinators (every broker's, in a cluster) forget the topic's committed

@@ -27,33 +27,31 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import ssl
 import time
-from typing import Annotated, Any
-from urllib.parse import quote
+from collections.abc import Callable
+from typing import Annotated, Any, Literal, TypeVar
 
-import httpx
 from fastapi import APIRouter, FastAPI, Path, Query, Request
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 from starlette.responses import Response
 
 from app.api import openapi_docs as docs
 from app.api.codec import BodyInvalid
 from app.api.deps import StateDep, read_body, serving_coordinator
-from app.api.errors import ErrorBody
-from app.api.models import ProduceResponse
+from app.api.errors import error_example, router_error_responses
+from app.api.models import ProduceResponse, StrictBody
+from app.api.openapi_docs import DocumentedRoute
 from app.api.produce_body import parse_produce_body
 from app.api.routers.groups import get_coordinator
 from app.api.routers.records import build_batches, checked_batches
 from app.api.security import visible
 from app.api.state import AppState
+from app.api.txn_markers import RemoteMarkerSender
 from app.api.util import INT_MAX, LONG_MAX, JSONBytes
 from app.common.batch import stamp_producer
-from app.common.error_body import error_from_body
 from app.common.errors import (
     ClusterAuthorizationFailed,
     KafkaStorageError,
-    NotLeaderOrFollower,
     TxnNotCoordinator,
 )
 from app.core.log.manager import MAX_TOPIC_NAME_LENGTH
@@ -62,10 +60,12 @@ from app.core.replication.auth import ID_HEADER
 from app.core.security.acl import ResourceType
 from app.groups.coordinator import OFFSETS_TOPIC, GroupCoordinator, OffsetCommit
 from app.txn import TransactionCoordinator, TxnConfig
+from app.txn.model import TxnMarker
+from app.txn.placement import write_marker
 
 log = logging.getLogger(__name__)
 
-router = APIRouter(tags=["transactions"])
+router = APIRouter(tags=["transactions"], route_class=DocumentedRoute)
 
 SHORT_MAX = (1 << 15) - 1
 _INT32_MAX = (1 << 31) - 1
@@ -100,17 +100,10 @@ _DESCRIPTIONS = {
 }
 
 
-def _error(code: str, message: str, retriable: bool = False, **fields: Any) -> dict[str, Any]:
-    return {
-        "summary": code,
-        "value": {"error_code": code, "message": message, "retriable": retriable, **fields},
-    }
-
-
 # Named examples of each status's answers (in the OpenAPI document).
-_EXAMPLES: dict[int, dict[str, Any]] = {
-    400: {
-        "INVALID_TXN_STATE": _error(
+_EXAMPLES: dict[int, list[dict[str, Any]]] = {
+    400: [
+        error_example(
             "INVALID_TXN_STATE",
             "orders-0 is not in an ongoing transaction of 'orders-copier' (Empty): add it "
             "first (AddPartitionsToTxn)",
@@ -118,17 +111,17 @@ _EXAMPLES: dict[int, dict[str, Any]] = {
             topic="orders",
             partition=0,
         ),
-    },
-    404: {
-        "TRANSACTIONAL_ID_NOT_FOUND": _error(
+    ],
+    404: [
+        error_example(
             "TRANSACTIONAL_ID_NOT_FOUND",
             "transactional id 'orders-copier' is not known to its coordinator "
             "(InitProducerId with it first)",
             transactional_id="orders-copier",
         ),
-    },
-    409: {
-        "PRODUCER_FENCED": _error(
+    ],
+    409: [
+        error_example(
             "PRODUCER_FENCED",
             "transactional id 'orders-copier': producer 1000 has epoch 2; epoch 0 is fenced "
             "(a newer instance initialized the id, or the broker aborted its timed-out "
@@ -138,7 +131,7 @@ _EXAMPLES: dict[int, dict[str, Any]] = {
             producer_epoch=0,
             current_epoch=2,
         ),
-        "INVALID_PRODUCER_EPOCH": _error(
+        error_example(
             "INVALID_PRODUCER_EPOCH",
             "transactional id 'orders-copier': producer 1000 has epoch 2; epoch 7 is newer "
             "than any the coordinator handed out",
@@ -147,22 +140,22 @@ _EXAMPLES: dict[int, dict[str, Any]] = {
             producer_epoch=7,
             current_epoch=2,
         ),
-        "CONCURRENT_TRANSACTIONS": _error(
+        error_example(
             "CONCURRENT_TRANSACTIONS",
             "transactional id 'orders-copier': the previous transaction is being completed; retry",
             True,
             transactional_id="orders-copier",
         ),
-        "INVALID_PRODUCER_ID_MAPPING": _error(
+        error_example(
             "INVALID_PRODUCER_ID_MAPPING",
             "transactional id 'orders-copier' holds producer id 1000, not 1001",
             transactional_id="orders-copier",
             producer_id=1001,
             current_producer_id=1000,
         ),
-    },
-    421: {
-        "NOT_COORDINATOR": _error(
+    ],
+    421: [
+        error_example(
             "NOT_COORDINATOR",
             "this broker does not coordinate transactional id 'orders-copier'; its "
             "coordinator is broker 2 (http://broker-2:8080)",
@@ -171,18 +164,11 @@ _EXAMPLES: dict[int, dict[str, Any]] = {
             coordinator=2,
             coordinator_url="http://broker-2:8080",
         ),
-    },
+    ],
 }
 
 
-def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    out: dict[int | str, dict[str, Any]] = {}
-    for status in statuses:
-        entry: dict[str, Any] = {"model": ErrorBody, "description": _DESCRIPTIONS[status]}
-        if status in _EXAMPLES:
-            entry["content"] = {"application/json": {"examples": _EXAMPLES[status]}}
-        out[status] = entry
-    return out
+_errors = router_error_responses(_DESCRIPTIONS, _EXAMPLES)
 
 
 def _examples(*pairs: tuple[str, str, dict[str, Any]]) -> dict[str, Any]:
@@ -242,67 +228,6 @@ async def stop_coordinator(app: FastAPI) -> None:
         await sender.close()
 
 
-class RemoteMarkerSender:
-    """Kafka's WriteTxnMarkers between brokers: a marker for a partition another broker
-    leads is sent to that leader's ``POST /topics/{t}/partitions/{p}/markers`` with this
-    broker's inter-broker credential (``app/core/replication/auth.py``). One pooled
-    HTTP client per broker; an error answer becomes the LogbusError it names."""
-
-    def __init__(self, state: AppState) -> None:
-        self.state = state
-        self._client: httpx.AsyncClient | None = None
-
-    def _http(self) -> httpx.AsyncClient:
-        if self._client is None:
-            settings = self.state.settings
-            cafile = settings.inter_broker_ca_file or settings.ssl_ca_file
-            verify: ssl.SSLContext | bool = (
-                ssl.create_default_context(cafile=str(cafile)) if cafile is not None else True
-            )
-            self._client = httpx.AsyncClient(verify=verify, follow_redirects=False)
-        return self._client
-
-    async def send(
-        self,
-        url: str,
-        topic: str,
-        partition: int,
-        producer_id: int,
-        producer_epoch: int,
-        commit: bool,
-        coordinator_epoch: int,
-        timeout_ms: int,
-    ) -> None:
-        auth = getattr(self.state.topology, "auth", None)
-        broker_id = self.state.topology.broker_id
-        headers = {ID_HEADER: str(broker_id)}
-        if auth is not None:
-            headers[AUTH_HEADER] = auth.token(broker_id)
-        try:
-            r = await self._http().post(
-                f"{url.rstrip('/')}/topics/{quote(topic, safe='')}/partitions/{partition}/markers",
-                json={
-                    "producer_id": producer_id,
-                    "producer_epoch": producer_epoch,
-                    "commit": commit,
-                    "coordinator_epoch": coordinator_epoch,
-                },
-                headers=headers,
-                timeout=timeout_ms / 1000 + 5,
-            )
-        except httpx.HTTPError as exc:
-            raise NotLeaderOrFollower(
-                topic, partition, message=f"the leader at {url} did not answer: {exc!r}"
-            ) from None
-        if r.status_code >= 300:
-            raise error_from_body(r.status_code, r.content)
-
-    async def close(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
-
-
 def get_txn_coordinator(request: Request) -> TransactionCoordinator:
     coordinator: TransactionCoordinator = serving_coordinator(
         request, "txn_coordinator", "transaction"
@@ -313,16 +238,12 @@ def get_txn_coordinator(request: Request) -> TransactionCoordinator:
 # -- models ---------------------------------------------------------------------------------
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-
-class TxnProducer(_Strict):
+class TxnProducer(StrictBody):
     producer_id: int = Field(ge=0, le=LONG_MAX, description="From POST /producers.")
     producer_epoch: int = Field(ge=0, le=SHORT_MAX, description="From POST /producers.")
 
 
-class TxnTopicPartitions(_Strict):
+class TxnTopicPartitions(StrictBody):
     topic: str = Field(min_length=1, max_length=MAX_TOPIC_NAME_LENGTH)
     partitions: list[Annotated[int, Field(ge=0, le=INT_MAX)]] = Field(min_length=1)
 
@@ -339,7 +260,7 @@ class AddOffsetsRequest(TxnProducer):
     group_id: str = Field(min_length=1, max_length=255, description="The consumer group.")
 
 
-class TxnOffset(_Strict):
+class TxnOffset(StrictBody):
     topic: str = Field(min_length=1, max_length=MAX_TOPIC_NAME_LENGTH)
     partition: int = Field(ge=0, le=INT_MAX)
     offset: int = Field(ge=0, le=LONG_MAX, description="The next offset to consume.")
@@ -407,64 +328,91 @@ class TxnOffsetCommitResponse(BaseModel):
     offsets: list[TxnOffset]
 
 
-def _parse(model: type[BaseModel], body: bytes) -> Any:
+_Body = TypeVar("_Body", bound=BaseModel)
+_Route = TypeVar("_Route", bound=Callable[..., Any])
+
+
+async def _read(request: Request, model: type[_Body]) -> _Body:
+    """The request's JSON body as ``model`` (an empty body is ``{}``); 400 INVALID_REQUEST
+    naming the fields otherwise."""
     try:
-        return model.model_validate_json(body or b"{}")
+        return model.model_validate_json(await read_body(request, BODY_LIMIT) or b"{}")
     except ValidationError as exc:
         raise BodyInvalid.from_validation(exc) from None
 
 
+async def _txn_request(
+    request: Request, model: type[_Body]
+) -> tuple[_Body, TransactionCoordinator]:
+    """What every request on a transactional id starts with: its body (checked first), then
+    the coordinator (421 NOT_COORDINATOR or 503 when this broker cannot serve the id)."""
+    return await _read(request, model), get_txn_coordinator(request)
+
+
 _PRODUCER = {"producer_id": 1000, "producer_epoch": 0}
+
+
+def _txn_post(
+    path: str,
+    *,
+    response_model: type[BaseModel],
+    body: str,
+    examples: list[tuple[str, str, dict[str, Any]]],
+) -> Callable[[_Route], _Route]:
+    """The declaration the requests on a transactional id share: ``POST
+    /transactions/{transactional_id}`` + ``path``, the same failures (any of them can meet
+    an unknown or fenced id, a coordinator elsewhere or loading), and a JSON body of the
+    schema ``body`` with named examples (summary, value). The endpoint's docstring documents
+    it (:class:`~app.api.openapi_docs.DocumentedRoute`)."""
+    return router.post(
+        "/transactions/{transactional_id}" + path,
+        response_model=response_model,
+        responses=_errors(400, 404, 409, 421, 503),
+        openapi_extra=_body(body, *examples),
+    )
+
 
 # -- routes ---------------------------------------------------------------------------------
 
 
-@router.post(
-    "/transactions/{transactional_id}/partitions",
-    summary="Add partitions to the transaction (AddPartitionsToTxn)",
-    description="Starts the transaction (state Ongoing) or extends it. Transactional "
-    "batches to a partition (binary produce) are accepted only once it is added. Answers "
-    "the transaction as DescribeTransactions does.",
+@_txn_post(
+    "/partitions",
     response_model=TransactionDescription,
-    responses=_errors(400, 404, 409, 421, 503),
-    openapi_extra=_body(
-        "AddPartitionsRequest",
+    body="AddPartitionsRequest",
+    examples=[
         (
             "two_partitions",
             "Partitions 0 and 1 of orders",
             {**_PRODUCER, "topics": [{"topic": "orders", "partitions": [0, 1]}]},
-        ),
-    ),
+        )
+    ],
 )
 async def add_partitions_to_txn(
     transactional_id: TxnIdPath, request: Request, state: StateDep
 ) -> Response:
-    req: AddPartitionsRequest = _parse(AddPartitionsRequest, await read_body(request, BODY_LIMIT))
-    tc = get_txn_coordinator(request)
+    """Add partitions to the transaction (AddPartitionsToTxn)
+
+    Starts the transaction (state Ongoing) or extends it. Transactional batches to a partition
+    (binary produce) are accepted only once it is added. Answers the transaction as
+    DescribeTransactions does.
+    """
+    req, tc = await _txn_request(request, AddPartitionsRequest)
     wanted = {(t.topic, p) for t in req.topics for p in t.partitions}
     await tc.add_partitions(transactional_id, req.producer_id, req.producer_epoch, wanted)
     return JSONBytes(tc.describe(transactional_id))
 
 
-@router.post(
-    "/transactions/{transactional_id}/topics/{topic}/records",
-    summary="Produce JSON records inside the transaction",
-    description="For callers that keep no producer state: the body is a produce request "
-    "(as `POST /topics/{topic}/records`); the broker adds the partitions the records go "
-    "to, builds one transactional batch per partition with the producer's id, epoch and "
-    "next sequence there, and appends them all or none (acks=all). The records are "
-    "visible to `read_committed` readers once the transaction commits. The topic must "
-    "exist.",
+@_txn_post(
+    "/topics/{topic}/records",
     response_model=ProduceResponse,
-    responses=_errors(400, 404, 409, 421, 503),
-    openapi_extra=_body(
-        "ProduceRequest",
+    body="ProduceRequest",
+    examples=[
         (
             "two",
             "Two keyed records",
             {"records": [{"key": "a", "value": {"n": 1}}, {"key": "b", "value": {"n": 2}}]},
-        ),
-    ),
+        )
+    ],
 )
 async def produce_transactional(
     transactional_id: TxnIdPath,
@@ -474,6 +422,14 @@ async def produce_transactional(
     producer_id: Annotated[int, Query(ge=0, le=LONG_MAX, description="From POST /producers.")],
     producer_epoch: Annotated[int, Query(ge=0, le=SHORT_MAX, description="From POST /producers.")],
 ) -> Response:
+    """Produce JSON records inside the transaction
+
+    For callers that keep no producer state: the body is a produce request (as `POST
+    /topics/{topic}/records`); the broker adds the partitions the records go to, builds one
+    transactional batch per partition with the producer's id, epoch and next sequence there, and
+    appends them all or none (acks=all). The records are visible to `read_committed` readers
+    once the transaction commits. The topic must exist.
+    """
     body = await read_body(request, state.settings.max_request_bytes)
     req = parse_produce_body(body)
     tc = get_txn_coordinator(request)
@@ -525,39 +481,28 @@ async def produce_transactional(
     )
 
 
-@router.post(
-    "/transactions/{transactional_id}/groups",
-    summary="Add a group's offsets to the transaction (AddOffsetsToTxn)",
-    description="Adds the group's `__consumer_offsets` partition to the transaction, so "
-    "offsets committed with `POST /transactions/{id}/offsets` are part of it (that call "
-    "does this itself too).",
+@_txn_post(
+    "/groups",
     response_model=TransactionDescription,
-    responses=_errors(400, 404, 409, 421, 503),
-    openapi_extra=_body(
-        "AddOffsetsRequest",
-        ("group", "The copier's group", {**_PRODUCER, "group_id": "copier"}),
-    ),
+    body="AddOffsetsRequest",
+    examples=[("group", "The copier's group", {**_PRODUCER, "group_id": "copier"})],
 )
 async def add_offsets_to_txn(transactional_id: TxnIdPath, request: Request) -> Response:
-    req: AddOffsetsRequest = _parse(AddOffsetsRequest, await read_body(request, BODY_LIMIT))
-    tc = get_txn_coordinator(request)
+    """Add a group's offsets to the transaction (AddOffsetsToTxn)
+
+    Adds the group's `__consumer_offsets` partition to the transaction, so offsets committed
+    with `POST /transactions/{id}/offsets` are part of it (that call does this itself too).
+    """
+    req, tc = await _txn_request(request, AddOffsetsRequest)
     await tc.add_offsets(transactional_id, req.producer_id, req.producer_epoch, req.group_id)
     return JSONBytes(tc.describe(transactional_id))
 
 
-@router.post(
-    "/transactions/{transactional_id}/offsets",
-    summary="Commit a group's offsets inside the transaction (TxnOffsetCommit)",
-    description="The offsets are written to the group's `__consumer_offsets` partition as "
-    "part of the transaction and count (`GET /groups/{group}/offsets`) only once it "
-    "commits; an abort drops them. Adds the group to the transaction first "
-    "(AddOffsetsToTxn) when this broker coordinates the transactional id; in a cluster "
-    "where another broker does, call `POST /transactions/{id}/groups` there first, then "
-    "this at the group's coordinator.",
+@_txn_post(
+    "/offsets",
     response_model=TxnOffsetCommitResponse,
-    responses=_errors(400, 404, 409, 421, 503),
-    openapi_extra=_body(
-        "TxnOffsetCommitRequest",
+    body="TxnOffsetCommitRequest",
+    examples=[
         (
             "copier",
             "The input position after the records copied",
@@ -566,16 +511,21 @@ async def add_offsets_to_txn(transactional_id: TxnIdPath, request: Request) -> R
                 "group_id": "copier",
                 "offsets": [{"topic": "input", "partition": 0, "offset": 42}],
             },
-        ),
-    ),
+        )
+    ],
 )
 async def txn_offset_commit(
     transactional_id: TxnIdPath, request: Request, state: StateDep
 ) -> Response:
-    req: TxnOffsetCommitRequest = _parse(
-        TxnOffsetCommitRequest, await read_body(request, BODY_LIMIT)
-    )
-    tc = get_txn_coordinator(request)
+    """Commit a group's offsets inside the transaction (TxnOffsetCommit)
+
+    The offsets are written to the group's `__consumer_offsets` partition as part of the
+    transaction and count (`GET /groups/{group}/offsets`) only once it commits; an abort drops
+    them. Adds the group to the transaction first (AddOffsetsToTxn) when this broker coordinates
+    the transactional id; in a cluster where another broker does, call `POST
+    /transactions/{id}/groups` there first, then this at the group's coordinator.
+    """
+    req, tc = await _txn_request(request, TxnOffsetCommitRequest)
     groups = get_coordinator(request)
     try:
         partition = await tc.add_offsets(
@@ -610,63 +560,59 @@ async def txn_offset_commit(
     )
 
 
+def _end_txn(outcome: Literal["commit", "abort"]) -> Callable[[_Route], _Route]:
+    """EndTxn is one Kafka API with a commit flag: ``POST .../commit`` and ``.../abort``
+    are declared alike, with an example named after the outcome."""
+    return _txn_post(
+        f"/{outcome}",
+        response_model=EndTxnResponse,
+        body="EndTxnRequest",
+        examples=[(outcome, outcome.title(), _PRODUCER)],
+    )
+
+
 async def _end(request: Request, transactional_id: str, commit: bool) -> Response:
-    req: EndTxnRequest = _parse(EndTxnRequest, await read_body(request, BODY_LIMIT))
-    tc = get_txn_coordinator(request)
+    req, tc = await _txn_request(request, EndTxnRequest)
     outcome = await tc.end_txn(transactional_id, req.producer_id, req.producer_epoch, commit)
     return JSONBytes({"transactional_id": transactional_id, "transaction_state": outcome})
 
 
-@router.post(
-    "/transactions/{transactional_id}/commit",
-    summary="Commit the transaction (EndTxn commit)",
-    description="Writes PrepareCommit, then a COMMIT marker to every partition of the "
-    "transaction, then CompleteCommit. Once answered, `read_committed` readers see its "
-    "records and the group offsets committed in it count. A retry after a success "
-    "answers the same.",
-    response_model=EndTxnResponse,
-    responses=_errors(400, 404, 409, 421, 503),
-    openapi_extra=_body("EndTxnRequest", ("commit", "Commit", _PRODUCER)),
-)
+@_end_txn("commit")
 async def commit_transaction(transactional_id: TxnIdPath, request: Request) -> Response:
+    """Commit the transaction (EndTxn commit)
+
+    Writes PrepareCommit, then a COMMIT marker to every partition of the transaction, then
+    CompleteCommit. Once answered, `read_committed` readers see its records and the group
+    offsets committed in it count. A retry after a success answers the same.
+    """
     return await _end(request, transactional_id, True)
 
 
-@router.post(
-    "/transactions/{transactional_id}/abort",
-    summary="Abort the transaction (EndTxn abort)",
-    description="Writes PrepareAbort, then an ABORT marker to every partition of the "
-    "transaction (its records are never shown to `read_committed` readers, its offsets "
-    "dropped), then CompleteAbort.",
-    response_model=EndTxnResponse,
-    responses=_errors(400, 404, 409, 421, 503),
-    openapi_extra=_body("EndTxnRequest", ("abort", "Abort", _PRODUCER)),
-)
+@_end_txn("abort")
 async def abort_transaction(transactional_id: TxnIdPath, request: Request) -> Response:
+    """Abort the transaction (EndTxn abort)
+
+    Writes PrepareAbort, then an ABORT marker to every partition of the transaction (its records
+    are never shown to `read_committed` readers, its offsets dropped), then CompleteAbort.
+    """
     return await _end(request, transactional_id, False)
 
 
 @router.get(
     "/transactions/{transactional_id}",
-    summary="Describe a transactional id (DescribeTransactions)",
-    description="Its state (Kafka's names), producer id and epoch, timeout, when the "
-    "current transaction started, and its partitions. 404 TRANSACTIONAL_ID_NOT_FOUND for "
-    "an id never initialized.",
     response_model=TransactionDescription,
     responses=_errors(404, 421, 503),
 )
 async def describe_transaction(transactional_id: TxnIdPath, request: Request) -> Response:
+    """Describe a transactional id (DescribeTransactions)
+
+    Its state (Kafka's names), producer id and epoch, timeout, when the current transaction
+    started, and its partitions. 404 TRANSACTIONAL_ID_NOT_FOUND for an id never initialized.
+    """
     return JSONBytes(get_txn_coordinator(request).describe(transactional_id))
 
 
-@router.get(
-    "/transactions",
-    summary="List transactional ids (ListTransactions)",
-    description="The ids this broker coordinates (in a cluster, ask every broker, as "
-    "Kafka's admin client does), those the principal may DESCRIBE.",
-    response_model=ListTransactionsResponse,
-    responses=_errors(503),
-)
+@router.get("/transactions", response_model=ListTransactionsResponse, responses=_errors(503))
 async def list_transactions(
     request: Request,
     state: Annotated[
@@ -679,6 +625,11 @@ async def list_transactions(
         Query(ge=0, le=LONG_MAX, description="Only transactions running longer (KIP-994)."),
     ] = None,
 ) -> Response:
+    """List transactional ids (ListTransactions)
+
+    The ids this broker coordinates (in a cluster, ask every broker, as Kafka's admin client
+    does), those the principal may DESCRIBE.
+    """
     listed = get_txn_coordinator(request).list_transactions(
         state or (), producer_id or (), duration_ms
     )
@@ -693,7 +644,7 @@ async def list_transactions(
     return JSONBytes(listed)
 
 
-class WriteTxnMarkerRequest(_Strict):
+class WriteTxnMarkerRequest(StrictBody):
     producer_id: int = Field(ge=0, le=LONG_MAX)
     producer_epoch: int = Field(ge=0, le=SHORT_MAX)
     commit: bool = Field(description="COMMIT (true) or ABORT (false).")
@@ -702,15 +653,6 @@ class WriteTxnMarkerRequest(_Strict):
 
 @router.post(
     "/topics/{topic}/partitions/{partition}/markers",
-    summary="Write a transaction marker (WriteTxnMarkers, between brokers)",
-    description="A transaction coordinator on another broker of the cluster ends a "
-    "transaction on a partition this broker leads: the COMMIT or ABORT control batch is "
-    "appended as leader and answered once every in-sync replica has it. Only brokers of the "
-    "cluster, with their inter-broker credential (`Logbus-Replica-Id`, `Logbus-Replica-Auth`), "
-    "or, with an authorizer, a principal with CLUSTER_ACTION (Kafka's rule): anyone else is "
-    "403 CLUSTER_AUTHORIZATION_FAILED. 409 PRODUCER_FENCED or "
-    "TRANSACTION_COORDINATOR_FENCED when the partition has seen a newer producer or "
-    "coordinator epoch.",
     responses=_errors(409, 421, 503),
     openapi_extra=_body(
         "WriteTxnMarkerRequest",
@@ -727,23 +669,29 @@ async def write_txn_marker(
     request: Request,
     state: StateDep,
 ) -> Response:
+    """Write a transaction marker (WriteTxnMarkers, between brokers)
+
+    A transaction coordinator on another broker of the cluster ends a transaction on a partition
+    this broker leads: the COMMIT or ABORT control batch is appended as leader and answered once
+    every in-sync replica has it. Only brokers of the cluster, with their inter-broker
+    credential (`Logbus-Replica-Id`, `Logbus-Replica-Auth`), or, with an authorizer, a principal
+    with CLUSTER_ACTION (Kafka's rule): anyone else is 403 CLUSTER_AUTHORIZATION_FAILED. 409
+    PRODUCER_FENCED or TRANSACTION_COORDINATOR_FENCED when the partition has seen a newer
+    producer or coordinator epoch.
+    """
     if not _door_authorized(request):
         _check_broker(request, state)
-    req: WriteTxnMarkerRequest = _parse(WriteTxnMarkerRequest, await read_body(request, BODY_LIMIT))
-    replica = state.topology.leader_partition(topic, partition)
-    info = replica.append_control(
-        req.producer_id,
-        req.producer_epoch,
-        commit=req.commit,
-        coordinator_epoch=req.coordinator_epoch,
+    req = await _read(request, WriteTxnMarkerRequest)
+    offset = await write_marker(
+        state.topology.leader_partition(topic, partition),
+        TxnMarker(**req.model_dump()),
+        state.settings.offsets_commit_timeout_ms,
     )
-    if replica.log.high_watermark <= info.last_offset:
-        await replica.wait_replicated(info.last_offset, state.settings.offsets_commit_timeout_ms)
     if topic == OFFSETS_TOPIC:
         groups: GroupCoordinator | None = getattr(request.app.state, "coordinator", None)
         if groups is not None:
             groups.txn_completed(partition, req.producer_id, req.commit)
-    return JSONBytes({"topic": topic, "partition": partition, "offset": info.first_offset})
+    return JSONBytes({"topic": topic, "partition": partition, "offset": offset})
 
 
 def _door_authorized(request: Request) -> bool:

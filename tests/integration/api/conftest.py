@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +12,9 @@ from starlette.testclient import TestClient
 
 from app.api import create_app
 from app.config import Settings
+
+# The log engine's test helpers (a read_committed reader's view) live beside its unit tests.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "unit" / "core" / "log"))
 
 
 @pytest.fixture

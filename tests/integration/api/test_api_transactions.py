@@ -12,12 +12,13 @@ from typing import Any
 
 import pytest
 from api_helpers import create_topic, make_settings
+from log_helpers import committed_values
 from starlette.testclient import TestClient
 
 from app.api import create_app
-from app.common.batch import TRANSACTIONAL_MASK, build_batch, decode_records, iter_headers
+from app.common.batch import build_batch
 from app.config import Settings
-from app.core.log.log import READ_COMMITTED, Log
+from app.core.log.log import Log
 
 
 def _log(client: TestClient, topic: str, partition: int = 0) -> Log:
@@ -27,20 +28,7 @@ def _log(client: TestClient, topic: str, partition: int = 0) -> Log:
 
 def committed(client: TestClient, topic: str, partition: int = 0) -> list[str]:
     """The values a read_committed reader gets: up to the LSO, aborted records dropped."""
-    info = _log(client, topic, partition).read(0, 1 << 24, isolation=READ_COMMITTED)
-    buf = info.read_bytes()
-    aborted = info.aborted_transactions or ()
-    out: list[str] = []
-    for pos, h in iter_headers(buf):
-        if h.is_control:
-            continue
-        if h.attributes & TRANSACTIONAL_MASK and any(
-            a.producer_id == h.producer_id and a.first_offset <= h.base_offset <= a.last_offset
-            for a in aborted
-        ):
-            continue
-        out += [(r.value or b"").decode() for r in decode_records(buf[pos : pos + h.size])]
-    return out
+    return committed_values(_log(client, topic, partition))
 
 
 def init(client: TestClient, tid: str, **body: Any) -> tuple[int, int]:
@@ -59,10 +47,45 @@ def produce(
     )
 
 
-def end(client: TestClient, tid: str, pid: int, epoch: int, commit: bool = True) -> Any:
-    what = "commit" if commit else "abort"
+def txn_post(client: TestClient, tid: str, what: str, pid: int, epoch: int, **body: Any) -> Any:
+    """``POST /transactions/{tid}/{what}`` as producer ``pid`` at ``epoch``."""
     return client.post(
-        f"/transactions/{tid}/{what}", json={"producer_id": pid, "producer_epoch": epoch}
+        f"/transactions/{tid}/{what}", json={"producer_id": pid, "producer_epoch": epoch, **body}
+    )
+
+
+def end(client: TestClient, tid: str, pid: int, epoch: int, commit: bool = True) -> Any:
+    return txn_post(client, tid, "commit" if commit else "abort", pid, epoch)
+
+
+def add_partitions(client: TestClient, tid: str, pid: int, epoch: int, topic: str) -> Any:
+    """AddPartitionsToTxn of ``topic``'s partition 0."""
+    return txn_post(
+        client, tid, "partitions", pid, epoch, topics=[{"topic": topic, "partitions": [0]}]
+    )
+
+
+def commit_offset(client: TestClient, tid: str, pid: int, epoch: int, offset: int) -> Any:
+    """TxnOffsetCommit of group ``g``'s offset on ``in``-0."""
+    offsets = [{"topic": "in", "partition": 0, "offset": offset}]
+    return txn_post(client, tid, "offsets", pid, epoch, group_id="g", offsets=offsets)
+
+
+def send_batch(
+    client: TestClient, pid: int, epoch: int, seq: int, value: bytes, partition: int = 0
+) -> Any:
+    """A transactional batch of one record, binary-produced to ``out``."""
+    batch = build_batch(
+        [(None, value)],
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=seq,
+        transactional=True,
+    )
+    return client.post(
+        f"/topics/out/partitions/{partition}/batches",
+        content=batch,
+        headers={"content-type": "application/octet-stream"},
     )
 
 
@@ -111,29 +134,11 @@ def test_a_second_init_fences_the_zombie_and_aborts_its_transaction(client: Test
     for r in (
         produce(client, "job", pid, old, "out", ["late"]),
         end(client, "job", pid, old),
-        client.post(
-            "/transactions/job/partitions",
-            json={
-                "producer_id": pid,
-                "producer_epoch": old,
-                "topics": [{"topic": "out", "partitions": [0]}],
-            },
-        ),
+        add_partitions(client, "job", pid, old, "out"),
     ):
         assert r.status_code == 409 and r.json()["error_code"] == "PRODUCER_FENCED", r.text
     # The zombie's own binary batch at its old epoch: the partition refuses it too.
-    batch = build_batch(
-        [(None, b"late")],
-        producer_id=pid,
-        producer_epoch=old,
-        base_sequence=1,
-        transactional=True,
-    )
-    r = client.post(
-        "/topics/out/partitions/0/batches",
-        content=batch,
-        headers={"content-type": "application/octet-stream"},
-    )
+    r = send_batch(client, pid, old, 1, b"late")
     assert r.status_code == 409 and r.json()["error_code"] == "PRODUCER_FENCED", r.text
     assert committed(client, "out") == []
     assert produce(client, "job", pid, new, "out", ["fresh"]).status_code == 200
@@ -146,29 +151,11 @@ def test_binary_transactional_produce_needs_the_partition_added(client: TestClie
     pid, epoch = init(client, "bin")
 
     def send(seq: int, partition: int = 0) -> Any:
-        data = build_batch(
-            [(None, b"v")],
-            producer_id=pid,
-            producer_epoch=epoch,
-            base_sequence=seq,
-            transactional=True,
-        )
-        return client.post(
-            f"/topics/out/partitions/{partition}/batches",
-            content=data,
-            headers={"content-type": "application/octet-stream"},
-        )
+        return send_batch(client, pid, epoch, seq, b"v", partition)
 
     r = send(0)
     assert r.status_code == 400 and r.json()["error_code"] == "INVALID_TXN_STATE", r.text
-    r = client.post(
-        "/transactions/bin/partitions",
-        json={
-            "producer_id": pid,
-            "producer_epoch": epoch,
-            "topics": [{"topic": "out", "partitions": [0]}],
-        },
-    )
+    r = add_partitions(client, "bin", pid, epoch, "out")
     assert r.status_code == 200 and r.json()["transaction_state"] == "Ongoing", r.text
     assert send(0).status_code == 200
     r = send(0, partition=1)  # not added
@@ -184,16 +171,8 @@ def test_offsets_committed_in_a_transaction_count_only_when_it_commits(
     create_topic(client, "out")
     pid, epoch = init(client, "cp")
 
-    def commit_offset(offset: int) -> None:
-        r = client.post(
-            "/transactions/cp/offsets",
-            json={
-                "producer_id": pid,
-                "producer_epoch": epoch,
-                "group_id": "g",
-                "offsets": [{"topic": "in", "partition": 0, "offset": offset}],
-            },
-        )
+    def commit(offset: int) -> None:
+        r = commit_offset(client, "cp", pid, epoch, offset)
         assert r.status_code == 200, r.text
 
     def fetched() -> int:
@@ -202,12 +181,12 @@ def test_offsets_committed_in_a_transaction_count_only_when_it_commits(
         return int(r.json()["offsets"][0]["offset"])
 
     assert produce(client, "cp", pid, epoch, "out", ["1"]).status_code == 200
-    commit_offset(5)
+    commit(5)
     assert fetched() == -1
     assert end(client, "cp", pid, epoch, commit=False).status_code == 200
     assert fetched() == -1
     assert produce(client, "cp", pid, epoch, "out", ["2"]).status_code == 200
-    commit_offset(7)
+    commit(7)
     assert fetched() == -1
     assert end(client, "cp", pid, epoch).status_code == 200
     assert fetched() == 7
@@ -219,26 +198,10 @@ def test_offsets_of_transactions_survive_a_restart_as_decided(settings: Settings
         create_topic(c, "in")
         pid, epoch = init(c, "cp")
         for offset, commit in ((3, True), (9, False)):
-            r = c.post(
-                "/transactions/cp/offsets",
-                json={
-                    "producer_id": pid,
-                    "producer_epoch": epoch,
-                    "group_id": "g",
-                    "offsets": [{"topic": "in", "partition": 0, "offset": offset}],
-                },
-            )
+            r = commit_offset(c, "cp", pid, epoch, offset)
             assert r.status_code == 200, r.text
             assert end(c, "cp", pid, epoch, commit).status_code == 200
-        r = c.post(
-            "/transactions/cp/offsets",
-            json={
-                "producer_id": pid,
-                "producer_epoch": epoch,
-                "group_id": "g",
-                "offsets": [{"topic": "in", "partition": 0, "offset": 11}],
-            },
-        )
+        r = commit_offset(c, "cp", pid, epoch, 11)
         assert r.status_code == 200  # left open at the stop
     with TestClient(create_app(settings)) as c:
         r = c.get("/groups/g/offsets", params={"topic": "in"})
@@ -291,23 +254,9 @@ def test_describe_list_and_errors(client: TestClient) -> None:
     assert r.status_code == 409 and r.json()["error_code"] == "INVALID_PRODUCER_ID_MAPPING"
     r = end(client, "a", pid, epoch + 5)
     assert r.status_code == 409 and r.json()["error_code"] == "INVALID_PRODUCER_EPOCH"
-    r = client.post(
-        "/transactions/a/partitions",
-        json={
-            "producer_id": pid,
-            "producer_epoch": epoch,
-            "topics": [{"topic": "__consumer_offsets", "partitions": [0]}],
-        },
-    )
+    r = add_partitions(client, "a", pid, epoch, "__consumer_offsets")
     assert r.status_code == 400 and r.json()["error_code"] == "INVALID_TOPIC_EXCEPTION"
-    r = client.post(
-        "/transactions/a/partitions",
-        json={
-            "producer_id": pid,
-            "producer_epoch": epoch,
-            "topics": [{"topic": "missing", "partitions": [0]}],
-        },
-    )
+    r = add_partitions(client, "a", pid, epoch, "missing")
     assert r.status_code == 404 and r.json()["error_code"] == "UNKNOWN_TOPIC_OR_PARTITION"
     r = client.post("/topics/__transaction_state/records", json={"records": [{"value": "x"}]})
     assert r.status_code == 400 and r.json()["error_code"] == "INVALID_TOPIC_EXCEPTION"

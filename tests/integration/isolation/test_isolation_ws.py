@@ -68,57 +68,55 @@ def run(coro: Any) -> Any:
     return asyncio.run(coro)
 
 
-def test_json_subscriber_gets_committed_records_only_and_is_released_by_the_commit(
-    broker: Broker, topic: MakeTopic
+# How a read_committed subscriber subscribes ("{name}" is the topic's name), and whether
+# its "subscribed" answer already names the partitions (a group member's come with its
+# assignment).
+SUBSCRIPTIONS: dict[str, tuple[dict[str, Any], bool]] = {
+    "json_frames": ({"start": "earliest", "value_format": "binary"}, True),
+    "binary_frames": ({"start": "earliest", "format": "binary"}, True),
+    "group_member": ({"group": "g-{name}", "default": "earliest", "value_format": "binary"}, False),
+}
+
+
+@pytest.mark.parametrize(
+    ("how", "commit", "released"),
+    [
+        # Held at the LSO, then released by the commit: the open transaction's records.
+        ("json_frames", True, [b"o9", b"o10", b"p11"]),
+        # Aborted and control batches never in a frame; the abort releases the plain p11.
+        ("binary_frames", False, [b"p11"]),
+        ("group_member", True, [b"o9", b"o10", b"p11"]),
+    ],
+)
+def test_read_committed_subscriber_is_held_at_the_lso_and_released_by_the_end(
+    broker: Broker, topic: MakeTopic, how: str, commit: bool, released: list[bytes]
 ) -> None:
     name, w = topic()
     s = scenario(w)
+    fields, names_partitions = SUBSCRIPTIONS[how]
+    fields = {k: v.format(name=name) if isinstance(v, str) else v for k, v in fields.items()}
 
     async def main() -> None:
         ws, subscribed = await subscribe(
             broker,
             topics=[name],
-            start="earliest",
-            value_format="binary",
             isolation_level="read_committed",
             credit={"records": 1000},
+            **fields,
         )
-        assert subscribed["partitions"][0]["last_stable_offset"] == s["lso"]
-        n = len(s["committed"])
-        got, _ = await frames_until(ws, lambda g: len(g) >= n)
-        assert [v for _, v in got] == s["committed"]
-        await nothing_more(ws)
-        w.commit(3)
-        more, _ = await frames_until(ws, lambda g: len(g) >= 3)
-        assert [v for _, v in more] == [b"o9", b"o10", b"p11"]
-        await nothing_more(ws, 0.2)
-        await ws.close()
-
-    run(main())
-
-
-def test_binary_frames_leave_aborted_and_control_batches_out(
-    broker: Broker, topic: MakeTopic
-) -> None:
-    name, w = topic()
-    s = scenario(w)
-
-    async def main() -> None:
-        ws, _ = await subscribe(
-            broker,
-            topics=[name],
-            start="earliest",
-            format="binary",
-            isolation_level="read_committed",
-            credit={"records": 1000},
-        )
+        if names_partitions:
+            assert subscribed["partitions"][0]["last_stable_offset"] == s["lso"]
         got, next_offset = await frames_until(ws, lambda g: len(g) >= len(s["committed"]))
         assert [v for _, v in got] == s["committed"]
         assert next_offset <= s["lso"]
         await nothing_more(ws)
-        w.abort(3)
-        more, next_offset = await frames_until(ws, lambda g: len(g) >= 1)
-        assert [v for _, v in more] == [b"p11"] and next_offset == s["end"] + 1
+        if commit:
+            w.commit(3)
+        else:
+            w.abort(3)
+        more, next_offset = await frames_until(ws, lambda g: len(g) >= len(released))
+        assert [v for _, v in more] == released and next_offset == s["end"] + 1
+        await nothing_more(ws, 0.2)
         await ws.close()
 
     run(main())
@@ -163,33 +161,6 @@ def test_latest_and_seek_latest_are_the_lso(broker: Broker, topic: MakeTopic) ->
         w.commit(5)
         got, _ = await frames_until(ws, lambda g: len(g) >= 2)
         assert [v for _, v in got] == [b"t", b"p"]
-        await ws.close()
-
-    run(main())
-
-
-def test_group_subscriber_is_held_at_the_lso_and_skips_aborted(
-    broker: Broker, topic: MakeTopic
-) -> None:
-    name, w = topic()
-    s = scenario(w)
-
-    async def main() -> None:
-        ws, _ = await subscribe(
-            broker,
-            topics=[name],
-            group=f"g-{name}",
-            default="earliest",
-            value_format="binary",
-            isolation_level="read_committed",
-            credit={"records": 1000},
-        )
-        got, _ = await frames_until(ws, lambda g: len(g) >= len(s["committed"]))
-        assert [v for _, v in got] == s["committed"]
-        await nothing_more(ws)
-        w.commit(3)
-        more, _ = await frames_until(ws, lambda g: len(g) >= 3)
-        assert [v for _, v in more] == [b"o9", b"o10", b"p11"]
         await ws.close()
 
     run(main())

@@ -22,12 +22,13 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from log_helpers import committed_values
 
-from app.common.batch import TRANSACTIONAL_MASK, BatchBuilder, decode_records, iter_headers
+from app.common.batch import BatchBuilder
 from app.common.errors import LogbusError
 from app.core.local_topology import LocalTopology
 from app.core.log import LogManager
-from app.core.log.log import READ_COMMITTED, Log
+from app.core.log.log import Log
 from app.txn import TransactionCoordinator, TxnConfig
 
 IDS = ["t0", "t1", "t2"]
@@ -240,23 +241,6 @@ class CoordinatorMachine(RuleBasedStateMachine):
             log = self.manager.get_log("d", p)
             assert committed_values(log) == self.committed[p]
             assert log.last_stable_offset == first_open_offset(log)
-
-
-def committed_values(log: Log) -> list[str]:
-    info = log.read(0, 1 << 24, isolation=READ_COMMITTED)
-    buf = info.read_bytes()
-    aborted = info.aborted_transactions or ()
-    out: list[str] = []
-    for pos, h in iter_headers(buf):
-        if h.is_control:
-            continue
-        if h.attributes & TRANSACTIONAL_MASK and any(
-            a.producer_id == h.producer_id and a.first_offset <= h.base_offset <= a.last_offset
-            for a in aborted
-        ):
-            continue
-        out += [(r.value or b"").decode() for r in decode_records(buf[pos : pos + h.size])]
-    return out
 
 
 def first_open_offset(log: Log) -> int:

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from kafka.record import MemoryRecords
 
-from app.common.batch import BatchBuilder
+from app.common.batch import TRANSACTIONAL_MASK, BatchBuilder, decode_records, iter_headers
+from app.core.log.log import READ_COMMITTED, Log
 
 BASE_TS = 1_700_000_000_000
 
@@ -71,4 +72,24 @@ def check_log_dir(directory: Path, *, start: int | None = None) -> list[tuple[in
             assert [r[0] for r in recs] == list(range(first, last + 1))
             out.extend((r[0], r[2]) for r in recs)
             expected = last + 1
+    return out
+
+
+def committed_values(log: Log) -> list[str]:
+    """The values a read_committed reader gets from ``log``: up to the last stable offset,
+    control batches and aborted transactions' records dropped (as a client filters a
+    read_committed fetch with the aborted transactions it reports)."""
+    info = log.read(0, 1 << 24, isolation=READ_COMMITTED)
+    buf = info.read_bytes()
+    aborted = info.aborted_transactions or ()
+    out: list[str] = []
+    for pos, h in iter_headers(buf):
+        if h.is_control:
+            continue
+        if h.attributes & TRANSACTIONAL_MASK and any(
+            a.producer_id == h.producer_id and a.first_offset <= h.base_offset <= a.last_offset
+            for a in aborted
+        ):
+            continue
+        out += [(r.value or b"").decode() for r in decode_records(buf[pos : pos + h.size])]
     return out

@@ -1,0 +1,66 @@
+"""Kafka's WriteTxnMarkers between brokers, the sending side: how this broker's
+transaction coordinator writes a marker to a partition another broker leads (the
+receiving side is ``POST /topics/{t}/partitions/{p}/markers`` in
+``app/api/routers/transactions.py``). Installed as ``TxnPlacement.remote`` in a cluster."""
+
+from __future__ import annotations
+
+import ssl
+from urllib.parse import quote
+
+import httpx
+
+from app.api.state import AppState
+from app.common.error_body import error_from_body
+from app.common.errors import NotLeaderOrFollower
+from app.core.replication.auth import HEADER as AUTH_HEADER
+from app.core.replication.auth import ID_HEADER
+from app.txn.model import TxnMarker
+
+
+class RemoteMarkerSender:
+    """Kafka's WriteTxnMarkers between brokers: a marker for a partition another broker
+    leads is sent to that leader's ``POST /topics/{t}/partitions/{p}/markers`` with this
+    broker's inter-broker credential (``app/core/replication/auth.py``). One pooled
+    HTTP client per broker; an error answer becomes the LogbusError it names."""
+
+    def __init__(self, state: AppState) -> None:
+        self.state = state
+        self._client: httpx.AsyncClient | None = None
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            settings = self.state.settings
+            cafile = settings.inter_broker_ca_file or settings.ssl_ca_file
+            verify: ssl.SSLContext | bool = (
+                ssl.create_default_context(cafile=str(cafile)) if cafile is not None else True
+            )
+            self._client = httpx.AsyncClient(verify=verify, follow_redirects=False)
+        return self._client
+
+    async def send(
+        self, url: str, topic: str, partition: int, marker: TxnMarker, timeout_ms: int
+    ) -> None:
+        auth = getattr(self.state.topology, "auth", None)
+        broker_id = self.state.topology.broker_id
+        headers = {ID_HEADER: str(broker_id)}
+        if auth is not None:
+            headers[AUTH_HEADER] = auth.token(broker_id)
+        try:
+            r = await self._http().post(
+                f"{url.rstrip('/')}/topics/{quote(topic, safe='')}/partitions/{partition}/markers",
+                json=marker.as_json(),
+                headers=headers,
+                timeout=timeout_ms / 1000 + 5,
+            )
+        except httpx.HTTPError as exc:
+            raise NotLeaderOrFollower(
+                topic, partition, message=f"the leader at {url} did not answer: {exc!r}"
+            ) from None
+        if r.status_code >= 300:
+            raise error_from_body(r.status_code, r.content)
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
