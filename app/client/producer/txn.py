@@ -42,13 +42,12 @@ import asyncio
 import time
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 
 from app.client import _cluster
 from app.client._cluster import Cluster
-from app.client._http import Call
+from app.client._http import Call, txn_path
 from app.client.errors import TransactionAborted
 from app.client.producer.accumulator import RecordAccumulator
 from app.client.producer.config import ProducerConfig
@@ -94,10 +93,6 @@ def as_fenced(exc: BaseException) -> BaseException:
     LogbusError.__init__(fenced, exc.message, **exc.fields())
     fenced.__cause__ = exc
     return fenced
-
-
-def _txn_path(transactional_id: str, rest: str = "") -> str:
-    return f"/transactions/{quote(transactional_id, safe='')}{rest}"
 
 
 def _answer(body: Any) -> dict[str, Any]:
@@ -239,7 +234,7 @@ class TransactionManager:
             topics.setdefault(tp.topic, []).append(tp.partition)
         call = Call(
             "POST",
-            _txn_path(self.transactional_id, "/partitions"),
+            txn_path(self.transactional_id, "/partitions"),
             _answer,
             json={
                 **self._producer(),
@@ -272,7 +267,7 @@ class TransactionManager:
                 client,
                 Call(
                     "POST",
-                    _txn_path(self.transactional_id, "/groups"),
+                    txn_path(self.transactional_id, "/groups"),
                     _answer,
                     json={**self._producer(), "group_id": meta.group_id},
                 ),
@@ -288,7 +283,7 @@ class TransactionManager:
             }
             if meta.member_id:
                 body.update(member_id=meta.member_id, member_epoch=meta.member_epoch)
-            call = Call("POST", _txn_path(self.transactional_id, "/offsets"), _answer, json=body)
+            call = Call("POST", txn_path(self.transactional_id, "/offsets"), _answer, json=body)
             route = _cluster.group_route(self.cluster, meta.group_id, call, TXN_BACKOFF_S)
             await _cluster.run_async(client, route)
         except LogbusError as exc:
@@ -303,7 +298,7 @@ class TransactionManager:
             if self._started:
                 action = "/commit" if commit else "/abort"
                 call = Call(
-                    "POST", _txn_path(self.transactional_id, action), _answer, json=self._producer()
+                    "POST", txn_path(self.transactional_id, action), _answer, json=self._producer()
                 )
                 await self._run(client, call)
             if not commit and self._bump:

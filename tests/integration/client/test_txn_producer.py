@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from live_broker import LiveBroker, live_broker
 
-from app.client import AsyncProducer, BasicAuth, Consumer, Producer, TopicPartition
+from app.client import AsyncAdmin, AsyncProducer, BasicAuth, Consumer, Producer, TopicPartition
 from app.client.errors import TransactionAborted
 from app.common.errors import (
     InvalidTxnState,
@@ -157,6 +157,11 @@ def test_async_producer_commits_aborts_and_is_fenced(broker: LiveBroker) -> None
             await p.send(topic, b"async-kept", partition=0)
             await p.send_offsets_to_transaction({TopicPartition(topic, 0): 3}, group)
             await p.commit_transaction()
+            async with AsyncAdmin(broker.url) as admin:
+                described = await admin.describe_transaction(tid)
+                assert described["transaction_state"] == "CompleteCommit"
+                listed = await admin.list_transactions(["CompleteCommit"])
+                assert tid in [t["transactional_id"] for t in listed]
             p.begin_transaction()
             await p.send(topic, b"async-dropped", partition=1)
             await p.flush()
