@@ -35,6 +35,7 @@ from urllib.parse import quote
 import httpx
 from fastapi import APIRouter, FastAPI, Path, Query, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.requests import HTTPConnection
 from starlette.responses import Response
 
 from app.api import openapi_docs as docs
@@ -42,7 +43,7 @@ from app.api.codec import BodyInvalid
 from app.api.deps import StateDep, read_body, serving_coordinator
 from app.api.errors import ErrorBody
 from app.api.models import ProduceResponse
-from app.api.produce_body import parse_produce_body
+from app.api.produce_body import ParsedProduce, parse_produce_body
 from app.api.routers.groups import get_coordinator
 from app.api.routers.records import build_batches, checked_batches
 from app.api.security import visible
@@ -303,7 +304,7 @@ class RemoteMarkerSender:
             self._client = None
 
 
-def get_txn_coordinator(request: Request) -> TransactionCoordinator:
+def get_txn_coordinator(request: HTTPConnection) -> TransactionCoordinator:
     coordinator: TransactionCoordinator = serving_coordinator(
         request, "txn_coordinator", "transaction"
     )
@@ -475,13 +476,38 @@ async def produce_transactional(
     producer_epoch: Annotated[int, Query(ge=0, le=SHORT_MAX, description="From POST /producers.")],
 ) -> Response:
     body = await read_body(request, state.settings.max_request_bytes)
-    req = parse_produce_body(body)
-    tc = get_txn_coordinator(request)
+    offsets = await produce_in_transaction(
+        state,
+        get_txn_coordinator(request),
+        transactional_id,
+        producer_id,
+        producer_epoch,
+        topic,
+        parse_produce_body(body),
+    )
+    return JSONBytes({"offsets": offsets})
+
+
+async def produce_in_transaction(
+    state: AppState,
+    tc: TransactionCoordinator,
+    transactional_id: str,
+    producer_id: int,
+    producer_epoch: int,
+    topic: str,
+    req: ParsedProduce,
+    partition: int | None = None,
+) -> list[dict[str, int]]:
+    """JSON records produced inside the transaction, for a caller that keeps no producer
+    state (this route and a WebSocket produce message): the partitions they go to (all
+    to ``partition`` if given) are added to the transaction, one transactional batch per
+    partition is built with the producer's id, epoch and next sequence there, and all are
+    appended or none (acks=all). The records' ``{partition, offset, timestamp}``."""
     topology = state.topology
     n = topology.partition_count(topic)
     now_ms = int(time.time() * 1000)
     builders, placed = build_batches(
-        req, n, None, lambda: state.sticky.next_partition(topic, n), now_ms
+        req, n, partition, lambda: state.sticky.next_partition(topic, n), now_ms
     )
     built = checked_batches(
         topic,
@@ -516,13 +542,7 @@ async def produce_transactional(
         )
     )
     first = {p: info.first_offset for p, info in zip(sorted(built), infos, strict=True)}
-    return JSONBytes(
-        {
-            "offsets": [
-                {"partition": p, "offset": first[p] + j, "timestamp": ts} for p, j, ts in placed
-            ]
-        }
-    )
+    return [{"partition": p, "offset": first[p] + j, "timestamp": ts} for p, j, ts in placed]
 
 
 @router.post(
