@@ -9,22 +9,21 @@ import time
 
 import pytest
 from conftest import ClusterFactory
+from test_e2e_cluster_transactions import TXN_PARTITIONS
 
 from app.client import Admin, Consumer, Producer, TopicPartition
 from app.groups.hashing import partition_for
 
-TXN_PARTITIONS = 3
+# Few __transaction_state partitions (as test_e2e_cluster_transactions.py): quick to create.
+TXN_ENV = {
+    "LOGBUS_TRANSACTION_STATE_LOG_NUM_PARTITIONS": str(TXN_PARTITIONS),
+    "LOGBUS_TRANSACTION_STATE_LOG_REPLICATION_FACTOR": "2",
+}
 
 
 @pytest.mark.slow
 def test_sdk_transactions_across_brokers(cluster_factory: ClusterFactory) -> None:
-    cluster = cluster_factory(
-        size=3,
-        env={
-            "LOGBUS_TRANSACTION_STATE_LOG_NUM_PARTITIONS": str(TXN_PARTITIONS),
-            "LOGBUS_TRANSACTION_STATE_LOG_REPLICATION_FACTOR": "2",
-        },
-    )
+    cluster = cluster_factory(size=3, env=TXN_ENV)
     bootstrap = 1
     with cluster.client(bootstrap) as c:
         for name in ("in", "out"):
