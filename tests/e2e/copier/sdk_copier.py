@@ -13,6 +13,11 @@ group's committed positions; a producer that cannot even abort is replaced (a ne
 instance fences it (``ProducerFenced``) it exits with status 3. Whatever happens to the
 process or the broker, OUT read ``read_committed`` holds each input record exactly once
 and G's offsets match what was copied. Prints nothing the harness needs.
+
+After a kill -9 the dead instance stays a member of G until the broker's
+``group_consumer_session_timeout_ms`` (45 s by default) expires it, and its partitions
+go to the restarted instance only then: a harness that kills often wants that setting
+low (a few seconds).
 """
 
 from __future__ import annotations
