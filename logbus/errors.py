@@ -34,6 +34,9 @@ from app.client.errors import (
     ServerError as ServerError,
 )
 from app.client.errors import (
+    TransactionAborted as TransactionAborted,
+)
+from app.client.errors import (
     UnsupportedByBroker as UnsupportedByBroker,
 )
 from app.client.errors import (

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import Depends, Request
+from starlette.requests import HTTPConnection
 
 from app.api.state import AppState
 from app.common.errors import BrokerNotAvailable, InvalidRequest, PayloadTooLarge
@@ -45,7 +46,7 @@ def manager_of(request: Request) -> LogManager:
     return state.manager
 
 
-def serving_coordinator(request: Request, attr: str, kind: str) -> Any:
+def serving_coordinator(request: HTTPConnection, attr: str, kind: str) -> Any:
     """The coordinator the lifespan set as ``app.state.<attr>`` (``kind``: "group",
     "transaction"); BrokerNotAvailable before it started, once it stops, or while the
     broker is not ready."""

@@ -9,7 +9,7 @@ Every client command talks to the HTTP API (openapi/openapi.json) at ``--url`` (
     2  bad command line or settings
 
 Here: ``serve``, ``topics``, ``produce``, ``groups``, the parser and :func:`main`;
-``consume`` is :mod:`app.cli.consume`, the broker session (an :class:`app.client.Admin`
+``consume`` is :mod:`app.cli.consume`, ``transactions`` :mod:`app.cli.transactions`, the broker session (an :class:`app.client.Admin`
 for topics, groups and offsets) and error reporting :mod:`app.cli.base`; ``perf`` is
 :mod:`app.perf`.
 """
@@ -542,6 +542,13 @@ def build_parser() -> argparse.ArgumentParser:
     consume.add_argument(
         "--ws", action="store_true", help="consume over the WebSocket push API (/ws/subscribe)"
     )
+    consume.add_argument(
+        "--isolation-level",
+        choices=["read_uncommitted", "read_committed"],
+        default="read_uncommitted",
+        help="read_committed: only committed transactions, up to the last stable offset "
+        "(%(default)s)",
+    )
     consume.set_defaults(client_handler=cmd_consume)
 
     group_commands = command_group(
@@ -583,6 +590,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     register_security(commands, client)
     register_quotas(commands, client)
+    from app.cli.transactions import register as register_transactions
+
+    register_transactions(commands, client)
 
     register_perf(commands, client)
     return parser

@@ -79,11 +79,14 @@ def separator(raw: str | None) -> str | None:
     return sep
 
 
-def start_offset(api: Api, topic: str, partition: int, start: str) -> int:
-    """``--from``: earliest, latest (looked up at the partition's leader) or an offset."""
+def start_offset(
+    api: Api, topic: str, partition: int, start: str, isolation_level: str = "read_uncommitted"
+) -> int:
+    """``--from``: earliest, latest (looked up at the partition's leader; under
+    ``read_committed`` the last stable offset) or an offset."""
     if start in ("earliest", "latest"):
         tp = TopicPartition(topic, partition)
-        found = api.admin.list_offsets([tp], start)[tp]
+        found = api.admin.list_offsets([tp], start, isolation_level=isolation_level)[tp]
         # earliest and latest always name an offset (the log start, the high watermark).
         assert found is not None
         return found.offset

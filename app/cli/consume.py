@@ -54,7 +54,10 @@ def cmd_consume(api: Api, args: argparse.Namespace) -> int:
     else:
         partitions = [p.partition for p in api.admin.describe_topic(args.topic).partitions]
     tps = [TopicPartition(args.topic, p) for p in partitions]
-    starts = {tp: start_offset(api, args.topic, tp.partition, args.start) for tp in tps}
+    starts = {
+        tp: start_offset(api, args.topic, tp.partition, args.start, args.isolation_level)
+        for tp in tps
+    }
     sep = (separator(args.key_separator) or "\t").encode()
     printer = _Printer(sys.stdout.buffer, args.print_key, sep, args.max_records)
     try:
@@ -81,6 +84,7 @@ def _consume_assigned(
         fetch_max_wait_ms=args.max_wait_ms,
         request_timeout_ms=int(api.timeout * 1000),
         auth=api.auth,
+        isolation_level=args.isolation_level,
     ) as consumer:
         consumer.assign(starts)
         ends = consumer.end_offsets(list(starts))
@@ -131,7 +135,12 @@ def _consume_group(api: Api, args: argparse.Namespace, printer: _Printer) -> Non
 
     if args.start not in ("earliest", "latest"):
         raise CliError(f"--from expects earliest or latest with --group, got {args.start!r}", 2)
-    with Consumer(api.url, auto_offset_reset=args.start, auth=api.auth) as consumer:
+    with Consumer(
+        api.url,
+        auto_offset_reset=args.start,
+        auth=api.auth,
+        isolation_level=args.isolation_level,
+    ) as consumer:
         consumer.subscribe([args.topic], group_id=args.group)
         idle_until = time.monotonic() + GROUP_IDLE_SECONDS
         while True:
@@ -161,14 +170,23 @@ async def _consume_ws(api: Api, args: argparse.Namespace, printer: _Printer) -> 
     start: str | int = args.start
     if args.start not in ("earliest", "latest"):
         start = start_offset(api, args.topic, partitions[0], args.start)
-    # Without --follow, stop at the high watermarks as they were when we started.
-    ends = {tp: start_offset(api, args.topic, tp.partition, "latest") for tp in tps}
+    # Without --follow, stop at the high watermarks (read_committed: the last stable
+    # offsets) as they were when we started.
+    ends = {
+        tp: start_offset(api, args.topic, tp.partition, "latest", args.isolation_level)
+        for tp in tps
+    }
 
     def caught_up() -> bool:
         return not args.follow and all(sub.positions.get(tp, 0) >= e for tp, e in ends.items())
 
     async with subscribe(
-        api.url, partitions=tps, start=start, format="binary", auth=api.auth
+        api.url,
+        partitions=tps,
+        start=start,
+        format="binary",
+        auth=api.auth,
+        isolation_level=args.isolation_level,
     ) as sub:
         if caught_up():
             return
@@ -188,7 +206,7 @@ async def _consume_ws_group(api: Api, args: argparse.Namespace, printer: _Printe
 
     def caught_up(owned: set[TopicPartition]) -> bool:
         for tp in owned - ends.keys():
-            ends[tp] = start_offset(api, tp.topic, tp.partition, "latest")
+            ends[tp] = start_offset(api, tp.topic, tp.partition, "latest", args.isolation_level)
         return all(sub.positions.get(tp, 0) >= ends[tp] for tp in owned)
 
     async with subscribe(
@@ -198,6 +216,7 @@ async def _consume_ws_group(api: Api, args: argparse.Namespace, printer: _Printe
         default=args.start,
         format="binary",
         auth=api.auth,
+        isolation_level=args.isolation_level,
     ) as sub:
         idle_until = time.monotonic() + GROUP_IDLE_SECONDS
         next_commit = time.monotonic() + 1.0

@@ -48,7 +48,13 @@ from app.client.admin import Admin, AsyncAdmin, GroupListing
 from app.client.auth import BasicAuth, BearerAuth
 from app.client.consumer import AsyncConsumer, Consumer, RecordColumns
 from app.client.producer import AsyncProducer, DeliveryFuture, DeliveryReport, Producer
-from app.client.types import ConsumerRecord, OffsetAndTimestamp, RecordMetadata, TopicPartition
+from app.client.types import (
+    ConsumerGroupMetadata,
+    ConsumerRecord,
+    OffsetAndTimestamp,
+    RecordMetadata,
+    TopicPartition,
+)
 from app.common.tls import configure as configure_tls
 
 __all__ = [
@@ -59,6 +65,7 @@ __all__ = [
     "BasicAuth",
     "BearerAuth",
     "Consumer",
+    "ConsumerGroupMetadata",
     "ConsumerRecord",
     "DeliveryFuture",
     "DeliveryReport",

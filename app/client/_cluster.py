@@ -444,6 +444,37 @@ def group_route(
     raise AssertionError("unreachable")
 
 
+# A transactional id's coordinator, kept beside the groups' under a key no group id can
+# clash with in practice (a control character).
+_TXN_KEY = "\x00txn:"
+
+
+def txn_route(
+    cluster: Cluster, transactional_id: str, call: Call[T], backoff_s: float, deadline: float
+) -> Route[T]:
+    """``call`` at ``transactional_id``'s coordinator, the leader of its
+    ``__transaction_state`` partition: first any broker, then the one a 421
+    NOT_COORDINATOR names. Every retriable answer (CONCURRENT_TRANSACTIONS while the
+    previous transaction completes, a coordinator loading or moving, a broker down or
+    restarting) is retried after ``backoff_s`` until ``deadline`` (``time.monotonic()``),
+    as Kafka's producer retries its transactional requests until ``max.block.ms``. The
+    coordinator's calls are safe to repeat (a retried EndTxn answers the same)."""
+    key = _TXN_KEY + transactional_id
+    while True:
+        url = cluster.coordinator_url(key) or cluster.default_url
+        try:
+            result: T = yield _Send(call, url)
+            return result
+        except LogbusError as exc:
+            if not exc.retriable or time.monotonic() + backoff_s > deadline:
+                raise
+            moved = error_code(exc) in COORDINATOR_MOVED or is_connection_error(exc)
+            hint = _coordinator_moved(cluster, key, url, exc) if moved else None
+            log.debug("%s %s at %s: %s; retrying", call.method, call.path, url, exc)
+        if hint is None:
+            yield _Sleep(backoff_s)
+
+
 # ---- the drivers ---------------------------------------------------------------
 
 

@@ -43,6 +43,11 @@ def group_path(group: str) -> str:
     return f"/groups/{quote(group, safe='')}"
 
 
+def txn_path(transactional_id: str, rest: str = "") -> str:
+    """``/transactions/<id><rest>``: transactional ids are free text, so always quoted."""
+    return f"/transactions/{quote(transactional_id, safe='')}{rest}"
+
+
 @dataclass(frozen=True, slots=True)
 class Call(Generic[T]):
     method: str

@@ -1,22 +1,26 @@
-"""Admin: topics (create, list, describe, delete), offset lookups and consumer groups
-(list, describe, committed offsets, reset, delete), sync and asyncio.
+"""Admin: topics (create, list, describe, delete), offset lookups, consumer groups
+(list, describe, committed offsets, reset, delete) and transactions (list, describe,
+abort), sync and asyncio.
 
 Topic calls go to any live broker (the next one when a broker cannot be
 reached), offset lookups to the partition's leader, group calls to the group's
-coordinator (:mod:`app.client._cluster`)."""
+coordinator, transaction calls to the transactional id's coordinator
+(:mod:`app.client._cluster`)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal, TypeVar
+from urllib.parse import urlencode
 
 import httpx
 
 from app.client import _cluster, _http
 from app.client._cluster import Bootstrap, Cluster
-from app.client._http import Call, group_path, topic_path
+from app.client._http import Call, group_path, topic_path, txn_path
 from app.client.auth import Auth
 from app.client.types import OffsetAndTimestamp, TopicPartition
 from app.common.isolation import check_isolation_level
@@ -218,6 +222,65 @@ def _delete_group_call(group: str) -> Call[None]:
     return Call("DELETE", group_path(group), lambda body: None, empty_ok=True)
 
 
+# Transactions (Kafka's ListTransactions, DescribeTransactions; an abort as EndTxn).
+# How long a transaction call retries a retriable answer (the coordinator loading, a
+# previous transaction still completing) before raising it.
+_TXN_RETRY_S = 10.0
+
+
+def _list_transactions_call(
+    states: Iterable[str], producer_ids: Iterable[int], duration_ms: int | None
+) -> Call[dict[str, Any]]:
+    query: list[tuple[str, str | int]] = [("state", s) for s in states]
+    query += [("producer_id", p) for p in producer_ids]
+    if duration_ms is not None:
+        query.append(("duration_ms", duration_ms))
+    path = "/transactions" + (f"?{urlencode(query)}" if query else "")
+    return Call("GET", path, dict)
+
+
+def _merge_transactions(answers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each broker's transactional ids (each lists those it coordinates), once each."""
+    merged: dict[str, dict[str, Any]] = {}
+    for answer in answers:
+        for t in answer["transaction_states"]:
+            merged.setdefault(t["transactional_id"], t)
+    return sorted(merged.values(), key=lambda t: str(t["transactional_id"]))
+
+
+def _describe_transaction_call(transactional_id: str) -> Call[dict[str, Any]]:
+    return Call("GET", txn_path(transactional_id), dict)
+
+
+def _abort_transaction_call(
+    transactional_id: str, producer_id: int, producer_epoch: int
+) -> Call[dict[str, Any]]:
+    body = {"producer_id": producer_id, "producer_epoch": producer_epoch}
+    return Call("POST", txn_path(transactional_id, "/abort"), dict, json=body)
+
+
+def _txn_route(cluster: Cluster, transactional_id: str, call: Call[T]) -> _cluster.Route[T]:
+    deadline = time.monotonic() + _TXN_RETRY_S
+    return _cluster.txn_route(cluster, transactional_id, call, _BACKOFF_S, deadline)
+
+
+def _abort_route(
+    cluster: Cluster, transactional_id: str, producer_id: int | None, producer_epoch: int | None
+) -> _cluster.Route[dict[str, Any]]:
+    """EndTxn(abort) with the id's producer id and epoch: given, or the current ones from
+    DescribeTransactions (what the broker's ``POST /transactions/{id}/abort`` takes)."""
+    if producer_id is None or producer_epoch is None:
+        found = yield from _txn_route(
+            cluster, transactional_id, _describe_transaction_call(transactional_id)
+        )
+        producer_id = int(found["producer_id"]) if producer_id is None else producer_id
+        if producer_epoch is None:
+            producer_epoch = int(found["producer_epoch"])
+    call = _abort_transaction_call(transactional_id, producer_id, producer_epoch)
+    answer: dict[str, Any] = yield from _txn_route(cluster, transactional_id, call)
+    return answer
+
+
 class Admin:
     """Blocking admin client.
 
@@ -350,6 +413,42 @@ class Admin:
         """Delete an empty group and its offsets (NonEmptyGroup while it has members)."""
         self._group(group, _delete_group_call(group))
 
+    def list_transactions(
+        self,
+        states: Iterable[str] = (),
+        producer_ids: Iterable[int] = (),
+        duration_ms: int | None = None,
+    ) -> list[dict[str, Any]]:
+        """Kafka's ListTransactions: ``{transactional_id, producer_id, transaction_state}``
+        of every id (filtered by Kafka's state names, producer ids, and transactions
+        running longer than ``duration_ms``); in a cluster every broker is asked."""
+        call = _list_transactions_call(states, producer_ids, duration_ms)
+        if not self._cluster.is_multi():
+            return _merge_transactions([self._any(call)])
+        _cluster.run_sync(self._client, _cluster.refresh_route(self._cluster, ()))
+        found = [_http.run_sync(self._client, call, url) for url in self._cluster.broker_urls()]
+        return _merge_transactions(found)
+
+    def describe_transaction(self, transactional_id: str) -> dict[str, Any]:
+        """Kafka's DescribeTransactions, from the id's coordinator: state, producer id and
+        epoch, timeout, start time and partitions."""
+        route = _txn_route(
+            self._cluster, transactional_id, _describe_transaction_call(transactional_id)
+        )
+        return _cluster.run_sync(self._client, route)
+
+    def abort_transaction(
+        self,
+        transactional_id: str,
+        producer_id: int | None = None,
+        producer_epoch: int | None = None,
+    ) -> dict[str, Any]:
+        """Abort the id's open transaction (EndTxn abort, as its producer would), with the
+        given producer id and epoch or, without them, the current ones. The producer that
+        owned it then finds its transaction gone (INVALID_TXN_STATE)."""
+        route = _abort_route(self._cluster, transactional_id, producer_id, producer_epoch)
+        return _cluster.run_sync(self._client, route)
+
     def close(self) -> None:
         self._client.close()
 
@@ -476,6 +575,36 @@ class AsyncAdmin:
 
     async def delete_group(self, group: str) -> None:
         await self._group(group, _delete_group_call(group))
+
+    async def list_transactions(
+        self,
+        states: Iterable[str] = (),
+        producer_ids: Iterable[int] = (),
+        duration_ms: int | None = None,
+    ) -> list[dict[str, Any]]:
+        call = _list_transactions_call(states, producer_ids, duration_ms)
+        if not self._cluster.is_multi():
+            return _merge_transactions([await self._any(call)])
+        await _cluster.run_async(self._client, _cluster.refresh_route(self._cluster, ()))
+        found = [
+            await _http.run_async(self._client, call, url) for url in self._cluster.broker_urls()
+        ]
+        return _merge_transactions(found)
+
+    async def describe_transaction(self, transactional_id: str) -> dict[str, Any]:
+        route = _txn_route(
+            self._cluster, transactional_id, _describe_transaction_call(transactional_id)
+        )
+        return await _cluster.run_async(self._client, route)
+
+    async def abort_transaction(
+        self,
+        transactional_id: str,
+        producer_id: int | None = None,
+        producer_epoch: int | None = None,
+    ) -> dict[str, Any]:
+        route = _abort_route(self._cluster, transactional_id, producer_id, producer_epoch)
+        return await _cluster.run_async(self._client, route)
 
     async def close(self) -> None:
         await self._client.aclose()

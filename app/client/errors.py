@@ -26,6 +26,7 @@ __all__ = [
     "NoOffsetForPartition",
     "ProducerClosed",
     "ServerError",
+    "TransactionAborted",
     "UnsupportedByBroker",
     "error_from_body",
     "error_from_fields",
@@ -92,3 +93,8 @@ class NoOffsetForPartition(ClientError):
     """No position and ``auto_offset_reset="none"`` (Kafka's NoOffsetForPartitionException)."""
 
     error_code = "OFFSET_OUT_OF_RANGE"
+
+
+class TransactionAborted(ClientError):
+    """A record of a transaction that ``abort_transaction`` aborted before it was sent
+    (Kafka's TransactionAbortedException): it was never written."""

@@ -45,3 +45,14 @@ class ConsumerRecord(NamedTuple):
 class OffsetAndTimestamp(NamedTuple):
     offset: int
     timestamp: int
+
+
+class ConsumerGroupMetadata(NamedTuple):
+    """What ``Producer.send_offsets_to_transaction`` needs of the consumer whose input it
+    commits (Kafka's ConsumerGroupMetadata, KIP-447): the group, and the member's id and
+    epoch, so a member fenced by a rebalance cannot commit offsets in a transaction.
+    ``Consumer.group_metadata()`` makes it; ``member_epoch`` -1 skips the member check."""
+
+    group_id: str
+    member_id: str = ""
+    member_epoch: int = -1

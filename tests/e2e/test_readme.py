@@ -139,6 +139,35 @@ def test_readme_sdk_example(broker: Broker) -> None:
     )
 
 
+def test_readme_sdk_transactions_example(broker: Broker) -> None:
+    """The consume-transform-produce loop: each input doubled in the output exactly once
+    (read_committed), and the group's committed offsets at the end of the input."""
+    code = readme_block("sdk-transactions", "python").replace("http://127.0.0.1:8080", broker.url)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "copied 10"
+    values = []
+    with broker.client() as c:
+        for p in (0, 1):
+            r = c.get(
+                f"/topics/amounts-doubled/partitions/{p}/records",
+                params={"offset": 0, "isolation_level": "read_committed", "value_format": "string"},
+            )
+            assert r.status_code == 200, r.text
+            values += [int(rec["value"]) for rec in r.json()["records"]]
+        assert sorted(values) == [2 * i for i in range(10)]
+        offsets = c.get("/groups/doubler/offsets", params={"topic": "amounts"}).json()["offsets"]
+        ends = [
+            c.get(f"/topics/amounts/partitions/{p}/offsets", params={"at": "latest"}).json()[
+                "offset"
+            ]
+            for p in (0, 1)
+        ]
+    assert sorted((o["partition"], o["offset"]) for o in offsets) == [(0, ends[0]), (1, ends[1])]
+
+
 def test_readme_websocket_example(broker: Broker, tmp_path: Path) -> None:
     for command in readme_commands()[:3]:
         run(command, broker, tmp_path)

@@ -33,6 +33,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from fastapi import APIRouter, FastAPI, Path, Query, Request
 from pydantic import BaseModel, Field, ValidationError
+from starlette.requests import HTTPConnection
 from starlette.responses import Response
 
 from app.api import openapi_docs as docs
@@ -41,7 +42,7 @@ from app.api.deps import StateDep, read_body, serving_coordinator
 from app.api.errors import error_example, router_error_responses
 from app.api.models import ProduceResponse, StrictBody
 from app.api.openapi_docs import DocumentedRoute
-from app.api.produce_body import parse_produce_body
+from app.api.produce_body import ParsedProduce, parse_produce_body
 from app.api.routers.groups import get_coordinator
 from app.api.routers.records import build_batches, checked_batches
 from app.api.security import visible
@@ -228,7 +229,7 @@ async def stop_coordinator(app: FastAPI) -> None:
         await sender.close()
 
 
-def get_txn_coordinator(request: Request) -> TransactionCoordinator:
+def get_txn_coordinator(request: HTTPConnection) -> TransactionCoordinator:
     coordinator: TransactionCoordinator = serving_coordinator(
         request, "txn_coordinator", "transaction"
     )
@@ -431,13 +432,38 @@ async def produce_transactional(
     once the transaction commits. The topic must exist.
     """
     body = await read_body(request, state.settings.max_request_bytes)
-    req = parse_produce_body(body)
-    tc = get_txn_coordinator(request)
+    offsets = await produce_in_transaction(
+        state,
+        get_txn_coordinator(request),
+        transactional_id,
+        producer_id,
+        producer_epoch,
+        topic,
+        parse_produce_body(body),
+    )
+    return JSONBytes({"offsets": offsets})
+
+
+async def produce_in_transaction(
+    state: AppState,
+    tc: TransactionCoordinator,
+    transactional_id: str,
+    producer_id: int,
+    producer_epoch: int,
+    topic: str,
+    req: ParsedProduce,
+    partition: int | None = None,
+) -> list[dict[str, int]]:
+    """JSON records produced inside the transaction, for a caller that keeps no producer
+    state (this route and a WebSocket produce message): the partitions they go to (all
+    to ``partition`` if given) are added to the transaction, one transactional batch per
+    partition is built with the producer's id, epoch and next sequence there, and all are
+    appended or none (acks=all). The records' ``{partition, offset, timestamp}``."""
     topology = state.topology
     n = topology.partition_count(topic)
     now_ms = int(time.time() * 1000)
     builders, placed = build_batches(
-        req, n, None, lambda: state.sticky.next_partition(topic, n), now_ms
+        req, n, partition, lambda: state.sticky.next_partition(topic, n), now_ms
     )
     built = checked_batches(
         topic,
@@ -472,13 +498,7 @@ async def produce_transactional(
         )
     )
     first = {p: info.first_offset for p, info in zip(sorted(built), infos, strict=True)}
-    return JSONBytes(
-        {
-            "offsets": [
-                {"partition": p, "offset": first[p] + j, "timestamp": ts} for p, j, ts in placed
-            ]
-        }
-    )
+    return [{"partition": p, "offset": first[p] + j, "timestamp": ts} for p, j, ts in placed]
 
 
 @_txn_post(

@@ -4,7 +4,11 @@ Each text message is ``{"id", "topic", "partition"?, "records", "key_format",
 "value_format", "timeout_ms"?}`` and is answered by ``{"type": "ack", "id",
 "offsets"}`` or ``{"type": "error", "id", ...}``. The records are parsed and
 appended by the HTTP JSON produce code (:func:`append_json_records`), so the
-semantics (placement, formats, auto-create, all-or-nothing) are the same.
+semantics (placement, formats, auto-create, all-or-nothing) are the same. A message
+with ``transactional_id``, ``producer_id`` and ``producer_epoch`` writes inside that
+transaction through the HTTP transactional JSON produce
+(:func:`~app.api.routers.transactions.produce_in_transaction`: the topic must exist,
+acks=all).
 
 Requests on one socket are applied one at a time in the order sent, so
 answers come back in that order and a partition keeps the socket's order.
@@ -14,6 +18,7 @@ client that sends faster than the log appends is slowed by TCP, not buffered.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
@@ -23,6 +28,7 @@ from starlette.websockets import WebSocket
 
 from app.api.produce_body import parse_produce_object
 from app.api.routers.records import append_json_records
+from app.api.routers.transactions import get_txn_coordinator, produce_in_transaction
 from app.api.security import authorize
 from app.api.ws import common
 from app.api.ws.common import ClientGone, send_error, send_text
@@ -82,12 +88,34 @@ async def _serve_requests(ws: WebSocket, state: AppState, idle: common.IdleTimer
             if manager is None or not state.ready:
                 await common.close(ws, Close.GOING_AWAY, "the broker is stopping")
                 return
+            txn = msg.transaction()
             authorize(ws, Action(Operation.WRITE, Resource(ResourceType.TOPIC, msg.topic)))
+            if txn is not None:
+                # As the HTTP route: WRITE on the transactional id too.
+                authorize(
+                    ws, Action(Operation.WRITE, Resource(ResourceType.TRANSACTIONAL_ID, txn[0]))
+                )
             body = {name: obj[name] for name in _BODY_FIELDS if name in obj}
             req = parse_produce_object(body, "message")
-            offsets = await append_json_records(
-                state, manager, msg.topic, req, msg.timeout_ms, msg.partition, INLINE_APPEND_BYTES
-            )
+            if txn is None:
+                offsets = await append_json_records(
+                    state,
+                    manager,
+                    msg.topic,
+                    req,
+                    msg.timeout_ms,
+                    msg.partition,
+                    INLINE_APPEND_BYTES,
+                )
+            else:
+                # A task per request, as an HTTP request has: the coordinator makes EndTxn
+                # wait for the tasks that appended for the producer (TransactionCoordinator.
+                # check_produce), and this socket's own task lasts as long as the socket.
+                offsets = await asyncio.create_task(
+                    produce_in_transaction(
+                        state, get_txn_coordinator(ws), *txn, msg.topic, req, msg.partition
+                    )
+                )
             await send_text(
                 ws, orjson.dumps({"type": "ack", "id": rid, "offsets": offsets}).decode()
             )

@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from app.api.codec import BodyInvalid
 from app.api.errors import is_storage_error, storage_error, without_paths
-from app.api.models import Format
+from app.api.models import SHORT_MAX, Format
 from app.api.util import INT_MAX, LONG_MAX
 from app.common.errors import InvalidRequest, KafkaStorageError, LogbusError
 
@@ -175,7 +175,10 @@ class Ping(_Message):
 
 
 class Produce(_Message):
-    """A produce request; each record is checked by the HTTP produce parser."""
+    """A produce request; each record is checked by the HTTP produce parser. With
+    ``transactional_id``, ``producer_id`` and ``producer_epoch`` (all three, from
+    ``POST /producers``) the records are written inside that transaction, as
+    ``POST /transactions/{id}/topics/{topic}/records`` writes them."""
 
     type: Literal["produce"] = "produce"
     id: str | int | None = None
@@ -185,6 +188,22 @@ class Produce(_Message):
     key_format: Format = "json"
     value_format: Format = "json"
     timeout_ms: Annotated[int, Field(ge=1, le=INT_MAX)] = 30_000
+    transactional_id: Annotated[str, Field(min_length=1, max_length=255)] | None = None
+    producer_id: Offset | None = None
+    producer_epoch: Annotated[int, Field(ge=0, le=SHORT_MAX)] | None = None
+
+    def transaction(self) -> tuple[str, int, int] | None:
+        """(transactional id, producer id, epoch), or None outside a transaction."""
+        given = (self.transactional_id, self.producer_id, self.producer_epoch)
+        if given == (None, None, None):
+            return None
+        tid, pid, epoch = given
+        if tid is None or pid is None or epoch is None:
+            raise InvalidRequest(
+                "a produce in a transaction names transactional_id, producer_id and "
+                "producer_epoch together"
+            )
+        return tid, pid, epoch
 
 
 SUBSCRIBE_CLIENT: dict[str, type[_Message]] = {

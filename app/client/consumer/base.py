@@ -36,7 +36,7 @@ from app.client import _http
 from app.client.consumer.core import ConsumerCore
 from app.client.errors import ClientError
 from app.client.group import _Membership, commit_call, committed_call
-from app.client.types import OffsetAndTimestamp, TopicPartition
+from app.client.types import ConsumerGroupMetadata, OffsetAndTimestamp, TopicPartition
 from app.common.errors import FencedMemberEpoch, LogbusError, StaleMemberEpoch, UnknownMemberId
 
 log = logging.getLogger(__name__)
@@ -177,6 +177,14 @@ class ConsumerBase(ConsumerCore, Generic[G]):
     def member(self) -> tuple[str, int]:
         """(member id, member epoch) as the coordinator last answered; ("", 0) before joining."""
         return ("", 0) if self._group is None else self._group.identity()
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """The group and this member's id and epoch, for
+        ``Producer.send_offsets_to_transaction`` (KIP-447: a member fenced by a rebalance
+        cannot commit its input's offsets in a transaction)."""
+        group = self._membership()
+        member_id, epoch = group.identity()
+        return ConsumerGroupMetadata(group.group_id, member_id, epoch)
 
     def _membership(self) -> G:
         if self._group is None:

@@ -7,6 +7,7 @@ One module per role::
     delivery.py     DeliveryFuture, DeliveryReport: what send / send_many return
     accumulator.py  RecordAccumulator: open and sealed batches, back-pressure, sequences
     sender.py       Sender: batches -> HTTP requests, retries, metadata (one event loop)
+    txn.py          TransactionManager: a transactional producer's states and coordinator calls
     base.py         ProducerBase: the facades' shared state and I/O-free rules
     sync.py         Producer: blocking facade, sender on a background thread's loop
     aio.py          AsyncProducer: asyncio facade, sender as a task on the caller's loop

@@ -282,6 +282,7 @@ typedef struct {
     int64_t producer_id;
     int32_t producer_epoch;
     int32_t base_sequence;
+    int transactional;    /* the attributes' transactional bit (0x10), set with the producer state */
     CallbackEntry *callbacks;
     Py_ssize_t ncallbacks;
     Py_ssize_t callbacks_cap;
@@ -821,12 +822,13 @@ static PyObject *
 rb_set_producer_state(RecordBuffer *self, PyObject *args)
 {
     long long pid;
-    int epoch, seq;
-    if (!PyArg_ParseTuple(args, "Lii", &pid, &epoch, &seq))
+    int epoch, seq, transactional = 0;
+    if (!PyArg_ParseTuple(args, "Lii|p", &pid, &epoch, &seq, &transactional))
         return NULL;
     self->producer_id = pid;
     self->producer_epoch = epoch;
     self->base_sequence = seq;
+    self->transactional = transactional;
     Py_RETURN_NONE;
 }
 
@@ -945,7 +947,7 @@ rb_build_plain(RecordBuffer *self, PyObject *Py_UNUSED(ignored))
     put_be32(h + 8, (uint32_t)(total - 12));               /* batchLength */
     put_be32(h + 12, (uint32_t)-1);                        /* partitionLeaderEpoch */
     h[16] = 2;                                             /* magic */
-    put_be16(h + 21, 0);                                   /* attributes */
+    put_be16(h + 21, self->transactional ? 0x10 : 0);     /* attributes */
     put_be32(h + 23, (uint32_t)(self->count - 1));         /* lastOffsetDelta */
     put_be64(h + 27, (uint64_t)self->first_timestamp);     /* baseTimestamp */
     put_be64(h + 35, (uint64_t)self->max_timestamp);       /* maxTimestamp */
@@ -978,7 +980,7 @@ static PyMethodDef rb_methods[] = {
      "run_callbacks(topic, partition, base_offset, log_append_time, error, metadata_type, "
      "on_error)"},
     {"set_producer_state", (PyCFunction)rb_set_producer_state, METH_VARARGS,
-     "set_producer_state(producer_id, producer_epoch, base_sequence)"},
+     "set_producer_state(producer_id, producer_epoch, base_sequence, transactional=False)"},
     {"size", (PyCFunction)rb_size, METH_NOARGS, "header + records bytes, uncompressed"},
     {"records", (PyCFunction)rb_records, METH_NOARGS, "the encoded records section"},
     {"release", (PyCFunction)rb_release, METH_NOARGS, "built: give the buffer back"},
@@ -997,6 +999,7 @@ static PyMemberDef rb_members[] = {
     {"producer_id", T_LONGLONG, offsetof(RecordBuffer, producer_id), READONLY, NULL},
     {"producer_epoch", T_INT, offsetof(RecordBuffer, producer_epoch), READONLY, NULL},
     {"base_sequence", T_INT, offsetof(RecordBuffer, base_sequence), READONLY, NULL},
+    {"transactional", T_INT, offsetof(RecordBuffer, transactional), READONLY, NULL},
     {NULL}};
 
 static PyTypeObject RecordBufferType = {

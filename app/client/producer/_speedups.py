@@ -48,7 +48,14 @@ from typing import Any, Protocol
 import crc32c
 from aiokafka import codec
 
-from app.common.batch import HEADER, MAGIC, NO_PARTITION_LEADER_EPOCH, RecordBatchBuilder
+from app.common.batch import (
+    HEADER,
+    MAGIC,
+    NO_PARTITION_LEADER_EPOCH,
+    TRANSACTIONAL_MASK,
+    RecordBatchBuilder,
+    stamp_producer,
+)
 from app.common.partitioner import murmur2 as py_murmur2
 
 log = logging.getLogger(__name__)
@@ -98,7 +105,7 @@ class RecordBufferLike(Protocol):
     def callback_count(self) -> int: ...
 
     def set_producer_state(
-        self, producer_id: int, producer_epoch: int, base_sequence: int
+        self, producer_id: int, producer_epoch: int, base_sequence: int, transactional: bool = False
     ) -> None: ...
 
     def size(self) -> int: ...
@@ -110,7 +117,7 @@ class PyRecordBuffer:
     """The pure-Python record buffer: aiokafka's builder (compiled by aiokafka, or its own
     pure-Python one) plus a list of callbacks; the same interface as the C one."""
 
-    __slots__ = ("_builder", "callbacks", "compression", "count")
+    __slots__ = ("_builder", "callbacks", "compression", "count", "transactional")
 
     def __init__(self, batch_size: int, compression: int = 0) -> None:
         self.compression = compression
@@ -124,6 +131,7 @@ class PyRecordBuffer:
             batch_size=batch_size,
         )
         self.count = 0
+        self.transactional = False
         self.callbacks: list[tuple[int, float, Callback]] = []
 
     def append(
@@ -187,15 +195,25 @@ class PyRecordBuffer:
     def callback_count(self) -> int:
         return len(self.callbacks)
 
-    def set_producer_state(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
+    def set_producer_state(
+        self, producer_id: int, producer_epoch: int, base_sequence: int, transactional: bool = False
+    ) -> None:
         self._builder.set_producer_state(producer_id, producer_epoch, base_sequence)
+        # aiokafka's builder takes the transactional flag only when made; build() sets it.
+        self.transactional = transactional
 
     def size(self) -> int:
         return int(self._builder.size())
 
     def build(self) -> bytes:
         """The whole batch; call once (the builder compresses its buffer in place)."""
-        return bytes(self._builder.build())
+        data = self._builder.build()
+        if not self.transactional:
+            return bytes(data)
+        buf = bytearray(data)
+        b = self._builder
+        stamp_producer(buf, 0, b.producer_id, b.producer_epoch, b.base_sequence, transactional=True)
+        return bytes(buf)
 
 
 def build_batch(
@@ -207,12 +225,13 @@ def build_batch(
     producer_id: int,
     producer_epoch: int,
     base_sequence: int,
+    transactional: bool = False,
 ) -> bytes:
     """A RecordBatch v2 from its encoded records, byte for byte as aiokafka's compiled
     builder (the producer's codec before this module) makes it: compressed whenever a codec
     is set, as Kafka's producer does, even where that does not make it smaller.
     """
-    attributes = compression
+    attributes = compression | (TRANSACTIONAL_MASK if transactional else 0)
     data = _COMPRESS[compression](records) if compression else records
     out = bytearray(HEADER.size + len(data))
     HEADER.pack_into(
@@ -294,6 +313,7 @@ if _native is not None:
                 self.producer_id,
                 self.producer_epoch,
                 self.base_sequence,
+                bool(self.transactional),
             )
             self.release()
             return data

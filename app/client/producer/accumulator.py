@@ -85,6 +85,8 @@ class RecordAccumulator:
         self._tps: dict[tuple[str, int], TopicPartition] = {}
         self.producer_id = NO_PRODUCER_ID
         self.producer_epoch = -1
+        # A transactional producer's batches carry the attributes' transactional bit.
+        self.transactional = False
         self._next_sequence: dict[TopicPartition, int] = {}
         self.space_listeners: list[Callable[[], None]] = []
 
@@ -377,8 +379,24 @@ class RecordAccumulator:
         """
         tp = batch.tp
         batch.sequence = self._next_sequence.get(tp, 0)
-        batch.builder.set_producer_state(self.producer_id, self.producer_epoch, batch.sequence)
+        batch.builder.set_producer_state(
+            self.producer_id, self.producer_epoch, batch.sequence, self.transactional
+        )
         self._next_sequence[tp] = (batch.sequence + batch.count) & 0x7FFFFFFF
+
+    def set_producer(self, producer_id: int, epoch: int, *, transactional: bool) -> None:
+        """A new producer id or epoch (InitProducerId): sequences start again at 0."""
+        with self.lock:
+            self.producer_id, self.producer_epoch = producer_id, epoch
+            self.transactional = transactional
+            self._next_sequence.clear()
+
+    def drop_unsent(self, error: BaseException) -> None:
+        """Fail every batch not handed to the sender yet (an aborted transaction's); those
+        in flight are answered as usual."""
+        with self.lock:
+            batches = self._take_unsent()
+        self._fail(batches, error)
 
     def rewind(self, batches: list[ProducerBatch]) -> None:
         """The broker refused these batches outright: give their sequences back.
@@ -398,13 +416,22 @@ class RecordAccumulator:
     def fail_all(self, error: BaseException) -> list[ProducerBatch]:
         with self.lock:
             self.closed = True
-            for batch in list(self.open.values()):
-                self._seal(batch)
-            batches = [b for q in self.ready.values() for b in q]
-            self.ready.clear()
+            batches = self._take_unsent()
             self.sticky_batch.clear()
             self.space.notify_all()
+        self._fail(batches, error)
+        return batches
+
+    def _take_unsent(self) -> list[ProducerBatch]:
+        """Seal the open batches and take every batch not handed to the sender. Caller
+        holds the lock."""
+        for batch in list(self.open.values()):
+            self._seal(batch)
+        batches = [b for q in self.ready.values() for b in q]
+        self.ready.clear()
+        return batches
+
+    def _fail(self, batches: list[ProducerBatch], error: BaseException) -> None:
         for batch in batches:
             batch.complete(-1, -1, error)
             self.release(batch)
-        return batches

@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import itertools
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any
 
@@ -31,7 +31,7 @@ from app.client.errors import ProducerClosed
 from app.client.producer.base import CLOSED, ProducerBase, now
 from app.client.producer.batch import DeliveryCallback, Headers, ProducerBatch
 from app.client.producer.delivery import DeliveryFuture, DeliveryReport
-from app.client.types import RecordMetadata
+from app.client.types import ConsumerGroupMetadata, RecordMetadata, TopicPartition
 from app.common.aio import wait_event
 
 # How many values AsyncProducer.send_many encodes between yields to the loop.
@@ -115,7 +115,9 @@ class AsyncProducer(ProducerBase):
     ) -> DeliveryFuture:
         # Inline, as in Producer.send: a helper coroutine per record measured ~100 ns (7%).
         if self._closed or self._acc.fatal is not None:
-            raise self._acc.closed_error() if self._acc.closed else ProducerClosed(CLOSED)
+            raise self._acc.closed_error()  # the fatal error, if any
+        if self._txn is not None:
+            self._txn.check_send()
         n = self._partition_counts.get(topic) or await self.partitions_for(topic)
         if partition is not None and not 0 <= partition < n:
             n = await self._refresh_for(topic, partition)
@@ -146,7 +148,9 @@ class AsyncProducer(ProducerBase):
     ) -> DeliveryReport:
         """Queue many null-key records at once; see :meth:`Producer.send_many`."""
         if self._closed or self._acc.fatal is not None:
-            raise self._acc.closed_error() if self._acc.closed else ProducerClosed(CLOSED)
+            raise self._acc.closed_error()  # the fatal error, if any
+        if self._txn is not None:
+            self._txn.check_send()
         n = self._partition_counts.get(topic) or await self.partitions_for(topic)
         if partition is not None and not 0 <= partition < n:
             n = await self._refresh_for(topic, partition)
@@ -209,6 +213,35 @@ class AsyncProducer(ProducerBase):
                 await asyncio.wait_for(asyncio.gather(*waits), timeout)
         finally:
             self._acc.end_flush()
+
+    # ---- transactions: Producer's, awaited (the rules and calls are TransactionManager's) ----
+
+    async def _txn_client(self) -> httpx.AsyncClient:
+        await self.start()
+        assert self._sender is not None
+        return self._sender.client
+
+    async def init_transactions(self) -> None:
+        """See :meth:`Producer.init_transactions`."""
+        await self._transactions().init(await self._txn_client())
+
+    async def send_offsets_to_transaction(
+        self, offsets: Mapping[TopicPartition, int], group: str | ConsumerGroupMetadata
+    ) -> None:
+        """See :meth:`Producer.send_offsets_to_transaction`."""
+        await self._transactions().send_offsets(await self._txn_client(), offsets, group)
+
+    async def commit_transaction(self, timeout: float | None = None) -> None:
+        """See :meth:`Producer.commit_transaction`."""
+        self._transactions().check_commit()
+        await self.flush(timeout)
+        await self._transactions().end(await self._txn_client(), True)
+
+    async def abort_transaction(self, timeout: float | None = None) -> None:
+        """See :meth:`Producer.abort_transaction`."""
+        self._transactions().begin_abort()
+        await self._wait_flushed(timeout)
+        await self._transactions().end(await self._txn_client(), False)
 
     async def close(self, timeout: float | None = None) -> None:
         if self._closed:

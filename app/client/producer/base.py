@@ -11,7 +11,11 @@ add only how they wait (a thread and an event, or ``await``):
   must be below the topic's partition count, after one metadata refresh if it
   is not (a topic may have grown);
 * what a metadata lookup that outlasts ``max_block_ms`` raises, and what the
-  records still buffered at close get (:class:`ProducerClosed`).
+  records still buffered at close get (:class:`ProducerClosed`);
+* with a ``transactional_id``, the :class:`~app.client.producer.txn.TransactionManager`
+  (its rules and calls; the facades' transactional methods are
+  ``init_transactions``, ``begin_transaction``, ``send_offsets_to_transaction``,
+  ``commit_transaction``, ``abort_transaction``, as Kafka's producer).
 
 Concurrency: as the facade that inherits it. ``_notify`` is the facade's
 wake-up for the sender; the accumulator calls it from any thread that queues or
@@ -31,7 +35,8 @@ from app.client.errors import BufferFull, ProducerClosed
 from app.client.producer.accumulator import RecordAccumulator
 from app.client.producer.config import ProducerConfig
 from app.client.producer.sender import Sender
-from app.common.errors import UnknownTopicOrPartition
+from app.client.producer.txn import TransactionManager
+from app.common.errors import InvalidTxnState, UnknownTopicOrPartition
 
 # ``send`` stamps records with ``time() * 1000.0``, a float: the encoder truncates it
 # to whole ms exactly as int() would, and skipping int() (or time_ns() // 10**6,
@@ -48,6 +53,8 @@ class ProducerBase:
     def __init__(self, url: Bootstrap, config: dict[str, Any]) -> None:
         # ``auth``: credentials for a secured broker (app/client/auth.py), not a tuning knob.
         auth = config.pop("auth", None)
+        if config.get("transactional_id") is not None:
+            config.setdefault("acks", "all")  # as Kafka: transactions need acks=all
         self.config = ProducerConfig(**config)
         self._cluster = Cluster(url, self.config.metadata_max_age_ms, auth)
         self._url = self._cluster.bootstrap[0]
@@ -55,6 +62,11 @@ class ProducerBase:
         self._acc = RecordAccumulator(self.config, self._notify)
         self._sender: Sender | None = None
         self._closed = False
+        self._txn = (
+            TransactionManager(self._acc, self.config, self._cluster)
+            if self.config.transactional_id is not None
+            else None
+        )
 
     def _notify(self) -> None:
         """Wake the sender: a batch was opened or sealed (any thread, maybe under the lock)."""
@@ -71,7 +83,9 @@ class ProducerBase:
         )
 
     def _new_sender(self, client: httpx.AsyncClient) -> Sender:
-        return Sender(self._acc, self.config, client, self._partition_counts, self._cluster)
+        return Sender(
+            self._acc, self.config, client, self._partition_counts, self._cluster, self._txn
+        )
 
     def _no_metadata(self, topic: str) -> BufferFull:
         return BufferFull(
@@ -84,6 +98,19 @@ class ProducerBase:
         if not 0 <= partition < num_partitions:
             raise UnknownTopicOrPartition(topic, partition)
         return num_partitions
+
+    def _transactions(self) -> TransactionManager:
+        if self._txn is None:
+            raise InvalidTxnState(
+                "transactional methods need a transactional producer: "
+                "Producer(url, transactional_id=...)"
+            )
+        return self._txn
+
+    def begin_transaction(self) -> None:
+        """Start a transaction (after ``init_transactions``; no I/O: the broker hears of it
+        with its first partition or offsets)."""
+        self._transactions().begin()
 
     def _fail_unsent(self) -> None:
         """Closing: whatever is still buffered fails, and nothing more is accepted."""

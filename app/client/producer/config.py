@@ -3,7 +3,8 @@
 Owns the settings and the limits that follow from them: ``acks`` normalised to
 ``"0"``, ``"1"`` or ``"all"``; ``1 <= batch_size <= buffer_memory``;
 ``max_request_size >= batch_size``; more than one request in flight per
-partition only with idempotence (at most :data:`MAX_IN_FLIGHT_IDEMPOTENT`).
+partition only with idempotence (at most :data:`MAX_IN_FLIGHT_IDEMPOTENT`); a
+``transactional_id`` only with idempotence and ``acks="all"`` (the default then).
 
 Concurrency: a frozen dataclass, read from any thread and loop without a lock.
 """
@@ -52,6 +53,10 @@ class ProducerConfig:
     enable_idempotence: bool | None = None
     max_connections: int = 64
     metadata_max_age_ms: int = 300_000
+    # Kafka's transactional.id: set, the producer writes in transactions (see
+    # app/client/producer/txn.py); needs idempotence and acks=all.
+    transactional_id: str | None = None
+    transaction_timeout_ms: int = 60_000
 
     def __post_init__(self) -> None:
         acks = _ACKS.get(str(self.acks).strip().lower())
@@ -77,5 +82,12 @@ class ProducerConfig:
                     "unless enable_idempotence=True"
                 )
             )
+        if self.transactional_id is not None:
+            if not self.transactional_id or self.enable_idempotence is False:
+                raise ValueError("a transactional producer needs a non-empty id and idempotence")
+            if self.acks != "all":
+                raise ValueError("a transactional producer needs acks=all")
+            if self.transaction_timeout_ms < 1:
+                raise ValueError("transaction_timeout_ms must be at least 1")
         if self.linger_ms < 0 or self.retries < 0:
             raise ValueError("linger_ms and retries must not be negative")

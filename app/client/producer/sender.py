@@ -17,7 +17,10 @@ Owns everything between a sealed batch and its answer:
 * metadata: partition counts (``partition_counts``, shared with the facade,
   which reads it without a lock: a dict read is atomic) and leaders, refreshed
   on demand and in the background;
-* InitProducerId (idempotence) before the first batch goes out.
+* InitProducerId (idempotence) before the first batch goes out; for a transactional
+  producer, AddPartitionsToTxn before a partition's first batch of a transaction
+  (:class:`~app.client.producer.txn.TransactionManager`, which also hears of every
+  batch given up on: the transaction must then be aborted).
 
 Concurrency: everything runs on one event loop, the facade's: a background
 thread's loop for :class:`~app.client.producer.Producer`, the caller's for
@@ -47,6 +50,7 @@ from app.client.errors import (
 from app.client.producer.accumulator import RecordAccumulator
 from app.client.producer.batch import ProducerBatch
 from app.client.producer.config import ProducerConfig
+from app.client.producer.txn import TransactionManager, as_fenced
 from app.client.types import TopicPartition
 from app.common.aio import wait_event
 from app.common.errors import (
@@ -67,8 +71,8 @@ async def init_idempotence(
     client: httpx.AsyncClient, acc: RecordAccumulator, cfg: ProducerConfig, cluster: Cluster
 ) -> None:
     """InitProducerId, which turns on sequence numbers in every batch (see :mod:`app.client.producer`)."""
-    if cfg.enable_idempotence is False or cfg.acks == "0":
-        return
+    if cfg.enable_idempotence is False or cfg.acks == "0" or cfg.transactional_id is not None:
+        return  # (a transactional producer's id comes from init_transactions)
     try:
         producer_id, epoch = await _cluster.run_async(
             client, _cluster.any_route(cluster, _http.init_producer_call())
@@ -96,8 +100,10 @@ class Sender:
         client: httpx.AsyncClient,
         partition_counts: dict[str, int],
         cluster: Cluster,
+        txn: TransactionManager | None = None,
     ) -> None:
         self.acc = acc
+        self.txn = txn
         self.cfg = cfg
         self.client = client
         self.partition_counts = partition_counts
@@ -232,11 +238,17 @@ class Sender:
 
     async def _send(self, tp: TopicPartition, batches: list[ProducerBatch]) -> None:
         try:
+            if self.txn is not None and tp not in self.txn.added:
+                try:
+                    await self.txn.ensure_added(self.client, tp)
+                except LogbusError as exc:
+                    self.acc.rewind(batches)  # never sent
+                    self._fail(batches, exc)
+                    return
             await self._deliver(tp, batches)
         except Exception as exc:  # a bug here must not leave futures hanging forever
             log.exception("sending to %s failed unexpectedly", tp)
-            for batch in batches:
-                batch.complete(-1, -1, exc)
+            self._fail(batches, exc)
         finally:
             for batch in batches:
                 self.acc.release(batch)
@@ -372,5 +384,8 @@ class Sender:
             batch.complete(int(info["base_offset"]), append_time, None)
 
     def _fail(self, batches: list[ProducerBatch], error: BaseException) -> None:
+        if self.txn is not None:
+            self.txn.batch_failed(error)
+            error = as_fenced(error)
         for batch in batches:
             batch.complete(-1, -1, error)

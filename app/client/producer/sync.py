@@ -29,7 +29,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any
 
@@ -38,9 +38,11 @@ import httpx
 from app.client._cluster import Bootstrap
 from app.client.errors import ProducerClosed
 from app.client.producer import _speedups
-from app.client.producer.base import CLOSED, ProducerBase, now
+from app.client.producer.base import ProducerBase, now
 from app.client.producer.batch import NO_HEADERS, DeliveryCallback, Headers, ProducerBatch
 from app.client.producer.delivery import DeliveryFuture, DeliveryReport
+from app.client.producer.txn import TransactionManager
+from app.client.types import ConsumerGroupMetadata, TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -205,6 +207,8 @@ class Producer(ProducerBase):
                 self._release()
         if self._closed or self._acc.closed:
             raise self._acc.closed_error()
+        if self._txn is not None:
+            self._txn.check_send()
         n = self._partition_counts.get(topic) or self.partitions_for(topic)
         if partition is not None and not 0 <= partition < n:
             n = self._refresh_for(topic, partition)
@@ -239,7 +243,9 @@ class Producer(ProducerBase):
         All records share ``timestamp`` (default: now).
         """
         if self._closed or self._acc.fatal is not None:
-            raise self._acc.closed_error() if self._acc.closed else ProducerClosed(CLOSED)
+            raise self._acc.closed_error()  # the fatal error, if any
+        if self._txn is not None:
+            self._txn.check_send()
         n = self._partition_counts.get(topic) or self.partitions_for(topic)
         if partition is not None and not 0 <= partition < n:
             n = self._refresh_for(topic, partition)
@@ -275,6 +281,44 @@ class Producer(ProducerBase):
                     raise TimeoutError(f"flush did not finish within {timeout} s")
         finally:
             self._acc.end_flush()
+
+    # ---- transactions (Kafka's API; the rules and calls are TransactionManager's) ----
+
+    def _txn_run(self, call: Callable[[TransactionManager, httpx.AsyncClient], Any]) -> None:
+        """Run a coordinator call of the transaction manager on the sender's loop."""
+        txn = self._transactions()
+        assert self._sender is not None
+        cfg = self.config
+        self._on_loop(
+            call(txn, self._sender.client), (cfg.max_block_ms + cfg.request_timeout_ms) / 1000
+        )
+
+    def init_transactions(self) -> None:
+        """InitProducerId with the transactional id: fences older instances with the same
+        id and completes or aborts what they left open. Once, before the first transaction."""
+        self._txn_run(lambda txn, client: txn.init(client))
+
+    def send_offsets_to_transaction(
+        self, offsets: Mapping[TopicPartition, int], group: str | ConsumerGroupMetadata
+    ) -> None:
+        """Commit a group's offsets (the next offset to read, per partition) in the
+        transaction: they count only if it commits. ``group``: a group id, or
+        ``consumer.group_metadata()`` (KIP-447: a fenced member cannot commit)."""
+        self._txn_run(lambda txn, client: txn.send_offsets(client, offsets, group))
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        """Flush, then commit: every record sent and every offset sent in the transaction
+        becomes visible at once. A failed record raises its error here (abort then)."""
+        self._transactions().check_commit()
+        self.flush(timeout)
+        self._txn_run(lambda txn, client: txn.end(client, True))
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        """Drop what is not sent yet, wait for what is in flight, abort: nothing of the
+        transaction is ever shown to ``read_committed`` readers."""
+        self._transactions().begin_abort()
+        self._wait_flushed(timeout)
+        self._txn_run(lambda txn, client: txn.end(client, False))
 
     def close(self, timeout: float | None = None) -> None:
         """Deliver what is buffered (up to ``timeout``), then stop; what is left fails with ProducerClosed."""

@@ -49,9 +49,14 @@ GZIP = 1  # RecordBatch v2 attributes: compression codec 1
     producer=st.tuples(
         st.integers(-1, 2**40), st.integers(-1, 2**15 - 1), st.integers(-1, 2**31 - 1)
     ),
+    transactional=st.booleans(),
 )
 def test_compiled_buffer_builds_the_bytes_of_the_reference(
-    recs: list[Any], compression: int, batch_size: int, producer: tuple[int, int, int]
+    recs: list[Any],
+    compression: int,
+    batch_size: int,
+    producer: tuple[int, int, int],
+    transactional: bool,
 ) -> None:
     assert _speedups.NativeRecordBuffer is not None
     fast = _speedups.NativeRecordBuffer(batch_size, compression)
@@ -59,8 +64,8 @@ def test_compiled_buffer_builds_the_bytes_of_the_reference(
     # The same records accepted, the same "full" answers (None) at the same records.
     assert fill(fast, recs) == fill(ref, recs)
     assert fast.count == ref.count and fast.size() == ref.size()
-    fast.set_producer_state(*producer)
-    ref.set_producer_state(*producer)
+    fast.set_producer_state(*producer, transactional)
+    ref.set_producer_state(*producer, transactional)
     data, ref_data = fast.build(), ref.build()
     if compression == GZIP:
         # A gzip stream carries its compression time (in seconds): two builds across a
@@ -73,6 +78,8 @@ def test_compiled_buffer_builds_the_bytes_of_the_reference(
     # ... and it is a valid batch an independent codec reads back.
     ((_, header),) = validate_batches(data, 1 << 30)
     assert (header.producer_id, header.producer_epoch, header.base_sequence) == producer
+    assert KafkaBatch(bytearray(data)).is_transactional == transactional
+    assert header.attributes & 0x10 == (0x10 if transactional else 0)
     accepted = [
         r
         for r, ok in zip(recs, fill(_speedups.PyRecordBuffer(batch_size, 0), recs), strict=True)
