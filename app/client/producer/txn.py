@@ -8,6 +8,8 @@ the facades only decide how they wait: the blocking one hops onto its sender's l
 
       UNINITIALIZED --init_transactions--> READY --begin_transaction--> IN_TRANSACTION
       IN_TRANSACTION --commit_transaction--> COMMITTING --> READY
+      COMMITTING --EndTxn failed retriably (timeout, coordinator moving)--> COMMITTING
+                 (the outcome is unknown: the caller calls commit_transaction again)
       IN_TRANSACTION | ABORTABLE_ERROR --abort_transaction--> ABORTING --> READY
       IN_TRANSACTION --a batch, AddPartitionsToTxn or offsets failed--> ABORTABLE_ERROR
       any --PRODUCER_FENCED, an ACL refusal, ...--> FATAL_ERROR (for good: close it)
@@ -146,7 +148,11 @@ class TransactionManager:
         self.state = IN_TRANSACTION
 
     def check_commit(self) -> None:
-        self._require(IN_TRANSACTION, doing="commit")
+        # COMMITTING: an EndTxn that failed with a retriable error (a timeout, a coordinator
+        # moving) may be sent again; the coordinator answers a repeated commit of a
+        # transaction it already committed with success (Kafka's commitTransaction after a
+        # TimeoutException).
+        self._require(IN_TRANSACTION, COMMITTING, doing="commit")
 
     def begin_abort(self) -> None:
         """Abort: what is not sent yet is dropped (its futures fail with TransactionAborted);
@@ -304,6 +310,9 @@ class TransactionManager:
             if not commit and self._bump:
                 await self.init(client, bump=True)
         except LogbusError as exc:
+            if exc.retriable and self.state in (COMMITTING, ABORTING):
+                # Undecided from here: the caller retries the same call (state kept).
+                raise
             raise self._fail(exc) from None
         self.added.clear()
         self._started = self._bump = False

@@ -98,3 +98,33 @@ def test_a_partitions_invalid_epoch_is_reported_as_fenced() -> None:
     assert fenced.error_code == "PRODUCER_FENCED" and fenced.fields()["current_epoch"] == 1
     other = DeliveryTimeout("x")
     assert txn.as_fenced(other) is other
+
+
+def test_a_commit_whose_end_txn_failed_retriably_can_be_sent_again() -> None:
+    """Kafka's commitTransaction after a TimeoutException: the outcome is unknown, so the
+    transaction is neither aborted nor failed; the same commit may be sent again (the
+    coordinator answers a repeated commit of a committed transaction with success)."""
+    import asyncio
+
+    import httpx
+
+    cfg = ProducerConfig(transactional_id="t", acks="all", max_block_ms=50)
+    m = txn.TransactionManager(
+        RecordAccumulator(cfg, lambda: None), cfg, Cluster("http://127.0.0.1:1")
+    )
+    m.acc.set_producer(7, 0, transactional=True)
+    m.state = txn.IN_TRANSACTION
+    m._started = True  # a partition was added: EndTxn must be sent
+
+    async def commit() -> BaseException:
+        async with httpx.AsyncClient(base_url="http://127.0.0.1:1") as client:
+            with pytest.raises(Exception) as caught:
+                await m.end(client, True)
+        return caught.value
+
+    error = asyncio.run(commit())
+    assert getattr(error, "retriable", False), error
+    assert m.state == txn.COMMITTING and m.error is None
+    m.check_commit()  # allowed again
+    with pytest.raises(InvalidTxnState):
+        m.begin()  # but nothing new starts while the commit is undecided
