@@ -1,8 +1,9 @@
 """A streaming query copying one topic into another, that can stall mid-batch; run in a
 process of its own by tests that kill its driver with SIGKILL.
 
-``python spark_query.py URL SOURCE SINK CHECKPOINT [STALL_AT]`` runs :func:`start` on a
-local SparkSession and exits 0 when the query is done.
+``python spark_query.py URL SOURCE SINK CHECKPOINT [STALL_AT [TXN_PREFIX]]`` runs
+:func:`start` on a local SparkSession and exits 0 when the query is done (``-`` for no
+STALL_AT).
 """
 
 from __future__ import annotations
@@ -14,14 +15,21 @@ from typing import Any
 
 
 def start(
-    spark: Any, url: str, source: str, sink: str, checkpoint: str, stall_at: str | None = None
+    spark: Any,
+    url: str,
+    source: str,
+    sink: str,
+    checkpoint: str,
+    stall_at: str | None = None,
+    txn_prefix: str | None = None,
 ) -> Any:
     """Copy topic ``source`` into ``sink`` (values unchanged) through the ``logbus`` source
     and sink, 200 offsets per micro-batch, with ``Trigger.AvailableNow``; the started query.
 
     With ``stall_at``, the task that meets the record whose value it is stops there for
     good (a Python UDF that never returns), so a test can kill the driver in the middle
-    of that micro-batch.
+    of that micro-batch. With ``txn_prefix`` the sink is exactly-once, its transactional
+    ids ``{txn_prefix}-{Spark partition}``.
     """
     from pyspark.sql.functions import udf
 
@@ -34,6 +42,14 @@ def start(
         return value
 
     value = udf(gate, "binary")("value").alias("value") if stall is not None else "value"
+    guarantee = (
+        {}
+        if txn_prefix is None
+        else {
+            "deliveryGuarantee": "exactly-once",
+            "transactional.id.prefix": txn_prefix,
+        }
+    )
     return (
         spark.readStream.format("logbus")
         .option("logbus.url", url)
@@ -46,12 +62,20 @@ def start(
         .option("logbus.url", url)
         .option("topic", sink)
         .option("checkpointLocation", checkpoint)
+        .options(**guarantee)
         .trigger(availableNow=True)
         .start()
     )
 
 
-def main(url: str, source: str, sink: str, checkpoint: str, stall_at: str | None) -> None:
+def main(
+    url: str,
+    source: str,
+    sink: str,
+    checkpoint: str,
+    stall_at: str | None = None,
+    txn_prefix: str | None = None,
+) -> None:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
@@ -70,7 +94,7 @@ def main(url: str, source: str, sink: str, checkpoint: str, stall_at: str | None
     )
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
-    query = start(spark, url, source, sink, checkpoint, stall_at)
+    query = start(spark, url, source, sink, checkpoint, stall_at, txn_prefix)
     query.awaitTermination()
     error = query.exception()
     spark.stop()
@@ -79,4 +103,4 @@ def main(url: str, source: str, sink: str, checkpoint: str, stall_at: str | None
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:5], sys.argv[5] if len(sys.argv) > 5 else None)
+    main(*sys.argv[1:5], *(None if a == "-" else a for a in sys.argv[5:7]))
