@@ -52,16 +52,8 @@ def fill(url: str, topic: str, records: int) -> None:
         producer.flush()
 
 
-def _timed(action: Any) -> float:
-    start = time.perf_counter()
-    action()
-    return time.perf_counter() - start
-
-
-def run(url: str | None = None, records: int = DEFAULT_RECORDS, runs: int = 2) -> dict[str, Any]:
-    if url is None:
-        with common.broker() as started:
-            return run(started, records, runs)
+def local_spark() -> Any:
+    """The benches' SparkSession: local[2], 2 GB of driver memory, ``logbus`` registered."""
     from pyspark.sql import SparkSession
 
     from app.spark import register
@@ -78,6 +70,20 @@ def run(url: str | None = None, records: int = DEFAULT_RECORDS, runs: int = 2) -
     )
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
+    return spark
+
+
+def _timed(action: Any) -> float:
+    start = time.perf_counter()
+    action()
+    return time.perf_counter() - start
+
+
+def run(url: str | None = None, records: int = DEFAULT_RECORDS, runs: int = 2) -> dict[str, Any]:
+    if url is None:
+        with common.broker() as started:
+            return run(started, records, runs)
+    spark = local_spark()
     work = Path(tempfile.mkdtemp(prefix="logbus-bench-spark-"))
     try:
         topic = "spark-bench"

@@ -397,6 +397,8 @@ class _TxnWriting(_Writing):
             txn.fence_earlier_attempts()
             if marker is not None and txn.committed(marker.query) >= marker.batch:
                 log.info("%s: batch %d already committed", txn.transactional_id, marker.batch)
+                for _ in iterator:  # read to its end, so the Python worker can be reused
+                    pass
                 return TxnWriteCommit(None, 0)
             count = self._send(txn, iterator)
             if marker is not None and txn.open:

@@ -46,6 +46,7 @@ from app.client._http import Call, group_path, run_sync, sync_client, topic_path
 from app.client.errors import error_from_body, is_retriable
 from app.common.batch import BatchBuilder
 from app.common.errors import LogbusError
+from app.spark.lookup import BACKOFF_MAX_S, BACKOFF_S
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -56,8 +57,6 @@ DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
 # How long one call retries errors that may pass (CONCURRENT_TRANSACTIONS while the
 # previous transaction completes, a broker restarting, a coordinator loading).
 RETRY_FOR_S = 30.0
-BACKOFF_S = 0.05
-BACKOFF_MAX_S = 1.0
 REQUEST_TIMEOUT_MS = 30_000
 # A partition's pending records are sent once this large (and at the end).
 BATCH_BYTES = 512 * 1024

@@ -9,10 +9,6 @@ left in the log.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,13 +16,12 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import REPO, Broker
-from pyspark.sql import SparkSession
+from conftest import Broker
+from spark_query import local_session
 from test_e2e_spark import _produce, _values  # skips this module without pyspark or java
 
 from app.client import Admin
 from app.common.partitioner import partition_for_key
-from app.spark import register
 
 pytestmark = pytest.mark.slow
 
@@ -35,21 +30,13 @@ EXACTLY_ONCE = {"deliveryGuarantee": "exactly-once"}
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    session = (
-        SparkSession.builder.master("local[2,2]")
-        .appName("logbus-exactly-once-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.bindAddress", "127.0.0.1")
+    session = local_session(
+        "logbus-exactly-once-tests",
+        "local[2,2]",
         # Small Arrow batches into the sink: each is sent as it comes, so a task that
         # fails half-way has written part of its rows.
-        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "20")
-        .getOrCreate()
+        spark__sql__execution__arrow__maxRecordsPerBatch="20",
     )
-    session.sparkContext.setLogLevel("ERROR")
-    register(session)
     yield session
     session.stop()
 
@@ -199,15 +186,8 @@ def test_a_driver_killed_after_committing_part_of_a_batch_is_restarted_exactly_o
     sent = _produce(broker.url, "src", 2, 200)
     checkpoint = str(tmp_path / "checkpoint")
     log = tmp_path / "driver.log"
-    args = ["src-0-150", "kill"]  # stall there; transactional ids kill-{partition}-{attempt}
-    with log.open("ab") as out:
-        driver = subprocess.Popen(
-            [sys.executable, spark_query.__file__, broker.url, "src", "dst", checkpoint, *args],
-            cwd=REPO,
-            stdout=out,
-            stderr=out,
-            start_new_session=True,
-        )
+    # Stalls at src-0-150; transactional ids kill-{partition}-{attempt}.
+    driver = spark_query.spawn(log, broker.url, "src", "dst", checkpoint, "src-0-150", "kill")
     try:
         # Batch 1 holds offsets 100..199 of each partition; partition 1's task wrote them.
         _values(broker.url, "dst", lambda vs: set(sent[1][100:200]) <= set(vs), driver, log)
@@ -231,8 +211,7 @@ def test_a_driver_killed_after_committing_part_of_a_batch_is_restarted_exactly_o
         )
         assert r.status_code == 200, r.text
     finally:
-        os.killpg(driver.pid, signal.SIGKILL)
-        driver.wait()
+        spark_query.kill(driver)
     query = spark_query.start(spark, broker.url, "src", "dst", checkpoint, txn_prefix="kill")
     query.awaitTermination(240)
     assert not query.isActive and query.exception() is None
