@@ -23,6 +23,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -128,9 +129,12 @@ def run(url: str | None = None, records: int = DEFAULT_RECORDS, runs: int = 2) -
         shutil.rmtree(work, ignore_errors=True)
 
 
-def main(argv: list[str]) -> int:
-    records = int(argv[0]) if argv else DEFAULT_RECORDS
-    print(json.dumps(run(records=records), indent=2))
+def main(
+    argv: list[str], bench: Callable[..., dict[str, Any]] = run, default: int = DEFAULT_RECORDS
+) -> int:
+    """``python -m bench.<name> [RECORDS]``: print ``bench(records=...)`` as JSON."""
+    records = int(argv[0]) if argv else default
+    print(json.dumps(bench(records=records), indent=2))
     return 0
 
 

@@ -16,7 +16,6 @@ in records/s, and their ratio. ``run()`` returns the figures.
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 import time
@@ -25,6 +24,7 @@ from typing import Any
 from app.client import Admin
 from bench import common
 from bench.spark import local_spark
+from bench.spark import main as records_main
 
 DEFAULT_RECORDS = 500_000
 PARTITIONS = 4
@@ -83,11 +83,5 @@ def run(url: str | None = None, records: int = DEFAULT_RECORDS, runs: int = 3) -
         spark.stop()
 
 
-def main(argv: list[str]) -> int:
-    records = int(argv[0]) if argv else DEFAULT_RECORDS
-    print(json.dumps(run(records=records), indent=2))
-    return 0
-
-
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    raise SystemExit(records_main(sys.argv[1:], run, DEFAULT_RECORDS))

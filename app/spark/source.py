@@ -19,6 +19,7 @@ replayed micro-batch skips the tasks whose transaction committed
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -52,7 +53,6 @@ from app.spark.arrow import read_range
 from app.spark.lookup import OffsetLookup
 from app.spark.options import OffsetRange, OptionError
 from app.spark.txn import (
-    BATCH_BYTES,
     DEFAULT_TRANSACTION_TIMEOUT_MS,
     Marker,
     Pending,
@@ -415,13 +415,13 @@ class _TxnWriting(_Writing):
         return TxnWriteCommit(txn.pending() if txn.open else None, count)
 
     def _send(self, txn: TaskTransaction, iterator: Iterator[pa.RecordBatch]) -> int:
-        """Send every row in ``txn``: one transactional batch per partition per incoming
-        Arrow batch (or per :data:`~app.spark.txn.BATCH_BYTES`); the row count."""
+        """Send every row in ``txn``, each incoming Arrow batch's rows before the next is
+        read (one transactional batch per partition, or more past
+        :data:`~app.spark.txn.BATCH_BYTES`); the row count."""
         sticky = StickyPartitioner()
         count = 0
         for batch in iterator:
-            pending: dict[tuple[str, int], list[tuple[Any, ...]]] = {}
-            size: dict[tuple[str, int], int] = {}
+            now_ms = int(time.time() * 1000)
             chosen: dict[str, int] = {}
             for topic, value, key, part, headers in self.rows(batch):
                 if part is None:
@@ -432,15 +432,8 @@ class _TxnWriting(_Writing):
                         part = chosen.get(topic)
                         if part is None:
                             part = chosen[topic] = sticky.next_partition(topic, n)
-                tp = (topic, part)
-                records = pending.setdefault(tp, [])
-                records.append((key, value, headers, None))
-                size[tp] = size.get(tp, 0) + len(value or b"") + len(key or b"") + 16
-                if size[tp] >= BATCH_BYTES:
-                    txn.send(topic, part, pending.pop(tp))
-                    size.pop(tp)
-            for (topic, part), records in pending.items():
-                txn.send(topic, part, records)
+                txn.append(topic, part, key, value, headers, now_ms)
+            txn.flush()
             count += batch.num_rows
         return count
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -44,7 +44,8 @@ import orjson
 
 from app.client._http import Call, group_path, run_sync, sync_client, topic_path
 from app.client.errors import error_from_body, is_retriable
-from app.common.batch import BatchBuilder
+from app.client.producer._speedups import HeaderList, RecordBuffer, RecordBufferLike
+from app.common.batch import stamp_producer
 from app.common.errors import LogbusError
 from app.spark.lookup import BACKOFF_MAX_S, BACKOFF_S
 
@@ -58,7 +59,7 @@ DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
 # previous transaction completes, a broker restarting, a coordinator loading).
 RETRY_FOR_S = 30.0
 REQUEST_TIMEOUT_MS = 30_000
-# A partition's pending records are sent once this large (and at the end).
+# A partition's pending records are sent once this large (and at each Arrow batch's end).
 BATCH_BYTES = 512 * 1024
 
 
@@ -121,6 +122,7 @@ class TaskTransaction:
         self.epoch = -1
         self.added: set[tuple[str, int]] = set()
         self.sequences: dict[tuple[str, int], int] = {}
+        self.buffers: dict[tuple[str, int], RecordBufferLike] = {}
         self.partition_counts: dict[str, int] = {}
 
     def close(self) -> None:
@@ -178,10 +180,36 @@ class TaskTransaction:
             )
         return n
 
-    def send(self, topic: str, partition: int, records: Sequence[tuple[Any, ...]]) -> None:
-        """Append ``records`` (``(key, value, headers, None)``) to ``topic``-``partition``
-        inside the transaction, as one transactional batch (acks=all)."""
+    def append(
+        self,
+        topic: str,
+        partition: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: HeaderList | None,
+        timestamp_ms: int,
+    ) -> None:
+        """Add a record for ``topic``-``partition``; a partition's batch is sent once it
+        reaches :data:`BATCH_BYTES`, the rest by :meth:`flush`."""
         tp = (topic, partition)
+        buffer = self.buffers.get(tp)
+        if buffer is None:
+            buffer = self.buffers[tp] = RecordBuffer(BATCH_BYTES, 0)
+        if buffer.append(timestamp_ms, key, value, headers) is None:  # full
+            self._send(tp, buffer)
+            buffer = self.buffers[tp] = RecordBuffer(BATCH_BYTES, 0)
+            buffer.append(timestamp_ms, key, value, headers)  # the first always fits
+
+    def flush(self) -> None:
+        """Send every partition's pending records."""
+        buffers, self.buffers = self.buffers, {}
+        for tp, buffer in buffers.items():
+            self._send(tp, buffer)
+
+    def _send(self, tp: tuple[str, int], buffer: RecordBufferLike) -> None:
+        """``buffer`` as one transactional batch of the transaction (acks=all), the
+        partition added to the transaction first."""
+        topic, partition = tp
         if tp not in self.added:
             self._run(
                 "AddPartitionsToTxn",
@@ -197,22 +225,18 @@ class TaskTransaction:
             )
             self.added.add(tp)
         sequence = self.sequences.get(tp, 0)
-        builder = BatchBuilder(
-            producer_id=self.producer_id,
-            producer_epoch=self.epoch,
-            base_sequence=sequence,
-            transactional=True,
-        )
-        for key, value, headers, timestamp in records:
-            builder.append(value, key, headers or (), timestamp)
-        body = builder.build()
+        count = buffer.count
+        # The SDK producer's record encoding (compiled where built), then the
+        # transactional flag and producer fields stamped in (with the CRC).
+        body = bytearray(buffer.build())
+        stamp_producer(body, 0, self.producer_id, self.epoch, sequence, transactional=True)
         path = f"{topic_path(topic)}/partitions/{partition}/batches"
 
         def post() -> None:
             # A retry resends the same sequence: the broker answers a duplicate as done.
             r = self.http.post(
                 path,
-                content=body,
+                content=bytes(body),
                 params={"acks": "all"},
                 headers={"content-type": "application/octet-stream"},
             )
@@ -220,7 +244,7 @@ class TaskTransaction:
                 raise error_from_body(r.status_code, r.content)
 
         retrying(f"{self.transactional_id}: produce {topic}-{partition}", post)
-        self.sequences[tp] = (sequence + len(records)) & 0x7FFFFFFF
+        self.sequences[tp] = (sequence + count) & 0x7FFFFFFF
 
     def commit_marker(self, marker: Marker) -> None:
         """TxnOffsetCommit of ``marker`` for each topic written (its partition 0)."""
