@@ -376,6 +376,7 @@ class _TxnWriting(_Writing):
             # A batch job's own: its retried tasks fence their predecessors.
             prefix = f"logbus-spark-{uuid.uuid4().hex}"
         self.prefix = prefix
+        self.streaming = streaming
         self.timeout_ms = (
             opt.integer(options, "transaction.timeout.ms") or DEFAULT_TRANSACTION_TIMEOUT_MS
         )
@@ -387,6 +388,12 @@ class _TxnWriting(_Writing):
         # Set by Spark's micro-batch execution on every task of a batch (None in batch jobs).
         query = ctx.getLocalProperty(QUERY_ID_PROPERTY)
         batch_id = ctx.getLocalProperty(BATCH_ID_PROPERTY)
+        if self.streaming and (query is None or batch_id is None):
+            # Without them a replayed micro-batch could not be recognized: refuse.
+            raise RuntimeError(
+                f"Spark set no {QUERY_ID_PROPERTY!r} / {BATCH_ID_PROPERTY!r} on this "
+                "streaming write task: the exactly-once sink cannot recognize a replay"
+            )
         prefix = self.prefix or f"logbus-spark-{query}"
         txn = TaskTransaction(
             self.url, prefix, ctx.partitionId(), ctx.attemptNumber(), self.timeout_ms

@@ -99,14 +99,9 @@ def test_a_streaming_copy_holds_each_input_once_for_read_committed(
     from pyspark.sql.functions import col
 
     sent = _topics(broker, 2, 3)
-    query = _copy(
-        spark,
-        broker.url,
-        col("value"),
-        tmp_path / "chk",
-        200,
-        **{"transactional.id.prefix": "copy"},
-    )
+    # The default transactional id prefix: logbus-spark-{query id}.
+    query = _copy(spark, broker.url, col("value"), tmp_path / "chk", 200)
+    prefix = f"logbus-spark-{query.id}"
     query.awaitTermination(240)
     assert query.exception() is None
     got = _read(spark, broker.url, "dst")
@@ -117,8 +112,9 @@ def test_a_streaming_copy_holds_each_input_once_for_read_committed(
     assert len(_read(spark, broker.url, "dst", committed=False)) == len(got)
     # Each task's last transaction recorded its micro-batch (2 batches of 2 tasks).
     for task in (0, 1):
-        assert _describe(broker.url, f"copy-{task}-0")["transaction_state"] == "CompleteCommit"
-        r = httpx.get(f"{broker.url}/groups/copy-{task}/offsets")
+        described = _describe(broker.url, f"{prefix}-{task}-0")
+        assert described["transaction_state"] == "CompleteCommit"
+        r = httpx.get(f"{broker.url}/groups/{prefix}-{task}/offsets")
         assert [o["offset"] for o in r.json()["offsets"]] == [1], r.text
 
 
