@@ -398,7 +398,10 @@ class _TxnWriting(_Writing):
         txn = TaskTransaction(
             self.url, prefix, ctx.partitionId(), ctx.attemptNumber(), self.timeout_ms
         )
-        marker = None if query is None or batch_id is None else Marker(query, int(batch_id))
+        # Only the streaming sink marks its batches: a batch write inside foreachBatch
+        # also runs with these properties set, but the same micro-batch may write
+        # several times there, and would find its own mark.
+        marker = Marker(query, int(batch_id)) if self.streaming and query and batch_id else None
         try:
             txn.init()
             txn.fence_earlier_attempts()
