@@ -23,6 +23,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,16 +53,8 @@ def fill(url: str, topic: str, records: int) -> None:
         producer.flush()
 
 
-def _timed(action: Any) -> float:
-    start = time.perf_counter()
-    action()
-    return time.perf_counter() - start
-
-
-def run(url: str | None = None, records: int = DEFAULT_RECORDS, runs: int = 2) -> dict[str, Any]:
-    if url is None:
-        with common.broker() as started:
-            return run(started, records, runs)
+def local_spark() -> Any:
+    """The benches' SparkSession: local[2], 2 GB of driver memory, ``logbus`` registered."""
     from pyspark.sql import SparkSession
 
     from app.spark import register
@@ -78,6 +71,20 @@ def run(url: str | None = None, records: int = DEFAULT_RECORDS, runs: int = 2) -
     )
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
+    return spark
+
+
+def _timed(action: Any) -> float:
+    start = time.perf_counter()
+    action()
+    return time.perf_counter() - start
+
+
+def run(url: str | None = None, records: int = DEFAULT_RECORDS, runs: int = 2) -> dict[str, Any]:
+    if url is None:
+        with common.broker() as started:
+            return run(started, records, runs)
+    spark = local_spark()
     work = Path(tempfile.mkdtemp(prefix="logbus-bench-spark-"))
     try:
         topic = "spark-bench"
@@ -122,9 +129,12 @@ def run(url: str | None = None, records: int = DEFAULT_RECORDS, runs: int = 2) -
         shutil.rmtree(work, ignore_errors=True)
 
 
-def main(argv: list[str]) -> int:
-    records = int(argv[0]) if argv else DEFAULT_RECORDS
-    print(json.dumps(run(records=records), indent=2))
+def main(
+    argv: list[str], bench: Callable[..., dict[str, Any]] = run, default: int = DEFAULT_RECORDS
+) -> int:
+    """``python -m bench.<name> [RECORDS]``: print ``bench(records=...)`` as JSON."""
+    records = int(argv[0]) if argv else default
+    print(json.dumps(bench(records=records), indent=2))
     return 0
 
 

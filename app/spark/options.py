@@ -129,6 +129,22 @@ def isolation_level(options: Mapping[str, str]) -> str:
     return level
 
 
+DELIVERY_GUARANTEES = ("at-least-once", "exactly-once")
+
+
+def exactly_once(options: Mapping[str, str]) -> bool:
+    """The sink's ``deliveryGuarantee`` option (Flink's Kafka sink's name):
+    ``at-least-once`` (the default, as Spark's Kafka sink) or ``exactly-once``
+    (transactions, :mod:`app.spark.txn`)."""
+    raw = get(options, "deliveryGuarantee")
+    level = (raw or DELIVERY_GUARANTEES[0]).strip().lower()
+    if level not in DELIVERY_GUARANTEES:
+        raise OptionError(
+            f"option 'deliveryGuarantee' must be {' or '.join(DELIVERY_GUARANTEES)}, got {raw!r}"
+        )
+    return level == DELIVERY_GUARANTEES[1]
+
+
 def named_partitions(
     options: Mapping[str, str], counts: Mapping[str, int]
 ) -> tuple[list[TopicPartition], list[str]]:

@@ -10,16 +10,23 @@ task. Idempotence removes duplicates from the producer's own retries within
 that task, but a task Spark retries (or a speculative copy) starts a new
 producer session and sends its rows again: the sink is at-least-once across
 task retries, like Spark's Kafka sink. ``abort`` cannot take back what a
-failed job's tasks already appended.
+failed job's tasks already appended. With ``deliveryGuarantee=exactly-once``
+each task writes in a Logbus transaction that the driver commits, and a
+replayed micro-batch skips the tasks whose transaction committed
+(:mod:`app.spark.txn`).
 """
 
 from __future__ import annotations
 
+import logging
+import time
+import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
@@ -40,16 +47,30 @@ from pyspark.sql.types import StructType
 
 from app.client import Producer, TopicPartition
 from app.common.isolation import READ_COMMITTED
+from app.common.partitioner import StickyPartitioner, partition_for_key
 from app.spark import options as opt
 from app.spark.arrow import read_range
 from app.spark.lookup import OffsetLookup
 from app.spark.options import OffsetRange, OptionError
+from app.spark.txn import (
+    DEFAULT_TRANSACTION_TIMEOUT_MS,
+    Marker,
+    Pending,
+    TaskTransaction,
+    end_transactions,
+)
 
 SCHEMA = (
     "key binary, value binary, topic string, partition int, offset long, "
     "timestamp timestamp, timestampType int"
 )
 HEADERS = ", headers array<struct<key: string, value: binary>>"
+log = logging.getLogger(__name__)
+# Local properties Spark's micro-batch execution sets on each task (StreamExecution's
+# QUERY_ID_KEY, MicroBatchExecution's BATCH_ID_KEY): the query id is kept in the
+# checkpoint, so it names the sink across restarts.
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
 # How long a task waits for a fetch to make progress before failing (Kafka's pollTimeoutMs).
 DEFAULT_POLL_TIMEOUT_MS = 120_000
 
@@ -82,9 +103,13 @@ class LogbusDataSource(DataSource):
         return LogbusStreamReader(dict(self.options), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
+        if opt.exactly_once(self.options):
+            return LogbusTxnWriter(dict(self.options), schema)
         return LogbusWriter(dict(self.options), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamArrowWriter:
+        if opt.exactly_once(self.options):
+            return LogbusTxnStreamWriter(dict(self.options), schema)
         return LogbusStreamWriter(dict(self.options), schema)
 
 
@@ -262,6 +287,10 @@ class WriteCommit(WriterCommitMessage):
     records: int
 
 
+# A row to write: topic, value, key, partition (None: the partitioner's), headers.
+Row = tuple[str, bytes | None, bytes | None, int | None, list[tuple[str, bytes | None]] | None]
+
+
 def _bytes(column: pa.Array | pa.ChunkedArray | None, n: int) -> list[bytes | None]:
     if column is None:
         return [None] * n
@@ -286,7 +315,23 @@ class _Writing:
         if linger is not None:
             self.producer_config["linger_ms"] = linger
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteCommit:
+    def rows(self, batch: pa.RecordBatch) -> Iterator[Row]:
+        """``batch``'s rows as ``(topic, value, key, partition or None, headers or None)``."""
+        n = batch.num_rows
+        names = batch.schema.names
+        values = _bytes(batch.column("value"), n)
+        keys = _bytes(batch.column("key") if "key" in names else None, n)
+        topics = batch.column("topic").to_pylist() if "topic" in names else [self.topic] * n
+        parts = batch.column("partition").to_pylist() if "partition" in names else [None] * n
+        heads = batch.column("headers").to_pylist() if "headers" in names else [None] * n
+        for value, key, topic, part, head in zip(values, keys, topics, parts, heads, strict=True):
+            # The option wins over a null topic cell, as in Spark's Kafka sink.
+            target = topic or self.topic
+            if target is None:
+                raise OptionError("a row has a null 'topic' and no 'topic' option is set")
+            yield target, value, key, part, [(h["key"], h["value"]) for h in head] if head else None
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         errors: list[BaseException] = []
 
         def delivered(_meta: object, error: BaseException | None) -> None:
@@ -297,37 +342,110 @@ class _Writing:
         opt.apply_tls(self.options)  # this task's worker process
         with Producer(self.url, **self.producer_config) as producer:
             for batch in iterator:
-                n = batch.num_rows
-                names = batch.schema.names
-                values = _bytes(batch.column("value"), n)
-                keys = _bytes(batch.column("key") if "key" in names else None, n)
-                topics = batch.column("topic").to_pylist() if "topic" in names else [self.topic] * n
-                parts = (
-                    batch.column("partition").to_pylist() if "partition" in names else [None] * n
-                )
-                heads = batch.column("headers").to_pylist() if "headers" in names else [None] * n
-                for value, key, topic, part, head in zip(
-                    values, keys, topics, parts, heads, strict=True
-                ):
-                    # The option wins over a null topic cell, as in Spark's Kafka sink.
-                    target = topic or self.topic
-                    if target is None:
-                        raise OptionError("a row has a null 'topic' and no 'topic' option is set")
+                for topic, value, key, part, headers in self.rows(batch):
                     producer.send(
-                        target,
-                        value,
-                        key,
-                        partition=part,
-                        headers=[(h["key"], h["value"]) for h in head] if head else None,
-                        on_delivery=delivered,
+                        topic, value, key, partition=part, headers=headers, on_delivery=delivered
                     )
-                count += n
+                count += batch.num_rows
                 if errors:
                     break
             producer.flush()
         if errors:
             raise errors[0]
         return WriteCommit(count)
+
+
+@dataclass
+class TxnWriteCommit(WriterCommitMessage):
+    """A task's open transaction (None: it wrote nothing, or a replayed batch found its
+    rows already committed) and how many rows it wrote."""
+
+    pending: Pending | None
+    records: int
+
+
+class _TxnWriting(_Writing):
+    """The exactly-once write (``deliveryGuarantee=exactly-once``): each task writes its
+    rows in a transaction of its own that the driver commits (see :mod:`app.spark.txn`
+    and app/spark/README.md for the guarantee and its limits)."""
+
+    def __init__(self, options: dict[str, str], schema: StructType, streaming: bool) -> None:
+        super().__init__(options, schema)
+        prefix = opt.get(options, "transactional.id.prefix")
+        if prefix is None and not streaming:
+            # A batch job's own: its retried tasks fence their predecessors.
+            prefix = f"logbus-spark-{uuid.uuid4().hex}"
+        self.prefix = prefix
+        self.streaming = streaming
+        self.timeout_ms = (
+            opt.integer(options, "transaction.timeout.ms") or DEFAULT_TRANSACTION_TIMEOUT_MS
+        )
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        opt.apply_tls(self.options)  # this task's worker process
+        ctx = TaskContext.get()
+        assert ctx is not None, "write() runs in a Spark task"
+        # Set by Spark's micro-batch execution on every task of a batch (None in batch jobs).
+        query = ctx.getLocalProperty(QUERY_ID_PROPERTY)
+        batch_id = ctx.getLocalProperty(BATCH_ID_PROPERTY)
+        if self.streaming and (query is None or batch_id is None):
+            # Without them a replayed micro-batch could not be recognized: refuse.
+            raise RuntimeError(
+                f"Spark set no {QUERY_ID_PROPERTY!r} / {BATCH_ID_PROPERTY!r} on this "
+                "streaming write task: the exactly-once sink cannot recognize a replay"
+            )
+        prefix = self.prefix or f"logbus-spark-{query}"
+        txn = TaskTransaction(
+            self.url, prefix, ctx.partitionId(), ctx.attemptNumber(), self.timeout_ms
+        )
+        # Only the streaming sink marks its batches: a batch write inside foreachBatch
+        # also runs with these properties set, but the same micro-batch may write
+        # several times there, and would find its own mark.
+        marker = Marker(query, int(batch_id)) if self.streaming and query and batch_id else None
+        try:
+            txn.init()
+            txn.fence_earlier_attempts()
+            if marker is not None and txn.committed(marker.query) >= marker.batch:
+                log.info("%s: batch %d already committed", txn.transactional_id, marker.batch)
+                for _ in iterator:  # read to its end, so the Python worker can be reused
+                    pass
+                return TxnWriteCommit(None, 0)
+            count = self._send(txn, iterator)
+            if marker is not None and txn.open:
+                txn.commit_marker(marker)
+        except BaseException:
+            if txn.open:  # best effort: the next init of the id aborts it anyway
+                try:
+                    end_transactions(self.url, [txn.pending()], commit=False)
+                except Exception:
+                    log.exception("%s: abort failed", txn.transactional_id)
+            raise
+        finally:
+            txn.close()
+        return TxnWriteCommit(txn.pending() if txn.open else None, count)
+
+    def _send(self, txn: TaskTransaction, iterator: Iterator[pa.RecordBatch]) -> int:
+        """Send every row in ``txn``, each incoming Arrow batch's rows before the next is
+        read (one transactional batch per partition, or more past
+        :data:`~app.spark.txn.BATCH_BYTES`); the row count."""
+        sticky = StickyPartitioner()
+        count = 0
+        for batch in iterator:
+            now_ms = int(time.time() * 1000)
+            chosen: dict[str, int] = {}
+            for topic, value, key, part, headers in self.rows(batch):
+                if part is None:
+                    n = txn.partition_count(topic)
+                    if key is not None:
+                        part = partition_for_key(key, n)
+                    else:  # one partition per Arrow batch, as the producer's sticky one
+                        part = chosen.get(topic)
+                        if part is None:
+                            part = chosen[topic] = sticky.next_partition(topic, n)
+                txn.append(topic, part, key, value, headers, now_ms)
+            txn.flush()
+            count += batch.num_rows
+        return count
 
 
 class LogbusWriter(_Writing, DataSourceArrowWriter):
@@ -338,6 +456,48 @@ class LogbusWriter(_Writing, DataSourceArrowWriter):
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         # An append log cannot take records back: the rows of tasks that finished stay.
         pass
+
+
+class LogbusTxnWriter(_TxnWriting, DataSourceArrowWriter):
+    """Batch write, exactly-once: the job's rows become visible to ``read_committed``
+    readers together when the job commits; a failed job's never."""
+
+    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        super().__init__(options, schema, streaming=False)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        end_transactions(self.url, _pending(messages), commit=True)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        _abort(self.url, messages)
+
+
+class LogbusTxnStreamWriter(_TxnWriting, DataSourceStreamArrowWriter):
+    """Streaming write, exactly-once: one transaction per task per micro-batch, all
+    committed by the driver once the micro-batch's tasks succeeded."""
+
+    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        super().__init__(options, schema, streaming=True)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        end_transactions(self.url, _pending(messages), commit=True)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        _abort(self.url, messages)
+
+
+def _pending(messages: list[WriterCommitMessage | None]) -> list[Pending]:
+    return [m.pending for m in messages if isinstance(m, TxnWriteCommit) and m.pending]
+
+
+def _abort(url: str, messages: list[WriterCommitMessage | None]) -> None:
+    """Abort the transactions of the tasks that succeeded. Those of failed tasks were
+    aborted by the task itself, or are by the next init of their id (a retry, the
+    query's restart) or at their timeout."""
+    try:
+        end_transactions(url, _pending(messages), commit=False)
+    except Exception:
+        log.exception("aborting the sink's transactions failed; they end at their timeout")
 
 
 class LogbusStreamWriter(_Writing, DataSourceStreamArrowWriter):

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -37,7 +36,6 @@ def _need(ok: bool, why: str) -> None:
 try:
     import pyarrow as pa
     import pyspark  # noqa: F401
-    from pyspark.sql import SparkSession
 
     _have_pyspark = True
 except ImportError:
@@ -45,25 +43,12 @@ except ImportError:
 _need(_have_pyspark, "pyspark is not installed (pip install -e '.[spark]')")
 _need(shutil.which("java") is not None, "java is not installed (Java 17 is needed by Spark)")
 
-from app.spark import register  # noqa: E402
+from spark_query import local_session  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    # Workers must import app.spark from this interpreter (the venv), not a system python.
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("logbus-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    register(session)
+    session = local_session("logbus-tests", spark__sql__session__timeZone="UTC")
     yield session
     session.stop()
 
@@ -566,29 +551,12 @@ def test_streaming_sink_after_the_driver_is_killed_mid_batch(
     in_flight = {v for vs in sent.values() for v in vs[100:200]}
     checkpoint = str(tmp_path / "checkpoint")
     log = tmp_path / "driver.log"
-    with log.open("ab") as out:
-        # Its own process group, so that SIGKILL reaches the JVM and workers too.
-        driver = subprocess.Popen(
-            [
-                sys.executable,
-                spark_query.__file__,
-                broker.url,
-                "src",
-                "dst",
-                checkpoint,
-                "src-0-150",
-            ],
-            cwd=REPO,
-            stdout=out,
-            stderr=out,
-            start_new_session=True,
-        )
+    driver = spark_query.spawn(log, broker.url, "src", "dst", checkpoint, "src-0-150")
     try:
         # Partition 1's task of batch 1 finished; partition 0's stalls at offset 150.
         _values(broker.url, "dst", lambda vs: set(sent[1][100:200]) <= set(vs), driver, log)
     finally:
-        os.killpg(driver.pid, signal.SIGKILL)
-        driver.wait()
+        spark_query.kill(driver)
     query = spark_query.start(spark, broker.url, "src", "dst", checkpoint)
     query.awaitTermination(180)
     assert not query.isActive and query.exception() is None
