@@ -22,8 +22,9 @@ Each figure is requests (messages) per second with the latency p50 and p99 (ms) 
 steadier than requests/s on a loaded machine); ``ratio_to_healthz`` is the median over
 the rounds of each run's requests/s over the same round's ``/healthz``. The broker,
 wrk and the Lua request scripts share this machine's cores, as a user's laptop run
-would. ``group_commit_inline_c64``: ``healthz`` and ``produce_1_keyed`` at 64
-connections against a second broker with ``LOGBUS_GROUP_COMMIT_INLINE=true``, with
+would. ``group_commit_off_c64``: ``healthz`` and ``produce_1_keyed`` at 64
+connections against a second broker with ``LOGBUS_GROUP_COMMIT_INLINE=false`` (each
+small request appended alone; the default joins them), with
 ``appends_per_request``: its group-commit appends per produce request over the figure
 (``logbus_group_commit_*`` in ``/metrics``).
 
@@ -310,7 +311,7 @@ def run(seconds: int = 5, rounds: int = 3) -> dict[str, Any]:
         # The same keyed one-record load at 64 connections against a broker that
         # group-commits small requests too (LOGBUS_GROUP_COMMIT_INLINE), with its own
         # /healthz: what joining the requests costs and saves.
-        with broker_process({"LOGBUS_GROUP_COMMIT_INLINE": "true"}) as (url, pid):
+        with broker_process({"LOGBUS_GROUP_COMMIT_INLINE": "false"}) as (url, pid):
             with httpx.Client(base_url=url, timeout=30) as client:
                 client.post("/topics", json={"name": TOPIC, "partitions": 4}).raise_for_status()
             joined = {
@@ -318,7 +319,7 @@ def run(seconds: int = 5, rounds: int = 3) -> dict[str, Any]:
                 for name, (target, script) in cases.items()
                 if name in ("healthz", "produce_1_keyed")
             }
-            results["group_commit_inline_c64"] = _rounds(url, pid, joined, 64, seconds, rounds)
+            results["group_commit_off_c64"] = _rounds(url, pid, joined, 64, seconds, rounds)
     finally:
         shutil.rmtree(scripts, ignore_errors=True)
     return results

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import Depends, Request
-from starlette.requests import HTTPConnection
+from starlette.requests import ClientDisconnect, HTTPConnection
 
 from app.api.state import AppState
 from app.common.errors import BrokerNotAvailable, InvalidRequest, PayloadTooLarge
@@ -84,6 +84,23 @@ def _declared_length(request: Request, limit: int) -> int | None:
     return size
 
 
+async def _receive_body(request: Request) -> tuple[bytes, bool]:
+    """The next body bytes from the request's ASGI ``receive`` and whether more follow:
+    Starlette's ``Request.stream`` without its async generator, which took three steps
+    (the body, an empty chunk, the end) for a body that arrived in one message. Marks
+    the stream consumed as Starlette does; a disconnect raises ``ClientDisconnect``."""
+    if request._stream_consumed:
+        raise RuntimeError("Stream consumed")
+    message = await request.receive()
+    if message["type"] == "http.request":
+        more = bool(message.get("more_body", False))
+        if not more:
+            request._stream_consumed = True
+        return message.get("body", b""), more
+    request._is_disconnected = True
+    raise ClientDisconnect()
+
+
 async def read_body(request: Request, limit: int) -> bytes:
     """The whole request body, refused with 413 as soon as it passes ``limit`` bytes.
 
@@ -92,17 +109,19 @@ async def read_body(request: Request, limit: int) -> bytes:
     most ``limit`` bytes of memory.
     """
     _declared_length(request, limit)
-    chunks: list[bytes] = []
-    total = 0
-    async for chunk in request.stream():
-        if not chunk:
-            continue
+    body, more = await _receive_body(request)
+    total = len(body)
+    if total > limit:
+        raise PayloadTooLarge(total, limit)
+    if not more:
+        return body  # the usual case: the whole body in one message
+    chunks = [body]
+    while more:
+        chunk, more = await _receive_body(request)
         total += len(chunk)
         if total > limit:
             raise PayloadTooLarge(total, limit)
         chunks.append(chunk)
-    if len(chunks) == 1:
-        return chunks[0]
     return b"".join(chunks)
 
 
@@ -111,7 +130,9 @@ async def read_body_mutable(request: Request, limit: int) -> bytearray:
     instead of copying the whole body once more."""
     declared = _declared_length(request, limit)
     buf = bytearray()
-    async for chunk in request.stream():
+    more = True
+    while more:
+        chunk, more = await _receive_body(request)
         if not chunk:
             continue
         if len(buf) + len(chunk) > limit:

@@ -40,7 +40,10 @@ from time import perf_counter
 from typing import Any
 
 from fastapi import FastAPI
-from starlette._exception_handler import wrap_app_handling_exceptions
+from starlette._exception_handler import _lookup_exception_handler
+from starlette._utils import is_async_callable
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.middleware.errors import ServerErrorMiddleware
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -170,20 +173,52 @@ class EdgeMiddleware:
         lean, child = found
         scope.update(child)
         request = Request(scope, receive, send)
-
-        async def endpoint(scope: Scope, receive: Receive, send: Send) -> None:
-            # Inside the handlers: the state dependencies may raise (503 while starting).
+        # The app's exception handlers, as Starlette's ExceptionMiddleware would apply
+        # them (also read by FastAPI's stack when the lean reader hands over).
+        scope["starlette.exception_handlers"] = self._handlers
+        # A lean endpoint builds its whole Response before sending anything, so an
+        # exception it raises always finds the response unstarted: the handlers apply
+        # around the call, and the answer is sent with the request's own send (no
+        # wrapper per request and per message to learn whether the response started, as
+        # Starlette's wrap_app_handling_exceptions makes). An exception while sending
+        # goes on to the server-error layer, as an unhandled one did.
+        try:
             kwargs = lean.read(request)
             if kwargs is None:
-                # A value the lean reader leaves to FastAPI: its own stack judges it.
-                await self.app(scope, receive, send)
-                return
-            response = await lean.call(kwargs)
+                response = None  # a value the lean reader leaves to FastAPI
+            else:
+                response = await lean.call(kwargs)
+        except Exception as exc:
+            await self._handled(request, exc, scope, receive, send)
+            return
+        if response is None:
+            await self.app(scope, receive, send)
+        else:
             await response(scope, receive, send)
 
-        # What ExceptionMiddleware does for the requests it passes on.
-        scope["starlette.exception_handlers"] = self._handlers
-        await wrap_app_handling_exceptions(endpoint, request)(scope, receive, send)
+    async def _handled(
+        self, request: Request, exc: Exception, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        """Answer ``exc`` with the app's handler for it (Starlette's choice: a status
+        handler for an HTTPException, else the nearest class in its MRO); re-raised when
+        none applies."""
+        assert self._handlers is not None  # lean_match matched only with them
+        handlers, statuses = self._handlers
+        handler = None
+        if isinstance(exc, HTTPException):
+            handler = statuses.get(exc.status_code)
+        if handler is None:
+            handler = _lookup_exception_handler(handlers, exc)
+        if handler is None:
+            raise exc
+        if is_async_callable(handler):
+            response = await handler(request, exc)  # type: ignore[arg-type]  # as Starlette calls it
+        else:
+            response = await run_in_threadpool(handler, request, exc)
+        if response is not None:
+            await response(scope, receive, send)
+        # Reused exception instances would accumulate tracebacks across requests.
+        exc.__traceback__ = None
 
 
 class EdgeApp(FastAPI):

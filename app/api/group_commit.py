@@ -16,13 +16,17 @@ Where it is used (``append_json_records``):
   anyway; requests for the partition that arrive while a group is being written form
   the next group, so N concurrent requests cost one hop, one write and one fsync per
   group instead of N (a database's group commit).
-- **Small appends made on the event loop**: only with ``group_commit_inline``. The
-  group is written one loop turn after its first request (``loop.call_soon``: after
-  every task ready in that turn has run, so requests whose bodies arrived in the same
-  read of the sockets join it), and each request waits for it. Measured on a loaded
-  2-core machine (bench/RESULTS.md), that wait (one suspension and resumption of the
-  request's whole ASGI stack) cost more CPU per request than the page-cache appends
-  it saved, so by default a small request appends alone, at once, and never waits.
+- **Small appends made on the event loop**: with ``group_commit_inline`` (the
+  default). The group is written one loop turn after its first request
+  (``loop.call_soon``: after every task ready in that turn has run, so requests whose
+  bodies arrived in the same read of the sockets join it), and each request waits for
+  it. A first measurement found that wait (one suspension and resumption of the
+  request's whole ASGI stack) dearer than the appends it saved; it was confounded by
+  the garbage collector (requests held across a turn were promoted and collected).
+  With the collector settled (``app/api/server.py: settle_collector``) the joined path
+  cost a third less broker CPU per one-record request at 8 and 64 connections, with a
+  lower p99 (bench/RESULTS.md), so it is on by default; ``false`` appends each small
+  request alone, at once.
 
 What is never joined, and why:
 

@@ -27,6 +27,7 @@ FORMATS = frozenset(("json", "string", "binary"))
 _BODY_FIELDS = frozenset(("records", "key_format", "value_format"))
 _RECORD_FIELDS = frozenset(("key", "value", "headers", "partition", "timestamp"))
 _HEADER_FIELDS = frozenset(("key", "value"))
+_PLAIN_FIELDS = frozenset(("key", "value"))
 
 # Headers stay in their JSON shape (a dict, or a list of {"key", "value"} dicts)
 # and are turned into bytes by the produce loop.
@@ -79,8 +80,15 @@ def _fast(obj: Any) -> ParsedProduce | None:
     records: list[ParsedRecord] = []
     append = records.append
     fields = _RECORD_FIELDS
+    plain = _PLAIN_FIELDS
     for rec in raw:
-        if type(rec) is not dict or not fields.issuperset(rec):
+        if type(rec) is not dict:
+            return None
+        if rec.keys() <= plain:
+            # The usual record, a key and a value (or fewer): nothing else to check.
+            append((rec.get("key"), rec.get("value"), None, None, None))
+            continue
+        if not fields.issuperset(rec):
             return None
         get = rec.get
         partition = get("partition")

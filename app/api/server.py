@@ -12,6 +12,7 @@ installed). :func:`run` serves until SIGTERM or SIGINT and exits cleanly.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -152,6 +153,39 @@ def tls_options(settings: Settings) -> dict[str, Any]:
     }
 
 
+def settle_collector(young_threshold: int) -> None:
+    """After startup: freeze what exists (the app, its routes, the logs' state: never
+    garbage) out of the collector, and raise the young generation's threshold to
+    ``young_threshold`` (0: Python's defaults kept).
+
+    Why: requests make no reference cycles, but the objects of the requests in flight
+    (64 connections' worth) count as allocations; at Python's 700 a young collection ran
+    every ~70 requests and promoted them, and every few seconds a full collection walked
+    the whole heap (~110,000 objects, ~75 ms with the event loop stopped): the produce
+    p99 under load. Frozen, a full collection walks only what was promoted since
+    (~6 ms); at 10,000 a keyed one-record load made no collection at all in 8 s.
+    Process-wide: called by :class:`LogbusServer` in the served process only.
+    """
+    gc.collect()
+    gc.freeze()
+    if young_threshold > 0:
+        _, older, oldest = gc.get_threshold()
+        gc.set_threshold(young_threshold, older, oldest)
+
+
+class LogbusServer(uvicorn.Server):
+    """uvicorn's server that settles the collector once started (:func:`settle_collector`)."""
+
+    def __init__(self, config: uvicorn.Config, young_threshold: int) -> None:
+        super().__init__(config)
+        self._young_threshold = young_threshold
+
+    async def startup(self, sockets: list[Any] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            settle_collector(self._young_threshold)
+
+
 def _exit_cleanly(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(0)
 
@@ -184,7 +218,7 @@ def run(settings: Settings, **options: Unpack[ServeOptions]) -> None:
         settings.url,
         "off: TLS" if settings.tls else "on" if zerocopy else "off",
     )
-    server = uvicorn.Server(config)
+    server = LogbusServer(config, settings.gc_young_threshold)
     server.run()
     if not server.started:
         # Startup failed (port in use, recovery error): uvicorn already logged why.

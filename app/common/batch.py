@@ -350,6 +350,10 @@ def decode_records(
                 yield Record(r.offset, r.timestamp, r.key, r.value, r.headers)
 
 
+# Headers of a record that has none (BatchBuilder.extend): the codec only reads it.
+_NO_HEADERS: list[tuple[str, bytes | None]] = []
+
+
 class BatchBuilder:
     """Builds one RecordBatch v2 for clients and tests (offsets start at 0).
 
@@ -399,6 +403,25 @@ class BatchBuilder:
         if meta is None:
             return False
         self._count += 1
+        return True
+
+    def extend(self, rows: Sequence[tuple[bytes | None, bytes | None]], timestamp: int) -> bool:
+        """Append ``(key, value)`` records without headers, all stamped ``timestamp``, in
+        order: :meth:`append`'s work without its Python frame, checks and headers list
+        per record (a JSON produce of 100 records spent more there than in the codec).
+        False once the batch is full (``max_bytes``), the records up to it appended."""
+        if self._built is not None:
+            raise InvalidRecord("the batch is already built")
+        append = self._builder.append
+        n = self._count
+        try:
+            for key, value in rows:
+                # The codec only reads the headers list: one shared empty list serves all.
+                if append(n, timestamp, key, value, _NO_HEADERS) is None:
+                    return False
+                n += 1
+        finally:
+            self._count = n
         return True
 
     def size_in_bytes(self) -> int:

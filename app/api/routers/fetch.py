@@ -43,7 +43,7 @@ from app.api.util import (
 )
 from app.api.zerocopy import ZeroCopyResponse
 from app.common.aio import wait_event
-from app.common.batch import compute_crc, decode_records, iter_headers
+from app.common.batch import RecordBatchReader, compute_crc, iter_headers
 from app.common.errors import StoredBatchCorrupt, UnknownTopicOrPartition
 from app.common.isolation import (
     ABORTED_HEADER,
@@ -236,35 +236,40 @@ def json_records(
     loads, malformed = orjson.loads, orjson.JSONDecodeError
     records: list[dict[str, Any]] = []
     append = records.append
-    found = decode_records(data, min_offset=offset)
+    view = memoryview(data)
+    headers = list(iter_headers(view))
     if aborted is not None:
-        view = memoryview(data)
-        found = (
-            r
-            for pos, h in committed_batches(view, list(iter_headers(view)), aborted)
-            for r in decode_records(view[pos : pos + h.size], min_offset=offset)
-        )
-    for r in found:
-        if limit is not None and len(records) >= limit:
-            return records, records[-1]["offset"] + 1 if records else offset
-        raw_key, raw_value = r.key, r.value
-        try:
-            key = decode_key(raw_key) if not json_key or raw_key is None else loads(raw_key)
-            value = (
-                decode_value(raw_value) if not json_value or raw_value is None else loads(raw_value)
+        headers = committed_batches(view, headers, aborted)
+    # decode_records' walk, with the codec's records read directly: its Record tuple and
+    # generator step per record cost as much as the dict rendered from it.
+    for pos, header in headers:
+        if header.last_offset < offset or header.is_control:
+            continue
+        for r in RecordBatchReader(view[pos : pos + header.size]):
+            if r.offset < offset:
+                continue
+            if limit is not None and len(records) >= limit:
+                return records, records[-1]["offset"] + 1 if records else offset
+            raw_key, raw_value = r.key, r.value
+            try:
+                key = decode_key(raw_key) if not json_key or raw_key is None else loads(raw_key)
+                value = (
+                    decode_value(raw_value)
+                    if not json_value or raw_value is None
+                    else loads(raw_value)
+                )
+            except malformed:
+                # Bytes that are not JSON (another client's): the codec answers them as text.
+                key, value = decode_key(raw_key), decode_value(raw_value)
+            append(
+                {
+                    "offset": r.offset,
+                    "timestamp": r.timestamp,
+                    "key": key,
+                    "value": value,
+                    "headers": decode_headers(r.headers) if r.headers else [],
+                }
             )
-        except malformed:
-            # Bytes that are not JSON (another client's): the codec answers them as text.
-            key, value = decode_key(raw_key), decode_value(raw_value)
-        append(
-            {
-                "offset": r.offset,
-                "timestamp": r.timestamp,
-                "key": key,
-                "value": value,
-                "headers": decode_headers(r.headers) if r.headers else [],
-            }
-        )
     return records, next_offset
 
 

@@ -4,7 +4,7 @@ share one append, and each keeps its own offsets, order and acks.
 The requests are started together in the app's own event loop (httpx's ASGI transport,
 a real LogManager in a temp dir), so they reach the partition in the same loop turn,
 as requests whose bodies arrive in one read of the sockets do under load. Small
-requests are joined only with ``group_commit_inline``; requests appended on a worker
+requests are joined with ``group_commit_inline`` (the default); requests appended on a worker
 thread always are.
 """
 
@@ -87,10 +87,11 @@ async def _stored(client: httpx.AsyncClient, topic: str, partition: int = 0) -> 
 
 
 def test_concurrent_requests_share_one_append_and_keep_their_own_offsets(tmp_path: Path) -> None:
-    run(make_settings(tmp_path, group_commit_inline=True), _coalesced)
+    # group_commit_inline is on by default.
+    run(make_settings(tmp_path), _coalesced)
 
 
-def test_by_default_small_requests_append_at_once(tmp_path: Path) -> None:
+def test_without_inline_group_commit_small_requests_append_at_once(tmp_path: Path) -> None:
     async def scenario(client: httpx.AsyncClient) -> None:
         await _create(client, "direct")
         with Counted() as counted:
@@ -100,7 +101,7 @@ def test_by_default_small_requests_append_at_once(tmp_path: Path) -> None:
         assert counted.requests == 0
         assert sorted(a.json()["offsets"][0]["offset"] for a in answers) == list(range(8))
 
-    run(make_settings(tmp_path), scenario)
+    run(make_settings(tmp_path, group_commit_inline=False), scenario)
 
 
 async def _coalesced(client: httpx.AsyncClient) -> None:

@@ -1,0 +1,84 @@
+"""A JSON produce's batches: the one-pass path for plain records builds the same bytes
+and placements as the general per-record loop (app/api/routers/records.py)."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from app.api.produce_body import parse_produce_body
+from app.api.routers.records import _plain_json_batches, build_batches
+from app.common.batch import BatchBuilder, RecordBatchReader
+from app.common.partitioner import partition_for_key
+
+NOW = 1_700_000_000_000
+
+
+def _expected(records: list[dict], partitions: int, sticky: int) -> tuple[dict, list]:
+    """Per record, what the general loop does: encode, place, append."""
+    builders: dict[int, BatchBuilder] = {}
+    placed = []
+    for rec in records:
+        key = None if rec.get("key") is None else orjson.dumps(rec["key"])
+        value = None if rec.get("value") is None else orjson.dumps(rec["value"])
+        p = sticky if key is None else partition_for_key(key, partitions)
+        builder = builders.setdefault(p, BatchBuilder())
+        placed.append((p, len(builder), NOW))
+        builder.append(value, key, [], NOW)
+    return {p: b.build() for p, b in builders.items()}, placed
+
+
+def _body(records: list[dict]) -> bytes:
+    return orjson.dumps({"records": records})
+
+
+def test_plain_records_build_the_general_loops_bytes_and_placements() -> None:
+    records = [{"key": f"user-{i}", "value": {"n": i}} for i in range(50)]
+    records += [{"value": "no key"}, {"key": None, "value": None}, {}, {"key": [1, 2]}]
+    req = parse_produce_body(_body(records))
+    fast = _plain_json_batches(req, 4, lambda: 3, NOW)
+    assert fast is not None
+    builders, placed = fast
+    expected, expected_placed = _expected(records, 4, 3)
+    assert {p: b.build() for p, b in builders.items()} == expected
+    assert placed == expected_placed
+    # And the batch holds the records in request order within its partition.
+    for p, data in expected.items():
+        values = [r.value for r in RecordBatchReader(data)]
+        assert values == [
+            None if rec.get("value") is None else orjson.dumps(rec["value"])
+            for rec in records
+            if (p == 3 and rec.get("key") is None)
+            or (rec.get("key") is not None and partition_for_key(orjson.dumps(rec["key"]), 4) == p)
+        ]
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [
+        {"key": "k", "value": 1, "headers": {"h": "v"}},
+        {"key": "k", "value": 1, "partition": 2},
+        {"key": "k", "value": 1, "timestamp": 5},
+    ],
+)
+def test_any_other_record_goes_to_the_general_loop(odd: dict) -> None:
+    records = [{"key": "a", "value": 1}, odd, {"key": "b", "value": 2}]
+    req = parse_produce_body(_body(records))
+    assert _plain_json_batches(req, 4, lambda: 0, NOW) is None
+    builders, placed = build_batches(req, 4, None, lambda: 0, NOW)
+    assert len(placed) == 3
+    assert sum(len(b) for b in builders.values()) == 3
+    if "partition" in odd:
+        assert placed[1][0] == 2
+    if "timestamp" in odd:
+        assert placed[1][2] == 5
+
+
+def test_extend_refuses_a_built_batch_and_stops_when_full() -> None:
+    builder = BatchBuilder(max_bytes=200)
+    assert builder.extend([(b"k", b"v" * 50)], NOW)
+    assert not builder.extend([(b"k", b"v" * 50)] * 10, NOW)
+    assert 1 <= len(builder) < 11
+    builder.build()
+    with pytest.raises(Exception, match="already built"):
+        builder.extend([(None, b"x")], NOW)
