@@ -19,6 +19,18 @@ TXN_PARTITIONS = 3
 OCTET = {"content-type": "application/octet-stream"}
 
 
+def txn_cluster_env(cleanup_interval_ms: int) -> dict[str, str]:
+    """A cluster's settings for transaction tests: a small ``__transaction_state`` on every
+    broker, timed-out transactions looked for every ``cleanup_interval_ms``."""
+    return {
+        "LOGBUS_TRANSACTION_STATE_LOG_NUM_PARTITIONS": str(TXN_PARTITIONS),
+        "LOGBUS_TRANSACTION_STATE_LOG_REPLICATION_FACTOR": "3",
+        "LOGBUS_TRANSACTION_ABORT_TIMED_OUT_TRANSACTION_CLEANUP_INTERVAL_MS": str(
+            cleanup_interval_ms
+        ),
+    }
+
+
 def _retry(call: Any, what: str, timeout: float = 30) -> httpx.Response:
     """A coordinator call, retried while the coordinator is moving or loading."""
     deadline = time.monotonic() + timeout
@@ -78,11 +90,23 @@ def test_markers_reach_partitions_led_by_other_brokers(cluster_factory: ClusterF
             r = c.post(f"/topics/out/partitions/{p}/batches", content=batch, headers=OCTET)
             assert r.status_code == 200, r.text
             assert committed_view(c, "out", p)[0] == []
+    # JSON produce inside the transaction at a partition's leader that does not coordinate
+    # the id (the partition was added at the coordinator above); the coordinator itself
+    # names the leader (307 NOT_LEADER_OR_FOLLOWER).
+    p_far, far = next((p, lead) for p, lead in leaders.items() if lead != leader_of_txn)
+    path = f"/transactions/{tid}/topics/out/records"
+    json_body = {"value_format": "string", "records": [{"value": "json", "partition": p_far}]}
+    r = coordinator.post(path, params=producer, json=json_body)
+    assert r.status_code == 307 and r.json()["leader"] == far, r.text
+    with cluster.client(far) as c:
+        r = c.post(path, params=producer, json=json_body)
+        assert r.status_code == 200, r.text
     r = coordinator.post(f"/transactions/{tid}/commit", json=producer)
     assert r.status_code == 200 and r.json()["transaction_state"] == "CompleteCommit", r.text
     for p, leader in leaders.items():
         with cluster.client(leader) as c:
-            assert committed_view(c, "out", p)[0] == [f"v{p}"]
+            extra = ["json"] if p == p_far else []
+            assert committed_view(c, "out", p)[0] == [f"v{p}", *extra]
     # A broker that is not the coordinator says who is.
     other = next(i for i in cluster.ids if i != leader_of_txn)
     with cluster.client(other) as c:
@@ -98,14 +122,7 @@ def test_a_new_coordinator_completes_what_a_dead_one_prepared(
     """The coordinator dies (os._exit, as kill -9) after PrepareCommit and one marker; the
     broker that takes over its __transaction_state partition loads it and writes the
     missing markers, to whichever brokers lead those partitions now."""
-    cluster = cluster_factory(
-        size=3,
-        env={
-            "LOGBUS_TRANSACTION_STATE_LOG_NUM_PARTITIONS": str(TXN_PARTITIONS),
-            "LOGBUS_TRANSACTION_STATE_LOG_REPLICATION_FACTOR": "3",
-            "LOGBUS_TRANSACTION_ABORT_TIMED_OUT_TRANSACTION_CLEANUP_INTERVAL_MS": "200",
-        },
-    )
+    cluster = cluster_factory(size=3, env=txn_cluster_env(cleanup_interval_ms=200))
     tid = "failover-copier"
     txn_partition = partition_for(tid, TXN_PARTITIONS)
     with cluster.client(1) as c:
