@@ -64,6 +64,7 @@ def collect(quick: bool) -> dict[str, Any]:
     _section("http_edge", lambda: _http_edge(quick), results)
     _section("tls", lambda: _tls(quick), results)
     _section("isolation", lambda: _isolation(quick), results)
+    _section("copier", lambda: _copier(quick), results)
     return results
 
 
@@ -81,6 +82,14 @@ def _isolation(quick: bool) -> dict[str, Any]:
 
     common.warm_memory()
     return isolation.run(runs=1 if quick else 5)
+
+
+def _copier(quick: bool) -> dict[str, Any]:
+    """The exactly-once HTTP copier against a plain copy loop, same broker, same run."""
+    from bench import copier
+
+    common.warm_memory()
+    return copier.run(rounds=1 if quick else 3)
 
 
 def _robustness(quick: bool) -> dict[str, Any]:
@@ -115,6 +124,7 @@ SECTIONS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "sdk": _sdk,
     "tls": _tls,
     "isolation": _isolation,
+    "copier": _copier,
 }
 
 
