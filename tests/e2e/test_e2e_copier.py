@@ -3,7 +3,7 @@ TransactionalMessageCopier, #16).
 
 Every ``tests/e2e/copier/*_copier.py`` is a copier app with one command line
 (``--url URL[,URL...] --input IN --output OUT --group G --transactional-id TID
-[--max-batch N]``, loops until killed): the test copies N distinct records from IN to OUT
+[--max-batch N]``, loops until killed, or exits with status 3 when fenced): the test copies N distinct records from IN to OUT
 while it SIGKILLs and restarts the copier at random points, SIGKILLs the broker once
 (one broker), or the leaders of an output partition and of the id's
 ``__transaction_state`` partition (a cluster). Then a ``read_committed`` read of OUT must
@@ -43,6 +43,15 @@ PARTITIONS = 3
 MAX_BATCH = 20  # records per transaction: many transactions, so many kill points
 DONE_TIMEOUT_SECONDS = 150.0  # a bound for a loaded host; a few seconds alone
 GROUP, TID = "copier", "copier-tid"
+# A copier that is a member of its group (the SDK's) holds its partitions after a kill
+# until its session times out: short sessions, so its restarts get them back soon.
+GROUP_ENV = {
+    "LOGBUS_GROUP_CONSUMER_SESSION_TIMEOUT_MS": "3000",
+    "LOGBUS_GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS": "250",
+}
+# The status of a copier that exits because it was fenced (another instance, or its
+# transaction timed out): the harness starts it again.
+FENCED_EXIT = 3
 T = TypeVar("T")
 
 
@@ -82,12 +91,21 @@ class CopierProcess:
 
     def kill(self) -> None:
         assert self.proc is not None
-        if self.proc.poll() is not None:
-            raise AssertionError(f"the copier exited by itself:\n{self.log()}")
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait()
+        if not self.exited():
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
         self.proc = None
         self.kills += 1
+
+    def exited(self) -> bool:
+        """Whether the run ended by itself: only a copier fenced by its id's coordinator
+        (a timed-out transaction) may, with FENCED_EXIT, to be started again."""
+        assert self.proc is not None
+        code = self.proc.poll()
+        if code is None:
+            return False
+        assert code == FENCED_EXIT, f"the copier exited with {code}:\n{self.log()}"
+        return True
 
     def log(self) -> str:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-60:])
@@ -194,6 +212,9 @@ def run_with_kills(
         goal = seen + rng.randint(20, 200)
         while time.monotonic() < min(until, deadline) and seen < goal:
             seen = _or_last(progress, seen)
+            if copier.exited():  # fenced: Kafka's harness starts it again too
+                copier.kill()
+                copier.start()
             if seen >= N and _or_last(done, False):
                 copier.kill()
                 assert not pending, f"COPIER_SEED={seed}: done before {len(pending)} broker kills"
@@ -231,7 +252,7 @@ def test_copier_exactly_once_under_kill_9(
     script: Path, tmp_path: Path, broker_factory: list[Broker], copier_proc: list[CopierProcess]
 ) -> None:
     seed = _seed()
-    broker = Broker(tmp_path / "data", tmp_path / "broker.log", keep_port=True)
+    broker = Broker(tmp_path / "data", tmp_path / "broker.log", GROUP_ENV, keep_port=True)
     broker_factory.append(broker)
     broker.start()
     with broker.client() as c:
@@ -274,7 +295,7 @@ def test_copier_exactly_once_in_a_cluster_under_leader_kills(
     transactional id's ``__transaction_state`` partition and the leader of an output
     partition (each restarted after its partition has a new leader)."""
     seed = _seed()
-    cluster = cluster_factory(size=3, env=txn_cluster_env(cleanup_interval_ms=500))
+    cluster = cluster_factory(size=3, env={**txn_cluster_env(cleanup_interval_ms=500), **GROUP_ENV})
     with cluster.client(1) as c:
         for name in ("in", "out"):
             r = c.post(
