@@ -64,6 +64,9 @@ def collect(quick: bool) -> dict[str, Any]:
     _section("http_edge", lambda: _http_edge(quick), results)
     _section("tls", lambda: _tls(quick), results)
     _section("isolation", lambda: _isolation(quick), results)
+    _section("copier", lambda: _copier(quick), results)
+    _section("sdk_transactions", lambda: _sdk_transactions(quick), results)
+    _section("spark_sink", lambda: _spark_sink(quick), results)
     return results
 
 
@@ -81,6 +84,30 @@ def _isolation(quick: bool) -> dict[str, Any]:
 
     common.warm_memory()
     return isolation.run(runs=1 if quick else 5)
+
+
+def _copier(quick: bool) -> dict[str, Any]:
+    """The exactly-once HTTP copier against a plain copy loop, same broker, same run."""
+    from bench import copier
+
+    common.warm_memory()
+    return copier.run(rounds=1 if quick else 3)
+
+
+def _sdk_transactions(quick: bool) -> dict[str, Any]:
+    """The SDK's transactional producer (100-ms transactions) against its idempotent one,
+    and the SDK copier, same broker, same run."""
+    from bench import sdk_transactions
+
+    common.warm_memory()
+    return sdk_transactions.run(rounds=1 if quick else 5)
+
+
+def _spark_sink(quick: bool) -> dict[str, Any]:
+    """Spark's exactly-once sink against its at-least-once one, same broker, same run."""
+    from bench import spark_sink
+
+    return spark_sink.run(records=100_000 if quick else spark_sink.DEFAULT_RECORDS)
 
 
 def _robustness(quick: bool) -> dict[str, Any]:
@@ -115,6 +142,9 @@ SECTIONS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "sdk": _sdk,
     "tls": _tls,
     "isolation": _isolation,
+    "copier": _copier,
+    "sdk_transactions": _sdk_transactions,
+    "spark_sink": _spark_sink,
 }
 
 

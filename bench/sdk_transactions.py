@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -99,9 +100,9 @@ def copier(url: str, records: int) -> float:
     return records / elapsed
 
 
-def main(
+def run(
     rounds: int = 5, seconds: float = 3.0, txn_ms: float = 100.0, copy_records: int = 50_000
-) -> None:
+) -> dict[str, Any]:
     idem: list[float] = []
     txn: list[float] = []
     with broker() as url:
@@ -110,21 +111,16 @@ def main(
             txn.append(produce(url, f"txn-{i}", seconds, txn_ms))
         copied = copier(url, copy_records)
     mi, mt = statistics.median(idem), statistics.median(txn)
-    print(
-        json.dumps(
-            {
-                "machine": machine(),
-                "idempotent_records_s": {"median": round(mi), "runs": [round(x) for x in idem]},
-                "transactional_records_s": {"median": round(mt), "runs": [round(x) for x in txn]},
-                "txn_ms": txn_ms,
-                "ratio_transactional_idempotent": round(mt / mi, 3),
-                "copier_records_s": round(copied),
-                "copier_records": copy_records,
-            },
-            indent=2,
-        )
-    )
+    return {
+        "machine": machine(),
+        "idempotent_records_s": {"median": round(mi), "runs": [round(x) for x in idem]},
+        "transactional_records_s": {"median": round(mt), "runs": [round(x) for x in txn]},
+        "txn_ms": txn_ms,
+        "ratio_transactional_idempotent": round(mt / mi, 3),
+        "copier_records_s": round(copied),
+        "copier_records": copy_records,
+    }
 
 
 if __name__ == "__main__":
-    main()
+    print(json.dumps(run(), indent=2))

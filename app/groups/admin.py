@@ -89,7 +89,10 @@ class GroupAdmin:
             raise GroupIdNotFound(group_id)
         return group
 
-    def describe_group(self, group_id: str) -> dict[str, Any]:
+    def describe_group(self, group_id: str, read_committed: bool = False) -> dict[str, Any]:
+        """The group, its members and committed offsets with their lag: to the high
+        watermark, or with ``read_committed`` to the last stable offset (what a
+        read_committed consumer can reach: records of open transactions are no lag yet)."""
         group = self._get(group_id)
         offsets = []
         for (t, p), v in sorted(group.offsets.items()):
@@ -97,6 +100,8 @@ class GroupAdmin:
             # leader's by a fetch); null where this broker holds no replica.
             plog = self.rt.placement.local_log(t, p)
             hw = None if plog is None else plog.high_watermark
+            lso = None if plog is None else plog.last_stable_offset
+            end = lso if read_committed else hw
             offsets.append(
                 {
                     "topic": t,
@@ -106,7 +111,8 @@ class GroupAdmin:
                     "metadata": v.metadata,
                     "commit_timestamp": v.commit_timestamp,
                     "high_watermark": hw,
-                    "lag": None if hw is None else max(0, hw - v.offset),
+                    "last_stable_offset": lso,
+                    "lag": None if end is None else max(0, end - v.offset),
                 }
             )
         return {
@@ -159,9 +165,13 @@ class GroupAdmin:
         *,
         partitions: Sequence[int] | None = None,
         value: int | None = None,
+        read_committed: bool = False,
     ) -> list[CommittedOffset]:
         """Set an empty group's offsets on ``topic`` to earliest, latest, the first offset
-        at or after a timestamp (``value`` ms), or ``value`` clamped to the log's range."""
+        at or after a timestamp (``value`` ms), or ``value`` clamped to the log's range.
+        The log's end is its high watermark, or with ``read_committed`` its last stable
+        offset (a read_committed group reset to latest must not skip the records of a
+        transaction still open: they may yet commit)."""
         self.rt.check_loaded()
         validate_group_id(group_id)
         if to not in ("earliest", "latest", "timestamp", "offset"):
@@ -190,17 +200,18 @@ class GroupAdmin:
                     f"(GET /topics/{topic}/partitions/{p}/offsets) and commit them with "
                     "member_epoch -1"
                 )
+            end = plog.last_stable_offset if read_committed else plog.high_watermark
             if to == "earliest":
                 offset = plog.log_start_offset
             elif to == "latest":
-                offset = plog.high_watermark
+                offset = end
             elif to == "timestamp":
                 assert value is not None
                 found = plog.offset_for_timestamp(value)
-                offset = plog.high_watermark if found is None else found[0]
+                offset = end if found is None else min(found[0], end)
             else:
                 assert value is not None
-                offset = min(max(value, plog.log_start_offset), plog.high_watermark)
+                offset = min(max(value, plog.log_start_offset), end)
             commits.append(OffsetCommit(topic, p, offset))
         done = self.offsets.write_offsets(group_id, commits)
         await self.rt.replicated(group_id, partition)

@@ -264,8 +264,8 @@ class GroupCoordinator:
     def list_groups(self) -> list[dict[str, Any]]:
         return self.admin.list_groups()
 
-    def describe_group(self, group_id: str) -> dict[str, Any]:
-        return self.admin.describe_group(group_id)
+    def describe_group(self, group_id: str, read_committed: bool = False) -> dict[str, Any]:
+        return self.admin.describe_group(group_id, read_committed)
 
     async def delete_group(self, group_id: str) -> None:
         await self.admin.delete_group(group_id)
@@ -278,9 +278,10 @@ class GroupCoordinator:
         *,
         partitions: Sequence[int] | None = None,
         value: int | None = None,
+        read_committed: bool = False,
     ) -> list[CommittedOffset]:
         return await self.admin.reset_offsets(
-            group_id, topic, to, partitions=partitions, value=value
+            group_id, topic, to, partitions=partitions, value=value, read_committed=read_committed
         )
 
     # -- introspection for tests and the API ------------------------------------------------

@@ -21,8 +21,8 @@ In a cluster, markers for partitions led by another broker are sent to that brok
 (``POST /topics/{t}/partitions/{p}/markers``, Kafka's WriteTxnMarkers, with the
 inter-broker credential). Not done yet: a transactional batch whose producer this broker
 does not coordinate is accepted unverified in a cluster (Kafka before KIP-890 did the
-same); the JSON produce inside a transaction needs the partitions' leader to be the
-coordinator.
+same), and so is a JSON produce inside a transaction at a partition leader that does not
+coordinate the id (its caller adds the partitions at the coordinator first).
 """
 
 from app.txn.coordinator import GroupHooks, TransactionCoordinator

@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
+from cluster import Cluster
 from conftest import ClusterFactory
 from test_e2e_transactions import committed_view
 
@@ -17,6 +18,18 @@ from app.groups.hashing import partition_for
 
 TXN_PARTITIONS = 3
 OCTET = {"content-type": "application/octet-stream"}
+
+
+def txn_cluster_env(cleanup_interval_ms: int) -> dict[str, str]:
+    """A cluster's settings for transaction tests: a small ``__transaction_state`` on every
+    broker, timed-out transactions looked for every ``cleanup_interval_ms``."""
+    return {
+        "LOGBUS_TRANSACTION_STATE_LOG_NUM_PARTITIONS": str(TXN_PARTITIONS),
+        "LOGBUS_TRANSACTION_STATE_LOG_REPLICATION_FACTOR": "3",
+        "LOGBUS_TRANSACTION_ABORT_TIMED_OUT_TRANSACTION_CLEANUP_INTERVAL_MS": str(
+            cleanup_interval_ms
+        ),
+    }
 
 
 def _retry(call: Any, what: str, timeout: float = 30) -> httpx.Response:
@@ -78,11 +91,23 @@ def test_markers_reach_partitions_led_by_other_brokers(cluster_factory: ClusterF
             r = c.post(f"/topics/out/partitions/{p}/batches", content=batch, headers=OCTET)
             assert r.status_code == 200, r.text
             assert committed_view(c, "out", p)[0] == []
+    # JSON produce inside the transaction at a partition's leader that does not coordinate
+    # the id (the partition was added at the coordinator above); the coordinator itself
+    # names the leader (307 NOT_LEADER_OR_FOLLOWER).
+    p_far, far = next((p, lead) for p, lead in leaders.items() if lead != leader_of_txn)
+    path = f"/transactions/{tid}/topics/out/records"
+    json_body = {"value_format": "string", "records": [{"value": "json", "partition": p_far}]}
+    r = coordinator.post(path, params=producer, json=json_body)
+    assert r.status_code == 307 and r.json()["leader"] == far, r.text
+    with cluster.client(far) as c:
+        r = c.post(path, params=producer, json=json_body)
+        assert r.status_code == 200, r.text
     r = coordinator.post(f"/transactions/{tid}/commit", json=producer)
     assert r.status_code == 200 and r.json()["transaction_state"] == "CompleteCommit", r.text
     for p, leader in leaders.items():
         with cluster.client(leader) as c:
-            assert committed_view(c, "out", p)[0] == [f"v{p}"]
+            extra = ["json"] if p == p_far else []
+            assert committed_view(c, "out", p)[0] == [f"v{p}", *extra]
     # A broker that is not the coordinator says who is.
     other = next(i for i in cluster.ids if i != leader_of_txn)
     with cluster.client(other) as c:
@@ -98,14 +123,7 @@ def test_a_new_coordinator_completes_what_a_dead_one_prepared(
     """The coordinator dies (os._exit, as kill -9) after PrepareCommit and one marker; the
     broker that takes over its __transaction_state partition loads it and writes the
     missing markers, to whichever brokers lead those partitions now."""
-    cluster = cluster_factory(
-        size=3,
-        env={
-            "LOGBUS_TRANSACTION_STATE_LOG_NUM_PARTITIONS": str(TXN_PARTITIONS),
-            "LOGBUS_TRANSACTION_STATE_LOG_REPLICATION_FACTOR": "3",
-            "LOGBUS_TRANSACTION_ABORT_TIMED_OUT_TRANSACTION_CLEANUP_INTERVAL_MS": "200",
-        },
-    )
+    cluster = cluster_factory(size=3, env=txn_cluster_env(cleanup_interval_ms=200))
     tid = "failover-copier"
     txn_partition = partition_for(tid, TXN_PARTITIONS)
     with cluster.client(1) as c:
@@ -176,3 +194,125 @@ def test_a_new_coordinator_completes_what_a_dead_one_prepared(
         )
         with cluster.client(leader) as c:
             assert committed_view(c, "out", p)[0] == [f"v{p}"]
+
+
+@pytest.mark.slow
+def test_read_committed_on_the_leader_and_after_failover(cluster_factory: ClusterFactory) -> None:
+    """An open transaction holds read_committed readers at the LSO on the partition's
+    leader and an aborted one is invisible; after the leader is killed the new leader (a
+    follower until then: it replicated the markers and rebuilt its aborted-transaction
+    index) holds them at the same LSO, still without the aborted records, and the commit
+    releases them there."""
+    cluster = cluster_factory(size=3, env=txn_cluster_env(cleanup_interval_ms=500))
+    tid = "rc-job"
+    with cluster.client(1) as c:
+        r = c.post("/topics", json={"name": "rc", "partitions": 1, "replication_factor": 3})
+        assert r.status_code == 201, r.text
+    leader = cluster.wait_until(lambda: (lead := cluster.leader("rc", 0)) > 0 and lead)
+    init = {"transactional_id": tid, "transaction_timeout_ms": 600_000}
+    with cluster.client(1) as c:  # creates __transaction_state; 421 names the coordinator
+        r = _retry(lambda: c.post("/producers", json=init), "init")
+        assert r.status_code in (200, 421), r.text
+    if r.status_code == 421:
+        with httpx.Client(base_url=_coordinator_url(cluster, tid), timeout=30) as c:
+            r = _retry(lambda: c.post("/producers", json=init), "init")
+            assert r.status_code == 200, r.text
+    producer = {k: r.json()[k] for k in ("producer_id", "producer_epoch")}
+
+    def in_txn(value: str, end: str | None) -> None:
+        with httpx.Client(base_url=_coordinator_url(cluster, tid), timeout=30) as coord:
+            r = coord.post(
+                f"/transactions/{tid}/partitions",
+                json={**producer, "topics": [{"topic": "rc", "partitions": [0]}]},
+            )
+            assert r.status_code == 200, r.text
+            with cluster.client(leader) as c:
+                r = c.post(
+                    f"/transactions/{tid}/topics/rc/records",
+                    params=producer,
+                    json={"value_format": "string", "records": [{"value": value}]},
+                )
+                assert r.status_code == 200, r.text
+            if end is not None:
+                r = coord.post(f"/transactions/{tid}/{end}", json=producer)
+                assert r.status_code == 200, r.text
+
+    def plain(value: str) -> None:
+        with cluster.client(leader) as c:
+            r = c.post(
+                "/topics/rc/records?acks=all",
+                json={"value_format": "string", "records": [{"value": value}]},
+            )
+            assert r.status_code == 200, r.text
+
+    plain("p0")
+    in_txn("c1", "commit")
+    in_txn("x", "abort")
+    in_txn("o1", None)  # left open
+    plain("after")
+    with cluster.client(leader) as c:
+        values, lso = _committed_read(c)
+    assert values == ["p0", "c1"], values
+    # p0, c1, its COMMIT, x, its ABORT: the open transaction's first record is offset 5.
+    assert lso == 5
+
+    cluster.kill(leader)
+    new = cluster.wait_until(
+        lambda: (lead := cluster.leader("rc", 0)) not in (-1, leader) and lead,
+        message="a new leader of rc-0",
+    )
+    with cluster.client(new) as c:
+        values, lso = cluster.wait_until(
+            lambda: (v := _committed_read(c))[1] == 5 and v, message="the LSO on the new leader"
+        )
+        assert values == ["p0", "c1"], values
+        raw = c.get(
+            "/topics/rc/partitions/0/records",
+            params={"offset": 0, "isolation_level": "read_committed", "max_wait_ms": 0},
+            headers={"accept": "application/octet-stream"},
+        )
+        aborted = raw.headers["Logbus-Aborted-Transactions"]
+        assert aborted == f"{producer['producer_id']}:3", aborted
+    # The commit (at the id's coordinator, wherever it is now) releases the reader there.
+    leader = new
+    with httpx.Client(base_url=_coordinator_url(cluster, tid), timeout=30) as coord:
+        r = _retry(lambda: coord.post(f"/transactions/{tid}/commit", json=producer), "commit")
+        assert r.status_code == 200, r.text
+    with cluster.client(new) as c:
+        values, lso = _committed_read(c)
+    assert values == ["p0", "c1", "o1", "after"], values
+
+
+def _committed_read(c: httpx.Client) -> tuple[list[str], int]:
+    """(values, last stable offset) of one read_committed JSON fetch of rc-0."""
+    r = c.get(
+        "/topics/rc/partitions/0/records",
+        params={
+            "offset": 0,
+            "isolation_level": "read_committed",
+            "value_format": "string",
+            "max_wait_ms": 0,
+        },
+    )
+    assert r.status_code == 200, r.text
+    body = r.json()
+    return [x["value"] for x in body["records"]], int(body["last_stable_offset"])
+
+
+def _coordinator_url(cluster: Cluster, tid: str) -> str:
+    """The URL of the broker coordinating ``tid`` now (``__transaction_state`` created)."""
+
+    def ask() -> str | None:
+        for broker_id in cluster.live_ids:
+            with cluster.client(broker_id) as c:
+                r = c.get(f"/transactions/{tid}")
+                if r.status_code in (200, 404) and r.json().get("error_code") in (
+                    None,
+                    "TRANSACTIONAL_ID_NOT_FOUND",
+                ):
+                    return cluster.url(broker_id)
+                if r.status_code == 421 and r.json().get("coordinator") in cluster.live_ids:
+                    return str(r.json()["coordinator_url"])
+        return None
+
+    return cluster.wait_until(ask, message=f"the coordinator of {tid!r}")

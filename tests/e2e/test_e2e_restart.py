@@ -9,10 +9,14 @@ import httpx
 from conftest import BrokerFactory
 
 
-def _read_all(client: httpx.Client, topic: str, partition: int) -> list[tuple[int, str]]:
-    """(offset, value) of every record in the partition, by JSON fetch."""
+def _read_all(
+    client: httpx.Client, topic: str, partition: int, isolation_level: str = "read_uncommitted"
+) -> list[tuple[int, str]]:
+    """(offset, value) of every record in the partition, by JSON fetch (read_committed:
+    up to the last stable offset, aborted records left out)."""
     out: list[tuple[int, str]] = []
     offset = 0
+    end = "last_stable_offset" if isolation_level == "read_committed" else "high_watermark"
     while True:
         r = client.get(
             f"/topics/{topic}/partitions/{partition}/records",
@@ -21,12 +25,13 @@ def _read_all(client: httpx.Client, topic: str, partition: int) -> list[tuple[in
                 "max_bytes": 4 << 20,
                 "max_wait_ms": 0,
                 "value_format": "string",
+                "isolation_level": isolation_level,
             },
         )
         assert r.status_code == 200, r.text
         body = r.json()
         out += [(rec["offset"], rec["value"]) for rec in body["records"]]
-        if body["next_offset"] >= body["high_watermark"]:
+        if body["next_offset"] >= body[end]:
             return out
         offset = body["next_offset"]
 

@@ -247,6 +247,11 @@ class ResetOffsetsBody(_Strict):
     offset: int | None = Field(
         default=None, ge=0, le=LONG_MAX, description="With `to: offset` (clamped to the log)."
     )
+    isolation_level: Literal["read_uncommitted", "read_committed"] = Field(
+        default="read_uncommitted",
+        description="The group's consumers' isolation level: with `read_committed` the log "
+        "ends at its last stable offset (`latest` does not skip a transaction still open).",
+    )
 
 
 class GroupSummary(BaseModel):
@@ -282,8 +287,12 @@ class OffsetLag(BaseModel):
     metadata: str
     commit_timestamp: int
     high_watermark: int | None
+    last_stable_offset: int | None = Field(
+        default=None, description="The partition's LSO (null as `high_watermark`)."
+    )
     lag: int | None = Field(
-        description="high_watermark - offset (null if the topic is gone, or in cluster mode "
+        description="high_watermark - offset, or with `isolation_level=read_committed` "
+        "last_stable_offset - offset (null if the topic is gone, or in cluster mode "
         "when the coordinator holds no replica of the partition)."
     )
 
@@ -442,14 +451,20 @@ async def reset_offsets(request: Request, group: GroupPath, body: ResetOffsetsBo
     """Reset an empty group's offsets
 
     To the earliest or latest offset, the first offset at or after a timestamp (the end when
-    none), or a given offset (clamped to the log's range). The group must have no members
+    none), or a given offset (clamped to the log's range); the end is the high watermark, or the
+    last stable offset with `isolation_level: read_committed`. The group must have no members
     (NON_EMPTY_GROUP otherwise). In cluster mode the coordinator reads the offsets from its own
     replicas: a partition with no replica on it answers INVALID_REQUEST (look its offsets up at
     its leader and commit them with `member_epoch: -1`).
     """
     value = body.timestamp if body.to == "timestamp" else body.offset
     done = await get_coordinator(request).reset_offsets(
-        group, body.topic, body.to, partitions=body.partitions, value=value
+        group,
+        body.topic,
+        body.to,
+        partitions=body.partitions,
+        value=value,
+        read_committed=body.isolation_level == "read_committed",
     )
     return _offsets_answer(group, done)
 
@@ -471,16 +486,28 @@ async def list_groups(request: Request) -> Response:
 @router.get(
     "/groups/{group}", response_model=GroupDescription, responses=_errors(400, 404, 421, 503)
 )
-async def describe_group(request: Request, group: GroupPath) -> Response:
+async def describe_group(
+    request: Request,
+    group: GroupPath,
+    isolation_level: Annotated[
+        Literal["read_uncommitted", "read_committed"],
+        Query(
+            description="The group's consumers' isolation level: the lag of a "
+            "read_committed group is counted to the last stable offset."
+        ),
+    ] = "read_uncommitted",
+) -> Response:
     """Describe a group
 
     State, epochs, members with their assignment (current, pending revocation, target), and
-    committed offsets with lag = high watermark - committed offset. In cluster mode the high
-    watermark is this broker's replica's (exact on the partition's leader, up to a fetch behind
-    on a follower); `high_watermark` and `lag` are null for partitions with no replica on the
-    coordinator.
+    committed offsets with lag = high watermark - committed offset (with
+    `isolation_level=read_committed`: last stable offset - committed offset). In cluster mode
+    the high watermark is this broker's replica's (exact on the partition's leader, up to a
+    fetch behind on a follower); `high_watermark` and `lag` are null for partitions with no
+    replica on the coordinator.
     """
-    return JSONBytes(get_coordinator(request).describe_group(group))
+    coordinator = get_coordinator(request)
+    return JSONBytes(coordinator.describe_group(group, isolation_level == "read_committed"))
 
 
 @router.delete("/groups/{group}", status_code=204, responses=_errors(400, 404, 409, 421, 503))

@@ -429,7 +429,9 @@ async def produce_transactional(
     /topics/{topic}/records`); the broker adds the partitions the records go to, builds one
     transactional batch per partition with the producer's id, epoch and next sequence there, and
     appends them all or none (acks=all). The records are visible to `read_committed` readers
-    once the transaction commits. The topic must exist.
+    once the transaction commits. The topic must exist. In a cluster send it to the partitions'
+    leader (others answer 307/421 NOT_LEADER_OR_FOLLOWER naming it); when another broker
+    coordinates the id, add the partitions there first (`POST /transactions/{id}/partitions`).
     """
     body = await read_body(request, state.settings.max_request_bytes)
     offsets = await produce_in_transaction(
@@ -471,9 +473,17 @@ async def produce_in_transaction(
         builders,
         lambda p: topology.leader_partition(topic, p).log.config.max_message_bytes,
     )
-    await tc.add_partitions(
-        transactional_id, producer_id, producer_epoch, {(topic, p) for p in built}
-    )
+    try:
+        await tc.add_partitions(
+            transactional_id, producer_id, producer_epoch, {(topic, p) for p in built}
+        )
+    except TxnNotCoordinator:
+        if getattr(topology, "standalone", False):
+            raise
+        # A cluster where this broker leads the partitions and another coordinates the
+        # id: as for a binary produce (and Kafka's producer), the caller added them at the
+        # coordinator first (POST /transactions/{id}/partitions there); the batches are
+        # appended unverified, as check_produce accepts a producer coordinated elsewhere.
     # From here to the append nothing awaits: the sequences read are the ones the
     # partitions expect (a binary produce of the same producer on a worker thread could
     # still race; the partition then refuses one of them, OUT_OF_ORDER_SEQUENCE_NUMBER).

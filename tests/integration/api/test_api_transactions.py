@@ -270,3 +270,45 @@ def test_markers_from_outside_the_cluster_are_refused(client: TestClient) -> Non
         assert r.status_code == 403, r.text
         assert r.json()["error_code"] == "CLUSTER_AUTHORIZATION_FAILED"
     assert _log(client, "out").log_end_offset == 0
+
+
+def test_a_read_committed_groups_lag_and_reset_to_latest_count_to_the_lso(
+    client: TestClient,
+) -> None:
+    """A transaction open on the input: a read_committed group at the LSO has no lag (it
+    can read no further), and reset to latest puts it at the LSO, not past the open
+    records (they may still commit); read_uncommitted keeps the high watermark."""
+    create_topic(client, "in")
+    r = client.post("/topics/in/records", json={"records": [{"value": 1}, {"value": 2}]})
+    assert r.status_code == 200, r.text
+    pid, epoch = init(client, "writer")
+    assert produce(client, "writer", pid, epoch, "in", ["open1", "open2"]).status_code == 200
+    assert (_log(client, "in").last_stable_offset, _log(client, "in").high_watermark) == (2, 4)
+
+    def reset(isolation: str) -> int:
+        r = client.post(
+            "/groups/g/offsets/reset",
+            json={"topic": "in", "to": "latest", "isolation_level": isolation},
+        )
+        assert r.status_code == 200, r.text
+        return int(r.json()["offsets"][0]["offset"])
+
+    def lag(isolation: str) -> tuple[int, int]:
+        r = client.get("/groups/g", params={"isolation_level": isolation})
+        assert r.status_code == 200, r.text
+        o = r.json()["offsets"][0]
+        assert (o["high_watermark"], o["last_stable_offset"]) == (4, 2)
+        return o["offset"], o["lag"]
+
+    assert reset("read_committed") == 2
+    assert lag("read_committed") == (2, 0)
+    assert lag("read_uncommitted") == (2, 2)
+    assert reset("read_uncommitted") == 4
+    assert lag("read_committed") == (4, 0)  # past the LSO: nothing to read yet
+    # The default is read_uncommitted, as Kafka's tools; the commit moves the LSO.
+    assert end(client, "writer", pid, epoch).status_code == 200
+    assert reset("read_committed") == 5  # past the COMMIT marker
+    r = client.post(
+        "/groups/g/offsets/reset", json={"topic": "in", "to": "latest", "isolation_level": "x"}
+    )
+    assert r.status_code == 400 and r.json()["error_code"] == "INVALID_REQUEST", r.text
