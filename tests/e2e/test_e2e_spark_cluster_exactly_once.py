@@ -1,6 +1,7 @@
 """The exactly-once ``logbus`` sink in a 3-broker cluster (#16): "one path, many
 deployments". The sink is given one bootstrap broker that coordinates none of its
-transactional ids and leads only some of its output partitions: InitProducerId,
+transactional ids and does not lead every output partition (and a marker group is
+coordinated by another broker than its id): InitProducerId,
 AddPartitionsToTxn and the driver's EndTxn must follow 421 NOT_COORDINATOR to each id's
 coordinator, the batches must reach each partition's leader, the batch markers their
 group's coordinator; read_committed then holds each input exactly once.
@@ -12,8 +13,8 @@ micro-batches.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from conftest import ClusterFactory
@@ -29,18 +30,31 @@ from app.groups.hashing import partition_for
 pytestmark = pytest.mark.slow
 
 BOOTSTRAP = 1
+TXN_STATE = "__transaction_state"
+OFFSETS = "__consumer_offsets"
+OFFSETS_PARTITIONS = 3
+ENV = {**TXN_ENV, "LOGBUS_OFFSETS_TOPIC_NUM_PARTITIONS": str(OFFSETS_PARTITIONS)}
 TASKS = 2  # Spark partitions writing: ids {prefix}-0-0 and {prefix}-1-0
 
 
-def _prefix_coordinated_elsewhere(leader_of: Any) -> str:
+def _pick_prefix(leader: Callable[[str, int], int]) -> str:
     """A transactional id prefix whose tasks' ids are all coordinated by brokers other than
-    the bootstrap one (the leaders of their ``__transaction_state`` partitions)."""
-    for i in range(200):
+    the bootstrap one (the leaders of their ``__transaction_state`` partitions), and one of
+    whose marker groups ``{prefix}-{task}`` is coordinated by yet another broker than its
+    id (so TxnOffsetCommit goes elsewhere than AddOffsetsToTxn, as in Kafka)."""
+    for i in range(500):
         prefix = f"spark-cluster-{i}"
-        ids = [f"{prefix}-{t}-0" for t in range(TASKS)]
-        if all(leader_of(partition_for(tid, TXN_PARTITIONS)) != BOOTSTRAP for tid in ids):
+        txn = [
+            leader(TXN_STATE, partition_for(f"{prefix}-{t}-0", TXN_PARTITIONS))
+            for t in range(TASKS)
+        ]
+        group = [
+            leader(OFFSETS, partition_for(f"{prefix}-{t}", OFFSETS_PARTITIONS))
+            for t in range(TASKS)
+        ]
+        if BOOTSTRAP not in txn and any(g != t for g, t in zip(group, txn, strict=True)):
             return prefix
-    raise AssertionError("no prefix whose ids another broker coordinates")
+    raise AssertionError("no prefix whose ids and groups other brokers coordinate")
 
 
 def test_the_exactly_once_sink_routes_across_a_cluster(
@@ -48,15 +62,28 @@ def test_the_exactly_once_sink_routes_across_a_cluster(
 ) -> None:
     from pyspark.sql.functions import col
 
-    cluster = cluster_factory(size=3, env=TXN_ENV)
+    cluster = cluster_factory(size=3, env=ENV)
     url = cluster.url(BOOTSTRAP)  # the only broker the sink is told of
     with Admin(url) as admin:
         for name, partitions in (("out", 3), ("src", 2), ("dst", 3)):
             admin.create_topic(name, partitions=partitions, replication_factor=2)
-    # A first transactional id creates __transaction_state, whose leaders pick the prefix.
+    # A first transactional id creates __transaction_state, a first FindCoordinator
+    # __consumer_offsets: their partitions' leaders pick the prefix.
     with Producer(url, transactional_id="warm-up") as p:
         p.init_transactions()
-    prefix = _prefix_coordinated_elsewhere(lambda p: cluster.leader("__transaction_state", p))
+    with cluster.client(BOOTSTRAP) as c:
+
+        def found() -> bool:
+            return c.post("/coordinator", json={"key": "warm-up"}).status_code == 200
+
+        cluster.wait_until(found, message="a group coordinator")
+
+    def led() -> bool:
+        internal = [(TXN_STATE, TXN_PARTITIONS), (OFFSETS, OFFSETS_PARTITIONS)]
+        return all(cluster.leader(t, p) > 0 for t, n in internal for p in range(n))
+
+    cluster.wait_until(led, message="leaders of the internal topics")
+    prefix = _pick_prefix(cluster.leader)
     for topic in ("out", "dst"):
         leaders = {cluster.leader(topic, p) for p in range(3)}
         assert leaders - {BOOTSTRAP}, (topic, leaders)  # batches must go elsewhere too
