@@ -137,6 +137,7 @@ class TaskTransaction:
         self.added: set[tuple[str, int]] = set()
         self.sequences: dict[tuple[str, int], int] = {}
         self.buffers: dict[tuple[str, int], RecordBufferLike] = {}
+        self.partition_counts: dict[str, int] = {}
 
     def close(self) -> None:
         self.http.close()
@@ -203,10 +204,15 @@ class TaskTransaction:
             )
 
     def partition_count(self, topic: str) -> int:
-        self._learn(topic)
-        n = self.cluster.partition_count(topic)
+        """``topic``'s partition count, learnt once per task (asked per row: a dict lookup;
+        and keys keep their partition for the whole task)."""
+        n = self.partition_counts.get(topic)
         if n is None:
-            raise UnknownTopicOrPartition(topic)
+            self._learn(topic)
+            n = self.cluster.partition_count(topic)
+            if n is None:
+                raise UnknownTopicOrPartition(topic)
+            self.partition_counts[topic] = n
         return n
 
     def append(
