@@ -57,6 +57,9 @@ class Call(Generic[T]):
     json: Any = None
     # Statuses answered without a JSON body (204) are parsed from None.
     empty_ok: bool = False
+    # A binary body instead of ``json`` (RecordBatch v2 bytes for ``POST .../batches``).
+    content: bytes | None = None
+    content_type: str = "application/octet-stream"
 
 
 def _finish(call: Call[T], response: httpx.Response) -> T:
@@ -72,6 +75,9 @@ def _request_args(call: Call[Any]) -> dict[str, Any]:
     if call.json is not None:
         args["content"] = orjson.dumps(call.json)
         args["headers"] = {"content-type": "application/json"}
+    elif call.content is not None:
+        args["content"] = call.content
+        args["headers"] = {"content-type": call.content_type}
     return args
 
 

@@ -27,6 +27,15 @@ commits every task's transaction once all tasks succeeded
 aborts them. The API keeps no connection state, so the driver can end a transaction
 an executor began.
 
+In a cluster each call goes where Kafka sends it, through the SDK's routing
+(:mod:`app.client._cluster`, bootstrapped from every ``logbus.url``): InitProducerId,
+AddPartitionsToTxn, AddOffsetsToTxn and EndTxn to the id's coordinator
+(:func:`~app.client._cluster.txn_route`, which follows 421 NOT_COORDINATOR), the
+batches to each partition's leader (``leader_route``, which follows
+NOT_LEADER_OR_FOLLOWER and re-reads the metadata), OffsetFetch and TxnOffsetCommit to
+the marker group's coordinator (``group_route``). Retriable errors are retried for up
+to :data:`RETRY_FOR_S` per call; a single broker takes the same path.
+
 One object per task, used from the task's thread only; nothing is shared.
 """
 
@@ -38,15 +47,25 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
-from urllib.parse import quote
 
+import httpx
 import orjson
 
-from app.client._http import Call, group_path, run_sync, sync_client, topic_path
-from app.client.errors import error_from_body, is_retriable
+from app.client._cluster import (
+    Cluster,
+    group_route,
+    leader_route,
+    refresh_route,
+    run_sync,
+    txn_route,
+)
+from app.client._http import Call, group_path, sync_client, topic_path, txn_path
+from app.client.errors import is_retriable
 from app.client.producer._speedups import HeaderList, RecordBuffer, RecordBufferLike
+from app.client.producer.txn import TXN_BACKOFF_S
+from app.client.types import TopicPartition
 from app.common.batch import stamp_producer
-from app.common.errors import LogbusError
+from app.common.errors import LogbusError, UnknownTopicOrPartition
 from app.spark.lookup import BACKOFF_MAX_S, BACKOFF_S
 
 log = logging.getLogger(__name__)
@@ -79,10 +98,6 @@ def retrying(what: str, call: Callable[[], T], retry_for_s: float = RETRY_FOR_S)
         pause = min(pause * 2, BACKOFF_MAX_S)
 
 
-def _txn_path(transactional_id: str, what: str) -> str:
-    return f"/transactions/{quote(transactional_id, safe='')}/{what}"
-
-
 @dataclass(frozen=True)
 class Marker:
     """What a sink task's transaction records in its group: the query and the micro-batch."""
@@ -108,16 +123,15 @@ class TaskTransaction:
     def __init__(
         self, url: str, prefix: str, partition: int, attempt: int, timeout_ms: int
     ) -> None:
-        # The first URL: transactions, their partitions and the batch markers are all
-        # asked of one broker (a single broker; see app/spark/README.md for clusters).
-        self.url = url.split(",")[0]
+        # Every broker of ``logbus.url`` bootstraps; the calls go where they belong.
+        self.cluster = Cluster(url)
         self.prefix = f"{prefix}-{partition}"
         self.attempt = attempt
         self.transactional_id = f"{self.prefix}-{attempt}"
         # The group holding the task's batch markers, shared by its attempts.
         self.group = self.prefix
         self.timeout_ms = timeout_ms
-        self.http = sync_client(self.url, REQUEST_TIMEOUT_MS)
+        self.http = _client(self.cluster)
         self.producer_id = -1
         self.epoch = -1
         self.added: set[tuple[str, int]] = set()
@@ -128,15 +142,24 @@ class TaskTransaction:
     def close(self) -> None:
         self.http.close()
 
-    def _run(self, what: str, call: Call[T]) -> T:
-        return retrying(f"{self.transactional_id}: {what}", lambda: run_sync(self.http, call))
+    def _coordinated(self, transactional_id: str, call: Call[T]) -> T:
+        """``call`` at ``transactional_id``'s coordinator (InitProducerId, AddPartitionsToTxn,
+        AddOffsetsToTxn), NOT_COORDINATOR followed and retriable errors retried."""
+        return at_coordinator(self.http, self.cluster, transactional_id, call)
+
+    def _at_group(self, what: str, call: Call[T]) -> T:
+        """``call`` at the marker group's coordinator (OffsetFetch, TxnOffsetCommit)."""
+        return retrying(
+            f"{self.transactional_id}: {what}",
+            lambda: run_sync(self.http, group_route(self.cluster, self.group, call, BACKOFF_S)),
+        )
 
     def _producer(self) -> dict[str, int]:
         return {"producer_id": self.producer_id, "producer_epoch": self.epoch}
 
     def _init(self, transactional_id: str) -> tuple[int, int]:
-        return self._run(
-            "InitProducerId",
+        return self._coordinated(
+            transactional_id,
             Call(
                 "POST",
                 "/producers",
@@ -161,7 +184,7 @@ class TaskTransaction:
 
     def committed(self, query: str) -> int:
         """The last micro-batch of ``query`` this id committed, -1 if none."""
-        offsets = self._run(
+        offsets = self._at_group(
             "OffsetFetch",
             Call(
                 "GET",
@@ -172,12 +195,24 @@ class TaskTransaction:
         markers = [m for m in map(Marker.parse, offsets) if m is not None]
         return max((m.batch for m in markers if m.query == query), default=-1)
 
+    def _learn(self, topic: str) -> None:
+        """The metadata of ``topic`` (partition count, leaders), when unknown or stale."""
+        if self.cluster.partition_count(topic) is None or self.cluster.needs_refresh([topic]):
+            retrying(
+                f"{self.transactional_id}: metadata of {topic}",
+                lambda: run_sync(self.http, refresh_route(self.cluster, [topic])),
+            )
+
     def partition_count(self, topic: str) -> int:
+        """``topic``'s partition count, learnt once per task (asked per row: a dict lookup;
+        and keys keep their partition for the whole task)."""
         n = self.partition_counts.get(topic)
         if n is None:
-            n = self.partition_counts[topic] = self._run(
-                "metadata", Call("GET", topic_path(topic), lambda b: len(b["partitions"]))
-            )
+            self._learn(topic)
+            n = self.cluster.partition_count(topic)
+            if n is None:
+                raise UnknownTopicOrPartition(topic)
+            self.partition_counts[topic] = n
         return n
 
     def append(
@@ -207,15 +242,15 @@ class TaskTransaction:
             self._send(tp, buffer)
 
     def _send(self, tp: tuple[str, int], buffer: RecordBufferLike) -> None:
-        """``buffer`` as one transactional batch of the transaction (acks=all), the
-        partition added to the transaction first."""
+        """``buffer`` as one transactional batch of the transaction (acks=all) at the
+        partition's leader, the partition added to the transaction first."""
         topic, partition = tp
         if tp not in self.added:
-            self._run(
-                "AddPartitionsToTxn",
+            self._coordinated(
+                self.transactional_id,
                 Call(
                     "POST",
-                    _txn_path(self.transactional_id, "partitions"),
+                    txn_path(self.transactional_id, "/partitions"),
                     lambda b: b,
                     json={
                         **self._producer(),
@@ -230,30 +265,41 @@ class TaskTransaction:
         # transactional flag and producer fields stamped in (with the CRC).
         body = bytearray(buffer.build())
         stamp_producer(body, 0, self.producer_id, self.epoch, sequence, transactional=True)
-        path = f"{topic_path(topic)}/partitions/{partition}/batches"
-
-        def post() -> None:
-            # A retry resends the same sequence: the broker answers a duplicate as done.
-            r = self.http.post(
-                path,
-                content=bytes(body),
-                params={"acks": "all"},
-                headers={"content-type": "application/octet-stream"},
-            )
-            if r.status_code >= 300:
-                raise error_from_body(r.status_code, r.content)
-
-        retrying(f"{self.transactional_id}: produce {topic}-{partition}", post)
+        # A retry resends the same sequence: the broker answers a duplicate as done.
+        call: Call[Any] = Call(
+            "POST",
+            f"{topic_path(topic)}/partitions/{partition}/batches",
+            lambda b: b,
+            params={"acks": "all"},
+            content=bytes(body),
+        )
+        self._learn(topic)  # the leaders, before the first batch goes out
+        where = TopicPartition(topic, partition)
+        retrying(
+            f"{self.transactional_id}: produce {topic}-{partition}",
+            lambda: run_sync(self.http, leader_route(self.cluster, where, call, BACKOFF_S)),
+        )
         self.sequences[tp] = (sequence + count) & 0x7FFFFFFF
 
     def commit_marker(self, marker: Marker) -> None:
-        """TxnOffsetCommit of ``marker`` for each topic written (its partition 0)."""
+        """``marker`` for each topic written (its partition 0) in the transaction: the group
+        added at the transaction's coordinator (AddOffsetsToTxn), then TxnOffsetCommit at
+        the group's (one broker alone is both), as Kafka's sendOffsetsToTransaction."""
+        self._coordinated(
+            self.transactional_id,
+            Call(
+                "POST",
+                txn_path(self.transactional_id, "/groups"),
+                lambda b: b,
+                json={**self._producer(), "group_id": self.group},
+            ),
+        )
         topics = sorted({t for t, _ in self.added})
-        self._run(
+        self._at_group(
             "TxnOffsetCommit",
             Call(
                 "POST",
-                _txn_path(self.transactional_id, "offsets"),
+                txn_path(self.transactional_id, "/offsets"),
                 lambda b: b,
                 json={
                     **self._producer(),
@@ -280,6 +326,19 @@ class TaskTransaction:
         return Pending(self.transactional_id, self.producer_id, self.epoch)
 
 
+def _client(cluster: Cluster) -> httpx.Client:
+    """The blocking client the routes drive (each call names its broker's URL)."""
+    return sync_client(cluster.default_url, REQUEST_TIMEOUT_MS, authorization=cluster.authorization)
+
+
+def at_coordinator(http: httpx.Client, cluster: Cluster, transactional_id: str, call: Call[T]) -> T:
+    """``call`` at ``transactional_id``'s coordinator: the SDK's
+    :func:`~app.client._cluster.txn_route` (any broker first, then the one a 421
+    NOT_COORDINATOR names), retriable answers retried for up to :data:`RETRY_FOR_S`."""
+    deadline = time.monotonic() + RETRY_FOR_S
+    return run_sync(http, txn_route(cluster, transactional_id, call, TXN_BACKOFF_S, deadline))
+
+
 @dataclass(frozen=True)
 class Pending:
     """A task's transaction left open for the driver to end."""
@@ -297,16 +356,18 @@ def end_transactions(url: str, pending: Iterable[Pending], commit: bool) -> None
     todo = list(pending)
     if not todo:
         return
-    with sync_client(url.split(",")[0], REQUEST_TIMEOUT_MS) as http:
+    # One cluster view for every id: the threads share what they learn (it is locked).
+    cluster = Cluster(url)
+    with _client(cluster) as http:
 
         def end(p: Pending) -> None:
             call: Call[Any] = Call(
                 "POST",
-                _txn_path(p.transactional_id, what),
+                txn_path(p.transactional_id, f"/{what}"),
                 lambda b: b,
                 json={"producer_id": p.producer_id, "producer_epoch": p.epoch},
             )
-            retrying(f"{p.transactional_id}: {what}", lambda: run_sync(http, call))
+            at_coordinator(http, cluster, p.transactional_id, call)
 
         with ThreadPoolExecutor(max_workers=min(8, len(todo))) as pool:
             futures = [pool.submit(end, p) for p in todo]
