@@ -447,6 +447,9 @@ def group_route(
 # A transactional id's coordinator, kept beside the groups' under a key no group id can
 # clash with in practice (a control character).
 _TXN_KEY = "\x00txn:"
+# The longest pause between two tries of a transactional call (Kafka's
+# retry.backoff.max.ms default).
+TXN_BACKOFF_MAX_S = 1.0
 
 
 def txn_route(
@@ -460,19 +463,27 @@ def txn_route(
     as Kafka's producer retries its transactional requests until ``max.block.ms``. The
     coordinator's calls are safe to repeat (a retried EndTxn answers the same)."""
     key = _TXN_KEY + transactional_id
+    pause = backoff_s
     while True:
         url = cluster.coordinator_url(key) or cluster.default_url
         try:
             result: T = yield _Send(call, url)
             return result
         except LogbusError as exc:
-            if not exc.retriable or time.monotonic() + backoff_s > deadline:
+            now = time.monotonic()
+            if not exc.retriable or now + backoff_s > deadline:
                 raise
             moved = error_code(exc) in COORDINATOR_MOVED or is_connection_error(exc)
             hint = _coordinator_moved(cluster, key, url, exc) if moved else None
             log.debug("%s %s at %s: %s; retrying", call.method, call.path, url, exc)
         if hint is None:
-            yield _Sleep(backoff_s)
+            # Exponential, as Kafka's retry.backoff.ms up to retry.backoff.max.ms (KIP-580):
+            # a coordinator down for the whole max_block_ms gets a few dozen requests from
+            # each caller, not one every backoff_s.
+            yield _Sleep(min(pause, deadline - now))
+            pause = min(pause * 2, TXN_BACKOFF_MAX_S)
+        else:
+            pause = backoff_s
 
 
 # ---- the drivers ---------------------------------------------------------------

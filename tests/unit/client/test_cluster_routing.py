@@ -18,9 +18,11 @@ import orjson
 import pytest
 
 from app.client import Admin, AsyncAdmin, AsyncProducer, Producer, TopicPartition
+from app.client import _cluster
 from app.client._cluster import Cluster, bootstrap_urls
+from app.client._http import Call
 from app.common.batch import iter_headers
-from app.common.errors import NotLeaderOrFollower
+from app.common.errors import ConcurrentTransactions, NotLeaderOrFollower
 
 
 def sync(fn: Callable[[], Coroutine[Any, Any, None]]) -> Callable[[], None]:
@@ -370,3 +372,29 @@ def test_produce_body_is_the_same_bytes_on_every_attempt() -> None:
         p.send("t", b"same", partition=0).result(timeout=10)
     assert len(bodies) == 2 and bodies[0] == bodies[1]
     assert orjson.loads(orjson.dumps(fake.produced_at())) == [[B, 0], [A, 0]]
+
+
+
+def test_transactional_calls_back_off_exponentially_up_to_a_cap(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A coordinator answering CONCURRENT_TRANSACTIONS for the whole max_block_ms: the
+    pauses double from the backoff up to ``TXN_BACKOFF_MAX_S`` (Kafka's
+    retry.backoff.max.ms), never past the deadline; then the retriable error is raised."""
+    clock = [100.0]
+    monkeypatch.setattr(_cluster.time, "monotonic", lambda: clock[0])
+    call: Call[Any] = Call("POST", "/transactions/t/commit", lambda body: body)
+    route = _cluster.txn_route(Cluster(A), "t", call, 0.02, clock[0] + 5.0)
+    op = next(route)
+    pauses: list[float] = []
+    with pytest.raises(ConcurrentTransactions):
+        while True:
+            assert isinstance(op, _cluster._Send) and op.url == A
+            op = route.throw(ConcurrentTransactions("the previous transaction is completing", "t"))
+            assert isinstance(op, _cluster._Sleep)
+            pauses.append(op.seconds)
+            clock[0] += op.seconds
+            op = route.send(None)
+    assert pauses[:7] == pytest.approx([0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.0])
+    assert max(pauses) == _cluster.TXN_BACKOFF_MAX_S
+    assert sum(pauses) == pytest.approx(5.0) and len(pauses) < 15  # was 250 at a fixed 20 ms
