@@ -17,8 +17,7 @@ import httpx
 import orjson
 import pytest
 
-from app.client import Admin, AsyncAdmin, AsyncProducer, Producer, TopicPartition
-from app.client import _cluster
+from app.client import Admin, AsyncAdmin, AsyncProducer, Producer, TopicPartition, _cluster
 from app.client._cluster import Cluster, bootstrap_urls
 from app.client._http import Call
 from app.common.batch import iter_headers
@@ -372,7 +371,6 @@ def test_produce_body_is_the_same_bytes_on_every_attempt() -> None:
         p.send("t", b"same", partition=0).result(timeout=10)
     assert len(bodies) == 2 and bodies[0] == bodies[1]
     assert orjson.loads(orjson.dumps(fake.produced_at())) == [[B, 0], [A, 0]]
-
 
 
 def test_transactional_calls_back_off_exponentially_up_to_a_cap(
