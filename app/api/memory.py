@@ -55,6 +55,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import ctypes.util
+import gc
 import logging
 import os
 from collections import deque
@@ -375,6 +376,13 @@ class MemoryBudget:
             return  # busy: the next quiet moment trims
         self._released_since_trim = 0
         self._closed_since_trim = 0
+        # First the collector: what closed connections left in reference cycles (WebSocket
+        # handlers, tasks, exceptions with tracebacks) is freed only by a collection, and the
+        # served process's collector runs rarely (gc_young_threshold, app/api/server.py).
+        # Measured: 1,000 never-reading subscribers coming and going three times grew RSS
+        # by ~33 MB without it. After gc.freeze a full collection walks only what was
+        # promoted since startup (a few ms), at most once a second here.
+        gc.collect()
         if release_free_memory():
             self.trims += 1
             logger.debug("memory budget idle: free malloc arena pages returned to the system")
