@@ -296,11 +296,20 @@ def test_a_cluster_broker_that_cannot_host_a_topic_refuses_it_and_serves_the_res
     small.stop()
     small.start()
     for p in range(2):
-        leader = cluster.leader("b-after", p)
-        answer = httpx.post(
-            f"{cluster.url(leader)}/topics/b-after/partitions/{p}/records",
-            params={"acks": "all"},
-            json={"records": [{"value": "kept"}]},
-            timeout=30,
-        )
-        assert answer.status_code == 200, answer.text
+
+        def produced(p: int = p) -> bool | None:
+            # The restarted broker may take leadership back meanwhile (its partitions'
+            # leaders move): a retriable answer (307/421 naming the new leader, 503) is
+            # "not yet", anything else fails.
+            answer = httpx.post(
+                f"{cluster.url(cluster.leader('b-after', p))}/topics/b-after/partitions/{p}/records",
+                params={"acks": "all"},
+                json={"records": [{"value": "kept"}]},
+                timeout=30,
+            )
+            if answer.status_code != 200:
+                assert answer.json().get("retriable"), answer.text
+                return None
+            return True
+
+        cluster.wait_until(produced, message=f"b-after-{p} takes a record")
