@@ -49,6 +49,7 @@ STATUS_BY_ERROR: tuple[tuple[type[core.LogbusError], int], ...] = (
     (core.RequestTimedOut, 504),
     (core.NotLeaderOrFollower, 421),  # 307 when the leader is known (response_for)
     (core.LeaderNotAvailable, 503),
+    (core.OffsetNotAvailable, 503),  # a new leader's high watermark still lags
     (core.LeaderEpochMismatch, 409),  # FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH
     (core.NotCoordinator, 421),
     # Transactions: an unknown id 404; the rest are conflicts with its state (409).
@@ -339,6 +340,45 @@ def producer_conflict_doc() -> dict[str, Any]:
                 "producer_epoch": 1,
                 "current_epoch": 2,
             },
+        ),
+    )
+
+
+def offsets_unavailable_doc() -> dict[str, Any]:
+    """The 503 of an offset lookup: the broker is not ready, or a newly elected leader's
+    high watermark still lags the start of its epoch (OFFSET_NOT_AVAILABLE)."""
+    return _doc(
+        "The broker is not ready (starting or stopping) or its storage failed; or this "
+        "broker was just elected "
+        "leader and its high watermark has not caught up with the start of its leader "
+        "epoch yet, so it cannot say where the log ends (OFFSET_NOT_AVAILABLE, as Kafka's "
+        "ListOffsets; `earliest` is always answered). Retry shortly.",
+        (
+            "OFFSET_NOT_AVAILABLE",
+            error_example(
+                "OFFSET_NOT_AVAILABLE",
+                "the offsets of orders-0 are not available yet: its high watermark (0) lags "
+                "behind the start offset of leader epoch 3 (50) after a leader election; "
+                "retry shortly",
+                True,
+                topic="orders",
+                partition=0,
+                high_watermark=0,
+                epoch_start_offset=50,
+                leader_epoch=3,
+            ),
+        ),
+        (
+            "BROKER_NOT_AVAILABLE",
+            error_example("BROKER_NOT_AVAILABLE", "the broker is starting", True),
+        ),
+        (
+            "KAFKA_STORAGE_ERROR",
+            error_example(
+                "KAFKA_STORAGE_ERROR",
+                "read of 00000000000000000000.timeindex failed: [Errno 5] Input/output error",
+                True,
+            ),
         ),
     )
 

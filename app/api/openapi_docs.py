@@ -246,7 +246,10 @@ FETCH_RESPONSES: dict[int | str, dict[str, Any]] = {
 LIST_OFFSETS = """Kafka's ListOffsets. `at=earliest` gives the log start offset, `at=latest`
 the high watermark (the offset the next record gets), and a timestamp in ms the first
 offset whose record timestamp is at or after it, with that timestamp; `offset` -1 and
-`timestamp` -1 when there is none (as Kafka answers)."""
+`timestamp` -1 when there is none (as Kafka answers). A leader elected moments ago whose
+high watermark has not caught up with the start of its leader epoch yet answers `latest`,
+and a timestamp it finds nothing for, with a retriable 503 OFFSET_NOT_AVAILABLE (Kafka's
+rule) rather than an end that would go backwards; `earliest` is always answered."""
 
 CREATE_TOPIC = f"""Create a topic with `partitions` partitions (default: the broker's
 `num_partitions`) and Kafka-named config overrides. Names are 1-{MAX_TOPIC_NAME_LENGTH}

@@ -11,7 +11,9 @@ NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE, NOT_COORDINATOR), when a broker
 cannot be reached, and once it is ``metadata_max_age_ms`` old (Kafka's
 ``metadata.max.age.ms``). A 307 is never followed blindly: its body's
 ``leader_url`` is taken as a hint for one immediate retry, and the metadata
-is refreshed anyway.
+is refreshed anyway. A leader that cannot answer yet (OFFSET_NOT_AVAILABLE: just
+elected, its high watermark still catching up) is asked again after a growing backoff
+for up to ``LEADER_CATCH_UP_S``.
 
 One broker alone (the metadata lists a single broker) is reached at the URL
 the client was given, never at the URL it advertises: a single broker cannot
@@ -58,6 +60,12 @@ COORDINATOR_MOVED = frozenset(
 )
 # How many times a leader- or coordinator-routed call is tried before its error is raised.
 ROUTED_ATTEMPTS = 6
+# "The leader cannot answer this yet; ask it again": a newly elected leader whose high
+# watermark still lags the start of its epoch (ListOffsets latest). Retried at the same
+# broker, backing off exponentially to TXN_BACKOFF_MAX_S, for up to LEADER_CATCH_UP_S
+# (the default request timeout; Kafka's clients retry it until default.api.timeout.ms).
+ASK_LEADER_AGAIN = frozenset({"OFFSET_NOT_AVAILABLE"})
+LEADER_CATCH_UP_S = 30.0
 
 
 def bootstrap_urls(urls: Bootstrap) -> list[str]:
@@ -402,14 +410,60 @@ def coordinator_route(cluster: Cluster, group: str) -> Route[str]:
     return cluster.default_url
 
 
-def leader_route(cluster: Cluster, tp: TopicPartition, call: Call[T], backoff_s: float) -> Route[T]:
-    """``call`` at ``tp``'s leader; moves of the leader are followed with a metadata refresh."""
+class _CatchingUp:
+    """The pauses of one call between :data:`ASK_LEADER_AGAIN` answers: growing from
+    ``backoff_s`` to ``TXN_BACKOFF_MAX_S`` (Kafka's retry.backoff.ms up to
+    retry.backoff.max.ms), for up to ``catch_up_s`` after the first."""
+
+    __slots__ = ("catch_up_s", "pause_s", "until")
+
+    def __init__(self, backoff_s: float, catch_up_s: float) -> None:
+        self.pause_s = backoff_s
+        self.catch_up_s = catch_up_s
+        self.until: float | None = None
+
+    def pause(self, exc: LogbusError) -> float | None:
+        """How long to wait before asking again; None: raise ``exc`` (another error, or
+        the time is up)."""
+        if error_code(exc) not in ASK_LEADER_AGAIN:
+            return None
+        now = time.monotonic()
+        if self.until is None:
+            self.until = now + self.catch_up_s
+        if now + self.pause_s > self.until:
+            return None
+        pause = self.pause_s
+        self.pause_s = min(pause * 2, TXN_BACKOFF_MAX_S)
+        return pause
+
+
+def leader_route(
+    cluster: Cluster,
+    tp: TopicPartition,
+    call: Call[T],
+    backoff_s: float,
+    *,
+    catch_up_s: float = LEADER_CATCH_UP_S,
+) -> Route[T]:
+    """``call`` at ``tp``'s leader; moves of the leader are followed with a metadata refresh
+    (up to :data:`ROUTED_ATTEMPTS` tries). A leader that cannot answer yet
+    (:data:`ASK_LEADER_AGAIN`) is asked again after a backoff growing from ``backoff_s``
+    to ``TXN_BACKOFF_MAX_S``, for up to ``catch_up_s`` from its first such answer; those
+    tries do not count as attempts (the leader did not move)."""
     url = cluster.leader_url(tp)
-    for attempt in range(1, ROUTED_ATTEMPTS + 1):
+    attempt = 0
+    catching_up = _CatchingUp(backoff_s, catch_up_s)
+    while True:
         try:
             result: T = yield _Send(call, url)
             return result
         except LogbusError as exc:
+            wait = catching_up.pause(exc)
+            if wait is not None:
+                log.debug("%s %s at %s: %s; asking again", call.method, call.path, url, exc)
+                yield _Sleep(wait)
+                continue
+            attempt += 1
             if attempt == ROUTED_ATTEMPTS or not _leader_retriable(cluster, exc):
                 raise
             hint = _moved_leader(cluster, tp, url, exc)
@@ -420,20 +474,31 @@ def leader_route(cluster: Cluster, tp: TopicPartition, call: Call[T], backoff_s:
         except LogbusError as refresh_error:
             log.debug("metadata refresh failed: %s", refresh_error)
         url = hint or cluster.leader_url(tp)
-    raise AssertionError("unreachable")
 
 
 def group_route(
     cluster: Cluster, group: str, call: Call[T], backoff_s: float, attempts: int = ROUTED_ATTEMPTS
 ) -> Route[T]:
-    """``call`` at ``group``'s coordinator, found again when it moved."""
+    """``call`` at ``group``'s coordinator, found again when it moved. A coordinator
+    that cannot answer yet because a partition it leads is catching up
+    (:data:`ASK_LEADER_AGAIN`: a reset to latest) is asked again as
+    :func:`leader_route` does."""
     hint: str | None = None
-    for attempt in range(1, attempts + 1):
+    catching_up = _CatchingUp(backoff_s, LEADER_CATCH_UP_S)
+    attempt = 0
+    while attempt < attempts:
+        attempt += 1
         url = hint or (yield from coordinator_route(cluster, group))
         try:
             result: T = yield _Send(call, url)
             return result
         except LogbusError as exc:
+            wait = catching_up.pause(exc)
+            if wait is not None:
+                yield _Sleep(wait)
+                attempt -= 1  # the coordinator did not move
+                hint = url
+                continue
             if not _coordinator_retriable(cluster, exc):
                 raise
             hint = _coordinator_moved(cluster, group, url, exc)

@@ -37,6 +37,7 @@ place without parsing messages.
     ├── RequestTimedOut                REQUEST_TIMED_OUT            (retriable)
     ├── NotLeaderOrFollower            NOT_LEADER_OR_FOLLOWER       (retriable; 307 to the leader)
     ├── LeaderNotAvailable             LEADER_NOT_AVAILABLE         (retriable; election under way)
+    ├── OffsetNotAvailable             OFFSET_NOT_AVAILABLE         (retriable; a new leader's HW lags)
     ├── LeaderEpochMismatch            (a replica's request names another leader epoch)
     │   ├── FencedLeaderEpoch          FENCED_LEADER_EPOCH          (retriable; the caller is behind)
     │   └── UnknownLeaderEpoch         UNKNOWN_LEADER_EPOCH         (retriable; this broker is behind)
@@ -462,6 +463,44 @@ class NotLeaderOrFollower(LogbusError):
 class LeaderNotAvailable(LogbusError):
     error_code = "LEADER_NOT_AVAILABLE"
     retriable = True
+
+
+class OffsetNotAvailable(LogbusError):
+    """Kafka's OFFSET_NOT_AVAILABLE (protocol error code 78, retriable): a client asked a
+    newly elected leader for its end (ListOffsets ``latest``, or a timestamp past what it
+    can answer) while its high watermark is still below the offset its leader epoch began
+    at. The high watermark a broker had as a follower can trail the records acknowledged
+    before the election by any amount; it catches up once the followers fetch from the
+    new leader, so answering it would move offsets backwards (a ``latest`` of 0 for a
+    partition holding acknowledged records). Retry after a short backoff."""
+
+    error_code = "OFFSET_NOT_AVAILABLE"
+    retriable = True
+
+    topic: str
+    partition: int
+    high_watermark: int
+    epoch_start_offset: int
+    leader_epoch: int
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        high_watermark: int,
+        epoch_start_offset: int,
+        leader_epoch: int,
+    ) -> None:
+        super().__init__(
+            f"the offsets of {topic}-{partition} are not available yet: its high watermark "
+            f"({high_watermark}) lags behind the start offset of leader epoch {leader_epoch} "
+            f"({epoch_start_offset}) after a leader election; retry shortly",
+            topic=topic,
+            partition=partition,
+            high_watermark=high_watermark,
+            epoch_start_offset=epoch_start_offset,
+            leader_epoch=leader_epoch,
+        )
 
 
 class LeaderEpochMismatch(LogbusError):

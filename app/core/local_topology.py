@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from app.common.errors import (
     InvalidReplicationFactor,
     NotEnoughReplicas,
+    OffsetNotAvailable,
     UnknownTopicOrPartition,
 )
 from app.core.replication.state import BrokerInfo
@@ -63,6 +64,9 @@ class LocalReplica:
 
     def on_follower_fetch(self, replica_id: int, fetch_offset: int) -> None:
         return None
+
+    def offsets_error(self) -> OffsetNotAvailable | None:
+        return None  # led here for good: the high watermark is the log end
 
     def append_as_leader(
         self, data: bytes | bytearray | memoryview, *, acks_all: bool
@@ -130,6 +134,9 @@ class LocalTopology:
 
     def replica_log(self, topic: str, partition: int) -> Log | None:
         return self.logs.get_log(topic, partition)
+
+    def offsets_error(self, topic: str, partition: int) -> OffsetNotAvailable | None:
+        return None
 
     def leader_of(self, topic: str, partition: int) -> tuple[int | None, str | None]:
         self.logs.get_log(topic, partition)  # UnknownTopicOrPartition if none

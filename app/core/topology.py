@@ -18,6 +18,12 @@ and :meth:`Topology.append_to_leaders`, describe partitions with
 replicas a topic may have, who counts as in sync) live in the implementations,
 not in their callers.
 
+Offset lookups a client makes (ListOffsets, a group's reset to latest or a time, a
+WebSocket subscription starting at the end) all answer through :func:`list_offset`,
+with the replica's :meth:`LeaderReplica.offsets_error`: Kafka's rule that a newly
+elected leader whose high watermark still lags the start of its epoch answers
+OFFSET_NOT_AVAILABLE (retriable) rather than a watermark that would go backwards.
+
 Concurrency: every method is called on the event loop, except
 :meth:`Topology.append_to_leaders` (and the replica's ``append_as_leader``),
 which may run on a worker thread.
@@ -27,9 +33,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
+    from app.common.errors import OffsetNotAvailable
     from app.core.log.log import AppendInfo, Log
     from app.core.replication.state import BrokerInfo
 
@@ -80,6 +87,12 @@ class LeaderReplica(Protocol):
 
     def on_follower_fetch(self, replica_id: int, fetch_offset: int) -> None:
         """A follower fetched from ``fetch_offset``: it holds everything below it."""
+        ...
+
+    def offsets_error(self) -> OffsetNotAvailable | None:
+        """OffsetNotAvailable while this replica cannot say where its log ends to a client
+        (a new leader whose high watermark lags the start of its epoch), else None; see
+        :func:`list_offset`."""
         ...
 
     def append_as_leader(
@@ -156,6 +169,13 @@ class Topology(Protocol):
         other brokers hold it."""
         ...
 
+    def offsets_error(self, topic: str, partition: int) -> OffsetNotAvailable | None:
+        """:meth:`LeaderReplica.offsets_error` of this broker's replica of the partition,
+        leader or not (None for a follower, a lone broker, a partition held elsewhere):
+        for callers that read a local replica's end without routing to its leader (the
+        group coordinator)."""
+        ...
+
     def leader_of(self, topic: str, partition: int) -> tuple[int | None, str | None]:
         """(leader id, its URL); ``(None, None)`` while there is no leader.
         UnknownTopicOrPartition for a partition that does not exist."""
@@ -208,3 +228,42 @@ class Topology(Protocol):
         """``cb(topic)`` on the loop when a topic is deleted. A listener added twice is
         called once."""
         ...
+
+
+# ListOffsets' special specs; anything else is a timestamp in ms.
+OffsetSpec = Literal["earliest", "latest"] | int
+
+
+def list_offset(
+    log: Log,
+    at: OffsetSpec,
+    *,
+    read_committed: bool,
+    unavailable: OffsetNotAvailable | None,
+) -> tuple[int, int]:
+    """``(offset, timestamp)`` a client is answered for ``at`` (Kafka's ListOffsets, as
+    ``Partition.fetchOffsetForTimestamp`` and ``ReplicaManager`` decide it):
+
+    - ``earliest``: ``(log start offset, -1)``, always;
+    - ``latest``: ``(end, -1)``, the end being the high watermark or with
+      ``read_committed`` the last stable offset; ``unavailable`` raised if given;
+    - a timestamp: the first record at or after it below the end; where none is,
+      ``unavailable`` is raised if given (the record may sit above a lagging high
+      watermark), else ``(-1, -1)``.
+
+    ``unavailable`` is the replica's :meth:`LeaderReplica.offsets_error` (or the
+    topology's, for a local replica), read by the caller at the same moment."""
+    if at == "earliest":
+        return log.log_start_offset, -1
+    if at == "latest":
+        if unavailable is not None:
+            raise unavailable
+        return (log.last_stable_offset if read_committed else log.high_watermark), -1
+    assert isinstance(at, int)
+    # Searched below the high watermark (Log.offset_for_timestamp).
+    found = log.offset_for_timestamp(at)
+    if found is None or (read_committed and found[0] >= log.last_stable_offset):
+        if unavailable is not None:
+            raise unavailable
+        return -1, -1
+    return found

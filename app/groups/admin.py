@@ -19,6 +19,7 @@ from app.common.errors import (
     NonEmptyGroup,
     UnknownTopicOrPartition,
 )
+from app.core.topology import list_offset
 from app.groups.hashing import partition_for
 from app.groups.membership import MembershipManager
 from app.groups.model import Group, GroupState, MemberState, TopicPartition, validate_group_id
@@ -97,8 +98,12 @@ class GroupAdmin:
         offsets = []
         for (t, p), v in sorted(group.offsets.items()):
             # As this broker's replica knows it (in a cluster a follower's may trail its
-            # leader's by a fetch); null where this broker holds no replica.
+            # leader's by a fetch); null where this broker holds no replica, or leads it
+            # since an election too recent for its high watermark to be its end yet
+            # (OFFSET_NOT_AVAILABLE to ListOffsets: a lag to it would be too small).
             plog = self.rt.placement.local_log(t, p)
+            if plog is not None and self.rt.placement.offsets_error(t, p) is not None:
+                plog = None
             hw = None if plog is None else plog.high_watermark
             lso = None if plog is None else plog.last_stable_offset
             end = lso if read_committed else hw
@@ -171,7 +176,11 @@ class GroupAdmin:
         at or after a timestamp (``value`` ms), or ``value`` clamped to the log's range.
         The log's end is its high watermark, or with ``read_committed`` its last stable
         offset (a read_committed group reset to latest must not skip the records of a
-        transaction still open: they may yet commit)."""
+        transaction still open: they may yet commit). A replica here that leads since an
+        election too recent for its high watermark to be its end refuses every target but
+        earliest (each is bounded by the end) with OffsetNotAvailable (retriable), as
+        ListOffsets refuses latest (:func:`app.core.topology.list_offset`), before
+        anything is written."""
         self.rt.check_loaded()
         validate_group_id(group_id)
         if to not in ("earliest", "latest", "timestamp", "offset"):
@@ -200,18 +209,25 @@ class GroupAdmin:
                     f"(GET /topics/{topic}/partitions/{p}/offsets) and commit them with "
                     "member_epoch -1"
                 )
-            end = plog.last_stable_offset if read_committed else plog.high_watermark
             if to == "earliest":
                 offset = plog.log_start_offset
-            elif to == "latest":
-                offset = end
-            elif to == "timestamp":
-                assert value is not None
-                found = plog.offset_for_timestamp(value)
-                offset = end if found is None else min(found[0], end)
             else:
-                assert value is not None
-                offset = min(max(value, plog.log_start_offset), end)
+                # Every other target is bounded by the end: the rule of ListOffsets latest.
+                end, _ = list_offset(
+                    plog,
+                    "latest",
+                    read_committed=read_committed,
+                    unavailable=self.rt.placement.offsets_error(topic, p),
+                )
+                if to == "latest":
+                    offset = end
+                elif to == "timestamp":
+                    assert value is not None
+                    found = plog.offset_for_timestamp(value)
+                    offset = end if found is None else min(found[0], end)
+                else:
+                    assert value is not None
+                    offset = min(max(value, plog.log_start_offset), end)
             commits.append(OffsetCommit(topic, p, offset))
         done = self.offsets.write_offsets(group_id, commits)
         await self.rt.replicated(group_id, partition)

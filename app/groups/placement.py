@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from app.common.errors import UnknownTopicOrPartition
+from app.common.errors import OffsetNotAvailable, UnknownTopicOrPartition
 from app.core.topology import LeadershipListener, NewTopic, TopicListener
 
 if TYPE_CHECKING:
@@ -70,6 +70,8 @@ class TopologyView(Protocol):
 
     def leader_partition(self, topic: str, partition: int) -> ReplicaView: ...
 
+    def offsets_error(self, topic: str, partition: int) -> OffsetNotAvailable | None: ...
+
 
 class OffsetsPlacement:
     """What the coordinator asks about topics and ``__consumer_offsets``, answered by the
@@ -106,6 +108,12 @@ class OffsetsPlacement:
             return self.manager.get_log(topic, partition)
         except UnknownTopicOrPartition:
             return None
+
+    def offsets_error(self, topic: str, partition: int) -> OffsetNotAvailable | None:
+        """OffsetNotAvailable while this broker's replica leads with a high watermark
+        still below its epoch's start (it cannot say where its log ends yet; Kafka's
+        ListOffsets rule, :func:`app.core.topology.list_offset`), else None."""
+        return self.topology.offsets_error(topic, partition)
 
     def offsets_partitions(self) -> int | None:
         """Partitions of ``__consumer_offsets``; None while the topic does not exist."""

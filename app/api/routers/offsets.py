@@ -9,20 +9,23 @@ from starlette.responses import Response
 
 from app.api import openapi_docs as docs
 from app.api.deps import ManagerDep, StateDep
-from app.api.errors import error_responses
+from app.api.errors import error_responses, offsets_unavailable_doc
 from app.api.models import OffsetAnswer
 from app.api.openapi_docs import DocumentedRoute
-from app.api.util import INT_MAX, INT_MIN, LONG_MAX, JSONBytes, leader_log
+from app.api.util import INT_MAX, INT_MIN, LONG_MAX, JSONBytes
 from app.common.errors import InvalidRequest
 from app.common.isolation import READ_COMMITTED
+from app.core.topology import OffsetSpec, list_offset
 
 router = APIRouter(tags=["fetch"], route_class=DocumentedRoute)
 
 
-def parse_at(at: str) -> str | int:
+def parse_at(at: str) -> OffsetSpec:
     text = at.strip().lower()
-    if text in ("earliest", "latest"):
-        return text
+    if text == "earliest":
+        return "earliest"
+    if text == "latest":
+        return "latest"
     try:
         ts = int(text)
     except ValueError:
@@ -38,7 +41,7 @@ def parse_at(at: str) -> str | int:
     "/topics/{topic}/partitions/{partition}/offsets",
     description=docs.LIST_OFFSETS,
     response_model=OffsetAnswer,
-    responses=error_responses(307, 400, 404, 421, 503),
+    responses={**error_responses(307, 400, 404, 421), 503: offsets_unavailable_doc()},
 )
 async def list_offsets(
     topic: Annotated[str, Path(description="Topic name.")],
@@ -65,16 +68,11 @@ async def list_offsets(
 ) -> Response:
     """Look up an offset (earliest, latest, or by timestamp)"""
     where = parse_at(at)
-    log = leader_log(state, topic, partition)
-    if where == "earliest":
-        return JSONBytes({"offset": log.log_start_offset, "timestamp": -1})
-    committed = isolation_level == READ_COMMITTED
-    end = log.last_stable_offset if committed else log.high_watermark
-    if where == "latest":
-        return JSONBytes({"offset": end, "timestamp": -1})
-    assert isinstance(where, int)
-    found = log.offset_for_timestamp(where)
-    if found is None or (committed and found[0] >= end):
-        return JSONBytes({"offset": -1, "timestamp": -1})
-    offset, timestamp = found
+    replica = state.topology.leader_partition(topic, partition)
+    offset, timestamp = list_offset(
+        replica.log,
+        where,
+        read_committed=isolation_level == READ_COMMITTED,
+        unavailable=replica.offsets_error(),
+    )
     return JSONBytes({"offset": offset, "timestamp": timestamp})

@@ -83,6 +83,7 @@ from app.common.errors import (
 )
 from app.common.isolation import READ_COMMITTED, committed_batches
 from app.core.security.acl import Action, Operation, Resource, ResourceType
+from app.core.topology import list_offset
 from app.groups.coordinator import OffsetCommit
 
 if TYPE_CHECKING:
@@ -460,15 +461,21 @@ class Subscription:
                 continue
             log = leader_log(self.state, topic, p)
             hw = log.high_watermark
-            position = self._end(log)
             if sub.start == "earliest":
                 position = log.log_start_offset
             elif isinstance(sub.start, TimestampStart):
                 found = log.offset_for_timestamp(sub.start.timestamp)
-                position = self._end(log) if found is None else found[0]
+                position = self._latest(topic, p, log) if found is None else found[0]
             elif isinstance(sub.start, OffsetsStart):
-                default = log.log_start_offset if sub.start.default == "earliest" else position
-                position = explicit.get((topic, p), default)
+                given = explicit.get((topic, p))
+                if given is not None:
+                    position = given
+                elif sub.start.default == "earliest":
+                    position = log.log_start_offset
+                else:
+                    position = self._latest(topic, p, log)
+            else:
+                position = self._latest(topic, p, log)
             cursor = Cursor(topic, p, log, position)
             if not log.log_start_offset <= position <= hw:
                 cursor.stalled = True
@@ -631,7 +638,7 @@ class Subscription:
         if msg.offset == "earliest":
             offset = start
         elif msg.offset == "latest":
-            offset = self._end(log)
+            offset = self._latest(msg.topic, msg.partition, log)
         else:
             offset = msg.offset
         if not start <= offset <= hw:
@@ -641,6 +648,18 @@ class Subscription:
         cursor.stalled = False
 
     # -- pump ----------------------------------------------------------------------
+
+    def _latest(self, topic: str, partition: int, log: Log) -> int:
+        """Where a start or seek at ``latest`` goes: :meth:`_end`, by ListOffsets' rule
+        (:func:`app.core.topology.list_offset`): OffsetNotAvailable (retriable) while this
+        broker leads since an election too recent for its high watermark to be its end."""
+        offset, _ = list_offset(
+            log,
+            "latest",
+            read_committed=self.committed,
+            unavailable=self.state.topology.offsets_error(topic, partition),
+        )
+        return offset
 
     def _end(self, log: Log) -> int:
         """Where this subscription's reads end now: the LSO (read_committed) or the HW."""

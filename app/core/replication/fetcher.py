@@ -53,6 +53,7 @@ import orjson
 from app.common.errors import InvalidRecord
 from app.common.fetch_answer import Action, Refused, interpret
 from app.common.tls import ClientTls
+from app.core.replication import faults
 from app.core.replication.partition import FOLLOWER, Partition
 from app.wire import AsyncConnection, Endpoint, async_connection
 
@@ -167,6 +168,7 @@ class ReplicaFetcher:
                         self.max_bytes + (1 << 20),
                     )
                 base = f"/topics/{part.topic}/partitions/{part.partition}"
+                await faults.hold_fetches(self.broker_id)
                 try:
                     if not truncated:
                         await self._truncate(part, conn, base, leader, epoch)

@@ -38,6 +38,7 @@ from app.common.errors import (
     KafkaStorageError,
     LeaderNotAvailable,
     NotLeaderOrFollower,
+    OffsetNotAvailable,
     PartitionLimitExceeded,
     TopicAlreadyExists,
     UnknownTopicOrPartition,
@@ -503,6 +504,11 @@ class ReplicaManager:
             return self.logs.get_log(topic, partition)
         except UnknownTopicOrPartition:
             return None  # held by other brokers only
+
+    def offsets_error(self, topic: str, partition: int) -> OffsetNotAvailable | None:
+        """:meth:`Partition.offsets_error` of this broker's replica (None without one)."""
+        part = self.partitions.get((topic, partition))
+        return None if part is None else part.offsets_error()
 
     def verify_replica(self, replica_id: int, presented: str | None) -> None:
         """A fetch claiming ``replica_id`` carries that broker's inter-broker credential

@@ -44,6 +44,7 @@ from app.common.errors import (
     NotEnoughReplicas,
     NotEnoughReplicasAfterAppend,
     NotLeaderOrFollower,
+    OffsetNotAvailable,
     RequestTimedOut,
     UnknownLeaderEpoch,
 )
@@ -324,6 +325,31 @@ class Partition:
             if epoch == self.leader_epoch:
                 return start
         return 0
+
+    def offsets_error(self) -> OffsetNotAvailable | None:
+        """What a client's ListOffsets ``latest`` (or a timestamp lookup finding nothing
+        below the end) must answer instead of an offset now: OffsetNotAvailable while
+        this broker leads with a high watermark below the offset its leader epoch began
+        at, else None (Kafka's ``Partition.fetchOffsetForTimestamp``).
+
+        Why: a new leader's high watermark is the one it had as a follower, which trails
+        the records acknowledged before the election by up to a fetch answer (seen: 0
+        for 50 acknowledged records, when the follower's last fetch answer carried the
+        watermark from before its own fetch counted). It becomes exact once every ISR
+        member has fetched from this leader at or past the epoch's start, and the first
+        such fetch moves it to at least that start. Until then ``latest`` would go
+        backwards. ``earliest`` needs no such care (the log start is exact), nor does a
+        lone broker (its high watermark is its log end) or a follower (it answers no
+        client's ListOffsets; the group coordinator reads its replica as it is, as
+        documented there). Read on the event loop, where role, epoch and the watermark
+        move (an append on a worker thread only raises the watermark)."""
+        if not self.is_leader:
+            return None
+        start = self._epoch_start_offset()
+        hw = self.log.high_watermark
+        if start <= hw:
+            return None
+        return OffsetNotAvailable(self.topic, self.partition, hw, start, self.leader_epoch)
 
     def maybe_shrink_isr(self) -> None:
         """Drop followers that have not caught up for replica.lag.time.max.ms."""

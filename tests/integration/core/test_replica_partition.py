@@ -20,6 +20,7 @@ from app.common.errors import (
     NotEnoughReplicas,
     NotEnoughReplicasAfterAppend,
     NotLeaderOrFollower,
+    OffsetNotAvailable,
     RequestTimedOut,
     UnknownLeaderEpoch,
 )
@@ -27,6 +28,7 @@ from app.core.log import Log, LogConfig
 from app.core.replication import partition as partition_mod
 from app.core.replication.partition import FOLLOWER, LEADER, OFFLINE, Partition
 from app.core.replication.state import NO_LEADER, PartitionState
+from app.core.topology import list_offset
 
 T = TypeVar("T")
 ME = 1
@@ -684,4 +686,90 @@ def test_isr_write_finishing_after_a_newer_state_does_not_roll_it_back(
         assert (h.part.isr, h.part.zk_version) == ((1, 3), 9)
         h.log.close()
 
+    run(main())
+
+
+# -- ListOffsets on a new leader (Kafka's OFFSET_NOT_AVAILABLE) -------------------------
+
+
+def test_a_new_leader_whose_hw_lags_its_epoch_start_answers_no_end(tmp_path: Path) -> None:
+    """Kafka's rule: a client's ListOffsets latest on a leader whose high watermark (the
+    one it had as a follower) is below the start of its epoch is OFFSET_NOT_AVAILABLE,
+    never that watermark; earliest is answered; once the ISR fetched past the epoch's
+    start the end is exact."""
+
+    async def main() -> None:
+        h = Harness(tmp_path)
+        h.append(10)  # taken as a follower; its leader's last answer said HW 3
+        h.log.high_watermark = 3
+        h.lead(isr=(1, 2, 3), epoch=3)
+        err = h.part.offsets_error()
+        assert isinstance(err, OffsetNotAvailable) and err.retriable
+        assert err.error_code == "OFFSET_NOT_AVAILABLE"
+        assert (err.high_watermark, err.epoch_start_offset, err.leader_epoch) == (3, 10, 3)
+        for committed in (False, True):
+            with pytest.raises(OffsetNotAvailable):
+                list_offset(h.log, "latest", read_committed=committed, unavailable=err)
+        assert list_offset(h.log, "earliest", read_committed=False, unavailable=err) == (0, -1)
+        # One follower's fetch is not enough: the other may hold less.
+        h.part.on_follower_fetch(2, 10)
+        assert isinstance(h.part.offsets_error(), OffsetNotAvailable)
+        h.part.on_follower_fetch(3, 10)
+        assert h.log.high_watermark == 10 and h.part.offsets_error() is None
+        assert list_offset(h.log, "latest", read_committed=False, unavailable=None) == (10, -1)
+        await settle()
+        h.log.close()
+
+    run(main())
+
+
+def test_timestamps_below_a_lagging_hw_are_answered_and_the_rest_refused(
+    tmp_path: Path,
+) -> None:
+    """As Kafka's ReplicaManager: a record found below the high watermark is answered; a
+    lookup that finds none there may be missing one above it: OFFSET_NOT_AVAILABLE."""
+
+    async def main() -> None:
+        h = Harness(tmp_path)
+        h.append(10)  # timestamps 1_700_000_000_000 + i
+        h.log.high_watermark = 4
+        h.lead(isr=(1, 2, 3), epoch=2)
+        err = h.part.offsets_error()
+        assert err is not None
+        base = 1_700_000_000_000
+        assert list_offset(h.log, base + 2, read_committed=False, unavailable=err) == (
+            2,
+            base + 2,
+        )
+        with pytest.raises(OffsetNotAvailable):
+            list_offset(h.log, base + 7, read_committed=False, unavailable=err)
+        # Not lagging: nothing found is (-1, -1), as before.
+        h.part.on_follower_fetch(2, 10)
+        h.part.on_follower_fetch(3, 10)
+        assert h.part.offsets_error() is None
+        assert list_offset(h.log, base + 99, read_committed=False, unavailable=None) == (-1, -1)
+        await settle()
+        h.log.close()
+
+    run(main())
+
+
+def test_leaders_that_know_their_end_and_followers_raise_nothing(tmp_path: Path) -> None:
+    async def main() -> None:
+        h = Harness(tmp_path)
+        h.append(10)
+        h.log.high_watermark = 0
+        h.part.apply(PartitionState(2, 4, (2, 1, 3), 1), 3)
+        assert h.part.role == FOLLOWER and h.part.offsets_error() is None
+        # A lone leader: its high watermark is its log end at once.
+        h.lead(isr=(ME,), epoch=5, version=4)
+        assert h.log.high_watermark == 10 and h.part.offsets_error() is None
+        h.log.close()
+
+    h2 = Harness(tmp_path / "caught-up")
+    h2.append(6)
+    h2.log.high_watermark = 6  # its last answer as a follower carried the whole log
+    h2.lead(isr=(1, 2, 3), epoch=3)
+    assert h2.part.offsets_error() is None
+    h2.log.close()
     run(main())

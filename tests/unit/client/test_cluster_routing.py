@@ -17,11 +17,22 @@ import httpx
 import orjson
 import pytest
 
-from app.client import Admin, AsyncAdmin, AsyncProducer, Producer, TopicPartition, _cluster
+from app.client import (
+    Admin,
+    AsyncAdmin,
+    AsyncConsumer,
+    AsyncProducer,
+    Producer,
+    TopicPartition,
+    _cluster,
+)
 from app.client._cluster import Cluster, bootstrap_urls
 from app.client._http import Call
+from app.client.errors import error_from_body, is_retriable
+from app.client.types import OffsetAndTimestamp
 from app.common.batch import iter_headers
-from app.common.errors import ConcurrentTransactions, NotLeaderOrFollower
+from app.common.errors import ConcurrentTransactions, NotLeaderOrFollower, OffsetNotAvailable
+from app.spark.lookup import may_pass
 
 
 def sync(fn: Callable[[], Coroutine[Any, Any, None]]) -> Callable[[], None]:
@@ -396,3 +407,113 @@ def test_transactional_calls_back_off_exponentially_up_to_a_cap(
     assert pauses[:7] == pytest.approx([0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.0])
     assert max(pauses) == _cluster.TXN_BACKOFF_MAX_S
     assert sum(pauses) == pytest.approx(5.0) and len(pauses) < 15  # was 250 at a fixed 20 ms
+
+
+# ---- a leader catching up after its election (OFFSET_NOT_AVAILABLE) -------------------
+
+
+def _offset_not_available() -> OffsetNotAvailable:
+    return OffsetNotAvailable("t", 0, 0, 50, 3)
+
+
+def test_a_catching_up_leader_is_asked_again_with_a_growing_backoff(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """OFFSET_NOT_AVAILABLE (a new leader's high watermark lags the start of its epoch)
+    is asked again at the same broker, without a metadata refresh and without using up
+    the routed attempts (the leader did not move), the pauses doubling to the cap."""
+    clock = [100.0]
+    monkeypatch.setattr(_cluster.time, "monotonic", lambda: clock[0])
+    cluster = Cluster(A)
+    call: Call[Any] = Call("GET", "/topics/t/partitions/0/offsets", lambda body: body)
+    route = _cluster.leader_route(cluster, TopicPartition("t", 0), call, 0.1)
+    op = next(route)
+    pauses = []
+    for _ in range(_cluster.ROUTED_ATTEMPTS + 4):
+        assert isinstance(op, _cluster._Send) and op.url == A
+        op = route.throw(_offset_not_available())
+        assert isinstance(op, _cluster._Sleep), "no metadata refresh: the leader is here"
+        pauses.append(op.seconds)
+        clock[0] += op.seconds
+        op = route.send(None)
+    assert isinstance(op, _cluster._Send) and op.url == A
+    with pytest.raises(StopIteration) as done:
+        route.send({"offset": 50, "timestamp": -1})
+    assert done.value.value == {"offset": 50, "timestamp": -1}
+    assert pauses[:5] == pytest.approx([0.1, 0.2, 0.4, 0.8, 1.0])
+    assert max(pauses) == _cluster.TXN_BACKOFF_MAX_S
+
+
+def test_a_leader_catching_up_for_too_long_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [100.0]
+    monkeypatch.setattr(_cluster.time, "monotonic", lambda: clock[0])
+    call: Call[Any] = Call("GET", "/topics/t/partitions/0/offsets", lambda body: body)
+    route = _cluster.leader_route(Cluster(A), TopicPartition("t", 0), call, 0.1, catch_up_s=3.0)
+    op = next(route)
+    waited = 0.0
+    with pytest.raises(OffsetNotAvailable) as raised:
+        while True:
+            op = route.throw(_offset_not_available())
+            assert isinstance(op, _cluster._Sleep)
+            waited += op.seconds
+            clock[0] += op.seconds
+            op = route.send(None)
+    assert raised.value.retriable and 2.0 < waited <= 3.0
+
+
+class CatchingUpCluster(FakeCluster):
+    """Leaders answer ListOffsets and group resets OFFSET_NOT_AVAILABLE ``lagging`` times."""
+
+    def __init__(self, lagging: int) -> None:
+        super().__init__()
+        self.lagging = lagging
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        lookup = path.endswith("/offsets") and "/partitions/" in path
+        reset = path.endswith("/offsets/reset")
+        if (lookup or reset) and self.lagging > 0:
+            self.requests.append((self.url_of(request), request.method, path))
+            self.lagging -= 1
+            exc = _offset_not_available()
+            body = {"error_code": exc.error_code, "message": exc.message, "retriable": True}
+            return httpx.Response(503, json={**body, **exc.fields()})
+        if reset:
+            return httpx.Response(
+                200, json={"offsets": [{"topic": "t", "partition": 0, "offset": 5}]}
+            )
+        return super().handle(request)
+
+
+def test_admin_offset_lookups_wait_for_a_leader_catching_up() -> None:
+    fake = CatchingUpCluster(lagging=2)
+    fake.leaders[0] = 0
+    admin = Admin(A)
+    admin._client._transport = fake.transport()
+    with admin:
+        found = admin.list_offsets([TopicPartition("t", 0)], "latest")
+    assert found[TopicPartition("t", 0)] == OffsetAndTimestamp(0, -1)
+    asked = [url for url, _, path in fake.requests if path.endswith("/offsets")]
+    assert asked == [A, A, A]
+
+
+@sync
+async def test_consumer_end_offsets_and_group_resets_wait_for_a_leader_catching_up() -> None:
+    fake = CatchingUpCluster(lagging=2)
+    async with AsyncConsumer(A, transport=fake.transport()) as consumer:
+        ends = await consumer.end_offsets([TopicPartition("t", 0)])
+    assert ends == {TopicPartition("t", 0): 0} and fake.lagging == 0
+    fake.lagging = 1
+    async with AsyncAdmin(A, transport=fake.transport()) as admin:
+        reset = await admin.reset_group_offsets("g", "t", "latest")
+    assert reset == {TopicPartition("t", 0): 5} and fake.lagging == 0
+
+
+def test_offset_not_available_answers_are_raised_as_their_retriable_class() -> None:
+    """The SDK, the CLI and Spark's planning lookups decide on retrying by the class
+    (``is_retriable``; Spark's ``may_pass``)."""
+    exc = _offset_not_available()
+    body = orjson.dumps({"error_code": exc.error_code, "message": exc.message, "retriable": True})
+    raised = error_from_body(503, body)
+    assert isinstance(raised, OffsetNotAvailable) and is_retriable(raised)
+    assert may_pass(raised)

@@ -134,6 +134,9 @@ class FakeCluster:
     def is_leader(self, topic: str, partition: int) -> bool:
         return self.leaders.get((topic, partition)) == self.broker_id
 
+    def offsets_error(self, topic: str, partition: int) -> None:
+        return None  # the fake's leaders know their ends
+
     def leader_partition(self, topic: str, partition: int) -> FakeReplica:
         replica = self.replicas.get((topic, partition))
         if replica is not None and self.is_leader(topic, partition):

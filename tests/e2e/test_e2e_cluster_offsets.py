@@ -1,0 +1,142 @@
+"""ListOffsets on a newly elected leader, in a 3-broker cluster (Kafka's OFFSET_NOT_AVAILABLE).
+
+A new leader's high watermark is the one it had as a follower: its old leader's last
+answer said where the watermark was, which can trail the records the follower holds
+by any amount. Until its followers fetch from it past the start of its epoch, Kafka
+answers a client's ListOffsets ``latest`` with OFFSET_NOT_AVAILABLE (retriable);
+Logbus answered the stale watermark (seen: 0 for a partition holding 50 records).
+
+The window is made to last with a test-only fault (``LOGBUS_TEST_HOLD_FETCHES``,
+app/core/replication/faults.py: a broker's follower fetchers send nothing while a
+file named after it exists):
+
+1. the third replica is held, so the leader's high watermark stays where that
+   replica was; 50 records are written with acks=1 and the second replica (the
+   next leader: the controller elects the first live ISR member in replica order)
+   fetches them all, its watermark stuck below 50 with the leader's;
+2. the leader is killed; the second replica leads with a log end of 50 (its epoch
+   starts there) and a watermark below it: ``latest`` is a 503 OFFSET_NOT_AVAILABLE,
+   never the stale watermark, while ``earliest`` answers; an SDK lookup started now
+   keeps asking;
+3. the third replica is released: it fetches from the new leader, the watermark
+   reaches 50, ``latest`` answers 50 and the SDK lookup returns 50.
+
+The ISR lag limit is raised for this cluster so the held replica stays in the ISR
+(dropped, it would leave the old leader alone and its watermark at its log end).
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import pytest
+from test_e2e_cluster import create_topic, produce
+
+from app.client import Admin, OffsetAndTimestamp, TopicPartition
+
+if TYPE_CHECKING:
+    from conftest import ClusterFactory
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+
+TOPIC = "lagging"
+RECORDS = 50
+
+
+def replica_view(cluster: Any, broker: int) -> dict[str, Any]:
+    """Broker ``broker``'s own replica of ``TOPIC``-0 (its log end and watermark)."""
+    answer = httpx.get(f"{cluster.url(broker)}/topics/{TOPIC}", timeout=5)
+    answer.raise_for_status()
+    part: dict[str, Any] = answer.json()["partitions"][0]
+    return part
+
+
+def latest(cluster: Any, broker: int) -> httpx.Response:
+    return httpx.get(
+        f"{cluster.url(broker)}/topics/{TOPIC}/partitions/0/offsets",
+        params={"at": "latest"},
+        timeout=5,
+    )
+
+
+def test_a_new_leader_answers_offset_not_available_until_its_watermark_catches_up(
+    cluster_factory: ClusterFactory, tmp_path: Path
+) -> None:
+    holds = tmp_path / "holds"
+    holds.mkdir()
+    cluster = cluster_factory(
+        env={
+            "LOGBUS_TEST_HOLD_FETCHES": str(holds),
+            "LOGBUS_REPLICA_LAG_TIME_MAX_MS": "120000",
+        }
+    )
+    described = create_topic(cluster, TOPIC, partitions=1, rf=3)
+    old, successor, held = described["partitions"][0]["replicas"]
+    assert described["partitions"][0]["leader"] == old
+    (holds / str(held)).touch()
+
+    answer = produce(cluster, old, TOPIC, 0, [f"v{i}" for i in range(RECORDS)], acks="1")
+    assert answer.status_code == 200, answer.text
+    cluster.wait_until(
+        lambda: replica_view(cluster, successor)["log_end_offset"] == RECORDS or None,
+        message=f"broker {successor} holds the {RECORDS} records",
+    )
+    assert replica_view(cluster, successor)["high_watermark"] < RECORDS
+
+    cluster.kill(old)
+    cluster.wait_until(
+        lambda: cluster.leader(TOPIC) == successor or None,
+        message=f"broker {successor} leads",
+        timeout=60,
+    )
+
+    def refused_by_the_new_leader() -> httpx.Response | None:
+        # The metadata may name it before it took over (a 421 then): wait for its answer,
+        # which must never be an offset (the old behaviour: the stale watermark).
+        r = latest(cluster, successor)
+        assert r.status_code != 200, f"a new leader answered latest {r.json()}"
+        return r if r.status_code == 503 else None
+
+    refused = cluster.wait_until(refused_by_the_new_leader, message="the new leader answers")
+    body = refused.json()
+    assert body["error_code"] == "OFFSET_NOT_AVAILABLE" and body["retriable"] is True
+    assert body["epoch_start_offset"] == RECORDS and body["high_watermark"] < RECORDS
+    assert body["topic"] == TOPIC and body["partition"] == 0
+    earliest = httpx.get(
+        f"{cluster.url(successor)}/topics/{TOPIC}/partitions/0/offsets",
+        params={"at": "earliest"},
+        timeout=5,
+    )
+    assert earliest.status_code == 200 and earliest.json()["offset"] == 0
+
+    # An SDK lookup now waits through the window rather than answering a stale end.
+    tp = TopicPartition(TOPIC, 0)
+    found: dict[str, Any] = {}
+
+    def look_up() -> None:
+        try:
+            with Admin(cluster.url(successor)) as admin:
+                found["answer"] = admin.list_offsets([tp], "latest")[tp]
+        except BaseException as exc:  # reported below
+            found["error"] = exc
+
+    lookup = threading.Thread(target=look_up, daemon=True)
+    lookup.start()
+    # Still refused a moment later (the SDK is asking meanwhile), and never answered stale.
+    again = latest(cluster, successor)
+    assert again.status_code == 503 and again.json()["error_code"] == "OFFSET_NOT_AVAILABLE"
+    assert "answer" not in found and "error" not in found
+
+    (holds / str(held)).unlink()
+    settled = cluster.wait_until(
+        lambda: (r := latest(cluster, successor)).status_code == 200 and r,
+        message="the new leader's watermark catches up",
+    )
+    assert settled.json()["offset"] == RECORDS
+    lookup.join(timeout=30)
+    assert not lookup.is_alive(), "the SDK lookup returned"
+    assert "error" not in found, found.get("error")
+    assert found["answer"] == OffsetAndTimestamp(RECORDS, -1)
