@@ -613,13 +613,8 @@ def test_driver_lookups_ride_out_a_dead_leader_in_a_cluster(cluster: Any) -> Non
     assert lookup.bounds().latest == want
     cluster.kill(victim)
     bounds = lookup.bounds()
-    assert bounds.missing == []
-    # A new leader's high watermark catches up with its log one follower fetch after the
-    # election; until then it answers the watermark it had as a follower (seen: 0). Kafka
-    # answers OFFSET_NOT_AVAILABLE (retriable) in that window; Logbus does not yet, so the
-    # lookup is asked again until it settles (every answer at most the true end).
-    assert all(bounds.latest[tp] <= n for tp, n in want.items())
-    cluster.wait_until(
-        lambda: lookup.bounds().latest == want or None, message="the new leader's end settles"
-    )
+    # Exact at once: a new leader whose high watermark still lags the start of its epoch
+    # (the one it had as a follower, seen: 0) answers OFFSET_NOT_AVAILABLE, which the
+    # lookup retries, never that watermark.
+    assert bounds.latest == want and bounds.missing == []
     assert cluster.leader("moving", 0) != victim

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from app.common.errors import (
     NotEnoughReplicas,
     NotLeaderOrFollower,
+    OffsetNotAvailable,
     RequestTimedOut,
     TopicAlreadyExists,
     UnknownTopicOrPartition,
@@ -102,6 +103,9 @@ class FakeCluster:
         self.listeners: list[Callable[[str, int, bool], None]] = []
         self.topic_listeners: list[Callable[[str], None]] = []
         self.created: list[tuple[str, int, int | None, dict[str, object]]] = []
+        # Partitions led here since an election too recent for their high watermark to
+        # be their end (ReplicaManager.offsets_error answers OFFSET_NOT_AVAILABLE).
+        self.catching_up: set[tuple[str, int]] = set()
 
     # -- what the coordinator uses -------------------------------------------------------
 
@@ -134,8 +138,10 @@ class FakeCluster:
     def is_leader(self, topic: str, partition: int) -> bool:
         return self.leaders.get((topic, partition)) == self.broker_id
 
-    def offsets_error(self, topic: str, partition: int) -> None:
-        return None  # the fake's leaders know their ends
+    def offsets_error(self, topic: str, partition: int) -> OffsetNotAvailable | None:
+        if (topic, partition) in self.catching_up:
+            return OffsetNotAvailable(topic, partition, 0, 5, 2)
+        return None
 
     def leader_partition(self, topic: str, partition: int) -> FakeReplica:
         replica = self.replicas.get((topic, partition))

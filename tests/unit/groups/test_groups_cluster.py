@@ -22,6 +22,7 @@ from app.common.errors import (
     GroupIdNotFound,
     InvalidRequest,
     NotCoordinator,
+    OffsetNotAvailable,
 )
 from app.core.log import LogManager
 from app.groups.coordinator import (
@@ -382,6 +383,45 @@ def test_offset_descriptions_of_partitions_held_elsewhere(
             await c.delete_group(MINE)
             with pytest.raises(GroupIdNotFound):
                 c.describe_group(MINE)
+        finally:
+            await c.stop()
+
+    run(body)
+
+
+def test_a_partition_led_here_since_a_recent_election_has_no_end_yet(
+    manager: LogManager, clock: FakeClock
+) -> None:
+    """Its high watermark may trail its records (OFFSET_NOT_AVAILABLE to ListOffsets): a
+    reset bounded by the end refuses, retriably and before writing anything; earliest
+    is answered; the lag is not known (null) rather than counted to the stale mark."""
+    cluster = FakeCluster(manager)
+    cluster.add_topic("t", 2, hosted=[0, 1])
+    cluster.add_topic(OFFSETS_TOPIC, N)
+
+    async def body() -> None:
+        c = coordinator(manager, cluster, clock)
+        await c.start()
+        await settle(c)
+        try:
+            await c.commit_offsets(MINE, "", -1, [OffsetCommit("t", 0, 0), OffsetCommit("t", 1, 0)])
+            cluster.catching_up.add(("t", 1))
+            offsets = c.describe_group(MINE)["offsets"]
+            assert [(o["partition"], o["high_watermark"], o["lag"]) for o in offsets] == [
+                (0, 0, 0),
+                (1, None, None),
+            ]
+            for to, value in (("latest", None), ("offset", 3), ("timestamp", 0)):
+                with pytest.raises(OffsetNotAvailable) as refused:
+                    await c.reset_offsets(MINE, "t", to, value=value)
+                assert refused.value.retriable
+            got = c.fetch_offsets(MINE, ["t"])
+            assert [(o.partition, o.offset) for o in got] == [(0, 0), (1, 0)]
+            done = await c.reset_offsets(MINE, "t", "earliest")
+            assert [(o.partition, o.offset) for o in done] == [(0, 0), (1, 0)]
+            cluster.catching_up.clear()
+            done = await c.reset_offsets(MINE, "t", "latest")
+            assert [(o.partition, o.offset) for o in done] == [(0, 0), (1, 0)]
         finally:
             await c.stop()
 
