@@ -13,6 +13,8 @@ module per concept, as :mod:`app.groups`:
 * :mod:`app.txn.markers`: COMMIT/ABORT markers to every partition of a transaction;
 * :mod:`app.txn.coordinator`: the operations (InitProducerId, AddPartitionsToTxn,
   AddOffsetsToTxn, EndTxn, the produce check, describe/list) and the timeout timer.
+* :mod:`app.txn.permits`: the append permits a produce path holds from its check to its
+  append, which a decision waits for.
 
 The partitions' side (transactional batches, markers, the LSO, ``.txnindex``) is in
 :mod:`app.core.log`; offsets committed in a transaction in :mod:`app.groups.txn_offsets`.

@@ -24,10 +24,13 @@ and replicated before it is answered):
 * :meth:`check_produce`: a transactional batch is accepted by a partition only from the
   current epoch of a producer whose Ongoing transaction added that partition (Kafka's
   KIP-890 verification): else INVALID_TXN_STATE, PRODUCER_FENCED or
-  INVALID_PRODUCER_EPOCH. The request that passed it is remembered until it finishes,
-  and EndTxn (or an abort) waits for it before deciding: an append on a worker thread
-  never lands after the transaction's marker, where it would open a transaction nobody
-  ends (Kafka's "hanging transaction").
+  INVALID_PRODUCER_EPOCH. The produce path holds an append permit
+  (:meth:`append_permit`, :mod:`app.txn.permits`) from the check until its append
+  returned; EndTxn (or an abort) closes the producer id to new permits and waits for
+  those out before writing its decision, so an append (maybe on a worker thread) never
+  lands after the transaction's marker, where it would open a transaction nobody ends
+  (Kafka's "hanging transaction"). A batch checked while the decision is being written
+  is refused (CONCURRENT_TRANSACTIONS, retriable; then INVALID_TXN_STATE).
 * Timer: every ``abort_check_interval_ms`` an Ongoing transaction older than its
   ``transaction.timeout.ms`` is aborted with a bumped epoch (its producer is fenced),
   and prepared transactions whose markers are missing are completed.
@@ -81,6 +84,7 @@ from app.txn.model import (
     TxnMetadata,
     TxnState,
 )
+from app.txn.permits import AppendPermit, AppendPermits
 from app.txn.placement import TxnPlacement
 from app.txn.runtime import TxnStateManager
 
@@ -148,10 +152,10 @@ class TransactionCoordinator:
             self.markers.on_offsets_marker = groups.txn_completed
         self.clock_ms = clock_ms
         self._busy: set[str] = set()
-        # Requests appending a producer's transactional batches, checked and not yet
-        # finished (their append may run on a worker thread): the transaction is not
-        # decided until they are done, so no batch lands after its marker.
-        self._producing: dict[int, set[asyncio.Task[Any]]] = {}
+        # A permit per checked transactional append in flight (its append may run after
+        # awaits, or on a worker thread): a transaction is decided only once its
+        # producer's permits are back, so no batch lands after its marker (permits.py).
+        self.permits = AppendPermits()
         self._timer: asyncio.Task[None] | None = None
         self._completions: set[asyncio.Task[None]] = set()
         self.state.on_loaded = self._on_loaded
@@ -282,18 +286,18 @@ class TransactionCoordinator:
     async def _abort(self, meta: TxnMetadata, *, fence: bool) -> bool:
         """Abort the Ongoing transaction of ``meta``; with ``fence`` under a bumped epoch
         (Kafka's PrepareEpochFence), so that its producer is fenced everywhere."""
-        await self._appends_done(meta.producer_id)
         epoch = meta.producer_epoch
         last = meta.last_producer_epoch
         if fence and epoch < MAX_EPOCH:
             last, epoch = epoch, epoch + 1
-        prepared = await self._save(
-            meta,
-            S.PREPARE_ABORT,
-            producer_epoch=epoch,
-            last_producer_epoch=last,
-            pending_markers=set(meta.partitions),
-        )
+        async with self._deciding(meta.producer_id):
+            prepared = await self._save(
+                meta,
+                S.PREPARE_ABORT,
+                producer_epoch=epoch,
+                last_producer_epoch=last,
+                pending_markers=set(meta.partitions),
+            )
         return await self._complete(prepared)
 
     # -- InitProducerId --------------------------------------------------------------------
@@ -467,8 +471,8 @@ class TransactionCoordinator:
                     transactional_id=tid,
                     state=meta.state.kafka_name,
                 )
-            await self._appends_done(producer_id)
-            prepared = await self._save(meta, deciding, pending_markers=set(meta.partitions))
+            async with self._deciding(producer_id):
+                prepared = await self._save(meta, deciding, pending_markers=set(meta.partitions))
             await self._complete(prepared)
             return self._current(tid).state.kafka_name
 
@@ -502,39 +506,21 @@ class TransactionCoordinator:
                 topic=topic,
                 partition=partition,
             )
-        self._track(producer_id)
 
-    def _track(self, producer_id: int) -> None:
-        """Remember the request task appending for ``producer_id`` until it finishes."""
-        try:
-            task = asyncio.current_task()
-        except RuntimeError:  # no loop: a caller appending synchronously (tests)
-            return
-        if task is None:
-            return
-        tasks = self._producing.setdefault(producer_id, set())
-        if task in tasks:
-            return
-        tasks.add(task)
+    def append_permit(self, producer_id: int) -> AppendPermit:
+        """A permit for appending ``producer_id``'s transactional batches, to hold from
+        :meth:`check_produce` until the append returned (``with``; see
+        :mod:`app.txn.permits`). ConcurrentTransactions (retriable) while its transaction
+        is being decided. On the loop; the permit may be released on any thread."""
+        meta = self.state.for_producer(producer_id)
+        return self.permits.acquire(producer_id, None if meta is None else meta.transactional_id)
 
-        def done(t: asyncio.Task[Any], pid: int = producer_id) -> None:
-            left = self._producing.get(pid)
-            if left is not None:
-                left.discard(t)
-                if not left:
-                    del self._producing[pid]
-
-        task.add_done_callback(done)
-
-    async def _appends_done(self, producer_id: int) -> None:
-        """Until the producer's checked appends have finished (bounded by the write
-        timeout): a transaction is decided only after its batches are in the logs."""
-        tasks = set(self._producing.get(producer_id, ()))
-        current = asyncio.current_task()
-        if current is not None:
-            tasks.discard(current)
-        if tasks:
-            await asyncio.wait(tasks, timeout=self.config.write_timeout_ms / 1000)
+    def _deciding(self, producer_id: int) -> contextlib.AbstractAsyncContextManager[None]:
+        """Around the write of a decision (PrepareCommit/PrepareAbort): no new append
+        permit for the producer, and its permits out released first, waited for up to
+        the write timeout (then the decision goes on: an append stuck that long is not
+        let to hold the transaction open)."""
+        return self.permits.deciding(producer_id, self.config.write_timeout_ms / 1000)
 
     # -- timer -----------------------------------------------------------------------------
 

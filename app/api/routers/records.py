@@ -15,6 +15,7 @@ next one, each answered with its own offsets.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -506,24 +507,35 @@ async def produce_to_partition(
 
 def check_transactional_batches(
     request: Request, topic: str, partition: int, body: bytes | bytearray
-) -> None:
+) -> contextlib.ExitStack:
     """Every transactional batch (attribute bit 4) of ``body`` must come from the current
     epoch of a producer whose ongoing transaction added ``topic-partition``
     (``app/txn/coordinator.py: check_produce``): else INVALID_TXN_STATE, PRODUCER_FENCED or
     INVALID_PRODUCER_EPOCH, before anything is written. A walk over the batch headers
     only; a malformed body is left to ``Log.append``'s full validation.
+
+    Returns the producers' append permits (``app/txn/permits.py``), to hold until the
+    append returned (``with``): EndTxn waits for them before deciding.
     """
-    pos, end = 0, len(body)
-    while end - pos >= HEADER_SIZE:
-        header = read_header(body, pos)
-        if header.attributes & TRANSACTIONAL_MASK:
-            coordinator = getattr(request.app.state, "txn_coordinator", None)
-            if coordinator is None:
-                raise BrokerNotAvailable("the transaction coordinator is not serving")
-            coordinator.check_produce(topic, partition, header.producer_id, header.producer_epoch)
-        if header.size < HEADER_SIZE:
-            return
-        pos += header.size
+    permits = contextlib.ExitStack()
+    try:
+        pos, end = 0, len(body)
+        while end - pos >= HEADER_SIZE:
+            header = read_header(body, pos)
+            if header.attributes & TRANSACTIONAL_MASK:
+                coordinator = getattr(request.app.state, "txn_coordinator", None)
+                if coordinator is None:
+                    raise BrokerNotAvailable("the transaction coordinator is not serving")
+                pid, epoch = header.producer_id, header.producer_epoch
+                permits.enter_context(coordinator.append_permit(pid))
+                coordinator.check_produce(topic, partition, pid, epoch)
+            if header.size < HEADER_SIZE:
+                break
+            pos += header.size
+    except BaseException:
+        permits.close()
+        raise
+    return permits
 
 
 @router.post(
@@ -546,25 +558,26 @@ async def produce_batches(
     required_acks = parse_acks(acks)
     deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
     body = await read_body_mutable(request, state.settings.max_request_bytes)
-    # Transactional batches: only from a producer whose transaction added the partition.
-    check_transactional_batches(request, topic, partition, body)
-    plan = plan_topic(state, manager, topic)
-    if not plan.exists:
-        # Check before creating, so a bad request leaves no topic behind; an
-        # existing topic's log checks the batches itself as it appends.
-        if not 0 <= partition < plan.partitions:
-            raise UnknownTopicOrPartition(topic, partition)
-        validate_batches(body, plan.max_message_bytes)
-        await create_planned(state, manager, topic)
-    target = leader_target(state, topic, partition)
-    check_replicas(target, required_acks)
-    # Log.append validates every batch (CRC, sizes, magic) before writing any.
-    # A small body is appended on the event loop, as WebSocket produce does: under
-    # load the worker-thread hop waits for the GIL behind the loop (up to the 5 ms
-    # switch interval), and an SDK producer at a steady rate sends small bodies.
-    (info,) = await _append(
-        state.topology, [(target, body)], required_acks, state.settings.inline_append_max_bytes
-    )
+    # Transactional batches: only from a producer whose transaction added the partition,
+    # under its append permits until the append returned.
+    with check_transactional_batches(request, topic, partition, body):
+        plan = plan_topic(state, manager, topic)
+        if not plan.exists:
+            # Check before creating, so a bad request leaves no topic behind; an
+            # existing topic's log checks the batches itself as it appends.
+            if not 0 <= partition < plan.partitions:
+                raise UnknownTopicOrPartition(topic, partition)
+            validate_batches(body, plan.max_message_bytes)
+            await create_planned(state, manager, topic)
+        target = leader_target(state, topic, partition)
+        check_replicas(target, required_acks)
+        # Log.append validates every batch (CRC, sizes, magic) before writing any.
+        # A small body is appended on the event loop, as WebSocket produce does: under
+        # load the worker-thread hop waits for the GIL behind the loop (up to the 5 ms
+        # switch interval), and an SDK producer at a steady rate sends small bodies.
+        (info,) = await _append(
+            state.topology, [(target, body)], required_acks, state.settings.inline_append_max_bytes
+        )
     await await_replicas([(target, info)], required_acks, deadline)
     if required_acks == 0:
         return Response(status_code=204)

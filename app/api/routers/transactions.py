@@ -26,6 +26,7 @@ NOT_COORDINATOR naming it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -487,20 +488,22 @@ async def produce_in_transaction(
     # From here to the append nothing awaits: the sequences read are the ones the
     # partitions expect (a binary produce of the same producer on a worker thread could
     # still race; the partition then refuses one of them, OUT_OF_ORDER_SEQUENCE_NUMBER).
-    work = []
-    for p in sorted(built):
-        tc.check_produce(topic, p, producer_id, producer_epoch)
-        replica = topology.leader_partition(topic, p)
-        entry = replica.log.producer_state.producers.get(producer_id)
-        sequence = (
-            (entry.last_seq + 1) & _INT32_MAX
-            if entry is not None and entry.epoch == producer_epoch and entry.last_seq >= 0
-            else 0
-        )
-        buf = bytearray(built[p])
-        stamp_producer(buf, 0, producer_id, producer_epoch, sequence, transactional=True)
-        work.append((replica, replica.leader_epoch, buf))
-    infos = topology.append_to_leaders(work, acks_all=True)
+    # Under an append permit from the checks to the append (EndTxn waits for it).
+    with tc.append_permit(producer_id):
+        work = []
+        for p in sorted(built):
+            tc.check_produce(topic, p, producer_id, producer_epoch)
+            replica = topology.leader_partition(topic, p)
+            entry = replica.log.producer_state.producers.get(producer_id)
+            sequence = (
+                (entry.last_seq + 1) & _INT32_MAX
+                if entry is not None and entry.epoch == producer_epoch and entry.last_seq >= 0
+                else 0
+            )
+            buf = bytearray(built[p])
+            stamp_producer(buf, 0, producer_id, producer_epoch, sequence, transactional=True)
+            work.append((replica, replica.leader_epoch, buf))
+        infos = topology.append_to_leaders(work, acks_all=True)
     await asyncio.gather(
         *(
             replica.wait_replicated(info.last_offset, 30_000, epoch)
@@ -557,12 +560,19 @@ async def txn_offset_commit(
     """
     req, tc = await _txn_request(request, TxnOffsetCommitRequest)
     groups = get_coordinator(request)
+    permit: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
     try:
         partition = await tc.add_offsets(
             transactional_id, req.producer_id, req.producer_epoch, req.group_id
         )
         # The producer's epoch again: a fence may have happened while the group was added.
-        tc.check_produce(OFFSETS_TOPIC, partition, req.producer_id, req.producer_epoch)
+        # The permit is held until the offsets are written (EndTxn waits for it).
+        permit = tc.append_permit(req.producer_id)
+        try:
+            tc.check_produce(OFFSETS_TOPIC, partition, req.producer_id, req.producer_epoch)
+        except BaseException:
+            permit.release()
+            raise
     except TxnNotCoordinator:
         if getattr(state.topology, "standalone", False):
             raise
@@ -570,17 +580,18 @@ async def txn_offset_commit(
         # TxnOffsetCommit, sent to the group coordinator after AddOffsetsToTxn
         # (POST /transactions/{id}/groups) at the transaction coordinator.
         partition = await groups.offsets_partition(req.group_id)
-    await groups.txn_commit_offsets(
-        req.group_id,
-        req.producer_id,
-        req.producer_epoch,
-        [
-            OffsetCommit(o.topic, o.partition, o.offset, o.leader_epoch, o.metadata)
-            for o in req.offsets
-        ],
-        req.member_id,
-        req.member_epoch,
-    )
+    with permit:
+        await groups.txn_commit_offsets(
+            req.group_id,
+            req.producer_id,
+            req.producer_epoch,
+            [
+                OffsetCommit(o.topic, o.partition, o.offset, o.leader_epoch, o.metadata)
+                for o in req.offsets
+            ],
+            req.member_id,
+            req.member_epoch,
+        )
     return JSONBytes(
         {
             "group_id": req.group_id,

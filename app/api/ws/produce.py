@@ -18,7 +18,6 @@ client that sends faster than the log appends is slowed by TCP, not buffered.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
@@ -108,13 +107,11 @@ async def _serve_requests(ws: WebSocket, state: AppState, idle: common.IdleTimer
                     INLINE_APPEND_BYTES,
                 )
             else:
-                # A task per request, as an HTTP request has: the coordinator makes EndTxn
-                # wait for the tasks that appended for the producer (TransactionCoordinator.
-                # check_produce), and this socket's own task lasts as long as the socket.
-                offsets = await asyncio.create_task(
-                    produce_in_transaction(
-                        state, get_txn_coordinator(ws), *txn, msg.topic, req, msg.partition
-                    )
+                # EndTxn waits for the append permit this takes around its checked append
+                # (app/txn/permits.py), not for this socket's task, which lasts as long
+                # as the socket.
+                offsets = await produce_in_transaction(
+                    state, get_txn_coordinator(ws), *txn, msg.topic, req, msg.partition
                 )
             await send_text(
                 ws, orjson.dumps({"type": "ack", "id": rid, "offsets": offsets}).decode()

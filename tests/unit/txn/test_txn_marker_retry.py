@@ -5,6 +5,8 @@ writes them later; the group's offsets committed in the transaction count only t
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,7 +14,7 @@ from typing import Any
 import pytest
 
 from app.common.batch import BatchBuilder
-from app.common.errors import ConcurrentTransactions, NotLeaderOrFollower
+from app.common.errors import ConcurrentTransactions, InvalidTxnState, NotLeaderOrFollower
 from app.core.local_topology import LocalTopology
 from app.core.log import LogManager
 from app.groups.coordinator import GroupConfig, GroupCoordinator, OffsetCommit
@@ -95,9 +97,10 @@ def test_the_decision_waits_for_appends_checked_before_it(manager: LogManager) -
                 producer_id=pid, producer_epoch=epoch, base_sequence=0, transactional=True
             )
             b.append(b"late")
-            tc.check_produce("d", 0, pid, epoch)
-            await asyncio.sleep(0.2)  # the worker-thread hop of a large append
-            log.append(b.build())
+            with tc.append_permit(pid):  # as the produce paths hold it, check to append
+                tc.check_produce("d", 0, pid, epoch)
+                await asyncio.sleep(0.2)  # the worker-thread hop of a large append
+                log.append(b.build())
 
         producing = asyncio.create_task(slow_produce())
         await asyncio.sleep(0)  # the request has passed its check
@@ -105,6 +108,141 @@ def test_the_decision_waits_for_appends_checked_before_it(manager: LogManager) -
         assert producing.done()
         assert log.producer_state.ongoing_transactions() == {}
         assert log.last_stable_offset == log.log_end_offset == 2  # the batch, then the marker
+        await tc.stop()
+
+    asyncio.run(scenario())
+
+
+def _batch(pid: int, epoch: int, seq: int, value: bytes) -> bytes:
+    b = BatchBuilder(producer_id=pid, producer_epoch=epoch, base_sequence=seq, transactional=True)
+    b.append(value)
+    return b.build()
+
+
+async def _started(manager: LogManager, **config: int) -> tuple[TransactionCoordinator, int, int]:
+    tc = TransactionCoordinator(
+        LocalTopology(manager, 0, "http://b0"), manager.producer_ids, TxnConfig(**config)
+    )  # type: ignore[arg-type]
+    await tc.start()
+    pid, epoch = await tc.init_producer_id("t", 60_000)
+    await tc.add_partitions("t", pid, epoch, [("d", 0)])
+    return tc, pid, epoch
+
+
+async def _turns(n: int = 20) -> None:
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+def test_the_decision_waits_for_an_append_that_outlives_its_request_task(
+    manager: LogManager,
+) -> None:
+    """The request task checked, handed its append (and permit) to a worker thread and
+    ended: the decision still waits for the append. (Tracking request tasks, as before,
+    let EndTxn go on once the task ended: the marker first, then the batch, a
+    transaction nobody ends.)"""
+
+    async def scenario() -> None:
+        tc, pid, epoch = await _started(manager)
+        log = manager.get_log("d", 0)
+        go = threading.Event()
+        appended: list[Any] = []
+
+        def append_later(permit: Any) -> None:
+            with permit:
+                go.wait(10)
+                appended.append(log.append(_batch(pid, epoch, 0, b"late")))
+
+        async def request() -> threading.Thread:
+            permit = tc.append_permit(pid)
+            tc.check_produce("d", 0, pid, epoch)
+            worker = threading.Thread(target=append_later, args=(permit,))
+            worker.start()
+            return worker
+
+        worker = await asyncio.create_task(request())  # the task is done now
+        ending = asyncio.create_task(tc.end_txn("t", pid, epoch, True))
+        await _turns()
+        assert not ending.done() and tc.describe("t")["transaction_state"] == "Ongoing"
+        go.set()
+        assert await ending == "CompleteCommit"
+        worker.join(10)
+        assert appended and log.producer_state.ongoing_transactions() == {}
+        assert log.last_stable_offset == log.log_end_offset == 2  # the batch, then the marker
+        await tc.stop()
+
+    asyncio.run(scenario())
+
+
+def test_the_decision_waits_for_every_overlapping_append_of_the_producer(
+    manager: LogManager,
+) -> None:
+    """Two requests of one producer append at once (and one task holds permits for two
+    producers' batches): the decision waits until the last permit of its producer is back."""
+
+    async def scenario() -> None:
+        tc, pid, epoch = await _started(manager)
+        first, second = tc.append_permit(pid), tc.append_permit(pid)
+        other = tc.append_permit(pid + 1)  # another producer's: not waited for
+        assert tc.permits.out(pid) == 2
+        ending = asyncio.create_task(tc.end_txn("t", pid, epoch, True))
+        await _turns()
+        first.release()
+        first.release()  # once only
+        await _turns()
+        assert not ending.done() and tc.permits.out(pid) == 1
+        second.release()
+        assert await ending == "CompleteCommit"
+        assert tc.permits.out(pid) == 0 and tc.permits.out(pid + 1) == 1
+        other.release()
+        await tc.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_batch_checked_while_the_decision_is_written_is_refused(manager: LogManager) -> None:
+    """While PrepareCommit is being written the transaction is still Ongoing in memory; a
+    batch checked then would be appended after the wait and race the marker. It gets no
+    permit (CONCURRENT_TRANSACTIONS, retriable); once decided, the check refuses it."""
+
+    async def scenario() -> None:
+        tc, pid, epoch = await _started(manager)
+        real = tc.state.write
+        gate, writing = asyncio.Event(), asyncio.Event()
+
+        async def gated(meta: Any) -> None:
+            writing.set()
+            await gate.wait()
+            await real(meta)
+
+        tc.state.write = gated  # type: ignore[method-assign]
+        ending = asyncio.create_task(tc.end_txn("t", pid, epoch, True))
+        await writing.wait()
+        tc.check_produce("d", 0, pid, epoch)  # what the check alone would let through
+        with pytest.raises(ConcurrentTransactions) as refused:
+            tc.append_permit(pid)
+        assert refused.value.retriable and refused.value.transactional_id == "t"
+        tc.state.write = real  # type: ignore[method-assign]
+        gate.set()
+        assert await ending == "CompleteCommit"
+        with tc.append_permit(pid), pytest.raises(InvalidTxnState):
+            tc.check_produce("d", 0, pid, epoch)
+        await tc.stop()
+
+    asyncio.run(scenario())
+
+
+def test_an_append_stuck_past_the_write_timeout_does_not_hold_the_decision(
+    manager: LogManager,
+) -> None:
+    async def scenario() -> None:
+        tc, pid, epoch = await _started(manager, write_timeout_ms=200)
+        stuck = tc.append_permit(pid)
+        began = time.monotonic()
+        assert await tc.end_txn("t", pid, epoch, False) == "CompleteAbort"
+        assert time.monotonic() - began >= 0.15
+        stuck.release()
+        assert tc.permits.out(pid) == 0
         await tc.stop()
 
     asyncio.run(scenario())
