@@ -293,7 +293,9 @@ class OffsetLag(BaseModel):
     lag: int | None = Field(
         description="high_watermark - offset, or with `isolation_level=read_committed` "
         "last_stable_offset - offset (null if the topic is gone, or in cluster mode "
-        "when the coordinator holds no replica of the partition)."
+        "when the coordinator holds no replica of the partition, or leads it since an "
+        "election too recent for its high watermark to be the end: OFFSET_NOT_AVAILABLE "
+        "to ListOffsets)."
     )
 
 
@@ -455,7 +457,9 @@ async def reset_offsets(request: Request, group: GroupPath, body: ResetOffsetsBo
     last stable offset with `isolation_level: read_committed`. The group must have no members
     (NON_EMPTY_GROUP otherwise). In cluster mode the coordinator reads the offsets from its own
     replicas: a partition with no replica on it answers INVALID_REQUEST (look its offsets up at
-    its leader and commit them with `member_epoch: -1`).
+    its leader and commit them with `member_epoch: -1`), and one it leads since an election
+    too recent for its high watermark to be the end yet answers a retriable 503
+    OFFSET_NOT_AVAILABLE for every target but `earliest`, before anything is written.
     """
     value = body.timestamp if body.to == "timestamp" else body.offset
     done = await get_coordinator(request).reset_offsets(
@@ -504,7 +508,8 @@ async def describe_group(
     `isolation_level=read_committed`: last stable offset - committed offset). In cluster mode
     the high watermark is this broker's replica's (exact on the partition's leader, up to a
     fetch behind on a follower); `high_watermark` and `lag` are null for partitions with no
-    replica on the coordinator.
+    replica on the coordinator, and for those it leads since an election too recent for its
+    high watermark to be the end yet (where ListOffsets answers OFFSET_NOT_AVAILABLE).
     """
     coordinator = get_coordinator(request)
     return JSONBytes(coordinator.describe_group(group, isolation_level == "read_committed"))
