@@ -24,6 +24,12 @@ it is decided is refused by the check, INVALID_TXN_STATE, as in Kafka). One requ
 may hold permits of several producer ids, and a producer id permits from several
 requests; nothing is tied to an asyncio task.
 
+A permit comes back when the block holding it exits. A produce request awaiting its
+append on a worker thread holds it until the thread returned (the broker does not cancel
+a request whose client went away); only a request cancelled outright (the broker
+stopping) gives it back while its thread may still be appending: then the decision is
+not waited for that append.
+
 Concurrency: :meth:`AppendPermits.acquire` and :meth:`AppendPermits.deciding` run on
 the event loop, where the checks and the coordinator run (so a check and the permit
 taken with it are atomic with respect to EndTxn); :meth:`AppendPermit.release` may
