@@ -175,6 +175,23 @@ def appends_inline(work: Sequence[tuple[Target, bytes | bytearray]], inline_max_
     )
 
 
+def _joins_partitions(state: AppState, work: Sequence[tuple[Target, bytes | bytearray]]) -> bool:
+    """Whether a small request to several partitions, appended on the loop, joins each
+    partition's group of the loop turn (:meth:`GroupCommit.append_partitions`): with
+    ``group_commit_inline`` and ``group_commit_partitions``, on a lone broker only
+    (leadership never moves there, so separate appends keep the all-or-none rule of
+    the leadership checks), and not for a compacted topic, whose log refuses keyless
+    records at the append: such a request keeps its one sequential append, which
+    stops at the refused partition."""
+    settings = state.settings
+    return (
+        settings.group_commit_inline
+        and settings.group_commit_partitions
+        and state.topology.standalone
+        and not work[0][0].log.config.compact
+    )
+
+
 async def _append(
     topology: Topology,
     work: Sequence[tuple[Target, bytes | bytearray]],
@@ -388,6 +405,10 @@ async def append_json_records(
 
     order = sorted(batches)
     work = [(leader_target(state, topic, p), batches[p]) for p in order]
+    counts: dict[int, int] = {}
+    if len(order) > 1:
+        for p, _, _ in placed:
+            counts[p] = counts.get(p, 0) + 1
     for target, _ in work:
         check_replicas(target, required_acks)
 
@@ -407,6 +428,14 @@ async def append_json_records(
             off_loop=not inline,
         )
         infos = [info]
+    elif inline and len(work) > 1 and _joins_partitions(state, work):
+        infos = await state.group_commit.append_partitions(
+            state.topology,
+            [
+                (t.replica, t.epoch, data, counts[p])
+                for (t, data), p in zip(work, order, strict=True)
+            ],
+        )
     else:
         infos = await _append(
             state.topology, work, required_acks, inline_max_bytes if inline else 0
