@@ -55,7 +55,7 @@ from app.common.errors import (
     RecordTooLarge,
     UnknownTopicOrPartition,
 )
-from app.common.partitioner import partition_for_key
+from app.common.partitioner import key_hash, partition_for_key
 
 if TYPE_CHECKING:
     from app.core.log.log import AppendInfo, Log
@@ -316,8 +316,8 @@ def _plain_json_batches(
                     sticky = sticky_partition()
                 p = sticky
             else:
-                key = dumps(raw_key)
-                p = partition_for_key(key, num_partitions)
+                key = dumps(raw_key)  # bytes: key_hash is partition_for_key's hash
+                p = key_hash(key) % num_partitions
         except orjson.JSONEncodeError:
             return None  # the general loop names the field
         found = rows.get(p)
@@ -448,6 +448,9 @@ async def append_json_records(
     )
 
     first = {p: info.first_offset for p, info in appended.items()}
+    if all(info.log_append_time < 0 for info in infos):
+        # CreateTime (the usual): each record's own timestamp, no lookup per record.
+        return [{"partition": p, "offset": first[p] + j, "timestamp": ts} for p, j, ts in placed]
     append_time = {p: info.log_append_time for p, info in appended.items()}
     return [
         {
