@@ -34,9 +34,17 @@ What is never joined, and why:
   producer state checks and deduplicates by batch, and a group is answered as one
   append, so a retry or a sequence error of one producer would decide the answer of
   another's request. Only broker-built JSON batches (no producer id) join.
-- Requests writing to several partitions: their appends are all or none across
-  partitions (:meth:`Topology.append_to_leaders`), which a per-partition group cannot
-  keep; they are appended alone, as before.
+- Requests writing to several partitions, in a cluster: their leadership and
+  min-ISR checks are all or none across partitions
+  (:meth:`Topology.append_to_leaders`), which separate per-partition groups cannot
+  keep (leadership may move between two groups' writes); they are appended alone.
+  On a lone broker (``Topology.standalone``: leadership never moves) a small one
+  (on the loop, acks 0 or 1) joins each of its partitions' groups
+  (:meth:`GroupCommit.append_partitions`, setting ``group_commit_partitions``), except
+  to a compacted topic, whose log refuses keyless records at the append: such a
+  request keeps its one sequential append. A 10-record request spread by the
+  partitioner over 4 partitions made 4 appends; joined, the partitions' groups make
+  about 4 per loop turn for all the turn's requests.
 - acks=all with other acks: a cluster checks min.insync.replicas under the
   partition's lock for acks=all appends only, so the two never share an append.
   After the write each request waits for its own acks (acks=all: until the in-sync

@@ -7,9 +7,11 @@ before anything is appended (a bad request leaves every log unchanged), and
 the request's appends are made on the event loop when they are small
 (``inline_append_max_bytes``) and no partition fsyncs per append, else with one
 hop to a worker thread (an append may then fsync or copy megabytes). Requests to
-one partition that go to a worker thread are group-committed
-(:mod:`app.api.group_commit`): those arriving while a write is in flight share the
-next one, each answered with its own offsets.
+one partition are group-committed (:mod:`app.api.group_commit`): on a worker thread,
+those arriving while a write is in flight share the next one; on the loop
+(``group_commit_inline``), those of one loop turn; each is answered with its own
+offsets. On a lone broker, small requests to several partitions join each
+partition's group of the turn too (``group_commit_partitions``).
 """
 
 from __future__ import annotations
