@@ -34,9 +34,17 @@ What is never joined, and why:
   producer state checks and deduplicates by batch, and a group is answered as one
   append, so a retry or a sequence error of one producer would decide the answer of
   another's request. Only broker-built JSON batches (no producer id) join.
-- Requests writing to several partitions: their appends are all or none across
-  partitions (:meth:`Topology.append_to_leaders`), which a per-partition group cannot
-  keep; they are appended alone, as before.
+- Requests writing to several partitions, in a cluster: their leadership and
+  min-ISR checks are all or none across partitions
+  (:meth:`Topology.append_to_leaders`), which separate per-partition groups cannot
+  keep (leadership may move between two groups' writes); they are appended alone.
+  On a lone broker (``Topology.standalone``: leadership never moves) a small one
+  (on the loop, acks 0 or 1) joins each of its partitions' groups
+  (:meth:`GroupCommit.append_partitions`, setting ``group_commit_partitions``), except
+  to a compacted topic, whose log refuses keyless records at the append: such a
+  request keeps its one sequential append. A 10-record request spread by the
+  partitioner over 4 partitions made 4 appends; joined, the partitions' groups make
+  about 4 per loop turn for all the turn's requests.
 - acks=all with other acks: a cluster checks min.insync.replicas under the
   partition's lock for acks=all appends only, so the two never share an append.
   After the write each request waits for its own acks (acks=all: until the in-sync
@@ -54,14 +62,15 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from app.api.metrics import GROUP_COMMIT_APPENDS, GROUP_COMMIT_REQUESTS
 from app.common.errors import LogbusError
+from app.core.log.results import AppendInfo
 
 if TYPE_CHECKING:
-    from app.core.log.results import AppendInfo
     from app.core.topology import LeaderReplica, Topology
 
 
@@ -113,6 +122,65 @@ class GroupCommit:
         the other requests for the same partition that join its group; its own offsets,
         as if it had been appended alone. ``off_loop``: the group is written on a worker
         thread, and requests arriving meanwhile form the next group."""
+        return await self._future(
+            topology, replica, epoch, data, records, acks_all=acks_all, off_loop=off_loop
+        )
+
+    async def append_partitions(
+        self,
+        topology: Topology,
+        work: Sequence[tuple[LeaderReplica, int, bytes, int]],
+    ) -> list[AppendInfo]:
+        """A lone broker's small request to several partitions, appended on the loop
+        (acks 0 or 1): each ``(replica, epoch, batch, records)`` joins its partition's
+        group of this loop turn; the partitions' infos, in ``work``'s order.
+
+        Only for a standalone topology (``Topology.standalone``): there leadership never
+        moves, so the one all-or-none rule of a multi-partition append (a failed
+        leadership or min-ISR check writes nothing anywhere) cannot be broken by writing
+        the partitions in separate appends. A partition the log refuses raises that
+        error (the first in ``work``'s order) after every group of the turn was written:
+        the request's other partitions are written, as a sequential append leaves the
+        partitions before a refused one written. The request is answered only once every
+        one of its groups was written (or refused).
+        """
+        futures = [
+            self._future(topology, replica, epoch, data, records, acks_all=False, off_loop=False)
+            for replica, epoch, data, records in work
+        ]
+        infos: list[AppendInfo] = []
+        error: Exception | None = None
+        try:
+            for future in futures:
+                try:
+                    infos.append(await future)
+                except Exception as exc:
+                    if error is None:
+                        error = exc
+        finally:
+            # Cancelled meanwhile (the client left): the rest is written anyway, and
+            # nobody reads the outcomes: _settle leaves a cancelled future alone, and an
+            # error already set is marked as seen (asyncio would log it as lost).
+            for future in futures:
+                if not future.cancel() and not future.cancelled():
+                    future.exception()
+        if error is not None:
+            raise error
+        return infos
+
+    def _future(
+        self,
+        topology: Topology,
+        replica: LeaderReplica,
+        epoch: int,
+        data: bytes,
+        records: int,
+        *,
+        acks_all: bool,
+        off_loop: bool,
+    ) -> asyncio.Future[AppendInfo]:
+        """Join the partition's open group (opening one, and scheduling its write, when
+        none is open); the future of this batch's outcome."""
         # The log, not the replica object: a lone broker hands out a new LocalReplica
         # per request. A queued group holds the log, so its id cannot be reused meanwhile.
         key = (id(replica.log), epoch, acks_all, off_loop)
@@ -132,7 +200,7 @@ class GroupCommit:
         future: asyncio.Future[AppendInfo] = loop.create_future()
         group.members.append(_Member(data, records, future))
         group.size += len(data)
-        return await future
+        return future
 
     def _flush(self, key: _Key, queue: deque[_Group]) -> None:
         """On the loop, one turn after the first request: every group of the turn."""
@@ -178,10 +246,18 @@ def _write(group: _Group) -> list[AppendInfo | Exception]:
         else:
             outcomes: list[AppendInfo | Exception] = []
             first = info.first_offset
+            # The group's info, sliced per member (the constructor: dataclasses.replace
+            # cost more than the append it saved). Batches without a producer id: never
+            # duplicates.
+            max_ts, append_time, log_start = (
+                info.max_timestamp,
+                info.log_append_time,
+                info.log_start_offset,
+            )
             for member in members:
                 last = first + member.records - 1
                 outcomes.append(
-                    replace(info, first_offset=first, last_offset=last, record_count=member.records)
+                    AppendInfo(first, last, member.records, max_ts, append_time, log_start)
                 )
                 first = last + 1
             return outcomes

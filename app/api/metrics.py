@@ -140,8 +140,8 @@ REGISTRY.register(HttpCollector())
 # Group commit (app/api/group_commit.py): appends per request is appends / requests.
 GROUP_COMMIT_REQUESTS = Counter(
     "logbus_group_commit_requests",
-    "Produce requests (HTTP and WebSocket, one partition, appended on the event loop) that "
-    "went through group commit.",
+    "Produce requests (HTTP and WebSocket) that went through group commit; a request to "
+    "several partitions counts once per partition.",
 )
 GROUP_COMMIT_APPENDS = Counter(
     "logbus_group_commit_appends",

@@ -131,14 +131,49 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             return
         self._counted = True
         # uvicorn arms its keep-alive timer only after a response: a connection that never
-        # sends a request would otherwise be held forever.
-        self.timeout_keep_alive_task = self.loop.call_later(
-            self.timeout_keep_alive, self.timeout_keep_alive_handler
-        )
+        # sends a request would otherwise be held forever. Idle from now.
+        self._idle_since = self.loop.time()
+        self._idle_timer = self.loop.call_later(self.timeout_keep_alive, self._idle_check)
+
+    # -- the idle (keep-alive) timer ------------------------------------------------------
+    #
+    # uvicorn cancels its keep-alive timer on every read and arms a new one after every
+    # response: a call_later and a cancel per request (and a heap of cancelled timers) on
+    # a busy keep-alive connection. Here a connection has at most one idle timer, armed
+    # when it goes idle with none armed; a request only marks the connection busy
+    # (``_idle_since`` None) and its answer idle again (the loop's clock). When the timer
+    # fires it closes the connection if it has been idle for the whole timeout, else it
+    # re-arms for what is left of it (or not at all while busy). Same deadline as
+    # uvicorn's: ``timeout_keep_alive`` after the last answer, or after connect.
+
+    _idle_since: float | None = None
+    _idle_timer: asyncio.TimerHandle | None = None
+
+    def _unset_keepalive_if_required(self) -> None:
+        # Called by uvicorn (and here) on every read: the connection is busy.
+        self._idle_since = None
+
+    def _idle_check(self) -> None:
+        self._idle_timer = None
+        since = self._idle_since
+        if since is None or self.transport.is_closing():
+            return  # busy: the next answer arms a timer again
+        left = since + self.timeout_keep_alive - self.loop.time()
+        if left > 0:
+            self._idle_timer = self.loop.call_later(left, self._idle_check)
+        else:
+            self.timeout_keep_alive_handler()
+
+    def _stop_idle_timer(self) -> None:
+        self._idle_since = None
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
 
     def connection_lost(self, exc: Exception | None) -> None:
         peer.lost(self._peer)
         self._disarm()
+        self._stop_idle_timer()
         if self._send_deadline is not None:
             self._send_deadline.cancel()
             self._send_deadline = None
@@ -183,7 +218,19 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             held = self._body_memory.popleft()
             if held is not None:
                 held.release()
-        super().on_response_complete()
+        # uvicorn's on_response_complete, with the idle timer above instead of its
+        # call_later per answer.
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self.flow.resume_reading()
+        if self.pipeline:
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+            return
+        self._idle_since = self.loop.time()
+        if self._idle_timer is None:
+            self._idle_timer = self.loop.call_later(self.timeout_keep_alive, self._idle_check)
 
     def on_body(self, body: bytes) -> None:
         super().on_body(body)
@@ -334,6 +381,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def handle_websocket_upgrade(self) -> None:
         self._reading = None
         self._disarm()
+        self._stop_idle_timer()
         super().handle_websocket_upgrade()
         if self._peer is not None:
             ws = self.transport.get_protocol()
@@ -419,7 +467,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def _refuse(self, error: core.LogbusError) -> None:
         """Answer ``error`` if no response is under way on this connection, then close."""
         self._disarm()
-        self._unset_keepalive_if_required()
+        self._stop_idle_timer()
         cycle = self.cycle
         if cycle is None or cycle.response_complete or not cycle.response_started:
             response = response_for(error)

@@ -43,7 +43,7 @@ from app.api.util import (
 )
 from app.api.zerocopy import ZeroCopyResponse
 from app.common.aio import wait_event
-from app.common.batch import RecordBatchReader, compute_crc, iter_headers
+from app.common.batch import BatchHeader, RecordBatchReader, compute_crc, iter_headers
 from app.common.errors import StoredBatchCorrupt, UnknownTopicOrPartition
 from app.common.isolation import (
     ABORTED_HEADER,
@@ -189,13 +189,18 @@ def verified_prefix(data: bytes, offset: int, topic: str, partition: int) -> byt
     return _verified(data, offset, topic, partition)[0]
 
 
-def _verified(data: bytes, offset: int, topic: str, partition: int) -> tuple[bytes, int]:
-    """:func:`verified_prefix`, and the offset after its last batch (``offset`` if none):
-    one pass over the headers serves both."""
+def _verified(
+    data: bytes, offset: int, topic: str, partition: int
+) -> tuple[bytes, int, list[tuple[int, BatchHeader]]]:
+    """:func:`verified_prefix`, the offset after its last batch (``offset`` if none) and
+    the prefix's batch headers with their positions: one pass over the headers serves
+    all three (the render walked them a second time)."""
     next_offset = offset
+    headers: list[tuple[int, BatchHeader]] = []
     for pos, header in iter_headers(data):
         if compute_crc(data, pos, header.size) == header.crc:
             next_offset = max(next_offset, header.next_offset)
+            headers.append((pos, header))
             continue
         log.error(
             "damaged batch in %s-%d at offsets %d-%d (CRC-32C mismatch): not served",
@@ -205,9 +210,9 @@ def _verified(data: bytes, offset: int, topic: str, partition: int) -> tuple[byt
             header.last_offset,
         )
         if pos > 0:
-            return data[:pos], next_offset
+            return data[:pos], next_offset, headers
         raise StoredBatchCorrupt(topic, partition, header.base_offset, header.last_offset)
-    return data, next_offset
+    return data, next_offset, headers
 
 
 def json_records(
@@ -226,7 +231,7 @@ def json_records(
     the batches before the first damaged one are rendered (:func:`verified_prefix`).
     ``aborted`` (a read_committed read's aborted transactions): the records of aborted
     transactions are left out (:func:`app.common.isolation.committed_batches`)."""
-    data, next_offset = _verified(data, offset, topic, partition)
+    data, next_offset, headers = _verified(data, offset, topic, partition)
     decode_key = DECODERS[key_format]
     decode_value = DECODERS[value_format]
     # The default format, json, decoded in the loop: a call of the decoder per key and
@@ -237,7 +242,6 @@ def json_records(
     records: list[dict[str, Any]] = []
     append = records.append
     view = memoryview(data)
-    headers = list(iter_headers(view))
     if aborted is not None:
         headers = committed_batches(view, headers, aborted)
     # decode_records' walk, with the codec's records read directly: its Record tuple and

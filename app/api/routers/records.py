@@ -7,9 +7,11 @@ before anything is appended (a bad request leaves every log unchanged), and
 the request's appends are made on the event loop when they are small
 (``inline_append_max_bytes``) and no partition fsyncs per append, else with one
 hop to a worker thread (an append may then fsync or copy megabytes). Requests to
-one partition that go to a worker thread are group-committed
-(:mod:`app.api.group_commit`): those arriving while a write is in flight share the
-next one, each answered with its own offsets.
+one partition are group-committed (:mod:`app.api.group_commit`): on a worker thread,
+those arriving while a write is in flight share the next one; on the loop
+(``group_commit_inline``), those of one loop turn; each is answered with its own
+offsets. On a lone broker, small requests to several partitions join each
+partition's group of the turn too (``group_commit_partitions``).
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ from app.common.errors import (
     RecordTooLarge,
     UnknownTopicOrPartition,
 )
-from app.common.partitioner import partition_for_key
+from app.common.partitioner import key_hash, partition_for_key
 
 if TYPE_CHECKING:
     from app.core.log.log import AppendInfo, Log
@@ -173,6 +175,23 @@ def appends_inline(work: Sequence[tuple[Target, bytes | bytearray]], inline_max_
         return len(data) <= inline_max_bytes and target.log.config.flush_messages == _NO_FSYNC
     return sum(len(data) for _, data in work) <= inline_max_bytes and all(
         t.log.config.flush_messages == _NO_FSYNC for t, _ in work
+    )
+
+
+def _joins_partitions(state: AppState, work: Sequence[tuple[Target, bytes | bytearray]]) -> bool:
+    """Whether a small request to several partitions, appended on the loop, joins each
+    partition's group of the loop turn (:meth:`GroupCommit.append_partitions`): with
+    ``group_commit_inline`` and ``group_commit_partitions``, on a lone broker only
+    (leadership never moves there, so separate appends keep the all-or-none rule of
+    the leadership checks), and not for a compacted topic, whose log refuses keyless
+    records at the append: such a request keeps its one sequential append, which
+    stops at the refused partition."""
+    settings = state.settings
+    return (
+        settings.group_commit_inline
+        and settings.group_commit_partitions
+        and state.topology.standalone
+        and not work[0][0].log.config.compact
     )
 
 
@@ -300,8 +319,8 @@ def _plain_json_batches(
                     sticky = sticky_partition()
                 p = sticky
             else:
-                key = dumps(raw_key)
-                p = partition_for_key(key, num_partitions)
+                key = dumps(raw_key)  # bytes: key_hash is partition_for_key's hash
+                p = key_hash(key) % num_partitions
         except orjson.JSONEncodeError:
             return None  # the general loop names the field
         found = rows.get(p)
@@ -389,6 +408,10 @@ async def append_json_records(
 
     order = sorted(batches)
     work = [(leader_target(state, topic, p), batches[p]) for p in order]
+    counts: dict[int, int] = {}
+    if len(order) > 1:
+        for p, _, _ in placed:
+            counts[p] = counts.get(p, 0) + 1
     for target, _ in work:
         check_replicas(target, required_acks)
 
@@ -408,6 +431,14 @@ async def append_json_records(
             off_loop=not inline,
         )
         infos = [info]
+    elif inline and len(work) > 1 and _joins_partitions(state, work):
+        infos = await state.group_commit.append_partitions(
+            state.topology,
+            [
+                (t.replica, t.epoch, data, counts[p])
+                for (t, data), p in zip(work, order, strict=True)
+            ],
+        )
     else:
         infos = await _append(
             state.topology, work, required_acks, inline_max_bytes if inline else 0
@@ -420,6 +451,9 @@ async def append_json_records(
     )
 
     first = {p: info.first_offset for p, info in appended.items()}
+    if all(info.log_append_time < 0 for info in infos):
+        # CreateTime (the usual): each record's own timestamp, no lookup per record.
+        return [{"partition": p, "offset": first[p] + j, "timestamp": ts} for p, j, ts in placed]
     append_time = {p: info.log_append_time for p, info in appended.items()}
     return [
         {

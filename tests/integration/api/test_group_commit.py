@@ -193,7 +193,9 @@ async def _refused(client: httpx.AsyncClient) -> None:
 
 
 def test_binary_batches_and_multi_partition_requests_are_never_joined(tmp_path: Path) -> None:
-    run(make_settings(tmp_path, group_commit_inline=True), _apart)
+    # Multi-partition requests join on a lone broker unless group_commit_partitions is
+    # off (test_multi_partition_requests_join_each_partitions_group); off, as before.
+    run(make_settings(tmp_path, group_commit_inline=True, group_commit_partitions=False), _apart)
 
 
 async def _apart(client: httpx.AsyncClient) -> None:
@@ -286,3 +288,107 @@ def test_a_topic_that_fsyncs_per_append_writes_once_per_group(tmp_path: Path) ->
         )
 
     run(make_settings(tmp_path), scenario)
+
+
+def test_multi_partition_requests_join_each_partitions_group(tmp_path: Path) -> None:
+    """On a lone broker (the default settings) a small request to several partitions
+    joins each partition's group: fewer appends than partition batches, and every
+    request keeps its own offsets, consecutive per partition, in its records' order."""
+
+    async def scenario(client: httpx.AsyncClient) -> None:
+        await _create(client, "spread", partitions=3)
+        # Request i: records to partitions 0, 1, 2 (1 to 3 records each), interleaved.
+        bodies = [
+            [
+                {"value": f"r{i}-p{p}-{j}", "partition": p}
+                for j in range(3)
+                for p in range(3)
+                if j <= (i + p) % 3
+            ]
+            for i in range(12)
+        ]
+        with Counted() as counted:
+            answers = await asyncio.gather(*(_post(client, "spread", body) for body in bodies))
+        assert counted.requests == 3 * len(bodies)  # one per partition batch
+        assert counted.appends <= 6, "the partitions' batches were not joined"
+        stored = {p: await _stored(client, "spread", p) for p in range(3)}
+        seen: dict[int, list[int]] = {0: [], 1: [], 2: []}
+        for body, answer in zip(bodies, answers, strict=True):
+            assert answer.status_code == 200, answer.text
+            entries = answer.json()["offsets"]
+            assert [e["partition"] for e in entries] == [rec["partition"] for rec in body]
+            for p in range(3):
+                offsets = [e["offset"] for e in entries if e["partition"] == p]
+                assert offsets == list(range(offsets[0], offsets[0] + len(offsets)))
+                assert [stored[p][o] for o in offsets] == [
+                    rec["value"] for rec in body if rec["partition"] == p
+                ]
+                seen[p] += offsets
+        # Per partition: in the order the requests joined, nothing shared or skipped.
+        for p in range(3):
+            assert seen[p] == list(range(len(stored[p])))
+
+    run(make_settings(tmp_path), scenario)
+
+
+def test_multi_partition_requests_to_a_compacted_topic_are_not_joined(tmp_path: Path) -> None:
+    """A compacted topic's log refuses keyless records at the append: a request to
+    several of its partitions keeps its one sequential append (nothing joined)."""
+
+    async def scenario(client: httpx.AsyncClient) -> None:
+        await _create(client, "ckeys", partitions=2, **{"cleanup.policy": "compact"})
+        body = [
+            {"key": "k", "value": "a", "partition": 0},
+            {"key": "k", "value": "b", "partition": 1},
+        ]
+        with Counted() as counted:
+            answers = await asyncio.gather(*(_post(client, "ckeys", body) for _ in range(4)))
+        assert [a.status_code for a in answers] == [200] * 4
+        assert counted.requests == 0
+
+    run(make_settings(tmp_path), scenario)
+
+
+def test_a_partition_refused_in_a_joined_request_fails_that_request_only(tmp_path: Path) -> None:
+    """GroupCommit.append_partitions over a real lone broker: one request's batch to a
+    compacted partition is keyless (the log refuses it); that request raises the log's
+    error, its other partition's batch is written (as a sequential append would have
+    written the partitions before the refused one), and the request sharing the
+    groups keeps its own offsets."""
+    from app.api.group_commit import GroupCommit
+    from app.common.errors import InvalidRecord
+    from app.core.local_topology import LocalTopology
+    from app.core.log.manager import LogManager
+
+    def batch(key: bytes | None, value: bytes) -> bytes:
+        builder = BatchBuilder()
+        builder.append(value, key, [], 0)
+        return builder.build()
+
+    async def main() -> None:
+        manager = LogManager(tmp_path / "logs")
+        manager.start()
+        try:
+            manager.create_topic("plain", 1, {})
+            manager.create_topic("comp", 1, {"cleanup.policy": "compact"})
+            topology = LocalTopology(manager, 1, "http://broker")
+            plain, comp = (topology.leader_partition(t, 0) for t in ("plain", "comp"))
+            commits = GroupCommit()
+            refused, fine = await asyncio.gather(
+                commits.append_partitions(
+                    topology, [(plain, 0, batch(None, b"a"), 1), (comp, 0, batch(None, b"x"), 1)]
+                ),
+                commits.append_partitions(
+                    topology, [(plain, 0, batch(None, b"b"), 1), (comp, 0, batch(b"k", b"y"), 1)]
+                ),
+                return_exceptions=True,
+            )
+            assert isinstance(refused, InvalidRecord), refused
+            assert not isinstance(fine, BaseException), fine
+            assert [(i.first_offset, i.last_offset) for i in fine] == [(1, 1), (0, 0)]
+            assert plain.log.log_end_offset == 2  # both requests' plain batches
+            assert comp.log.log_end_offset == 1  # only the keyed one
+        finally:
+            manager.shutdown()
+
+    asyncio.run(main())

@@ -12,6 +12,7 @@ from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
 from app.common.partitioner import (
     StickyPartitioner,
+    key_hash,
     murmur2,
     partition_for_key,
     to_positive,
@@ -75,3 +76,11 @@ def test_sticky_single_partition_and_shrunk_topic() -> None:
     # A previous choice beyond a smaller partition count is ignored, not reused.
     sticky._last["v"] = 7
     assert 0 <= sticky.next_partition("v", 3) < 3
+
+
+def test_key_hash_is_the_hash_partition_for_key_takes_modulo() -> None:
+    # JSON produce places records with key_hash(key) % n: the same partitions.
+    for i in range(200):
+        key = f'"user-{i}"'.encode()
+        for n in (1, 3, 4, 7, 100):
+            assert key_hash(key) % n == partition_for_key(key, n)
