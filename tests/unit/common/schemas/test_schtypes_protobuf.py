@@ -67,7 +67,7 @@ def test_invalid_schemas_carry_protocs_message(text: str, says: str) -> None:
 
 def test_reference_names_must_be_relative_import_paths() -> None:
     bad = ResolvedReference("../etc/passwd.proto", "x", 1, "PROTOBUF", MONEY)
-    with pytest.raises(InvalidSchema, match="relative .proto import path"):
+    with pytest.raises(InvalidSchema, match=r"relative \.proto import path"):
         schemas.parse("PROTOBUF", 'syntax = "proto3"; message M { int32 x = 1; }', [bad])
 
 
