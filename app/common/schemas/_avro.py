@@ -198,8 +198,9 @@ def _is_recursive(schema: Any) -> bool:
 
 def _normalize(node: Any, namespace: str | None) -> Any:
     """The normalized form: named types by their full name (no ``namespace`` key), a
-    primitive written as ``{"type": "int"}`` reduced to ``"int"``, ``doc`` dropped (it does
-    not change what the schema accepts), everything else kept; keys are sorted on output."""
+    primitive written as ``{"type": "int"}`` reduced to ``"int"``, everything else kept
+    (``doc`` too: the registry may store this form when asked to normalize, and a schema's
+    documentation must survive that); keys are sorted on output."""
     if isinstance(node, str):
         if node in _PRIMITIVES or "." in node or namespace is None:
             return node
@@ -220,17 +221,11 @@ def _normalize(node: Any, namespace: str | None) -> Any:
         namespace = name.rpartition(".")[0] or None
         out["name"] = name
     for key, value in node.items():
-        if key in ("name", "namespace", "doc") and kind in _NAMED:
-            continue
-        if key == "doc":
+        if key in ("name", "namespace") and kind in _NAMED:
             continue
         if key == "fields" and isinstance(value, list):
             out[key] = [
-                {
-                    k: (_normalize(v, namespace) if k == "type" else v)
-                    for k, v in field.items()
-                    if k != "doc"
-                }
+                {k: (_normalize(v, namespace) if k == "type" else v) for k, v in field.items()}
                 if isinstance(field, dict)
                 else field
                 for field in value
