@@ -1,0 +1,391 @@
+"""AVRO: parsed and encoded by fastavro, checked for compatibility by the Apache ``avro``
+package's ``ReaderWriterCompatibilityChecker`` (the reference implementation of Avro's
+schema-resolution rules). Both are imported here, on the first Avro schema.
+
+Named types from references: each referenced schema is parsed first (dependencies first)
+into the same named-type table, so ``"type": "com.acme.Address"`` resolves to it, as in
+Confluent's Avro provider.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import orjson
+
+from app.common.errors import InvalidSchema, RecordInvalid
+from app.common.schemas._util import flatten_references, load_json
+from app.common.schemas.types import Codec, ResolvedReference
+
+_PRIMITIVES = frozenset(("null", "boolean", "int", "long", "float", "double", "bytes", "string"))
+# Keys of a named type or field whose value names a type (made full in the normalized form).
+_NAMED = frozenset(("record", "error", "enum", "fixed"))
+_COMPLEX = _NAMED | {"array", "map"}
+# Nesting fastavro's compiled code may recurse through safely (see AvroSchema.recursive).
+SAFE_NATIVE_DEPTH = 512
+
+
+class AvroSchema(Codec):
+    """An Avro schema (with its named-type references) ready to encode and decode."""
+
+    schema_type = "AVRO"
+
+    def __init__(self, raw: str, references: tuple[ResolvedReference, ...]) -> None:
+        import avro.errors
+        import avro.name
+        import avro.schema
+        import fastavro
+        from fastavro.schema import SchemaParseException, UnknownType
+
+        self.raw = raw
+        self.references = references
+        self._json = load_json("AVRO", raw)
+        refs = flatten_references("AVRO", references)
+        named: dict[str, Any] = {}
+        self._named = named
+        names = avro.name.Names()
+        current = ""
+        try:
+            for ref in refs:
+                what = f"reference {ref.name!r} ({ref.subject} version {ref.version})"
+                current = what + ": "
+                ref_json = load_json("AVRO", ref.schema, what)
+                fastavro.parse_schema(ref_json, named_schemas=named)
+                avro.schema.make_avsc_object(ref_json, names)
+            current = ""
+            # fastavro checks defaults against their types (Confluent validates defaults too).
+            self._parsed = fastavro.parse_schema(self._json, named_schemas=named)
+            self._avro = avro.schema.make_avsc_object(self._json, names)
+        except UnknownType as e:
+            raise InvalidSchema(
+                "AVRO",
+                f"{current}unknown type {e.name!r} (not a primitive, not defined "
+                "before its use, not in the references)",
+            ) from None
+        except SchemaParseException as e:
+            raise InvalidSchema("AVRO", f"{current}{e}") from None
+        except (avro.errors.AvroException, ValueError, TypeError, KeyError, AttributeError) as e:
+            raise InvalidSchema("AVRO", f"{current}{e}") from None
+        except RecursionError:
+            raise InvalidSchema("AVRO", f"{current}nests too deeply") from None
+        # Bound once: the per-record path does no imports or attribute look-ups.
+        from fastavro import schemaless_reader, schemaless_writer
+        from fastavro.validation import validate
+
+        self._write = schemaless_writer
+        self._read = schemaless_reader
+        self._validate = validate
+        # A recursive schema (a named type used inside its own definition) lets a value
+        # nest without bound, and fastavro's compiled reader, writer and validator recurse
+        # on the C stack: ~5,000 levels crashed the interpreter here. For such schemas the
+        # pure-Python implementations run instead (Python's recursion limit turns depth
+        # into RecursionError, reported as RecordInvalid) wherever depth can exceed
+        # SAFE_NATIVE_DEPTH: always on encode, and on decode for payloads longer than it
+        # (each level takes at least one byte).
+        self.recursive = _is_recursive(self._json)
+        if self.recursive:
+            from fastavro import _validation_py, _write_py
+
+            self._write = _write_py.schemaless_writer
+            self._validate = _validation_py.validate
+        self._canonical = orjson.dumps(_canonical(self._json, None)).decode()
+        self._normalized = orjson.dumps(
+            _normalize(self._json, None), option=orjson.OPT_SORT_KEYS
+        ).decode()
+
+    def canonical(self) -> str:
+        return self._canonical
+
+    def normalized(self) -> str:
+        return self._normalized
+
+    # --- codec ------------------------------------------------------------------------------
+
+    def encode_payload(self, obj: Any, message_name: str | None) -> bytes:
+        # fastavro's writer does not check values (1.5 is written to an int as 1, 2**40
+        # overflows it silently): validate first, then write.
+        try:
+            valid = self._validate(obj, self._parsed, raise_errors=False)
+        except RecursionError:
+            raise RecordInvalid("", "the value nests too deeply") from None
+        if not valid:
+            try:
+                path, message = _find_invalid(obj, self._parsed, self._named, self._validate)
+            except RecursionError:
+                path, message = "", "the value nests too deeply"
+            raise RecordInvalid(path, message)
+        out = io.BytesIO()
+        try:
+            self._write(out, self._parsed, obj)
+        except (TypeError, ValueError, OverflowError, RecursionError) as e:
+            raise RecordInvalid("", str(e) or type(e).__name__) from None
+        return out.getvalue()
+
+    def decode_payload(self, payload: memoryview) -> Any:
+        stream = io.BytesIO(payload)
+        read = self._read
+        if self.recursive and len(payload) > SAFE_NATIVE_DEPTH:
+            from fastavro import _read_py
+
+            read = _read_py.schemaless_reader
+        try:
+            value = read(stream, self._parsed, None)
+        except (
+            EOFError,
+            ValueError,
+            TypeError,
+            IndexError,
+            KeyError,
+            UnicodeDecodeError,
+            OverflowError,
+            RecursionError,
+            MemoryError,
+        ) as e:
+            raise RecordInvalid(
+                "", f"Avro payload does not decode: {e or type(e).__name__}"
+            ) from None
+        if stream.tell() != len(payload):
+            raise RecordInvalid(
+                "", f"Avro payload has {len(payload) - stream.tell()} bytes after the value"
+            )
+        return value
+
+    # --- compatibility ----------------------------------------------------------------------
+
+    def reader_incompatibilities(self, writer: Any) -> list[str]:
+        from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibilityType
+
+        # The avro package ships no type hints for the checker's constructor.
+        checker = ReaderWriterCompatibilityChecker()  # type: ignore[no-untyped-call]
+        result = checker.get_compatibility(self._avro, writer._avro)
+        if result.compatibility is SchemaCompatibilityType.compatible:
+            return []
+        kinds = ", ".join(sorted({k.value for k in result.incompatibilities}))
+        where = ", ".join(sorted(result.locations - {"/"}) or ["/"])
+        return [
+            f"{kinds} at {where}: {message}" for message in sorted(map(str, result.messages))
+        ] or [f"{kinds} at {where}"]
+
+
+# The key order of Avro Java's Schema.toString(), which Confluent's registry returns and
+# compares (its "canonical string"): the type's own keys first, then other properties,
+# then aliases.
+_FIRST = {
+    "record": ("type", "name", "namespace", "doc", "fields"),
+    "error": ("type", "name", "namespace", "doc", "fields"),
+    "enum": ("type", "name", "namespace", "doc", "symbols", "default"),
+    "fixed": ("type", "name", "namespace", "doc", "size"),
+    "array": ("type", "items"),
+    "map": ("type", "values"),
+}
+_FIELD_FIRST = ("name", "type", "doc", "default", "order")
+
+
+def _canonical(node: Any, namespace: str | None) -> Any:
+    """The schema as Avro Java's ``Schema.toString()`` writes it: compact, keys in its
+    order, a primitive without properties as a bare name, ``namespace`` only where it
+    differs from the enclosing one. Names are kept as written (short or full)."""
+    if isinstance(node, list):
+        return [_canonical(branch, namespace) for branch in node]
+    if not isinstance(node, dict):
+        return node
+    kind = node.get("type")
+    if isinstance(kind, str) and kind in _PRIMITIVES and set(node) <= {"type"}:
+        return kind
+    if not isinstance(kind, str) or kind not in _FIRST:
+        # A primitive with properties (e.g. a logical type), or a nested type object.
+        out = {"type": _canonical(kind, namespace)} if "type" in node else {}
+        out.update((k, v) for k, v in node.items() if k != "type")
+        return out
+    inner = namespace
+    ns_out: str | None = None
+    if kind in _NAMED and isinstance(node.get("name"), str):
+        name = node["name"]
+        ns = name.rpartition(".")[0] if "." in name else node.get("namespace", namespace)
+        inner = ns or None
+        if "." not in name and node.get("namespace") is not None and ns != namespace:
+            ns_out = ns
+    out = {}
+    for key in _FIRST[kind]:
+        if key not in node:
+            continue
+        if key == "namespace":
+            if ns_out is not None:
+                out["namespace"] = ns_out
+        elif key == "fields" and isinstance(node[key], list):
+            out[key] = [_canonical_field(f, inner) for f in node[key]]
+        elif key in ("items", "values"):
+            out[key] = _canonical(node[key], inner)
+        else:
+            out[key] = node[key]
+    for key, value in node.items():
+        if key not in out and key not in _FIRST[kind] and key != "aliases":
+            out[key] = value
+    if "aliases" in node:
+        out["aliases"] = node["aliases"]
+    return out
+
+
+def _canonical_field(field: Any, namespace: str | None) -> Any:
+    if not isinstance(field, dict):
+        return field
+    out = {}
+    for key in _FIELD_FIRST:
+        if key in field:
+            out[key] = _canonical(field[key], namespace) if key == "type" else field[key]
+    for key, value in field.items():
+        if key not in out and key != "aliases":
+            out[key] = value
+    if "aliases" in field:
+        out["aliases"] = field["aliases"]
+    return out
+
+
+def _is_recursive(schema: Any) -> bool:
+    """Whether a named type is used inside its own definition. In Avro a name must be
+    defined before use, so every cycle shows as a name referenced within the definition
+    of that name; names are compared both full and short (a false positive costs only
+    speed). Iterative: the schema's depth is bounded by LIMITS, but no recursion anyway."""
+    stack: list[tuple[Any, frozenset[str]]] = [(schema, frozenset())]
+    while stack:
+        node, defining = stack.pop()
+        if isinstance(node, str):
+            if node in defining or node.rpartition(".")[2] in defining:
+                return True
+        elif isinstance(node, list):
+            stack.extend((branch, defining) for branch in node)
+        elif isinstance(node, dict):
+            name = node.get("name")
+            if node.get("type") in _NAMED and isinstance(name, str):
+                ns = node.get("namespace")
+                full = f"{ns}.{name}" if ns and "." not in name else name
+                defining = defining | {full, full.rpartition(".")[2]}
+            for key in ("type", "items", "values"):
+                if key in node:
+                    stack.append((node[key], defining))
+            for field in node.get("fields") or ():
+                if isinstance(field, dict) and "type" in field:
+                    stack.append((field["type"], defining))
+    return False
+
+
+def _normalize(node: Any, namespace: str | None) -> Any:
+    """The normalized form: named types by their full name (no ``namespace`` key), a
+    primitive written as ``{"type": "int"}`` reduced to ``"int"``, everything else kept
+    (``doc`` too: the registry may store this form when asked to normalize, and a schema's
+    documentation must survive that); keys are sorted on output."""
+    if isinstance(node, str):
+        if node in _PRIMITIVES or "." in node or namespace is None:
+            return node
+        return f"{namespace}.{node}"
+    if isinstance(node, list):
+        return [_normalize(branch, namespace) for branch in node]
+    if not isinstance(node, dict):
+        return node
+    kind = node.get("type")
+    if isinstance(kind, str) and kind in _PRIMITIVES and set(node) <= {"type"}:
+        return kind
+    out: dict[str, Any] = {}
+    if kind in _NAMED and isinstance(node.get("name"), str):
+        name = node["name"]
+        if "." not in name:
+            ns = node.get("namespace", namespace)
+            name = f"{ns}.{name}" if ns else name
+        namespace = name.rpartition(".")[0] or None
+        out["name"] = name
+    for key, value in node.items():
+        if key in ("name", "namespace") and kind in _NAMED:
+            continue
+        if key == "fields" and isinstance(value, list):
+            out[key] = [
+                {k: (_normalize(v, namespace) if k == "type" else v) for k, v in field.items()}
+                if isinstance(field, dict)
+                else field
+                for field in value
+            ]
+        elif key == "type" and isinstance(value, str) and value in _COMPLEX:
+            out[key] = value
+        elif key in ("type", "items", "values"):
+            out[key] = _normalize(value, namespace)
+        else:
+            out[key] = value
+    return out
+
+
+def _find_invalid(obj: Any, schema: Any, named: dict[str, Any], validate: Any) -> tuple[str, str]:
+    """The deepest field path at which ``obj`` does not match ``schema`` (a fastavro parsed
+    schema), and why. Walks records, arrays and maps; stops at unions and leaves. Runs only
+    after validation failed, so its cost is on the error path alone. ``validate`` is the
+    schema's validator (the pure-Python one for recursive schemas)."""
+
+    def valid(value: Any, sub: Any) -> bool:
+        # A sub-schema may name types defined elsewhere: validate it as the one field of a
+        # wrapper record marked parsed, carrying the named-type table.
+        wrapper = {
+            "type": "record",
+            "name": "logbus.schemas.Wrapper",
+            "fields": [{"name": "v", "type": sub}],
+            "__fastavro_parsed": True,
+            "__named_schemas": named,
+        }
+        return bool(validate({"v": value}, wrapper, raise_errors=False))
+
+    path = ""
+    while True:
+        if isinstance(schema, str) and schema in named:
+            schema = named[schema]
+        if isinstance(schema, dict) and schema.get("type") in ("record", "error"):
+            if not isinstance(obj, dict):
+                return path, f"expected a record ({schema.get('name')}), got {type(obj).__name__}"
+            for field in schema["fields"]:
+                name = field["name"]
+                sub = f"{path}.{name}" if path else name
+                if name not in obj and "default" not in field:
+                    if not valid(None, field["type"]):
+                        return sub, "missing (the field has no default)"
+                    continue
+                value = obj.get(name, field.get("default"))
+                if not valid(value, field["type"]):
+                    obj, schema, path = value, field["type"], sub
+                    break
+            else:
+                return path, "does not match the record"
+            continue
+        if isinstance(schema, dict) and schema.get("type") == "array" and isinstance(obj, list):
+            for i, item in enumerate(obj):
+                if not valid(item, schema["items"]):
+                    obj, schema, path = item, schema["items"], f"{path}[{i}]"
+                    break
+            else:
+                return path, "does not match the array"
+            continue
+        if isinstance(schema, dict) and schema.get("type") == "map" and isinstance(obj, dict):
+            for key, item in obj.items():
+                if not isinstance(key, str):
+                    return path, f"map key {key!r} is not a string"
+                if not valid(item, schema["values"]):
+                    obj, schema, path = item, schema["values"], f"{path}[{key!r}]"
+                    break
+            else:
+                return path, "does not match the map"
+            continue
+        expected = _describe(schema)
+        return path, f"{_short(obj)} ({type(obj).__name__}) is not a valid {expected}"
+
+
+def _describe(schema: Any) -> str:
+    if isinstance(schema, str):
+        return schema
+    if isinstance(schema, list):
+        return "union of " + ", ".join(_describe(s) for s in schema)
+    if isinstance(schema, dict):
+        name = schema.get("name")
+        kind = schema.get("logicalType") or schema.get("type")
+        return f"{kind} {name}" if name else str(kind)
+    return repr(schema)
+
+
+def _short(obj: Any) -> str:
+    text = repr(obj)
+    return text if len(text) <= 60 else text[:57] + "..."
