@@ -8,6 +8,7 @@ STAMP  := $(VENV)/.installed
 HOST     ?= 127.0.0.1
 PORT     ?= 8080
 DATA_DIR ?= ./data
+KAFKA_LISTENER ?= 127.0.0.1:9092
 
 .PHONY: install run cluster test lint unit bench clean openapi java curl wrk redis-server zookeeper pipeline chromium
 
@@ -33,7 +34,7 @@ $(STAMP): pyproject.toml setup.py app/client/producer/_native.c | $(PY)
 install: $(STAMP)
 
 run: install
-	$(VENV)/bin/logbus serve --data-dir $(DATA_DIR) --host $(HOST) --port $(PORT)
+	$(VENV)/bin/logbus serve --data-dir $(DATA_DIR) --host $(HOST) --port $(PORT) --kafka-listener $(KAFKA_LISTENER)
 
 # ZooKeeper and three brokers (ports 8081-8083) on this machine, no Docker; Ctrl-C stops them.
 cluster: install zookeeper
