@@ -1,0 +1,279 @@
+"""One Kafka client connection on asyncio: frames in, responses out, records by sendfile.
+
+:class:`KafkaConnection` is an ``asyncio.Protocol``: ``data_received`` feeds the
+sans-I/O :class:`~app.kafka.frames.FrameReader`; complete frames queue for one task that
+handles them in order, one at a time (Kafka's rule, so responses leave in request order
+and a long-poll fetch holds only its own connection). While a request is being handled
+and more are queued, reading pauses (Kafka mutes the channel likewise), so a client
+cannot make the broker buffer more than one frame plus one read ahead of it.
+
+A response is parts (:mod:`app.kafka.encode`): bytes go through the transport; file
+slices leave with ``os.sendfile`` on a ``dup`` of the socket's descriptor, after the
+transport's buffer has drained (bytes written to the fd directly would overtake it), as
+``app/api/zerocopy_protocol.py`` does for HTTP: the dup keeps the number ours while we
+wait for writability (``loop.add_writer`` is refused on a transport's own fd).
+
+Bad input (a frame the reader refuses, a request that does not parse, an API or version
+not served other than ApiVersions' fallback) closes the connection with one log line;
+nothing raises out of the protocol. Idle connections (no request for
+``connections.max.idle.ms``) are closed by a timer handle that each request re-arms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import errno
+import logging
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, cast
+
+from app.common.errors import LogbusError
+from app.kafka.encode import Part, encode_response, error_code
+from app.kafka.frames import FrameError, FrameReader, Request, decode_request
+from app.kafka.handlers import HANDLERS, Context, unsupported_api_versions
+from app.kafka.versions import API_VERSIONS, NAMES
+
+if TYPE_CHECKING:
+    from app.core.log.fileslice import FileSlice
+
+log = logging.getLogger(__name__)
+
+# Reading pauses while this many requests wait behind the one being handled: librdkafka
+# keeps up to 5 in flight per connection with idempotence, so they never wait on us.
+MAX_QUEUED = 8
+SENDFILE_MAX_CALL_BYTES = 8 * 1024 * 1024
+_DISCONNECT_ERRNOS = frozenset(
+    {errno.EPIPE, errno.ECONNRESET, errno.ECONNABORTED, errno.ENOTCONN, errno.ESHUTDOWN}
+)
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+class KafkaConnection(asyncio.Protocol):
+    """The Kafka protocol on one accepted connection (event-loop only)."""
+
+    def __init__(
+        self,
+        ctx: Context,
+        max_frame_bytes: int,
+        idle_s: float,
+        on_open: Callable[[KafkaConnection], bool],
+        on_close: Callable[[KafkaConnection], None],
+    ) -> None:
+        """``on_open`` is asked once connected (False: refuse, close at once);
+        ``on_close`` is told once the connection is gone."""
+        self._ctx = ctx
+        self._reader = FrameReader(max_frame_bytes)
+        self._idle_s = idle_s
+        self._on_open = on_open
+        self._on_close = on_close
+        self._queue: collections.deque[bytes] = collections.deque()
+        self._wake = asyncio.Event()
+        self._drained = asyncio.Event()
+        self._drained.set()
+        self._transport: asyncio.Transport | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._idle: asyncio.TimerHandle | None = None
+        self._paused = False
+        self.peer = "?"
+        self.ip = ""
+
+    # -- asyncio.Protocol -------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports implement asyncio.Transport without subclassing it.
+        self._transport = cast("asyncio.Transport", transport)
+        peer = transport.get_extra_info("peername")
+        self.ip = str(peer[0]) if peer else ""
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        if not self._on_open(self):
+            self._transport.close()
+            return
+        self._task = asyncio.get_running_loop().create_task(self._serve())
+        self._arm_idle()
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            frames = self._reader.feed(data)
+        except FrameError as exc:
+            self._abort(str(exc))
+            return
+        if frames:
+            self._queue.extend(frames)
+            self._wake.set()
+            if len(self._queue) > MAX_QUEUED and not self._paused and self._transport:
+                self._paused = True
+                self._transport.pause_reading()
+
+    def eof_received(self) -> bool | None:
+        return False  # close: a client that stops sending has nothing more to ask
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._transport = None
+        self._drained.set()
+        if self._idle is not None:
+            self._idle.cancel()
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+        self._on_close(self)
+
+    def pause_writing(self) -> None:
+        self._drained.clear()
+
+    def resume_writing(self) -> None:
+        self._drained.set()
+
+    # -- requests ---------------------------------------------------------------------
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+    def _abort(self, why: str) -> None:
+        log.warning("kafka connection from %s closed: %s", self.peer, why)
+        if self._transport is not None:
+            self._transport.abort()
+
+    def _arm_idle(self) -> None:
+        if self._idle is not None:
+            self._idle.cancel()
+        loop = asyncio.get_running_loop()
+        self._idle = loop.call_later(self._idle_s, self._expire)
+
+    def _expire(self) -> None:
+        if self._transport is not None:
+            log.info("kafka connection from %s idle for %.0f s: closed", self.peer, self._idle_s)
+            self._transport.close()
+
+    async def _serve(self) -> None:
+        try:
+            while self._transport is not None:
+                if not self._queue:
+                    self._wake.clear()
+                    await self._wake.wait()
+                    continue
+                frame = self._queue.popleft()
+                if self._paused and len(self._queue) <= MAX_QUEUED // 2 and self._transport:
+                    self._paused = False
+                    self._transport.resume_reading()
+                self._arm_idle()
+                if not await self._handle(frame):
+                    return
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a bug: log it and drop this connection, never the broker
+            log.exception("kafka connection from %s failed", self.peer)
+            if self._transport is not None:
+                self._transport.abort()
+
+    async def _handle(self, frame: bytes) -> bool:
+        """Answer one frame; False when the connection must close."""
+        try:
+            request = decode_request(frame)
+        except FrameError as exc:
+            self._abort(str(exc))
+            return False
+        handler = HANDLERS.get(request.api_key)
+        if request.body is None or handler is None:
+            if request.api_key == API_VERSIONS:
+                await self._send(
+                    encode_response(request.correlation_id, unsupported_api_versions())
+                )
+                return True
+            name = NAMES.get(request.api_key, f"api key {request.api_key}")
+            self._abort(f"{name} v{request.api_version} is not served (see ApiVersions)")
+            return False
+        response = await self._answer(handler, request)
+        if response is not None:
+            await self._send(encode_response(request.correlation_id, response))
+        return True
+
+    async def _answer(self, handler: object, request: Request) -> object:
+        try:
+            return await HANDLERS[request.api_key](self._ctx, request.body, request.api_version)
+        except LogbusError as exc:
+            # Errors are answered per partition by the handlers; one escaping here means
+            # the whole request failed (the broker is stopping): there is no per-API place
+            # for it in every response, so close as Kafka does on a request it cannot answer.
+            log.info(
+                "kafka %s from %s failed: %s (%s)",
+                NAMES.get(request.api_key),
+                self.peer,
+                exc,
+                error_code(exc).name,
+            )
+            self.close()
+            return None
+
+    async def _send(self, parts: list[Part]) -> None:
+        transport = self._transport
+        if transport is None:
+            return
+        for part in parts:
+            if isinstance(part, bytes):
+                transport.write(part)
+                continue
+            if not await self._sendfile(part):
+                return
+        if transport.get_write_buffer_size():
+            # Back-pressure: do not take the next request while the client reads slowly.
+            await self._drained.wait()
+
+    async def _wait_empty(self, transport: asyncio.Transport) -> None:
+        """Until the transport has written everything it buffered."""
+        low, high = transport.get_write_buffer_limits()
+        # A high-water mark of 0 pauses us while anything is buffered and resumes us
+        # exactly when the buffer is empty.
+        transport.set_write_buffer_limits(high=0, low=0)
+        try:
+            while transport.get_write_buffer_size() and not transport.is_closing():
+                self._drained.clear()
+                if transport.get_write_buffer_size():
+                    await self._drained.wait()
+        finally:
+            if not transport.is_closing():
+                transport.set_write_buffer_limits(high=high, low=low)
+
+    async def _sendfile(self, piece: FileSlice) -> bool:
+        """``piece`` into the socket with ``os.sendfile``; False if the client went away."""
+        transport = self._transport
+        if transport is None:
+            return False
+        if transport.get_write_buffer_size():
+            await self._wait_empty(transport)
+        sock = transport.get_extra_info("socket")
+        if sock is None or transport.is_closing():
+            return False
+        loop = asyncio.get_running_loop()
+        out_fd = os.dup(sock.fileno())
+        position, end = piece.position, piece.position + piece.length
+        try:
+            while position < end:
+                try:
+                    n = os.sendfile(
+                        out_fd, piece.fd, position, min(end - position, SENDFILE_MAX_CALL_BYTES)
+                    )
+                except BlockingIOError:
+                    waiter: asyncio.Future[None] = loop.create_future()
+                    loop.add_writer(out_fd, _wake, waiter)
+                    try:
+                        await waiter
+                    finally:
+                        loop.remove_writer(out_fd)
+                    continue
+                except OSError as exc:
+                    if exc.errno in _DISCONNECT_ERRNOS:
+                        return False
+                    raise
+                if n == 0:  # the file is shorter than the slice: the frame cannot be finished
+                    self._abort(f"segment file ended at {position} before {end}")
+                    return False
+                position += n
+                if position < end:
+                    await asyncio.sleep(0)  # other connections between big pieces
+        finally:
+            os.close(out_fd)
+        return True
