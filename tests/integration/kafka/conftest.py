@@ -1,0 +1,104 @@
+"""A real ``logbus serve`` with its Kafka listener, on free loopback ports, for the unchanged
+Kafka clients (librdkafka through confluent-kafka, kafka-python, aiokafka)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class KafkaBroker:
+    proc: subprocess.Popen[bytes]
+    http_port: int
+    kafka_port: int
+    log_path: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.kafka_port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def start_broker(tmp: Path, *env_pairs: tuple[str, str]) -> KafkaBroker:
+    """Start one broker; retried on a port taken between choosing and binding it."""
+    for attempt in range(3):
+        http_port, kafka_port = free_port(), free_port()
+        log_path = tmp / f"broker-{attempt}.log"
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **dict(env_pairs)}
+        env.pop("LOGBUS_CONFIG", None)
+        with log_path.open("wb") as log:
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "app.cli",
+                    "serve",
+                    "--data-dir",
+                    str(tmp / f"data-{attempt}"),
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(http_port),
+                    "--kafka-listener",
+                    f"127.0.0.1:{kafka_port}",
+                ],
+                cwd=REPO,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                if httpx.get(f"http://127.0.0.1:{http_port}/readyz", timeout=1).status_code == 200:
+                    return KafkaBroker(proc, http_port, kafka_port, log_path)
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)
+        proc.kill()
+        proc.wait()
+    raise AssertionError(f"broker did not start:\n{log_path.read_text(errors='replace')}")
+
+
+def stop_broker(broker: KafkaBroker) -> None:
+    broker.proc.send_signal(signal.SIGTERM)
+    try:
+        code = broker.proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        broker.proc.kill()
+        broker.proc.wait()
+        raise AssertionError(f"broker ignored SIGTERM:\n{broker.log()}") from None
+    assert code == 0, broker.log()
+
+
+@pytest.fixture(scope="module")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    """One broker per test module (tests use topics of their own)."""
+    broker = start_broker(tmp_path_factory.mktemp("kafka"))
+    yield broker
+    stop_broker(broker)

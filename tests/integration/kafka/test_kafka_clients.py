@@ -1,0 +1,160 @@
+"""Unchanged Kafka clients against a real broker's Kafka door: librdkafka (confluent-kafka),
+kafka-python and aiokafka produce and consume; one log, three doors (what the Kafka door
+writes HTTP reads byte for byte, and the other way round)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+import uuid
+
+import httpx
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from conftest import KafkaBroker
+
+
+def _topic(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def rdkafka_consume(
+    bootstrap: str, topic: str, count: int, **conf: object
+) -> list[tuple[int, bytes | None, bytes | None]]:
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False, **conf}
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    got: list[tuple[int, bytes | None, bytes | None]] = []
+    deadline = time.monotonic() + 30
+    try:
+        while len(got) < count and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            assert msg.error() is None, msg.error()
+            got.append((msg.offset(), msg.key(), msg.value()))
+    finally:
+        consumer.close()
+    return got
+
+
+@pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
+def test_librdkafka_idempotent_acks_all_produce_and_assign_consume(
+    kafka_broker: KafkaBroker, codec: str
+) -> None:
+    topic = _topic(f"rd-{codec}")
+    producer = Producer(
+        {
+            "bootstrap.servers": kafka_broker.bootstrap,
+            "enable.idempotence": True,
+            "acks": "all",
+            "compression.type": codec,
+            "linger.ms": 5,
+        }
+    )
+    delivered: list[tuple[object, int]] = []
+    for i in range(200):
+        producer.produce(
+            topic,
+            key=b"k%d" % i,
+            value=b"value-%d" % i * 3,
+            on_delivery=lambda err, msg: delivered.append(
+                (err, msg.offset() if err is None else -1)
+            ),
+        )
+    assert producer.flush(30) == 0
+    assert [err for err, _ in delivered if err is not None] == []
+    assert sorted(off for _, off in delivered) == list(range(200))
+    got = rdkafka_consume(kafka_broker.bootstrap, topic, 200)
+    assert got == [(i, b"k%d" % i, b"value-%d" % i * 3) for i in range(200)]
+
+
+def test_kafka_python_produces_and_consumes(kafka_broker: KafkaBroker) -> None:
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka import TopicPartition as KTopicPartition
+
+    topic = _topic("kp")
+    producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap, acks="all")
+    futures = [producer.send(topic, key=b"k%d" % i, value=b"v%d" % i) for i in range(50)]
+    producer.flush(30)
+    assert [f.get(timeout=30).offset for f in futures] == list(range(50))
+    producer.close()
+    consumer = KafkaConsumer(bootstrap_servers=kafka_broker.bootstrap, enable_auto_commit=False)
+    tp = KTopicPartition(topic, 0)
+    consumer.assign([tp])
+    consumer.seek_to_beginning(tp)
+    got: list[tuple[int, bytes, bytes]] = []
+    deadline = time.monotonic() + 30
+    while len(got) < 50 and time.monotonic() < deadline:
+        for records in consumer.poll(timeout_ms=500).values():
+            got += [(r.offset, r.key, r.value) for r in records]
+    consumer.close()
+    assert got == [(i, b"k%d" % i, b"v%d" % i) for i in range(50)]
+
+
+def test_aiokafka_produces_and_consumes(kafka_broker: KafkaBroker) -> None:
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka.structs import TopicPartition as ATopicPartition
+
+    topic = _topic("aio")
+
+    async def run() -> list[tuple[int, bytes | None, bytes | None]]:
+        producer = AIOKafkaProducer(
+            bootstrap_servers=kafka_broker.bootstrap,
+            enable_idempotence=True,
+            compression_type="gzip",
+        )
+        await producer.start()
+        try:
+            for i in range(50):
+                await producer.send(topic, key=b"k%d" % i, value=b"v%d" % i)
+            await producer.flush()
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=kafka_broker.bootstrap, enable_auto_commit=False
+        )
+        await consumer.start()
+        got: list[tuple[int, bytes | None, bytes | None]] = []
+        try:
+            tp = ATopicPartition(topic, 0)
+            consumer.assign([tp])
+            await consumer.seek_to_beginning(tp)
+            async with asyncio.timeout(30):
+                while len(got) < 50:
+                    batch = await consumer.getmany(tp, timeout_ms=500)
+                    got += [(r.offset, r.key, r.value) for r in batch.get(tp, [])]
+        finally:
+            await consumer.stop()
+        return got
+
+    assert asyncio.run(run()) == [(i, b"k%d" % i, b"v%d" % i) for i in range(50)]
+
+
+def test_one_log_three_doors(kafka_broker: KafkaBroker) -> None:
+    """Kafka door -> HTTP byte for byte, and HTTP -> librdkafka."""
+    topic = _topic("doors")
+    values = [bytes(range(256)), b"", b"\x00\xff" * 1000]
+    producer = Producer({"bootstrap.servers": kafka_broker.bootstrap, "enable.idempotence": True})
+    for i, value in enumerate(values):
+        producer.produce(topic, key=b"k%d" % i, value=value)
+    assert producer.flush(30) == 0
+    with httpx.Client(base_url=kafka_broker.url, timeout=30) as http:
+        answer = http.get(
+            f"/topics/{topic}/partitions/0/records",
+            params={"offset": 0, "key_format": "binary", "value_format": "binary"},
+        ).json()
+        assert [base64.b64decode(r["value"]) for r in answer["records"]] == values
+        assert [base64.b64decode(r["key"]) for r in answer["records"]] == [b"k0", b"k1", b"k2"]
+
+        back = _topic("doors-back")
+        sent = [base64.b64encode(v).decode() for v in values]
+        r = http.post(
+            f"/topics/{back}/records",
+            json={"records": [{"value": v} for v in sent], "value_format": "binary"},
+        )
+        assert r.status_code == 200, r.text
+    got = rdkafka_consume(kafka_broker.bootstrap, back, len(values))
+    assert [(off, value) for off, _, value in got] == list(enumerate(values))
