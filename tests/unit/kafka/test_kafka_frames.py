@@ -3,6 +3,7 @@ end in FrameError (the connection closes) and nothing else, fuzzed with hypothes
 
 from __future__ import annotations
 
+import contextlib
 import io
 import struct
 
@@ -53,7 +54,7 @@ def test_frames_split_across_feeds_come_out_whole_and_in_order() -> None:
 @pytest.mark.parametrize("size", [0, -1, MAX + 1, 2**31 - 1])
 def test_a_size_prefix_out_of_range_is_refused_before_buffering(size: int) -> None:
     reader = FrameReader(MAX)
-    with pytest.raises(FrameError, match="socket.request.max.bytes"):
+    with pytest.raises(FrameError, match=r"socket\.request\.max\.bytes"):
         reader.feed(struct.pack(">i", size))
     assert reader.buffered == 0
 
@@ -93,10 +94,8 @@ def test_fuzz_any_bytes_give_frames_or_a_frame_error(chunks: list[bytes]) -> Non
         for chunk in chunks:
             for f in reader.feed(chunk):
                 assert 0 < len(f) <= MAX
-                try:
+                with contextlib.suppress(FrameError):
                     decode_request(f)
-                except FrameError:
-                    pass
     except FrameError:
         pass
     assert reader.buffered <= MAX + 4 + 64
