@@ -111,9 +111,7 @@ def decode_request(frame: bytes) -> Request:
         raise FrameError(
             f"api {api_key} v{api_version} request does not parse: {type(exc).__name__}: {exc}"
         ) from exc
-    if header_size + body_size != len(frame):
-        raise FrameError(
-            f"api {api_key} v{api_version} request has "
-            f"{len(frame) - header_size - body_size} bytes after its body"
-        )
+    # Bytes after the body are ignored, as Kafka's own parser ignores them: librdkafka
+    # 2.x sends Metadata v11+ with IncludeClusterAuthorizedOperations (a v8-v10 field)
+    # still in it, which Kafka reads as the body's end plus three unread bytes.
     return Request(api_key, api_version, correlation_id, header.client_id, body)
