@@ -181,7 +181,8 @@ def _kafka_python_cases() -> dict[str, Callable[[], object]]:
         timeout_ms=30_000,
         topic_data=[
             P.TopicProduceData(
-                name="t", partition_data=[P.TopicProduceData.PartitionProduceData(index=0, records=BATCH)]
+                name="t",
+                partition_data=[P.TopicProduceData.PartitionProduceData(index=0, records=BATCH)],
             )
         ],
     )
@@ -276,7 +277,11 @@ def run(n: int = 2_000, rounds: int = 5) -> dict[str, Any]:
     for name in kio_cases:
         k = _time(kio_cases[name], n, rounds)
         p = _time(kp_cases[name], n, rounds)
-        result[name] = {"kio_us": round(k, 2), "kafka_python_us": round(p, 2), "ratio": round(p / k, 2)}
+        result[name] = {
+            "kio_us": round(k, 2),
+            "kafka_python_us": round(p, 2),
+            "ratio": round(p / k, 2),
+        }
     return result
 
 
