@@ -154,7 +154,11 @@ def create_app(settings: Settings, manager: LogManager | None = None) -> FastAPI
         if settings.kafka_listener:
             from app.kafka.listener import KafkaListener
 
-            kafka = KafkaListener(state, lambda: getattr(app.state, "txn_coordinator", None))
+            kafka = KafkaListener(
+                state,
+                lambda: getattr(app.state, "txn_coordinator", None),
+                lambda: getattr(app.state, "coordinator", None),
+            )
             await kafka.start()
         app.state.kafka_listener = kafka
         state.ready = True

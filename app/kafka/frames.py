@@ -106,7 +106,7 @@ def decode_request(frame: bytes) -> Request:
     schema = load_request_schema(api_key, api_version)
     try:
         header, header_size = entity_reader(schema.__header_schema__)(frame, 0)
-        body, body_size = entity_reader(schema)(frame, header_size)
+        body, _ = entity_reader(schema)(frame, header_size)
     except Exception as exc:  # kio raises several types for bad bytes: all mean the same
         raise FrameError(
             f"api {api_key} v{api_version} request does not parse: {type(exc).__name__}: {exc}"

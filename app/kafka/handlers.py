@@ -33,18 +33,24 @@ from app.api.fetch_service import aborted_pairs, lookup_offset, read_log, wait_f
 from app.api.produce_service import check_not_internal, create_planned, produce_raw
 from app.common.errors import (
     BrokerNotAvailable,
+    CoordinatorNotAvailable,
+    InvalidRequest,
     InvalidRequiredAcks,
     LogbusError,
     UnknownTopicOrPartition,
 )
 from app.common.isolation import READ_COMMITTED
+from app.groups.offsets import OffsetCommit
 from app.kafka.encode import SlicedRecords, build, error_code
 from app.kafka.versions import (
     API_VERSIONS,
     FETCH,
+    FIND_COORDINATOR,
     INIT_PRODUCER_ID,
     LIST_OFFSETS,
     METADATA,
+    OFFSET_COMMIT,
+    OFFSET_FETCH,
     PRODUCE,
     SUPPORTED,
 )
@@ -67,11 +73,13 @@ MAX_WAIT_MS = 60_000
 @dataclass(frozen=True, slots=True)
 class Context:
     """What the handlers share: the broker's state and where clients reach this broker.
-    ``coordinator`` is the transaction coordinator (None before it serves)."""
+    ``txn`` and ``groups`` give the transaction and group coordinators (None while they
+    do not serve: before the lifespan started them, once it stops them)."""
 
     state: AppState
     advertised: tuple[str, int]
-    coordinator: Callable[[], Any]
+    txn: Callable[[], Any]
+    groups: Callable[[], Any]
 
 
 def _module(api_key: int, version: int) -> Any:
@@ -188,7 +196,7 @@ async def produce(ctx: Context, body: Any, version: int) -> Any:
     manager = state.manager
     acks = int(body.acks)
     timeout_ms = max(0, int(body.timeout.total_seconds() * 1000))
-    coordinator = ctx.coordinator()
+    coordinator = ctx.txn()
 
     async def one(topic: str, partition: int, records: bytes | None) -> Any:
         try:
@@ -402,7 +410,7 @@ async def init_producer_id(ctx: Context, body: Any, version: int) -> Any:
     given_epoch = None if raw_id < 0 else raw_epoch
     try:
         if body.transactional_id is not None:
-            coordinator = ctx.coordinator()
+            coordinator = ctx.txn()
             if coordinator is None:
                 raise BrokerNotAvailable("the transaction coordinator is not serving")
             timeout_ms = int(body.transaction_timeout.total_seconds() * 1000)
@@ -427,6 +435,144 @@ async def init_producer_id(ctx: Context, body: Any, version: int) -> Any:
     )
 
 
+def _groups(ctx: Context) -> Any:
+    coordinator = ctx.groups()
+    if coordinator is None or not ctx.state.ready:
+        raise CoordinatorNotAvailable(
+            "the group coordinator is not serving yet (starting) or stopping"
+        )
+    return coordinator
+
+
+async def find_coordinator(ctx: Context, body: Any, version: int) -> Any:
+    """The coordinator of a group (key type 0; transactional ids come with the
+    transaction APIs, a later increment). Only this broker's
+    Kafka listener is known here: a key coordinated by another broker (cluster mode)
+    answers COORDINATOR_NOT_AVAILABLE until brokers publish their Kafka listeners."""
+    m = _module(FIND_COORDINATOR, version)
+    key_type = int(getattr(body, "key_type", 0))
+    host, port = ctx.advertised
+    try:
+        if key_type != 0:
+            # Transactions through the Kafka door are a later increment (README).
+            raise InvalidRequest(f"key_type {key_type}: only groups (0) are served here yet")
+        info = await _groups(ctx).find_coordinator(body.key, "group")
+        if info.node_id != ctx.state.topology.broker_id:
+            raise CoordinatorNotAvailable(
+                f"coordinated by broker {info.node_id}, whose Kafka listener is not known yet"
+            )
+        return build(
+            m.FindCoordinatorResponse,
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.none,
+            error_message=None,
+            node_id=info.node_id,
+            host=host,
+            port=port,
+        )
+    except LogbusError as exc:
+        return build(
+            m.FindCoordinatorResponse,
+            throttle_time=NO_THROTTLE,
+            error_code=error_code(exc),
+            error_message=exc.message,
+            node_id=-1,
+            host="",
+            port=-1,
+        )
+
+
+async def offset_commit(ctx: Context, body: Any, version: int) -> Any:
+    """Commit through the group coordinator HTTP's ``POST /groups/{g}/offsets`` uses: one
+    store for every door. A Kafka client outside any group (``assign``) commits with
+    generation -1 and no member id, which the coordinator takes while the group has no
+    members (as Kafka does); all partitions answer the one outcome (all or nothing)."""
+    m = _module(OFFSET_COMMIT, version)
+    offsets = [
+        OffsetCommit(
+            t.name,
+            int(p.partition_index),
+            int(p.committed_offset),
+            int(getattr(p, "committed_leader_epoch", -1)),
+            p.committed_metadata or "",
+        )
+        for t in body.topics
+        for p in t.partitions
+    ]
+    try:
+        await _groups(ctx).commit_offsets(
+            body.group_id, body.member_id, int(body.generation_id_or_member_epoch), offsets
+        )
+        code = ErrorCode.none
+    except LogbusError as exc:
+        code = error_code(exc)
+    return build(
+        m.OffsetCommitResponse,
+        throttle_time=NO_THROTTLE,
+        topics=tuple(
+            build(
+                m.OffsetCommitResponseTopic,
+                name=t.name,
+                partitions=tuple(
+                    build(
+                        m.OffsetCommitResponsePartition,
+                        partition_index=p.partition_index,
+                        error_code=code,
+                    )
+                    for p in t.partitions
+                ),
+            )
+            for t in body.topics
+        ),
+    )
+
+
+async def offset_fetch(ctx: Context, body: Any, version: int) -> Any:
+    """Committed offsets from the one store (HTTP's ``GET /groups/{g}/offsets``); -1 where
+    nothing is committed, every committed partition when ``topics`` is null."""
+    m = _module(OFFSET_FETCH, version)
+    wanted = (
+        None if body.topics is None else {t.name: set(t.partition_indexes) for t in body.topics}
+    )
+    try:
+        found = await _groups(ctx).fetch_committed_offsets(
+            body.group_id, None if wanted is None else list(wanted)
+        )
+        code = ErrorCode.none
+    except LogbusError as exc:
+        found, code = [], error_code(exc)
+    by_topic: dict[str, dict[int, Any]] = {}
+    for c in found:
+        by_topic.setdefault(c.topic, {})[c.partition] = c
+    if wanted is not None:
+        for topic, partitions in wanted.items():
+            seen = by_topic.setdefault(topic, {})
+            by_topic[topic] = {p: seen.get(p) for p in sorted(partitions)}
+    return build(
+        m.OffsetFetchResponse,
+        throttle_time=NO_THROTTLE,
+        error_code=code,
+        topics=tuple(
+            build(
+                m.OffsetFetchResponseTopic,
+                name=topic,
+                partitions=tuple(
+                    build(
+                        m.OffsetFetchResponsePartition,
+                        partition_index=p,
+                        committed_offset=-1 if c is None else c.offset,
+                        committed_leader_epoch=-1 if c is None else c.leader_epoch,
+                        metadata="" if c is None else c.metadata,
+                        error_code=ErrorCode.none,
+                    )
+                    for p, c in sorted(parts.items())
+                ),
+            )
+            for topic, parts in sorted(by_topic.items())
+        ),
+    )
+
+
 Handler = Callable[[Context, Any, int], Awaitable[Any]]
 
 HANDLERS: dict[int, Handler] = {
@@ -436,6 +582,9 @@ HANDLERS: dict[int, Handler] = {
     FETCH: fetch,
     LIST_OFFSETS: list_offsets,
     INIT_PRODUCER_ID: init_producer_id,
+    FIND_COORDINATOR: find_coordinator,
+    OFFSET_COMMIT: offset_commit,
+    OFFSET_FETCH: offset_fetch,
 }
 
 __all__ = ["HANDLERS", "READ_COMMITTED", "Context", "unsupported_api_versions"]

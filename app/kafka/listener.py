@@ -31,12 +31,15 @@ log = logging.getLogger(__name__)
 class KafkaListener:
     """The server and its connections (event-loop only)."""
 
-    def __init__(self, state: AppState, coordinator: Callable[[], Any]) -> None:
+    def __init__(self, state: AppState, txn: Callable[[], Any], groups: Callable[[], Any]) -> None:
+        """``txn``, ``groups``: the coordinators as the app holds them now (None while
+        they do not serve)."""
         settings = state.settings
         assert settings.kafka_listener is not None
         self.host, self.port = split_host_port(settings.kafka_listener)
         self._state = state
-        self._coordinator = coordinator
+        self._txn = txn
+        self._groups = groups
         self._server: asyncio.Server | None = None
         self._connections: set[KafkaConnection] = set()
         self._per_ip: collections.Counter[str] = collections.Counter()
@@ -60,7 +63,7 @@ class KafkaListener:
 
     def _accept(self) -> KafkaConnection:
         settings = self._state.settings
-        ctx = Context(self._state, self.advertised, self._coordinator)
+        ctx = Context(self._state, self.advertised, self._txn, self._groups)
         conn = KafkaConnection(
             ctx,
             settings.kafka_socket_request_max_bytes,

@@ -7,7 +7,9 @@ RecordBatch v2 only), which every maintained client negotiates; librdkafka decid
 the Produce range whether it may send compressed RecordBatch v2 (v3+), so v3 is what it
 must see. Maximums stop before versions that need what the broker does not keep yet
 (Fetch v13+ names topics by id; Produce v10+ carries KIP-951 leader hints; ListOffsets
-v8+ asks for tiered-storage offsets; Metadata v13 reports topic-level errors by id).
+v8+ asks for tiered-storage offsets; Metadata v13 reports topic-level errors by id;
+FindCoordinator v4+ and OffsetFetch v8+ batch several keys or groups; OffsetCommit v9+
+is KIP-848's, with member epochs).
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ PRODUCE: Final = 0
 FETCH: Final = 1
 LIST_OFFSETS: Final = 2
 METADATA: Final = 3
+OFFSET_COMMIT: Final = 8
+OFFSET_FETCH: Final = 9
+FIND_COORDINATOR: Final = 10
 API_VERSIONS: Final = 18
 INIT_PRODUCER_ID: Final = 22
 
@@ -29,6 +34,9 @@ SUPPORTED: Final[dict[int, tuple[int, int]]] = {
     METADATA: (0, 12),
     API_VERSIONS: (0, 3),
     INIT_PRODUCER_ID: (0, 4),
+    OFFSET_COMMIT: (2, 8),
+    OFFSET_FETCH: (1, 7),
+    FIND_COORDINATOR: (0, 3),
 }
 
 NAMES: Final[dict[int, str]] = {
@@ -38,4 +46,7 @@ NAMES: Final[dict[int, str]] = {
     METADATA: "Metadata",
     API_VERSIONS: "ApiVersions",
     INIT_PRODUCER_ID: "InitProducerId",
+    OFFSET_COMMIT: "OffsetCommit",
+    OFFSET_FETCH: "OffsetFetch",
+    FIND_COORDINATOR: "FindCoordinator",
 }

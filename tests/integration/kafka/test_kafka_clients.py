@@ -158,3 +158,38 @@ def test_one_log_three_doors(kafka_broker: KafkaBroker) -> None:
         assert r.status_code == 200, r.text
     got = rdkafka_consume(kafka_broker.bootstrap, back, len(values))
     assert [(off, value) for off, _, value in got] == list(enumerate(values))
+
+
+def test_librdkafka_commits_are_the_groups_offsets_over_http(kafka_broker: KafkaBroker) -> None:
+    """FindCoordinator, OffsetCommit and OffsetFetch on the group coordinator HTTP uses: a
+    consumer outside any group (assign) commits, reads its commit back, and HTTP sees it."""
+    topic, group = _topic("commit"), _topic("group")
+    producer = Producer({"bootstrap.servers": kafka_broker.bootstrap})
+    for i in range(5):
+        producer.produce(topic, value=b"v%d" % i)
+    assert producer.flush(30) == 0
+    conf = {"bootstrap.servers": kafka_broker.bootstrap, "group.id": group}
+    consumer = Consumer({**conf, "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        consumer.commit(offsets=[TopicPartition(topic, 0, 3)], asynchronous=False)
+        (committed,) = consumer.committed([TopicPartition(topic, 0)], timeout=10)
+        assert committed.offset == 3
+    finally:
+        consumer.close()
+    with httpx.Client(base_url=kafka_broker.url, timeout=30) as http:
+        offsets = http.get(f"/groups/{group}/offsets").json()["offsets"]
+    assert [(o["topic"], o["partition"], o["offset"]) for o in offsets] == [(topic, 0, 3)]
+    # A new consumer of the group starts at the committed offset (OffsetFetch).
+    got = []
+    consumer = Consumer({**conf, "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition(topic, 0)])  # OFFSET_STORED: the group's commit
+        deadline = time.monotonic() + 30
+        while len(got) < 2 and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                got.append(msg.offset())
+    finally:
+        consumer.close()
+    assert got == [3, 4]
