@@ -10,8 +10,8 @@ prefix from ``len(value)`` followed by ``buffer.write(value)``; :class:`Response
 recognizes the object in that ``write`` and keeps its :class:`FileSlice`\\ s as parts of
 their own, which the connection sends with ``os.sendfile``. So the frame's bytes are
 kio's, the records never pass through Python, and nothing here encodes a message field
-by hand. (``tests/unit/kafka/test_encode.py`` checks the frame equals kio's encoding of
-the same response with the records as bytes.)
+by hand. (``tests/unit/kafka/test_kafka_encode.py`` checks the frame equals kio's
+encoding of the same response with the records as bytes.)
 
 Pure functions, no I/O; used on the event loop.
 """
@@ -109,8 +109,8 @@ def encode_response(correlation_id: int, response: Any) -> list[Part]:
 
 def error_code(exc: BaseException) -> ErrorCode:
     """The Kafka error code of an error: a :class:`LogbusError` by its Kafka name (every
-    name in the error tree is Kafka's; ``tests/unit/kafka/test_errors.py`` checks each
-    maps), anything else UNKNOWN_SERVER_ERROR."""
+    name in the error tree is Kafka's; ``tests/unit/kafka/test_kafka_encode.py`` checks
+    that each maps), anything else UNKNOWN_SERVER_ERROR."""
     if isinstance(exc, LogbusError):
         return _by_name(exc.error_code)
     return ErrorCode.unknown_server_error
