@@ -495,6 +495,31 @@ class Settings(BaseSettings):
         host, port = split_host_port(self.kafka_listener)
         return (socket.gethostname() if host in WILDCARD_HOSTS else host), port
 
+    def check_kafka_listener_exposure(self) -> None:
+        """The Kafka door has no SASL, TLS or ACLs yet (issue 19's later increments): with
+        ``authentication`` or ``authorizer`` set it would let Kafka clients past both, so
+        it is refused then; on a non-loopback address it needs
+        ``allow_unauthenticated_network``, as an open HTTP listener does.
+
+        Raises:
+            ValueError: saying which and how out.
+        """
+        if not self.kafka_listener:
+            return
+        if self.authentication != "none" or self.authorizer != "none":
+            raise ValueError(
+                "kafka_listener cannot serve a broker with authentication or an authorizer: "
+                "the Kafka door has no SASL or ACLs yet and would bypass them. Unset "
+                "kafka_listener (LOGBUS_KAFKA_LISTENER)."
+            )
+        host, _ = split_host_port(self.kafka_listener)
+        if not is_loopback(host) and not self.allow_unauthenticated_network:
+            raise ValueError(
+                f"refusing the Kafka listener on {self.kafka_listener} with no authentication: "
+                "anyone who reaches it can read and write every topic. Bind it to 127.0.0.1 "
+                "or pass --allow-unauthenticated-network (LOGBUS_ALLOW_UNAUTHENTICATED_NETWORK=1)."
+            )
+
     @field_validator("authentication")
     @classmethod
     def _check_authentication(cls, value: str) -> str:
@@ -547,6 +572,7 @@ class Settings(BaseSettings):
         Raises:
             ValueError: naming the address and the two ways out.
         """
+        self.check_kafka_listener_exposure()
         if (
             is_loopback(self.host)
             or self.allow_unauthenticated_network

@@ -14,7 +14,9 @@ keys, a 4-partition topic per figure and round, acks=1:
 
 The four are taken round-robin (one of each per round), each the median over ``rounds``
 rounds, in records per second; ``*_ratio``: the Kafka door's figure over the SDK's, same
-round, median. The clients run in this process, sharing the machine's cores with the
+round, median; ``*_broker_cpu_us_per_record``: the broker process's CPU time (/proc)
+over the records of that figure, steadier than records/s on a loaded machine. The
+clients run in this process, sharing the machine's cores with the
 broker, as a user's laptop run would.
 """
 
@@ -28,7 +30,7 @@ from typing import Any
 
 from app.client import Admin
 from bench import sdk
-from bench.common import broker, free_port
+from bench.common import broker_process, free_port
 
 DEFAULT_RECORDS = 500_000
 VALUE = b"x" * 100
@@ -100,29 +102,45 @@ def rdkafka_consume(bootstrap: str, topic: str, records: int) -> float:
     return got / elapsed
 
 
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (/proc)."""
+    import os
+
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def run(records: int = DEFAULT_RECORDS, rounds: int = 3) -> dict[str, Any]:
     kafka_port = free_port()
     bootstrap = f"127.0.0.1:{kafka_port}"
     samples: dict[str, list[float]] = {
         k: [] for k in ("rdkafka_produce", "rdkafka_consume", "sdk_produce_send", "sdk_consume")
     }
-    with broker({"LOGBUS_KAFKA_LISTENER": bootstrap}) as url, Admin(url) as admin:
+    cpu: dict[str, list[float]] = {k: [] for k in samples}
+    with broker_process({"LOGBUS_KAFKA_LISTENER": bootstrap}) as (url, pid), Admin(url) as admin:
 
         def fresh() -> str:
             name = f"kd-{uuid.uuid4().hex[:8]}"
             admin.create_topic(name, PARTITIONS)
             return name
 
+        def measure(name: str, fn: Any, *args: Any) -> None:
+            before = _cpu_s(pid)
+            samples[name].append(fn(*args))
+            cpu[name].append((_cpu_s(pid) - before) / records * 1e6)
+
         for _ in range(rounds):
             topic = fresh()
-            samples["rdkafka_produce"].append(rdkafka_produce(bootstrap, topic, records))
-            samples["rdkafka_consume"].append(rdkafka_consume(bootstrap, topic, records))
+            measure("rdkafka_produce", rdkafka_produce, bootstrap, topic, records)
+            measure("rdkafka_consume", rdkafka_consume, bootstrap, topic, records)
             topic = fresh()
-            samples["sdk_produce_send"].append(sdk.produce_send(url, topic, records))
-            samples["sdk_consume"].append(sdk.consume(url, topic))
+            measure("sdk_produce_send", sdk.produce_send, url, topic, records)
+            measure("sdk_consume", sdk.consume, url, topic)
     result: dict[str, Any] = {"records": records, "rounds": rounds, "value_bytes": len(VALUE)}
     for name, values in samples.items():
         result[name] = round(statistics.median(values))
+        result[f"{name}_broker_cpu_us_per_record"] = round(statistics.median(cpu[name]), 3)
     result["produce_ratio"] = round(
         statistics.median(
             a / b

@@ -4,8 +4,9 @@
 sans-I/O :class:`~app.kafka.frames.FrameReader`; complete frames queue for one task that
 handles them in order, one at a time (Kafka's rule, so responses leave in request order
 and a long-poll fetch holds only its own connection). While a request is being handled
-and more are queued, reading pauses (Kafka mutes the channel likewise), so a client
-cannot make the broker buffer more than one frame plus one read ahead of it.
+and more are queued, reading pauses (Kafka mutes the channel likewise): a connection
+holds at most ``MAX_QUEUED`` waiting frames or one maximum frame's worth of them, plus
+the partial frame being read.
 
 A response is parts (:mod:`app.kafka.encode`): bytes go through the transport; file
 slices leave with ``os.sendfile`` on a ``dup`` of the socket's descriptor, after the
@@ -40,8 +41,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Reading pauses while this many requests wait behind the one being handled: librdkafka
-# keeps up to 5 in flight per connection with idempotence, so they never wait on us.
+# Reading pauses while this many requests wait behind the one being handled (librdkafka
+# keeps up to 5 in flight per connection with idempotence, so they never wait on us), or
+# while the waiting ones hold a whole maximum frame's worth of bytes.
 MAX_QUEUED = 8
 SENDFILE_MAX_CALL_BYTES = 8 * 1024 * 1024
 _DISCONNECT_ERRNOS = frozenset(
@@ -73,6 +75,8 @@ class KafkaConnection(asyncio.Protocol):
         self._on_open = on_open
         self._on_close = on_close
         self._queue: collections.deque[bytes] = collections.deque()
+        self._queued_bytes = 0
+        self._max_frame = max_frame_bytes
         self._wake = asyncio.Event()
         self._drained = asyncio.Event()
         self._drained.set()
@@ -104,10 +108,14 @@ class KafkaConnection(asyncio.Protocol):
             return
         if frames:
             self._queue.extend(frames)
+            self._queued_bytes += sum(len(f) for f in frames)
             self._wake.set()
-            if len(self._queue) > MAX_QUEUED and not self._paused and self._transport:
+            if self._over_queue() and not self._paused and self._transport:
                 self._paused = True
                 self._transport.pause_reading()
+
+    def _over_queue(self) -> bool:
+        return len(self._queue) > MAX_QUEUED or self._queued_bytes >= self._max_frame
 
     def eof_received(self) -> bool | None:
         return False  # close: a client that stops sending has nothing more to ask
@@ -156,12 +164,16 @@ class KafkaConnection(asyncio.Protocol):
                     await self._wake.wait()
                     continue
                 frame = self._queue.popleft()
-                if self._paused and len(self._queue) <= MAX_QUEUED // 2 and self._transport:
+                self._queued_bytes -= len(frame)
+                if self._paused and not self._over_queue() and self._transport:
                     self._paused = False
                     self._transport.resume_reading()
-                self._arm_idle()
+                # Idle means no request in progress: a long poll is not idleness.
+                if self._idle is not None:
+                    self._idle.cancel()
                 if not await self._handle(frame):
                     return
+                self._arm_idle()
         except asyncio.CancelledError:
             raise
         except Exception:  # a bug: log it and drop this connection, never the broker
@@ -186,12 +198,12 @@ class KafkaConnection(asyncio.Protocol):
             name = NAMES.get(request.api_key, f"api key {request.api_key}")
             self._abort(f"{name} v{request.api_version} is not served (see ApiVersions)")
             return False
-        response = await self._answer(handler, request)
+        response = await self._answer(request)
         if response is not None:
             await self._send(encode_response(request.correlation_id, response))
         return True
 
-    async def _answer(self, handler: object, request: Request) -> object:
+    async def _answer(self, request: Request) -> object:
         try:
             return await HANDLERS[request.api_key](self._ctx, request.body, request.api_version)
         except LogbusError as exc:
@@ -230,9 +242,11 @@ class KafkaConnection(asyncio.Protocol):
         transport.set_write_buffer_limits(high=0, low=0)
         try:
             while transport.get_write_buffer_size() and not transport.is_closing():
-                self._drained.clear()
-                if transport.get_write_buffer_size():
-                    await self._drained.wait()
+                if not self._drained.is_set():
+                    await self._drained.wait()  # paused: resumed once the buffer is empty
+                else:
+                    # A loop that does not pause on a lowered mark at once: poll briefly.
+                    await asyncio.sleep(0.001)
         finally:
             if not transport.is_closing():
                 transport.set_write_buffer_limits(high=high, low=low)

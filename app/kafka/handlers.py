@@ -34,13 +34,14 @@ from app.api.produce_service import check_not_internal, create_planned, produce_
 from app.common.errors import (
     BrokerNotAvailable,
     CoordinatorNotAvailable,
+    InvalidRecord,
     InvalidRequest,
     InvalidRequiredAcks,
     LogbusError,
     UnknownTopicOrPartition,
 )
-from app.common.isolation import READ_COMMITTED
 from app.groups.offsets import OffsetCommit
+from app.groups.placement import INTERNAL_TOPICS
 from app.kafka.encode import SlicedRecords, build, error_code
 from app.kafka.versions import (
     API_VERSIONS,
@@ -66,6 +67,8 @@ OPERATIONS_OMITTED = -(2**31)
 ZERO_UUID = uuid.UUID(int=0)
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
+# A request's isolation_level: 0 read_uncommitted, 1 read_committed.
+READ_COMMITTED_LEVEL = 1
 # Kafka caps a fetch's wait the same way the HTTP fetch does (max_wait_ms).
 MAX_WAIT_MS = 60_000
 
@@ -181,7 +184,7 @@ async def _topic_metadata(ctx: Context, m: Any, name: str, allow_create: bool) -
         error_code=code,
         name=name,
         topic_id=ZERO_UUID,
-        is_internal=name.startswith("__"),
+        is_internal=name in INTERNAL_TOPICS,
         partitions=tuple(partitions),
         topic_authorized_operations=OPERATIONS_OMITTED,
     )
@@ -203,7 +206,7 @@ async def produce(ctx: Context, body: Any, version: int) -> Any:
             if acks not in (0, 1, -1):
                 raise InvalidRequiredAcks(f"acks must be 0, 1 or -1, got {acks}")
             if not records:
-                raise UnknownTopicOrPartition(topic, partition)
+                raise InvalidRecord(f"no record batches for {topic}-{partition}")
             info = await produce_raw(
                 state, manager, topic, partition, bytearray(records), acks, timeout_ms, coordinator
             )
@@ -253,7 +256,7 @@ async def fetch(ctx: Context, body: Any, version: int) -> Any:
     the answer is read again after it). Records stay file slices (zero-copy)."""
     m = _module(FETCH, version)
     state = ctx.state
-    committed = int(body.isolation_level) == 1
+    committed = int(body.isolation_level) == READ_COMMITTED_LEVEL
     budget = min(int(body.max_bytes), state.settings.fetch_max_bytes)
     wait_ms = min(MAX_WAIT_MS, max(0, int(body.max_wait.total_seconds() * 1000)))
     min_bytes = int(body.min_bytes)
@@ -352,7 +355,7 @@ def _read_partition(
 
 async def list_offsets(ctx: Context, body: Any, version: int) -> Any:
     m = _module(LIST_OFFSETS, version)
-    committed = int(getattr(body, "isolation_level", 0)) == 1
+    committed = int(getattr(body, "isolation_level", 0)) == READ_COMMITTED_LEVEL
     topics = []
     for topic in body.topics:
         answers = []
@@ -586,5 +589,3 @@ HANDLERS: dict[int, Handler] = {
     OFFSET_COMMIT: offset_commit,
     OFFSET_FETCH: offset_fetch,
 }
-
-__all__ = ["HANDLERS", "READ_COMMITTED", "Context", "unsupported_api_versions"]
