@@ -12,11 +12,14 @@ fetch and the Kafka door; decoded for JSON and WebSocket). Runs on the event loo
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, TypeVar
 
 from app.common.aio import wait_event
 from app.common.errors import UnknownTopicOrPartition
 from app.common.isolation import READ_COMMITTED
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from app.api.longpoll import FetchWaiters
@@ -116,3 +119,32 @@ def lookup_offset(log: Log, where: str | int, committed: bool) -> tuple[int, int
     if found is None or (committed and found[0] >= end):
         return -1, -1
     return found
+
+
+async def wait_for_any(
+    waiters: FetchWaiters,
+    logs: Sequence[Log],
+    read: Callable[[], tuple[T, int]],
+    min_bytes: int,
+    max_wait_ms: int,
+) -> T:
+    """A long poll over several partitions (a Kafka Fetch names many): ``read()`` (the
+    answer and its size) again after each append to any of ``logs`` until the size reaches
+    ``min_bytes`` or ``max_wait_ms`` is over; the last answer. One event is shared by
+    every log, registered before the first read, so no append is missed."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max_wait_ms / 1000
+    event = asyncio.Event()
+    for log in logs:
+        waiters.register(log, event)
+    try:
+        while True:
+            event.clear()
+            answer, size = read()
+            remaining = deadline - loop.time()
+            if size >= min_bytes or remaining <= 0 or waiters.closed:
+                return answer
+            await wait_event(event, remaining)
+    finally:
+        for log in logs:
+            waiters.unregister(log, event)

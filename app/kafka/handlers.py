@@ -17,6 +17,7 @@ previous one), many connections at once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import logging
 import uuid
@@ -29,7 +30,7 @@ from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.static.protocol import Entity
 
-from app.api.fetch_service import aborted_pairs, lookup_offset, read_log, wait_for_data
+from app.api.fetch_service import aborted_pairs, lookup_offset, read_log, wait_for_any
 from app.api.produce_service import check_not_internal, create_planned, produce_raw
 from app.common.errors import (
     BrokerNotAvailable,
@@ -252,8 +253,8 @@ async def produce(ctx: Context, body: Any, version: int) -> Any:
 
 async def fetch(ctx: Context, body: Any, version: int) -> Any:
     """Each partition read from its leader log; when the whole answer holds fewer than
-    ``min_bytes``, one long poll on the first partition asked for (woken by its appends;
-    the answer is read again after it). Records stay file slices (zero-copy)."""
+    ``min_bytes``, a long poll woken by an append to any of them (the answer read again
+    after each). Records stay file slices (zero-copy)."""
     m = _module(FETCH, version)
     state = ctx.state
     committed = int(body.isolation_level) == READ_COMMITTED_LEVEL
@@ -282,24 +283,15 @@ async def fetch(ctx: Context, body: Any, version: int) -> Any:
         return out, total
 
     found, total = read_all()
-    if total < min_bytes and wait_ms > 0 and body.topics and body.topics[0].partitions:
-        first_topic, first = body.topics[0], body.topics[0].partitions[0]
-        try:
-            log_ = state.topology.leader_partition(first_topic.topic, int(first.partition)).log
-            assert state.manager is not None
-            await wait_for_data(
-                state.waiters,
-                state.manager,
-                log_,
-                int(first.fetch_offset),
-                int(first.partition_max_bytes),
-                min_bytes,
-                wait_ms,
-                committed=committed,
-            )
-        except LogbusError:
-            pass  # the partition's error is answered by the read below
-        found, total = read_all()
+    if total < min_bytes and wait_ms > 0:
+        # Woken by an append to any partition asked for, as Kafka's delayed fetch is.
+        logs = []
+        for topic in body.topics:
+            for p in topic.partitions:
+                with contextlib.suppress(LogbusError):  # its error is in the answer already
+                    logs.append(state.topology.leader_partition(topic.topic, int(p.partition)).log)
+        if logs:
+            found = await wait_for_any(state.waiters, logs, read_all, min_bytes, wait_ms)
     return build(
         m.FetchResponse,
         throttle_time=NO_THROTTLE,

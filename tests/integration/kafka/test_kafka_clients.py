@@ -193,3 +193,37 @@ def test_librdkafka_commits_are_the_groups_offsets_over_http(kafka_broker: Kafka
     finally:
         consumer.close()
     assert got == [3, 4]
+
+
+def test_a_long_poll_is_woken_by_an_append_to_any_partition_it_asked_for(
+    kafka_broker: KafkaBroker,
+) -> None:
+    """Fetch names two partitions and waits up to 30 s: an HTTP produce to the second one
+    ends the wait (long before the 30 s: the bound only catches a wait not woken)."""
+    topic = _topic("wake")
+    with httpx.Client(base_url=kafka_broker.url, timeout=30) as http:
+        assert http.post("/topics", json={"name": topic, "partitions": 2}).status_code == 201
+        consumer = Consumer(
+            {
+                "bootstrap.servers": kafka_broker.bootstrap,
+                "group.id": "unused",
+                "fetch.wait.max.ms": 30_000,
+                "socket.timeout.ms": 60_000,
+            }
+        )
+        try:
+            consumer.assign([TopicPartition(topic, 0, 0), TopicPartition(topic, 1, 0)])
+            assert consumer.poll(1) is None  # the first fetch is parked now
+            start = time.monotonic()
+            r = http.post(
+                f"/topics/{topic}/partitions/1/records",
+                json={"records": [{"value": "late"}], "value_format": "string"},
+            )
+            assert r.status_code == 200, r.text
+            msg = None
+            while msg is None and time.monotonic() - start < 25:
+                msg = consumer.poll(0.5)
+            assert msg is not None and msg.error() is None
+            assert (msg.partition(), msg.value()) == (1, b"late")
+        finally:
+            consumer.close()
