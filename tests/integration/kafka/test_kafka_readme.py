@@ -3,7 +3,9 @@ bootstrap address swapped for the fixture's)."""
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,10 +15,31 @@ import pytest
 from conftest import REPO, KafkaBroker
 
 
-def examples() -> list[str]:
+def section() -> str:
     text = (REPO / "README.md").read_text()
-    section = text.split("\n## Kafka clients\n", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"```python\n(.*?)```", section, re.S)
+    return text.split("\n## Kafka clients\n", 1)[1].split("\n## ", 1)[0]
+
+
+def examples() -> list[str]:
+    return re.findall(r"```python\n(.*?)```", section(), re.S)
+
+
+def test_readme_kcat_example_runs(kafka_broker: KafkaBroker, tmp_path: Path) -> None:
+    if shutil.which("kcat") is None:
+        message = "kcat is missing (make test installs Debian's package)"
+        if os.environ.get("CI", "").lower() in ("true", "1", "yes"):
+            pytest.fail(f"CI=true and {message}", pytrace=False)
+        pytest.skip(message)
+    (script,) = re.findall(r"```sh\n(.*?)```", section(), re.S)
+    done = subprocess.run(
+        ["bash", "-e", "-c", script.replace("127.0.0.1:9092", kafka_broker.bootstrap)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["k1=hello@0", "k2=world@1"]
 
 
 def test_the_readme_has_an_example_per_client() -> None:
