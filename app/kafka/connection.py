@@ -6,7 +6,11 @@ handles them in order, one at a time (Kafka's rule, so responses leave in reques
 and a long-poll fetch holds only its own connection). While a request is being handled
 and more are queued, reading pauses (Kafka mutes the channel likewise): a connection
 holds at most ``MAX_QUEUED`` waiting frames or one maximum frame's worth of them, plus
-the partial frame being read.
+the partial frame being read. Those bytes are held from the broker's memory budget
+(:class:`~app.api.memory.MemoryBudget`, Kafka's ``queued.max.request.bytes``, shared with
+HTTP request bodies): a frame's declared size is reserved when its size prefix arrives,
+and while the budget cannot grant it the connection stops reading until memory frees;
+each frame's bytes are given back once it is answered.
 
 A response is parts (:mod:`app.kafka.encode`): bytes go through the transport; file
 slices leave with ``os.sendfile`` on a ``dup`` of the socket's descriptor, after the
@@ -28,8 +32,9 @@ import errno
 import logging
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
+from app.api.memory import Reservation
 from app.common.errors import LogbusError
 from app.kafka.encode import Part, encode_response, error_code
 from app.kafka.frames import FrameError, FrameReader, Request, decode_request
@@ -84,6 +89,11 @@ class KafkaConnection(asyncio.Protocol):
         self._task: asyncio.Task[None] | None = None
         self._idle: asyncio.TimerHandle | None = None
         self._paused = False
+        self._memory = ctx.state.memory
+        # What this connection holds of the budget: queued frames and the declared size of
+        # the one being read. ``_memory_wait`` is set while reading waits for a grant.
+        self._held = Reservation(self._memory, 0)
+        self._memory_wait: Any = None
         self.peer = "?"
         self.ip = ""
 
@@ -110,18 +120,60 @@ class KafkaConnection(asyncio.Protocol):
             self._queue.extend(frames)
             self._queued_bytes += sum(len(f) for f in frames)
             self._wake.set()
-            if self._over_queue() and not self._paused and self._transport:
-                self._paused = True
-                self._transport.pause_reading()
+        self._charge()
+        self._update_reading()
+
+    def _charge(self) -> None:
+        """Hold the queued frames and the declared frame being read from the budget."""
+        held = self._held
+        in_memory = self._queued_bytes
+        if held.size < in_memory:
+            # Already read (whole frames that came in one read): held, granted or not.
+            held.grow(in_memory - held.size)
+        wanted = in_memory + self._reader.pending
+        if held.size >= wanted or self._memory_wait is not None:
+            return
+        granted = self._memory.try_reserve(wanted - held.size)
+        if granted is not None:
+            held.absorb(granted)
+            return
+
+        def on_grant(reservation: Reservation) -> None:
+            self._memory_wait = None
+            if self._transport is None:
+                reservation.release()
+                return
+            held.absorb(reservation)
+            self._update_reading()
+
+        # Over the budget: stop reading this frame until memory frees.
+        self._memory_wait = self._memory.reserve_later(wanted - held.size, on_grant)
 
     def _over_queue(self) -> bool:
         return len(self._queue) > MAX_QUEUED or self._queued_bytes >= self._max_frame
+
+    def _update_reading(self) -> None:
+        """Pause reading while the queue is full or memory is awaited; resume after."""
+        if self._transport is None:
+            return
+        hold = self._over_queue() or self._memory_wait is not None
+        if hold and not self._paused:
+            self._paused = True
+            self._transport.pause_reading()
+        elif not hold and self._paused:
+            self._paused = False
+            self._transport.resume_reading()
 
     def eof_received(self) -> bool | None:
         return False  # close: a client that stops sending has nothing more to ask
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
+        if self._memory_wait is not None:
+            self._memory_wait.cancel()
+            self._memory_wait = None
+        self._held.release()
+        self._memory.connection_closed()
         self._drained.set()
         if self._idle is not None:
             self._idle.cancel()
@@ -165,13 +217,15 @@ class KafkaConnection(asyncio.Protocol):
                     continue
                 frame = self._queue.popleft()
                 self._queued_bytes -= len(frame)
-                if self._paused and not self._over_queue() and self._transport:
-                    self._paused = False
-                    self._transport.resume_reading()
+                self._update_reading()
                 # Idle means no request in progress: a long poll is not idleness.
                 if self._idle is not None:
                     self._idle.cancel()
-                if not await self._handle(frame):
+                answered = await self._handle(frame)
+                # The frame is answered: its bytes go back to the budget.
+                del frame
+                self._held.shrink(self._queued_bytes + self._reader.pending)
+                if not answered:
                     return
                 self._arm_idle()
         except asyncio.CancelledError:

@@ -50,6 +50,12 @@ class FrameReader:
         """Bytes held that are not yet a whole frame."""
         return len(self._buffer)
 
+    @property
+    def pending(self) -> int:
+        """The declared size of the frame being read (its prefix seen, its bytes not all
+        here yet); 0 between frames. What the connection reserves memory for."""
+        return max(self._need, 0)
+
     def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
         """The frames completed by ``data``, in order; FrameError on a bad size prefix."""
         self._buffer += data

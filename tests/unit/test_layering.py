@@ -59,7 +59,9 @@ def test_layers_import_only_downwards() -> None:
 
 # The Kafka door (app/kafka) may import what app/api imports minus the web stack, and of
 # app/api only its transport-neutral services (state, produce_service, fetch_service,
-# longpoll); nothing below it, and no other door, imports the Kafka door.
+# longpoll) and the memory budget both doors share; nothing below it, and no other door,
+# imports the Kafka door.
+KAFKA_MAY_USE_OF_API = {"state", "produce_service", "fetch_service", "longpoll", "memory"}
 KAFKA_BANNED = (
     "fastapi",
     "starlette",
@@ -89,6 +91,13 @@ def test_the_kafka_door_and_its_services_import_no_web_stack() -> None:
         if any(imported == b or imported.startswith(b + ".") for b in KAFKA_BANNED)
     }
     assert found == set()
+    of_api = {
+        imported.split(".")[2]
+        for path in REPO.joinpath("app", "kafka").rglob("*.py")
+        for imported in _imports(path)
+        if imported.startswith("app.api.")
+    }
+    assert of_api <= KAFKA_MAY_USE_OF_API
 
 
 def test_only_the_app_starts_the_kafka_door() -> None:

@@ -123,3 +123,30 @@ def test_limits_connections_per_address_request_size_and_idle(limited_broker: Ka
         first.settimeout(20)
         assert closed(first)
     assert "kafka_max_connections_per_ip" in limited_broker.log()
+
+
+@pytest.fixture
+def small_budget_broker(tmp_path: Path) -> Iterator[KafkaBroker]:
+    broker = start_broker(tmp_path, ("LOGBUS_MEMORY_BUDGET_BYTES", str(1024 * 1024)))
+    yield broker
+    stop_broker(broker)
+
+
+@pytest.mark.slow
+def test_frames_are_held_from_the_brokers_memory_budget(small_budget_broker: KafkaBroker) -> None:
+    """A frame's declared size is reserved when its prefix arrives: while one connection
+    holds most of a 1 MiB budget, another's 700 KB request waits, and is answered once the
+    first lets go (the memory budget HTTP bodies share, Kafka's queued.max.request.bytes)."""
+    big = 700 * 1024
+    with connect(small_budget_broker) as holder:
+        holder.sendall(struct.pack(">i", big) + b"\0" * 100)  # declared, never finished
+        with connect(small_budget_broker) as waiting:
+            # A valid ApiVersions v0 request padded to 700 KB (bytes after a body are ignored).
+            frame = request(18, 0, 5)
+            waiting.sendall(struct.pack(">i", big) + frame[4:] + b"\0" * (big - len(frame) + 4))
+            waiting.settimeout(1)
+            with pytest.raises(TimeoutError):
+                waiting.recv(1)  # held: the budget cannot grant it while `holder` holds its share
+            holder.close()
+            waiting.settimeout(30)
+            assert struct.unpack_from(">ih", read_frame(waiting)) == (5, 0)
