@@ -227,3 +227,55 @@ def test_a_long_poll_is_woken_by_an_append_to_any_partition_it_asked_for(
             assert (msg.partition(), msg.value()) == (1, b"late")
         finally:
             consumer.close()
+
+
+def test_read_committed_over_the_kafka_door_skips_an_aborted_http_transaction(
+    kafka_broker: KafkaBroker,
+) -> None:
+    """Transactions written over HTTP, read by librdkafka: read_committed (its default)
+    gets the committed records only, read_uncommitted all of them (the aborted
+    transactions travel in the Fetch answer, control batches are skipped by the client)."""
+    topic = _topic("txn")
+    with httpx.Client(base_url=kafka_broker.url, timeout=30) as http:
+        assert http.post("/topics", json={"name": topic, "partitions": 1}).status_code == 201
+        for outcome in ("abort", "commit"):
+            tid = _topic(f"tid-{outcome}")
+            ids = http.post("/producers", json={"transactional_id": tid}).json()
+            r = http.post(
+                f"/transactions/{tid}/topics/{topic}/records",
+                params=ids,
+                json={"records": [{"value": outcome}], "value_format": "string"},
+            )
+            assert r.status_code == 200, r.text
+            r = http.post(f"/transactions/{tid}/{outcome}", json=ids)
+            assert r.status_code == 200, r.text
+        # One plain record after both markers, so each reader has an end to reach.
+        r = http.post(
+            f"/topics/{topic}/records",
+            json={"records": [{"value": "plain"}], "value_format": "string"},
+        )
+        assert r.status_code == 200, r.text
+
+    def values(level: str, count: int) -> list[bytes | None]:
+        got = rdkafka_consume(kafka_broker.bootstrap, topic, count, **{"isolation.level": level})
+        return [value for _, _, value in got]
+
+    assert values("read_committed", 2) == [b"commit", b"plain"]
+    assert values("read_uncommitted", 3) == [b"abort", b"commit", b"plain"]
+
+
+def test_list_offsets_earliest_latest_and_by_time(kafka_broker: KafkaBroker) -> None:
+    topic = _topic("offsets")
+    producer = Producer({"bootstrap.servers": kafka_broker.bootstrap})
+    for i, ts in enumerate((1_000, 2_000, 3_000)):
+        producer.produce(topic, value=b"v%d" % i, timestamp=ts)
+    assert producer.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": kafka_broker.bootstrap, "group.id": "unused"})
+    try:
+        assert consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10) == (0, 3)
+        (found,) = consumer.offsets_for_times([TopicPartition(topic, 0, 1_500)], timeout=10)
+        assert found.offset == 1
+        (after,) = consumer.offsets_for_times([TopicPartition(topic, 0, 9_000)], timeout=10)
+        assert after.offset == -1  # none at or after: Kafka's "no offset" (-1)
+    finally:
+        consumer.close()
