@@ -279,3 +279,28 @@ def test_list_offsets_earliest_latest_and_by_time(kafka_broker: KafkaBroker) -> 
         assert after.offset == -1  # none at or after: Kafka's "no offset" (-1)
     finally:
         consumer.close()
+
+
+def test_acks_0_is_appended_and_unanswered(kafka_broker: KafkaBroker) -> None:
+    topic = _topic("acks0")
+    producer = Producer({"bootstrap.servers": kafka_broker.bootstrap, "acks": 0})
+    for i in range(20):
+        producer.produce(topic, value=b"v%d" % i)
+    assert producer.flush(30) == 0
+    got = rdkafka_consume(kafka_broker.bootstrap, topic, 20)
+    assert [value for _, _, value in got] == [b"v%d" % i for i in range(20)]
+
+
+def test_a_produce_error_is_the_kafka_code_of_the_error_tree(kafka_broker: KafkaBroker) -> None:
+    """Writing an internal topic (the broker's __consumer_offsets, there from its start) is
+    InvalidTopic (INVALID_TOPIC_EXCEPTION, 17) over HTTP; over the Kafka door the delivery
+    report carries the same Kafka error."""
+    from confluent_kafka import KafkaError
+
+    producer = Producer({"bootstrap.servers": kafka_broker.bootstrap, "retries": 0})
+    errors: list[KafkaError] = []
+    producer.produce(
+        "__consumer_offsets", value=b"x", partition=0, on_delivery=lambda e, m: errors.append(e)
+    )
+    producer.flush(30)
+    assert [e.code() for e in errors] == [KafkaError.TOPIC_EXCEPTION]
