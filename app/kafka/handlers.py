@@ -46,6 +46,7 @@ from app.groups.placement import INTERNAL_TOPICS
 from app.kafka.encode import SlicedRecords, build, error_code
 from app.kafka.versions import (
     API_VERSIONS,
+    DESCRIBE_CLUSTER,
     FETCH,
     FIND_COORDINATOR,
     INIT_PRODUCER_ID,
@@ -188,6 +189,28 @@ async def _topic_metadata(ctx: Context, m: Any, name: str, allow_create: bool) -
         is_internal=name in INTERNAL_TOPICS,
         partitions=tuple(partitions),
         topic_authorized_operations=OPERATIONS_OMITTED,
+    )
+
+
+async def describe_cluster(ctx: Context, body: Any, version: int) -> Any:
+    """The cluster id, the controller and the brokers' Kafka listeners: this broker's
+    (the others' are not published yet, as in Metadata)."""
+    m = _module(DESCRIBE_CLUSTER, version)
+    topology = ctx.state.topology
+    host, port = ctx.advertised
+    controller = topology.controller_id
+    return build(
+        m.DescribeClusterResponse,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        error_message=None,
+        endpoint_type=1,  # brokers
+        cluster_id=topology.cluster_id,
+        controller_id=topology.broker_id if controller is None else controller,
+        brokers=(
+            build(m.DescribeClusterBroker, broker_id=topology.broker_id, host=host, port=port),
+        ),
+        cluster_authorized_operations=OPERATIONS_OMITTED,
     )
 
 
@@ -573,6 +596,7 @@ Handler = Callable[[Context, Any, int], Awaitable[Any]]
 HANDLERS: dict[int, Handler] = {
     API_VERSIONS: api_versions,
     METADATA: metadata,
+    DESCRIBE_CLUSTER: describe_cluster,
     PRODUCE: produce,
     FETCH: fetch,
     LIST_OFFSETS: list_offsets,

@@ -23,6 +23,7 @@ METADATA: Final = 3
 OFFSET_COMMIT: Final = 8
 OFFSET_FETCH: Final = 9
 FIND_COORDINATOR: Final = 10
+DESCRIBE_CLUSTER: Final = 60
 API_VERSIONS: Final = 18
 INIT_PRODUCER_ID: Final = 22
 
@@ -37,6 +38,7 @@ SUPPORTED: Final[dict[int, tuple[int, int]]] = {
     OFFSET_COMMIT: (2, 8),
     OFFSET_FETCH: (1, 7),
     FIND_COORDINATOR: (0, 3),
+    DESCRIBE_CLUSTER: (0, 1),
 }
 
 NAMES: Final[dict[int, str]] = {
@@ -49,4 +51,5 @@ NAMES: Final[dict[int, str]] = {
     OFFSET_COMMIT: "OffsetCommit",
     OFFSET_FETCH: "OffsetFetch",
     FIND_COORDINATOR: "FindCoordinator",
+    DESCRIBE_CLUSTER: "DescribeCluster",
 }

@@ -304,3 +304,17 @@ def test_a_produce_error_is_the_kafka_code_of_the_error_tree(kafka_broker: Kafka
     )
     producer.flush(30)
     assert [e.code() for e in errors] == [KafkaError.TOPIC_EXCEPTION]
+
+
+def test_describe_cluster_names_this_broker(kafka_broker: KafkaBroker) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
+    cluster = admin.describe_cluster(request_timeout=10).result(timeout=30)
+    with httpx.Client(base_url=kafka_broker.url, timeout=30) as http:
+        metadata = http.get("/metadata").json()
+    assert cluster.cluster_id == metadata["cluster_id"]
+    assert [(n.id, n.host, n.port) for n in cluster.nodes] == [
+        (0, "127.0.0.1", kafka_broker.kafka_port)
+    ]
+    assert cluster.controller.id == 0
