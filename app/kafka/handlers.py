@@ -295,7 +295,7 @@ async def fetch(ctx: Context, body: Any, version: int) -> Any:
                     m,
                     topic.topic,
                     p,
-                    min(int(p.partition_max_bytes), max(remaining, 1)),
+                    min(int(p.partition_max_bytes), remaining),
                     committed,
                 )
                 parts.append(data)
@@ -335,6 +335,22 @@ def _read_partition(
         part = ctx.state.topology.leader_partition(topic, partition)
         epoch = int(getattr(p, "current_leader_epoch", -1))
         part.check_epoch(None if epoch < 0 else epoch)
+        if max_bytes <= 0:
+            # The request's max_bytes is spent on the partitions before: offsets only, as
+            # Kafka answers (a first batch larger than max_bytes is still served whole, so
+            # a consumer always progresses).
+            log_ = part.log
+            return build(
+                m.PartitionData,
+                partition_index=partition,
+                error_code=ErrorCode.none,
+                high_watermark=log_.high_watermark,
+                last_stable_offset=log_.last_stable_offset,
+                log_start_offset=log_.log_start_offset,
+                aborted_transactions=() if committed else None,
+                preferred_read_replica=-1,
+                records=SlicedRecords(()),
+            )
         info = read_log(part.log, int(p.fetch_offset), max_bytes, committed=committed)
     except LogbusError as exc:
         return build(

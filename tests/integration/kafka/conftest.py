@@ -3,15 +3,18 @@ Kafka clients (librdkafka through confluent-kafka, kafka-python, aiokafka)."""
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -102,3 +105,34 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBrok
     broker = start_broker(tmp_path_factory.mktemp("kafka"))
     yield broker
     stop_broker(broker)
+
+
+def kio_call(broker: KafkaBroker, request: Any, response_type: type) -> Any:
+    """Send one kio request (its API and version from its class) on a new connection and
+    decode the answer: the protocol spoken directly, for what clients do not expose."""
+    from kio.serial import entity_reader, entity_writer
+
+    out = io.BytesIO()
+    header_type = request.__header_schema__
+    entity_writer(header_type)(
+        out,
+        header_type(
+            request_api_key=request.__api_key__,
+            request_api_version=request.__version__,
+            correlation_id=9,
+            client_id="test",
+        ),
+    )
+    entity_writer(type(request))(out, request)
+    payload = out.getvalue()
+    with socket.create_connection(("127.0.0.1", broker.kafka_port), timeout=30) as sock:
+        sock.sendall(struct.pack(">i", len(payload)) + payload)
+        data = b""
+        while len(data) < 4 or len(data) < 4 + struct.unpack_from(">i", data)[0]:
+            chunk = sock.recv(1 << 20)
+            assert chunk, "connection closed"
+            data += chunk
+    header, size = entity_reader(response_type.__header_schema__)(data, 4)
+    assert header.correlation_id == 9
+    response, _ = entity_reader(response_type)(data, 4 + size)
+    return response

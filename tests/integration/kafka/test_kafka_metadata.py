@@ -4,53 +4,23 @@ auto.create.topics.enable and the request's allow_auto_topic_creation)."""
 
 from __future__ import annotations
 
-import io
-import socket
-import struct
 import uuid
 from pathlib import Path
 
 import httpx
-from conftest import KafkaBroker, start_broker, stop_broker
+from conftest import KafkaBroker, kio_call, start_broker, stop_broker
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.metadata.v12.response import MetadataResponse
-from kio.schema.request_header.v2.header import RequestHeader
-from kio.schema.response_header.v1.header import ResponseHeader
-from kio.serial import entity_reader, entity_writer
-from kio.static.primitive import i16, i32
 
 
 def metadata(broker: KafkaBroker, topic: str, allow_create: bool) -> MetadataResponse:
-    out = io.BytesIO()
-    entity_writer(RequestHeader)(
-        out,
-        RequestHeader(
-            request_api_key=i16(3),
-            request_api_version=i16(12),
-            correlation_id=i32(9),
-            client_id="t",
-        ),
+    request = MetadataRequest(
+        topics=(MetadataRequestTopic(topic_id=None, name=topic),),  # type: ignore[arg-type]
+        allow_auto_topic_creation=allow_create,
+        include_topic_authorized_operations=False,
     )
-    entity_writer(MetadataRequest)(
-        out,
-        MetadataRequest(
-            topics=(MetadataRequestTopic(topic_id=None, name=topic),),  # type: ignore[arg-type]
-            allow_auto_topic_creation=allow_create,
-            include_topic_authorized_operations=False,
-        ),
-    )
-    payload = out.getvalue()
-    with socket.create_connection(("127.0.0.1", broker.kafka_port), timeout=30) as sock:
-        sock.sendall(struct.pack(">i", len(payload)) + payload)
-        data = b""
-        while len(data) < 4 or len(data) < 4 + struct.unpack_from(">i", data)[0]:
-            chunk = sock.recv(65536)
-            assert chunk
-            data += chunk
-    header, size = entity_reader(ResponseHeader)(data, 4)
-    assert header.correlation_id == 9
-    response, _ = entity_reader(MetadataResponse)(data, 4 + size)
+    response: MetadataResponse = kio_call(broker, request, MetadataResponse)
     return response
 
 
