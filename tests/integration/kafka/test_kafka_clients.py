@@ -12,7 +12,7 @@ import uuid
 import httpx
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from conftest import KafkaBroker
+from kafka_harness import KafkaBroker
 
 
 def _topic(prefix: str) -> str:

@@ -6,7 +6,7 @@ import datetime
 import uuid
 
 import httpx
-from conftest import KafkaBroker, kio_call
+from kafka_harness import KafkaBroker, kio_call
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.fetch.v12.response import FetchResponse

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AdminClient
-from conftest import KafkaBroker, start_broker, stop_broker
+from kafka_harness import KafkaBroker, start_broker, stop_broker
 
 
 def connect(broker: KafkaBroker) -> socket.socket:

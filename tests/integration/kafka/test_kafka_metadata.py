@@ -8,7 +8,7 @@ import uuid
 from pathlib import Path
 
 import httpx
-from conftest import KafkaBroker, kio_call, start_broker, stop_broker
+from kafka_harness import KafkaBroker, kio_call, start_broker, stop_broker
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.metadata.v12.response import MetadataResponse

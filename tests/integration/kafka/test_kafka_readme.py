@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import REPO, KafkaBroker
+from kafka_harness import REPO, KafkaBroker
 
 
 def section() -> str:
