@@ -23,6 +23,7 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import cache
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
@@ -87,6 +88,7 @@ class Context:
     groups: Callable[[], Any]
 
 
+@cache
 def _module(api_key: int, version: int) -> Any:
     """The kio module of this API version's response (its nested message classes)."""
     return import_module(load_response_schema(api_key, version).__module__)
