@@ -8,8 +8,9 @@ STAMP  := $(VENV)/.installed
 HOST     ?= 127.0.0.1
 PORT     ?= 8080
 DATA_DIR ?= ./data
+KAFKA_LISTENER ?= 127.0.0.1:9092
 
-.PHONY: install run cluster test lint unit bench clean openapi java curl wrk redis-server zookeeper pipeline chromium
+.PHONY: install run cluster test lint unit bench clean openapi java curl wrk redis-server zookeeper pipeline chromium kcat
 
 # $(call apt,COMMAND,PACKAGE): install PACKAGE from Debian when COMMAND is missing (root only).
 apt = @command -v $(1) >/dev/null || { \
@@ -33,7 +34,7 @@ $(STAMP): pyproject.toml setup.py app/client/producer/_native.c | $(PY)
 install: $(STAMP)
 
 run: install
-	$(VENV)/bin/logbus serve --data-dir $(DATA_DIR) --host $(HOST) --port $(PORT)
+	$(VENV)/bin/logbus serve --data-dir $(DATA_DIR) --host $(HOST) --port $(PORT) --kafka-listener $(KAFKA_LISTENER)
 
 # ZooKeeper and three brokers (ports 8081-8083) on this machine, no Docker; Ctrl-C stops them.
 cluster: install zookeeper
@@ -48,7 +49,7 @@ lint: install
 # the browser tests (tests/e2e/test_e2e_browsers.py) need Chromium.
 # TEST_WORKERS=0 runs the suite in this one process (e.g. to read output in order, or pdb).
 TEST_WORKERS ?= 2
-test: install lint java curl zookeeper chromium
+test: install lint java curl zookeeper chromium kcat
 	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist worksteal tests
 
 # Debian's redis-server is the standing baseline; installed when missing (root only).
@@ -61,6 +62,11 @@ curl:
 # Debian's headless-capable Chromium for the CORS/Origin tests (a page from another origin).
 chromium:
 	$(call apt,chromium,chromium)
+
+# Debian's kcat (librdkafka's command line) for the Kafka door's README example
+# (tests/integration/kafka/test_kafka_readme.py).
+kcat:
+	$(call apt,kcat,kcat)
 
 # HTTP load for bench/http_edge.py (small requests at many connections).
 wrk:

@@ -42,6 +42,14 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def split_host_port(value: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[v6]:PORT`` for IPv6) as (host, port); ValueError when malformed."""
+    host, sep, port = value.strip().rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"{value!r} is not HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="LOGBUS_", extra="forbid")
 
@@ -434,6 +442,91 @@ class Settings(BaseSettings):
         "may burst a whole window's worth (num x size x quota) before it is throttled, and "
         "is never delayed longer than the window.",
     )
+    # The Kafka door (app/kafka, issue 19): Kafka's binary protocol beside HTTP.
+    kafka_listener: str | None = Field(
+        default=None,
+        description="HOST:PORT of the Kafka-protocol listener (Kafka clients: librdkafka, "
+        "kafka-python, aiokafka); unset: no Kafka door.",
+    )
+    kafka_advertised_listener: str | None = Field(
+        default=None,
+        description="HOST:PORT Kafka clients are told to connect to (Metadata); default the "
+        "listener's own, a wildcard host replaced by this machine's host name. Never a "
+        "wildcard address.",
+    )
+    kafka_socket_request_max_bytes: int = Field(
+        default=100 * 1024 * 1024,
+        ge=1024,
+        le=2**31 - 1,
+        description="Kafka's socket.request.max.bytes: a larger frame closes its connection.",
+    )
+    kafka_max_connections_per_ip: int = Field(
+        default=1000,
+        ge=1,
+        description="Kafka's max.connections.per.ip: more from one address are closed at once.",
+    )
+    kafka_connections_max_idle_ms: int = Field(
+        default=600_000,
+        ge=1000,
+        description="Kafka's connections.max.idle.ms: a connection with no request for this "
+        "long is closed.",
+    )
+
+    @field_validator("kafka_advertised_listener")
+    @classmethod
+    def _check_kafka_advertised(cls, value: str | None) -> str | None:
+        if value is not None:
+            host, _ = split_host_port(value)
+            if host in WILDCARD_HOSTS:
+                raise ValueError(
+                    f"kafka_advertised_listener {value!r} is a wildcard address: clients "
+                    "cannot connect to it; advertise this host's name or address"
+                )
+        return value
+
+    @field_validator("kafka_listener")
+    @classmethod
+    def _check_kafka_listener(cls, value: str | None) -> str | None:
+        if value is not None:
+            split_host_port(value)
+        return value
+
+    @property
+    def kafka_advertised(self) -> tuple[str, int] | None:
+        """Where Kafka clients reach this broker: ``kafka_advertised_listener``, else the
+        listener with a wildcard host replaced by this machine's host name (as ``url``);
+        None without a Kafka listener."""
+        if self.kafka_advertised_listener:
+            return split_host_port(self.kafka_advertised_listener)
+        if not self.kafka_listener:
+            return None
+        host, port = split_host_port(self.kafka_listener)
+        return (socket.gethostname() if host in WILDCARD_HOSTS else host), port
+
+    def check_kafka_listener_exposure(self) -> None:
+        """The Kafka door has no SASL, TLS or ACLs yet (issue 19's later increments): with
+        ``authentication`` or ``authorizer`` set it would let Kafka clients past both, so
+        it is refused then; on a non-loopback address it needs
+        ``allow_unauthenticated_network``, as an open HTTP listener does.
+
+        Raises:
+            ValueError: saying which and how out.
+        """
+        if not self.kafka_listener:
+            return
+        if self.authentication != "none" or self.authorizer != "none":
+            raise ValueError(
+                "kafka_listener cannot serve a broker with authentication or an authorizer: "
+                "the Kafka door has no SASL or ACLs yet and would bypass them. Unset "
+                "kafka_listener (LOGBUS_KAFKA_LISTENER)."
+            )
+        host, _ = split_host_port(self.kafka_listener)
+        if not is_loopback(host) and not self.allow_unauthenticated_network:
+            raise ValueError(
+                f"refusing the Kafka listener on {self.kafka_listener} with no authentication: "
+                "anyone who reaches it can read and write every topic. Bind it to 127.0.0.1 "
+                "or pass --allow-unauthenticated-network (LOGBUS_ALLOW_UNAUTHENTICATED_NETWORK=1)."
+            )
 
     @field_validator("authentication")
     @classmethod
@@ -487,6 +580,7 @@ class Settings(BaseSettings):
         Raises:
             ValueError: naming the address and the two ways out.
         """
+        self.check_kafka_listener_exposure()
         if (
             is_loopback(self.host)
             or self.allow_unauthenticated_network

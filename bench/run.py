@@ -144,6 +144,20 @@ def _sdk(quick: bool) -> dict[str, Any]:
     return result
 
 
+def _kafka_protocol(quick: bool) -> dict[str, Any]:
+    """kio against kafka-python's protocol classes, per request (the Kafka door's choice)."""
+    from bench import kafka_protocol
+
+    return kafka_protocol.run(rounds=1 if quick else 5)
+
+
+def _kafka_door(quick: bool) -> dict[str, Any]:
+    """librdkafka through the Kafka door against the SDK through HTTP, same broker, same run."""
+    from bench import kafka_door
+
+    return kafka_door.run(records=100_000 if quick else kafka_door.DEFAULT_RECORDS)
+
+
 # Sections that carry their own baseline, so they can be rerun alone (--only).
 SECTIONS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "robustness": _robustness,
@@ -155,6 +169,8 @@ SECTIONS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "sdk_transactions": _sdk_transactions,
     "spark_sink": _spark_sink,
     "schemas": _schemas,
+    "kafka_protocol": _kafka_protocol,
+    "kafka_door": _kafka_door,
 }
 
 

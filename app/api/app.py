@@ -149,11 +149,25 @@ def create_app(settings: Settings, manager: LogManager | None = None) -> FastAPI
         await group_routes.start_coordinator(app, state)
         # Transactions commit group offsets: after the group coordinator.
         await txn_routes.start_coordinator(app, state)
+        # The Kafka door (app/kafka): the same state, logs and coordinators as HTTP.
+        kafka = None
+        if settings.kafka_listener:
+            from app.kafka.listener import KafkaListener
+
+            kafka = KafkaListener(
+                state,
+                lambda: getattr(app.state, "txn_coordinator", None),
+                lambda: getattr(app.state, "coordinator", None),
+            )
+            await kafka.start()
+        app.state.kafka_listener = kafka
         state.ready = True
         try:
             yield
         finally:
             state.ready = False
+            if kafka is not None:
+                await kafka.stop()
             state.waiters.close()
             await txn_routes.stop_coordinator(app)
             await group_routes.stop_coordinator(app)

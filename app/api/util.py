@@ -3,22 +3,22 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 from starlette.responses import Response
 
+# Re-exported: the topic planning of a produce lives with the transport-neutral produce.
+from app.api.produce_service import TopicPlan as TopicPlan
+from app.api.produce_service import check_not_internal as check_not_internal
+from app.api.produce_service import create_planned as create_planned
+from app.api.produce_service import partition_count as partition_count
+from app.api.produce_service import plan_topic as plan_topic
 from app.api.state import AppState
-from app.common.errors import InvalidTopic, TopicAlreadyExists, UnknownTopicOrPartition
-from app.core.topology import NewTopic
-from app.groups.placement import INTERNAL_TOPICS
 
 if TYPE_CHECKING:
     from app.core.log.log import Log
-    from app.core.log.manager import LogManager
 
 T = TypeVar("T")
 
@@ -51,53 +51,6 @@ class JSONBytes(Response):
 async def run_blocking(fn: Callable[..., T], *args: Any) -> T:
     """Run disk work (fsync, segment roll, large reads) off the event loop."""
     return await asyncio.to_thread(fn, *args)
-
-
-@dataclass(frozen=True, slots=True)
-class TopicPlan:
-    """A produce target: the topic as it is, or as auto-create will make it."""
-
-    partitions: int
-    max_message_bytes: int
-    exists: bool
-
-
-def check_not_internal(topic: str) -> None:
-    """Only the broker writes or deletes its internal topics (Kafka refuses clients the same)."""
-    if topic in INTERNAL_TOPICS:
-        raise InvalidTopic(topic, "it is internal to the broker; clients cannot write or delete it")
-
-
-def plan_topic(state: AppState, manager: LogManager, topic: str) -> TopicPlan:
-    """The topic's shape, or the shape Kafka's auto.create.topics.enable would give it.
-
-    Nothing is created here: a request is checked against the plan first, so a
-    bad request to a new topic leaves no topic behind. Internal topics are refused.
-    """
-    check_not_internal(topic)
-    try:
-        partitions = partition_count(state, topic)
-    except UnknownTopicOrPartition:
-        if not state.settings.auto_create_topics_enable:
-            raise
-        defaults = state.settings.log_config
-        return TopicPlan(state.settings.num_partitions, defaults.max_message_bytes, False)
-    return TopicPlan(partitions, manager.topic_config(topic).max_message_bytes, True)
-
-
-async def create_planned(state: AppState, manager: LogManager, topic: str) -> int:
-    """Create an auto-created topic; returns its partition count (another request may have won)."""
-    topology = state.topology
-    # A concurrent request may have created it first: same outcome, once it has leaders.
-    with contextlib.suppress(TopicAlreadyExists):
-        await topology.create_topic(NewTopic(topic, state.settings.num_partitions))
-    await topology.wait_for_leaders(topic, 30.0)
-    return partition_count(state, topic)
-
-
-def partition_count(state: AppState, topic: str) -> int:
-    """The topic's partitions, cluster-wide (a cluster's broker holds only some)."""
-    return state.topology.partition_count(topic)
 
 
 def topic_names(state: AppState) -> list[str]:

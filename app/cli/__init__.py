@@ -76,6 +76,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             ssl_ca_file=args.ssl_ca_file,
             ssl_client_auth=args.ssl_client_auth,
             allow_unauthenticated_network=args.allow_unauthenticated_network,
+            kafka_listener=args.kafka_listener,
+            kafka_advertised_listener=args.kafka_advertised_listener,
         )
     except (ValidationError, LogbusError, OSError, ValueError) as exc:
         raise CliError(f"invalid settings: {exc}", code=2) from exc
@@ -458,6 +460,16 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="serve a non-loopback address with no authentication: anyone who reaches the "
         "port can read, write and delete everything (LOGBUS_ALLOW_UNAUTHENTICATED_NETWORK)",
+    )
+    serve.add_argument(
+        "--kafka-listener",
+        metavar="HOST:PORT",
+        help="also serve Kafka's binary protocol here (LOGBUS_KAFKA_LISTENER)",
+    )
+    serve.add_argument(
+        "--kafka-advertised-listener",
+        metavar="HOST:PORT",
+        help="where Kafka clients are told to connect (LOGBUS_KAFKA_ADVERTISED_LISTENER)",
     )
     serve.add_argument("--config", metavar="FILE", help="settings file (LOGBUS_CONFIG)")
     serve.add_argument(

@@ -55,3 +55,56 @@ def _violations() -> set[tuple[str, str]]:
 
 def test_layers_import_only_downwards() -> None:
     assert _violations() == set()
+
+
+# The Kafka door (app/kafka) may import what app/api imports minus the web stack, and of
+# app/api only its transport-neutral services (state, produce_service, fetch_service,
+# longpoll) and the memory budget both doors share; nothing below it, and no other door,
+# imports the Kafka door.
+KAFKA_MAY_USE_OF_API = {"state", "produce_service", "fetch_service", "longpoll", "memory"}
+KAFKA_BANNED = (
+    "fastapi",
+    "starlette",
+    "uvicorn",
+    "app.api.app",
+    "app.api.routers",
+    "app.api.ws",
+    "app.api.util",
+    "app.api.deps",
+    "app.api.errors",
+    "app.client",
+    "app.spark",
+    "app.cli",
+)
+# The services both doors share are transport-neutral too.
+NEUTRAL_API_MODULES = ("produce_service.py", "fetch_service.py", "state.py", "longpoll.py")
+
+
+def test_the_kafka_door_and_its_services_import_no_web_stack() -> None:
+    paths = [*REPO.joinpath("app", "kafka").rglob("*.py")]
+    paths += [REPO / "app" / "api" / name for name in NEUTRAL_API_MODULES]
+    assert len(paths) > len(NEUTRAL_API_MODULES)
+    found = {
+        (_module(path), imported)
+        for path in paths
+        for imported in _imports(path)
+        if any(imported == b or imported.startswith(b + ".") for b in KAFKA_BANNED)
+    }
+    assert found == set()
+    of_api = {
+        imported.split(".")[2]
+        for path in REPO.joinpath("app", "kafka").rglob("*.py")
+        for imported in _imports(path)
+        if imported.startswith("app.api.")
+    }
+    assert of_api <= KAFKA_MAY_USE_OF_API
+
+
+def test_only_the_app_starts_the_kafka_door() -> None:
+    users = {
+        _module(path)
+        for path in [*REPO.joinpath("app").rglob("*.py"), *REPO.joinpath("logbus").rglob("*.py")]
+        if not _module(path).startswith("app.kafka")
+        and any(i == "app.kafka" or i.startswith("app.kafka.") for i in _imports(path))
+    }
+    assert users <= {"app.api.app"}

@@ -13,7 +13,6 @@ as always, control batches), a binary answer carries the aborted transactions in
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -26,8 +25,8 @@ from app.api import openapi_docs as docs
 from app.api.codec import DECODERS, decode_headers
 from app.api.deps import ManagerDep, StateDep
 from app.api.errors import NotAcceptable, error_responses
+from app.api.fetch_service import aborted_pairs, read_log, wait_for_data
 from app.api.lean_route import LeanRoute
-from app.api.longpoll import FetchWaiters
 from app.api.memory import JSON_RENDER_FACTOR, held_json
 from app.api.models import EpochEndOffset, FetchResponse, Format
 from app.api.util import (
@@ -42,9 +41,8 @@ from app.api.util import (
     run_blocking,
 )
 from app.api.zerocopy import ZeroCopyResponse
-from app.common.aio import wait_event
 from app.common.batch import BatchHeader, RecordBatchReader, compute_crc, iter_headers
-from app.common.errors import StoredBatchCorrupt, UnknownTopicOrPartition
+from app.common.errors import StoredBatchCorrupt
 from app.common.isolation import (
     ABORTED_HEADER,
     LSO_HEADER,
@@ -55,8 +53,7 @@ from app.common.isolation import (
 from app.core.replication.auth import HEADER as REPLICA_AUTH_HEADER
 
 if TYPE_CHECKING:
-    from app.core.log.log import FetchInfo, Log
-    from app.core.log.manager import LogManager
+    from app.core.log.log import FetchInfo
 
 log = logging.getLogger(__name__)
 # LeanRoute: plain parameters are read without FastAPI's dependency solver (hot path).
@@ -65,42 +62,6 @@ router = APIRouter(tags=["fetch"], route_class=LeanRoute)
 MAX_WAIT_MS_LIMIT = 60_000
 OFFERED = (JSON, OCTET_STREAM)
 IsolationLevel = Literal["read_uncommitted", "read_committed"]
-# A read_committed binary answer lists its aborted transactions in a header (~40 bytes
-# each at worst), so the head must stay inside what HTTP clients read (the SDK's 64 KiB,
-# app/common/http1.py): a read overlapping more than this many transactions that begin
-# at or after its offset stops before the first offset of the next one, and the
-# reader's next fetch goes on from there. (Those begun before the offset and still
-# open there must all be listed; as many producers were in a transaction at once.)
-MAX_ABORTED_PER_ANSWER = 1000
-
-
-def read_log(
-    log: Log, offset: int, max_bytes: int, *, replica: bool = False, committed: bool = False
-) -> FetchInfo:
-    """One read for a fetch: to the log end offset for a follower (``replica``), else to
-    the high watermark, or to the last stable offset with ``committed`` (read_committed,
-    with the aborted transactions, at most :data:`MAX_ABORTED_PER_ANSWER` of them)."""
-    if replica:
-        return log.read(offset, max_bytes, max_offset=log.log_end_offset)
-    if not committed:
-        return log.read(offset, max_bytes)
-    info = log.read(offset, max_bytes, isolation=READ_COMMITTED)
-    aborted = info.aborted_transactions or ()
-    if len(aborted) > MAX_ABORTED_PER_ANSWER:
-        later = sorted(a.first_offset for a in aborted if a.first_offset >= offset)
-        if len(later) > MAX_ABORTED_PER_ANSWER:
-            # First offsets are distinct batch starts, so the bound is past ``offset``
-            # and the batch holding it ends below the bound: the read still progresses.
-            bound = later[MAX_ABORTED_PER_ANSWER]
-            info = log.read(offset, max_bytes, max_offset=bound, isolation=READ_COMMITTED)
-    return info
-
-
-def aborted_pairs(info: FetchInfo) -> list[tuple[int, int]] | None:
-    """A read_committed read's aborted transactions as ``(producer_id, first_offset)``;
-    None for a read_uncommitted one."""
-    found = info.aborted_transactions
-    return None if found is None else [(a.producer_id, a.first_offset) for a in found]
 
 
 def negotiate(accept: str | None) -> str:
@@ -134,45 +95,6 @@ def negotiate(accept: str | None) -> str:
     if best is None:
         raise NotAcceptable(accept, OFFERED)
     return best[2]
-
-
-async def wait_for_data(
-    waiters: FetchWaiters,
-    manager: LogManager,
-    log: Log,
-    offset: int,
-    max_bytes: int,
-    min_bytes: int,
-    max_wait_ms: int,
-    *,
-    replica: bool = False,
-    committed: bool = False,
-) -> FetchInfo:
-    """Read again after each append until ``min_bytes`` are there or the wait is over.
-
-    Consumers read up to the high watermark (read_committed ones, ``committed``, up to
-    the last stable offset: a transaction's marker is an append, so it wakes them); a
-    follower (``replica``) up to the log end offset, since what it fetches is what
-    moves the high watermark."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + max_wait_ms / 1000
-    event = waiters.register(log)
-    try:
-        while True:
-            # Clear before reading: an append after this read sets it again.
-            event.clear()
-            if manager.get_log(log.topic, log.partition) is not log:
-                # Deleted (and maybe recreated) while we waited: these offsets are gone.
-                raise UnknownTopicOrPartition(log.topic, log.partition)
-            info = read_log(log, offset, max_bytes, replica=replica, committed=committed)
-            remaining = deadline - loop.time()
-            if info.size >= min_bytes or remaining <= 0 or waiters.closed:
-                return info
-            # Not wait_for(event.wait()): on 3.11 it can drop the cancellation of a
-            # long poll whose client went away (app/common/aio.py).
-            await wait_event(event, remaining)
-    finally:
-        waiters.unregister(log, event)
 
 
 def verified_prefix(data: bytes, offset: int, topic: str, partition: int) -> bytes:

@@ -17,10 +17,8 @@ partition's group of the turn too (``group_commit_partitions``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import orjson
@@ -34,26 +32,30 @@ from app.api.errors import error_responses, producer_conflict_doc
 from app.api.lean_route import LeanRoute
 from app.api.models import BatchProduceResponse, ProduceResponse
 from app.api.produce_body import ParsedProduce, parse_produce_body
+from app.api.produce_service import (
+    ACKS_ALL,
+    Target,
+    append_work,
+    appends_inline,
+    await_replicas,
+    check_replicas,
+    leader_target,
+    produce_raw,
+)
 from app.api.state import AppState
 from app.api.util import (
     INT_MAX,
     INT_MIN,
-    LONG_MAX,
     JSONBytes,
     TopicPlan,
     create_planned,
     plan_topic,
 )
 from app.common.batch import (
-    HEADER_SIZE,
-    TRANSACTIONAL_MASK,
     BatchBuilder,
     iter_headers,
-    read_header,
-    validate_batches,
 )
 from app.common.errors import (
-    BrokerNotAvailable,
     InvalidRequiredAcks,
     RecordTooLarge,
     UnknownTopicOrPartition,
@@ -61,9 +63,7 @@ from app.common.errors import (
 from app.common.partitioner import key_hash, partition_for_key
 
 if TYPE_CHECKING:
-    from app.core.log.log import AppendInfo, Log
     from app.core.log.manager import LogManager
-    from app.core.topology import LeaderReplica, Topology
 
 # LeanRoute: plain parameters are read without FastAPI's dependency solver (hot path).
 router = APIRouter(tags=["produce"], route_class=LeanRoute)
@@ -100,84 +100,6 @@ def parse_acks(acks: str) -> int:
     return value
 
 
-ACKS_ALL = -1
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
-    """Where one partition's batches go: this broker's leader replica, with the leader
-    epoch it led in when the request was routed. The append happens only if it still
-    leads in that epoch (checked again under its lock, :meth:`Topology.append_to_leaders`)."""
-
-    replica: LeaderReplica
-    epoch: int
-
-    @property
-    def log(self) -> Log:
-        return self.replica.log
-
-
-def leader_target(state: AppState, topic: str, partition: int) -> Target:
-    """The partition's Target; NotLeaderOrFollower (naming the leader) when another
-    broker leads it."""
-    replica = state.topology.leader_partition(topic, partition)
-    return Target(replica, replica.leader_epoch)
-
-
-def check_replicas(target: Target, required_acks: int) -> None:
-    """Before an acks=all append: refuse (nothing written) when the partition's ISR is
-    below min.insync.replicas (a cluster checks again under the partition's lock, as it
-    appends)."""
-    if required_acks == ACKS_ALL:
-        target.replica.check_min_isr()
-
-
-async def await_replicas(
-    appended: Sequence[tuple[Target, AppendInfo]], required_acks: int, deadline: float
-) -> None:
-    """acks=all: until every in-sync replica has each appended batch.
-
-    Waits on the replicas that appended, in the epoch they appended in: if leadership
-    moved meanwhile the answer is 421 without a leader to go to, never a redirect
-    (the write was made; sending it again to the new leader could write it twice)."""
-    if required_acks != ACKS_ALL or not appended:
-        return
-    remaining_ms = max(1, int((deadline - asyncio.get_running_loop().time()) * 1000))
-    if len(appended) == 1:
-        target, info = appended[0]
-        await target.replica.wait_replicated(info.last_offset, remaining_ms, target.epoch)
-        return
-    # All at once: a waiter registered only after an earlier partition's wait would miss
-    # a leadership change in between.
-    results = await asyncio.gather(
-        *(
-            t.replica.wait_replicated(info.last_offset, remaining_ms, t.epoch)
-            for t, info in appended
-        ),
-        return_exceptions=True,
-    )
-    for result in results:
-        if isinstance(result, BaseException):
-            raise result
-
-
-# flush.messages at its default: an append is a page-cache write, never an fsync.
-_NO_FSYNC = LONG_MAX
-
-
-def appends_inline(work: Sequence[tuple[Target, bytes | bytearray]], inline_max_bytes: int) -> bool:
-    """Whether ``work`` is appended on the event loop: at most ``inline_max_bytes`` in all,
-    and no partition fsyncs per append (flush.messages), which must never block the loop."""
-    if inline_max_bytes <= 0:
-        return False
-    if len(work) == 1:  # the usual request: one partition, no generator frames
-        target, data = work[0]
-        return len(data) <= inline_max_bytes and target.log.config.flush_messages == _NO_FSYNC
-    return sum(len(data) for _, data in work) <= inline_max_bytes and all(
-        t.log.config.flush_messages == _NO_FSYNC for t, _ in work
-    )
-
-
 def _joins_partitions(state: AppState, work: Sequence[tuple[Target, bytes | bytearray]]) -> bool:
     """Whether a small request to several partitions, appended on the loop, joins each
     partition's group of the loop turn (:meth:`GroupCommit.append_partitions`): with
@@ -193,28 +115,6 @@ def _joins_partitions(state: AppState, work: Sequence[tuple[Target, bytes | byte
         and state.topology.standalone
         and not work[0][0].log.config.compact
     )
-
-
-async def _append(
-    topology: Topology,
-    work: Sequence[tuple[Target, bytes | bytearray]],
-    required_acks: int,
-    inline_max_bytes: int = 0,
-) -> list[AppendInfo]:
-    """Append every partition's batches (all or none, see
-    :meth:`Topology.append_to_leaders`), on a worker thread unless small. Not bounded by
-    the request's timeout_ms: as in Kafka, that bounds only the wait for in-sync replicas
-    (acks=all), so a request never stops waiting for an append that then happens
-    behind its back. Bounding the local append made acks=0 (which waits for nothing)
-    and acks=1 answer 504 for a client's short timeout_ms while the write went on."""
-    acks_all = required_acks == ACKS_ALL
-    leaders = [(t.replica, t.epoch, data) for t, data in work]
-    if appends_inline(work, inline_max_bytes):
-        # A small write to the page cache costs less than the hop to a worker
-        # thread, which under load waits for the GIL (up to the 5 ms switch
-        # interval) and made a WebSocket producer's requests queue.
-        return topology.append_to_leaders(leaders, acks_all=acks_all)
-    return await asyncio.to_thread(topology.append_to_leaders, leaders, acks_all=acks_all)
 
 
 def build_batches(
@@ -440,7 +340,7 @@ async def append_json_records(
             ],
         )
     else:
-        infos = await _append(
+        infos = await append_work(
             state.topology, work, required_acks, inline_max_bytes if inline else 0
         )
     appended = dict(zip(order, infos, strict=True))
@@ -539,39 +439,6 @@ async def produce_to_partition(
     return await _produce(state, manager, topic, request, acks, timeout_ms, partition)
 
 
-def check_transactional_batches(
-    request: Request, topic: str, partition: int, body: bytes | bytearray
-) -> contextlib.ExitStack:
-    """Every transactional batch (attribute bit 4) of ``body`` must come from the current
-    epoch of a producer whose ongoing transaction added ``topic-partition``
-    (``app/txn/coordinator.py: check_produce``): else INVALID_TXN_STATE, PRODUCER_FENCED or
-    INVALID_PRODUCER_EPOCH, before anything is written. A walk over the batch headers
-    only; a malformed body is left to ``Log.append``'s full validation.
-
-    Returns the producers' append permits (``app/txn/permits.py``), to hold until the
-    append returned (``with``): EndTxn waits for them before deciding.
-    """
-    permits = contextlib.ExitStack()
-    try:
-        pos, end = 0, len(body)
-        while end - pos >= HEADER_SIZE:
-            header = read_header(body, pos)
-            if header.attributes & TRANSACTIONAL_MASK:
-                coordinator = getattr(request.app.state, "txn_coordinator", None)
-                if coordinator is None:
-                    raise BrokerNotAvailable("the transaction coordinator is not serving")
-                pid, epoch = header.producer_id, header.producer_epoch
-                permits.enter_context(coordinator.append_permit(pid))
-                coordinator.check_produce(topic, partition, pid, epoch)
-            if header.size < HEADER_SIZE:
-                break
-            pos += header.size
-    except BaseException:
-        permits.close()
-        raise
-    return permits
-
-
 @router.post(
     "/topics/{topic}/partitions/{partition}/batches",
     summary="Produce raw RecordBatch v2 bytes",
@@ -590,29 +457,11 @@ async def produce_batches(
     timeout_ms: TimeoutQuery = 30_000,
 ) -> Response:
     required_acks = parse_acks(acks)
-    deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
     body = await read_body_mutable(request, state.settings.max_request_bytes)
-    # Transactional batches: only from a producer whose transaction added the partition,
-    # under its append permits until the append returned.
-    with check_transactional_batches(request, topic, partition, body):
-        plan = plan_topic(state, manager, topic)
-        if not plan.exists:
-            # Check before creating, so a bad request leaves no topic behind; an
-            # existing topic's log checks the batches itself as it appends.
-            if not 0 <= partition < plan.partitions:
-                raise UnknownTopicOrPartition(topic, partition)
-            validate_batches(body, plan.max_message_bytes)
-            await create_planned(state, manager, topic)
-        target = leader_target(state, topic, partition)
-        check_replicas(target, required_acks)
-        # Log.append validates every batch (CRC, sizes, magic) before writing any.
-        # A small body is appended on the event loop, as WebSocket produce does: under
-        # load the worker-thread hop waits for the GIL behind the loop (up to the 5 ms
-        # switch interval), and an SDK producer at a steady rate sends small bodies.
-        (info,) = await _append(
-            state.topology, [(target, body)], required_acks, state.settings.inline_append_max_bytes
-        )
-    await await_replicas([(target, info)], required_acks, deadline)
+    coordinator = getattr(request.app.state, "txn_coordinator", None)
+    info = await produce_raw(
+        state, manager, topic, partition, body, required_acks, timeout_ms, coordinator
+    )
     if required_acks == 0:
         return Response(status_code=204)
     appended: list[dict[str, Any]] = []

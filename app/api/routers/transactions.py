@@ -18,7 +18,7 @@ module translates:
   ListTransactions.
 
 Binary produce of transactional batches (``POST .../batches``) is checked by the same
-coordinator (``app/api/routers/records.py: check_transactional_batches``). In a cluster the coordinator of an id
+coordinator (``app/api/produce_service.py: check_transactional``). In a cluster the coordinator of an id
 is the leader of its ``__transaction_state`` partition; other brokers answer 421
 NOT_COORDINATOR naming it.
 """

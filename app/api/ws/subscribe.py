@@ -50,7 +50,8 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from starlette.websockets import WebSocket
 
-from app.api.routers.fetch import aborted_pairs, json_records, read_log, records_answer
+from app.api.fetch_service import aborted_pairs, read_log
+from app.api.routers.fetch import json_records, records_answer
 from app.api.security import authorize
 from app.api.util import INLINE_WORK_BYTES, leader_log, partition_count, run_blocking
 from app.api.ws import common

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from isolation_helpers import TS, Broker, Writer, scenario
 
-from app.api.routers import fetch as fetch_router
+from app.api import fetch_service
 from app.common.batch import decode_records, iter_headers
 from app.common.fetch_answer import Records, interpret
 from app.common.http1 import Response
@@ -262,7 +262,7 @@ def test_an_unknown_isolation_level_is_a_400(broker: Broker, topic: MakeTopic, p
 def test_a_binary_answer_lists_at_most_max_aborted_transactions(
     broker: Broker, topic: MakeTopic, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(fetch_router, "MAX_ABORTED_PER_ANSWER", 2)
+    monkeypatch.setattr(fetch_service, "MAX_ABORTED_PER_ANSWER", 2)
     name, w = topic()
     firsts = []
     for pid in (11, 12, 13, 14):

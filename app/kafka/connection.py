@@ -1,0 +1,347 @@
+"""One Kafka client connection on asyncio: frames in, responses out, records by sendfile.
+
+:class:`KafkaConnection` is an ``asyncio.Protocol``: ``data_received`` feeds the
+sans-I/O :class:`~app.kafka.frames.FrameReader`; complete frames queue for one task that
+handles them in order, one at a time (Kafka's rule, so responses leave in request order
+and a long-poll fetch holds only its own connection). While a request is being handled
+and more are queued, reading pauses (Kafka mutes the channel likewise): a connection
+holds at most ``MAX_QUEUED`` waiting frames or one maximum frame's worth of them, plus
+the partial frame being read. Those bytes are held from the broker's memory budget
+(:class:`~app.api.memory.MemoryBudget`, Kafka's ``queued.max.request.bytes``, shared with
+HTTP request bodies): a frame's declared size is reserved when its size prefix arrives,
+and while the budget cannot grant it the connection stops reading until memory frees;
+each frame's bytes are given back once it is answered.
+
+A response is parts (:mod:`app.kafka.encode`): bytes go through the transport; file
+slices leave with ``os.sendfile`` on a ``dup`` of the socket's descriptor, after the
+transport's buffer has drained (bytes written to the fd directly would overtake it), as
+``app/api/zerocopy_protocol.py`` does for HTTP: the dup keeps the number ours while we
+wait for writability (``loop.add_writer`` is refused on a transport's own fd).
+
+Bad input (a frame the reader refuses, a request that does not parse, an API or version
+not served other than ApiVersions' fallback) closes the connection with one log line;
+nothing raises out of the protocol. Idle connections (no request for
+``connections.max.idle.ms``) are closed by a timer handle that each request re-arms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import errno
+import logging
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
+
+from app.api.memory import Reservation
+from app.common.errors import LogbusError
+from app.kafka.encode import Part, encode_response, error_code
+from app.kafka.frames import FrameError, FrameReader, Request, decode_request
+from app.kafka.handlers import HANDLERS, Context, unsupported_api_versions
+from app.kafka.versions import API_VERSIONS, NAMES
+
+if TYPE_CHECKING:
+    from app.core.log.fileslice import FileSlice
+
+log = logging.getLogger(__name__)
+
+# Reading pauses while this many requests wait behind the one being handled (librdkafka
+# keeps up to 5 in flight per connection with idempotence, so they never wait on us), or
+# while the waiting ones hold a whole maximum frame's worth of bytes.
+MAX_QUEUED = 8
+SENDFILE_MAX_CALL_BYTES = 8 * 1024 * 1024
+_DISCONNECT_ERRNOS = frozenset(
+    {errno.EPIPE, errno.ECONNRESET, errno.ECONNABORTED, errno.ENOTCONN, errno.ESHUTDOWN}
+)
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+class KafkaConnection(asyncio.Protocol):
+    """The Kafka protocol on one accepted connection (event-loop only)."""
+
+    def __init__(
+        self,
+        ctx: Context,
+        max_frame_bytes: int,
+        idle_s: float,
+        on_open: Callable[[KafkaConnection], bool],
+        on_close: Callable[[KafkaConnection], None],
+    ) -> None:
+        """``on_open`` is asked once connected (False: refuse, close at once);
+        ``on_close`` is told once the connection is gone."""
+        self._ctx = ctx
+        self._reader = FrameReader(max_frame_bytes)
+        self._idle_s = idle_s
+        self._on_open = on_open
+        self._on_close = on_close
+        self._queue: collections.deque[bytes] = collections.deque()
+        self._queued_bytes = 0
+        self._max_frame = max_frame_bytes
+        self._wake = asyncio.Event()
+        self._drained = asyncio.Event()
+        self._drained.set()
+        self._transport: asyncio.Transport | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._idle: asyncio.TimerHandle | None = None
+        self._paused = False
+        self._memory = ctx.state.memory
+        # What this connection holds of the budget: queued frames and the declared size of
+        # the one being read. ``_memory_wait`` is set while reading waits for a grant.
+        self._held = Reservation(self._memory, 0)
+        self._memory_wait: Any = None
+        self.peer = "?"
+        self.ip = ""
+
+    # -- asyncio.Protocol -------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports implement asyncio.Transport without subclassing it.
+        self._transport = cast("asyncio.Transport", transport)
+        peer = transport.get_extra_info("peername")
+        self.ip = str(peer[0]) if peer else ""
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        if not self._on_open(self):
+            self._transport.close()
+            return
+        self._task = asyncio.get_running_loop().create_task(self._serve())
+        self._arm_idle()
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            frames = self._reader.feed(data)
+        except FrameError as exc:
+            self._abort(str(exc))
+            return
+        if frames:
+            self._queue.extend(frames)
+            self._queued_bytes += sum(len(f) for f in frames)
+            self._wake.set()
+        self._charge()
+        self._update_reading()
+
+    def _charge(self) -> None:
+        """Hold the queued frames and the declared frame being read from the budget."""
+        held = self._held
+        in_memory = self._queued_bytes
+        if held.size < in_memory:
+            # Already read (whole frames that came in one read): held, granted or not.
+            held.grow(in_memory - held.size)
+        wanted = in_memory + self._reader.pending
+        if held.size >= wanted or self._memory_wait is not None:
+            return
+        granted = self._memory.try_reserve(wanted - held.size)
+        if granted is not None:
+            held.absorb(granted)
+            return
+
+        def on_grant(reservation: Reservation) -> None:
+            self._memory_wait = None
+            if self._transport is None:
+                reservation.release()
+                return
+            held.absorb(reservation)
+            self._update_reading()
+
+        # Over the budget: stop reading this frame until memory frees.
+        self._memory_wait = self._memory.reserve_later(wanted - held.size, on_grant)
+
+    def _over_queue(self) -> bool:
+        return len(self._queue) > MAX_QUEUED or self._queued_bytes >= self._max_frame
+
+    def _update_reading(self) -> None:
+        """Pause reading while the queue is full or memory is awaited; resume after."""
+        if self._transport is None:
+            return
+        hold = self._over_queue() or self._memory_wait is not None
+        if hold and not self._paused:
+            self._paused = True
+            self._transport.pause_reading()
+        elif not hold and self._paused:
+            self._paused = False
+            self._transport.resume_reading()
+
+    def eof_received(self) -> bool | None:
+        return False  # close: a client that stops sending has nothing more to ask
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._transport = None
+        if self._memory_wait is not None:
+            self._memory_wait.cancel()
+            self._memory_wait = None
+        self._held.release()
+        self._memory.connection_closed()
+        self._drained.set()
+        if self._idle is not None:
+            self._idle.cancel()
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+        self._on_close(self)
+
+    def pause_writing(self) -> None:
+        self._drained.clear()
+
+    def resume_writing(self) -> None:
+        self._drained.set()
+
+    # -- requests ---------------------------------------------------------------------
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+    def _abort(self, why: str) -> None:
+        log.warning("kafka connection from %s closed: %s", self.peer, why)
+        if self._transport is not None:
+            self._transport.abort()
+
+    def _arm_idle(self) -> None:
+        if self._idle is not None:
+            self._idle.cancel()
+        loop = asyncio.get_running_loop()
+        self._idle = loop.call_later(self._idle_s, self._expire)
+
+    def _expire(self) -> None:
+        if self._transport is not None:
+            log.info("kafka connection from %s idle for %.0f s: closed", self.peer, self._idle_s)
+            self._transport.close()
+
+    async def _serve(self) -> None:
+        try:
+            while self._transport is not None:
+                if not self._queue:
+                    self._wake.clear()
+                    await self._wake.wait()
+                    continue
+                frame = self._queue.popleft()
+                self._queued_bytes -= len(frame)
+                self._update_reading()
+                # Idle means no request in progress: a long poll is not idleness.
+                if self._idle is not None:
+                    self._idle.cancel()
+                answered = await self._handle(frame)
+                # The frame is answered: its bytes go back to the budget.
+                del frame
+                self._held.shrink(self._queued_bytes + self._reader.pending)
+                if not answered:
+                    return
+                self._arm_idle()
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a bug: log it and drop this connection, never the broker
+            log.exception("kafka connection from %s failed", self.peer)
+            if self._transport is not None:
+                self._transport.abort()
+
+    async def _handle(self, frame: bytes) -> bool:
+        """Answer one frame; False when the connection must close."""
+        try:
+            request = decode_request(frame)
+        except FrameError as exc:
+            self._abort(str(exc))
+            return False
+        handler = HANDLERS.get(request.api_key)
+        if request.body is None or handler is None:
+            if request.api_key == API_VERSIONS:
+                await self._send(
+                    encode_response(request.correlation_id, unsupported_api_versions())
+                )
+                return True
+            name = NAMES.get(request.api_key, f"api key {request.api_key}")
+            self._abort(f"{name} v{request.api_version} is not served (see ApiVersions)")
+            return False
+        response = await self._answer(request)
+        if response is not None:
+            await self._send(encode_response(request.correlation_id, response))
+        return True
+
+    async def _answer(self, request: Request) -> object:
+        try:
+            return await HANDLERS[request.api_key](self._ctx, request.body, request.api_version)
+        except LogbusError as exc:
+            # Errors are answered per partition by the handlers; one escaping here means
+            # the whole request failed (the broker is stopping): there is no per-API place
+            # for it in every response, so close as Kafka does on a request it cannot answer.
+            log.info(
+                "kafka %s from %s failed: %s (%s)",
+                NAMES.get(request.api_key),
+                self.peer,
+                exc,
+                error_code(exc).name,
+            )
+            self.close()
+            return None
+
+    async def _send(self, parts: list[Part]) -> None:
+        transport = self._transport
+        if transport is None:
+            return
+        for part in parts:
+            if isinstance(part, bytes):
+                transport.write(part)
+                continue
+            if not await self._sendfile(part):
+                return
+        if transport.get_write_buffer_size():
+            # Back-pressure: do not take the next request while the client reads slowly.
+            await self._drained.wait()
+
+    async def _wait_empty(self, transport: asyncio.Transport) -> None:
+        """Until the transport has written everything it buffered."""
+        low, high = transport.get_write_buffer_limits()
+        # A high-water mark of 0 pauses us while anything is buffered and resumes us
+        # exactly when the buffer is empty.
+        transport.set_write_buffer_limits(high=0, low=0)
+        try:
+            while transport.get_write_buffer_size() and not transport.is_closing():
+                if not self._drained.is_set():
+                    await self._drained.wait()  # paused: resumed once the buffer is empty
+                else:
+                    # A loop that does not pause on a lowered mark at once: poll briefly.
+                    await asyncio.sleep(0.001)
+        finally:
+            if not transport.is_closing():
+                transport.set_write_buffer_limits(high=high, low=low)
+
+    async def _sendfile(self, piece: FileSlice) -> bool:
+        """``piece`` into the socket with ``os.sendfile``; False if the client went away."""
+        transport = self._transport
+        if transport is None:
+            return False
+        if transport.get_write_buffer_size():
+            await self._wait_empty(transport)
+        sock = transport.get_extra_info("socket")
+        if sock is None or transport.is_closing():
+            return False
+        loop = asyncio.get_running_loop()
+        out_fd = os.dup(sock.fileno())
+        position, end = piece.position, piece.position + piece.length
+        try:
+            while position < end:
+                try:
+                    n = os.sendfile(
+                        out_fd, piece.fd, position, min(end - position, SENDFILE_MAX_CALL_BYTES)
+                    )
+                except BlockingIOError:
+                    waiter: asyncio.Future[None] = loop.create_future()
+                    loop.add_writer(out_fd, _wake, waiter)
+                    try:
+                        await waiter
+                    finally:
+                        loop.remove_writer(out_fd)
+                    continue
+                except OSError as exc:
+                    if exc.errno in _DISCONNECT_ERRNOS:
+                        return False
+                    raise
+                if n == 0:  # the file is shorter than the slice: the frame cannot be finished
+                    self._abort(f"segment file ended at {position} before {end}")
+                    return False
+                position += n
+                if position < end:
+                    await asyncio.sleep(0)  # other connections between big pieces
+        finally:
+            os.close(out_fd)
+        return True

@@ -1,0 +1,55 @@
+"""The Kafka APIs the door serves and their version ranges, as ApiVersions advertises them.
+
+Each range is honest: every version in it is decoded, handled and answered with the
+fields it defines (the README's "Kafka clients" table is this dict). Minimums are as old
+as kio defines the message (Kafka 4.0's floor: Produce v3, Fetch v4, ListOffsets v1,
+RecordBatch v2 only), which every maintained client negotiates; librdkafka decides from
+the Produce range whether it may send compressed RecordBatch v2 (v3+), so v3 is what it
+must see. Maximums stop before versions that need what the broker does not keep yet
+(Fetch v13+ names topics by id; Produce v10+ carries KIP-951 leader hints; ListOffsets
+v8+ asks for tiered-storage offsets; Metadata v13 reports topic-level errors by id;
+FindCoordinator v4+ and OffsetFetch v8+ batch several keys or groups; OffsetCommit v9+
+is KIP-848's, with member epochs).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+PRODUCE: Final = 0
+FETCH: Final = 1
+LIST_OFFSETS: Final = 2
+METADATA: Final = 3
+OFFSET_COMMIT: Final = 8
+OFFSET_FETCH: Final = 9
+FIND_COORDINATOR: Final = 10
+DESCRIBE_CLUSTER: Final = 60
+API_VERSIONS: Final = 18
+INIT_PRODUCER_ID: Final = 22
+
+# api key -> (min version, max version)
+SUPPORTED: Final[dict[int, tuple[int, int]]] = {
+    PRODUCE: (3, 9),
+    FETCH: (4, 12),
+    LIST_OFFSETS: (1, 7),
+    METADATA: (0, 12),
+    API_VERSIONS: (0, 3),
+    INIT_PRODUCER_ID: (0, 4),
+    OFFSET_COMMIT: (2, 8),
+    OFFSET_FETCH: (1, 7),
+    FIND_COORDINATOR: (0, 3),
+    DESCRIBE_CLUSTER: (0, 1),
+}
+
+NAMES: Final[dict[int, str]] = {
+    PRODUCE: "Produce",
+    FETCH: "Fetch",
+    LIST_OFFSETS: "ListOffsets",
+    METADATA: "Metadata",
+    API_VERSIONS: "ApiVersions",
+    INIT_PRODUCER_ID: "InitProducerId",
+    OFFSET_COMMIT: "OffsetCommit",
+    OFFSET_FETCH: "OffsetFetch",
+    FIND_COORDINATOR: "FindCoordinator",
+    DESCRIBE_CLUSTER: "DescribeCluster",
+}

@@ -1,0 +1,129 @@
+"""The Kafka door's test harness: a real ``logbus serve`` with its Kafka listener on free
+loopback ports, and the protocol spoken directly with kio (a module of its own name:
+test directories are not packages, so ``conftest`` names collide across them)."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class KafkaBroker:
+    proc: subprocess.Popen[bytes]
+    http_port: int
+    kafka_port: int
+    log_path: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.kafka_port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def start_broker(tmp: Path, *env_pairs: tuple[str, str]) -> KafkaBroker:
+    """Start one broker; retried on a port taken between choosing and binding it."""
+    for attempt in range(3):
+        http_port, kafka_port = free_port(), free_port()
+        log_path = tmp / f"broker-{attempt}.log"
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **dict(env_pairs)}
+        env.pop("LOGBUS_CONFIG", None)
+        with log_path.open("wb") as log:
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "app.cli",
+                    "serve",
+                    "--data-dir",
+                    str(tmp / f"data-{attempt}"),
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(http_port),
+                    "--kafka-listener",
+                    f"127.0.0.1:{kafka_port}",
+                ],
+                cwd=REPO,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                if httpx.get(f"http://127.0.0.1:{http_port}/readyz", timeout=1).status_code == 200:
+                    return KafkaBroker(proc, http_port, kafka_port, log_path)
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)
+        proc.kill()
+        proc.wait()
+    raise AssertionError(f"broker did not start:\n{log_path.read_text(errors='replace')}")
+
+
+def stop_broker(broker: KafkaBroker) -> None:
+    broker.proc.send_signal(signal.SIGTERM)
+    try:
+        code = broker.proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        broker.proc.kill()
+        broker.proc.wait()
+        raise AssertionError(f"broker ignored SIGTERM:\n{broker.log()}") from None
+    assert code == 0, broker.log()
+
+
+def kio_call(broker: KafkaBroker, request: Any, response_type: type) -> Any:
+    """Send one kio request (its API and version from its class) on a new connection and
+    decode the answer: the protocol spoken directly, for what clients do not expose."""
+    from kio.serial import entity_reader, entity_writer
+
+    out = io.BytesIO()
+    header_type = request.__header_schema__
+    entity_writer(header_type)(
+        out,
+        header_type(
+            request_api_key=request.__api_key__,
+            request_api_version=request.__version__,
+            correlation_id=9,
+            client_id="test",
+        ),
+    )
+    entity_writer(type(request))(out, request)
+    payload = out.getvalue()
+    with socket.create_connection(("127.0.0.1", broker.kafka_port), timeout=30) as sock:
+        sock.sendall(struct.pack(">i", len(payload)) + payload)
+        data = b""
+        while len(data) < 4 or len(data) < 4 + struct.unpack_from(">i", data)[0]:
+            chunk = sock.recv(1 << 20)
+            assert chunk, "connection closed"
+            data += chunk
+    header, size = entity_reader(response_type.__header_schema__)(data, 4)
+    assert header.correlation_id == 9
+    response, _ = entity_reader(response_type)(data, 4 + size)
+    return response

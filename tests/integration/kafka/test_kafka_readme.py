@@ -1,0 +1,66 @@
+"""The README's "Kafka clients" examples run as written against a real broker (the
+bootstrap address swapped for the fixture's)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+from kafka_harness import REPO, KafkaBroker
+
+
+def section() -> str:
+    text = (REPO / "README.md").read_text()
+    return text.split("\n## Kafka clients\n", 1)[1].split("\n## ", 1)[0]
+
+
+def examples() -> list[str]:
+    return re.findall(r"```python\n(.*?)```", section(), re.S)
+
+
+def test_readme_kcat_example_runs(kafka_broker: KafkaBroker, tmp_path: Path) -> None:
+    if shutil.which("kcat") is None:
+        message = "kcat is missing (make test installs Debian's package)"
+        if os.environ.get("CI", "").lower() in ("true", "1", "yes"):
+            pytest.fail(f"CI=true and {message}", pytrace=False)
+        pytest.skip(message)
+    (script,) = re.findall(r"```sh\n(.*?)```", section(), re.S)
+    done = subprocess.run(
+        ["bash", "-e", "-c", script.replace("127.0.0.1:9092", kafka_broker.bootstrap)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["k1=hello@0", "k2=world@1"]
+
+
+def test_the_readme_has_an_example_per_client() -> None:
+    firsts = [code.splitlines()[0] for code in examples()]
+    assert firsts == [
+        "# confluent-kafka (librdkafka): idempotent, acks=all, any codec; consume with assign",
+        "# kafka-python",
+        "# aiokafka",
+    ]
+
+
+@pytest.mark.parametrize("index", range(3), ids=["confluent-kafka", "kafka-python", "aiokafka"])
+def test_readme_kafka_example_runs(kafka_broker: KafkaBroker, index: int, tmp_path: Path) -> None:
+    code = examples()[index].replace("127.0.0.1:9092", kafka_broker.bootstrap)
+    script = tmp_path / "example.py"
+    script.write_text(code)
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip(), done.stderr
+    if index == 0:  # the commit is the group's offset over HTTP
+        offsets = httpx.get(f"{kafka_broker.url}/groups/billing/offsets", timeout=30).json()
+        assert [(o["topic"], o["offset"]) for o in offsets["offsets"]] == [("orders", 1)]
