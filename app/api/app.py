@@ -21,6 +21,7 @@ from app.api.metrics import PartitionCollector
 from app.api.routers import ALL
 from app.api.routers import acls as acl_routes
 from app.api.routers import groups as group_routes
+from app.api.routers import schema_registry as registry_routes
 from app.api.routers import transactions as txn_routes
 from app.api.state import AppState
 from app.config import Settings
@@ -149,12 +150,15 @@ def create_app(settings: Settings, manager: LogManager | None = None) -> FastAPI
         await group_routes.start_coordinator(app, state)
         # Transactions commit group offsets: after the group coordinator.
         await txn_routes.start_coordinator(app, state)
+        # The schema registry, rebuilt from this broker's replica of _schemas.
+        await registry_routes.start_registry(app, state)
         state.ready = True
         try:
             yield
         finally:
             state.ready = False
             state.waiters.close()
+            await registry_routes.stop_registry(app)
             await txn_routes.stop_coordinator(app)
             await group_routes.stop_coordinator(app)
             if app.state.logbus_security is not None:
@@ -230,6 +234,7 @@ def create_app(settings: Settings, manager: LogManager | None = None) -> FastAPI
         txn_routes.router,
         acl_routes.router,
         quotas.router,
+        registry_routes.router,
     ):
         app.include_router(router)
     app.router.routes.insert(0, hot)
@@ -293,7 +298,9 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
         for operation in path_item.values():
             if isinstance(operation, dict):
                 responses = operation.setdefault("responses", {})
-                responses.pop("422", None)
+                # The schema registry answers Confluent's 422s (its own error docs).
+                if registry_routes.TAG not in operation.get("tags", ()):
+                    responses.pop("422", None)
                 statuses = [400, 415] if "requestBody" in operation else [400]
                 # With authentication and an authorizer on (app/api/security.py).
                 if operation.get("operationId") not in ("healthz", "readyz"):

@@ -872,3 +872,42 @@ class RegistryNotLeader(SchemaRegistryError):
     def __init__(self, leader_url: str | None) -> None:
         where = leader_url or "unknown (an election is under way)"
         super().__init__(f"the _schemas leader is {where}", leader_url=leader_url)
+
+
+# --- Schema types (app/common/schemas, issue 18) ---------------------------------------
+# InvalidSchema       INVALID_REQUEST (Confluent 42201: the parser's message)
+# RecordInvalid       INVALID_RECORD  (a value does not match its schema; names the path)
+# NotSchemaFramed     INVALID_RECORD  (bytes without Confluent's magic 0 + schema id)
+
+
+class InvalidSchema(InvalidRequest):
+    """A schema its type's library refuses, or one over a limit (size, depth, references,
+    a reference cycle). The message is the parser's, saying what to fix."""
+
+    confluent_code: ClassVar[int] = 42201
+
+    schema_type: str
+
+    def __init__(self, schema_type: str, reason: str) -> None:
+        super().__init__(f"invalid {schema_type} schema: {reason}", schema_type=schema_type)
+
+
+class RecordInvalid(InvalidRecord):
+    """A value that does not match its schema (encode), or bytes that do not decode with it.
+    ``path`` names the field ("" for the value itself), e.g. ``address.zip`` or ``items[2]``."""
+
+    path: str
+
+    def __init__(self, path: str, message: str) -> None:
+        where = f"at {path}: " if path else ""
+        super().__init__(f"record does not match its schema: {where}{message}", path=path)
+
+
+class NotSchemaFramed(InvalidRecord):
+    """Bytes that are not in Confluent's wire format (magic byte 0, then a 4-byte schema id)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(
+            f"not a schema-framed record ({reason}); expected magic byte 0 and a 4-byte "
+            "big-endian schema id before the payload"
+        )

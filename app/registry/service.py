@@ -45,8 +45,10 @@ from app.common import schemas
 from app.common.errors import (
     IncompatibleSchema,
     InvalidCompatibilityLevel,
+    InvalidSchema,
     InvalidMode,
     InvalidSchemaVersion,
+    LogbusError,
     NotEnoughReplicas,
     NotLeaderOrFollower,
     OperationNotPermitted,
@@ -220,6 +222,7 @@ class SchemaRegistry:
     def _resolve(
         self,
         store: SchemaStore,
+        schema_type: str,
         refs: Sequence[Reference],
         path: tuple[tuple[str, int], ...] = (),
         counter: list[int] | None = None,
@@ -242,17 +245,20 @@ class SchemaRegistry:
             where = (ref.subject, ref.version)
             if version is None:
                 raise _invalid(
-                    f"Invalid schema: reference '{ref.name}' names subject '{ref.subject}' "
-                    f"version {ref.version}, which does not exist"
+                    schema_type,
+                    f"reference '{ref.name}' names subject '{ref.subject}' "
+                    f"version {ref.version}, which does not exist",
                 )
             if where in path:
                 raise _invalid(
-                    f"Invalid schema: reference cycle through subject '{ref.subject}' "
-                    f"version {ref.version}"
+                    schema_type,
+                    f"reference cycle through subject '{ref.subject}' version {ref.version}",
                 )
             stored = store.schema(version.id)
             assert stored is not None
-            children = self._resolve(store, stored.references, (*path, where), counter)
+            children = self._resolve(
+                store, schema_type, stored.references, (*path, where), counter
+            )
             resolved.append(
                 ResolvedReference(
                     name=ref.name,
@@ -274,7 +280,7 @@ class SchemaRegistry:
     ) -> schemas.ParsedSchema:
         if schema_type not in SCHEMA_TYPES:
             raise _invalid(
-                f"Invalid schema type {schema_type!r}: one of {', '.join(SCHEMA_TYPES)}"
+                schema_type, f"unknown schema type; expected one of {', '.join(SCHEMA_TYPES)}"
             )
         if len(text) > self.config.max_schema_bytes:
             raise SchemaTooLarge(
@@ -284,7 +290,7 @@ class SchemaRegistry:
         key = ((schema_type, text, tuple(refs)), False)
         parsed = self._parsed.get(key)
         if parsed is None:
-            resolved = self._resolve(store, refs)
+            resolved = self._resolve(store, schema_type, refs)
             parsed = _guarded_parse(schema_type, text, resolved)
             if len(self._parsed) >= _PARSED_CACHE:
                 self._parsed.clear()
@@ -709,10 +715,8 @@ def _noop(store: SchemaStore) -> Record:
     return (encode_key(NoopKey()), encode_noop(store.max_id))
 
 
-def _invalid(message: str) -> Exception:
-    from app.common.errors import InvalidSchema
-
-    return InvalidSchema(message)
+def _invalid(schema_type: str, message: str) -> InvalidSchema:
+    return InvalidSchema(schema_type, message)
 
 
 def _guarded_parse(
@@ -720,11 +724,9 @@ def _guarded_parse(
 ) -> schemas.ParsedSchema:
     """The parser's answer; a parser that fails in an unforeseen way (a recursion limit on a
     deeply nested schema) is the schema's fault: 42201, never a 5xx."""
-    from app.common.errors import InvalidSchema, LogbusError
-
     try:
         return schemas.parse(schema_type, text, refs)
     except LogbusError:
         raise
     except (RecursionError, ValueError, TypeError, KeyError, IndexError) as exc:
-        raise InvalidSchema(f"Invalid schema: {type(exc).__name__}: {exc}") from None
+        raise InvalidSchema(schema_type, f"{type(exc).__name__}: {exc}") from None

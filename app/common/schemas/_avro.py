@@ -1,0 +1,262 @@
+"""AVRO: parsed and encoded by fastavro, checked for compatibility by the Apache ``avro``
+package's ``ReaderWriterCompatibilityChecker`` (the reference implementation of Avro's
+schema-resolution rules). Both are imported here, on the first Avro schema.
+
+Named types from references: each referenced schema is parsed first (dependencies first)
+into the same named-type table, so ``"type": "com.acme.Address"`` resolves to it, as in
+Confluent's Avro provider.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import orjson
+
+from app.common.errors import InvalidSchema, RecordInvalid
+from app.common.schemas._util import flatten_references, load_json
+from app.common.schemas.types import ResolvedReference
+
+_PRIMITIVES = frozenset(("null", "boolean", "int", "long", "float", "double", "bytes", "string"))
+# Keys of a named type or field whose value names a type (made full in the normalized form).
+_NAMED = frozenset(("record", "error", "enum", "fixed"))
+_COMPLEX = _NAMED | {"array", "map"}
+
+
+class AvroSchema:
+    """An Avro schema (with its named-type references) ready to encode and decode."""
+
+    schema_type = "AVRO"
+
+    def __init__(self, raw: str, references: tuple[ResolvedReference, ...]) -> None:
+        import avro.errors
+        import avro.name
+        import avro.schema
+        import fastavro
+        from fastavro.schema import SchemaParseException, UnknownType
+
+        self.raw = raw
+        self.references = references
+        self._json = load_json("AVRO", raw)
+        refs = flatten_references("AVRO", references)
+        named: dict[str, Any] = {}
+        self._named = named
+        names = avro.name.Names()
+        current = ""
+        try:
+            for ref in refs:
+                what = f"reference {ref.name!r} ({ref.subject} version {ref.version})"
+                current = what + ": "
+                ref_json = load_json("AVRO", ref.schema, what)
+                fastavro.parse_schema(ref_json, named_schemas=named)
+                avro.schema.make_avsc_object(ref_json, names)
+            current = ""
+            # fastavro checks defaults against their types (Confluent validates defaults too).
+            self._parsed = fastavro.parse_schema(self._json, named_schemas=named)
+            self._avro = avro.schema.make_avsc_object(self._json, names)
+        except UnknownType as e:
+            raise InvalidSchema(
+                "AVRO",
+                f"{current}unknown type {e.name!r} (not a primitive, not defined "
+                "before its use, not in the references)",
+            ) from None
+        except SchemaParseException as e:
+            raise InvalidSchema("AVRO", f"{current}{e}") from None
+        except (avro.errors.AvroException, ValueError, TypeError, KeyError, AttributeError) as e:
+            raise InvalidSchema("AVRO", f"{current}{e}") from None
+        except RecursionError:
+            raise InvalidSchema("AVRO", f"{current}nests too deeply") from None
+        self._canonical = orjson.dumps(self._json).decode()
+        self._normalized = orjson.dumps(
+            _normalize(self._json, None), option=orjson.OPT_SORT_KEYS
+        ).decode()
+
+    def canonical(self) -> str:
+        return self._canonical
+
+    def normalized(self) -> str:
+        return self._normalized
+
+    # --- codec ------------------------------------------------------------------------------
+
+    def encode_payload(self, obj: Any, message_name: str | None) -> bytes:
+        from fastavro import schemaless_writer
+        from fastavro.validation import validate
+
+        # fastavro's writer does not check values (1.5 is written to an int as 1, 2**40
+        # overflows it silently): validate first, then write.
+        if not validate(obj, self._parsed, raise_errors=False):
+            path, message = _find_invalid(obj, self._parsed, self._named)
+            raise RecordInvalid(path, message)
+        out = io.BytesIO()
+        try:
+            schemaless_writer(out, self._parsed, obj)
+        except (TypeError, ValueError, OverflowError) as e:
+            raise RecordInvalid("", str(e)) from None
+        return out.getvalue()
+
+    def decode_payload(self, payload: memoryview) -> Any:
+        from fastavro import schemaless_reader
+
+        stream = io.BytesIO(payload)
+        try:
+            value = schemaless_reader(stream, self._parsed, None)
+        except (
+            EOFError,
+            ValueError,
+            TypeError,
+            IndexError,
+            UnicodeDecodeError,
+            OverflowError,
+        ) as e:
+            raise RecordInvalid(
+                "", f"Avro payload does not decode: {e or type(e).__name__}"
+            ) from None
+        if stream.tell() != len(payload):
+            raise RecordInvalid(
+                "", f"Avro payload has {len(payload) - stream.tell()} bytes after the value"
+            )
+        return value
+
+    # --- compatibility ----------------------------------------------------------------------
+
+    def reader_incompatibilities(self, writer: Any) -> list[str]:
+        from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibilityType
+
+        # The avro package ships no type hints for the checker's constructor.
+        checker = ReaderWriterCompatibilityChecker()  # type: ignore[no-untyped-call]
+        result = checker.get_compatibility(self._avro, writer._avro)
+        if result.compatibility is SchemaCompatibilityType.compatible:
+            return []
+        kinds = ", ".join(sorted({k.value for k in result.incompatibilities}))
+        where = ", ".join(sorted(result.locations - {"/"}) or ["/"])
+        return [
+            f"{kinds} at {where}: {message}" for message in sorted(map(str, result.messages))
+        ] or [f"{kinds} at {where}"]
+
+
+def _normalize(node: Any, namespace: str | None) -> Any:
+    """The normalized form: named types by their full name (no ``namespace`` key), a
+    primitive written as ``{"type": "int"}`` reduced to ``"int"``, ``doc`` dropped (it does
+    not change what the schema accepts), everything else kept; keys are sorted on output."""
+    if isinstance(node, str):
+        if node in _PRIMITIVES or "." in node or namespace is None:
+            return node
+        return f"{namespace}.{node}"
+    if isinstance(node, list):
+        return [_normalize(branch, namespace) for branch in node]
+    if not isinstance(node, dict):
+        return node
+    kind = node.get("type")
+    if isinstance(kind, str) and kind in _PRIMITIVES and set(node) <= {"type"}:
+        return kind
+    out: dict[str, Any] = {}
+    if kind in _NAMED and isinstance(node.get("name"), str):
+        name = node["name"]
+        if "." not in name:
+            ns = node.get("namespace", namespace)
+            name = f"{ns}.{name}" if ns else name
+        namespace = name.rpartition(".")[0] or None
+        out["name"] = name
+    for key, value in node.items():
+        if key in ("name", "namespace", "doc") and kind in _NAMED:
+            continue
+        if key == "doc":
+            continue
+        if key == "fields" and isinstance(value, list):
+            out[key] = [
+                {
+                    k: (_normalize(v, namespace) if k == "type" else v)
+                    for k, v in field.items()
+                    if k != "doc"
+                }
+                if isinstance(field, dict)
+                else field
+                for field in value
+            ]
+        elif key == "type" and isinstance(value, str) and value in _COMPLEX:
+            out[key] = value
+        elif key in ("type", "items", "values"):
+            out[key] = _normalize(value, namespace)
+        else:
+            out[key] = value
+    return out
+
+
+def _find_invalid(obj: Any, schema: Any, named: dict[str, Any]) -> tuple[str, str]:
+    """The deepest field path at which ``obj`` does not match ``schema`` (a fastavro parsed
+    schema), and why. Walks records, arrays and maps; stops at unions and leaves. Runs only
+    after validation failed, so its cost is on the error path alone."""
+    from fastavro.validation import validate
+
+    def valid(value: Any, sub: Any) -> bool:
+        # A sub-schema may name types defined elsewhere: validate it as the one field of a
+        # wrapper record marked parsed, carrying the named-type table.
+        wrapper = {
+            "type": "record",
+            "name": "logbus.schemas.Wrapper",
+            "fields": [{"name": "v", "type": sub}],
+            "__fastavro_parsed": True,
+            "__named_schemas": named,
+        }
+        return bool(validate({"v": value}, wrapper, raise_errors=False))
+
+    path = ""
+    while True:
+        if isinstance(schema, str) and schema in named:
+            schema = named[schema]
+        if isinstance(schema, dict) and schema.get("type") in ("record", "error"):
+            if not isinstance(obj, dict):
+                return path, f"expected a record ({schema.get('name')}), got {type(obj).__name__}"
+            for field in schema["fields"]:
+                name = field["name"]
+                sub = f"{path}.{name}" if path else name
+                if name not in obj and "default" not in field:
+                    if not valid(None, field["type"]):
+                        return sub, "missing (the field has no default)"
+                    continue
+                value = obj.get(name, field.get("default"))
+                if not valid(value, field["type"]):
+                    obj, schema, path = value, field["type"], sub
+                    break
+            else:
+                return path, "does not match the record"
+            continue
+        if isinstance(schema, dict) and schema.get("type") == "array" and isinstance(obj, list):
+            for i, item in enumerate(obj):
+                if not valid(item, schema["items"]):
+                    obj, schema, path = item, schema["items"], f"{path}[{i}]"
+                    break
+            else:
+                return path, "does not match the array"
+            continue
+        if isinstance(schema, dict) and schema.get("type") == "map" and isinstance(obj, dict):
+            for key, item in obj.items():
+                if not isinstance(key, str):
+                    return path, f"map key {key!r} is not a string"
+                if not valid(item, schema["values"]):
+                    obj, schema, path = item, schema["values"], f"{path}[{key!r}]"
+                    break
+            else:
+                return path, "does not match the map"
+            continue
+        expected = _describe(schema)
+        return path, f"{_short(obj)} ({type(obj).__name__}) is not a valid {expected}"
+
+
+def _describe(schema: Any) -> str:
+    if isinstance(schema, str):
+        return schema
+    if isinstance(schema, list):
+        return "union of " + ", ".join(_describe(s) for s in schema)
+    if isinstance(schema, dict):
+        name = schema.get("name")
+        kind = schema.get("logicalType") or schema.get("type")
+        return f"{kind} {name}" if name else str(kind)
+    return repr(schema)
+
+
+def _short(obj: Any) -> str:
+    text = repr(obj)
+    return text if len(text) <= 60 else text[:57] + "..."
