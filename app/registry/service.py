@@ -45,8 +45,8 @@ from app.common import schemas
 from app.common.errors import (
     IncompatibleSchema,
     InvalidCompatibilityLevel,
-    InvalidSchema,
     InvalidMode,
+    InvalidSchema,
     InvalidSchemaVersion,
     LogbusError,
     NotEnoughReplicas,
@@ -135,10 +135,7 @@ def schema_json(stored: StoredSchema) -> dict[str, Any]:
 
 def parse_version(raw: str | int) -> int | str:
     """A path's version: ``latest`` (or -1, Confluent's alias), or 1..2^31-1; else 42202."""
-    if isinstance(raw, int):
-        text = str(raw)
-    else:
-        text = raw.strip()
+    text = str(raw) if isinstance(raw, int) else raw.strip()
     if text == LATEST or text == "-1":
         return LATEST
     if not text.isdigit() or len(text) > 10:
@@ -256,9 +253,7 @@ class SchemaRegistry:
                 )
             stored = store.schema(version.id)
             assert stored is not None
-            children = self._resolve(
-                store, schema_type, stored.references, (*path, where), counter
-            )
+            children = self._resolve(store, schema_type, stored.references, (*path, where), counter)
             resolved.append(
                 ResolvedReference(
                     name=ref.name,
@@ -411,9 +406,7 @@ class SchemaRegistry:
                 return Registered(v.subject, v.version, v.id, stored, v.deleted)
         raise SchemaNotFound(subject=subject)
 
-    def compatibility(
-        self, subject: str | None, *, default_to_global: bool = False
-    ) -> str:
+    def compatibility(self, subject: str | None, *, default_to_global: bool = False) -> str:
         store = self._read()
         if subject is not None and subject not in store.configs and not default_to_global:
             raise SubjectCompatibilityNotConfigured(
@@ -522,7 +515,7 @@ class SchemaRegistry:
                 if reasons:
                     raise IncompatibleSchema(
                         "Schema being registered is incompatible with an earlier schema for "
-                        f"subject \"{subject}\", details: {reasons}",
+                        f'subject "{subject}", details: {reasons}',
                         subject=subject,
                         reasons=reasons,
                     )
@@ -537,7 +530,9 @@ class SchemaRegistry:
                     "limit (schema_registry_max_versions)"
                 )
             new_id = self._choose_id(store, content, schema_id)
-            number = version if version is not None else (existing[-1].version + 1 if existing else 1)
+            number = (
+                version if version is not None else (existing[-1].version + 1 if existing else 1)
+            )
             taken = store.version(subject, number)
             if taken is not None:
                 raise OperationNotPermitted(
@@ -570,7 +565,7 @@ class SchemaRegistry:
             self._writable(store, subject)
             if not store.versions(subject, deleted=True):
                 raise SubjectNotFound(subject)
-            found = self._get_version(store, subject, wanted, deleted=permanent)
+            found = self._get_version(store, subject, wanted, deleted=permanent or wanted != LATEST)
             if store.referenced_by(subject, found.version):
                 raise ReferenceExists(
                     f"One or more references exist to the schema {{subject={subject}, "
@@ -638,8 +633,7 @@ class SchemaRegistry:
                 return records, [v.version for v in live]
             if live:
                 raise SubjectNotSoftDeleted(
-                    f"Subject '{subject}' was not deleted first before being permanently "
-                    "deleted",
+                    f"Subject '{subject}' was not deleted first before being permanently deleted",
                     subject=subject,
                 )
             records = [(encode_key(SchemaKey(subject, v.version)), None) for v in every]
@@ -673,9 +667,12 @@ class SchemaRegistry:
 
         def decide(store: SchemaStore) -> Decision[str]:
             previous = compatibility_of(store, subject, self.config.default_compatibility)
-            if subject is not None and not store.versions(subject, deleted=True):
-                if subject not in store.configs:
-                    raise SubjectNotFound(subject)
+            if (
+                subject is not None
+                and not store.versions(subject, deleted=True)
+                and subject not in store.configs
+            ):
+                raise SubjectNotFound(subject)
             if subject not in store.configs:
                 return [], previous
             return [(encode_key(ConfigKey(subject)), None)], previous

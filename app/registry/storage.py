@@ -96,9 +96,7 @@ class SchemasLog:
             return
         rf = max(1, min(self.replication_factor, len(self.topology.brokers)))
         try:
-            await self.topology.create_topic(
-                NewTopic(SCHEMAS_TOPIC, 1, rf, SCHEMAS_TOPIC_CONFIGS)
-            )
+            await self.topology.create_topic(NewTopic(SCHEMAS_TOPIC, 1, rf, SCHEMAS_TOPIC_CONFIGS))
         except TopicAlreadyExists:
             await self.topology.wait_for_leaders(SCHEMAS_TOPIC, self.write_timeout_ms / 1000)
 
@@ -149,4 +147,3 @@ class SchemasLog:
         if replica.log.high_watermark > last_offset:
             return
         await replica.wait_replicated(last_offset, self.write_timeout_ms)
-

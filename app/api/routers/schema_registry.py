@@ -34,6 +34,7 @@ from app.api.openapi_docs import DocumentedRoute
 from app.api.registry_errors import MEDIA_TYPE, MEDIA_TYPES, error_docs, example, response_for
 from app.api.registry_forward import RegistryForwarder
 from app.api.state import AppState
+from app.common import schemas
 from app.common.errors import (
     RegistryNotLeader,
     SchemaNotFound,
@@ -121,6 +122,12 @@ async def start_registry(app: FastAPI, state: AppState) -> None:
         state.settings.url,
         config.replication_factor,
         config.write_timeout_ms,
+    )
+    # The parsers' own bounds follow the registry's settings (process-wide).
+    schemas.set_limits(
+        max_schema_bytes=config.max_schema_bytes,
+        max_references=config.max_references,
+        max_reference_depth=config.max_references_depth,
     )
     registry = SchemaRegistry(schemas_log, config)
     await registry.start()
@@ -259,7 +266,7 @@ _ERRORS: dict[int, tuple[str, list[dict[str, Any]]]] = {
         [
             example(
                 40901,
-                'Schema being registered is incompatible with an earlier schema for subject '
+                "Schema being registered is incompatible with an earlier schema for subject "
                 '"orders-value", details: [...]',
             )
         ],
@@ -323,9 +330,7 @@ def raw(text: str) -> Response:
     return Response(text.encode(), media_type=MEDIA_TYPE)
 
 
-_AVRO_EXAMPLE = (
-    '{"type":"record","name":"Click","fields":[{"name":"page","type":"string"}]}'
-)
+_AVRO_EXAMPLE = '{"type":"record","name":"Click","fields":[{"name":"page","type":"string"}]}'
 _REGISTER_EXAMPLE = {"schema": _AVRO_EXAMPLE, "schemaType": "AVRO"}
 _REGISTERED_EXAMPLE = {"subject": "clicks-value", "version": 1, "id": 1, "schema": _AVRO_EXAMPLE}
 
@@ -374,7 +379,9 @@ async def list_schema_types(request: Request) -> Response:
 @router.get("/schemas", responses=_ok(None, [_REGISTERED_EXAMPLE]))
 async def list_schemas(
     request: Request,
-    subject_prefix: Annotated[str, Query(alias="subjectPrefix", max_length=MAX_SUBJECT_LENGTH)] = "",
+    subject_prefix: Annotated[
+        str, Query(alias="subjectPrefix", max_length=MAX_SUBJECT_LENGTH)
+    ] = "",
     deleted: Deleted = False,
     latest_only: Annotated[bool, Query(alias="latestOnly")] = False,
 ) -> Response:
@@ -408,7 +415,9 @@ async def get_schema_text_by_id(request: Request, schema_id: SchemaId) -> Respon
 
 
 @router.get("/schemas/ids/{schema_id}/subjects", responses=_ok(None, ["clicks-value"], 404))
-async def get_schema_subjects(request: Request, schema_id: SchemaId, deleted: Deleted = False) -> Response:
+async def get_schema_subjects(
+    request: Request, schema_id: SchemaId, deleted: Deleted = False
+) -> Response:
     """The subjects that use this id."""
     versions = get_registry(request).id_versions(schema_id, deleted=deleted)
     return answer(sorted({v.subject for v in versions}))
@@ -432,7 +441,9 @@ async def get_schema_versions(
 @router.get("/subjects", responses=_ok(None, ["clicks-value"]))
 async def list_subjects(
     request: Request,
-    subject_prefix: Annotated[str, Query(alias="subjectPrefix", max_length=MAX_SUBJECT_LENGTH)] = "",
+    subject_prefix: Annotated[
+        str, Query(alias="subjectPrefix", max_length=MAX_SUBJECT_LENGTH)
+    ] = "",
     deleted: Deleted = False,
 ) -> Response:
     """Subjects with a live version (with `deleted`, soft-deleted ones too)."""
@@ -440,7 +451,9 @@ async def list_subjects(
 
 
 @router.get("/subjects/{subject}/versions", responses=_ok(None, [1, 2], 404))
-async def list_subject_versions(request: Request, subject: Subject, deleted: Deleted = False) -> Response:
+async def list_subject_versions(
+    request: Request, subject: Subject, deleted: Deleted = False
+) -> Response:
     """The subject's version numbers."""
     return answer(get_registry(request).versions(subject, deleted=deleted))
 
@@ -527,7 +540,9 @@ async def lookup_schema(
 
 
 @router.delete("/subjects/{subject}", responses=_ok(None, [1, 2], 404, 422, 500))
-async def delete_subject(request: Request, subject: Subject, permanent: Permanent = False) -> Response:
+async def delete_subject(
+    request: Request, subject: Subject, permanent: Permanent = False
+) -> Response:
     """Soft-delete every version of the subject (then, with `permanent`, for good).
 
     Answers the versions deleted. 42206 while a live schema references one of them."""
@@ -539,9 +554,7 @@ async def delete_subject_version(
     request: Request, subject: Subject, version: VersionId, permanent: Permanent = False
 ) -> Response:
     """Soft-delete a version (then, with `permanent`, for good); answers its number."""
-    return answer(
-        await get_registry(request).delete_version(subject, version, permanent=permanent)
-    )
+    return answer(await get_registry(request).delete_version(subject, version, permanent=permanent))
 
 
 # -- compatibility --------------------------------------------------------------------------
@@ -619,9 +632,7 @@ async def delete_global_config(request: Request) -> Response:
     return answer({"compatibilityLevel": await get_registry(request).delete_compatibility(None)})
 
 
-@router.get(
-    "/config/{subject}", responses=_ok(ConfigAnswer, {"compatibilityLevel": "FULL"}, 404)
-)
+@router.get("/config/{subject}", responses=_ok(ConfigAnswer, {"compatibilityLevel": "FULL"}, 404))
 async def get_subject_config(
     request: Request,
     subject: Subject,
