@@ -353,7 +353,7 @@ class SchemaRegistry:
             if found is not None and found.deleted and not deleted:
                 found = None
         if found is None:
-            if not store.versions(subject):
+            if not store.versions(subject, deleted=deleted):
                 raise SubjectNotFound(subject)
             raise VersionNotFound(subject, version)
         stored = store.schema(found.id)
