@@ -306,7 +306,8 @@ def _ok(model: type[BaseModel] | None, example_value: Any, *errors: int) -> dict
     docs: dict[int | str, Any] = {200: {"description": "OK", "content": content}}
     if model is not None:
         docs[200]["model"] = model
-    docs.update(_errors(*errors))
+    # Any route: a parameter that cannot be read (422), no _schemas leader to ask (500).
+    docs.update(_errors(*sorted({*errors, 422, 500})))
     return docs
 
 
