@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from app.api.errors import describe_validation_errors, status_for
@@ -75,6 +76,10 @@ def response_for(exc: Exception) -> Response:
         return body(status, code, exc.message)
     if isinstance(exc, RequestValidationError):
         return body(422, 422, describe_validation_errors(exc.errors()))
+    if isinstance(exc, StarletteHTTPException) and exc.status_code < 500:
+        # FastAPI's "There was an error parsing the body" (not UTF-8, not JSON): a body
+        # that cannot be read, as a RequestValidationError.
+        return body(422, 422, f"the body cannot be read: {exc.detail}")
     log.exception("unhandled error in the schema registry", exc_info=exc)
     return body(500, 50001, f"internal error: {type(exc).__name__}")
 
