@@ -12,13 +12,20 @@ transport forwards the request there (Confluent's clients do not follow redirect
 
 Read-your-writes across brokers. A write is answered once every in-sync replica holds
 it, but a follower learns that it is committed (its high watermark) only with its next
-fetch. So, the invariant: **a read that finds nothing (unknown subject, version or id)
-at a broker that does not lead ``_schemas`` is not answered 404 there: the transport
-asks the leader** (:meth:`SchemaRegistry.leader_elsewhere`), whose store holds every
-answered write. A client that registered through any broker therefore reads its schema
-back at once through any broker. A read that finds something may lag the leader by one
-follower fetch (a ``latest`` that is one version old for a few ms), as Confluent's
-followers may.
+fetch. So the rule, which makes a schema registered through any broker readable at once
+through any broker:
+
+* **immutable facts are served from the local replica**: a schema by id, a version by
+  its number (what a deserializer asks, the hot path). Once there they never change
+  (only a version's soft-deleted flag may lag by one follower fetch);
+* **a read that finds nothing there is not answered 404 at a follower**: it is asked of
+  the leader, whose store holds every answered write;
+* **questions about the current state** (``latest``, the lists of subjects and
+  versions, a lookup, compatibility checks, config and mode, ``referencedby``) are
+  asked of the leader by a follower (:class:`~app.common.errors.RegistryNotLeader`
+  from a read), as writes are.
+
+Alone, or on the leader, everything is answered here.
 
 Identity. A schema is stored as its parser's canonical form (its normalized form with
 ``normalize``); two registrations are the same schema when type, stored text and
@@ -174,9 +181,14 @@ class SchemaRegistry:
             return None
         return url
 
-    def _read(self) -> SchemaStore:
-        """The store, caught up with the replica's committed records. A broker without
-        a replica of an existing ``_schemas`` sends its reads to the leader."""
+    def _read(self, *, current: bool = False) -> SchemaStore:
+        """The store, caught up with the replica's committed records. ``current``: a
+        question about the current state, which a follower sends to the leader (module
+        docstring); so does a broker without a replica of an existing ``_schemas``."""
+        if current:
+            leader = self.leader_elsewhere()
+            if leader is not None:
+                raise RegistryNotLeader(leader)
         if self.log.local_log() is None and self.log.exists() and not self.log.leads():
             raise RegistryNotLeader(self.log.leader()[1])
         self.store = self.log.catch_up(self.store)
@@ -189,7 +201,15 @@ class SchemaRegistry:
         async with self._write_lock:
             await self._ensure_topic()
             if not self.log.leads():
-                raise RegistryNotLeader(self.log.leader()[1])
+                leader, url = self.log.leader()
+                if leader is None:
+                    url = await self.log.wait_leader()
+                    if self.log.leads():
+                        url = None
+                if url is not None:
+                    raise RegistryNotLeader(url)
+            if not self.log.leads():
+                raise RegistryStoreError("_schemas has no leader now; retry")
             self.store = self.log.catch_up(self.store, to_log_end=True)
             records, answer = decide(self.store)
             if not records:
@@ -316,7 +336,7 @@ class SchemaRegistry:
         return stored
 
     def max_id(self) -> int:
-        return self._read().max_id
+        return self._read(current=True).max_id
 
     def id_versions(self, schema_id: int, *, deleted: bool = False) -> list[Version]:
         store = self._read()
@@ -325,17 +345,20 @@ class SchemaRegistry:
         return store.versions_of_id(schema_id, deleted=deleted)
 
     def subjects(self, prefix: str = "", *, deleted: bool = False) -> list[str]:
-        return [s for s in self._read().subject_names(deleted=deleted) if s.startswith(prefix)]
+        names = self._read(current=True).subject_names(deleted=deleted)
+        return [s for s in names if s.startswith(prefix)]
 
     def versions(self, subject: str, *, deleted: bool = False) -> list[int]:
-        found = self._read().versions(subject, deleted=deleted)
+        found = self._read(current=True).versions(subject, deleted=deleted)
         if not found:
             raise SubjectNotFound(subject)
         return [v.version for v in found]
 
     def get_version(self, subject: str, raw: str | int, *, deleted: bool = False) -> Registered:
         """A subject's version (``latest``: the newest live one); 40401/40402."""
-        return self._get_version(self._read(), subject, parse_version(raw), deleted=deleted)
+        version = parse_version(raw)
+        store = self._read(current=version == LATEST)
+        return self._get_version(store, subject, version, deleted=deleted)
 
     def _get_version(
         self, store: SchemaStore, subject: str, version: int | str, *, deleted: bool = False
@@ -363,7 +386,7 @@ class SchemaRegistry:
     def all_schemas(
         self, prefix: str = "", *, deleted: bool = False, latest_only: bool = False
     ) -> list[Registered]:
-        store = self._read()
+        store = self._read(current=True)
         found = []
         for subject in store.subject_names(deleted=deleted):
             if not subject.startswith(prefix):
@@ -378,7 +401,7 @@ class SchemaRegistry:
         return found
 
     def referenced_by(self, subject: str, raw: str | int) -> list[int]:
-        store = self._read()
+        store = self._read(current=True)
         version = self._get_version(store, subject, parse_version(raw))
         return sorted(
             {store.subjects[s][n].id for s, n in store.referenced_by(subject, version.version)}
@@ -396,7 +419,7 @@ class SchemaRegistry:
     ) -> Registered:
         """The version of ``subject`` holding this schema (``POST /subjects/{s}``):
         40401 for no such subject, 40403 when no version holds it."""
-        store = self._read()
+        store = self._read(current=True)
         if not store.versions(subject, deleted=True):
             raise SubjectNotFound(subject)
         content, _ = self._content(store, schema_type, text, references, normalize)
@@ -407,7 +430,7 @@ class SchemaRegistry:
         raise SchemaNotFound(subject=subject)
 
     def compatibility(self, subject: str | None, *, default_to_global: bool = False) -> str:
-        store = self._read()
+        store = self._read(current=True)
         if subject is not None and subject not in store.configs and not default_to_global:
             raise SubjectCompatibilityNotConfigured(
                 f"Subject '{subject}' does not have subject-level compatibility configured",
@@ -416,7 +439,7 @@ class SchemaRegistry:
         return compatibility_of(store, subject, self.config.default_compatibility)
 
     def mode(self, subject: str | None, *, default_to_global: bool = False) -> str:
-        store = self._read()
+        store = self._read(current=True)
         if subject is not None and subject not in store.modes and not default_to_global:
             raise SubjectModeNotConfigured(
                 f"Subject '{subject}' does not have subject-level mode configured",
@@ -436,7 +459,7 @@ class SchemaRegistry:
     ) -> list[str]:
         """``[]`` when compatible, else the reasons: against one version (``raw_version``)
         or every live version (None), at the subject's level."""
-        store = self._read()
+        store = self._read(current=True)
         level = compatibility_of(store, subject, self.config.default_compatibility)
         if raw_version is None:
             previous = store.versions(subject)

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from app.common.batch import build_batch, decode_records, iter_headers
-from app.common.errors import TopicAlreadyExists, UnknownTopicOrPartition
+from app.common.errors import LogbusError, TopicAlreadyExists, UnknownTopicOrPartition
 from app.core.topology import NewTopic
 from app.registry.records import SCHEMAS_TOPIC, SCHEMAS_TOPIC_CONFIGS
 from app.registry.store import SchemaStore
@@ -99,6 +99,15 @@ class SchemasLog:
             await self.topology.create_topic(NewTopic(SCHEMAS_TOPIC, 1, rf, SCHEMAS_TOPIC_CONFIGS))
         except TopicAlreadyExists:
             await self.topology.wait_for_leaders(SCHEMAS_TOPIC, self.write_timeout_ms / 1000)
+
+    async def wait_leader(self) -> str | None:
+        """The leader's URL once this broker knows one (a topic just created, an election
+        under way), waiting up to the write timeout; None if still none."""
+        try:
+            await self.topology.wait_for_leaders(SCHEMAS_TOPIC, self.write_timeout_ms / 1000)
+        except LogbusError:
+            return None
+        return self.leader()[1]
 
     def leader(self) -> tuple[int | None, str | None]:
         """(leader id, URL) of ``_schemas``; this broker's own URL when it leads;
