@@ -762,9 +762,7 @@ class VersionNotFound(SchemaRegistryError):
     confluent_code = 40402
 
     def __init__(self, subject: str, version: object) -> None:
-        super().__init__(
-            f"Version {version} not found for subject '{subject}'.", subject=subject
-        )
+        super().__init__(f"Version {version} not found for subject '{subject}'.", subject=subject)
 
 
 class SchemaNotFound(SchemaRegistryError):
@@ -817,7 +815,7 @@ class InvalidSchemaVersion(SchemaRegistryError):
     def __init__(self, version: object) -> None:
         super().__init__(
             f"The specified version '{version}' is not a valid version id. Allowed values "
-            "are between [1, 2^31-1] and the string \"latest\"",
+            'are between [1, 2^31-1] and the string "latest"',
         )
 
 
