@@ -67,6 +67,7 @@ def collect(quick: bool) -> dict[str, Any]:
     _section("copier", lambda: _copier(quick), results)
     _section("sdk_transactions", lambda: _sdk_transactions(quick), results)
     _section("spark_sink", lambda: _spark_sink(quick), results)
+    _section("schema_registry", lambda: _schema_registry(quick), results)
     return results
 
 
@@ -110,6 +111,14 @@ def _spark_sink(quick: bool) -> dict[str, Any]:
     return spark_sink.run(records=100_000 if quick else spark_sink.DEFAULT_RECORDS)
 
 
+def _schema_registry(quick: bool) -> dict[str, Any]:
+    """Registry look-ups per second (by id, latest; confluent-kafka's client cached and
+    not), against GET /healthz on the same connection, same run."""
+    from bench import schema_registry
+
+    return schema_registry.run(rounds=1 if quick else 3)
+
+
 def _robustness(quick: bool) -> dict[str, Any]:
     from bench import robustness
 
@@ -145,6 +154,7 @@ SECTIONS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "copier": _copier,
     "sdk_transactions": _sdk_transactions,
     "spark_sink": _spark_sink,
+    "schema_registry": _schema_registry,
 }
 
 
