@@ -67,6 +67,7 @@ def collect(quick: bool) -> dict[str, Any]:
     _section("copier", lambda: _copier(quick), results)
     _section("sdk_transactions", lambda: _sdk_transactions(quick), results)
     _section("spark_sink", lambda: _spark_sink(quick), results)
+    _section("schemas", lambda: _schemas(quick), results)
     _section("schema_registry", lambda: _schema_registry(quick), results)
     return results
 
@@ -109,6 +110,14 @@ def _spark_sink(quick: bool) -> dict[str, Any]:
     from bench import spark_sink
 
     return spark_sink.run(records=100_000 if quick else spark_sink.DEFAULT_RECORDS)
+
+
+def _schemas(quick: bool) -> dict[str, Any]:
+    """Schema-typed record codecs (Avro, JSON Schema, Protobuf with Confluent framing) vs
+    orjson on the same records, and jsonschema-rs vs jsonschema; in-process, one core."""
+    from bench import schemas
+
+    return schemas.run(n=5_000 if quick else 20_000, rounds=3 if quick else 7)
 
 
 def _schema_registry(quick: bool) -> dict[str, Any]:
@@ -154,6 +163,7 @@ SECTIONS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "copier": _copier,
     "sdk_transactions": _sdk_transactions,
     "spark_sink": _spark_sink,
+    "schemas": _schemas,
     "schema_registry": _schema_registry,
 }
 

@@ -64,7 +64,9 @@ def parse(
 
         return JsonSchema(schema, refs)
     if kind == "PROTOBUF":
-        raise InvalidSchema(kind, "not supported yet (the provider is being written)")
+        from app.common.schemas._protobuf import ProtobufSchema
+
+        return ProtobufSchema(schema, refs)
     raise InvalidSchema(kind, f"unknown schema type; expected one of {', '.join(SCHEMA_TYPES)}")
 
 

@@ -16,7 +16,7 @@ import orjson
 
 from app.common.errors import InvalidSchema, RecordInvalid
 from app.common.schemas._util import flatten_references, load_json
-from app.common.schemas.types import ResolvedReference
+from app.common.schemas.types import Codec, ResolvedReference
 
 _PRIMITIVES = frozenset(("null", "boolean", "int", "long", "float", "double", "bytes", "string"))
 # Keys of a named type or field whose value names a type (made full in the normalized form).
@@ -24,7 +24,7 @@ _NAMED = frozenset(("record", "error", "enum", "fixed"))
 _COMPLEX = _NAMED | {"array", "map"}
 
 
-class AvroSchema:
+class AvroSchema(Codec):
     """An Avro schema (with its named-type references) ready to encode and decode."""
 
     schema_type = "AVRO"
@@ -67,6 +67,13 @@ class AvroSchema:
             raise InvalidSchema("AVRO", f"{current}{e}") from None
         except RecursionError:
             raise InvalidSchema("AVRO", f"{current}nests too deeply") from None
+        # Bound once: the per-record path does no imports or attribute look-ups.
+        from fastavro import schemaless_reader, schemaless_writer
+        from fastavro.validation import validate
+
+        self._write = schemaless_writer
+        self._read = schemaless_reader
+        self._validate = validate
         self._canonical = orjson.dumps(self._json).decode()
         self._normalized = orjson.dumps(
             _normalize(self._json, None), option=orjson.OPT_SORT_KEYS
@@ -81,34 +88,32 @@ class AvroSchema:
     # --- codec ------------------------------------------------------------------------------
 
     def encode_payload(self, obj: Any, message_name: str | None) -> bytes:
-        from fastavro import schemaless_writer
-        from fastavro.validation import validate
-
         # fastavro's writer does not check values (1.5 is written to an int as 1, 2**40
         # overflows it silently): validate first, then write.
-        if not validate(obj, self._parsed, raise_errors=False):
+        if not self._validate(obj, self._parsed, raise_errors=False):
             path, message = _find_invalid(obj, self._parsed, self._named)
             raise RecordInvalid(path, message)
         out = io.BytesIO()
         try:
-            schemaless_writer(out, self._parsed, obj)
-        except (TypeError, ValueError, OverflowError) as e:
-            raise RecordInvalid("", str(e)) from None
+            self._write(out, self._parsed, obj)
+        except (TypeError, ValueError, OverflowError, RecursionError) as e:
+            raise RecordInvalid("", str(e) or type(e).__name__) from None
         return out.getvalue()
 
     def decode_payload(self, payload: memoryview) -> Any:
-        from fastavro import schemaless_reader
-
         stream = io.BytesIO(payload)
         try:
-            value = schemaless_reader(stream, self._parsed, None)
+            value = self._read(stream, self._parsed, None)
         except (
             EOFError,
             ValueError,
             TypeError,
             IndexError,
+            KeyError,
             UnicodeDecodeError,
             OverflowError,
+            RecursionError,
+            MemoryError,
         ) as e:
             raise RecordInvalid(
                 "", f"Avro payload does not decode: {e or type(e).__name__}"

@@ -23,7 +23,7 @@ import orjson
 
 from app.common.errors import InvalidSchema, RecordInvalid
 from app.common.schemas._util import flatten_references, load_json
-from app.common.schemas.types import LIMITS, ResolvedReference
+from app.common.schemas.types import LIMITS, Codec, ResolvedReference
 
 DRAFT7 = "http://json-schema.org/draft-07/schema#"
 DRAFTS = {
@@ -61,7 +61,7 @@ def _meta_check(doc: Any, what: str) -> None:
         raise InvalidSchema("JSON", f"{what}at /{where}: {e.message}") from None
 
 
-class JsonSchema:
+class JsonSchema(Codec):
     """A JSON Schema with its references, compiled once for validation."""
 
     schema_type = "JSON"

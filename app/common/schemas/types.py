@@ -58,22 +58,23 @@ class ParsedSchema(Protocol):
         ...
 
 
-@runtime_checkable
-class Codec(Protocol):
-    """What ``wire`` needs of a provider's parsed schema (every provider implements it)."""
+class Codec:
+    """What ``wire`` and ``check_compatibility`` need of a provider's parsed schema: every
+    provider's class derives from it (a nominal base: ``isinstance`` on it is a pointer
+    comparison, not a runtime Protocol's attribute walk, on the per-record path)."""
 
     def encode_payload(self, obj: Any, message_name: str | None) -> bytes:
         """The bytes after the 5-byte header (Protobuf: the message indexes, then the
         message). Raises ``RecordInvalid`` naming the field path."""
-        ...
+        raise NotImplementedError
 
     def decode_payload(self, payload: memoryview) -> Any:
         """The value of the bytes after the 5-byte header. Raises ``RecordInvalid``."""
-        ...
+        raise NotImplementedError
 
     def reader_incompatibilities(self, writer: Any) -> list[str]:
         """Why data written with ``writer`` (same type) cannot be read with ``self``."""
-        ...
+        raise NotImplementedError
 
 
 @dataclass
