@@ -255,6 +255,46 @@ def test_json_schema_type(broker: LiveBroker) -> None:
     assert json.loads(got.schema_str) == json.loads(text)
 
 
+def test_protobuf_with_an_import_and_json_schema_evolution(broker: LiveBroker) -> None:
+    sr = client(broker)
+    address = 'syntax = "proto3";\npackage ex;\nmessage Address { string city = 1; }\n'
+    person = (
+        'syntax = "proto3";\npackage ex;\nimport "address.proto";\n'
+        "message Person { ex.Address home = 1; string name = 2; }\n"
+    )
+    ref = SchemaReference("address.proto", "address.proto", 1)
+    a = sr.register_schema("address.proto", Schema(address, "PROTOBUF"))
+    p = sr.register_schema("person-value", Schema(person, "PROTOBUF", [ref]))
+    assert sr.get_schema(p).schema_type == "PROTOBUF"
+    assert sr.get_referenced_by("address.proto", 1) == [p] and a != p
+    # A field's scalar kind changed: refused under BACKWARD.
+    changed = person.replace("string name", "int64 name")
+    status, code, _ = refused(
+        sr.register_schema, "person-value", Schema(changed, "PROTOBUF", [ref])
+    )
+    assert (status, code) == (409, 40901)
+    status, code, message = refused(
+        sr.register_schema,
+        "bad-value",
+        Schema('syntax = "proto3";\nmessage P { strin x = 1; }', "PROTOBUF"),
+    )
+    assert (status, code) == (422, 42201) and "strin" in message
+    # JSON Schema: a required property added is refused under BACKWARD.
+    closed = {
+        "type": "object",
+        "properties": {"a": {"type": "string"}},
+        "additionalProperties": False,
+    }
+    sr.register_schema("js-value", Schema(json.dumps(closed), "JSON"))
+    stricter = {
+        **closed,
+        "properties": {"a": {"type": "string"}, "b": {"type": "integer"}},
+        "required": ["b"],
+    }
+    status, code, _ = refused(sr.register_schema, "js-value", Schema(json.dumps(stricter), "JSON"))
+    assert (status, code) == (409, 40901)
+
+
 def post(h: httpx.Client, path: str, body: object, **kw: object) -> httpx.Response:
     return h.post("/schema-registry" + path, json=body, **kw)  # type: ignore[arg-type]
 
