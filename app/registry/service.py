@@ -165,6 +165,8 @@ class SchemaRegistry:
 
     async def start(self) -> None:
         """Rebuild the store from the local replica (a worker thread: it may be long)."""
+        if not self.log.exists():
+            return  # created by the first write; nothing to load
         part_log = self.log.local_log()
         if part_log is not None:
             self.store = await asyncio.to_thread(

@@ -130,7 +130,12 @@ async def start_registry(app: FastAPI, state: AppState) -> None:
         max_reference_depth=config.max_references_depth,
     )
     registry = SchemaRegistry(schemas_log, config)
-    await registry.start()
+    try:
+        await registry.start()
+    except Exception:
+        # The broker serves on; the registry answers 503 (not serving) until restarted.
+        log.exception("the schema registry could not load _schemas")
+        return
     app.state.schema_registry = registry
 
 
