@@ -20,6 +20,7 @@ import hypothesis.strategies as st
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
+from app.common.batch import decode_records
 from app.common.errors import LogbusError
 from app.core.local_topology import LocalTopology
 from app.core.log import LogManager
@@ -205,6 +206,25 @@ class RegistryMachine(RuleBasedStateMachine):
             return
         rebuilt = replay(part_log, SchemaStore(), part_log.log_end_offset)
         assert rebuilt.snapshot() == self.registry._read().snapshot()
+
+    @invariant()
+    def compacted_topic_rebuilds_the_same_state(self) -> None:
+        """What compaction may leave (the latest record per key, tombstones gone) rebuilds
+        the same registry, max id included (the NOOP's maxId of permanent deletes)."""
+        part_log = self.topology.replica_log(SCHEMAS_TOPIC, 0)
+        if part_log is None:
+            return
+        buf = part_log.read(0, 1 << 30, max_offset=part_log.log_end_offset).read_bytes()
+        latest: dict[bytes, tuple[int, bytes | None]] = {}
+        for record in decode_records(buf):
+            assert record.key is not None
+            value = None if record.value is None else bytes(record.value)
+            latest[bytes(record.key)] = (record.offset, value)
+        compacted = SchemaStore()
+        for key, (offset, value) in sorted(latest.items(), key=lambda kv: kv[1][0]):
+            if value is not None:
+                compacted.apply(key, value, offset)
+        assert compacted.snapshot() == self.registry._read().snapshot()
 
 
 RegistryMachine.TestCase.settings = settings(
