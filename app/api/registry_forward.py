@@ -23,7 +23,8 @@ from app.common.errors import RegistryStoreError
 
 FORWARDED = "logbus-registry-forwarded"
 _PASSED = ("content-type", "accept", "authorization")
-TIMEOUT_S = 30.0
+# Beyond the leader's own write timeout: the time to reach it and answer.
+_SLACK_S = 5.0
 
 
 class RegistryForwarder:
@@ -60,7 +61,7 @@ class RegistryForwarder:
                 params=request.url.query or None,
                 content=await request.body(),
                 headers=headers,
-                timeout=TIMEOUT_S,
+                timeout=self.state.settings.schema_registry_write_timeout_ms / 1000 + _SLACK_S,
             )
         except httpx.HTTPError as exc:
             raise RegistryStoreError(
