@@ -11,6 +11,7 @@ one core: no broker, no network.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import random
 import statistics
@@ -81,36 +82,58 @@ def records(n: int) -> list[dict[str, Any]]:
     ]
 
 
-def _rate(fn: Callable[[], object], n: int, rounds: int) -> dict[str, Any]:
-    fn()  # warm-up: caches, allocator, branch predictors; not timed
+def _rate(
+    fn: Callable[[list[Any]], object], make: Callable[[], list[Any]], rounds: int
+) -> dict[str, Any]:
+    """Records/s of ``fn`` over fresh inputs from ``make`` each round (built outside the
+    timing): a str caches its UTF-8 form once a codec asked for it (jsonschema-rs does),
+    so reused records made a later codec look faster than the first."""
+    fn(make())  # warm-up: caches, allocator; not timed
     samples = []
     for _ in range(rounds):
-        t = time.perf_counter()
-        fn()
-        samples.append(n / (time.perf_counter() - t))
+        data = make()
+        # The cyclic collector off while timing: 20,000 fresh records made its full
+        # collections land at random in one codec's loop or another's (seen: orjson alone
+        # at 0.3-3.5 M records/s from one round to the next).
+        gc.collect()
+        gc.disable()
+        try:
+            t = time.perf_counter()
+            fn(data)
+            samples.append(len(data) / (time.perf_counter() - t))
+        finally:
+            gc.enable()
     return {"median": round(statistics.median(samples)), "samples": [round(s) for s in samples]}
 
 
 def run(n: int = 20_000, rounds: int = 5) -> dict[str, Any]:
-    recs = records(n)
-    # Protobuf's dict form: no None for an unset optional.
-    proto_recs = [{k: v for k, v in r.items() if v is not None} for r in recs]
-    out: dict[str, Any] = {"records": n, "rounds": rounds}
+    def fresh() -> list[dict[str, Any]]:
+        return records(n)
 
-    plain = [orjson.dumps(r) for r in recs]
+    def fresh_proto() -> list[dict[str, Any]]:
+        # Protobuf's dict form: no None for an unset optional.
+        return [{k: v for k, v in r.items() if v is not None} for r in records(n)]
+
+    out: dict[str, Any] = {"records": n, "rounds": rounds}
+    plain = [orjson.dumps(r) for r in fresh()]
     out["orjson"] = {
-        "encode": _rate(lambda: [orjson.dumps(r) for r in recs], n, rounds),
-        "decode": _rate(lambda: [orjson.loads(b) for b in plain], n, rounds),
+        "encode": _rate(lambda rs: [orjson.dumps(r) for r in rs], fresh, rounds),
+        "decode": _rate(lambda bs: [orjson.loads(b) for b in bs], lambda: list(plain), rounds),
+        "bytes_per_record": round(sum(map(len, plain)) / n, 1),
     }
-    for kind, text, values in (
-        ("AVRO", AVRO, recs),
-        ("JSON", JSON_SCHEMA, recs),
-        ("PROTOBUF", PROTO, proto_recs),
+    for kind, text, make in (
+        ("AVRO", AVRO, fresh),
+        ("JSON", JSON_SCHEMA, fresh),
+        ("PROTOBUF", PROTO, fresh_proto),
     ):
         parsed = schemas.parse(kind, text)
-        framed = [wire.encode(parsed, 1, v) for v in values]
-        enc = _rate(lambda p=parsed, vs=values: [wire.encode(p, 1, v) for v in vs], n, rounds)
-        dec = _rate(lambda p=parsed, fs=framed: [wire.decode(p, f) for f in fs], n, rounds)
+        framed = [wire.encode(parsed, 1, v) for v in make()]
+        enc = _rate(lambda vs, p=parsed: [wire.encode(p, 1, v) for v in vs], make, rounds)
+        dec = _rate(
+            lambda fs, p=parsed: [wire.decode(p, f) for f in fs],
+            lambda fs=framed: [bytes(f) for f in fs],
+            rounds,
+        )
         out[kind] = {
             "encode": enc,
             "decode": dec,
@@ -118,7 +141,40 @@ def run(n: int = 20_000, rounds: int = 5) -> dict[str, Any]:
             "decode_vs_orjson": round(dec["median"] / out["orjson"]["decode"]["median"], 3),
             "bytes_per_record": round(sum(map(len, framed)) / n, 1),
         }
-    out["orjson"]["bytes_per_record"] = round(sum(map(len, plain)) / n, 1)
+
+    # One record, encoded/decoded 50,000 times (hot caches): the per-call cost without the
+    # first touch of fresh memory, which dominated the loops above for orjson alone.
+    import timeit
+
+    one = fresh()[1]
+    one_proto = {k: v for k, v in one.items() if v is not None}
+    hot: dict[str, Any] = {
+        "orjson_encode_ns": round(
+            timeit.timeit(lambda: orjson.dumps(one), number=50_000) / 50_000 * 1e9
+        )
+    }
+    blob = orjson.dumps(one)
+    hot["orjson_decode_ns"] = round(
+        timeit.timeit(lambda: orjson.loads(blob), number=50_000) / 50_000 * 1e9
+    )
+    for kind, text, value in (
+        ("AVRO", AVRO, one),
+        ("JSON", JSON_SCHEMA, one),
+        ("PROTOBUF", PROTO, one_proto),
+    ):
+        parsed = schemas.parse(kind, text)
+        framed = wire.encode(parsed, 1, value)
+        hot[f"{kind}_encode_ns"] = round(
+            timeit.timeit(lambda p=parsed, v=value: wire.encode(p, 1, v), number=50_000)
+            / 50_000
+            * 1e9
+        )
+        hot[f"{kind}_decode_ns"] = round(
+            timeit.timeit(lambda p=parsed, f=framed: wire.decode(p, f), number=50_000)
+            / 50_000
+            * 1e9
+        )
+    out["hot_one_record"] = hot
 
     # The JSON Schema validator choice, same schema, same records.
     import jsonschema
@@ -128,8 +184,10 @@ def run(n: int = 20_000, rounds: int = 5) -> dict[str, Any]:
     rs = jsonschema_rs.validator_for(doc)
     py = jsonschema.Draft7Validator(doc)
     out["json_validators"] = {
-        "jsonschema_rs": _rate(lambda: [rs.validate(r) for r in recs], n, rounds),
-        "jsonschema": _rate(lambda: [py.validate(r) for r in recs], n, max(1, rounds // 2)),
+        "jsonschema_rs": _rate(lambda recs: [rs.validate(r) for r in recs], fresh, rounds),
+        "jsonschema": _rate(
+            lambda recs: [py.validate(r) for r in recs], fresh, max(1, rounds // 2)
+        ),
     }
     v = out["json_validators"]
     v["ratio"] = round(v["jsonschema_rs"]["median"] / v["jsonschema"]["median"], 1)

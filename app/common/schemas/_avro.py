@@ -22,6 +22,8 @@ _PRIMITIVES = frozenset(("null", "boolean", "int", "long", "float", "double", "b
 # Keys of a named type or field whose value names a type (made full in the normalized form).
 _NAMED = frozenset(("record", "error", "enum", "fixed"))
 _COMPLEX = _NAMED | {"array", "map"}
+# Nesting fastavro's compiled code may recurse through safely (see AvroSchema.recursive).
+SAFE_NATIVE_DEPTH = 512
 
 
 class AvroSchema(Codec):
@@ -74,6 +76,19 @@ class AvroSchema(Codec):
         self._write = schemaless_writer
         self._read = schemaless_reader
         self._validate = validate
+        # A recursive schema (a named type used inside its own definition) lets a value
+        # nest without bound, and fastavro's compiled reader, writer and validator recurse
+        # on the C stack: ~5,000 levels crashed the interpreter here. For such schemas the
+        # pure-Python implementations run instead (Python's recursion limit turns depth
+        # into RecursionError, reported as RecordInvalid) wherever depth can exceed
+        # SAFE_NATIVE_DEPTH: always on encode, and on decode for payloads longer than it
+        # (each level takes at least one byte).
+        self.recursive = _is_recursive(self._json)
+        if self.recursive:
+            from fastavro import _validation_py, _write_py
+
+            self._write = _write_py.schemaless_writer
+            self._validate = _validation_py.validate
         self._canonical = orjson.dumps(self._json).decode()
         self._normalized = orjson.dumps(
             _normalize(self._json, None), option=orjson.OPT_SORT_KEYS
@@ -90,8 +105,15 @@ class AvroSchema(Codec):
     def encode_payload(self, obj: Any, message_name: str | None) -> bytes:
         # fastavro's writer does not check values (1.5 is written to an int as 1, 2**40
         # overflows it silently): validate first, then write.
-        if not self._validate(obj, self._parsed, raise_errors=False):
-            path, message = _find_invalid(obj, self._parsed, self._named)
+        try:
+            valid = self._validate(obj, self._parsed, raise_errors=False)
+        except RecursionError:
+            raise RecordInvalid("", "the value nests too deeply") from None
+        if not valid:
+            try:
+                path, message = _find_invalid(obj, self._parsed, self._named, self._validate)
+            except RecursionError:
+                path, message = "", "the value nests too deeply"
             raise RecordInvalid(path, message)
         out = io.BytesIO()
         try:
@@ -102,8 +124,13 @@ class AvroSchema(Codec):
 
     def decode_payload(self, payload: memoryview) -> Any:
         stream = io.BytesIO(payload)
+        read = self._read
+        if self.recursive and len(payload) > SAFE_NATIVE_DEPTH:
+            from fastavro import _read_py
+
+            read = _read_py.schemaless_reader
         try:
-            value = self._read(stream, self._parsed, None)
+            value = read(stream, self._parsed, None)
         except (
             EOFError,
             ValueError,
@@ -141,10 +168,39 @@ class AvroSchema(Codec):
         ] or [f"{kinds} at {where}"]
 
 
+def _is_recursive(schema: Any) -> bool:
+    """Whether a named type is used inside its own definition. In Avro a name must be
+    defined before use, so every cycle shows as a name referenced within the definition
+    of that name; names are compared both full and short (a false positive costs only
+    speed). Iterative: the schema's depth is bounded by LIMITS, but no recursion anyway."""
+    stack: list[tuple[Any, frozenset[str]]] = [(schema, frozenset())]
+    while stack:
+        node, defining = stack.pop()
+        if isinstance(node, str):
+            if node in defining or node.rpartition(".")[2] in defining:
+                return True
+        elif isinstance(node, list):
+            stack.extend((branch, defining) for branch in node)
+        elif isinstance(node, dict):
+            name = node.get("name")
+            if node.get("type") in _NAMED and isinstance(name, str):
+                ns = node.get("namespace")
+                full = f"{ns}.{name}" if ns and "." not in name else name
+                defining = defining | {full, full.rpartition(".")[2]}
+            for key in ("type", "items", "values"):
+                if key in node:
+                    stack.append((node[key], defining))
+            for field in node.get("fields") or ():
+                if isinstance(field, dict) and "type" in field:
+                    stack.append((field["type"], defining))
+    return False
+
+
 def _normalize(node: Any, namespace: str | None) -> Any:
     """The normalized form: named types by their full name (no ``namespace`` key), a
-    primitive written as ``{"type": "int"}`` reduced to ``"int"``, ``doc`` dropped (it does
-    not change what the schema accepts), everything else kept; keys are sorted on output."""
+    primitive written as ``{"type": "int"}`` reduced to ``"int"``, everything else kept
+    (``doc`` too: the registry may store this form when asked to normalize, and a schema's
+    documentation must survive that); keys are sorted on output."""
     if isinstance(node, str):
         if node in _PRIMITIVES or "." in node or namespace is None:
             return node
@@ -165,17 +221,11 @@ def _normalize(node: Any, namespace: str | None) -> Any:
         namespace = name.rpartition(".")[0] or None
         out["name"] = name
     for key, value in node.items():
-        if key in ("name", "namespace", "doc") and kind in _NAMED:
-            continue
-        if key == "doc":
+        if key in ("name", "namespace") and kind in _NAMED:
             continue
         if key == "fields" and isinstance(value, list):
             out[key] = [
-                {
-                    k: (_normalize(v, namespace) if k == "type" else v)
-                    for k, v in field.items()
-                    if k != "doc"
-                }
+                {k: (_normalize(v, namespace) if k == "type" else v) for k, v in field.items()}
                 if isinstance(field, dict)
                 else field
                 for field in value
@@ -189,11 +239,11 @@ def _normalize(node: Any, namespace: str | None) -> Any:
     return out
 
 
-def _find_invalid(obj: Any, schema: Any, named: dict[str, Any]) -> tuple[str, str]:
+def _find_invalid(obj: Any, schema: Any, named: dict[str, Any], validate: Any) -> tuple[str, str]:
     """The deepest field path at which ``obj`` does not match ``schema`` (a fastavro parsed
     schema), and why. Walks records, arrays and maps; stops at unions and leaves. Runs only
-    after validation failed, so its cost is on the error path alone."""
-    from fastavro.validation import validate
+    after validation failed, so its cost is on the error path alone. ``validate`` is the
+    schema's validator (the pure-Python one for recursive schemas)."""
 
     def valid(value: Any, sub: Any) -> bool:
         # A sub-schema may name types defined elsewhere: validate it as the one field of a

@@ -192,7 +192,7 @@ class ProtobufSchema(Codec):
     schema_type = "PROTOBUF"
 
     def __init__(self, raw: str, references: tuple[ResolvedReference, ...]) -> None:
-        from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, text_format
+        from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
         self.raw = raw
         self.references = references
@@ -228,8 +228,7 @@ class ProtobufSchema(Codec):
         normal.CopyFrom(main)
         normal.ClearField("name")
         normal.ClearField("source_code_info")
-        self._serialized = normal.SerializeToString()
-        self._normalized = text_format.MessageToString(normal, as_one_line=True)
+        self._serialized = normal.SerializeToString(deterministic=True)
 
     def serialized(self) -> str:
         """Confluent's ``format=serialized`` form: the main file's FileDescriptorProto,
@@ -242,8 +241,12 @@ class ProtobufSchema(Codec):
         return self.raw
 
     def normalized(self) -> str:
-        normalized: str = self._normalized
-        return normalized
+        """The main file's FileDescriptorProto (no file name, no comments or positions),
+        base64: what protoc made of the text, so layout, comments and spelling of names
+        do not count; and still a schema ``parse`` (and Confluent) accepts, so a registry
+        may store it. (Confluent prints normalized .proto text instead; no maintained
+        Python library prints .proto from descriptors.)"""
+        return self.serialized()
 
     # --- messages ---------------------------------------------------------------------------
 

@@ -128,6 +128,9 @@ def test_normalized_ignores_comments_and_layout(order: Any) -> None:
     assert order.canonical() == ORDER
     changed = ORDER.replace("string order_id = 1;", "string order_id = 2;")
     assert schemas.parse("PROTOBUF", changed, [MONEY_REF]).normalized() != order.normalized()
+    # The normalized form is itself a schema: a registry may store it.
+    again = schemas.parse("PROTOBUF", order.normalized(), [MONEY_REF])
+    assert again.normalized() == order.normalized()
 
 
 def test_serialized_form_parses_back(order: Any) -> None:
