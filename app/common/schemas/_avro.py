@@ -89,7 +89,7 @@ class AvroSchema(Codec):
 
             self._write = _write_py.schemaless_writer
             self._validate = _validation_py.validate
-        self._canonical = orjson.dumps(self._json).decode()
+        self._canonical = orjson.dumps(_canonical(self._json, None)).decode()
         self._normalized = orjson.dumps(
             _normalize(self._json, None), option=orjson.OPT_SORT_KEYS
         ).decode()
@@ -166,6 +166,80 @@ class AvroSchema(Codec):
         return [
             f"{kinds} at {where}: {message}" for message in sorted(map(str, result.messages))
         ] or [f"{kinds} at {where}"]
+
+
+# The key order of Avro Java's Schema.toString(), which Confluent's registry returns and
+# compares (its "canonical string"): the type's own keys first, then other properties,
+# then aliases.
+_FIRST = {
+    "record": ("type", "name", "namespace", "doc", "fields"),
+    "error": ("type", "name", "namespace", "doc", "fields"),
+    "enum": ("type", "name", "namespace", "doc", "symbols", "default"),
+    "fixed": ("type", "name", "namespace", "doc", "size"),
+    "array": ("type", "items"),
+    "map": ("type", "values"),
+}
+_FIELD_FIRST = ("name", "type", "doc", "default", "order")
+
+
+def _canonical(node: Any, namespace: str | None) -> Any:
+    """The schema as Avro Java's ``Schema.toString()`` writes it: compact, keys in its
+    order, a primitive without properties as a bare name, ``namespace`` only where it
+    differs from the enclosing one. Names are kept as written (short or full)."""
+    if isinstance(node, list):
+        return [_canonical(branch, namespace) for branch in node]
+    if not isinstance(node, dict):
+        return node
+    kind = node.get("type")
+    if isinstance(kind, str) and kind in _PRIMITIVES and set(node) <= {"type"}:
+        return kind
+    if not isinstance(kind, str) or kind not in _FIRST:
+        # A primitive with properties (e.g. a logical type), or a nested type object.
+        out = {"type": _canonical(kind, namespace)} if "type" in node else {}
+        out.update((k, v) for k, v in node.items() if k != "type")
+        return out
+    inner = namespace
+    ns_out: str | None = None
+    if kind in _NAMED and isinstance(node.get("name"), str):
+        name = node["name"]
+        ns = name.rpartition(".")[0] if "." in name else node.get("namespace", namespace)
+        inner = ns or None
+        if "." not in name and node.get("namespace") is not None and ns != namespace:
+            ns_out = ns
+    out = {}
+    for key in _FIRST[kind]:
+        if key not in node:
+            continue
+        if key == "namespace":
+            if ns_out is not None:
+                out["namespace"] = ns_out
+        elif key == "fields" and isinstance(node[key], list):
+            out[key] = [_canonical_field(f, inner) for f in node[key]]
+        elif key in ("items", "values"):
+            out[key] = _canonical(node[key], inner)
+        else:
+            out[key] = node[key]
+    for key, value in node.items():
+        if key not in out and key not in _FIRST[kind] and key != "aliases":
+            out[key] = value
+    if "aliases" in node:
+        out["aliases"] = node["aliases"]
+    return out
+
+
+def _canonical_field(field: Any, namespace: str | None) -> Any:
+    if not isinstance(field, dict):
+        return field
+    out = {}
+    for key in _FIELD_FIRST:
+        if key in field:
+            out[key] = _canonical(field[key], namespace) if key == "type" else field[key]
+    for key, value in field.items():
+        if key not in out and key != "aliases":
+            out[key] = value
+    if "aliases" in field:
+        out["aliases"] = field["aliases"]
+    return out
 
 
 def _is_recursive(schema: Any) -> bool:

@@ -49,8 +49,10 @@ class ParsedSchema(Protocol):
     references: tuple[ResolvedReference, ...]
 
     def canonical(self) -> str:
-        """The text the registry stores and returns (Avro: re-serialized compactly; JSON
-        Schema and Protobuf: as given)."""
+        """The text the registry stores and returns (Avro: re-serialized compactly in Avro
+        Java's ``Schema.toString()`` key order, as Confluent; JSON Schema and Protobuf: as
+        given, so a Protobuf schema registered in Confluent's base64 serialized form stays
+        base64)."""
         ...
 
     def normalized(self) -> str:

@@ -93,3 +93,25 @@ def test_json_checker_never_raises_and_is_reflexive(a: Any, b: Any) -> None:
     for level in ("BACKWARD", "FORWARD", "FULL"):
         assert isinstance(schemas.check_compatibility(pa, [pb], level), list)
     assert schemas.check_compatibility(pa, [pa], "FULL") == []
+
+
+@pytest.mark.parametrize("text", _distinct(avro_table.ROWS))
+def test_avro_canonical_form_means_the_same_schema(text: str) -> None:
+    """The canonical text (Avro Java's Schema.toString() order, what Confluent stores) is
+    the same schema: it parses to the same normalized form, and is its own canonical."""
+    parsed = schemas.parse("AVRO", text)
+    again = schemas.parse("AVRO", parsed.canonical())
+    assert again.normalized() == parsed.normalized()
+    assert again.canonical() == parsed.canonical()
+
+
+def test_avro_canonical_key_order_is_javas() -> None:
+    text = (
+        '{"fields":[{"default":1,"type":{"type":"int"},"doc":"d","name":"age"}],'
+        '"aliases":["U"],"namespace":"com.acme","name":"User","type":"record",'
+        '"x-prop":"kept"}'
+    )
+    assert schemas.parse("AVRO", text).canonical() == (
+        '{"type":"record","name":"User","namespace":"com.acme","fields":'
+        '[{"name":"age","type":"int","doc":"d","default":1}],"x-prop":"kept","aliases":["U"]}'
+    )
