@@ -295,6 +295,36 @@ def test_protobuf_with_an_import_and_json_schema_evolution(broker: LiveBroker) -
     assert (status, code) == (409, 40901)
 
 
+def test_confluent_serializers_register_and_resolve_through_logbus(broker: LiveBroker) -> None:
+    """confluent-kafka's Avro and JSON Schema serializers auto-register their schema here,
+    and its deserializers find it by the id in the bytes."""
+    from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+    from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    sr = client(broker)
+    ctx = SerializationContext("clicks", MessageField.VALUE)
+    data = AvroSerializer(sr, V1)({"page": "/home"}, ctx)
+    assert data[0] == 0
+    schema_id = int.from_bytes(data[1:5], "big")
+    assert sr.get_latest_version("clicks-value").schema_id == schema_id
+    assert AvroDeserializer(client(broker))(data, ctx) == {"page": "/home"}
+    doc = json.dumps(
+        {
+            "$schema": "http://json-schema.org/draft-07/schema#",
+            "title": "View",
+            "type": "object",
+            "properties": {"page": {"type": "string"}},
+        }
+    )
+    vctx = SerializationContext("views", MessageField.VALUE)
+    data = JSONSerializer(doc, sr)({"page": "/a"}, vctx)
+    assert client(broker).get_latest_version("views-value").schema.schema_type == "JSON"
+    assert JSONDeserializer(None, schema_registry_client=client(broker))(data, vctx) == {
+        "page": "/a"
+    }
+
+
 def post(h: httpx.Client, path: str, body: object, **kw: object) -> httpx.Response:
     return h.post("/schema-registry" + path, json=body, **kw)  # type: ignore[arg-type]
 
