@@ -528,6 +528,46 @@ class Settings(BaseSettings):
                 "or pass --allow-unauthenticated-network (LOGBUS_ALLOW_UNAUTHENTICATED_NETWORK=1)."
             )
 
+    # The schema registry (README "Schema registry"; app/registry): its limits keep a
+    # huge or deeply nested schema a 422, never a 5xx.
+    schema_registry_max_schema_bytes: int = Field(
+        default=1 << 20,
+        ge=1,
+        le=64 << 20,
+        description="The longest schema text the registry takes (characters); longer: 422.",
+    )
+    schema_registry_max_subjects: int = Field(
+        default=100_000, ge=1, description="Subjects the registry may hold (deleted ones too)."
+    )
+    schema_registry_max_versions: int = Field(
+        default=10_000, ge=1, description="Versions one subject may hold (deleted ones too)."
+    )
+    schema_registry_max_references_depth: int = Field(
+        default=32,
+        ge=1,
+        le=1000,
+        description="How deep references may nest below a schema (a reference of a reference...).",
+    )
+    schema_registry_max_references: int = Field(
+        default=1_000, ge=1, description="References in one schema's tree, all levels counted."
+    )
+    schema_registry_default_compatibility: str = Field(
+        default="BACKWARD",
+        pattern="^(NONE|BACKWARD|BACKWARD_TRANSITIVE|FORWARD|FORWARD_TRANSITIVE|FULL|FULL_TRANSITIVE)$",
+        description="The compatibility level of subjects with none of their own while no "
+        "global level is set (PUT /schema-registry/config sets one).",
+    )
+    schema_registry_topic_replication_factor: int = Field(
+        default=3,
+        ge=1,
+        description="Replicas of _schemas (capped by the live brokers when it is created).",
+    )
+    schema_registry_write_timeout_ms: int = Field(
+        default=10_000,
+        ge=1,
+        description="How long a registry write waits for the in-sync replicas of _schemas.",
+    )
+
     @field_validator("authentication")
     @classmethod
     def _check_authentication(cls, value: str) -> str:

@@ -68,6 +68,7 @@ def collect(quick: bool) -> dict[str, Any]:
     _section("sdk_transactions", lambda: _sdk_transactions(quick), results)
     _section("spark_sink", lambda: _spark_sink(quick), results)
     _section("schemas", lambda: _schemas(quick), results)
+    _section("schema_registry", lambda: _schema_registry(quick), results)
     return results
 
 
@@ -117,6 +118,14 @@ def _schemas(quick: bool) -> dict[str, Any]:
     from bench import schemas
 
     return schemas.run(n=5_000 if quick else 20_000, rounds=3 if quick else 7)
+
+
+def _schema_registry(quick: bool) -> dict[str, Any]:
+    """Registry look-ups per second (by id, latest; confluent-kafka's client cached and
+    not), against GET /healthz on the same connection, same run."""
+    from bench import schema_registry
+
+    return schema_registry.run(rounds=1 if quick else 3)
 
 
 def _robustness(quick: bool) -> dict[str, Any]:
@@ -171,6 +180,7 @@ SECTIONS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "schemas": _schemas,
     "kafka_protocol": _kafka_protocol,
     "kafka_door": _kafka_door,
+    "schema_registry": _schema_registry,
 }
 
 

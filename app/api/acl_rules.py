@@ -168,6 +168,26 @@ def _transactional(
     return rule
 
 
+def subject_topic(subject: str) -> str:
+    """The topic a schema registry subject belongs to under Confluent's default
+    TopicNameStrategy (``orders-value``, ``orders-key`` -> ``orders``); a subject of
+    another strategy stands for itself."""
+    for suffix in ("-value", "-key"):
+        if subject.endswith(suffix) and len(subject) > len(suffix):
+            return subject[: -len(suffix)]
+    return subject
+
+
+def _subject(op: Operation) -> Rule:
+    """The schema registry: ``op`` on the topic of the path's subject (:func:`subject_topic`):
+    who may write a topic may register its schemas, who may read it may read them."""
+
+    def rule(path: dict[str, str], query: dict[str, list[str]], body: Any) -> list[Action]:
+        return [Action(op, Resource(T, subject_topic(path["subject"])))]
+
+    return rule
+
+
 RULES: dict[str, Rule | None] = {
     # None: public (probes, documents).
     "healthz": None,
@@ -213,6 +233,39 @@ RULES: dict[str, Rule | None] = {
     "listTransactions": _nothing,  # filtered by DESCRIBE on each id in the route
     # Kafka's WriteTxnMarkers: CLUSTER_ACTION (brokers; the route checks the credential).
     "writeTxnMarker": _cluster(Operation.CLUSTER_ACTION),
+    # The schema registry (app/api/routers/schema_registry.py). Subjects map to their
+    # topic (TopicNameStrategy): DESCRIBE to read a subject, WRITE to register under it,
+    # ALTER_CONFIGS to delete it or set its level or mode. Ids are global (a consumer's
+    # deserializer looks one up by the id in the record): any authenticated principal
+    # reads them and the listings; the global level and mode are the cluster's configs.
+    "listSchemaTypes": _nothing,
+    "listSchemas": _nothing,
+    "getSchemaById": _nothing,
+    "getSchemaTextById": _nothing,
+    "getSchemaSubjects": _nothing,
+    "getSchemaVersions": _nothing,
+    "listSubjects": _nothing,
+    "listSubjectVersions": _subject(Operation.DESCRIBE),
+    "getSubjectVersion": _subject(Operation.DESCRIBE),
+    "getSubjectVersionSchema": _subject(Operation.DESCRIBE),
+    "getReferencedBy": _subject(Operation.DESCRIBE),
+    "registerSchema": _subject(Operation.WRITE),
+    "lookupSchema": _subject(Operation.DESCRIBE),
+    "deleteSubject": _subject(Operation.ALTER_CONFIGS),
+    "deleteSubjectVersion": _subject(Operation.ALTER_CONFIGS),
+    "checkCompatibility": _subject(Operation.DESCRIBE),
+    "checkCompatibilityAll": _subject(Operation.DESCRIBE),
+    "getGlobalConfig": _nothing,
+    "setGlobalConfig": _cluster(Operation.ALTER_CONFIGS),
+    "deleteGlobalConfig": _cluster(Operation.ALTER_CONFIGS),
+    "getSubjectConfig": _subject(Operation.DESCRIBE),
+    "setSubjectConfig": _subject(Operation.ALTER_CONFIGS),
+    "deleteSubjectConfig": _subject(Operation.ALTER_CONFIGS),
+    "getGlobalMode": _nothing,
+    "setGlobalMode": _cluster(Operation.ALTER_CONFIGS),
+    "getSubjectMode": _subject(Operation.DESCRIBE),
+    "setSubjectMode": _subject(Operation.ALTER_CONFIGS),
+    "deleteSubjectMode": _subject(Operation.ALTER_CONFIGS),
 }
 # Operations whose rule reads the query string.
 QUERY_RULES = frozenset(("getMetadata", "fetchOffsets"))

@@ -21,6 +21,7 @@ from app.api.metrics import PartitionCollector
 from app.api.routers import ALL
 from app.api.routers import acls as acl_routes
 from app.api.routers import groups as group_routes
+from app.api.routers import schema_registry as registry_routes
 from app.api.routers import transactions as txn_routes
 from app.api.state import AppState
 from app.config import Settings
@@ -161,6 +162,8 @@ def create_app(settings: Settings, manager: LogManager | None = None) -> FastAPI
             )
             await kafka.start()
         app.state.kafka_listener = kafka
+        # The schema registry, rebuilt from this broker's replica of _schemas.
+        await registry_routes.start_registry(app, state)
         state.ready = True
         try:
             yield
@@ -169,6 +172,7 @@ def create_app(settings: Settings, manager: LogManager | None = None) -> FastAPI
             if kafka is not None:
                 await kafka.stop()
             state.waiters.close()
+            await registry_routes.stop_registry(app)
             await txn_routes.stop_coordinator(app)
             await group_routes.stop_coordinator(app)
             if app.state.logbus_security is not None:
@@ -244,6 +248,7 @@ def create_app(settings: Settings, manager: LogManager | None = None) -> FastAPI
         txn_routes.router,
         acl_routes.router,
         quotas.router,
+        registry_routes.router,
     ):
         app.include_router(router)
     app.router.routes.insert(0, hot)
@@ -307,7 +312,9 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
         for operation in path_item.values():
             if isinstance(operation, dict):
                 responses = operation.setdefault("responses", {})
-                responses.pop("422", None)
+                # The schema registry answers Confluent's 422s (its own error docs).
+                if registry_routes.TAG not in operation.get("tags", ()):
+                    responses.pop("422", None)
                 statuses = [400, 415] if "requestBody" in operation else [400]
                 # With authentication and an authorizer on (app/api/security.py).
                 if operation.get("operationId") not in ("healthz", "readyz"):

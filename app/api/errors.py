@@ -73,6 +73,27 @@ STATUS_BY_ERROR: tuple[tuple[type[core.LogbusError], int], ...] = (
     (core.InvalidRecord, 400),
     (core.UnsupportedMessageFormat, 400),
     (core.UnsupportedCompressionType, 400),
+    # The schema registry's errors: its routes answer Confluent's bodies
+    # (app/api/registry_errors.py); met elsewhere, each is the status of its Confluent code.
+    (core.SubjectNotFound, 404),
+    (core.VersionNotFound, 404),
+    (core.SchemaNotFound, 404),
+    (core.SubjectSoftDeleted, 404),
+    (core.SubjectNotSoftDeleted, 404),
+    (core.VersionSoftDeleted, 404),
+    (core.VersionNotSoftDeleted, 404),
+    (core.SubjectCompatibilityNotConfigured, 404),
+    (core.SubjectModeNotConfigured, 404),
+    (core.IncompatibleSchema, 409),
+    (core.InvalidSchemaVersion, 422),
+    (core.InvalidCompatibilityLevel, 422),
+    (core.InvalidMode, 422),
+    (core.OperationNotPermitted, 422),
+    (core.ReferenceExists, 422),
+    (core.SchemaTooLarge, 422),
+    (core.RegistryNotLeader, 503),
+    (core.RegistryStoreError, 503),
+    (core.SchemaRegistryError, 503),
 )
 
 

@@ -771,6 +771,146 @@ class CoordinatorNotAvailable(GroupError):
     retriable = True
 
 
+# -- the schema registry (app/registry) ---------------------------------------------------------
+#
+# Confluent Schema Registry's errors: each carries ``confluent_code``, the code of
+# Confluent's error body (``{"error_code": 40401, "message": ...}``); its HTTP status is
+# the code's first three digits (Confluent's rule). ``error_code`` is a Kafka-style name
+# for the rest of Logbus. Mapped to Confluent bodies in one place:
+# app/api/registry_errors.py. (InvalidSchema, 42201, is the schema-type layer's:
+# app/common/schemas.)
+
+
+class SchemaRegistryError(LogbusError):
+    """Base of the registry's errors (50001 unless a subclass says otherwise)."""
+
+    error_code = "SCHEMA_REGISTRY_ERROR"
+    confluent_code: ClassVar[int] = 50001
+
+
+class SubjectNotFound(SchemaRegistryError):
+    error_code = "SUBJECT_NOT_FOUND"
+    confluent_code = 40401
+
+    def __init__(self, subject: str) -> None:
+        super().__init__(f"Subject '{subject}' not found.", subject=subject)
+
+
+class VersionNotFound(SchemaRegistryError):
+    error_code = "VERSION_NOT_FOUND"
+    confluent_code = 40402
+
+    def __init__(self, subject: str, version: object) -> None:
+        super().__init__(f"Version {version} not found for subject '{subject}'.", subject=subject)
+
+
+class SchemaNotFound(SchemaRegistryError):
+    error_code = "SCHEMA_NOT_FOUND"
+    confluent_code = 40403
+
+    def __init__(self, message: str = "Schema not found", **fields: Any) -> None:
+        super().__init__(message, **fields)
+
+
+class SubjectSoftDeleted(SchemaRegistryError):
+    error_code = "SUBJECT_SOFT_DELETED"
+    confluent_code = 40404
+
+
+class SubjectNotSoftDeleted(SchemaRegistryError):
+    error_code = "SUBJECT_NOT_SOFT_DELETED"
+    confluent_code = 40405
+
+
+class VersionSoftDeleted(SchemaRegistryError):
+    error_code = "SCHEMA_VERSION_SOFT_DELETED"
+    confluent_code = 40406
+
+
+class VersionNotSoftDeleted(SchemaRegistryError):
+    error_code = "SCHEMA_VERSION_NOT_SOFT_DELETED"
+    confluent_code = 40407
+
+
+class SubjectCompatibilityNotConfigured(SchemaRegistryError):
+    error_code = "SUBJECT_LEVEL_COMPATIBILITY_NOT_CONFIGURED"
+    confluent_code = 40408
+
+
+class SubjectModeNotConfigured(SchemaRegistryError):
+    error_code = "SUBJECT_LEVEL_MODE_NOT_CONFIGURED"
+    confluent_code = 40409
+
+
+class IncompatibleSchema(SchemaRegistryError):
+    error_code = "INCOMPATIBLE_SCHEMA"
+    confluent_code = 40901
+
+
+class InvalidSchemaVersion(SchemaRegistryError):
+    error_code = "INVALID_VERSION"
+    confluent_code = 42202
+
+    def __init__(self, version: object) -> None:
+        super().__init__(
+            f"The specified version '{version}' is not a valid version id. Allowed values "
+            'are between [1, 2^31-1] and the string "latest"',
+        )
+
+
+class InvalidCompatibilityLevel(SchemaRegistryError):
+    error_code = "INVALID_COMPATIBILITY_LEVEL"
+    confluent_code = 42203
+
+
+class InvalidMode(SchemaRegistryError):
+    error_code = "INVALID_MODE"
+    confluent_code = 42204
+
+
+class OperationNotPermitted(SchemaRegistryError):
+    """The subject's or the registry's mode forbids the write (READONLY; an id given
+    outside IMPORT), or an import conflicts with what is stored."""
+
+    error_code = "OPERATION_NOT_PERMITTED"
+    confluent_code = 42205
+
+
+class ReferenceExists(SchemaRegistryError):
+    error_code = "REFERENCE_EXISTS"
+    confluent_code = 42206
+
+
+class SchemaTooLarge(SchemaRegistryError):
+    """A schema or its references over the registry's limits (``schema_registry_*``)."""
+
+    error_code = "SCHEMA_TOO_LARGE"
+    confluent_code = 42201
+
+
+class RegistryStoreError(SchemaRegistryError):
+    """``_schemas`` could not take or give a record (no leader, a write not replicated)."""
+
+    error_code = "SCHEMA_REGISTRY_STORE_ERROR"
+    confluent_code = 50001
+    retriable = True
+
+
+class RegistryNotLeader(SchemaRegistryError):
+    """This broker does not lead ``_schemas``: the request belongs to ``leader_url``
+    (the API forwards it there; Confluent's clients do not follow redirects)."""
+
+    error_code = "SCHEMA_REGISTRY_NOT_LEADER"
+    confluent_code = 50004
+    retriable = True
+
+    leader_url: str | None
+
+    def __init__(self, leader_url: str | None) -> None:
+        where = leader_url or "unknown (an election is under way)"
+        super().__init__(f"the _schemas leader is {where}", leader_url=leader_url)
+
+
 # --- Schema types (app/common/schemas, issue 18) ---------------------------------------
 # InvalidSchema       INVALID_REQUEST (Confluent 42201: the parser's message)
 # RecordInvalid       INVALID_RECORD  (a value does not match its schema; names the path)

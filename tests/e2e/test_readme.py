@@ -275,3 +275,32 @@ def test_readme_transactions_walkthrough(new_broker: BrokerFactory, tmp_path: Pa
             "transaction_state": "CompleteCommit",
         }
     ]
+
+
+@NEEDS_CURL
+def test_readme_schema_registry_walkthrough(broker: Broker, tmp_path: Path) -> None:
+    registered, latest, by_id, refused, level, evolved = (
+        orjson.loads(run(c, broker, tmp_path)) for c in readme_commands("schema-registry")
+    )
+    assert (registered["subject"], registered["version"], registered["id"]) == (
+        "clicks-value",
+        1,
+        1,
+    )
+    assert latest["version"] == 1 and latest["id"] == 1
+    assert orjson.loads(by_id["schema"])["name"] == "Click"
+    assert refused["error_code"] == 40901
+    assert refused["message"].startswith("Schema being registered is incompatible with")
+    assert level == {"compatibility": "NONE"}
+    assert (evolved["version"], evolved["id"]) == (2, 2)
+
+
+def test_readme_schema_registry_sdk_example(broker: Broker) -> None:
+    code = readme_block("schema-registry-sdk", "python").replace(
+        "http://127.0.0.1:8080", broker.url
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["1", "True", "{'total': 42}"]

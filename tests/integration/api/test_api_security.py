@@ -415,6 +415,147 @@ CASES: dict[str, Case] = {
 }
 
 
+# The schema registry (app/api/acl_rules.py): a subject is its topic's (orders-value ->
+# orders); ids, listings and the global reads need only an authenticated principal.
+SR = "/schema-registry"
+SR_SCHEMA = '{"type":"record","name":"O","fields":[{"name":"a","type":"string"}]}'
+# Answered 200 to any authenticated principal (mallory too): nothing of a subject's.
+AUTHENTICATED = {
+    "listSchemaTypes",
+    "listSchemas",
+    "getSchemaById",
+    "getSchemaTextById",
+    "getSchemaSubjects",
+    "getSchemaVersions",
+    "listSubjects",
+    "getGlobalConfig",
+    "getGlobalMode",
+}
+
+
+def _sr_put(subject: str, kind: str = "") -> Callable[[TestClient, Who, str], None]:
+    """Root registers the schema under ``subject`` (``{s}``: the caller), or sets its
+    ``config``/``mode``."""
+
+    def setup(c: TestClient, w: Who, s: str) -> None:
+        name = subject.format(s=s)
+        if kind == "config":
+            r = c.put(f"{SR}/config/{name}", json={"compatibility": "FULL"}, headers=w.root)
+        elif kind == "mode":
+            r = c.put(f"{SR}/mode/{name}", json={"mode": "READWRITE"}, headers=w.root)
+        else:
+            r = c.post(f"{SR}/subjects/{name}/versions", json={"schema": SR_SCHEMA}, headers=w.root)
+        assert r.status_code == 200, r.text
+
+    return setup
+
+
+def _sr(
+    method: str,
+    path: str,
+    acls: Callable[[str], list[dict[str, str]]],
+    body: Any = None,
+    setup: Callable[[TestClient, Who, str], None] | None = None,
+) -> Case:
+    return Case(
+        method,
+        lambda s: SR + path.format(s=s),
+        acls,
+        json=None if body is None else (lambda s: body),
+        setup=setup or _sr_put("orders-value"),
+    )
+
+
+def _on_orders(op: str) -> Callable[[str], list[dict[str, str]]]:
+    return lambda s: [acl(T, "orders", op)]
+
+
+_CLUSTER_CONFIGS = lambda s: [acl("CLUSTER", "kafka-cluster", "ALTER_CONFIGS")]  # noqa: E731
+_NONE = lambda s: []  # noqa: E731
+CASES.update(
+    {
+        "listSchemaTypes": _sr("GET", "/schemas/types", _NONE),
+        "listSchemas": _sr("GET", "/schemas", _NONE),
+        "getSchemaById": _sr("GET", "/schemas/ids/1", _NONE),
+        "getSchemaTextById": _sr("GET", "/schemas/ids/1/schema", _NONE),
+        "getSchemaSubjects": _sr("GET", "/schemas/ids/1/subjects", _NONE),
+        "getSchemaVersions": _sr("GET", "/schemas/ids/1/versions", _NONE),
+        "listSubjects": _sr("GET", "/subjects", _NONE),
+        "getGlobalConfig": _sr("GET", "/config", _NONE),
+        "getGlobalMode": _sr("GET", "/mode", _NONE),
+        "listSubjectVersions": _sr(
+            "GET", "/subjects/orders-value/versions", _on_orders("DESCRIBE")
+        ),
+        "getSubjectVersion": _sr(
+            "GET", "/subjects/orders-value/versions/1", _on_orders("DESCRIBE")
+        ),
+        "getSubjectVersionSchema": _sr(
+            "GET", "/subjects/orders-value/versions/1/schema", _on_orders("DESCRIBE")
+        ),
+        "getReferencedBy": _sr(
+            "GET", "/subjects/orders-value/versions/1/referencedby", _on_orders("DESCRIBE")
+        ),
+        "registerSchema": _sr(
+            "POST", "/subjects/orders-value/versions", _on_orders("WRITE"), {"schema": SR_SCHEMA}
+        ),
+        "lookupSchema": _sr(
+            "POST", "/subjects/orders-value", _on_orders("DESCRIBE"), {"schema": SR_SCHEMA}
+        ),
+        "checkCompatibility": _sr(
+            "POST",
+            "/compatibility/subjects/orders-value/versions/latest",
+            _on_orders("DESCRIBE"),
+            {"schema": SR_SCHEMA},
+        ),
+        "checkCompatibilityAll": _sr(
+            "POST",
+            "/compatibility/subjects/orders-value/versions",
+            _on_orders("DESCRIBE"),
+            {"schema": SR_SCHEMA},
+        ),
+        "deleteSubject": _sr(
+            "DELETE",
+            "/subjects/gone-{s}-value",
+            lambda s: [acl(T, f"gone-{s}", "ALTER_CONFIGS")],
+            setup=_sr_put("gone-{s}-value"),
+        ),
+        "deleteSubjectVersion": _sr(
+            "DELETE",
+            "/subjects/vgone-{s}-value/versions/1",
+            lambda s: [acl(T, f"vgone-{s}", "ALTER_CONFIGS")],
+            setup=_sr_put("vgone-{s}-value"),
+        ),
+        "setGlobalConfig": _sr("PUT", "/config", _CLUSTER_CONFIGS, {"compatibility": "BACKWARD"}),
+        "deleteGlobalConfig": _sr("DELETE", "/config", _CLUSTER_CONFIGS),
+        "getSubjectConfig": _sr(
+            "GET", "/config/orders-value?defaultToGlobal=true", _on_orders("DESCRIBE")
+        ),
+        "setSubjectConfig": _sr(
+            "PUT", "/config/orders-value", _on_orders("ALTER_CONFIGS"), {"compatibility": "FULL"}
+        ),
+        "deleteSubjectConfig": _sr(
+            "DELETE",
+            "/config/cfg-{s}-value",
+            lambda s: [acl(T, f"cfg-{s}", "ALTER_CONFIGS")],
+            setup=_sr_put("cfg-{s}-value", "config"),
+        ),
+        "setGlobalMode": _sr("PUT", "/mode", _CLUSTER_CONFIGS, {"mode": "READWRITE"}),
+        "getSubjectMode": _sr(
+            "GET", "/mode/orders-value?defaultToGlobal=true", _on_orders("DESCRIBE")
+        ),
+        "setSubjectMode": _sr(
+            "PUT", "/mode/orders-value", _on_orders("ALTER_CONFIGS"), {"mode": "READWRITE"}
+        ),
+        "deleteSubjectMode": _sr(
+            "DELETE",
+            "/mode/mode-{s}-value",
+            lambda s: [acl(T, f"mode-{s}", "ALTER_CONFIGS")],
+            setup=_sr_put("mode-{s}-value", "mode"),
+        ),
+    }
+)
+
+
 def _add_acls(c: TestClient, w: Who, acls: list[dict[str, str]]) -> None:
     if acls:
         r = c.post("/acls", json={"acls": acls}, headers=w.root)
@@ -484,7 +625,9 @@ def test_every_operation_under_security(secured: TestClient, who: Who) -> None:
         _set_alice(c, w, case.acls("a"))
         before = fingerprint(c, w)
         r = _call(c, case, "m", w.mallory)
-        if op_id in PUBLIC or op_id in LISTINGS:
+        if op_id in AUTHENTICATED:
+            assert r.status_code == 200, (op_id, r.text)
+        elif op_id in PUBLIC or op_id in LISTINGS:
             assert r.status_code == 200, (op_id, r.text)
             assert "orders" not in r.text and "billing" not in r.text, (op_id, r.text)
         else:

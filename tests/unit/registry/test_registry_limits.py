@@ -1,0 +1,102 @@
+"""The registry's limits (``schema_registry_*`` settings) refuse with a 4xx code, never a
+crash: a schema over the size limit, too many subjects or versions, references nested
+deeper than allowed; and ``normalize`` stores the normalized form. A real service over a
+real one-broker topology."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from app.common.errors import (
+    InvalidSchema,
+    OperationNotPermitted,
+    SchemaTooLarge,
+)
+from app.core.local_topology import LocalTopology
+from app.core.log import LogManager
+from app.registry.config import RegistryConfig
+from app.registry.records import Reference
+from app.registry.service import SchemaRegistry
+from app.registry.storage import SchemasLog
+
+
+def record(name: str, field_type: str = "string") -> str:
+    return json.dumps(
+        {"type": "record", "name": name, "fields": [{"name": "f", "type": field_type}]}
+    )
+
+
+Make = Callable[..., tuple[SchemaRegistry, asyncio.AbstractEventLoop]]
+
+
+@pytest.fixture
+def make(tmp_path: Path) -> Iterator[Make]:
+    loop = asyncio.new_event_loop()
+    manager = LogManager(tmp_path / "data")
+    manager.start()
+
+    def build(**limits: int) -> tuple[SchemaRegistry, asyncio.AbstractEventLoop]:
+        topology = LocalTopology(manager, 0, "http://b0")
+        registry = SchemaRegistry(
+            SchemasLog(topology, 0, "http://b0", 1, 1000), RegistryConfig(**limits)
+        )
+        loop.run_until_complete(registry.start())
+        return registry, loop
+
+    yield build
+    loop.close()
+    manager.shutdown()
+
+
+def test_limits_refuse_with_registry_codes(make: Make) -> None:
+    registry, loop = make(
+        max_subjects=2, max_versions=2, max_schema_bytes=200, max_references_depth=2
+    )
+    run = loop.run_until_complete
+    run(registry.register("a", record("A")))
+    run(registry.register("b", record("B")))
+    with pytest.raises(OperationNotPermitted, match="schema_registry_max_subjects"):
+        run(registry.register("c", record("C")))
+    run(registry.set_compatibility("a", "NONE"))
+    run(registry.register("a", record("A", "int")))
+    with pytest.raises(OperationNotPermitted, match="schema_registry_max_versions"):
+        run(registry.register("a", record("A", "long")))
+    with pytest.raises(SchemaTooLarge) as too_large:
+        run(registry.register("b", record("B" * 300)))
+    assert too_large.value.confluent_code == 42201
+
+
+def test_reference_depth_and_missing_references(make: Make) -> None:
+    registry, loop = make(max_references_depth=2)
+    run = loop.run_until_complete
+    run(registry.register("l0", record("L0")))
+    previous = "L0"
+    for level in range(1, 4):
+        text = json.dumps(
+            {"type": "record", "name": f"L{level}", "fields": [{"name": "x", "type": previous}]}
+        )
+        refs = [Reference(previous, f"l{level - 1}", 1)]
+        if level < 3:
+            run(registry.register(f"l{level}", text, references=refs))
+        else:
+            with pytest.raises(SchemaTooLarge, match="schema_registry_max_references_depth"):
+                run(registry.register(f"l{level}", text, references=refs))
+        previous = f"L{level}"
+    with pytest.raises(InvalidSchema, match="does not exist"):
+        run(registry.register("m", record("M"), references=[Reference("X", "nope", 1)]))
+
+
+def test_normalize_stores_one_form_for_equal_schemas(make: Make) -> None:
+    registry, loop = make()
+    run = loop.run_until_complete
+    spaced = json.dumps(json.loads(record("N")), indent=2)
+    first = run(registry.register("n", record("N"), normalize=True))
+    again = run(registry.register("n", spaced, normalize=True))
+    assert (again.id, again.version) == (first.id, first.version)
+    found = registry.lookup("n", spaced, normalize=True)
+    assert found.id == first.id
