@@ -1,7 +1,8 @@
 """Kafka's WriteTxnMarkers between brokers, the sending side: how this broker's
 transaction coordinator writes a marker to a partition another broker leads (the
 receiving side is ``POST /topics/{t}/partitions/{p}/markers`` in
-``app/api/routers/transactions.py``). Installed as ``TxnPlacement.remote`` in a cluster."""
+``app/api/routers/transactions.py``). Installed as ``TxnPlacement.remote``: used for the partitions the topology says
+another broker leads (none on a lone broker)."""
 
 from __future__ import annotations
 

@@ -85,7 +85,7 @@ class LocalReplica:
 class LocalTopology:
     """A lone broker's :class:`~app.core.topology.Topology` over its LogManager."""
 
-    standalone = True
+    leadership_moves = False
     controller_id: int | None
 
     def __init__(self, logs: LogManager, broker_id: int, url: str) -> None:

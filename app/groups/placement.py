@@ -54,6 +54,9 @@ class TopologyView(Protocol):
     @property
     def brokers(self) -> Mapping[int, Any]: ...
 
+    @property
+    def leadership_moves(self) -> bool: ...
+
     def add_leadership_listener(self, cb: LeadershipListener) -> None: ...
 
     def add_topic_listener(self, cb: TopicListener) -> None: ...
@@ -89,8 +92,8 @@ class OffsetsPlacement:
         self.url = url
         self.replication_factor = replication_factor
         # Leadership of the offsets partitions can move (a cluster): the coordinator then
-        # loads and drops them as it does. A stand-in that does not say is a cluster.
-        self.clustered: bool = not getattr(topology, "standalone", False)
+        # loads and drops them as it does.
+        self.clustered: bool = topology.leadership_moves
 
     def topics(self) -> list[str]:
         """Every topic (of the cluster), for regex subscriptions."""

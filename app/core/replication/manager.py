@@ -76,7 +76,7 @@ class _ZkProducerIdBlocks:
 class ReplicaManager:
     """A cluster broker's :class:`~app.core.topology.Topology`; see the module docstring."""
 
-    standalone = False
+    leadership_moves = True
 
     def __init__(
         self, settings: ReplicaConfig, logs: LogManager, notify: Callable[[Log], None]
