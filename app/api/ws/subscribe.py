@@ -648,10 +648,8 @@ class Subscription:
                     if cursor.position < self._end(cursor.log):
                         if await self._send_chunk(cursor):
                             progressed = True
-                    elif not self._alive(cursor):
-                        await send_error(
-                            self.ws, UnknownTopicOrPartition(cursor.topic, cursor.partition)
-                        )
+                    else:
+                        await self._alive(cursor)
                 if not progressed:
                     await self.wake.wait()
         except ClientGone:
@@ -660,8 +658,9 @@ class Subscription:
             logger.exception("WebSocket subscription failed")
             await common.close(self.ws, Close.INTERNAL_ERROR, "internal error")
 
-    def _alive(self, cursor: Cursor) -> bool:
-        """False (and the partition stalled) when its topic was deleted."""
+    async def _alive(self, cursor: Cursor) -> bool:
+        """False when its topic was deleted: the partition is then stalled and the client
+        told (UNKNOWN_TOPIC_OR_PARTITION)."""
         try:
             current = self.manager.get_log(cursor.topic, cursor.partition)
         except UnknownTopicOrPartition:
@@ -670,6 +669,7 @@ class Subscription:
             return True
         cursor.stalled = True
         self.frames.forget_topic(cursor.topic)
+        await send_error(self.ws, UnknownTopicOrPartition(cursor.topic, cursor.partition))
         return False
 
     async def _send_chunk(self, cursor: Cursor) -> bool:
@@ -682,9 +682,7 @@ class Subscription:
             max_bytes = min(max_bytes, self.bytes_credit)
         if limit is not None:
             max_bytes = min(max_bytes, max(1, int(limit * self.bytes_per_record)))
-        if not self._alive(cursor):
-            cursor.stalled = True
-            await send_error(self.ws, UnknownTopicOrPartition(cursor.topic, cursor.partition))
+        if not await self._alive(cursor):
             return False
         log = cursor.log
 
