@@ -29,6 +29,7 @@ from app.common.errors import (
     NotEnoughReplicas,
     UnknownTopicOrPartition,
 )
+from app.core.listeners import notify
 from app.core.replication.state import BrokerInfo
 from app.core.topology import LeaderAppend, LeadershipListener, NewTopic, TopicListener
 
@@ -175,11 +176,7 @@ class LocalTopology:
 
     async def delete_topic(self, name: str) -> None:
         await asyncio.to_thread(self.logs.delete_topic, name)
-        for listener in list(self._topic_listeners):
-            try:
-                listener(name)
-            except Exception:
-                _log.exception("topic listener failed for %s", name)
+        notify(self._topic_listeners, name, log=_log, what="topic listener")
 
     def add_leadership_listener(self, cb: LeadershipListener) -> None:
         return None  # leadership never moves
