@@ -42,7 +42,7 @@ from app.common.errors import (
     TopicAlreadyExists,
     UnknownTopicOrPartition,
 )
-from app.core.listeners import notify
+from app.core import listeners
 from app.core.log.manager import check_new_topic, collision_key
 from app.core.replication.auth import ReplicaAuth
 from app.core.replication.config import ReplicaConfig
@@ -427,10 +427,12 @@ class ReplicaManager:
             self._topic_listeners.append(cb)
 
     def _tell_topic_deleted(self, topic: str) -> None:
-        notify(self._topic_listeners, topic, log=_log, what="topic listener")
+        listeners.notify(self._topic_listeners, topic, log=_log, what="topic listener")
 
     def _tell_listeners(self, topic: str, partition: int, leads: bool) -> None:
-        notify(self._listeners, topic, partition, leads, log=_log, what="leadership listener")
+        listeners.notify(
+            self._listeners, topic, partition, leads, log=_log, what="leadership listener"
+        )
 
     def broker_url(self, broker: int) -> str | None:
         info = self.brokers.get(broker)
