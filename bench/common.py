@@ -41,10 +41,18 @@ def broker(extra_env: dict[str, str] | None = None) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def broker_process(extra_env: dict[str, str] | None = None) -> Iterator[tuple[str, int]]:
-    """:func:`broker`, yielding its URL and process id (to read its memory from /proc)."""
+def broker_process(
+    extra_env: dict[str, str] | None = None,
+    *,
+    data_dir: str | None = None,
+    ready_timeout: float = 20.0,
+) -> Iterator[tuple[str, int]]:
+    """:func:`broker`, yielding its URL and process id (to read its memory from /proc).
+    ``data_dir``: serve a data dir written beforehand (kept) instead of a fresh one
+    (removed afterwards); ``ready_timeout``: seconds to wait for ``/readyz`` (a large
+    data dir takes longer to load)."""
     port = free_port()
-    data = tempfile.mkdtemp(prefix="logbus-bench-")
+    data = data_dir or tempfile.mkdtemp(prefix="logbus-bench-")
     env = {**os.environ, **(extra_env or {})}
     proc = subprocess.Popen(
         [sys.executable, "-m", "app.cli", "serve", "--data-dir", data, "--port", str(port)],
@@ -54,7 +62,7 @@ def broker_process(extra_env: dict[str, str] | None = None) -> Iterator[tuple[st
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_until(lambda: httpx.get(f"{url}/readyz").status_code == 200)
+        wait_until(lambda: httpx.get(f"{url}/readyz").status_code == 200, ready_timeout)
         yield url, proc.pid
     finally:
         proc.terminate()
@@ -62,7 +70,8 @@ def broker_process(extra_env: dict[str, str] | None = None) -> Iterator[tuple[st
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             proc.kill()
-        shutil.rmtree(data, ignore_errors=True)
+        if data_dir is None:
+            shutil.rmtree(data, ignore_errors=True)
 
 
 @contextlib.contextmanager

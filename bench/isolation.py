@@ -27,13 +27,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +40,7 @@ import httpx
 from app.client import Consumer, TopicPartition
 from app.common.batch import BatchBuilder
 from app.core.log import Log
-from bench.common import free_port, wait_until
+from bench.common import broker_process
 
 TOPIC = "txn-mix"
 VALUE = b"x" * 100
@@ -54,25 +52,9 @@ JSON_OFFSETS = 200_000
 MODES = ("read_uncommitted", "read_committed")
 
 
-@contextlib.contextmanager
-def _serve(data: str) -> Iterator[str]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve", "--data-dir", data, "--port", str(port)],
-        env={**os.environ, "LOGBUS_NUM_PARTITIONS": "1"},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_until(lambda: httpx.get(f"{url}/readyz").status_code == 200, timeout=60)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+def _serve(data: str) -> contextlib.AbstractContextManager[tuple[str, int]]:
+    """A broker over the data dir :func:`write_transactions` filled (it loads for a while)."""
+    return broker_process({"LOGBUS_NUM_PARTITIONS": "1"}, data_dir=data, ready_timeout=60)
 
 
 def _batch(pid: int, seq: int) -> bytes:
@@ -153,12 +135,12 @@ def _median(samples: list[float]) -> float:
 def run(runs: int = 3) -> dict[str, Any]:
     data = tempfile.mkdtemp(prefix="logbus-bench-iso-")
     try:
-        with _serve(data) as url:
+        with _serve(data) as (url, _pid):
             r = httpx.post(f"{url}/topics", json={"name": TOPIC, "partitions": 1})
             r.raise_for_status()
         shape = write_transactions(Path(data) / f"{TOPIC}-0")
         end = shape["log_end_offset"]
-        with _serve(data) as url:
+        with _serve(data) as (url, _pid):
             figures: dict[str, Callable[[], tuple[float, int, int]]] = {}
             for mode in MODES:
                 short = mode.split("_")[1]  # "uncommitted" / "committed"

@@ -85,7 +85,9 @@ def replica_config(settings: Settings) -> ReplicaConfig:
 
 def _topology(settings: Settings, manager: LogManager, state: AppState) -> Topology:
     """The broker's topology: a cluster's through ZooKeeper (``--zookeeper``), else a
-    lone broker's over its logs. The one place that tells the two apart."""
+    lone broker's over its logs. The one place that tells the two apart for partitions;
+    the ACL and quota stores make the same choice where they are built
+    (``app/api/security.py``, ``app/api/quotas.py``: ZooKeeper or a file)."""
     if settings.zookeeper:
         from app.core.replication.manager import ReplicaManager
 

@@ -38,7 +38,7 @@ What is never joined, and why:
   min-ISR checks are all or none across partitions
   (:meth:`Topology.append_to_leaders`), which separate per-partition groups cannot
   keep (leadership may move between two groups' writes); they are appended alone.
-  On a lone broker (``Topology.standalone``: leadership never moves) a small one
+  On a lone broker (``not Topology.leadership_moves``) a small one
   (on the loop, acks 0 or 1) joins each of its partitions' groups
   (:meth:`GroupCommit.append_partitions`, setting ``group_commit_partitions``), except
   to a compacted topic, whose log refuses keyless records at the append: such a
@@ -135,8 +135,8 @@ class GroupCommit:
         (acks 0 or 1): each ``(replica, epoch, batch, records)`` joins its partition's
         group of this loop turn; the partitions' infos, in ``work``'s order.
 
-        Only for a standalone topology (``Topology.standalone``): there leadership never
-        moves, so the one all-or-none rule of a multi-partition append (a failed
+        Only for a topology whose leadership never moves (``Topology.leadership_moves``
+        false, a lone broker), so the one all-or-none rule of a multi-partition append (a failed
         leadership or min-ISR check writes nothing anywhere) cannot be broken by writing
         the partitions in separate appends. A partition the log refuses raises that
         error (the first in ``work``'s order) after every group of the turn was written:

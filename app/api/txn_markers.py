@@ -1,15 +1,16 @@
 """Kafka's WriteTxnMarkers between brokers, the sending side: how this broker's
 transaction coordinator writes a marker to a partition another broker leads (the
 receiving side is ``POST /topics/{t}/partitions/{p}/markers`` in
-``app/api/routers/transactions.py``). Installed as ``TxnPlacement.remote`` in a cluster."""
+``app/api/routers/transactions.py``). Installed as ``TxnPlacement.remote``: used for the partitions the topology says
+another broker leads (none on a lone broker)."""
 
 from __future__ import annotations
 
-import ssl
 from urllib.parse import quote
 
 import httpx
 
+from app.api.inter_broker import inter_broker_client
 from app.api.state import AppState
 from app.common.error_body import error_from_body
 from app.common.errors import NotLeaderOrFollower
@@ -21,7 +22,8 @@ from app.txn.model import TxnMarker
 class RemoteMarkerSender:
     """Kafka's WriteTxnMarkers between brokers: a marker for a partition another broker
     leads is sent to that leader's ``POST /topics/{t}/partitions/{p}/markers`` with this
-    broker's inter-broker credential (``app/core/replication/auth.py``). One pooled
+    broker's inter-broker credential (``app/core/replication/auth.py``), over TLS as a
+    follower fetches (:func:`~app.api.inter_broker.inter_broker_client`). One pooled
     HTTP client per broker; an error answer becomes the LogbusError it names."""
 
     def __init__(self, state: AppState) -> None:
@@ -30,12 +32,7 @@ class RemoteMarkerSender:
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
-            settings = self.state.settings
-            cafile = settings.inter_broker_ca_file or settings.ssl_ca_file
-            verify: ssl.SSLContext | bool = (
-                ssl.create_default_context(cafile=str(cafile)) if cafile is not None else True
-            )
-            self._client = httpx.AsyncClient(verify=verify, follow_redirects=False)
+            self._client = inter_broker_client(self.state.settings)
         return self._client
 
     async def send(

@@ -30,6 +30,7 @@ from app.common.errors import (
     OffsetNotAvailable,
     UnknownTopicOrPartition,
 )
+from app.core.listeners import notify
 from app.core.replication.state import BrokerInfo
 from app.core.topology import LeaderAppend, LeadershipListener, NewTopic, TopicListener
 
@@ -89,7 +90,7 @@ class LocalReplica:
 class LocalTopology:
     """A lone broker's :class:`~app.core.topology.Topology` over its LogManager."""
 
-    standalone = True
+    leadership_moves = False
     controller_id: int | None
 
     def __init__(self, logs: LogManager, broker_id: int, url: str) -> None:
@@ -182,11 +183,7 @@ class LocalTopology:
 
     async def delete_topic(self, name: str) -> None:
         await asyncio.to_thread(self.logs.delete_topic, name)
-        for listener in list(self._topic_listeners):
-            try:
-                listener(name)
-            except Exception:
-                _log.exception("topic listener failed for %s", name)
+        notify(self._topic_listeners, name, log=_log, what="topic listener")
 
     def add_leadership_listener(self, cb: LeadershipListener) -> None:
         return None  # leadership never moves

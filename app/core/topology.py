@@ -124,9 +124,11 @@ class Topology(Protocol):
     def broker_id(self) -> int: ...
 
     @property
-    def standalone(self) -> bool:
-        """True for a lone broker: every partition here and led here, for the broker's
-        life (no leadership to follow, nothing to replicate)."""
+    def leadership_moves(self) -> bool:
+        """Whether leadership of a partition can move between brokers (a cluster's). When
+        False every partition is here and led here for the broker's life: a coordinator
+        may load its internal topic's partitions at start instead of following
+        leadership, and nothing it writes waits for other replicas."""
         ...
 
     @property

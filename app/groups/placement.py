@@ -31,8 +31,10 @@ OFFSETS_TOPIC = "__consumer_offsets"
 OFFSETS_TOPIC_CONFIGS: Mapping[str, object] = {"cleanup.policy": "compact"}
 # Written by the broker only: clients can neither produce to them nor commit offsets
 # for them (Kafka's internal topics).
-# (``__transaction_state`` is the transaction coordinator's, app/txn/model.py.)
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, "__transaction_state"})
+# (``__transaction_state`` is the transaction coordinator's, app/txn/model.py;
+# ``_schemas`` the schema registry's, app/registry/records.py: a forged record there
+# would be applied as a registered schema, so only the registry writes it.)
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, "__transaction_state", "_schemas"})
 
 
 class ReplicaView(Protocol):
@@ -53,6 +55,9 @@ class TopologyView(Protocol):
 
     @property
     def brokers(self) -> Mapping[int, Any]: ...
+
+    @property
+    def leadership_moves(self) -> bool: ...
 
     def add_leadership_listener(self, cb: LeadershipListener) -> None: ...
 
@@ -91,8 +96,8 @@ class OffsetsPlacement:
         self.url = url
         self.replication_factor = replication_factor
         # Leadership of the offsets partitions can move (a cluster): the coordinator then
-        # loads and drops them as it does. A stand-in that does not say is a cluster.
-        self.clustered: bool = not getattr(topology, "standalone", False)
+        # loads and drops them as it does.
+        self.clustered: bool = topology.leadership_moves
 
     def topics(self) -> list[str]:
         """Every topic (of the cluster), for regex subscriptions."""

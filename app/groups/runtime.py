@@ -119,8 +119,7 @@ class CoordinatorRuntime(InternalTopicRuntime[dict[str, Group]]):
         # Set by the owner: called on the loop with the groups of a partition just loaded.
         self.on_loaded: Callable[[Iterable[Group]], None] = lambda groups: None
         self.loaded = False
-        # Cluster mode: the last offset appended to each partition (answers wait until it
-        # is replicated).
+        # The last offset appended to each partition (answers wait until it is replicated).
         self._written: dict[int, int] = {}
         self._known_count: int | None = None
 
@@ -323,9 +322,8 @@ class CoordinatorRuntime(InternalTopicRuntime[dict[str, Group]]):
 
     async def replicated(self, group_id: str, partition: int) -> None:
         """Until every in-sync replica holds what this broker appended to ``partition`` so
-        far (Kafka's coordinator writes with acks=all). Nothing to wait for when alone."""
-        if not self.placement.clustered:
-            return
+        far (Kafka's coordinator writes with acks=all). Nothing to wait for when alone:
+        the topology's replica says so (its high watermark is past the write)."""
         last = self._written.get(partition)
         if last is None:
             return

@@ -48,7 +48,8 @@ async def write_marker(replica: LeaderReplica, marker: TxnMarker, timeout_ms: in
 class TxnPlacement:
     """What the coordinator asks about ``__transaction_state`` and data partitions."""
 
-    # Set by the API layer in a cluster: how a marker reaches a partition led elsewhere.
+    # Set by the API layer: how a marker reaches a partition led elsewhere (the topology
+    # names its leader; never on a lone broker).
     remote: RemoteMarkers | None = None
 
     def __init__(self, topology: Topology, node_id: int, url: str, replication_factor: int):
@@ -56,7 +57,7 @@ class TxnPlacement:
         self.node_id = node_id
         self.url = url
         self.replication_factor = replication_factor
-        self.clustered: bool = not getattr(topology, "standalone", False)
+        self.clustered: bool = topology.leadership_moves
 
     def txn_partitions(self) -> int | None:
         """Partitions of ``__transaction_state``; None while the topic does not exist."""

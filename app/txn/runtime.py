@@ -250,7 +250,7 @@ class TxnStateManager(InternalTopicRuntime[dict[str, TxnMetadata]]):
 
         async def write() -> None:
             last = self.placement.append(partition, [record])
-            if self.placement.clustered:
-                await self.placement.replicated(partition, last, self.config.write_timeout_ms)
+            # Returns at once on a lone broker (the only in-sync replica wrote it).
+            await self.placement.replicated(partition, last, self.config.write_timeout_ms)
 
         await self._acknowledged(tid, f"transactional id {tid!r}", partition, write())

@@ -112,7 +112,7 @@ def _joins_partitions(state: AppState, work: Sequence[tuple[Target, bytes | byte
     return (
         settings.group_commit_inline
         and settings.group_commit_partitions
-        and state.topology.standalone
+        and not state.topology.leadership_moves
         and not work[0][0].log.config.compact
     )
 

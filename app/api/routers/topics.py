@@ -16,16 +16,8 @@ from app.api.models import CreateTopicRequest, TopicDescription, TopicList
 from app.api.openapi_docs import DocumentedRoute
 from app.api.security import permits, visible
 from app.api.state import AppState
-from app.api.util import (
-    JSONBytes,
-    check_not_internal,
-    partition_count,
-    topic_names,
-)
-from app.common.errors import (
-    InvalidPartitions,
-    UnknownTopicOrPartition,
-)
+from app.api.util import JSONBytes, check_not_internal, partition_count, topic_names
+from app.common.errors import InvalidPartitions, UnknownTopicOrPartition
 from app.core.log import validate_topic_name
 from app.core.security.acl import Action, Operation, Resource, ResourceType
 from app.core.topology import NewTopic

@@ -207,10 +207,11 @@ async def start_coordinator(app: FastAPI, state: AppState) -> None:
     coordinator = TransactionCoordinator(
         state.topology, state.manager.producer_ids, txn_config(state), groups=groups
     )
-    if not getattr(state.topology, "standalone", False):
-        sender = RemoteMarkerSender(state)
-        coordinator.placement.remote = sender.send
-        app.state.txn_marker_sender = sender
+    # How a marker reaches a partition the topology says another broker leads (never
+    # the case on a lone broker; the sender opens no connection until it sends).
+    sender = RemoteMarkerSender(state)
+    coordinator.placement.remote = sender.send
+    app.state.txn_marker_sender = sender
     try:
         await coordinator.start()
     except KafkaStorageError:
@@ -474,17 +475,15 @@ async def produce_in_transaction(
         builders,
         lambda p: topology.leader_partition(topic, p).log.config.max_message_bytes,
     )
-    try:
+    # TxnNotCoordinator: this broker leads the partitions and another coordinates the id
+    # (a cluster; a lone broker coordinates every id). As for a binary produce (and
+    # Kafka's producer), the caller added them at the coordinator first (POST
+    # /transactions/{id}/partitions there); the batches are appended unverified, as
+    # check_produce accepts a producer coordinated elsewhere.
+    with contextlib.suppress(TxnNotCoordinator):
         await tc.add_partitions(
             transactional_id, producer_id, producer_epoch, {(topic, p) for p in built}
         )
-    except TxnNotCoordinator:
-        if getattr(topology, "standalone", False):
-            raise
-        # A cluster where this broker leads the partitions and another coordinates the
-        # id: as for a binary produce (and Kafka's producer), the caller added them at the
-        # coordinator first (POST /transactions/{id}/partitions there); the batches are
-        # appended unverified, as check_produce accepts a producer coordinated elsewhere.
     # From here to the append nothing awaits: the sequences read are the ones the
     # partitions expect (a binary produce of the same producer on a worker thread could
     # still race; the partition then refuses one of them, OUT_OF_ORDER_SEQUENCE_NUMBER).
@@ -547,9 +546,7 @@ async def add_offsets_to_txn(transactional_id: TxnIdPath, request: Request) -> R
         )
     ],
 )
-async def txn_offset_commit(
-    transactional_id: TxnIdPath, request: Request, state: StateDep
-) -> Response:
+async def txn_offset_commit(transactional_id: TxnIdPath, request: Request) -> Response:
     """Commit a group's offsets inside the transaction (TxnOffsetCommit)
 
     The offsets are written to the group's `__consumer_offsets` partition as part of the
@@ -574,11 +571,10 @@ async def txn_offset_commit(
             permit.release()
             raise
     except TxnNotCoordinator:
-        if getattr(state.topology, "standalone", False):
-            raise
-        # A cluster where the group's coordinator is not the transaction's: as Kafka's
-        # TxnOffsetCommit, sent to the group coordinator after AddOffsetsToTxn
-        # (POST /transactions/{id}/groups) at the transaction coordinator.
+        # The group's coordinator is not the transaction's (a cluster; a lone broker
+        # coordinates every id and group): as Kafka's TxnOffsetCommit, sent to the group
+        # coordinator after AddOffsetsToTxn (POST /transactions/{id}/groups) at the
+        # transaction coordinator.
         partition = await groups.offsets_partition(req.group_id)
     with permit:
         await groups.txn_commit_offsets(

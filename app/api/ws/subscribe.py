@@ -43,7 +43,7 @@ import asyncio
 import contextlib
 import logging
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -74,7 +74,7 @@ from app.api.ws.protocol import (
     internal_error_frame,
     validate,
 )
-from app.common.batch import iter_headers
+from app.common.batch import BatchHeader, iter_headers
 from app.common.errors import (
     InvalidRequest,
     LogbusError,
@@ -280,51 +280,33 @@ def _binary_frame(
 ) -> Rendered:
     """(frame, records at or after ``position``, bytes used, next offset); whole batches,
     cut after the batch that reaches ``limit`` records. A read_committed read's frame
-    holds only the batches a read_committed reader keeps (no frame when none is)."""
+    holds only the batches a read_committed reader keeps (no frame when none is); its
+    ``used`` and next offset cover the dropped ones too (they cost the bytes credit as
+    read)."""
     data = info.read_bytes()
-    aborted = aborted_pairs(info)
-    if aborted is not None:
-        return _committed_binary_frame(topic, partition, position, info, data, aborted, limit)
-    count = used = first = 0
-    next_offset = position
-    for pos, header in iter_headers(data):
-        if limit is not None and count >= limit and used:
-            break
-        count += header.last_offset - max(header.base_offset, position) + 1
-        used = pos + header.size
-        first = first or header.size
-        next_offset = header.next_offset
-    head = binary_header(topic, partition, info.high_watermark, next_offset)
-    return b"".join((head, memoryview(data)[:used])), count, used, next_offset, first
-
-
-def _committed_binary_frame(
-    topic: str,
-    partition: int,
-    position: int,
-    info: FetchInfo,
-    data: bytes,
-    aborted: list[tuple[int, int]],
-    limit: int | None,
-) -> Rendered:
-    """:func:`_binary_frame` of a read_committed read: the kept batches only; ``used``
-    and the next offset cover the dropped ones too (they cost the bytes credit as read)."""
     view = memoryview(data)
-    batches = list(iter_headers(view))
-    kept = {pos for pos, _ in committed_batches(view, batches, aborted)}
+    aborted = aborted_pairs(info)
+    batches: Iterable[tuple[int, BatchHeader]] = iter_headers(data)
+    kept: set[int] | None = None  # None: every batch, sent as one slice of the read
+    if aborted is not None:
+        batches = list(batches)
+        kept = {pos for pos, _ in committed_batches(view, batches, aborted)}
     count = used = first = 0
     next_offset = position
     pieces: list[memoryview] = []
     for pos, header in batches:
         if limit is not None and count >= limit and used:
             break
-        if pos in kept:
+        if kept is None or pos in kept:
             count += header.last_offset - max(header.base_offset, position) + 1
-            pieces.append(view[pos : pos + header.size])
+            if kept is not None:
+                pieces.append(view[pos : pos + header.size])
         used = pos + header.size
         first = first or header.size
         next_offset = header.next_offset
-    if not pieces:
+    if kept is None:
+        pieces.append(view[:used])
+    elif not pieces:
         return None, 0, used, next_offset, first
     head = binary_header(topic, partition, info.high_watermark, next_offset)
     return b"".join((head, *pieces)), count, used, next_offset, first
@@ -686,10 +668,8 @@ class Subscription:
                     if cursor.position < self._end(cursor.log):
                         if await self._send_chunk(cursor):
                             progressed = True
-                    elif not self._alive(cursor):
-                        await send_error(
-                            self.ws, UnknownTopicOrPartition(cursor.topic, cursor.partition)
-                        )
+                    else:
+                        await self._alive(cursor)
                 if not progressed:
                     await self.wake.wait()
         except ClientGone:
@@ -698,8 +678,9 @@ class Subscription:
             logger.exception("WebSocket subscription failed")
             await common.close(self.ws, Close.INTERNAL_ERROR, "internal error")
 
-    def _alive(self, cursor: Cursor) -> bool:
-        """False (and the partition stalled) when its topic was deleted."""
+    async def _alive(self, cursor: Cursor) -> bool:
+        """False when its topic was deleted: the partition is then stalled and the client
+        told (UNKNOWN_TOPIC_OR_PARTITION)."""
         try:
             current = self.manager.get_log(cursor.topic, cursor.partition)
         except UnknownTopicOrPartition:
@@ -708,6 +689,7 @@ class Subscription:
             return True
         cursor.stalled = True
         self.frames.forget_topic(cursor.topic)
+        await send_error(self.ws, UnknownTopicOrPartition(cursor.topic, cursor.partition))
         return False
 
     async def _send_chunk(self, cursor: Cursor) -> bool:
@@ -720,9 +702,7 @@ class Subscription:
             max_bytes = min(max_bytes, self.bytes_credit)
         if limit is not None:
             max_bytes = min(max_bytes, max(1, int(limit * self.bytes_per_record)))
-        if not self._alive(cursor):
-            cursor.stalled = True
-            await send_error(self.ws, UnknownTopicOrPartition(cursor.topic, cursor.partition))
+        if not await self._alive(cursor):
             return False
         log = cursor.log
 

@@ -43,6 +43,7 @@ from app.common.errors import (
     TopicAlreadyExists,
     UnknownTopicOrPartition,
 )
+from app.core import listeners
 from app.core.log.manager import check_new_topic, collision_key
 from app.core.replication.auth import ReplicaAuth
 from app.core.replication.config import ReplicaConfig
@@ -77,7 +78,7 @@ class _ZkProducerIdBlocks:
 class ReplicaManager:
     """A cluster broker's :class:`~app.core.topology.Topology`; see the module docstring."""
 
-    standalone = False
+    leadership_moves = True
 
     def __init__(
         self, settings: ReplicaConfig, logs: LogManager, notify: Callable[[Log], None]
@@ -427,18 +428,12 @@ class ReplicaManager:
             self._topic_listeners.append(cb)
 
     def _tell_topic_deleted(self, topic: str) -> None:
-        for listener in list(self._topic_listeners):
-            try:
-                listener(topic)
-            except Exception:
-                _log.exception("topic listener failed for %s", topic)
+        listeners.notify(self._topic_listeners, topic, log=_log, what="topic listener")
 
     def _tell_listeners(self, topic: str, partition: int, leads: bool) -> None:
-        for listener in list(self._listeners):
-            try:
-                listener(topic, partition, leads)
-            except Exception:
-                _log.exception("leadership listener failed for %s-%d", topic, partition)
+        listeners.notify(
+            self._listeners, topic, partition, leads, log=_log, what="leadership listener"
+        )
 
     def broker_url(self, broker: int) -> str | None:
         info = self.brokers.get(broker)

@@ -40,6 +40,7 @@ from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 from kazoo.retry import KazooRetry
 
 from app.common.errors import KafkaStorageError, TopicAlreadyExists, ZooKeeperUnavailable
+from app.core.listeners import notify
 from app.core.replication.state import BrokerInfo, PartitionState, TopicAssignment
 
 _log = logging.getLogger(__name__)
@@ -132,11 +133,7 @@ class ZkStore:
             KazooState.SUSPENDED: "suspended",
             KazooState.CONNECTED: "connected",
         }.get(state, str(state))
-        for cb in self._session_listeners:
-            try:
-                cb(name)
-            except Exception:
-                _log.exception("session listener failed")
+        notify(self._session_listeners, name, log=_log, what="session listener")
 
     def add_session_listener(self, cb: Callable[[str], None]) -> None:
         """``cb("lost" | "suspended" | "connected")`` on kazoo's thread."""

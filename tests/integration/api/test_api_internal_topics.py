@@ -1,4 +1,5 @@
-"""Clients cannot write or delete __consumer_offsets: only the group coordinator does."""
+"""Clients cannot write or delete the broker's internal topics: __consumer_offsets (only the
+group coordinator writes it) and _schemas (only the schema registry)."""
 
 from __future__ import annotations
 
@@ -37,3 +38,33 @@ def test_clients_cannot_produce_to_or_delete_the_offsets_topic(client: TestClien
     assert end_offsets(client, OFFSETS) == before
     # Reading it stays allowed, as in Kafka.
     assert client.get(f"/topics/{OFFSETS}").status_code == 200
+
+
+def test_clients_cannot_produce_to_or_delete_the_schemas_topic(client: TestClient) -> None:
+    """A forged record in _schemas would be applied as a registered schema by every
+    broker's registry: only the registry writes it."""
+    r = client.post(
+        "/schema-registry/subjects/s-value/versions",
+        json={"schema": '{"type": "string"}'},
+        headers={"content-type": "application/vnd.schemaregistry.v1+json"},
+    )
+    assert r.status_code == 200, r.text
+    before = end_offsets(client, "_schemas")
+    forged = b'{"subject":"s-value","version":2,"id":7,"schema":"\\"int\\"","deleted":false}'
+    attempts = [
+        client.post("/topics/_schemas/records", json={"records": [{"value": 1}]}),
+        client.post(
+            "/topics/_schemas/partitions/0/batches",
+            content=build_batch(
+                [(b'{"keytype":"SCHEMA","subject":"s-value","version":2}', forged)]
+            ),
+            headers={"content-type": "application/octet-stream"},
+        ),
+        client.delete("/topics/_schemas"),
+    ]
+    for r in attempts:
+        assert r.status_code == 400, r.text
+        assert r.json()["error_code"] == "INVALID_TOPIC_EXCEPTION"
+    assert end_offsets(client, "_schemas") == before
+    versions = client.get("/schema-registry/subjects/s-value/versions")
+    assert versions.json() == [1]

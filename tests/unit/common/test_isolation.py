@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,6 +44,7 @@ from app.common.isolation import (
     parse_aborted,
 )
 from app.core.log import Log, LogConfig
+from app.core.log.results import FetchInfo
 
 TS = 1_700_000_000_000
 TXN_PIDS = (1, 2, 3)
@@ -112,44 +114,51 @@ OPS = st.lists(
 )
 
 
-def walk_json(log: Log, start: int, max_bytes: int) -> tuple[list[tuple[int, bytes]], int]:
-    """The broker's decoded answers from ``start`` until an answer is empty."""
+Answer = tuple[list[tuple[int, bytes]], int]  # (offset, value) pairs read, next offset
+
+
+def decode_json(log: Log, info: FetchInfo, offset: int) -> Answer:
+    """The broker's decoded JSON answer."""
+    records, next_offset = json_records(
+        info.read_bytes(), offset, "binary", "binary", aborted=aborted_pairs(info)
+    )
+    return [(r["offset"], base64.b64decode(r["value"])) for r in records], next_offset
+
+
+def decode_binary(log: Log, info: FetchInfo, offset: int) -> Answer:
+    """A binary answer as a client gets it (the aborted list in a header), interpreted."""
+    headers = {
+        LSO_HEADER.lower(): str(info.last_stable_offset),
+        ABORTED_HEADER.lower(): format_aborted(aborted_pairs(info) or ()),
+    }
+    outcome = interpret(
+        Response(200, headers, bytearray(info.read_bytes())), "t", 0, read_committed=True
+    )
+    assert isinstance(outcome, Records) and outcome.next_offset is not None
+    assert outcome.last_stable_offset == log.last_stable_offset
+    out: list[tuple[int, bytes]] = []
+    for pos, h in outcome.batches:
+        assert not h.is_control
+        piece = outcome.body[pos : pos + h.size]
+        out += [(r.offset, r.value or b"") for r in decode_records(piece, min_offset=offset)]
+    return out, outcome.next_offset
+
+
+def walk(
+    log: Log, start: int, max_bytes: int, decode: Callable[[Log, FetchInfo, int], Answer]
+) -> Answer:
+    """The read_committed answers from ``start`` until one is empty, decoded; the records
+    and the offset the walk stopped at."""
     out: list[tuple[int, bytes]] = []
     offset = start
     while True:
         info = log.read(offset, max_bytes, isolation=READ_COMMITTED)
         if not info.size:
             return out, offset
-        records, next_offset = json_records(
-            info.read_bytes(), offset, "binary", "binary", aborted=aborted_pairs(info)
-        )
-        out += [(r["offset"], base64.b64decode(r["value"])) for r in records]
+        records, next_offset = decode(log, info, offset)
+        out += records
         assert next_offset > offset
         offset = next_offset
-
-
-def walk_binary(log: Log, start: int, max_bytes: int) -> tuple[list[tuple[int, bytes]], int]:
-    """Binary answers as a client gets them (the aborted list in a header), interpreted."""
-    out: list[tuple[int, bytes]] = []
-    offset = start
-    while True:
-        info = log.read(offset, max_bytes, isolation=READ_COMMITTED)
-        if not info.size:
-            return out, offset
-        headers = {
-            LSO_HEADER.lower(): str(info.last_stable_offset),
-            ABORTED_HEADER.lower(): format_aborted(aborted_pairs(info) or ()),
-        }
-        outcome = interpret(
-            Response(200, headers, bytearray(info.read_bytes())), "t", 0, read_committed=True
-        )
-        assert isinstance(outcome, Records) and outcome.next_offset is not None
-        assert outcome.last_stable_offset == log.last_stable_offset
-        for pos, h in outcome.batches:
-            assert not h.is_control
-            piece = outcome.body[pos : pos + h.size]
-            out += [(r.offset, r.value or b"") for r in decode_records(piece, min_offset=offset)]
-        offset = outcome.next_offset
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -168,9 +177,9 @@ def test_read_committed_returns_exactly_the_model(
         assert log.last_stable_offset == lso
         start = int(start_at * end)
         expected = [(o, model.values[o]) for o in sorted(model.visible) if start <= o < lso]
-        for walk in (walk_json, walk_binary):
-            got, stopped = walk(log, start, max_bytes)
-            assert got == expected, walk.__name__
+        for decode in (decode_json, decode_binary):
+            got, stopped = walk(log, start, max_bytes, decode)
+            assert got == expected, decode.__name__
             # Held at the LSO, never past it into an open transaction.
             assert stopped == max(start, lso)
         # read_uncommitted sees every data record, never a control one.

@@ -83,6 +83,8 @@ class FakeReplica:
 
 
 class FakeCluster:
+    leadership_moves = True
+
     def __init__(
         self,
         manager: LogManager,
