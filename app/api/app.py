@@ -68,7 +68,7 @@ def replica_config(settings: Settings) -> ReplicaConfig:
         zookeeper=settings.zookeeper or "",
         broker_id=settings.broker_id,
         url=settings.url,
-        kafka_listener=_kafka_listener(settings),
+        kafka_listener=settings.kafka_advertised,
         zookeeper_session_timeout_ms=settings.zookeeper_session_timeout_ms,
         replica_lag_time_max_ms=settings.replica_lag_time_max_ms,
         replica_fetch_wait_max_ms=settings.replica_fetch_wait_max_ms,
@@ -82,13 +82,6 @@ def replica_config(settings: Settings) -> ReplicaConfig:
         ssl_certfile=_path(settings.ssl_certfile),
         ssl_keyfile=_path(settings.ssl_keyfile),
     )
-
-
-def _kafka_listener(settings: Settings) -> tuple[str, int] | None:
-    """The Kafka listener a cluster broker publishes when it registers; None for none, and
-    for an ephemeral port (``HOST:0``), published once bound (the lifespan)."""
-    found = settings.kafka_advertised
-    return None if found is None or found[1] == 0 else found
 
 
 def _topology(settings: Settings, manager: LogManager, state: AppState) -> Topology:
@@ -171,11 +164,6 @@ def create_app(settings: Settings, manager: LogManager | None = None) -> FastAPI
                 lambda: getattr(app.state, "coordinator", None),
             )
             await kafka.start()
-            # An ephemeral port (HOST:0) is known only now: publish it in the broker's
-            # registration, which the topology wrote at its start (cluster mode only).
-            publish = getattr(state.topology, "publish_kafka_listener", None)
-            if publish is not None and kafka.advertised != settings.kafka_advertised:
-                await publish(kafka.advertised)
         app.state.kafka_listener = kafka
         # The schema registry, rebuilt from this broker's replica of _schemas.
         await registry_routes.start_registry(app, state)

@@ -16,7 +16,7 @@ import signal
 import ssl
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,7 +76,7 @@ class Cluster:
         env: dict[str, str] | None = None,
         create_chroot: bool = False,
         access: Access | None = None,
-        kafka: bool = False,
+        kafka: bool | Mapping[int, int] = False,
     ) -> None:
         assert size >= 1
         assert chroot.startswith("/") or chroot == ""
@@ -86,10 +86,15 @@ class Cluster:
         self.create_chroot = create_chroot
         self.env = {**DEFAULT_ENV, **(env or {})}
         self.access = access or Access()
-        # ``kafka``: each broker also serves a Kafka listener on a port of its own, picked
-        # now and kept across restarts (``kafka_bootstrap``, ``kafka_port``).
+        # ``kafka``: True, each broker also serves a Kafka listener on a port of its own,
+        # picked now and kept across restarts (``kafka_bootstrap``, ``kafka_ports``); a
+        # mapping {broker id: port} gives listeners to those brokers only.
         self.kafka_ports: dict[int, int] = (
-            {broker_id: conftest.free_port() for broker_id in range(1, size + 1)} if kafka else {}
+            dict(kafka)
+            if isinstance(kafka, Mapping)
+            else {broker_id: conftest.free_port() for broker_id in range(1, size + 1)}
+            if kafka
+            else {}
         )
         self.brokers: dict[int, conftest.Broker] = {
             broker_id: self._make_broker(broker_id) for broker_id in range(1, size + 1)
@@ -106,7 +111,7 @@ class Cluster:
                 f"{self.access.scheme}://127.0.0.1:{port}",
                 *(
                     ["--kafka-listener", f"127.0.0.1:{self.kafka_ports[broker_id]}"]
-                    if self.kafka_ports
+                    if broker_id in self.kafka_ports
                     else []
                 ),
             ]

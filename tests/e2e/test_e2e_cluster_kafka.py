@@ -27,10 +27,12 @@ import pytest
 from cluster import Cluster, assert_acked_once_in_order, find_partition
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
-from conftest import ClusterFactory
+from conftest import ClusterFactory, free_port
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.fetch.v12.response import FetchResponse
+from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest
+from kio.schema.find_coordinator.v3.response import FindCoordinatorResponse
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 from kio.schema.produce.v9.response import ProduceResponse
 from test_e2e_cluster import create_topic, wait_isr
@@ -147,16 +149,7 @@ def test_librdkafka_discovers_the_cluster_through_one_broker(
     # FindCoordinator names the coordinator's listener: a group coordinated by each of
     # the three brokers commits through the client bootstrapped at broker 1, and the
     # commit is the group's offset over HTTP at its coordinator.
-    by_broker: dict[int, str] = {}
-    for i in range(200):
-        found = httpx.post(
-            f"{cluster.url(1)}/coordinator", json={"key": f"kg{i}", "key_type": "group"}, timeout=30
-        )
-        assert found.status_code == 200, found.text
-        by_broker.setdefault(int(found.json()["node_id"]), f"kg{i}")
-        if len(by_broker) == len(cluster.ids):
-            break
-    assert sorted(by_broker) == cluster.ids
+    by_broker = coordinated_by(cluster, 1)
     for coordinator, group in by_broker.items():
         consumer = Consumer(
             {
@@ -213,6 +206,72 @@ def test_librdkafka_discovers_the_cluster_through_one_broker(
     produced: ProduceResponse = kio_call(cluster, follower, produce, ProduceResponse)
     answer = produced.responses[0].partition_responses[0]
     assert answer.error_code == ErrorCode.not_leader_or_follower
+
+
+def coordinated_by(cluster: Cluster, via: int) -> dict[int, str]:
+    """A group id coordinated by each broker, as ``POST /coordinator`` says."""
+    by_broker: dict[int, str] = {}
+    for i in range(200):
+        found = httpx.post(
+            f"{cluster.url(via)}/coordinator",
+            json={"key": f"kg{i}", "key_type": "group"},
+            timeout=30,
+        )
+        assert found.status_code == 200, found.text
+        by_broker.setdefault(int(found.json()["node_id"]), f"kg{i}")
+        if len(by_broker) == len(cluster.ids):
+            return by_broker
+    raise AssertionError(f"no group coordinated by each broker: {by_broker}")
+
+
+@pytest.mark.slow
+def test_a_broker_without_a_kafka_listener_is_left_out(cluster_factory: ClusterFactory) -> None:
+    """Brokers 1 and 2 have Kafka listeners, broker 3 none: Metadata and DescribeCluster
+    list 1 and 2, a partition led by 3 answers LEADER_NOT_AVAILABLE, and FindCoordinator
+    for a group 3 coordinates COORDINATOR_NOT_AVAILABLE."""
+    cluster = cluster_factory(kafka={1: free_port(), 2: free_port()})
+    create_topic(cluster, "kmixed", partitions=3, rf=1)
+    leaders = {p: cluster.leader("kmixed", p) for p in range(3)}
+    assert sorted(leaders.values()) == cluster.ids  # one partition led by each broker
+    admin = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap(1)})
+
+    def listed() -> Any:
+        meta = admin.list_topics(timeout=20)
+        return meta if sorted(meta.brokers) == [1, 2] else None
+
+    meta = cluster.wait_until(listed, message="brokers 1 and 2 in Kafka Metadata")
+    broker2 = meta.brokers[2]
+    assert {b.id: (b.host, b.port) for b in meta.brokers.values()} == {
+        i: ("127.0.0.1", cluster.kafka_ports[i]) for i in (1, 2)
+    }
+    for p, info in meta.topics["kmixed"].partitions.items():
+        if leaders[p] == 3:
+            assert info.error is not None
+            assert info.error.code() == KafkaError.LEADER_NOT_AVAILABLE
+            assert info.leader == -1
+        else:
+            assert info.error is None
+            assert info.leader == leaders[p]
+    # Broker 2 lists the same brokers.
+    other = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap(2)})
+    described = other.describe_cluster(request_timeout=20).result(timeout=30)
+    assert sorted(n.id for n in described.nodes) == [1, 2]
+    groups = coordinated_by(cluster, 1)
+    answers = {
+        coordinator: kio_call(
+            cluster,
+            1,
+            FindCoordinatorRequest(key=group, key_type=0),  # type: ignore[arg-type]
+            FindCoordinatorResponse,
+        )
+        for coordinator, group in groups.items()
+    }
+    assert answers[3].error_code == ErrorCode.coordinator_not_available
+    assert (answers[2].error_code, answers[2].node_id, answers[2].port) == (
+        ErrorCode.none,
+        2,
+        broker2.port,
+    )
 
 
 @pytest.mark.slow

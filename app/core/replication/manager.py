@@ -88,7 +88,6 @@ class ReplicaManager:
         self.logs = logs
         self.broker_id = settings.broker_id
         self.url = settings.url
-        self.kafka_listener = settings.kafka_listener
         self._notify = notify
         self.store = ZkStore(settings.zookeeper, settings.zookeeper_session_timeout_ms)
         self.controller = Controller(
@@ -165,15 +164,8 @@ class ReplicaManager:
 
     async def _register(self) -> None:
         wait_s = 2 * self.settings.zookeeper_session_timeout_ms / 1000 + 5
-        info = BrokerInfo(self.broker_id, self.url, self.kafka_listener)
+        info = BrokerInfo(self.broker_id, self.url, self.settings.kafka_listener)
         await asyncio.to_thread(self.store.register_broker, info, wait_s)
-
-    async def publish_kafka_listener(self, listener: tuple[str, int]) -> None:
-        """Register again with this Kafka listener: for one known only once bound (an
-        ephemeral port, ``kafka_listener`` ``HOST:0``), after :meth:`start`. The znode is
-        this session's, so registering again overwrites it in place."""
-        self.kafka_listener = listener
-        await self._register()
 
     def _soon(self, fn: Callable[..., Any], *args: Any) -> None:
         """From kazoo's thread onto the loop."""
