@@ -40,6 +40,7 @@ from app.common.errors import (
     InvalidRequest,
     InvalidRequiredAcks,
     LogbusError,
+    NotLeaderOrFollower,
     UnknownTopicOrPartition,
 )
 from app.groups.offsets import OffsetCommit
@@ -248,7 +249,13 @@ async def describe_cluster(ctx: Context, body: Any, version: int) -> Any:
 
 async def produce(ctx: Context, body: Any, version: int) -> Any:
     """Each partition's batches appended as they are; partitions appended concurrently,
-    each answered with its own error code. acks=0: no answer at all (Kafka's rule)."""
+    each answered with its own error code. acks=0: no answer at all (Kafka's rule).
+
+    From v10 (KIP-951), a NOT_LEADER_OR_FOLLOWER partition carries its current leader
+    and epoch as this broker knows them, and the answer the leaders' Kafka listeners
+    (``node_endpoints``), so the client retries there without a metadata round trip; a
+    leader unknown or without a Kafka listener is left at Kafka's defaults (-1), and the
+    client refreshes its metadata as before v10."""
     m = _module(PRODUCE, version)
     state = ctx.state
     assert state.manager is not None
@@ -256,6 +263,22 @@ async def produce(ctx: Context, body: Any, version: int) -> Any:
     acks = int(body.acks)
     timeout_ms = max(0, int(body.timeout.total_seconds() * 1000))
     coordinator = ctx.txn()
+    hint = hasattr(m, "LeaderIdAndEpoch")  # the version has KIP-951's fields
+    listeners = kafka_brokers(ctx) if hint else {}
+    endpoints: dict[int, tuple[str, int]] = {}
+
+    def current_leader(exc: LogbusError, topic: str, partition: int) -> dict[str, Any]:
+        if not (hint and isinstance(exc, NotLeaderOrFollower)):
+            return {}
+        leader = exc.leader
+        if leader is None or leader not in listeners:
+            return {}
+        try:
+            epoch = int(state.topology.partition_info(topic, partition)["leader_epoch"])
+        except LogbusError:
+            return {}
+        endpoints[leader] = listeners[leader]
+        return {"current_leader": build(m.LeaderIdAndEpoch, leader_id=leader, leader_epoch=epoch)}
 
     async def one(topic: str, partition: int, records: bytes | None) -> Any:
         try:
@@ -276,6 +299,7 @@ async def produce(ctx: Context, body: Any, version: int) -> Any:
                 log_start_offset=-1,
                 record_errors=(),
                 error_message=exc.message,
+                **current_leader(exc, topic, partition),
             )
         # A retried idempotent batch answers its original offsets (Kafka's
         # DUPLICATE_SEQUENCE handling is the same: success with the first append's offset).
@@ -303,7 +327,15 @@ async def produce(ctx: Context, body: Any, version: int) -> Any:
         )
     if acks == 0:
         return None
-    return build(m.ProduceResponse, responses=tuple(topics), throttle_time=NO_THROTTLE)
+    return build(
+        m.ProduceResponse,
+        responses=tuple(topics),
+        throttle_time=NO_THROTTLE,
+        node_endpoints=tuple(
+            build(m.NodeEndpoint, node_id=node, host=host, port=port, rack=None)
+            for node, (host, port) in sorted(endpoints.items())
+        ),
+    )
 
 
 async def fetch(ctx: Context, body: Any, version: int) -> Any:

@@ -4,10 +4,10 @@ each with a Kafka listener on a loopback port of its own, and unchanged librdkaf
 
 Brokers publish their Kafka listeners in their ZooKeeper registrations, so Metadata names
 every broker and each partition's real leader, FindCoordinator the group coordinator's
-listener, and a Produce or Fetch sent to a follower answers NOT_LEADER_OR_FOLLOWER (the
-door's Produce 3-9 and Fetch 4-12 predate KIP-951's leader hint: the client refreshes its
-metadata). The kill-leader test is the HTTP one's (tests/e2e/test_e2e_cluster.py) through
-the Kafka door.
+listener, and a Produce or Fetch sent to a follower answers NOT_LEADER_OR_FOLLOWER (with
+the current leader and its listener from Produce v10, KIP-951; Fetch 4-12 predates its
+v16, so a consumer refreshes its metadata). The kill-leader test is the HTTP one's
+(tests/e2e/test_e2e_cluster.py) through the Kafka door.
 """
 
 from __future__ import annotations
@@ -33,8 +33,10 @@ from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopi
 from kio.schema.fetch.v12.response import FetchResponse
 from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest
 from kio.schema.find_coordinator.v3.response import FindCoordinatorResponse
-from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+from kio.schema.produce.v9.request import ProduceRequest
 from kio.schema.produce.v9.response import ProduceResponse
+from kio.schema.produce.v10.request import ProduceRequest as ProduceRequestV10
+from kio.schema.produce.v10.response import ProduceResponse as ProduceResponseV10
 from test_e2e_cluster import create_topic, wait_isr
 
 pytestmark = pytest.mark.timeout(240)
@@ -192,20 +194,36 @@ def test_librdkafka_discovers_the_cluster_through_one_broker(
     )
     fetched: FetchResponse = kio_call(cluster, follower, fetch, FetchResponse)
     assert fetched.responses[0].partitions[0].error_code == ErrorCode.not_leader_or_follower
-    produce = ProduceRequest(
-        transactional_id=None,
-        acks=-1,  # type: ignore[arg-type]
-        timeout=datetime.timedelta(seconds=10),  # type: ignore[arg-type]
-        topic_data=(
-            TopicProduceData(
-                name="kclicks",  # type: ignore[arg-type]
-                partition_data=(PartitionProduceData(index=0, records=b"\0" * 70),),  # type: ignore[arg-type]
+    # Produce v9 answers NOT_LEADER_OR_FOLLOWER alone; v10 (KIP-951) with the current
+    # leader, its epoch and its Kafka listener.
+    epoch = int(find_partition(cluster.metadata(leader), "kclicks", 0)["leader_epoch"])
+    for request_type, response_type in (
+        (ProduceRequest, ProduceResponse),
+        (ProduceRequestV10, ProduceResponseV10),
+    ):
+        module = sys.modules[request_type.__module__]
+        produce = request_type(
+            transactional_id=None,
+            acks=-1,  # type: ignore[arg-type]
+            timeout=datetime.timedelta(seconds=10),  # type: ignore[arg-type]
+            topic_data=(
+                module.TopicProduceData(
+                    name="kclicks",
+                    partition_data=(module.PartitionProduceData(index=0, records=b"\0" * 70),),
+                ),
             ),
-        ),
-    )
-    produced: ProduceResponse = kio_call(cluster, follower, produce, ProduceResponse)
-    answer = produced.responses[0].partition_responses[0]
-    assert answer.error_code == ErrorCode.not_leader_or_follower
+        )
+        produced = kio_call(cluster, follower, produce, response_type)
+        answer = produced.responses[0].partition_responses[0]
+        assert answer.error_code == ErrorCode.not_leader_or_follower
+        if response_type is ProduceResponseV10:
+            assert (answer.current_leader.leader_id, answer.current_leader.leader_epoch) == (
+                leader,
+                epoch,
+            )
+            assert [(e.node_id, e.host, e.port) for e in produced.node_endpoints] == [
+                (leader, "127.0.0.1", cluster.kafka_ports[leader])
+            ]
 
 
 def coordinated_by(cluster: Cluster, via: int) -> dict[int, str]:
