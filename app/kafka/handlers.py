@@ -252,8 +252,8 @@ async def produce(ctx: Context, body: Any, version: int) -> Any:
     each answered with its own error code. acks=0: no answer at all (Kafka's rule).
 
     From v10 (KIP-951), a NOT_LEADER_OR_FOLLOWER partition carries its current leader
-    and epoch as this broker knows them, and the answer the leaders' Kafka listeners
-    (``node_endpoints``), so the client retries there without a metadata round trip; a
+    and epoch as this broker knows them, and the answer lists those leaders' Kafka
+    listeners (``node_endpoints``), so the client retries there without a metadata round trip; a
     leader unknown or without a Kafka listener is left at Kafka's defaults (-1), and the
     client refreshes its metadata as before v10."""
     m = _module(PRODUCE, version)
@@ -264,13 +264,13 @@ async def produce(ctx: Context, body: Any, version: int) -> Any:
     timeout_ms = max(0, int(body.timeout.total_seconds() * 1000))
     coordinator = ctx.txn()
     hint = hasattr(m, "LeaderIdAndEpoch")  # the version has KIP-951's fields
-    listeners = kafka_brokers(ctx) if hint else {}
     endpoints: dict[int, tuple[str, int]] = {}
 
     def current_leader(exc: LogbusError, topic: str, partition: int) -> dict[str, Any]:
         if not (hint and isinstance(exc, NotLeaderOrFollower)):
             return {}
         leader = exc.leader
+        listeners = kafka_brokers(ctx)  # only on this error: off the hot path
         if leader is None or leader not in listeners:
             return {}
         try:
