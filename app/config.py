@@ -608,6 +608,24 @@ class Settings(BaseSettings):
             raise ValueError("ssl_client_auth needs ssl_certfile, ssl_keyfile and ssl_ca_file")
         return self
 
+    @model_validator(mode="after")
+    def _check_cluster_kafka_port(self) -> Settings:
+        # A cluster broker publishes its Kafka listener in its ZooKeeper registration,
+        # written before the listener binds (and other brokers watch only the set of
+        # registrations, not their values): an ephemeral port would be published as 0.
+        if (
+            self.zookeeper
+            and self.kafka_listener
+            and not self.kafka_advertised_listener
+            and split_host_port(self.kafka_listener)[1] == 0
+        ):
+            raise ValueError(
+                f"kafka_listener {self.kafka_listener!r}: a cluster broker's Kafka listener "
+                "needs a fixed port (or kafka_advertised_listener), which it publishes in "
+                "ZooKeeper for the other brokers' Metadata answers"
+            )
+        return self
+
     def check_network_exposure(self) -> None:
         """Refuse an open broker on the network (issue 15's safe defaults).
 

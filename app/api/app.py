@@ -68,6 +68,7 @@ def replica_config(settings: Settings) -> ReplicaConfig:
         zookeeper=settings.zookeeper or "",
         broker_id=settings.broker_id,
         url=settings.url,
+        kafka_listener=settings.kafka_advertised,
         zookeeper_session_timeout_ms=settings.zookeeper_session_timeout_ms,
         replica_lag_time_max_ms=settings.replica_lag_time_max_ms,
         replica_fetch_wait_max_ms=settings.replica_fetch_wait_max_ms,

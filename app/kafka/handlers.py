@@ -40,6 +40,7 @@ from app.common.errors import (
     InvalidRequest,
     InvalidRequiredAcks,
     LogbusError,
+    NotLeaderOrFollower,
     UnknownTopicOrPartition,
 )
 from app.groups.offsets import OffsetCommit
@@ -126,7 +127,34 @@ def unsupported_api_versions() -> Any:
     return m.ApiVersionsResponse(error_code=ErrorCode.unsupported_version, api_keys=api_keys(m))
 
 
+def kafka_brokers(ctx: Context) -> dict[int, tuple[str, int]]:
+    """The live brokers' advertised Kafka listeners by broker id, sorted: this broker's own
+    (``ctx.advertised``, the port actually bound) and the others' from their registrations
+    (``/brokers/ids/<id>``'s ``kafka_listener``, through ``Topology.brokers``). A live
+    broker without a Kafka listener is left out: a Kafka client could not reach it."""
+    topology = ctx.state.topology
+    found = {
+        broker_id: info.kafka_listener
+        for broker_id, info in topology.brokers.items()
+        if info.kafka_listener is not None
+    }
+    found[topology.broker_id] = ctx.advertised
+    return dict(sorted(found.items()))
+
+
+def _controller(ctx: Context) -> int:
+    """The controller's broker id, -1 while there is none (Kafka's "unknown")."""
+    controller = ctx.state.topology.controller_id
+    return -1 if controller is None else controller
+
+
 async def metadata(ctx: Context, body: Any, version: int) -> Any:
+    """Kafka's Metadata from the topology: every live broker with a Kafka listener
+    (:func:`kafka_brokers`; node id, host, port, rack null) and each partition's leader,
+    leader epoch, replicas, ISR and offline replicas. A partition with no leader (an
+    election under way) or led by a broker not in the brokers list (no Kafka listener, or
+    not registered yet) answers LEADER_NOT_AVAILABLE with leader -1, as Kafka answers for
+    a leader it has no endpoint for: the client retries its metadata refresh."""
     m = _module(METADATA, version)
     state = ctx.state
     topology = state.topology
@@ -135,24 +163,26 @@ async def metadata(ctx: Context, body: Any, version: int) -> Any:
     else:
         names = [t.name for t in body.topics]
     allow_create = getattr(body, "allow_auto_topic_creation", True)
-    topics = [await _topic_metadata(ctx, m, name, allow_create) for name in names]
-    host, port = ctx.advertised
-    broker = build(
-        m.MetadataResponseBroker, node_id=topology.broker_id, host=host, port=port, rack=None
+    listeners = kafka_brokers(ctx)
+    topics = [await _topic_metadata(ctx, m, name, allow_create, listeners) for name in names]
+    brokers = tuple(
+        build(m.MetadataResponseBroker, node_id=broker_id, host=host, port=port, rack=None)
+        for broker_id, (host, port) in listeners.items()
     )
-    controller = topology.controller_id
     return build(
         m.MetadataResponse,
         throttle_time=NO_THROTTLE,
-        brokers=(broker,),
+        brokers=brokers,
         cluster_id=topology.cluster_id,
-        controller_id=topology.broker_id if controller is None else controller,
+        controller_id=_controller(ctx),
         topics=tuple(topics),
         cluster_authorized_operations=OPERATIONS_OMITTED,
     )
 
 
-async def _topic_metadata(ctx: Context, m: Any, name: str, allow_create: bool) -> Any:
+async def _topic_metadata(
+    ctx: Context, m: Any, name: str, allow_create: bool, listeners: dict[int, tuple[str, int]]
+) -> Any:
     state = ctx.state
     topology = state.topology
     try:
@@ -168,12 +198,14 @@ async def _topic_metadata(ctx: Context, m: Any, name: str, allow_create: bool) -
         partitions = []
         for p in range(count):
             info = topology.partition_info(name, p)
+            leader = int(info["leader"])
+            reachable = leader in listeners
             partitions.append(
                 build(
                     m.MetadataResponsePartition,
-                    error_code=ErrorCode.none,
+                    error_code=ErrorCode.none if reachable else ErrorCode.leader_not_available,
                     partition_index=p,
-                    leader_id=info["leader"],
+                    leader_id=leader if reachable else -1,
                     leader_epoch=info["leader_epoch"],
                     replica_nodes=tuple(info["replicas"]),
                     isr_nodes=tuple(info["isr"]),
@@ -195,12 +227,10 @@ async def _topic_metadata(ctx: Context, m: Any, name: str, allow_create: bool) -
 
 
 async def describe_cluster(ctx: Context, body: Any, version: int) -> Any:
-    """The cluster id, the controller and the brokers' Kafka listeners: this broker's
-    (the others' are not published yet, as in Metadata)."""
+    """The cluster id, the controller (-1 while there is none) and the live brokers'
+    Kafka listeners, the same list as Metadata's (:func:`kafka_brokers`)."""
     m = _module(DESCRIBE_CLUSTER, version)
     topology = ctx.state.topology
-    host, port = ctx.advertised
-    controller = topology.controller_id
     return build(
         m.DescribeClusterResponse,
         throttle_time=NO_THROTTLE,
@@ -208,9 +238,10 @@ async def describe_cluster(ctx: Context, body: Any, version: int) -> Any:
         error_message=None,
         endpoint_type=1,  # brokers
         cluster_id=topology.cluster_id,
-        controller_id=topology.broker_id if controller is None else controller,
-        brokers=(
-            build(m.DescribeClusterBroker, broker_id=topology.broker_id, host=host, port=port),
+        controller_id=_controller(ctx),
+        brokers=tuple(
+            build(m.DescribeClusterBroker, broker_id=broker_id, host=host, port=port)
+            for broker_id, (host, port) in kafka_brokers(ctx).items()
         ),
         cluster_authorized_operations=OPERATIONS_OMITTED,
     )
@@ -218,7 +249,13 @@ async def describe_cluster(ctx: Context, body: Any, version: int) -> Any:
 
 async def produce(ctx: Context, body: Any, version: int) -> Any:
     """Each partition's batches appended as they are; partitions appended concurrently,
-    each answered with its own error code. acks=0: no answer at all (Kafka's rule)."""
+    each answered with its own error code. acks=0: no answer at all (Kafka's rule).
+
+    From v10 (KIP-951), a NOT_LEADER_OR_FOLLOWER partition carries its current leader
+    and epoch as this broker knows them, and the answer lists those leaders' Kafka
+    listeners (``node_endpoints``), so the client retries there without a metadata round trip; a
+    leader unknown or without a Kafka listener is left at Kafka's defaults (-1), and the
+    client refreshes its metadata as before v10."""
     m = _module(PRODUCE, version)
     state = ctx.state
     assert state.manager is not None
@@ -226,6 +263,22 @@ async def produce(ctx: Context, body: Any, version: int) -> Any:
     acks = int(body.acks)
     timeout_ms = max(0, int(body.timeout.total_seconds() * 1000))
     coordinator = ctx.txn()
+    hint = hasattr(m, "LeaderIdAndEpoch")  # the version has KIP-951's fields
+    endpoints: dict[int, tuple[str, int]] = {}
+
+    def current_leader(exc: LogbusError, topic: str, partition: int) -> dict[str, Any]:
+        if not (hint and isinstance(exc, NotLeaderOrFollower)):
+            return {}
+        leader = exc.leader
+        listeners = kafka_brokers(ctx)  # only on this error: off the hot path
+        if leader is None or leader not in listeners:
+            return {}
+        try:
+            epoch = int(state.topology.partition_info(topic, partition)["leader_epoch"])
+        except LogbusError:
+            return {}
+        endpoints[leader] = listeners[leader]
+        return {"current_leader": build(m.LeaderIdAndEpoch, leader_id=leader, leader_epoch=epoch)}
 
     async def one(topic: str, partition: int, records: bytes | None) -> Any:
         try:
@@ -246,6 +299,7 @@ async def produce(ctx: Context, body: Any, version: int) -> Any:
                 log_start_offset=-1,
                 record_errors=(),
                 error_message=exc.message,
+                **current_leader(exc, topic, partition),
             )
         # A retried idempotent batch answers its original offsets (Kafka's
         # DUPLICATE_SEQUENCE handling is the same: success with the first append's offset).
@@ -273,7 +327,15 @@ async def produce(ctx: Context, body: Any, version: int) -> Any:
         )
     if acks == 0:
         return None
-    return build(m.ProduceResponse, responses=tuple(topics), throttle_time=NO_THROTTLE)
+    return build(
+        m.ProduceResponse,
+        responses=tuple(topics),
+        throttle_time=NO_THROTTLE,
+        node_endpoints=tuple(
+            build(m.NodeEndpoint, node_id=node, host=host, port=port, rack=None)
+            for node, (host, port) in sorted(endpoints.items())
+        ),
+    )
 
 
 async def fetch(ctx: Context, body: Any, version: int) -> Any:
@@ -481,22 +543,25 @@ def _groups(ctx: Context) -> Any:
 
 
 async def find_coordinator(ctx: Context, body: Any, version: int) -> Any:
-    """The coordinator of a group (key type 0; transactional ids come with the
-    transaction APIs, a later increment). Only this broker's
-    Kafka listener is known here: a key coordinated by another broker (cluster mode)
-    answers COORDINATOR_NOT_AVAILABLE until brokers publish their Kafka listeners."""
+    """The coordinator of a group (key type 0): its broker's Kafka listener, from the
+    same list as Metadata (:func:`kafka_brokers`). A coordinator with no Kafka listener
+    known (none configured, or its registration not seen yet) answers
+    COORDINATOR_NOT_AVAILABLE, which clients retry. Transactional ids (key type 1) come
+    with the transaction APIs, a later increment: INVALID_REQUEST until then."""
     m = _module(FIND_COORDINATOR, version)
     key_type = int(getattr(body, "key_type", 0))
-    host, port = ctx.advertised
     try:
         if key_type != 0:
             # Transactions through the Kafka door are a later increment (README).
             raise InvalidRequest(f"key_type {key_type}: only groups (0) are served here yet")
         info = await _groups(ctx).find_coordinator(body.key, "group")
-        if info.node_id != ctx.state.topology.broker_id:
+        listener = kafka_brokers(ctx).get(info.node_id)
+        if listener is None:
             raise CoordinatorNotAvailable(
-                f"coordinated by broker {info.node_id}, whose Kafka listener is not known yet"
+                f"group {body.key!r} is coordinated by broker {info.node_id}, "
+                "which has no Kafka listener known here"
             )
+        host, port = listener
         return build(
             m.FindCoordinatorResponse,
             throttle_time=NO_THROTTLE,

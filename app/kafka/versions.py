@@ -6,8 +6,9 @@ as kio defines the message (Kafka 4.0's floor: Produce v3, Fetch v4, ListOffsets
 RecordBatch v2 only), which every maintained client negotiates; librdkafka decides from
 the Produce range whether it may send compressed RecordBatch v2 (v3+), so v3 is what it
 must see. Maximums stop before versions that need what the broker does not keep yet
-(Fetch v13+ names topics by id; Produce v10+ carries KIP-951 leader hints; ListOffsets
-v8+ asks for tiered-storage offsets; Metadata v13 reports topic-level errors by id;
+(Fetch v13+ names topics by id, so Fetch stays below KIP-951's v16; Produce v10 carries
+KIP-951's leader hint, served from the topology, v11+ KIP-890's TRANSACTION_ABORTABLE;
+ListOffsets v8+ asks for tiered-storage offsets; Metadata v13 reports topic-level errors by id;
 FindCoordinator v4+ and OffsetFetch v8+ batch several keys or groups; OffsetCommit v9+
 is KIP-848's, with member epochs).
 """
@@ -29,7 +30,7 @@ INIT_PRODUCER_ID: Final = 22
 
 # api key -> (min version, max version)
 SUPPORTED: Final[dict[int, tuple[int, int]]] = {
-    PRODUCE: (3, 9),
+    PRODUCE: (3, 10),
     FETCH: (4, 12),
     LIST_OFFSETS: (1, 7),
     METADATA: (0, 12),

@@ -16,7 +16,7 @@ import signal
 import ssl
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,6 +76,7 @@ class Cluster:
         env: dict[str, str] | None = None,
         create_chroot: bool = False,
         access: Access | None = None,
+        kafka: bool | Mapping[int, int] = False,
     ) -> None:
         assert size >= 1
         assert chroot.startswith("/") or chroot == ""
@@ -85,6 +86,16 @@ class Cluster:
         self.create_chroot = create_chroot
         self.env = {**DEFAULT_ENV, **(env or {})}
         self.access = access or Access()
+        # ``kafka``: True, each broker also serves a Kafka listener on a port of its own,
+        # picked now and kept across restarts (``kafka_bootstrap``, ``kafka_ports``); a
+        # mapping {broker id: port} gives listeners to those brokers only.
+        self.kafka_ports: dict[int, int] = (
+            dict(kafka)
+            if isinstance(kafka, Mapping)
+            else {broker_id: conftest.free_port() for broker_id in range(1, size + 1)}
+            if kafka
+            else {}
+        )
         self.brokers: dict[int, conftest.Broker] = {
             broker_id: self._make_broker(broker_id) for broker_id in range(1, size + 1)
         }
@@ -98,6 +109,11 @@ class Cluster:
                 self.zookeeper_connect,
                 "--advertised-url",
                 f"{self.access.scheme}://127.0.0.1:{port}",
+                *(
+                    ["--kafka-listener", f"127.0.0.1:{self.kafka_ports[broker_id]}"]
+                    if broker_id in self.kafka_ports
+                    else []
+                ),
             ]
 
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -197,6 +213,10 @@ class Cluster:
             return meta if live == want and controller in want else None
 
         return self.wait_until(settled, timeout, f"brokers {want} registered with a controller")
+
+    def kafka_bootstrap(self, broker_id: int) -> str:
+        """``127.0.0.1:PORT`` of one broker's Kafka listener (a cluster made with ``kafka``)."""
+        return f"127.0.0.1:{self.kafka_ports[broker_id]}"
 
     # ------------------------------------------------------------ one broker
 
@@ -310,6 +330,13 @@ def find_partition(meta: dict[str, Any], topic: str, partition: int) -> dict[str
         found: dict[str, Any] = partitions[str(partition)]
         return found
     return next(p for p in partitions if p.get("partition", p.get("id")) == partition)
+
+
+def assert_acked_once_in_order(acked: list[int], seen: list[int]) -> None:
+    """The kill-leader check: every acknowledged record read back exactly once, in the
+    order it was sent (records sent but not acknowledged may follow, once)."""
+    assert seen[: len(acked)] == acked
+    assert len(seen) == len(set(seen))
 
 
 def wait_until(

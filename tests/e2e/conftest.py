@@ -9,7 +9,7 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -256,6 +256,7 @@ class ClusterFactory(Protocol):
         chroot: str | None = None,
         create_chroot: bool = False,
         access: cluster_harness.Access | None = None,
+        kafka: bool | Mapping[int, int] = False,
     ) -> cluster_harness.Cluster: ...
 
 
@@ -277,6 +278,7 @@ def cluster_factory(
         chroot: str | None = None,
         create_chroot: bool = False,
         access: cluster_harness.Access | None = None,
+        kafka: bool | Mapping[int, int] = False,
     ) -> cluster_harness.Cluster:
         n = len(made)
         made_cluster = cluster_harness.Cluster(
@@ -287,6 +289,7 @@ def cluster_factory(
             env=env,
             create_chroot=create_chroot,
             access=access,
+            kafka=kafka,
         )
         made.append(made_cluster)
         return made_cluster.start() if start else made_cluster

@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
-from cluster import Access, Cluster, find_partition
+from cluster import Access, Cluster, assert_acked_once_in_order, find_partition
 from conftest import Broker, ClusterFactory
 from zookeeper import ZooKeeperServer
 
@@ -284,8 +284,7 @@ def test_kill_leader_under_acks_all_load_loses_nothing(guarded: Cluster) -> None
     assert new_leader not in (leader, -1)
     seen = [int(v) for v in consume_all(cluster, "payments", 0, len(acked))]
     # Every acknowledged record exactly once, in the order it was sent.
-    assert seen[: len(acked)] == acked
-    assert len(seen) == len(set(seen))
+    assert_acked_once_in_order(acked, seen)
     # The killed broker returns as a follower, catches up and rejoins the ISR; then, as the
     # preferred replica, it gets leadership back.
     cluster.restart(leader)

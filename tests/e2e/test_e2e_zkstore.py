@@ -96,6 +96,9 @@ def test_register_broker_is_ephemeral(
     # The same session registering again (a reconnect) just updates its node.
     a.register_broker(BrokerInfo(1, "http://a2"), wait_s=1)
     assert b.live_brokers()[1] == BrokerInfo(1, "http://a2")
+    # ... with its Kafka listener (issue #19), which other brokers read back.
+    a.register_broker(BrokerInfo(1, "http://a2", ("a", 9092)), wait_s=1)
+    assert b.live_brokers()[1].kafka_listener == ("a", 9092)
     # Another live session holding the id: refused after waiting.
     started = time.monotonic()
     with pytest.raises(KafkaStorageError, match="broker id 1"):

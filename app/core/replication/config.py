@@ -24,6 +24,9 @@ class ReplicaConfig:
     """This broker's id, unique in the cluster."""
     url: str
     """The URL this broker advertises to clients and other brokers."""
+    kafka_listener: tuple[str, int] | None = None
+    """(host, port) of this broker's advertised Kafka listener, published in its broker
+    registration for the other brokers' Metadata answers; None without a Kafka door."""
     zookeeper_session_timeout_ms: int = 6_000
     replica_lag_time_max_ms: int = 10_000
     replica_fetch_wait_max_ms: int = 500

@@ -164,9 +164,8 @@ class ReplicaManager:
 
     async def _register(self) -> None:
         wait_s = 2 * self.settings.zookeeper_session_timeout_ms / 1000 + 5
-        await asyncio.to_thread(
-            self.store.register_broker, BrokerInfo(self.broker_id, self.url), wait_s
-        )
+        info = BrokerInfo(self.broker_id, self.url, self.settings.kafka_listener)
+        await asyncio.to_thread(self.store.register_broker, info, wait_s)
 
     def _soon(self, fn: Callable[..., Any], *args: Any) -> None:
         """From kazoo's thread onto the loop."""

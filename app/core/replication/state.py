@@ -77,15 +77,28 @@ class TopicAssignment:
 
 @dataclass(frozen=True, slots=True)
 class BrokerInfo:
-    """``/brokers/ids/<id>`` (ephemeral): a live broker and where clients reach it."""
+    """``/brokers/ids/<id>`` (ephemeral): a live broker and where clients reach it.
+
+    JSON: ``{"id": 1, "url": "http://h:8080", "kafka_listener": {"host": "h", "port":
+    9092}}``; ``kafka_listener`` (the advertised address of its Kafka door, issue #19) is
+    absent when the broker has none, and a registration written before the field existed
+    parses with ``kafka_listener`` None.
+    """
 
     id: int
     url: str
+    kafka_listener: tuple[str, int] | None = None
 
     def to_json(self) -> bytes:
-        return orjson.dumps({"id": self.id, "url": self.url})
+        raw: dict[str, Any] = {"id": self.id, "url": self.url}
+        if self.kafka_listener is not None:
+            host, port = self.kafka_listener
+            raw["kafka_listener"] = {"host": host, "port": port}
+        return orjson.dumps(raw)
 
     @classmethod
     def from_json(cls, data: bytes) -> BrokerInfo:
         raw: dict[str, Any] = orjson.loads(data)
-        return cls(int(raw["id"]), str(raw["url"]))
+        kafka = raw.get("kafka_listener")
+        listener = None if not kafka else (str(kafka["host"]), int(kafka["port"]))
+        return cls(int(raw["id"]), str(raw["url"]), listener)

@@ -4,7 +4,8 @@ Layout (under the connect string's optional chroot; docs/ARCHITECTURE.md)::
 
     /cluster/id                                   the cluster id, created by the first broker
     /cluster/inter_broker_secret                  32 random bytes, likewise (see auth.py)
-    /brokers/ids/<id>                             EPHEMERAL BrokerInfo: the live brokers
+    /brokers/ids/<id>                             EPHEMERAL BrokerInfo: the live brokers,
+                                                  {"id", "url", "kafka_listener"?}
     /controller                                   EPHEMERAL {"broker_id", "epoch"}
     /controller_epoch                             int, +1 (CAS) per new controller
     /brokers/topics/<topic>                       TopicAssignment

@@ -87,3 +87,23 @@ def test_broker_info_round_trip(broker_id: int, url: str) -> None:
     info = BrokerInfo(broker_id, url)
     assert BrokerInfo.from_json(info.to_json()) == info
     assert orjson.loads(info.to_json()) == {"id": broker_id, "url": url}
+
+
+@given(ids, st.text(max_size=60), st.text(max_size=60), st.integers(0, 65535))
+def test_broker_info_with_a_kafka_listener_round_trip(
+    broker_id: int, url: str, host: str, port: int
+) -> None:
+    info = BrokerInfo(broker_id, url, (host, port))
+    assert BrokerInfo.from_json(info.to_json()) == info
+    assert orjson.loads(info.to_json()) == {
+        "id": broker_id,
+        "url": url,
+        "kafka_listener": {"host": host, "port": port},
+    }
+
+
+def test_a_registration_without_a_kafka_listener_still_parses() -> None:
+    # Written by a broker from before the field (a rolling upgrade), or one with no door.
+    old = BrokerInfo.from_json(b'{"id": 2, "url": "http://b:8080"}')
+    assert old == BrokerInfo(2, "http://b:8080", None)
+    assert b"kafka_listener" not in old.to_json()

@@ -53,3 +53,17 @@ def test_a_network_kafka_listener_needs_the_explicit_opt_in(tmp_path: Path) -> N
         s.check_network_exposure()
     ok = settings(tmp_path, kafka_listener="0.0.0.0:9092", allow_unauthenticated_network=True)
     ok.check_network_exposure()
+
+
+def test_a_cluster_brokers_kafka_listener_needs_a_fixed_port(tmp_path: Path) -> None:
+    # Its port is published in ZooKeeper when the broker registers, before it binds.
+    with pytest.raises(ValueError, match="fixed port"):
+        settings(tmp_path, zookeeper="127.0.0.1:2181", kafka_listener="127.0.0.1:0")
+    assert settings(tmp_path, kafka_listener="127.0.0.1:0").kafka_listener == "127.0.0.1:0"
+    advertised = settings(
+        tmp_path,
+        zookeeper="127.0.0.1:2181",
+        kafka_listener="127.0.0.1:0",
+        kafka_advertised_listener="kafka.example:9092",
+    )
+    assert advertised.kafka_advertised == ("kafka.example", 9092)
