@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import Depends, Request
+from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, HTTPConnection
 
 from app.api.state import AppState
@@ -56,6 +57,15 @@ def serving_coordinator(request: HTTPConnection, attr: str, kind: str) -> Any:
             f"the {kind} coordinator is not serving yet (starting) or stopping"
         )
     return coordinator
+
+
+def take_from_state(app: Starlette, attr: str) -> Any:
+    """``app.state.<attr>`` (None when unset), cleared first: a request arriving while
+    the lifespan stops it finds it gone (:func:`serving_coordinator`'s BrokerNotAvailable)
+    rather than half-stopped."""
+    service = getattr(app.state, attr, None)
+    setattr(app.state, attr, None)
+    return service
 
 
 StateDep = Annotated[AppState, Depends(get_state)]

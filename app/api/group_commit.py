@@ -107,25 +107,6 @@ class GroupCommit:
         # The running drains (the loop keeps only weak references to tasks).
         self._drains: set[asyncio.Task[None]] = set()
 
-    async def append(
-        self,
-        topology: Topology,
-        replica: LeaderReplica,
-        epoch: int,
-        data: bytes,
-        records: int,
-        *,
-        acks_all: bool,
-        off_loop: bool,
-    ) -> AppendInfo:
-        """Append one request's batch (``records`` records, no producer id) together with
-        the other requests for the same partition that join its group; its own offsets,
-        as if it had been appended alone. ``off_loop``: the group is written on a worker
-        thread, and requests arriving meanwhile form the next group."""
-        return await self._future(
-            topology, replica, epoch, data, records, acks_all=acks_all, off_loop=off_loop
-        )
-
     async def append_partitions(
         self,
         topology: Topology,
@@ -145,7 +126,7 @@ class GroupCommit:
         one of its groups was written (or refused).
         """
         futures = [
-            self._future(topology, replica, epoch, data, records, acks_all=False, off_loop=False)
+            self.append(topology, replica, epoch, data, records, acks_all=False, off_loop=False)
             for replica, epoch, data, records in work
         ]
         infos: list[AppendInfo] = []
@@ -168,7 +149,7 @@ class GroupCommit:
             raise error
         return infos
 
-    def _future(
+    def append(
         self,
         topology: Topology,
         replica: LeaderReplica,
@@ -179,8 +160,12 @@ class GroupCommit:
         acks_all: bool,
         off_loop: bool,
     ) -> asyncio.Future[AppendInfo]:
-        """Join the partition's open group (opening one, and scheduling its write, when
-        none is open); the future of this batch's outcome."""
+        """Append one request's batch (``records`` records, no producer id) together with
+        the other requests for the same partition that join its group: the future of its
+        own offsets, as if it had been appended alone (awaited at once by the caller).
+        It joins the partition's open group, opening one and scheduling its write when
+        none is open. ``off_loop``: the group is written on a worker thread, and requests
+        arriving meanwhile form the next group."""
         # The log, not the replica object: a lone broker hands out a new LocalReplica
         # per request. A queued group holds the log, so its id cannot be reused meanwhile.
         key = (id(replica.log), epoch, acks_all, off_loop)

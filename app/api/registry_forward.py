@@ -8,16 +8,19 @@ The request goes out as it came in (method, path, query, body, ``Content-Type``,
 itself) with ``Logbus-Registry-Forwarded: <this broker's id>``; a request that arrives
 with that header is never forwarded again (a leader that moved meanwhile answers
 50001, retriable, rather than bouncing it around). One pooled HTTP client per app.
+
+Known gap: brokers pass no client principal between them, so a client authenticated
+by its TLS certificate alone (no ``Authorization``) is refused at the leader when it
+writes through a follower; it writes at the leader itself.
 """
 
 from __future__ import annotations
-
-import ssl
 
 import httpx
 from starlette.requests import Request
 from starlette.responses import Response
 
+from app.api.inter_broker import InterBrokerHttp
 from app.api.state import AppState
 from app.common.errors import RegistryStoreError
 
@@ -30,17 +33,9 @@ _SLACK_S = 5.0
 class RegistryForwarder:
     def __init__(self, state: AppState) -> None:
         self.state = state
-        self._client: httpx.AsyncClient | None = None
-
-    def _http(self) -> httpx.AsyncClient:
-        if self._client is None:
-            settings = self.state.settings
-            cafile = settings.inter_broker_ca_file or settings.ssl_ca_file
-            verify: ssl.SSLContext | bool = (
-                ssl.create_default_context(cafile=str(cafile)) if cafile is not None else True
-            )
-            self._client = httpx.AsyncClient(verify=verify, follow_redirects=False)
-        return self._client
+        # Verifies the leader as the follower fetchers do, but presents no certificate:
+        # the leader would take this broker's certificate for the client's identity.
+        self._http = InterBrokerHttp(state.settings, present_certificate=False)
 
     async def forward(self, request: Request, leader_url: str | None) -> Response:
         """The leader's answer to ``request``; RegistryStoreError (retriable) when there is
@@ -55,7 +50,7 @@ class RegistryForwarder:
         headers[FORWARDED] = str(self.state.topology.broker_id)
         url = leader_url.rstrip("/") + request.url.path
         try:
-            answer = await self._http().request(
+            answer = await self._http.client().request(
                 request.method,
                 url,
                 params=request.url.query or None,
@@ -74,6 +69,4 @@ class RegistryForwarder:
         )
 
     async def close(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        await self._http.close()

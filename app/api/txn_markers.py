@@ -10,7 +10,7 @@ from urllib.parse import quote
 
 import httpx
 
-from app.api.inter_broker import inter_broker_client
+from app.api.inter_broker import InterBrokerHttp
 from app.api.state import AppState
 from app.common.error_body import error_from_body
 from app.common.errors import NotLeaderOrFollower
@@ -23,17 +23,12 @@ class RemoteMarkerSender:
     """Kafka's WriteTxnMarkers between brokers: a marker for a partition another broker
     leads is sent to that leader's ``POST /topics/{t}/partitions/{p}/markers`` with this
     broker's inter-broker credential (``app/core/replication/auth.py``), over TLS as a
-    follower fetches (:func:`~app.api.inter_broker.inter_broker_client`). One pooled
+    follower fetches (:class:`~app.api.inter_broker.InterBrokerHttp`). One pooled
     HTTP client per broker; an error answer becomes the LogbusError it names."""
 
     def __init__(self, state: AppState) -> None:
         self.state = state
-        self._client: httpx.AsyncClient | None = None
-
-    def _http(self) -> httpx.AsyncClient:
-        if self._client is None:
-            self._client = inter_broker_client(self.state.settings)
-        return self._client
+        self._http = InterBrokerHttp(state.settings)
 
     async def send(
         self, url: str, topic: str, partition: int, marker: TxnMarker, timeout_ms: int
@@ -44,7 +39,7 @@ class RemoteMarkerSender:
         if auth is not None:
             headers[AUTH_HEADER] = auth.token(broker_id)
         try:
-            r = await self._http().post(
+            r = await self._http.client().post(
                 f"{url.rstrip('/')}/topics/{quote(topic, safe='')}/partitions/{partition}/markers",
                 json=marker.as_json(),
                 headers=headers,
@@ -58,6 +53,4 @@ class RemoteMarkerSender:
             raise error_from_body(r.status_code, r.content)
 
     async def close(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        await self._http.close()

@@ -437,6 +437,22 @@ class _CatchingUp:
         return pause
 
 
+def _send_catching_up(call: Call[T], url: str, catching_up: _CatchingUp) -> Route[T]:
+    """``call`` at ``url``, asked again after each pause ``catching_up`` grants (the
+    partition behind ``url`` is catching up: nothing moved, so no attempt is spent);
+    any other error, or the catch-up time being over, raises."""
+    while True:
+        try:
+            result: T = yield _Send(call, url)
+            return result
+        except LogbusError as exc:
+            wait = catching_up.pause(exc)
+            if wait is None:
+                raise
+            log.debug("%s %s at %s: %s; asking again", call.method, call.path, url, exc)
+            yield _Sleep(wait)
+
+
 def leader_route(
     cluster: Cluster,
     tp: TopicPartition,
@@ -455,14 +471,8 @@ def leader_route(
     catching_up = _CatchingUp(backoff_s, catch_up_s)
     while True:
         try:
-            result: T = yield _Send(call, url)
-            return result
+            return (yield from _send_catching_up(call, url, catching_up))
         except LogbusError as exc:
-            wait = catching_up.pause(exc)
-            if wait is not None:
-                log.debug("%s %s at %s: %s; asking again", call.method, call.path, url, exc)
-                yield _Sleep(wait)
-                continue
             attempt += 1
             if attempt == ROUTED_ATTEMPTS or not _leader_retriable(cluster, exc):
                 raise
@@ -490,15 +500,8 @@ def group_route(
         attempt += 1
         url = hint or (yield from coordinator_route(cluster, group))
         try:
-            result: T = yield _Send(call, url)
-            return result
+            return (yield from _send_catching_up(call, url, catching_up))
         except LogbusError as exc:
-            wait = catching_up.pause(exc)
-            if wait is not None:
-                yield _Sleep(wait)
-                attempt -= 1  # the coordinator did not move
-                hint = url
-                continue
             if not _coordinator_retriable(cluster, exc):
                 raise
             hint = _coordinator_moved(cluster, group, url, exc)

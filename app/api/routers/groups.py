@@ -17,7 +17,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, FastAPI, Path, Query, Request
 from starlette.responses import Response
 
-from app.api.deps import serving_coordinator
+from app.api.deps import serving_coordinator, take_from_state
 from app.api.errors import router_error_responses
 from app.api.models import (
     FindCoordinatorRequest,
@@ -110,9 +110,8 @@ async def start_coordinator(app: FastAPI, state: AppState) -> None:
 
 
 async def stop_coordinator(app: FastAPI) -> None:
-    coordinator: GroupCoordinator | None = getattr(app.state, "coordinator", None)
+    coordinator: GroupCoordinator | None = take_from_state(app, "coordinator")
     if coordinator is not None:
-        app.state.coordinator = None
         await coordinator.stop()
 
 

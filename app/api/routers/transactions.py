@@ -39,7 +39,7 @@ from starlette.responses import Response
 
 from app.api import openapi_docs as docs
 from app.api.codec import BodyInvalid
-from app.api.deps import StateDep, read_body, serving_coordinator
+from app.api.deps import StateDep, read_body, serving_coordinator, take_from_state
 from app.api.errors import error_example, router_error_responses
 from app.api.models import ProduceResponse, StrictBody
 from app.api.openapi_docs import DocumentedRoute
@@ -221,13 +221,11 @@ async def start_coordinator(app: FastAPI, state: AppState) -> None:
 
 
 async def stop_coordinator(app: FastAPI) -> None:
-    coordinator: TransactionCoordinator | None = getattr(app.state, "txn_coordinator", None)
+    coordinator: TransactionCoordinator | None = take_from_state(app, "txn_coordinator")
     if coordinator is not None:
-        app.state.txn_coordinator = None
         await coordinator.stop()
-    sender: RemoteMarkerSender | None = getattr(app.state, "txn_marker_sender", None)
+    sender: RemoteMarkerSender | None = take_from_state(app, "txn_marker_sender")
     if sender is not None:
-        app.state.txn_marker_sender = None
         await sender.close()
 
 

@@ -65,8 +65,8 @@ def mutual_tls_listener(pem: dict[str, Path]) -> Iterator[str]:
         assert not thread.is_alive()
 
 
-async def _status(settings: Settings, url: str) -> int:
-    async with inter_broker_client(settings) as client:
+async def _status(settings: Settings, url: str, *, present_certificate: bool = True) -> int:
+    async with inter_broker_client(settings, present_certificate=present_certificate) as client:
         return (await client.get(url, timeout=10)).status_code
 
 
@@ -91,3 +91,19 @@ def test_without_a_certificate_the_listener_refuses(
     # read, as httpx's error or (at times) the ssl module's own.
     with pytest.raises((httpx.HTTPError, ssl.SSLError)):
         asyncio.run(_status(settings, mutual_tls_listener))
+
+
+def test_a_call_on_a_clients_behalf_presents_no_certificate(
+    tmp_path: Path, pem: dict[str, Path], mutual_tls_listener: str
+) -> None:
+    # The registry forwarder's client (app/api/registry_forward.py): the leader would take
+    # this broker's certificate for the forwarded client's identity, so none is presented
+    # although the broker has one.
+    settings = Settings(
+        data_dir=tmp_path,
+        ssl_certfile=pem["cert"],
+        ssl_keyfile=pem["key"],
+        inter_broker_ca_file=pem["ca"],
+    )
+    with pytest.raises((httpx.HTTPError, ssl.SSLError)):
+        asyncio.run(_status(settings, mutual_tls_listener, present_certificate=False))
