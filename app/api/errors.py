@@ -32,6 +32,7 @@ from starlette.responses import Response
 
 from app.api import limits
 from app.common import errors as core
+from app.common import schema_errors as registry
 
 log = logging.getLogger(__name__)
 
@@ -75,25 +76,25 @@ STATUS_BY_ERROR: tuple[tuple[type[core.LogbusError], int], ...] = (
     (core.UnsupportedCompressionType, 400),
     # The schema registry's errors: its routes answer Confluent's bodies
     # (app/api/registry_errors.py); met elsewhere, each is the status of its Confluent code.
-    (core.SubjectNotFound, 404),
-    (core.VersionNotFound, 404),
-    (core.SchemaNotFound, 404),
-    (core.SubjectSoftDeleted, 404),
-    (core.SubjectNotSoftDeleted, 404),
-    (core.VersionSoftDeleted, 404),
-    (core.VersionNotSoftDeleted, 404),
-    (core.SubjectCompatibilityNotConfigured, 404),
-    (core.SubjectModeNotConfigured, 404),
-    (core.IncompatibleSchema, 409),
-    (core.InvalidSchemaVersion, 422),
-    (core.InvalidCompatibilityLevel, 422),
-    (core.InvalidMode, 422),
-    (core.OperationNotPermitted, 422),
-    (core.ReferenceExists, 422),
-    (core.SchemaTooLarge, 422),
-    (core.RegistryNotLeader, 503),
-    (core.RegistryStoreError, 503),
-    (core.SchemaRegistryError, 503),
+    (registry.SubjectNotFound, 404),
+    (registry.VersionNotFound, 404),
+    (registry.SchemaNotFound, 404),
+    (registry.SubjectSoftDeleted, 404),
+    (registry.SubjectNotSoftDeleted, 404),
+    (registry.VersionSoftDeleted, 404),
+    (registry.VersionNotSoftDeleted, 404),
+    (registry.SubjectCompatibilityNotConfigured, 404),
+    (registry.SubjectModeNotConfigured, 404),
+    (registry.IncompatibleSchema, 409),
+    (registry.InvalidSchemaVersion, 422),
+    (registry.InvalidCompatibilityLevel, 422),
+    (registry.InvalidMode, 422),
+    (registry.OperationNotPermitted, 422),
+    (registry.ReferenceExists, 422),
+    (registry.SchemaTooLarge, 422),
+    (registry.RegistryNotLeader, 503),
+    (registry.RegistryStoreError, 503),
+    (registry.SchemaRegistryError, 503),
 )
 
 

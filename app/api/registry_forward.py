@@ -22,7 +22,7 @@ from starlette.responses import Response
 
 from app.api.inter_broker import InterBrokerHttp
 from app.api.state import AppState
-from app.common.errors import RegistryStoreError
+from app.common.schema_errors import RegistryStoreError
 
 FORWARDED = "logbus-registry-forwarded"
 _PASSED = ("content-type", "accept", "authorization")

@@ -7,7 +7,7 @@ committed records). Writes run on the ``_schemas`` leader only, one at a time (a
 catch the store up to the log end, decide against it, append the records (acks=all),
 wait until every in-sync replica holds them, and apply them to the store by reading
 them back, so the store only ever changes by replaying the log. Anywhere else a write
-raises :class:`~app.common.errors.RegistryNotLeader` naming the leader, and the
+raises :class:`~app.common.schema_errors.RegistryNotLeader` naming the leader, and the
 transport forwards the request there (Confluent's clients do not follow redirects).
 
 Read-your-writes across brokers. A write is answered once every in-sync replica holds
@@ -22,7 +22,7 @@ through any broker:
   the leader, whose store holds every answered write;
 * **questions about the current state** (``latest``, the lists of subjects and
   versions, a lookup, compatibility checks, config and mode, ``referencedby``) are
-  asked of the leader by a follower (:class:`~app.common.errors.RegistryNotLeader`
+  asked of the leader by a follower (:class:`~app.common.schema_errors.RegistryNotLeader`
   from a read), as writes are.
 
 Alone, or on the leader, everything is answered here.
@@ -49,20 +49,17 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from app.common import schemas
-from app.common.errors import (
+from app.common.errors import LogbusError, NotEnoughReplicas, NotLeaderOrFollower, RequestTimedOut
+from app.common.schema_errors import (
     IncompatibleSchema,
     InvalidCompatibilityLevel,
     InvalidMode,
     InvalidSchema,
     InvalidSchemaVersion,
-    LogbusError,
-    NotEnoughReplicas,
-    NotLeaderOrFollower,
     OperationNotPermitted,
     ReferenceExists,
     RegistryNotLeader,
     RegistryStoreError,
-    RequestTimedOut,
     SchemaNotFound,
     SchemaTooLarge,
     SubjectCompatibilityNotConfigured,

@@ -35,7 +35,7 @@ from app.api.registry_errors import MEDIA_TYPE, MEDIA_TYPES, error_docs, example
 from app.api.registry_forward import RegistryForwarder
 from app.api.state import AppState
 from app.common import schemas
-from app.common.errors import (
+from app.common.schema_errors import (
     RegistryNotLeader,
     SchemaNotFound,
     SubjectNotFound,

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from app.common.errors import InvalidSchema
+from app.common.schema_errors import InvalidSchema
 from app.common.schemas.types import (
     COMPATIBILITY_LEVELS,
     LIMITS,

@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from app.common.errors import InvalidSchema, RecordInvalid
+from app.common.schema_errors import InvalidSchema, RecordInvalid
 from app.common.schemas._util import flatten_references, load_json
 from app.common.schemas.types import LIMITS, Codec, ResolvedReference
 

@@ -25,7 +25,7 @@ import sys
 import tempfile
 from typing import Any
 
-from app.common.errors import InvalidSchema, RecordInvalid
+from app.common.schema_errors import InvalidSchema, RecordInvalid
 from app.common.schemas._util import check_depth, check_size, flatten_references
 from app.common.schemas.types import LIMITS, Codec, ResolvedReference
 

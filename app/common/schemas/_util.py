@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from app.common.errors import InvalidSchema
+from app.common.schema_errors import InvalidSchema
 from app.common.schemas.types import LIMITS, ResolvedReference
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.common.errors import NotSchemaFramed
+from app.common.schema_errors import NotSchemaFramed
 from app.common.schemas.types import Codec, ParsedSchema
 
 MAGIC = 0

@@ -16,6 +16,7 @@ from kio.serial import entity_writer
 from kio.static.primitive import i32
 
 import app.common.errors as errors
+import app.common.schema_errors as schema_errors
 from app.core.log.fileslice import FileSlice, SegmentFile
 from app.kafka.encode import SlicedRecords, build, encode_response, error_code
 
@@ -84,7 +85,7 @@ def test_every_error_of_the_error_tree_has_its_kafka_code() -> None:
         c
         for c in _subclasses(errors.LogbusError)
         if not c.__module__.startswith("app.client")
-        and not issubclass(c, errors.SchemaRegistryError)
+        and not issubclass(c, schema_errors.SchemaRegistryError)
     ]
     assert len(tree) > 20
     for cls in tree:

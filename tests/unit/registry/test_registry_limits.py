@@ -12,11 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from app.common.errors import (
-    InvalidSchema,
-    OperationNotPermitted,
-    SchemaTooLarge,
-)
+from app.common.schema_errors import InvalidSchema, OperationNotPermitted, SchemaTooLarge
 from app.core.local_topology import LocalTopology
 from app.core.log import LogManager
 from app.registry.config import RegistryConfig

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.common import schemas
-from app.common.errors import InvalidSchema
+from app.common.schema_errors import InvalidSchema
 
 
 def _distinct(rows: list[tuple[str, str, str, bool, str]]) -> list[str]:

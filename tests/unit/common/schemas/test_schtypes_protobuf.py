@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.common import schemas
-from app.common.errors import InvalidSchema, RecordInvalid
+from app.common.schema_errors import InvalidSchema, RecordInvalid
 from app.common.schemas import ResolvedReference, wire
 
 ORDER = """
