@@ -119,8 +119,19 @@ class UnsupportedMediaType(core.InvalidRequest):
         )
 
 
+class RecordRefused(core.InvalidRecord):
+    """A record of a typed produce (``value_format`` avro, jsonschema, protobuf) that does
+    not match its schema: the whole request is refused (422), nothing of it written."""
+
+    def __init__(self, index: int, field: str, path: str, reason: str) -> None:
+        super().__init__(
+            f"body.records.{index}.{field}: {reason}", index=index, field=field, path=path
+        )
+
+
 API_STATUS: tuple[tuple[type[core.LogbusError], int], ...] = (
     (NotAcceptable, 406),
+    (RecordRefused, 422),
     (UnsupportedMediaType, 415),
     # The listener's limits (app/api/limits.py), answered before a request reaches the app.
     (limits.ConnectionQuotaExceeded, 429),

@@ -21,7 +21,7 @@ import orjson
 from pydantic import ValidationError
 
 from app.api.codec import BodyInvalid
-from app.api.models import INT_MAX, LONG_MAX, Header, ProduceRequest
+from app.api.models import INT_MAX, LONG_MAX, TYPED_FORMATS, Header, ProduceRequest
 
 FORMATS = frozenset(("json", "string", "binary"))
 _BODY_FIELDS = frozenset(("records", "key_format", "value_format"))
@@ -39,10 +39,27 @@ Headers = dict[str, str | None] | list[dict[str, Any]] | list[Header] | None
 ParsedRecord = tuple[Any, Any, Headers, int | None, int | None]
 
 
+class SchemaRef(NamedTuple):
+    """Which registered schema a typed format encodes with: an id, or a subject and its
+    version (None: the latest)."""
+
+    schema_id: int | None
+    subject: str | None
+    version: int | None
+
+
 class ParsedProduce(NamedTuple):
     records: list[ParsedRecord]
     key_format: str
     value_format: str
+    # Typed formats only (avro, jsonschema, protobuf: app/api/typed.py); such a body always
+    # comes through the model (the fast check knows only the untyped formats).
+    key_schema: SchemaRef | None = None
+    value_schema: SchemaRef | None = None
+
+    @property
+    def typed(self) -> bool:
+        return self.key_schema is not None or self.value_schema is not None
 
 
 def _headers_ok(headers: Any) -> bool:
@@ -107,10 +124,17 @@ def _fast(obj: Any) -> ParsedProduce | None:
 
 
 def _from_model(req: ProduceRequest) -> ParsedProduce:
+    key_schema = value_schema = None
+    if req.key_format in TYPED_FORMATS:
+        key_schema = SchemaRef(req.key_schema_id, req.key_subject, req.key_schema_version)
+    if req.value_format in TYPED_FORMATS:
+        value_schema = SchemaRef(req.value_schema_id, req.value_subject, req.value_schema_version)
     return ParsedProduce(
         [(r.key, r.value, r.headers, r.partition, r.timestamp) for r in req.records],
         req.key_format,
         req.value_format,
+        key_schema,
+        value_schema,
     )
 
 

@@ -356,6 +356,13 @@ class SchemaRegistry:
             return stored
         return dataclasses.replace(stored, schema=serialized())
 
+    def version_of_records(self, subject: str, version: int | None) -> Registered:
+        """A subject's version (None: the newest live one) for typed records, read from this
+        broker's replica without asking the ``_schemas`` leader (a produce must not wait on
+        another broker; a schema registered a moment ago elsewhere may not be here yet, as
+        with any replica). 40401/40402 as :meth:`get_version`."""
+        return self._get_version(self._read(), subject, LATEST if version is None else version)
+
     def max_id(self) -> int:
         return self._read(current=True).max_id
 

@@ -26,6 +26,7 @@ from fastapi import APIRouter, Path, Query, Request
 from starlette.responses import Response
 
 from app.api import openapi_docs as docs
+from app.api import typed
 from app.api.codec import ENCODERS, BodyInvalid, FormatError, encode_headers
 from app.api.deps import ManagerDep, StateDep, read_body, read_body_mutable
 from app.api.errors import error_responses, producer_conflict_doc
@@ -377,6 +378,8 @@ async def _produce(
     required_acks = parse_acks(acks)
     body = await read_body(request, state.settings.max_request_bytes)
     req = parse_produce_body(body)
+    if req.typed:  # avro, jsonschema, protobuf (app/api/typed.py): framed, all or none
+        req = typed.encode_request(typed.schema_cache(request), req)
     offsets = await append_json_records(
         state, manager, topic, req, timeout_ms, fixed_partition, required_acks=required_acks
     )
