@@ -309,3 +309,44 @@ def test_a_typed_fetch_of_other_records_gives_per_record_errors(http: httpx.Clie
     assert "JSON" in got[2]["value_error"]["message"]
     assert "decode" in got[3]["value_error"]["message"]
     assert got[4]["value"] is None and "value_error" not in got[4]  # a tombstone
+
+
+def test_a_large_typed_fetch_rendered_off_the_loop(
+    http: httpx.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over INLINE_WORK_BYTES the answer is rendered on a worker thread: an id met there
+    for the first time (the records came as raw batches, so no typed produce cached it) is
+    looked up through the event loop, and every record decodes."""
+    from app.api.typed import SchemaCache
+    from app.api.util import INLINE_WORK_BYTES
+    from app.common.schemas import parse, wire
+
+    asked: list[int] = []
+    load_async = SchemaCache._load_async
+
+    async def counted(self: SchemaCache, schema_id: int) -> Any:
+        asked.append(schema_id)
+        return await load_async(self, schema_id)
+
+    monkeypatch.setattr(SchemaCache, "_load_async", counted)
+
+    schema_id = register(http, "big-value", ORDER)
+    parsed = parse("AVRO", ORDER)
+    item = "x" * 1000
+    count = INLINE_WORK_BYTES // 1000 + 50
+    values = [
+        wire.encode(parsed, schema_id, {"id": i, "item": item, "ship": {"zip": "1"}, "raw": None})
+        for i in range(count)
+    ]
+    assert http.post("/topics", json={"name": "big", "partitions": 1}).status_code == 201
+    r = http.post(
+        "/topics/big/partitions/0/batches",
+        content=build_batch([(None, v) for v in values]),
+        headers={"Content-Type": "application/octet-stream"},
+    )
+    assert r.status_code == 200, r.text
+    got = fetch(http, "big", value_format="avro", max_bytes=4 * INLINE_WORK_BYTES)
+    assert len(got) == count
+    assert [g["value"]["id"] for g in got] == list(range(count))
+    assert all("value_error" not in g for g in got)
+    assert asked == [schema_id]  # looked up once, from the worker thread through the loop
