@@ -350,3 +350,58 @@ def test_a_large_typed_fetch_rendered_off_the_loop(
     assert [g["value"]["id"] for g in got] == list(range(count))
     assert all("value_error" not in g for g in got)
     assert asked == [schema_id]  # looked up once, from the worker thread through the loop
+
+
+def test_websocket_produce_and_subscribe_take_typed_formats(tmp_path: Path) -> None:
+    """WS /ws/produce takes the HTTP produce's typed fields (a bad record refused whole,
+    with its index); WS /ws/subscribe decodes as the typed HTTP fetch does."""
+    from fastapi.testclient import TestClient
+
+    from app.api.app import create_app
+    from app.config import Settings
+
+    settings = Settings(data_dir=tmp_path / "data", num_partitions=1)
+    with TestClient(create_app(settings)) as c:
+        r = c.post(
+            "/schema-registry/subjects/orders-value/versions",
+            json={"schema": ORDER},
+            headers={"Content-Type": "application/vnd.schemaregistry.v1+json"},
+        )
+        assert r.status_code == 200, r.text
+        good = {"id": 1, "item": "pen", "ship": {"zip": "1"}, "raw": None}
+        with c.websocket_connect("/ws/produce") as ws:
+            typed_fields = {"value_format": "avro", "value_subject": "orders-value"}
+            ws.send_json({"type": "produce", "topic": "orders", "records": [{"value": good}]})
+            assert ws.receive_json()["type"] == "ack"  # untyped, as before
+            ws.send_json(
+                {"type": "produce", "topic": "orders", "records": [{"value": good}], **typed_fields}
+            )
+            assert ws.receive_json()["type"] == "ack"
+            ws.send_json(
+                {
+                    "type": "produce",
+                    "topic": "orders",
+                    "records": [{"value": good}, {"value": {"id": "x"}}],
+                    **typed_fields,
+                }
+            )
+            refused = ws.receive_json()
+            assert refused["error_code"] == "INVALID_RECORD" and refused["index"] == 1, refused
+        with c.websocket_connect("/ws/subscribe") as ws:
+            ws.send_json(
+                {
+                    "type": "subscribe",
+                    "topics": ["orders"],
+                    "start": "earliest",
+                    "value_format": "avro",
+                    "credit": {"records": 10},
+                }
+            )
+            assert ws.receive_json()["type"] == "subscribed"
+            got: list[dict[str, Any]] = []
+            while len(got) < 2:
+                frame = ws.receive_json()
+                if frame["type"] == "records":
+                    got.extend(frame["records"])
+        assert got[0]["value"] is None and "value_error" in got[0]  # the untyped record
+        assert got[1]["value"] == good and "value_error" not in got[1]
