@@ -454,6 +454,24 @@ def router_error_responses(
 
 
 ERROR_DOCS: dict[int, dict[str, Any]] = {
+    422: _doc(
+        "A record of a typed produce (`value_format` or `key_format` avro, jsonschema, "
+        "protobuf) does not match its schema: the whole request is refused and nothing of it "
+        "is written. `index` is the record's place in `records`, `field` key or value, "
+        "`path` the field inside it.",
+        (
+            "INVALID_RECORD",
+            {
+                "error_code": "INVALID_RECORD",
+                "message": "body.records.2.value: record does not match its schema: at "
+                "ship.zip: 75001 (int) is not a valid string",
+                "retriable": False,
+                "index": 2,
+                "field": "value",
+                "path": "ship.zip",
+            },
+        ),
+    ),
     400: _doc(
         "Bad input: malformed JSON, a wrong type, bad base64, an invalid topic name or config, "
         "a corrupt or truncated record batch.",

@@ -389,6 +389,8 @@ async def _produce(
 
 
 _PRODUCE_ERRORS = error_responses(307, 400, 404, 413, 421, 503, 504)
+# 422: a typed record (avro, jsonschema, protobuf) that does not match its schema.
+_JSON_PRODUCE_ERRORS = {**_PRODUCE_ERRORS, **error_responses(422)}
 _ACKS_0: dict[int | str, dict[str, Any]] = {204: {"description": "Appended (acks=0): no body."}}
 _Endpoint = TypeVar("_Endpoint", bound=Callable[..., Any])
 
@@ -402,7 +404,7 @@ def _json_produce(
         summary=summary,
         description=description,
         response_model=ProduceResponse,
-        responses={**_PRODUCE_ERRORS, **_ACKS_0},
+        responses={**_JSON_PRODUCE_ERRORS, **_ACKS_0},
         openapi_extra=docs.json_request_body("ProduceRequest", examples),
     )
 
