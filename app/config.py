@@ -567,6 +567,12 @@ class Settings(BaseSettings):
         ge=1,
         description="How long a registry write waits for the in-sync replicas of _schemas.",
     )
+    typed_records_schema_cache: int = Field(
+        default=1_000,
+        ge=1,
+        description="Parsed schemas (by id) kept for typed HTTP produce and fetch "
+        "(value_format avro/jsonschema/protobuf); an id's schema never changes.",
+    )
 
     @field_validator("authentication")
     @classmethod

@@ -69,6 +69,7 @@ def collect(quick: bool) -> dict[str, Any]:
     _section("spark_sink", lambda: _spark_sink(quick), results)
     _section("schemas", lambda: _schemas(quick), results)
     _section("schema_registry", lambda: _schema_registry(quick), results)
+    _section("typed_records", lambda: _typed_records(quick), results)
     return results
 
 
@@ -128,6 +129,13 @@ def _schema_registry(quick: bool) -> dict[str, Any]:
     return schema_registry.run(rounds=1 if quick else 3)
 
 
+def _typed_records(quick: bool) -> dict[str, Any]:
+    """Typed Avro HTTP JSON produce and fetch records/s against untyped JSON, same run."""
+    from bench import typed_records
+
+    return typed_records.run(rounds=1 if quick else 3)
+
+
 def _robustness(quick: bool) -> dict[str, Any]:
     from bench import robustness
 
@@ -181,6 +189,7 @@ SECTIONS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "kafka_protocol": _kafka_protocol,
     "kafka_door": _kafka_door,
     "schema_registry": _schema_registry,
+    "typed_records": _typed_records,
 }
 
 

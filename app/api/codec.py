@@ -99,10 +99,19 @@ def _encode_binary(value: Any) -> bytes | None:
         raise FormatError(f"invalid base64: {exc} (format binary)") from None
 
 
+def _framed(value: Any) -> Any:
+    return value
+
+
+# Internal, never a request's format: bytes framed by app/api/typed.py (produce), and the
+# raw bytes that typed.py decodes after the walk (fetch).
+FRAMED = "framed"
+
 ENCODERS: dict[str, Encoder] = {
     "json": _encode_json,
     "string": _encode_string,
     "binary": _encode_binary,
+    FRAMED: _framed,
 }
 
 
@@ -127,6 +136,7 @@ DECODERS: dict[str, Decoder] = {
     "json": _decode_json,
     "string": _decode_string,
     "binary": _decode_binary,
+    FRAMED: _framed,
 }
 
 

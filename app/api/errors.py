@@ -120,8 +120,19 @@ class UnsupportedMediaType(core.InvalidRequest):
         )
 
 
+class RecordRefused(core.InvalidRecord):
+    """A record of a typed produce (``value_format`` avro, jsonschema, protobuf) that does
+    not match its schema: the whole request is refused (422), nothing of it written."""
+
+    def __init__(self, index: int, field: str, path: str, reason: str) -> None:
+        super().__init__(
+            f"body.records.{index}.{field}: {reason}", index=index, field=field, path=path
+        )
+
+
 API_STATUS: tuple[tuple[type[core.LogbusError], int], ...] = (
     (NotAcceptable, 406),
+    (RecordRefused, 422),
     (UnsupportedMediaType, 415),
     # The listener's limits (app/api/limits.py), answered before a request reaches the app.
     (limits.ConnectionQuotaExceeded, 429),
@@ -444,6 +455,24 @@ def router_error_responses(
 
 
 ERROR_DOCS: dict[int, dict[str, Any]] = {
+    422: _doc(
+        "A record of a typed produce (`value_format` or `key_format` avro, jsonschema, "
+        "protobuf) does not match its schema: the whole request is refused and nothing of it "
+        "is written. `index` is the record's place in `records`, `field` key or value, "
+        "`path` the field inside it.",
+        (
+            "INVALID_RECORD",
+            {
+                "error_code": "INVALID_RECORD",
+                "message": "body.records.2.value: record does not match its schema: at "
+                "ship.zip: 75001 (int) is not a valid string",
+                "retriable": False,
+                "index": 2,
+                "field": "value",
+                "path": "ship.zip",
+            },
+        ),
+    ),
     400: _doc(
         "Bad input: malformed JSON, a wrong type, bad base64, an invalid topic name or config, "
         "a corrupt or truncated record batch.",

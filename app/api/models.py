@@ -17,11 +17,16 @@ from pydantic import (
     ValidationError,
     ValidatorFunctionWrapHandler,
     field_validator,
+    model_validator,
 )
 
 from app.core.log.manager import MAX_TOPIC_NAME_LENGTH
 
 Format = Literal["json", "string", "binary"]
+# The formats of HTTP JSON produce and fetch: Format, and the schema-typed ones (records in
+# Confluent's wire format, schemas from the registry: app/api/typed.py).
+RecordFormat = Literal["json", "string", "binary", "avro", "jsonschema", "protobuf"]
+TYPED_FORMATS = ("avro", "jsonschema", "protobuf")
 
 # Kafka's wire types (int16 epochs, int32 partitions, int64 ids, offsets, timestamps).
 # Kept here rather than imported from app.api.util, which imports the routers' world.
@@ -34,6 +39,12 @@ FORMAT_DOC = (
     "as UTF-8; `binary`: base64 (standard alphabet) of the bytes. JSON `null` always means "
     "no key / no value (a tombstone), whatever the format."
 )
+TYPED_FORMAT_DOC = (
+    " `avro`, `jsonschema`, `protobuf`: a JSON value validated against a registered schema "
+    "(`*_schema_id`, or `*_subject` and `*_schema_version`) and stored in Confluent's wire "
+    "format (magic byte 0, the 4-byte schema id, the payload)."
+)
+SCHEMA_ID_MAX = INT_MAX
 
 
 class StrictBody(BaseModel):
@@ -93,8 +104,60 @@ class ProduceRecord(StrictBody):
 
 class ProduceRequest(StrictBody):
     records: list[ProduceRecord] = Field(min_length=1, description="One or more records.")
-    key_format: Format = Field(default="json", description=FORMAT_DOC)
-    value_format: Format = Field(default="json", description=FORMAT_DOC)
+    key_format: RecordFormat = Field(default="json", description=FORMAT_DOC + TYPED_FORMAT_DOC)
+    value_format: RecordFormat = Field(default="json", description=FORMAT_DOC + TYPED_FORMAT_DOC)
+    key_schema_id: int | None = Field(
+        default=None, ge=0, le=SCHEMA_ID_MAX, description="Typed `key_format`: the schema id."
+    )
+    key_subject: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=255,
+        description="Typed `key_format`: the subject whose version encodes the keys.",
+    )
+    key_schema_version: int | None = Field(
+        default=None,
+        ge=1,
+        le=SCHEMA_ID_MAX,
+        description="With `key_subject`: the version (default: the latest).",
+    )
+    value_schema_id: int | None = Field(
+        default=None, ge=0, le=SCHEMA_ID_MAX, description="Typed `value_format`: the schema id."
+    )
+    value_subject: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=255,
+        description="Typed `value_format`: the subject whose version encodes the values "
+        "(e.g. `orders-value`).",
+    )
+    value_schema_version: int | None = Field(
+        default=None,
+        ge=1,
+        le=SCHEMA_ID_MAX,
+        description="With `value_subject`: the version (default: the latest).",
+    )
+
+    @model_validator(mode="after")
+    def _schema_fields_match_formats(self) -> ProduceRequest:
+        for side in ("key", "value"):
+            typed = getattr(self, f"{side}_format") in TYPED_FORMATS
+            schema_id = getattr(self, f"{side}_schema_id")
+            subject = getattr(self, f"{side}_subject")
+            version = getattr(self, f"{side}_schema_version")
+            if not typed and (schema_id is not None or subject is not None or version is not None):
+                raise ValueError(
+                    f"{side}_schema_id, {side}_subject and {side}_schema_version go with a "
+                    f"typed {side}_format (avro, jsonschema, protobuf)"
+                )
+            if typed and (schema_id is None) == (subject is None):
+                raise ValueError(
+                    f"{side}_format {getattr(self, f'{side}_format')} needs exactly one of "
+                    f"{side}_schema_id and {side}_subject"
+                )
+            if version is not None and subject is None:
+                raise ValueError(f"{side}_schema_version goes with {side}_subject")
+        return self
 
     model_config = ConfigDict(
         strict=True,

@@ -21,13 +21,20 @@ import orjson
 from pydantic import ValidationError
 
 from app.api.codec import BodyInvalid
-from app.api.models import INT_MAX, LONG_MAX, Header, ProduceRequest
+from app.api.models import INT_MAX, LONG_MAX, TYPED_FORMATS, Header, ProduceRequest
 
 FORMATS = frozenset(("json", "string", "binary"))
 _BODY_FIELDS = frozenset(("records", "key_format", "value_format"))
 _RECORD_FIELDS = frozenset(("key", "value", "headers", "partition", "timestamp"))
 _HEADER_FIELDS = frozenset(("key", "value"))
 _PLAIN_FIELDS = frozenset(("key", "value"))
+_ALL_FORMATS = FORMATS | frozenset(TYPED_FORMATS)
+_TYPED_BODY_FIELDS = _BODY_FIELDS | frozenset(
+    f"{side}_{name}"
+    for side in ("key", "value")
+    for name in ("schema_id", "subject", "schema_version")
+)
+_MAX_SUBJECT = 255  # ProduceRequest's *_subject max_length
 
 # Headers stay in their JSON shape (a dict, or a list of {"key", "value"} dicts)
 # and are turned into bytes by the produce loop.
@@ -39,10 +46,27 @@ Headers = dict[str, str | None] | list[dict[str, Any]] | list[Header] | None
 ParsedRecord = tuple[Any, Any, Headers, int | None, int | None]
 
 
+class SchemaRef(NamedTuple):
+    """Which registered schema a typed format encodes with: an id, or a subject and its
+    version (None: the latest)."""
+
+    schema_id: int | None
+    subject: str | None
+    version: int | None
+
+
 class ParsedProduce(NamedTuple):
     records: list[ParsedRecord]
     key_format: str
     value_format: str
+    # Typed formats only (avro, jsonschema, protobuf: app/api/typed.py); such a body always
+    # comes through the model (the fast check knows only the untyped formats).
+    key_schema: SchemaRef | None = None
+    value_schema: SchemaRef | None = None
+
+    @property
+    def typed(self) -> bool:
+        return self.key_schema is not None or self.value_schema is not None
 
 
 def _headers_ok(headers: Any) -> bool:
@@ -63,7 +87,7 @@ def _headers_ok(headers: Any) -> bool:
     return False
 
 
-def _fast(obj: Any) -> ParsedProduce | None:
+def _fast(obj: Any, formats: frozenset[str] = FORMATS) -> ParsedProduce | None:
     """The parsed body, or None when the model must judge it."""
     if type(obj) is not dict or not obj.keys() <= _BODY_FIELDS:
         return None
@@ -72,7 +96,7 @@ def _fast(obj: Any) -> ParsedProduce | None:
     # type() first: a list or dict here is unhashable and would raise on `in`.
     if type(key_format) is not str or type(value_format) is not str:
         return None
-    if key_format not in FORMATS or value_format not in FORMATS:
+    if key_format not in formats or value_format not in formats:
         return None
     raw = obj.get("records")
     if type(raw) is not list or not raw:
@@ -106,11 +130,58 @@ def _fast(obj: Any) -> ParsedProduce | None:
     return ParsedProduce(records, key_format, value_format)
 
 
+def _schema_ref(obj: dict[str, Any], side: str) -> SchemaRef | bool | None:
+    """A typed side's schema fields as the model would take them: the ref, None for an
+    untyped side without schema fields, False for anything the model must judge."""
+    schema_id = obj.get(f"{side}_schema_id")
+    subject = obj.get(f"{side}_subject")
+    version = obj.get(f"{side}_schema_version")
+    if obj.get(f"{side}_format", "json") not in TYPED_FORMATS:
+        return None if schema_id is None and subject is None and version is None else False
+    if schema_id is not None:
+        if subject is not None or version is not None:
+            return False
+        if type(schema_id) is not int or not 0 <= schema_id <= INT_MAX:
+            return False
+        return SchemaRef(schema_id, None, None)
+    if type(subject) is not str or not 1 <= len(subject) <= _MAX_SUBJECT:
+        return False
+    if version is not None and (type(version) is not int or not 1 <= version <= INT_MAX):
+        return False
+    return SchemaRef(None, subject, version)
+
+
+def _fast_typed(obj: Any) -> ParsedProduce | None:
+    """:func:`_fast` for a body with a typed format (avro, jsonschema, protobuf) and its
+    schema fields; None when the model must judge it. Only bad input and typed bodies
+    come here, never the untyped fast path."""
+    if type(obj) is not dict or not obj.keys() <= _TYPED_BODY_FIELDS:
+        return None
+    key = _schema_ref(obj, "key")
+    value = _schema_ref(obj, "value")
+    if key is False or value is False or (key is None and value is None):
+        return None
+    parsed = _fast({k: v for k, v in obj.items() if k in _BODY_FIELDS}, _ALL_FORMATS)
+    if parsed is None:
+        return None
+    return parsed._replace(
+        key_schema=key if isinstance(key, SchemaRef) else None,
+        value_schema=value if isinstance(value, SchemaRef) else None,
+    )
+
+
 def _from_model(req: ProduceRequest) -> ParsedProduce:
+    key_schema = value_schema = None
+    if req.key_format in TYPED_FORMATS:
+        key_schema = SchemaRef(req.key_schema_id, req.key_subject, req.key_schema_version)
+    if req.value_format in TYPED_FORMATS:
+        value_schema = SchemaRef(req.value_schema_id, req.value_subject, req.value_schema_version)
     return ParsedProduce(
         [(r.key, r.value, r.headers, r.partition, r.timestamp) for r in req.records],
         req.key_format,
         req.value_format,
+        key_schema,
+        value_schema,
     )
 
 
@@ -122,6 +193,9 @@ def parse_produce_body(body: bytes) -> ParsedProduce:
     parsed = _fast(obj)
     if parsed is not None:
         return parsed
+    parsed = _fast_typed(obj)
+    if parsed is not None:
+        return parsed
     try:
         return _from_model(ProduceRequest.model_validate_json(body))
     except ValidationError as exc:
@@ -130,7 +204,7 @@ def parse_produce_body(body: bytes) -> ParsedProduce:
 
 def parse_produce_object(obj: Any, where: str = "body") -> ParsedProduce:
     """Like :func:`parse_produce_body` for a body already parsed (a WebSocket message)."""
-    parsed = _fast(obj)
+    parsed = _fast(obj) or _fast_typed(obj)
     if parsed is not None:
         return parsed
     # Bad input only: judged by the model in JSON mode, exactly as an HTTP body would be.

@@ -44,6 +44,7 @@ Concurrency: event loop only.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -333,6 +334,31 @@ class SchemaRegistry:
         if stored is None:
             raise SchemaNotFound(f"Schema {schema_id} not found", id=schema_id)
         return stored
+
+    def parsed(self, stored: StoredSchema) -> schemas.ParsedSchema:
+        """``stored`` parsed with its references (cached by content, as every parse here):
+        what typed records encode and decode with."""
+        return self._parsed_of(self._read(), stored)
+
+    def formatted(self, stored: StoredSchema, fmt: str | None) -> StoredSchema:
+        """``stored`` in the ``format`` a reader asked for (Confluent's query parameter):
+        ``serialized`` gives a PROTOBUF schema as its base64 FileDescriptorProto (what
+        confluent-kafka's Protobuf serializer and deserializer ask for); any other format,
+        or another type, the schema as stored (Confluent ignores formats it does not know
+        for a type)."""
+        if fmt != "serialized" or stored.schema_type != "PROTOBUF":
+            return stored
+        serialized = getattr(self.parsed(stored), "serialized", None)
+        if serialized is None:
+            return stored
+        return dataclasses.replace(stored, schema=serialized())
+
+    def version_of_records(self, subject: str, version: int | None) -> Registered:
+        """A subject's version (None: the newest live one) for typed records, read from this
+        broker's replica without asking the ``_schemas`` leader (a produce must not wait on
+        another broker; a schema registered a moment ago elsewhere may not be here yet, as
+        with any replica). 40401/40402 as :meth:`get_version`."""
+        return self._get_version(self._read(), subject, LATEST if version is None else version)
 
     def max_id(self) -> int:
         return self._read(current=True).max_id

@@ -304,3 +304,16 @@ def test_readme_schema_registry_sdk_example(broker: Broker) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["1", "True", "{'total': 42}"]
+
+
+@NEEDS_CURL
+def test_readme_typed_records(broker: Broker, tmp_path: Path) -> None:
+    registered, produced, refused, fetched = (
+        orjson.loads(run(c, broker, tmp_path)) for c in readme_commands("typed-records")
+    )
+    assert registered["subject"] == "orders-value"
+    assert [o["offset"] for o in produced["offsets"]] == [0]
+    assert refused["error_code"] == "INVALID_RECORD"
+    assert (refused["index"], refused["field"], refused["path"]) == (1, "value", "total")
+    assert refused["message"].startswith("body.records.1.value: record does not match")
+    assert [r["value"] for r in fetched["records"]] == [{"total": 42}]

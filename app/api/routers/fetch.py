@@ -22,13 +22,14 @@ from fastapi import APIRouter, Path, Query, Request
 from starlette.responses import Response
 
 from app.api import openapi_docs as docs
+from app.api import typed
 from app.api.codec import DECODERS, decode_headers
 from app.api.deps import ManagerDep, StateDep
 from app.api.errors import NotAcceptable, error_responses
 from app.api.fetch_service import aborted_pairs, read_log, wait_for_data
 from app.api.lean_route import LeanRoute
 from app.api.memory import JSON_RENDER_FACTOR, held_json
-from app.api.models import EpochEndOffset, FetchResponse, Format
+from app.api.models import EpochEndOffset, FetchResponse, RecordFormat
 from app.api.util import (
     INLINE_WORK_BYTES,
     INT_MAX,
@@ -62,6 +63,11 @@ router = APIRouter(tags=["fetch"], route_class=LeanRoute)
 MAX_WAIT_MS_LIMIT = 60_000
 OFFERED = (JSON, OCTET_STREAM)
 IsolationLevel = Literal["read_uncommitted", "read_committed"]
+TYPED_FETCH_DOC = (
+    " `avro`, `jsonschema`, `protobuf`: records in Confluent's wire format, decoded with the "
+    "registered schema whose id each carries; a record that is not gets `null` and a "
+    '`key_error` / `value_error` (`{"error_code": "INVALID_RECORD", "message": ...}`).'
+)
 
 
 def negotiate(accept: str | None) -> str:
@@ -206,17 +212,20 @@ def render_json(
     info: FetchInfo,
     key_format: str,
     value_format: str,
+    schemas: typed.SchemaCache | None = None,
 ) -> bytes:
     data = info.read_bytes() if info.size else b""
     records, next_offset = json_records(
         data,
         offset,
-        key_format,
-        value_format,
+        key_format if schemas is None else typed.walk_format(key_format),
+        value_format if schemas is None else typed.walk_format(value_format),
         topic=topic,
         partition=partition,
         aborted=aborted_pairs(info),
     )
+    if schemas is not None:  # avro, jsonschema, protobuf: decoded by the id each carries
+        schemas.decode_records(records, key_format, value_format)
     return orjson.dumps(records_answer(topic, partition, info, next_offset, records))
 
 
@@ -285,8 +294,12 @@ async def fetch_records(
             description="Longest wait for min_bytes, in ms; an append ends it early.",
         ),
     ] = 500,
-    key_format: Annotated[Format, Query(description="How JSON answers render keys.")] = "json",
-    value_format: Annotated[Format, Query(description="How JSON answers render values.")] = "json",
+    key_format: Annotated[
+        RecordFormat, Query(description="How JSON answers render keys." + TYPED_FETCH_DOC)
+    ] = "json",
+    value_format: Annotated[
+        RecordFormat, Query(description="How JSON answers render values." + TYPED_FETCH_DOC)
+    ] = "json",
     replica_id: Annotated[
         int | None,
         Query(
@@ -356,12 +369,14 @@ async def fetch_records(
     if media == OCTET_STREAM:
         return ZeroCopyResponse(info.slices, headers=headers)
 
+    schemas = typed.schema_cache(request) if typed.is_typed(key_format, value_format) else None
+
     async def render() -> bytes:
         if info.size > INLINE_WORK_BYTES:
             return await run_blocking(
-                render_json, topic, partition, offset, info, key_format, value_format
+                render_json, topic, partition, offset, info, key_format, value_format, schemas
             )
-        return render_json(topic, partition, offset, info, key_format, value_format)
+        return render_json(topic, partition, offset, info, key_format, value_format, schemas)
 
     # The answer holds broker memory until the client has taken it (app/api/memory.py).
     return await held_json(

@@ -26,6 +26,7 @@ from fastapi import APIRouter, Path, Query, Request
 from starlette.responses import Response
 
 from app.api import openapi_docs as docs
+from app.api import typed
 from app.api.codec import ENCODERS, BodyInvalid, FormatError, encode_headers
 from app.api.deps import ManagerDep, StateDep, read_body, read_body_mutable
 from app.api.errors import error_responses, producer_conflict_doc
@@ -377,6 +378,8 @@ async def _produce(
     required_acks = parse_acks(acks)
     body = await read_body(request, state.settings.max_request_bytes)
     req = parse_produce_body(body)
+    if req.typed:  # avro, jsonschema, protobuf (app/api/typed.py): framed, all or none
+        req = typed.encode_request(typed.schema_cache(request), req)
     offsets = await append_json_records(
         state, manager, topic, req, timeout_ms, fixed_partition, required_acks=required_acks
     )
@@ -386,6 +389,8 @@ async def _produce(
 
 
 _PRODUCE_ERRORS = error_responses(307, 400, 404, 413, 421, 503, 504)
+# 422: a typed record (avro, jsonschema, protobuf) that does not match its schema.
+_JSON_PRODUCE_ERRORS = {**_PRODUCE_ERRORS, **error_responses(422)}
 _ACKS_0: dict[int | str, dict[str, Any]] = {204: {"description": "Appended (acks=0): no body."}}
 _Endpoint = TypeVar("_Endpoint", bound=Callable[..., Any])
 
@@ -399,7 +404,7 @@ def _json_produce(
         summary=summary,
         description=description,
         response_model=ProduceResponse,
-        responses={**_PRODUCE_ERRORS, **_ACKS_0},
+        responses={**_JSON_PRODUCE_ERRORS, **_ACKS_0},
         openapi_extra=docs.json_request_body("ProduceRequest", examples),
     )
 

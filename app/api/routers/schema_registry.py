@@ -19,6 +19,7 @@ found nothing there, are forwarded to the leader server-side
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Coroutine
 from typing import Annotated, Any
@@ -359,6 +360,16 @@ VersionId = Annotated[
 ]
 SchemaId = Annotated[int, Path(ge=1, le=INT32_MAX, description="A schema id.", examples=[1])]
 Deleted = Annotated[bool, Query(description="Include soft-deleted versions.")]
+SchemaFormat = Annotated[
+    str | None,
+    Query(
+        alias="format",
+        max_length=64,
+        description="Output form, by schema type (Confluent's): `serialized` gives a PROTOBUF "
+        "schema as its base64 FileDescriptorProto (confluent-kafka's Protobuf serializer and "
+        "deserializer ask for it); other values, and other types, the schema as registered.",
+    ),
+]
 Normalize = Annotated[bool, Query(description="Normalize the schema before using it.")]
 Permanent = Annotated[bool, Query(description="Hard delete (after a soft delete).")]
 Prefix = Annotated[str, Query(max_length=MAX_SUBJECT_LENGTH, description="Subjects starting so.")]
@@ -403,10 +414,11 @@ async def get_schema_by_id(
     schema_id: SchemaId,
     subject: Annotated[str | None, Query(max_length=MAX_SUBJECT_LENGTH)] = None,
     fetch_max_id: Annotated[bool, Query(alias="fetchMaxId")] = False,
+    fmt: SchemaFormat = None,
 ) -> Response:
     """The schema with this id (its type when not AVRO, its references)."""
     registry = get_registry(request)
-    stored = registry.schema_by_id(schema_id)
+    stored = registry.formatted(registry.schema_by_id(schema_id), fmt)
     body = schema_json(stored)
     if fetch_max_id:
         body["maxId"] = registry.max_id()
@@ -414,9 +426,12 @@ async def get_schema_by_id(
 
 
 @router.get("/schemas/ids/{schema_id}/schema", responses=_ok(None, {"type": "string"}, 404))
-async def get_schema_text_by_id(request: Request, schema_id: SchemaId) -> Response:
+async def get_schema_text_by_id(
+    request: Request, schema_id: SchemaId, fmt: SchemaFormat = None
+) -> Response:
     """The text of the schema with this id, as the body."""
-    return raw(get_registry(request).schema_by_id(schema_id).schema)
+    registry = get_registry(request)
+    return raw(registry.formatted(registry.schema_by_id(schema_id), fmt).schema)
 
 
 @router.get("/schemas/ids/{schema_id}/subjects", responses=_ok(None, ["clicks-value"], 404))
@@ -468,10 +483,18 @@ async def list_subject_versions(
     responses=_ok(RegisteredSchema, _REGISTERED_EXAMPLE, 404, 422),
 )
 async def get_subject_version(
-    request: Request, subject: Subject, version: VersionId, deleted: Deleted = False
+    request: Request,
+    subject: Subject,
+    version: VersionId,
+    deleted: Deleted = False,
+    fmt: SchemaFormat = None,
 ) -> Response:
     """A version of the subject (`latest`: the newest live one)."""
-    return answer(_registered(get_registry(request).get_version(subject, version, deleted=deleted)))
+    registry = get_registry(request)
+    found = registry.get_version(subject, version, deleted=deleted)
+    if fmt is not None:
+        found = dataclasses.replace(found, schema=registry.formatted(found.schema, fmt))
+    return answer(_registered(found))
 
 
 @router.get(
@@ -479,11 +502,16 @@ async def get_subject_version(
     responses=_ok(None, {"type": "string"}, 404, 422),
 )
 async def get_subject_version_schema(
-    request: Request, subject: Subject, version: VersionId, deleted: Deleted = False
+    request: Request,
+    subject: Subject,
+    version: VersionId,
+    deleted: Deleted = False,
+    fmt: SchemaFormat = None,
 ) -> Response:
     """The text of a version's schema, as the body."""
-    found = get_registry(request).get_version(subject, version, deleted=deleted)
-    return raw(found.schema.schema)
+    registry = get_registry(request)
+    found = registry.get_version(subject, version, deleted=deleted)
+    return raw(registry.formatted(found.schema, fmt).schema)
 
 
 @router.get(

@@ -38,6 +38,7 @@ from starlette.requests import HTTPConnection
 from starlette.responses import Response
 
 from app.api import openapi_docs as docs
+from app.api import typed
 from app.api.codec import BodyInvalid
 from app.api.deps import StateDep, read_body, serving_coordinator, take_from_state
 from app.api.errors import error_example, router_error_responses
@@ -434,6 +435,9 @@ async def produce_transactional(
     coordinates the id, add the partitions there first (`POST /transactions/{id}/partitions`).
     """
     body = await read_body(request, state.settings.max_request_bytes)
+    req = parse_produce_body(body)
+    if req.typed:  # avro, jsonschema, protobuf: framed before anything is built
+        req = typed.encode_request(typed.schema_cache(request), req)
     offsets = await produce_in_transaction(
         state,
         get_txn_coordinator(request),
@@ -441,7 +445,7 @@ async def produce_transactional(
         producer_id,
         producer_epoch,
         topic,
-        parse_produce_body(body),
+        req,
     )
     return JSONBytes({"offsets": offsets})
 

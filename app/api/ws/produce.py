@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from starlette.websockets import WebSocket
 
+from app.api import typed
 from app.api.produce_body import parse_produce_object
 from app.api.routers.records import append_json_records
 from app.api.routers.transactions import get_txn_coordinator, produce_in_transaction
@@ -48,7 +49,17 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-_BODY_FIELDS = ("records", "key_format", "value_format")
+_BODY_FIELDS = (
+    "records",
+    "key_format",
+    "value_format",
+    "key_schema_id",
+    "key_subject",
+    "key_schema_version",
+    "value_schema_id",
+    "value_subject",
+    "value_schema_version",
+)
 # Requests up to this size are appended on the event loop (see append_json_records):
 # a socket's requests run one at a time, so a thread hop per request is its throughput.
 INLINE_APPEND_BYTES = 64 * 1024
@@ -96,6 +107,8 @@ async def _serve_requests(ws: WebSocket, state: AppState, idle: common.IdleTimer
                 )
             body = {name: obj[name] for name in _BODY_FIELDS if name in obj}
             req = parse_produce_object(body, "message")
+            if req.typed:  # avro, jsonschema, protobuf: framed before anything is built
+                req = typed.encode_request(typed.schema_cache(ws), req)
             if txn is None:
                 offsets = await append_json_records(
                     state,

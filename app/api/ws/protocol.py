@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from app.api.codec import BodyInvalid
 from app.api.errors import is_storage_error, storage_error, without_paths
-from app.api.models import SHORT_MAX, Format
+from app.api.models import SHORT_MAX, RecordFormat
 from app.api.util import INT_MAX, LONG_MAX
 from app.common.errors import InvalidRequest, KafkaStorageError, LogbusError
 
@@ -122,8 +122,10 @@ class Subscribe(_Message):
         description="With a group: where a partition starts when the group committed nothing.",
     )
     format: Literal["json", "binary"] = "json"
-    key_format: Format = "json"
-    value_format: Format = "json"
+    # avro, jsonschema, protobuf: decoded by the schema id each record carries
+    # (app/api/typed.py), as an HTTP JSON fetch does.
+    key_format: RecordFormat = "json"
+    value_format: RecordFormat = "json"
     credit: Credit = Field(default_factory=lambda: Credit(records=0))
     isolation_level: Literal["read_uncommitted", "read_committed"] = Field(
         default="read_uncommitted",
@@ -185,8 +187,16 @@ class Produce(_Message):
     topic: str
     partition: Partition | None = None
     records: list[Any]
-    key_format: Format = "json"
-    value_format: Format = "json"
+    # The typed formats and their schema fields as in HTTP produce (judged there:
+    # app/api/produce_body.py, app/api/models.py ProduceRequest).
+    key_format: RecordFormat = "json"
+    value_format: RecordFormat = "json"
+    key_schema_id: Any = None
+    key_subject: Any = None
+    key_schema_version: Any = None
+    value_schema_id: Any = None
+    value_subject: Any = None
+    value_schema_version: Any = None
     timeout_ms: Annotated[int, Field(ge=1, le=INT_MAX)] = 30_000
     transactional_id: Annotated[str, Field(min_length=1, max_length=255)] | None = None
     producer_id: Offset | None = None

@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from starlette.websockets import WebSocket
 
+from app.api import typed
 from app.api.fetch_service import aborted_pairs, read_log
 from app.api.routers.fetch import json_records, records_answer
 from app.api.security import authorize
@@ -248,19 +249,22 @@ def _json_frame(
     key_format: str,
     value_format: str,
     limit: int | None,
+    schemas: typed.SchemaCache | None = None,
 ) -> Rendered:
     """(frame or None when no record is visible, records, stored bytes used, next offset)."""
     data = info.read_bytes()
     records, next_offset = json_records(
         data,
         position,
-        key_format,
-        value_format,
+        key_format if schemas is None else typed.walk_format(key_format),
+        value_format if schemas is None else typed.walk_format(value_format),
         limit,
         topic=topic,
         partition=partition,
         aborted=aborted_pairs(info),
     )
+    if schemas is not None:  # avro, jsonschema, protobuf: decoded by the id each carries
+        schemas.decode_records(records, key_format, value_format)
     used = first = 0
     for _, header in iter_headers(data):
         if header.base_offset >= next_offset:
@@ -335,6 +339,7 @@ class Subscription:
         self.format = "json"
         self.key_format = "json"
         self.value_format = "json"
+        self.schemas: typed.SchemaCache | None = None
         self.isolation_level = "read_uncommitted"
         self.committed = False
         self.records_credit: int | None = 0
@@ -499,6 +504,11 @@ class Subscription:
         self.format = sub.format
         self.key_format = sub.key_format
         self.value_format = sub.value_format
+        self.schemas = (
+            typed.schema_cache(self.ws)
+            if typed.is_typed(sub.key_format, sub.value_format)
+            else None
+        )
         self.isolation_level = sub.isolation_level
         self.committed = sub.isolation_level == READ_COMMITTED
         self.records_credit = sub.credit.records
@@ -781,7 +791,16 @@ class Subscription:
         topic, partition = cursor.topic, cursor.partition
         if self.format == "binary":
             return _binary_frame(topic, partition, position, info, limit)
-        args = (topic, partition, position, info, self.key_format, self.value_format, limit)
+        args = (
+            topic,
+            partition,
+            position,
+            info,
+            self.key_format,
+            self.value_format,
+            limit,
+            self.schemas,
+        )
         if info.size > INLINE_WORK_BYTES:
             return await run_blocking(_json_frame, *args)
         return _json_frame(*args)

@@ -376,3 +376,65 @@ def test_bad_input_is_a_4xx_with_confluent_codes(broker: LiveBroker) -> None:
             headers={"Content-Type": "text/plain"},
         )
         assert r.status_code == 415
+
+
+def _protobuf_message_class() -> type:
+    """A generated-style message class (``ex.Reading``) built at run time, as protoc's
+    Python output would define it: what confluent-kafka's ProtobufSerializer takes."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    proto = descriptor_pb2.FileDescriptorProto(name="reading.proto", package="ex", syntax="proto3")
+    msg = proto.message_type.add(name="Reading")
+    label = descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL
+    msg.field.add(
+        name="sensor", number=1, label=label, type=descriptor_pb2.FieldDescriptorProto.TYPE_STRING
+    )
+    msg.field.add(
+        name="celsius", number=2, label=label, type=descriptor_pb2.FieldDescriptorProto.TYPE_DOUBLE
+    )
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(proto)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("ex.Reading"))
+
+
+def test_protobuf_serializer_round_trip_with_format_serialized(broker: LiveBroker) -> None:
+    """confluent-kafka's ProtobufDeserializer fetches the writer's schema with
+    ``format=serialized`` (the base64 FileDescriptorProto): the round trip works, and the
+    parameter changes nothing for other types."""
+    from confluent_kafka.schema_registry.protobuf import (
+        ProtobufDeserializer,
+        ProtobufSerializer,
+    )
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    reading = _protobuf_message_class()
+    ctx = SerializationContext("readings", MessageField.VALUE)
+    sr = client(broker)
+    # Registered as .proto text: the serializer (latest version) and the deserializer
+    # (the id in the bytes) get it only through format=serialized.
+    text = 'syntax = "proto3";\npackage ex;\nmessage Reading { string sensor = 1; double celsius = 2; }\n'
+    sr.register_schema("readings-value", Schema(text, "PROTOBUF"))
+    conf = {"use.deprecated.format": False, "auto.register.schemas": False}
+    serializer = ProtobufSerializer(reading, sr, {**conf, "use.latest.version": True})
+    data = serializer(reading(sensor="s1", celsius=21.5), ctx)
+    assert data[0] == 0
+    schema_id = int.from_bytes(data[1:5], "big")
+    back = ProtobufDeserializer(reading, {"use.deprecated.format": False}, client(broker))(
+        data, ctx
+    )
+    assert (back.sensor, back.celsius) == ("s1", 21.5)
+    with httpx.Client(base_url=broker.url) as h:
+        text = '{"type":"record","name":"T","fields":[{"name":"a","type":"int"}]}'
+        avro_id = post(h, "/subjects/t-value/versions", {"schema": text}).json()["id"]
+        plain = h.get(f"/schema-registry/schemas/ids/{avro_id}").json()
+        assert h.get(f"/schema-registry/schemas/ids/{avro_id}?format=serialized").json() == plain
+        proto = h.get(f"/schema-registry/schemas/ids/{schema_id}?format=serialized").json()
+        assert proto["schemaType"] == "PROTOBUF"
+        import base64
+
+        from google.protobuf import descriptor_pb2
+
+        fdp = descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(proto["schema"]))
+        assert [m.name for m in fdp.message_type] == ["Reading"]
+        latest = h.get("/schema-registry/subjects/readings-value/versions/latest?format=serialized")
+        assert latest.json()["schema"] == proto["schema"]

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from app.api.codec import BodyInvalid
 from app.api.models import Header, ProduceRequest
-from app.api.produce_body import _fast, parse_produce_body
+from app.api.produce_body import _fast, _fast_typed, parse_produce_body
 
 scalars = (
     st.none()
@@ -143,3 +143,53 @@ def test_numbers_beyond_64_bits_are_doubles() -> None:
     # orjson's reading, documented: like JavaScript, not an error.
     parsed = parse_produce_body(b'{"records": [{"value": 123456789012345678901234567890}]}')
     assert parsed.records[0][1] == pytest.approx(1.2345678901234568e29)
+
+
+schema_field = (
+    st.none()
+    | st.integers(-1, 3)
+    | st.sampled_from([2**31 - 1, 2**31, True, "", "s", "x" * 255, "x" * 256, 1.0])
+)
+typed_format = st.sampled_from(["json", "binary", "avro", "jsonschema", "protobuf", "xml"])
+typed_body = st.fixed_dictionaries(
+    {"records": near_valid.map(lambda b: b["records"])},
+    optional={
+        "key_format": typed_format,
+        "value_format": typed_format,
+        **{
+            f"{side}_{name}": schema_field
+            for side in ("key", "value")
+            for name in ("schema_id", "subject", "schema_version")
+        },
+    },
+)
+
+
+@settings(max_examples=600)
+@given(typed_body)
+def test_typed_fast_path_agrees_with_model(obj: Any) -> None:
+    """A body with a typed format skips the model when the hand check knows it valid: the
+    hand check must take exactly the model's schema fields, and refuse what it refuses."""
+    raw = orjson.dumps(obj)
+    fast = _fast_typed(orjson.loads(raw))
+    try:
+        model = ProduceRequest.model_validate_json(raw)
+    except ValidationError:
+        assert fast is None, obj
+        with pytest.raises(BodyInvalid):
+            parse_produce_body(raw)
+        return
+    parsed = parse_produce_body(raw)
+    assert (parsed.key_format, parsed.value_format) == (model.key_format, model.value_format)
+    for side in ("key", "value"):
+        ref = getattr(parsed, f"{side}_schema")
+        if getattr(model, f"{side}_format") in ("avro", "jsonschema", "protobuf"):
+            assert ref == (
+                getattr(model, f"{side}_schema_id"),
+                getattr(model, f"{side}_subject"),
+                getattr(model, f"{side}_schema_version"),
+            )
+        else:
+            assert ref is None
+    if fast is not None:
+        assert fast == parsed

@@ -1,0 +1,277 @@
+"""Schema-typed records on the HTTP JSON doors (issue 18): ``key_format`` / ``value_format``
+``avro``, ``jsonschema`` and ``protobuf``.
+
+Produce (:func:`encode_request`): each key or value (a JSON value in the body) is validated
+against the schema the request names (``*_schema_id``, or ``*_subject`` and an optional
+``*_schema_version``, default the latest) and framed in Confluent's wire format by
+:func:`app.common.schemas.wire.encode` (magic byte 0, the 4-byte schema id, the payload).
+Every record is encoded before any batch is built, so one bad record refuses the request
+whole (422 INVALID_RECORD naming ``body.records.<index>.<key|value>`` and the field path)
+and nothing of it is written. A subject's version is resolved once per request.
+
+Fetch (:meth:`SchemaCache.decode_records`): each framed key or value is decoded through the
+id it carries. A record that is not in the asked format (not framed, an unknown id, a
+schema of another type, bytes that do not decode) keeps ``null`` and gets a per-record
+``key_error`` / ``value_error`` (``{"error_code": "INVALID_RECORD", "message": ...}``):
+a fetch never fails for what a producer wrote.
+
+Schemas come from this broker's registry (:class:`~app.registry.service.SchemaRegistry`),
+parsed once per id in a :class:`SchemaCache` (an id's schema never changes: ids are never
+reused). The untyped formats never come here: the branch is taken only when a typed
+format is asked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import decimal
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import HTTPConnection
+
+from app.api.codec import FRAMED
+from app.api.deps import serving_coordinator
+from app.api.errors import RecordRefused
+from app.api.models import TYPED_FORMATS
+from app.api.produce_body import ParsedProduce, ParsedRecord, SchemaRef
+from app.common.errors import (
+    InvalidRecord,
+    InvalidRequest,
+    SchemaNotFound,
+    SchemaRegistryError,
+)
+from app.common.schemas import wire
+from app.common.schemas.types import ParsedSchema
+
+if TYPE_CHECKING:
+    from app.registry.service import SchemaRegistry
+
+# Request format -> the registry's schema type.
+SCHEMA_TYPE_OF = {"avro": "AVRO", "jsonschema": "JSON", "protobuf": "PROTOBUF"}
+assert set(SCHEMA_TYPE_OF) == set(TYPED_FORMATS)
+
+Resolved = tuple[int, ParsedSchema]
+
+
+def is_typed(key_format: str, value_format: str) -> bool:
+    return key_format in SCHEMA_TYPE_OF or value_format in SCHEMA_TYPE_OF
+
+
+def walk_format(fmt: str) -> str:
+    """The format the JSON fetch walk renders with: a typed one's raw bytes (decoded after
+    the walk by :meth:`SchemaCache.decode_records`), any other unchanged."""
+    return FRAMED if fmt in SCHEMA_TYPE_OF else fmt
+
+
+class SchemaCache:
+    """Parsed schemas by id, for one registry.
+
+    Bounded (``typed_records_schema_cache``; cleared when full: a working set of ids is
+    small). Concurrency: entries are added on the event loop only. A fetch rendered on a
+    worker thread that meets a new id asks the loop for it and waits
+    (``run_coroutine_threadsafe``): the registry's store is the loop's alone.
+    """
+
+    def __init__(self, registry: SchemaRegistry, max_entries: int) -> None:
+        self.registry = registry
+        self.max_entries = max_entries
+        self._by_id: dict[int, tuple[str, ParsedSchema, bool]] = {}
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+
+    def by_id(self, schema_id: int) -> tuple[str, ParsedSchema, bool]:
+        """(schema type, parsed schema, whether decoded values may hold bytes or decimals
+        that JSON cannot carry). Raises ``SchemaNotFound`` (Confluent 40403)."""
+        found = self._by_id.get(schema_id)
+        if found is not None:
+            return found
+        if threading.get_ident() != self._loop_thread:
+            return asyncio.run_coroutine_threadsafe(
+                self._load_async(schema_id), self._loop
+            ).result()
+        return self._load(schema_id)
+
+    async def _load_async(self, schema_id: int) -> tuple[str, ParsedSchema, bool]:
+        return self.by_id(schema_id)
+
+    def _load(self, schema_id: int) -> tuple[str, ParsedSchema, bool]:
+        stored = self.registry.schema_by_id(schema_id)
+        parsed = self.registry.parsed(stored)
+        found = (stored.schema_type, parsed, _may_hold_bytes(parsed))
+        if len(self._by_id) >= self.max_entries:
+            self._by_id.clear()
+        self._by_id[schema_id] = found
+        return found
+
+    # -- produce ---------------------------------------------------------------------------
+
+    def resolve(self, side: str, fmt: str, ref: SchemaRef) -> Resolved:
+        """The (id, schema) a request's ``side`` ("key", "value") encodes with; 404
+        SCHEMA_NOT_FOUND for an unknown id, subject or version (with Confluent's code), 400
+        when the schema is not of the format's type."""
+        try:
+            if ref.schema_id is not None:
+                schema_id = ref.schema_id
+                named = f"{side}_schema_id {schema_id}"
+            else:
+                assert ref.subject is not None
+                version = self.registry.version_of_records(ref.subject, ref.version)
+                schema_id = version.id
+                named = f"{side}_subject {ref.subject!r} version {version.version}"
+                if ref.version is None:
+                    named = f"{side}_subject {ref.subject!r} (latest: version {version.version})"
+            schema_type, parsed, _ = self.by_id(schema_id)
+        except SchemaRegistryError as exc:
+            code = getattr(exc, "confluent_code", 50001)
+            if code // 100 != 404:
+                raise
+            where = (
+                f"{side}_schema_id {ref.schema_id}"
+                if ref.schema_id is not None
+                else f"{side}_subject {ref.subject!r}"
+            )
+            raise SchemaNotFound(
+                f"{where}: {exc.message} (Confluent error {code})",
+                field=f"{side}_schema_id" if ref.schema_id is not None else f"{side}_subject",
+            ) from None
+        wanted = SCHEMA_TYPE_OF[fmt]
+        if schema_type != wanted:
+            raise InvalidRequest(
+                f"{named} is a {schema_type} schema; {side}_format {fmt} needs {wanted}"
+            )
+        return schema_id, parsed
+
+    # -- fetch -----------------------------------------------------------------------------
+
+    def decode_records(
+        self, records: list[dict[str, Any]], key_format: str, value_format: str
+    ) -> list[dict[str, Any]]:
+        """Decode in place the raw keys / values of a JSON fetch's records (rendered with
+        :func:`walk_format`) that a typed format asks for; see the module docstring."""
+        for field, fmt in (("key", key_format), ("value", value_format)):
+            wanted = SCHEMA_TYPE_OF.get(fmt)
+            if wanted is None:
+                continue
+            error_field = f"{field}_error"
+            for record in records:
+                data = record[field]
+                if data is None:
+                    continue
+                try:
+                    record[field] = self._decode(data, wanted, fmt)
+                except InvalidRecord as exc:
+                    record[field] = None
+                    record[error_field] = {"error_code": exc.error_code, "message": exc.message}
+        return records
+
+    def _decode(self, data: bytes, wanted: str, fmt: str) -> Any:
+        schema_id = wire.schema_id_of(data)  # NotSchemaFramed
+        try:
+            schema_type, parsed, may_hold_bytes = self.by_id(schema_id)
+        except SchemaNotFound:
+            raise InvalidRecord(
+                f"framed with schema id {schema_id}, which the registry does not have "
+                "(Confluent error 40403)"
+            ) from None
+        if schema_type != wanted:
+            raise InvalidRecord(
+                f"framed with schema id {schema_id}, a {schema_type} schema, not {fmt}"
+            )
+        try:
+            value = wire.decode(parsed, data)
+        except InvalidRecord:
+            raise
+        except Exception as exc:  # a library's own error for bytes it cannot read
+            raise InvalidRecord(
+                f"does not decode with schema id {schema_id}: {type(exc).__name__}: {exc}"
+            ) from None
+        return _jsonable(value) if may_hold_bytes else value
+
+
+def schema_cache(conn: HTTPConnection) -> SchemaCache:
+    """This app's :class:`SchemaCache` (made on first use, on the event loop). 503 when the
+    registry is not serving (the broker starting or stopping)."""
+    registry: SchemaRegistry = serving_coordinator(conn, "schema_registry", "schema registry")
+    cache: SchemaCache | None = getattr(conn.app.state, "typed_schemas", None)
+    if cache is None or cache.registry is not registry:
+        size = conn.app.state.logbus.settings.typed_records_schema_cache
+        cache = conn.app.state.typed_schemas = SchemaCache(registry, size)
+    return cache
+
+
+def encode_request(cache: SchemaCache, req: ParsedProduce) -> ParsedProduce:
+    """``req`` with its typed keys / values framed (their format becomes the internal
+    ``framed``); raises :class:`RecordRefused` (422) for the first record that does not
+    match, before anything is written."""
+    key = _encoder(cache, "key", req.key_format, req.key_schema)
+    value = _encoder(cache, "value", req.value_format, req.value_schema)
+    records: list[ParsedRecord] = []
+    append = records.append
+    index = 0
+    field = "key"
+    try:
+        for raw_key, raw_value, headers, partition, timestamp in req.records:
+            field = "key"
+            if key is not None and raw_key is not None:
+                raw_key = key(raw_key)
+            field = "value"
+            if value is not None and raw_value is not None:
+                raw_value = value(raw_value)
+            append((raw_key, raw_value, headers, partition, timestamp))
+            index += 1
+    except InvalidRecord as exc:
+        raise RecordRefused(index, field, getattr(exc, "path", ""), exc.message) from None
+    except (TypeError, ValueError, OverflowError) as exc:
+        # A library's own words for a value it cannot take (wire.encode validates first;
+        # this keeps a gap there a 422, never a 500).
+        raise RecordRefused(index, field, "", f"{type(exc).__name__}: {exc}") from None
+    return ParsedProduce(
+        records,
+        FRAMED if key is not None else req.key_format,
+        FRAMED if value is not None else req.value_format,
+    )
+
+
+def _encoder(
+    cache: SchemaCache, side: str, fmt: str, ref: SchemaRef | None
+) -> Callable[[Any], bytes] | None:
+    if ref is None:
+        return None
+    schema_id, parsed = cache.resolve(side, fmt, ref)
+    encode = wire.encode
+
+    def encoder(obj: Any) -> bytes:
+        return encode(parsed, schema_id, obj)
+
+    return encoder
+
+
+def _may_hold_bytes(parsed: ParsedSchema) -> bool:
+    """Whether an Avro schema (or its references) has ``bytes`` or ``fixed`` (decimals are
+    one of them): fastavro then decodes to bytes / Decimal, which the JSON answer cannot
+    carry as they are. A textual test, so it may say yes needlessly, never no wrongly."""
+    if parsed.schema_type != "AVRO":
+        return False
+    texts = [parsed.raw]
+    pending = list(parsed.references)
+    while pending:
+        ref = pending.pop()
+        texts.append(ref.schema)
+        pending.extend(ref.references)
+    return any('"bytes"' in t or '"fixed"' in t for t in texts)
+
+
+def _jsonable(value: Any) -> Any:
+    """A decoded Avro value with bytes as base64 text and decimals as their exact text."""
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    return value

@@ -1,0 +1,137 @@
+"""Typed Avro HTTP JSON produce and fetch against untyped JSON, same run (issue 18).
+
+``python -m bench.typed_records`` (also ``make bench``'s ``typed_records`` section;
+hand-recorded below the marker of bench/RESULTS.md):
+
+- produce: one keep-alive ``httpx.Client`` posts ``BATCH`` records per request to
+  ``POST /topics/{t}/records`` for ``SECONDS``: the same values as ``value_format=json``
+  (the untyped baseline) and as ``value_format=avro`` with ``value_schema_id`` (each value
+  validated and framed in Confluent's wire format); records/s.
+- fetch: the same client reads ``BATCH`` records per request from offset 0 of each topic,
+  ``value_format=json`` against ``value_format=avro`` (each value decoded through the id
+  it carries); records/s.
+
+The goals in issue 18: typed produce >= 0.7x untyped, typed fetch >= 0.8x. Each figure is
+the median of ``rounds`` runs, alternating typed and untyped so the machine's load hits
+both alike; one client, one process, one broker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from typing import Any
+
+import httpx
+import orjson
+
+from bench.common import broker, machine
+
+SECONDS = 3.0
+BATCH = 500
+SCHEMA = json.dumps(
+    {
+        "type": "record",
+        "name": "Order",
+        "fields": [
+            {"name": "id", "type": "long"},
+            {"name": "item", "type": "string"},
+            {"name": "qty", "type": "int"},
+            {"name": "price", "type": "double"},
+            {"name": "tags", "type": {"type": "array", "items": "string"}},
+        ],
+    }
+)
+
+
+def _values(n: int) -> list[dict[str, Any]]:
+    return [
+        {"id": i, "item": f"item-{i % 97}", "qty": i % 7, "price": 9.5, "tags": ["a", "b"]}
+        for i in range(n)
+    ]
+
+
+def _produce_rate(c: httpx.Client, topic: str, body: bytes, seconds: float) -> float:
+    done = 0
+    start = time.perf_counter()
+    while True:
+        r = c.post(
+            f"/topics/{topic}/records", content=body, headers={"Content-Type": "application/json"}
+        )
+        if r.status_code != 200:
+            raise RuntimeError(f"produce {topic}: {r.status_code} {r.text}")
+        done += BATCH
+        now = time.perf_counter()
+        if now - start >= seconds:
+            return done / (now - start)
+
+
+def _fetch_rate(c: httpx.Client, topic: str, fmt: str, seconds: float) -> float:
+    done = 0
+    start = time.perf_counter()
+    params = {"offset": 0, "max_wait_ms": 0, "value_format": fmt, "max_bytes": 4 << 20}
+    while True:
+        r = c.get(f"/topics/{topic}/partitions/0/records", params=params)
+        if r.status_code != 200:
+            raise RuntimeError(f"fetch {topic}: {r.status_code} {r.text}")
+        records = orjson.loads(r.content)["records"]
+        if len(records) < BATCH or "value_error" in records[0]:
+            raise RuntimeError(f"fetch {topic}: {len(records)} records, {records[:1]}")
+        done += len(records)
+        now = time.perf_counter()
+        if now - start >= seconds:
+            return done / (now - start)
+
+
+def run(rounds: int = 3, seconds: float = SECONDS) -> dict[str, Any]:
+    figures: dict[str, list[float]] = {}
+    records = [{"value": v} for v in _values(BATCH)]
+    with broker() as url, httpx.Client(base_url=url, timeout=60) as c:
+        r = c.post(
+            "/schema-registry/subjects/orders-value/versions",
+            json={"schema": SCHEMA},
+            headers={"Content-Type": "application/vnd.schemaregistry.v1+json"},
+        )
+        r.raise_for_status()
+        schema_id = r.json()["id"]
+        plain = orjson.dumps({"records": records})
+        typed = orjson.dumps(
+            {"records": records, "value_format": "avro", "value_schema_id": schema_id}
+        )
+        for _ in range(rounds):
+            figures.setdefault("json_produce_rps", []).append(
+                _produce_rate(c, "plain", plain, seconds)
+            )
+            figures.setdefault("avro_produce_rps", []).append(
+                _produce_rate(c, "typed", typed, seconds)
+            )
+        # One partition each (the broker's default): the fetch reads BATCH records and more
+        # from offset 0 of topics that now hold many.
+        for _ in range(rounds):
+            figures.setdefault("json_fetch_rps", []).append(
+                _fetch_rate(c, "plain", "json", seconds)
+            )
+            figures.setdefault("avro_fetch_rps", []).append(
+                _fetch_rate(c, "typed", "avro", seconds)
+            )
+    result: dict[str, Any] = {k: statistics.median(v) for k, v in figures.items()}
+    result["avro_vs_json_produce"] = result["avro_produce_rps"] / result["json_produce_rps"]
+    result["avro_vs_json_fetch"] = result["avro_fetch_rps"] / result["json_fetch_rps"]
+    result["records_per_request"] = BATCH
+    result["rounds"] = rounds
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=SECONDS)
+    args = parser.parse_args()
+    result = run(args.rounds, args.seconds)
+    print(json.dumps({"machine": machine(), **result}, indent=2, default=str))
+
+
+if __name__ == "__main__":
+    main()

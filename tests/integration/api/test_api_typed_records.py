@@ -1,0 +1,407 @@
+"""Typed records on the HTTP JSON doors (issue 18): ``value_format`` / ``key_format``
+avro, jsonschema and protobuf on produce (validated, framed in Confluent's wire format)
+and fetch (decoded through the id each record carries), against a live broker and
+confluent-kafka's serializers."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.serialization import MessageField, SerializationContext
+from live_broker import LiveBroker, live_broker
+
+from app.common.batch import build_batch
+
+ORDER = json.dumps(
+    {
+        "type": "record",
+        "name": "Order",
+        "fields": [
+            {"name": "id", "type": "long"},
+            {"name": "item", "type": "string"},
+            {
+                "name": "ship",
+                "type": {
+                    "type": "record",
+                    "name": "Ship",
+                    "fields": [{"name": "zip", "type": "string"}],
+                },
+            },
+            {"name": "raw", "type": ["null", "bytes"], "default": None},
+        ],
+    }
+)
+VIEW = json.dumps(
+    {
+        "type": "object",
+        "properties": {"page": {"type": "string"}, "ms": {"type": "integer"}},
+        "required": ["page"],
+    }
+)
+READING = (
+    'syntax = "proto3";\npackage ex;\nmessage Reading { string sensor = 1; double celsius = 2; }\n'
+)
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[LiveBroker]:
+    with live_broker(tmp_path) as b:
+        yield b
+
+
+@pytest.fixture
+def http(broker: LiveBroker) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=broker.url, timeout=30) as h:
+        yield h
+
+
+def register(h: httpx.Client, subject: str, schema: str, schema_type: str = "AVRO") -> int:
+    r = h.post(
+        f"/schema-registry/subjects/{subject}/versions",
+        json={"schema": schema, "schemaType": schema_type},
+    )
+    assert r.status_code == 200, r.text
+    schema_id: int = r.json()["id"]
+    return schema_id
+
+
+def fetch(h: httpx.Client, topic: str, **params: Any) -> list[dict[str, Any]]:
+    r = h.get(
+        f"/topics/{topic}/partitions/0/records",
+        params={"offset": 0, "max_wait_ms": 0, **params},
+    )
+    assert r.status_code == 200, r.text
+    records: list[dict[str, Any]] = r.json()["records"]
+    return records
+
+
+def end_offset(h: httpx.Client, topic: str) -> int:
+    r = h.get(f"/topics/{topic}/partitions/0/records", params={"offset": 0, "max_wait_ms": 0})
+    return int(r.headers["Logbus-Log-End-Offset"])
+
+
+def test_avro_produce_then_fetch_round_trip_and_confluent_reads_the_bytes(
+    broker: LiveBroker, http: httpx.Client
+) -> None:
+    from confluent_kafka.schema_registry.avro import AvroDeserializer
+
+    schema_id = register(http, "orders-value", ORDER)
+    key_id = register(http, "orders-key", '"string"')
+    orders = [
+        {"id": 1, "item": "pen", "ship": {"zip": "10115"}, "raw": None},
+        {"id": 2, "item": "ink", "ship": {"zip": "75001"}, "raw": None},
+    ]
+    r = http.post(
+        "/topics/orders/records",
+        json={
+            "records": [{"key": f"k{o['id']}", "value": o} for o in orders],
+            "value_format": "avro",
+            "value_subject": "orders-value",
+            "key_format": "avro",
+            "key_schema_id": key_id,
+        },
+    )
+    assert r.status_code == 200, r.text
+    got = fetch(http, "orders", value_format="avro", key_format="avro")
+    assert [g["value"] for g in got] == orders
+    assert [g["key"] for g in got] == ["k1", "k2"]
+    assert all("value_error" not in g for g in got)
+    # The stored bytes are Confluent's wire format: its deserializer reads them.
+    raw = fetch(http, "orders", value_format="binary")
+    import base64
+
+    data = base64.b64decode(raw[0]["value"])
+    assert data[:5] == b"\0" + schema_id.to_bytes(4, "big")
+    sr = SchemaRegistryClient({"url": broker.url + "/schema-registry"})
+    ctx = SerializationContext("orders", MessageField.VALUE)
+    assert AvroDeserializer(sr)(data, ctx) == orders[0]
+
+
+def test_bytes_written_by_confluent_serializers_decode_in_a_typed_fetch(
+    broker: LiveBroker, http: httpx.Client
+) -> None:
+    """AvroSerializer's and ProtobufSerializer's bytes, produced as raw batches, come back
+    decoded; a bytes field is base64 text in the JSON answer."""
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+    from test_api_schema_registry import _protobuf_message_class
+
+    sr = SchemaRegistryClient({"url": broker.url + "/schema-registry"})
+    order = {"id": 7, "item": "cap", "ship": {"zip": "1000"}, "raw": b"\x00\xff"}
+    data = AvroSerializer(sr, ORDER)(order, SerializationContext("avro-in", MessageField.VALUE))
+    assert http.post("/topics", json={"name": "avro-in", "partitions": 1}).status_code == 201
+    r = http.post(
+        "/topics/avro-in/partitions/0/batches",
+        content=build_batch([(None, data)]),
+        headers={"Content-Type": "application/octet-stream"},
+    )
+    assert r.status_code == 200, r.text
+    [got] = fetch(http, "avro-in", value_format="avro")
+    assert got["value"] == {**order, "raw": "AP8="}
+
+    reading = _protobuf_message_class()
+    sr.register_schema("readings-value", Schema(READING, "PROTOBUF"))
+    conf = {"use.deprecated.format": False, "auto.register.schemas": False}
+    serializer = ProtobufSerializer(reading, sr, {**conf, "use.latest.version": True})
+    data = serializer(
+        reading(sensor="s1", celsius=21.5), SerializationContext("readings", MessageField.VALUE)
+    )
+    assert http.post("/topics", json={"name": "readings", "partitions": 1}).status_code == 201
+    r = http.post(
+        "/topics/readings/partitions/0/batches",
+        content=build_batch([(None, data)]),
+        headers={"Content-Type": "application/octet-stream"},
+    )
+    assert r.status_code == 200, r.text
+    [got] = fetch(http, "readings", value_format="protobuf")
+    assert got["value"] == {"sensor": "s1", "celsius": 21.5}
+
+
+def test_jsonschema_and_protobuf_produce_then_fetch(broker: LiveBroker, http: httpx.Client) -> None:
+    from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
+    from test_api_schema_registry import _protobuf_message_class
+
+    register(http, "views-value", VIEW, "JSON")
+    r = http.post(
+        "/topics/views/records",
+        json={
+            "records": [{"value": {"page": "/a", "ms": 3}}, {"value": {"page": "/b"}}],
+            "value_format": "jsonschema",
+            "value_subject": "views-value",
+            "value_schema_version": 1,
+        },
+    )
+    assert r.status_code == 200, r.text
+    got = fetch(http, "views", value_format="jsonschema")
+    assert [g["value"] for g in got] == [{"page": "/a", "ms": 3}, {"page": "/b"}]
+
+    proto_id = register(http, "readings-value", READING, "PROTOBUF")
+    r = http.post(
+        "/topics/readings/records",
+        json={
+            "records": [{"value": {"sensor": "s9", "celsius": -4.5}}],
+            "value_format": "protobuf",
+            "value_schema_id": proto_id,
+        },
+    )
+    assert r.status_code == 200, r.text
+    [got] = fetch(http, "readings", value_format="protobuf")
+    assert got["value"] == {"sensor": "s9", "celsius": -4.5}
+    # confluent-kafka's deserializer reads what Logbus encoded.
+    import base64
+
+    [raw] = fetch(http, "readings", value_format="binary")
+    sr = SchemaRegistryClient({"url": broker.url + "/schema-registry"})
+    reading = _protobuf_message_class()
+    back = ProtobufDeserializer(reading, {"use.deprecated.format": False}, sr)(
+        base64.b64decode(raw["value"]), SerializationContext("readings", MessageField.VALUE)
+    )
+    assert (back.sensor, back.celsius) == ("s9", -4.5)
+
+
+def test_a_bad_record_refuses_the_whole_request(http: httpx.Client) -> None:
+    register(http, "orders-value", ORDER)
+    good = {"id": 1, "item": "pen", "ship": {"zip": "1"}}
+    ok = http.post(
+        "/topics/orders/records",
+        json={
+            "records": [{"value": good}],
+            "value_format": "avro",
+            "value_subject": "orders-value",
+        },
+    )
+    assert ok.status_code == 200, ok.text
+    before = end_offset(http, "orders")
+    bad = {"id": 2, "item": "ink", "ship": {"zip": 75001}}
+    r = http.post(
+        "/topics/orders/records",
+        json={
+            "records": [{"value": good}, {"value": good}, {"value": bad}],
+            "value_format": "avro",
+            "value_subject": "orders-value",
+        },
+    )
+    assert r.status_code == 422, r.text
+    body = r.json()
+    assert body["error_code"] == "INVALID_RECORD"
+    assert body["index"] == 2 and body["field"] == "value"
+    assert "zip" in body["path"] and "body.records.2.value" in body["message"]
+    assert end_offset(http, "orders") == before
+    # JSON Schema: a missing required property, named.
+    register(http, "views-value", VIEW, "JSON")
+    r = http.post(
+        "/topics/views/records",
+        json={
+            "records": [{"value": {"ms": 1}}],
+            "value_format": "jsonschema",
+            "value_subject": "views-value",
+        },
+    )
+    assert r.status_code == 422 and r.json()["index"] == 0, r.text
+    assert "page" in r.json()["message"]
+
+
+def test_unknown_id_or_subject_and_mismatched_fields(http: httpx.Client) -> None:
+    r = http.post(
+        "/topics/t/records",
+        json={"records": [{"value": {}}], "value_format": "avro", "value_schema_id": 999},
+    )
+    assert r.status_code == 404, r.text
+    assert r.json()["error_code"] == "SCHEMA_NOT_FOUND" and "40403" in r.json()["message"]
+    r = http.post(
+        "/topics/t/records",
+        json={"records": [{"value": {}}], "value_format": "avro", "value_subject": "nope-value"},
+    )
+    assert r.status_code == 404, r.text
+    assert "nope-value" in r.json()["message"] and "40401" in r.json()["message"]
+    register(http, "views-value", VIEW, "JSON")
+    r = http.post(
+        "/topics/t/records",
+        json={
+            "records": [{"value": {}}],
+            "value_format": "avro",
+            "value_subject": "views-value",
+        },
+    )
+    assert r.status_code == 400 and "JSON schema" in r.json()["message"], r.text
+    # A typed format without a schema, and schema fields with an untyped format.
+    r = http.post("/topics/t/records", json={"records": [{"value": 1}], "value_format": "avro"})
+    assert r.status_code == 400 and "value_schema_id" in r.json()["message"], r.text
+    r = http.post("/topics/t/records", json={"records": [{"value": 1}], "value_schema_id": 1})
+    assert r.status_code == 400, r.text
+    r = http.get("/topics/t/partitions/0/records", params={"offset": 0, "max_wait_ms": 0})
+    assert r.status_code == 404  # nothing above created the topic
+
+
+def test_a_typed_fetch_of_other_records_gives_per_record_errors(http: httpx.Client) -> None:
+    schema_id = register(http, "mixed-value", ORDER)
+    views_id = register(http, "views-value", VIEW, "JSON")
+    r = http.post("/topics/mixed/records", json={"records": [{"value": {"plain": True}}]})
+    assert r.status_code == 200, r.text
+    import base64
+
+    framed = [
+        b"\0" + (schema_id + 1000).to_bytes(4, "big") + b"\x02",  # unknown id
+        b"\0" + views_id.to_bytes(4, "big") + b'{"page":"/x"}',  # a JSON Schema id
+        b"\0" + schema_id.to_bytes(4, "big") + b"\x02",  # truncated Avro
+    ]
+    r = http.post(
+        "/topics/mixed/records",
+        json={
+            "records": [{"value": base64.b64encode(f).decode()} for f in framed]
+            + [{"value": None}],
+            "value_format": "binary",
+        },
+    )
+    assert r.status_code == 200, r.text
+    got = fetch(http, "mixed", value_format="avro")
+    assert len(got) == 5
+    for g in got[:4]:
+        assert g["value"] is None and g["value_error"]["error_code"] == "INVALID_RECORD", g
+    assert "magic byte" in got[0]["value_error"]["message"]
+    assert "40403" in got[1]["value_error"]["message"]
+    assert "JSON" in got[2]["value_error"]["message"]
+    assert "decode" in got[3]["value_error"]["message"]
+    assert got[4]["value"] is None and "value_error" not in got[4]  # a tombstone
+
+
+def test_a_large_typed_fetch_rendered_off_the_loop(
+    http: httpx.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over INLINE_WORK_BYTES the answer is rendered on a worker thread: an id met there
+    for the first time (the records came as raw batches, so no typed produce cached it) is
+    looked up through the event loop, and every record decodes."""
+    from app.api.typed import SchemaCache
+    from app.api.util import INLINE_WORK_BYTES
+    from app.common.schemas import parse, wire
+
+    asked: list[int] = []
+    load_async = SchemaCache._load_async
+
+    async def counted(self: SchemaCache, schema_id: int) -> Any:
+        asked.append(schema_id)
+        return await load_async(self, schema_id)
+
+    monkeypatch.setattr(SchemaCache, "_load_async", counted)
+
+    schema_id = register(http, "big-value", ORDER)
+    parsed = parse("AVRO", ORDER)
+    item = "x" * 1000
+    count = INLINE_WORK_BYTES // 1000 + 50
+    values = [
+        wire.encode(parsed, schema_id, {"id": i, "item": item, "ship": {"zip": "1"}, "raw": None})
+        for i in range(count)
+    ]
+    assert http.post("/topics", json={"name": "big", "partitions": 1}).status_code == 201
+    r = http.post(
+        "/topics/big/partitions/0/batches",
+        content=build_batch([(None, v) for v in values]),
+        headers={"Content-Type": "application/octet-stream"},
+    )
+    assert r.status_code == 200, r.text
+    got = fetch(http, "big", value_format="avro", max_bytes=4 * INLINE_WORK_BYTES)
+    assert len(got) == count
+    assert [g["value"]["id"] for g in got] == list(range(count))
+    assert all("value_error" not in g for g in got)
+    assert asked == [schema_id]  # looked up once, from the worker thread through the loop
+
+
+def test_websocket_produce_and_subscribe_take_typed_formats(tmp_path: Path) -> None:
+    """WS /ws/produce takes the HTTP produce's typed fields (a bad record refused whole,
+    with its index); WS /ws/subscribe decodes as the typed HTTP fetch does."""
+    from fastapi.testclient import TestClient
+
+    from app.api.app import create_app
+    from app.config import Settings
+
+    settings = Settings(data_dir=tmp_path / "data", num_partitions=1)
+    with TestClient(create_app(settings)) as c:
+        r = c.post(
+            "/schema-registry/subjects/orders-value/versions",
+            json={"schema": ORDER},
+            headers={"Content-Type": "application/vnd.schemaregistry.v1+json"},
+        )
+        assert r.status_code == 200, r.text
+        good = {"id": 1, "item": "pen", "ship": {"zip": "1"}, "raw": None}
+        with c.websocket_connect("/ws/produce") as ws:
+            typed_fields = {"value_format": "avro", "value_subject": "orders-value"}
+            ws.send_json({"type": "produce", "topic": "orders", "records": [{"value": good}]})
+            assert ws.receive_json()["type"] == "ack"  # untyped, as before
+            ws.send_json(
+                {"type": "produce", "topic": "orders", "records": [{"value": good}], **typed_fields}
+            )
+            assert ws.receive_json()["type"] == "ack"
+            ws.send_json(
+                {
+                    "type": "produce",
+                    "topic": "orders",
+                    "records": [{"value": good}, {"value": {"id": "x"}}],
+                    **typed_fields,
+                }
+            )
+            refused = ws.receive_json()
+            assert refused["error_code"] == "INVALID_RECORD" and refused["index"] == 1, refused
+        with c.websocket_connect("/ws/subscribe") as ws:
+            ws.send_json(
+                {
+                    "type": "subscribe",
+                    "topics": ["orders"],
+                    "start": "earliest",
+                    "value_format": "avro",
+                    "credit": {"records": 10},
+                }
+            )
+            assert ws.receive_json()["type"] == "subscribed"
+            got: list[dict[str, Any]] = []
+            while len(got) < 2:
+                frame = ws.receive_json()
+                if frame["type"] == "records":
+                    got.extend(frame["records"])
+        assert got[0]["value"] is None and "value_error" in got[0]  # the untyped record
+        assert got[1]["value"] == good and "value_error" not in got[1]
