@@ -37,12 +37,8 @@ from app.api.deps import serving_coordinator
 from app.api.errors import RecordRefused
 from app.api.models import TYPED_FORMATS
 from app.api.produce_body import ParsedProduce, ParsedRecord, SchemaRef
-from app.common.errors import (
-    InvalidRecord,
-    InvalidRequest,
-    SchemaNotFound,
-    SchemaRegistryError,
-)
+from app.common.errors import InvalidRecord, InvalidRequest
+from app.common.schema_errors import SchemaNotFound, SchemaRegistryError
 from app.common.schemas import wire
 from app.common.schemas.types import ParsedSchema
 

@@ -12,7 +12,7 @@ from fastapi import APIRouter, FastAPI
 from starlette.responses import FileResponse
 
 from app.api.state import AppState
-from app.api.ws import produce, subscribe
+from app.api.ws import frames, produce, subscribe
 from app.api.ws.stats import WsCollector, WsStats
 
 ASYNCAPI_PATH = Path(__file__).resolve().parents[3] / "openapi" / "asyncapi.yaml"
@@ -31,7 +31,7 @@ def install(app: FastAPI, state: AppState) -> None:
     """Add the WebSocket routes, their per-app counters and the AsyncAPI document."""
     stats = WsStats()
     app.state.logbus_ws = stats
-    app.state.logbus_ws_frames = subscribe.FrameCache()
+    app.state.logbus_ws_frames = frames.FrameCache()
     state.registry.register(WsCollector(stats))
     app.include_router(router)
 

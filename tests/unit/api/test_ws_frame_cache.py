@@ -1,4 +1,4 @@
-"""FrameCache (app/api/ws/subscribe.py): the last subscriber out empties it, so frames
+"""FrameCache (app/api/ws/frames.py): the last subscriber out empties it, so frames
 no socket will ask for do not stay alive (issue #12: memory returns after a crowd left)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import asyncio
 from types import SimpleNamespace
 from typing import Any
 
-from app.api.ws.subscribe import FrameCache, Rendered
+from app.api.ws.frames import FrameCache, Rendered
 
 
 def test_the_last_subscriber_out_empties_the_cache() -> None:
