@@ -142,10 +142,18 @@ def kafka_brokers(ctx: Context) -> dict[int, tuple[str, int]]:
     return dict(sorted(found.items()))
 
 
-def _controller(ctx: Context) -> int:
-    """The controller's broker id, -1 while there is none (Kafka's "unknown")."""
+def _controller(ctx: Context, listeners: dict[int, tuple[str, int]]) -> int:
+    """The controller's broker id when a Kafka client can reach it (it is in
+    ``listeners``), else this broker's own: as a KRaft cluster names a broker to its
+    clients. librdkafka sends its admin requests to the named controller and waits
+    forever for one it has no endpoint for (seen: DescribeCluster timed out while the
+    controller was a broker without a Kafka listener); every admin request the door
+    serves is answered by any broker. -1 while there is no controller at all (Kafka's
+    "unknown")."""
     controller = ctx.state.topology.controller_id
-    return -1 if controller is None else controller
+    if controller is None:
+        return -1
+    return controller if controller in listeners else ctx.state.topology.broker_id
 
 
 async def metadata(ctx: Context, body: Any, version: int) -> Any:
@@ -174,7 +182,7 @@ async def metadata(ctx: Context, body: Any, version: int) -> Any:
         throttle_time=NO_THROTTLE,
         brokers=brokers,
         cluster_id=topology.cluster_id,
-        controller_id=_controller(ctx),
+        controller_id=_controller(ctx, listeners),
         topics=tuple(topics),
         cluster_authorized_operations=OPERATIONS_OMITTED,
     )
@@ -227,10 +235,11 @@ async def _topic_metadata(
 
 
 async def describe_cluster(ctx: Context, body: Any, version: int) -> Any:
-    """The cluster id, the controller (-1 while there is none) and the live brokers'
+    """The cluster id, the controller (:func:`_controller`) and the live brokers'
     Kafka listeners, the same list as Metadata's (:func:`kafka_brokers`)."""
     m = _module(DESCRIBE_CLUSTER, version)
     topology = ctx.state.topology
+    listeners = kafka_brokers(ctx)
     return build(
         m.DescribeClusterResponse,
         throttle_time=NO_THROTTLE,
@@ -238,10 +247,10 @@ async def describe_cluster(ctx: Context, body: Any, version: int) -> Any:
         error_message=None,
         endpoint_type=1,  # brokers
         cluster_id=topology.cluster_id,
-        controller_id=_controller(ctx),
+        controller_id=_controller(ctx, listeners),
         brokers=tuple(
             build(m.DescribeClusterBroker, broker_id=broker_id, host=host, port=port)
-            for broker_id, (host, port) in kafka_brokers(ctx).items()
+            for broker_id, (host, port) in listeners.items()
         ),
         cluster_authorized_operations=OPERATIONS_OMITTED,
     )
