@@ -36,9 +36,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 from app.api.memory import Reservation
 from app.common.errors import LogbusError
+from app.kafka.apis import HANDLERS, Context, unsupported_api_versions
 from app.kafka.encode import Part, encode_response, error_code
 from app.kafka.frames import FrameError, FrameReader, Request, decode_request
-from app.kafka.handlers import HANDLERS, Context, unsupported_api_versions
 from app.kafka.versions import API_VERSIONS, NAMES
 
 if TYPE_CHECKING:

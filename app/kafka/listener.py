@@ -19,8 +19,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from app.config import split_host_port
+from app.kafka.apis import Context
 from app.kafka.connection import KafkaConnection
-from app.kafka.handlers import Context
 
 if TYPE_CHECKING:
     from app.api.state import AppState

@@ -1,0 +1,83 @@
+"""What every Kafka API handler shares: the context, response modules, constants.
+
+Errors are the :mod:`app.common.errors` classes, answered per partition (or per group,
+per topic) with their Kafka code by the handler that meets them; an error raised out of a
+handler closes the connection (:mod:`app.kafka.connection`).
+"""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+from kio.index import load_response_schema
+
+from app.common.errors import (
+    CoordinatorNotAvailable,
+)
+
+if TYPE_CHECKING:
+    from app.api.state import AppState
+
+
+NO_THROTTLE = datetime.timedelta(0)
+# Kafka's "not requested" value of authorized-operations fields.
+OPERATIONS_OMITTED = -(2**31)
+ZERO_UUID = uuid.UUID(int=0)
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+# A request's isolation_level: 0 read_uncommitted, 1 read_committed.
+READ_COMMITTED_LEVEL = 1
+# Kafka caps a fetch's wait the same way the HTTP fetch does (max_wait_ms).
+MAX_WAIT_MS = 60_000
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What the handlers share: the broker's state and where clients reach this broker.
+    ``txn`` and ``groups`` give the transaction and group coordinators (None while they
+    do not serve: before the lifespan started them, once it stops them)."""
+
+    state: AppState
+    advertised: tuple[str, int]
+    txn: Callable[[], Any]
+    groups: Callable[[], Any]
+
+
+@cache
+def response_module(api_key: int, version: int) -> Any:
+    """The kio module of this API version's response (its nested message classes)."""
+    return import_module(load_response_schema(api_key, version).__module__)
+
+
+def timestamp(ms: int) -> datetime.datetime | None:
+    return None if ms < 0 else datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)
+
+
+def group_coordinator(ctx: Context) -> Any:
+    coordinator = ctx.groups()
+    if coordinator is None or not ctx.state.ready:
+        raise CoordinatorNotAvailable(
+            "the group coordinator is not serving yet (starting) or stopping"
+        )
+    return coordinator
+
+
+def kafka_brokers(ctx: Context) -> dict[int, tuple[str, int]]:
+    """The live brokers' advertised Kafka listeners by broker id, sorted: this broker's own
+    (``ctx.advertised``, the port actually bound) and the others' from their registrations
+    (``/brokers/ids/<id>``'s ``kafka_listener``, through ``Topology.brokers``). A live
+    broker without a Kafka listener is left out: a Kafka client could not reach it."""
+    topology = ctx.state.topology
+    found = {
+        broker_id: info.kafka_listener
+        for broker_id, info in topology.brokers.items()
+        if info.kafka_listener is not None
+    }
+    found[topology.broker_id] = ctx.advertised
+    return dict(sorted(found.items()))

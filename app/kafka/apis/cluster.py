@@ -1,0 +1,175 @@
+"""ApiVersions, Metadata and DescribeCluster: what a client learns before anything else."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+from kio.static.protocol import Entity
+
+from app.api.produce_service import check_not_internal, create_planned
+from app.common.errors import (
+    LogbusError,
+    UnknownTopicOrPartition,
+)
+from app.groups.placement import INTERNAL_TOPICS
+from app.kafka.apis.base import (
+    NO_THROTTLE,
+    OPERATIONS_OMITTED,
+    ZERO_UUID,
+    Context,
+    kafka_brokers,
+    response_module,
+)
+from app.kafka.encode import build, error_code
+from app.kafka.versions import (
+    API_VERSIONS,
+    DESCRIBE_CLUSTER,
+    METADATA,
+    SUPPORTED,
+)
+
+if TYPE_CHECKING:
+    pass
+
+
+async def api_versions(ctx: Context, body: Entity | None, version: int) -> Any:
+    m = response_module(API_VERSIONS, version)
+    return build(
+        m.ApiVersionsResponse,
+        error_code=ErrorCode.none,
+        api_keys=api_keys(m),
+        throttle_time=NO_THROTTLE,
+        supported_features=(),
+        finalized_features_epoch=-1,
+        finalized_features=(),
+        zk_migration_ready=False,
+    )
+
+
+def api_keys(m: Any) -> tuple[Any, ...]:
+    return tuple(
+        build(m.ApiVersion, api_key=key, min_version=lo, max_version=hi)
+        for key, (lo, hi) in sorted(SUPPORTED.items())
+    )
+
+
+def unsupported_api_versions() -> Any:
+    """Kafka's answer to an ApiVersions request of a version it does not know: v0 with
+    UNSUPPORTED_VERSION and the ranges, from which the client picks a version."""
+    m = response_module(API_VERSIONS, 0)
+    return m.ApiVersionsResponse(error_code=ErrorCode.unsupported_version, api_keys=api_keys(m))
+
+
+def controller_of(ctx: Context, listeners: dict[int, tuple[str, int]]) -> int:
+    """The controller's broker id when a Kafka client can reach it (it is in
+    ``listeners``), else this broker's own: as a KRaft cluster names a broker to its
+    clients. librdkafka sends its admin requests to the named controller and waits
+    forever for one it has no endpoint for (seen: DescribeCluster timed out while the
+    controller was a broker without a Kafka listener); every admin request the door
+    serves is answered by any broker. -1 while there is no controller at all (Kafka's
+    "unknown")."""
+    controller = ctx.state.topology.controller_id
+    if controller is None:
+        return -1
+    return controller if controller in listeners else ctx.state.topology.broker_id
+
+
+async def metadata(ctx: Context, body: Any, version: int) -> Any:
+    """Kafka's Metadata from the topology: every live broker with a Kafka listener
+    (:func:`kafka_brokers`; node id, host, port, rack null) and each partition's leader,
+    leader epoch, replicas, ISR and offline replicas. A partition with no leader (an
+    election under way) or led by a broker not in the brokers list (no Kafka listener, or
+    not registered yet) answers LEADER_NOT_AVAILABLE with leader -1, as Kafka answers for
+    a leader it has no endpoint for: the client retries its metadata refresh."""
+    m = response_module(METADATA, version)
+    state = ctx.state
+    topology = state.topology
+    if body.topics is None or (version == 0 and not body.topics):
+        names = sorted(topology.topics())
+    else:
+        names = [t.name for t in body.topics]
+    allow_create = getattr(body, "allow_auto_topic_creation", True)
+    listeners = kafka_brokers(ctx)
+    topics = [await _topic_metadata(ctx, m, name, allow_create, listeners) for name in names]
+    brokers = tuple(
+        build(m.MetadataResponseBroker, node_id=broker_id, host=host, port=port, rack=None)
+        for broker_id, (host, port) in listeners.items()
+    )
+    return build(
+        m.MetadataResponse,
+        throttle_time=NO_THROTTLE,
+        brokers=brokers,
+        cluster_id=topology.cluster_id,
+        controller_id=controller_of(ctx, listeners),
+        topics=tuple(topics),
+        cluster_authorized_operations=OPERATIONS_OMITTED,
+    )
+
+
+async def _topic_metadata(
+    ctx: Context, m: Any, name: str, allow_create: bool, listeners: dict[int, tuple[str, int]]
+) -> Any:
+    state = ctx.state
+    topology = state.topology
+    try:
+        try:
+            count = topology.partition_count(name)
+        except UnknownTopicOrPartition:
+            # Kafka's auto.create.topics.enable, with the HTTP produce's own creation.
+            if not (allow_create and state.settings.auto_create_topics_enable):
+                raise
+            check_not_internal(name)
+            assert state.manager is not None
+            count = await create_planned(state, state.manager, name)
+        partitions = []
+        for p in range(count):
+            info = topology.partition_info(name, p)
+            leader = int(info["leader"])
+            reachable = leader in listeners
+            partitions.append(
+                build(
+                    m.MetadataResponsePartition,
+                    error_code=ErrorCode.none if reachable else ErrorCode.leader_not_available,
+                    partition_index=p,
+                    leader_id=leader if reachable else -1,
+                    leader_epoch=info["leader_epoch"],
+                    replica_nodes=tuple(info["replicas"]),
+                    isr_nodes=tuple(info["isr"]),
+                    offline_replicas=tuple(topology.offline_replicas(name, p)),
+                )
+            )
+        code = ErrorCode.none
+    except LogbusError as exc:
+        partitions, code = [], error_code(exc)
+    return build(
+        m.MetadataResponseTopic,
+        error_code=code,
+        name=name,
+        topic_id=ZERO_UUID,
+        is_internal=name in INTERNAL_TOPICS,
+        partitions=tuple(partitions),
+        topic_authorized_operations=OPERATIONS_OMITTED,
+    )
+
+
+async def describe_cluster(ctx: Context, body: Any, version: int) -> Any:
+    """The cluster id, the controller (:func:`controller_of`) and the live brokers'
+    Kafka listeners, the same list as Metadata's (:func:`kafka_brokers`)."""
+    m = response_module(DESCRIBE_CLUSTER, version)
+    topology = ctx.state.topology
+    listeners = kafka_brokers(ctx)
+    return build(
+        m.DescribeClusterResponse,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        error_message=None,
+        endpoint_type=1,  # brokers
+        cluster_id=topology.cluster_id,
+        controller_id=controller_of(ctx, listeners),
+        brokers=tuple(
+            build(m.DescribeClusterBroker, broker_id=broker_id, host=host, port=port)
+            for broker_id, (host, port) in listeners.items()
+        ),
+        cluster_authorized_operations=OPERATIONS_OMITTED,
+    )

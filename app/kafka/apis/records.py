@@ -1,0 +1,298 @@
+"""Produce, Fetch and ListOffsets, on the transport-neutral services HTTP uses.
+
+Produce goes through :func:`app.api.produce_service.produce_raw` (the HTTP binary
+produce's path: transactional check, auto-create, ``Log.append``'s one validation and the
+idempotent producer's checks, acks=all wait); Fetch through :mod:`app.api.fetch_service`
+(the same read and long poll as the HTTP fetch), its records left as file slices for
+``os.sendfile`` (:mod:`app.kafka.encode`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from app.api.fetch_service import aborted_pairs, lookup_offset, read_log, wait_for_any
+from app.api.produce_service import produce_raw
+from app.common.errors import (
+    InvalidRecord,
+    InvalidRequiredAcks,
+    LogbusError,
+    NotLeaderOrFollower,
+    UnknownTopicOrPartition,
+)
+from app.kafka.apis.base import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_WAIT_MS,
+    NO_THROTTLE,
+    READ_COMMITTED_LEVEL,
+    Context,
+    kafka_brokers,
+    response_module,
+    timestamp,
+)
+from app.kafka.encode import SlicedRecords, build, error_code
+from app.kafka.versions import (
+    FETCH,
+    LIST_OFFSETS,
+    PRODUCE,
+)
+
+if TYPE_CHECKING:
+    pass
+
+
+async def produce(ctx: Context, body: Any, version: int) -> Any:
+    """Each partition's batches appended as they are; partitions appended concurrently,
+    each answered with its own error code. acks=0: no answer at all (Kafka's rule).
+
+    From v10 (KIP-951), a NOT_LEADER_OR_FOLLOWER partition carries its current leader
+    and epoch as this broker knows them, and the answer lists those leaders' Kafka
+    listeners (``node_endpoints``), so the client retries there without a metadata round trip; a
+    leader unknown or without a Kafka listener is left at Kafka's defaults (-1), and the
+    client refreshes its metadata as before v10."""
+    m = response_module(PRODUCE, version)
+    state = ctx.state
+    assert state.manager is not None
+    manager = state.manager
+    acks = int(body.acks)
+    timeout_ms = max(0, int(body.timeout.total_seconds() * 1000))
+    coordinator = ctx.txn()
+    hint = hasattr(m, "LeaderIdAndEpoch")  # the version has KIP-951's fields
+    endpoints: dict[int, tuple[str, int]] = {}
+
+    def current_leader(exc: LogbusError, topic: str, partition: int) -> dict[str, Any]:
+        if not (hint and isinstance(exc, NotLeaderOrFollower)):
+            return {}
+        leader = exc.leader
+        listeners = kafka_brokers(ctx)  # only on this error: off the hot path
+        if leader is None or leader not in listeners:
+            return {}
+        try:
+            epoch = int(state.topology.partition_info(topic, partition)["leader_epoch"])
+        except LogbusError:
+            return {}
+        endpoints[leader] = listeners[leader]
+        return {"current_leader": build(m.LeaderIdAndEpoch, leader_id=leader, leader_epoch=epoch)}
+
+    async def one(topic: str, partition: int, records: bytes | None) -> Any:
+        try:
+            if acks not in (0, 1, -1):
+                raise InvalidRequiredAcks(f"acks must be 0, 1 or -1, got {acks}")
+            if not records:
+                raise InvalidRecord(f"no record batches for {topic}-{partition}")
+            info = await produce_raw(
+                state, manager, topic, partition, bytearray(records), acks, timeout_ms, coordinator
+            )
+        except LogbusError as exc:
+            return build(
+                m.PartitionProduceResponse,
+                index=partition,
+                error_code=error_code(exc),
+                base_offset=-1,
+                log_append_time=None,
+                log_start_offset=-1,
+                record_errors=(),
+                error_message=exc.message,
+                **current_leader(exc, topic, partition),
+            )
+        # A retried idempotent batch answers its original offsets (Kafka's
+        # DUPLICATE_SEQUENCE handling is the same: success with the first append's offset).
+        base = (
+            info.duplicates[0][0] if info.duplicates and info.duplicates[0] else info.first_offset
+        )
+        return build(
+            m.PartitionProduceResponse,
+            index=partition,
+            error_code=ErrorCode.none,
+            base_offset=base,
+            log_append_time=timestamp(info.log_append_time),
+            log_start_offset=info.log_start_offset,
+            record_errors=(),
+            error_message=None,
+        )
+
+    topics = []
+    for topic in body.topic_data:
+        answers = await asyncio.gather(
+            *(one(topic.name, int(p.index), p.records) for p in topic.partition_data)
+        )
+        topics.append(
+            build(m.TopicProduceResponse, name=topic.name, partition_responses=tuple(answers))
+        )
+    if acks == 0:
+        return None
+    return build(
+        m.ProduceResponse,
+        responses=tuple(topics),
+        throttle_time=NO_THROTTLE,
+        node_endpoints=tuple(
+            build(m.NodeEndpoint, node_id=node, host=host, port=port, rack=None)
+            for node, (host, port) in sorted(endpoints.items())
+        ),
+    )
+
+
+async def fetch(ctx: Context, body: Any, version: int) -> Any:
+    """Each partition read from its leader log; when the whole answer holds fewer than
+    ``min_bytes``, a long poll woken by an append to any of them (the answer read again
+    after each). Records stay file slices (zero-copy)."""
+    m = response_module(FETCH, version)
+    state = ctx.state
+    committed = int(body.isolation_level) == READ_COMMITTED_LEVEL
+    budget = min(int(body.max_bytes), state.settings.fetch_max_bytes)
+    wait_ms = min(MAX_WAIT_MS, max(0, int(body.max_wait.total_seconds() * 1000)))
+    min_bytes = int(body.min_bytes)
+
+    def read_all() -> tuple[list[tuple[str, list[Any]]], int]:
+        remaining, total, out = budget, 0, []
+        for topic in body.topics:
+            parts = []
+            for p in topic.partitions:
+                data = _read_partition(
+                    ctx,
+                    m,
+                    topic.topic,
+                    p,
+                    min(int(p.partition_max_bytes), remaining),
+                    committed,
+                )
+                parts.append(data)
+                size = len(data.records) if data.records is not None else 0
+                total += size
+                remaining -= size
+            out.append((topic.topic, parts))
+        return out, total
+
+    found, total = read_all()
+    if total < min_bytes and wait_ms > 0:
+        # Woken by an append to any partition asked for, as Kafka's delayed fetch is.
+        logs = []
+        for topic in body.topics:
+            for p in topic.partitions:
+                with contextlib.suppress(LogbusError):  # its error is in the answer already
+                    logs.append(state.topology.leader_partition(topic.topic, int(p.partition)).log)
+        if logs:
+            found = await wait_for_any(state.waiters, logs, read_all, min_bytes, wait_ms)
+    return build(
+        m.FetchResponse,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        session_id=0,
+        responses=tuple(
+            build(m.FetchableTopicResponse, topic=name, partitions=tuple(parts))
+            for name, parts in found
+        ),
+    )
+
+
+def _read_partition(
+    ctx: Context, m: Any, topic: str, p: Any, max_bytes: int, committed: bool
+) -> Any:
+    partition = int(p.partition)
+    try:
+        part = ctx.state.topology.leader_partition(topic, partition)
+        epoch = int(getattr(p, "current_leader_epoch", -1))
+        part.check_epoch(None if epoch < 0 else epoch)
+        if max_bytes <= 0:
+            # The request's max_bytes is spent on the partitions before: offsets only, as
+            # Kafka answers (a first batch larger than max_bytes is still served whole, so
+            # a consumer always progresses).
+            log_ = part.log
+            return build(
+                m.PartitionData,
+                partition_index=partition,
+                error_code=ErrorCode.none,
+                high_watermark=log_.high_watermark,
+                last_stable_offset=log_.last_stable_offset,
+                log_start_offset=log_.log_start_offset,
+                aborted_transactions=() if committed else None,
+                preferred_read_replica=-1,
+                records=SlicedRecords(()),
+            )
+        info = read_log(part.log, int(p.fetch_offset), max_bytes, committed=committed)
+    except LogbusError as exc:
+        return build(
+            m.PartitionData,
+            partition_index=partition,
+            error_code=error_code(exc),
+            high_watermark=-1,
+            last_stable_offset=-1,
+            log_start_offset=-1,
+            aborted_transactions=None,
+            preferred_read_replica=-1,
+            records=None,
+        )
+    aborted = aborted_pairs(info)
+    lso = info.last_stable_offset if committed else part.log.last_stable_offset
+    return build(
+        m.PartitionData,
+        partition_index=partition,
+        error_code=ErrorCode.none,
+        high_watermark=info.high_watermark,
+        last_stable_offset=lso,
+        log_start_offset=info.log_start_offset,
+        aborted_transactions=None
+        if aborted is None
+        else tuple(
+            build(m.AbortedTransaction, producer_id=pid, first_offset=first)
+            for pid, first in aborted
+        ),
+        preferred_read_replica=-1,
+        records=SlicedRecords(info.slices),
+    )
+
+
+async def list_offsets(ctx: Context, body: Any, version: int) -> Any:
+    m = response_module(LIST_OFFSETS, version)
+    committed = int(getattr(body, "isolation_level", 0)) == READ_COMMITTED_LEVEL
+    topics = []
+    for topic in body.topics:
+        answers = []
+        for p in topic.partitions:
+            partition = int(p.partition_index)
+            try:
+                part = ctx.state.topology.leader_partition(topic.name, partition)
+                epoch = int(getattr(p, "current_leader_epoch", -1))
+                part.check_epoch(None if epoch < 0 else epoch)
+                ts = int(p.timestamp)
+                where: str | int = (
+                    "latest"
+                    if ts == LATEST_TIMESTAMP
+                    else "earliest"
+                    if ts == EARLIEST_TIMESTAMP
+                    else ts
+                )
+                if isinstance(where, int) and where < 0:
+                    raise UnknownTopicOrPartition(topic.name, partition)  # unsupported specials
+                offset, found_ts = lookup_offset(part.log, where, committed)
+                answers.append(
+                    build(
+                        m.ListOffsetsPartitionResponse,
+                        partition_index=partition,
+                        error_code=ErrorCode.none,
+                        timestamp=found_ts,
+                        offset=offset,
+                        leader_epoch=part.leader_epoch,
+                    )
+                )
+            except LogbusError as exc:
+                answers.append(
+                    build(
+                        m.ListOffsetsPartitionResponse,
+                        partition_index=partition,
+                        error_code=error_code(exc),
+                        timestamp=-1,
+                        offset=-1,
+                        leader_epoch=-1,
+                    )
+                )
+        topics.append(build(m.ListOffsetsTopicResponse, name=topic.name, partitions=tuple(answers)))
+    return build(m.ListOffsetsResponse, throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+
+# (context, request body, version) -> response message, or None for no answer (acks=0)
