@@ -50,7 +50,7 @@ lint: install
 # TEST_WORKERS=0 runs the suite in this one process (e.g. to read output in order, or pdb).
 TEST_WORKERS ?= 2
 test: install lint java curl zookeeper chromium kcat
-	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist worksteal tests
+	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=30 tests
 
 # Debian's redis-server is the standing baseline; installed when missing (root only).
 redis-server:
