@@ -410,7 +410,7 @@ def coordinator_route(cluster: Cluster, group: str) -> Route[str]:
     return cluster.default_url
 
 
-class _CatchingUp:
+class CatchingUp:
     """The pauses of one call between :data:`ASK_LEADER_AGAIN` answers: growing from
     ``backoff_s`` to ``TXN_BACKOFF_MAX_S`` (Kafka's retry.backoff.ms up to
     retry.backoff.max.ms), for up to ``catch_up_s`` after the first."""
@@ -437,7 +437,7 @@ class _CatchingUp:
         return pause
 
 
-def _send_catching_up(call: Call[T], url: str, catching_up: _CatchingUp) -> Route[T]:
+def _send_catching_up(call: Call[T], url: str, catching_up: CatchingUp) -> Route[T]:
     """``call`` at ``url``, asked again after each pause ``catching_up`` grants (the
     partition behind ``url`` is catching up: nothing moved, so no attempt is spent);
     any other error, or the catch-up time being over, raises."""
@@ -468,7 +468,7 @@ def leader_route(
     tries do not count as attempts (the leader did not move)."""
     url = cluster.leader_url(tp)
     attempt = 0
-    catching_up = _CatchingUp(backoff_s, catch_up_s)
+    catching_up = CatchingUp(backoff_s, catch_up_s)
     while True:
         try:
             return (yield from _send_catching_up(call, url, catching_up))
@@ -494,7 +494,7 @@ def group_route(
     (:data:`ASK_LEADER_AGAIN`: a reset to latest) is asked again as
     :func:`leader_route` does."""
     hint: str | None = None
-    catching_up = _CatchingUp(backoff_s, LEADER_CATCH_UP_S)
+    catching_up = CatchingUp(backoff_s, LEADER_CATCH_UP_S)
     attempt = 0
     while attempt < attempts:
         attempt += 1

@@ -46,12 +46,13 @@ import orjson
 import websockets
 from websockets.asyncio.client import ClientConnection
 
-from app.client._cluster import Bootstrap, bootstrap_urls
+from app.client._cluster import LEADER_CATCH_UP_S, Bootstrap, CatchingUp, bootstrap_urls
 from app.client._http import normalize_url
 from app.client.auth import Auth, authorization
 from app.client.errors import ClientError, error_from_fields
 from app.client.types import TopicPartition
 from app.common.batch import RecordBatchReader, iter_headers
+from app.common.errors import LogbusError
 from app.common.isolation import check_isolation_level
 from app.common.tls import default_context
 
@@ -232,7 +233,34 @@ class Subscription:
         return msg
 
     async def connect(self) -> None:
-        """Open the socket and subscribe (done by the first ``async for`` step if not called)."""
+        """Open the socket and subscribe (done by the first ``async for`` step if not called).
+
+        A refusal the broker marks retriable is asked again, as Kafka's consumer retries
+        its look-ups: a new leader whose watermark is catching up (OFFSET_NOT_AVAILABLE,
+        on a start at ``latest``) with the HTTP routes' backoff for up to
+        ``LEADER_CATCH_UP_S``; any other retriable one (a coordinator loading, a leader
+        being elected) up to ``reconnects`` times in a row, ``reconnect_backoff_ms``
+        apart and growing. Anything else raises at once."""
+        catching_up = CatchingUp(self.reconnect_backoff_s, LEADER_CATCH_UP_S)
+        failures = 0
+        while True:
+            try:
+                await self._subscribe()
+                return
+            except LogbusError as exc:
+                if not exc.retriable or self._closed:
+                    raise
+                wait = catching_up.pause(exc)
+                if wait is None:
+                    failures += 1
+                    if failures > self.reconnects:
+                        raise
+                    wait = self.reconnect_backoff_s * failures
+                log.info("subscribe at %s refused (%s); asking again", self.url, exc)
+                await asyncio.sleep(wait)
+
+    async def _subscribe(self) -> None:
+        """One attempt: open a socket, send the subscribe message, take its answer."""
         if self._closed:
             raise ClientError("the subscription is closed")
         ws = await self._open()

@@ -19,7 +19,9 @@ file named after it exists):
    never the stale watermark, while ``earliest`` answers; an SDK lookup started now
    keeps asking;
 3. the third replica is released: it fetches from the new leader, the watermark
-   reaches 50, ``latest`` answers 50 and the SDK lookup returns 50.
+   reaches 50, ``latest`` answers 50 and the SDK lookup returns 50; a WebSocket
+   subscription at ``latest`` opened during the window (refused with the same
+   retriable error, asked again by the SDK) starts at 50 and receives the next record.
 
 The ISR lag limit is raised for this cluster so the held replica stays in the ISR
 (dropped, it would leave the old leader alone and its watermark at its log end).
@@ -27,6 +29,7 @@ The ISR lag limit is raised for this cluster so the held replica stays in the IS
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,6 +39,7 @@ import pytest
 from test_e2e_cluster import create_topic, produce
 
 from app.client import Admin, OffsetAndTimestamp, TopicPartition
+from app.client.ws import Subscription
 
 if TYPE_CHECKING:
     from conftest import ClusterFactory
@@ -125,10 +129,26 @@ def test_a_new_leader_answers_offset_not_available_until_its_watermark_catches_u
 
     lookup = threading.Thread(target=look_up, daemon=True)
     lookup.start()
+
+    async def subscribe_at_latest() -> None:
+        async with Subscription(cluster.url(successor), partitions=[tp], start="latest") as sub:
+            found["subscribed_at"] = sub.positions[tp]
+            record = await asyncio.wait_for(sub.__anext__(), 60)
+            found["pushed"] = (record.offset, record.value)
+
+    def subscribe() -> None:
+        try:
+            asyncio.run(subscribe_at_latest())
+        except BaseException as exc:  # reported below
+            found["subscribe_error"] = exc
+
+    subscriber = threading.Thread(target=subscribe, daemon=True)
+    subscriber.start()
     # Still refused a moment later (the SDK is asking meanwhile), and never answered stale.
     again = latest(cluster, successor)
     assert again.status_code == 503 and again.json()["error_code"] == "OFFSET_NOT_AVAILABLE"
     assert "answer" not in found and "error" not in found
+    assert "subscribed_at" not in found and "subscribe_error" not in found
 
     (holds / str(held)).unlink()
     settled = cluster.wait_until(
@@ -140,3 +160,17 @@ def test_a_new_leader_answers_offset_not_available_until_its_watermark_catches_u
     assert not lookup.is_alive(), "the SDK lookup returned"
     assert "error" not in found, found.get("error")
     assert found["answer"] == OffsetAndTimestamp(RECORDS, -1)
+
+    # The subscription opened during the window starts at the caught-up end.
+    cluster.wait_until(
+        lambda: "subscribed_at" in found or "subscribe_error" in found or None,
+        message="the WebSocket subscription is accepted",
+    )
+    assert "subscribe_error" not in found, found.get("subscribe_error")
+    assert found["subscribed_at"] == RECORDS
+    answer = produce(cluster, successor, TOPIC, 0, ["after"], acks="1")
+    assert answer.status_code == 200, answer.text
+    subscriber.join(timeout=60)
+    assert not subscriber.is_alive(), "the subscription received the record"
+    assert "subscribe_error" not in found, found.get("subscribe_error")
+    assert found["pushed"] == (RECORDS, "after")
