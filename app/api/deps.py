@@ -102,6 +102,14 @@ def take_from_state(app: Starlette, attr: str) -> Any:
     return service
 
 
+async def stop_from_state(app: Starlette, attr: str, method: str = "stop") -> None:
+    """Take ``app.state.<attr>`` (:func:`take_from_state`) and, when it was set, await its
+    ``method`` (``stop``, or ``close`` for a connection pool)."""
+    service = take_from_state(app, attr)
+    if service is not None:
+        await getattr(service, method)()
+
+
 StateDep = Annotated[AppState, Depends(get_state)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 # A string: the engine is imported lazily so the API package loads without it.

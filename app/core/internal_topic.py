@@ -25,6 +25,7 @@ topology allows on a worker thread too.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from app.common.errors import UnknownTopicOrPartition
@@ -72,25 +73,17 @@ class TopologyView(Protocol):
 TopologyT = TypeVar("TopologyT", bound=TopologyView)
 
 
+@dataclass(eq=False)
 class InternalTopicPlacement(Generic[TopologyT]):
     """``topic`` (created with ``configs``) as its owner sees it; see the module
     docstring. ``url`` is this broker's own, named when it leads a partition."""
 
-    def __init__(
-        self,
-        topology: TopologyT,
-        topic: str,
-        configs: Mapping[str, object],
-        node_id: int,
-        url: str,
-        replication_factor: int,
-    ) -> None:
-        self.topology = topology
-        self.topic = topic
-        self.configs = configs
-        self.node_id = node_id
-        self.url = url
-        self.replication_factor = replication_factor
+    topology: TopologyT
+    topic: str
+    configs: Mapping[str, object]
+    node_id: int
+    url: str
+    replication_factor: int
 
     @property
     def coordinates_every_key(self) -> bool:

@@ -16,7 +16,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, FastAPI, Path, Query, Request
 from starlette.responses import Response
 
-from app.api.deps import serving_coordinator, start_into_state, take_from_state
+from app.api.deps import serving_coordinator, start_into_state, stop_from_state
 from app.api.errors import router_error_responses
 from app.api.models import (
     FindCoordinatorRequest,
@@ -101,9 +101,7 @@ async def start_coordinator(app: FastAPI, state: AppState) -> None:
 
 
 async def stop_coordinator(app: FastAPI) -> None:
-    coordinator: GroupCoordinator | None = take_from_state(app, "coordinator")
-    if coordinator is not None:
-        await coordinator.stop()
+    await stop_from_state(app, "coordinator")
 
 
 def get_coordinator(request: Request) -> GroupCoordinator:

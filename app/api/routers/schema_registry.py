@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import HTTPConnection
 from starlette.responses import Response
 
-from app.api.deps import serving_coordinator, start_into_state, take_from_state
+from app.api.deps import serving_coordinator, start_into_state, stop_from_state
 from app.api.openapi_docs import DocumentedRoute
 from app.api.registry_errors import MEDIA_TYPE, MEDIA_TYPES, error_docs, example, response_for
 from app.api.registry_forward import RegistryForwarder
@@ -140,9 +140,7 @@ async def start_registry(app: FastAPI, state: AppState) -> None:
 
 async def stop_registry(app: FastAPI) -> None:
     app.state.schema_registry = None
-    forwarder: RegistryForwarder | None = take_from_state(app, "registry_forwarder")
-    if forwarder is not None:
-        await forwarder.close()
+    await stop_from_state(app, "registry_forwarder", "close")
 
 
 def get_registry(request: HTTPConnection) -> SchemaRegistry:

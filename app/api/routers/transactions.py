@@ -44,7 +44,7 @@ from app.api.deps import (
     read_body,
     serving_coordinator,
     start_into_state,
-    take_from_state,
+    stop_from_state,
 )
 from app.api.errors import error_example, router_error_responses
 from app.api.models import ProduceResponse, StrictBody
@@ -221,12 +221,8 @@ async def start_coordinator(app: FastAPI, state: AppState) -> None:
 
 
 async def stop_coordinator(app: FastAPI) -> None:
-    coordinator: TransactionCoordinator | None = take_from_state(app, "txn_coordinator")
-    if coordinator is not None:
-        await coordinator.stop()
-    sender: RemoteMarkerSender | None = take_from_state(app, "txn_marker_sender")
-    if sender is not None:
-        await sender.close()
+    await stop_from_state(app, "txn_coordinator")
+    await stop_from_state(app, "txn_marker_sender", "close")
 
 
 def get_txn_coordinator(request: HTTPConnection) -> TransactionCoordinator:
