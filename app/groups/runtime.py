@@ -80,7 +80,7 @@ from app.groups.records import (
     encode_key,
     encode_value,
 )
-from app.groups.txn_offsets import replay_txn_batch
+from app.groups.txn_replay import replay_txn_batch
 
 if TYPE_CHECKING:
     from app.core.log.log import Log
