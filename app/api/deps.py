@@ -7,18 +7,26 @@ under load a wait for the GIL behind the event loop) for three attribute reads. 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any
+import logging
+from typing import TYPE_CHECKING, Annotated, Any, Protocol
 
 from fastapi import Depends, Request
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, HTTPConnection
 
 from app.api.state import AppState
-from app.common.errors import BrokerNotAvailable, InvalidRequest, PayloadTooLarge
+from app.common.errors import (
+    BrokerNotAvailable,
+    InvalidRequest,
+    KafkaStorageError,
+    PayloadTooLarge,
+)
 from app.config import Settings
 
 if TYPE_CHECKING:
     from app.core.log.manager import LogManager
+
+log = logging.getLogger(__name__)
 
 
 async def get_state(request: Request) -> AppState:
@@ -59,6 +67,32 @@ def serving_coordinator(request: HTTPConnection, attr: str, kind: str) -> Any:
     return coordinator
 
 
+class Startable(Protocol):
+    async def start(self) -> None: ...
+
+
+async def start_into_state(
+    app: Starlette,
+    attr: str,
+    service: Startable,
+    failure: str,
+    errors: type[BaseException] | tuple[type[BaseException], ...] = KafkaStorageError,
+) -> bool:
+    """Start ``service`` (a coordinator, the registry) and publish it as
+    ``app.state.<attr>``; True. When it cannot start with one of ``errors`` (a storage
+    error: a manager handed in unstarted, a failed disk), log ``failure`` with the
+    exception and publish nothing: its routes answer 503 (:func:`serving_coordinator`),
+    the rest of the broker serves on; False. The lifespan's stop goes through
+    :func:`take_from_state`."""
+    try:
+        await service.start()
+    except errors:
+        log.exception(failure)
+        return False
+    setattr(app.state, attr, service)
+    return True
+
+
 def take_from_state(app: Starlette, attr: str) -> Any:
     """``app.state.<attr>`` (None when unset), cleared first: a request arriving while
     the lifespan stops it finds it gone (:func:`serving_coordinator`'s BrokerNotAvailable)
@@ -66,6 +100,14 @@ def take_from_state(app: Starlette, attr: str) -> Any:
     service = getattr(app.state, attr, None)
     setattr(app.state, attr, None)
     return service
+
+
+async def stop_from_state(app: Starlette, attr: str, method: str = "stop") -> None:
+    """Take ``app.state.<attr>`` (:func:`take_from_state`) and, when it was set, await its
+    ``method`` (``stop``, or ``close`` for a connection pool)."""
+    service = take_from_state(app, attr)
+    if service is not None:
+        await getattr(service, method)()
 
 
 StateDep = Annotated[AppState, Depends(get_state)]

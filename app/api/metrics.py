@@ -14,7 +14,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Iterator
 from itertools import accumulate
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import REGISTRY, Counter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -25,7 +25,19 @@ from starlette.types import Scope
 from app.common.errors import LogbusError
 
 if TYPE_CHECKING:
-    from app.api.state import AppState
+    from prometheus_client import CollectorRegistry
+
+    from app.core.log.manager import LogManager
+
+
+class MetricsState(Protocol):
+    """What the metrics read of the app's :class:`~app.api.state.AppState` (a protocol:
+    the state imports this module's counters, so this module does not import it)."""
+
+    manager: LogManager | None
+    ready: bool
+    registry: CollectorRegistry
+
 
 # The HTTP request metrics' buckets (seconds), as a Histogram's ``le`` bounds.
 LATENCY_BUCKETS = (
@@ -178,7 +190,7 @@ def count_request(scope: Scope, status: int, seconds: float, received: int, sent
 class PartitionCollector(Collector):
     """Offsets of every partition this broker holds, read when scraped."""
 
-    def __init__(self, state: AppState) -> None:
+    def __init__(self, state: MetricsState) -> None:
         self.state = state
 
     def describe(self) -> list[Any]:
@@ -221,5 +233,5 @@ class PartitionCollector(Collector):
         yield topics_gauge
 
 
-def render_metrics(state: AppState) -> tuple[bytes, str]:
+def render_metrics(state: MetricsState) -> tuple[bytes, str]:
     return generate_latest(REGISTRY) + generate_latest(state.registry), CONTENT_TYPE_LATEST

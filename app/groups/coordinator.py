@@ -171,13 +171,8 @@ class GroupCoordinator:
         rt = self.runtime
         rt.loop = asyncio.get_running_loop()
         rt.running = True
-        if self.placement.clustered:
-            self.placement.add_leadership_listener(rt.on_leadership)
+        if self.placement.follow_leadership(rt.on_leadership):
             self.placement.add_topic_listener(self.topic_deleted)
-            count = rt.offsets_partitions()
-            for partition in range(count or 0):
-                if self.placement.leads(partition):
-                    rt.on_leadership(OFFSETS_TOPIC, partition, True)
         else:
             if OFFSETS_TOPIC in self.manager.topics():
                 await asyncio.to_thread(self.load)

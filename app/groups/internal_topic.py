@@ -29,9 +29,9 @@ Kafka's CoordinatorRuntime/TransactionStateManager loading, once:
 A subclass says what a partition holds: ``_reader`` (open its log on the loop; the
 returned callable replays it in a worker thread), ``_install_partition`` (install what
 was replayed, on the loop), ``_unload`` (forget a partition no longer led) and the
-errors to raise for its keys (``_load_in_progress``, ``_not_coordinator``), and how
-the topic is found and created (``_topic_exists``, ``_create_topic``), and
-``_not_available``.
+errors to raise for its keys (``_load_in_progress``, ``_not_coordinator``,
+``_not_available``). Where the topic lives, who leads its partitions and how it is
+created: the placement it is given (:class:`~app.core.internal_topic.InternalTopicPlacement`).
 
 Concurrency: everything runs on the event loop, except the replay a ``_reader``
 returns, which works on data of its own and is installed on the loop.
@@ -43,7 +43,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterator
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from app.common.batch import iter_headers
 from app.common.errors import (
@@ -55,6 +55,7 @@ from app.common.errors import (
 )
 
 if TYPE_CHECKING:
+    from app.core.internal_topic import InternalTopicPlacement
     from app.core.log.log import Log
 
 log = logging.getLogger(__name__)
@@ -90,9 +91,15 @@ class InternalTopicRuntime(Generic[T]):
     """The partitions of ``topic`` led here and their loads; ``T`` is what one
     partition's replay yields. See the module docstring."""
 
-    def __init__(self, topic: str, node_id: int) -> None:
-        self.topic = topic
-        self.node_id = node_id
+    def __init__(self, placement: InternalTopicPlacement[Any], default_partitions: int) -> None:
+        self.placement = placement
+        self.topic = placement.topic
+        self.node_id = placement.node_id
+        # Partitions of the topic this broker creates; the topic, once it exists, is the
+        # authority (the setting may have changed since), and the last count seen stands
+        # while it is gone (deleted).
+        self.default_partitions = default_partitions
+        self._known_count: int | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.running = False
         # Cluster mode: the partitions led here (loading or loaded), a counter per
@@ -128,27 +135,30 @@ class InternalTopicRuntime(Generic[T]):
     def _not_available(self, key: str, message: str) -> LogbusError:
         raise NotImplementedError
 
-    def _leader_of(self, partition: int) -> tuple[int | None, str | None]:
-        raise NotImplementedError
-
-    def _topic_exists(self) -> bool:
-        """Whether the topic is known to exist already (another broker created it)."""
-        raise NotImplementedError
-
-    async def _create_topic(self) -> None:
-        """Create the topic (TopicAlreadyExists is fine); then :meth:`_topic_created`."""
-        raise NotImplementedError
-
     def _topic_created(self) -> None:
-        """On the loop, right after this broker created the topic (nothing by default)."""
+        """On the loop, right after this broker created the topic: load the new partitions
+        led here now rather than on the leadership listener's call (a no-op for one
+        already loading; nothing alone, where every partition is served at once)."""
+        self.placement.replay_leadership(self.on_leadership)
 
     # -- the topic -------------------------------------------------------------------------
+
+    def num_partitions(self) -> int:
+        """The topic's partition count: the topic's own once it exists, else the last one
+        seen (it was deleted), else the count this broker would create it with."""
+        count = self.placement.partitions()
+        if count is not None:
+            self._known_count = count
+            return count
+        if self._known_count is not None:
+            return self._known_count
+        return self.default_partitions
 
     async def ensure_topic(self) -> None:
         """Create the topic on first use, as Kafka does."""
         if self.topic_ready:
             return
-        if self._topic_exists():
+        if self.placement.partitions() is not None:
             self.topic_ready = True  # another broker created it
             return
         if self._topic_lock is None:
@@ -157,7 +167,7 @@ class InternalTopicRuntime(Generic[T]):
             if self.topic_ready:
                 return
             with contextlib.suppress(TopicAlreadyExists):
-                await self._create_topic()
+                await self.placement.create(self.default_partitions)
             self.topic_ready = True
             self._topic_created()
             loads = list(self.load_tasks.values())
@@ -242,15 +252,17 @@ class InternalTopicRuntime(Generic[T]):
     # -- routing ---------------------------------------------------------------------------
 
     def _served(self, key: str, partition: int, loading_message: str) -> None:
-        """Cluster mode: return when this broker serves ``partition`` now; else
+        """Return when this broker serves ``partition`` now (always, alone); else
         COORDINATOR_LOAD_IN_PROGRESS (``loading_message`` while it loads) or
         NOT_COORDINATOR naming its leader."""
+        if self.placement.coordinates_every_key:
+            return
         status = self._partitions.get(partition)
         if status == LOADED:
             return
         if status == LOADING:
             raise self._load_in_progress(key, loading_message)
-        leader, url = self._leader_of(partition)
+        leader, url = self.placement.leader_of(partition)
         if leader == self.node_id:
             raise self._load_in_progress(
                 key, f"this broker is taking over {self.topic}-{partition}; retry shortly"
@@ -264,7 +276,7 @@ class InternalTopicRuntime(Generic[T]):
         partition's leader; None when that is this broker (it is still taking over)."""
         leader, url = exc.leader, exc.leader_url
         if leader is None:
-            leader, url = self._leader_of(partition)
+            leader, url = self.placement.leader_of(partition)
         if leader == self.node_id:
             leader, url = None, None
         return leader, url

@@ -80,7 +80,7 @@ from app.groups.records import (
     encode_key,
     encode_value,
 )
-from app.groups.txn_offsets import replay_txn_batch
+from app.groups.txn_replay import replay_txn_batch
 
 if TYPE_CHECKING:
     from app.core.log.log import Log
@@ -102,17 +102,17 @@ class CoordinatorRuntime(InternalTopicRuntime[dict[str, Group]]):
         clock_ms: Callable[[], int],
         monotonic: Callable[[], float],
     ) -> None:
-        super().__init__(OFFSETS_TOPIC, config.node_id)
-        self.manager = manager
-        self.config = config
         # ``cluster``: the broker's topology (None: a lone broker's, over ``manager``).
-        self.placement = OffsetsPlacement(
+        self.placement: OffsetsPlacement = OffsetsPlacement(
             cluster or LocalTopology(manager, config.node_id, config.url),
             manager,
             config.node_id,
             config.url,
             config.offsets_topic_replication_factor,
         )
+        super().__init__(self.placement, config.offsets_topic_num_partitions)
+        self.manager = manager
+        self.config = config
         self.clock_ms = clock_ms
         self.monotonic = monotonic
         self.groups: dict[str, Group] = {}
@@ -121,7 +121,6 @@ class CoordinatorRuntime(InternalTopicRuntime[dict[str, Group]]):
         self.loaded = False
         # The last offset appended to each partition (answers wait until it is replicated).
         self._written: dict[int, int] = {}
-        self._known_count: int | None = None
 
     # -- loading ---------------------------------------------------------------------------
 
@@ -204,9 +203,6 @@ class CoordinatorRuntime(InternalTopicRuntime[dict[str, Group]]):
             "coordinating %d groups of %s-%d (leader now)", len(groups), OFFSETS_TOPIC, partition
         )
 
-    def _leader_of(self, partition: int) -> tuple[int | None, str | None]:
-        return self.placement.leader_of(partition)
-
     def _load_in_progress(self, key: str, message: str) -> CoordinatorLoadInProgress:
         return CoordinatorLoadInProgress(message, key)
 
@@ -235,40 +231,17 @@ class CoordinatorRuntime(InternalTopicRuntime[dict[str, Group]]):
         """The group's offsets partition, when this broker serves the group now; else
         NOT_COORDINATOR naming its coordinator (COORDINATOR_LOAD_IN_PROGRESS while loading)."""
         partition = partition_for(group_id, self.num_partitions())
-        if self.placement.clustered:
-            self._served(
-                group_id,
-                partition,
-                f"loading the groups of {OFFSETS_TOPIC}-{partition} (this broker just became "
-                "its leader); retry shortly",
-            )
+        self._served(
+            group_id,
+            partition,
+            f"loading the groups of {OFFSETS_TOPIC}-{partition} (this broker just became "
+            "its leader); retry shortly",
+        )
         return partition
 
     def check_loaded(self) -> None:
         if not self.loaded:
             raise CoordinatorLoadInProgress("the group coordinator is loading __consumer_offsets")
-
-    def _topic_exists(self) -> bool:
-        return self.placement.clustered and self.offsets_partitions() is not None
-
-    async def _create_topic(self) -> None:
-        await self.placement.create_offsets_topic(self.config.offsets_topic_num_partitions)
-
-    def offsets_partitions(self) -> int | None:
-        count = self.placement.offsets_partitions()
-        if count is not None:
-            self._known_count = count
-        return count
-
-    def num_partitions(self) -> int:
-        # The topic, once it exists, is the authority: the setting may have changed since.
-        if self.topic_ready or self.placement.clustered:
-            count = self.offsets_partitions()
-            if count is not None:
-                return count
-        if self._known_count is not None:
-            return self._known_count  # the topic went away (deleted): as it was
-        return self.config.offsets_topic_num_partitions
 
     # -- FindCoordinator -------------------------------------------------------------------
 
@@ -280,7 +253,7 @@ class CoordinatorRuntime(InternalTopicRuntime[dict[str, Group]]):
                 f"key_type {key_type!r} is not supported: only 'group' (no transactions)"
             )
         validate_group_id(key)
-        if not self.placement.clustered:
+        if self.placement.coordinates_every_key:
             return CoordinatorInfo(
                 node_id=self.config.node_id,
                 url=self.config.url,

@@ -13,8 +13,8 @@ together or not at all. As in Kafka:
 * the coordinator's COMMIT or ABORT marker in that partition decides:
   :meth:`TxnOffsetStore.completed` (called by the transaction coordinator once the
   marker is written) moves them to the committed offsets or drops them;
-* replaying the partition (:func:`replay_txn_batch`, from the loader) does the same from
-  the log: transactional batches are pending until their producer's marker is read, so
+* replaying the partition (:func:`app.groups.txn_replay.replay_txn_batch`, from the
+  loader) does the same from the log: transactional batches are pending until their producer's marker is read, so
   offsets of an aborted (or never ended) transaction never count after a restart.
 
 Concurrency: on the event loop, as the rest of :mod:`app.groups`.
@@ -22,87 +22,25 @@ Concurrency: on the event loop, as the rest of :mod:`app.groups`.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from app.common.batch import (
-    CONTROL_MASK,
-    BatchHeader,
     build_batch,
-    decode_records,
-    read_control_marker,
 )
-from app.common.errors import CorruptRecord, FencedMemberEpoch, UnknownMemberId
+from app.common.errors import FencedMemberEpoch, UnknownMemberId
 from app.groups.hashing import partition_for
 from app.groups.model import Group, validate_group_id
-from app.groups.records import OffsetKey, OffsetValue, decode_key, decode_value, encode_key
+from app.groups.records import OffsetKey, encode_key
 from app.groups.records import encode_value as encode_record_value
+from app.groups.txn_replay import complete_pending
 
 if TYPE_CHECKING:
     from app.groups.offsets import CommittedOffset, OffsetCommit, OffsetStore
     from app.groups.runtime import CoordinatorRuntime
 
-log = logging.getLogger(__name__)
 
 _INT32_MAX = (1 << 31) - 1
-
-
-def complete_pending(groups: Iterable[Group], producer_id: int, commit: bool) -> int:
-    """Apply (``commit``) or drop the offsets ``producer_id`` committed in its transaction;
-    the number of groups touched."""
-    touched = 0
-    for group in groups:
-        pending = group.pending_txn_offsets.pop(producer_id, None)
-        if not pending:
-            continue
-        touched += 1
-        if commit:
-            group.offsets.update(pending)
-            latest = max(v.commit_timestamp for v in pending.values())
-            group.empty_since_ms = max(group.empty_since_ms, latest)
-    return touched
-
-
-def replay_txn_batch(
-    groups: dict[str, Group],
-    header: BatchHeader,
-    batch: memoryview,
-    min_offset: int,
-    partition: int,
-) -> None:
-    """Replay one transactional or control batch of ``__consumer_offsets``."""
-    pid = header.producer_id
-    if header.attributes & CONTROL_MASK:
-        try:
-            marker = read_control_marker(batch)
-        except CorruptRecord as exc:
-            log.warning(
-                "skipped control batch at %d of partition %d: %s",
-                header.base_offset,
-                partition,
-                exc,
-            )
-            return
-        complete_pending(groups.values(), pid, marker.commit)
-        return
-    for record in decode_records(batch, min_offset=min_offset):
-        if record.key is None:
-            continue
-        try:
-            key = decode_key(record.key)
-            if not isinstance(key, OffsetKey):
-                continue
-            value = decode_value(key, record.value)
-        except CorruptRecord as exc:
-            log.warning("skipped offset %d of partition %d: %s", record.offset, partition, exc)
-            continue
-        if not isinstance(value, OffsetValue):
-            continue
-        group = groups.get(key.group)
-        if group is None:
-            group = groups[key.group] = Group(key.group)
-        group.pending_txn_offsets.setdefault(pid, {})[(key.topic, key.partition)] = value
 
 
 class TxnOffsetStore:

@@ -1,8 +1,9 @@
 """Where the registry's records live: the one-partition compacted topic ``_schemas``,
 over the broker's :class:`~app.core.topology.Topology` (:class:`SchemasLog`).
 
-One code path for a lone broker and a cluster, as the group and transaction
-coordinators' placements (``app/groups/placement.py``, ``app/txn/placement.py``):
+One code path for a lone broker and a cluster, the placement every internal topic
+shares (:class:`~app.core.internal_topic.InternalTopicPlacement`, as the group and
+transaction coordinators' ``app/groups/placement.py``, ``app/txn/placement.py``):
 
 * **The topic** is created on the first write, with one partition, ``cleanup.policy=
   compact`` and ``schema_registry_topic_replication_factor`` replicas (capped by the
@@ -29,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from app.common.batch import build_batch, decode_records, iter_headers
 from app.common.errors import LogbusError, TopicAlreadyExists, UnknownTopicOrPartition
-from app.core.topology import NewTopic
+from app.core.internal_topic import InternalTopicPlacement
 from app.registry.records import SCHEMAS_TOPIC, SCHEMAS_TOPIC_CONFIGS
 from app.registry.store import SchemaStore
 
@@ -79,24 +80,20 @@ class SchemasLog:
     ) -> None:
         self.topology = topology
         self.node_id = node_id
-        self.url = url
-        self.replication_factor = replication_factor
+        self.placement = InternalTopicPlacement(
+            topology, SCHEMAS_TOPIC, SCHEMAS_TOPIC_CONFIGS, node_id, url, replication_factor
+        )
         self.write_timeout_ms = write_timeout_ms
 
     def exists(self) -> bool:
-        try:
-            self.topology.partition_count(SCHEMAS_TOPIC)
-        except UnknownTopicOrPartition:
-            return False
-        return True
+        return self.placement.partitions() is not None
 
     async def ensure_topic(self) -> None:
         """Create ``_schemas`` unless it exists (another broker may have just made it)."""
         if self.exists():
             return
-        rf = max(1, min(self.replication_factor, len(self.topology.brokers)))
         try:
-            await self.topology.create_topic(NewTopic(SCHEMAS_TOPIC, 1, rf, SCHEMAS_TOPIC_CONFIGS))
+            await self.placement.create(1)
         except TopicAlreadyExists:
             await self.topology.wait_for_leaders(SCHEMAS_TOPIC, self.write_timeout_ms / 1000)
 
@@ -112,17 +109,11 @@ class SchemasLog:
     def leader(self) -> tuple[int | None, str | None]:
         """(leader id, URL) of ``_schemas``; this broker's own URL when it leads;
         ``(None, None)`` while there is no leader or no topic."""
-        try:
-            leader, url = self.topology.leader_of(SCHEMAS_TOPIC, PARTITION)
-        except UnknownTopicOrPartition:
-            return None, None
-        if leader == self.node_id:
-            url = self.url
-        return leader, url
+        return self.placement.leader_of(PARTITION)
 
     def leads(self) -> bool:
         try:
-            return self.topology.is_leader(SCHEMAS_TOPIC, PARTITION)
+            return self.placement.leads(PARTITION)
         except UnknownTopicOrPartition:
             return False
 
@@ -147,12 +138,8 @@ class SchemasLog:
     def append(self, records: Sequence[tuple[bytes, bytes | None]]) -> int:
         """Append ``records`` in one batch as the leader; the last offset. Raises
         NotLeaderOrFollower (naming the leader) or NotEnoughReplicas: nothing written."""
-        replica = self.topology.leader_partition(SCHEMAS_TOPIC, PARTITION)
-        return replica.append_as_leader(build_batch(records), acks_all=True).last_offset
+        return self.placement.append(PARTITION, build_batch(records))
 
     async def replicated(self, last_offset: int) -> None:
         """Until every in-sync replica holds ``last_offset`` (at once alone)."""
-        replica = self.topology.leader_partition(SCHEMAS_TOPIC, PARTITION)
-        if replica.log.high_watermark > last_offset:
-            return
-        await replica.wait_replicated(last_offset, self.write_timeout_ms)
+        await self.placement.replicated(PARTITION, last_offset, self.write_timeout_ms)

@@ -168,12 +168,9 @@ class TransactionCoordinator:
         st = self.state
         st.loop = asyncio.get_running_loop()
         st.running = True
-        if self.placement.clustered:
-            self.placement.add_leadership_listener(st.on_leadership)
-            for partition in range(self.placement.txn_partitions() or 0):
-                if self.placement.leads(partition):
-                    st.on_leadership(TXN_TOPIC, partition, True)
-        elif self.placement.txn_partitions() is not None:
+        # In a cluster the partitions led here load as leadership arrives; alone, now.
+        following = self.placement.follow_leadership(st.on_leadership)
+        if not following and self.placement.partitions() is not None:
             st.topic_ready = True
             metas = await asyncio.to_thread(st.load_all)
             st.install(metas)
@@ -483,7 +480,7 @@ class TransactionCoordinator:
         see the module docstring."""
         meta = self.state.for_producer(producer_id)
         if meta is None:
-            if self.placement.clustered:
+            if not self.placement.coordinates_every_key:
                 # The id's coordinator may be another broker: not verified here (yet).
                 return
             raise InvalidTxnState(

@@ -31,7 +31,7 @@ from app.common.errors import (
     UnknownTopicOrPartition,
 )
 from app.groups.placement import OFFSETS_TOPIC
-from app.txn import faults
+from app.txn.faults import crash_point
 from app.txn.model import TxnConfig, TxnMarker, TxnMetadata
 from app.txn.placement import TxnPlacement
 
@@ -84,5 +84,5 @@ class MarkerWriter:
                 if topic == OFFSETS_TOPIC:
                     self.on_offsets_marker(partition, meta.producer_id, commit)
             meta.pending_markers.discard((topic, partition))
-            faults.crash_point("after-first-marker")
+            crash_point("after-first-marker")
         return not meta.pending_markers

@@ -1,8 +1,8 @@
 """Where ``__transaction_state`` lives, for the transaction coordinator:
 :class:`TxnPlacement`, over the broker's :class:`~app.core.topology.Topology`.
 
-As the group coordinator's placement (:mod:`app.groups.placement`), one code path for a
-lone broker (every partition here, led here, appends durable once written) and a
+The placement every internal topic shares (:mod:`app.core.internal_topic`), one code
+path for a lone broker (every partition here, led here, appends durable once written) and a
 cluster (the coordinator of a transactional id is the leader of its
 ``__transaction_state`` partition; its writes count once every in-sync replica has
 them, Kafka's acks=-1 for the transaction log). Transaction markers go to the leader
@@ -15,8 +15,8 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from app.common.batch import build_batch
-from app.common.errors import NotLeaderOrFollower, UnknownTopicOrPartition
-from app.core.topology import LeadershipListener, NewTopic
+from app.common.errors import NotLeaderOrFollower
+from app.core.internal_topic import InternalTopicPlacement
 from app.txn.model import TXN_TOPIC, TXN_TOPIC_CONFIGS, TxnMarker
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ async def write_marker(replica: LeaderReplica, marker: TxnMarker, timeout_ms: in
     return info.first_offset
 
 
-class TxnPlacement:
+class TxnPlacement(InternalTopicPlacement["Topology"]):
     """What the coordinator asks about ``__transaction_state`` and data partitions."""
 
     # Set by the API layer: how a marker reaches a partition led elsewhere (the topology
@@ -53,38 +53,7 @@ class TxnPlacement:
     remote: RemoteMarkers | None = None
 
     def __init__(self, topology: Topology, node_id: int, url: str, replication_factor: int):
-        self.topology = topology
-        self.node_id = node_id
-        self.url = url
-        self.replication_factor = replication_factor
-        self.clustered: bool = topology.leadership_moves
-
-    def txn_partitions(self) -> int | None:
-        """Partitions of ``__transaction_state``; None while the topic does not exist."""
-        try:
-            return self.topology.partition_count(TXN_TOPIC)
-        except UnknownTopicOrPartition:
-            return None
-
-    async def create_txn_topic(self, partitions: int) -> None:
-        """Create ``__transaction_state`` (TopicAlreadyExists if it is there)."""
-        rf = max(1, min(self.replication_factor, len(self.topology.brokers)))
-        await self.topology.create_topic(NewTopic(TXN_TOPIC, partitions, rf, TXN_TOPIC_CONFIGS))
-
-    def partition_count(self, topic: str) -> int:
-        return self.topology.partition_count(topic)
-
-    def leads(self, partition: int) -> bool:
-        return self.topology.is_leader(TXN_TOPIC, partition)
-
-    def leader_of(self, partition: int) -> tuple[int | None, str | None]:
-        try:
-            leader, url = self.topology.leader_of(TXN_TOPIC, partition)
-        except UnknownTopicOrPartition:
-            return None, None
-        if leader == self.node_id:
-            url = self.url
-        return leader, url
+        super().__init__(topology, TXN_TOPIC, TXN_TOPIC_CONFIGS, node_id, url, replication_factor)
 
     def txn_log(self, partition: int) -> tuple[Log, int]:
         """The local log of a ``__transaction_state`` partition this broker leads, and the
@@ -92,17 +61,10 @@ class TxnPlacement:
         replica = self.topology.leader_partition(TXN_TOPIC, partition)
         return replica.log, replica.leader_epoch
 
-    def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> int:
-        """Append records to a partition this broker leads; the last offset. Raises
-        NotLeaderOrFollower or NotEnoughReplicas (nothing written)."""
-        replica = self.topology.leader_partition(TXN_TOPIC, partition)
-        return replica.append_as_leader(build_batch(records), acks_all=True).last_offset
-
-    async def replicated(self, partition: int, last_offset: int, timeout_ms: int) -> None:
-        replica = self.topology.leader_partition(TXN_TOPIC, partition)
-        if replica.log.high_watermark > last_offset:
-            return
-        await replica.wait_replicated(last_offset, timeout_ms)
+    def append_records(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> int:
+        """Append records in one batch to a partition this broker leads; the last offset.
+        Raises NotLeaderOrFollower or NotEnoughReplicas (nothing written)."""
+        return self.append(partition, build_batch(records))
 
     async def append_marker(
         self, topic: str, partition: int, marker: TxnMarker, timeout_ms: int
@@ -120,6 +82,3 @@ class TxnPlacement:
             await self.remote(exc.leader_url, topic, partition, marker, timeout_ms)
             return
         await write_marker(replica, marker, timeout_ms)
-
-    def add_leadership_listener(self, cb: LeadershipListener) -> None:
-        self.topology.add_leadership_listener(cb)

@@ -104,15 +104,14 @@ class TxnStateManager(InternalTopicRuntime[dict[str, TxnMetadata]]):
     Partition states, loading on leadership and routing: :mod:`app.groups.internal_topic`."""
 
     def __init__(self, placement: TxnPlacement, config: TxnConfig) -> None:
-        super().__init__(TXN_TOPIC, config.node_id)
-        self.placement = placement
+        super().__init__(placement, config.num_partitions)
+        self.placement: TxnPlacement = placement
         self.config = config
         self.txns: dict[str, TxnMetadata] = {}
         # producer id -> transactional id, for the produce path's check.
         self.by_producer: dict[int, str] = {}
         self.on_loaded: Callable[[list[TxnMetadata]], None] = lambda metas: None
         self.loaded = False
-        self._known_count: int | None = None
 
     # -- the cache -------------------------------------------------------------------------
 
@@ -137,31 +136,8 @@ class TxnStateManager(InternalTopicRuntime[dict[str, TxnMetadata]]):
 
     # -- placement -------------------------------------------------------------------------
 
-    def num_partitions(self) -> int:
-        count = self.placement.txn_partitions()
-        if count is not None:
-            self._known_count = count
-            return count
-        if self._known_count is not None:
-            return self._known_count
-        return self.config.num_partitions
-
     def partition_of(self, tid: str) -> int:
         return partition_for(tid, self.num_partitions())
-
-    def _topic_exists(self) -> bool:
-        return self.placement.txn_partitions() is not None
-
-    async def _create_topic(self) -> None:
-        await self.placement.create_txn_topic(self.config.num_partitions)
-
-    def _topic_created(self) -> None:
-        # Load the new partitions led here now rather than on the leadership listener's
-        # call (a no-op for one already loading).
-        if self.placement.clustered:
-            for partition in range(self.num_partitions()):
-                if self.placement.leads(partition):
-                    self.on_leadership(TXN_TOPIC, partition, True)
 
     def route(self, tid: str) -> int:
         """The id's partition when this broker coordinates it now; else NOT_COORDINATOR
@@ -171,12 +147,9 @@ class TxnStateManager(InternalTopicRuntime[dict[str, TxnMetadata]]):
                 f"the transaction coordinator is loading {TXN_TOPIC}", transactional_id=tid
             )
         partition = self.partition_of(tid)
-        if self.placement.clustered:
-            self._served(
-                tid,
-                partition,
-                f"loading the transactions of {TXN_TOPIC}-{partition}; retry shortly",
-            )
+        self._served(
+            tid, partition, f"loading the transactions of {TXN_TOPIC}-{partition}; retry shortly"
+        )
         return partition
 
     # -- loading ---------------------------------------------------------------------------
@@ -185,8 +158,7 @@ class TxnStateManager(InternalTopicRuntime[dict[str, TxnMetadata]]):
         """A lone broker: replay every partition (blocking); the metadata loaded. Call
         :meth:`install` on the loop with the result."""
         found: dict[str, TxnMetadata] = {}
-        count = self.placement.txn_partitions() or 0
-        for partition in range(count):
+        for partition in range(self.placement.partitions() or 0):
             part_log, epoch = self.placement.txn_log(partition)
             found.update(replay_log(part_log, epoch))
         return list(found.values())
@@ -202,9 +174,6 @@ class TxnStateManager(InternalTopicRuntime[dict[str, TxnMetadata]]):
         metas = self._install(loaded)
         log.info("coordinating %d transactional ids of %s-%d", len(metas), TXN_TOPIC, partition)
         self.on_loaded(metas)
-
-    def _leader_of(self, partition: int) -> tuple[int | None, str | None]:
-        return self.placement.leader_of(partition)
 
     def _load_in_progress(self, key: str, message: str) -> CoordinatorLoadInProgress:
         return CoordinatorLoadInProgress(message, transactional_id=key)
@@ -249,7 +218,7 @@ class TxnStateManager(InternalTopicRuntime[dict[str, TxnMetadata]]):
         record = (encode_key(tid), value)
 
         async def write() -> None:
-            last = self.placement.append(partition, [record])
+            last = self.placement.append_records(partition, [record])
             # Returns at once on a lone broker (the only in-sync replica wrote it).
             await self.placement.replicated(partition, last, self.config.write_timeout_ms)
 

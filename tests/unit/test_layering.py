@@ -117,3 +117,83 @@ def test_only_the_app_starts_the_kafka_door() -> None:
         and any(i == "app.kafka" or i.startswith("app.kafka.") for i in _imports(path))
     }
     assert users <= {"app.api.app"}
+
+
+def _is_module(dotted: str) -> bool:
+    """Whether ``dotted`` names a module file or package (a compiled extension too)."""
+    base = REPO.joinpath(*dotted.split("."))
+    return (
+        base.with_suffix(".py").exists()
+        or (base / "__init__.py").exists()
+        or any(base.parent.glob(base.name + ".*"))
+    )
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Module -> the modules of app/ and logbus/ it imports (``from pkg import submodule``
+    is an edge to the submodule only: importing it runs the package's ``__init__`` in any
+    case)."""
+    paths = {
+        _module(path): path
+        for path in [*REPO.joinpath("app").rglob("*.py"), *REPO.joinpath("logbus").rglob("*.py")]
+    }
+    graph = {}
+    for name, path in paths.items():
+        edges: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                edges |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                named = {f"{node.module}.{alias.name}" for alias in node.names}
+                submodules = {n for n in named if _is_module(n)}
+                edges |= submodules
+                if len(submodules) < len(named):
+                    edges.add(node.module)
+        graph[name] = {e for e in edges if e in paths and e != name}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(graph) == [["a", "b", "c"]]
+
+
+def test_no_import_cycles() -> None:
+    """Type-only imports count too: a protocol in the imported module's place breaks a
+    cycle (``app/core/replication/fetcher.py: FetcherOwner``, ``app/api/metrics.py:
+    MetricsState``)."""
+    graph = _module_graph()
+    assert len(graph) > 100
+    assert _cycles(graph) == []

@@ -11,13 +11,12 @@ broker answers 421 NOT_COORDINATOR naming it.
 
 from __future__ import annotations
 
-import logging
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, FastAPI, Path, Query, Request
 from starlette.responses import Response
 
-from app.api.deps import serving_coordinator, take_from_state
+from app.api.deps import serving_coordinator, start_into_state, stop_from_state
 from app.api.errors import router_error_responses
 from app.api.models import (
     FindCoordinatorRequest,
@@ -34,7 +33,6 @@ from app.api.openapi_docs import DocumentedRoute
 from app.api.security import describable, visible
 from app.api.state import AppState
 from app.api.util import JSONBytes
-from app.common.errors import KafkaStorageError
 from app.core.security.acl import ResourceType
 from app.groups.coordinator import (
     CommittedOffset,
@@ -44,8 +42,6 @@ from app.groups.coordinator import (
     OffsetCommit,
     group_by_topic,
 )
-
-log = logging.getLogger(__name__)
 
 router = APIRouter(tags=["groups"], route_class=DocumentedRoute)
 
@@ -96,23 +92,16 @@ async def start_coordinator(app: FastAPI, state: AppState) -> None:
         # for a lone broker).
         cluster=state.topology,
     )
-    try:
-        await coordinator.start()
-    except KafkaStorageError:
-        # A manager handed in unstarted (or a failed disk): groups answer 503, the
-        # rest of the API is unaffected.
-        log.exception("the group coordinator could not start")
-        return
-    # A deleted topic's committed offsets go with it (a coordinator whose leadership can
-    # move listens by itself as it starts; a listener added twice is called once).
-    state.topology.add_topic_listener(coordinator.topic_deleted)
-    app.state.coordinator = coordinator
+    if await start_into_state(
+        app, "coordinator", coordinator, "the group coordinator could not start"
+    ):
+        # A deleted topic's committed offsets go with it (a coordinator whose leadership
+        # can move listens by itself as it starts; a listener added twice is called once).
+        state.topology.add_topic_listener(coordinator.topic_deleted)
 
 
 async def stop_coordinator(app: FastAPI) -> None:
-    coordinator: GroupCoordinator | None = take_from_state(app, "coordinator")
-    if coordinator is not None:
-        await coordinator.stop()
+    await stop_from_state(app, "coordinator")
 
 
 def get_coordinator(request: Request) -> GroupCoordinator:

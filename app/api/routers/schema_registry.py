@@ -20,7 +20,6 @@ found nothing there, are forwarded to the leader server-side
 from __future__ import annotations
 
 import dataclasses
-import logging
 from collections.abc import Callable, Coroutine
 from typing import Annotated, Any
 
@@ -30,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import HTTPConnection
 from starlette.responses import Response
 
-from app.api.deps import serving_coordinator, take_from_state
+from app.api.deps import serving_coordinator, start_into_state, stop_from_state
 from app.api.openapi_docs import DocumentedRoute
 from app.api.registry_errors import MEDIA_TYPE, MEDIA_TYPES, error_docs, example, response_for
 from app.api.registry_forward import RegistryForwarder
@@ -47,8 +46,6 @@ from app.registry.config import RegistryConfig
 from app.registry.records import Reference
 from app.registry.service import Registered, SchemaRegistry, schema_json
 from app.registry.storage import SchemasLog
-
-log = logging.getLogger(__name__)
 
 PREFIX = "/schema-registry"
 TAG = "schema-registry"
@@ -130,21 +127,20 @@ async def start_registry(app: FastAPI, state: AppState) -> None:
         max_references=config.max_references,
         max_reference_depth=config.max_references_depth,
     )
-    registry = SchemaRegistry(schemas_log, config)
-    try:
-        await registry.start()
-    except Exception:
-        # The broker serves on; the registry answers 503 (not serving) until restarted.
-        log.exception("the schema registry could not load _schemas")
-        return
-    app.state.schema_registry = registry
+    # Any failure to load: the broker serves on; the registry answers 503 (not serving)
+    # until restarted.
+    await start_into_state(
+        app,
+        "schema_registry",
+        SchemaRegistry(schemas_log, config),
+        "the schema registry could not load _schemas",
+        Exception,
+    )
 
 
 async def stop_registry(app: FastAPI) -> None:
     app.state.schema_registry = None
-    forwarder: RegistryForwarder | None = take_from_state(app, "registry_forwarder")
-    if forwarder is not None:
-        await forwarder.close()
+    await stop_from_state(app, "registry_forwarder", "close")
 
 
 def get_registry(request: HTTPConnection) -> SchemaRegistry:

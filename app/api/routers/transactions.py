@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
 from collections.abc import Callable
 from typing import Annotated, Any, Literal, TypeVar
@@ -40,7 +39,13 @@ from starlette.responses import Response
 from app.api import openapi_docs as docs
 from app.api import typed
 from app.api.codec import BodyInvalid
-from app.api.deps import StateDep, read_body, serving_coordinator, take_from_state
+from app.api.deps import (
+    StateDep,
+    read_body,
+    serving_coordinator,
+    start_into_state,
+    stop_from_state,
+)
 from app.api.errors import error_example, router_error_responses
 from app.api.models import ProduceResponse, StrictBody
 from app.api.openapi_docs import DocumentedRoute
@@ -54,7 +59,6 @@ from app.api.util import INT_MAX, LONG_MAX, JSONBytes
 from app.common.batch import stamp_producer
 from app.common.errors import (
     ClusterAuthorizationFailed,
-    KafkaStorageError,
     TxnNotCoordinator,
 )
 from app.core.log.manager import MAX_TOPIC_NAME_LENGTH
@@ -65,8 +69,6 @@ from app.groups.coordinator import OFFSETS_TOPIC, GroupCoordinator, OffsetCommit
 from app.txn import TransactionCoordinator, TxnConfig
 from app.txn.model import TxnMarker
 from app.txn.placement import write_marker
-
-log = logging.getLogger(__name__)
 
 router = APIRouter(tags=["transactions"], route_class=DocumentedRoute)
 
@@ -213,21 +215,14 @@ async def start_coordinator(app: FastAPI, state: AppState) -> None:
     sender = RemoteMarkerSender(state)
     coordinator.placement.remote = sender.send
     app.state.txn_marker_sender = sender
-    try:
-        await coordinator.start()
-    except KafkaStorageError:
-        log.exception("the transaction coordinator could not start")
-        return
-    app.state.txn_coordinator = coordinator
+    await start_into_state(
+        app, "txn_coordinator", coordinator, "the transaction coordinator could not start"
+    )
 
 
 async def stop_coordinator(app: FastAPI) -> None:
-    coordinator: TransactionCoordinator | None = take_from_state(app, "txn_coordinator")
-    if coordinator is not None:
-        await coordinator.stop()
-    sender: RemoteMarkerSender | None = take_from_state(app, "txn_marker_sender")
-    if sender is not None:
-        await sender.close()
+    await stop_from_state(app, "txn_coordinator")
+    await stop_from_state(app, "txn_marker_sender", "close")
 
 
 def get_txn_coordinator(request: HTTPConnection) -> TransactionCoordinator:

@@ -45,7 +45,7 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urlencode
 
 import orjson
@@ -58,8 +58,9 @@ from app.core.replication.partition import FOLLOWER, Partition
 from app.wire import AsyncConnection, Endpoint, async_connection
 
 if TYPE_CHECKING:
+    from app.core.log.log import Log
+    from app.core.replication.auth import ReplicaAuth
     from app.core.replication.config import ReplicaConfig
-    from app.core.replication.manager import ReplicaManager
 
 _log = logging.getLogger(__name__)
 
@@ -89,8 +90,24 @@ def inter_broker_tls(settings: ReplicaConfig) -> ClientTls | None:
     return ClientTls(ca, settings.ssl_certfile, settings.ssl_keyfile)
 
 
+class FetcherOwner(Protocol):
+    """What the fetcher asks of the broker's replicas (the
+    :class:`~app.core.replication.manager.ReplicaManager` that owns it; named as a
+    protocol so the fetcher does not import the manager that imports it)."""
+
+    @property
+    def settings(self) -> ReplicaConfig: ...
+
+    @property
+    def auth(self) -> ReplicaAuth | None: ...
+
+    def broker_url(self, broker: int) -> str | None: ...
+
+    def truncated(self, log: Log) -> None: ...
+
+
 class ReplicaFetcher:
-    def __init__(self, replicas: ReplicaManager) -> None:
+    def __init__(self, replicas: FetcherOwner) -> None:
         self.replicas = replicas
         settings = replicas.settings
         self.broker_id = settings.broker_id
