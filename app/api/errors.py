@@ -31,6 +31,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from app.api import limits
+from app.api.schema_validation import SchemaValidationFailed
 from app.common import errors as core
 from app.common import schema_errors as registry
 
@@ -133,6 +134,7 @@ class RecordRefused(core.InvalidRecord):
 API_STATUS: tuple[tuple[type[core.LogbusError], int], ...] = (
     (NotAcceptable, 406),
     (RecordRefused, 422),
+    (SchemaValidationFailed, 422),
     (UnsupportedMediaType, 415),
     # The listener's limits (app/api/limits.py), answered before a request reaches the app.
     (limits.ConnectionQuotaExceeded, 429),

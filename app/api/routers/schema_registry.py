@@ -138,10 +138,12 @@ async def start_registry(app: FastAPI, state: AppState) -> None:
         log.exception("the schema registry could not load _schemas")
         return
     app.state.schema_registry = registry
+    state.schema_validation.registry = registry
 
 
 async def stop_registry(app: FastAPI) -> None:
     app.state.schema_registry = None
+    app.state.logbus.schema_validation.registry = None
     forwarder: RegistryForwarder | None = take_from_state(app, "registry_forwarder")
     if forwarder is not None:
         await forwarder.close()
