@@ -341,6 +341,28 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return {status: ERROR_DOCS[status] for status in statuses}
 
 
+def schema_validation_doc() -> dict[str, Any]:
+    """The 422 of the binary produce endpoint: broker-side schema validation."""
+    return _doc(
+        "The topic has `confluent.value.schema.validation` (or `confluent.key.schema."
+        "validation`) on and a record's value (key) does not start with Confluent's wire-format "
+        "header (magic byte 0, a 4-byte schema id) naming an id registered under `<topic>-value` "
+        "(`-key`). `index` is the record's place among the body's records, `field` key or "
+        "value. Nothing of the request was written.",
+        (
+            "INVALID_RECORD",
+            {
+                "error_code": "INVALID_RECORD",
+                "message": "record 1 of the request to orders: the value's schema id 7 is not "
+                "registered under subject 'orders-value'",
+                "retriable": False,
+                "index": 1,
+                "field": "value",
+            },
+        ),
+    )
+
+
 def producer_conflict_doc() -> dict[str, Any]:
     """The 409 of the binary produce endpoint: idempotent-producer conflicts."""
     return _doc(
@@ -461,7 +483,9 @@ ERROR_DOCS: dict[int, dict[str, Any]] = {
         "A record of a typed produce (`value_format` or `key_format` avro, jsonschema, "
         "protobuf) does not match its schema: the whole request is refused and nothing of it "
         "is written. `index` is the record's place in `records`, `field` key or value, "
-        "`path` the field inside it.",
+        "`path` the field inside it. The same answer, without `path`, for a record on a topic "
+        "with `confluent.value.schema.validation` (or the key variant) whose value (key) does "
+        "not carry a schema id registered under `<topic>-value` (`-key`).",
         (
             "INVALID_RECORD",
             {

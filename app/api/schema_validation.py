@@ -87,13 +87,17 @@ class SchemaValidation:
         self.registry: SchemaRegistry | None = None
         self.ttl_s = ttl_ms / 1000
         self.max_subjects = max_subjects
-        self._ids: dict[str, tuple[frozenset[int], float]] = {}
+        self._ids_by_subject: dict[str, tuple[frozenset[int], float]] = {}
+        # The same ids as 5-byte headers (magic 0 + id): one slice and lookup per record.
+        self._headers: dict[str, frozenset[bytes]] = {}
 
-    def _registered(self, subject: str, schema_id: int) -> bool:
-        cached = self._ids.get(subject)
+    def _ids(self, subject: str, *, refresh: bool = False) -> frozenset[int]:
+        """The ids of ``subject``'s live versions: cached, read again when ``refresh`` or
+        older than the TTL."""
+        cached = self._ids_by_subject.get(subject)
         now = time.monotonic()
-        if cached is not None and now - cached[1] < self.ttl_s and schema_id in cached[0]:
-            return True
+        if cached is not None and not refresh and now - cached[1] < self.ttl_s:
+            return cached[0]
         registry = self.registry
         if registry is None:
             raise BrokerNotAvailable(
@@ -105,14 +109,21 @@ class SchemaValidation:
         except SchemaRegistryError as exc:
             # No local replica of _schemas and its leader elsewhere, or no store: retriable.
             raise BrokerNotAvailable(f"cannot read the schema registry: {exc}") from exc
-        if len(self._ids) >= self.max_subjects:
-            self._ids.clear()
-        self._ids[subject] = (ids, now)
-        return schema_id in ids
+        if len(self._ids_by_subject) >= self.max_subjects:
+            self._ids_by_subject.clear()
+            self._headers.clear()
+        self._ids_by_subject[subject] = (ids, now)
+        self._headers[subject] = frozenset(b"\x00" + i.to_bytes(4, "big") for i in ids)
+        return ids
 
-    def _why_not(self, topic: str, field: str, data: bytes | None) -> str | None:
-        if data is None:
-            return None  # a tombstone, or no key: nothing typed to check
+    def _allowed_headers(self, subject: str) -> frozenset[bytes]:
+        """The 5-byte headers (magic 0 + id) a record of ``subject`` may start with."""
+        self._ids(subject)
+        return self._headers[subject]
+
+    def _why_not(self, topic: str, field: str, data: bytes) -> str | None:
+        """The slow path, for a record whose header is not among the cached ones: why it
+        is refused (None: its id was registered since the cache was filled)."""
         if len(data) < HEADER_BYTES or data[0] != MAGIC:
             first = "no bytes" if not data else f"first byte {data[0]}"
             return (
@@ -121,7 +132,7 @@ class SchemaValidation:
             )
         schema_id = int.from_bytes(data[1:HEADER_BYTES], "big")
         subject = subject_of(topic, field)
-        if not self._registered(subject, schema_id):
+        if schema_id not in self._ids(subject, refresh=True):
             return (
                 f"the {field}'s schema id {schema_id} is not registered under subject {subject!r}"
             )
@@ -136,8 +147,17 @@ class SchemaValidation:
         """The first record of ``body`` (RecordBatch v2 batches) that ``sides`` (check the
         key, check the value) refuse; None when all pass. Control batches are skipped
         (the broker writes them). A batch the record reader cannot read is CORRUPT_MESSAGE
-        (``Log.append`` would refuse it all the same)."""
+        (``Log.append`` would refuse it all the same).
+
+        Per record: one 5-byte slice and a set lookup against the cached headers of the
+        subject's ids; only a miss takes the slow path (a registry read)."""
         check_key, check_value = sides
+        fields = [("key", check_key), ("value", check_value)]
+        allowed = {
+            field: self._allowed_headers(subject_of(topic, field)) for field, on in fields if on
+        }
+        values = allowed.get("value")
+        keys = allowed.get("key")
         index = 0
         view = memoryview(body)
         for pos, header in iter_headers(view):
@@ -148,14 +168,20 @@ class SchemaValidation:
             except Exception as exc:  # the compiled reader's errors have no common base
                 raise CorruptRecord(f"a record batch could not be read: {exc}") from None
             for record in records:
-                if check_value:
-                    why = self._why_not(topic, "value", record.value)
-                    if why is not None:
-                        return Refusal(index, "value", why)
-                if check_key:
-                    why = self._why_not(topic, "key", record.key)
-                    if why is not None:
-                        return Refusal(index, "key", why)
+                if values is not None:
+                    value = record.value
+                    if value is not None and value[:HEADER_BYTES] not in values:
+                        why = self._why_not(topic, "value", value)
+                        if why is not None:
+                            return Refusal(index, "value", why)
+                        values = self._allowed_headers(subject_of(topic, "value"))
+                if keys is not None:
+                    key = record.key
+                    if key is not None and key[:HEADER_BYTES] not in keys:
+                        why = self._why_not(topic, "key", key)
+                        if why is not None:
+                            return Refusal(index, "key", why)
+                        keys = self._allowed_headers(subject_of(topic, "key"))
                 index += 1
         return None
 

@@ -110,6 +110,9 @@ _CONF_KEYS = frozenset(
 )
 
 
+_UNSET: Any = object()
+
+
 def _driven(registry: Registry, flow: Flow) -> Any:
     """Run ``flow`` through ``registry``'s driver (blocking, or a coroutine for asyncio)."""
     return registry._run(flow)
@@ -147,6 +150,7 @@ class _Serializer:
         self.latest_ttl_s = float(conf.get("latest.cache.ttl.secs", 300))
         self.to_dict = to_dict
         self.message_name = message_name
+        self._record_name: Any = _UNSET  # record_name(), computed on first use
         # subject -> (schema id, parsed schema, when looked up)
         self._by_subject: dict[str, tuple[int, ParsedSchema, float]] = {}
 
@@ -158,12 +162,11 @@ class _Serializer:
         return None
 
     def _resolve_flow(self, subject: str) -> Flow:
+        """The (id, parsed schema) the subject's records are written with: the subject's
+        latest version (``use.latest.version``), the serializer's schema registered
+        (``auto.register.schemas``) or looked up; cached per subject by the caller's
+        :meth:`_cached` check."""
         core: RegistryCore = self.registry
-        found = self._by_subject.get(subject)
-        if found is not None and (
-            not self.use_latest or time.monotonic() - found[2] < self.latest_ttl_s
-        ):
-            return found[0], found[1]
         if self.use_latest:
             latest = yield from core.get_version_flow(subject, "latest")
             refs = yield from core.resolve_references_flow(latest.schema)
@@ -183,36 +186,57 @@ class _Serializer:
         self._by_subject[subject] = (schema_id, parsed, time.monotonic())
         return schema_id, parsed
 
-    def _flow(self, obj: Any, ctx: SerializationContext) -> Flow:
-        if obj is None:
-            return None  # a null stays null (a tombstone), as confluent-kafka's
-        subject = self.strategy(ctx, self.record_name())
-        schema_id, parsed = yield from self._resolve_flow(subject)
+    def _subject(self, ctx: SerializationContext | None) -> str:
+        if ctx is None:
+            raise ValueError("a SerializationContext(topic, MessageField.KEY|VALUE) is required")
+        if self.strategy is topic_subject_name_strategy:  # the default needs no record name
+            return topic_subject_name_strategy(ctx, None)
+        if self._record_name is _UNSET:
+            self._record_name = self.record_name()
+        return self.strategy(ctx, self._record_name)
+
+    def _cached(self, subject: str) -> tuple[int, ParsedSchema] | None:
+        """The subject's (id, schema) when looked up already (and, with
+        ``use.latest.version``, within ``latest.cache.ttl.secs``)."""
+        found = self._by_subject.get(subject)
+        if found is None or (self.use_latest and time.monotonic() - found[2] >= self.latest_ttl_s):
+            return None
+        return found[0], found[1]
+
+    def _encode(self, resolved: tuple[int, ParsedSchema], obj: Any, ctx: Any) -> bytes:
         value = self.to_dict(obj, ctx) if self.to_dict is not None else obj
-        return wire.encode(parsed, schema_id, value, message_name=self.message_name)
+        return wire.encode(resolved[1], resolved[0], value, message_name=self.message_name)
 
     def __call__(self, obj: Any, ctx: SerializationContext | None = None) -> bytes | None:
         """``obj`` validated and framed; blocking (a :class:`SchemaRegistryClient`).
         Raises ``RecordInvalid`` (INVALID_RECORD, naming the field path) for a value that
-        does not match, the registry's errors (e.g. ``IncompatibleSchema``) on register."""
-        if not isinstance(self.registry, SchemaRegistryClient):
-            raise TypeError("with an AsyncSchemaRegistryClient, await serializer.aserialize()")
-        result: bytes | None = _driven(self.registry, self._flow(obj, _ctx(ctx)))
-        return result
+        does not match, the registry's errors (e.g. ``IncompatibleSchema``) on register.
+        ``None`` stays ``None`` (a tombstone), as confluent-kafka's."""
+        if obj is None:
+            return None
+        subject = self._subject(ctx)
+        resolved = self._cached(subject)
+        if resolved is None:  # a subject's first record: the registry's flow, once
+            if not isinstance(self.registry, SchemaRegistryClient):
+                raise TypeError("with an AsyncSchemaRegistryClient, await serializer.aserialize()")
+            resolved = _driven(self.registry, self._resolve_flow(subject))
+            assert resolved is not None
+        return self._encode(resolved, obj, ctx)
 
     async def aserialize(self, obj: Any, ctx: SerializationContext | None = None) -> bytes | None:
         """As ``__call__``, for an :class:`AsyncSchemaRegistryClient` (or, blocking, a
         :class:`SchemaRegistryClient`)."""
-        result = _driven(self.registry, self._flow(obj, _ctx(ctx)))
-        if isinstance(self.registry, AsyncSchemaRegistryClient):
-            result = await result
-        return result  # type: ignore[no-any-return]
-
-
-def _ctx(ctx: SerializationContext | None) -> SerializationContext:
-    if ctx is None:
-        raise ValueError("a SerializationContext(topic, MessageField.KEY|VALUE) is required")
-    return ctx
+        if obj is None:
+            return None
+        subject = self._subject(ctx)
+        resolved = self._cached(subject)
+        if resolved is None:
+            pending = _driven(self.registry, self._resolve_flow(subject))
+            if isinstance(self.registry, AsyncSchemaRegistryClient):
+                pending = await pending
+            resolved = pending
+            assert resolved is not None
+        return self._encode(resolved, obj, ctx)
 
 
 class AvroSerializer(_Serializer):
@@ -294,42 +318,57 @@ class _Deserializer:
         self.from_dict = from_dict
         self._by_id: dict[int, ParsedSchema] = {}
 
-    def _flow(self, data: bytes | None, ctx: SerializationContext) -> Flow:
-        if data is None:
-            return None
-        schema_id = wire.schema_id_of(data)
-        parsed = self._by_id.get(schema_id)
-        if parsed is None:
-            core: RegistryCore = self.registry
-            schema = yield from core.get_schema_flow(schema_id)
-            if schema.schema_type.upper() != self.schema_type:
-                from app.common.schema_errors import NotSchemaFramed
+    def _load_flow(self, schema_id: int) -> Flow:
+        """The parsed schema of ``schema_id``, from the registry (then cached)."""
+        core: RegistryCore = self.registry
+        schema = yield from core.get_schema_flow(schema_id)
+        if schema.schema_type.upper() != self.schema_type:
+            from app.common.schema_errors import NotSchemaFramed
 
-                raise NotSchemaFramed(
-                    f"schema id {schema_id} is a {schema.schema_type} schema, "
-                    f"not {self.schema_type}"
-                )
-            refs = yield from core.resolve_references_flow(schema)
-            parsed = parse(schema.schema_type, schema.schema_str, refs)
-            self._by_id[schema_id] = parsed
+            raise NotSchemaFramed(
+                f"schema id {schema_id} is a {schema.schema_type} schema, not {self.schema_type}"
+            )
+        refs = yield from core.resolve_references_flow(schema)
+        parsed = parse(schema.schema_type, schema.schema_str, refs)
+        self._by_id[schema_id] = parsed
+        return parsed
+
+    def _decode(self, parsed: ParsedSchema, data: bytes, ctx: Any) -> Any:
         value = wire.decode(parsed, data)
         return self.from_dict(value, ctx) if self.from_dict is not None else value
 
     def __call__(self, data: bytes | None, ctx: SerializationContext | None = None) -> Any:
         """The value of framed ``data``; raises ``NotSchemaFramed`` / ``RecordInvalid``
         (INVALID_RECORD) for bytes not in the wire format or not decodable, 40403
-        ``SchemaNotFound`` for an unknown id."""
-        if not isinstance(self.registry, SchemaRegistryClient):
-            raise TypeError("with an AsyncSchemaRegistryClient, await deserializer.adeserialize()")
-        return _driven(self.registry, self._flow(data, _ctx(ctx)))
+        ``SchemaNotFound`` for an unknown id. ``None`` stays ``None``."""
+        if data is None:
+            return None
+        schema_id = wire.schema_id_of(data)
+        parsed = self._by_id.get(schema_id)
+        if parsed is None:  # a new id: the registry's flow, once
+            if not isinstance(self.registry, SchemaRegistryClient):
+                raise TypeError(
+                    "with an AsyncSchemaRegistryClient, await deserializer.adeserialize()"
+                )
+            parsed = _driven(self.registry, self._load_flow(schema_id))
+            assert parsed is not None
+        return self._decode(parsed, data, ctx)
 
     async def adeserialize(
         self, data: bytes | None, ctx: SerializationContext | None = None
     ) -> Any:
-        result = _driven(self.registry, self._flow(data, _ctx(ctx)))
-        if isinstance(self.registry, AsyncSchemaRegistryClient):
-            result = await result
-        return result
+        """As ``__call__``, for an :class:`AsyncSchemaRegistryClient`."""
+        if data is None:
+            return None
+        schema_id = wire.schema_id_of(data)
+        parsed = self._by_id.get(schema_id)
+        if parsed is None:
+            pending = _driven(self.registry, self._load_flow(schema_id))
+            if isinstance(self.registry, AsyncSchemaRegistryClient):
+                pending = await pending
+            parsed = pending
+            assert parsed is not None
+        return self._decode(parsed, data, ctx)
 
 
 class AvroDeserializer(_Deserializer):

@@ -29,7 +29,12 @@ from app.api import openapi_docs as docs
 from app.api import typed
 from app.api.codec import ENCODERS, BodyInvalid, FormatError, encode_headers
 from app.api.deps import ManagerDep, StateDep, read_body, read_body_mutable
-from app.api.errors import RecordRefused, error_responses, producer_conflict_doc
+from app.api.errors import (
+    RecordRefused,
+    error_responses,
+    producer_conflict_doc,
+    schema_validation_doc,
+)
 from app.api.lean_route import LeanRoute
 from app.api.models import BatchProduceResponse, ProduceResponse
 from app.api.produce_body import ParsedProduce, parse_produce_body
@@ -471,7 +476,12 @@ async def produce_to_partition(
     summary="Produce raw RecordBatch v2 bytes",
     description=docs.PRODUCE_BATCHES,
     response_model=BatchProduceResponse,
-    responses={**_PRODUCE_ERRORS, 409: producer_conflict_doc(), **_ACKS_0},
+    responses={
+        **_PRODUCE_ERRORS,
+        409: producer_conflict_doc(),
+        422: schema_validation_doc(),
+        **_ACKS_0,
+    },
     openapi_extra=docs.BINARY_REQUEST_BODY,
 )
 async def produce_batches(
