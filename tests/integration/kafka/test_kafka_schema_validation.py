@@ -92,6 +92,16 @@ def test_http_json_and_binary_refuse_unregistered_values(http: httpx.Client) -> 
     )
     assert r.status_code == 422, r.text
     assert r.json()["error_code"] == "INVALID_RECORD" and r.json()["index"] == 1
+    # Compressed batches are read too; the index counts records across the body's batches.
+    two = build_batch([(None, framed(good))]) + build_batch(
+        [(None, framed(good)), (None, framed(elsewhere))], compression="gzip"
+    )
+    r = http.post(
+        f"/topics/{topic}/partitions/0/batches",
+        content=two,
+        headers={"content-type": "application/octet-stream"},
+    )
+    assert r.status_code == 422 and r.json()["index"] == 2, r.text
     assert end_offset(http, topic) == 0
 
     # Registered ids pass on both paths; a tombstone (null value) passes too.
