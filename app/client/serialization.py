@@ -314,6 +314,12 @@ class _Deserializer:
         schema_registry_client: Registry,
         from_dict: Callable[[Any, SerializationContext], Any] | None = None,
     ) -> None:
+        if from_dict is not None and not callable(from_dict):
+            # confluent-kafka's AvroDeserializer takes a reader schema second: not here.
+            raise TypeError(
+                "from_dict must be callable (obj, ctx) -> value; reader schemas (confluent-"
+                "kafka's schema_str) are not supported: values decode with the writer's schema"
+            )
         self.registry = schema_registry_client
         self.from_dict = from_dict
         self._by_id: dict[int, ParsedSchema] = {}

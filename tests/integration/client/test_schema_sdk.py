@@ -44,6 +44,7 @@ from app.client.serialization import (
 from app.common.schema_errors import (
     IncompatibleSchema,
     InvalidSchema,
+    NotSchemaFramed,
     RecordInvalid,
     SchemaNotFound,
     SubjectNotFound,
@@ -156,6 +157,14 @@ def test_avro_both_ways(registry: SchemaRegistryClient, ck_registry: Any) -> Non
     with pytest.raises(RecordInvalid) as info:
         AvroSerializer(registry, ORDER)({"id": "x", "item": "tea", "tags": []}, ctx)
     assert info.value.path == "id"
+    with pytest.raises(NotSchemaFramed):
+        AvroDeserializer(registry)(b"plain bytes", ctx)
+    with pytest.raises(NotSchemaFramed):  # a JSON Schema id is not Avro
+        other = SerializationContext(_topic("avro-json"), MessageField.VALUE)
+        AvroDeserializer(registry)(JSONSerializer(VIEW, registry)({"page": "p"}, other), ctx)
+    with pytest.raises(TypeError):  # confluent-kafka's reader-schema argument: refused early
+        AvroDeserializer(registry, ORDER)  # type: ignore[arg-type]
+    assert AvroSerializer(registry, ORDER)(None, ctx) is None  # a tombstone stays null
 
 
 def test_json_schema_both_ways(registry: SchemaRegistryClient, ck_registry: Any) -> None:
