@@ -220,3 +220,26 @@ def test_kafka_door_produce_refused(kafka_broker: KafkaBroker, http: httpx.Clien
     assert producer.flush(30) == 0
     assert reports[0][0] is None, reports
     assert end_offset(http, topic) == 1
+
+
+def test_transactional_json_produce_refused(http: httpx.Client) -> None:
+    topic = "sv-txn"
+    create(http, topic, **{"confluent.value.schema.validation": "true"})
+    good = register(http, f"{topic}-value", SCHEMA)
+    r = http.post("/producers", json={"transactional_id": "sv-txn-1"})
+    assert r.status_code == 200, r.text
+    ids = {"producer_id": r.json()["producer_id"], "producer_epoch": r.json()["producer_epoch"]}
+
+    def produce(values: list[bytes]) -> httpx.Response:
+        return http.post(
+            f"/transactions/sv-txn-1/topics/{topic}/records",
+            params=ids,
+            json={"value_format": "binary", "records": [{"value": b64(v)} for v in values]},
+        )
+
+    r = produce([framed(good), b"plain"])
+    assert r.status_code == 422 and r.json()["index"] == 1, r.text
+    assert end_offset(http, topic) == 0
+    assert produce([framed(good)]).status_code == 200
+    r = http.post("/transactions/sv-txn-1/commit", json=ids)
+    assert r.status_code == 200, r.text
