@@ -573,6 +573,19 @@ class Settings(BaseSettings):
         description="Parsed schemas (by id) kept for typed HTTP produce and fetch "
         "(value_format avro/jsonschema/protobuf); an id's schema never changes.",
     )
+    schema_validation_cache_ms: int = Field(
+        default=30_000,
+        ge=0,
+        description="How long broker-side schema validation (topic config "
+        "confluent.value.schema.validation) trusts its cached ids of a subject; an id not "
+        "in the cache is always looked up in the registry first, so this bounds only how "
+        "long a deleted version's id is still accepted.",
+    )
+    schema_validation_cache_subjects: int = Field(
+        default=10_000,
+        ge=1,
+        description="Subjects whose ids broker-side schema validation caches (cleared when full).",
+    )
 
     @field_validator("authentication")
     @classmethod

@@ -70,6 +70,7 @@ def collect(quick: bool) -> dict[str, Any]:
     _section("schemas", lambda: _schemas(quick), results)
     _section("schema_registry", lambda: _schema_registry(quick), results)
     _section("typed_records", lambda: _typed_records(quick), results)
+    _section("schema_sdk", lambda: _schema_sdk(quick), results)
     return results
 
 
@@ -134,6 +135,16 @@ def _typed_records(quick: bool) -> dict[str, Any]:
     from bench import typed_records
 
     return typed_records.run(rounds=1 if quick else 3)
+
+
+def _schema_sdk(quick: bool) -> dict[str, Any]:
+    """The SDK's AvroSerializer against confluent-kafka's on the same records, and a
+    1,000-record produce to a topic with broker-side schema validation against one without,
+    same broker, same run."""
+    from bench import schema_sdk
+
+    common.warm_memory()
+    return schema_sdk.run(rounds=1 if quick else 5)
 
 
 def _robustness(quick: bool) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from app.api import limits
+from app.api.schema_validation import SchemaValidationFailed
 from app.common import errors as core
 from app.common import schema_errors as registry
 
@@ -133,6 +134,7 @@ class RecordRefused(core.InvalidRecord):
 API_STATUS: tuple[tuple[type[core.LogbusError], int], ...] = (
     (NotAcceptable, 406),
     (RecordRefused, 422),
+    (SchemaValidationFailed, 422),
     (UnsupportedMediaType, 415),
     # The listener's limits (app/api/limits.py), answered before a request reaches the app.
     (limits.ConnectionQuotaExceeded, 429),
@@ -339,6 +341,28 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return {status: ERROR_DOCS[status] for status in statuses}
 
 
+def schema_validation_doc() -> dict[str, Any]:
+    """The 422 of the binary produce endpoint: broker-side schema validation."""
+    return _doc(
+        "The topic has `confluent.value.schema.validation` (or `confluent.key.schema."
+        "validation`) on and a record's value (key) does not start with Confluent's wire-format "
+        "header (magic byte 0, a 4-byte schema id) naming an id registered under `<topic>-value` "
+        "(`-key`). `index` is the record's place among the body's records, `field` key or "
+        "value. Nothing of the request was written.",
+        (
+            "INVALID_RECORD",
+            {
+                "error_code": "INVALID_RECORD",
+                "message": "record 1 of the request to orders: the value's schema id 7 is not "
+                "registered under subject 'orders-value'",
+                "retriable": False,
+                "index": 1,
+                "field": "value",
+            },
+        ),
+    )
+
+
 def producer_conflict_doc() -> dict[str, Any]:
     """The 409 of the binary produce endpoint: idempotent-producer conflicts."""
     return _doc(
@@ -459,7 +483,9 @@ ERROR_DOCS: dict[int, dict[str, Any]] = {
         "A record of a typed produce (`value_format` or `key_format` avro, jsonschema, "
         "protobuf) does not match its schema: the whole request is refused and nothing of it "
         "is written. `index` is the record's place in `records`, `field` key or value, "
-        "`path` the field inside it.",
+        "`path` the field inside it. The same answer, without `path`, for a record on a topic "
+        "with `confluent.value.schema.validation` (or the key variant) whose value (key) does "
+        "not carry a schema id registered under `<topic>-value` (`-key`).",
         (
             "INVALID_RECORD",
             {

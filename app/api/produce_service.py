@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from app.api.schema_validation import NO_VALIDATION
 from app.api.state import AppState
 from app.common.batch import HEADER_SIZE, TRANSACTIONAL_MASK, read_header, validate_batches
 from app.common.errors import (
@@ -29,6 +30,7 @@ from app.core.topology import NewTopic
 from app.groups.placement import INTERNAL_TOPICS
 
 if TYPE_CHECKING:
+    from app.core.log.config import LogConfig
     from app.core.log.log import AppendInfo, Log
     from app.core.log.manager import LogManager
     from app.core.topology import LeaderReplica, Topology
@@ -44,6 +46,9 @@ class TopicPlan:
     partitions: int
     max_message_bytes: int
     exists: bool
+    # (key, value): whether confluent.key/value.schema.validation is on
+    # (app/api/schema_validation.py).
+    schema_validation: tuple[bool, bool] = NO_VALIDATION
 
 
 def check_not_internal(topic: str) -> None:
@@ -65,8 +70,16 @@ def plan_topic(state: AppState, manager: LogManager, topic: str) -> TopicPlan:
         if not state.settings.auto_create_topics_enable:
             raise
         defaults = state.settings.log_config
-        return TopicPlan(state.settings.num_partitions, defaults.max_message_bytes, False)
-    return TopicPlan(partitions, manager.topic_config(topic).max_message_bytes, True)
+        return TopicPlan(
+            state.settings.num_partitions, defaults.max_message_bytes, False, validation(defaults)
+        )
+    config = manager.topic_config(topic)
+    return TopicPlan(partitions, config.max_message_bytes, True, validation(config))
+
+
+def validation(config: LogConfig) -> tuple[bool, bool]:
+    """(key, value) broker-side schema validation of a topic with ``config``."""
+    return (config.confluent_key_schema_validation, config.confluent_value_schema_validation)
 
 
 async def create_planned(state: AppState, manager: LogManager, topic: str) -> int:
@@ -241,6 +254,9 @@ async def produce_raw(
     # under its append permits until the append returned.
     with check_transactional(coordinator, topic, partition, body):
         plan = plan_topic(state, manager, topic)
+        if plan.schema_validation != NO_VALIDATION:
+            # Before anything is created or written (app/api/schema_validation.py).
+            state.schema_validation.check(topic, plan.schema_validation, body)
         if not plan.exists:
             if not 0 <= partition < plan.partitions:
                 raise UnknownTopicOrPartition(topic, partition)

@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry
 from app.api.group_commit import GroupCommit
 from app.api.longpoll import FetchWaiters
 from app.api.memory import BudgetCollector, MemoryBudget, default_budget_bytes
+from app.api.schema_validation import SchemaValidation
 from app.common.errors import BrokerNotAvailable
 from app.common.partitioner import StickyPartitioner
 from app.config import Settings
@@ -40,6 +41,9 @@ class AppState:
         default_factory=lambda: CollectorRegistry(auto_describe=False)
     )
     started_at: float = field(default_factory=time.time)
+    # Broker-side schema validation (app/api/schema_validation.py): its registry is set
+    # by the registry's lifespan; made in __post_init__ from the settings.
+    schema_validation: SchemaValidation = field(init=False)
     # The broker-wide memory budget (app/api/memory.py), shared with the listener's
     # protocol (request bodies) by app.api.server.build_config.
     memory: MemoryBudget = field(init=False)
@@ -50,6 +54,9 @@ class AppState:
             self.settings.memory_wait_timeout_ms / 1000,
         )
         self.registry.register(BudgetCollector(self.memory))
+        self.schema_validation = SchemaValidation(
+            self.settings.schema_validation_cache_ms, self.settings.schema_validation_cache_subjects
+        )
 
     @property
     def topology(self) -> Topology:

@@ -9,7 +9,8 @@ Every client command talks to the HTTP API (openapi/openapi.json) at ``--url`` (
     2  bad command line or settings
 
 Here: ``serve``, ``topics``, ``produce``, ``groups``, the parser and :func:`main`;
-``consume`` is :mod:`app.cli.consume`, ``transactions`` :mod:`app.cli.transactions`, the broker session (an :class:`app.client.Admin`
+``consume`` is :mod:`app.cli.consume`, ``transactions`` :mod:`app.cli.transactions`,
+``schemas`` :mod:`app.cli.schemas`, the broker session (an :class:`app.client.Admin`
 for topics, groups and offsets) and error reporting :mod:`app.cli.base`; ``perf`` is
 :mod:`app.perf`.
 """
@@ -605,6 +606,9 @@ def build_parser() -> argparse.ArgumentParser:
     from app.cli.transactions import register as register_transactions
 
     register_transactions(commands, client)
+    from app.cli.schemas import register as register_schemas
+
+    register_schemas(commands, client)
 
     register_perf(commands, client)
     return parser

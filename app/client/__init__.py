@@ -4,7 +4,9 @@ Everything goes over the broker's HTTP API: binary RecordBatch v2 bodies for
 produce and fetch, JSON for the rest. Errors are the broker's own classes
 (:mod:`app.common.errors`), rebuilt from its error body, plus the client-side
 ones in :mod:`app.client.errors`. ``Consumer.subscribe`` joins a consumer
-group (:mod:`app.client.group`); :mod:`app.client.ws` is an asyncio iterator
+group (:mod:`app.client.group`); :mod:`app.client.schema_registry` and
+:mod:`app.client.serialization` are the schema registry client and the serializers
+(``Producer(value_serializer=...)``, ``Consumer(value_deserializer=...)``); :mod:`app.client.ws` is an asyncio iterator
 over the WebSocket push API.
 
 Example (``tests/integration/client/test_examples.py`` runs it)::
@@ -48,6 +50,7 @@ from app.client.admin import Admin, AsyncAdmin, GroupListing
 from app.client.auth import BasicAuth, BearerAuth
 from app.client.consumer import AsyncConsumer, Consumer, RecordColumns
 from app.client.producer import AsyncProducer, DeliveryFuture, DeliveryReport, Producer
+from app.client.schema_registry import AsyncSchemaRegistryClient, SchemaRegistryClient
 from app.client.types import (
     ConsumerGroupMetadata,
     ConsumerRecord,
@@ -62,6 +65,7 @@ __all__ = [
     "AsyncAdmin",
     "AsyncConsumer",
     "AsyncProducer",
+    "AsyncSchemaRegistryClient",
     "BasicAuth",
     "BearerAuth",
     "Consumer",
@@ -74,6 +78,7 @@ __all__ = [
     "Producer",
     "RecordColumns",
     "RecordMetadata",
+    "SchemaRegistryClient",
     "TopicPartition",
     "configure_tls",
 ]

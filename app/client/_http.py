@@ -60,10 +60,15 @@ class Call(Generic[T]):
     # A binary body instead of ``json`` (RecordBatch v2 bytes for ``POST .../batches``).
     content: bytes | None = None
     content_type: str = "application/octet-stream"
+    # How an error answer becomes an exception (default: a Logbus error body); the schema
+    # registry client reads Confluent's bodies (app/client/schema_registry.py).
+    errors: Callable[[int, bytes], Exception] | None = None
 
 
 def _finish(call: Call[T], response: httpx.Response) -> T:
     if response.status_code >= 300:
+        if call.errors is not None:
+            raise call.errors(response.status_code, response.content)
         raise error_from_body(response.status_code, response.content)
     if not response.content:
         return call.parse(None)
@@ -74,7 +79,8 @@ def _request_args(call: Call[Any]) -> dict[str, Any]:
     args: dict[str, Any] = {"params": call.params or None}
     if call.json is not None:
         args["content"] = orjson.dumps(call.json)
-        args["headers"] = {"content-type": "application/json"}
+        json_type = call.content_type if call.content_type.endswith("json") else "application/json"
+        args["headers"] = {"content-type": json_type}
     elif call.content is not None:
         args["content"] = call.content
         args["headers"] = {"content-type": call.content_type}

@@ -360,6 +360,12 @@ class SchemaRegistry:
         with any replica). 40401/40402 as :meth:`get_version`."""
         return self._get_version(self._read(), subject, LATEST if version is None else version)
 
+    def subject_ids(self, subject: str) -> frozenset[int]:
+        """The ids of ``subject``'s live versions, from this broker's replica (broker-side
+        schema validation, ``app/api/schema_validation.py``: a produce must not wait on
+        another broker); empty for an unknown subject."""
+        return frozenset(v.id for v in self._read().versions(subject))
+
     def max_id(self) -> int:
         return self._read(current=True).max_id
 

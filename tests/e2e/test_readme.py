@@ -317,3 +317,23 @@ def test_readme_typed_records(broker: Broker, tmp_path: Path) -> None:
     assert (refused["index"], refused["field"], refused["path"]) == (1, "value", "total")
     assert refused["message"].startswith("body.records.1.value: record does not match")
     assert [r["value"] for r in fetched["records"]] == [{"total": 42}]
+
+
+@NEEDS_CURL
+def test_readme_schema_sdk_and_validation(broker: Broker, tmp_path: Path) -> None:
+    code = readme_block("schema-sdk", "python").replace("http://127.0.0.1:8080", broker.url)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["0", "1", "{'cents': 1250}"]
+    created, refused = (
+        orjson.loads(run(c, broker, tmp_path)) for c in readme_commands("schema-validation")
+    )
+    assert created["name"] == "checked"
+    assert (refused["error_code"], refused["index"], refused["field"]) == (
+        "INVALID_RECORD",
+        0,
+        "value",
+    )
+    assert "wire format" in refused["message"]

@@ -29,7 +29,12 @@ from app.api import openapi_docs as docs
 from app.api import typed
 from app.api.codec import ENCODERS, BodyInvalid, FormatError, encode_headers
 from app.api.deps import ManagerDep, StateDep, read_body, read_body_mutable
-from app.api.errors import error_responses, producer_conflict_doc
+from app.api.errors import (
+    RecordRefused,
+    error_responses,
+    producer_conflict_doc,
+    schema_validation_doc,
+)
 from app.api.lean_route import LeanRoute
 from app.api.models import BatchProduceResponse, ProduceResponse
 from app.api.produce_body import ParsedProduce, parse_produce_body
@@ -43,6 +48,7 @@ from app.api.produce_service import (
     leader_target,
     produce_raw,
 )
+from app.api.schema_validation import NO_VALIDATION
 from app.api.state import AppState
 from app.api.util import (
     INT_MAX,
@@ -273,6 +279,25 @@ def checked_batches(
     return batches
 
 
+def check_schema_ids(
+    state: AppState,
+    topic: str,
+    sides: tuple[bool, bool],
+    batches: dict[int, bytes],
+    placed: list[tuple[int, int, int]],
+) -> None:
+    """Broker-side schema validation of a JSON produce's built batches
+    (app/api/schema_validation.py): 422 RecordRefused naming the request's record (its
+    index in ``records``, mapped back from its partition and place in that batch)."""
+    for p in sorted(batches):
+        refusal = state.schema_validation.find_refusal(topic, sides, batches[p])
+        if refusal is not None:
+            index = next(
+                i for i, (pp, j, _) in enumerate(placed) if pp == p and j == refusal.record
+            )
+            raise RecordRefused(index, refusal.field, "", refusal.reason)
+
+
 async def append_json_records(
     state: AppState,
     manager: LogManager,
@@ -307,6 +332,8 @@ async def append_json_records(
             break
         plan = plan_topic(state, manager, topic)
 
+    if plan.schema_validation != NO_VALIDATION:
+        check_schema_ids(state, topic, plan.schema_validation, batches, placed)
     order = sorted(batches)
     work = [(leader_target(state, topic, p), batches[p]) for p in order]
     counts: dict[int, int] = {}
@@ -449,7 +476,12 @@ async def produce_to_partition(
     summary="Produce raw RecordBatch v2 bytes",
     description=docs.PRODUCE_BATCHES,
     response_model=BatchProduceResponse,
-    responses={**_PRODUCE_ERRORS, 409: producer_conflict_doc(), **_ACKS_0},
+    responses={
+        **_PRODUCE_ERRORS,
+        409: producer_conflict_doc(),
+        422: schema_validation_doc(),
+        **_ACKS_0,
+    },
     openapi_extra=docs.BINARY_REQUEST_BODY,
 )
 async def produce_batches(

@@ -129,17 +129,16 @@ async def start_registry(app: FastAPI, state: AppState) -> None:
     )
     # Any failure to load: the broker serves on; the registry answers 503 (not serving)
     # until restarted.
-    await start_into_state(
-        app,
-        "schema_registry",
-        SchemaRegistry(schemas_log, config),
-        "the schema registry could not load _schemas",
-        Exception,
-    )
+    registry = SchemaRegistry(schemas_log, config)
+    if await start_into_state(
+        app, "schema_registry", registry, "the schema registry could not load _schemas", Exception
+    ):
+        state.schema_validation.registry = registry
 
 
 async def stop_registry(app: FastAPI) -> None:
     app.state.schema_registry = None
+    app.state.logbus.schema_validation.registry = None
     await stop_from_state(app, "registry_forwarder", "close")
 
 

@@ -50,8 +50,9 @@ from app.api.errors import error_example, router_error_responses
 from app.api.models import ProduceResponse, StrictBody
 from app.api.openapi_docs import DocumentedRoute
 from app.api.produce_body import ParsedProduce, parse_produce_body
+from app.api.produce_service import validation
 from app.api.routers.groups import get_coordinator
-from app.api.routers.records import build_batches, checked_batches
+from app.api.routers.records import build_batches, check_schema_ids, checked_batches
 from app.api.security import visible
 from app.api.state import AppState
 from app.api.txn_markers import RemoteMarkerSender
@@ -472,6 +473,10 @@ async def produce_in_transaction(
         builders,
         lambda p: topology.leader_partition(topic, p).log.config.max_message_bytes,
     )
+    if built:  # broker-side schema validation (app/api/schema_validation.py)
+        sides = validation(topology.leader_partition(topic, min(built)).log.config)
+        if any(sides):
+            check_schema_ids(state, topic, sides, built, placed)
     # TxnNotCoordinator: this broker leads the partitions and another coordinates the id
     # (a cluster; a lone broker coordinates every id). As for a binary produce (and
     # Kafka's producer), the caller added them at the coordinator first (POST

@@ -158,7 +158,9 @@ class AsyncConsumer(ConsumerBase[AsyncGroupMembership]):
     async def poll(
         self, timeout_ms: int = 0, max_records: int | None = None
     ) -> list[ConsumerRecord]:
-        return as_records(await self._poll(timeout_ms, max_records, False))
+        return await self._deserialized_async(
+            as_records(await self._poll(timeout_ms, max_records, False))
+        )
 
     async def poll_columns(
         self, timeout_ms: int = 0, max_records: int | None = None

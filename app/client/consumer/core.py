@@ -37,7 +37,7 @@ from app.client.consumer.drain import drain
 from app.client.consumer.records import Decoded
 from app.client.consumer.state import Fetched, PartitionState
 from app.client.errors import ConsumerClosed, NoOffsetForPartition
-from app.client.types import TopicPartition
+from app.client.types import ConsumerRecord, TopicPartition
 from app.common.errors import LogbusError
 from app.common.fetch_answer import Action, Records, interpret
 from app.common.isolation import READ_COMMITTED, check_isolation_level
@@ -62,6 +62,8 @@ class ConsumerSettings(TypedDict, total=False):
     metadata_max_age_ms: int
     auth: Auth
     isolation_level: str
+    key_deserializer: Any
+    value_deserializer: Any
 
 
 class ConsumerCore:
@@ -82,6 +84,8 @@ class ConsumerCore:
         metadata_max_age_ms: int = 300_000,
         auth: Auth = None,
         isolation_level: str = "read_uncommitted",
+        key_deserializer: Any = None,
+        value_deserializer: Any = None,
     ) -> None:
         check_isolation_level(isolation_level)
         if auto_offset_reset not in RESETS:
@@ -115,6 +119,58 @@ class ConsumerCore:
         self.closed = False
         self._request_timeout_ms = request_timeout_ms
         self._retry_backoff_ms = retry_backoff_ms
+        # Deserializers (app/client/serialization.py, or any ``(bytes, ctx) -> object``):
+        # poll's records then carry their results as key and value.
+        self.key_deserializer = key_deserializer
+        self.value_deserializer = value_deserializer
+
+    def _deserialized_sync(self, records: list[ConsumerRecord]) -> list[ConsumerRecord]:
+        """``records`` with key and value through the deserializers (None: as they are)."""
+        if self.key_deserializer is None and self.value_deserializer is None:
+            return records
+        from app.client.serialization import MessageField, SerializationContext
+
+        out = []
+        for r in records:
+            key, value = r.key, r.value
+            if self.key_deserializer is not None:
+                key = self.key_deserializer(
+                    key, SerializationContext(r.topic, MessageField.KEY, r.headers)
+                )
+            if self.value_deserializer is not None:
+                value = self.value_deserializer(
+                    value, SerializationContext(r.topic, MessageField.VALUE, r.headers)
+                )
+            out.append(r._replace(key=key, value=value))
+        return out
+
+    async def _deserialized_async(self, records: list[ConsumerRecord]) -> list[ConsumerRecord]:
+        """As :meth:`_deserialized_sync`; deserializers with ``adeserialize`` awaited."""
+        if self.key_deserializer is None and self.value_deserializer is None:
+            return records
+        from app.client.serialization import MessageField, SerializationContext
+
+        async def one(des: Any, data: bytes | None, ctx: SerializationContext) -> Any:
+            ades = getattr(des, "adeserialize", None)
+            return await ades(data, ctx) if ades is not None else des(data, ctx)
+
+        out = []
+        for r in records:
+            key, value = r.key, r.value
+            if self.key_deserializer is not None:
+                key = await one(
+                    self.key_deserializer,
+                    key,
+                    SerializationContext(r.topic, MessageField.KEY, r.headers),
+                )
+            if self.value_deserializer is not None:
+                value = await one(
+                    self.value_deserializer,
+                    value,
+                    SerializationContext(r.topic, MessageField.VALUE, r.headers),
+                )
+            out.append(r._replace(key=key, value=value))
+        return out
 
     # ---- the shell's connections ----
 

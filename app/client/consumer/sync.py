@@ -178,7 +178,7 @@ class Consumer(ConsumerBase[GroupMembership]):
         Records of one partition come in offset order; partitions take turns
         across calls. An empty list means nothing arrived in time.
         """
-        return as_records(self._poll(timeout_ms, max_records, False))
+        return self._deserialized_sync(as_records(self._poll(timeout_ms, max_records, False)))
 
     def poll_columns(
         self, timeout_ms: int = 0, max_records: int | None = None

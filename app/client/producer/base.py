@@ -53,6 +53,11 @@ class ProducerBase:
     def __init__(self, url: Bootstrap, config: dict[str, Any]) -> None:
         # ``auth``: credentials for a secured broker (app/client/auth.py), not a tuning knob.
         auth = config.pop("auth", None)
+        # Serializers (app/client/serialization.py, or any ``(obj, ctx) -> bytes | None``):
+        # set, ``send`` takes objects and frames them first (not tuning knobs either).
+        self._key_serializer: Any = config.pop("key_serializer", None)
+        self._value_serializer: Any = config.pop("value_serializer", None)
+        self._serializing = self._key_serializer is not None or self._value_serializer is not None
         if config.get("transactional_id") is not None:
             config.setdefault("acks", "all")  # as Kafka: transactions need acks=all
         self.config = ProducerConfig(**config)
@@ -67,6 +72,43 @@ class ProducerBase:
             if self.config.transactional_id is not None
             else None
         )
+
+    def _serialize_sync(
+        self, topic: str, key: Any, value: Any, headers: Any
+    ) -> tuple[bytes | None, bytes | None]:
+        """``(key, value)`` through the serializers (each None: as given)."""
+        from app.client.serialization import MessageField, SerializationContext
+
+        if self._key_serializer is not None:
+            key = self._key_serializer(key, SerializationContext(topic, MessageField.KEY, headers))
+        if self._value_serializer is not None:
+            value = self._value_serializer(
+                value, SerializationContext(topic, MessageField.VALUE, headers)
+            )
+        return key, value
+
+    async def _serialize_async(
+        self, topic: str, key: Any, value: Any, headers: Any
+    ) -> tuple[bytes | None, bytes | None]:
+        """As :meth:`_serialize_sync`; a serializer with ``aserialize`` (those of
+        app/client/serialization.py) is awaited, so an asyncio registry client works."""
+        from app.client.serialization import MessageField, SerializationContext
+
+        for field, ser in (
+            (MessageField.KEY, self._key_serializer),
+            (MessageField.VALUE, self._value_serializer),
+        ):
+            if ser is None:
+                continue
+            ctx = SerializationContext(topic, field, headers)
+            obj = key if field is MessageField.KEY else value
+            aser = getattr(ser, "aserialize", None)
+            out = await aser(obj, ctx) if aser is not None else ser(obj, ctx)
+            if field is MessageField.KEY:
+                key = out
+            else:
+                value = out
+        return key, value
 
     def _notify(self) -> None:
         """Wake the sender: a batch was opened or sealed (any thread, maybe under the lock)."""

@@ -90,6 +90,11 @@ class Producer(ProducerBase):
                 ProducerBatch,
             )
             self.send = fast.send  # type: ignore[method-assign]
+        if self._serializing:
+            # Objects in, framed bytes out, then the usual send (fast or not): an instance
+            # attribute in front of it. Serializing costs far more than the fast path saves.
+            self._send_bytes = self.send
+            self.send = self._send_serialized  # type: ignore[method-assign]
         started = threading.Event()
         self._start_error: BaseException | None = None
         self._thread = threading.Thread(
@@ -223,6 +228,21 @@ class Producer(ProducerBase):
             on_delivery,
             self.config.max_block_ms / 1000,
         )
+
+    def _send_serialized(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        *,
+        headers: Headers | None = None,
+        **kwargs: Any,
+    ) -> DeliveryFuture:
+        """``send`` with ``key_serializer`` / ``value_serializer``: ``key`` and ``value``
+        are objects, serialized (e.g. framed in Confluent's wire format) before queueing;
+        a value that does not match its schema raises here (``RecordInvalid``)."""
+        key, value = self._serialize_sync(topic, key, value, headers)
+        return self._send_bytes(topic, value, key, headers=headers, **kwargs)
 
     def _send_python(self, *args: Any, **kwargs: Any) -> DeliveryFuture:
         # What the compiled send hands over: the method above, not the instance attribute.

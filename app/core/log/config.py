@@ -127,6 +127,17 @@ class LogConfig:
     unclean_leader_election_enable: bool = field(
         default=False, metadata=_kafka("unclean.leader.election.enable", _parse_bool)
     )
+    # Broker-side schema validation (issue 18; Confluent Server's names): every produced
+    # record's value (key) must carry Confluent's wire-format header with a schema id
+    # registered under the topic's subject ``<topic>-value`` (``-key``), else the produce
+    # is refused with INVALID_RECORD. The check is the API layer's
+    # (app/api/schema_validation.py); the log engine only stores the flags.
+    confluent_value_schema_validation: bool = field(
+        default=False, metadata=_kafka("confluent.value.schema.validation", _parse_bool)
+    )
+    confluent_key_schema_validation: bool = field(
+        default=False, metadata=_kafka("confluent.key.schema.validation", _parse_bool)
+    )
 
     @property
     def compact(self) -> bool:

@@ -17,6 +17,7 @@ from kio.schema.errors import ErrorCode
 
 from app.api.fetch_service import aborted_pairs, lookup_offset, read_log, wait_for_any
 from app.api.produce_service import produce_raw
+from app.api.schema_validation import SchemaValidationFailed
 from app.common.errors import (
     InvalidRecord,
     InvalidRequiredAcks,
@@ -79,6 +80,20 @@ async def produce(ctx: Context, body: Any, version: int) -> Any:
         endpoints[leader] = listeners[leader]
         return {"current_leader": build(m.LeaderIdAndEpoch, leader_id=leader, leader_epoch=epoch)}
 
+    def record_errors(exc: LogbusError) -> tuple[Any, ...]:
+        """KIP-467: the record that broker-side schema validation refused, by its index."""
+        if not isinstance(exc, SchemaValidationFailed) or not hasattr(
+            m, "BatchIndexAndErrorMessage"
+        ):
+            return ()
+        return (
+            build(
+                m.BatchIndexAndErrorMessage,
+                batch_index=exc.index,
+                batch_index_error_message=exc.message,
+            ),
+        )
+
     async def one(topic: str, partition: int, records: bytes | None) -> Any:
         try:
             if acks not in (0, 1, -1):
@@ -96,7 +111,7 @@ async def produce(ctx: Context, body: Any, version: int) -> Any:
                 base_offset=-1,
                 log_append_time=None,
                 log_start_offset=-1,
-                record_errors=(),
+                record_errors=record_errors(exc),
                 error_message=exc.message,
                 **current_leader(exc, topic, partition),
             )
