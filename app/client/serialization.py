@@ -118,6 +118,16 @@ def _driven(registry: Registry, flow: Flow) -> Any:
     return registry._run(flow)
 
 
+async def _adriven(registry: Registry, flow: Flow) -> Any:
+    """``flow``'s result from either client: awaited from an asyncio one, run to the end
+    by a blocking one (what the ``a*`` methods accept)."""
+    pending = _driven(registry, flow)
+    if isinstance(registry, AsyncSchemaRegistryClient):
+        pending = await pending
+    assert pending is not None
+    return pending
+
+
 class _Serializer:
     schema_type = "AVRO"
 
@@ -231,11 +241,7 @@ class _Serializer:
         subject = self._subject(ctx)
         resolved = self._cached(subject)
         if resolved is None:
-            pending = _driven(self.registry, self._resolve_flow(subject))
-            if isinstance(self.registry, AsyncSchemaRegistryClient):
-                pending = await pending
-            resolved = pending
-            assert resolved is not None
+            resolved = await _adriven(self.registry, self._resolve_flow(subject))
         return self._encode(resolved, obj, ctx)
 
 
@@ -369,11 +375,7 @@ class _Deserializer:
         schema_id = wire.schema_id_of(data)
         parsed = self._by_id.get(schema_id)
         if parsed is None:
-            pending = _driven(self.registry, self._load_flow(schema_id))
-            if isinstance(self.registry, AsyncSchemaRegistryClient):
-                pending = await pending
-            parsed = pending
-            assert parsed is not None
+            parsed = await _adriven(self.registry, self._load_flow(schema_id))
         return self._decode(parsed, data, ctx)
 
 
