@@ -27,6 +27,12 @@ FIND_COORDINATOR: Final = 10
 DESCRIBE_CLUSTER: Final = 60
 API_VERSIONS: Final = 18
 INIT_PRODUCER_ID: Final = 22
+ADD_PARTITIONS_TO_TXN: Final = 24
+ADD_OFFSETS_TO_TXN: Final = 25
+END_TXN: Final = 26
+TXN_OFFSET_COMMIT: Final = 28
+DESCRIBE_TRANSACTIONS: Final = 65
+LIST_TRANSACTIONS: Final = 66
 
 # api key -> (min version, max version)
 SUPPORTED: Final[dict[int, tuple[int, int]]] = {
@@ -40,6 +46,17 @@ SUPPORTED: Final[dict[int, tuple[int, int]]] = {
     OFFSET_FETCH: (1, 7),
     FIND_COORDINATOR: (0, 3),
     DESCRIBE_CLUSTER: (0, 1),
+    # Transactions: client versions only. AddPartitionsToTxn v4+ is KIP-890's
+    # broker-to-broker batch; v4+ of AddOffsetsToTxn, EndTxn and TxnOffsetCommit add
+    # KIP-890's TRANSACTION_ABORTABLE (EndTxn v5 and TxnOffsetCommit v5 its epoch bump per
+    # transaction), which the coordinator does not do; ListTransactions v2 filters by a
+    # transactional-id pattern (KIP-1152), not served.
+    ADD_PARTITIONS_TO_TXN: (0, 3),
+    ADD_OFFSETS_TO_TXN: (0, 3),
+    END_TXN: (0, 3),
+    TXN_OFFSET_COMMIT: (0, 3),
+    DESCRIBE_TRANSACTIONS: (0, 0),
+    LIST_TRANSACTIONS: (0, 1),
 }
 
 NAMES: Final[dict[int, str]] = {
@@ -53,4 +70,10 @@ NAMES: Final[dict[int, str]] = {
     OFFSET_FETCH: "OffsetFetch",
     FIND_COORDINATOR: "FindCoordinator",
     DESCRIBE_CLUSTER: "DescribeCluster",
+    ADD_PARTITIONS_TO_TXN: "AddPartitionsToTxn",
+    ADD_OFFSETS_TO_TXN: "AddOffsetsToTxn",
+    END_TXN: "EndTxn",
+    TXN_OFFSET_COMMIT: "TxnOffsetCommit",
+    DESCRIBE_TRANSACTIONS: "DescribeTransactions",
+    LIST_TRANSACTIONS: "ListTransactions",
 }

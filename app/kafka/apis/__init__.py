@@ -27,18 +27,32 @@ from app.kafka.apis.cluster import (
 )
 from app.kafka.apis.groups import find_coordinator, offset_commit, offset_fetch
 from app.kafka.apis.records import fetch, list_offsets, produce
-from app.kafka.apis.txn import init_producer_id
+from app.kafka.apis.txn import (
+    add_offsets_to_txn,
+    add_partitions_to_txn,
+    describe_transactions,
+    end_txn,
+    init_producer_id,
+    list_transactions,
+    txn_offset_commit,
+)
 from app.kafka.versions import (
+    ADD_OFFSETS_TO_TXN,
+    ADD_PARTITIONS_TO_TXN,
     API_VERSIONS,
     DESCRIBE_CLUSTER,
+    DESCRIBE_TRANSACTIONS,
+    END_TXN,
     FETCH,
     FIND_COORDINATOR,
     INIT_PRODUCER_ID,
     LIST_OFFSETS,
+    LIST_TRANSACTIONS,
     METADATA,
     OFFSET_COMMIT,
     OFFSET_FETCH,
     PRODUCE,
+    TXN_OFFSET_COMMIT,
 )
 
 __all__ = ["HANDLERS", "Context", "Handler", "unsupported_api_versions"]
@@ -56,4 +70,10 @@ HANDLERS: dict[int, Handler] = {
     FIND_COORDINATOR: find_coordinator,
     OFFSET_COMMIT: offset_commit,
     OFFSET_FETCH: offset_fetch,
+    ADD_PARTITIONS_TO_TXN: add_partitions_to_txn,
+    ADD_OFFSETS_TO_TXN: add_offsets_to_txn,
+    END_TXN: end_txn,
+    TXN_OFFSET_COMMIT: txn_offset_commit,
+    DESCRIBE_TRANSACTIONS: describe_transactions,
+    LIST_TRANSACTIONS: list_transactions,
 }
