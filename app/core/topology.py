@@ -50,12 +50,14 @@ TopicListener = Callable[[str], None]
 class NewTopic:
     """A topic to create (Kafka's ``NewTopic``): its name, partition count, replication
     factor (``None``: the broker's ``default_replication_factor``) and config overrides
-    (validated by the log manager, ``app.core.log.config``)."""
+    (validated by the log manager, ``app.core.log.config``). ``validate_only`` (Kafka's
+    CreateTopics flag): every check a create makes, nothing written."""
 
     name: str
     partitions: int
     replication_factor: int | None = None
     configs: Mapping[str, object] = field(default_factory=dict)
+    validate_only: bool = False
 
 
 # What one partition's append is: (this broker's leader replica, the leader epoch the

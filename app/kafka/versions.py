@@ -33,6 +33,10 @@ END_TXN: Final = 26
 TXN_OFFSET_COMMIT: Final = 28
 DESCRIBE_TRANSACTIONS: Final = 65
 LIST_TRANSACTIONS: Final = 66
+CREATE_TOPICS: Final = 19
+DELETE_TOPICS: Final = 20
+DESCRIBE_CONFIGS: Final = 32
+DESCRIBE_LOG_DIRS: Final = 35
 
 # api key -> (min version, max version)
 SUPPORTED: Final[dict[int, tuple[int, int]]] = {
@@ -57,6 +61,13 @@ SUPPORTED: Final[dict[int, tuple[int, int]]] = {
     TXN_OFFSET_COMMIT: (0, 3),
     DESCRIBE_TRANSACTIONS: (0, 0),
     LIST_TRANSACTIONS: (0, 1),
+    # Admin: Kafka 4.0's minimums. DeleteTopics v6 may name a topic by id only (answered
+    # UNKNOWN_TOPIC_ID: clients get no topic ids here); DescribeLogDirs v5 reports
+    # cordoned directories (KIP-1066), not served.
+    CREATE_TOPICS: (2, 7),
+    DELETE_TOPICS: (1, 6),
+    DESCRIBE_CONFIGS: (1, 4),
+    DESCRIBE_LOG_DIRS: (1, 4),
 }
 
 NAMES: Final[dict[int, str]] = {
@@ -76,4 +87,8 @@ NAMES: Final[dict[int, str]] = {
     TXN_OFFSET_COMMIT: "TxnOffsetCommit",
     DESCRIBE_TRANSACTIONS: "DescribeTransactions",
     LIST_TRANSACTIONS: "ListTransactions",
+    CREATE_TOPICS: "CreateTopics",
+    DELETE_TOPICS: "DeleteTopics",
+    DESCRIBE_CONFIGS: "DescribeConfigs",
+    DESCRIBE_LOG_DIRS: "DescribeLogDirs",
 }

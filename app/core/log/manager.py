@@ -432,11 +432,13 @@ class LogManager:
         *,
         topic_id: str | None = None,
         hosted: Collection[int] | None = None,
+        validate_only: bool = False,
     ) -> None:
         """Create ``name`` with ``partitions`` empty logs.
 
         In cluster mode the topic id comes from the cluster and only the ``hosted``
-        partitions (this broker's replicas) get a log here.
+        partitions (this broker's replicas) get a log here. ``validate_only``: every
+        check, nothing written.
         Raises InvalidTopic, InvalidPartitions, InvalidConfig or TopicAlreadyExists.
         """
         config, normalized = check_new_topic(name, partitions, overrides, self.default_config)
@@ -468,6 +470,8 @@ class LogManager:
             # Before anything is written: a topic too large for the descriptors left would
             # fail half-way and leave the broker none for its connections.
             self.partition_budget.check_create(name, len(here), self._hosted_count())
+            if validate_only:
+                return
             meta_path = self.data_dir / TOPICS_DIR / f"{name}.json"
             topic = _Topic(name, topic_id, normalized, config, clustered=hosted is not None)
             try:

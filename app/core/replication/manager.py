@@ -376,6 +376,8 @@ class ReplicaManager:
         # does); the others check theirs as they create their replicas (_sync_topics).
         here = sum(1 for r in replicas if self.broker_id in r)
         await asyncio.to_thread(self.logs.check_can_host, name, here)
+        if topic.validate_only:
+            return
         await asyncio.to_thread(
             self.store.create_topic, name, TopicAssignment(topic_id, tuple(replicas), normalized)
         )

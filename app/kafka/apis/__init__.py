@@ -4,7 +4,8 @@ Each handler is ``async (ctx, request body, version) -> response``, the response
 message of the request's version (built with :func:`app.kafka.encode.build`, so one body
 serves every version). Families: ``cluster`` (ApiVersions, Metadata, DescribeCluster),
 ``records`` (Produce, Fetch, ListOffsets), ``groups`` (FindCoordinator and the group
-APIs), ``txn`` (InitProducerId and the transaction APIs); ``base`` holds what they share.
+APIs), ``txn`` (InitProducerId and the transaction APIs), ``admin`` (topics, configs,
+log dirs); ``base`` holds what they share.
 A new API is a handler in its family's module, a line in :data:`HANDLERS` and its range
 in :mod:`app.kafka.versions`.
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from app.kafka.apis.admin import create_topics, delete_topics, describe_configs, describe_log_dirs
 from app.kafka.apis.base import Context
 from app.kafka.apis.cluster import (
     api_versions,
@@ -40,7 +42,11 @@ from app.kafka.versions import (
     ADD_OFFSETS_TO_TXN,
     ADD_PARTITIONS_TO_TXN,
     API_VERSIONS,
+    CREATE_TOPICS,
+    DELETE_TOPICS,
     DESCRIBE_CLUSTER,
+    DESCRIBE_CONFIGS,
+    DESCRIBE_LOG_DIRS,
     DESCRIBE_TRANSACTIONS,
     END_TXN,
     FETCH,
@@ -76,4 +82,8 @@ HANDLERS: dict[int, Handler] = {
     TXN_OFFSET_COMMIT: txn_offset_commit,
     DESCRIBE_TRANSACTIONS: describe_transactions,
     LIST_TRANSACTIONS: list_transactions,
+    CREATE_TOPICS: create_topics,
+    DELETE_TOPICS: delete_topics,
+    DESCRIBE_CONFIGS: describe_configs,
+    DESCRIBE_LOG_DIRS: describe_log_dirs,
 }

@@ -143,6 +143,21 @@ def test_create_topic_errors(manager: LogManager) -> None:
     assert manager.topics() == ["my.topic", "t"]
 
 
+def test_validate_only_checks_everything_and_writes_nothing(manager: LogManager) -> None:
+    manager.create_topic("t", 1)
+    with pytest.raises(TopicAlreadyExists):
+        manager.create_topic("t", 1, validate_only=True)
+    with pytest.raises(InvalidTopic):
+        manager.create_topic("a/b", 1, validate_only=True)
+    with pytest.raises(InvalidConfig):
+        manager.create_topic("u", 1, {"retention.mss": 1}, validate_only=True)
+    manager.create_topic("u", 3, {"retention.ms": 5}, validate_only=True)
+    assert manager.topics() == ["t"]
+    assert not (manager.data_dir / "u-0").exists()
+    manager.create_topic("u", 3, {"retention.ms": 5})
+    assert manager.partition_count("u") == 3
+
+
 def test_unknown_topics_and_partitions(manager: LogManager) -> None:
     manager.create_topic("t", 2)
     with pytest.raises(UnknownTopicOrPartition):
