@@ -37,6 +37,7 @@ CREATE_TOPICS: Final = 19
 DELETE_TOPICS: Final = 20
 DESCRIBE_CONFIGS: Final = 32
 DESCRIBE_LOG_DIRS: Final = 35
+OFFSET_FOR_LEADER_EPOCH: Final = 23
 
 # api key -> (min version, max version)
 SUPPORTED: Final[dict[int, tuple[int, int]]] = {
@@ -68,6 +69,8 @@ SUPPORTED: Final[dict[int, tuple[int, int]]] = {
     DELETE_TOPICS: (1, 6),
     DESCRIBE_CONFIGS: (1, 4),
     DESCRIBE_LOG_DIRS: (1, 4),
+    # v2 (Kafka 4.0's floor) adds current_leader_epoch, v3 replica_id; v4 is flexible.
+    OFFSET_FOR_LEADER_EPOCH: (2, 4),
 }
 
 NAMES: Final[dict[int, str]] = {
@@ -91,4 +94,5 @@ NAMES: Final[dict[int, str]] = {
     DELETE_TOPICS: "DeleteTopics",
     DESCRIBE_CONFIGS: "DescribeConfigs",
     DESCRIBE_LOG_DIRS: "DescribeLogDirs",
+    OFFSET_FOR_LEADER_EPOCH: "OffsetForLeaderEpoch",
 }

@@ -28,7 +28,7 @@ from app.kafka.apis.cluster import (
     unsupported_api_versions,
 )
 from app.kafka.apis.groups import find_coordinator, offset_commit, offset_fetch
-from app.kafka.apis.records import fetch, list_offsets, produce
+from app.kafka.apis.records import fetch, list_offsets, offset_for_leader_epoch, produce
 from app.kafka.apis.txn import (
     add_offsets_to_txn,
     add_partitions_to_txn,
@@ -57,6 +57,7 @@ from app.kafka.versions import (
     METADATA,
     OFFSET_COMMIT,
     OFFSET_FETCH,
+    OFFSET_FOR_LEADER_EPOCH,
     PRODUCE,
     TXN_OFFSET_COMMIT,
 )
@@ -86,4 +87,5 @@ HANDLERS: dict[int, Handler] = {
     DELETE_TOPICS: delete_topics,
     DESCRIBE_CONFIGS: describe_configs,
     DESCRIBE_LOG_DIRS: describe_log_dirs,
+    OFFSET_FOR_LEADER_EPOCH: offset_for_leader_epoch,
 }
