@@ -187,6 +187,15 @@ class LocalTopology:
             )
         )
 
+    async def alter_topic_config(
+        self, name: str, overrides: Mapping[str, object], *, validate_only: bool = False
+    ) -> None:
+        await asyncio.to_thread(
+            functools.partial(
+                self.logs.alter_topic_config, name, overrides, validate_only=validate_only
+            )
+        )
+
     async def wait_for_leaders(self, name: str, wait_s: float) -> None:
         return None  # led here from creation
 

@@ -214,6 +214,14 @@ class Topology(Protocol):
         PartitionLimitExceeded or TopicAlreadyExists."""
         ...
 
+    async def alter_topic_config(
+        self, name: str, overrides: Mapping[str, object], *, validate_only: bool = False
+    ) -> None:
+        """Replace the topic's config overrides (configs not named return to the
+        default); ``validate_only`` checks only. Raises UnknownTopicOrPartition,
+        InvalidConfig; InvalidRequest in a cluster (not supported there yet)."""
+        ...
+
     async def wait_for_leaders(self, name: str, wait_s: float) -> None:
         """Until every partition of ``name`` has a leader (LeaderNotAvailable after
         ``wait_s``)."""

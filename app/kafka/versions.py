@@ -38,6 +38,8 @@ DELETE_TOPICS: Final = 20
 DESCRIBE_CONFIGS: Final = 32
 DESCRIBE_LOG_DIRS: Final = 35
 OFFSET_FOR_LEADER_EPOCH: Final = 23
+ALTER_CONFIGS: Final = 33
+INCREMENTAL_ALTER_CONFIGS: Final = 44
 
 # api key -> (min version, max version)
 SUPPORTED: Final[dict[int, tuple[int, int]]] = {
@@ -71,6 +73,8 @@ SUPPORTED: Final[dict[int, tuple[int, int]]] = {
     DESCRIBE_LOG_DIRS: (1, 4),
     # v2 (Kafka 4.0's floor) adds current_leader_epoch, v3 replica_id; v4 is flexible.
     OFFSET_FOR_LEADER_EPOCH: (2, 4),
+    ALTER_CONFIGS: (0, 2),
+    INCREMENTAL_ALTER_CONFIGS: (0, 1),
 }
 
 NAMES: Final[dict[int, str]] = {
@@ -95,4 +99,6 @@ NAMES: Final[dict[int, str]] = {
     DESCRIBE_CONFIGS: "DescribeConfigs",
     DESCRIBE_LOG_DIRS: "DescribeLogDirs",
     OFFSET_FOR_LEADER_EPOCH: "OffsetForLeaderEpoch",
+    ALTER_CONFIGS: "AlterConfigs",
+    INCREMENTAL_ALTER_CONFIGS: "IncrementalAlterConfigs",
 }

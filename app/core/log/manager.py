@@ -60,6 +60,7 @@ from typing import Any
 
 from app.common.errors import (
     InvalidPartitions,
+    InvalidRequest,
     InvalidTopic,
     KafkaStorageError,
     LogbusError,
@@ -583,6 +584,36 @@ class LogManager:
 
     def topic_overrides(self, topic: str) -> dict[str, object]:
         return dict(self._topic(topic).overrides)
+
+    def alter_topic_config(
+        self, name: str, overrides: Mapping[str, object], *, validate_only: bool = False
+    ) -> None:
+        """Replace a lone broker's topic overrides with ``overrides`` (Kafka's AlterConfigs:
+        a config not named returns to the default). Checked as a create checks them
+        (InvalidConfig), then written to the topic file (atomically: a crash leaves the old
+        or the new set) before the logs take the new config; ``validate_only`` writes
+        nothing. A cluster's topics take their configs from ZooKeeper: InvalidRequest.
+
+        Blocking (an fsync): call from a worker thread. A log reads its ``config`` per
+        operation, so an append in flight uses the old one or the new one, whole."""
+        config, normalized = check_new_topic(name, 1, overrides, self.default_config)
+        with self._lock:
+            self._check_started()
+            topic = self._topic(name)
+            if topic.clustered:
+                raise InvalidRequest(
+                    f"topic {name!r} belongs to the cluster: its configs cannot be changed here yet"
+                )
+            if validate_only:
+                return
+            meta_path = self.data_dir / TOPICS_DIR / f"{name}.json"
+            meta = json.loads(meta_path.read_text())
+            meta["configs"] = normalized
+            write_atomically(meta_path, json.dumps(meta, indent=2).encode() + b"\n")
+            topic.overrides, topic.config = normalized, config
+            for log in topic.logs:
+                if log is not None:
+                    log.config = config
 
     def topic_id(self, topic: str) -> str:
         return self._topic(topic).topic_id

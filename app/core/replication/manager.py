@@ -28,12 +28,13 @@ import threading
 import time
 import uuid
 from base64 import urlsafe_b64encode
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from app.common.aio import wait_event
 from app.common.errors import (
     BrokerNotAvailable,
+    InvalidRequest,
     InvalidTopic,
     KafkaStorageError,
     LeaderNotAvailable,
@@ -383,6 +384,17 @@ class ReplicaManager:
         )
         self.controller.kick()
         await self.wait_for_leaders(name, wait_s)
+
+    async def alter_topic_config(
+        self, name: str, overrides: Mapping[str, object], *, validate_only: bool = False
+    ) -> None:
+        """Not yet in a cluster: the topic's configs are its ZooKeeper assignment's, read
+        when each broker creates its replicas, and nothing propagates a change to them."""
+        self.partition_count(name)  # UnknownTopicOrPartition first, as a lone broker
+        raise InvalidRequest(
+            f"changing topic {name!r}'s configs is not supported in a cluster yet "
+            "(they are fixed at creation)"
+        )
 
     async def wait_for_leaders(self, name: str, wait_s: float) -> None:
         """Until this broker has seen a leader for every partition of ``name``."""

@@ -19,7 +19,14 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from app.kafka.apis.admin import create_topics, delete_topics, describe_configs, describe_log_dirs
+from app.kafka.apis.admin import (
+    alter_configs,
+    create_topics,
+    delete_topics,
+    describe_configs,
+    describe_log_dirs,
+    incremental_alter_configs,
+)
 from app.kafka.apis.base import Context
 from app.kafka.apis.cluster import (
     api_versions,
@@ -41,6 +48,7 @@ from app.kafka.apis.txn import (
 from app.kafka.versions import (
     ADD_OFFSETS_TO_TXN,
     ADD_PARTITIONS_TO_TXN,
+    ALTER_CONFIGS,
     API_VERSIONS,
     CREATE_TOPICS,
     DELETE_TOPICS,
@@ -51,6 +59,7 @@ from app.kafka.versions import (
     END_TXN,
     FETCH,
     FIND_COORDINATOR,
+    INCREMENTAL_ALTER_CONFIGS,
     INIT_PRODUCER_ID,
     LIST_OFFSETS,
     LIST_TRANSACTIONS,
@@ -88,4 +97,6 @@ HANDLERS: dict[int, Handler] = {
     DESCRIBE_CONFIGS: describe_configs,
     DESCRIBE_LOG_DIRS: describe_log_dirs,
     OFFSET_FOR_LEADER_EPOCH: offset_for_leader_epoch,
+    ALTER_CONFIGS: alter_configs,
+    INCREMENTAL_ALTER_CONFIGS: incremental_alter_configs,
 }

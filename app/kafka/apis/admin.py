@@ -11,9 +11,12 @@ DescribeConfigs: a topic's configs are the log manager's (Kafka's names, those L
 keeps: ``GET /topics/{t}``'s ``configs``), overrides reported as DYNAMIC_TOPIC_CONFIG and
 the rest as DEFAULT_CONFIG; the broker resource lists a few of the broker's settings
 under Kafka's names, read-only (they are start-time settings; nothing alters them at
-run time). Changing configs (AlterConfigs, IncrementalAlterConfigs), CreatePartitions and
-DeleteRecords are not served: the topology has no operation for them yet (neither has
-HTTP), and an API the broker cannot honour is not advertised.
+run time). AlterConfigs and IncrementalAlterConfigs change a topic's overrides through
+:meth:`Topology.alter_topic_config`: on a lone broker; a cluster answers INVALID_REQUEST
+per resource (a topic's configs there are its ZooKeeper assignment's, fixed at creation
+for now). CreatePartitions and DeleteRecords are not served: the topology has no
+operation for them yet (neither has HTTP), and an API the broker cannot honour is not
+advertised.
 
 DescribeLogDirs: the broker's one data directory and, per partition it holds (leader or
 follower), the bytes of its segments; ``offset_lag`` 0 (no future replicas, KIP-113's
@@ -38,7 +41,14 @@ from app.common.errors import (
 )
 from app.kafka.apis.base import NO_THROTTLE, ZERO_UUID, Context, response_module
 from app.kafka.encode import build, error_code
-from app.kafka.versions import CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, DESCRIBE_LOG_DIRS
+from app.kafka.versions import (
+    ALTER_CONFIGS,
+    CREATE_TOPICS,
+    DELETE_TOPICS,
+    DESCRIBE_CONFIGS,
+    DESCRIBE_LOG_DIRS,
+    INCREMENTAL_ALTER_CONFIGS,
+)
 
 # Kafka's ConfigResource types and DescribeConfigs' config sources and types.
 TOPIC_RESOURCE = 2
@@ -255,6 +265,112 @@ async def describe_configs(ctx: Context, body: Any, version: int) -> Any:
             )
         )
     return build(m.DescribeConfigsResponse, throttle_time=NO_THROTTLE, results=tuple(results))
+
+
+# -- AlterConfigs / IncrementalAlterConfigs -----------------------------------------------
+
+# IncrementalAlterConfigs' operations.
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+# Kafka's list-typed topic configs (APPEND and SUBTRACT apply to them only).
+_LIST_CONFIGS = frozenset({"cleanup.policy"})
+
+
+def _incremental(current: dict[str, object], changes: Any) -> dict[str, object]:
+    """The overrides after IncrementalAlterConfigs' operations, in order (a list config's
+    APPEND/SUBTRACT start from its current value, its default if not overridden)."""
+    out = dict(current)
+    for c in changes:
+        op, name, value = int(c.config_operation), c.name, c.value
+        if op == SET:
+            if value is None:
+                raise InvalidConfig(name, None, "SET needs a value")
+            out[name] = value
+        elif op == DELETE:
+            out.pop(name, None)
+        elif op in (APPEND, SUBTRACT):
+            if name not in _LIST_CONFIGS:
+                raise InvalidConfig(name, value, "APPEND and SUBTRACT apply to list configs only")
+            now = [v for v in str(out.get(name, "")).split(",") if v]
+            given = [v.strip() for v in (value or "").split(",") if v.strip()]
+            merged = (
+                now + [v for v in given if v not in now]
+                if op == APPEND
+                else [v for v in now if v not in given]
+            )
+            out[name] = ",".join(merged)
+        else:
+            raise InvalidRequest(
+                f"config operation {op} is not one of SET, DELETE, APPEND, SUBTRACT"
+            )
+    return out
+
+
+async def _alter(ctx: Context, m: Any, body: Any, response_cls: Any, overrides_of: Any) -> Any:
+    """Each resource's new overrides (``overrides_of(resource)``) applied through
+    :meth:`Topology.alter_topic_config` (or only checked, ``validate_only``); errors per
+    resource. The broker's configs are read-only (INVALID_REQUEST)."""
+    validate_only = bool(body.validate_only)
+    answers = []
+    for r in body.resources:
+        rtype, rname = int(r.resource_type), r.resource_name
+        try:
+            if rtype == BROKER_RESOURCE:
+                raise InvalidRequest(
+                    "the broker's configs are start-time settings, read-only through this door"
+                )
+            if rtype != TOPIC_RESOURCE:
+                raise InvalidRequest(f"resource type {rtype} is not served (topics 2)")
+            await ctx.state.topology.alter_topic_config(
+                rname, overrides_of(r), validate_only=validate_only
+            )
+            code, message = ErrorCode.none, None
+        except LogbusError as exc:
+            code, message = error_code(exc), exc.message
+        answers.append(
+            build(
+                m.AlterConfigsResourceResponse,
+                error_code=code,
+                error_message=message,
+                resource_type=rtype,
+                resource_name=rname,
+            )
+        )
+    return build(response_cls, throttle_time=NO_THROTTLE, responses=tuple(answers))
+
+
+async def alter_configs(ctx: Context, body: Any, version: int) -> Any:
+    """AlterConfigs: a topic's overrides become exactly the configs given (the others
+    return to their defaults), as Kafka's legacy API replaces them; checked as CreateTopics
+    checks configs (INVALID_CONFIG for a name Logbus does not keep or a bad value)."""
+    m = response_module(ALTER_CONFIGS, version)
+
+    def overrides_of(r: Any) -> dict[str, object]:
+        out: dict[str, object] = {}
+        for c in r.configs:
+            if c.value is None:
+                raise InvalidConfig(c.name, None, "a config needs a value")
+            out[c.name] = c.value
+        return out
+
+    return await _alter(ctx, m, body, m.AlterConfigsResponse, overrides_of)
+
+
+async def incremental_alter_configs(ctx: Context, body: Any, version: int) -> Any:
+    """IncrementalAlterConfigs: SET, DELETE (back to the default), and APPEND/SUBTRACT on
+    list configs (``cleanup.policy``), applied to the topic's current overrides."""
+    m = response_module(INCREMENTAL_ALTER_CONFIGS, version)
+    manager = ctx.state.manager
+    assert manager is not None
+
+    def overrides_of(r: Any) -> dict[str, object]:
+        current = manager.topic_overrides(r.resource_name)
+        if any(int(c.config_operation) in (APPEND, SUBTRACT) for c in r.configs):
+            # A list config's current value, default included, is what APPEND starts from.
+            config = manager.topic_config(r.resource_name).to_kafka()
+            current = {**{k: config[k] for k in _LIST_CONFIGS}, **current}
+        return _incremental(current, r.configs)
+
+    return await _alter(ctx, m, body, m.IncrementalAlterConfigsResponse, overrides_of)
 
 
 # -- DescribeLogDirs -----------------------------------------------------------------------

@@ -184,3 +184,96 @@ def test_create_topics_refuses_per_topic_with_kafkas_codes(kafka_broker: KafkaBr
         (answer.topics[3].name, ErrorCode.invalid_partitions),
     ]
     assert not {twice, placed} & _http_topics(kafka_broker)
+
+
+def _http_overrides(broker: KafkaBroker, topic: str) -> dict[str, Any]:
+    found: dict[str, Any] = httpx.get(f"{broker.url}/topics/{topic}", timeout=30).json()
+    return found["config_overrides"]
+
+
+# librdkafka deprecates the legacy AlterConfigs, which this test exercises on purpose.
+@pytest.mark.filterwarnings("ignore:alter_configs has been deprecated:DeprecationWarning")
+def test_alter_configs_show_in_http(
+    kafka_broker: KafkaBroker, admin: AdminClient, kp_admin: Any
+) -> None:
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry
+    from kafka.admin import ConfigResource as KConfigResource
+    from kafka.admin import ConfigResourceType
+
+    topic = _name("adm-alter")
+    r = httpx.post(
+        f"{kafka_broker.url}/topics",
+        json={"name": topic, "configs": {"retention.ms": 60000, "cleanup.policy": "delete"}},
+    )
+    assert r.status_code == 201, r.text
+
+    def incremental(*entries: tuple[str, str | None, AlterConfigOpType]) -> Any:
+        resource = ConfigResource(
+            "topic",
+            topic,
+            incremental_configs=[
+                ConfigEntry(name, value, incremental_operation=op) for name, value, op in entries
+            ],
+        )
+        return _outcomes(admin.incremental_alter_configs([resource])).popitem()[1]
+
+    assert (
+        incremental(
+            ("max.message.bytes", "2048", AlterConfigOpType.SET),
+            ("retention.ms", None, AlterConfigOpType.DELETE),
+            ("cleanup.policy", "compact", AlterConfigOpType.APPEND),
+        )
+        is None
+    )
+    assert _http_overrides(kafka_broker, topic) == {
+        "max.message.bytes": 2048,
+        "cleanup.policy": "compact,delete",
+    }
+    # The new limit holds for the next produce through any door.
+    big = httpx.post(
+        f"{kafka_broker.url}/topics/{topic}/partitions/0/records",
+        json={"records": [{"value": "x" * 4096}], "value_format": "string"},
+        timeout=30,
+    )
+    assert big.status_code == 413, big.text
+    # Unknown names and bad values: INVALID_CONFIG, nothing changed.
+    assert incremental(("no.such.config", "1", AlterConfigOpType.SET)) == KafkaError.INVALID_CONFIG
+    assert incremental(("retention.ms", "soon", AlterConfigOpType.SET)) == KafkaError.INVALID_CONFIG
+    assert incremental(("retention.ms", "5", AlterConfigOpType.APPEND)) == KafkaError.INVALID_CONFIG
+    assert _http_overrides(kafka_broker, topic)["max.message.bytes"] == 2048
+
+    # Legacy AlterConfigs: kafka-python sends the other overrides along (it emulates an
+    # incremental change); librdkafka sends only what it is given, which replaces them.
+    kp_admin.alter_configs(
+        [KConfigResource(ConfigResourceType.TOPIC, topic, configs={"retention.ms": "1000"})],
+        incremental=False,
+    )
+    assert _http_overrides(kafka_broker, topic) == {
+        "max.message.bytes": 2048,
+        "cleanup.policy": "compact,delete",
+        "retention.ms": 1000,
+    }
+    replaced = ConfigResource("topic", topic, set_config={"segment.ms": "99"})
+    assert _outcomes(admin.alter_configs([replaced], validate_only=True)) == {replaced: None}
+    assert _http_overrides(kafka_broker, topic)["retention.ms"] == 1000
+    assert _outcomes(admin.alter_configs([replaced])) == {replaced: None}
+    assert _http_overrides(kafka_broker, topic) == {"segment.ms": 99}
+    # The broker's own configs are read-only; an unknown topic is named.
+    broker = ConfigResource(
+        "broker",
+        "0",
+        incremental_configs=[
+            ConfigEntry("num.partitions", "3", incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    missing = ConfigResource(
+        "topic",
+        _name("none"),
+        incremental_configs=[
+            ConfigEntry("retention.ms", "1", incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    assert sorted(_outcomes(admin.incremental_alter_configs([broker, missing])).values()) == [
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError.INVALID_REQUEST,
+    ]

@@ -158,6 +158,32 @@ def test_validate_only_checks_everything_and_writes_nothing(manager: LogManager)
     assert manager.partition_count("u") == 3
 
 
+def test_alter_topic_config_replaces_the_overrides_and_survives_a_restart(tmp_path: Path) -> None:
+    m = LogManager(tmp_path / "data")
+    m.start()
+    try:
+        m.create_topic("t", 2, {"retention.ms": 1000, "cleanup.policy": "compact"})
+        with pytest.raises(InvalidConfig):
+            m.alter_topic_config("t", {"no.such": 1})
+        with pytest.raises(UnknownTopicOrPartition):
+            m.alter_topic_config("nope", {})
+        m.alter_topic_config("t", {"max.message.bytes": "4096"}, validate_only=True)
+        assert m.topic_overrides("t") == {"retention.ms": 1000, "cleanup.policy": "compact"}
+        m.alter_topic_config("t", {"max.message.bytes": "4096"})
+        assert m.topic_overrides("t") == {"max.message.bytes": 4096}
+        assert m.get_log("t", 1).config.max_message_bytes == 4096
+        assert m.get_log("t", 1).config.cleanup_policy == "delete"  # back to the default
+    finally:
+        m.shutdown()
+    m = LogManager(tmp_path / "data")
+    m.start()
+    try:
+        assert m.topic_overrides("t") == {"max.message.bytes": 4096}
+        assert m.get_log("t", 0).config.max_message_bytes == 4096
+    finally:
+        m.shutdown()
+
+
 def test_unknown_topics_and_partitions(manager: LogManager) -> None:
     manager.create_topic("t", 2)
     with pytest.raises(UnknownTopicOrPartition):
