@@ -196,6 +196,10 @@ class LocalTopology:
             )
         )
 
+    async def delete_records(self, topic: str, partition: int, offset: int) -> int:
+        log = self.leader_partition(topic, partition).log
+        return await asyncio.to_thread(log.delete_records, offset)
+
     async def wait_for_leaders(self, name: str, wait_s: float) -> None:
         return None  # led here from creation
 

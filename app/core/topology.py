@@ -222,6 +222,13 @@ class Topology(Protocol):
         InvalidConfig; InvalidRequest in a cluster (not supported there yet)."""
         ...
 
+    async def delete_records(self, topic: str, partition: int, offset: int) -> int:
+        """Move a partition's log start offset up to ``offset`` (-1: its high watermark)
+        as its leader; the new log start offset. Raises NotLeaderOrFollower,
+        UnknownTopicOrPartition, OffsetOutOfRange; InvalidRequest in a cluster (not
+        supported there yet)."""
+        ...
+
     async def wait_for_leaders(self, name: str, wait_s: float) -> None:
         """Until every partition of ``name`` has a leader (LeaderNotAvailable after
         ``wait_s``)."""

@@ -40,6 +40,7 @@ DESCRIBE_LOG_DIRS: Final = 35
 OFFSET_FOR_LEADER_EPOCH: Final = 23
 ALTER_CONFIGS: Final = 33
 INCREMENTAL_ALTER_CONFIGS: Final = 44
+DELETE_RECORDS: Final = 21
 
 # api key -> (min version, max version)
 SUPPORTED: Final[dict[int, tuple[int, int]]] = {
@@ -75,6 +76,7 @@ SUPPORTED: Final[dict[int, tuple[int, int]]] = {
     OFFSET_FOR_LEADER_EPOCH: (2, 4),
     ALTER_CONFIGS: (0, 2),
     INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    DELETE_RECORDS: (0, 2),
 }
 
 NAMES: Final[dict[int, str]] = {
@@ -101,4 +103,5 @@ NAMES: Final[dict[int, str]] = {
     OFFSET_FOR_LEADER_EPOCH: "OffsetForLeaderEpoch",
     ALTER_CONFIGS: "AlterConfigs",
     INCREMENTAL_ALTER_CONFIGS: "IncrementalAlterConfigs",
+    DELETE_RECORDS: "DeleteRecords",
 }

@@ -396,6 +396,14 @@ class ReplicaManager:
             "(they are fixed at creation)"
         )
 
+    async def delete_records(self, topic: str, partition: int, offset: int) -> int:
+        """Not yet in a cluster: followers do not follow the leader's log start offset,
+        so the records would come back after a failover."""
+        self.leader_partition(topic, partition)  # NotLeaderOrFollower, unknown: as alone
+        raise InvalidRequest(
+            f"deleting records of {topic}-{partition} is not supported in a cluster yet"
+        )
+
     async def wait_for_leaders(self, name: str, wait_s: float) -> None:
         """Until this broker has seen a leader for every partition of ``name``."""
         deadline = time.monotonic() + wait_s

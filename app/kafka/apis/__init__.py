@@ -22,6 +22,7 @@ from typing import Any
 from app.kafka.apis.admin import (
     alter_configs,
     create_topics,
+    delete_records,
     delete_topics,
     describe_configs,
     describe_log_dirs,
@@ -51,6 +52,7 @@ from app.kafka.versions import (
     ALTER_CONFIGS,
     API_VERSIONS,
     CREATE_TOPICS,
+    DELETE_RECORDS,
     DELETE_TOPICS,
     DESCRIBE_CLUSTER,
     DESCRIBE_CONFIGS,
@@ -99,4 +101,5 @@ HANDLERS: dict[int, Handler] = {
     OFFSET_FOR_LEADER_EPOCH: offset_for_leader_epoch,
     ALTER_CONFIGS: alter_configs,
     INCREMENTAL_ALTER_CONFIGS: incremental_alter_configs,
+    DELETE_RECORDS: delete_records,
 }

@@ -14,9 +14,11 @@ under Kafka's names, read-only (they are start-time settings; nothing alters the
 run time). AlterConfigs and IncrementalAlterConfigs change a topic's overrides through
 :meth:`Topology.alter_topic_config`: on a lone broker; a cluster answers INVALID_REQUEST
 per resource (a topic's configs there are its ZooKeeper assignment's, fixed at creation
-for now). CreatePartitions and DeleteRecords are not served: the topology has no
-operation for them yet (neither has HTTP), and an API the broker cannot honour is not
-advertised.
+for now). DeleteRecords moves a partition's log start offset through
+:meth:`Topology.delete_records` (a lone broker; INVALID_REQUEST per partition in a
+cluster, whose followers do not follow a log start offset yet). CreatePartitions is not
+served: the topology cannot grow a topic yet (neither can HTTP), and an API the broker
+cannot honour is not advertised.
 
 DescribeLogDirs: the broker's one data directory and, per partition it holds (leader or
 follower), the bytes of its segments; ``offset_lag`` 0 (no future replicas, KIP-113's
@@ -44,6 +46,7 @@ from app.kafka.encode import build, error_code
 from app.kafka.versions import (
     ALTER_CONFIGS,
     CREATE_TOPICS,
+    DELETE_RECORDS,
     DELETE_TOPICS,
     DESCRIBE_CONFIGS,
     DESCRIBE_LOG_DIRS,
@@ -371,6 +374,38 @@ async def incremental_alter_configs(ctx: Context, body: Any, version: int) -> An
         return _incremental(current, r.configs)
 
     return await _alter(ctx, m, body, m.IncrementalAlterConfigsResponse, overrides_of)
+
+
+# -- DeleteRecords -------------------------------------------------------------------------
+
+
+async def delete_records(ctx: Context, body: Any, version: int) -> Any:
+    """Each partition's log start offset moved up to the offset given (-1: the high
+    watermark) by its leader (:meth:`Topology.delete_records`); ``low_watermark`` is the
+    new log start offset. Errors per partition: OFFSET_OUT_OF_RANGE above the high
+    watermark, NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION; INVALID_REQUEST in a
+    cluster (followers do not follow a log start offset yet)."""
+    m = response_module(DELETE_RECORDS, version)
+    topics = []
+    for t in body.topics:
+        answers = []
+        for p in t.partitions:
+            partition = int(p.partition_index)
+            try:
+                low = await ctx.state.topology.delete_records(t.name, partition, int(p.offset))
+                code = ErrorCode.none
+            except LogbusError as exc:
+                low, code = -1, error_code(exc)
+            answers.append(
+                build(
+                    m.DeleteRecordsPartitionResult,
+                    partition_index=partition,
+                    low_watermark=low,
+                    error_code=code,
+                )
+            )
+        topics.append(build(m.DeleteRecordsTopicResult, name=t.name, partitions=tuple(answers)))
+    return build(m.DeleteRecordsResponse, throttle_time=NO_THROTTLE, topics=tuple(topics))
 
 
 # -- DescribeLogDirs -----------------------------------------------------------------------

@@ -277,3 +277,41 @@ def test_alter_configs_show_in_http(
         KafkaError.UNKNOWN_TOPIC_OR_PART,
         KafkaError.INVALID_REQUEST,
     ]
+
+
+def test_delete_records_moves_the_log_start_for_every_door(
+    kafka_broker: KafkaBroker, admin: AdminClient
+) -> None:
+    from confluent_kafka import TopicPartition
+
+    topic = _name("adm-del")
+    with httpx.Client(base_url=kafka_broker.url, timeout=30) as http:
+        assert http.post("/topics", json={"name": topic, "partitions": 2}).status_code == 201
+        r = http.post(
+            f"/topics/{topic}/partitions/0/records",
+            json={"records": [{"value": str(i)} for i in range(10)], "value_format": "string"},
+        )
+        assert r.status_code == 200, r.text
+        below, beyond, whole = (
+            TopicPartition(topic, 0, 6),
+            TopicPartition(topic, 1, 1),  # partition 1 is empty: its high watermark is 0
+            TopicPartition(topic, 0, -1),
+        )
+        done = admin.delete_records([below, beyond])
+        assert done[below].result().low_watermark == 6
+        assert _outcomes({beyond: done[beyond]}) == {beyond: KafkaError.OFFSET_OUT_OF_RANGE}
+        described = http.get(f"/topics/{topic}").json()["partitions"][0]
+        assert (described["log_start_offset"], described["high_watermark"]) == (6, 10)
+        gone = http.get(f"/topics/{topic}/partitions/0/records", params={"offset": 2})
+        assert gone.status_code == 416 and gone.json()["error_code"] == "OFFSET_OUT_OF_RANGE"
+        kept = http.get(
+            f"/topics/{topic}/partitions/0/records",
+            params={"offset": 6, "value_format": "string"},
+        ).json()
+        assert [rec["value"] for rec in kept["records"] if rec["offset"] >= 6] == [
+            "6",
+            "7",
+            "8",
+            "9",
+        ]
+        assert admin.delete_records([whole])[whole].result().low_watermark == 10
