@@ -49,6 +49,17 @@ async def create_topic(state: AppState, topic: NewTopic) -> None:
         state.sticky.forget(topic.name)
 
 
+async def create_partitions(
+    state: AppState, name: str, count: int, *, validate_only: bool = False
+) -> None:
+    """Grow ``name`` to ``count`` partitions (:meth:`Topology.create_partitions`); the
+    sticky partitioner forgets the old count. Internal topics are refused."""
+    check_not_internal(name)
+    await state.topology.create_partitions(name, count, validate_only=validate_only)
+    if not validate_only:
+        state.sticky.forget(name)
+
+
 async def delete_topic(state: AppState, name: str) -> None:
     """Delete a topic and its data. Internal topics and names no topic can have are
     refused (InvalidTopic), an unknown one is UnknownTopicOrPartition. The group

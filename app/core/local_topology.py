@@ -200,6 +200,13 @@ class LocalTopology:
         log = self.leader_partition(topic, partition).log
         return await asyncio.to_thread(log.delete_records, offset)
 
+    async def create_partitions(
+        self, name: str, count: int, *, validate_only: bool = False
+    ) -> None:
+        await asyncio.to_thread(
+            functools.partial(self.logs.add_partitions, name, count, validate_only=validate_only)
+        )
+
     async def wait_for_leaders(self, name: str, wait_s: float) -> None:
         return None  # led here from creation
 

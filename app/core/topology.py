@@ -229,6 +229,14 @@ class Topology(Protocol):
         supported there yet)."""
         ...
 
+    async def create_partitions(
+        self, name: str, count: int, *, validate_only: bool = False
+    ) -> None:
+        """Grow a topic to ``count`` partitions (``validate_only``: check only). Raises
+        UnknownTopicOrPartition, InvalidPartitions; InvalidRequest in a cluster (not
+        supported there yet)."""
+        ...
+
     async def wait_for_leaders(self, name: str, wait_s: float) -> None:
         """Until every partition of ``name`` has a leader (LeaderNotAvailable after
         ``wait_s``)."""

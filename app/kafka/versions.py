@@ -41,6 +41,7 @@ OFFSET_FOR_LEADER_EPOCH: Final = 23
 ALTER_CONFIGS: Final = 33
 INCREMENTAL_ALTER_CONFIGS: Final = 44
 DELETE_RECORDS: Final = 21
+CREATE_PARTITIONS: Final = 37
 
 # api key -> (min version, max version)
 SUPPORTED: Final[dict[int, tuple[int, int]]] = {
@@ -77,6 +78,7 @@ SUPPORTED: Final[dict[int, tuple[int, int]]] = {
     ALTER_CONFIGS: (0, 2),
     INCREMENTAL_ALTER_CONFIGS: (0, 1),
     DELETE_RECORDS: (0, 2),
+    CREATE_PARTITIONS: (0, 3),
 }
 
 NAMES: Final[dict[int, str]] = {
@@ -104,4 +106,5 @@ NAMES: Final[dict[int, str]] = {
     ALTER_CONFIGS: "AlterConfigs",
     INCREMENTAL_ALTER_CONFIGS: "IncrementalAlterConfigs",
     DELETE_RECORDS: "DeleteRecords",
+    CREATE_PARTITIONS: "CreatePartitions",
 }

@@ -54,7 +54,7 @@ import threading
 import uuid
 from base64 import urlsafe_b64encode
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -614,6 +614,48 @@ class LogManager:
             for log in topic.logs:
                 if log is not None:
                     log.config = config
+
+    def add_partitions(self, name: str, count: int, *, validate_only: bool = False) -> None:
+        """Grow a lone broker's topic to ``count`` partitions (Kafka's CreatePartitions).
+        The new logs are made first, then the topic file names them (the commit point: a
+        crash before it leaves directories the next start removes as orphans), then they
+        are served. InvalidPartitions unless ``count`` adds partitions within the limits;
+        InvalidRequest for a cluster's topic (its assignment is ZooKeeper's).
+        Blocking: call from a worker thread."""
+        with self._lock:
+            self._check_started()
+            topic = self._topic(name)
+            if topic.clustered:
+                raise InvalidRequest(
+                    f"topic {name!r} belongs to the cluster: it cannot grow here yet"
+                )
+            have = len(topic.logs)
+            if isinstance(count, bool) or not have < count <= MAX_PARTITIONS:
+                raise InvalidPartitions(
+                    f"topic {name!r} has {have} partitions: a new count must be above it "
+                    f"and at most {MAX_PARTITIONS}, not {count!r}"
+                )
+            self.partition_budget.check_create(name, count - have, self._hosted_count())
+            if validate_only:
+                return
+            shadow = replace(topic, logs=[])
+            try:
+                for p in range(have, count):
+                    directory = self.data_dir / f"{name}-{p}"
+                    if directory.exists():  # leftover of an interrupted growth
+                        shutil.rmtree(directory)
+                    self._open_log(shadow, p, clean_shutdown=True)
+                meta_path = self.data_dir / TOPICS_DIR / f"{name}.json"
+                meta = json.loads(meta_path.read_text())
+                meta["partitions"] = count
+                write_atomically(meta_path, json.dumps(meta, indent=2).encode() + b"\n")
+                fsync_dir(self.data_dir)
+            except BaseException:
+                _close_all(list(shadow.logs))
+                for p in range(have, count):
+                    shutil.rmtree(self.data_dir / f"{name}-{p}", ignore_errors=True)
+                raise
+            topic.logs.extend(shadow.logs)
 
     def topic_id(self, topic: str) -> str:
         return self._topic(topic).topic_id

@@ -404,6 +404,13 @@ class ReplicaManager:
             f"deleting records of {topic}-{partition} is not supported in a cluster yet"
         )
 
+    async def create_partitions(
+        self, name: str, count: int, *, validate_only: bool = False
+    ) -> None:
+        """Not yet in a cluster: the controller places a topic's replicas at creation only."""
+        self.partition_count(name)  # UnknownTopicOrPartition first, as a lone broker
+        raise InvalidRequest(f"growing topic {name!r} is not supported in a cluster yet")
+
     async def wait_for_leaders(self, name: str, wait_s: float) -> None:
         """Until this broker has seen a leader for every partition of ``name``."""
         deadline = time.monotonic() + wait_s

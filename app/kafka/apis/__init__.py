@@ -21,6 +21,7 @@ from typing import Any
 
 from app.kafka.apis.admin import (
     alter_configs,
+    create_partitions,
     create_topics,
     delete_records,
     delete_topics,
@@ -51,6 +52,7 @@ from app.kafka.versions import (
     ADD_PARTITIONS_TO_TXN,
     ALTER_CONFIGS,
     API_VERSIONS,
+    CREATE_PARTITIONS,
     CREATE_TOPICS,
     DELETE_RECORDS,
     DELETE_TOPICS,
@@ -102,4 +104,5 @@ HANDLERS: dict[int, Handler] = {
     ALTER_CONFIGS: alter_configs,
     INCREMENTAL_ALTER_CONFIGS: incremental_alter_configs,
     DELETE_RECORDS: delete_records,
+    CREATE_PARTITIONS: create_partitions,
 }

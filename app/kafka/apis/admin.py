@@ -16,9 +16,9 @@ run time). AlterConfigs and IncrementalAlterConfigs change a topic's overrides t
 per resource (a topic's configs there are its ZooKeeper assignment's, fixed at creation
 for now). DeleteRecords moves a partition's log start offset through
 :meth:`Topology.delete_records` (a lone broker; INVALID_REQUEST per partition in a
-cluster, whose followers do not follow a log start offset yet). CreatePartitions is not
-served: the topology cannot grow a topic yet (neither can HTTP), and an API the broker
-cannot honour is not advertised.
+cluster, whose followers do not follow a log start offset yet). CreatePartitions grows a
+topic through :meth:`Topology.create_partitions` (a lone broker; INVALID_REQUEST in a
+cluster, whose controller places replicas at creation only, for now).
 
 DescribeLogDirs: the broker's one data directory and, per partition it holds (leader or
 follower), the bytes of its segments; ``offset_lag`` 0 (no future replicas, KIP-113's
@@ -45,6 +45,7 @@ from app.kafka.apis.base import NO_THROTTLE, ZERO_UUID, Context, response_module
 from app.kafka.encode import build, error_code
 from app.kafka.versions import (
     ALTER_CONFIGS,
+    CREATE_PARTITIONS,
     CREATE_TOPICS,
     DELETE_RECORDS,
     DELETE_TOPICS,
@@ -151,6 +152,37 @@ def _created(ctx: Context, m: Any, name: str) -> dict[str, Any]:
         if hasattr(m, "CreatableTopicConfigs")
         else None,
     }
+
+
+async def create_partitions(ctx: Context, body: Any, version: int) -> Any:
+    """Each topic grown to its new count (or, ``validate_only``, checked) through
+    :func:`app.api.topic_service.create_partitions`: INVALID_PARTITIONS unless the count
+    grows, manual assignments INVALID_REQUEST (the broker places replicas), a topic named
+    twice INVALID_REQUEST; a lone broker only (a cluster answers INVALID_REQUEST: its
+    controller places replicas at creation only, for now)."""
+    m = response_module(CREATE_PARTITIONS, version)
+    names = [t.name for t in body.topics]
+    results = []
+    for t in body.topics:
+        try:
+            if names.count(t.name) > 1:
+                raise InvalidRequest(f"topic {t.name!r} is named more than once in the request")
+            if t.assignments:
+                raise InvalidRequest(
+                    "manual replica assignments are not supported: the broker places replicas"
+                )
+            await topic_service.create_partitions(
+                ctx.state, t.name, int(t.count), validate_only=bool(body.validate_only)
+            )
+            code, message = ErrorCode.none, None
+        except LogbusError as exc:
+            code, message = error_code(exc), exc.message
+        results.append(
+            build(
+                m.CreatePartitionsTopicResult, name=t.name, error_code=code, error_message=message
+            )
+        )
+    return build(m.CreatePartitionsResponse, throttle_time=NO_THROTTLE, results=tuple(results))
 
 
 async def delete_topics(ctx: Context, body: Any, version: int) -> Any:

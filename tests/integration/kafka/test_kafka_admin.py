@@ -315,3 +315,35 @@ def test_delete_records_moves_the_log_start_for_every_door(
             "9",
         ]
         assert admin.delete_records([whole])[whole].result().low_watermark == 10
+
+
+def test_create_partitions_grows_a_topic_seen_over_http(
+    kafka_broker: KafkaBroker, admin: AdminClient
+) -> None:
+    from confluent_kafka.admin import NewPartitions
+
+    topic = _name("adm-grow")
+    assert _outcomes(admin.create_topics([NewTopic(topic, 1, 1)])) == {topic: None}
+    assert _outcomes(admin.create_partitions([NewPartitions(topic, 3)], validate_only=True)) == {
+        topic: None
+    }
+    assert len(httpx.get(f"{kafka_broker.url}/topics/{topic}").json()["partitions"]) == 1
+    assert _outcomes(admin.create_partitions([NewPartitions(topic, 3)])) == {topic: None}
+    assert len(httpx.get(f"{kafka_broker.url}/topics/{topic}").json()["partitions"]) == 3
+    missing = _name("none")
+    assert _outcomes(
+        admin.create_partitions([NewPartitions(topic, 2), NewPartitions(missing, 2)])
+    ) == {
+        topic: KafkaError.INVALID_PARTITIONS,
+        missing: KafkaError.UNKNOWN_TOPIC_OR_PART,
+    }
+    # The new partition takes records through the Kafka door and serves them over HTTP.
+    producer = Producer({"bootstrap.servers": kafka_broker.bootstrap})
+    producer.produce(topic, b"in-2", partition=2)
+    assert producer.flush(30) == 0
+    r = httpx.get(
+        f"{kafka_broker.url}/topics/{topic}/partitions/2/records",
+        params={"offset": 0, "value_format": "string"},
+        timeout=30,
+    )
+    assert [rec["value"] for rec in r.json()["records"]] == ["in-2"]

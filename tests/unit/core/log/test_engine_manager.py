@@ -184,6 +184,30 @@ def test_alter_topic_config_replaces_the_overrides_and_survives_a_restart(tmp_pa
         m.shutdown()
 
 
+def test_add_partitions_grows_a_topic_that_survives_a_restart(tmp_path: Path) -> None:
+    m = LogManager(tmp_path / "data")
+    m.start()
+    try:
+        m.create_topic("t", 1)
+        m.get_log("t", 0).append(value_batch(0, 1))
+        with pytest.raises(InvalidPartitions):
+            m.add_partitions("t", 1)
+        m.add_partitions("t", 3, validate_only=True)
+        assert m.partition_count("t") == 1
+        m.add_partitions("t", 3)
+        assert m.partition_count("t") == 3
+        m.get_log("t", 2).append(value_batch(0, 1))
+    finally:
+        m.shutdown()
+    m = LogManager(tmp_path / "data")
+    m.start()
+    try:
+        assert m.partition_count("t") == 3
+        assert [m.get_log("t", p).log_end_offset for p in range(3)] == [1, 0, 1]
+    finally:
+        m.shutdown()
+
+
 def test_unknown_topics_and_partitions(manager: LogManager) -> None:
     manager.create_topic("t", 2)
     with pytest.raises(UnknownTopicOrPartition):
