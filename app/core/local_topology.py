@@ -20,6 +20,7 @@ run in a worker thread, and topic listeners are called on the loop afterwards.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -176,7 +177,35 @@ class LocalTopology:
             raise InvalidReplicationFactor(
                 f"replication factor {replication_factor} is not possible: {reason}"
             )
-        await asyncio.to_thread(self.logs.create_topic, topic.name, topic.partitions, topic.configs)
+        await asyncio.to_thread(
+            functools.partial(
+                self.logs.create_topic,
+                topic.name,
+                topic.partitions,
+                topic.configs,
+                validate_only=topic.validate_only,
+            )
+        )
+
+    async def alter_topic_config(
+        self, name: str, overrides: Mapping[str, object], *, validate_only: bool = False
+    ) -> None:
+        await asyncio.to_thread(
+            functools.partial(
+                self.logs.alter_topic_config, name, overrides, validate_only=validate_only
+            )
+        )
+
+    async def delete_records(self, topic: str, partition: int, offset: int) -> int:
+        log = self.leader_partition(topic, partition).log
+        return await asyncio.to_thread(log.delete_records, offset)
+
+    async def create_partitions(
+        self, name: str, count: int, *, validate_only: bool = False
+    ) -> None:
+        await asyncio.to_thread(
+            functools.partial(self.logs.add_partitions, name, count, validate_only=validate_only)
+        )
 
     async def wait_for_leaders(self, name: str, wait_s: float) -> None:
         return None  # led here from creation

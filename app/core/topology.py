@@ -50,12 +50,14 @@ TopicListener = Callable[[str], None]
 class NewTopic:
     """A topic to create (Kafka's ``NewTopic``): its name, partition count, replication
     factor (``None``: the broker's ``default_replication_factor``) and config overrides
-    (validated by the log manager, ``app.core.log.config``)."""
+    (validated by the log manager, ``app.core.log.config``). ``validate_only`` (Kafka's
+    CreateTopics flag): every check a create makes, nothing written."""
 
     name: str
     partitions: int
     replication_factor: int | None = None
     configs: Mapping[str, object] = field(default_factory=dict)
+    validate_only: bool = False
 
 
 # What one partition's append is: (this broker's leader replica, the leader epoch the
@@ -210,6 +212,29 @@ class Topology(Protocol):
         """Create a topic and return once every partition has a leader. Raises
         InvalidTopic, InvalidPartitions, InvalidConfig, InvalidReplicationFactor,
         PartitionLimitExceeded or TopicAlreadyExists."""
+        ...
+
+    async def alter_topic_config(
+        self, name: str, overrides: Mapping[str, object], *, validate_only: bool = False
+    ) -> None:
+        """Replace the topic's config overrides (configs not named return to the
+        default); ``validate_only`` checks only. Raises UnknownTopicOrPartition,
+        InvalidConfig; InvalidRequest in a cluster (not supported there yet)."""
+        ...
+
+    async def delete_records(self, topic: str, partition: int, offset: int) -> int:
+        """Move a partition's log start offset up to ``offset`` (-1: its high watermark)
+        as its leader; the new log start offset. Raises NotLeaderOrFollower,
+        UnknownTopicOrPartition, OffsetOutOfRange; InvalidRequest in a cluster (not
+        supported there yet)."""
+        ...
+
+    async def create_partitions(
+        self, name: str, count: int, *, validate_only: bool = False
+    ) -> None:
+        """Grow a topic to ``count`` partitions (``validate_only``: check only). Raises
+        UnknownTopicOrPartition, InvalidPartitions; InvalidRequest in a cluster (not
+        supported there yet)."""
         ...
 
     async def wait_for_leaders(self, name: str, wait_s: float) -> None:

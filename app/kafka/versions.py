@@ -27,6 +27,21 @@ FIND_COORDINATOR: Final = 10
 DESCRIBE_CLUSTER: Final = 60
 API_VERSIONS: Final = 18
 INIT_PRODUCER_ID: Final = 22
+ADD_PARTITIONS_TO_TXN: Final = 24
+ADD_OFFSETS_TO_TXN: Final = 25
+END_TXN: Final = 26
+TXN_OFFSET_COMMIT: Final = 28
+DESCRIBE_TRANSACTIONS: Final = 65
+LIST_TRANSACTIONS: Final = 66
+CREATE_TOPICS: Final = 19
+DELETE_TOPICS: Final = 20
+DESCRIBE_CONFIGS: Final = 32
+DESCRIBE_LOG_DIRS: Final = 35
+OFFSET_FOR_LEADER_EPOCH: Final = 23
+ALTER_CONFIGS: Final = 33
+INCREMENTAL_ALTER_CONFIGS: Final = 44
+DELETE_RECORDS: Final = 21
+CREATE_PARTITIONS: Final = 37
 
 # api key -> (min version, max version)
 SUPPORTED: Final[dict[int, tuple[int, int]]] = {
@@ -40,6 +55,30 @@ SUPPORTED: Final[dict[int, tuple[int, int]]] = {
     OFFSET_FETCH: (1, 7),
     FIND_COORDINATOR: (0, 3),
     DESCRIBE_CLUSTER: (0, 1),
+    # Transactions: client versions only. AddPartitionsToTxn v4+ is KIP-890's
+    # broker-to-broker batch; v4+ of AddOffsetsToTxn, EndTxn and TxnOffsetCommit add
+    # KIP-890's TRANSACTION_ABORTABLE (EndTxn v5 and TxnOffsetCommit v5 its epoch bump per
+    # transaction), which the coordinator does not do; ListTransactions v2 filters by a
+    # transactional-id pattern (KIP-1152), not served.
+    ADD_PARTITIONS_TO_TXN: (0, 3),
+    ADD_OFFSETS_TO_TXN: (0, 3),
+    END_TXN: (0, 3),
+    TXN_OFFSET_COMMIT: (0, 3),
+    DESCRIBE_TRANSACTIONS: (0, 0),
+    LIST_TRANSACTIONS: (0, 1),
+    # Admin: Kafka 4.0's minimums. DeleteTopics v6 may name a topic by id only (answered
+    # UNKNOWN_TOPIC_ID: clients get no topic ids here); DescribeLogDirs v5 reports
+    # cordoned directories (KIP-1066), not served.
+    CREATE_TOPICS: (2, 7),
+    DELETE_TOPICS: (1, 6),
+    DESCRIBE_CONFIGS: (1, 4),
+    DESCRIBE_LOG_DIRS: (1, 4),
+    # v2 (Kafka 4.0's floor) adds current_leader_epoch, v3 replica_id; v4 is flexible.
+    OFFSET_FOR_LEADER_EPOCH: (2, 4),
+    ALTER_CONFIGS: (0, 2),
+    INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    DELETE_RECORDS: (0, 2),
+    CREATE_PARTITIONS: (0, 3),
 }
 
 NAMES: Final[dict[int, str]] = {
@@ -53,4 +92,19 @@ NAMES: Final[dict[int, str]] = {
     OFFSET_FETCH: "OffsetFetch",
     FIND_COORDINATOR: "FindCoordinator",
     DESCRIBE_CLUSTER: "DescribeCluster",
+    ADD_PARTITIONS_TO_TXN: "AddPartitionsToTxn",
+    ADD_OFFSETS_TO_TXN: "AddOffsetsToTxn",
+    END_TXN: "EndTxn",
+    TXN_OFFSET_COMMIT: "TxnOffsetCommit",
+    DESCRIBE_TRANSACTIONS: "DescribeTransactions",
+    LIST_TRANSACTIONS: "ListTransactions",
+    CREATE_TOPICS: "CreateTopics",
+    DELETE_TOPICS: "DeleteTopics",
+    DESCRIBE_CONFIGS: "DescribeConfigs",
+    DESCRIBE_LOG_DIRS: "DescribeLogDirs",
+    OFFSET_FOR_LEADER_EPOCH: "OffsetForLeaderEpoch",
+    ALTER_CONFIGS: "AlterConfigs",
+    INCREMENTAL_ALTER_CONFIGS: "IncrementalAlterConfigs",
+    DELETE_RECORDS: "DeleteRecords",
+    CREATE_PARTITIONS: "CreatePartitions",
 }

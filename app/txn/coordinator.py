@@ -60,6 +60,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from app.common.errors import (
     ConcurrentTransactions,
     CoordinatorLoadInProgress,
+    CoordinatorNotAvailable,
     InvalidProducerEpoch,
     InvalidProducerIdMapping,
     InvalidRequest,
@@ -69,6 +70,7 @@ from app.common.errors import (
     LogbusError,
     ProducerFenced,
     TransactionalIdNotFound,
+    TxnNotCoordinator,
     UnknownTopicOrPartition,
 )
 from app.core.log.producer_ids import MAX_EPOCH
@@ -90,6 +92,7 @@ from app.txn.runtime import TxnStateManager
 
 if TYPE_CHECKING:
     from app.core.topology import Topology
+    from app.groups.offsets import OffsetCommit
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +116,19 @@ class GroupHooks(Protocol):
 
     def txn_completed(self, partition: int, producer_id: int, commit: bool) -> None:
         """A marker for ``producer_id`` was written to that ``__consumer_offsets`` partition."""
+        ...
+
+    async def txn_commit_offsets(
+        self,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        offsets: Sequence[OffsetCommit],
+        member_id: str | None = None,
+        member_epoch: int = -1,
+    ) -> Any:
+        """Write ``offsets`` as a transactional batch of the producer, pending until its
+        marker (:meth:`app.groups.txn_offsets.TxnOffsetStore.commit`)."""
         ...
 
 
@@ -441,6 +457,66 @@ class TransactionCoordinator:
                 pending_markers=set(),
                 start_ms=start,
             )
+
+    async def txn_offset_commit(
+        self,
+        tid: str,
+        producer_id: int,
+        producer_epoch: int,
+        group_id: str,
+        offsets: Sequence[OffsetCommit],
+        member_id: str | None = None,
+        member_epoch: int = -1,
+    ) -> int:
+        """TxnOffsetCommit, for every door: the group's offsets written in the producer's
+        transaction (pending in ``__consumer_offsets`` until the marker); the group's
+        offsets partition.
+
+        When this broker coordinates ``tid`` the group's partition is added first
+        (AddOffsetsToTxn, a no-op when the client added it already, as a Kafka client
+        does) and the producer's epoch checked again (a fence may have happened
+        meanwhile), under an append permit held until the offsets are written (EndTxn
+        waits for it, so they never land after the marker). When another broker
+        coordinates ``tid`` (a cluster; TxnNotCoordinator) the offsets are written
+        unverified, as Kafka's group coordinator does after the client's AddOffsetsToTxn
+        at the transaction coordinator."""
+        if self.groups is None:
+            raise InvalidRequest("this broker has no group coordinator")
+        permit: AppendPermit | None = None
+        try:
+            partition = await self.add_offsets(tid, producer_id, producer_epoch, group_id)
+            permit = self.append_permit(producer_id)
+            try:
+                self.check_produce(OFFSETS_TOPIC, partition, producer_id, producer_epoch)
+            except BaseException:
+                permit.release()
+                raise
+        except TxnNotCoordinator:
+            partition = await self.groups.offsets_partition(group_id)
+        with permit if permit is not None else contextlib.nullcontext():
+            await self.groups.txn_commit_offsets(
+                group_id, producer_id, producer_epoch, offsets, member_id, member_epoch
+            )
+        return partition
+
+    async def find_coordinator(self, tid: str) -> tuple[int, str | None]:
+        """FindCoordinator for a transactional id: (broker id, its URL) of the leader of
+        the id's ``__transaction_state`` partition (the topic created on first use, as
+        Kafka does); this broker when alone. COORDINATOR_NOT_AVAILABLE (retriable) while
+        that partition has no leader."""
+        validate_transactional_id(tid)
+        await self.state.ensure_topic()
+        if not self.placement.clustered:
+            return self.config.node_id, self.config.url
+        partition = self.state.partition_of(tid)
+        leader, url = self.placement.leader_of(partition)
+        if leader is None:
+            raise CoordinatorNotAvailable(
+                f"{TXN_TOPIC}-{partition}, which holds transactional id {tid!r}, has no "
+                "leader yet (election under way); retry shortly",
+                transactional_id=tid,
+            )
+        return leader, url
 
     # -- EndTxn ----------------------------------------------------------------------------
 

@@ -77,6 +77,7 @@ KAFKA_MAY_USE_OF_API = {
     "longpoll",
     "memory",
     "schema_validation",  # broker-side schema validation (issue 18): transport-neutral
+    "topic_service",
 }
 KAFKA_BANNED = (
     "fastapi",
@@ -99,6 +100,7 @@ NEUTRAL_API_MODULES = (
     "state.py",
     "longpoll.py",
     "schema_validation.py",
+    "topic_service.py",
 )
 
 

@@ -9,6 +9,7 @@ from pydantic import ValidationError
 from starlette.responses import Response
 
 from app.api import openapi_docs as docs
+from app.api import topic_service
 from app.api.codec import BodyInvalid
 from app.api.deps import ManagerDep, StateDep, read_body
 from app.api.errors import error_responses
@@ -16,11 +17,9 @@ from app.api.models import CreateTopicRequest, TopicDescription, TopicList
 from app.api.openapi_docs import DocumentedRoute
 from app.api.security import permits, visible
 from app.api.state import AppState
-from app.api.util import JSONBytes, check_not_internal, partition_count, topic_names
-from app.common.errors import InvalidPartitions, UnknownTopicOrPartition
-from app.core.log import validate_topic_name
+from app.api.util import JSONBytes, partition_count, topic_names
+from app.common.errors import UnknownTopicOrPartition
 from app.core.security.acl import Action, Operation, Resource, ResourceType
-from app.core.topology import NewTopic
 
 if TYPE_CHECKING:
     from app.core.log.manager import LogManager
@@ -84,13 +83,12 @@ async def create_topic(request: Request, state: StateDep, manager: ManagerDep) -
         req = CreateTopicRequest.model_validate_json(body)
     except ValidationError as exc:
         raise BodyInvalid.from_validation(exc) from None
-    partitions = state.settings.num_partitions if req.partitions in (None, -1) else req.partitions
-    assert partitions is not None
-    if partitions < 1:
-        raise InvalidPartitions(f"partitions must be at least 1, got {partitions}")
-    rf = None if req.replication_factor in (None, -1) else req.replication_factor
-    await state.topology.create_topic(NewTopic(req.name, partitions, rf, req.configs))
-    state.sticky.forget(req.name)
+    await topic_service.create_topic(
+        state,
+        topic_service.new_topic(
+            state, req.name, req.partitions, req.replication_factor, req.configs
+        ),
+    )
     return JSONBytes(
         describe_topic(state, manager, req.name),
         status_code=201,
@@ -139,11 +137,7 @@ async def delete_topic(
     (`__consumer_offsets`) cannot be deleted, and a name no topic can have is refused: 400
     INVALID_TOPIC_EXCEPTION.
     """
-    check_not_internal(topic)
-    validate_topic_name(topic)  # no topic has a name it refuses (400, not 404)
-    # The group coordinators (every broker's, in a cluster) forget the topic's committed
-    # offsets as the topology's topic listeners hear of the deletion.
-    await state.topology.delete_topic(topic)
-    state.sticky.forget(topic)
-    state.waiters.forget_topic(topic)
+    # 400 for an internal topic or a name no topic can have (not 404); the group
+    # coordinators (every broker's, in a cluster) forget the topic's committed offsets.
+    await topic_service.delete_topic(state, topic)
     return Response(status_code=204)

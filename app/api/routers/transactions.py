@@ -51,7 +51,6 @@ from app.api.models import ProduceResponse, StrictBody
 from app.api.openapi_docs import DocumentedRoute
 from app.api.produce_body import ParsedProduce, parse_produce_body
 from app.api.produce_service import validation
-from app.api.routers.groups import get_coordinator
 from app.api.routers.records import build_batches, check_schema_ids, checked_batches
 from app.api.security import visible
 from app.api.state import AppState
@@ -558,38 +557,18 @@ async def txn_offset_commit(transactional_id: TxnIdPath, request: Request) -> Re
     /transactions/{id}/groups` there first, then this at the group's coordinator.
     """
     req, tc = await _txn_request(request, TxnOffsetCommitRequest)
-    groups = get_coordinator(request)
-    permit: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
-    try:
-        partition = await tc.add_offsets(
-            transactional_id, req.producer_id, req.producer_epoch, req.group_id
-        )
-        # The producer's epoch again: a fence may have happened while the group was added.
-        # The permit is held until the offsets are written (EndTxn waits for it).
-        permit = tc.append_permit(req.producer_id)
-        try:
-            tc.check_produce(OFFSETS_TOPIC, partition, req.producer_id, req.producer_epoch)
-        except BaseException:
-            permit.release()
-            raise
-    except TxnNotCoordinator:
-        # The group's coordinator is not the transaction's (a cluster; a lone broker
-        # coordinates every id and group): as Kafka's TxnOffsetCommit, sent to the group
-        # coordinator after AddOffsetsToTxn (POST /transactions/{id}/groups) at the
-        # transaction coordinator.
-        partition = await groups.offsets_partition(req.group_id)
-    with permit:
-        await groups.txn_commit_offsets(
-            req.group_id,
-            req.producer_id,
-            req.producer_epoch,
-            [
-                OffsetCommit(o.topic, o.partition, o.offset, o.leader_epoch, o.metadata)
-                for o in req.offsets
-            ],
-            req.member_id,
-            req.member_epoch,
-        )
+    partition = await tc.txn_offset_commit(
+        transactional_id,
+        req.producer_id,
+        req.producer_epoch,
+        req.group_id,
+        [
+            OffsetCommit(o.topic, o.partition, o.offset, o.leader_epoch, o.metadata)
+            for o in req.offsets
+        ],
+        req.member_id,
+        req.member_epoch,
+    )
     return JSONBytes(
         {
             "group_id": req.group_id,

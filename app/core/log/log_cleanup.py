@@ -28,7 +28,7 @@ from array import array
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from app.common.errors import KafkaStorageError
+from app.common.errors import KafkaStorageError, OffsetOutOfRange
 from app.core.log.checkpoint import fsync_dir
 from app.core.log.config import LogConfig
 from app.core.log.epoch import LeaderEpochCache
@@ -113,6 +113,35 @@ class LogCleanup:
                 new_start,
             )
             return count
+
+    def delete_records(self, offset: int) -> int:
+        """Kafka's DeleteRecords on the leader: the log start offset moves up to ``offset``
+        (-1: the high watermark), so nothing below it is served again; the segments wholly
+        below it go now, as retention removes them (their files after
+        ``file.delete.delay.ms``). The new log start offset (unchanged for an offset at or
+        below it). OffsetOutOfRange above the high watermark. Producer state is kept:
+        an idempotent producer's next batch still follows its sequence (as Kafka since
+        KIP-360)."""
+        with self._lock:
+            self._check_open()
+            high = self._high_watermark
+            target = high if offset == -1 else offset
+            if not 0 <= target <= high:
+                raise OffsetOutOfRange(
+                    self.topic, self.partition, offset, self._log_start_offset, high
+                )
+            if target > self._log_start_offset:
+                self._log_start_offset = target
+                self.leader_epoch_cache.truncate_from_start(target)
+                _log.info(
+                    "%s-%s: records deleted, log start offset now %d",
+                    self.topic,
+                    self.partition,
+                    target,
+                )
+            start = self._log_start_offset
+        self.delete_old_segments()
+        return start
 
     def _schedule_delete(self, segments: Sequence[LogSegment]) -> None:
         if not segments:

@@ -54,12 +54,13 @@ import threading
 import uuid
 from base64 import urlsafe_b64encode
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from app.common.errors import (
     InvalidPartitions,
+    InvalidRequest,
     InvalidTopic,
     KafkaStorageError,
     LogbusError,
@@ -432,11 +433,13 @@ class LogManager:
         *,
         topic_id: str | None = None,
         hosted: Collection[int] | None = None,
+        validate_only: bool = False,
     ) -> None:
         """Create ``name`` with ``partitions`` empty logs.
 
         In cluster mode the topic id comes from the cluster and only the ``hosted``
-        partitions (this broker's replicas) get a log here.
+        partitions (this broker's replicas) get a log here. ``validate_only``: every
+        check, nothing written.
         Raises InvalidTopic, InvalidPartitions, InvalidConfig or TopicAlreadyExists.
         """
         config, normalized = check_new_topic(name, partitions, overrides, self.default_config)
@@ -468,6 +471,8 @@ class LogManager:
             # Before anything is written: a topic too large for the descriptors left would
             # fail half-way and leave the broker none for its connections.
             self.partition_budget.check_create(name, len(here), self._hosted_count())
+            if validate_only:
+                return
             meta_path = self.data_dir / TOPICS_DIR / f"{name}.json"
             topic = _Topic(name, topic_id, normalized, config, clustered=hosted is not None)
             try:
@@ -579,6 +584,78 @@ class LogManager:
 
     def topic_overrides(self, topic: str) -> dict[str, object]:
         return dict(self._topic(topic).overrides)
+
+    def alter_topic_config(
+        self, name: str, overrides: Mapping[str, object], *, validate_only: bool = False
+    ) -> None:
+        """Replace a lone broker's topic overrides with ``overrides`` (Kafka's AlterConfigs:
+        a config not named returns to the default). Checked as a create checks them
+        (InvalidConfig), then written to the topic file (atomically: a crash leaves the old
+        or the new set) before the logs take the new config; ``validate_only`` writes
+        nothing. A cluster's topics take their configs from ZooKeeper: InvalidRequest.
+
+        Blocking (an fsync): call from a worker thread. A log reads its ``config`` per
+        operation, so an append in flight uses the old one or the new one, whole."""
+        config, normalized = check_new_topic(name, 1, overrides, self.default_config)
+        with self._lock:
+            self._check_started()
+            topic = self._topic(name)
+            if topic.clustered:
+                raise InvalidRequest(
+                    f"topic {name!r} belongs to the cluster: its configs cannot be changed here yet"
+                )
+            if validate_only:
+                return
+            meta_path = self.data_dir / TOPICS_DIR / f"{name}.json"
+            meta = json.loads(meta_path.read_text())
+            meta["configs"] = normalized
+            write_atomically(meta_path, json.dumps(meta, indent=2).encode() + b"\n")
+            topic.overrides, topic.config = normalized, config
+            for log in topic.logs:
+                if log is not None:
+                    log.config = config
+
+    def add_partitions(self, name: str, count: int, *, validate_only: bool = False) -> None:
+        """Grow a lone broker's topic to ``count`` partitions (Kafka's CreatePartitions).
+        The new logs are made first, then the topic file names them (the commit point: a
+        crash before it leaves directories the next start removes as orphans), then they
+        are served. InvalidPartitions unless ``count`` adds partitions within the limits;
+        InvalidRequest for a cluster's topic (its assignment is ZooKeeper's).
+        Blocking: call from a worker thread."""
+        with self._lock:
+            self._check_started()
+            topic = self._topic(name)
+            if topic.clustered:
+                raise InvalidRequest(
+                    f"topic {name!r} belongs to the cluster: it cannot grow here yet"
+                )
+            have = len(topic.logs)
+            if isinstance(count, bool) or not have < count <= MAX_PARTITIONS:
+                raise InvalidPartitions(
+                    f"topic {name!r} has {have} partitions: a new count must be above it "
+                    f"and at most {MAX_PARTITIONS}, not {count!r}"
+                )
+            self.partition_budget.check_create(name, count - have, self._hosted_count())
+            if validate_only:
+                return
+            shadow = replace(topic, logs=[])
+            try:
+                for p in range(have, count):
+                    directory = self.data_dir / f"{name}-{p}"
+                    if directory.exists():  # leftover of an interrupted growth
+                        shutil.rmtree(directory)
+                    self._open_log(shadow, p, clean_shutdown=True)
+                meta_path = self.data_dir / TOPICS_DIR / f"{name}.json"
+                meta = json.loads(meta_path.read_text())
+                meta["partitions"] = count
+                write_atomically(meta_path, json.dumps(meta, indent=2).encode() + b"\n")
+                fsync_dir(self.data_dir)
+            except BaseException:
+                _close_all(list(shadow.logs))
+                for p in range(have, count):
+                    shutil.rmtree(self.data_dir / f"{name}-{p}", ignore_errors=True)
+                raise
+            topic.logs.extend(shadow.logs)
 
     def topic_id(self, topic: str) -> str:
         return self._topic(topic).topic_id

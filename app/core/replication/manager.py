@@ -28,12 +28,13 @@ import threading
 import time
 import uuid
 from base64 import urlsafe_b64encode
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from app.common.aio import wait_event
 from app.common.errors import (
     BrokerNotAvailable,
+    InvalidRequest,
     InvalidTopic,
     KafkaStorageError,
     LeaderNotAvailable,
@@ -376,11 +377,39 @@ class ReplicaManager:
         # does); the others check theirs as they create their replicas (_sync_topics).
         here = sum(1 for r in replicas if self.broker_id in r)
         await asyncio.to_thread(self.logs.check_can_host, name, here)
+        if topic.validate_only:
+            return
         await asyncio.to_thread(
             self.store.create_topic, name, TopicAssignment(topic_id, tuple(replicas), normalized)
         )
         self.controller.kick()
         await self.wait_for_leaders(name, wait_s)
+
+    async def alter_topic_config(
+        self, name: str, overrides: Mapping[str, object], *, validate_only: bool = False
+    ) -> None:
+        """Not yet in a cluster: the topic's configs are its ZooKeeper assignment's, read
+        when each broker creates its replicas, and nothing propagates a change to them."""
+        self.partition_count(name)  # UnknownTopicOrPartition first, as a lone broker
+        raise InvalidRequest(
+            f"changing topic {name!r}'s configs is not supported in a cluster yet "
+            "(they are fixed at creation)"
+        )
+
+    async def delete_records(self, topic: str, partition: int, offset: int) -> int:
+        """Not yet in a cluster: followers do not follow the leader's log start offset,
+        so the records would come back after a failover."""
+        self.leader_partition(topic, partition)  # NotLeaderOrFollower, unknown: as alone
+        raise InvalidRequest(
+            f"deleting records of {topic}-{partition} is not supported in a cluster yet"
+        )
+
+    async def create_partitions(
+        self, name: str, count: int, *, validate_only: bool = False
+    ) -> None:
+        """Not yet in a cluster: the controller places a topic's replicas at creation only."""
+        self.partition_count(name)  # UnknownTopicOrPartition first, as a lone broker
+        raise InvalidRequest(f"growing topic {name!r} is not supported in a cluster yet")
 
     async def wait_for_leaders(self, name: str, wait_s: float) -> None:
         """Until this broker has seen a leader for every partition of ``name``."""

@@ -4,7 +4,8 @@ Each handler is ``async (ctx, request body, version) -> response``, the response
 message of the request's version (built with :func:`app.kafka.encode.build`, so one body
 serves every version). Families: ``cluster`` (ApiVersions, Metadata, DescribeCluster),
 ``records`` (Produce, Fetch, ListOffsets), ``groups`` (FindCoordinator and the group
-APIs), ``txn`` (InitProducerId and the transaction APIs); ``base`` holds what they share.
+APIs), ``txn`` (InitProducerId and the transaction APIs), ``admin`` (topics, configs,
+log dirs); ``base`` holds what they share.
 A new API is a handler in its family's module, a line in :data:`HANDLERS` and its range
 in :mod:`app.kafka.versions`.
 
@@ -18,6 +19,16 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from app.kafka.apis.admin import (
+    alter_configs,
+    create_partitions,
+    create_topics,
+    delete_records,
+    delete_topics,
+    describe_configs,
+    describe_log_dirs,
+    incremental_alter_configs,
+)
 from app.kafka.apis.base import Context
 from app.kafka.apis.cluster import (
     api_versions,
@@ -26,19 +37,42 @@ from app.kafka.apis.cluster import (
     unsupported_api_versions,
 )
 from app.kafka.apis.groups import find_coordinator, offset_commit, offset_fetch
-from app.kafka.apis.records import fetch, list_offsets, produce
-from app.kafka.apis.txn import init_producer_id
+from app.kafka.apis.records import fetch, list_offsets, offset_for_leader_epoch, produce
+from app.kafka.apis.txn import (
+    add_offsets_to_txn,
+    add_partitions_to_txn,
+    describe_transactions,
+    end_txn,
+    init_producer_id,
+    list_transactions,
+    txn_offset_commit,
+)
 from app.kafka.versions import (
+    ADD_OFFSETS_TO_TXN,
+    ADD_PARTITIONS_TO_TXN,
+    ALTER_CONFIGS,
     API_VERSIONS,
+    CREATE_PARTITIONS,
+    CREATE_TOPICS,
+    DELETE_RECORDS,
+    DELETE_TOPICS,
     DESCRIBE_CLUSTER,
+    DESCRIBE_CONFIGS,
+    DESCRIBE_LOG_DIRS,
+    DESCRIBE_TRANSACTIONS,
+    END_TXN,
     FETCH,
     FIND_COORDINATOR,
+    INCREMENTAL_ALTER_CONFIGS,
     INIT_PRODUCER_ID,
     LIST_OFFSETS,
+    LIST_TRANSACTIONS,
     METADATA,
     OFFSET_COMMIT,
     OFFSET_FETCH,
+    OFFSET_FOR_LEADER_EPOCH,
     PRODUCE,
+    TXN_OFFSET_COMMIT,
 )
 
 __all__ = ["HANDLERS", "Context", "Handler", "unsupported_api_versions"]
@@ -56,4 +90,19 @@ HANDLERS: dict[int, Handler] = {
     FIND_COORDINATOR: find_coordinator,
     OFFSET_COMMIT: offset_commit,
     OFFSET_FETCH: offset_fetch,
+    ADD_PARTITIONS_TO_TXN: add_partitions_to_txn,
+    ADD_OFFSETS_TO_TXN: add_offsets_to_txn,
+    END_TXN: end_txn,
+    TXN_OFFSET_COMMIT: txn_offset_commit,
+    DESCRIBE_TRANSACTIONS: describe_transactions,
+    LIST_TRANSACTIONS: list_transactions,
+    CREATE_TOPICS: create_topics,
+    DELETE_TOPICS: delete_topics,
+    DESCRIBE_CONFIGS: describe_configs,
+    DESCRIBE_LOG_DIRS: describe_log_dirs,
+    OFFSET_FOR_LEADER_EPOCH: offset_for_leader_epoch,
+    ALTER_CONFIGS: alter_configs,
+    INCREMENTAL_ALTER_CONFIGS: incremental_alter_configs,
+    DELETE_RECORDS: delete_records,
+    CREATE_PARTITIONS: create_partitions,
 }

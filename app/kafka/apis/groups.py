@@ -22,6 +22,7 @@ from app.kafka.apis.base import (
     kafka_brokers,
     response_module,
 )
+from app.kafka.apis.txn import find_txn_coordinator
 from app.kafka.encode import build, error_code
 from app.kafka.versions import (
     FIND_COORDINATOR,
@@ -37,14 +38,15 @@ async def find_coordinator(ctx: Context, body: Any, version: int) -> Any:
     """The coordinator of a group (key type 0): its broker's Kafka listener, from the
     same list as Metadata (:func:`kafka_brokers`). A coordinator with no Kafka listener
     known (none configured, or its registration not seen yet) answers
-    COORDINATOR_NOT_AVAILABLE, which clients retry. Transactional ids (key type 1) come
-    with the transaction APIs, a later increment: INVALID_REQUEST until then."""
+    COORDINATOR_NOT_AVAILABLE, which clients retry. Transactional ids (key type 1):
+    :func:`app.kafka.apis.txn.find_txn_coordinator`; any other key type INVALID_REQUEST."""
     m = response_module(FIND_COORDINATOR, version)
     key_type = int(getattr(body, "key_type", 0))
+    if key_type == 1:
+        return await find_txn_coordinator(ctx, body.key, version)
     try:
         if key_type != 0:
-            # Transactions through the Kafka door are a later increment (README).
-            raise InvalidRequest(f"key_type {key_type}: only groups (0) are served here yet")
+            raise InvalidRequest(f"key_type {key_type}: groups (0) and transactions (1) only")
         info = await group_coordinator(ctx).find_coordinator(body.key, "group")
         listener = kafka_brokers(ctx).get(info.node_id)
         if listener is None:

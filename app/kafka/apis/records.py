@@ -40,6 +40,7 @@ from app.kafka.encode import SlicedRecords, build, error_code
 from app.kafka.versions import (
     FETCH,
     LIST_OFFSETS,
+    OFFSET_FOR_LEADER_EPOCH,
     PRODUCE,
 )
 
@@ -308,6 +309,43 @@ async def list_offsets(ctx: Context, body: Any, version: int) -> Any:
                 )
         topics.append(build(m.ListOffsetsTopicResponse, name=topic.name, partitions=tuple(answers)))
     return build(m.ListOffsetsResponse, throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+
+async def offset_for_leader_epoch(ctx: Context, body: Any, version: int) -> Any:
+    """Where a leader epoch ends, per partition, from the leader log's epoch cache (as
+    ``GET /topics/{t}/partitions/{p}/epochs/{e}/end-offset``): the largest epoch at or
+    below the one asked for and its end offset (the next epoch's start, or the log end
+    for the current epoch), -1/-1 when unknown. A client checks after a leader change
+    that its position was not truncated away (KIP-320). The caller's
+    ``current_leader_epoch`` is checked as Fetch checks it (FENCED_LEADER_EPOCH,
+    UNKNOWN_LEADER_EPOCH); a partition led elsewhere answers NOT_LEADER_OR_FOLLOWER."""
+    m = response_module(OFFSET_FOR_LEADER_EPOCH, version)
+    topics = []
+    for topic in body.topics:
+        answers = []
+        for p in topic.partitions:
+            partition = int(p.partition)
+            try:
+                part = ctx.state.topology.leader_partition(topic.topic, partition)
+                current = int(p.current_leader_epoch)
+                part.check_epoch(None if current < 0 else current)
+                epoch, end = part.log.leader_epoch_cache.end_offset_for(int(p.leader_epoch))
+                code = ErrorCode.none
+            except LogbusError as exc:
+                epoch, end, code = -1, -1, error_code(exc)
+            answers.append(
+                build(
+                    m.EpochEndOffset,
+                    error_code=code,
+                    partition=partition,
+                    leader_epoch=epoch,
+                    end_offset=end,
+                )
+            )
+        topics.append(
+            build(m.OffsetForLeaderTopicResult, topic=topic.topic, partitions=tuple(answers))
+        )
+    return build(m.OffsetForLeaderEpochResponse, throttle_time=NO_THROTTLE, topics=tuple(topics))
 
 
 # (context, request body, version) -> response message, or None for no answer (acks=0)

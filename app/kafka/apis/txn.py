@@ -1,28 +1,133 @@
-"""InitProducerId (and the transaction APIs), on the transaction coordinator."""
+"""InitProducerId and the transaction APIs, on the transaction coordinator HTTP uses.
+
+Each handler translates one Kafka request into the :class:`app.txn.TransactionCoordinator`
+call the HTTP routes of ``app/api/routers/transactions.py`` make (FindCoordinator of a
+transactional id, InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
+TxnOffsetCommit, DescribeTransactions, ListTransactions); the rules (states, fencing,
+markers, append permits) are the coordinator's, answered here with Kafka's error codes
+(:func:`app.kafka.encode.error_code`, by the error's Kafka name). Two translations are
+the door's, as Kafka's broker makes them per version:
+
+* a transactional id the coordinator does not know is TRANSACTIONAL_ID_NOT_FOUND in the
+  one error tree (HTTP's 404); Kafka answers INVALID_PRODUCER_ID_MAPPING to a producer's
+  AddPartitionsToTxn, AddOffsetsToTxn, EndTxn and TxnOffsetCommit for it (clients treat
+  that as abortable), and TRANSACTIONAL_ID_NOT_FOUND only from DescribeTransactions;
+* PRODUCER_FENCED is answered to the versions that know it (KIP-588: InitProducerId v4,
+  AddPartitionsToTxn, AddOffsetsToTxn and EndTxn v2, TxnOffsetCommit v3), older ones get
+  INVALID_PRODUCER_EPOCH, as Kafka does.
+
+Versions stop before KIP-890's (AddPartitionsToTxn v4+ batches transactions for brokers,
+EndTxn v4+/AddOffsetsToTxn v4+/TxnOffsetCommit v4+ add TRANSACTION_ABORTABLE): see
+:mod:`app.kafka.versions`.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import datetime
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from app.common.errors import (
     BrokerNotAvailable,
+    CoordinatorNotAvailable,
+    InvalidRequest,
+    InvalidTopic,
     LogbusError,
+    TransactionalIdNotFound,
+    UnknownTopicOrPartition,
 )
+from app.groups.offsets import OffsetCommit
+from app.groups.placement import INTERNAL_TOPICS
 from app.kafka.apis.base import (
     NO_THROTTLE,
     Context,
+    kafka_brokers,
     response_module,
+    timestamp,
 )
 from app.kafka.encode import build, error_code
 from app.kafka.versions import (
+    ADD_OFFSETS_TO_TXN,
+    ADD_PARTITIONS_TO_TXN,
+    DESCRIBE_TRANSACTIONS,
+    END_TXN,
+    FIND_COORDINATOR,
     INIT_PRODUCER_ID,
+    LIST_TRANSACTIONS,
+    TXN_OFFSET_COMMIT,
 )
 
 if TYPE_CHECKING:
-    pass
+    from app.txn import TransactionCoordinator
+
+# The first version of each API that knows PRODUCER_FENCED (KIP-588); older versions
+# get INVALID_PRODUCER_EPOCH, as Kafka answers them.
+_FENCED_SINCE = {
+    INIT_PRODUCER_ID: 4,
+    ADD_PARTITIONS_TO_TXN: 2,
+    ADD_OFFSETS_TO_TXN: 2,
+    END_TXN: 2,
+    TXN_OFFSET_COMMIT: 3,
+}
+# Kafka's -1 "no transaction started" as a kio timestamp (its writer rounds to -1 ms).
+_NO_START = datetime.datetime.fromtimestamp(-0.001, datetime.UTC)
+
+
+def txn_coordinator(ctx: Context) -> TransactionCoordinator:
+    coordinator: TransactionCoordinator | None = ctx.txn()
+    if coordinator is None or not ctx.state.ready:
+        raise BrokerNotAvailable(
+            "the transaction coordinator is not serving (starting or stopping)"
+        )
+    return coordinator
+
+
+def producer_code(exc: BaseException, api_key: int, version: int) -> ErrorCode:
+    """The Kafka code answered to a transactional producer's request (module docstring)."""
+    if isinstance(exc, TransactionalIdNotFound):
+        return ErrorCode.invalid_producer_id_mapping
+    code = error_code(exc)
+    if code is ErrorCode.producer_fenced and version < _FENCED_SINCE.get(api_key, 0):
+        return ErrorCode.invalid_producer_epoch
+    return code
+
+
+async def find_txn_coordinator(ctx: Context, key: str, version: int) -> Any:
+    """FindCoordinator of a transactional id (key type 1): the leader of the id's
+    ``__transaction_state`` partition (the topic created on first use), named by its Kafka
+    listener from the same list as Metadata's; COORDINATOR_NOT_AVAILABLE (retriable)
+    while it has none (no leader yet, or no Kafka listener known for it)."""
+    m = response_module(FIND_COORDINATOR, version)
+    try:
+        node_id, _ = await txn_coordinator(ctx).find_coordinator(key)
+        listener = kafka_brokers(ctx).get(node_id)
+        if listener is None:
+            raise CoordinatorNotAvailable(
+                f"transactional id {key!r} is coordinated by broker {node_id}, which has no "
+                "Kafka listener known here"
+            )
+        host, port = listener
+        return build(
+            m.FindCoordinatorResponse,
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.none,
+            error_message=None,
+            node_id=node_id,
+            host=host,
+            port=port,
+        )
+    except LogbusError as exc:
+        return build(
+            m.FindCoordinatorResponse,
+            throttle_time=NO_THROTTLE,
+            error_code=error_code(exc),
+            error_message=exc.message,
+            node_id=-1,
+            host="",
+            port=-1,
+        )
 
 
 async def init_producer_id(ctx: Context, body: Any, version: int) -> Any:
@@ -36,11 +141,8 @@ async def init_producer_id(ctx: Context, body: Any, version: int) -> Any:
     given_epoch = None if raw_id < 0 else raw_epoch
     try:
         if body.transactional_id is not None:
-            coordinator = ctx.txn()
-            if coordinator is None:
-                raise BrokerNotAvailable("the transaction coordinator is not serving")
             timeout_ms = int(body.transaction_timeout.total_seconds() * 1000)
-            pid, epoch = await coordinator.init_producer_id(
+            pid, epoch = await txn_coordinator(ctx).init_producer_id(
                 body.transactional_id, timeout_ms, given_id, given_epoch
             )
         else:
@@ -51,11 +153,241 @@ async def init_producer_id(ctx: Context, body: Any, version: int) -> Any:
             )
         code = ErrorCode.none
     except LogbusError as exc:
-        pid, epoch, code = -1, -1, error_code(exc)
+        pid, epoch = -1, -1
+        code = error_code(exc)
+        if code is ErrorCode.producer_fenced and version < _FENCED_SINCE[INIT_PRODUCER_ID]:
+            code = ErrorCode.invalid_producer_epoch
     return build(
         m.InitProducerIdResponse,
         throttle_time=NO_THROTTLE,
         error_code=code,
         producer_id=pid,
         producer_epoch=epoch,
+    )
+
+
+def _partition_error(ctx: Context, topic: str, partition: int) -> LogbusError | None:
+    """Why the coordinator refused this partition of an AddPartitionsToTxn, if it did:
+    the per-partition part of its all-or-nothing refusal (Kafka names the bad partitions
+    and answers OPERATION_NOT_ATTEMPTED for the others)."""
+    if topic in INTERNAL_TOPICS:
+        return InvalidTopic(topic, "it is internal to the broker")
+    try:
+        if partition < 0 or partition >= ctx.state.topology.partition_count(topic):
+            return UnknownTopicOrPartition(topic, partition)
+    except LogbusError as exc:
+        return exc
+    return None
+
+
+async def add_partitions_to_txn(ctx: Context, body: Any, version: int) -> Any:
+    """AddPartitionsToTxn (client versions, v0-v3): the partitions join the producer's
+    transaction (:meth:`TransactionCoordinator.add_partitions`, all or none). When it
+    refuses because of some partitions (unknown, internal), those carry the error and the
+    rest OPERATION_NOT_ATTEMPTED; any other error is every partition's, as Kafka answers."""
+    m = response_module(ADD_PARTITIONS_TO_TXN, version)
+    topics = body.v3_and_below_topics
+    wanted = [(t.name, int(p)) for t in topics for p in t.partitions]
+    codes: dict[tuple[str, int], ErrorCode] = {}
+    try:
+        await txn_coordinator(ctx).add_partitions(
+            body.v3_and_below_transactional_id,
+            int(body.v3_and_below_producer_id),
+            int(body.v3_and_below_producer_epoch),
+            wanted,
+        )
+    except (UnknownTopicOrPartition, InvalidTopic) as exc:
+        for tp in wanted:
+            bad = _partition_error(ctx, *tp)
+            codes[tp] = ErrorCode.operation_not_attempted if bad is None else error_code(bad)
+        if all(c is ErrorCode.operation_not_attempted for c in codes.values()):
+            codes = dict.fromkeys(wanted, error_code(exc))
+    except LogbusError as exc:
+        codes = dict.fromkeys(wanted, producer_code(exc, ADD_PARTITIONS_TO_TXN, version))
+    return build(
+        m.AddPartitionsToTxnResponse,
+        throttle_time=NO_THROTTLE,
+        results_by_topic_v3_and_below=tuple(
+            build(
+                m.AddPartitionsToTxnTopicResult,
+                name=t.name,
+                results_by_partition=tuple(
+                    build(
+                        m.AddPartitionsToTxnPartitionResult,
+                        partition_index=p,
+                        partition_error_code=codes.get((t.name, int(p)), ErrorCode.none),
+                    )
+                    for p in t.partitions
+                ),
+            )
+            for t in topics
+        ),
+    )
+
+
+async def add_offsets_to_txn(ctx: Context, body: Any, version: int) -> Any:
+    """AddOffsetsToTxn: the group's ``__consumer_offsets`` partition joins the transaction
+    (:meth:`TransactionCoordinator.add_offsets`, as ``POST /transactions/{id}/groups``)."""
+    m = response_module(ADD_OFFSETS_TO_TXN, version)
+    try:
+        await txn_coordinator(ctx).add_offsets(
+            body.transactional_id, int(body.producer_id), int(body.producer_epoch), body.group_id
+        )
+        code = ErrorCode.none
+    except LogbusError as exc:
+        code = producer_code(exc, ADD_OFFSETS_TO_TXN, version)
+    return build(m.AddOffsetsToTxnResponse, throttle_time=NO_THROTTLE, error_code=code)
+
+
+async def end_txn(ctx: Context, body: Any, version: int) -> Any:
+    """EndTxn: commit or abort (:meth:`TransactionCoordinator.end_txn`, as ``POST
+    /transactions/{id}/commit`` and ``/abort``). Answered once the decision is durable;
+    markers a partition could not take yet are written by the coordinator's timer (the
+    id answers CONCURRENT_TRANSACTIONS, retriable, meanwhile)."""
+    m = response_module(END_TXN, version)
+    try:
+        await txn_coordinator(ctx).end_txn(
+            body.transactional_id,
+            int(body.producer_id),
+            int(body.producer_epoch),
+            bool(body.committed),
+        )
+        code = ErrorCode.none
+    except LogbusError as exc:
+        code = producer_code(exc, END_TXN, version)
+    return build(m.EndTxnResponse, throttle_time=NO_THROTTLE, error_code=code)
+
+
+async def txn_offset_commit(ctx: Context, body: Any, version: int) -> Any:
+    """TxnOffsetCommit (sent to the group's coordinator): the offsets written in the
+    producer's transaction, visible once it commits, through
+    :meth:`TransactionCoordinator.txn_offset_commit`, the path ``POST
+    /transactions/{id}/offsets`` takes. From v3 (KIP-447) a member id and generation
+    name the group member (generation -1: no check). One outcome for every partition."""
+    m = response_module(TXN_OFFSET_COMMIT, version)
+    offsets = [
+        OffsetCommit(
+            t.name,
+            int(p.partition_index),
+            int(p.committed_offset),
+            int(getattr(p, "committed_leader_epoch", -1)),
+            p.committed_metadata or "",
+        )
+        for t in body.topics
+        for p in t.partitions
+    ]
+    generation = int(getattr(body, "generation_id", -1))
+    try:
+        if not offsets:
+            raise InvalidRequest("TxnOffsetCommit names no partitions")
+        await txn_coordinator(ctx).txn_offset_commit(
+            body.transactional_id,
+            int(body.producer_id),
+            int(body.producer_epoch),
+            body.group_id,
+            offsets,
+            getattr(body, "member_id", None) or None,
+            generation if generation >= 0 else -1,
+        )
+        code = ErrorCode.none
+    except LogbusError as exc:
+        code = producer_code(exc, TXN_OFFSET_COMMIT, version)
+    return build(
+        m.TxnOffsetCommitResponse,
+        throttle_time=NO_THROTTLE,
+        topics=tuple(
+            build(
+                m.TxnOffsetCommitResponseTopic,
+                name=t.name,
+                partitions=tuple(
+                    build(
+                        m.TxnOffsetCommitResponsePartition,
+                        partition_index=p.partition_index,
+                        error_code=code,
+                    )
+                    for p in t.partitions
+                ),
+            )
+            for t in body.topics
+        ),
+    )
+
+
+async def describe_transactions(ctx: Context, body: Any, version: int) -> Any:
+    """DescribeTransactions: each id as ``GET /transactions/{id}`` describes it
+    (:meth:`TransactionCoordinator.describe`), or its error (TRANSACTIONAL_ID_NOT_FOUND,
+    NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS)."""
+    m = response_module(DESCRIBE_TRANSACTIONS, version)
+    states = []
+    for tid in body.transactional_ids:
+        try:
+            d = txn_coordinator(ctx).describe(tid)
+            start = d["transaction_start_time_ms"]
+            states.append(
+                build(
+                    m.TransactionState,
+                    error_code=ErrorCode.none,
+                    transactional_id=tid,
+                    transaction_state=d["transaction_state"],
+                    transaction_timeout=datetime.timedelta(
+                        milliseconds=d["transaction_timeout_ms"]
+                    ),
+                    transaction_start_time=timestamp(start) or _NO_START,
+                    producer_id=d["producer_id"],
+                    producer_epoch=d["producer_epoch"],
+                    topics=tuple(
+                        build(m.TopicData, topic=t["topic"], partitions=tuple(t["partitions"]))
+                        for t in d["topics"]
+                    ),
+                )
+            )
+        except LogbusError as exc:
+            states.append(
+                build(
+                    m.TransactionState,
+                    error_code=error_code(exc),
+                    transactional_id=tid,
+                    transaction_state="",
+                    transaction_timeout=datetime.timedelta(0),
+                    transaction_start_time=_NO_START,
+                    producer_id=-1,
+                    producer_epoch=-1,
+                    topics=(),
+                )
+            )
+    return build(
+        m.DescribeTransactionsResponse, throttle_time=NO_THROTTLE, transaction_states=tuple(states)
+    )
+
+
+async def list_transactions(ctx: Context, body: Any, version: int) -> Any:
+    """ListTransactions: the ids this broker coordinates (Kafka's admin clients ask every
+    broker), filtered by states, producer ids and, from v1 (KIP-994), running longer than
+    ``duration_filter`` ms (-1: any); unknown state names are reported back. As ``GET
+    /transactions``."""
+    m = response_module(LIST_TRANSACTIONS, version)
+    duration = int(getattr(body, "duration_filter", -1))
+    try:
+        listed = txn_coordinator(ctx).list_transactions(
+            tuple(body.state_filters),
+            tuple(int(p) for p in body.producer_id_filters),
+            None if duration < 0 else duration,
+        )
+        code = ErrorCode.none
+    except LogbusError as exc:
+        listed, code = {"unknown_state_filters": [], "transaction_states": []}, error_code(exc)
+    return build(
+        m.ListTransactionsResponse,
+        throttle_time=NO_THROTTLE,
+        error_code=code,
+        unknown_state_filters=tuple(listed["unknown_state_filters"]),
+        transaction_states=tuple(
+            build(
+                m.TransactionState,
+                transactional_id=t["transactional_id"],
+                producer_id=t["producer_id"],
+                transaction_state=t["transaction_state"],
+            )
+            for t in listed["transaction_states"]
+        ),
     )

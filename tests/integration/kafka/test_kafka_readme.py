@@ -48,10 +48,13 @@ def test_the_readme_has_an_example_per_client() -> None:
         "# confluent-kafka (librdkafka): idempotent, acks=all, any codec; consume with assign",
         "# kafka-python",
         "# aiokafka",
+        "# confluent-kafka: a transaction over two topics, read back with read_committed",
     ]
 
 
-@pytest.mark.parametrize("index", range(3), ids=["confluent-kafka", "kafka-python", "aiokafka"])
+@pytest.mark.parametrize(
+    "index", range(4), ids=["confluent-kafka", "kafka-python", "aiokafka", "transactions"]
+)
 def test_readme_kafka_example_runs(kafka_broker: KafkaBroker, index: int, tmp_path: Path) -> None:
     code = examples()[index].replace("127.0.0.1:9092", kafka_broker.bootstrap)
     script = tmp_path / "example.py"
@@ -64,3 +67,10 @@ def test_readme_kafka_example_runs(kafka_broker: KafkaBroker, index: int, tmp_pa
     if index == 0:  # the commit is the group's offset over HTTP
         offsets = httpx.get(f"{kafka_broker.url}/groups/billing/offsets", timeout=30).json()
         assert [(o["topic"], o["offset"]) for o in offsets["offsets"]] == [("orders", 1)]
+    if index == 3:  # committed: visible to a read_committed reader over HTTP too
+        r = httpx.get(
+            f"{kafka_broker.url}/topics/audit/partitions/0/records",
+            params={"offset": 0, "value_format": "string", "isolation_level": "read_committed"},
+            timeout=30,
+        )
+        assert [rec["value"] for rec in r.json()["records"]] == ["p-1 paid"]

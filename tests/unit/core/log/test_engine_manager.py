@@ -143,6 +143,71 @@ def test_create_topic_errors(manager: LogManager) -> None:
     assert manager.topics() == ["my.topic", "t"]
 
 
+def test_validate_only_checks_everything_and_writes_nothing(manager: LogManager) -> None:
+    manager.create_topic("t", 1)
+    with pytest.raises(TopicAlreadyExists):
+        manager.create_topic("t", 1, validate_only=True)
+    with pytest.raises(InvalidTopic):
+        manager.create_topic("a/b", 1, validate_only=True)
+    with pytest.raises(InvalidConfig):
+        manager.create_topic("u", 1, {"retention.mss": 1}, validate_only=True)
+    manager.create_topic("u", 3, {"retention.ms": 5}, validate_only=True)
+    assert manager.topics() == ["t"]
+    assert not (manager.data_dir / "u-0").exists()
+    manager.create_topic("u", 3, {"retention.ms": 5})
+    assert manager.partition_count("u") == 3
+
+
+def test_alter_topic_config_replaces_the_overrides_and_survives_a_restart(tmp_path: Path) -> None:
+    m = LogManager(tmp_path / "data")
+    m.start()
+    try:
+        m.create_topic("t", 2, {"retention.ms": 1000, "cleanup.policy": "compact"})
+        with pytest.raises(InvalidConfig):
+            m.alter_topic_config("t", {"no.such": 1})
+        with pytest.raises(UnknownTopicOrPartition):
+            m.alter_topic_config("nope", {})
+        m.alter_topic_config("t", {"max.message.bytes": "4096"}, validate_only=True)
+        assert m.topic_overrides("t") == {"retention.ms": 1000, "cleanup.policy": "compact"}
+        m.alter_topic_config("t", {"max.message.bytes": "4096"})
+        assert m.topic_overrides("t") == {"max.message.bytes": 4096}
+        assert m.get_log("t", 1).config.max_message_bytes == 4096
+        assert m.get_log("t", 1).config.cleanup_policy == "delete"  # back to the default
+    finally:
+        m.shutdown()
+    m = LogManager(tmp_path / "data")
+    m.start()
+    try:
+        assert m.topic_overrides("t") == {"max.message.bytes": 4096}
+        assert m.get_log("t", 0).config.max_message_bytes == 4096
+    finally:
+        m.shutdown()
+
+
+def test_add_partitions_grows_a_topic_that_survives_a_restart(tmp_path: Path) -> None:
+    m = LogManager(tmp_path / "data")
+    m.start()
+    try:
+        m.create_topic("t", 1)
+        m.get_log("t", 0).append(value_batch(0, 1))
+        with pytest.raises(InvalidPartitions):
+            m.add_partitions("t", 1)
+        m.add_partitions("t", 3, validate_only=True)
+        assert m.partition_count("t") == 1
+        m.add_partitions("t", 3)
+        assert m.partition_count("t") == 3
+        m.get_log("t", 2).append(value_batch(0, 1))
+    finally:
+        m.shutdown()
+    m = LogManager(tmp_path / "data")
+    m.start()
+    try:
+        assert m.partition_count("t") == 3
+        assert [m.get_log("t", p).log_end_offset for p in range(3)] == [1, 0, 1]
+    finally:
+        m.shutdown()
+
+
 def test_unknown_topics_and_partitions(manager: LogManager) -> None:
     manager.create_topic("t", 2)
     with pytest.raises(UnknownTopicOrPartition):
