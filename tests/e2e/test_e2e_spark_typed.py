@@ -40,7 +40,7 @@ from spark_query import local_session  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-V1 = {
+V1: dict[str, Any] = {
     "type": "record",
     "name": "Order",
     "namespace": "shop",
@@ -85,7 +85,7 @@ def _order(i: int, version: int) -> dict[str, Any]:
         "note": None if i % 2 else f"note {i}",
         "kind": "A" if i % 2 else "B",
         "day": datetime.date(2026, 1, 1 + i),
-        "at": datetime.datetime(2026, 1, 1, 0, 0, i, tzinfo=datetime.timezone.utc),
+        "at": datetime.datetime(2026, 1, 1, 0, 0, i, tzinfo=datetime.UTC),
         "price": decimal.Decimal(f"{i}.25"),
         "ship": {"zip": f"{i:05d}"} if i % 3 == 0 else None,
     }
@@ -168,7 +168,7 @@ def test_typed_avro_source_and_sink_speak_confluents_wire_format(
     )
     with Consumer(url, auto_offset_reset="earliest") as consumer:
         consumer.assign([TopicPartition("orders-copy", 0)])
-        copied: list[bytes] = []
+        copied: list[bytes | None] = []
         while len(copied) < 5:
             copied += [m.value for m in consumer.poll(timeout_ms=5000)]
     deserialize = AvroDeserializer(registry)
@@ -179,6 +179,6 @@ def test_typed_avro_source_and_sink_speak_confluents_wire_format(
         ),
         key=lambda v: v["id"],
     )
-    assert all(data[1:5] == id2.to_bytes(4, "big") for data in copied)
+    assert all(data is not None and data[1:5] == id2.to_bytes(4, "big") for data in copied)
     for i, value in enumerate(decoded):
         assert value == {**_order(i, 2), "channel": "web" if i < 3 else "app"}
