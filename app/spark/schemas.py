@@ -452,9 +452,8 @@ def _is_message(f: Any) -> bool:
 
 
 def _repeated(f: Any) -> bool:
-    from google.protobuf.descriptor import FieldDescriptor as F
 
-    return bool(f.label == F.LABEL_REPEATED)
+    return bool(f.is_repeated)
 
 
 def _proto_field(f: Any, seen: tuple[str, ...]) -> tuple[T.DataType, Callable[[Any], Any]]:
