@@ -206,7 +206,14 @@ class Decoder:
                 continue
             try:
                 value, schema_id = self.decode_one(data)
-            except (RecordInvalid, NotSchemaFramed, ValueError, TypeError, KeyError) as exc:
+            except (
+                RecordInvalid,
+                NotSchemaFramed,
+                ValueError,
+                TypeError,
+                KeyError,
+                AttributeError,  # a Protobuf writer without a field of the reader
+            ) as exc:
                 message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
                 if self.typed.fail_fast:
                     raise DecodeFailed(
