@@ -16,8 +16,8 @@ from pyspark.sql.pandas.types import to_arrow_type
 
 from app.common import schemas
 from app.common.schemas import wire
-from app.spark.schemas import SchemaMappingError, spark_type
-from app.spark.typed import _proto_message
+from app.spark.schemas import RegisteredSchema, SchemaMappingError, spark_type
+from app.spark.typed import DecodeFailed, Decoder, Encoder, TypedValues, _proto_message
 
 
 def _arrow(dtype: T.DataType, convert: Any, values: list[Any]) -> list[Any]:
@@ -177,3 +177,54 @@ def test_avro_unions_of_several_types_become_member_structs() -> None:
         {"v": {"member0": None, "member1": "x"}, "t": 1500},
         {"v": None, "t": 1500},
     ]
+
+
+def _typed(schema_type: str, text: str, fmt: str, *, fail_fast: bool = False) -> TypedValues:
+    # Values framed with the reader's own id need no registry (the URL is never asked).
+    reader = RegisteredSchema(4, schema_type, text, (), "t-value", 1)
+    return TypedValues(fmt, "http://127.0.0.1:9/schema-registry", reader, fail_fast)
+
+
+@pytest.mark.parametrize(
+    ("schema_type", "text", "fmt", "value"),
+    [
+        (
+            "JSON",
+            json.dumps(
+                {
+                    "type": "object",
+                    "properties": {
+                        "id": {"type": "integer"},
+                        "tags": {"type": "array", "items": {"type": "string"}},
+                    },
+                    "required": ["id"],
+                }
+            ),
+            "jsonschema",
+            {"id": 3, "tags": ["a"]},
+        ),
+        ("PROTOBUF", PROTO, "protobuf", {"id": 3, "item": "x", "attrs": {"k": 1}, "b": 2}),
+    ],
+)
+def test_the_sink_encodes_and_the_source_decodes_a_struct_column(
+    schema_type: str, text: str, fmt: str, value: dict[str, Any]
+) -> None:
+    typed = _typed(schema_type, text, fmt)
+    decoder = Decoder(typed)
+    framed = wire.encode(typed.reader.parse(), 4, value)
+    raw = pa.array([framed, b"\x00\x00\x00\x00", None], type=pa.binary())
+    column, ids, errors = decoder.column(raw, ("t", 0), pa.array([7, 8, 9], type=pa.int64()))
+    decoded = column.to_pylist(maps_as_pydicts="strict")
+    assert ids.to_pylist() == [4, None, None]
+    assert errors.to_pylist()[0] is None and "5-byte header" in errors.to_pylist()[1]
+    assert decoded[1:] == [None, None]
+    assert {k: v for k, v in decoded[0].items() if k in value} == value
+    # The sink: the decoded struct back to the wire format, read again the same.
+    encoded = Encoder(typed).column(column)
+    assert encoded[1:] == [None, None] and encoded[0] is not None
+    again, _, _ = decoder.column(pa.array(encoded[:1]), ("t", 0), pa.array([0]))
+    assert again.to_pylist(maps_as_pydicts="strict")[0] == decoded[0]
+    with pytest.raises(DecodeFailed, match="t-0 offset 8"):
+        Decoder(_typed(schema_type, text, fmt, fail_fast=True)).column(
+            raw, ("t", 0), pa.array([7, 8, 9], type=pa.int64())
+        )
