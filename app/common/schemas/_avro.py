@@ -9,6 +9,7 @@ Confluent's Avro provider.
 
 from __future__ import annotations
 
+import functools
 import io
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -280,6 +281,7 @@ _READ_OPTIONS = {
 }
 
 
+@functools.cache
 def _compiled() -> _Compiled | None:
     """fastavro's compiled validator, writer and reader entry points (module functions of
     its Cython modules, the ones its public functions call), or None without them."""
@@ -294,7 +296,20 @@ def _compiled() -> _Compiled | None:
         )
     except (ImportError, AttributeError):  # pragma: no cover - a pure-Python fastavro
         return None
-    return found if all(callable(f) for f in found) else None
+    # They are not fastavro's public API: probe them once with the arguments used here, so
+    # a fastavro whose internals changed gets the public path, not failing records.
+    try:
+        import fastavro
+
+        probe = fastavro.parse_schema({"type": "record", "name": "P", "fields": [
+            {"name": "a", "type": "long"}]})  # fmt: skip
+        out = bytearray()
+        ok = found.validate({"a": 1}, probe, {}, "", False, _VALIDATE_OPTIONS)
+        found.write(out, {"a": 1}, probe, {}, "", _WRITE_OPTIONS)
+        back = found.read(io.BytesIO(out), probe, {"writer": {}, "reader": {}}, None, _READ_OPTIONS)
+    except Exception:  # pragma: no cover - another fastavro
+        return None
+    return found if ok is True and bytes(out) == b"\x02" and back == {"a": 1} else None
 
 
 # The key order of Avro Java's Schema.toString(), which Confluent's registry returns and
