@@ -27,6 +27,7 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark import TaskContext
+from pyspark.sql import types as T
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
@@ -59,12 +60,15 @@ from app.spark.txn import (
     TaskTransaction,
     end_transactions,
 )
+from app.spark.typed import Decoder, Encoder, TypedValues, single_topic, typed_values, value_type
 
 SCHEMA = (
     "key binary, value binary, topic string, partition int, offset long, "
     "timestamp timestamp, timestampType int"
 )
 HEADERS = ", headers array<struct<key: string, value: binary>>"
+# Typed values (valueFormat): the columns that follow the others.
+TYPED_COLUMNS = ("value_schema_id", "value_error")
 log = logging.getLogger(__name__)
 # Local properties Spark's micro-batch execution sets on each task (StreamExecution's
 # QUERY_ID_KEY, MicroBatchExecution's BATCH_ID_KEY): the query id is kept in the
@@ -93,8 +97,12 @@ class LogbusDataSource(DataSource):
     def name(cls) -> str:
         return "logbus"
 
-    def schema(self) -> str:
-        return SCHEMA + (HEADERS if opt.flag(self.options, "includeHeaders", False) else "")
+    def schema(self) -> str | StructType:
+        include_headers = opt.flag(self.options, "includeHeaders", False)
+        typed = typed_values(self.options, single_topic(self.options))
+        if typed is None:
+            return SCHEMA + (HEADERS if include_headers else "")
+        return typed_schema(include_headers, value_type(typed))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return LogbusReader(dict(self.options), schema)
@@ -111,6 +119,49 @@ class LogbusDataSource(DataSource):
         if opt.exactly_once(self.options):
             return LogbusTxnStreamWriter(dict(self.options), schema)
         return LogbusStreamWriter(dict(self.options), schema)
+
+
+def raw_schema(include_headers: bool) -> StructType:
+    """:data:`SCHEMA` (and the headers) as a StructType."""
+    fields = [
+        T.StructField("key", T.BinaryType(), True),
+        T.StructField("value", T.BinaryType(), True),
+        T.StructField("topic", T.StringType(), True),
+        T.StructField("partition", T.IntegerType(), True),
+        T.StructField("offset", T.LongType(), True),
+        T.StructField("timestamp", T.TimestampType(), True),
+        T.StructField("timestampType", T.IntegerType(), True),
+    ]
+    if include_headers:
+        header = T.StructType(
+            [
+                T.StructField("key", T.StringType(), True),
+                T.StructField("value", T.BinaryType(), True),
+            ]
+        )
+        fields.append(T.StructField("headers", T.ArrayType(header, True), True))
+    return T.StructType(fields)
+
+
+def typed_schema(include_headers: bool, value: T.DataType) -> StructType:
+    """The source's schema with typed values: ``value`` of the schema's type, then
+    ``value_schema_id`` and ``value_error``."""
+    raw = raw_schema(include_headers)
+    fields = [T.StructField("value", value, True) if f.name == "value" else f for f in raw.fields]
+    fields.append(T.StructField(TYPED_COLUMNS[0], T.IntegerType(), True))
+    fields.append(T.StructField(TYPED_COLUMNS[1], T.StringType(), True))
+    return T.StructType(fields)
+
+
+def decoded_batch(
+    decoder: Decoder, batch: pa.RecordBatch, schema: pa.Schema, r: OffsetRange
+) -> pa.RecordBatch:
+    """``batch`` (raw values) with its values decoded: the typed source's batch."""
+    value, ids, errors = decoder.column(
+        batch.column("value"), (r.topic, r.partition), batch.column("offset")
+    )
+    arrays = [value if name == "value" else batch.column(name) for name in batch.schema.names]
+    return pa.RecordBatch.from_arrays([*arrays, ids, errors], schema=schema)
 
 
 class _Reading:
@@ -130,7 +181,14 @@ class _Reading:
         # isolation.level / kafka.isolation.level: read_committed ranges end at the LSO
         # (the lookup's "latest") and tasks drop the records of aborted transactions.
         self.read_committed = opt.isolation_level(options) == READ_COMMITTED
-        self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
+        # valueFormat: tasks read raw values, then decode them into ``schema``'s value type.
+        self.typed: TypedValues | None = typed_values(options, single_topic(options))
+        self.out_schema = to_arrow_schema(schema, timezone="UTC")
+        self.arrow_schema = (
+            self.out_schema
+            if self.typed is None
+            else to_arrow_schema(raw_schema(self.include_headers), timezone="UTC")
+        )
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, RangePartition):
@@ -140,7 +198,7 @@ class _Reading:
                 return
             raise TypeError(f"not a partition of this source: {partition!r}")
         opt.apply_tls(self.options)  # this task's worker process
-        yield from read_range(
+        batches = read_range(
             self.url,
             partition.range,
             self.arrow_schema,
@@ -149,6 +207,15 @@ class _Reading:
             timeout_s=self.poll_timeout_ms / 1000,
             read_committed=self.read_committed,
         )
+        if self.typed is None:
+            yield from batches
+            return
+        decoder = Decoder(self.typed)
+        try:
+            for batch in batches:
+                yield decoded_batch(decoder, batch, self.out_schema, partition.range)
+        finally:
+            decoder.close()
 
     def _ranges(
         self,
@@ -310,6 +377,9 @@ class _Writing:
             raise OptionError("the DataFrame to write needs a 'value' column")
         if self.topic is None and "topic" not in names:
             raise OptionError("give option 'topic' or a 'topic' column")
+        # valueFormat: the value column is encoded with the subject's schema in each task.
+        self.typed: TypedValues | None = typed_values(options, self.topic, sink=True)
+        self._encoder: Encoder | None = None
         self.producer_config: dict[str, Any] = {"enable_idempotence": True, "acks": "all"}
         linger = opt.integer(options, "lingerMs")
         if linger is not None:
@@ -319,7 +389,12 @@ class _Writing:
         """``batch``'s rows as ``(topic, value, key, partition or None, headers or None)``."""
         n = batch.num_rows
         names = batch.schema.names
-        values = _bytes(batch.column("value"), n)
+        if self.typed is not None:
+            if self._encoder is None:
+                self._encoder = Encoder(self.typed)
+            values = self._encoder.column(batch.column("value"))
+        else:
+            values = _bytes(batch.column("value"), n)
         keys = _bytes(batch.column("key") if "key" in names else None, n)
         topics = batch.column("topic").to_pylist() if "topic" in names else [self.topic] * n
         parts = batch.column("partition").to_pylist() if "partition" in names else [None] * n

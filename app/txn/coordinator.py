@@ -506,7 +506,7 @@ class TransactionCoordinator:
         that partition has no leader."""
         validate_transactional_id(tid)
         await self.state.ensure_topic()
-        if not self.placement.clustered:
+        if self.placement.coordinates_every_key:
             return self.config.node_id, self.config.url
         partition = self.state.partition_of(tid)
         leader, url = self.placement.leader_of(partition)

@@ -9,8 +9,10 @@ Confluent's Avro provider.
 
 from __future__ import annotations
 
+import functools
 import io
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -71,8 +73,10 @@ class AvroSchema(Codec):
             raise InvalidSchema("AVRO", f"{current}nests too deeply") from None
         # Bound once: the per-record path does no imports or attribute look-ups.
         from fastavro import schemaless_reader, schemaless_writer
+        from fastavro._read_common import SchemaResolutionError
         from fastavro.validation import validate
 
+        self._resolution_error: type[Exception] = SchemaResolutionError
         self._write = schemaless_writer
         self._read = schemaless_reader
         self._validate = validate
@@ -89,6 +93,19 @@ class AvroSchema(Codec):
 
             self._write = _write_py.schemaless_writer
             self._validate = _validation_py.validate
+        # The compiled functions under fastavro's public ones, called with this schema's
+        # named-type table (None for recursive schemas, see above, or a fastavro without
+        # them): the public ones re-check the schema, build a named-type table and wrap
+        # the stream on every call, which was ~2/3 of a record's encode and decode time.
+        self._fast = None if self.recursive else _compiled()
+        # The generated encoder (app.common.schemas._avro_fast) for exactly-typed values;
+        # anything it does not take goes through fastavro as above.
+        self._gen = None
+        if self._fast is not None:
+            from app.common.schemas._avro_fast import compile_encoder
+
+            self._gen = compile_encoder(self._parsed, named)
+        self._read_named: dict[str, Any] = {"writer": named, "reader": {}}
         self._canonical = orjson.dumps(_canonical(self._json, None)).decode()
         self._normalized = orjson.dumps(
             _normalize(self._json, None), option=orjson.OPT_SORT_KEYS
@@ -103,6 +120,18 @@ class AvroSchema(Codec):
     # --- codec ------------------------------------------------------------------------------
 
     def encode_payload(self, obj: Any, message_name: str | None) -> bytes:
+        if self._fast is not None:
+            gen = self._gen
+            if gen is not None:
+                out = bytearray()
+                try:
+                    gen(out, obj)
+                    return bytes(out)
+                except Exception:  # Fallback, or a value fastavro has the last word on
+                    pass
+            out = bytearray()
+            self._encode_into(out, obj)
+            return bytes(out)
         # fastavro's writer does not check values (1.5 is written to an int as 1, 2**40
         # overflows it silently): validate first, then write.
         try:
@@ -110,27 +139,92 @@ class AvroSchema(Codec):
         except RecursionError:
             raise RecordInvalid("", "the value nests too deeply") from None
         if not valid:
-            try:
-                path, message = _find_invalid(obj, self._parsed, self._named, self._validate)
-            except RecursionError:
-                path, message = "", "the value nests too deeply"
-            raise RecordInvalid(path, message)
-        out = io.BytesIO()
+            self._invalid(obj)
+        out_io = io.BytesIO()
         try:
-            self._write(out, self._parsed, obj)
+            self._write(out_io, self._parsed, obj)
         except (TypeError, ValueError, OverflowError, RecursionError) as e:
             raise RecordInvalid("", str(e) or type(e).__name__) from None
-        return out.getvalue()
+        return out_io.getvalue()
+
+    def framed_encoder(self, schema_id: int) -> Callable[[Any], bytes]:
+        """``encode`` for one schema id: a value validated and written after the 5-byte
+        header, into one buffer (``wire.encode``'s bytes, without its per-call checks)."""
+        header = b"\x00" + schema_id.to_bytes(4, "big")
+        if self._fast is None:
+            encode_payload = self.encode_payload
+
+            def slow(obj: Any) -> bytes:
+                return header + encode_payload(obj, None)
+
+            return slow
+        encode_into = self._encode_into
+        gen = self._gen
+
+        def fast(obj: Any) -> bytes:
+            if gen is not None:
+                out = bytearray(header)
+                try:
+                    gen(out, obj)
+                    return bytes(out)
+                except Exception:  # Fallback, or a value fastavro has the last word on
+                    pass
+            out = bytearray(header)
+            encode_into(out, obj)
+            return bytes(out)
+
+        return fast
+
+    def _encode_into(self, out: bytearray, obj: Any) -> None:
+        """Append ``obj``'s Avro binary to ``out``; the compiled path (``self._fast``).
+        Validation and writing are fastavro's compiled functions called directly: the
+        writer alone does not check values (1.5 goes into an int as 1, "x" into a float),
+        so the validator runs first, and only a value it refuses pays for the field path."""
+        fast = self._fast
+        assert fast is not None
+        if not fast.validate(obj, self._parsed, self._named, "", False, _VALIDATE_OPTIONS):
+            self._invalid(obj)
+        try:
+            fast.write(out, obj, self._parsed, self._named, "", _WRITE_OPTIONS)
+        except (TypeError, ValueError, OverflowError, AttributeError, KeyError) as e:
+            raise RecordInvalid("", str(e) or type(e).__name__) from None
+
+    def _invalid(self, obj: Any) -> None:
+        try:
+            path, message = _find_invalid(obj, self._parsed, self._named, self._validate)
+        except RecursionError:
+            path, message = "", "the value nests too deeply"
+        raise RecordInvalid(path, message)
 
     def decode_payload(self, payload: memoryview) -> Any:
-        stream = io.BytesIO(payload)
-        read = self._read
-        if self.recursive and len(payload) > SAFE_NATIVE_DEPTH:
-            from fastavro import _read_py
+        return self.decode_as(payload, None)
 
-            read = _read_py.schemaless_reader
+    def decode_as(self, payload: memoryview | bytes, reader: AvroSchema | None) -> Any:
+        """The value of Avro binary written with this schema, resolved into ``reader``'s
+        shape by Avro's rules when given (fields added with defaults filled, removed ones
+        dropped, promotions); raises ``RecordInvalid`` for bytes that do not decode or do
+        not resolve."""
+        stream = io.BytesIO(payload)
+        fast = self._fast
         try:
-            value = read(stream, self._parsed, None)
+            if reader is not None and reader._parsed is not self._parsed:
+                from fastavro import schemaless_reader
+
+                read_py = schemaless_reader
+                if self.recursive and len(payload) > SAFE_NATIVE_DEPTH:
+                    from fastavro import _read_py
+
+                    read_py = _read_py.schemaless_reader
+                value = read_py(stream, self._parsed, reader._parsed)
+            elif fast is not None:
+                value = fast.read(stream, self._parsed, self._read_named, None, _READ_OPTIONS)
+            else:
+                read = self._read
+                if self.recursive and len(payload) > SAFE_NATIVE_DEPTH:
+                    from fastavro import _read_py
+
+                    read = _read_py.schemaless_reader
+                value = read(stream, self._parsed, None)
         except (
             EOFError,
             ValueError,
@@ -141,6 +235,7 @@ class AvroSchema(Codec):
             OverflowError,
             RecursionError,
             MemoryError,
+            self._resolution_error,
         ) as e:
             raise RecordInvalid(
                 "", f"Avro payload does not decode: {e or type(e).__name__}"
@@ -166,6 +261,55 @@ class AvroSchema(Codec):
         return [
             f"{kinds} at {where}: {message}" for message in sorted(map(str, result.messages))
         ] or [f"{kinds} at {where}"]
+
+
+class _Compiled(NamedTuple):
+    validate: Callable[..., bool]
+    write: Callable[..., None]
+    read: Callable[..., Any]
+
+
+# The options fastavro's public functions pass down, at their defaults.
+_VALIDATE_OPTIONS = {"strict": False, "disable_tuple_notation": False}
+_WRITE_OPTIONS = {"strict": False, "strict_allow_default": False, "disable_tuple_notation": False}
+_READ_OPTIONS = {
+    "return_record_name": False,
+    "return_record_name_override": False,
+    "handle_unicode_errors": "strict",
+    "return_named_type": False,
+    "return_named_type_override": False,
+}
+
+
+@functools.cache
+def _compiled() -> _Compiled | None:
+    """fastavro's compiled validator, writer and reader entry points (module functions of
+    its Cython modules, the ones its public functions call), or None without them."""
+    try:
+        from fastavro import _read, _validation, _write
+
+        # Not in fastavro's stubs (they are its Cython modules' functions).
+        found = _Compiled(
+            getattr(_validation, "_validate"),  # noqa: B009
+            getattr(_write, "write_data"),  # noqa: B009
+            getattr(_read, "_read_data"),  # noqa: B009
+        )
+    except (ImportError, AttributeError):  # pragma: no cover - a pure-Python fastavro
+        return None
+    # They are not fastavro's public API: probe them once with the arguments used here, so
+    # a fastavro whose internals changed gets the public path, not failing records.
+    try:
+        import fastavro
+
+        probe = fastavro.parse_schema({"type": "record", "name": "P", "fields": [
+            {"name": "a", "type": "long"}]})  # fmt: skip
+        out = bytearray()
+        ok = found.validate({"a": 1}, probe, {}, "", False, _VALIDATE_OPTIONS)
+        found.write(out, {"a": 1}, probe, {}, "", _WRITE_OPTIONS)
+        back = found.read(io.BytesIO(out), probe, {"writer": {}, "reader": {}}, None, _READ_OPTIONS)
+    except Exception:  # pragma: no cover - another fastavro
+        return None
+    return found if ok is True and bytes(out) == b"\x02" and back == {"a": 1} else None
 
 
 # The key order of Avro Java's Schema.toString(), which Confluent's registry returns and

@@ -1,0 +1,244 @@
+"""A per-schema Avro encoder for plain JSON-shaped values, generated from fastavro's parsed
+schema: the fast path of :meth:`AvroSchema.framed_encoder` (typed HTTP/WS produce).
+
+Why: fastavro's compiled validator and writer dispatch on the schema's dicts field by field
+and each walks the value once; on a 5-field record they took ~2 us each here, more than the
+whole untyped produce path per record. The function generated here is straight-line Python
+for one schema (fields unrolled, types checked with ``type(v) is ...``), validating and
+writing in one pass, ~3x faster than the two fastavro calls.
+
+It is an accelerator, never the reference: it takes only exactly-typed values (``dict``,
+``list``, ``str``, ``int``, ``float``, ``bool``, ``None``, ``bytes``) of the constructs below
+and raises :class:`Fallback` for anything else (another type, a missing field, an int out of
+range, an unknown enum symbol, a surrogate in a string...). The caller then encodes the same
+value with fastavro's validator and writer, which accept it or name the field that is wrong:
+behaviour and errors are fastavro's, and the bytes of an accepted value are fastavro's
+(``tests/unit/common/schemas/test_schtypes_avro_fast.py`` compares them on generated values).
+
+Supported: every primitive; records; enums; arrays; maps; fixed; unions of ``null`` and one
+other type; named types used again by name; the logical types carried by an int or long
+(``date``, ``time-*``, ``timestamp-*``, ``local-timestamp-*``) with int values. Anything else
+(wider unions, other logical types, recursive schemas) gives no generated encoder: fastavro
+encodes every value of such a schema, as before.
+
+The generated source is built from the schema's field names and symbols only as string
+literals (``repr``), never as code: a schema cannot inject anything.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from typing import Any
+
+
+class Fallback(Exception):
+    """The value is not one the generated encoder takes: encode it with fastavro."""
+
+
+class _Unsupported(Exception):
+    pass
+
+
+_INT_LOGICAL = frozenset(
+    (
+        "date",
+        "time-millis",
+        "time-micros",
+        "timestamp-millis",
+        "timestamp-micros",
+        "timestamp-nanos",
+        "local-timestamp-millis",
+        "local-timestamp-micros",
+        "local-timestamp-nanos",
+    )
+)
+_INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
+_LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
+_MAX_DEPTH = 64
+
+
+def _write_long(out: bytearray, n: int) -> None:
+    """Avro's zig-zag varint (``n`` already checked to be a 64-bit int)."""
+    n = (n << 1) ^ (n >> 63)
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+
+
+class _Gen:
+    def __init__(self, named: dict[str, Any]) -> None:
+        self.named = named
+        self.lines: list[str] = []
+        self.consts: dict[str, Any] = {}
+        self.funcs: dict[str, str] = {}  # named type -> function name
+        self.counter = 0
+
+    def const(self, value: Any) -> str:
+        name = f"_c{len(self.consts)}"
+        self.consts[name] = value
+        return name
+
+    def var(self) -> str:
+        self.counter += 1
+        return f"v{self.counter}"
+
+    def emit(self, depth: int, line: str) -> None:
+        self.lines.append("    " * depth + line)
+
+    def node(self, schema: Any, value: str, depth: int, nesting: int) -> None:
+        """Code that checks ``value`` (a variable name) against ``schema`` and appends it."""
+        if nesting > _MAX_DEPTH:
+            raise _Unsupported("too deep")
+        if isinstance(schema, str):
+            if schema in self.named:
+                fn = self.named_function(schema, nesting)
+                self.emit(depth, f"{fn}(out, {value})")
+                return
+            schema = {"type": schema}
+        if isinstance(schema, list):
+            self.union(schema, value, depth, nesting)
+            return
+        if not isinstance(schema, dict):
+            raise _Unsupported(repr(schema))
+        kind = schema.get("type")
+        logical = schema.get("logicalType")
+        if logical is not None and not (logical in _INT_LOGICAL and kind in ("int", "long")):
+            raise _Unsupported(f"logical type {logical}")
+        e = self.emit
+        if kind == "null":
+            e(depth, f"if {value} is not None: raise Fallback")
+        elif kind == "boolean":
+            e(depth, f"if {value} is True: out.append(1)")
+            e(depth, f"elif {value} is False: out.append(0)")
+            e(depth, "else: raise Fallback")
+        elif kind in ("int", "long"):
+            lo, hi = (_INT_MIN, _INT_MAX) if kind == "int" else (_LONG_MIN, _LONG_MAX)
+            e(depth, f"if type({value}) is not int or not {lo} <= {value} <= {hi}: raise Fallback")
+            e(depth, f"write_long(out, {value})")
+        elif kind in ("float", "double"):
+            pack = "pack_f" if kind == "float" else "pack_d"
+            # fastavro writes ints to float/double too (its validator accepts them).
+            e(depth, f"if type({value}) is float or type({value}) is int: out += {pack}({value})")
+            e(depth, "else: raise Fallback")
+        elif kind == "string":
+            b = self.var()
+            e(depth, f"if type({value}) is not str: raise Fallback")
+            e(depth, f"{b} = {value}.encode()")
+            e(depth, f"write_long(out, len({b}))")
+            e(depth, f"out += {b}")
+        elif kind == "bytes":
+            e(depth, f"if type({value}) is not bytes: raise Fallback")
+            e(depth, f"write_long(out, len({value}))")
+            e(depth, f"out += {value}")
+        elif kind in ("record", "error", "enum", "fixed"):
+            name = schema.get("name")
+            if not isinstance(name, str):
+                raise _Unsupported("a named type without a name")
+            if name not in self.named:
+                self.named[name] = schema
+            fn = self.named_function(name, nesting)
+            e(depth, f"{fn}(out, {value})")
+        elif kind == "array":
+            item = self.var()
+            e(depth, f"if type({value}) is not list: raise Fallback")
+            e(depth, f"if {value}:")
+            e(depth + 1, f"write_long(out, len({value}))")
+            e(depth + 1, f"for {item} in {value}:")
+            self.node(schema["items"], item, depth + 2, nesting + 1)
+            e(depth, "out.append(0)")
+        elif kind == "map":
+            k, item, kb = self.var(), self.var(), self.var()
+            e(depth, f"if type({value}) is not dict: raise Fallback")
+            e(depth, f"if {value}:")
+            e(depth + 1, f"write_long(out, len({value}))")
+            e(depth + 1, f"for {k}, {item} in {value}.items():")
+            e(depth + 2, f"if type({k}) is not str: raise Fallback")
+            e(depth + 2, f"{kb} = {k}.encode()")
+            e(depth + 2, f"write_long(out, len({kb}))")
+            e(depth + 2, f"out += {kb}")
+            self.node(schema["values"], item, depth + 2, nesting + 1)
+            e(depth, "out.append(0)")
+        else:
+            raise _Unsupported(f"type {kind!r}")
+
+    def union(self, branches: list[Any], value: str, depth: int, nesting: int) -> None:
+        nulls = [i for i, b in enumerate(branches) if b == "null" or b == {"type": "null"}]
+        if len(branches) != 2 or len(nulls) != 1:
+            raise _Unsupported("a union other than null and one type")
+        null_at = nulls[0]
+        other = branches[1 - null_at]
+        self.emit(depth, f"if {value} is None: out.append({2 * null_at})")  # zig-zag index
+        self.emit(depth, "else:")
+        self.emit(depth + 1, f"out.append({2 * (1 - null_at)})")
+        self.node(other, value, depth + 1, nesting + 1)
+
+    def named_function(self, name: str, nesting: int) -> str:
+        """The function encoding named type ``name`` (generated once, on first use)."""
+        fn = self.funcs.get(name)
+        if fn is not None:
+            return fn
+        fn = self.funcs[name] = f"_t{len(self.funcs)}"
+        schema = self.named[name]
+        if isinstance(schema, str | list):
+            raise _Unsupported("a name for a non-named type")
+        saved, self.lines = self.lines, []
+        self.emit(0, f"def {fn}(out, v0):")
+        kind = schema.get("type")
+        e = self.emit
+        if kind in ("record", "error"):
+            e(1, "if type(v0) is not dict: raise Fallback")
+            for field in schema.get("fields", []):
+                key = self.const(field["name"])
+                var = self.var()
+                # A missing field: fastavro's rules for defaults decide, in the fallback.
+                e(1, f"{var} = v0.get({key}, _MISSING)")
+                e(1, f"if {var} is _MISSING: raise Fallback")
+                self.node(field["type"], var, 1, nesting + 1)
+        elif kind == "enum":
+            index = self.const({s: i for i, s in enumerate(schema["symbols"])})
+            var = self.var()
+            e(1, f"{var} = {index}.get(v0) if type(v0) is str else None")
+            e(1, f"if {var} is None: raise Fallback")
+            e(1, f"write_long(out, {var})")
+        elif kind == "fixed":
+            e(1, f"if type(v0) is not bytes or len(v0) != {int(schema['size'])}: raise Fallback")
+            e(1, "out += v0")
+        else:
+            raise _Unsupported(f"named {kind!r}")
+        e(1, "return None")
+        self.lines = self.lines + saved
+        return fn
+
+
+def compile_encoder(schema: Any, named: dict[str, Any]) -> Callable[[bytearray, Any], None] | None:
+    """``encode(out, value)`` appending ``value``'s Avro binary to ``out`` or raising
+    :class:`Fallback`, for fastavro's parsed ``schema`` and its named-type table; None when
+    the schema has a construct this generator leaves to fastavro."""
+    gen = _Gen(dict(named))
+    gen.lines = []
+    body: list[str]
+    try:
+        saved: list[str] = []
+        gen.lines = saved
+        gen.emit(0, "def encode(out, v0):")
+        gen.node(schema, "v0", 1, 0)
+        body = gen.lines
+    except (_Unsupported, KeyError, TypeError, ValueError):
+        return None
+    source = "\n".join(body) + "\n"
+    env: dict[str, Any] = {
+        "Fallback": Fallback,
+        "write_long": _write_long,
+        "pack_f": struct.Struct("<f").pack,
+        "pack_d": struct.Struct("<d").pack,
+        "_MISSING": _MISSING,
+        **gen.consts,
+    }
+    exec(compile(source, "<avro encoder>", "exec"), env)  # the source is built from literals only
+    encode: Callable[[bytearray, Any], None] = env["encode"]
+    return encode
+
+
+_MISSING = object()
