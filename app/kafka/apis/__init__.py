@@ -25,20 +25,40 @@ from app.kafka.apis.cluster import (
     metadata,
     unsupported_api_versions,
 )
-from app.kafka.apis.groups import find_coordinator, offset_commit, offset_fetch
+from app.kafka.apis.groups import (
+    delete_groups,
+    describe_groups,
+    find_coordinator,
+    heartbeat,
+    join_group,
+    leave_group,
+    list_groups,
+    offset_commit,
+    offset_delete,
+    offset_fetch,
+    sync_group,
+)
 from app.kafka.apis.records import fetch, list_offsets, produce
 from app.kafka.apis.txn import init_producer_id
 from app.kafka.versions import (
     API_VERSIONS,
+    DELETE_GROUPS,
     DESCRIBE_CLUSTER,
+    DESCRIBE_GROUPS,
     FETCH,
     FIND_COORDINATOR,
+    HEARTBEAT,
     INIT_PRODUCER_ID,
+    JOIN_GROUP,
+    LEAVE_GROUP,
+    LIST_GROUPS,
     LIST_OFFSETS,
     METADATA,
     OFFSET_COMMIT,
+    OFFSET_DELETE,
     OFFSET_FETCH,
     PRODUCE,
+    SYNC_GROUP,
 )
 
 __all__ = ["HANDLERS", "Context", "Handler", "unsupported_api_versions"]
@@ -56,4 +76,12 @@ HANDLERS: dict[int, Handler] = {
     FIND_COORDINATOR: find_coordinator,
     OFFSET_COMMIT: offset_commit,
     OFFSET_FETCH: offset_fetch,
+    JOIN_GROUP: join_group,
+    SYNC_GROUP: sync_group,
+    HEARTBEAT: heartbeat,
+    LEAVE_GROUP: leave_group,
+    LIST_GROUPS: list_groups,
+    DESCRIBE_GROUPS: describe_groups,
+    DELETE_GROUPS: delete_groups,
+    OFFSET_DELETE: offset_delete,
 }
