@@ -333,8 +333,27 @@ def test_a_static_member_restarts_without_a_rebalance(broker: KafkaBroker) -> No
         assert new["instance_id"] == old["instance_id"] == "instance-1"
         assert new["member_id"] != old["member_id"]
         assert new["assignment"] == old["assignment"]
+        # A reset is refused while the group has members, as for any group.
+        r = httpx.post(
+            f"{broker.url}/groups/{group}/offsets/reset", json={"topic": topic, "to": "earliest"}
+        )
+        assert r.status_code == 409 and r.json()["error_code"] == "NON_EMPTY_GROUP"
     finally:
         second.close()
+    # A static member's close sends no LeaveGroup: its session ends it. Until then the
+    # group keeps it; a reset after LeaveGroup by instance id (kafka-python's admin) works.
+    from kafka import KafkaAdminClient
+    from kafka.admin import MemberToRemove
+
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        admin.remove_group_members(group, [MemberToRemove(group_instance_id="instance-1")])
+    finally:
+        admin.close()
+    r = httpx.post(
+        f"{broker.url}/groups/{group}/offsets/reset", json={"topic": topic, "to": "earliest"}
+    )
+    assert r.status_code == 200, r.text
 
 
 def test_admin_apis_list_describe_delete_and_offset_delete(broker: KafkaBroker) -> None:

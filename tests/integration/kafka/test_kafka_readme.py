@@ -48,10 +48,14 @@ def test_the_readme_has_an_example_per_client() -> None:
         "# confluent-kafka (librdkafka): idempotent, acks=all, any codec; consume with assign",
         "# kafka-python",
         "# aiokafka",
+        "# Consumer groups: subscribe with a group.id (the client's own assignor, here "
+        "cooperative-sticky)",
     ]
 
 
-@pytest.mark.parametrize("index", range(3), ids=["confluent-kafka", "kafka-python", "aiokafka"])
+@pytest.mark.parametrize(
+    "index", range(4), ids=["confluent-kafka", "kafka-python", "aiokafka", "groups"]
+)
 def test_readme_kafka_example_runs(kafka_broker: KafkaBroker, index: int, tmp_path: Path) -> None:
     code = examples()[index].replace("127.0.0.1:9092", kafka_broker.bootstrap)
     script = tmp_path / "example.py"
@@ -64,3 +68,8 @@ def test_readme_kafka_example_runs(kafka_broker: KafkaBroker, index: int, tmp_pa
     if index == 0:  # the commit is the group's offset over HTTP
         offsets = httpx.get(f"{kafka_broker.url}/groups/billing/offsets", timeout=30).json()
         assert [(o["topic"], o["offset"]) for o in offsets["offsets"]] == [("orders", 1)]
+    if index == 3:  # a classic group, described over HTTP with its commits
+        described = httpx.get(f"{kafka_broker.url}/groups/ledger", timeout=30).json()
+        assert described["protocol"] == "classic" and described["state"] == "Empty"
+        assert sum(o["offset"] for o in described["offsets"]) == 3
+        assert done.stdout.count("payment-") == 3
