@@ -390,7 +390,9 @@ class ClassicGroups:
             client_id=req.client_id,
             client_host=req.client_host,
         )
-        member.join = self._loop().create_future()
+        # Kept here: completing the join below (this member may be the last one awaited)
+        # answers the future and clears ``member.join``.
+        fut = member.join = self._loop().create_future()
         cg.members[member_id] = member
         if req.instance_id is not None:
             cg.static[req.instance_id] = member_id
@@ -399,7 +401,7 @@ class ClassicGroups:
             self._maybe_complete_join(group, cg)
         else:
             self._prepare_rebalance(group, cg, f"member {member_id} joined")
-        return member.join
+        return fut
 
     def _join_static(
         self, group: Group, cg: ClassicGroup, req: JoinRequest
@@ -734,11 +736,18 @@ class ClassicGroups:
 
     @staticmethod
     def validate_commit(
-        group_id: str, cg: ClassicGroup, member_id: str, instance_id: str | None, generation: int
+        group_id: str,
+        cg: ClassicGroup,
+        member_id: str,
+        instance_id: str | None,
+        generation: int,
+        *,
+        transactional: bool = False,
     ) -> None:
         """Kafka's checks of an OffsetCommit to a classic group: a commit from outside the
         group (generation < 0) only while it is Empty; else a member of this generation,
-        not while the generation waits for its assignment."""
+        not while the generation waits for its assignment (a TxnOffsetCommit may: it
+        counts only once its transaction commits)."""
         if generation < 0 and cg.state == ClassicState.EMPTY:
             return
         if instance_id is not None:
@@ -749,7 +758,7 @@ class ClassicGroups:
             raise UnknownMemberId(group_id, member_id)
         if generation != cg.generation:
             raise IllegalGeneration(group_id, member_id, generation, cg.generation)
-        if cg.state == ClassicState.COMPLETING_REBALANCE:
+        if cg.state == ClassicState.COMPLETING_REBALANCE and not transactional:
             raise RebalanceInProgress("the generation waits for its assignment", group_id)
 
 
