@@ -285,6 +285,12 @@ class Settings(BaseSettings):
         "this long (again after each join, up to the rebalance timeout) for more members "
         "before its first generation.",
     )
+    group_max_size: int = Field(
+        default=1_000,
+        ge=1,
+        description="Kafka's group.max.size: members a classic group may have (KIP-394 "
+        "pending ones counted); one more gets GROUP_MAX_SIZE_REACHED.",
+    )
     transaction_state_log_num_partitions: int = Field(
         default=50,
         ge=1,

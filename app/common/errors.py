@@ -80,7 +80,8 @@ modules, split for size.
         ├── FencedInstanceId           FENCED_INSTANCE_ID           (classic static member)
         ├── InconsistentGroupProtocol  INCONSISTENT_GROUP_PROTOCOL  (classic vs KIP-848)
         ├── InvalidSessionTimeout      INVALID_SESSION_TIMEOUT      (classic)
-        └── GroupSubscribedToTopic     GROUP_SUBSCRIBED_TO_TOPIC    (OffsetDelete)
+        ├── GroupSubscribedToTopic     GROUP_SUBSCRIBED_TO_TOPIC    (OffsetDelete)
+        └── GroupMaxSizeReached        GROUP_MAX_SIZE_REACHED       (classic, group_max_size)
 """
 
 from __future__ import annotations
@@ -855,3 +856,9 @@ class GroupSubscribedToTopic(GroupError):
     """OffsetDelete of a topic the group's members are subscribed to now."""
 
     error_code = "GROUP_SUBSCRIBED_TO_TOPIC"
+
+
+class GroupMaxSizeReached(GroupError):
+    """A classic group already has ``group_max_size`` members (pending ones counted)."""
+
+    error_code = "GROUP_MAX_SIZE_REACHED"

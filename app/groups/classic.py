@@ -79,6 +79,7 @@ from kio.serial import entity_reader
 
 from app.common.errors import (
     FencedInstanceId,
+    GroupMaxSizeReached,
     IllegalGeneration,
     InconsistentGroupProtocol,
     InvalidSessionTimeout,
@@ -304,6 +305,8 @@ class ClassicGroups:
                 f"{group_id!r} supports",
                 group_id,
             )
+        if not req.member_id or req.member_id in cg.pending:
+            self._check_size(cg, req)
         if not req.member_id:
             if req.instance_id is not None:
                 return self._join_static(group, cg, req)
@@ -337,6 +340,18 @@ class ClassicGroups:
         member.join = None
         self._touch(group, cg, member)
         return self._join_result(cg, member)
+
+    def _check_size(self, cg: ClassicGroup, req: JoinRequest) -> None:
+        """A new member (or a pending one joining) past ``group_max_size`` is refused; a
+        static member's new incarnation takes its old place."""
+        if req.instance_id is not None and cg.static.get(req.instance_id) in cg.members:
+            return
+        size = len(cg.members) + len(cg.pending) - (req.member_id in cg.pending)
+        if size >= self.rt.config.classic_max_size:
+            raise GroupMaxSizeReached(
+                f"group {cg.group_id!r} has {size} members, its maximum (group_max_size)",
+                cg.group_id,
+            )
 
     def _supports(self, cg: ClassicGroup, req: JoinRequest) -> bool:
         if req.protocol_type != cg.protocol_type:

@@ -76,6 +76,8 @@ class GroupConfig:
     classic_min_session_timeout_ms: int = 6_000
     classic_max_session_timeout_ms: int = 1_800_000
     classic_initial_rebalance_delay_ms: int = 3_000
+    # Kafka's group.max.size, for classic groups (members and KIP-394 pending ones).
+    classic_max_size: int = 1_000
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from app.common.errors import (
     FencedInstanceId,
+    GroupMaxSizeReached,
     IllegalGeneration,
     LogbusError,
     MemberIdRequired,
@@ -313,3 +314,24 @@ def test_two_members_form_a_generation_and_a_third_rebalances_it() -> None:
         model.groups._heartbeat(GROUP, 1, a.member_id, None)
     errors: list[LogbusError | None] = model.groups._leave(GROUP, [("nobody", None)])
     assert isinstance(errors[0], UnknownMemberId)
+
+
+def test_a_group_at_its_maximum_size_refuses_new_members_not_a_static_restart() -> None:
+    model = ClassicModel()
+    rt = model.groups.rt
+    rt.config = GroupConfig(
+        classic_min_session_timeout_ms=1000,
+        classic_initial_rebalance_delay_ms=500,
+        classic_max_size=2,
+    )
+    a, b, c, static = model.clients
+    model._join(a)  # pending (KIP-394) counts
+    model._join(static)
+    with pytest.raises(GroupMaxSizeReached):
+        model._join(b)
+    model._join(a)  # the pending member joining is no new member
+    model.tick(0.6)  # the initial delay, once more for the member that came during it
+    model.tick(0.6)
+    assert rt.groups[GROUP].classic.state == ClassicState.STABLE
+    model.static_restart()  # its new incarnation takes the old place
+    assert static.generation == 1 and c.member_id == ""
