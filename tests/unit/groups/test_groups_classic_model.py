@@ -163,9 +163,9 @@ class ClassicModel(RuleBasedStateMachine):
             if c.join is not None and c.join.done():
                 fut, c.join = c.join, None
                 if fut.exception() is not None:
-                    c.reset() if isinstance(
-                        fut.exception(), UnknownMemberId | FencedInstanceId
-                    ) else None
+                    # Removed or fenced: start over; REBALANCE_IN_PROGRESS: join again.
+                    if isinstance(fut.exception(), UnknownMemberId | FencedInstanceId):
+                        c.reset()
                     continue
                 joined = fut.result()
                 c.member_id, c.generation = joined.member_id, joined.generation
