@@ -28,7 +28,9 @@ States (Kafka's ``ClassicGroupState``) of a :class:`ClassicGroup`::
   every member's metadata for that protocol) and moves to **CompletingRebalance**.
 * The leader's SyncGroup stores each member's assignment (none for members it left out),
   answers every waiting SyncGroup, and the group is **Stable**. A SyncGroup in Stable is
-  answered with the member's stored assignment.
+  answered with the member's stored assignment. A member that has not synced within the
+  rebalance timeout of its generation forming is removed (a rebalance follows), as
+  Kafka's pending-sync timeout: a leader that never assigns cannot stall the group.
 * A member that leaves, or whose session runs out (no heartbeat, join or sync for its
   ``session_timeout_ms``; a member waiting in JoinGroup or SyncGroup is kept alive, as
   Kafka does), is removed; in Stable or CompletingRebalance that starts a rebalance.
@@ -171,6 +173,10 @@ class ClassicGroup:
     pending: dict[str, asyncio.TimerHandle | None] = field(default_factory=dict)
     static: dict[str, str] = field(default_factory=dict)
     join_timer: asyncio.TimerHandle | None = None
+    # Members of the current generation that have not sent their SyncGroup yet, and the
+    # timer that removes them when the rebalance timeout passes (Kafka's pending sync).
+    pending_sync: set[str] = field(default_factory=set)
+    sync_timer: asyncio.TimerHandle | None = None
     # The initial delayed join of an empty group: its end, and members seen at its start.
     initial_until: float | None = None
     initial_members: int = 0
@@ -183,9 +189,10 @@ class ClassicGroup:
     def close(self, exc: LogbusError) -> None:
         """This coordinator stops serving the group: cancel its timers and answer every
         waiting JoinGroup and SyncGroup with ``exc``."""
-        if self.join_timer is not None:
-            self.join_timer.cancel()
-            self.join_timer = None
+        for timer in (self.join_timer, self.sync_timer):
+            if timer is not None:
+                timer.cancel()
+        self.join_timer = self.sync_timer = None
         for handle in self.pending.values():
             if handle is not None:
                 handle.cancel()
@@ -435,6 +442,9 @@ class ClassicGroups:
         cg.static[req.instance_id] = new_id
         if cg.leader == old_id:
             cg.leader = new_id
+        if old_id in cg.pending_sync:
+            cg.pending_sync.discard(old_id)
+            cg.pending_sync.add(new_id)
         log.info("group %s: static member %s is now %s", cg.group_id, old_id, new_id)
         changed = member.protocols != list(req.protocols)
         fut = self._update_member(cg, member, req)
@@ -477,6 +487,10 @@ class ClassicGroups:
                 member.sync = None
         for member in cg.members.values():
             member.assignment = b""
+        cg.pending_sync.clear()
+        if cg.sync_timer is not None:
+            cg.sync_timer.cancel()
+            cg.sync_timer = None
         was_empty = cg.state == ClassicState.EMPTY
         cg.state = ClassicState.PREPARING_REBALANCE
         if cg.join_timer is not None:
@@ -524,6 +538,17 @@ class ClassicGroups:
         if group is not None and group.classic is cg:
             self._complete_join(group, cg)
 
+    def _on_sync_timeout(self, group_id: str, cg: ClassicGroup, generation: int) -> None:
+        cg.sync_timer = None
+        group = self.rt.groups.get(group_id)
+        if group is None or group.classic is not cg or cg.generation != generation:
+            return
+        late = [cg.members[m] for m in sorted(cg.pending_sync) if m in cg.members]
+        cg.pending_sync.clear()
+        for member in late:
+            if cg.members.get(member.member_id) is member:
+                self.remove(group, cg, member, "did not sync within the rebalance timeout")
+
     def _maybe_complete_join(self, group: Group, cg: ClassicGroup) -> None:
         if cg.state != ClassicState.PREPARING_REBALANCE or cg.initial_until is not None:
             return
@@ -554,6 +579,12 @@ class ClassicGroups:
         if cg.leader not in cg.members or (joined and cg.members[cg.leader].join is None):
             cg.leader = (joined or list(cg.members.values()))[0].member_id
         cg.state = ClassicState.COMPLETING_REBALANCE
+        # Every member must sync within the rebalance timeout, or it is removed (a leader
+        # that never sends the assignment cannot hold the group in CompletingRebalance).
+        cg.pending_sync = set(cg.members)
+        cg.sync_timer = self._loop().call_later(
+            self._rebalance_timeout(cg), self._on_sync_timeout, cg.group_id, cg, cg.generation
+        )
         log.info(
             "group %s: generation %d, protocol %s, leader %s, %d members",
             cg.group_id,
@@ -626,6 +657,7 @@ class ClassicGroups:
         if cg.state == ClassicState.PREPARING_REBALANCE:
             raise RebalanceInProgress("the group is rebalancing: rejoin", group_id)
         self._touch(group, cg, member)
+        cg.pending_sync.discard(member_id)
         assert cg.protocol_type is not None and cg.protocol_name is not None
         if cg.state == ClassicState.STABLE:
             return SyncResult(cg.protocol_type, cg.protocol_name, member.assignment)
@@ -704,6 +736,7 @@ class ClassicGroups:
             member.timer = None
         _fail(member, UnknownMemberId(cg.group_id, member.member_id))
         del cg.members[member.member_id]
+        cg.pending_sync.discard(member.member_id)
         if member.instance_id is not None and cg.static.get(member.instance_id) == member.member_id:
             del cg.static[member.instance_id]
         if cg.leader == member.member_id:

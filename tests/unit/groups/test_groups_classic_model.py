@@ -255,6 +255,7 @@ class ClassicModel(RuleBasedStateMachine):
         if cg is None:
             return
         assert not set(cg.pending) & set(cg.members)
+        assert cg.pending_sync <= set(cg.members)
         for instance, member_id in cg.static.items():
             assert cg.members[member_id].instance_id == instance
         if cg.state in (ClassicState.COMPLETING_REBALANCE, ClassicState.STABLE):
@@ -335,3 +336,33 @@ def test_a_group_at_its_maximum_size_refuses_new_members_not_a_static_restart() 
     assert rt.groups[GROUP].classic.state == ClassicState.STABLE
     model.static_restart()  # its new incarnation takes the old place
     assert static.generation == 1 and c.member_id == ""
+
+
+def test_a_leader_that_never_syncs_is_removed_at_the_rebalance_timeout() -> None:
+    """Kafka's pending-sync timeout: the follower is not held in CompletingRebalance."""
+    model = ClassicModel()
+    a, b = model.clients[:2]
+    for client in (a, b, a, b):
+        model._join(client)
+    model.loop.advance(1.2)  # the initial delays: the generation forms, nobody syncs yet
+    cg = model.groups.rt.groups[GROUP].classic
+    assert cg.state == ClassicState.COMPLETING_REBALANCE and cg.generation == 1
+    assert a.join is not None and a.join.done() and b.join is not None and b.join.done()
+    leader = model.clients[0] if a.join.result().members else model.clients[1]
+    follower = b if leader is a else a
+    waiting = model.groups._sync(GROUP, 1, follower.join.result().member_id, None, None, None, {})
+    assert isinstance(waiting, asyncio.Future)
+    leader_id = leader.join.result().member_id
+    removed_at = None
+    for second in range(7):  # the leader heartbeats (alive) but never syncs
+        model.loop.advance(1.0)
+        try:
+            model.groups._heartbeat(GROUP, 1, leader_id, None)
+        except UnknownMemberId:
+            removed_at = second
+            break
+    assert removed_at is not None and removed_at >= 4  # at the 5 s rebalance timeout
+    # Removed though it heartbeated every second: for not syncing. The follower waiting in
+    # SyncGroup is told to rejoin (a new generation without the leader).
+    assert leader_id not in cg.members and cg.generation >= 1
+    assert isinstance(waiting.exception(), RebalanceInProgress)
