@@ -72,12 +72,7 @@ import logging
 import uuid
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
-from enum import StrEnum
-from importlib import import_module
-from typing import Any
-
-from kio.serial import entity_reader
+from dataclasses import replace
 
 from app.common.errors import (
     FencedInstanceId,
@@ -90,129 +85,22 @@ from app.common.errors import (
     RebalanceInProgress,
     UnknownMemberId,
 )
+from app.groups.classic_model import (
+    ClassicGroup,
+    ClassicMember,
+    ClassicState,
+    JoinRequest,
+    JoinResult,
+    SyncResult,
+    decode_assignment,
+    decode_subscription,
+    fail_waiting,
+    resolve_future,
+)
 from app.groups.model import Group, validate_group_id
 from app.groups.runtime import CoordinatorRuntime
 
 log = logging.getLogger(__name__)
-
-
-class ClassicState(StrEnum):
-    EMPTY = "Empty"
-    PREPARING_REBALANCE = "PreparingRebalance"
-    COMPLETING_REBALANCE = "CompletingRebalance"
-    STABLE = "Stable"
-
-
-@dataclass(frozen=True, slots=True)
-class JoinRequest:
-    member_id: str
-    protocol_type: str
-    protocols: Sequence[tuple[str, bytes]]
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    instance_id: str | None = None
-    client_id: str = ""
-    client_host: str = ""
-    # JoinGroup v4+ (KIP-394): a new dynamic member is handed an id and rejoins with it.
-    require_known_member_id: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class JoinResult:
-    generation: int
-    protocol_type: str
-    protocol_name: str
-    leader: str
-    member_id: str
-    # The leader's answer only: (member id, instance id, metadata for protocol_name).
-    members: tuple[tuple[str, str | None, bytes], ...] = ()
-    skip_assignment: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class SyncResult:
-    protocol_type: str
-    protocol_name: str
-    assignment: bytes
-
-
-@dataclass(eq=False)
-class ClassicMember:
-    member_id: str
-    instance_id: str | None
-    protocol_type: str
-    protocols: list[tuple[str, bytes]]
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    client_id: str = ""
-    client_host: str = ""
-    assignment: bytes = b""
-    join: asyncio.Future[JoinResult] | None = None
-    sync: asyncio.Future[SyncResult] | None = None
-    deadline: float = 0.0
-    timer: asyncio.TimerHandle | None = None
-
-    def metadata(self, protocol: str) -> bytes:
-        for name, data in self.protocols:
-            if name == protocol:
-                return data
-        return b""
-
-
-@dataclass(eq=False)
-class ClassicGroup:
-    group_id: str
-    state: ClassicState = ClassicState.EMPTY
-    generation: int = 0
-    protocol_type: str | None = None
-    protocol_name: str | None = None
-    leader: str | None = None
-    # Insertion order is join order (the first member to join leads a new group).
-    members: dict[str, ClassicMember] = field(default_factory=dict)
-    # KIP-394: ids handed out with MEMBER_ID_REQUIRED, with their expiry timers.
-    pending: dict[str, asyncio.TimerHandle | None] = field(default_factory=dict)
-    static: dict[str, str] = field(default_factory=dict)
-    join_timer: asyncio.TimerHandle | None = None
-    # Members of the current generation that have not sent their SyncGroup yet, and the
-    # timer that removes them when the rebalance timeout passes (Kafka's pending sync).
-    pending_sync: set[str] = field(default_factory=set)
-    sync_timer: asyncio.TimerHandle | None = None
-    # The initial delayed join of an empty group: its end, and members seen at its start.
-    initial_until: float | None = None
-    initial_members: int = 0
-
-    @property
-    def active(self) -> bool:
-        """Has members (or members-to-be): not changeable into a consumer-protocol group."""
-        return bool(self.members or self.pending)
-
-    def close(self, exc: LogbusError) -> None:
-        """This coordinator stops serving the group: cancel its timers and answer every
-        waiting JoinGroup and SyncGroup with ``exc``."""
-        for timer in (self.join_timer, self.sync_timer):
-            if timer is not None:
-                timer.cancel()
-        self.join_timer = self.sync_timer = None
-        for handle in self.pending.values():
-            if handle is not None:
-                handle.cancel()
-        for member in self.members.values():
-            if member.timer is not None:
-                member.timer.cancel()
-                member.timer = None
-            _fail(member, exc)
-
-
-def _fail(member: ClassicMember, exc: LogbusError) -> None:
-    for fut in (member.join, member.sync):
-        if fut is not None and not fut.done():
-            fut.set_exception(exc)
-    member.join = member.sync = None
-
-
-def _resolve(fut: asyncio.Future[Any] | None, value: Any) -> None:
-    if fut is not None and not fut.done():
-        fut.set_result(value)
 
 
 class ClassicGroups:
@@ -436,7 +324,7 @@ class ClassicGroups:
         if old_id is None or old_id not in cg.members:
             return self._add_member(group, cg, new_id, req)
         member = cg.members.pop(old_id)
-        _fail(member, FencedInstanceId(cg.group_id, req.instance_id, old_id))
+        fail_waiting(member, FencedInstanceId(cg.group_id, req.instance_id, old_id))
         member.member_id = new_id
         cg.members[new_id] = member
         cg.static[req.instance_id] = new_id
@@ -596,7 +484,7 @@ class ClassicGroups:
         for member in joined:
             fut, member.join = member.join, None
             self._touch(group, cg, member)
-            _resolve(fut, self._join_result(cg, member))
+            resolve_future(fut, self._join_result(cg, member))
 
     @staticmethod
     def _select_protocol(cg: ClassicGroup) -> str:
@@ -674,7 +562,9 @@ class ClassicGroups:
             log.info("group %s: generation %d is stable", group_id, cg.generation)
             for m in cg.members.values():
                 waiting, m.sync = m.sync, None
-                _resolve(waiting, SyncResult(cg.protocol_type, cg.protocol_name, m.assignment))
+                resolve_future(
+                    waiting, SyncResult(cg.protocol_type, cg.protocol_name, m.assignment)
+                )
         return fut
 
     def _classic(self, group_id: str, member_id: str) -> tuple[Group, ClassicGroup]:
@@ -734,7 +624,7 @@ class ClassicGroups:
         if member.timer is not None:
             member.timer.cancel()
             member.timer = None
-        _fail(member, UnknownMemberId(cg.group_id, member.member_id))
+        fail_waiting(member, UnknownMemberId(cg.group_id, member.member_id))
         del cg.members[member.member_id]
         cg.pending_sync.discard(member.member_id)
         if member.instance_id is not None and cg.static.get(member.instance_id) == member.member_id:
@@ -808,41 +698,6 @@ class ClassicGroups:
             raise IllegalGeneration(group_id, member_id, generation, cg.generation)
         if cg.state == ClassicState.COMPLETING_REBALANCE and not transactional:
             raise RebalanceInProgress("the generation waits for its assignment", group_id)
-
-
-# -- the consumer protocol's bytes, read for describe -----------------------------------------
-
-
-def _consumer_protocol(kind: str, data: bytes) -> Any | None:
-    """``data`` (int16 version, then the message) read with kio's definition of that
-    version (a newer one with the newest known, as Kafka reads it); None when it is not
-    the consumer protocol's (another protocol type, or empty)."""
-    if len(data) < 2:
-        return None
-    version = min(int.from_bytes(data[:2], "big", signed=True), 3)
-    if version < 0:
-        return None
-    try:
-        module = import_module(f"kio.schema.consumer_protocol_{kind}.v{version}.data")
-        cls = getattr(module, f"ConsumerProtocol{kind.capitalize()}")
-        value, _ = entity_reader(cls)(memoryview(data), 2)
-    except Exception:  # any client's bytes: unreadable ones are shown as nothing
-        return None
-    return value
-
-
-def decode_subscription(data: bytes) -> list[str]:
-    """The topics a consumer-protocol subscription names ([] when unreadable)."""
-    value = _consumer_protocol("subscription", data)
-    return [] if value is None else [str(t) for t in value.topics]
-
-
-def decode_assignment(data: bytes) -> list[tuple[str, int]]:
-    """The partitions a consumer-protocol assignment gives ([] when unreadable)."""
-    value = _consumer_protocol("assignment", data)
-    if value is None:
-        return []
-    return [(str(tp.topic), int(p)) for tp in value.assigned_partitions for p in tp.partitions]
 
 
 __all__ = [

@@ -32,7 +32,7 @@ from app.groups.assignors import DEFAULT_ASSIGNOR
 from app.groups.records import OffsetValue
 
 if TYPE_CHECKING:
-    from app.groups.classic import ClassicGroup
+    from app.groups.classic_model import ClassicGroup
 
 TopicPartition = tuple[str, int]
 

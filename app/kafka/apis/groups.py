@@ -13,7 +13,13 @@ from __future__ import annotations
 import io
 from typing import TYPE_CHECKING, Any
 
+from kio.schema.consumer_protocol_assignment.v0.data import (
+    ConsumerProtocolAssignment,
+    TopicPartition,
+)
+from kio.schema.consumer_protocol_subscription.v0.data import ConsumerProtocolSubscription
 from kio.schema.errors import ErrorCode
+from kio.schema.types import TopicName
 from kio.serial import entity_writer
 from kio.static.primitive import i32
 
@@ -505,21 +511,11 @@ def _partition_code(exc: LogbusError | None) -> ErrorCode:
 
 def encode_subscription(topics: list[str]) -> bytes:
     """ConsumerProtocolSubscription v0 (int16 version, then kio's writer)."""
-    from kio.schema.consumer_protocol_subscription.v0.data import (
-        ConsumerProtocolSubscription,
-    )
-
     return _versioned(0, ConsumerProtocolSubscription(topics=tuple(topics), user_data=None))
 
 
 def encode_assignment(tps: list[tuple[str, int]]) -> bytes:
     """ConsumerProtocolAssignment v0, partitions grouped by topic."""
-    from kio.schema.consumer_protocol_assignment.v0.data import (
-        ConsumerProtocolAssignment,
-        TopicPartition,
-    )
-    from kio.schema.types import TopicName
-
     by_topic: dict[str, list[int]] = {}
     for t, p in tps:
         by_topic.setdefault(t, []).append(p)
