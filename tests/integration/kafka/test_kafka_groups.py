@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer
-from kafka_harness import KafkaBroker, start_broker, stop_broker
+from kafka_harness import KafkaBroker, kio_call, start_broker, stop_broker
 
 PARTITIONS = 6
 
@@ -436,3 +436,76 @@ def test_a_classic_member_cannot_join_a_consumer_protocol_group(
         assert error is not None and "INCONSISTENT_GROUP_PROTOCOL" in error.name()
     finally:
         c.close()
+
+
+@pytest.mark.parametrize("version", range(10))
+def test_every_join_group_version_forms_syncs_heartbeats_and_leaves(
+    broker: KafkaBroker, version: int
+) -> None:
+    """The wire at each advertised JoinGroup version (SyncGroup, Heartbeat, LeaveGroup at
+    the nearest they define; then ListGroups, DescribeGroups, DeleteGroups): one member,
+    KIP-394's MEMBER_ID_REQUIRED from v4, a generation it leads and its assignment back."""
+    import datetime
+    import importlib
+
+    from kio.index import load_request_schema, load_response_schema
+    from kio.schema.errors import ErrorCode
+
+    from app.kafka.encode import build
+
+    def call(api: int, v: int, **fields: Any) -> Any:
+        request = load_request_schema(api, v)
+        module = importlib.import_module(request.__module__)
+        nested = {
+            name: getattr(module, cls)
+            for name, cls in (
+                ("protocols", "JoinGroupRequestProtocol"),
+                ("assignments", "SyncGroupRequestAssignment"),
+                ("members", "MemberIdentity"),
+            )
+            if hasattr(module, cls)
+        }
+        values = {
+            k: tuple(build(nested[k], **x) for x in fields[k]) if k in nested else fields[k]
+            for k in fields
+        }
+        return kio_call(broker, build(request, **values), load_response_schema(api, v))
+
+    group = _name(f"v{version}")
+    join = {
+        "group_id": group,
+        "session_timeout": datetime.timedelta(seconds=10),
+        "rebalance_timeout": datetime.timedelta(seconds=10),
+        "member_id": "",
+        "protocol_type": "consumer",
+        "protocols": [{"name": "range", "metadata": b"m"}],
+    }
+    joined = call(11, version, **join)
+    if version >= 4:
+        assert joined.error_code == ErrorCode.member_id_required and joined.member_id
+        joined = call(11, version, **{**join, "member_id": joined.member_id})
+    assert joined.error_code == ErrorCode.none and joined.generation_id == 1
+    me = joined.member_id
+    assert joined.leader == me and [m.member_id for m in joined.members] == [me]
+    common = {"group_id": group, "generation_id": 1, "member_id": me}
+    synced = call(
+        14, min(version, 5), **common, assignments=[{"member_id": me, "assignment": b"a"}]
+    )
+    assert (synced.error_code, synced.assignment) == (ErrorCode.none, b"a")
+    stale = call(12, min(version, 4), **{**common, "generation_id": 0})
+    assert stale.error_code == ErrorCode.illegal_generation
+    assert call(12, min(version, 4), **common).error_code == ErrorCode.none
+    listed = call(16, min(version, 5))
+    assert group in {g.group_id for g in listed.groups}
+    described = call(15, min(version, 6), groups=[group], include_authorized_operations=False)
+    assert described.groups[0].group_state == "Stable"
+    left = call(
+        13,
+        min(version, 5),
+        group_id=group,
+        member_id=me,
+        members=[{"member_id": me, "group_instance_id": None}],
+    )
+    assert left.error_code == ErrorCode.none
+    deleted = call(42, min(version, 2), groups_names=[group])
+    assert deleted.results[0].error_code == ErrorCode.none
