@@ -266,6 +266,31 @@ class Settings(BaseSettings):
         description="Kafka's offsets.commit.timeout.ms: how long a group write waits for the "
         "in-sync replicas of its __consumer_offsets partition (cluster mode).",
     )
+    group_min_session_timeout_ms: int = Field(
+        default=6_000,
+        ge=1,
+        description="Kafka's group.min.session.timeout.ms: the shortest session a classic "
+        "group member (JoinGroup on the Kafka door) may ask for (INVALID_SESSION_TIMEOUT).",
+    )
+    group_max_session_timeout_ms: int = Field(
+        default=1_800_000,
+        ge=1,
+        description="Kafka's group.max.session.timeout.ms: the longest session a classic "
+        "group member may ask for.",
+    )
+    group_initial_rebalance_delay_ms: int = Field(
+        default=3_000,
+        ge=0,
+        description="Kafka's group.initial.rebalance.delay.ms: an empty classic group waits "
+        "this long (again after each join, up to the rebalance timeout) for more members "
+        "before its first generation.",
+    )
+    group_max_size: int = Field(
+        default=1_000,
+        ge=1,
+        description="Kafka's group.max.size: members a classic group may have (KIP-394 "
+        "pending ones counted); one more gets GROUP_MAX_SIZE_REACHED.",
+    )
     transaction_state_log_num_partitions: int = Field(
         default=50,
         ge=1,

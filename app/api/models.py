@@ -645,10 +645,18 @@ class ResetOffsetsBody(GroupBody):
 
 class GroupSummary(BaseModel):
     group: str
-    state: str = Field(description="Empty, Assigning, Reconciling or Stable.")
+    state: str = Field(
+        description="Empty, Assigning, Reconciling or Stable; a classic group's Empty, "
+        "PreparingRebalance, CompletingRebalance or Stable."
+    )
     protocol_type: str
     members: int
-    group_epoch: int
+    group_epoch: int = Field(description="A classic group's generation.")
+    protocol: str = Field(
+        default="consumer",
+        description="consumer (KIP-848: HTTP, WebSocket, the SDK) or classic (JoinGroup "
+        "members on the Kafka door, the client's own assignor).",
+    )
 
 
 class GroupList(BaseModel):
@@ -698,6 +706,12 @@ class GroupDescription(BaseModel):
     group: str
     state: str
     protocol_type: str
+    protocol: str = Field(
+        default="consumer",
+        description="consumer (KIP-848) or classic (Kafka's JoinGroup/SyncGroup: epochs are "
+        "the generation, assignor the client assignor it chose).",
+    )
+    leader: str | None = Field(default=None, description="A classic group's leader member.")
     group_epoch: int
     assignment_epoch: int
     assignor: str

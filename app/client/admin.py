@@ -156,6 +156,8 @@ class GroupListing:
     members: int
     group_epoch: int
     protocol_type: str = "consumer"
+    # "consumer" (KIP-848: HTTP, WebSocket, the SDK) or "classic" (Kafka clients' JoinGroup).
+    protocol: str = "consumer"
 
 
 def _committed(body: Any) -> dict[TopicPartition, int]:
@@ -178,6 +180,7 @@ def _list_groups_call() -> Call[list[GroupListing]]:
                 g["members"],
                 g["group_epoch"],
                 g.get("protocol_type", "consumer"),
+                g.get("protocol", "consumer"),
             )
             for g in body["groups"]
         ],

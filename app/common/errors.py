@@ -73,7 +73,15 @@ modules, split for size.
         ├── UnreleasedInstanceId       UNRELEASED_INSTANCE_ID       (409)
         ├── NonEmptyGroup              NON_EMPTY_GROUP              (409)
         ├── CoordinatorLoadInProgress  COORDINATOR_LOAD_IN_PROGRESS (503, retriable)
-        └── CoordinatorNotAvailable    COORDINATOR_NOT_AVAILABLE    (503, retriable)
+        ├── CoordinatorNotAvailable    COORDINATOR_NOT_AVAILABLE    (503, retriable)
+        ├── RebalanceInProgress        REBALANCE_IN_PROGRESS        (classic: rejoin)
+        ├── IllegalGeneration          ILLEGAL_GENERATION           (classic: rejoin)
+        ├── MemberIdRequired           MEMBER_ID_REQUIRED           (classic, KIP-394)
+        ├── FencedInstanceId           FENCED_INSTANCE_ID           (classic static member)
+        ├── InconsistentGroupProtocol  INCONSISTENT_GROUP_PROTOCOL  (classic vs KIP-848)
+        ├── InvalidSessionTimeout      INVALID_SESSION_TIMEOUT      (classic)
+        ├── GroupSubscribedToTopic     GROUP_SUBSCRIBED_TO_TOPIC    (OffsetDelete)
+        └── GroupMaxSizeReached        GROUP_MAX_SIZE_REACHED       (classic, group_max_size)
 """
 
 from __future__ import annotations
@@ -772,3 +780,85 @@ class CoordinatorNotAvailable(GroupError):
 
     error_code = "COORDINATOR_NOT_AVAILABLE"
     retriable = True
+
+
+# -- the classic group protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup: app.groups.classic)
+
+
+class RebalanceInProgress(GroupError):
+    """The group is rebalancing: the member must rejoin (JoinGroup) to learn its new
+    generation before it heartbeats, syncs or commits again."""
+
+    error_code = "REBALANCE_IN_PROGRESS"
+
+
+class IllegalGeneration(GroupError):
+    """A classic member sent a generation that is not the group's: it must rejoin."""
+
+    error_code = "ILLEGAL_GENERATION"
+
+    def __init__(self, group: str, member_id: str, generation: int, current: int) -> None:
+        super().__init__(
+            f"member {member_id!r} of group {group!r} sent generation {generation}, "
+            f"the group's is {current}: rejoin",
+            group,
+            member_id=member_id,
+            generation=generation,
+            current_generation=current,
+        )
+
+
+class MemberIdRequired(GroupError):
+    """KIP-394: a new dynamic member is handed its id and must join again with it."""
+
+    error_code = "MEMBER_ID_REQUIRED"
+
+    member_id: str
+
+    def __init__(self, group: str, member_id: str) -> None:
+        super().__init__(
+            f"a new member of group {group!r} must join again with its member id {member_id!r}",
+            group,
+            member_id=member_id,
+        )
+
+
+class FencedInstanceId(GroupError):
+    """A static member's instance id is held by a newer incarnation (another member id)."""
+
+    error_code = "FENCED_INSTANCE_ID"
+
+    def __init__(self, group: str, instance_id: str, member_id: str) -> None:
+        super().__init__(
+            f"instance id {instance_id!r} of group {group!r} belongs to another member than "
+            f"{member_id!r} now (a newer incarnation joined)",
+            group,
+            instance_id=instance_id,
+            member_id=member_id,
+        )
+
+
+class InconsistentGroupProtocol(GroupError):
+    """A member's protocol type or assignors fit no other member's, or a classic member
+    joins a consumer-protocol (KIP-848) group or the other way round."""
+
+    error_code = "INCONSISTENT_GROUP_PROTOCOL"
+
+
+class InvalidSessionTimeout(GroupError):
+    """A classic member's session timeout is outside the broker's
+    ``group_min_session_timeout_ms`` .. ``group_max_session_timeout_ms``."""
+
+    error_code = "INVALID_SESSION_TIMEOUT"
+
+
+class GroupSubscribedToTopic(GroupError):
+    """OffsetDelete of a topic the group's members are subscribed to now."""
+
+    error_code = "GROUP_SUBSCRIBED_TO_TOPIC"
+
+
+class GroupMaxSizeReached(GroupError):
+    """A classic group already has ``group_max_size`` members (pending ones counted)."""
+
+    error_code = "GROUP_MAX_SIZE_REACHED"

@@ -20,6 +20,7 @@ from app.common.errors import (
     UnknownTopicOrPartition,
 )
 from app.core.topology import list_offset
+from app.groups.classic import ClassicGroup, decode_assignment, decode_subscription
 from app.groups.hashing import partition_for
 from app.groups.membership import MembershipManager
 from app.groups.model import Group, GroupState, MemberState, TopicPartition, validate_group_id
@@ -47,8 +48,12 @@ class GroupAdmin:
         self.membership = membership
         self.offsets = offsets
 
-    def state_of(self, group: Group) -> GroupState:
-        """Empty, Assigning (target behind the group epoch), Reconciling, or Stable."""
+    def state_of(self, group: Group) -> str:
+        """Empty, Assigning (target behind the group epoch), Reconciling, or Stable; a
+        classic group's own state (Empty, PreparingRebalance, CompletingRebalance,
+        Stable)."""
+        if group.classic is not None and not group.members:
+            return group.classic.state.value
         if not group.members:
             return GroupState.EMPTY
         if group.assignment_epoch < group.group_epoch:
@@ -73,13 +78,18 @@ class GroupAdmin:
         return [
             {
                 "group": g.group_id,
-                "state": self.state_of(g).value,
-                "protocol_type": "consumer",
-                "members": len(g.members),
-                "group_epoch": g.group_epoch,
+                "state": self.state_of(g),
+                "protocol_type": _protocol_type(g),
+                "members": g.member_count(),
+                "group_epoch": g.group_epoch if g.classic is None else g.classic.generation,
+                "protocol": _protocol(g),
             }
             for g in sorted(self.rt.groups.values(), key=lambda g: g.group_id)
         ]
+
+    def lookup(self, group_id: str) -> Group:
+        """The group coordinated here (GROUP_ID_NOT_FOUND, NOT_COORDINATOR, loading)."""
+        return self._get(group_id)
 
     def _get(self, group_id: str) -> Group:
         self.rt.check_loaded()
@@ -95,6 +105,85 @@ class GroupAdmin:
         watermark, or with ``read_committed`` to the last stable offset (what a
         read_committed consumer can reach: records of open transactions are no lag yet)."""
         group = self._get(group_id)
+        offsets = self._lags(group, read_committed)
+        if group.classic is not None and not group.members:
+            return self._describe_classic(group, group.classic, offsets)
+        return {
+            "group": group.group_id,
+            "state": self.state_of(group),
+            "protocol_type": "consumer",
+            "protocol": "consumer",
+            "group_epoch": group.group_epoch,
+            "assignment_epoch": group.assignment_epoch,
+            "assignor": group.assignor,
+            "coordinator": self._coordinator(group),
+            "members": [
+                {
+                    "member_id": m.member_id,
+                    "instance_id": m.instance_id,
+                    "member_epoch": m.member_epoch,
+                    "state": self.membership.member_state(group, m).value,
+                    "subscribed_topics": m.subscribed_topics,
+                    "subscribed_topic_regex": m.subscribed_regex,
+                    "server_assignor": m.server_assignor,
+                    "assignment": group_by_topic(m.assigned),
+                    "pending_revocation": group_by_topic(m.revoking),
+                    "target_assignment": group_by_topic(group.target.get(m.member_id, ())),
+                }
+                for m in sorted(group.members.values(), key=lambda m: m.member_id)
+            ],
+            "offsets": offsets,
+        }
+
+    def _coordinator(self, group: Group) -> dict[str, Any]:
+        return {
+            "node_id": self.rt.config.node_id,
+            "url": self.rt.config.url,
+            "partition": partition_for(group.group_id, self.rt.num_partitions()),
+        }
+
+    def _describe_classic(
+        self, group: Group, cg: ClassicGroup, offsets: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        """A classic group in the same shape: its generation as both epochs, the client
+        assignor the generation chose, each member's subscription and assignment read from
+        the consumer protocol's bytes (empty where they are not the consumer protocol's)."""
+        protocol = cg.protocol_name or ""
+        members = []
+        for m in sorted(cg.members.values(), key=lambda m: m.member_id):
+            topics = decode_subscription(m.metadata(protocol)) if protocol else []
+            assigned = decode_assignment(m.assignment)
+            members.append(
+                {
+                    "member_id": m.member_id,
+                    "instance_id": m.instance_id,
+                    "member_epoch": cg.generation,
+                    "state": cg.state.value,
+                    "subscribed_topics": topics,
+                    "subscribed_topic_regex": None,
+                    "server_assignor": None,
+                    "assignment": group_by_topic(assigned),
+                    "pending_revocation": [],
+                    "target_assignment": group_by_topic(assigned),
+                    "client_id": m.client_id,
+                    "client_host": m.client_host,
+                }
+            )
+        return {
+            "group": group.group_id,
+            "state": cg.state.value,
+            "protocol_type": cg.protocol_type or "consumer",
+            "protocol": "classic",
+            "group_epoch": cg.generation,
+            "assignment_epoch": cg.generation,
+            "assignor": protocol,
+            "coordinator": self._coordinator(group),
+            "leader": cg.leader,
+            "members": members,
+            "offsets": offsets,
+        }
+
+    def _lags(self, group: Group, read_committed: bool) -> list[dict[str, Any]]:
         offsets = []
         for (t, p), v in sorted(group.offsets.items()):
             # As this broker's replica knows it (in a cluster a follower's may trail its
@@ -120,35 +209,7 @@ class GroupAdmin:
                     "lag": None if end is None else max(0, end - v.offset),
                 }
             )
-        return {
-            "group": group.group_id,
-            "state": self.state_of(group).value,
-            "protocol_type": "consumer",
-            "group_epoch": group.group_epoch,
-            "assignment_epoch": group.assignment_epoch,
-            "assignor": group.assignor,
-            "coordinator": {
-                "node_id": self.rt.config.node_id,
-                "url": self.rt.config.url,
-                "partition": partition_for(group.group_id, self.rt.num_partitions()),
-            },
-            "members": [
-                {
-                    "member_id": m.member_id,
-                    "instance_id": m.instance_id,
-                    "member_epoch": m.member_epoch,
-                    "state": self.membership.member_state(group, m).value,
-                    "subscribed_topics": m.subscribed_topics,
-                    "subscribed_topic_regex": m.subscribed_regex,
-                    "server_assignor": m.server_assignor,
-                    "assignment": group_by_topic(m.assigned),
-                    "pending_revocation": group_by_topic(m.revoking),
-                    "target_assignment": group_by_topic(group.target.get(m.member_id, ())),
-                }
-                for m in sorted(group.members.values(), key=lambda m: m.member_id)
-            ],
-            "offsets": offsets,
-        }
+        return offsets
 
     async def delete_group(self, group_id: str) -> None:
         group = self._get(group_id)
@@ -157,8 +218,8 @@ class GroupAdmin:
         partition = self.rt.route(group_id)
         if self.rt.groups.get(group_id) is not group:
             raise GroupIdNotFound(group_id)
-        if group.members:
-            raise NonEmptyGroup(group_id, len(group.members), "deleting it")
+        if group.member_count():
+            raise NonEmptyGroup(group_id, group.member_count(), "deleting it")
         self.offsets.drop(group)
         await self.rt.replicated(group_id, partition)
 
@@ -196,8 +257,8 @@ class GroupAdmin:
         await self.rt.ensure_topic()
         partition = self.rt.route(group_id)
         group = self.rt.groups.get(group_id)
-        if group is not None and group.members:
-            raise NonEmptyGroup(group_id, len(group.members), "resetting offsets")
+        if group is not None and group.member_count():
+            raise NonEmptyGroup(group_id, group.member_count(), "resetting offsets")
         commits = []
         for p in parts:
             plog = self.rt.placement.local_log(topic, p)
@@ -232,3 +293,15 @@ class GroupAdmin:
         done = self.offsets.write_offsets(group_id, commits)
         await self.rt.replicated(group_id, partition)
         return done
+
+
+def _protocol(group: Group) -> str:
+    """ "classic" for a group of JoinGroup members (or one that had them and has no
+    consumer-protocol members since), else "consumer" (KIP-848)."""
+    return "classic" if group.classic is not None and not group.members else "consumer"
+
+
+def _protocol_type(group: Group) -> str:
+    if group.classic is not None and not group.members:
+        return group.classic.protocol_type or "consumer"
+    return "consumer"

@@ -8,6 +8,8 @@ done by one module per concern, as in Kafka's group coordinator:
   records written and replayed, waiting for the in-sync replicas.
 * :mod:`app.groups.membership`: the KIP-848 state machine (member epochs, target
   assignment, reconciliation) and the members' session and rebalance timers.
+* :mod:`app.groups.classic`: Kafka's classic protocol (JoinGroup, SyncGroup, Heartbeat,
+  LeaveGroup; client-side assignment by a leader member), for the Kafka door.
 * :mod:`app.groups.offsets`: commit, fetch, deletion with a topic, expiration (and
   its periodic timer).
 * :mod:`app.groups.admin`: list, describe, delete, reset offsets.
@@ -64,6 +66,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from app.groups.admin import GroupAdmin, group_by_topic
+from app.groups.classic import ClassicGroups
 from app.groups.membership import MembershipManager
 from app.groups.model import (
     DEFAULT_REBALANCE_TIMEOUT_MS,
@@ -150,6 +153,9 @@ class GroupCoordinator:
         self.runtime = CoordinatorRuntime(manager, config, cluster, clock_ms, monotonic)
         self.placement: OffsetsPlacement = self.runtime.placement
         self.membership = MembershipManager(self.runtime)
+        # Kafka's classic protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup): the
+        # Kafka door calls it directly (``coordinator.classic.join`` ...).
+        self.classic = ClassicGroups(self.runtime)
         self.offsets = OffsetStore(self.runtime)
         self.admin = GroupAdmin(self.runtime, self.membership, self.offsets)
         self.txn_offsets = TxnOffsetStore(self.runtime, self.offsets)
@@ -231,9 +237,16 @@ class GroupCoordinator:
     # -- offsets ---------------------------------------------------------------------------
 
     async def commit_offsets(
-        self, group_id: str, member_id: str, member_epoch: int, offsets: Sequence[OffsetCommit]
+        self,
+        group_id: str,
+        member_id: str,
+        member_epoch: int,
+        offsets: Sequence[OffsetCommit],
+        instance_id: str | None = None,
     ) -> list[CommittedOffset]:
-        return await self.offsets.commit_offsets(group_id, member_id, member_epoch, offsets)
+        return await self.offsets.commit_offsets(
+            group_id, member_id, member_epoch, offsets, instance_id
+        )
 
     async def fetch_committed_offsets(
         self, group_id: str, topics: Sequence[str] | None = None
@@ -253,7 +266,7 @@ class GroupCoordinator:
 
     # -- admin -----------------------------------------------------------------------------
 
-    def state_of(self, group: Group) -> GroupState:
+    def state_of(self, group: Group) -> str:
         return self.admin.state_of(group)
 
     def list_groups(self) -> list[dict[str, Any]]:

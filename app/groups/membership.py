@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterable
 
 from app.common.errors import (
     FencedMemberEpoch,
+    InconsistentGroupProtocol,
     InvalidRequest,
     LogbusError,
     UnknownMemberId,
@@ -124,6 +125,15 @@ class MembershipManager:
         group = self.rt.groups.get(group_id)
         if group is None:
             group = self.rt.groups[group_id] = Group(group_id)
+        if group.classic is not None:
+            if group.classic.active:
+                # A group is classic or consumer-protocol (Kafka with migration disabled).
+                raise InconsistentGroupProtocol(
+                    f"group {group_id!r} is a classic group with members (JoinGroup); a "
+                    "consumer-protocol member cannot join it",
+                    group_id,
+                )
+            group.classic = None
         now = self.rt.monotonic()
         member: Member | None = None
         joined = False

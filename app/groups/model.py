@@ -24,11 +24,15 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
-from app.common.errors import InvalidGroupId
+from app.common.errors import CoordinatorNotAvailable, InvalidGroupId
 from app.core.patterns import ClientPattern, compile_client_pattern
 from app.groups.assignors import DEFAULT_ASSIGNOR
 from app.groups.records import OffsetValue
+
+if TYPE_CHECKING:
+    from app.groups.classic_model import ClassicGroup
 
 TopicPartition = tuple[str, int]
 
@@ -67,6 +71,13 @@ class GroupConfig:
     # offsets.commit.timeout.ms (how long a write may wait for the in-sync replicas).
     offsets_topic_replication_factor: int = 3
     offsets_commit_timeout_ms: int = 5_000
+    # The classic protocol (app/groups/classic.py): Kafka's group.min/max.session.timeout.ms
+    # and group.initial.rebalance.delay.ms.
+    classic_min_session_timeout_ms: int = 6_000
+    classic_max_session_timeout_ms: int = 1_800_000
+    classic_initial_rebalance_delay_ms: int = 3_000
+    # Kafka's group.max.size, for classic groups (members and KIP-394 pending ones).
+    classic_max_size: int = 1_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +160,17 @@ class Group:
     # become ``offsets`` when the transaction's COMMIT marker is written, and are dropped
     # on ABORT (app/groups/txn_offsets.py).
     pending_txn_offsets: dict[int, dict[TopicPartition, OffsetValue]] = field(default_factory=dict)
+    # A classic-protocol group's membership (JoinGroup/SyncGroup on the Kafka door,
+    # app/groups/classic.py), in memory only; None for a consumer-protocol group. A group
+    # has classic members or consumer-protocol ``members``, never both.
+    classic: ClassicGroup | None = None
+
+    def member_count(self) -> int:
+        """Members of either protocol (classic ones and KIP-394 pending ones included)."""
+        classic = self.classic
+        return len(self.members) + (
+            0 if classic is None else len(classic.members) + len(classic.pending)
+        )
 
 
 def validate_group_id(group_id: str) -> None:
@@ -172,6 +194,13 @@ def cancel_timers(group: Group) -> None:
         if member.timer is not None:
             member.timer.cancel()
             member.timer = None
+    if group.classic is not None:
+        # Waiting JoinGroup/SyncGroup requests go and find the new coordinator.
+        group.classic.close(
+            CoordinatorNotAvailable(
+                f"group {group.group_id!r} is no longer coordinated here", group.group_id
+            )
+        )
 
 
 _PATTERNS: dict[str, ClientPattern] = {}

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from app.common.errors import (
     CoordinatorNotAvailable,
     FencedMemberEpoch,
+    GroupIdNotFound,
+    GroupSubscribedToTopic,
     InvalidRequest,
     InvalidTopic,
     LogbusError,
@@ -38,6 +40,7 @@ from app.common.errors import (
     UnknownMemberId,
     UnknownTopicOrPartition,
 )
+from app.groups.classic import ClassicGroups, decode_subscription
 from app.groups.model import Group, TopicPartition, validate_group_id
 from app.groups.placement import INTERNAL_TOPICS, OFFSETS_TOPIC
 from app.groups.records import GroupKey, OffsetKey, OffsetValue, encode_key, encode_value
@@ -94,16 +97,27 @@ class OffsetStore:
         self._deleted_topics: dict[str, int] = {}
 
     async def commit_offsets(
-        self, group_id: str, member_id: str, member_epoch: int, offsets: Sequence[OffsetCommit]
+        self,
+        group_id: str,
+        member_id: str,
+        member_epoch: int,
+        offsets: Sequence[OffsetCommit],
+        instance_id: str | None = None,
     ) -> list[CommittedOffset]:
         """OffsetCommit: ``member_epoch`` -1 for a commit from outside the group (only
-        while it has no members), else the member's current epoch."""
+        while it has no members), else the member's current epoch; for a classic group
+        (``Group.classic``) the member's generation, checked as Kafka checks it
+        (:meth:`ClassicGroups.validate_commit`, ``instance_id`` fencing included)."""
         self.rt.check_loaded()
         validate_group_id(group_id)
         await self.rt.ensure_topic()
         partition = self.rt.route(group_id)
         group = self.rt.groups.get(group_id)
-        if member_epoch < 0:
+        if group is not None and group.classic is not None and not group.members:
+            ClassicGroups.validate_commit(
+                group_id, group.classic, member_id, instance_id, member_epoch
+            )
+        elif member_epoch < 0:
             # Simple consumers and admin tools commit without membership, only while
             # no member could be consuming the same partitions.
             if group is not None and group.members:
@@ -213,6 +227,42 @@ class OffsetStore:
                 )
         return out
 
+    async def delete_offsets(
+        self, group_id: str, partitions: Sequence[TopicPartition]
+    ) -> dict[TopicPartition, LogbusError | None]:
+        """OffsetDelete: forget the group's committed offsets of ``partitions`` (a
+        tombstone each), except for topics a member is subscribed to now
+        (GROUP_SUBSCRIBED_TO_TOPIC, as Kafka). A group that does not exist is
+        GROUP_ID_NOT_FOUND; a partition with nothing committed is no error."""
+        self.rt.check_loaded()
+        validate_group_id(group_id)
+        await self.rt.ensure_topic()
+        partition = self.rt.route(group_id)
+        group = self.rt.groups.get(group_id)
+        if group is None:
+            raise GroupIdNotFound(group_id)
+        subscribed = _subscribed_topics(group)
+        out: dict[TopicPartition, LogbusError | None] = {}
+        gone: list[TopicPartition] = []
+        for tp in partitions:
+            if tp[0] in subscribed:
+                out[tp] = GroupSubscribedToTopic(
+                    f"group {group_id!r} has members subscribed to {tp[0]!r}", group_id
+                )
+                continue
+            out[tp] = None
+            if tp in group.offsets:
+                gone.append(tp)
+        if gone:
+            self.rt.append(
+                group_id,
+                [(encode_key(OffsetKey(group_id, t, p)), None) for t, p in sorted(set(gone))],
+            )
+            for tp in gone:
+                group.offsets.pop(tp, None)
+            await self.rt.replicated(group_id, partition)
+        return out
+
     # -- topic deletion --------------------------------------------------------------------
 
     def topic_deleted(self, topic: str) -> None:
@@ -288,7 +338,7 @@ class OffsetStore:
         retention = self.rt.config.offsets_retention_ms
         expired = 0
         for group in list(self.rt.groups.values()):
-            if group.members:
+            if group.member_count():
                 continue
             gone = [
                 tp
@@ -318,3 +368,15 @@ class OffsetStore:
         records.append((encode_key(GroupKey(group.group_id)), None))
         self.rt.append(group.group_id, records)
         self.rt.groups.pop(group.group_id, None)
+
+
+def _subscribed_topics(group: Group) -> set[str]:
+    """The topics a member of either protocol subscribes to now."""
+    topics: set[str] = set()
+    for m in group.members.values():
+        topics |= set(m.subscribed_topics) | set(m.resolved)
+    classic = group.classic
+    if classic is not None and classic.protocol_name is not None:
+        for cm in classic.members.values():
+            topics.update(decode_subscription(cm.metadata(classic.protocol_name)))
+    return topics

@@ -79,7 +79,19 @@ class TxnOffsetStore:
         await self.rt.ensure_topic()
         partition = self.rt.route(group_id)
         group = self.rt.groups.get(group_id)
-        if member_epoch >= 0:
+        if (
+            member_epoch >= 0
+            and group is not None
+            and group.classic is not None
+            and not group.members
+        ):
+            # A classic group's member (JoinGroup on the Kafka door): its generation.
+            from app.groups.classic import ClassicGroups
+
+            ClassicGroups.validate_commit(
+                group_id, group.classic, member_id or "", None, member_epoch, transactional=True
+            )
+        elif member_epoch >= 0:
             member = group.members.get(member_id or "") if group is not None else None
             if member is None:
                 raise UnknownMemberId(group_id, member_id or "")

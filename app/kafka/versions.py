@@ -10,7 +10,9 @@ must see. Maximums stop before versions that need what the broker does not keep 
 KIP-951's leader hint, served from the topology, v11+ KIP-890's TRANSACTION_ABORTABLE;
 ListOffsets v8+ asks for tiered-storage offsets; Metadata v13 reports topic-level errors by id;
 FindCoordinator v4+ and OffsetFetch v8+ batch several keys or groups; OffsetCommit v9+
-is KIP-848's, with member epochs).
+is KIP-848's, with member epochs). The classic group APIs are served over every version
+kio defines (JoinGroup 0-9 with KIP-394's MEMBER_ID_REQUIRED from v4 and v9's
+skip_assignment for a static leader; LeaveGroup's batches from v3).
 """
 
 from __future__ import annotations
@@ -42,6 +44,14 @@ ALTER_CONFIGS: Final = 33
 INCREMENTAL_ALTER_CONFIGS: Final = 44
 DELETE_RECORDS: Final = 21
 CREATE_PARTITIONS: Final = 37
+JOIN_GROUP: Final = 11
+HEARTBEAT: Final = 12
+LEAVE_GROUP: Final = 13
+SYNC_GROUP: Final = 14
+DESCRIBE_GROUPS: Final = 15
+LIST_GROUPS: Final = 16
+DELETE_GROUPS: Final = 42
+OFFSET_DELETE: Final = 47
 
 # api key -> (min version, max version)
 SUPPORTED: Final[dict[int, tuple[int, int]]] = {
@@ -79,6 +89,14 @@ SUPPORTED: Final[dict[int, tuple[int, int]]] = {
     INCREMENTAL_ALTER_CONFIGS: (0, 1),
     DELETE_RECORDS: (0, 2),
     CREATE_PARTITIONS: (0, 3),
+    JOIN_GROUP: (0, 9),
+    HEARTBEAT: (0, 4),
+    LEAVE_GROUP: (0, 5),
+    SYNC_GROUP: (0, 5),
+    DESCRIBE_GROUPS: (0, 6),
+    LIST_GROUPS: (0, 5),
+    DELETE_GROUPS: (0, 2),
+    OFFSET_DELETE: (0, 0),
 }
 
 NAMES: Final[dict[int, str]] = {
@@ -107,4 +125,12 @@ NAMES: Final[dict[int, str]] = {
     INCREMENTAL_ALTER_CONFIGS: "IncrementalAlterConfigs",
     DELETE_RECORDS: "DeleteRecords",
     CREATE_PARTITIONS: "CreatePartitions",
+    JOIN_GROUP: "JoinGroup",
+    HEARTBEAT: "Heartbeat",
+    LEAVE_GROUP: "LeaveGroup",
+    SYNC_GROUP: "SyncGroup",
+    DESCRIBE_GROUPS: "DescribeGroups",
+    LIST_GROUPS: "ListGroups",
+    DELETE_GROUPS: "DeleteGroups",
+    OFFSET_DELETE: "OffsetDelete",
 }

@@ -87,6 +87,10 @@ async def start_coordinator(app: FastAPI, state: AppState) -> None:
             url=settings.url,
             offsets_topic_replication_factor=settings.offsets_topic_replication_factor,
             offsets_commit_timeout_ms=settings.offsets_commit_timeout_ms,
+            classic_min_session_timeout_ms=settings.group_min_session_timeout_ms,
+            classic_max_session_timeout_ms=settings.group_max_session_timeout_ms,
+            classic_initial_rebalance_delay_ms=settings.group_initial_rebalance_delay_ms,
+            classic_max_size=settings.group_max_size,
         ),
         # The groups of the __consumer_offsets partitions this broker leads (all of them
         # for a lone broker).

@@ -1,22 +1,40 @@
-"""FindCoordinator, OffsetCommit and OffsetFetch (and the group APIs), on the group coordinator.
+"""The group APIs, on the group coordinator HTTP and WebSocket use.
 
-Committed offsets are the one store every door uses (``__consumer_offsets``).
+FindCoordinator, OffsetCommit, OffsetFetch, OffsetDelete; the classic protocol (JoinGroup,
+SyncGroup, Heartbeat, LeaveGroup: :mod:`app.groups.classic`, the clients' own assignors
+run by the leader member); ListGroups, DescribeGroups, DeleteGroups. Committed offsets are
+the one store every door uses (``__consumer_offsets``); a classic group is listed,
+described, lagged and reset through HTTP like any other. Errors are answered in the
+response's error fields with the Kafka code of the error tree's class.
 """
 
 from __future__ import annotations
 
+import io
 from typing import TYPE_CHECKING, Any
 
+from kio.schema.consumer_protocol_assignment.v0.data import (
+    ConsumerProtocolAssignment,
+    TopicPartition,
+)
+from kio.schema.consumer_protocol_subscription.v0.data import ConsumerProtocolSubscription
 from kio.schema.errors import ErrorCode
+from kio.schema.types import TopicName
+from kio.serial import entity_writer
+from kio.static.primitive import i32
 
 from app.common.errors import (
     CoordinatorNotAvailable,
+    GroupIdNotFound,
     InvalidRequest,
     LogbusError,
+    MemberIdRequired,
 )
+from app.groups.classic import JoinRequest
 from app.groups.offsets import OffsetCommit
 from app.kafka.apis.base import (
     NO_THROTTLE,
+    OPERATIONS_OMITTED,
     Context,
     group_coordinator,
     kafka_brokers,
@@ -25,13 +43,21 @@ from app.kafka.apis.base import (
 from app.kafka.apis.txn import find_txn_coordinator
 from app.kafka.encode import build, error_code
 from app.kafka.versions import (
+    DELETE_GROUPS,
+    DESCRIBE_GROUPS,
     FIND_COORDINATOR,
+    HEARTBEAT,
+    JOIN_GROUP,
+    LEAVE_GROUP,
+    LIST_GROUPS,
     OFFSET_COMMIT,
+    OFFSET_DELETE,
     OFFSET_FETCH,
+    SYNC_GROUP,
 )
 
 if TYPE_CHECKING:
-    pass
+    from app.groups.model import Group
 
 
 async def find_coordinator(ctx: Context, body: Any, version: int) -> Any:
@@ -95,7 +121,11 @@ async def offset_commit(ctx: Context, body: Any, version: int) -> Any:
     ]
     try:
         await group_coordinator(ctx).commit_offsets(
-            body.group_id, body.member_id, int(body.generation_id_or_member_epoch), offsets
+            body.group_id,
+            body.member_id,
+            int(body.generation_id_or_member_epoch),
+            offsets,
+            getattr(body, "group_instance_id", None),
         )
         code = ErrorCode.none
     except LogbusError as exc:
@@ -165,3 +195,344 @@ async def offset_fetch(ctx: Context, body: Any, version: int) -> Any:
             for topic, parts in sorted(by_topic.items())
         ),
     )
+
+
+def _ms(value: Any, default: int = -1) -> int:
+    return default if value is None else int(value.total_seconds() * 1000)
+
+
+async def join_group(ctx: Context, body: Any, version: int) -> Any:
+    """JoinGroup: the member waits here until the generation forms (the classic state
+    machine answers when every member has joined or the rebalance timeout runs out). v0
+    has no rebalance timeout: the session timeout stands for it, as in Kafka; from v4 a
+    new dynamic member gets MEMBER_ID_REQUIRED with its id first (KIP-394)."""
+    m = response_module(JOIN_GROUP, version)
+    session_ms = _ms(body.session_timeout)
+    rebalance_ms = _ms(getattr(body, "rebalance_timeout", None))
+    request = JoinRequest(
+        member_id=body.member_id,
+        protocol_type=body.protocol_type,
+        protocols=[(p.name, bytes(p.metadata)) for p in body.protocols],
+        session_timeout_ms=session_ms,
+        rebalance_timeout_ms=rebalance_ms if rebalance_ms >= 0 else session_ms,
+        instance_id=getattr(body, "group_instance_id", None),
+        require_known_member_id=version >= 4,
+    )
+    try:
+        joined = await group_coordinator(ctx).classic.join(body.group_id, request)
+    except LogbusError as exc:
+        member_id = exc.member_id if isinstance(exc, MemberIdRequired) else body.member_id
+        return build(
+            m.JoinGroupResponse,
+            throttle_time=NO_THROTTLE,
+            error_code=error_code(exc),
+            generation_id=-1,
+            protocol_type=None,
+            protocol_name="" if version < 7 else None,
+            leader="",
+            skip_assignment=False,
+            member_id=member_id,
+            members=(),
+        )
+    return build(
+        m.JoinGroupResponse,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        generation_id=joined.generation,
+        protocol_type=joined.protocol_type,
+        protocol_name=joined.protocol_name,
+        leader=joined.leader,
+        skip_assignment=joined.skip_assignment,
+        member_id=joined.member_id,
+        members=tuple(
+            build(
+                m.JoinGroupResponseMember,
+                member_id=member_id,
+                group_instance_id=instance_id,
+                metadata=metadata,
+            )
+            for member_id, instance_id, metadata in joined.members
+        ),
+    )
+
+
+async def sync_group(ctx: Context, body: Any, version: int) -> Any:
+    """SyncGroup: the leader's carries every member's assignment; each member waits here
+    for its own (answered at once in a Stable generation)."""
+    m = response_module(SYNC_GROUP, version)
+    try:
+        synced = await group_coordinator(ctx).classic.sync(
+            body.group_id,
+            int(body.generation_id),
+            body.member_id,
+            getattr(body, "group_instance_id", None),
+            getattr(body, "protocol_type", None),
+            getattr(body, "protocol_name", None),
+            {a.member_id: bytes(a.assignment) for a in body.assignments},
+        )
+    except LogbusError as exc:
+        return build(
+            m.SyncGroupResponse,
+            throttle_time=NO_THROTTLE,
+            error_code=error_code(exc),
+            protocol_type=None,
+            protocol_name=None,
+            assignment=b"",
+        )
+    return build(
+        m.SyncGroupResponse,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        protocol_type=synced.protocol_type,
+        protocol_name=synced.protocol_name,
+        assignment=synced.assignment,
+    )
+
+
+async def heartbeat(ctx: Context, body: Any, version: int) -> Any:
+    m = response_module(HEARTBEAT, version)
+    try:
+        await group_coordinator(ctx).classic.heartbeat(
+            body.group_id,
+            int(body.generation_id),
+            body.member_id,
+            getattr(body, "group_instance_id", None),
+        )
+        code = ErrorCode.none
+    except LogbusError as exc:
+        code = error_code(exc)
+    return build(m.HeartbeatResponse, throttle_time=NO_THROTTLE, error_code=code)
+
+
+async def leave_group(ctx: Context, body: Any, version: int) -> Any:
+    """LeaveGroup: one member (v0-2) or a batch of them by member or instance id (v3+,
+    each with its own error)."""
+    m = response_module(LEAVE_GROUP, version)
+    leaving = (
+        [(body.member_id, None)]
+        if version < 3
+        else [(x.member_id, x.group_instance_id) for x in body.members]
+    )
+    try:
+        errors = await group_coordinator(ctx).classic.leave(body.group_id, leaving)
+        code = ErrorCode.none
+    except LogbusError as exc:
+        errors, code = [exc] * len(leaving), error_code(exc)
+    if version < 3:
+        first = errors[0] if errors else None
+        return build(
+            m.LeaveGroupResponse,
+            throttle_time=NO_THROTTLE,
+            error_code=code if first is None else error_code(first),
+        )
+    return build(
+        m.LeaveGroupResponse,
+        throttle_time=NO_THROTTLE,
+        error_code=code,
+        members=tuple(
+            build(
+                m.MemberResponse,
+                member_id=member_id,
+                group_instance_id=instance_id,
+                error_code=ErrorCode.none if err is None else error_code(err),
+            )
+            for (member_id, instance_id), err in zip(leaving, errors, strict=True)
+        ),
+    )
+
+
+async def list_groups(ctx: Context, body: Any, version: int) -> Any:
+    """ListGroups: the groups this broker coordinates (as Kafka, each broker lists its
+    own), filtered by state (v4+) and type (v5+: classic, consumer), case-insensitively."""
+    m = response_module(LIST_GROUPS, version)
+    states = {s.lower() for s in getattr(body, "states_filter", ())}
+    types = {t.lower() for t in getattr(body, "types_filter", ())}
+    try:
+        listed = group_coordinator(ctx).list_groups()
+        code = ErrorCode.none
+    except LogbusError as exc:
+        listed, code = [], error_code(exc)
+    return build(
+        m.ListGroupsResponse,
+        throttle_time=NO_THROTTLE,
+        error_code=code,
+        groups=tuple(
+            build(
+                m.ListedGroup,
+                group_id=g["group"],
+                protocol_type=g["protocol_type"],
+                group_state=g["state"],
+                group_type=g["protocol"],
+            )
+            for g in listed
+            if (not states or g["state"].lower() in states)
+            and (not types or g["protocol"].lower() in types)
+        ),
+    )
+
+
+async def describe_groups(ctx: Context, body: Any, version: int) -> Any:
+    """DescribeGroups: state, protocol and members with their metadata and assignment
+    bytes (a classic member's as it sent them; a consumer-protocol member's encoded as the
+    consumer protocol's, as Kafka 4 answers for its consumer groups). A group that does
+    not exist is Dead with no error before v6, GROUP_ID_NOT_FOUND from v6 (Kafka's)."""
+    m = response_module(DESCRIBE_GROUPS, version)
+    described = []
+    for group_id in body.groups:
+        try:
+            coordinator = group_coordinator(ctx)
+            group = coordinator.admin.lookup(group_id)
+            described.append(_described(m, coordinator, group))
+        except GroupIdNotFound as exc:
+            described.append(
+                _described_error(m, group_id, ErrorCode.none if version < 6 else exc, "Dead")
+            )
+        except LogbusError as exc:
+            described.append(_described_error(m, group_id, exc, ""))
+    return build(m.DescribeGroupsResponse, throttle_time=NO_THROTTLE, groups=tuple(described))
+
+
+def _described_error(m: Any, group_id: str, exc: Any, state: str) -> Any:
+    return build(
+        m.DescribedGroup,
+        error_code=exc if isinstance(exc, ErrorCode) else error_code(exc),
+        error_message=None if isinstance(exc, ErrorCode) else exc.message,
+        group_id=group_id,
+        group_state=state,
+        protocol_type="",
+        protocol_data="",
+        members=(),
+        authorized_operations=OPERATIONS_OMITTED,
+    )
+
+
+def _described(m: Any, coordinator: Any, group: Group) -> Any:
+    cg = group.classic
+    if cg is not None and not group.members:
+        protocol = cg.protocol_name or ""
+        members = tuple(
+            build(
+                m.DescribedGroupMember,
+                member_id=x.member_id,
+                group_instance_id=x.instance_id,
+                client_id=x.client_id,
+                client_host=x.client_host,
+                member_metadata=x.metadata(protocol) if protocol else b"",
+                member_assignment=x.assignment,
+            )
+            for x in cg.members.values()
+        )
+        return build(
+            m.DescribedGroup,
+            error_code=ErrorCode.none,
+            error_message=None,
+            group_id=group.group_id,
+            group_state=cg.state.value,
+            protocol_type=cg.protocol_type or "",
+            protocol_data=protocol,
+            members=members,
+            authorized_operations=OPERATIONS_OMITTED,
+        )
+    return build(
+        m.DescribedGroup,
+        error_code=ErrorCode.none,
+        error_message=None,
+        group_id=group.group_id,
+        group_state=coordinator.state_of(group),
+        protocol_type="consumer",
+        protocol_data=group.assignor if group.members else "",
+        members=tuple(
+            build(
+                m.DescribedGroupMember,
+                member_id=x.member_id,
+                group_instance_id=x.instance_id,
+                client_id="",
+                client_host="",
+                member_metadata=encode_subscription(x.subscribed_topics),
+                member_assignment=encode_assignment(sorted(x.assigned)),
+            )
+            for x in group.members.values()
+        ),
+        authorized_operations=OPERATIONS_OMITTED,
+    )
+
+
+async def delete_groups(ctx: Context, body: Any, version: int) -> Any:
+    """DeleteGroups: each group's offsets and record, refused (NON_EMPTY_GROUP) while it
+    has members of either protocol, as ``DELETE /groups/{g}``."""
+    m = response_module(DELETE_GROUPS, version)
+    results = []
+    for group_id in body.groups_names:
+        try:
+            await group_coordinator(ctx).delete_group(group_id)
+            code = ErrorCode.none
+        except LogbusError as exc:
+            code = error_code(exc)
+        results.append(build(m.DeletableGroupResult, group_id=group_id, error_code=code))
+    return build(m.DeleteGroupsResponse, throttle_time=NO_THROTTLE, results=tuple(results))
+
+
+async def offset_delete(ctx: Context, body: Any, version: int) -> Any:
+    """OffsetDelete: a group's committed offsets of some partitions, except topics its
+    members subscribe to now (GROUP_SUBSCRIBED_TO_TOPIC per partition)."""
+    m = response_module(OFFSET_DELETE, version)
+    wanted = [(t.name, int(p.partition_index)) for t in body.topics for p in t.partitions]
+    try:
+        outcome = await group_coordinator(ctx).offsets.delete_offsets(body.group_id, wanted)
+        code = ErrorCode.none
+    except LogbusError as exc:
+        outcome, code = {}, error_code(exc)
+    return build(
+        m.OffsetDeleteResponse,
+        error_code=code,
+        throttle_time=NO_THROTTLE,
+        topics=tuple(
+            build(
+                m.OffsetDeleteResponseTopic,
+                name=t.name,
+                partitions=tuple(
+                    build(
+                        m.OffsetDeleteResponsePartition,
+                        partition_index=p.partition_index,
+                        error_code=_partition_code(outcome.get((t.name, int(p.partition_index)))),
+                    )
+                    for p in t.partitions
+                ),
+            )
+            for t in body.topics
+        ),
+    )
+
+
+def _partition_code(exc: LogbusError | None) -> ErrorCode:
+    return ErrorCode.none if exc is None else error_code(exc)
+
+
+# -- the consumer protocol's bytes for consumer-protocol members (DescribeGroups) ----------
+
+
+def encode_subscription(topics: list[str]) -> bytes:
+    """ConsumerProtocolSubscription v0 (int16 version, then kio's writer)."""
+    return _versioned(0, ConsumerProtocolSubscription(topics=tuple(topics), user_data=None))
+
+
+def encode_assignment(tps: list[tuple[str, int]]) -> bytes:
+    """ConsumerProtocolAssignment v0, partitions grouped by topic."""
+    by_topic: dict[str, list[int]] = {}
+    for t, p in tps:
+        by_topic.setdefault(t, []).append(p)
+    value = ConsumerProtocolAssignment(
+        assigned_partitions=tuple(
+            TopicPartition(topic=TopicName(t), partitions=tuple(i32(p) for p in ps))
+            for t, ps in by_topic.items()
+        ),
+        user_data=None,
+    )
+    return _versioned(0, value)
+
+
+def _versioned(version: int, value: Any) -> bytes:
+    out = io.BytesIO()
+    out.write(version.to_bytes(2, "big"))
+    entity_writer(type(value))(out, value)
+    return out.getvalue()

@@ -164,6 +164,7 @@ def test_group_admin(gclient: TestClient) -> None:
             "protocol_type": "consumer",
             "members": 1,
             "group_epoch": 1,
+            "protocol": "consumer",
         }
     ]
     desc = gclient.get("/groups/g").json()

@@ -49,11 +49,15 @@ def test_the_readme_has_an_example_per_client() -> None:
         "# kafka-python",
         "# aiokafka",
         "# confluent-kafka: a transaction over two topics, read back with read_committed",
+        "# Consumer groups: subscribe with a group.id (the client's own assignor, here "
+        "cooperative-sticky)",
     ]
 
 
 @pytest.mark.parametrize(
-    "index", range(4), ids=["confluent-kafka", "kafka-python", "aiokafka", "transactions"]
+    "index",
+    range(5),
+    ids=["confluent-kafka", "kafka-python", "aiokafka", "transactions", "groups"],
 )
 def test_readme_kafka_example_runs(kafka_broker: KafkaBroker, index: int, tmp_path: Path) -> None:
     code = examples()[index].replace("127.0.0.1:9092", kafka_broker.bootstrap)
@@ -74,3 +78,8 @@ def test_readme_kafka_example_runs(kafka_broker: KafkaBroker, index: int, tmp_pa
             timeout=30,
         )
         assert [rec["value"] for rec in r.json()["records"]] == ["p-1 paid"]
+    if index == 4:  # a classic group, described over HTTP with its commits
+        described = httpx.get(f"{kafka_broker.url}/groups/ledger", timeout=30).json()
+        assert described["protocol"] == "classic" and described["state"] == "Empty"
+        assert sum(o["offset"] for o in described["offsets"]) == 3
+        assert done.stdout.count("invoice-") == 3

@@ -63,8 +63,8 @@ def test_fields_become_attributes_without_shadowing_methods() -> None:
 def test_retriable_follows_the_class_and_unknown_codes_follow_the_body() -> None:
     assert is_retriable(error_from_body(503, body("BROKER_NOT_AVAILABLE", True)))
     assert not is_retriable(error_from_body(404, body("UNKNOWN_TOPIC_OR_PARTITION")))
-    odd = error_from_body(409, body("REBALANCE_IN_PROGRESS", True))
-    assert isinstance(odd, ServerError) and odd.error_code == "REBALANCE_IN_PROGRESS"
+    odd = error_from_body(409, body("PREFERRED_LEADER_NOT_AVAILABLE", True))
+    assert isinstance(odd, ServerError) and odd.error_code == "PREFERRED_LEADER_NOT_AVAILABLE"
     assert is_retriable(odd) and odd.status == 409
 
 
