@@ -44,6 +44,7 @@ from typing import NamedTuple
 
 import crc32c
 from aiokafka.record import default_records
+from aiokafka.record._protocols import DefaultRecordBatchBuilderProtocol
 
 from app.common.errors import (
     CorruptRecord,
@@ -372,7 +373,7 @@ class BatchBuilder:
         max_bytes: int = 1 << 30,
     ) -> None:
         self.compression = Compression.parse(compression)
-        self._builder = RecordBatchBuilder(
+        self._builder: DefaultRecordBatchBuilderProtocol | None = RecordBatchBuilder(
             magic=MAGIC,
             compression_type=int(self.compression),
             is_transactional=int(transactional),
@@ -398,6 +399,7 @@ class BatchBuilder:
     ) -> bool:
         if self._built is not None:
             raise InvalidRecord("the batch is already built")
+        assert self._builder is not None  # only a prebuilt batch has none, and it is built
         ts = int(time.time() * 1000) if timestamp is None else timestamp
         meta = self._builder.append(self._count, ts, key, value, list(headers))
         if meta is None:
@@ -412,6 +414,7 @@ class BatchBuilder:
         False once the batch is full (``max_bytes``), the records up to it appended."""
         if self._built is not None:
             raise InvalidRecord("the batch is already built")
+        assert self._builder is not None
         append = self._builder.append
         n = self._count
         try:
@@ -426,12 +429,28 @@ class BatchBuilder:
 
     def size_in_bytes(self) -> int:
         """Uncompressed size so far (an upper bound on the built size, plus header)."""
+        if self._builder is None:  # prebuilt
+            return len(self._built or b"")
         return int(self._builder.size())
+
+    @classmethod
+    def prebuilt(cls, records: bytes, count: int, timestamp: int) -> BatchBuilder:
+        """A built batch (uncompressed, no producer) of ``count`` records already written
+        in the record layout (``records``: the body after the header), all stamped
+        ``timestamp``: the bytes :meth:`extend` and :meth:`build` give for them
+        (app/common/_jsonrecords.c writes such bodies)."""
+        builder = cls.__new__(cls)
+        builder.compression = Compression.NONE
+        builder._builder = None
+        builder._count = count
+        builder._built = batch_from_records(records, count, timestamp)
+        return builder
 
     def build(self) -> bytes:
         if self._count == 0:
             raise InvalidRecord("a record batch needs at least one record")
         if self._built is None:
+            assert self._builder is not None
             self._built = bytes(self._builder.build())
         return self._built
 
@@ -450,6 +469,34 @@ def build_batch(
         else:
             builder.append(rec[1], rec[0], rec[2], rec[3])
     return builder.build()
+
+
+def batch_from_records(records: bytes, count: int, timestamp: int) -> bytes:
+    """A RecordBatch v2 (base offset 0, uncompressed, no producer, partition leader epoch
+    -1 as aiokafka's builder writes it) around ``count`` records already in the record
+    layout, every one stamped ``timestamp``: the header and the CRC, per batch."""
+    size = HEADER_SIZE + len(records)
+    buf = bytearray(size)
+    HEADER.pack_into(
+        buf,
+        0,
+        0,
+        size - LOG_OVERHEAD_SIZE,
+        NO_PARTITION_LEADER_EPOCH,
+        MAGIC,
+        0,
+        0,
+        count - 1,
+        timestamp,
+        timestamp,
+        NO_PRODUCER_ID,
+        -1,
+        -1,
+        count,
+    )
+    buf[HEADER_SIZE:] = records
+    struct.pack_into(">I", buf, CRC_OFFSET, compute_crc(buf, 0, size))
+    return bytes(buf)
 
 
 # -- control batches (transaction markers) -------------------------------------------

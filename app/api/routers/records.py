@@ -64,6 +64,24 @@ from app.common.errors import (
 from app.common.partitioner import key_hash, partition_for_key
 
 if TYPE_CHECKING:
+    from app.common import _jsonrecords
+
+
+def _load_plain_records() -> _jsonrecords.PlainRecords | None:
+    """The broker's C helper (setup.py builds it, optionally): without it, the Python loop."""
+    try:
+        from app.common._jsonrecords import plain_records as native
+    except ImportError:  # pragma: no cover - where no C compiler built it
+        return None
+    return native
+
+
+plain_records = _load_plain_records()
+
+# A built batch's records over this are refused (BatchBuilder's own max_bytes, 1 GiB).
+MAX_BATCH_RECORDS_BYTES = 1 << 30
+
+if TYPE_CHECKING:
     from app.core.log.manager import LogManager
 
 # LeanRoute: plain parameters are read without FastAPI's dependency solver (hot path).
@@ -204,7 +222,13 @@ def _plain_json_batches(
     general loop starts over and judges it). Records are grouped by partition here and
     each partition's batch is built with one :meth:`BatchBuilder.extend`; the general
     loop's per-record work (format dispatch, field tracking for error paths, the
-    builder's Python ``append``) cost about as much as the codec."""
+    builder's Python ``append``) cost about as much as the codec.
+
+    Where the broker's C helper is built (``app.common._jsonrecords``, setup.py), this
+    whole loop is one C call (:func:`_native_plain_batches`): the same bytes and
+    placements (tests/unit/api/test_produce_batches.py compares them)."""
+    if plain_records is not None:
+        return _native_plain_batches(req, num_partitions, sticky_partition, now_ms)
     dumps = orjson.dumps
     sticky: int | None = None
     rows: dict[int, list[tuple[bytes | None, bytes | None]]] = {}
@@ -234,6 +258,31 @@ def _plain_json_batches(
         builder = builders[p] = BatchBuilder()
         if not builder.extend(batch_rows, now_ms):
             raise RecordTooLarge(builder.size_in_bytes(), 1 << 30, what="record batch")
+    return builders, placed
+
+
+def _native_plain_batches(
+    req: ParsedProduce,
+    num_partitions: int,
+    sticky_partition: Callable[[], int],
+    now_ms: int,
+) -> tuple[dict[int, BatchBuilder], list[tuple[int, int, int]]] | None:
+    """:func:`_plain_json_batches` through ``app.common._jsonrecords.plain_records``:
+    encoding (orjson), placement (murmur2 or the one sticky partition) and the record
+    layout per record in C, then each partition's header and CRC in Python."""
+    assert plain_records is not None
+    try:
+        done = plain_records(req.records, num_partitions, now_ms, orjson.dumps, sticky_partition)
+    except orjson.JSONEncodeError:
+        return None  # the general loop names the field
+    if done is None:
+        return None
+    bodies, placed = done
+    builders: dict[int, BatchBuilder] = {}
+    for p, (records, count) in bodies.items():
+        if len(records) > MAX_BATCH_RECORDS_BYTES:
+            raise RecordTooLarge(len(records), MAX_BATCH_RECORDS_BYTES, what="record batch")
+        builders[p] = BatchBuilder.prebuilt(records, count, now_ms)
     return builders, placed
 
 

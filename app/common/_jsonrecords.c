@@ -1,0 +1,306 @@
+/*
+ * app.common._jsonrecords: a JSON produce's per-record work in C (the broker side).
+ *
+ * plain_records(records, num_partitions, now_ms, dumps, sticky) takes the parsed records
+ * of a JSON produce body, tuples (key, value, headers, partition, timestamp) as
+ * app/api/produce_body.py makes them, and for the usual body (no headers, partition or
+ * timestamp on any record; json keys and values) does in one C loop what
+ * app/api/routers/records.py's Python loop did per record: encode the key and the value
+ * with ``dumps`` (orjson.dumps: the same bytes), place the record (Kafka's murmur2 of the
+ * encoded key modulo the partition count, or the request's one sticky partition,
+ * ``sticky()`` called at most once, for a null key), and write it in RecordBatch v2's
+ * record layout into its partition's body (zig-zag varints; timestamp delta 0: every
+ * record is stamped ``now_ms``; offset delta its index in its partition's batch). The
+ * batch header and CRC are per-batch work, done in Python (app/common/batch.py:
+ * batch_from_records), and give the bytes aiokafka's builder gives.
+ *
+ * Returns (bodies, placed): bodies {partition: (records bytes, record count)} and placed
+ * [(partition, index in its batch, now_ms)] in request order; or None when a record is
+ * not plain (the Python loop then judges the body and names the field). An exception
+ * raised by dumps (a value it cannot encode) propagates.
+ *
+ * Concurrency: runs with the GIL held, touches no shared state.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+static int32_t
+kafka_murmur2(const unsigned char *data, Py_ssize_t length)
+{
+    const uint32_t m = 0x5bd1e995u;
+    uint32_t h = 0x9747b28cu ^ (uint32_t)length;
+    Py_ssize_t words = length >> 2;
+    for (Py_ssize_t i = 0; i < words; i++) {
+        const unsigned char *p = data + 4 * i;
+        uint32_t k = (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
+                     ((uint32_t)p[3] << 24);
+        k *= m;
+        k ^= k >> 24;
+        k *= m;
+        h *= m;
+        h ^= k;
+    }
+    Py_ssize_t base = length & ~(Py_ssize_t)3;
+    switch (length & 3) {
+    case 3:
+        h ^= (uint32_t)data[base + 2] << 16;
+        /* fall through */
+    case 2:
+        h ^= (uint32_t)data[base + 1] << 8;
+        /* fall through */
+    case 1:
+        h ^= (uint32_t)data[base];
+        h *= m;
+    }
+    h ^= h >> 13;
+    h *= m;
+    h ^= h >> 15;
+    return (int32_t)h;
+}
+
+/* One partition's records body, growing. */
+typedef struct {
+    char *buf;
+    Py_ssize_t len, cap;
+    long count;
+} Body;
+
+static int
+body_reserve(Body *b, Py_ssize_t more)
+{
+    if (b->len + more <= b->cap)
+        return 0;
+    Py_ssize_t cap = b->cap ? b->cap : 1024;
+    while (cap < b->len + more) {
+        if (cap > PY_SSIZE_T_MAX / 2) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        cap *= 2;
+    }
+    char *buf = PyMem_Realloc(b->buf, (size_t)cap);
+    if (buf == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    b->buf = buf;
+    b->cap = cap;
+    return 0;
+}
+
+/* Zig-zag varint of a 64-bit value into out; its length. */
+static inline int
+put_varint(unsigned char *out, int64_t value)
+{
+    uint64_t v = ((uint64_t)value << 1) ^ (uint64_t)(value >> 63);
+    int n = 0;
+    while (v >= 0x80) {
+        out[n++] = (unsigned char)(v | 0x80);
+        v >>= 7;
+    }
+    out[n++] = (unsigned char)v;
+    return n;
+}
+
+static inline int
+varint_size(int64_t value)
+{
+    unsigned char tmp[10];
+    return put_varint(tmp, value);
+}
+
+/* Append one record (key/value: bytes or NULL for null) to b. */
+static int
+body_append(Body *b, PyObject *key, PyObject *value)
+{
+    Py_ssize_t klen = key ? PyBytes_GET_SIZE(key) : -1;
+    Py_ssize_t vlen = value ? PyBytes_GET_SIZE(value) : -1;
+    int64_t delta = b->count;
+    /* attributes, timestamp delta (0), offset delta, key length, key, value length,
+       value, header count (0) */
+    Py_ssize_t size = 1 + 1 + varint_size(delta) + varint_size(klen) + (klen > 0 ? klen : 0) +
+                      varint_size(vlen) + (vlen > 0 ? vlen : 0) + 1;
+    if (body_reserve(b, size + 10) < 0)
+        return -1;
+    unsigned char *start = (unsigned char *)b->buf + b->len, *out = start;
+    out += put_varint(out, size);
+    *out++ = 0; /* attributes */
+    *out++ = 0; /* timestamp delta */
+    out += put_varint(out, delta);
+    out += put_varint(out, klen);
+    if (klen > 0) {
+        memcpy(out, PyBytes_AS_STRING(key), (size_t)klen);
+        out += klen;
+    }
+    out += put_varint(out, vlen);
+    if (vlen > 0) {
+        memcpy(out, PyBytes_AS_STRING(value), (size_t)vlen);
+        out += vlen;
+    }
+    *out++ = 0; /* header count */
+    b->len += out - start;
+    b->count++;
+    return 0;
+}
+
+static PyObject *
+encode(PyObject *dumps, PyObject *obj)
+{
+    if (obj == Py_None)
+        return Py_NewRef(Py_None);
+    PyObject *out = PyObject_CallOneArg(dumps, obj);
+    if (out != NULL && !PyBytes_CheckExact(out)) {
+        Py_DECREF(out);
+        PyErr_SetString(PyExc_TypeError, "dumps must return bytes");
+        return NULL;
+    }
+    return out;
+}
+
+static PyObject *
+plain_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError,
+                        "plain_records(records, num_partitions, now_ms, dumps, sticky)");
+        return NULL;
+    }
+    PyObject *records = args[0], *dumps = args[3], *sticky_fn = args[4];
+    if (!PyList_CheckExact(records)) {
+        PyErr_SetString(PyExc_TypeError, "records must be a list");
+        return NULL;
+    }
+    long parts = PyLong_AsLong(args[1]);
+    if (parts == -1 && PyErr_Occurred())
+        return NULL;
+    if (parts < 1) {
+        PyErr_SetString(PyExc_ValueError, "num_partitions out of range");
+        return NULL;
+    }
+    if (parts > 65536) /* a body per partition is allocated: the Python loop takes those */
+        Py_RETURN_NONE;
+    PyObject *now = args[2];
+    Py_ssize_t n = PyList_GET_SIZE(records);
+    /* Plain or not, before any work: nothing is encoded for a body the loop judges. */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *rec = PyList_GET_ITEM(records, i);
+        if (!PyTuple_CheckExact(rec) || PyTuple_GET_SIZE(rec) != 5)
+            Py_RETURN_NONE;
+        PyObject *headers = PyTuple_GET_ITEM(rec, 2);
+        if ((headers != Py_None && PyObject_IsTrue(headers) != 0) ||
+            PyTuple_GET_ITEM(rec, 3) != Py_None || PyTuple_GET_ITEM(rec, 4) != Py_None) {
+            if (PyErr_Occurred())
+                return NULL;
+            Py_RETURN_NONE;
+        }
+    }
+    Body *bodies = PyMem_Calloc((size_t)parts, sizeof(Body));
+    PyObject *placed = PyList_New(n);
+    PyObject *result = NULL, *out = NULL;
+    long sticky = -1;
+    if (bodies == NULL || placed == NULL) {
+        if (bodies == NULL)
+            PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *rec = PyList_GET_ITEM(records, i);
+        PyObject *value = encode(dumps, PyTuple_GET_ITEM(rec, 1));
+        if (value == NULL)
+            goto done;
+        PyObject *key = encode(dumps, PyTuple_GET_ITEM(rec, 0));
+        if (key == NULL) {
+            Py_DECREF(value);
+            goto done;
+        }
+        long p;
+        if (key == Py_None) {
+            if (sticky < 0) {
+                PyObject *chosen = PyObject_CallNoArgs(sticky_fn);
+                sticky = chosen ? PyLong_AsLong(chosen) : -1;
+                Py_XDECREF(chosen);
+                if (sticky < 0 || sticky >= parts) {
+                    if (!PyErr_Occurred())
+                        PyErr_SetString(PyExc_ValueError, "sticky partition out of range");
+                    Py_DECREF(value);
+                    Py_DECREF(key);
+                    goto done;
+                }
+            }
+            p = sticky;
+        } else {
+            int32_t h = kafka_murmur2((const unsigned char *)PyBytes_AS_STRING(key),
+                                      PyBytes_GET_SIZE(key));
+            p = (long)((uint32_t)h & 0x7fffffffu) % parts;
+        }
+        Body *b = &bodies[p];
+        long index = b->count;
+        int failed = body_append(b, key == Py_None ? NULL : key, value == Py_None ? NULL : value);
+        Py_DECREF(value);
+        Py_DECREF(key);
+        if (failed < 0)
+            goto done;
+        PyObject *pp = PyLong_FromLong(p), *jj = PyLong_FromLong(index);
+        PyObject *entry = (pp && jj) ? PyTuple_Pack(3, pp, jj, now) : NULL;
+        Py_XDECREF(pp);
+        Py_XDECREF(jj);
+        if (entry == NULL)
+            goto done;
+        PyList_SET_ITEM(placed, i, entry);
+    }
+    out = PyDict_New();
+    if (out == NULL)
+        goto done;
+    for (long p = 0; p < parts; p++) {
+        if (bodies[p].count == 0)
+            continue;
+        PyObject *k = PyLong_FromLong(p);
+        PyObject *v = Py_BuildValue("(y#l)", bodies[p].buf, bodies[p].len, bodies[p].count);
+        int failed = (k == NULL || v == NULL) ? -1 : PyDict_SetItem(out, k, v);
+        Py_XDECREF(k);
+        Py_XDECREF(v);
+        if (failed < 0)
+            goto done;
+    }
+    result = PyTuple_Pack(2, out, placed);
+done:
+    if (bodies != NULL) {
+        for (long p = 0; p < parts; p++)
+            PyMem_Free(bodies[p].buf);
+        PyMem_Free(bodies);
+    }
+    Py_XDECREF(out);
+    Py_XDECREF(placed);
+    return result;
+}
+
+static PyObject *
+murmur2(PyObject *self, PyObject *arg)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    int32_t h = kafka_murmur2((const unsigned char *)view.buf, view.len);
+    PyBuffer_Release(&view);
+    return PyLong_FromLong(h);
+}
+
+static PyMethodDef methods[] = {
+    {"plain_records", (PyCFunction)(void (*)(void))plain_records, METH_FASTCALL,
+     "plain_records(records, num_partitions, now_ms, dumps, sticky) -> (bodies, placed) | None"},
+    {"murmur2", (PyCFunction)murmur2, METH_O, "Kafka's murmur2 as a signed Java int"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "app.common._jsonrecords",
+    "A JSON produce's per-record work in C (see app/common/_jsonrecords.c).", -1, methods,
+};
+
+PyMODINIT_FUNC
+PyInit__jsonrecords(void)
+{
+    return PyModule_Create(&module);
+}

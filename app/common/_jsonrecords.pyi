@@ -1,0 +1,24 @@
+"""Types of the broker's C helper (app/common/_jsonrecords.c)."""
+
+from collections.abc import Callable
+from typing import Any
+
+PlainRecords = Callable[
+    [
+        list[tuple[Any, Any, Any, int | None, int | None]],
+        int,
+        int,
+        Callable[[Any], bytes],
+        Callable[[], int],
+    ],
+    tuple[dict[int, tuple[bytes, int]], list[tuple[int, int, int]]] | None,
+]
+
+def plain_records(
+    records: list[tuple[Any, Any, Any, int | None, int | None]],
+    num_partitions: int,
+    now_ms: int,
+    dumps: Callable[[Any], bytes],
+    sticky: Callable[[], int],
+) -> tuple[dict[int, tuple[bytes, int]], list[tuple[int, int, int]]] | None: ...
+def murmur2(data: bytes | bytearray | memoryview) -> int: ...
