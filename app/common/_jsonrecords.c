@@ -19,6 +19,9 @@
  * not plain (the Python loop then judges the body and names the field). An exception
  * raised by dumps (a value it cannot encode) propagates.
  *
+ * plain_tuples(records) is app/api/produce_body.py's fast check for the same body: the
+ * parsed JSON records, dicts of at most "key" and "value", as that module's tuples.
+ *
  * Concurrency: runs with the GIL held, touches no shared state.
  */
 #define PY_SSIZE_T_CLEAN
@@ -276,6 +279,51 @@ done:
     return result;
 }
 
+static PyObject *str_key, *str_value;
+
+/* plain_tuples(records): for a list of dicts each holding at most "key" and "value",
+   [(key, value, None, None, None)] (app/api/produce_body.py's ParsedRecord, missing
+   fields None); None as soon as an item is anything else (the Python check judges it). */
+static PyObject *
+plain_tuples(PyObject *self, PyObject *records)
+{
+    if (!PyList_CheckExact(records)) {
+        PyErr_SetString(PyExc_TypeError, "records must be a list");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(records);
+    PyObject *out = PyList_New(n);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *rec = PyList_GET_ITEM(records, i);
+        if (!PyDict_CheckExact(rec) || PyDict_GET_SIZE(rec) > 2)
+            goto not_plain;
+        PyObject *key = Py_None, *value = Py_None, *k, *v;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(rec, &pos, &k, &v)) {
+            if (!PyUnicode_CheckExact(k))
+                goto not_plain;
+            if (PyUnicode_Compare(k, str_key) == 0)
+                key = v;
+            else if (PyUnicode_Compare(k, str_value) == 0)
+                value = v;
+            else
+                goto not_plain;
+        }
+        PyObject *t = PyTuple_Pack(5, key, value, Py_None, Py_None, Py_None);
+        if (t == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, t);
+    }
+    return out;
+not_plain:
+    Py_DECREF(out);
+    Py_RETURN_NONE;
+}
+
 static PyObject *
 murmur2(PyObject *self, PyObject *arg)
 {
@@ -290,6 +338,8 @@ murmur2(PyObject *self, PyObject *arg)
 static PyMethodDef methods[] = {
     {"plain_records", (PyCFunction)(void (*)(void))plain_records, METH_FASTCALL,
      "plain_records(records, num_partitions, now_ms, dumps, sticky) -> (bodies, placed) | None"},
+    {"plain_tuples", (PyCFunction)plain_tuples, METH_O,
+     "plain_tuples(records) -> [(key, value, None, None, None)] | None"},
     {"murmur2", (PyCFunction)murmur2, METH_O, "Kafka's murmur2 as a signed Java int"},
     {NULL, NULL, 0, NULL},
 };
@@ -302,5 +352,9 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC
 PyInit__jsonrecords(void)
 {
+    str_key = PyUnicode_InternFromString("key");
+    str_value = PyUnicode_InternFromString("value");
+    if (str_key == NULL || str_value == NULL)
+        return NULL;
     return PyModule_Create(&module);
 }
