@@ -78,6 +78,17 @@ def _load_plain_records() -> _jsonrecords.PlainRecords | None:
 
 plain_records = _load_plain_records()
 
+
+def _load_offsets_json() -> _jsonrecords.OffsetsJson | None:
+    try:
+        from app.common._jsonrecords import offsets_json as native
+    except ImportError:  # pragma: no cover - where no C compiler built it
+        return None
+    return native
+
+
+offsets_json = _load_offsets_json()
+
 # A built batch's records over this are refused (BatchBuilder's own max_bytes, 1 GiB).
 MAX_BATCH_RECORDS_BYTES = 1 << 30
 
@@ -331,9 +342,11 @@ async def append_json_records(
     fixed_partition: int | None,
     inline_max_bytes: int | None = None,
     required_acks: int = 1,
-) -> list[dict[str, int]]:
+) -> list[dict[str, int]] | orjson.Fragment:
     """Append a parsed JSON produce request; each record's partition, offset and
-    timestamp in request order. Shared by HTTP produce and ``WS /ws/produce``.
+    timestamp in request order, as a list of dicts or that list already rendered (an
+    ``orjson.Fragment``: both callers render the answer with orjson). Shared by HTTP
+    produce and ``WS /ws/produce``.
 
     Requests up to ``inline_max_bytes`` of batches (default: the
     ``inline_append_max_bytes`` setting) are appended on the event loop when no
@@ -403,6 +416,8 @@ async def append_json_records(
     first = {p: info.first_offset for p, info in appended.items()}
     if all(info.log_append_time < 0 for info in infos):
         # CreateTime (the usual): each record's own timestamp, no lookup per record.
+        if offsets_json is not None:  # the same bytes, rendered in C (no dict per record)
+            return orjson.Fragment(offsets_json(placed, first))
         return [{"partition": p, "offset": first[p] + j, "timestamp": ts} for p, j, ts in placed]
     append_time = {p: info.log_append_time for p, info in appended.items()}
     return [

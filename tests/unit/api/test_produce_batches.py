@@ -143,3 +143,22 @@ def test_native_murmur2_is_kafkas(data: bytes) -> None:
     if _jsonrecords is None:
         pytest.skip("app.common._jsonrecords is not built")
     assert _jsonrecords.murmur2(data) == murmur2(data)
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 3), st.integers(0, 2**31), st.integers(-(2**63), 2**63 - 1)),
+        max_size=20,
+    ),
+    st.lists(st.integers(0, 2**62), min_size=4, max_size=4),
+)
+def test_native_offsets_answer_is_orjsons(placed: list, firsts: list) -> None:
+    """The produce answer's offsets rendered in C: orjson's bytes for the same dicts."""
+    if _jsonrecords is None:
+        pytest.skip("app.common._jsonrecords is not built")
+    first = dict(enumerate(firsts))
+    expected = orjson.dumps(
+        [{"partition": p, "offset": first[p] + j, "timestamp": ts} for p, j, ts in placed]
+    )
+    assert _jsonrecords.offsets_json(placed, first) == expected
+    assert orjson.dumps({"offsets": orjson.Fragment(expected)}) == b'{"offsets":' + expected + b"}"
