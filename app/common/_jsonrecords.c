@@ -9,12 +9,13 @@
  * with ``dumps`` (orjson.dumps: the same bytes), place the record (Kafka's murmur2 of the
  * encoded key modulo the partition count, or the request's one sticky partition,
  * ``sticky()`` called at most once, for a null key), and write it in RecordBatch v2's
- * record layout into its partition's body (zig-zag varints; timestamp delta 0: every
- * record is stamped ``now_ms``; offset delta its index in its partition's batch). The
- * batch header and CRC are per-batch work, done in Python (app/common/batch.py:
- * batch_from_records), and give the bytes aiokafka's builder gives.
+ * record layout into its partition's batch (zig-zag varints; timestamp delta 0: every
+ * record is stamped ``now_ms``; offset delta its index in its partition's batch), then
+ * each batch's header (base offset 0, uncompressed, no producer, partition leader epoch
+ * -1) and its CRC-32C (``crc32c``, the crc32c package's function, called once per batch):
+ * the bytes aiokafka's builder gives for the same records (tests compare them).
  *
- * Returns (bodies, placed): bodies {partition: (records bytes, record count)} and placed
+ * Returns (batches, placed): batches {partition: (RecordBatch v2 bytes, record count)} and placed
  * [(partition, index in its batch, now_ms)] in request order; or None when a record is
  * not plain (the Python loop then judges the body and names the field). An exception
  * raised by dumps (a value it cannot encode) propagates.
@@ -66,7 +67,20 @@ kafka_murmur2(const unsigned char *data, Py_ssize_t length)
     return (int32_t)h;
 }
 
-/* One partition's records body, growing. */
+#define HEADER_SIZE 61
+#define CRC_OFFSET 17
+#define ATTRIBUTES_OFFSET 21
+
+static inline void
+put_be(unsigned char *out, uint64_t v, int bytes)
+{
+    for (int i = bytes - 1; i >= 0; i--) {
+        out[i] = (unsigned char)v;
+        v >>= 8;
+    }
+}
+
+/* One partition's batch, growing: HEADER_SIZE bytes of header, then the records. */
 typedef struct {
     char *buf;
     Py_ssize_t len, cap;
@@ -128,6 +142,11 @@ body_append(Body *b, PyObject *key, PyObject *value)
        value, header count (0) */
     Py_ssize_t size = 1 + 1 + varint_size(delta) + varint_size(klen) + (klen > 0 ? klen : 0) +
                       varint_size(vlen) + (vlen > 0 ? vlen : 0) + 1;
+    if (b->len == 0) { /* room for the batch header, written when the batch is done */
+        if (body_reserve(b, HEADER_SIZE) < 0)
+            return -1;
+        b->len = HEADER_SIZE;
+    }
     if (body_reserve(b, size + 10) < 0)
         return -1;
     unsigned char *start = (unsigned char *)b->buf + b->len, *out = start;
@@ -168,12 +187,12 @@ encode(PyObject *dumps, PyObject *obj)
 static PyObject *
 plain_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 5) {
+    if (nargs != 6) {
         PyErr_SetString(PyExc_TypeError,
-                        "plain_records(records, num_partitions, now_ms, dumps, sticky)");
+                        "plain_records(records, num_partitions, now_ms, dumps, sticky, crc32c)");
         return NULL;
     }
-    PyObject *records = args[0], *dumps = args[3], *sticky_fn = args[4];
+    PyObject *records = args[0], *dumps = args[3], *sticky_fn = args[4], *crc_fn = args[5];
     if (!PyList_CheckExact(records)) {
         PyErr_SetString(PyExc_TypeError, "records must be a list");
         return NULL;
@@ -188,6 +207,9 @@ plain_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (parts > 65536) /* a body per partition is allocated: the Python loop takes those */
         Py_RETURN_NONE;
     PyObject *now = args[2];
+    long long now_ms = PyLong_AsLongLong(now);
+    if (now_ms == -1 && PyErr_Occurred())
+        return NULL;
     Py_ssize_t n = PyList_GET_SIZE(records);
     /* Plain or not, before any work: nothing is encoded for a body the loop judges. */
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -262,8 +284,31 @@ plain_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     for (long p = 0; p < parts; p++) {
         if (bodies[p].count == 0)
             continue;
+        Body *b = &bodies[p];
+        unsigned char *h = (unsigned char *)b->buf;
+        put_be(h, 0, 8);                                   /* base offset */
+        put_be(h + 8, (uint64_t)(b->len - 12), 4);         /* batch length */
+        put_be(h + 12, (uint64_t)(int64_t)-1, 4);          /* partition leader epoch */
+        h[16] = 2;                                         /* magic */
+        put_be(h + ATTRIBUTES_OFFSET, 0, 2);               /* attributes */
+        put_be(h + 23, (uint64_t)(b->count - 1), 4);       /* last offset delta */
+        put_be(h + 27, (uint64_t)now_ms, 8);               /* first timestamp */
+        put_be(h + 35, (uint64_t)now_ms, 8);               /* max timestamp */
+        put_be(h + 43, (uint64_t)(int64_t)-1, 8);          /* producer id */
+        put_be(h + 51, (uint64_t)(int64_t)-1, 2);          /* producer epoch */
+        put_be(h + 53, (uint64_t)(int64_t)-1, 4);          /* base sequence */
+        put_be(h + 57, (uint64_t)b->count, 4);             /* record count */
+        PyObject *covered = PyMemoryView_FromMemory(
+            b->buf + ATTRIBUTES_OFFSET, b->len - ATTRIBUTES_OFFSET, PyBUF_READ);
+        PyObject *crc = covered ? PyObject_CallOneArg(crc_fn, covered) : NULL;
+        Py_XDECREF(covered);
+        unsigned long crc_value = crc ? PyLong_AsUnsignedLong(crc) : 0;
+        Py_XDECREF(crc);
+        if (PyErr_Occurred())
+            goto done;
+        put_be(h + CRC_OFFSET, (uint64_t)crc_value, 4);
         PyObject *k = PyLong_FromLong(p);
-        PyObject *v = Py_BuildValue("(y#l)", bodies[p].buf, bodies[p].len, bodies[p].count);
+        PyObject *v = Py_BuildValue("(y#l)", b->buf, b->len, b->count);
         int failed = (k == NULL || v == NULL) ? -1 : PyDict_SetItem(out, k, v);
         Py_XDECREF(k);
         Py_XDECREF(v);
@@ -389,7 +434,7 @@ murmur2(PyObject *self, PyObject *arg)
 
 static PyMethodDef methods[] = {
     {"plain_records", (PyCFunction)(void (*)(void))plain_records, METH_FASTCALL,
-     "plain_records(records, num_partitions, now_ms, dumps, sticky) -> (bodies, placed) | None"},
+     "plain_records(records, num_partitions, now_ms, dumps, sticky, crc32c) -> (batches, placed) | None"},
     {"plain_tuples", (PyCFunction)plain_tuples, METH_O,
      "plain_tuples(records) -> [(key, value, None, None, None)] | None"},
     {"offsets_json", (PyCFunction)(void (*)(void))offsets_json, METH_FASTCALL,

@@ -10,6 +10,7 @@ PlainRecords = Callable[
         int,
         Callable[[Any], bytes],
         Callable[[], int],
+        Callable[[memoryview], int],
     ],
     tuple[dict[int, tuple[bytes, int]], list[tuple[int, int, int]]] | None,
 ]
@@ -20,6 +21,7 @@ def plain_records(
     now_ms: int,
     dumps: Callable[[Any], bytes],
     sticky: Callable[[], int],
+    crc32c: Callable[[memoryview], int],
 ) -> tuple[dict[int, tuple[bytes, int]], list[tuple[int, int, int]]] | None: ...
 
 PlainTuples = Callable[[list[Any]], list[tuple[Any, Any, Any, Any, Any]] | None]

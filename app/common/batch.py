@@ -434,16 +434,15 @@ class BatchBuilder:
         return int(self._builder.size())
 
     @classmethod
-    def prebuilt(cls, records: bytes, count: int, timestamp: int) -> BatchBuilder:
-        """A built batch (uncompressed, no producer) of ``count`` records already written
-        in the record layout (``records``: the body after the header), all stamped
-        ``timestamp``: the bytes :meth:`extend` and :meth:`build` give for them
-        (app/common/_jsonrecords.c writes such bodies)."""
+    def prebuilt(cls, batch: bytes, count: int) -> BatchBuilder:
+        """A builder already built: ``batch``, a RecordBatch v2 of ``count`` records made
+        elsewhere (app/common/_jsonrecords.c writes the bytes :meth:`extend` and
+        :meth:`build` give for plain records)."""
         builder = cls.__new__(cls)
         builder.compression = Compression.NONE
         builder._builder = None
         builder._count = count
-        builder._built = batch_from_records(records, count, timestamp)
+        builder._built = batch
         return builder
 
     def build(self) -> bytes:
@@ -469,34 +468,6 @@ def build_batch(
         else:
             builder.append(rec[1], rec[0], rec[2], rec[3])
     return builder.build()
-
-
-def batch_from_records(records: bytes, count: int, timestamp: int) -> bytes:
-    """A RecordBatch v2 (base offset 0, uncompressed, no producer, partition leader epoch
-    -1 as aiokafka's builder writes it) around ``count`` records already in the record
-    layout, every one stamped ``timestamp``: the header and the CRC, per batch."""
-    size = HEADER_SIZE + len(records)
-    buf = bytearray(size)
-    HEADER.pack_into(
-        buf,
-        0,
-        0,
-        size - LOG_OVERHEAD_SIZE,
-        NO_PARTITION_LEADER_EPOCH,
-        MAGIC,
-        0,
-        0,
-        count - 1,
-        timestamp,
-        timestamp,
-        NO_PRODUCER_ID,
-        -1,
-        -1,
-        count,
-    )
-    buf[HEADER_SIZE:] = records
-    struct.pack_into(">I", buf, CRC_OFFSET, compute_crc(buf, 0, size))
-    return bytes(buf)
 
 
 # -- control batches (transaction markers) -------------------------------------------

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
+import crc32c
 import orjson
 from fastapi import APIRouter, Path, Query, Request
 from starlette.responses import Response
@@ -89,8 +90,8 @@ def _load_offsets_json() -> _jsonrecords.OffsetsJson | None:
 
 offsets_json = _load_offsets_json()
 
-# A built batch's records over this are refused (BatchBuilder's own max_bytes, 1 GiB).
-MAX_BATCH_RECORDS_BYTES = 1 << 30
+# A batch over this is refused (BatchBuilder's own max_bytes, 1 GiB).
+MAX_BATCH_BYTES = 1 << 30
 
 if TYPE_CHECKING:
     from app.core.log.manager import LogManager
@@ -279,21 +280,23 @@ def _native_plain_batches(
     now_ms: int,
 ) -> tuple[dict[int, BatchBuilder], list[tuple[int, int, int]]] | None:
     """:func:`_plain_json_batches` through ``app.common._jsonrecords.plain_records``:
-    encoding (orjson), placement (murmur2 or the one sticky partition) and the record
-    layout per record in C, then each partition's header and CRC in Python."""
+    encoding (orjson), placement (murmur2 or the one sticky partition), the record
+    layout, and each partition's header and CRC-32C, in C."""
     assert plain_records is not None
     try:
-        done = plain_records(req.records, num_partitions, now_ms, orjson.dumps, sticky_partition)
+        done = plain_records(
+            req.records, num_partitions, now_ms, orjson.dumps, sticky_partition, crc32c.crc32c
+        )
     except orjson.JSONEncodeError:
         return None  # the general loop names the field
     if done is None:
         return None
-    bodies, placed = done
+    batches, placed = done
     builders: dict[int, BatchBuilder] = {}
-    for p, (records, count) in bodies.items():
-        if len(records) > MAX_BATCH_RECORDS_BYTES:
-            raise RecordTooLarge(len(records), MAX_BATCH_RECORDS_BYTES, what="record batch")
-        builders[p] = BatchBuilder.prebuilt(records, count, now_ms)
+    for p, (batch, count) in batches.items():
+        if len(batch) > MAX_BATCH_BYTES:
+            raise RecordTooLarge(len(batch), MAX_BATCH_BYTES, what="record batch")
+        builders[p] = BatchBuilder.prebuilt(batch, count)
     return builders, placed
 
 
