@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
+from operator import itemgetter
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import crc32c
@@ -90,6 +92,7 @@ def _load_offsets_json() -> _jsonrecords.OffsetsJson | None:
 
 offsets_json = _load_offsets_json()
 
+_PARTITION = itemgetter(0)  # of a placed record: (partition, index in its batch, timestamp)
 # A batch over this is refused (BatchBuilder's own max_bytes, 1 GiB).
 MAX_BATCH_BYTES = 1 << 30
 
@@ -374,10 +377,8 @@ async def append_json_records(
 
     order = sorted(batches)
     work = [(leader_target(state, topic, p), batches[p]) for p in order]
-    counts: dict[int, int] = {}
-    if len(order) > 1:
-        for p, _, _ in placed:
-            counts[p] = counts.get(p, 0) + 1
+    # Records per partition, counted in C (Counter over map: no Python step per record).
+    counts: dict[int, int] = Counter(map(_PARTITION, placed)) if len(order) > 1 else {}
     for target, _ in work:
         check_replicas(target, required_acks)
 
