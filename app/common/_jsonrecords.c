@@ -210,15 +210,22 @@ plain_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     long long now_ms = PyLong_AsLongLong(now);
     if (now_ms == -1 && PyErr_Occurred())
         return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(records);
+    /* A snapshot that owns its items: sticky() is Python code, and the list is not ours. */
+    PyObject *snapshot = PyList_AsTuple(records);
+    if (snapshot == NULL)
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(snapshot);
     /* Plain or not, before any work: nothing is encoded for a body the loop judges. */
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *rec = PyList_GET_ITEM(records, i);
-        if (!PyTuple_CheckExact(rec) || PyTuple_GET_SIZE(rec) != 5)
+        PyObject *rec = PyTuple_GET_ITEM(snapshot, i);
+        if (!PyTuple_CheckExact(rec) || PyTuple_GET_SIZE(rec) != 5) {
+            Py_DECREF(snapshot);
             Py_RETURN_NONE;
+        }
         PyObject *headers = PyTuple_GET_ITEM(rec, 2);
         if ((headers != Py_None && PyObject_IsTrue(headers) != 0) ||
             PyTuple_GET_ITEM(rec, 3) != Py_None || PyTuple_GET_ITEM(rec, 4) != Py_None) {
+            Py_DECREF(snapshot);
             if (PyErr_Occurred())
                 return NULL;
             Py_RETURN_NONE;
@@ -234,7 +241,7 @@ plain_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         goto done;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *rec = PyList_GET_ITEM(records, i);
+        PyObject *rec = PyTuple_GET_ITEM(snapshot, i);
         PyObject *value = encode(dumps, PyTuple_GET_ITEM(rec, 1));
         if (value == NULL)
             goto done;
@@ -324,6 +331,7 @@ done:
     }
     Py_XDECREF(out);
     Py_XDECREF(placed);
+    Py_DECREF(snapshot);
     return result;
 }
 
