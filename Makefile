@@ -26,8 +26,8 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 
-# setup.py and the C source: the producer extension is rebuilt when they change.
-$(STAMP): pyproject.toml setup.py app/client/producer/_native.c | $(PY)
+# setup.py and the C sources: the extensions are rebuilt when they change.
+$(STAMP): pyproject.toml setup.py app/client/producer/_native.c app/common/_jsonrecords.c | $(PY)
 	$(PIP) install --quiet -e '.[test,bench,spark]'
 	touch $(STAMP)
 

@@ -16,6 +16,14 @@ setup(
             sources=["app/client/producer/_native.c"],
             extra_compile_args=["-O2"],
             optional=True,
-        )
+        ),
+        # The broker's JSON produce loop (app/common/_jsonrecords.c); optional the same way:
+        # without it, app/api/routers/records.py keeps its Python loop.
+        Extension(
+            "app.common._jsonrecords",
+            sources=["app/common/_jsonrecords.c"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
     ]
 )

@@ -611,6 +611,14 @@ class Settings(BaseSettings):
         ge=1,
         description="Subjects whose ids broker-side schema validation caches (cleared when full).",
     )
+    fetch_render_cache_bytes: int = Field(
+        default=8 * 1024 * 1024,
+        ge=0,
+        description="JSON fetch: the rendered records of recently fetched batches are kept "
+        "(with the batches' bytes, to check a hit) up to this many bytes, so consumers "
+        "polling one partition's tail do not decode and render the same records again "
+        "(app/api/rendered.py). A batch over an eighth of it is never kept; 0: off.",
+    )
 
     @field_validator("authentication")
     @classmethod

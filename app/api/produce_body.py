@@ -15,13 +15,28 @@ malformed, and integers beyond 64 bits are read as floats.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 from pydantic import ValidationError
 
 from app.api.codec import BodyInvalid
 from app.api.models import INT_MAX, LONG_MAX, TYPED_FORMATS, Header, ProduceRequest
+
+if TYPE_CHECKING:
+    from app.common import _jsonrecords
+
+
+def _load_plain_tuples() -> _jsonrecords.PlainTuples | None:
+    """The broker's C helper (setup.py builds it, optionally): without it, Python alone."""
+    try:
+        from app.common._jsonrecords import plain_tuples as native
+    except ImportError:  # pragma: no cover - where no C compiler built it
+        return None
+    return native
+
+
+plain_tuples = _load_plain_tuples()
 
 FORMATS = frozenset(("json", "string", "binary"))
 _BODY_FIELDS = frozenset(("records", "key_format", "value_format"))
@@ -101,6 +116,11 @@ def _fast(obj: Any, formats: frozenset[str] = FORMATS) -> ParsedProduce | None:
     raw = obj.get("records")
     if type(raw) is not list or not raw:
         return None
+    if plain_tuples is not None:
+        # Every record a key and a value at most (the usual body): the loop below in C.
+        plain_records = plain_tuples(raw)
+        if plain_records is not None:
+            return ParsedProduce(plain_records, key_format, value_format)
     records: list[ParsedRecord] = []
     append = records.append
     fields = _RECORD_FIELDS

@@ -12,6 +12,7 @@ from app.api.group_commit import GroupCommit
 from app.api.longpoll import FetchWaiters
 from app.api.memory import BudgetCollector, MemoryBudget, default_budget_bytes
 from app.api.schema_validation import SchemaValidation
+from app.api.rendered import RenderedBatches
 from app.common.errors import BrokerNotAvailable
 from app.common.partitioner import StickyPartitioner
 from app.config import Settings
@@ -47,8 +48,11 @@ class AppState:
     # The broker-wide memory budget (app/api/memory.py), shared with the listener's
     # protocol (request bodies) by app.api.server.build_config.
     memory: MemoryBudget = field(init=False)
+    # Rendered JSON records of recently fetched batches (app/api/rendered.py): the loop's.
+    rendered: RenderedBatches = field(init=False)
 
     def __post_init__(self) -> None:
+        self.rendered = RenderedBatches(self.settings.fetch_render_cache_bytes)
         self.memory = MemoryBudget(
             self.settings.memory_budget_bytes or default_budget_bytes(),
             self.settings.memory_wait_timeout_ms / 1000,

@@ -44,6 +44,7 @@ from typing import NamedTuple
 
 import crc32c
 from aiokafka.record import default_records
+from aiokafka.record._protocols import DefaultRecordBatchBuilderProtocol
 
 from app.common.errors import (
     CorruptRecord,
@@ -372,7 +373,7 @@ class BatchBuilder:
         max_bytes: int = 1 << 30,
     ) -> None:
         self.compression = Compression.parse(compression)
-        self._builder = RecordBatchBuilder(
+        self._builder: DefaultRecordBatchBuilderProtocol | None = RecordBatchBuilder(
             magic=MAGIC,
             compression_type=int(self.compression),
             is_transactional=int(transactional),
@@ -398,6 +399,7 @@ class BatchBuilder:
     ) -> bool:
         if self._built is not None:
             raise InvalidRecord("the batch is already built")
+        assert self._builder is not None  # only a prebuilt batch has none, and it is built
         ts = int(time.time() * 1000) if timestamp is None else timestamp
         meta = self._builder.append(self._count, ts, key, value, list(headers))
         if meta is None:
@@ -412,6 +414,7 @@ class BatchBuilder:
         False once the batch is full (``max_bytes``), the records up to it appended."""
         if self._built is not None:
             raise InvalidRecord("the batch is already built")
+        assert self._builder is not None
         append = self._builder.append
         n = self._count
         try:
@@ -426,12 +429,27 @@ class BatchBuilder:
 
     def size_in_bytes(self) -> int:
         """Uncompressed size so far (an upper bound on the built size, plus header)."""
+        if self._builder is None:  # prebuilt
+            return len(self._built or b"")
         return int(self._builder.size())
+
+    @classmethod
+    def prebuilt(cls, batch: bytes, count: int) -> BatchBuilder:
+        """A builder already built: ``batch``, a RecordBatch v2 of ``count`` records made
+        elsewhere (app/common/_jsonrecords.c writes the bytes :meth:`extend` and
+        :meth:`build` give for plain records)."""
+        builder = cls.__new__(cls)
+        builder.compression = Compression.NONE
+        builder._builder = None
+        builder._count = count
+        builder._built = batch
+        return builder
 
     def build(self) -> bytes:
         if self._count == 0:
             raise InvalidRecord("a record batch needs at least one record")
         if self._built is None:
+            assert self._builder is not None
             self._built = bytes(self._builder.build())
         return self._built
 

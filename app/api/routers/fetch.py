@@ -14,6 +14,7 @@ as always, control batches), a binary answer carries the aborted transactions in
 from __future__ import annotations
 
 import logging
+from bisect import bisect_left
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -30,6 +31,7 @@ from app.api.fetch_service import aborted_pairs, read_log, wait_for_data
 from app.api.lean_route import LeanRoute
 from app.api.memory import JSON_RENDER_FACTOR, held_json
 from app.api.models import EpochEndOffset, FetchResponse, RecordFormat
+from app.api.rendered import RenderedBatches
 from app.api.util import (
     INLINE_WORK_BYTES,
     INT_MAX,
@@ -160,6 +162,33 @@ def json_records(
     ``aborted`` (a read_committed read's aborted transactions): the records of aborted
     transactions are left out (:func:`app.common.isolation.committed_batches`)."""
     data, next_offset, headers = _verified(data, offset, topic, partition)
+    records: list[dict[str, Any]] = []
+    view = memoryview(data)
+    if aborted is not None:
+        headers = committed_batches(view, headers, aborted)
+    for pos, header in headers:
+        if header.last_offset < offset or header.is_control:
+            continue
+        more = None if limit is None else limit - len(records)
+        cut = _render_batch(records, view, pos, header, offset, key_format, value_format, more)
+        if cut:
+            return records, records[-1]["offset"] + 1 if records else offset
+    return records, next_offset
+
+
+def _render_batch(
+    records: list[dict[str, Any]],
+    view: memoryview,
+    pos: int,
+    header: BatchHeader,
+    offset: int,
+    key_format: str,
+    value_format: str,
+    limit: int | None = None,
+) -> bool:
+    """Append to ``records`` the records of the batch at ``pos`` (CRC checked by the
+    caller) from ``offset`` on, each as the dict a JSON answer holds, at most ``limit``
+    of them: True when a record beyond ``limit`` was left out."""
     decode_key = DECODERS[key_format]
     decode_value = DECODERS[value_format]
     # The default format, json, decoded in the loop: a call of the decoder per key and
@@ -167,42 +196,78 @@ def json_records(
     json_key = key_format == "json"
     json_value = value_format == "json"
     loads, malformed = orjson.loads, orjson.JSONDecodeError
-    records: list[dict[str, Any]] = []
     append = records.append
+    taken = 0
+    # decode_records' walk, with the codec's records read directly: its Record tuple and
+    # generator step per record cost as much as the dict rendered from it.
+    for r in RecordBatchReader(view[pos : pos + header.size]):
+        if r.offset < offset:
+            continue
+        if limit is not None and taken >= limit:
+            return True
+        taken += 1
+        raw_key, raw_value = r.key, r.value
+        try:
+            key = decode_key(raw_key) if not json_key or raw_key is None else loads(raw_key)
+            value = (
+                decode_value(raw_value) if not json_value or raw_value is None else loads(raw_value)
+            )
+        except malformed:
+            # Bytes that are not JSON (another client's): the codec answers them as text.
+            key, value = decode_key(raw_key), decode_value(raw_value)
+        append(
+            {
+                "offset": r.offset,
+                "timestamp": r.timestamp,
+                "key": key,
+                "value": value,
+                "headers": decode_headers(r.headers) if r.headers else [],
+            }
+        )
+    return False
+
+
+def json_records_fragment(
+    data: bytes,
+    offset: int,
+    key_format: str,
+    value_format: str,
+    cache: RenderedBatches,
+    *,
+    topic: str = "",
+    partition: int = 0,
+    aborted: Sequence[tuple[int, int]] | None = None,
+) -> tuple[orjson.Fragment, int, int]:
+    """:func:`json_records` already rendered: the answer's ``records`` array as an
+    ``orjson.Fragment`` (the bytes ``orjson.dumps`` gives for :func:`json_records`'s
+    list), the offset to read next and the record count. Each batch's records are
+    rendered once and kept in ``cache`` (:mod:`app.api.rendered`): a fetch of batches
+    read before joins their bytes instead of decoding and rendering every record."""
+    data, next_offset, headers = _verified(data, offset, topic, partition)
     view = memoryview(data)
     if aborted is not None:
         headers = committed_batches(view, headers, aborted)
-    # decode_records' walk, with the codec's records read directly: its Record tuple and
-    # generator step per record cost as much as the dict rendered from it.
+    dumps = orjson.dumps
+    parts: list[bytes] = []
     for pos, header in headers:
         if header.last_offset < offset or header.is_control:
             continue
-        for r in RecordBatchReader(view[pos : pos + header.size]):
-            if r.offset < offset:
-                continue
-            if limit is not None and len(records) >= limit:
-                return records, records[-1]["offset"] + 1 if records else offset
-            raw_key, raw_value = r.key, r.value
-            try:
-                key = decode_key(raw_key) if not json_key or raw_key is None else loads(raw_key)
-                value = (
-                    decode_value(raw_value)
-                    if not json_value or raw_value is None
-                    else loads(raw_value)
-                )
-            except malformed:
-                # Bytes that are not JSON (another client's): the codec answers them as text.
-                key, value = decode_key(raw_key), decode_value(raw_value)
-            append(
-                {
-                    "offset": r.offset,
-                    "timestamp": r.timestamp,
-                    "key": key,
-                    "value": value,
-                    "headers": decode_headers(r.headers) if r.headers else [],
-                }
-            )
-    return records, next_offset
+        raw = data[pos : pos + header.size]
+        key = (key_format, value_format, header.base_offset, header.crc, header.size)
+        entry = cache.get(key, raw)
+        if entry is None:
+            # The whole batch, whatever the offset asked: the next fetch may start earlier.
+            rows: list[dict[str, Any]] = []
+            _render_batch(rows, view, pos, header, LONG_MIN, key_format, value_format)
+            offsets = [row["offset"] for row in rows]
+            rendered = list(map(dumps, rows))
+            cache.put(key, raw, offsets, rendered)
+        else:
+            offsets, rendered = entry.offsets, entry.records
+        if header.base_offset < offset:
+            rendered = rendered[bisect_left(offsets, offset) :]
+        parts += rendered
+    return orjson.Fragment(b"[" + b",".join(parts) + b"]"), next_offset, len(parts)
 
 
 def render_json(
@@ -213,8 +278,23 @@ def render_json(
     key_format: str,
     value_format: str,
     schemas: typed.SchemaCache | None = None,
+    cache: RenderedBatches | None = None,
 ) -> bytes:
+    """The JSON fetch answer; with ``cache`` (on the event loop, untyped formats only),
+    through the rendered batches it keeps (:func:`json_records_fragment`)."""
     data = info.read_bytes() if info.size else b""
+    if cache is not None and schemas is None:
+        fragment, next_offset, _ = json_records_fragment(
+            data,
+            offset,
+            key_format,
+            value_format,
+            cache,
+            topic=topic,
+            partition=partition,
+            aborted=aborted_pairs(info),
+        )
+        return orjson.dumps(records_answer(topic, partition, info, next_offset, fragment))
     records, next_offset = json_records(
         data,
         offset,
@@ -230,7 +310,11 @@ def render_json(
 
 
 def records_answer(
-    topic: str, partition: int, info: FetchInfo, next_offset: int, records: list[dict[str, Any]]
+    topic: str,
+    partition: int,
+    info: FetchInfo,
+    next_offset: int,
+    records: list[dict[str, Any]] | orjson.Fragment,
 ) -> dict[str, Any]:
     """The fields of a JSON fetch answer, in their order (also a WebSocket records frame's,
     after its ``type``)."""
@@ -376,7 +460,10 @@ async def fetch_records(
             return await run_blocking(
                 render_json, topic, partition, offset, info, key_format, value_format, schemas
             )
-        return render_json(topic, partition, offset, info, key_format, value_format, schemas)
+        rendered = state.rendered if state.rendered.max_bytes else None
+        return render_json(
+            topic, partition, offset, info, key_format, value_format, schemas, rendered
+        )
 
     # The answer holds broker memory until the client has taken it (app/api/memory.py).
     return await held_json(

@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
+from operator import itemgetter
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
+import crc32c
 import orjson
 from fastapi import APIRouter, Path, Query, Request
 from starlette.responses import Response
@@ -68,6 +71,36 @@ from app.common.errors import (
     UnknownTopicOrPartition,
 )
 from app.common.partitioner import key_hash, partition_for_key
+
+if TYPE_CHECKING:
+    from app.common import _jsonrecords
+
+
+def _load_plain_records() -> _jsonrecords.PlainRecords | None:
+    """The broker's C helper (setup.py builds it, optionally): without it, the Python loop."""
+    try:
+        from app.common._jsonrecords import plain_records as native
+    except ImportError:  # pragma: no cover - where no C compiler built it
+        return None
+    return native
+
+
+plain_records = _load_plain_records()
+
+
+def _load_offsets_json() -> _jsonrecords.OffsetsJson | None:
+    try:
+        from app.common._jsonrecords import offsets_json as native
+    except ImportError:  # pragma: no cover - where no C compiler built it
+        return None
+    return native
+
+
+offsets_json = _load_offsets_json()
+
+_PARTITION = itemgetter(0)  # of a placed record: (partition, index in its batch, timestamp)
+# A batch over this is refused (BatchBuilder's own max_bytes, 1 GiB).
+MAX_BATCH_BYTES = 1 << 30
 
 if TYPE_CHECKING:
     from app.core.log.manager import LogManager
@@ -210,7 +243,13 @@ def _plain_json_batches(
     general loop starts over and judges it). Records are grouped by partition here and
     each partition's batch is built with one :meth:`BatchBuilder.extend`; the general
     loop's per-record work (format dispatch, field tracking for error paths, the
-    builder's Python ``append``) cost about as much as the codec."""
+    builder's Python ``append``) cost about as much as the codec.
+
+    Where the broker's C helper is built (``app.common._jsonrecords``, setup.py), this
+    whole loop is one C call (:func:`_native_plain_batches`): the same bytes and
+    placements (tests/unit/api/test_produce_batches.py compares them)."""
+    if plain_records is not None:
+        return _native_plain_batches(req, num_partitions, sticky_partition, now_ms)
     dumps = orjson.dumps
     sticky: int | None = None
     rows: dict[int, list[tuple[bytes | None, bytes | None]]] = {}
@@ -240,6 +279,33 @@ def _plain_json_batches(
         builder = builders[p] = BatchBuilder()
         if not builder.extend(batch_rows, now_ms):
             raise RecordTooLarge(builder.size_in_bytes(), 1 << 30, what="record batch")
+    return builders, placed
+
+
+def _native_plain_batches(
+    req: ParsedProduce,
+    num_partitions: int,
+    sticky_partition: Callable[[], int],
+    now_ms: int,
+) -> tuple[dict[int, BatchBuilder], list[tuple[int, int, int]]] | None:
+    """:func:`_plain_json_batches` through ``app.common._jsonrecords.plain_records``:
+    encoding (orjson), placement (murmur2 or the one sticky partition), the record
+    layout, and each partition's header and CRC-32C, in C."""
+    assert plain_records is not None
+    try:
+        done = plain_records(
+            req.records, num_partitions, now_ms, orjson.dumps, sticky_partition, crc32c.crc32c
+        )
+    except orjson.JSONEncodeError:
+        return None  # the general loop names the field
+    if done is None:
+        return None
+    batches, placed = done
+    builders: dict[int, BatchBuilder] = {}
+    for p, (batch, count) in batches.items():
+        if len(batch) > MAX_BATCH_BYTES:
+            raise RecordTooLarge(len(batch), MAX_BATCH_BYTES, what="record batch")
+        builders[p] = BatchBuilder.prebuilt(batch, count)
     return builders, placed
 
 
@@ -307,9 +373,11 @@ async def append_json_records(
     fixed_partition: int | None,
     inline_max_bytes: int | None = None,
     required_acks: int = 1,
-) -> list[dict[str, int]]:
+) -> list[dict[str, int]] | orjson.Fragment:
     """Append a parsed JSON produce request; each record's partition, offset and
-    timestamp in request order. Shared by HTTP produce and ``WS /ws/produce``.
+    timestamp in request order, as a list of dicts or that list already rendered (an
+    ``orjson.Fragment``: both callers render the answer with orjson). Shared by HTTP
+    produce and ``WS /ws/produce``.
 
     Requests up to ``inline_max_bytes`` of batches (default: the
     ``inline_append_max_bytes`` setting) are appended on the event loop when no
@@ -336,10 +404,8 @@ async def append_json_records(
         check_schema_ids(state, topic, plan.schema_validation, batches, placed)
     order = sorted(batches)
     work = [(leader_target(state, topic, p), batches[p]) for p in order]
-    counts: dict[int, int] = {}
-    if len(order) > 1:
-        for p, _, _ in placed:
-            counts[p] = counts.get(p, 0) + 1
+    # Records per partition, counted in C (Counter over map: no Python step per record).
+    counts: dict[int, int] = Counter(map(_PARTITION, placed)) if len(order) > 1 else {}
     for target, _ in work:
         check_replicas(target, required_acks)
 
@@ -381,6 +447,8 @@ async def append_json_records(
     first = {p: info.first_offset for p, info in appended.items()}
     if all(info.log_append_time < 0 for info in infos):
         # CreateTime (the usual): each record's own timestamp, no lookup per record.
+        if offsets_json is not None:  # the same bytes, rendered in C (no dict per record)
+            return orjson.Fragment(offsets_json(placed, first))
         return [{"partition": p, "offset": first[p] + j, "timestamp": ts} for p, j, ts in placed]
     append_time = {p: info.log_append_time for p, info in appended.items()}
     return [

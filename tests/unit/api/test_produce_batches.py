@@ -3,15 +3,38 @@ and placements as the general per-record loop (app/api/routers/records.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from app.api.produce_body import parse_produce_body
+from app.api.routers import records as records_module
 from app.api.routers.records import _plain_json_batches, build_batches
 from app.common.batch import BatchBuilder, RecordBatchReader
-from app.common.partitioner import partition_for_key
+from app.common.partitioner import murmur2, partition_for_key
 
 NOW = 1_700_000_000_000
+
+try:
+    from app.common import _jsonrecords
+except ImportError:  # pragma: no cover - no C compiler where the tests run
+    _jsonrecords = None  # type: ignore[assignment]
+
+
+@pytest.fixture(params=["native", "python"], autouse=True)
+def plain_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Every test here runs on both paths of the plain loop: the broker's C helper
+    (app/common/_jsonrecords.c) and the Python loop used where it is not built."""
+    if request.param == "native":
+        if _jsonrecords is None:
+            pytest.skip("app.common._jsonrecords is not built")
+        assert records_module.plain_records is not None
+    else:
+        monkeypatch.setattr(records_module, "plain_records", None)
+    yield request.param
 
 
 def _expected(records: list[dict], partitions: int, sticky: int) -> tuple[dict, list]:
@@ -82,3 +105,60 @@ def test_extend_refuses_a_built_batch_and_stops_when_full() -> None:
     builder.build()
     with pytest.raises(Exception, match="already built"):
         builder.extend([(None, b"x")], NOW)
+
+
+@pytest.mark.parametrize("partitions", [1, 3, 4, 7])
+def test_unkeyed_mixed_and_long_records_on_several_partition_counts(partitions: int) -> None:
+    """Varint lengths past one byte (values of 200 and 20,000 bytes, offset deltas past
+    63), null keys beside keys (one sticky partition for them), unicode and nesting."""
+    records = [{"key": f"k{i % 9}", "value": "x" * (i * 97 % 300)} for i in range(150)]
+    records += [
+        {"value": {"nested": [1, {"deep": "é"}], "n": None}},
+        {"key": "big", "value": "y" * 20_000},
+    ]
+    records += [{"key": None, "value": i} for i in range(5)]
+    req = parse_produce_body(_body(records))
+    fast = _plain_json_batches(req, partitions, lambda: partitions - 1, NOW)
+    assert fast is not None
+    builders, placed = fast
+    expected, expected_placed = _expected(records, partitions, partitions - 1)
+    assert {p: b.build() for p, b in builders.items()} == expected
+    assert placed == expected_placed
+
+
+def test_a_value_orjson_cannot_encode_goes_to_the_general_loop() -> None:
+    """Nesting past orjson's encode depth: the general loop names the field."""
+    deep: object = 1
+    for _ in range(300):
+        deep = [deep]
+    req = parse_produce_body(orjson.dumps({"records": [{"key": "a", "value": 1}]}))
+    req = req._replace(records=[("a", 1, None, None, None), ("b", deep, None, None, None)])
+    assert _plain_json_batches(req, 4, lambda: 0, NOW) is None
+    with pytest.raises(Exception, match=r"body\.records\.1\.value"):
+        build_batches(req, 4, None, lambda: 0, NOW)
+
+
+@given(st.binary(max_size=64))
+def test_native_murmur2_is_kafkas(data: bytes) -> None:
+    if _jsonrecords is None:
+        pytest.skip("app.common._jsonrecords is not built")
+    assert _jsonrecords.murmur2(data) == murmur2(data)
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 3), st.integers(0, 2**31), st.integers(-(2**63), 2**63 - 1)),
+        max_size=20,
+    ),
+    st.lists(st.integers(0, 2**62), min_size=4, max_size=4),
+)
+def test_native_offsets_answer_is_orjsons(placed: list, firsts: list) -> None:
+    """The produce answer's offsets rendered in C: orjson's bytes for the same dicts."""
+    if _jsonrecords is None:
+        pytest.skip("app.common._jsonrecords is not built")
+    first = dict(enumerate(firsts))
+    expected = orjson.dumps(
+        [{"partition": p, "offset": first[p] + j, "timestamp": ts} for p, j, ts in placed]
+    )
+    assert _jsonrecords.offsets_json(placed, first) == expected
+    assert orjson.dumps({"offsets": orjson.Fragment(expected)}) == b'{"offsets":' + expected + b"}"

@@ -193,3 +193,28 @@ def test_typed_fast_path_agrees_with_model(obj: Any) -> None:
             assert ref is None
     if fast is not None:
         assert fast == parsed
+
+
+@given(body)
+def test_the_native_plain_check_agrees_with_the_python_one(obj: Any) -> None:
+    """app/common/_jsonrecords.c's plain_tuples, used by _fast where it is built: the same
+    ParsedProduce as the Python check for any body, plain records or not."""
+    from app.api import produce_body
+
+    native = produce_body.plain_tuples
+    if native is None:
+        pytest.skip("app.common._jsonrecords is not built")
+    parsed = orjson.loads(orjson.dumps(obj))
+    with_native = _fast(parsed)
+    produce_body.plain_tuples = None
+    try:
+        without = _fast(parsed)
+    finally:
+        produce_body.plain_tuples = native
+    assert with_native == without
+    if type(parsed) is dict and type(parsed.get("records")) is list and parsed["records"]:
+        plain = native(parsed["records"])
+        if plain is not None:
+            assert plain == [
+                (r.get("key"), r.get("value"), None, None, None) for r in parsed["records"]
+            ]
