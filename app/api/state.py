@@ -11,8 +11,8 @@ from prometheus_client import CollectorRegistry
 from app.api.group_commit import GroupCommit
 from app.api.longpoll import FetchWaiters
 from app.api.memory import BudgetCollector, MemoryBudget, default_budget_bytes
-from app.api.schema_validation import SchemaValidation
 from app.api.rendered import RenderedBatches
+from app.api.schema_validation import SchemaValidation
 from app.common.errors import BrokerNotAvailable
 from app.common.partitioner import StickyPartitioner
 from app.config import Settings
