@@ -1166,11 +1166,41 @@ fb_init(FutureBase *self, PyObject *args, PyObject *kwds)
     return 0;
 }
 
+/*
+ * Freed futures of the one future type FastSend makes (DeliveryFuture), kept for its next
+ * sends: a future is made per record and mostly dropped at once, and malloc, zeroing and
+ * GC bookkeeping were a sixth of a keyed send.  Under the GIL; a kept one is untracked
+ * (subtype_dealloc untracked it), holds no reference, and its type's reference was dropped
+ * by subtype_dealloc after this dealloc (fs_send takes one again when it reuses it).
+ */
+#define FUTURE_FREELIST 256
+static PyObject *future_free[FUTURE_FREELIST];
+static int future_nfree;
+static PyTypeObject *future_free_type; /* the type whose freed futures are kept (strong) */
+
 static void
 fb_dealloc(FutureBase *self)
 {
     Py_CLEAR(self->batch);
+    if (Py_TYPE(self) == future_free_type && future_nfree < FUTURE_FREELIST) {
+        future_free[future_nfree++] = (PyObject *)self;
+        return;
+    }
     Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* A new future of ``type`` (a FutureBase subclass without dict): reused where one is kept. */
+static FutureBase *
+fb_alloc(PyTypeObject *type)
+{
+    if (type == future_free_type && future_nfree > 0) {
+        PyObject *obj = future_free[--future_nfree];
+        Py_INCREF(type); /* an instance of a heap type owns a reference to it */
+        _Py_NewReference(obj);
+        PyObject_GC_Track(obj);
+        return (FutureBase *)obj;
+    }
+    return (FutureBase *)type->tp_alloc(type, 0);
 }
 
 static PyMemberDef fb_members[] = {
@@ -1266,6 +1296,12 @@ fs_init(FastSend *self, PyObject *args, PyObject *kwds)
     fs_forget_hot(self);
     Py_XSETREF(self->tp_make, Py_NewRef(tp_make));
     Py_XSETREF(self->future_type, (PyTypeObject *)Py_NewRef(future_type));
+    /* Only a GC heap type whose dealloc is subtype_dealloc ending in fb_dealloc, as a
+     * Python subclass with __slots__ = () is (checked above: no dict, FutureBase's size). */
+    if (future_free_type == NULL && PyType_HasFeature((PyTypeObject *)future_type, Py_TPFLAGS_HEAPTYPE) &&
+        PyType_IS_GC((PyTypeObject *)future_type) &&
+        ((PyTypeObject *)future_type)->tp_weaklistoffset == 0)
+        future_free_type = (PyTypeObject *)Py_NewRef(future_type);
     Py_XSETREF(self->slow, Py_NewRef(slow));
     /* The batch's record buffer is the "builder" slot of ProducerBatch: its offset comes
      * from the member descriptor, as Python's own attribute lookup would find it. */
@@ -1584,7 +1620,7 @@ fs_send(FastSend *self, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwna
         Py_DECREF(batch);
         return NULL;
     }
-    FutureBase *fut = (FutureBase *)self->future_type->tp_alloc(self->future_type, 0);
+    FutureBase *fut = fb_alloc(self->future_type);
     if (fut == NULL) {
         Py_DECREF(batch);
         return NULL;

@@ -334,6 +334,47 @@ def test_fast_send_keyed_topics_change_and_partition_counts_grow() -> None:
 
 
 @native
+def test_reused_futures_keep_their_own_fields_and_the_type_count_balances() -> None:
+    """The compiled send keeps freed futures for its next sends: one still held is never
+    handed out again, and the future type's reference count comes back where it was."""
+    import gc
+    import sys
+
+    from app.client.producer.batch import ProducerBatch
+    from app.common.batch import Compression
+
+    tp = TopicPartition("t", 0)
+    batch = ProducerBatch(tp, Compression.NONE, 1 << 20)
+    batch.append(1.0, None, b"first")
+    fs = _speedups.FastSend(
+        _speedups.Lock(),
+        {"t": batch},
+        {tp: batch},
+        {"t": 1},
+        lambda t, p: tp,
+        DeliveryFuture,
+        None,
+        ProducerBatch,
+    )
+    for _ in range(600):  # fills the free list
+        fs.send("t", b"v", timestamp=1)
+    gc.collect()
+    type_refs = sys.getrefcount(DeliveryFuture)
+    kept = []
+    for i in range(2000):
+        fut = fs.send("t", b"v", timestamp=i)
+        if i % 3 == 0:
+            kept.append((i, fut))
+    assert len({id(f) for _, f in kept}) == len(kept)
+    assert all(f._batch is batch and f._timestamp == i for i, f in kept)
+    assert [f._index for _, f in kept] == sorted(f._index for _, f in kept)
+    assert all(gc.is_tracked(f) and sys.getrefcount(f) == 3 for _, f in kept[:5])
+    del kept, fut
+    gc.collect()
+    assert sys.getrefcount(DeliveryFuture) == type_refs
+
+
+@native
 def test_batches_built_into_one_body_are_their_own_builds_joined() -> None:
     """ProducerBatch.build_all: the compiled one-copy body equals the batches built one by
     one and joined (the pure-Python way), and each batch's build() is its slice of it."""
