@@ -18,10 +18,15 @@
  *                           murmur2(key) % partitions), appends to the partition's open
  *                           batch and returns the DeliveryFuture.  Anything else (no open
  *                           batch, a full batch, unknown topic, other arguments) is handed
- *                           to the Python send unchanged, which does the rest.
+ *                           to the Python send unchanged, which does the rest.  A keyed
+ *                           send finds its batch with the TopicPartition's hash kept for
+ *                           the last keyed topic, and reuses freed futures (a free list).
+ *   build_plain_many        several uncompressed batches built into one request body in
+ *                           one copy; big batches' CRC and copy run without the GIL.
  *
- * Concurrency: every function runs with the GIL held and never releases it except inside
- * the lock's acquire(); FastSend appends only while holding the accumulator's lock, as the
+ * Concurrency: every function runs with the GIL held and releases it only inside the
+ * lock's acquire() and for a sealed batch's CRC and copy (build_plain, build_plain_many: the
+ * buffer is marked built first, so nothing can append to it meanwhile); FastSend appends only while holding the accumulator's lock, as the
  * Python paths do.  A RecordBuffer is appended to under that lock and answered on the
  * sender's thread after the batch left the open set, so the two never overlap.
  */
