@@ -1044,36 +1044,32 @@ py_build_plain_many(PyObject *module, PyObject *arg)
     /* The list may change once the GIL is released: keep the buffers' pointers here. */
     char **bufs = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(char *));
     Py_ssize_t *sizes = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(Py_ssize_t));
-    if (bufs == NULL || sizes == NULL) {
+    PyObject **items = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(PyObject *));
+    if (bufs == NULL || sizes == NULL || items == NULL) {
         PyMem_Free(bufs);
         PyMem_Free(sizes);
+        PyMem_Free(items);
         Py_DECREF(out);
         return PyErr_NoMemory();
     }
     for (Py_ssize_t i = 0; i < n; i++) {
+        /* Every buffer allocated before any is marked built: a failure leaves none built. */
         RecordBuffer *rb = (RecordBuffer *)PyList_GET_ITEM(arg, i);
         if (rb->buf == NULL && rb_reserve(rb, 0) < 0) {
             PyMem_Free(bufs);
             PyMem_Free(sizes);
+            PyMem_Free(items);
             Py_DECREF(out);
             return NULL;
         }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        RecordBuffer *rb = (RecordBuffer *)PyList_GET_ITEM(arg, i);
         sizes[i] = rb_put_header(rb);
         bufs[i] = rb->buf;
         rb->built = 1;
-        Py_INCREF(rb); /* alive while their bytes are read without the GIL */
+        items[i] = Py_NewRef(rb); /* alive while their bytes are read without the GIL */
     }
-    PyObject **items = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(PyObject *));
-    if (items == NULL) {
-        for (Py_ssize_t i = 0; i < n; i++)
-            Py_DECREF(PyList_GET_ITEM(arg, i));
-        PyMem_Free(bufs);
-        PyMem_Free(sizes);
-        Py_DECREF(out);
-        return PyErr_NoMemory();
-    }
-    for (Py_ssize_t i = 0; i < n; i++)
-        items[i] = PyList_GET_ITEM(arg, i);
     char *dst = PyBytes_AS_STRING(out);
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
