@@ -14,6 +14,9 @@ tests check them against each other and against aiokafka's builder):
 * ``FastSend`` (compiled only, else None): ``Producer.send``'s common case in
   one C call (see ``_native.c``); everything it does not take goes to the
   Python ``send``.
+* ``build_plain_many(buffers)``: several uncompressed batches built into one
+  request body in one copy, the CRC and copy without the GIL (compiled; the
+  pure-Python one returns None and the caller joins each batch's ``build()``);
 * :func:`murmur2`: Kafka's hash, compiled or
   :func:`app.common.partitioner.murmur2`;
 * :class:`LatencyRecorder`: the delivery callback of ``logbus perf produce``
@@ -276,8 +279,15 @@ class PyLatencyRecorder:
         return self._values.tobytes()
 
 
+def py_build_plain_many(buffers: list[Any]) -> bytes | None:
+    """The pure-Python form of the compiled ``build_plain_many``: None, so the caller joins
+    the batches' own ``build()``."""
+    return None
+
+
 NativeRecordBuffer: type | None = None
 FastSend: Any = None
+build_plain_many: Callable[[list[Any]], bytes | None] = py_build_plain_many
 murmur2: Callable[[bytes], int] = py_murmur2
 FutureBase: type
 Lock: Callable[[], Any] = threading.Lock
@@ -320,6 +330,7 @@ if _native is not None:
 
     NativeRecordBuffer = _NativeRecordBuffer
     FastSend = _native.FastSend
+    build_plain_many = _native.build_plain_many
     murmur2 = _native.murmur2
     FutureBase = _native.FutureBase
     Lock = _native.Lock

@@ -275,7 +275,7 @@ class Sender:
     async def _attempts(
         self, tp: TopicPartition, batches: list[ProducerBatch], held: list[bool]
     ) -> None:
-        body = batches[0].build() if len(batches) == 1 else b"".join(b.build() for b in batches)
+        body = ProducerBatch.build_all(batches)
         path = f"{_http.topic_path(tp.topic)}/partitions/{tp.partition}/batches"
         headers = {"content-type": "application/octet-stream"}
         deadline = batches[0].created + self.cfg.delivery_timeout_ms / 1000

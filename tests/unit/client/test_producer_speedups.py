@@ -285,6 +285,136 @@ def test_fast_send_takes_only_its_case_and_hands_the_rest_over(by_slot: bool) ->
         assert values[0] is None and len(values) == 1 + key_counts[p] + (p == 3)
 
 
+@native
+def test_fast_send_keyed_topics_change_and_partition_counts_grow() -> None:
+    """The keyed path's cached TopicPartitions (and hashes) follow the topic and its
+    partition count: another topic, an equal topic string that is another object, a topic
+    grown to more partitions, and forget() all find the right open batch."""
+    from app.client.producer.batch import ProducerBatch
+    from app.common.batch import Compression
+
+    counts = {"alpha": 2, "beta": 3}
+    made: dict[tuple[str, int], TopicPartition] = {}
+
+    def tp(topic: str, p: int) -> TopicPartition:
+        return made.setdefault((topic, p), TopicPartition(topic, p))
+
+    open_: dict[TopicPartition, ProducerBatch] = {}
+
+    def opened(topic: str, n: int) -> None:
+        for p in range(n):
+            if tp(topic, p) not in open_:
+                batch = open_[tp(topic, p)] = ProducerBatch(tp(topic, p), Compression.NONE, 1 << 20)
+                batch.append(1.0, None, b"first")
+
+    opened("alpha", 2)
+    opened("beta", 3)
+    fs = _speedups.FastSend(
+        _speedups.Lock(), {}, open_, counts, tp, DeliveryFuture, None, ProducerBatch
+    )
+
+    def where(topic: str, key: bytes) -> TopicPartition:
+        fut = fs.send(topic, b"v", key=key)
+        assert isinstance(fut, DeliveryFuture)
+        return fut._batch.tp  # type: ignore[no-any-return]
+
+    keys = [b"k%d" % i for i in range(40)]
+    beta = "".join(["be", "ta"])  # equal to "beta", another object
+    assert beta == "beta" and beta is not "beta"  # noqa: F632
+    for topic in ("alpha", "beta", "alpha", beta, "alpha"):
+        for key in keys:
+            assert where(topic, key) == TopicPartition(topic, partition_for_key(key, counts[topic]))
+    counts["alpha"] = 5  # the topic grew: the partition follows the new count
+    opened("alpha", 5)
+    for key in keys:
+        assert where("alpha", key) == TopicPartition("alpha", partition_for_key(key, 5))
+    fs.forget("alpha")
+    for key in keys:
+        assert where("alpha", key) == TopicPartition("alpha", partition_for_key(key, 5))
+
+
+@native
+def test_reused_futures_keep_their_own_fields_and_the_type_count_balances() -> None:
+    """The compiled send keeps freed futures for its next sends: one still held is never
+    handed out again, and the future type's reference count comes back where it was."""
+    import gc
+    import sys
+
+    from app.client.producer.batch import ProducerBatch
+    from app.common.batch import Compression
+
+    tp = TopicPartition("t", 0)
+    batch = ProducerBatch(tp, Compression.NONE, 1 << 20)
+    batch.append(1.0, None, b"first")
+    fs = _speedups.FastSend(
+        _speedups.Lock(),
+        {"t": batch},
+        {tp: batch},
+        {"t": 1},
+        lambda t, p: tp,
+        DeliveryFuture,
+        None,
+        ProducerBatch,
+    )
+    for _ in range(600):  # fills the free list
+        fs.send("t", b"v", timestamp=1)
+    gc.collect()
+    type_refs = sys.getrefcount(DeliveryFuture)
+    kept = []
+    for i in range(2000):
+        fut = fs.send("t", b"v", timestamp=i)
+        if i % 3 == 0:
+            kept.append((i, fut))
+    assert len({id(f) for _, f in kept}) == len(kept)
+    assert all(f._batch is batch and f._timestamp == i for i, f in kept)
+    assert [f._index for _, f in kept] == sorted(f._index for _, f in kept)
+    assert all(gc.is_tracked(f) and sys.getrefcount(f) == 3 for _, f in kept[:5])
+    del kept, fut
+    gc.collect()
+    assert sys.getrefcount(DeliveryFuture) == type_refs
+
+
+@native
+def test_batches_built_into_one_body_are_their_own_builds_joined() -> None:
+    """ProducerBatch.build_all: the compiled one-copy body equals the batches built one by
+    one and joined (the pure-Python way), and each batch's build() is its slice of it."""
+    from app.client.producer.batch import ProducerBatch
+    from app.common.batch import Compression
+
+    def batches(compression: Compression) -> list[ProducerBatch]:
+        out = []
+        for p, n in enumerate((1, 300, 2000)):  # ~200 KiB: the CRC runs without the GIL
+            batch = ProducerBatch(TopicPartition("t", p), compression, 1 << 20)
+            for i in range(n):
+                batch.append(1000.0 + i, b"k%d" % i, b"v" * (i % 150))
+            batch.builder.set_producer_state(7, 1, 10 * p)
+            out.append(batch)
+        return out
+
+    plain = batches(Compression.NONE)
+    body = ProducerBatch.build_all(plain)
+    assert body == b"".join(b.build() for b in batches(Compression.NONE))
+    assert [bytes(b.build()) for b in plain] == [b.build() for b in batches(Compression.NONE)]
+    assert [h.base_sequence for _, h in validate_batches(body, 1 << 30)] == [0, 10, 20]
+    # Compressed batches are built one by one, as before.
+    gz = batches(Compression.GZIP)
+    assert len(validate_batches(ProducerBatch.build_all(gz), 1 << 30)) == 3
+    # One batch: its own build.
+    (single,) = batches(Compression.NONE)[:1]
+    assert ProducerBatch.build_all([single]) == single.build()
+    # A buffer built already, or given twice, is refused and nothing is built.
+    fresh = batches(Compression.NONE)
+    fresh[0].build()
+    with pytest.raises(RuntimeError):
+        _speedups.build_plain_many([b.builder for b in fresh])
+    with pytest.raises(ValueError):
+        _speedups.build_plain_many([fresh[1].builder, fresh[1].builder])
+    assert fresh[1].build() == batches(Compression.NONE)[1].build()
+    assert _speedups.py_build_plain_many([fresh[2].builder]) is None
+    # Pure-Python buffers (the pure path's) are left to the caller to build one by one.
+    assert _speedups.build_plain_many([_speedups.PyRecordBuffer(100, 0)]) is None
+
+
 @pytest.mark.parametrize(
     "make", [pytest.param("native", marks=native), "python"], ids=["compiled", "pure"]
 )
