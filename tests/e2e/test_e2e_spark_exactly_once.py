@@ -9,6 +9,7 @@ left in the log.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -146,6 +147,9 @@ def test_a_task_failing_mid_write_is_retried_and_its_attempt_never_read(
     def fail_once(value: bytes) -> bytes:
         context = TaskContext.get()
         if value == b"src-0-120" and context is not None and context.attemptNumber() == 0:
+            # The sink's producer sends what it got after its linger: give it time, so the
+            # attempt has written rows when it fails (on a loaded machine it had not yet).
+            time.sleep(3)
             raise RuntimeError("injected failure of the first attempt")
         return value + pad
 
