@@ -1,4 +1,5 @@
-"""SASL on the Kafka door: a SASL_PLAINTEXT listener beside HTTP Basic, one users file.
+"""SASL and TLS on the Kafka door: a SASL_PLAINTEXT listener beside HTTP Basic, one
+users file; a SASL_SSL one with a test CA's certificate.
 
 librdkafka (confluent-kafka) with PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512, aiokafka with
 PLAIN; a wrong password answered SASL_AUTHENTICATION_FAILED and the connection closed;
@@ -250,3 +251,48 @@ def test_users_carry_scram_credentials_never_the_password(tmp_path: Path) -> Non
     entry = users.entries()["bob"]
     assert set(entry.scram) == {"SCRAM-SHA-256", "SCRAM-SHA-512"}
     assert all(c.iterations >= 4096 for c in entry.scram.values())
+
+
+@pytest.fixture(scope="module")
+def sasl_ssl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    import trustme
+
+    tmp = tmp_path_factory.mktemp("kafka-sasl-ssl")
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1", "localhost")
+    ca.cert_pem.write_to_path(str(tmp / "ca.pem"))
+    with (tmp / "cert.pem").open("wb") as f:
+        for pem in cert.cert_chain_pems:
+            f.write(pem.bytes())
+    cert.private_key_pem.write_to_path(str(tmp / "key.pem"))
+    UsersFile(tmp / "users.json").add("alice", PASSWORD, n=2**14)
+    broker = start_broker(
+        tmp,
+        ("LOGBUS_USERS_FILE", str(tmp / "users.json")),
+        ("LOGBUS_AUTHENTICATION", "basic"),
+        ("LOGBUS_KAFKA_SECURITY_PROTOCOL", "SASL_SSL"),
+        ("LOGBUS_SSL_CERTFILE", str(tmp / "cert.pem")),
+        ("LOGBUS_SSL_KEYFILE", str(tmp / "key.pem")),
+        tls_ca=tmp / "ca.pem",
+    )
+    yield broker
+    stop_broker(broker)
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-512"])
+def test_librdkafka_over_sasl_ssl(sasl_ssl_broker: KafkaBroker, mechanism: str) -> None:
+    # The fetch's records leave by read+write through TLS (sendfile cannot encrypt).
+    assert sasl_ssl_broker.tls_ca is not None
+    conf = {
+        **sasl_conf(sasl_ssl_broker, mechanism),
+        "security.protocol": "SASL_SSL",
+        "ssl.ca.location": str(sasl_ssl_broker.tls_ca),
+    }
+    topic = _topic("tls")
+    assert produce_and_consume(conf, topic, 300) == [f"v{i}".encode() for i in range(300)]
+
+
+def test_plaintext_to_a_tls_listener_gets_nothing(sasl_ssl_broker: KafkaBroker) -> None:
+    wire = Wire(sasl_ssl_broker)
+    wire.sock.sendall(struct.pack(">i", 10) + b"\0" * 10)
+    assert wire.closed()
