@@ -581,11 +581,6 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"kafka_security_protocol {protocol} needs ssl_certfile and ssl_keyfile"
             )
-        if self.authorizer != "none":
-            raise ValueError(
-                "kafka_listener cannot serve a broker with an authorizer yet: the Kafka door "
-                "does not check ACLs. Unset kafka_listener (LOGBUS_KAFKA_LISTENER)."
-            )
         authenticates = protocol.startswith("SASL_") or (
             protocol == "SSL" and self.ssl_client_auth == "required"
         )
