@@ -52,6 +52,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from app.common.errors import (
+    AuthorizationFailed,
+    ClusterAuthorizationFailed,
+    GroupAuthorizationFailed,
+    TopicAuthorizationFailed,
+    TransactionalIdAuthorizationFailed,
+)
+from app.core.security import audit
 from app.core.security.acl import CLUSTER, Action, Operation, Resource, ResourceType
 
 if TYPE_CHECKING:
@@ -96,9 +104,21 @@ def check(ctx: Context, op: Operation, resource_type: ResourceType | None, name:
     """Raise the error tree's AuthorizationFailed (audited) unless :func:`permitted`."""
     if permitted(ctx, op, resource_type, name):
         return
-    from app.api.security import denial
-
-    raise denial(ctx.session.principal, ctx.session.host, _action(op, resource_type, name))
+    principal, host = ctx.session.principal, ctx.session.host
+    kind = "cluster" if resource_type is None else resource_type.value
+    audit.denied(principal, host, op.value, f"{kind.upper()}:{name or CLUSTER.name}")
+    error: type[AuthorizationFailed] = {
+        TOPIC: TopicAuthorizationFailed,
+        GROUP: GroupAuthorizationFailed,
+        TXN_ID: TransactionalIdAuthorizationFailed,
+    }.get(resource_type, ClusterAuthorizationFailed)  # type: ignore[arg-type]
+    what = kind.lower().replace("_", " ")
+    raise error(
+        f"{principal} may not {op.value} {what} {name or CLUSTER.name!r}",
+        resource_type=kind.upper(),
+        resource_name=name or CLUSTER.name,
+        operation=op.value,
+    )
 
 
 def permitted_any_topic(ctx: Context, op: Operation) -> bool:

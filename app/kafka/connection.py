@@ -132,7 +132,7 @@ class KafkaConnection(asyncio.Protocol):
             if der and not security.sasl:
                 # Kafka's SSL principal (ssl.principal.mapping.rules=DEFAULT): the
                 # verified client certificate's subject DN, as HTTP names it.
-                from app.api.peer import subject_name
+                from app.kafka.security import subject_name
 
                 session.principal = f"User:{subject_name(der)}"
         if not self._on_open(self):

@@ -27,16 +27,30 @@ import asyncio
 import logging
 import ssl
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from app.core.security.authn import BasicAuthenticator, Identity
 from app.core.security.sasl import PLAIN, ScramExchange
 from app.core.security.users import USERS_FILE
 
 if TYPE_CHECKING:
-    from app.api.security import Security
     from app.config import Settings
-    from app.core.security.acl import Action
+    from app.core.security.acl import Action, Authorizer
+
+
+class Security(Protocol):
+    """What the door uses of HTTP's ``app.api.security.Security`` (that module is the web
+    stack's: the door sees it through this protocol)."""
+
+    basic: BasicAuthenticator | None
+    authorizer: Authorizer | None
+
+    def allowed(self, identity: Identity, host: str, action: Action) -> bool: ...
+
+    async def _verify_once(
+        self, basic: BasicAuthenticator, name: str, password: str
+    ) -> Identity: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -138,4 +152,12 @@ def build(settings: Settings, guard: Security | None) -> KafkaSecurity | None:
     )
 
 
-__all__ = ["PLAIN", "KafkaSecurity", "build", "server_context"]
+def subject_name(der: bytes) -> str:
+    """The RFC 4514 subject DN of a DER certificate (``CN=alice,O=Example``), as HTTP's
+    ``app/api/peer.py`` names a client certificate (Kafka's DEFAULT principal mapping)."""
+    from cryptography import x509
+
+    return x509.load_der_x509_certificate(der).subject.rfc4514_string()
+
+
+__all__ = ["PLAIN", "KafkaSecurity", "Security", "build", "server_context", "subject_name"]
