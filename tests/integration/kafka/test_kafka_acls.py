@@ -101,3 +101,67 @@ def test_metadata_leaves_out_topics_the_user_may_not_describe(acl_broker: KafkaB
     named = AdminClient(kafka_conf(acl_broker, "reader")).list_topics(secret, timeout=10)
     error = named.topics[secret].error
     assert error is not None and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+@pytest.fixture(scope="module")
+def mtls_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """An SSL Kafka listener that asks for client certificates; ``admin``'s certificate
+    subject is a super user, ``other``'s is granted nothing."""
+    import trustme
+    from cryptography import x509
+
+    tmp = tmp_path_factory.mktemp("kafka-mtls")
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(tmp / "ca.pem"))
+    server = ca.issue_cert("127.0.0.1")
+    server.cert_chain_pems[0].write_to_path(str(tmp / "server.pem"))
+    server.private_key_pem.write_to_path(str(tmp / "server.key"))
+    subjects = {}
+    for name in ("admin", "other"):
+        leaf = ca.issue_cert(common_name=f"{name}-client")
+        leaf.cert_chain_pems[0].write_to_path(str(tmp / f"{name}.pem"))
+        leaf.private_key_pem.write_to_path(str(tmp / f"{name}.key"))
+        cert = x509.load_pem_x509_certificate(leaf.cert_chain_pems[0].bytes())
+        subjects[name] = f"User:{cert.subject.rfc4514_string()}"
+    broker = start_broker(
+        tmp,
+        ("LOGBUS_AUTHORIZER", "acl"),
+        ("LOGBUS_SUPER_USERS", subjects["admin"]),
+        ("LOGBUS_KAFKA_SECURITY_PROTOCOL", "SSL"),
+        ("LOGBUS_SSL_CERTFILE", str(tmp / "server.pem")),
+        ("LOGBUS_SSL_KEYFILE", str(tmp / "server.key")),
+        ("LOGBUS_SSL_CA_FILE", str(tmp / "ca.pem")),
+        ("LOGBUS_SSL_CLIENT_AUTH", "requested"),
+        tls_ca=tmp / "ca.pem",
+    )
+    yield {"broker": broker, "dir": tmp, "subjects": subjects}
+    stop_broker(broker)
+
+
+def test_a_client_certificate_subject_is_the_principal(mtls_broker: dict[str, Any]) -> None:
+    from confluent_kafka.admin import NewTopic
+
+    broker: KafkaBroker = mtls_broker["broker"]
+    tmp = mtls_broker["dir"]
+
+    def conf(name: str) -> dict[str, Any]:
+        return {
+            "bootstrap.servers": broker.bootstrap,
+            "security.protocol": "SSL",
+            "ssl.ca.location": str(tmp / "ca.pem"),
+            "ssl.certificate.location": str(tmp / f"{name}.pem"),
+            "ssl.key.location": str(tmp / f"{name}.key"),
+        }
+
+    topic = f"mtls-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient(conf("admin"))  # kept: a collected client cancels its futures
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    outcome: list[KafkaError | None] = []
+    for name in ("admin", "other"):
+        producer = Producer({**conf(name), "message.send.max.retries": 0})
+        producer.produce(topic, b"x", on_delivery=lambda err, _msg: outcome.append(err))
+        producer.flush(30)
+    assert outcome[0] is None
+    refused = outcome[1]
+    assert refused is not None and refused.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert f"DENIED principal={mtls_broker['subjects']['other']}" in broker.log()
