@@ -517,6 +517,15 @@ class Settings(BaseSettings):
         "more wait.",
     )
 
+    kafka_failed_authentication_delay_ms: int = Field(
+        default=100,
+        ge=0,
+        le=60_000,
+        description="Kafka's connection.failed.authentication.delay.ms: a failed SASL "
+        "authentication is answered (and its connection closed) this much later, which "
+        "slows password guessing.",
+    )
+
     @field_validator("kafka_sasl_mechanisms")
     @classmethod
     def _check_kafka_sasl_mechanisms(cls, value: str) -> str:

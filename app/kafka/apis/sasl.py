@@ -6,12 +6,15 @@ tokens (:func:`raw_token`, called by the connection for those frames). PLAIN tak
 token; SCRAM two. A failure answers SASL_AUTHENTICATION_FAILED (with the reason in v1+)
 and the connection closes after the answer, as Kafka does; a handshake on a non-SASL
 listener or after authentication answers ILLEGAL_SASL_STATE, an unknown mechanism
-UNSUPPORTED_SASL_MECHANISM with the enabled ones. Each outcome is one log line and,
+UNSUPPORTED_SASL_MECHANISM with the enabled ones. A failure is answered
+``kafka_failed_authentication_delay_ms`` late (Kafka's
+``connection.failed.authentication.delay.ms``). Each outcome is one log line and,
 for failures, one audit line (:mod:`app.core.security.audit`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -75,6 +78,8 @@ async def step(ctx: Context, token: bytes) -> bytes:
         session.exchange = None
         audit.authentication_failed(mechanism or "none", session.host, exc.message)
         log.info("kafka SASL %s from %s failed: %s", mechanism, session.host, exc.message)
+        # Kafka's connection.failed.authentication.delay.ms: slows password guessing.
+        await asyncio.sleep(ctx.state.settings.kafka_failed_authentication_delay_ms / 1000)
         raise
 
 
