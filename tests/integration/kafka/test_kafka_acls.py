@@ -165,3 +165,46 @@ def test_a_client_certificate_subject_is_the_principal(mtls_broker: dict[str, An
     refused = outcome[1]
     assert refused is not None and refused.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
     assert f"DENIED principal={mtls_broker['subjects']['other']}" in broker.log()
+
+
+def test_a_group_needs_read_on_the_group(acl_broker: KafkaBroker) -> None:
+    from confluent_kafka import Consumer
+
+    topic, group = f"grp-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    with admin_http(acl_broker) as http:
+        assert http.post("/topics", json={"name": topic, "partitions": 1}).status_code == 201
+    assert produce_one(acl_broker, "admin", topic) is None
+    grant(acl_broker, topic, "READ")
+
+    def consume() -> KafkaError | bytes:
+        consumer = Consumer(
+            {
+                **kafka_conf(acl_broker, "reader"),
+                "group.id": group,
+                "auto.offset.reset": "earliest",
+            }
+        )
+        consumer.subscribe([topic])
+        try:
+            for _ in range(60):
+                msg = consumer.poll(0.5)
+                if msg is None:
+                    continue
+                error = msg.error()
+                return error if error is not None else bytes(msg.value())
+            raise AssertionError("neither a record nor an error")
+        finally:
+            consumer.close()
+
+    refused = consume()
+    assert isinstance(refused, KafkaError)
+    assert refused.code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+    with admin_http(acl_broker) as http:
+        acl = {
+            "resource_type": "GROUP",
+            "resource_name": group,
+            "principal": "User:reader",
+            "operation": "READ",
+        }
+        assert http.post("/acls", json={"acls": [acl]}).status_code == 201
+    assert consume() == b"x"
