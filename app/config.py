@@ -497,6 +497,48 @@ class Settings(BaseSettings):
         "long is closed.",
     )
 
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        default="PLAINTEXT",
+        description="Kafka's listener security protocol of the Kafka door: PLAINTEXT, SSL "
+        "(TLS with ssl_certfile/ssl_keyfile; a client certificate's subject is the principal), "
+        "SASL_PLAINTEXT or SASL_SSL (SASL required before any other request, against the "
+        "users of `logbus users`).",
+    )
+    kafka_sasl_mechanisms: str = Field(
+        default="PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+        description="Kafka's sasl.enabled.mechanisms of the Kafka door, comma-separated: "
+        "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512.",
+    )
+    kafka_sasl_max_concurrent_checks: int = Field(
+        default=2,
+        ge=1,
+        le=64,
+        description="SASL PLAIN password checks (scrypt, slow by design) run at once, at most; "
+        "more wait.",
+    )
+
+    kafka_failed_authentication_delay_ms: int = Field(
+        default=100,
+        ge=0,
+        le=60_000,
+        description="Kafka's connection.failed.authentication.delay.ms: a failed SASL "
+        "authentication is answered (and its connection closed) this much later, which "
+        "slows password guessing.",
+    )
+
+    @field_validator("kafka_sasl_mechanisms")
+    @classmethod
+    def _check_kafka_sasl_mechanisms(cls, value: str) -> str:
+        names = [m.strip().upper() for m in value.split(",") if m.strip()]
+        known = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+        if not names or any(m not in known for m in names):
+            raise ValueError(f"kafka_sasl_mechanisms: one or more of {', '.join(known)}")
+        return ",".join(dict.fromkeys(names))
+
+    @property
+    def kafka_sasl_mechanism_list(self) -> list[str]:
+        return self.kafka_sasl_mechanisms.split(",")
+
     @field_validator("kafka_advertised_listener")
     @classmethod
     def _check_kafka_advertised(cls, value: str | None) -> str | None:
@@ -529,27 +571,40 @@ class Settings(BaseSettings):
         return (socket.gethostname() if host in WILDCARD_HOSTS else host), port
 
     def check_kafka_listener_exposure(self) -> None:
-        """The Kafka door has no SASL, TLS or ACLs yet (issue 19's later increments): with
-        ``authentication`` or ``authorizer`` set it would let Kafka clients past both, so
-        it is refused then; on a non-loopback address it needs
-        ``allow_unauthenticated_network``, as an open HTTP listener does.
+        """Refuse a Kafka door that would bypass the broker's security.
+
+        A PLAINTEXT listener beside ``authentication`` would let Kafka clients in
+        unauthenticated (use SASL_PLAINTEXT/SASL_SSL, or SSL with
+        ``ssl_client_auth=required``); an SSL listener without a required client
+        certificate likewise. A listener that authenticates nobody on a non-loopback
+        address needs ``allow_unauthenticated_network``, as an open HTTP listener does.
+        SSL and SASL_SSL need ``ssl_certfile`` and ``ssl_keyfile``.
 
         Raises:
             ValueError: saying which and how out.
         """
         if not self.kafka_listener:
             return
-        if self.authentication != "none" or self.authorizer != "none":
+        protocol = self.kafka_security_protocol
+        if protocol in ("SSL", "SASL_SSL") and not self.tls:
             raise ValueError(
-                "kafka_listener cannot serve a broker with authentication or an authorizer: "
-                "the Kafka door has no SASL or ACLs yet and would bypass them. Unset "
-                "kafka_listener (LOGBUS_KAFKA_LISTENER)."
+                f"kafka_security_protocol {protocol} needs ssl_certfile and ssl_keyfile"
+            )
+        authenticates = protocol.startswith("SASL_") or (
+            protocol == "SSL" and self.ssl_client_auth == "required"
+        )
+        if self.authentication != "none" and not authenticates:
+            raise ValueError(
+                f"kafka_security_protocol {protocol} beside authentication={self.authentication} "
+                "would let Kafka clients past it unauthenticated: use SASL_PLAINTEXT or "
+                "SASL_SSL (or SSL with ssl_client_auth=required), or unset kafka_listener."
             )
         host, _ = split_host_port(self.kafka_listener)
-        if not is_loopback(host) and not self.allow_unauthenticated_network:
+        if not authenticates and not is_loopback(host) and not self.allow_unauthenticated_network:
             raise ValueError(
                 f"refusing the Kafka listener on {self.kafka_listener} with no authentication: "
-                "anyone who reaches it can read and write every topic. Bind it to 127.0.0.1 "
+                "anyone who reaches it can read and write every topic. Bind it to 127.0.0.1, "
+                "set kafka_security_protocol=SASL_SSL (or SASL_PLAINTEXT), "
                 "or pass --allow-unauthenticated-network (LOGBUS_ALLOW_UNAUTHENTICATED_NETWORK=1)."
             )
 

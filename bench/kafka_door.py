@@ -37,11 +37,15 @@ VALUE = b"x" * 100
 PARTITIONS = 4
 
 
-def rdkafka_produce(bootstrap: str, topic: str, records: int) -> float:
+def rdkafka_produce(
+    bootstrap: str, topic: str, records: int, extra: dict[str, Any] | None = None
+) -> float:
+    """``extra``: more librdkafka settings (security: bench/kafka_door_tls.py)."""
     from confluent_kafka import Producer
 
     producer = Producer(
         {
+            **(extra or {}),
             "bootstrap.servers": bootstrap,
             "acks": 1,
             "linger.ms": 5,
@@ -68,11 +72,14 @@ def rdkafka_produce(bootstrap: str, topic: str, records: int) -> float:
     return records / elapsed
 
 
-def rdkafka_consume(bootstrap: str, topic: str, records: int) -> float:
+def rdkafka_consume(
+    bootstrap: str, topic: str, records: int, extra: dict[str, Any] | None = None
+) -> float:
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer(
         {
+            **(extra or {}),
             "bootstrap.servers": bootstrap,
             "group.id": "bench-unused",
             "enable.auto.commit": False,

@@ -156,12 +156,14 @@ def create_app(settings: Settings, manager: LogManager | None = None) -> FastAPI
         # The Kafka door (app/kafka): the same state, logs and coordinators as HTTP.
         kafka = None
         if settings.kafka_listener:
+            from app.kafka import security as kafka_security
             from app.kafka.listener import KafkaListener
 
             kafka = KafkaListener(
                 state,
                 lambda: getattr(app.state, "txn_coordinator", None),
                 lambda: getattr(app.state, "coordinator", None),
+                kafka_security.build(settings, guard),
             )
             await kafka.start()
         app.state.kafka_listener = kafka

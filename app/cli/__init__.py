@@ -79,6 +79,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             allow_unauthenticated_network=args.allow_unauthenticated_network,
             kafka_listener=args.kafka_listener,
             kafka_advertised_listener=args.kafka_advertised_listener,
+            kafka_security_protocol=args.kafka_security_protocol,
         )
     except (ValidationError, LogbusError, OSError, ValueError) as exc:
         raise CliError(f"invalid settings: {exc}", code=2) from exc
@@ -471,6 +472,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--kafka-advertised-listener",
         metavar="HOST:PORT",
         help="where Kafka clients are told to connect (LOGBUS_KAFKA_ADVERTISED_LISTENER)",
+    )
+    serve.add_argument(
+        "--kafka-security-protocol",
+        choices=["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"],
+        help="the Kafka listener's security protocol, as Kafka's listeners "
+        "(LOGBUS_KAFKA_SECURITY_PROTOCOL; default PLAINTEXT)",
     )
     serve.add_argument("--config", metavar="FILE", help="settings file (LOGBUS_CONFIG)")
     serve.add_argument(

@@ -18,6 +18,16 @@ transport's buffer has drained (bytes written to the fd directly would overtake 
 ``app/api/zerocopy_protocol.py`` does for HTTP: the dup keeps the number ours while we
 wait for writability (``loop.add_writer`` is refused on a transport's own fd).
 
+Over TLS (``kafka_security_protocol`` SSL or SASL_SSL) sendfile cannot apply (the
+kernel would write the file's bytes unencrypted): file slices are read with ``pread``
+and written through the TLS transport instead (one copy into Python, one by OpenSSL).
+
+Security (:mod:`app.kafka.security`): on a SASL listener, any request other than
+ApiVersions, SaslHandshake and SaslAuthenticate before a successful authentication
+closes the connection with a log line (Kafka's rule); a failed authentication is
+answered SASL_AUTHENTICATION_FAILED, then the connection closes. After a v0
+SaslHandshake the next frames are bare SASL tokens, answered bare.
+
 Bad input (a frame the reader refuses, a request that does not parse, an API or version
 not served other than ApiVersions' fallback) closes the connection with one log line;
 nothing raises out of the protocol. Idle connections (no request for
@@ -37,9 +47,10 @@ from typing import TYPE_CHECKING, Any, cast
 from app.api.memory import Reservation
 from app.common.errors import LogbusError
 from app.kafka.apis import HANDLERS, Context, unsupported_api_versions
+from app.kafka.apis.sasl import step as sasl_step
 from app.kafka.encode import Part, encode_response, error_code
 from app.kafka.frames import FrameError, FrameReader, Request, decode_request
-from app.kafka.versions import API_VERSIONS, NAMES
+from app.kafka.versions import API_VERSIONS, NAMES, SASL_AUTHENTICATE, SASL_HANDSHAKE
 
 if TYPE_CHECKING:
     from app.core.log.fileslice import FileSlice
@@ -51,6 +62,11 @@ log = logging.getLogger(__name__)
 # while the waiting ones hold a whole maximum frame's worth of bytes.
 MAX_QUEUED = 8
 SENDFILE_MAX_CALL_BYTES = 8 * 1024 * 1024
+# What a SASL listener serves before authentication (Kafka's rule); anything else closes.
+BEFORE_AUTHENTICATION = frozenset({API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE})
+# Over TLS records cannot leave by sendfile (the kernel would send them unencrypted):
+# they are read from the segment in pieces this large and written through the transport.
+TLS_READ_BYTES = 1024 * 1024
 _DISCONNECT_ERRNOS = frozenset(
     {errno.EPIPE, errno.ECONNRESET, errno.ECONNABORTED, errno.ENOTCONN, errno.ESHUTDOWN}
 )
@@ -96,6 +112,7 @@ class KafkaConnection(asyncio.Protocol):
         self._memory_wait: Any = None
         self.peer = "?"
         self.ip = ""
+        self._tls = False
 
     # -- asyncio.Protocol -------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -104,6 +121,20 @@ class KafkaConnection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self.ip = str(peer[0]) if peer else ""
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        session = self._ctx.session
+        session.host = self.ip or "*"
+        security = self._ctx.security
+        self._tls = transport.get_extra_info("ssl_object") is not None
+        if security is not None:
+            session.authenticated = not security.sasl
+            ssl_object = transport.get_extra_info("ssl_object")
+            der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+            if der and not security.sasl:
+                # Kafka's SSL principal (ssl.principal.mapping.rules=DEFAULT): the
+                # verified client certificate's subject DN, as HTTP names it.
+                from app.kafka.security import subject_name
+
+                session.principal = f"User:{subject_name(der)}"
         if not self._on_open(self):
             self._transport.close()
             return
@@ -237,10 +268,17 @@ class KafkaConnection(asyncio.Protocol):
 
     async def _handle(self, frame: bytes) -> bool:
         """Answer one frame; False when the connection must close."""
+        session = self._ctx.session
+        if session.raw_tokens:
+            return await self._raw_token(frame)
         try:
             request = decode_request(frame)
         except FrameError as exc:
             self._abort(str(exc))
+            return False
+        if not session.authenticated and request.api_key not in BEFORE_AUTHENTICATION:
+            name = NAMES.get(request.api_key, f"api key {request.api_key}")
+            self._abort(f"{name} before SASL authentication (this listener requires SASL)")
             return False
         handler = HANDLERS.get(request.api_key)
         if request.body is None or handler is None:
@@ -255,6 +293,20 @@ class KafkaConnection(asyncio.Protocol):
         response = await self._answer(request)
         if response is not None:
             await self._send(encode_response(request.correlation_id, response))
+        if session.close_after:
+            self.close()  # a failed authentication: answered, then closed (Kafka's way)
+            return False
+        return True
+
+    async def _raw_token(self, token: bytes) -> bool:
+        """A bare SASL token after a v0 SaslHandshake: answered as a bare, size-prefixed
+        token; a failure closes the connection without an answer (Kafka's v0 way)."""
+        try:
+            answer = await sasl_step(self._ctx, token)
+        except LogbusError:
+            self.close()
+            return False
+        await self._send([len(answer).to_bytes(4, "big") + answer])
         return True
 
     async def _answer(self, request: Request) -> object:
@@ -282,7 +334,8 @@ class KafkaConnection(asyncio.Protocol):
             if isinstance(part, bytes):
                 transport.write(part)
                 continue
-            if not await self._sendfile(part):
+            sent = await (self._send_read(part) if self._tls else self._sendfile(part))
+            if not sent:
                 return
         if transport.get_write_buffer_size():
             # Back-pressure: do not take the next request while the client reads slowly.
@@ -304,6 +357,25 @@ class KafkaConnection(asyncio.Protocol):
         finally:
             if not transport.is_closing():
                 transport.set_write_buffer_limits(high=high, low=low)
+
+    async def _send_read(self, piece: FileSlice) -> bool:
+        """``piece`` through a TLS transport: read from the file and written (sendfile
+        cannot encrypt), in TLS_READ_BYTES pieces, waiting on back-pressure between them;
+        False if the client went away."""
+        position, end = piece.position, piece.position + piece.length
+        while position < end:
+            transport = self._transport
+            if transport is None or transport.is_closing():
+                return False
+            data = os.pread(piece.fd, min(end - position, TLS_READ_BYTES), position)
+            if not data:
+                self._abort(f"segment file ended at {position} before {end}")
+                return False
+            transport.write(data)
+            position += len(data)
+            if position < end and transport.get_write_buffer_size():
+                await self._drained.wait()
+        return True
 
     async def _sendfile(self, piece: FileSlice) -> bool:
         """``piece`` into the socket with ``os.sendfile``; False if the client went away."""

@@ -24,6 +24,7 @@ from app.kafka.connection import KafkaConnection
 
 if TYPE_CHECKING:
     from app.api.state import AppState
+    from app.kafka.security import KafkaSecurity
 
 log = logging.getLogger(__name__)
 
@@ -31,9 +32,16 @@ log = logging.getLogger(__name__)
 class KafkaListener:
     """The server and its connections (event-loop only)."""
 
-    def __init__(self, state: AppState, txn: Callable[[], Any], groups: Callable[[], Any]) -> None:
+    def __init__(
+        self,
+        state: AppState,
+        txn: Callable[[], Any],
+        groups: Callable[[], Any],
+        security: KafkaSecurity | None = None,
+    ) -> None:
         """``txn``, ``groups``: the coordinators as the app holds them now (None while
-        they do not serve)."""
+        they do not serve); ``security``: the door's (:mod:`app.kafka.security`), None
+        for a PLAINTEXT listener without an authorizer."""
         settings = state.settings
         assert settings.kafka_listener is not None
         self.host, self.port = split_host_port(settings.kafka_listener)
@@ -43,10 +51,12 @@ class KafkaListener:
         self._server: asyncio.Server | None = None
         self._connections: set[KafkaConnection] = set()
         self._per_ip: collections.Counter[str] = collections.Counter()
+        self._security = security
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(self._accept, self.host, self.port)
+        context = None if self._security is None else self._security.ssl_context
+        self._server = await loop.create_server(self._accept, self.host, self.port, ssl=context)
         if self.port == 0:  # an ephemeral port (tests): advertise the one bound
             self.port = self._server.sockets[0].getsockname()[1]
         log.info("kafka listener on %s:%d", self.host, self.port)
@@ -63,7 +73,7 @@ class KafkaListener:
 
     def _accept(self) -> KafkaConnection:
         settings = self._state.settings
-        ctx = Context(self._state, self.advertised, self._txn, self._groups)
+        ctx = Context(self._state, self.advertised, self._txn, self._groups, self._security)
         conn = KafkaConnection(
             ctx,
             settings.kafka_socket_request_max_bytes,

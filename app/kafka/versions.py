@@ -52,6 +52,8 @@ DESCRIBE_GROUPS: Final = 15
 LIST_GROUPS: Final = 16
 DELETE_GROUPS: Final = 42
 OFFSET_DELETE: Final = 47
+SASL_HANDSHAKE: Final = 17
+SASL_AUTHENTICATE: Final = 36
 
 # api key -> (min version, max version)
 SUPPORTED: Final[dict[int, tuple[int, int]]] = {
@@ -97,6 +99,11 @@ SUPPORTED: Final[dict[int, tuple[int, int]]] = {
     LIST_GROUPS: (0, 5),
     DELETE_GROUPS: (0, 2),
     OFFSET_DELETE: (0, 0),
+    # v0 handshakes are followed by raw SASL tokens (no SaslAuthenticate), v1 by
+    # SaslAuthenticate; SaslAuthenticate v1 adds session_lifetime (0: no re-authentication,
+    # KIP-368 not served), v2 is flexible.
+    SASL_HANDSHAKE: (0, 1),
+    SASL_AUTHENTICATE: (0, 2),
 }
 
 NAMES: Final[dict[int, str]] = {
@@ -133,4 +140,6 @@ NAMES: Final[dict[int, str]] = {
     LIST_GROUPS: "ListGroups",
     DELETE_GROUPS: "DeleteGroups",
     OFFSET_DELETE: "OffsetDelete",
+    SASL_HANDSHAKE: "SaslHandshake",
+    SASL_AUTHENTICATE: "SaslAuthenticate",
 }

@@ -34,7 +34,7 @@ from typing import Any
 import orjson
 
 from app.common.errors import SaslAuthenticationFailed
-from app.core.security.users import ScryptHash, UsersFile
+from app.core.security.users import ScramCredential, ScryptHash, UserEntry, UsersFile
 
 # Cached successes per authenticator, at most; cleared whole when full.
 CACHE_SIZE = 10_000
@@ -86,7 +86,7 @@ class BasicAuthenticator:
     def __init__(self, users_path: Path, max_concurrent: int = 2) -> None:
         self._key = secrets.token_bytes(32)
         self._cache: dict[bytes, Identity] = {}
-        self._users = _Reloading(users_path, lambda p: UsersFile(p).read(), self._cache.clear)
+        self._users = _Reloading(users_path, lambda p: UsersFile(p).entries(), self._cache.clear)
         self._slots = threading.Semaphore(max_concurrent)
         # Checked for unknown names, so they cost what a wrong password costs.
         self._dummy = ScryptHash.make(secrets.token_hex(16))
@@ -107,9 +107,10 @@ class BasicAuthenticator:
     def verify(self, name: str, password: str) -> Identity:
         """Check the pair against its scrypt hash (slow, blocking). SaslAuthenticationFailed
         when the name is unknown or the password wrong (one message for both)."""
-        users: dict[str, ScryptHash] = self._users.get()
+        users: dict[str, UserEntry] = self._users.get()
         with self._slots:
-            stored = users.get(name)
+            entry = users.get(name)
+            stored = None if entry is None else entry.scrypt
             ok = (stored or self._dummy).verify(password) and stored is not None
         if not ok:
             raise SaslAuthenticationFailed("Basic: unknown user or wrong password")
@@ -118,6 +119,13 @@ class BasicAuthenticator:
             self._cache.clear()
         self._cache[self._cache_key(name, password)] = identity
         return identity
+
+    def scram_credential(self, name: str, mechanism: str) -> ScramCredential | None:
+        """The user's stored SCRAM credential for ``mechanism`` (``SCRAM-SHA-256``...);
+        None for an unknown name or a user written before SCRAM credentials existed."""
+        users: dict[str, UserEntry] = self._users.get()
+        entry = users.get(name)
+        return None if entry is None else entry.scram.get(mechanism)
 
 
 class JwtAuthenticator:

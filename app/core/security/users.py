@@ -3,7 +3,19 @@
 Format::
 
     {"users": {"alice": {"scrypt": {"n": 131072, "r": 8, "p": 1,
-                                    "salt": "<base64, 16 bytes>", "hash": "<base64, 32 bytes>"}}}}
+                                    "salt": "<base64, 16 bytes>", "hash": "<base64, 32 bytes>"},
+                         "scram": {"SCRAM-SHA-256": {"salt": "<base64>", "iterations": 4096,
+                                                     "stored_key": "<base64>",
+                                                     "server_key": "<base64>"},
+                                   "SCRAM-SHA-512": {...}}}}}
+
+``scram`` holds the SASL SCRAM credentials of the Kafka door (RFC 5802/7677, as Kafka's
+``kafka-configs --alter --add-config SCRAM-SHA-256=[...]`` keeps them): per mechanism the
+salt, the iteration count (>= 4096, Kafka's minimum) and StoredKey = H(HMAC(SaltedPassword,
+"Client Key")) and ServerKey = HMAC(SaltedPassword, "Server Key"); enough to verify a
+client's proof and prove the server, never enough to log in (the password and
+SaltedPassword are not kept). ``add`` and ``passwd`` write both forms; a user written
+before SCRAM existed has no ``scram`` and can still use PLAIN (checked against scrypt).
 
 Why scrypt (``hashlib.scrypt``, the standard library's binding of OpenSSL's): it is a
 memory-hard, salted, slow hash that OWASP lists beside argon2id for password storage, and
@@ -38,6 +50,11 @@ SCRYPT_R = 8
 SCRYPT_P = 1
 SALT_BYTES = 16
 HASH_BYTES = 32
+# The SASL SCRAM mechanisms whose credentials are written beside the scrypt hash, and
+# their iteration count (Kafka's default and minimum is 4096).
+SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+SCRAM_ITERATIONS = 8192
+SCRAM_MIN_ITERATIONS = 4096
 # A name is what follows "User:" in a principal: no colon, no space, not the wildcard.
 _NAME = re.compile(r"^[A-Za-z0-9._@+=-]{1,128}$")
 
@@ -83,6 +100,71 @@ class ScryptHash:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class ScramCredential:
+    """One SCRAM mechanism's server-side credential (RFC 5802 section 3)."""
+
+    salt: bytes
+    iterations: int
+    stored_key: bytes
+    server_key: bytes
+
+    @classmethod
+    def make(
+        cls, mechanism: str, password: str, iterations: int = SCRAM_ITERATIONS
+    ) -> ScramCredential:
+        import scramp  # the SCRAM implementation the Kafka door's server side uses
+
+        salt, stored_key, server_key, count = scramp.ScramMechanism(mechanism).make_auth_info(
+            password, iteration_count=iterations
+        )
+        return cls(salt, count, stored_key, server_key)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "salt": base64.b64encode(self.salt).decode(),
+            "iterations": self.iterations,
+            "stored_key": base64.b64encode(self.stored_key).decode(),
+            "server_key": base64.b64encode(self.server_key).decode(),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ScramCredential:
+        iterations = int(data["iterations"])
+        if iterations < SCRAM_MIN_ITERATIONS:
+            raise ValueError(f"SCRAM iterations {iterations} < {SCRAM_MIN_ITERATIONS}")
+        return cls(
+            base64.b64decode(data["salt"]),
+            iterations,
+            base64.b64decode(data["stored_key"]),
+            base64.b64decode(data["server_key"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class UserEntry:
+    """A user's stored credentials: the scrypt hash and the SCRAM ones by mechanism."""
+
+    scrypt: ScryptHash
+    scram: dict[str, ScramCredential]
+
+    @classmethod
+    def make(cls, password: str, n: int = SCRYPT_N) -> UserEntry:
+        scram = {m: ScramCredential.make(m, password) for m in SCRAM_MECHANISMS}
+        return cls(ScryptHash.make(password, n), scram)
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"scrypt": self.scrypt.to_json()}
+        if self.scram:
+            doc["scram"] = {m: c.to_json() for m, c in sorted(self.scram.items())}
+        return doc
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> UserEntry:
+        scram = {str(m): ScramCredential.from_json(c) for m, c in (data.get("scram") or {}).items()}
+        return cls(ScryptHash.from_json(data["scrypt"]), scram)
+
+
 def _scrypt(password: str, salt: bytes, n: int, r: int, p: int) -> bytes:
     return hashlib.scrypt(
         password.encode("utf-8"),
@@ -110,19 +192,24 @@ class UsersFile:
         self.path = path
 
     def read(self) -> dict[str, ScryptHash]:
+        """The scrypt hash of each user, by name."""
+        return {name: entry.scrypt for name, entry in self.entries().items()}
+
+    def entries(self) -> dict[str, UserEntry]:
+        """Every user's stored credentials, by name."""
         try:
             data = self.path.read_bytes()
         except FileNotFoundError:
             return {}
         try:
             users = orjson.loads(data)["users"]
-            return {check_name(n): ScryptHash.from_json(u["scrypt"]) for n, u in users.items()}
+            return {check_name(n): UserEntry.from_json(u) for n, u in users.items()}
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             raise InvalidUser(f"{self.path} is not a users file: {exc}") from None
 
-    def _write(self, users: dict[str, ScryptHash]) -> None:
+    def _write(self, users: dict[str, UserEntry]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        doc = {"users": {n: {"scrypt": h.to_json()} for n, h in sorted(users.items())}}
+        doc = {"users": {n: e.to_json() for n, e in sorted(users.items())}}
         tmp = self.path.with_name(self.path.name + ".tmp")
         # Owner-only: the hashes are slow to attack, not impossible.
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -133,21 +220,21 @@ class UsersFile:
         os.replace(tmp, self.path)
 
     def add(self, name: str, password: str, n: int = SCRYPT_N) -> None:
-        users = self.read()
+        users = self.entries()
         if check_name(name) in users:
             raise InvalidUser(f"user {name!r} exists; use passwd to change its password")
-        users[name] = ScryptHash.make(password, n)
+        users[name] = UserEntry.make(password, n)
         self._write(users)
 
     def passwd(self, name: str, password: str, n: int = SCRYPT_N) -> None:
-        users = self.read()
+        users = self.entries()
         if name not in users:
             raise InvalidUser(f"no user {name!r}")
-        users[name] = ScryptHash.make(password, n)
+        users[name] = UserEntry.make(password, n)
         self._write(users)
 
     def remove(self, name: str) -> None:
-        users = self.read()
+        users = self.entries()
         if users.pop(name, None) is None:
             raise InvalidUser(f"no user {name!r}")
         self._write(users)

@@ -3,7 +3,7 @@
 Each handler is ``async (ctx, request body, version) -> response``, the response a kio
 message of the request's version (built with :func:`app.kafka.encode.build`, so one body
 serves every version). Families: ``cluster`` (ApiVersions, Metadata, DescribeCluster),
-``records`` (Produce, Fetch, ListOffsets), ``groups`` (FindCoordinator and the group
+``records`` (Produce, Fetch, ListOffsets), ``sasl`` (SaslHandshake, SaslAuthenticate), ``groups`` (FindCoordinator and the group
 APIs), ``txn`` (InitProducerId and the transaction APIs), ``admin`` (topics, configs,
 log dirs); ``base`` holds what they share.
 A new API is a handler in its family's module, a line in :data:`HANDLERS` and its range
@@ -50,6 +50,7 @@ from app.kafka.apis.groups import (
     sync_group,
 )
 from app.kafka.apis.records import fetch, list_offsets, offset_for_leader_epoch, produce
+from app.kafka.apis.sasl import sasl_authenticate, sasl_handshake
 from app.kafka.apis.txn import (
     add_offsets_to_txn,
     add_partitions_to_txn,
@@ -91,6 +92,8 @@ from app.kafka.versions import (
     OFFSET_FETCH,
     OFFSET_FOR_LEADER_EPOCH,
     PRODUCE,
+    SASL_AUTHENTICATE,
+    SASL_HANDSHAKE,
     SYNC_GROUP,
     TXN_OFFSET_COMMIT,
 )
@@ -133,4 +136,6 @@ HANDLERS: dict[int, Handler] = {
     DESCRIBE_GROUPS: describe_groups,
     DELETE_GROUPS: delete_groups,
     OFFSET_DELETE: offset_delete,
+    SASL_HANDSHAKE: sasl_handshake,
+    SASL_AUTHENTICATE: sasl_authenticate,
 }

@@ -41,6 +41,7 @@ from app.common.errors import (
     LogbusError,
     UnknownTopicOrPartition,
 )
+from app.kafka import authorize
 from app.kafka.apis.base import NO_THROTTLE, ZERO_UUID, Context, response_module
 from app.kafka.encode import build, error_code
 from app.kafka.versions import (
@@ -86,6 +87,8 @@ async def create_topics(ctx: Context, body: Any, version: int) -> Any:
     async def one(t: Any) -> Any:
         described: dict[str, Any] = {}
         try:
+            if not authorize.permitted(ctx, authorize.CREATE, None):
+                authorize.check(ctx, authorize.CREATE, authorize.TOPIC, t.name)
             if names.count(t.name) > 1:
                 raise InvalidRequest(f"topic {t.name!r} is named more than once in the request")
             if t.assignments:
@@ -165,6 +168,7 @@ async def create_partitions(ctx: Context, body: Any, version: int) -> Any:
     results = []
     for t in body.topics:
         try:
+            authorize.check(ctx, authorize.ALTER, authorize.TOPIC, t.name)
             if names.count(t.name) > 1:
                 raise InvalidRequest(f"topic {t.name!r} is named more than once in the request")
             if t.assignments:
@@ -201,6 +205,7 @@ async def delete_topics(ctx: Context, body: Any, version: int) -> Any:
             if name is None:
                 code, message = ErrorCode.unknown_topic_id, f"no topic has id {topic_id}"
             else:
+                authorize.check(ctx, authorize.DELETE, authorize.TOPIC, name)
                 await topic_service.delete_topic(ctx.state, name)
                 code, message = ErrorCode.none, None
         except LogbusError as exc:
@@ -259,6 +264,7 @@ async def describe_configs(ctx: Context, body: Any, version: int) -> Any:
     for r in body.resources:
         rtype, rname = int(r.resource_type), r.resource_name
         try:
+            _check_config_access(ctx, authorize.DESCRIBE_CONFIGS, rtype, rname)
             if rtype == TOPIC_RESOURCE:
                 found, read_only = _topic_configs(ctx, rname), False
             elif rtype == BROKER_RESOURCE:
@@ -340,6 +346,14 @@ def _incremental(current: dict[str, object], changes: Any) -> dict[str, object]:
     return out
 
 
+def _check_config_access(ctx: Context, op: Any, rtype: int, rname: str) -> None:
+    """DESCRIBE_CONFIGS / ALTER_CONFIGS on the topic, or on the cluster for the broker."""
+    if rtype == TOPIC_RESOURCE:
+        authorize.check(ctx, op, authorize.TOPIC, rname)
+    elif rtype == BROKER_RESOURCE:
+        authorize.check(ctx, op, None)
+
+
 async def _alter(ctx: Context, m: Any, body: Any, response_cls: Any, overrides_of: Any) -> Any:
     """Each resource's new overrides (``overrides_of(resource)``) applied through
     :meth:`Topology.alter_topic_config` (or only checked, ``validate_only``); errors per
@@ -349,6 +363,7 @@ async def _alter(ctx: Context, m: Any, body: Any, response_cls: Any, overrides_o
     for r in body.resources:
         rtype, rname = int(r.resource_type), r.resource_name
         try:
+            _check_config_access(ctx, authorize.ALTER_CONFIGS, rtype, rname)
             if rtype == BROKER_RESOURCE:
                 raise InvalidRequest(
                     "the broker's configs are start-time settings, read-only through this door"
@@ -424,6 +439,7 @@ async def delete_records(ctx: Context, body: Any, version: int) -> Any:
         for p in t.partitions:
             partition = int(p.partition_index)
             try:
+                authorize.check(ctx, authorize.DELETE, authorize.TOPIC, t.name)
                 low = await ctx.state.topology.delete_records(t.name, partition, int(p.offset))
                 code = ErrorCode.none
             except LogbusError as exc:
@@ -455,6 +471,10 @@ async def describe_log_dirs(ctx: Context, body: Any, version: int) -> Any:
         wanted: dict[str, list[int] | None] = dict.fromkeys(topology.topics())
     else:
         wanted = {t.topic: [int(p) for p in t.partitions] for t in body.topics}
+    # Kafka: DESCRIBE on the cluster, else the answer is CLUSTER_AUTHORIZATION_FAILED.
+    allowed = authorize.permitted(ctx, authorize.DESCRIBE, None)
+    if not allowed:
+        wanted = {}
     topics = []
     for name, partitions in sorted(wanted.items()):
         held = []
@@ -478,11 +498,11 @@ async def describe_log_dirs(ctx: Context, body: Any, version: int) -> Any:
     return build(
         m.DescribeLogDirsResponse,
         throttle_time=NO_THROTTLE,
-        error_code=ErrorCode.none,
+        error_code=ErrorCode.none if allowed else ErrorCode.cluster_authorization_failed,
         results=(
             build(
                 m.DescribeLogDirsResult,
-                error_code=ErrorCode.none,
+                error_code=ErrorCode.none if allowed else ErrorCode.cluster_authorization_failed,
                 log_dir=str(manager.data_dir.resolve()),
                 topics=tuple(topics),
                 total_bytes=usage.total,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
@@ -23,6 +23,32 @@ from app.common.errors import (
 
 if TYPE_CHECKING:
     from app.api.state import AppState
+    from app.kafka.security import KafkaSecurity
+
+# Kafka's principal of a client that did not authenticate (PLAINTEXT, SSL without a
+# client certificate): app.core.security.acl.ANONYMOUS.
+ANONYMOUS = "User:ANONYMOUS"
+
+
+@dataclass(slots=True)
+class Session:
+    """Who is on one connection, and where its SASL exchange stands (event loop only).
+
+    ``authenticated`` is False on a SASL listener until SaslAuthenticate succeeds (then
+    only ApiVersions, SaslHandshake and SaslAuthenticate are served); ``principal`` is
+    ``User:ANONYMOUS`` until then, ``User:<name>`` after, or the TLS client certificate's
+    ``User:<subject DN>`` on an SSL listener. ``mechanism`` is what SaslHandshake chose;
+    ``exchange`` a SCRAM exchange under way; ``raw_tokens`` is set by a v0 handshake
+    (the next frames are bare SASL tokens, not requests); ``close_after`` makes the
+    connection close once the current answer is written (a failed authentication)."""
+
+    principal: str = ANONYMOUS
+    host: str = "*"
+    authenticated: bool = True
+    mechanism: str | None = None
+    exchange: Any = None
+    raw_tokens: bool = False
+    close_after: bool = False
 
 
 NO_THROTTLE = datetime.timedelta(0)
@@ -47,6 +73,9 @@ class Context:
     advertised: tuple[str, int]
     txn: Callable[[], Any]
     groups: Callable[[], Any]
+    # The door's security (None: PLAINTEXT, no authorizer) and this connection's session.
+    security: KafkaSecurity | None = None
+    session: Session = field(default_factory=Session)
 
 
 @cache

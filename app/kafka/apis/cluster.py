@@ -13,6 +13,7 @@ from app.common.errors import (
     UnknownTopicOrPartition,
 )
 from app.groups.placement import INTERNAL_TOPICS
+from app.kafka import authorize
 from app.kafka.apis.base import (
     NO_THROTTLE,
     OPERATIONS_OMITTED,
@@ -86,7 +87,12 @@ async def metadata(ctx: Context, body: Any, version: int) -> Any:
     state = ctx.state
     topology = state.topology
     if body.topics is None or (version == 0 and not body.topics):
-        names = sorted(topology.topics())
+        # All topics: those the principal may not DESCRIBE are left out, as Kafka does.
+        names = [
+            n
+            for n in sorted(topology.topics())
+            if authorize.permitted(ctx, authorize.DESCRIBE, authorize.TOPIC, n)
+        ]
     else:
         names = [t.name for t in body.topics]
     allow_create = getattr(body, "allow_auto_topic_creation", True)
@@ -113,12 +119,15 @@ async def _topic_metadata(
     state = ctx.state
     topology = state.topology
     try:
+        authorize.check(ctx, authorize.DESCRIBE, authorize.TOPIC, name)
         try:
             count = topology.partition_count(name)
         except UnknownTopicOrPartition:
             # Kafka's auto.create.topics.enable, with the HTTP produce's own creation.
             if not (allow_create and state.settings.auto_create_topics_enable):
                 raise
+            if not authorize.permitted(ctx, authorize.CREATE, None):
+                authorize.check(ctx, authorize.CREATE, authorize.TOPIC, name)
             check_not_internal(name)
             assert state.manager is not None
             count = await create_planned(state, state.manager, name)

@@ -32,6 +32,7 @@ from app.common.errors import (
 )
 from app.groups.classic import JoinRequest
 from app.groups.offsets import OffsetCommit
+from app.kafka import authorize
 from app.kafka.apis.base import (
     NO_THROTTLE,
     OPERATIONS_OMITTED,
@@ -73,6 +74,7 @@ async def find_coordinator(ctx: Context, body: Any, version: int) -> Any:
     try:
         if key_type != 0:
             raise InvalidRequest(f"key_type {key_type}: groups (0) and transactions (1) only")
+        authorize.check(ctx, authorize.DESCRIBE, authorize.GROUP, body.key)
         info = await group_coordinator(ctx).find_coordinator(body.key, "group")
         listener = kafka_brokers(ctx).get(info.node_id)
         if listener is None:
@@ -108,6 +110,12 @@ async def offset_commit(ctx: Context, body: Any, version: int) -> Any:
     generation -1 and no member id, which the coordinator takes while the group has no
     members (as Kafka does); all partitions answer the one outcome (all or nothing)."""
     m = response_module(OFFSET_COMMIT, version)
+    # Topics the principal may not READ answer TOPIC_AUTHORIZATION_FAILED; the rest commit.
+    denied = {
+        t.name
+        for t in body.topics
+        if not authorize.permitted(ctx, authorize.READ, authorize.TOPIC, t.name)
+    }
     offsets = [
         OffsetCommit(
             t.name,
@@ -117,9 +125,11 @@ async def offset_commit(ctx: Context, body: Any, version: int) -> Any:
             p.committed_metadata or "",
         )
         for t in body.topics
+        if t.name not in denied
         for p in t.partitions
     ]
     try:
+        authorize.check(ctx, authorize.READ, authorize.GROUP, body.group_id)
         await group_coordinator(ctx).commit_offsets(
             body.group_id,
             body.member_id,
@@ -141,7 +151,9 @@ async def offset_commit(ctx: Context, body: Any, version: int) -> Any:
                     build(
                         m.OffsetCommitResponsePartition,
                         partition_index=p.partition_index,
-                        error_code=code,
+                        error_code=(
+                            ErrorCode.topic_authorization_failed if t.name in denied else code
+                        ),
                     )
                     for p in t.partitions
                 ),
@@ -159,6 +171,7 @@ async def offset_fetch(ctx: Context, body: Any, version: int) -> Any:
         None if body.topics is None else {t.name: set(t.partition_indexes) for t in body.topics}
     )
     try:
+        authorize.check(ctx, authorize.DESCRIBE, authorize.GROUP, body.group_id)
         found = await group_coordinator(ctx).fetch_committed_offsets(
             body.group_id, None if wanted is None else list(wanted)
         )
@@ -168,10 +181,19 @@ async def offset_fetch(ctx: Context, body: Any, version: int) -> Any:
     by_topic: dict[str, dict[int, Any]] = {}
     for c in found:
         by_topic.setdefault(c.topic, {})[c.partition] = c
+    # Topics the principal may not DESCRIBE: left out of "all", refused when named.
+    denied = {
+        t for t in by_topic if not authorize.permitted(ctx, authorize.DESCRIBE, authorize.TOPIC, t)
+    }
+    if wanted is None:
+        for topic in denied:
+            del by_topic[topic]
     if wanted is not None:
         for topic, partitions in wanted.items():
             seen = by_topic.setdefault(topic, {})
             by_topic[topic] = {p: seen.get(p) for p in sorted(partitions)}
+            if not authorize.permitted(ctx, authorize.DESCRIBE, authorize.TOPIC, topic):
+                denied.add(topic)
     return build(
         m.OffsetFetchResponse,
         throttle_time=NO_THROTTLE,
@@ -184,10 +206,16 @@ async def offset_fetch(ctx: Context, body: Any, version: int) -> Any:
                     build(
                         m.OffsetFetchResponsePartition,
                         partition_index=p,
-                        committed_offset=-1 if c is None else c.offset,
-                        committed_leader_epoch=-1 if c is None else c.leader_epoch,
-                        metadata="" if c is None else c.metadata,
-                        error_code=ErrorCode.none,
+                        committed_offset=-1 if c is None or topic in denied else c.offset,
+                        committed_leader_epoch=(
+                            -1 if c is None or topic in denied else c.leader_epoch
+                        ),
+                        metadata="" if c is None or topic in denied else c.metadata,
+                        error_code=(
+                            ErrorCode.topic_authorization_failed
+                            if topic in denied
+                            else ErrorCode.none
+                        ),
                     )
                     for p, c in sorted(parts.items())
                 ),
@@ -219,6 +247,7 @@ async def join_group(ctx: Context, body: Any, version: int) -> Any:
         require_known_member_id=version >= 4,
     )
     try:
+        authorize.check(ctx, authorize.READ, authorize.GROUP, body.group_id)
         joined = await group_coordinator(ctx).classic.join(body.group_id, request)
     except LogbusError as exc:
         member_id = exc.member_id if isinstance(exc, MemberIdRequired) else body.member_id
@@ -261,6 +290,7 @@ async def sync_group(ctx: Context, body: Any, version: int) -> Any:
     for its own (answered at once in a Stable generation)."""
     m = response_module(SYNC_GROUP, version)
     try:
+        authorize.check(ctx, authorize.READ, authorize.GROUP, body.group_id)
         synced = await group_coordinator(ctx).classic.sync(
             body.group_id,
             int(body.generation_id),
@@ -292,6 +322,7 @@ async def sync_group(ctx: Context, body: Any, version: int) -> Any:
 async def heartbeat(ctx: Context, body: Any, version: int) -> Any:
     m = response_module(HEARTBEAT, version)
     try:
+        authorize.check(ctx, authorize.READ, authorize.GROUP, body.group_id)
         await group_coordinator(ctx).classic.heartbeat(
             body.group_id,
             int(body.generation_id),
@@ -314,6 +345,7 @@ async def leave_group(ctx: Context, body: Any, version: int) -> Any:
         else [(x.member_id, x.group_instance_id) for x in body.members]
     )
     try:
+        authorize.check(ctx, authorize.READ, authorize.GROUP, body.group_id)
         errors = await group_coordinator(ctx).classic.leave(body.group_id, leaving)
         code = ErrorCode.none
     except LogbusError as exc:
@@ -349,6 +381,13 @@ async def list_groups(ctx: Context, body: Any, version: int) -> Any:
     types = {t.lower() for t in getattr(body, "types_filter", ())}
     try:
         listed = group_coordinator(ctx).list_groups()
+        # DESCRIBE on the cluster lists every group; else those it may DESCRIBE (Kafka's).
+        if not authorize.permitted(ctx, authorize.DESCRIBE, None):
+            listed = [
+                g
+                for g in listed
+                if authorize.permitted(ctx, authorize.DESCRIBE, authorize.GROUP, g["group"])
+            ]
         code = ErrorCode.none
     except LogbusError as exc:
         listed, code = [], error_code(exc)
@@ -380,6 +419,7 @@ async def describe_groups(ctx: Context, body: Any, version: int) -> Any:
     described = []
     for group_id in body.groups:
         try:
+            authorize.check(ctx, authorize.DESCRIBE, authorize.GROUP, group_id)
             coordinator = group_coordinator(ctx)
             group = coordinator.admin.lookup(group_id)
             described.append(_described(m, coordinator, group))
@@ -464,6 +504,7 @@ async def delete_groups(ctx: Context, body: Any, version: int) -> Any:
     results = []
     for group_id in body.groups_names:
         try:
+            authorize.check(ctx, authorize.DELETE, authorize.GROUP, group_id)
             await group_coordinator(ctx).delete_group(group_id)
             code = ErrorCode.none
         except LogbusError as exc:
@@ -476,8 +517,19 @@ async def offset_delete(ctx: Context, body: Any, version: int) -> Any:
     """OffsetDelete: a group's committed offsets of some partitions, except topics its
     members subscribe to now (GROUP_SUBSCRIBED_TO_TOPIC per partition)."""
     m = response_module(OFFSET_DELETE, version)
-    wanted = [(t.name, int(p.partition_index)) for t in body.topics for p in t.partitions]
+    denied = {
+        t.name
+        for t in body.topics
+        if not authorize.permitted(ctx, authorize.READ, authorize.TOPIC, t.name)
+    }
+    wanted = [
+        (t.name, int(p.partition_index))
+        for t in body.topics
+        if t.name not in denied
+        for p in t.partitions
+    ]
     try:
+        authorize.check(ctx, authorize.DELETE, authorize.GROUP, body.group_id)
         outcome = await group_coordinator(ctx).offsets.delete_offsets(body.group_id, wanted)
         code = ErrorCode.none
     except LogbusError as exc:
@@ -494,7 +546,11 @@ async def offset_delete(ctx: Context, body: Any, version: int) -> Any:
                     build(
                         m.OffsetDeleteResponsePartition,
                         partition_index=p.partition_index,
-                        error_code=_partition_code(outcome.get((t.name, int(p.partition_index)))),
+                        error_code=(
+                            ErrorCode.topic_authorization_failed
+                            if t.name in denied
+                            else _partition_code(outcome.get((t.name, int(p.partition_index))))
+                        ),
                     )
                     for p in t.partitions
                 ),

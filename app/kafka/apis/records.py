@@ -25,6 +25,7 @@ from app.common.errors import (
     NotLeaderOrFollower,
     UnknownTopicOrPartition,
 )
+from app.kafka import authorize
 from app.kafka.apis.base import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
@@ -64,6 +65,7 @@ async def produce(ctx: Context, body: Any, version: int) -> Any:
     acks = int(body.acks)
     timeout_ms = max(0, int(body.timeout.total_seconds() * 1000))
     coordinator = ctx.txn()
+    transactional_id = getattr(body, "transactional_id", None)
     hint = hasattr(m, "LeaderIdAndEpoch")  # the version has KIP-951's fields
     endpoints: dict[int, tuple[str, int]] = {}
 
@@ -97,6 +99,9 @@ async def produce(ctx: Context, body: Any, version: int) -> Any:
 
     async def one(topic: str, partition: int, records: bytes | None) -> Any:
         try:
+            authorize.check(ctx, authorize.WRITE, authorize.TOPIC, topic)
+            if transactional_id is not None:
+                authorize.check(ctx, authorize.WRITE, authorize.TXN_ID, transactional_id)
             if acks not in (0, 1, -1):
                 raise InvalidRequiredAcks(f"acks must be 0, 1 or -1, got {acks}")
             if not records:
@@ -211,6 +216,7 @@ def _read_partition(
 ) -> Any:
     partition = int(p.partition)
     try:
+        authorize.check(ctx, authorize.READ, authorize.TOPIC, topic)
         part = ctx.state.topology.leader_partition(topic, partition)
         epoch = int(getattr(p, "current_leader_epoch", -1))
         part.check_epoch(None if epoch < 0 else epoch)
@@ -272,6 +278,7 @@ async def list_offsets(ctx: Context, body: Any, version: int) -> Any:
         for p in topic.partitions:
             partition = int(p.partition_index)
             try:
+                authorize.check(ctx, authorize.DESCRIBE, authorize.TOPIC, topic.name)
                 part = ctx.state.topology.leader_partition(topic.name, partition)
                 epoch = int(getattr(p, "current_leader_epoch", -1))
                 part.check_epoch(None if epoch < 0 else epoch)
@@ -326,6 +333,7 @@ async def offset_for_leader_epoch(ctx: Context, body: Any, version: int) -> Any:
         for p in topic.partitions:
             partition = int(p.partition)
             try:
+                authorize.check(ctx, authorize.DESCRIBE, authorize.TOPIC, topic.topic)
                 part = ctx.state.topology.leader_partition(topic.topic, partition)
                 current = int(p.current_leader_epoch)
                 part.check_epoch(None if current < 0 else current)

@@ -40,6 +40,7 @@ from app.common.errors import (
 )
 from app.groups.offsets import OffsetCommit
 from app.groups.placement import INTERNAL_TOPICS
+from app.kafka import authorize
 from app.kafka.apis.base import (
     NO_THROTTLE,
     Context,
@@ -101,6 +102,7 @@ async def find_txn_coordinator(ctx: Context, key: str, version: int) -> Any:
     while it has none (no leader yet, or no Kafka listener known for it)."""
     m = response_module(FIND_COORDINATOR, version)
     try:
+        authorize.check(ctx, authorize.DESCRIBE, authorize.TXN_ID, key)
         node_id, _ = await txn_coordinator(ctx).find_coordinator(key)
         listener = kafka_brokers(ctx).get(node_id)
         if listener is None:
@@ -141,11 +143,15 @@ async def init_producer_id(ctx: Context, body: Any, version: int) -> Any:
     given_epoch = None if raw_id < 0 else raw_epoch
     try:
         if body.transactional_id is not None:
+            authorize.check(ctx, authorize.WRITE, authorize.TXN_ID, body.transactional_id)
             timeout_ms = int(body.transaction_timeout.total_seconds() * 1000)
             pid, epoch = await txn_coordinator(ctx).init_producer_id(
                 body.transactional_id, timeout_ms, given_id, given_epoch
             )
         else:
+            # KIP-679: IDEMPOTENT_WRITE on the cluster, or WRITE on some topic.
+            if not authorize.permitted_any_topic(ctx, authorize.WRITE):
+                authorize.check(ctx, authorize.IDEMPOTENT_WRITE, None)
             assert ctx.state.manager is not None
             # A new block of ids is persisted (fsync) once per thousand ids: off the loop.
             pid, epoch = await asyncio.to_thread(
@@ -190,12 +196,28 @@ async def add_partitions_to_txn(ctx: Context, body: Any, version: int) -> Any:
     wanted = [(t.name, int(p)) for t in topics for p in t.partitions]
     codes: dict[tuple[str, int], ErrorCode] = {}
     try:
-        await txn_coordinator(ctx).add_partitions(
-            body.v3_and_below_transactional_id,
-            int(body.v3_and_below_producer_id),
-            int(body.v3_and_below_producer_epoch),
-            wanted,
-        )
+        authorize.check(ctx, authorize.WRITE, authorize.TXN_ID, body.v3_and_below_transactional_id)
+        denied = {
+            t.name
+            for t in topics
+            if not authorize.permitted(ctx, authorize.WRITE, authorize.TOPIC, t.name)
+        }
+        if denied:
+            # Kafka's answer: the refused topics' partitions, the others not attempted.
+            for tp in wanted:
+                codes[tp] = (
+                    ErrorCode.topic_authorization_failed
+                    if tp[0] in denied
+                    else ErrorCode.operation_not_attempted
+                )
+            wanted = []
+        if wanted:
+            await txn_coordinator(ctx).add_partitions(
+                body.v3_and_below_transactional_id,
+                int(body.v3_and_below_producer_id),
+                int(body.v3_and_below_producer_epoch),
+                wanted,
+            )
     except (UnknownTopicOrPartition, InvalidTopic) as exc:
         for tp in wanted:
             bad = _partition_error(ctx, *tp)
@@ -230,6 +252,8 @@ async def add_offsets_to_txn(ctx: Context, body: Any, version: int) -> Any:
     (:meth:`TransactionCoordinator.add_offsets`, as ``POST /transactions/{id}/groups``)."""
     m = response_module(ADD_OFFSETS_TO_TXN, version)
     try:
+        authorize.check(ctx, authorize.WRITE, authorize.TXN_ID, body.transactional_id)
+        authorize.check(ctx, authorize.READ, authorize.GROUP, body.group_id)
         await txn_coordinator(ctx).add_offsets(
             body.transactional_id, int(body.producer_id), int(body.producer_epoch), body.group_id
         )
@@ -246,6 +270,7 @@ async def end_txn(ctx: Context, body: Any, version: int) -> Any:
     id answers CONCURRENT_TRANSACTIONS, retriable, meanwhile)."""
     m = response_module(END_TXN, version)
     try:
+        authorize.check(ctx, authorize.WRITE, authorize.TXN_ID, body.transactional_id)
         await txn_coordinator(ctx).end_txn(
             body.transactional_id,
             int(body.producer_id),
@@ -280,6 +305,10 @@ async def txn_offset_commit(ctx: Context, body: Any, version: int) -> Any:
     try:
         if not offsets:
             raise InvalidRequest("TxnOffsetCommit names no partitions")
+        authorize.check(ctx, authorize.WRITE, authorize.TXN_ID, body.transactional_id)
+        authorize.check(ctx, authorize.READ, authorize.GROUP, body.group_id)
+        for topic in {o.topic for o in offsets}:
+            authorize.check(ctx, authorize.READ, authorize.TOPIC, topic)
         await txn_coordinator(ctx).txn_offset_commit(
             body.transactional_id,
             int(body.producer_id),
@@ -321,6 +350,7 @@ async def describe_transactions(ctx: Context, body: Any, version: int) -> Any:
     states = []
     for tid in body.transactional_ids:
         try:
+            authorize.check(ctx, authorize.DESCRIBE, authorize.TXN_ID, tid)
             d = txn_coordinator(ctx).describe(tid)
             start = d["transaction_start_time_ms"]
             states.append(
@@ -389,5 +419,6 @@ async def list_transactions(ctx: Context, body: Any, version: int) -> Any:
                 transaction_state=t["transaction_state"],
             )
             for t in listed["transaction_states"]
+            if authorize.permitted(ctx, authorize.DESCRIBE, authorize.TXN_ID, t["transactional_id"])
         ),
     )

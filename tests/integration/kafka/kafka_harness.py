@@ -8,6 +8,7 @@ import io
 import os
 import signal
 import socket
+import ssl
 import struct
 import subprocess
 import sys
@@ -33,10 +34,12 @@ class KafkaBroker:
     http_port: int
     kafka_port: int
     log_path: Path
+    tls_ca: Path | None = None
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.http_port}"
+        scheme = "https" if self.tls_ca is not None else "http"
+        return f"{scheme}://127.0.0.1:{self.http_port}"
 
     @property
     def bootstrap(self) -> str:
@@ -46,8 +49,10 @@ class KafkaBroker:
         return self.log_path.read_text(errors="replace")
 
 
-def start_broker(tmp: Path, *env_pairs: tuple[str, str]) -> KafkaBroker:
-    """Start one broker; retried on a port taken between choosing and binding it."""
+def start_broker(tmp: Path, *env_pairs: tuple[str, str], tls_ca: Path | None = None) -> KafkaBroker:
+    """Start one broker; retried on a port taken between choosing and binding it.
+    ``tls_ca``: the broker serves TLS (its ssl_* settings among ``env_pairs``) with a
+    certificate this CA signed; its readiness is asked over HTTPS."""
     for attempt in range(3):
         http_port, kafka_port = free_port(), free_port()
         log_path = tmp / f"broker-{attempt}.log"
@@ -77,8 +82,12 @@ def start_broker(tmp: Path, *env_pairs: tuple[str, str]) -> KafkaBroker:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and proc.poll() is None:
             try:
-                if httpx.get(f"http://127.0.0.1:{http_port}/readyz", timeout=1).status_code == 200:
-                    return KafkaBroker(proc, http_port, kafka_port, log_path)
+                broker = KafkaBroker(proc, http_port, kafka_port, log_path, tls_ca)
+                verify: ssl.SSLContext | bool = (
+                    ssl.create_default_context(cafile=str(tls_ca)) if tls_ca is not None else True
+                )
+                if httpx.get(f"{broker.url}/readyz", timeout=1, verify=verify).status_code == 200:
+                    return broker
             except httpx.TransportError:
                 pass
             time.sleep(0.05)

@@ -41,10 +41,36 @@ def test_the_advertised_listener_defaults_to_the_listener_and_never_a_wildcard(
         settings(tmp_path, kafka_listener="no-port")
 
 
-def test_no_kafka_door_around_authentication_or_acls(tmp_path: Path) -> None:
-    s = settings(tmp_path, kafka_listener="127.0.0.1:9092", authorizer="acl")
-    with pytest.raises(ValueError, match="bypass"):
+def test_no_plaintext_kafka_door_around_authentication(tmp_path: Path) -> None:
+    s = settings(tmp_path, kafka_listener="127.0.0.1:9092", authentication="basic")
+    with pytest.raises(ValueError, match="unauthenticated"):
         s.check_network_exposure()
+    sasl = settings(
+        tmp_path,
+        kafka_listener="127.0.0.1:9092",
+        authentication="basic",
+        kafka_security_protocol="SASL_PLAINTEXT",
+    )
+    sasl.check_network_exposure()
+
+
+def test_tls_kafka_protocols_need_the_certificate(tmp_path: Path) -> None:
+    s = settings(tmp_path, kafka_listener="127.0.0.1:9092", kafka_security_protocol="SASL_SSL")
+    with pytest.raises(ValueError, match="ssl_certfile"):
+        s.check_network_exposure()
+
+
+def test_a_sasl_kafka_listener_may_face_the_network(tmp_path: Path) -> None:
+    s = settings(
+        tmp_path,
+        kafka_listener="0.0.0.0:9092",
+        kafka_security_protocol="SASL_PLAINTEXT",
+        authentication="basic",
+    )
+    s.check_network_exposure()
+    with pytest.raises(ValidationError, match="kafka_sasl_mechanisms"):
+        settings(tmp_path, kafka_sasl_mechanisms="PLAIN,GSSAPI")
+    assert settings(tmp_path, kafka_sasl_mechanisms="plain").kafka_sasl_mechanism_list == ["PLAIN"]
 
 
 def test_a_network_kafka_listener_needs_the_explicit_opt_in(tmp_path: Path) -> None:

@@ -1,0 +1,114 @@
+"""SASL mechanisms of the Kafka door, as pure exchanges: tokens in, tokens out. No I/O.
+
+- PLAIN (RFC 4616): one message ``[authzid] NUL authcid NUL passwd``, UTF-8. The pair is
+  checked by :class:`~app.core.security.authn.BasicAuthenticator` against the same
+  scrypt hashes as HTTP Basic (the caller runs that slow check off the event loop); an
+  authorization id other than the user's own is refused, as Kafka's PLAIN server does.
+- SCRAM-SHA-256 / SCRAM-SHA-512 (RFC 5802/7677, Kafka's KIP-84): two round trips,
+  client-first -> server-first, client-final -> server-final, driven by ``scramp`` (a
+  maintained implementation; its proof check is constant-time) against the credentials
+  ``logbus users add/passwd`` stores beside the scrypt hash (StoredKey, ServerKey, salt,
+  iterations). An unknown user, or one without a SCRAM credential for the mechanism,
+  gets a random credential, so the exchange fails at the proof exactly as a wrong
+  password does and answers do not tell which names exist.
+
+The principal is ``User:<name>``, the same as HTTP Basic's, so ACLs apply on both doors.
+Every failure raises :class:`~app.common.errors.SaslAuthenticationFailed` whose message
+never repeats the credentials.
+
+Concurrency: one :class:`ScramExchange` per connection, used by that connection only.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+
+from app.common.errors import SaslAuthenticationFailed
+from app.core.security.users import SCRAM_ITERATIONS, ScramCredential
+
+PLAIN = "PLAIN"
+SCRAM_SHA_256 = "SCRAM-SHA-256"
+SCRAM_SHA_512 = "SCRAM-SHA-512"
+MECHANISMS = (PLAIN, SCRAM_SHA_256, SCRAM_SHA_512)
+# The largest SASL token accepted (PLAIN: name + password; SCRAM: a few hundred bytes).
+MAX_TOKEN_BYTES = 16 * 1024
+
+
+def parse_plain(token: bytes) -> tuple[str, str]:
+    """The (user, password) of a PLAIN message; SaslAuthenticationFailed if malformed."""
+    if len(token) > MAX_TOKEN_BYTES:
+        raise SaslAuthenticationFailed("PLAIN: message too long")
+    try:
+        authzid, authcid, password = token.decode("utf-8").split("\0")
+    except (UnicodeDecodeError, ValueError):
+        raise SaslAuthenticationFailed(
+            "PLAIN: message is not [authzid] NUL user NUL password"
+        ) from None
+    if not authcid or not password:
+        raise SaslAuthenticationFailed("PLAIN: user name and password are required")
+    if authzid and authzid != authcid:
+        raise SaslAuthenticationFailed("PLAIN: authorization id must be empty or the user's own")
+    return authcid, password
+
+
+class ScramExchange:
+    """One SCRAM authentication (server side): :meth:`step` twice."""
+
+    def __init__(
+        self, mechanism: str, credential: Callable[[str, str], ScramCredential | None]
+    ) -> None:
+        """``credential(name, mechanism)``: the stored credential, or None."""
+        import scramp  # loaded only by brokers whose Kafka door takes SCRAM
+
+        self.mechanism = mechanism
+        self._scramp = scramp
+        self._credential = credential
+        self._server = scramp.ScramMechanism(mechanism).make_server(self._auth_info)
+        self._steps = 0
+        self.user: str | None = None
+
+    def _auth_info(self, name: str) -> tuple[bytes, bytes, bytes, int]:
+        found = self._credential(name, self.mechanism)
+        if found is None:
+            # Random keys: no proof matches them, and the answer looks like any other.
+            size = 32 if self.mechanism == SCRAM_SHA_256 else 64
+            found = ScramCredential(
+                secrets.token_bytes(16),
+                SCRAM_ITERATIONS,
+                secrets.token_bytes(size),
+                secrets.token_bytes(size),
+            )
+            self.user = None
+        else:
+            self.user = name
+        return found.salt, found.stored_key, found.server_key, found.iterations
+
+    @property
+    def done(self) -> bool:
+        return self._steps >= 2
+
+    def step(self, token: bytes) -> bytes:
+        """The server's answer to the client's next message; SaslAuthenticationFailed on a
+        malformed message or a wrong proof. After the second step :attr:`user` names the
+        authenticated user."""
+        if len(token) > MAX_TOKEN_BYTES:
+            raise SaslAuthenticationFailed(f"{self.mechanism}: message too long")
+        try:
+            text = token.decode("utf-8")
+            if self._steps == 0:
+                self._server.set_client_first(text)
+                answer = self._server.get_server_first()
+            elif self._steps == 1:
+                self._server.set_client_final(text)
+                answer = self._server.get_server_final()
+                if self.user is None:  # cannot happen: the random keys match no proof
+                    raise SaslAuthenticationFailed(f"{self.mechanism}: invalid credentials")
+            else:
+                raise SaslAuthenticationFailed(f"{self.mechanism}: the exchange is over")
+        except (self._scramp.ScramException, UnicodeDecodeError, ValueError):
+            raise SaslAuthenticationFailed(
+                f"{self.mechanism}: authentication failed (invalid credentials or message)"
+            ) from None
+        self._steps += 1
+        return str(answer).encode("utf-8")

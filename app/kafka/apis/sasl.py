@@ -1,0 +1,114 @@
+"""SaslHandshake and SaslAuthenticate: a client proves who it is on a SASL listener.
+
+Kafka's flow (KIP-43, KIP-152): SaslHandshake names a mechanism; v1 is followed by
+SaslAuthenticate requests carrying the mechanism's tokens, v0 by bare size-prefixed
+tokens (:func:`raw_token`, called by the connection for those frames). PLAIN takes one
+token; SCRAM two. A failure answers SASL_AUTHENTICATION_FAILED (with the reason in v1+)
+and the connection closes after the answer, as Kafka does; a handshake on a non-SASL
+listener or after authentication answers ILLEGAL_SASL_STATE, an unknown mechanism
+UNSUPPORTED_SASL_MECHANISM with the enabled ones. A failure is answered
+``kafka_failed_authentication_delay_ms`` late (Kafka's
+``connection.failed.authentication.delay.ms``). Each outcome is one log line and,
+for failures, one audit line (:mod:`app.core.security.audit`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from kio.static.protocol import Entity
+
+from app.common.errors import SaslAuthenticationFailed
+from app.core.security import audit
+from app.core.security.sasl import PLAIN, parse_plain
+from app.kafka.apis.base import NO_THROTTLE, Context, response_module
+from app.kafka.encode import build
+from app.kafka.versions import SASL_AUTHENTICATE, SASL_HANDSHAKE
+
+log = logging.getLogger(__name__)
+
+
+async def sasl_handshake(ctx: Context, body: Entity | None, version: int) -> Any:
+    m = response_module(SASL_HANDSHAKE, version)
+    security, session = ctx.security, ctx.session
+    if security is None or not security.sasl or session.authenticated:
+        return build(
+            m.SaslHandshakeResponse, error_code=ErrorCode.illegal_sasl_state, mechanisms=()
+        )
+    mechanism = str(getattr(body, "mechanism", ""))
+    enabled = tuple(security.mechanisms)
+    if mechanism not in enabled:
+        log.info("kafka SASL mechanism %r asked by %s is not enabled", mechanism, session.host)
+        return build(
+            m.SaslHandshakeResponse,
+            error_code=ErrorCode.unsupported_sasl_mechanism,
+            mechanisms=enabled,
+        )
+    session.mechanism = mechanism
+    session.exchange = None
+    session.raw_tokens = version == 0
+    return build(m.SaslHandshakeResponse, error_code=ErrorCode.none, mechanisms=enabled)
+
+
+async def step(ctx: Context, token: bytes) -> bytes:
+    """The server's answer to one SASL token; SaslAuthenticationFailed (audited, the
+    session marked to close) when refused. Authenticates the session when done."""
+    security, session = ctx.security, ctx.session
+    mechanism = session.mechanism
+    try:
+        if security is None or mechanism is None or session.authenticated:
+            raise SaslAuthenticationFailed("no SASL handshake before SaslAuthenticate")
+        if mechanism == PLAIN:
+            name, password = parse_plain(token)
+            identity = await security.verify_plain(name, password)
+            _authenticated(ctx, identity.principal, mechanism)
+            return b""
+        if session.exchange is None:
+            session.exchange = security.scram(mechanism)
+        exchange = session.exchange
+        answer: bytes = exchange.step(token)
+        if exchange.done:
+            _authenticated(ctx, f"User:{exchange.user}", mechanism)
+        return answer
+    except SaslAuthenticationFailed as exc:
+        session.close_after = True
+        session.exchange = None
+        audit.authentication_failed(mechanism or "none", session.host, exc.message)
+        log.info("kafka SASL %s from %s failed: %s", mechanism, session.host, exc.message)
+        # Kafka's connection.failed.authentication.delay.ms: slows password guessing.
+        await asyncio.sleep(ctx.state.settings.kafka_failed_authentication_delay_ms / 1000)
+        raise
+
+
+def _authenticated(ctx: Context, principal: str, mechanism: str) -> None:
+    session = ctx.session
+    session.principal = principal
+    session.authenticated = True
+    session.exchange = None
+    session.raw_tokens = False
+    log.info("kafka SASL %s from %s: %s", mechanism, session.host, principal)
+
+
+async def sasl_authenticate(ctx: Context, body: Entity | None, version: int) -> Any:
+    m = response_module(SASL_AUTHENTICATE, version)
+    token = bytes(getattr(body, "auth_bytes", b""))
+    try:
+        answer = await step(ctx, token)
+    except SaslAuthenticationFailed as exc:
+        return build(
+            m.SaslAuthenticateResponse,
+            error_code=ErrorCode.sasl_authentication_failed,
+            error_message=f"Authentication failed: {exc.message}",
+            auth_bytes=b"",
+            session_lifetime=NO_THROTTLE,
+        )
+    return build(
+        m.SaslAuthenticateResponse,
+        error_code=ErrorCode.none,
+        error_message=None,
+        auth_bytes=answer,
+        session_lifetime=NO_THROTTLE,  # 0: no re-authentication (KIP-368)
+    )

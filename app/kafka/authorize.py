@@ -1,0 +1,131 @@
+"""Authorization on the Kafka door: Kafka's authorizer table, one check helper.
+
+Every check goes to the same :class:`~app.core.security.acl.Authorizer` (and super users)
+HTTP uses (:mod:`app.kafka.security`), with the connection's principal and address; a
+refusal is the error tree's ``*AuthorizationFailed`` (audited), answered by the handler
+where Kafka answers per item (a topic's partitions, a group, a transactional id) with
+TOPIC_/GROUP_/TRANSACTIONAL_ID_/CLUSTER_AUTHORIZATION_FAILED, exactly as any other
+per-item error is. Without an authorizer every check passes and costs one attribute test.
+
+Kafka's table (KIP-11, ``AclAuthorizer``/``KafkaApis``), as applied here:
+
+===================== ====================================================================
+API                   operations checked
+===================== ====================================================================
+Produce               WRITE topic (per topic); WRITE transactional id for a transactional
+                      request
+Fetch                 READ topic (per partition)
+ListOffsets           DESCRIBE topic (per partition)
+OffsetForLeaderEpoch  DESCRIBE topic (per partition)
+Metadata              DESCRIBE topic: unlisted when all topics are asked, else
+                      TOPIC_AUTHORIZATION_FAILED; auto-creation needs CREATE cluster or topic
+FindCoordinator       DESCRIBE group / transactional id
+JoinGroup, SyncGroup, READ group
+Heartbeat, LeaveGroup
+OffsetCommit          READ group, READ topic (per partition)
+OffsetFetch           DESCRIBE group, DESCRIBE topic (per partition)
+OffsetDelete          DELETE group, READ topic (per partition)
+DescribeGroups        DESCRIBE group (per group)
+ListGroups            DESCRIBE cluster, else only the groups it may DESCRIBE
+DeleteGroups          DELETE group (per group)
+InitProducerId        WRITE transactional id; without one IDEMPOTENT_WRITE cluster or
+                      WRITE on some topic (KIP-679)
+AddPartitionsToTxn    WRITE transactional id, WRITE topic (per partition)
+AddOffsetsToTxn       WRITE transactional id, READ group
+EndTxn                WRITE transactional id
+TxnOffsetCommit       WRITE transactional id, READ group, READ topic (per partition)
+DescribeTransactions  DESCRIBE transactional id (per id)
+ListTransactions      only the ids it may DESCRIBE
+CreateTopics          CREATE cluster or CREATE topic (per topic)
+DeleteTopics          DELETE topic (per topic)
+DeleteRecords         DELETE topic (per partition)
+CreatePartitions      ALTER topic (per topic)
+DescribeConfigs       DESCRIBE_CONFIGS topic / cluster (per resource)
+AlterConfigs,         ALTER_CONFIGS topic / cluster (per resource)
+IncrementalAlter...
+DescribeLogDirs       DESCRIBE cluster
+DescribeCluster       none (as Kafka: the brokers are what Metadata tells anyone)
+===================== ====================================================================
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from app.common.errors import (
+    AuthorizationFailed,
+    ClusterAuthorizationFailed,
+    GroupAuthorizationFailed,
+    TopicAuthorizationFailed,
+    TransactionalIdAuthorizationFailed,
+)
+from app.core.security import audit
+from app.core.security.acl import CLUSTER, Action, Operation, Resource, ResourceType
+
+if TYPE_CHECKING:
+    from app.kafka.apis.base import Context
+
+TOPIC = ResourceType.TOPIC
+GROUP = ResourceType.GROUP
+TXN_ID = ResourceType.TRANSACTIONAL_ID
+READ = Operation.READ
+WRITE = Operation.WRITE
+CREATE = Operation.CREATE
+DELETE = Operation.DELETE
+ALTER = Operation.ALTER
+DESCRIBE = Operation.DESCRIBE
+DESCRIBE_CONFIGS = Operation.DESCRIBE_CONFIGS
+ALTER_CONFIGS = Operation.ALTER_CONFIGS
+IDEMPOTENT_WRITE = Operation.IDEMPOTENT_WRITE
+
+
+def _action(op: Operation, resource_type: ResourceType | None, name: str) -> Action:
+    resource = CLUSTER if resource_type is None else Resource(resource_type, name)
+    return Action(op, resource)
+
+
+def permitted(
+    ctx: Context, op: Operation, resource_type: ResourceType | None, name: str = ""
+) -> bool:
+    """Whether the connection's principal may do ``op`` (``resource_type`` None: the cluster)."""
+    security = ctx.security
+    if security is None or not security.authorizing:
+        return True
+    session = ctx.session
+    return security.allowed(
+        session.principal,
+        session.mechanism or "none",
+        session.host,
+        _action(op, resource_type, name),
+    )
+
+
+def check(ctx: Context, op: Operation, resource_type: ResourceType | None, name: str = "") -> None:
+    """Raise the error tree's AuthorizationFailed (audited) unless :func:`permitted`."""
+    if permitted(ctx, op, resource_type, name):
+        return
+    principal, host = ctx.session.principal, ctx.session.host
+    kind = "cluster" if resource_type is None else resource_type.value
+    audit.denied(principal, host, op.value, f"{kind.upper()}:{name or CLUSTER.name}")
+    error: type[AuthorizationFailed] = {
+        TOPIC: TopicAuthorizationFailed,
+        GROUP: GroupAuthorizationFailed,
+        TXN_ID: TransactionalIdAuthorizationFailed,
+    }.get(resource_type, ClusterAuthorizationFailed)  # type: ignore[arg-type]
+    what = kind.lower().replace("_", " ")
+    raise error(
+        f"{principal} may not {op.value} {what} {name or CLUSTER.name!r}",
+        resource_type=kind.upper(),
+        resource_name=name or CLUSTER.name,
+        operation=op.value,
+    )
+
+
+def permitted_any_topic(ctx: Context, op: Operation) -> bool:
+    """Kafka's ``authorizeByResourceType`` on topics (KIP-679's idempotent producer)."""
+    security = ctx.security
+    if security is None or not security.authorizing:
+        return True
+    guard = security.guard
+    assert guard is not None and guard.authorizer is not None
+    return guard.authorizer.authorize_any(ctx.session.principal, ctx.session.host, op, TOPIC)

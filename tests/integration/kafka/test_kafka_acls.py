@@ -1,0 +1,210 @@
+"""ACLs on the Kafka door: the authorizer HTTP uses (one ACL store, the same super users),
+checked per API as Kafka's authorizer table says (app/kafka/authorize.py). One broker for
+the module: SASL_PLAINTEXT beside HTTP Basic, ``authorizer=acl``, ``User:admin`` super."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from confluent_kafka import KafkaError, Producer
+from confluent_kafka.admin import AdminClient
+from kafka_harness import KafkaBroker, start_broker, stop_broker
+
+from app.core.security.users import UsersFile
+
+PASSWORD = "correct horse battery"
+
+
+@pytest.fixture(scope="module")
+def acl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    tmp = tmp_path_factory.mktemp("kafka-acl")
+    users = UsersFile(tmp / "users.json")
+    for name in ("admin", "reader"):
+        users.add(name, PASSWORD, n=2**14)
+    broker = start_broker(
+        tmp,
+        ("LOGBUS_USERS_FILE", str(tmp / "users.json")),
+        ("LOGBUS_AUTHENTICATION", "basic"),
+        ("LOGBUS_AUTHORIZER", "acl"),
+        ("LOGBUS_SUPER_USERS", "User:admin"),
+        ("LOGBUS_KAFKA_SECURITY_PROTOCOL", "SASL_PLAINTEXT"),
+    )
+    yield broker
+    stop_broker(broker)
+
+
+def admin_http(broker: KafkaBroker) -> httpx.Client:
+    return httpx.Client(base_url=broker.url, auth=("admin", PASSWORD), timeout=30)
+
+
+def kafka_conf(broker: KafkaBroker, user: str) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": broker.bootstrap,
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "SCRAM-SHA-256",
+        "sasl.username": user,
+        "sasl.password": PASSWORD,
+    }
+
+
+def grant(broker: KafkaBroker, topic: str, operation: str) -> None:
+    with admin_http(broker) as http:
+        acl = {
+            "resource_type": "TOPIC",
+            "resource_name": topic,
+            "principal": "User:reader",
+            "operation": operation,
+        }
+        assert http.post("/acls", json={"acls": [acl]}).status_code == 201
+
+
+def produce_one(broker: KafkaBroker, user: str, topic: str) -> KafkaError | None:
+    outcome: list[KafkaError | None] = []
+    producer = Producer(
+        {**kafka_conf(broker, user), "enable.idempotence": False, "message.send.max.retries": 0}
+    )
+    producer.produce(topic, b"x", on_delivery=lambda err, _msg: outcome.append(err))
+    producer.flush(30)
+    assert len(outcome) == 1
+    return outcome[0]
+
+
+def test_read_but_not_write_cannot_produce_until_an_http_acl_grants_it(
+    acl_broker: KafkaBroker,
+) -> None:
+    topic = f"acl-{uuid.uuid4().hex[:8]}"
+    with admin_http(acl_broker) as http:
+        assert http.post("/topics", json={"name": topic, "partitions": 1}).status_code == 201
+    grant(acl_broker, topic, "READ")
+    refused = produce_one(acl_broker, "reader", topic)
+    assert refused is not None and refused.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert "DENIED principal=User:reader" in acl_broker.log()
+    grant(acl_broker, topic, "WRITE")  # over HTTP: holds on the Kafka door at once
+    assert produce_one(acl_broker, "reader", topic) is None
+    assert produce_one(acl_broker, "admin", topic) is None  # a super user
+
+
+def test_metadata_leaves_out_topics_the_user_may_not_describe(acl_broker: KafkaBroker) -> None:
+    mine, secret = f"mine-{uuid.uuid4().hex[:8]}", f"secret-{uuid.uuid4().hex[:8]}"
+    with admin_http(acl_broker) as http:
+        for name in (mine, secret):
+            assert http.post("/topics", json={"name": name, "partitions": 1}).status_code == 201
+    grant(acl_broker, mine, "DESCRIBE")
+    seen = set(AdminClient(kafka_conf(acl_broker, "reader")).list_topics(timeout=10).topics)
+    assert mine in seen and secret not in seen
+    everything = set(AdminClient(kafka_conf(acl_broker, "admin")).list_topics(timeout=10).topics)
+    assert {mine, secret} <= everything
+    named = AdminClient(kafka_conf(acl_broker, "reader")).list_topics(secret, timeout=10)
+    error = named.topics[secret].error
+    assert error is not None and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+@pytest.fixture(scope="module")
+def mtls_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """An SSL Kafka listener that asks for client certificates; ``admin``'s certificate
+    subject is a super user, ``other``'s is granted nothing."""
+    import trustme
+    from cryptography import x509
+
+    tmp = tmp_path_factory.mktemp("kafka-mtls")
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(tmp / "ca.pem"))
+    server = ca.issue_cert("127.0.0.1")
+    server.cert_chain_pems[0].write_to_path(str(tmp / "server.pem"))
+    server.private_key_pem.write_to_path(str(tmp / "server.key"))
+    subjects = {}
+    for name in ("admin", "other"):
+        leaf = ca.issue_cert(common_name=f"{name}-client")
+        leaf.cert_chain_pems[0].write_to_path(str(tmp / f"{name}.pem"))
+        leaf.private_key_pem.write_to_path(str(tmp / f"{name}.key"))
+        cert = x509.load_pem_x509_certificate(leaf.cert_chain_pems[0].bytes())
+        subjects[name] = f"User:{cert.subject.rfc4514_string()}"
+    broker = start_broker(
+        tmp,
+        ("LOGBUS_AUTHORIZER", "acl"),
+        ("LOGBUS_SUPER_USERS", subjects["admin"]),
+        ("LOGBUS_KAFKA_SECURITY_PROTOCOL", "SSL"),
+        ("LOGBUS_SSL_CERTFILE", str(tmp / "server.pem")),
+        ("LOGBUS_SSL_KEYFILE", str(tmp / "server.key")),
+        ("LOGBUS_SSL_CA_FILE", str(tmp / "ca.pem")),
+        ("LOGBUS_SSL_CLIENT_AUTH", "requested"),
+        tls_ca=tmp / "ca.pem",
+    )
+    yield {"broker": broker, "dir": tmp, "subjects": subjects}
+    stop_broker(broker)
+
+
+def test_a_client_certificate_subject_is_the_principal(mtls_broker: dict[str, Any]) -> None:
+    from confluent_kafka.admin import NewTopic
+
+    broker: KafkaBroker = mtls_broker["broker"]
+    tmp = mtls_broker["dir"]
+
+    def conf(name: str) -> dict[str, Any]:
+        return {
+            "bootstrap.servers": broker.bootstrap,
+            "security.protocol": "SSL",
+            "ssl.ca.location": str(tmp / "ca.pem"),
+            "ssl.certificate.location": str(tmp / f"{name}.pem"),
+            "ssl.key.location": str(tmp / f"{name}.key"),
+        }
+
+    topic = f"mtls-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient(conf("admin"))  # kept: a collected client cancels its futures
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    outcome: list[KafkaError | None] = []
+    for name in ("admin", "other"):
+        producer = Producer({**conf(name), "message.send.max.retries": 0})
+        producer.produce(topic, b"x", on_delivery=lambda err, _msg: outcome.append(err))
+        producer.flush(30)
+    assert outcome[0] is None
+    refused = outcome[1]
+    assert refused is not None and refused.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert f"DENIED principal={mtls_broker['subjects']['other']}" in broker.log()
+
+
+def test_a_group_needs_read_on_the_group(acl_broker: KafkaBroker) -> None:
+    from confluent_kafka import Consumer
+
+    topic, group = f"grp-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    with admin_http(acl_broker) as http:
+        assert http.post("/topics", json={"name": topic, "partitions": 1}).status_code == 201
+    assert produce_one(acl_broker, "admin", topic) is None
+    grant(acl_broker, topic, "READ")
+
+    def consume() -> KafkaError | bytes:
+        consumer = Consumer(
+            {
+                **kafka_conf(acl_broker, "reader"),
+                "group.id": group,
+                "auto.offset.reset": "earliest",
+            }
+        )
+        consumer.subscribe([topic])
+        try:
+            for _ in range(60):
+                msg = consumer.poll(0.5)
+                if msg is None:
+                    continue
+                error = msg.error()
+                return error if error is not None else bytes(msg.value())
+            raise AssertionError("neither a record nor an error")
+        finally:
+            consumer.close()
+
+    refused = consume()
+    assert isinstance(refused, KafkaError)
+    assert refused.code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+    with admin_http(acl_broker) as http:
+        acl = {
+            "resource_type": "GROUP",
+            "resource_name": group,
+            "principal": "User:reader",
+            "operation": "READ",
+        }
+        assert http.post("/acls", json={"acls": [acl]}).status_code == 201
+    assert consume() == b"x"
