@@ -116,8 +116,6 @@ def typed_values(
             reader = registry.version(subject, version)
     except LookupError as exc:
         raise OptionError(f"valueFormat {fmt}: {exc}") from None
-    finally:
-        registry.close()
     if reader.schema_type != FORMATS[fmt]:
         raise OptionError(
             f"schema id {reader.schema_id} is a {reader.schema_type} schema; "
@@ -157,7 +155,7 @@ class Decoder:
         self.wanted = typed.schema_type
 
     def close(self) -> None:
-        self.registry.close()
+        """Nothing to release: the registry client is the process's (see Registry)."""
 
     def writer(self, schema_id: int) -> ParsedSchema:
         if schema_id == self.reader_id:
