@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import functools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -108,7 +109,7 @@ class Registry:
         for ref in refs:
             found = self._call(
                 f"reference {ref.subject} version {ref.version}",
-                lambda c, r=ref: c.get_version(r.subject, int(r.version)),
+                functools.partial(_get_version, subject=ref.subject, version=int(ref.version)),
             )
             out.append(
                 ResolvedReference(
@@ -157,6 +158,10 @@ class Registry:
                 if found is None:
                     found = shared.parsed[schema_id] = self.by_id(schema_id).parse()
         return found
+
+
+def _get_version(client: SchemaRegistryClient, subject: str, version: int) -> Any:
+    return client.get_version(subject, version)
 
 
 @dataclass
