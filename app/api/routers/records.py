@@ -345,7 +345,7 @@ def checked_batches(
     return batches
 
 
-def check_schema_ids(
+async def check_schema_ids(
     state: AppState,
     topic: str,
     sides: tuple[bool, bool],
@@ -356,7 +356,7 @@ def check_schema_ids(
     (app/api/schema_validation.py): 422 RecordRefused naming the request's record (its
     index in ``records``, mapped back from its partition and place in that batch)."""
     for p in sorted(batches):
-        refusal = state.schema_validation.find_refusal(topic, sides, batches[p])
+        refusal = await state.schema_validation.find_refusal(topic, sides, batches[p])
         if refusal is not None:
             index = next(
                 i for i, (pp, j, _) in enumerate(placed) if pp == p and j == refusal.record
@@ -401,7 +401,7 @@ async def append_json_records(
         plan = plan_topic(state, manager, topic)
 
     if plan.schema_validation != NO_VALIDATION:
-        check_schema_ids(state, topic, plan.schema_validation, batches, placed)
+        await check_schema_ids(state, topic, plan.schema_validation, batches, placed)
     order = sorted(batches)
     work = [(leader_target(state, topic, p), batches[p]) for p in order]
     # Records per partition, counted in C (Counter over map: no Python step per record).
