@@ -146,37 +146,87 @@ class SchemaCache:
         self, records: list[dict[str, Any]], key_format: str, value_format: str
     ) -> list[dict[str, Any]]:
         """Decode in place the raw keys / values of a JSON fetch's records (rendered with
-        :func:`walk_format`) that a typed format asks for; see the module docstring."""
+        :func:`walk_format`) that a typed format asks for; see the module docstring. (The
+        HTTP fetch decodes during its walk instead: :meth:`walk_decoders`.)"""
         for field, fmt in (("key", key_format), ("value", value_format)):
-            wanted = SCHEMA_TYPE_OF.get(fmt)
-            if wanted is None:
+            if fmt in SCHEMA_TYPE_OF:
+                decode = self.record_decoder(fmt)
+                for record in records:
+                    record[field] = decode(record[field])
+        self.finish_failed(records, key_format, value_format)
+        return records
+
+    def walk_decoders(
+        self, key_format: str, value_format: str
+    ) -> tuple[Callable[[bytes | None], Any] | None, Callable[[bytes | None], Any] | None]:
+        """The key and value decoders a JSON fetch's walk calls per record in place of
+        its format's (None: the format's own), so each record is decoded as its dict is
+        built, with no second pass; :meth:`finish` the records afterwards."""
+        return (
+            self.record_decoder(key_format) if key_format in SCHEMA_TYPE_OF else None,
+            self.record_decoder(value_format) if value_format in SCHEMA_TYPE_OF else None,
+        )
+
+    def record_decoder(self, fmt: str) -> Callable[[bytes | None], Any]:
+        """A decoder of one answer's framed keys or values in typed format ``fmt``: the
+        value, or a :class:`Failed` holding the per-record error (:meth:`finish` moves it
+        to ``<field>_error``). Not shared between answers (it keeps the last id's reader).
+
+        Records of one partition mostly carry one id: the last id that decoded cleanly is
+        remembered with its codec's reader of whole framed records (Avro: fastavro's
+        compiled reader called on the record's bytes, no slice), so such a record costs a
+        5-byte comparison and the read. Anything else (another id, a bad header, bytes the
+        reader refuses) takes :meth:`_decode`, which says why."""
+        wanted = SCHEMA_TYPE_OF[fmt]
+        last: bytes | None = None
+        fast: Callable[[bytes], Any] | None = None
+
+        def decode(data: bytes | None) -> Any:
+            nonlocal last, fast
+            if data is None:
+                return None
+            if fast is not None and data[:5] == last:
+                try:
+                    return fast(data)
+                except Exception:  # _decode says why, as for any other record
+                    pass
+            try:
+                value = self._decode(data, wanted, fmt)
+            except InvalidRecord as exc:
+                return Failed({"error_code": exc.error_code, "message": exc.message})
+            _, parsed, may_hold_bytes = self.by_id(wire.schema_id_of(data))
+            if not may_hold_bytes:
+                last, fast = bytes(data[:5]), _framed_reader(parsed)
+            return value
+
+        return decode
+
+    @staticmethod
+    def finish(
+        records: list[dict[str, Any]], key_format: str, value_format: str
+    ) -> list[dict[str, Any]]:
+        """:meth:`finish_failed`, returning the records."""
+        SchemaCache.finish_failed(records, key_format, value_format)
+        return records
+
+    @staticmethod
+    def finish_failed(records: list[dict[str, Any]], key_format: str, value_format: str) -> int:
+        """Records decoded by :meth:`record_decoder`: each :class:`Failed` key or value
+        becomes ``null`` and its error goes to ``key_error`` / ``value_error`` (after the
+        record's other fields, keys' errors first): one type check per record and typed
+        field. How many keys and values failed."""
+        failed = 0
+        for field, fmt in (("key", key_format), ("value", value_format)):
+            if fmt not in SCHEMA_TYPE_OF:
                 continue
             error_field = f"{field}_error"
-            # The last id that decoded cleanly, and its codec's decode: records of one
-            # partition mostly carry one id, and this skips the look-up and checks per
-            # record. Anything else (another id, a bad header, an error) takes _decode.
-            last: bytes | None = None
-            fast: Callable[[memoryview], Any] | None = None
             for record in records:
-                data = record[field]
-                if data is None:
-                    continue
-                if fast is not None and data[:5] == last:
-                    try:
-                        record[field] = fast(memoryview(data)[5:])
-                        continue
-                    except Exception:  # _decode says why, as for any other record
-                        pass
-                try:
-                    record[field] = self._decode(data, wanted, fmt)
-                except InvalidRecord as exc:
+                got = record[field]
+                if type(got) is Failed:
                     record[field] = None
-                    record[error_field] = {"error_code": exc.error_code, "message": exc.message}
-                    continue
-                _, parsed, may_hold_bytes = self.by_id(wire.schema_id_of(data))
-                if not may_hold_bytes:
-                    last, fast = bytes(data[:5]), cast(Codec, parsed).decode_payload
-        return records
+                    record[error_field] = got.error
+                    failed += 1
+        return failed
 
     def _decode(self, data: bytes, wanted: str, fmt: str) -> Any:
         schema_id = wire.schema_id_of(data)  # NotSchemaFramed
@@ -266,6 +316,29 @@ def _encoder(
         return encode(parsed, schema_id, obj)
 
     return encoder
+
+
+class Failed:
+    """A key or value that did not decode, in place until :meth:`SchemaCache.finish`."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: dict[str, str]) -> None:
+        self.error = error
+
+
+def _framed_reader(parsed: ParsedSchema) -> Callable[[bytes], Any]:
+    """``parsed``'s decoder of whole framed records (header not checked)."""
+    reader = getattr(parsed, "framed_reader", None)
+    if reader is not None:
+        fast: Callable[[bytes], Any] = reader()
+        return fast
+    decode_payload = cast(Codec, parsed).decode_payload
+
+    def decode(data: bytes) -> Any:
+        return decode_payload(memoryview(data)[wire.HEADER_SIZE :])
+
+    return decode
 
 
 def _may_hold_bytes(parsed: ParsedSchema) -> bool:
