@@ -311,6 +311,39 @@ def test_a_typed_fetch_of_other_records_gives_per_record_errors(http: httpx.Clie
     assert got[4]["value"] is None and "value_error" not in got[4]  # a tombstone
 
 
+def test_typed_fetches_are_rendered_once_unless_a_record_failed(
+    broker: LiveBroker, http: httpx.Client
+) -> None:
+    """A batch whose records all decoded is kept in the rendered-records cache (the next
+    fetch joins its bytes: a hit, the same answer); one with a per-record error is not:
+    once the id it carries is registered, the next fetch decodes it."""
+    import base64
+
+    schema_id = register(http, "cached-value", ORDER)
+    order = {"id": 1, "item": "pen", "ship": {"zip": "1"}, "raw": None}
+    r = http.post(
+        "/topics/cached/records",
+        json={"records": [{"value": order}], "value_format": "avro", "value_schema_id": schema_id},
+    )
+    assert r.status_code == 200, r.text
+    rendered = broker.app.state.logbus.rendered
+    first = fetch(http, "cached", value_format="avro")
+    hits = rendered.hits
+    assert fetch(http, "cached", value_format="avro") == first == [{**first[0], "value": order}]
+    assert rendered.hits == hits + 1
+    # The next id, not registered yet: a per-record error, not kept.
+    future = b"\0" + (schema_id + 1).to_bytes(4, "big") + b'"x"'
+    r = http.post(
+        "/topics/later/records",
+        json={"records": [{"value": base64.b64encode(future).decode()}], "value_format": "binary"},
+    )
+    assert r.status_code == 200, r.text
+    assert "40403" in fetch(http, "later", value_format="jsonschema")[0]["value_error"]["message"]
+    assert register(http, "later-value", '{"type": "string"}', "JSON") == schema_id + 1
+    again = fetch(http, "later", value_format="jsonschema")
+    assert again[0]["value"] == "x" and "value_error" not in again[0]
+
+
 def test_a_large_typed_fetch_rendered_off_the_loop(
     http: httpx.Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
