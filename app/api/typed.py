@@ -30,9 +30,10 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
+import orjson
 from starlette.requests import HTTPConnection
 
-from app.api.codec import FRAMED
+from app.api.codec import FRAMED, BodyInvalid
 from app.api.deps import serving_coordinator
 from app.api.errors import RecordRefused
 from app.api.models import TYPED_FORMATS
@@ -270,6 +271,14 @@ def encode_request(cache: SchemaCache, req: ParsedProduce) -> ParsedProduce:
     match, before anything is written."""
     key = _encoder(cache, "key", req.key_format, req.key_schema)
     value = _encoder(cache, "value", req.value_format, req.value_schema)
+    # The other side in json (the default) is encoded here too (orjson.dumps: the bytes
+    # the json format writes), so both sides leave as bytes in the internal ``framed``
+    # format and the request takes the plain records' one-call batch building
+    # (app/api/routers/records.py: build_batches) like an untyped json produce.
+    if key is None and req.key_format == "json":
+        key = _json_bytes
+    if value is None and req.value_format == "json":
+        value = _json_bytes
     records: list[ParsedRecord] = []
     append = records.append
     index = 0
@@ -286,6 +295,8 @@ def encode_request(cache: SchemaCache, req: ParsedProduce) -> ParsedProduce:
             index += 1
     except InvalidRecord as exc:
         raise RecordRefused(index, field, getattr(exc, "path", ""), exc.message) from None
+    except orjson.JSONEncodeError as exc:  # the json side: codec's json encoder's words
+        raise BodyInvalid.at(f"body.records.{index}.{field}", f"{exc} (format json)") from None
     except (TypeError, ValueError, OverflowError) as exc:
         # A library's own words for a value it cannot take (wire.encode validates first;
         # this keeps a gap there a 422, never a 500).
@@ -295,6 +306,9 @@ def encode_request(cache: SchemaCache, req: ParsedProduce) -> ParsedProduce:
         FRAMED if key is not None else req.key_format,
         FRAMED if value is not None else req.value_format,
     )
+
+
+_json_bytes: Callable[[Any], bytes] = orjson.dumps
 
 
 def _encoder(

@@ -311,6 +311,36 @@ def test_a_typed_fetch_of_other_records_gives_per_record_errors(http: httpx.Clie
     assert got[4]["value"] is None and "value_error" not in got[4]  # a tombstone
 
 
+def test_a_typed_value_beside_a_json_key_is_placed_and_stored_as_an_untyped_one(
+    broker: LiveBroker, http: httpx.Client
+) -> None:
+    """Typed values with json keys take the plain records' batch building: the keys are
+    the json format's bytes, placed by their murmur2 hash as in an untyped produce."""
+    import base64
+
+    schema_id = register(http, "keyed-value", ORDER)
+    r = http.post("/topics", json={"name": "keyed", "partitions": 4})
+    assert r.status_code == 201, r.text
+    order = {"id": 1, "item": "pen", "ship": {"zip": "1"}, "raw": None}
+    records = [{"key": {"user": i}, "value": order} for i in range(8)]
+    typed = http.post(
+        "/topics/keyed/records",
+        json={"records": records, "value_format": "avro", "value_schema_id": schema_id},
+    )
+    plain = http.post("/topics/keyed/records", json={"records": records})
+    assert typed.status_code == plain.status_code == 200, typed.text
+    assert [o["partition"] for o in typed.json()["offsets"]] == [
+        o["partition"] for o in plain.json()["offsets"]
+    ]
+    p = typed.json()["offsets"][0]["partition"]
+    got = http.get(
+        f"/topics/keyed/partitions/{p}/records",
+        params={"offset": 0, "max_wait_ms": 0, "key_format": "binary", "value_format": "avro"},
+    ).json()["records"]
+    assert base64.b64decode(got[0]["key"]) == b'{"user":0}'
+    assert got[0]["value"] == order
+
+
 def test_typed_fetches_are_rendered_once_unless_a_record_failed(
     broker: LiveBroker, http: httpx.Client
 ) -> None:
