@@ -325,9 +325,20 @@ def _encoder(
         fast: Callable[[Any], bytes] = framed(schema_id)
         return fast
     encode = wire.encode
+    message = ref.message
+    if message is not None:
+        # Checked once here, so a name the file does not define is the request's error
+        # (400 naming the field), not every record's.
+        try:
+            parsed.message_class(message)  # type: ignore[attr-defined]
+        except InvalidRecord as exc:
+            raise InvalidRequest(
+                f"{side}_message {message!r}: {exc.message} (schema id {schema_id})",
+                field=f"{side}_message",
+            ) from None
 
     def encoder(obj: Any) -> bytes:
-        return encode(parsed, schema_id, obj)
+        return encode(parsed, schema_id, obj, message_name=message)
 
     return encoder
 

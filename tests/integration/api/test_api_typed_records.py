@@ -205,6 +205,51 @@ def test_jsonschema_and_protobuf_produce_then_fetch(broker: LiveBroker, http: ht
     assert (back.sensor, back.celsius) == ("s9", -4.5)
 
 
+TWO_MESSAGES = (
+    'syntax = "proto3";\npackage ex;\n'
+    "message Reading { string sensor = 1; double celsius = 2; }\n"
+    "message Alarm { string sensor = 1; int32 level = 2; }\n"
+)
+
+
+def test_protobuf_value_message_picks_the_files_message(http: httpx.Client) -> None:
+    """value_message (full name, or relative to the package) picks the message; its
+    message indexes are written ([1]: zig-zag count 1, index 1), and the typed fetch
+    decodes each record by its own indexes. A name the file lacks is a 400 naming the
+    field, and so is value_message beside another format."""
+    import base64
+
+    proto_id = register(http, "alarms-value", TWO_MESSAGES, "PROTOBUF")
+    body = {"value_format": "protobuf", "value_schema_id": proto_id}
+    for name in ("ex.Alarm", "Alarm"):
+        r = http.post(
+            "/topics/alarms/records",
+            json={
+                **body,
+                "value_message": name,
+                "records": [{"value": {"sensor": "s", "level": 3}}],
+            },
+        )
+        assert r.status_code == 200, r.text
+    r = http.post("/topics/alarms/records", json={**body, "records": [{"value": {"sensor": "r"}}]})
+    assert r.status_code == 200, r.text
+    got = fetch(http, "alarms", value_format="protobuf")
+    assert [g["value"] for g in got] == [{"sensor": "s", "level": 3}] * 2 + [{"sensor": "r"}]
+    raw = fetch(http, "alarms", value_format="binary")
+    assert base64.b64decode(raw[0]["value"])[5:7] == b"\x02\x02"  # indexes [1]
+    assert base64.b64decode(raw[2]["value"])[5:6] == b"\x00"  # [0], the first message
+    r = http.post(
+        "/topics/alarms/records",
+        json={**body, "value_message": "ex.Nope", "records": [{"value": {}}]},
+    )
+    assert r.status_code == 400 and r.json()["field"] == "value_message", r.text
+    r = http.post(
+        "/topics/alarms/records",
+        json={"value_format": "json", "value_message": "ex.Alarm", "records": [{"value": {}}]},
+    )
+    assert r.status_code == 400 and "goes with value_format protobuf" in r.text, r.text
+
+
 def test_a_bad_record_refuses_the_whole_request(http: httpx.Client) -> None:
     register(http, "orders-value", ORDER)
     good = {"id": 1, "item": "pen", "ship": {"zip": "1"}}
