@@ -20,7 +20,7 @@ Mapping (what Spark's own ``from_avro`` / ``from_protobuf`` do, where they do it
   ``anyOf`` / ``oneOf`` / ``allOf`` / ``not``, ``$ref``, several non-null types, an object
   without ``properties`` or ``additionalProperties`` schema, tuple ``items``, a schema
   without ``type``.
-- PROTOBUF (the subject's message: the file's first one): message → struct; repeated →
+- PROTOBUF (the file's first message, or ``valueMessage``'s): message → struct; repeated →
   array; map fields → map; enum → string (the value's name); int32/sint32/sfixed32 → int;
   int64/sint64/sfixed64, uint32, fixed32 → long; uint64/fixed64 → decimal(20, 0); float,
   double, bool, string; bytes → binary; ``google.protobuf.Timestamp`` → timestamp.
@@ -202,9 +202,10 @@ def registry_url(logbus_url: str, given: str | None) -> str:
 Convert = Callable[[Any], Any] | None
 
 
-def spark_type(parsed: ParsedSchema) -> tuple[T.DataType, Convert]:
+def spark_type(parsed: ParsedSchema, message_name: str | None = None) -> tuple[T.DataType, Convert]:
     """Spark's type for values of ``parsed`` (see the module docstring), and the
-    conversion of a decoded value for pyarrow (None: none needed)."""
+    conversion of a decoded value for pyarrow (None: none needed). ``message_name``:
+    PROTOBUF's message (default: the file's first)."""
     if parsed.schema_type == "AVRO":
         named: dict[str, Any] = {}
         for ref in _flat(parsed.references):
@@ -214,7 +215,7 @@ def spark_type(parsed: ParsedSchema) -> tuple[T.DataType, Convert]:
         return _avro(doc, None, named, ())
     if parsed.schema_type == "JSON":
         return _json(parsed.doc)  # type: ignore[attr-defined]
-    descriptor = parsed.message_class().DESCRIPTOR  # type: ignore[attr-defined]
+    descriptor = parsed.message_class(message_name).DESCRIPTOR  # type: ignore[attr-defined]
     dtype, convert = _proto(descriptor, ())
     return dtype, convert
 

@@ -11,6 +11,9 @@ Options (source and sink; each ``value...`` option has its ``key...`` twin for t
   when one topic is read or written).
 - ``valueSchemaVersion``: a version number or ``latest`` (default), resolved once on the
   driver when the query is planned; or ``valueSchemaId``.
+- ``valueMessage`` (protobuf): the message of the schema's file the column holds, by
+  full name or relative to the file's package (default: the file's first, Confluent's
+  default); the sink writes its message indexes.
 - ``schema.registry.url``: default ``<first logbus.url>/schema-registry``.
 - ``valueDecodeMode`` (source): ``PERMISSIVE`` (default): a record that does not decode
   (not framed, an unknown id, another schema type, bytes that do not decode or resolve)
@@ -79,6 +82,8 @@ class TypedValues:
     reader: RegisteredSchema
     fail_fast: bool
     field: str = "value"
+    # PROTOBUF: the message of the file the column holds (None: the file's first).
+    message: str | None = None
 
     @property
     def schema_type(self) -> str:
@@ -113,6 +118,9 @@ def typed_values(
         raise OptionError(
             f"option '{field}DecodeMode' must be PERMISSIVE or FAILFAST, got {mode!r}"
         )
+    message = opt.get(options, f"{field}Message")
+    if message is not None and fmt != "protobuf":
+        raise OptionError(f"option '{field}Message' goes with {name} protobuf")
     url = registry_url(opt.url_of(options), opt.get(options, "schema.registry.url"))
     registry = Registry(url)
     try:
@@ -143,7 +151,14 @@ def typed_values(
             f"schema id {reader.schema_id} is a {reader.schema_type} schema; "
             f"{name} {fmt} needs {FORMATS[fmt]}"
         )
-    typed = TypedValues(fmt, url, reader, mode == "FAILFAST", field)
+    if message is not None:
+        try:
+            reader.parse().message_class(message)  # type: ignore[attr-defined]
+        except RecordInvalid as exc:
+            raise OptionError(
+                f"option '{field}Message': {exc.message} (schema id {reader.schema_id})"
+            ) from None
+    typed = TypedValues(fmt, url, reader, mode == "FAILFAST", field, message)
     value_type(typed)  # refuse now a schema Spark has no type for
     return typed
 
@@ -163,7 +178,7 @@ def typed_columns(
 def value_type(typed: TypedValues) -> T.DataType:
     """The Spark type of ``typed``'s column."""
     try:
-        return spark_type(typed.reader.parse())[0]
+        return spark_type(typed.reader.parse(), typed.message)[0]
     except SchemaMappingError as exc:
         raise OptionError(f"{typed.field}Format {typed.fmt}: {exc}") from None
 
@@ -184,7 +199,7 @@ class Decoder:
         self.registry = Registry(typed.registry_url)
         self.reader = typed.reader.parse()
         self.reader_id = typed.reader.schema_id
-        dtype, convert = spark_type(self.reader)
+        dtype, convert = spark_type(self.reader, typed.message)
         self.convert: Convert = convert
         self.arrow_type = to_arrow_type(dtype, timezone="UTC")
         self.wanted = typed.schema_type
@@ -319,12 +334,13 @@ class Encoder:
         self.parsed = typed.reader.parse()
         self.schema_id = typed.reader.schema_id
         self.field = typed.field
+        self.message = typed.message
         self.codec: Codec = self.parsed  # type: ignore[assignment]
         framed = getattr(self.parsed, "framed_encoder", None)
         self.encode = framed(self.schema_id) if framed is not None else self._encode
 
     def _encode(self, value: Any) -> bytes:
-        return wire.encode(self.parsed, self.schema_id, value)
+        return wire.encode(self.parsed, self.schema_id, value, message_name=self.message)
 
     def column(self, values: pa.Array | pa.ChunkedArray) -> list[bytes | None]:
         out: list[bytes | None] = []

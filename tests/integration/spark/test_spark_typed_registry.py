@@ -135,3 +135,58 @@ def test_typed_keys_through_the_sink_and_the_source(broker: LiveBroker) -> None:
         LogbusWriter({**options, "topic": topic}, T.StructType([T.StructField("value", value_t)]))
     with pytest.raises(OptionError, match=r"keyFormat avro.*40401"):
         LogbusDataSource({**options, "subscribe": "no-such-topic"}).schema()
+
+
+TWO_MESSAGES = (
+    'syntax = "proto3";\npackage ex;\n'
+    "message Reading { string sensor = 1; double celsius = 2; }\n"
+    "message Alarm { string sensor = 1; int32 level = 2; }\n"
+)
+
+
+def test_value_message_picks_a_protobuf_message(broker: LiveBroker) -> None:
+    """valueMessage: the column is that message of the file (not the first), the sink
+    writes its message indexes ([1]) and the source reads them back."""
+    import pyarrow as pa
+    from pyspark.sql import types as T
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from app.spark.options import OptionError
+    from app.spark.source import LogbusDataSource, LogbusReader, LogbusWriter
+
+    topic = "alarms"
+    broker.create_topic(topic)
+    register(broker, f"{topic}-value", TWO_MESSAGES, schemaType="PROTOBUF")
+    options = {"logbus.url": broker.url, "valueFormat": "protobuf", "valueMessage": "Alarm"}
+    source_options = {**options, "subscribe": topic}
+    schema = LogbusDataSource(source_options).schema()
+    assert isinstance(schema, T.StructType)
+    alarm = T.StructType(
+        [
+            T.StructField("sensor", T.StringType(), True),
+            T.StructField("level", T.IntegerType(), True),
+        ]
+    )
+    assert schema["value"].dataType == alarm
+    sink_schema = T.StructType([T.StructField("value", alarm, True)])
+    batch = pa.RecordBatch.from_pylist(
+        [{"value": {"sensor": "s1", "level": 2}}], schema=to_arrow_schema(sink_schema)
+    )
+    LogbusWriter({**options, "topic": topic}, sink_schema).write(iter([batch]))
+    raw = httpx.get(
+        f"{broker.url}/topics/{topic}/partitions/0/records",
+        params={"offset": 0, "value_format": "binary"},
+        timeout=30,
+    ).json()["records"]
+    import base64
+
+    assert base64.b64decode(raw[0]["value"])[5:7] == b"\x02\x02"  # message indexes [1]
+    reader = LogbusReader(source_options, schema)
+    rows = [
+        row for part in reader.partitions() for got in reader.read(part) for row in got.to_pylist()
+    ]
+    assert rows[0]["value"] == {"sensor": "s1", "level": 2} and rows[0]["value_error"] is None
+    with pytest.raises(OptionError, match="not defined"):
+        LogbusDataSource({**source_options, "valueMessage": "ex.Nope"}).schema()
+    with pytest.raises(OptionError, match="goes with valueFormat protobuf"):
+        LogbusDataSource({**source_options, "valueFormat": "avro"}).schema()
