@@ -5,12 +5,15 @@ Produce (:func:`encode_request`): each key or value (a JSON value in the body) i
 against the schema the request names (``*_schema_id``, or ``*_subject`` and an optional
 ``*_schema_version``, default the latest) and framed in Confluent's wire format by
 :func:`app.common.schemas.wire.encode` (magic byte 0, the 4-byte schema id, the payload).
-Every record is encoded before any batch is built, so one bad record refuses the request
-whole (422 INVALID_RECORD naming ``body.records.<index>.<key|value>`` and the field path)
+A json key or value beside a typed one is encoded there too, so the request leaves with
+bytes on both sides and its batches are built like an untyped json produce's (one C call
+where built). Every record is encoded before any batch is built, so one bad record refuses
+the request whole (422 INVALID_RECORD naming ``body.records.<index>.<key|value>`` and the field path)
 and nothing of it is written. A subject's version is resolved once per request.
 
-Fetch (:meth:`SchemaCache.decode_records`): each framed key or value is decoded through the
-id it carries. A record that is not in the asked format (not framed, an unknown id, a
+Fetch (:meth:`SchemaCache.walk_decoders` for the HTTP JSON fetch, called per record as the
+walk builds its dicts; :meth:`SchemaCache.decode_records` for the WebSocket frames): each
+framed key or value is decoded through the id it carries. A record that is not in the asked format (not framed, an unknown id, a
 schema of another type, bytes that do not decode) keeps ``null`` and gets a per-record
 ``key_error`` / ``value_error`` (``{"error_code": "INVALID_RECORD", "message": ...}``):
 a fetch never fails for what a producer wrote.
