@@ -67,10 +67,8 @@ SCHEMA = (
     "timestamp timestamp, timestampType int"
 )
 HEADERS = ", headers array<struct<key: string, value: binary>>"
-# Typed values (valueFormat): the columns that follow the others (then key_schema_id and
-# key_error with keyFormat).
-TYPED_COLUMNS = ("value_schema_id", "value_error")
-# The order of the typed columns' id and error columns.
+# Typed columns (valueFormat, keyFormat): each one's <column>_schema_id and <column>_error
+# follow the others, the value's first.
 TYPED_ORDER = ("value", "key")
 log = logging.getLogger(__name__)
 # Local properties Spark's micro-batch execution sets on each task (StreamExecution's
