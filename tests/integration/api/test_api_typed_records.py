@@ -513,3 +513,27 @@ def test_websocket_produce_and_subscribe_take_typed_formats(tmp_path: Path) -> N
                     got.extend(frame["records"])
         assert got[0]["value"] is None and "value_error" in got[0]  # the untyped record
         assert got[1]["value"] == good and "value_error" not in got[1]
+        # value_message as in HTTP produce: the file's second message, its indexes [1].
+        r = c.post(
+            "/schema-registry/subjects/alarms-value/versions",
+            json={"schema": TWO_MESSAGES, "schemaType": "PROTOBUF"},
+            headers={"Content-Type": "application/vnd.schemaregistry.v1+json"},
+        )
+        assert r.status_code == 200, r.text
+        with c.websocket_connect("/ws/produce") as ws:
+            ws.send_json(
+                {
+                    "type": "produce",
+                    "topic": "alarms",
+                    "records": [{"value": {"sensor": "s", "level": 4}}],
+                    "value_format": "protobuf",
+                    "value_subject": "alarms-value",
+                    "value_message": "ex.Alarm",
+                }
+            )
+            assert ws.receive_json()["type"] == "ack"
+        r = c.get(
+            "/topics/alarms/partitions/0/records",
+            params={"offset": 0, "max_wait_ms": 0, "value_format": "protobuf"},
+        )
+        assert r.json()["records"][0]["value"] == {"sensor": "s", "level": 4}, r.text
