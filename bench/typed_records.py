@@ -85,10 +85,20 @@ def _fetch_rate(c: httpx.Client, topic: str, fmt: str, seconds: float) -> float:
             return done / (now - start)
 
 
-def run(rounds: int = 3, seconds: float = SECONDS) -> dict[str, Any]:
+def run(
+    rounds: int = 3, seconds: float = SECONDS, render_cache_bytes: int | None = None
+) -> dict[str, Any]:
+    """``render_cache_bytes``: the broker's ``LOGBUS_FETCH_RENDER_CACHE_BYTES`` (None: its
+    default); 0 turns the rendered-records cache off, so every fetch decodes and renders
+    every record, typed or not (the per-record cost, without the cache's help)."""
     figures: dict[str, list[float]] = {}
     records = [{"value": v} for v in _values(BATCH)]
-    with broker() as url, httpx.Client(base_url=url, timeout=60) as c:
+    env = (
+        None
+        if render_cache_bytes is None
+        else {"LOGBUS_FETCH_RENDER_CACHE_BYTES": str(render_cache_bytes)}
+    )
+    with broker(env) as url, httpx.Client(base_url=url, timeout=60) as c:
         r = c.post(
             "/schema-registry/subjects/orders-value/versions",
             json={"schema": SCHEMA},
@@ -121,6 +131,7 @@ def run(rounds: int = 3, seconds: float = SECONDS) -> dict[str, Any]:
     result["avro_vs_json_fetch"] = result["avro_fetch_rps"] / result["json_fetch_rps"]
     result["records_per_request"] = BATCH
     result["rounds"] = rounds
+    result["render_cache_bytes"] = "default" if render_cache_bytes is None else render_cache_bytes
     return result
 
 
@@ -128,8 +139,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=SECONDS)
+    parser.add_argument(
+        "--render-cache-bytes",
+        type=int,
+        default=None,
+        help="the broker's LOGBUS_FETCH_RENDER_CACHE_BYTES (0: off; default: its default)",
+    )
     args = parser.parse_args()
-    result = run(args.rounds, args.seconds)
+    result = run(args.rounds, args.seconds, args.render_cache_bytes)
     print(json.dumps({"machine": machine(), **result}, indent=2, default=str))
 
 

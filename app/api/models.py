@@ -137,6 +137,22 @@ class ProduceRequest(StrictBody):
         le=SCHEMA_ID_MAX,
         description="With `value_subject`: the version (default: the latest).",
     )
+    key_message: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=255,
+        description="`key_format` protobuf: the message of the schema's file the keys are "
+        "(its full name, or relative to the file's package; default: the file's first). "
+        "Written with its message indexes, as Confluent's serializers do.",
+    )
+    value_message: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=255,
+        description="`value_format` protobuf: the message of the schema's file the values "
+        "are (its full name, or relative to the file's package; default: the file's "
+        "first). Written with its message indexes, as Confluent's serializers do.",
+    )
 
     @model_validator(mode="after")
     def _schema_fields_match_formats(self) -> ProduceRequest:
@@ -157,6 +173,10 @@ class ProduceRequest(StrictBody):
                 )
             if version is not None and subject is None:
                 raise ValueError(f"{side}_schema_version goes with {side}_subject")
+            if getattr(self, f"{side}_message") is not None and (
+                getattr(self, f"{side}_format") != "protobuf"
+            ):
+                raise ValueError(f"{side}_message goes with {side}_format protobuf")
         return self
 
     model_config = ConfigDict(

@@ -47,7 +47,7 @@ _ALL_FORMATS = FORMATS | frozenset(TYPED_FORMATS)
 _TYPED_BODY_FIELDS = _BODY_FIELDS | frozenset(
     f"{side}_{name}"
     for side in ("key", "value")
-    for name in ("schema_id", "subject", "schema_version")
+    for name in ("schema_id", "subject", "schema_version", "message")
 )
 _MAX_SUBJECT = 255  # ProduceRequest's *_subject max_length
 
@@ -68,6 +68,9 @@ class SchemaRef(NamedTuple):
     schema_id: int | None
     subject: str | None
     version: int | None
+    # PROTOBUF: the message of the file (full name or relative to its package; None: the
+    # file's first).
+    message: str | None = None
 
 
 class ParsedProduce(NamedTuple):
@@ -156,19 +159,26 @@ def _schema_ref(obj: dict[str, Any], side: str) -> SchemaRef | bool | None:
     schema_id = obj.get(f"{side}_schema_id")
     subject = obj.get(f"{side}_subject")
     version = obj.get(f"{side}_schema_version")
-    if obj.get(f"{side}_format", "json") not in TYPED_FORMATS:
-        return None if schema_id is None and subject is None and version is None else False
+    message = obj.get(f"{side}_message")
+    fmt = obj.get(f"{side}_format", "json")
+    if fmt not in TYPED_FORMATS:
+        untyped = schema_id is None and subject is None and version is None and message is None
+        return None if untyped else False
+    if message is not None and (
+        fmt != "protobuf" or type(message) is not str or not 1 <= len(message) <= _MAX_SUBJECT
+    ):
+        return False
     if schema_id is not None:
         if subject is not None or version is not None:
             return False
         if type(schema_id) is not int or not 0 <= schema_id <= INT_MAX:
             return False
-        return SchemaRef(schema_id, None, None)
+        return SchemaRef(schema_id, None, None, message)
     if type(subject) is not str or not 1 <= len(subject) <= _MAX_SUBJECT:
         return False
     if version is not None and (type(version) is not int or not 1 <= version <= INT_MAX):
         return False
-    return SchemaRef(None, subject, version)
+    return SchemaRef(None, subject, version, message)
 
 
 def _fast_typed(obj: Any) -> ParsedProduce | None:
@@ -193,9 +203,13 @@ def _fast_typed(obj: Any) -> ParsedProduce | None:
 def _from_model(req: ProduceRequest) -> ParsedProduce:
     key_schema = value_schema = None
     if req.key_format in TYPED_FORMATS:
-        key_schema = SchemaRef(req.key_schema_id, req.key_subject, req.key_schema_version)
+        key_schema = SchemaRef(
+            req.key_schema_id, req.key_subject, req.key_schema_version, req.key_message
+        )
     if req.value_format in TYPED_FORMATS:
-        value_schema = SchemaRef(req.value_schema_id, req.value_subject, req.value_schema_version)
+        value_schema = SchemaRef(
+            req.value_schema_id, req.value_subject, req.value_schema_version, req.value_message
+        )
     return ParsedProduce(
         [(r.key, r.value, r.headers, r.partition, r.timestamp) for r in req.records],
         req.key_format,

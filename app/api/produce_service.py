@@ -256,7 +256,7 @@ async def produce_raw(
         plan = plan_topic(state, manager, topic)
         if plan.schema_validation != NO_VALIDATION:
             # Before anything is created or written (app/api/schema_validation.py).
-            state.schema_validation.check(topic, plan.schema_validation, body)
+            await state.schema_validation.check(topic, plan.schema_validation, body)
         if not plan.exists:
             if not 0 <= partition < plan.partitions:
                 raise UnknownTopicOrPartition(topic, partition)

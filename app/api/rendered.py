@@ -14,7 +14,11 @@ bytes (the base offset is in them) and the two formats; an entry is found by the
 base offset, CRC and length, and used only when the stored batch bytes equal the batch
 read now (one ``memcmp``), so a batch rewritten at the same offsets (truncation and a new
 leader's append, compaction) is rendered anew. Typed formats (avro, jsonschema,
-protobuf) are not cached here: their decode depends on the schema registry.
+protobuf) are kept only for batches whose every record decoded: such a rendering depends
+on the batch and on schemas by id, which never change (ids are never reused; like every
+deserializer's cache of schemas by id, a kept rendering outlives a permanent delete of
+its schema until it is evicted); a batch with a per-record error (an id not registered
+yet, the registry not serving) is not kept.
 
 Bounds: ``fetch_render_cache_bytes`` (a setting, ``LOGBUS_FETCH_RENDER_CACHE_BYTES``)
 counts the batch bytes, the rendered bytes and a per-record overhead; least recently

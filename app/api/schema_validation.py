@@ -25,7 +25,20 @@ accepted without a registry read; an id not in it makes one read of this broker'
 registry replica (a schema registered a moment ago is found), so a producer of a freshly
 registered schema is never refused by a stale cache. Entries expire after
 ``schema_validation_cache_ms``, which bounds how long a deleted version's id is still
-accepted. Concurrency: used on the event loop only (the registry's store is the loop's).
+accepted.
+
+A broker with no replica of ``_schemas`` (in a cluster whose ``_schemas`` has fewer
+replicas than brokers) asks the ``_schemas`` leader instead, as a registry read on such a
+broker is served (``app/api/registry_forward.py``): ``GET
+/schema-registry/schemas?subjectPrefix=<subject>`` there (the subject's live versions
+and their ids), through the one inter-broker HTTP client (``app/api/inter_broker.py``),
+which verifies the leader and presents this broker's certificate (the call is the
+broker's own, not a client's). The answer fills the same cache, so a cached id costs the
+same set lookup as anywhere; only a miss (or an expired entry) waits on the leader. No
+leader (an election), no answer, or an error answer: BROKER_NOT_AVAILABLE, retriable.
+
+Concurrency: used on the event loop only (the registry's store is the loop's); two
+produces that miss at once may both ask (the later answer wins, both are current).
 """
 
 from __future__ import annotations
@@ -33,15 +46,30 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, NamedTuple
 
+import httpx
+
+from app.api.inter_broker import InterBrokerHttp
 from app.common.batch import RecordBatchReader, iter_headers
 from app.common.errors import BrokerNotAvailable, CorruptRecord, InvalidRecord
-from app.common.schema_errors import SchemaRegistryError
+from app.common.schema_errors import RegistryNotLeader, SchemaRegistryError
 
 if TYPE_CHECKING:
     from app.registry.service import SchemaRegistry
 
 MAGIC = 0
 HEADER_BYTES = 5
+# The leader's registry path for a subject's live versions and their ids.
+LEADER_PATH = "/schema-registry/schemas"
+
+
+class _AskLeader(Exception):
+    """This broker has no ``_schemas`` replica: ``subject``'s ids are the leader's to give
+    (raised out of the synchronous scan, answered by :meth:`SchemaValidation.find_refusal`)."""
+
+    def __init__(self, subject: str, leader_url: str | None) -> None:
+        super().__init__(subject)
+        self.subject = subject
+        self.leader_url = leader_url
 
 
 class Refusal(NamedTuple):
@@ -83,20 +111,32 @@ class SchemaValidation:
     cleared when full (the working set is the validating topics, a few).
     """
 
-    def __init__(self, ttl_ms: int, max_subjects: int) -> None:
+    def __init__(
+        self,
+        ttl_ms: int,
+        max_subjects: int,
+        http: InterBrokerHttp | None = None,
+        leader_timeout_ms: int = 10_000,
+    ) -> None:
         self.registry: SchemaRegistry | None = None
         self.ttl_s = ttl_ms / 1000
         self.max_subjects = max_subjects
+        # To the _schemas leader, for a broker without a replica (module docstring).
+        self.http = http
+        self.leader_timeout_s = leader_timeout_ms / 1000
         self._ids_by_subject: dict[str, tuple[frozenset[int], float]] = {}
         # The same ids as 5-byte headers (magic 0 + id): one slice and lookup per record.
         self._headers: dict[str, frozenset[bytes]] = {}
 
-    def _ids(self, subject: str, *, refresh: bool = False) -> frozenset[int]:
+    def _ids(self, subject: str, fresh: frozenset[str], *, refresh: bool = False) -> frozenset[int]:
         """The ids of ``subject``'s live versions: cached, read again when ``refresh`` or
-        older than the TTL."""
+        older than the TTL (not when ``subject`` is in ``fresh``: just asked of the
+        leader for this very request). Raises _AskLeader without a local replica."""
         cached = self._ids_by_subject.get(subject)
         now = time.monotonic()
-        if cached is not None and not refresh and now - cached[1] < self.ttl_s:
+        if cached is not None and (
+            subject in fresh or (not refresh and now - cached[1] < self.ttl_s)
+        ):
             return cached[0]
         registry = self.registry
         if registry is None:
@@ -106,22 +146,62 @@ class SchemaValidation:
             )
         try:
             ids = registry.subject_ids(subject)
+        except RegistryNotLeader as exc:
+            # No local replica of _schemas: the leader answers (find_refusal asks it).
+            raise _AskLeader(subject, exc.leader_url) from None
         except SchemaRegistryError as exc:
-            # No local replica of _schemas and its leader elsewhere, or no store: retriable.
+            # No store: retriable.
             raise BrokerNotAvailable(f"cannot read the schema registry: {exc}") from exc
+        self._remember(subject, ids, now)
+        return ids
+
+    def _remember(self, subject: str, ids: frozenset[int], now: float) -> None:
         if len(self._ids_by_subject) >= self.max_subjects:
             self._ids_by_subject.clear()
             self._headers.clear()
         self._ids_by_subject[subject] = (ids, now)
         self._headers[subject] = frozenset(b"\x00" + i.to_bytes(4, "big") for i in ids)
-        return ids
 
-    def _allowed_headers(self, subject: str) -> frozenset[bytes]:
+    async def _leader_ids(self, subject: str, leader_url: str | None) -> frozenset[int]:
+        """``subject``'s live ids as the ``_schemas`` leader has them (module docstring);
+        BrokerNotAvailable (retriable) when it cannot be asked or does not answer 200."""
+        if leader_url is None or self.http is None:
+            raise BrokerNotAvailable(
+                "this broker has no replica of _schemas and its leader is unknown now (an "
+                "election is under way); the topic validates schema ids "
+                "(confluent.*.schema.validation)"
+            )
+        url = leader_url.rstrip("/") + LEADER_PATH
+        try:
+            answer = await self.http.client().get(
+                url, params={"subjectPrefix": subject}, timeout=self.leader_timeout_s
+            )
+        except httpx.HTTPError as exc:
+            raise BrokerNotAvailable(
+                f"the _schemas leader at {leader_url} did not answer: {type(exc).__name__}"
+            ) from None
+        if answer.status_code != 200:
+            raise BrokerNotAvailable(
+                f"the _schemas leader at {leader_url} answered {answer.status_code}: "
+                f"{answer.text[:200]}"
+            )
+        try:
+            return frozenset(int(v["id"]) for v in answer.json() if v.get("subject") == subject)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise BrokerNotAvailable(
+                f"the _schemas leader at {leader_url} answered what is not a list of schemas: {exc}"
+            ) from None
+
+    async def close(self) -> None:
+        if self.http is not None:
+            await self.http.close()
+
+    def _allowed_headers(self, subject: str, fresh: frozenset[str]) -> frozenset[bytes]:
         """The 5-byte headers (magic 0 + id) a record of ``subject`` may start with."""
-        self._ids(subject)
+        self._ids(subject, fresh)
         return self._headers[subject]
 
-    def _why_not(self, topic: str, field: str, data: bytes) -> str | None:
+    def _why_not(self, topic: str, field: str, data: bytes, fresh: frozenset[str]) -> str | None:
         """The slow path, for a record whose header is not among the cached ones: why it
         is refused (None: its id was registered since the cache was filled)."""
         if len(data) < HEADER_BYTES or data[0] != MAGIC:
@@ -132,13 +212,13 @@ class SchemaValidation:
             )
         schema_id = int.from_bytes(data[1:HEADER_BYTES], "big")
         subject = subject_of(topic, field)
-        if schema_id not in self._ids(subject, refresh=True):
+        if schema_id not in self._ids(subject, fresh, refresh=True):
             return (
                 f"the {field}'s schema id {schema_id} is not registered under subject {subject!r}"
             )
         return None
 
-    def find_refusal(
+    async def find_refusal(
         self,
         topic: str,
         sides: tuple[bool, bool],
@@ -150,11 +230,36 @@ class SchemaValidation:
         (``Log.append`` would refuse it all the same).
 
         Per record: one 5-byte slice and a set lookup against the cached headers of the
-        subject's ids; only a miss takes the slow path (a registry read)."""
+        subject's ids; only a miss takes the slow path (a registry read). On a broker
+        without a ``_schemas`` replica that read is the leader's: the scan stops, the
+        leader is asked (awaited), and the scan runs again with its answer (at most once
+        per subject: twice for a key and a value)."""
+        fresh: frozenset[str] = frozenset()
+        while True:
+            try:
+                return self._scan(topic, sides, body, fresh)
+            except _AskLeader as ask:
+                if ask.subject in fresh:  # pragma: no cover - _ids never asks twice
+                    raise BrokerNotAvailable("the _schemas leader's answer was not kept") from None
+                ids = await self._leader_ids(ask.subject, ask.leader_url)
+                self._remember(ask.subject, ids, time.monotonic())
+                fresh |= {ask.subject}
+
+    def _scan(
+        self,
+        topic: str,
+        sides: tuple[bool, bool],
+        body: bytes | bytearray | memoryview,
+        fresh: frozenset[str],
+    ) -> Refusal | None:
+        """:meth:`find_refusal`'s synchronous scan; raises _AskLeader when a subject's ids
+        are the ``_schemas`` leader's to give."""
         check_key, check_value = sides
         fields = [("key", check_key), ("value", check_value)]
         allowed = {
-            field: self._allowed_headers(subject_of(topic, field)) for field, on in fields if on
+            field: self._allowed_headers(subject_of(topic, field), fresh)
+            for field, on in fields
+            if on
         }
         values = allowed.get("value")
         keys = allowed.get("key")
@@ -171,25 +276,25 @@ class SchemaValidation:
                 if values is not None:
                     value = record.value
                     if value is not None and value[:HEADER_BYTES] not in values:
-                        why = self._why_not(topic, "value", value)
+                        why = self._why_not(topic, "value", value, fresh)
                         if why is not None:
                             return Refusal(index, "value", why)
-                        values = self._allowed_headers(subject_of(topic, "value"))
+                        values = self._allowed_headers(subject_of(topic, "value"), fresh)
                 if keys is not None:
                     key = record.key
                     if key is not None and key[:HEADER_BYTES] not in keys:
-                        why = self._why_not(topic, "key", key)
+                        why = self._why_not(topic, "key", key, fresh)
                         if why is not None:
                             return Refusal(index, "key", why)
-                        keys = self._allowed_headers(subject_of(topic, "key"))
+                        keys = self._allowed_headers(subject_of(topic, "key"), fresh)
                 index += 1
         return None
 
-    def check(
+    async def check(
         self, topic: str, sides: tuple[bool, bool], body: bytes | bytearray | memoryview
     ) -> None:
         """:meth:`find_refusal`, raised as :class:`SchemaValidationFailed`."""
-        refusal = self.find_refusal(topic, sides, body)
+        refusal = await self.find_refusal(topic, sides, body)
         if refusal is not None:
             raise SchemaValidationFailed(topic, refusal)
 

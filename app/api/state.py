@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry
 
 from app.api.group_commit import GroupCommit
+from app.api.inter_broker import InterBrokerHttp
 from app.api.longpoll import FetchWaiters
 from app.api.memory import BudgetCollector, MemoryBudget, default_budget_bytes
 from app.api.rendered import RenderedBatches
@@ -59,7 +60,12 @@ class AppState:
         )
         self.registry.register(BudgetCollector(self.memory))
         self.schema_validation = SchemaValidation(
-            self.settings.schema_validation_cache_ms, self.settings.schema_validation_cache_subjects
+            self.settings.schema_validation_cache_ms,
+            self.settings.schema_validation_cache_subjects,
+            # A broker without a _schemas replica asks the leader (its own call: it
+            # presents this broker's certificate).
+            InterBrokerHttp(self.settings),
+            self.settings.schema_registry_write_timeout_ms,
         )
 
     @property

@@ -5,12 +5,15 @@ Produce (:func:`encode_request`): each key or value (a JSON value in the body) i
 against the schema the request names (``*_schema_id``, or ``*_subject`` and an optional
 ``*_schema_version``, default the latest) and framed in Confluent's wire format by
 :func:`app.common.schemas.wire.encode` (magic byte 0, the 4-byte schema id, the payload).
-Every record is encoded before any batch is built, so one bad record refuses the request
-whole (422 INVALID_RECORD naming ``body.records.<index>.<key|value>`` and the field path)
+A json key or value beside a typed one is encoded there too, so the request leaves with
+bytes on both sides and its batches are built like an untyped json produce's (one C call
+where built). Every record is encoded before any batch is built, so one bad record refuses
+the request whole (422 INVALID_RECORD naming ``body.records.<index>.<key|value>`` and the field path)
 and nothing of it is written. A subject's version is resolved once per request.
 
-Fetch (:meth:`SchemaCache.decode_records`): each framed key or value is decoded through the
-id it carries. A record that is not in the asked format (not framed, an unknown id, a
+Fetch (:meth:`SchemaCache.walk_decoders` for the HTTP JSON fetch, called per record as the
+walk builds its dicts; :meth:`SchemaCache.decode_records` for the WebSocket frames): each
+framed key or value is decoded through the id it carries. A record that is not in the asked format (not framed, an unknown id, a
 schema of another type, bytes that do not decode) keeps ``null`` and gets a per-record
 ``key_error`` / ``value_error`` (``{"error_code": "INVALID_RECORD", "message": ...}``):
 a fetch never fails for what a producer wrote.
@@ -30,9 +33,10 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
+import orjson
 from starlette.requests import HTTPConnection
 
-from app.api.codec import FRAMED
+from app.api.codec import FRAMED, BodyInvalid
 from app.api.deps import serving_coordinator
 from app.api.errors import RecordRefused
 from app.api.models import TYPED_FORMATS
@@ -146,37 +150,87 @@ class SchemaCache:
         self, records: list[dict[str, Any]], key_format: str, value_format: str
     ) -> list[dict[str, Any]]:
         """Decode in place the raw keys / values of a JSON fetch's records (rendered with
-        :func:`walk_format`) that a typed format asks for; see the module docstring."""
+        :func:`walk_format`) that a typed format asks for; see the module docstring. (The
+        HTTP fetch decodes during its walk instead: :meth:`walk_decoders`.)"""
         for field, fmt in (("key", key_format), ("value", value_format)):
-            wanted = SCHEMA_TYPE_OF.get(fmt)
-            if wanted is None:
+            if fmt in SCHEMA_TYPE_OF:
+                decode = self.record_decoder(fmt)
+                for record in records:
+                    record[field] = decode(record[field])
+        self.finish_failed(records, key_format, value_format)
+        return records
+
+    def walk_decoders(
+        self, key_format: str, value_format: str
+    ) -> tuple[Callable[[bytes | None], Any] | None, Callable[[bytes | None], Any] | None]:
+        """The key and value decoders a JSON fetch's walk calls per record in place of
+        its format's (None: the format's own), so each record is decoded as its dict is
+        built, with no second pass; :meth:`finish` the records afterwards."""
+        return (
+            self.record_decoder(key_format) if key_format in SCHEMA_TYPE_OF else None,
+            self.record_decoder(value_format) if value_format in SCHEMA_TYPE_OF else None,
+        )
+
+    def record_decoder(self, fmt: str) -> Callable[[bytes | None], Any]:
+        """A decoder of one answer's framed keys or values in typed format ``fmt``: the
+        value, or a :class:`Failed` holding the per-record error (:meth:`finish` moves it
+        to ``<field>_error``). Not shared between answers (it keeps the last id's reader).
+
+        Records of one partition mostly carry one id: the last id that decoded cleanly is
+        remembered with its codec's reader of whole framed records (Avro: fastavro's
+        compiled reader called on the record's bytes, no slice), so such a record costs a
+        5-byte comparison and the read. Anything else (another id, a bad header, bytes the
+        reader refuses) takes :meth:`_decode`, which says why."""
+        wanted = SCHEMA_TYPE_OF[fmt]
+        last: bytes | None = None
+        fast: Callable[[bytes], Any] | None = None
+
+        def decode(data: bytes | None) -> Any:
+            nonlocal last, fast
+            if data is None:
+                return None
+            if fast is not None and data[:5] == last:
+                try:
+                    return fast(data)
+                except Exception:  # _decode says why, as for any other record
+                    pass
+            try:
+                value = self._decode(data, wanted, fmt)
+            except InvalidRecord as exc:
+                return Failed({"error_code": exc.error_code, "message": exc.message})
+            _, parsed, may_hold_bytes = self.by_id(wire.schema_id_of(data))
+            if not may_hold_bytes:
+                last, fast = bytes(data[:5]), _framed_reader(parsed)
+            return value
+
+        return decode
+
+    @staticmethod
+    def finish(
+        records: list[dict[str, Any]], key_format: str, value_format: str
+    ) -> list[dict[str, Any]]:
+        """:meth:`finish_failed`, returning the records."""
+        SchemaCache.finish_failed(records, key_format, value_format)
+        return records
+
+    @staticmethod
+    def finish_failed(records: list[dict[str, Any]], key_format: str, value_format: str) -> int:
+        """Records decoded by :meth:`record_decoder`: each :class:`Failed` key or value
+        becomes ``null`` and its error goes to ``key_error`` / ``value_error`` (after the
+        record's other fields, keys' errors first): one type check per record and typed
+        field. How many keys and values failed."""
+        failed = 0
+        for field, fmt in (("key", key_format), ("value", value_format)):
+            if fmt not in SCHEMA_TYPE_OF:
                 continue
             error_field = f"{field}_error"
-            # The last id that decoded cleanly, and its codec's decode: records of one
-            # partition mostly carry one id, and this skips the look-up and checks per
-            # record. Anything else (another id, a bad header, an error) takes _decode.
-            last: bytes | None = None
-            fast: Callable[[memoryview], Any] | None = None
             for record in records:
-                data = record[field]
-                if data is None:
-                    continue
-                if fast is not None and data[:5] == last:
-                    try:
-                        record[field] = fast(memoryview(data)[5:])
-                        continue
-                    except Exception:  # _decode says why, as for any other record
-                        pass
-                try:
-                    record[field] = self._decode(data, wanted, fmt)
-                except InvalidRecord as exc:
+                got = record[field]
+                if type(got) is Failed:
                     record[field] = None
-                    record[error_field] = {"error_code": exc.error_code, "message": exc.message}
-                    continue
-                _, parsed, may_hold_bytes = self.by_id(wire.schema_id_of(data))
-                if not may_hold_bytes:
-                    last, fast = bytes(data[:5]), cast(Codec, parsed).decode_payload
-        return records
+                    record[error_field] = got.error
+                    failed += 1
+        return failed
 
     def _decode(self, data: bytes, wanted: str, fmt: str) -> Any:
         schema_id = wire.schema_id_of(data)  # NotSchemaFramed
@@ -220,6 +274,14 @@ def encode_request(cache: SchemaCache, req: ParsedProduce) -> ParsedProduce:
     match, before anything is written."""
     key = _encoder(cache, "key", req.key_format, req.key_schema)
     value = _encoder(cache, "value", req.value_format, req.value_schema)
+    # The other side in json (the default) is encoded here too (orjson.dumps: the bytes
+    # the json format writes), so both sides leave as bytes in the internal ``framed``
+    # format and the request takes the plain records' one-call batch building
+    # (app/api/routers/records.py: build_batches) like an untyped json produce.
+    if key is None and req.key_format == "json":
+        key = _json_bytes
+    if value is None and req.value_format == "json":
+        value = _json_bytes
     records: list[ParsedRecord] = []
     append = records.append
     index = 0
@@ -236,6 +298,8 @@ def encode_request(cache: SchemaCache, req: ParsedProduce) -> ParsedProduce:
             index += 1
     except InvalidRecord as exc:
         raise RecordRefused(index, field, getattr(exc, "path", ""), exc.message) from None
+    except orjson.JSONEncodeError as exc:  # the json side: codec's json encoder's words
+        raise BodyInvalid.at(f"body.records.{index}.{field}", f"{exc} (format json)") from None
     except (TypeError, ValueError, OverflowError) as exc:
         # A library's own words for a value it cannot take (wire.encode validates first;
         # this keeps a gap there a 422, never a 500).
@@ -245,6 +309,9 @@ def encode_request(cache: SchemaCache, req: ParsedProduce) -> ParsedProduce:
         FRAMED if key is not None else req.key_format,
         FRAMED if value is not None else req.value_format,
     )
+
+
+_json_bytes: Callable[[Any], bytes] = orjson.dumps
 
 
 def _encoder(
@@ -261,11 +328,45 @@ def _encoder(
         fast: Callable[[Any], bytes] = framed(schema_id)
         return fast
     encode = wire.encode
+    message = ref.message
+    if message is not None:
+        # Checked once here, so a name the file does not define is the request's error
+        # (400 naming the field), not every record's.
+        try:
+            parsed.message_class(message)  # type: ignore[attr-defined]
+        except InvalidRecord as exc:
+            raise InvalidRequest(
+                f"{side}_message {message!r}: {exc.message} (schema id {schema_id})",
+                field=f"{side}_message",
+            ) from None
 
     def encoder(obj: Any) -> bytes:
-        return encode(parsed, schema_id, obj)
+        return encode(parsed, schema_id, obj, message_name=message)
 
     return encoder
+
+
+class Failed:
+    """A key or value that did not decode, in place until :meth:`SchemaCache.finish`."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: dict[str, str]) -> None:
+        self.error = error
+
+
+def _framed_reader(parsed: ParsedSchema) -> Callable[[bytes], Any]:
+    """``parsed``'s decoder of whole framed records (header not checked)."""
+    reader = getattr(parsed, "framed_reader", None)
+    if reader is not None:
+        fast: Callable[[bytes], Any] = reader()
+        return fast
+    decode_payload = cast(Codec, parsed).decode_payload
+
+    def decode(data: bytes) -> Any:
+        return decode_payload(memoryview(data)[wire.HEADER_SIZE :])
+
+    return decode
 
 
 def _may_hold_bytes(parsed: ParsedSchema) -> bool:

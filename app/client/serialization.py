@@ -32,8 +32,9 @@ already be registered under the subject (looked up once).
 Differences from confluent-kafka, on purpose: Protobuf serializers take the ``.proto``
 text (and ``message_name``) rather than a generated class, and accept a dict or a
 message instance; deserializers give Avro records as dicts, JSON as parsed JSON and
-Protobuf as ``MessageToDict`` dicts (the shapes the broker's typed fetch gives), and
-decode with the writer's schema (no reader-schema projection).
+Protobuf as ``MessageToDict`` dicts (the shapes the broker's typed fetch gives).
+``AvroDeserializer(client, schema_str)`` resolves each value into the reader's schema
+(Avro's rules); the JSON and Protobuf deserializers decode with the writer's schema.
 
 Written once (sans I/O): the decisions are flows (:mod:`app.client._drive`) that yield the
 registry calls they need, run by the registry client's driver, blocking or asyncio.
@@ -321,11 +322,7 @@ class _Deserializer:
         from_dict: Callable[[Any, SerializationContext], Any] | None = None,
     ) -> None:
         if from_dict is not None and not callable(from_dict):
-            # confluent-kafka's AvroDeserializer takes a reader schema second: not here.
-            raise TypeError(
-                "from_dict must be callable (obj, ctx) -> value; reader schemas (confluent-"
-                "kafka's schema_str) are not supported: values decode with the writer's schema"
-            )
+            raise TypeError("from_dict must be callable (obj, ctx) -> value")
         self.registry = schema_registry_client
         self.from_dict = from_dict
         self._by_id: dict[int, ParsedSchema] = {}
@@ -380,7 +377,72 @@ class _Deserializer:
 
 
 class AvroDeserializer(_Deserializer):
+    """Avro, confluent-kafka's signature: ``AvroDeserializer(client, schema_str=None,
+    from_dict=None)``. Without ``schema_str`` a value decodes with its writer's schema (the
+    id it carries). With one (the reader's schema: Avro text, or a :class:`Schema` whose
+    references the registry resolves on first use) each value is resolved from its
+    writer's schema into the reader's by Avro's rules (fastavro's resolution, through
+    :meth:`AvroSchema.decode_as`): fields the reader adds take their defaults, fields it
+    drops are skipped, int/long/float promote, enum symbols and union branches map by
+    name; bytes that do not resolve raise ``RecordInvalid``. A writer whose schema is the
+    reader's (same canonical form) takes the plain fast path."""
+
     schema_type = "AVRO"
+
+    def __init__(
+        self,
+        schema_registry_client: Registry,
+        schema_str: str | Schema | None = None,
+        from_dict: Callable[[Any, SerializationContext], Any] | None = None,
+        return_record_name: bool = False,
+        conf: dict[str, Any] | None = None,
+    ) -> None:
+        if schema_str is not None and not isinstance(schema_str, str | Schema):
+            raise TypeError(
+                "schema_str must be the reader's Avro schema (text or a Schema); pass "
+                "from_dict= by name"
+            )
+        if return_record_name:
+            raise ValueError("return_record_name is not supported: records decode as dicts")
+        if conf:
+            raise ValueError(f"unknown deserializer config: {', '.join(sorted(conf))}")
+        super().__init__(schema_registry_client, from_dict)
+        reader = Schema(schema_str, "AVRO") if isinstance(schema_str, str) else schema_str
+        if reader is not None and reader.schema_type.upper() != "AVRO":
+            raise ValueError(f"the reader's schema is {reader.schema_type}, not AVRO")
+        self._reader_schema = reader
+        # Parsed now when it has no references, so a bad reader fails at construction
+        # (InvalidSchema); with references, on first use (the registry resolves them).
+        self._reader: ParsedSchema | None = (
+            parse("AVRO", reader.schema_str, ()) if reader and not reader.references else None
+        )
+        # writer id -> the reader to resolve into (None: the writer's schema is the reader's)
+        self._resolve_into: dict[int, ParsedSchema | None] = {}
+
+    def _load_flow(self, schema_id: int) -> Flow:
+        writer = yield from super()._load_flow(schema_id)
+        if self._reader_schema is not None:
+            try:
+                if self._reader is None:
+                    core: RegistryCore = self.registry
+                    refs = yield from core.resolve_references_flow(self._reader_schema)
+                    self._reader = parse("AVRO", self._reader_schema.schema_str, refs)
+            except BaseException:
+                # Not cached without its reader: the next record asks again.
+                self._by_id.pop(schema_id, None)
+                raise
+            same = writer.canonical() == self._reader.canonical()
+            self._resolve_into[schema_id] = None if same else self._reader
+        return writer
+
+    def _decode(self, parsed: ParsedSchema, data: bytes, ctx: Any) -> Any:
+        if self._reader_schema is None:
+            return super()._decode(parsed, data, ctx)
+        reader = self._resolve_into.get(wire.schema_id_of(data))
+        value = parsed.decode_as(  # type: ignore[attr-defined]
+            memoryview(data)[wire.HEADER_SIZE :], reader
+        )
+        return self.from_dict(value, ctx) if self.from_dict is not None else value
 
 
 class JSONDeserializer(_Deserializer):

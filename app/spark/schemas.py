@@ -1,6 +1,6 @@
-"""Schemas for the typed Spark source and sink: a small client of the broker's schema
-registry (Confluent's REST API under ``/schema-registry``) and the mapping of a schema to
-Spark's types.
+"""Schemas for the typed Spark source and sink: the registry's reads (Confluent's REST API
+under ``/schema-registry``, through the SDK's ``SchemaRegistryClient``, one per process
+and registry) and the mapping of a schema to Spark's types.
 
 Mapping (what Spark's own ``from_avro`` / ``from_protobuf`` do, where they do it):
 
@@ -20,7 +20,7 @@ Mapping (what Spark's own ``from_avro`` / ``from_protobuf`` do, where they do it
   ``anyOf`` / ``oneOf`` / ``allOf`` / ``not``, ``$ref``, several non-null types, an object
   without ``properties`` or ``additionalProperties`` schema, tuple ``items``, a schema
   without ``type``.
-- PROTOBUF (the subject's message: the file's first one): message → struct; repeated →
+- PROTOBUF (the file's first message, or ``valueMessage``'s): message → struct; repeated →
   array; map fields → map; enum → string (the value's name); int32/sint32/sfixed32 → int;
   int64/sint64/sfixed64, uint32, fixed32 → long; uint64/fixed64 → decimal(20, 0); float,
   double, bool, string; bytes → binary; ``google.protobuf.Timestamp`` → timestamp.
@@ -34,20 +34,23 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import functools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote
 
 import orjson
 from pyspark.sql import types as T
 
-from app.client import _http
+from app.client.schema_registry import SchemaReference, SchemaRegistryClient
+from app.common.errors import LogbusError
 from app.common.schemas import ParsedSchema, ResolvedReference, parse
 
 FORMATS = {"avro": "AVRO", "jsonschema": "JSON", "protobuf": "PROTOBUF"}
 REQUEST_TIMEOUT_MS = 30_000
+# References nest at most this deep (the registry refuses deeper ones on registration).
+MAX_REFERENCE_DEPTH = 16
 # Spark's own limit on decimal precision.
 MAX_DECIMAL_PRECISION = 38
 
@@ -75,83 +78,114 @@ class RegisteredSchema:
         return parse(self.schema_type, self.schema, self.references)
 
 
-@dataclass
 class Registry:
-    """Reads of Confluent's registry API at ``url`` (``http://host:port/schema-registry``);
-    parsed schemas cached by id (ids are never reused). One per task; not shared between
-    threads without its lock."""
+    """Reads of Confluent's registry API at ``url`` (``http://host:port/schema-registry``)
+    through the SDK's :class:`~app.client.schema_registry.SchemaRegistryClient`.
 
-    url: str
-    _client: Any = None
-    _by_id: dict[int, ParsedSchema] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    One client per registry URL per Python process (:func:`_shared`): Spark runs task
+    after task in a reused Python worker, so every task of the worker (and the driver's
+    planning) shares the client's connections and caches (schemas by id, forever: ids are
+    never reused; versions by number), and the parsed schemas by id kept here. Errors
+    (unknown subject, version or id; an unreachable registry) are ``LookupError``.
+    Thread-safe: the client is; parsing happens under the URL's lock."""
 
-    def _get(self, path: str) -> Any:
-        if self._client is None:
-            self._client = _http.sync_client(self.url, REQUEST_TIMEOUT_MS, 4)
-        response = self._client.get(self.url.rstrip("/") + path)
-        if response.status_code != 200:
-            raise LookupError(
-                f"schema registry {self.url}{path}: {response.status_code} {response.text}"
-            )
-        return response.json()
+    def __init__(self, url: str) -> None:
+        self.url = url.rstrip("/")
+
+    def _call(self, what: str, fn: Callable[[SchemaRegistryClient], Any]) -> Any:
+        try:
+            return fn(_shared(self.url).client)
+        except LogbusError as exc:
+            code = getattr(exc, "confluent_code", None)
+            said = f"{exc} (error code {code})" if code else str(exc)
+            raise LookupError(f"schema registry {self.url}: {what}: {said}") from None
 
     def _references(
-        self, refs: list[dict[str, Any]], depth: int = 0
+        self, refs: tuple[SchemaReference, ...], depth: int = 0
     ) -> tuple[ResolvedReference, ...]:
-        if depth > 16:
-            raise LookupError("schema references nest deeper than 16 levels")
+        if depth > MAX_REFERENCE_DEPTH:
+            raise LookupError(f"schema references nest deeper than {MAX_REFERENCE_DEPTH} levels")
         out = []
-        for ref in refs or ():
-            found = self._get(
-                f"/subjects/{quote(ref['subject'], safe='')}/versions/{int(ref['version'])}"
+        for ref in refs:
+            found = self._call(
+                f"reference {ref.subject} version {ref.version}",
+                functools.partial(_get_version, subject=ref.subject, version=int(ref.version)),
             )
             out.append(
                 ResolvedReference(
-                    name=ref["name"],
-                    subject=ref["subject"],
-                    version=int(ref["version"]),
-                    schema_type=found.get("schemaType", "AVRO"),
-                    schema=found["schema"],
-                    references=self._references(found.get("references") or [], depth + 1),
+                    name=ref.name,
+                    subject=ref.subject,
+                    version=int(ref.version),
+                    schema_type=found.schema.schema_type.upper(),
+                    schema=found.schema.schema_str,
+                    references=self._references(found.schema.references, depth + 1),
                 )
             )
         return tuple(out)
 
     def version(self, subject: str, version: str | int = "latest") -> RegisteredSchema:
         """A subject's version (a number or ``latest``)."""
-        found = self._get(f"/subjects/{quote(subject, safe='')}/versions/{version}")
+        wanted: str | int = int(version) if str(version).isdigit() else version
+        found = self._call(
+            f"subject {subject} version {version}", lambda c: c.get_version(subject, wanted)
+        )
         return RegisteredSchema(
-            int(found["id"]),
-            found.get("schemaType", "AVRO"),
-            found["schema"],
-            self._references(found.get("references") or []),
+            found.schema_id,
+            found.schema.schema_type.upper(),
+            found.schema.schema_str,
+            self._references(found.schema.references),
             subject,
-            int(found["version"]),
+            found.version,
         )
 
     def by_id(self, schema_id: int) -> RegisteredSchema:
-        found = self._get(f"/schemas/ids/{schema_id}")
+        found = self._call(f"schema id {schema_id}", lambda c: c.get_schema(schema_id))
         return RegisteredSchema(
             schema_id,
-            found.get("schemaType", "AVRO"),
-            found["schema"],
-            self._references(found.get("references") or []),
+            found.schema_type.upper(),
+            found.schema_str,
+            self._references(found.references),
         )
 
     def parsed(self, schema_id: int) -> ParsedSchema:
-        """The parsed schema of ``schema_id`` (cached). Raises LookupError when the
-        registry does not have it."""
-        with self._lock:
-            found = self._by_id.get(schema_id)
-            if found is None:
-                found = self._by_id[schema_id] = self.by_id(schema_id).parse()
-            return found
+        """The parsed schema of ``schema_id`` (cached per process). Raises LookupError when
+        the registry does not have it."""
+        shared = _shared(self.url)
+        found = shared.parsed.get(schema_id)
+        if found is None:
+            with shared.lock:
+                found = shared.parsed.get(schema_id)
+                if found is None:
+                    found = shared.parsed[schema_id] = self.by_id(schema_id).parse()
+        return found
 
-    def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+
+def _get_version(client: SchemaRegistryClient, subject: str, version: int) -> Any:
+    return client.get_version(subject, version)
+
+
+@dataclass
+class _Shared:
+    client: SchemaRegistryClient
+    parsed: dict[int, ParsedSchema] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+_SHARED: dict[str, _Shared] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def _shared(url: str) -> _Shared:
+    """The process's client (and parsed-schema cache) of the registry at ``url``, made on
+    first use; lives as long as the process (a Python worker serves many tasks)."""
+    found = _SHARED.get(url)
+    if found is None:
+        with _SHARED_LOCK:
+            found = _SHARED.get(url)
+            if found is None:
+                client = SchemaRegistryClient({"url": url, "timeout.ms": REQUEST_TIMEOUT_MS})
+                found = _SHARED[url] = _Shared(client)
+    return found
 
 
 def registry_url(logbus_url: str, given: str | None) -> str:
@@ -168,9 +202,10 @@ def registry_url(logbus_url: str, given: str | None) -> str:
 Convert = Callable[[Any], Any] | None
 
 
-def spark_type(parsed: ParsedSchema) -> tuple[T.DataType, Convert]:
+def spark_type(parsed: ParsedSchema, message_name: str | None = None) -> tuple[T.DataType, Convert]:
     """Spark's type for values of ``parsed`` (see the module docstring), and the
-    conversion of a decoded value for pyarrow (None: none needed)."""
+    conversion of a decoded value for pyarrow (None: none needed). ``message_name``:
+    PROTOBUF's message (default: the file's first)."""
     if parsed.schema_type == "AVRO":
         named: dict[str, Any] = {}
         for ref in _flat(parsed.references):
@@ -180,7 +215,7 @@ def spark_type(parsed: ParsedSchema) -> tuple[T.DataType, Convert]:
         return _avro(doc, None, named, ())
     if parsed.schema_type == "JSON":
         return _json(parsed.doc)  # type: ignore[attr-defined]
-    descriptor = parsed.message_class().DESCRIPTOR  # type: ignore[attr-defined]
+    descriptor = parsed.message_class(message_name).DESCRIPTOR  # type: ignore[attr-defined]
     dtype, convert = _proto(descriptor, ())
     return dtype, convert
 

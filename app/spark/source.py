@@ -60,15 +60,16 @@ from app.spark.txn import (
     TaskTransaction,
     end_transactions,
 )
-from app.spark.typed import Decoder, Encoder, TypedValues, single_topic, typed_values, value_type
+from app.spark.typed import Decoder, Encoder, TypedValues, single_topic, typed_columns, value_type
 
 SCHEMA = (
     "key binary, value binary, topic string, partition int, offset long, "
     "timestamp timestamp, timestampType int"
 )
 HEADERS = ", headers array<struct<key: string, value: binary>>"
-# Typed values (valueFormat): the columns that follow the others.
-TYPED_COLUMNS = ("value_schema_id", "value_error")
+# Typed columns (valueFormat, keyFormat): each one's <column>_schema_id and <column>_error
+# follow the others, the value's first.
+TYPED_ORDER = ("value", "key")
 log = logging.getLogger(__name__)
 # Local properties Spark's micro-batch execution sets on each task (StreamExecution's
 # QUERY_ID_KEY, MicroBatchExecution's BATCH_ID_KEY): the query id is kept in the
@@ -99,10 +100,10 @@ class LogbusDataSource(DataSource):
 
     def schema(self) -> str | StructType:
         include_headers = opt.flag(self.options, "includeHeaders", False)
-        typed = typed_values(self.options, single_topic(self.options))
-        if typed is None:
+        typed = typed_columns(self.options, single_topic(self.options))
+        if not typed:
             return SCHEMA + (HEADERS if include_headers else "")
-        return typed_schema(include_headers, value_type(typed))
+        return typed_schema(include_headers, {f: value_type(t) for f, t in typed.items()})
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return LogbusReader(dict(self.options), schema)
@@ -143,25 +144,41 @@ def raw_schema(include_headers: bool) -> StructType:
     return T.StructType(fields)
 
 
-def typed_schema(include_headers: bool, value: T.DataType) -> StructType:
-    """The source's schema with typed values: ``value`` of the schema's type, then
-    ``value_schema_id`` and ``value_error``."""
+def typed_schema(include_headers: bool, types: dict[str, T.DataType]) -> StructType:
+    """The source's schema with typed columns (``types``: ``value`` and/or ``key`` → the
+    schema's Spark type): each such column of its type, then for each (value first)
+    ``<column>_schema_id`` and ``<column>_error``."""
     raw = raw_schema(include_headers)
-    fields = [T.StructField("value", value, True) if f.name == "value" else f for f in raw.fields]
-    fields.append(T.StructField(TYPED_COLUMNS[0], T.IntegerType(), True))
-    fields.append(T.StructField(TYPED_COLUMNS[1], T.StringType(), True))
+    fields = [
+        T.StructField(f.name, types[f.name], True) if f.name in types else f for f in raw.fields
+    ]
+    for column in TYPED_ORDER:
+        if column in types:
+            fields.append(T.StructField(f"{column}_schema_id", T.IntegerType(), True))
+            fields.append(T.StructField(f"{column}_error", T.StringType(), True))
     return T.StructType(fields)
 
 
 def decoded_batch(
-    decoder: Decoder, batch: pa.RecordBatch, schema: pa.Schema, r: OffsetRange
+    decoders: dict[str, Decoder], batch: pa.RecordBatch, schema: pa.Schema, r: OffsetRange
 ) -> pa.RecordBatch:
-    """``batch`` (raw values) with its values decoded: the typed source's batch."""
-    value, ids, errors = decoder.column(
-        batch.column("value"), (r.topic, r.partition), batch.column("offset")
-    )
-    arrays = [value if name == "value" else batch.column(name) for name in batch.schema.names]
-    return pa.RecordBatch.from_arrays([*arrays, ids, errors], schema=schema)
+    """``batch`` (raw keys and values) with its typed columns decoded (``decoders`` by
+    column): the typed source's batch."""
+    decoded: dict[str, pa.Array] = {}
+    extra: list[pa.Array] = []
+    for column in TYPED_ORDER:
+        decoder = decoders.get(column)
+        if decoder is None:
+            continue
+        values, ids, errors = decoder.column(
+            batch.column(column), (r.topic, r.partition), batch.column("offset")
+        )
+        decoded[column] = values
+        extra += [ids, errors]
+    arrays = [
+        decoded[name] if name in decoded else batch.column(name) for name in batch.schema.names
+    ]
+    return pa.RecordBatch.from_arrays([*arrays, *extra], schema=schema)
 
 
 class _Reading:
@@ -181,12 +198,13 @@ class _Reading:
         # isolation.level / kafka.isolation.level: read_committed ranges end at the LSO
         # (the lookup's "latest") and tasks drop the records of aborted transactions.
         self.read_committed = opt.isolation_level(options) == READ_COMMITTED
-        # valueFormat: tasks read raw values, then decode them into ``schema``'s value type.
-        self.typed: TypedValues | None = typed_values(options, single_topic(options))
+        # valueFormat / keyFormat: tasks read raw bytes, then decode them into ``schema``'s
+        # types.
+        self.typed: dict[str, TypedValues] = typed_columns(options, single_topic(options))
         self.out_schema = to_arrow_schema(schema, timezone="UTC")
         self.arrow_schema = (
             self.out_schema
-            if self.typed is None
+            if not self.typed
             else to_arrow_schema(raw_schema(self.include_headers), timezone="UTC")
         )
 
@@ -207,15 +225,12 @@ class _Reading:
             timeout_s=self.poll_timeout_ms / 1000,
             read_committed=self.read_committed,
         )
-        if self.typed is None:
+        if not self.typed:
             yield from batches
             return
-        decoder = Decoder(self.typed)
-        try:
-            for batch in batches:
-                yield decoded_batch(decoder, batch, self.out_schema, partition.range)
-        finally:
-            decoder.close()
+        decoders = {column: Decoder(typed) for column, typed in self.typed.items()}
+        for batch in batches:
+            yield decoded_batch(decoders, batch, self.out_schema, partition.range)
 
     def _ranges(
         self,
@@ -377,9 +392,11 @@ class _Writing:
             raise OptionError("the DataFrame to write needs a 'value' column")
         if self.topic is None and "topic" not in names:
             raise OptionError("give option 'topic' or a 'topic' column")
-        # valueFormat: the value column is encoded with the subject's schema in each task.
-        self.typed: TypedValues | None = typed_values(options, self.topic, sink=True)
-        self._encoder: Encoder | None = None
+        # valueFormat / keyFormat: the column is encoded with its subject's schema in each task.
+        self.typed: dict[str, TypedValues] = typed_columns(options, self.topic, sink=True)
+        if "key" in self.typed and "key" not in names:
+            raise OptionError("keyFormat is given but the DataFrame to write has no 'key' column")
+        self._encoders: dict[str, Encoder] = {}
         self.producer_config: dict[str, Any] = {"enable_idempotence": True, "acks": "all"}
         linger = opt.integer(options, "lingerMs")
         if linger is not None:
@@ -389,13 +406,8 @@ class _Writing:
         """``batch``'s rows as ``(topic, value, key, partition or None, headers or None)``."""
         n = batch.num_rows
         names = batch.schema.names
-        if self.typed is not None:
-            if self._encoder is None:
-                self._encoder = Encoder(self.typed)
-            values = self._encoder.column(batch.column("value"))
-        else:
-            values = _bytes(batch.column("value"), n)
-        keys = _bytes(batch.column("key") if "key" in names else None, n)
+        values = self._column(batch, "value")
+        keys = self._column(batch, "key") if "key" in names else _bytes(None, n)
         topics = batch.column("topic").to_pylist() if "topic" in names else [self.topic] * n
         parts = batch.column("partition").to_pylist() if "partition" in names else [None] * n
         heads = batch.column("headers").to_pylist() if "headers" in names else [None] * n
@@ -405,6 +417,16 @@ class _Writing:
             if target is None:
                 raise OptionError("a row has a null 'topic' and no 'topic' option is set")
             yield target, value, key, part, [(h["key"], h["value"]) for h in head] if head else None
+
+    def _column(self, batch: pa.RecordBatch, column: str) -> list[bytes | None]:
+        """``column``'s cells as bytes: encoded with its subject's schema when typed."""
+        typed = self.typed.get(column)
+        if typed is None:
+            return _bytes(batch.column(column), batch.num_rows)
+        encoder = self._encoders.get(column)
+        if encoder is None:
+            encoder = self._encoders[column] = Encoder(typed)
+        return encoder.column(batch.column(column))
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         errors: list[BaseException] = []

@@ -1,13 +1,19 @@
-"""Typed values for the Spark source and sink (issue 18): ``valueFormat`` ``avro``,
-``jsonschema`` or ``protobuf`` with a subject of the broker's schema registry.
+"""Typed values and keys for the Spark source and sink (issue 18): ``valueFormat`` (and
+``keyFormat``) ``avro``, ``jsonschema`` or ``protobuf`` with a subject of the broker's
+schema registry.
 
-Options (source and sink):
+Options (source and sink; each ``value...`` option has its ``key...`` twin for the
+``key`` column: ``keyFormat``, ``keySubject`` (default ``<topic>-key``),
+``keySchemaVersion``, ``keySchemaId``, ``keyDecodeMode``):
 
 - ``valueFormat``: ``avro``, ``jsonschema`` or ``protobuf`` (absent: ``value`` stays binary).
 - ``valueSubject``: the subject (default ``<topic>-value``, Confluent's TopicNameStrategy,
   when one topic is read or written).
 - ``valueSchemaVersion``: a version number or ``latest`` (default), resolved once on the
   driver when the query is planned; or ``valueSchemaId``.
+- ``valueMessage`` (protobuf): the message of the schema's file the column holds, by
+  full name or relative to the file's package (default: the file's first, Confluent's
+  default); the sink writes its message indexes.
 - ``schema.registry.url``: default ``<first logbus.url>/schema-registry``.
 - ``valueDecodeMode`` (source): ``PERMISSIVE`` (default): a record that does not decode
   (not framed, an unknown id, another schema type, bytes that do not decode or resolve)
@@ -16,7 +22,9 @@ Options (source and sink):
 
 The source's ``value`` column becomes the schema's Spark type (a struct for a record or
 message; :mod:`app.spark.schemas` says how each type maps), and two columns follow it:
-``value_schema_id`` (the id the record carries, null when not framed) and ``value_error``.
+``value_schema_id`` (the id the record carries, null when not framed) and ``value_error``
+(then ``key_schema_id`` and ``key_error`` for a typed key, whose ``key`` column is typed
+the same way).
 Each record is decoded through the schema of the id it carries: Avro records written with
 another version of the subject are resolved into the reader's version by Avro's rules
 (fields added with defaults filled, removed ones dropped, int promoted to long...); JSON
@@ -27,8 +35,8 @@ Per Arrow batch: each value is decoded in Python (fastavro's compiled reader for
 orjson plus the validator for JSON, upb for Protobuf), then the batch's values become one
 Arrow column in a single ``pyarrow.array`` call (no per-record Arrow work).
 
-The sink encodes its ``value`` column (a struct, or the schema's primitive type) with the
-subject's schema, validated, in Confluent's wire format; a row that does not match fails
+The sink encodes its ``value`` (and, with ``keyFormat``, ``key``) column (a struct, or the
+schema's primitive type) with the subject's schema, validated, in Confluent's wire format; a row that does not match fails
 the task with the row's field path.
 """
 
@@ -66,73 +74,113 @@ class DecodeFailed(RuntimeError):
 
 @dataclass(frozen=True)
 class TypedValues:
-    """What the driver resolved for a typed value column (picklable, sent to the tasks)."""
+    """What the driver resolved for a typed column (picklable, sent to the tasks):
+    ``field`` is ``value`` (``valueFormat``...) or ``key`` (``keyFormat``...)."""
 
     fmt: str
     registry_url: str
     reader: RegisteredSchema
     fail_fast: bool
+    field: str = "value"
+    # PROTOBUF: the message of the file the column holds (None: the file's first).
+    message: str | None = None
 
     @property
     def schema_type(self) -> str:
         return FORMATS[self.fmt]
 
+    @property
+    def columns(self) -> tuple[str, str]:
+        """The columns that follow a typed source's others: the id, the error."""
+        return f"{self.field}_schema_id", f"{self.field}_error"
+
+
+FIELDS = ("key", "value")
+
 
 def typed_values(
-    options: Mapping[str, str], topic: str | None, *, sink: bool = False
+    options: Mapping[str, str], topic: str | None, *, sink: bool = False, field: str = "value"
 ) -> TypedValues | None:
-    """The typed-value options, resolved against the registry (on the driver); None when
-    ``valueFormat`` is not given. Raises OptionError for bad options, an unknown subject,
-    version or id, or a schema of another type."""
-    raw = opt.get(options, "valueFormat")
+    """The typed options of ``field`` (``value``: ``valueFormat``, ``valueSubject``...;
+    ``key``: ``keyFormat``, ``keySubject``...), resolved against the registry (on the
+    driver); None when ``<field>Format`` is not given. Raises OptionError for bad options,
+    an unknown subject, version or id, or a schema of another type."""
+    assert field in FIELDS
+    name = f"{field}Format"
+    raw = opt.get(options, name)
     if raw is None:
         return None
     fmt = raw.strip().lower()
     if fmt not in FORMATS:
-        raise OptionError(f"option 'valueFormat' must be one of {', '.join(FORMATS)}, got {raw!r}")
-    mode = (opt.get(options, "valueDecodeMode") or "PERMISSIVE").strip().upper()
+        raise OptionError(f"option {name!r} must be one of {', '.join(FORMATS)}, got {raw!r}")
+    mode = (opt.get(options, f"{field}DecodeMode") or "PERMISSIVE").strip().upper()
     if mode not in DECODE_MODES:
-        raise OptionError(f"option 'valueDecodeMode' must be PERMISSIVE or FAILFAST, got {mode!r}")
+        raise OptionError(
+            f"option '{field}DecodeMode' must be PERMISSIVE or FAILFAST, got {mode!r}"
+        )
+    message = opt.get(options, f"{field}Message")
+    if message is not None and fmt != "protobuf":
+        raise OptionError(f"option '{field}Message' goes with {name} protobuf")
     url = registry_url(opt.url_of(options), opt.get(options, "schema.registry.url"))
     registry = Registry(url)
     try:
-        schema_id = opt.integer(options, "valueSchemaId")
+        schema_id = opt.integer(options, f"{field}SchemaId")
         if schema_id is not None:
             reader = registry.by_id(schema_id)
         else:
-            subject = opt.get(options, "valueSubject")
+            subject = opt.get(options, f"{field}Subject")
             if subject is None:
                 if topic is None:
                     raise OptionError(
-                        "option 'valueSubject' (or 'valueSchemaId') is needed with "
-                        f"valueFormat when {'no single topic is written' if sink else 'several topics are read'}"
+                        f"option '{field}Subject' (or '{field}SchemaId') is needed with "
+                        f"{name} when "
+                        f"{'no single topic is written' if sink else 'several topics are read'}"
                     )
-                subject = f"{topic}-value"
-            version = (opt.get(options, "valueSchemaVersion") or "latest").strip()
+                subject = f"{topic}-{field}"
+            version = (opt.get(options, f"{field}SchemaVersion") or "latest").strip()
             if version != "latest" and not version.isdigit():
                 raise OptionError(
-                    f"option 'valueSchemaVersion' must be a version number or latest, got {version!r}"
+                    f"option '{field}SchemaVersion' must be a version number or latest, "
+                    f"got {version!r}"
                 )
             reader = registry.version(subject, version)
     except LookupError as exc:
-        raise OptionError(f"valueFormat {fmt}: {exc}") from None
-    finally:
-        registry.close()
+        raise OptionError(f"{name} {fmt}: {exc}") from None
     if reader.schema_type != FORMATS[fmt]:
         raise OptionError(
             f"schema id {reader.schema_id} is a {reader.schema_type} schema; "
-            f"valueFormat {fmt} needs {FORMATS[fmt]}"
+            f"{name} {fmt} needs {FORMATS[fmt]}"
         )
-    typed = TypedValues(fmt, url, reader, mode == "FAILFAST")
+    if message is not None:
+        try:
+            reader.parse().message_class(message)  # type: ignore[attr-defined]
+        except RecordInvalid as exc:
+            raise OptionError(
+                f"option '{field}Message': {exc.message} (schema id {reader.schema_id})"
+            ) from None
+    typed = TypedValues(fmt, url, reader, mode == "FAILFAST", field, message)
     value_type(typed)  # refuse now a schema Spark has no type for
     return typed
 
 
+def typed_columns(
+    options: Mapping[str, str], topic: str | None, *, sink: bool = False
+) -> dict[str, TypedValues]:
+    """The typed columns the options ask for, by column (``key``, ``value``)."""
+    out = {}
+    for field in FIELDS:
+        typed = typed_values(options, topic, sink=sink, field=field)
+        if typed is not None:
+            out[field] = typed
+    return out
+
+
 def value_type(typed: TypedValues) -> T.DataType:
+    """The Spark type of ``typed``'s column."""
     try:
-        return spark_type(typed.reader.parse())[0]
+        return spark_type(typed.reader.parse(), typed.message)[0]
     except SchemaMappingError as exc:
-        raise OptionError(f"valueFormat {typed.fmt}: {exc}") from None
+        raise OptionError(f"{typed.field}Format {typed.fmt}: {exc}") from None
 
 
 def single_topic(options: Mapping[str, str]) -> str | None:
@@ -151,13 +199,10 @@ class Decoder:
         self.registry = Registry(typed.registry_url)
         self.reader = typed.reader.parse()
         self.reader_id = typed.reader.schema_id
-        dtype, convert = spark_type(self.reader)
+        dtype, convert = spark_type(self.reader, typed.message)
         self.convert: Convert = convert
         self.arrow_type = to_arrow_type(dtype, timezone="UTC")
         self.wanted = typed.schema_type
-
-    def close(self) -> None:
-        self.registry.close()
 
     def writer(self, schema_id: int) -> ParsedSchema:
         if schema_id == self.reader_id:
@@ -218,7 +263,7 @@ class Decoder:
                 if self.typed.fail_fast:
                     raise DecodeFailed(
                         f"{where[0]}-{where[1]} offset {offsets[i].as_py()}: {message} "
-                        "(valueDecodeMode=FAILFAST)"
+                        f"({self.typed.field}DecodeMode=FAILFAST)"
                     ) from None
                 decoded.append(None)
                 ids.append(_id_or_none(data))
@@ -283,17 +328,19 @@ def _proto_message(writer: ParsedSchema, payload: memoryview) -> Any:
 
 
 class Encoder:
-    """Encodes a sink task's ``value`` column with the subject's schema."""
+    """Encodes a sink task's ``value`` (or ``key``) column with the subject's schema."""
 
     def __init__(self, typed: TypedValues) -> None:
         self.parsed = typed.reader.parse()
         self.schema_id = typed.reader.schema_id
+        self.field = typed.field
+        self.message = typed.message
         self.codec: Codec = self.parsed  # type: ignore[assignment]
         framed = getattr(self.parsed, "framed_encoder", None)
         self.encode = framed(self.schema_id) if framed is not None else self._encode
 
     def _encode(self, value: Any) -> bytes:
-        return wire.encode(self.parsed, self.schema_id, value)
+        return wire.encode(self.parsed, self.schema_id, value, message_name=self.message)
 
     def column(self, values: pa.Array | pa.ChunkedArray) -> list[bytes | None]:
         out: list[bytes | None] = []
@@ -307,7 +354,8 @@ class Encoder:
                 where = f" at {exc.path}" if getattr(exc, "path", "") else ""
                 raise RecordInvalid(
                     getattr(exc, "path", ""),
-                    f"row {i} of the batch does not match schema id {self.schema_id}{where}: "
+                    f"row {i} of the batch's {self.field} does not match schema id "
+                    f"{self.schema_id}{where}: "
                     f"{exc.message}",
                 ) from None
         return out

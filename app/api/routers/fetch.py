@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import orjson
@@ -54,6 +54,9 @@ from app.common.isolation import (
     format_aborted,
 )
 from app.core.replication.auth import HEADER as REPLICA_AUTH_HEADER
+
+# A key and a value decoder for a JSON fetch's walk (None: the format's own, DECODERS).
+Decoders = tuple[Callable[[bytes | None], Any] | None, Callable[[bytes | None], Any] | None]
 
 if TYPE_CHECKING:
     from app.core.log.log import FetchInfo
@@ -155,12 +158,15 @@ def json_records(
     topic: str = "",
     partition: int = 0,
     aborted: Sequence[tuple[int, int]] | None = None,
+    decoders: Decoders = (None, None),
 ) -> tuple[list[dict[str, Any]], int]:
     """The records of ``data`` from ``offset`` on, rendered as in a JSON fetch, and the
     offset to read next; at most ``limit`` records (the WebSocket record credit). Only
     the batches before the first damaged one are rendered (:func:`verified_prefix`).
     ``aborted`` (a read_committed read's aborted transactions): the records of aborted
-    transactions are left out (:func:`app.common.isolation.committed_batches`)."""
+    transactions are left out (:func:`app.common.isolation.committed_batches`).
+    ``decoders``: a key and a value decoder called per record instead of the formats'
+    (typed formats: :meth:`app.api.typed.SchemaCache.walk_decoders`)."""
     data, next_offset, headers = _verified(data, offset, topic, partition)
     records: list[dict[str, Any]] = []
     view = memoryview(data)
@@ -170,7 +176,9 @@ def json_records(
         if header.last_offset < offset or header.is_control:
             continue
         more = None if limit is None else limit - len(records)
-        cut = _render_batch(records, view, pos, header, offset, key_format, value_format, more)
+        cut = _render_batch(
+            records, view, pos, header, offset, key_format, value_format, more, decoders
+        )
         if cut:
             return records, records[-1]["offset"] + 1 if records else offset
     return records, next_offset
@@ -185,16 +193,17 @@ def _render_batch(
     key_format: str,
     value_format: str,
     limit: int | None = None,
+    decoders: Decoders = (None, None),
 ) -> bool:
     """Append to ``records`` the records of the batch at ``pos`` (CRC checked by the
     caller) from ``offset`` on, each as the dict a JSON answer holds, at most ``limit``
     of them: True when a record beyond ``limit`` was left out."""
-    decode_key = DECODERS[key_format]
-    decode_value = DECODERS[value_format]
+    decode_key = decoders[0] or DECODERS[key_format]
+    decode_value = decoders[1] or DECODERS[value_format]
     # The default format, json, decoded in the loop: a call of the decoder per key and
     # per value was a third of a small fetch's Python work. Same result as DECODERS.
-    json_key = key_format == "json"
-    json_value = value_format == "json"
+    json_key = key_format == "json" and decoders[0] is None
+    json_value = value_format == "json" and decoders[1] is None
     loads, malformed = orjson.loads, orjson.JSONDecodeError
     append = records.append
     taken = 0
@@ -237,12 +246,19 @@ def json_records_fragment(
     topic: str = "",
     partition: int = 0,
     aborted: Sequence[tuple[int, int]] | None = None,
+    schemas: typed.SchemaCache | None = None,
 ) -> tuple[orjson.Fragment, int, int]:
     """:func:`json_records` already rendered: the answer's ``records`` array as an
     ``orjson.Fragment`` (the bytes ``orjson.dumps`` gives for :func:`json_records`'s
     list), the offset to read next and the record count. Each batch's records are
     rendered once and kept in ``cache`` (:mod:`app.api.rendered`): a fetch of batches
-    read before joins their bytes instead of decoding and rendering every record."""
+    read before joins their bytes instead of decoding and rendering every record.
+
+    Typed formats (``schemas`` given): each record is decoded through the id it carries
+    during the walk; a batch is kept only when every record of it decoded, since then its
+    rendering depends on the batch's bytes and on schemas by id alone, which never change
+    (ids are never reused). A batch with a per-record error (say an id not registered
+    yet) is rendered again by the next fetch."""
     data, next_offset, headers = _verified(data, offset, topic, partition)
     view = memoryview(data)
     if aborted is not None:
@@ -258,10 +274,20 @@ def json_records_fragment(
         if entry is None:
             # The whole batch, whatever the offset asked: the next fetch may start earlier.
             rows: list[dict[str, Any]] = []
-            _render_batch(rows, view, pos, header, LONG_MIN, key_format, value_format)
+            if schemas is None:
+                _render_batch(rows, view, pos, header, LONG_MIN, key_format, value_format)
+                clean = True
+            else:
+                _render_batch(
+                    rows, view, pos, header, LONG_MIN,
+                    typed.walk_format(key_format), typed.walk_format(value_format),
+                    None, schemas.walk_decoders(key_format, value_format),
+                )  # fmt: skip
+                clean = not typed.SchemaCache.finish_failed(rows, key_format, value_format)
             offsets = [row["offset"] for row in rows]
             rendered = list(map(dumps, rows))
-            cache.put(key, raw, offsets, rendered)
+            if clean:
+                cache.put(key, raw, offsets, rendered)
         else:
             offsets, rendered = entry.offsets, entry.records
         if header.base_offset < offset:
@@ -280,10 +306,10 @@ def render_json(
     schemas: typed.SchemaCache | None = None,
     cache: RenderedBatches | None = None,
 ) -> bytes:
-    """The JSON fetch answer; with ``cache`` (on the event loop, untyped formats only),
-    through the rendered batches it keeps (:func:`json_records_fragment`)."""
+    """The JSON fetch answer; with ``cache`` (on the event loop), through the rendered
+    batches it keeps (:func:`json_records_fragment`)."""
     data = info.read_bytes() if info.size else b""
-    if cache is not None and schemas is None:
+    if cache is not None:
         fragment, next_offset, _ = json_records_fragment(
             data,
             offset,
@@ -293,6 +319,7 @@ def render_json(
             topic=topic,
             partition=partition,
             aborted=aborted_pairs(info),
+            schemas=schemas,
         )
         return orjson.dumps(records_answer(topic, partition, info, next_offset, fragment))
     records, next_offset = json_records(
@@ -303,9 +330,13 @@ def render_json(
         topic=topic,
         partition=partition,
         aborted=aborted_pairs(info),
+        # avro, jsonschema, protobuf: decoded by the id each carries, during the walk
+        decoders=(None, None)
+        if schemas is None
+        else schemas.walk_decoders(key_format, value_format),
     )
-    if schemas is not None:  # avro, jsonschema, protobuf: decoded by the id each carries
-        schemas.decode_records(records, key_format, value_format)
+    if schemas is not None:
+        typed.SchemaCache.finish(records, key_format, value_format)
     return orjson.dumps(records_answer(topic, partition, info, next_offset, records))
 
 

@@ -30,7 +30,7 @@ from starlette.responses import Response
 
 from app.api import openapi_docs as docs
 from app.api import typed
-from app.api.codec import ENCODERS, BodyInvalid, FormatError, encode_headers
+from app.api.codec import ENCODERS, FRAMED, BodyInvalid, FormatError, encode_headers
 from app.api.deps import ManagerDep, StateDep, read_body, read_body_mutable
 from app.api.errors import (
     RecordRefused,
@@ -169,10 +169,14 @@ def build_batches(
     Partitions are not range-checked here beyond what placement needs; the
     caller checks the partitions that got a batch, once each.
     """
-    if fixed_partition is None and req.key_format == "json" and req.value_format == "json":
-        fast = _plain_json_batches(req, num_partitions, sticky_partition, now_ms)
-        if fast is not None:
-            return fast
+    if fixed_partition is None and req.key_format == req.value_format:
+        # json, or both sides already bytes (a typed produce, app/api/typed.py), taken as
+        # they are.
+        encode = _PLAIN_ENCODERS.get(req.key_format)
+        if encode is not None:
+            fast = _plain_json_batches(req, num_partitions, sticky_partition, now_ms, encode)
+            if fast is not None:
+                return fast
     encode_key = ENCODERS[req.key_format]
     encode_value = ENCODERS[req.value_format]
     # The default format, json, encoded in the loop (as codec's json encoder does): an
@@ -231,14 +235,28 @@ def build_batches(
     return builders, placed
 
 
+def _bytes_as_they_are(value: bytes) -> bytes:
+    return value
+
+
+# The formats whose bodies the plain path takes, and how it encodes their keys and values.
+_PLAIN_ENCODERS: dict[str, Callable[[Any], bytes]] = {
+    "json": orjson.dumps,
+    FRAMED: _bytes_as_they_are,
+}
+
+
 def _plain_json_batches(
     req: ParsedProduce,
     num_partitions: int,
     sticky_partition: Callable[[], int],
     now_ms: int,
+    encode: Callable[[Any], bytes] = orjson.dumps,
 ) -> tuple[dict[int, BatchBuilder], list[tuple[int, int, int]]] | None:
     """:func:`build_batches` for the usual body, in one pass and one codec call per
-    batch: json keys and values, records with no headers, partition or timestamp, no
+    batch: json keys and values (``encode``: orjson.dumps; or a typed produce's keys and
+    values already bytes, ``encode`` taking them as they are), records with no headers,
+    partition or timestamp, no
     partition in the path. None as soon as a record is not that (nothing is kept: the
     general loop starts over and judges it). Records are grouped by partition here and
     each partition's batch is built with one :meth:`BatchBuilder.extend`; the general
@@ -249,8 +267,8 @@ def _plain_json_batches(
     whole loop is one C call (:func:`_native_plain_batches`): the same bytes and
     placements (tests/unit/api/test_produce_batches.py compares them)."""
     if plain_records is not None:
-        return _native_plain_batches(req, num_partitions, sticky_partition, now_ms)
-    dumps = orjson.dumps
+        return _native_plain_batches(req, num_partitions, sticky_partition, now_ms, encode)
+    dumps = encode
     sticky: int | None = None
     rows: dict[int, list[tuple[bytes | None, bytes | None]]] = {}
     placed: list[tuple[int, int, int]] = []
@@ -287,6 +305,7 @@ def _native_plain_batches(
     num_partitions: int,
     sticky_partition: Callable[[], int],
     now_ms: int,
+    encode: Callable[[Any], bytes] = orjson.dumps,
 ) -> tuple[dict[int, BatchBuilder], list[tuple[int, int, int]]] | None:
     """:func:`_plain_json_batches` through ``app.common._jsonrecords.plain_records``:
     encoding (orjson), placement (murmur2 or the one sticky partition), the record
@@ -294,7 +313,7 @@ def _native_plain_batches(
     assert plain_records is not None
     try:
         done = plain_records(
-            req.records, num_partitions, now_ms, orjson.dumps, sticky_partition, crc32c.crc32c
+            req.records, num_partitions, now_ms, encode, sticky_partition, crc32c.crc32c
         )
     except orjson.JSONEncodeError:
         return None  # the general loop names the field
@@ -345,7 +364,7 @@ def checked_batches(
     return batches
 
 
-def check_schema_ids(
+async def check_schema_ids(
     state: AppState,
     topic: str,
     sides: tuple[bool, bool],
@@ -356,7 +375,7 @@ def check_schema_ids(
     (app/api/schema_validation.py): 422 RecordRefused naming the request's record (its
     index in ``records``, mapped back from its partition and place in that batch)."""
     for p in sorted(batches):
-        refusal = state.schema_validation.find_refusal(topic, sides, batches[p])
+        refusal = await state.schema_validation.find_refusal(topic, sides, batches[p])
         if refusal is not None:
             index = next(
                 i for i, (pp, j, _) in enumerate(placed) if pp == p and j == refusal.record
@@ -401,7 +420,7 @@ async def append_json_records(
         plan = plan_topic(state, manager, topic)
 
     if plan.schema_validation != NO_VALIDATION:
-        check_schema_ids(state, topic, plan.schema_validation, batches, placed)
+        await check_schema_ids(state, topic, plan.schema_validation, batches, placed)
     order = sorted(batches)
     work = [(leader_target(state, topic, p), batches[p]) for p in order]
     # Records per partition, counted in C (Counter over map: no Python step per record).

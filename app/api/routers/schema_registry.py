@@ -139,6 +139,7 @@ async def start_registry(app: FastAPI, state: AppState) -> None:
 async def stop_registry(app: FastAPI) -> None:
     app.state.schema_registry = None
     app.state.logbus.schema_validation.registry = None
+    await app.state.logbus.schema_validation.close()
     await stop_from_state(app, "registry_forwarder", "close")
 
 

@@ -475,7 +475,7 @@ async def produce_in_transaction(
     if built:  # broker-side schema validation (app/api/schema_validation.py)
         sides = validation(topology.leader_partition(topic, min(built)).log.config)
         if any(sides):
-            check_schema_ids(state, topic, sides, built, placed)
+            await check_schema_ids(state, topic, sides, built, placed)
     # TxnNotCoordinator: this broker leads the partitions and another coordinates the id
     # (a cluster; a lone broker coordinates every id). As for a binary produce (and
     # Kafka's producer), the caller added them at the coordinator first (POST

@@ -59,6 +59,8 @@ _BODY_FIELDS = (
     "value_schema_id",
     "value_subject",
     "value_schema_version",
+    "key_message",
+    "value_message",
 )
 # Requests up to this size are appended on the event loop (see append_json_records):
 # a socket's requests run one at a time, so a thread hop per request is its throughput.

@@ -197,6 +197,8 @@ class Produce(_Message):
     value_schema_id: Any = None
     value_subject: Any = None
     value_schema_version: Any = None
+    key_message: Any = None
+    value_message: Any = None
     timeout_ms: Annotated[int, Field(ge=1, le=INT_MAX)] = 30_000
     transactional_id: Annotated[str, Field(min_length=1, max_length=255)] | None = None
     producer_id: Offset | None = None

@@ -199,6 +199,34 @@ class AvroSchema(Codec):
     def decode_payload(self, payload: memoryview) -> Any:
         return self.decode_as(payload, None)
 
+    def framed_reader(self) -> Callable[[bytes], Any]:
+        """A decoder of whole framed records of this schema (header included, not
+        checked: the caller matched it), for a fetch's hot loop: fastavro's compiled
+        reader called directly on the record's bytes, read from just past the header, no
+        slice or copy. Raises (any exception) on bytes that do not decode or that have
+        bytes after the value; the caller then takes :meth:`decode_payload` for the
+        reason. Without the compiled reader (or for a recursive schema), decode_payload."""
+        fast = self._fast
+        if fast is None:
+            decode_payload = self.decode_payload
+
+            def slow(data: bytes) -> Any:
+                return decode_payload(memoryview(data)[5:])
+
+            return slow
+        read, parsed, named = fast.read, self._parsed, self._read_named
+        new_stream = io.BytesIO
+
+        def reader(data: bytes) -> Any:
+            stream = new_stream(data)
+            stream.seek(5)
+            value = read(stream, parsed, named, None, _READ_OPTIONS)
+            if stream.tell() != len(data):
+                raise ValueError("bytes after the value")
+            return value
+
+        return reader
+
     def decode_as(self, payload: memoryview | bytes, reader: AvroSchema | None) -> Any:
         """The value of Avro binary written with this schema, resolved into ``reader``'s
         shape by Avro's rules when given (fields added with defaults filled, removed ones

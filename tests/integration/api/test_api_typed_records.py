@@ -205,6 +205,51 @@ def test_jsonschema_and_protobuf_produce_then_fetch(broker: LiveBroker, http: ht
     assert (back.sensor, back.celsius) == ("s9", -4.5)
 
 
+TWO_MESSAGES = (
+    'syntax = "proto3";\npackage ex;\n'
+    "message Reading { string sensor = 1; double celsius = 2; }\n"
+    "message Alarm { string sensor = 1; int32 level = 2; }\n"
+)
+
+
+def test_protobuf_value_message_picks_the_files_message(http: httpx.Client) -> None:
+    """value_message (full name, or relative to the package) picks the message; its
+    message indexes are written ([1]: zig-zag count 1, index 1), and the typed fetch
+    decodes each record by its own indexes. A name the file lacks is a 400 naming the
+    field, and so is value_message beside another format."""
+    import base64
+
+    proto_id = register(http, "alarms-value", TWO_MESSAGES, "PROTOBUF")
+    body = {"value_format": "protobuf", "value_schema_id": proto_id}
+    for name in ("ex.Alarm", "Alarm"):
+        r = http.post(
+            "/topics/alarms/records",
+            json={
+                **body,
+                "value_message": name,
+                "records": [{"value": {"sensor": "s", "level": 3}}],
+            },
+        )
+        assert r.status_code == 200, r.text
+    r = http.post("/topics/alarms/records", json={**body, "records": [{"value": {"sensor": "r"}}]})
+    assert r.status_code == 200, r.text
+    got = fetch(http, "alarms", value_format="protobuf")
+    assert [g["value"] for g in got] == [{"sensor": "s", "level": 3}] * 2 + [{"sensor": "r"}]
+    raw = fetch(http, "alarms", value_format="binary")
+    assert base64.b64decode(raw[0]["value"])[5:7] == b"\x02\x02"  # indexes [1]
+    assert base64.b64decode(raw[2]["value"])[5:6] == b"\x00"  # [0], the first message
+    r = http.post(
+        "/topics/alarms/records",
+        json={**body, "value_message": "ex.Nope", "records": [{"value": {}}]},
+    )
+    assert r.status_code == 400 and r.json()["field"] == "value_message", r.text
+    r = http.post(
+        "/topics/alarms/records",
+        json={"value_format": "json", "value_message": "ex.Alarm", "records": [{"value": {}}]},
+    )
+    assert r.status_code == 400 and "goes with value_format protobuf" in r.text, r.text
+
+
 def test_a_bad_record_refuses_the_whole_request(http: httpx.Client) -> None:
     register(http, "orders-value", ORDER)
     good = {"id": 1, "item": "pen", "ship": {"zip": "1"}}
@@ -311,6 +356,69 @@ def test_a_typed_fetch_of_other_records_gives_per_record_errors(http: httpx.Clie
     assert got[4]["value"] is None and "value_error" not in got[4]  # a tombstone
 
 
+def test_a_typed_value_beside_a_json_key_is_placed_and_stored_as_an_untyped_one(
+    broker: LiveBroker, http: httpx.Client
+) -> None:
+    """Typed values with json keys take the plain records' batch building: the keys are
+    the json format's bytes, placed by their murmur2 hash as in an untyped produce."""
+    import base64
+
+    schema_id = register(http, "keyed-value", ORDER)
+    r = http.post("/topics", json={"name": "keyed", "partitions": 4})
+    assert r.status_code == 201, r.text
+    order = {"id": 1, "item": "pen", "ship": {"zip": "1"}, "raw": None}
+    records = [{"key": {"user": i}, "value": order} for i in range(8)]
+    typed = http.post(
+        "/topics/keyed/records",
+        json={"records": records, "value_format": "avro", "value_schema_id": schema_id},
+    )
+    plain = http.post("/topics/keyed/records", json={"records": records})
+    assert typed.status_code == plain.status_code == 200, typed.text
+    assert [o["partition"] for o in typed.json()["offsets"]] == [
+        o["partition"] for o in plain.json()["offsets"]
+    ]
+    p = typed.json()["offsets"][0]["partition"]
+    got = http.get(
+        f"/topics/keyed/partitions/{p}/records",
+        params={"offset": 0, "max_wait_ms": 0, "key_format": "binary", "value_format": "avro"},
+    ).json()["records"]
+    assert base64.b64decode(got[0]["key"]) == b'{"user":0}'
+    assert got[0]["value"] == order
+
+
+def test_typed_fetches_are_rendered_once_unless_a_record_failed(
+    broker: LiveBroker, http: httpx.Client
+) -> None:
+    """A batch whose records all decoded is kept in the rendered-records cache (the next
+    fetch joins its bytes: a hit, the same answer); one with a per-record error is not:
+    once the id it carries is registered, the next fetch decodes it."""
+    import base64
+
+    schema_id = register(http, "cached-value", ORDER)
+    order = {"id": 1, "item": "pen", "ship": {"zip": "1"}, "raw": None}
+    r = http.post(
+        "/topics/cached/records",
+        json={"records": [{"value": order}], "value_format": "avro", "value_schema_id": schema_id},
+    )
+    assert r.status_code == 200, r.text
+    rendered = broker.app.state.logbus.rendered
+    first = fetch(http, "cached", value_format="avro")
+    hits = rendered.hits
+    assert fetch(http, "cached", value_format="avro") == first == [{**first[0], "value": order}]
+    assert rendered.hits == hits + 1
+    # The next id, not registered yet: a per-record error, not kept.
+    future = b"\0" + (schema_id + 1).to_bytes(4, "big") + b'"x"'
+    r = http.post(
+        "/topics/later/records",
+        json={"records": [{"value": base64.b64encode(future).decode()}], "value_format": "binary"},
+    )
+    assert r.status_code == 200, r.text
+    assert "40403" in fetch(http, "later", value_format="jsonschema")[0]["value_error"]["message"]
+    assert register(http, "later-value", '{"type": "string"}', "JSON") == schema_id + 1
+    again = fetch(http, "later", value_format="jsonschema")
+    assert again[0]["value"] == "x" and "value_error" not in again[0]
+
+
 def test_a_large_typed_fetch_rendered_off_the_loop(
     http: httpx.Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -405,3 +513,27 @@ def test_websocket_produce_and_subscribe_take_typed_formats(tmp_path: Path) -> N
                     got.extend(frame["records"])
         assert got[0]["value"] is None and "value_error" in got[0]  # the untyped record
         assert got[1]["value"] == good and "value_error" not in got[1]
+        # value_message as in HTTP produce: the file's second message, its indexes [1].
+        r = c.post(
+            "/schema-registry/subjects/alarms-value/versions",
+            json={"schema": TWO_MESSAGES, "schemaType": "PROTOBUF"},
+            headers={"Content-Type": "application/vnd.schemaregistry.v1+json"},
+        )
+        assert r.status_code == 200, r.text
+        with c.websocket_connect("/ws/produce") as ws:
+            ws.send_json(
+                {
+                    "type": "produce",
+                    "topic": "alarms",
+                    "records": [{"value": {"sensor": "s", "level": 4}}],
+                    "value_format": "protobuf",
+                    "value_subject": "alarms-value",
+                    "value_message": "ex.Alarm",
+                }
+            )
+            assert ws.receive_json()["type"] == "ack"
+        r = c.get(
+            "/topics/alarms/partitions/0/records",
+            params={"offset": 0, "max_wait_ms": 0, "value_format": "protobuf"},
+        )
+        assert r.json()["records"][0]["value"] == {"sensor": "s", "level": 4}, r.text

@@ -162,9 +162,58 @@ def test_avro_both_ways(registry: SchemaRegistryClient, ck_registry: Any) -> Non
     with pytest.raises(NotSchemaFramed):  # a JSON Schema id is not Avro
         other = SerializationContext(_topic("avro-json"), MessageField.VALUE)
         AvroDeserializer(registry)(JSONSerializer(VIEW, registry)({"page": "p"}, other), ctx)
-    with pytest.raises(TypeError):  # confluent-kafka's reader-schema argument: refused early
-        AvroDeserializer(registry, ORDER)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):  # neither a schema nor from_dict
+        AvroDeserializer(registry, 42)  # type: ignore[arg-type]
+    with pytest.raises(InvalidSchema):  # a bad reader schema fails at construction
+        AvroDeserializer(registry, '{"type": "record"}')
     assert AvroSerializer(registry, ORDER)(None, ctx) is None  # a tombstone stays null
+
+
+ORDER_V2 = json.dumps(  # ORDER as a newer reader has it: item dropped, qty added
+    {  # with a default, id and tags kept
+        "type": "record",
+        "name": "Order",
+        "namespace": "shop",
+        "fields": [
+            {"name": "id", "type": "long"},
+            {"name": "tags", "type": {"type": "array", "items": "string"}},
+            {"name": "qty", "type": "int", "default": 1},
+        ],
+    }
+)
+
+
+def test_avro_reader_schema(registry: SchemaRegistryClient, ck_registry: Any) -> None:
+    """confluent-kafka's AvroDeserializer(client, schema_str): each value is resolved from
+    its writer's schema (the id it carries) into the reader's by Avro's rules, for bytes
+    either side wrote; a writer the reader cannot resolve is RecordInvalid."""
+    topic = _topic("avro-reader")
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    order = {"id": 7, "item": "tea", "tags": ["a"]}
+    theirs = CkAvroSerializer(ck_registry, ORDER)(order, _ck_ctx(topic))
+    reading = AvroDeserializer(registry, ORDER_V2)
+    assert reading(theirs, ctx) == {"id": 7, "tags": ["a"], "qty": 1}
+    assert reading(AvroSerializer(registry, ORDER)(order, ctx), ctx) == {
+        "id": 7,
+        "tags": ["a"],
+        "qty": 1,
+    }
+    # confluent-kafka's own reader-schema deserializer agrees on our bytes.
+    ours = AvroSerializer(registry, ORDER)(order, ctx)
+    assert CkAvroDeserializer(ck_registry, ORDER_V2)(ours, _ck_ctx(topic)) == reading(ours, ctx)
+    # The reader's own schema: the plain path, same value.
+    same = AvroDeserializer(registry, Schema(ORDER, "AVRO"))
+    assert same(ours, ctx) == order
+    # int written, long and double read (promotions); a string is not a number.
+    narrow = json.dumps({"type": "record", "name": "N", "fields": [{"name": "n", "type": "int"}]})
+    wide = json.dumps({"type": "record", "name": "N", "fields": [{"name": "n", "type": "double"}]})
+    other = SerializationContext(_topic("avro-promote"), MessageField.VALUE)
+    data = AvroSerializer(registry, narrow)({"n": 3}, other)
+    value = AvroDeserializer(registry, wide)(data, other)
+    assert value == {"n": 3.0} and isinstance(value["n"], float)
+    text = json.dumps({"type": "record", "name": "N", "fields": [{"name": "n", "type": "string"}]})
+    with pytest.raises(RecordInvalid):
+        AvroDeserializer(registry, text)(data, other)
 
 
 def test_json_schema_both_ways(registry: SchemaRegistryClient, ck_registry: Any) -> None:

@@ -159,7 +159,7 @@ typed_body = st.fixed_dictionaries(
         **{
             f"{side}_{name}": schema_field
             for side in ("key", "value")
-            for name in ("schema_id", "subject", "schema_version")
+            for name in ("schema_id", "subject", "schema_version", "message")
         },
     },
 )
@@ -188,6 +188,7 @@ def test_typed_fast_path_agrees_with_model(obj: Any) -> None:
                 getattr(model, f"{side}_schema_id"),
                 getattr(model, f"{side}_subject"),
                 getattr(model, f"{side}_schema_version"),
+                getattr(model, f"{side}_message"),
             )
         else:
             assert ref is None
