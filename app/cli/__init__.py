@@ -350,7 +350,7 @@ def parse_datetime_ms(text: str) -> int:
     """Milliseconds since the epoch from digits or ISO 8601 (no zone given = UTC)."""
     from datetime import UTC, datetime
 
-    if text.isdigit():
+    if text.isascii() and text.isdigit():
         return int(text)
     try:
         when = datetime.fromisoformat(text)

@@ -47,7 +47,7 @@ def _schema(args: argparse.Namespace) -> Schema:
     for raw in args.reference or ():
         name, _, where = raw.rpartition("=")
         subject, _, version = where.rpartition(":")
-        if not name or not subject or not version.isdigit():
+        if not name or not subject or not (version.isascii() and version.isdigit()):
             raise CliError(f"--reference is NAME=SUBJECT:VERSION, got {raw!r}", code=2)
         refs.append(SchemaReference(name, subject, int(version)))
     return Schema(text, schema_type, tuple(refs))
@@ -56,7 +56,7 @@ def _schema(args: argparse.Namespace) -> Schema:
 def _version(raw: str) -> int | str:
     if raw == "latest":
         return raw
-    if not raw.isdigit() or int(raw) < 1:
+    if not (raw.isascii() and raw.isdigit()) or int(raw) < 1:
         raise CliError(f"--version is a number >= 1 or latest, got {raw!r}", code=2)
     return int(raw)
 

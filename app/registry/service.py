@@ -143,7 +143,7 @@ def parse_version(raw: str | int) -> int | str:
     text = str(raw) if isinstance(raw, int) else raw.strip()
     if text == LATEST or text == "-1":
         return LATEST
-    if not text.isdigit() or len(text) > 10:
+    if not (text.isascii() and text.isdigit()) or len(text) > 10:
         raise InvalidSchemaVersion(raw)
     number = int(text)
     if not 1 <= number <= MAX_VERSION:

@@ -138,7 +138,7 @@ def typed_values(
                     )
                 subject = f"{topic}-{field}"
             version = (opt.get(options, f"{field}SchemaVersion") or "latest").strip()
-            if version != "latest" and not version.isdigit():
+            if version != "latest" and not (version.isascii() and version.isdigit()):
                 raise OptionError(
                     f"option '{field}SchemaVersion' must be a version number or latest, "
                     f"got {version!r}"

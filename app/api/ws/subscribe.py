@@ -241,7 +241,7 @@ class Subscription:
         if isinstance(sub.start, OffsetsStart):
             for topic, by_partition in sub.start.offsets.items():
                 for key, offset in by_partition.items():
-                    if not key.isdigit():
+                    if not (key.isascii() and key.isdigit()):
                         raise InvalidRequest(
                             f"message.start.offsets.{topic}: partition keys are numbers, got {key!r}"
                         )

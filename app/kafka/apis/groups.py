@@ -41,7 +41,7 @@ from app.kafka.apis.base import (
     kafka_brokers,
     response_module,
 )
-from app.kafka.apis.txn import find_txn_coordinator
+from app.kafka.apis.txn import txn_coordinator_node
 from app.kafka.encode import build, error_code
 from app.kafka.versions import (
     DELETE_GROUPS,
@@ -65,22 +65,25 @@ async def find_coordinator(ctx: Context, body: Any, version: int) -> Any:
     """The coordinator of a group (key type 0): its broker's Kafka listener, from the
     same list as Metadata (:func:`kafka_brokers`). A coordinator with no Kafka listener
     known (none configured, or its registration not seen yet) answers
-    COORDINATOR_NOT_AVAILABLE, which clients retry. Transactional ids (key type 1):
-    :func:`app.kafka.apis.txn.find_txn_coordinator`; any other key type INVALID_REQUEST."""
+    COORDINATOR_NOT_AVAILABLE, which clients retry. Transactional ids (key type 1) are
+    answered the same way from :func:`app.kafka.apis.txn.txn_coordinator_node`; any other
+    key type INVALID_REQUEST."""
     m = response_module(FIND_COORDINATOR, version)
     key_type = int(getattr(body, "key_type", 0))
-    if key_type == 1:
-        return await find_txn_coordinator(ctx, body.key, version)
     try:
-        if key_type != 0:
+        if key_type == 0:
+            authorize.check(ctx, authorize.DESCRIBE, authorize.GROUP, body.key)
+            node_id = (await group_coordinator(ctx).find_coordinator(body.key, "group")).node_id
+            what = f"group {body.key!r}"
+        elif key_type == 1:
+            node_id = await txn_coordinator_node(ctx, body.key)
+            what = f"transactional id {body.key!r}"
+        else:
             raise InvalidRequest(f"key_type {key_type}: groups (0) and transactions (1) only")
-        authorize.check(ctx, authorize.DESCRIBE, authorize.GROUP, body.key)
-        info = await group_coordinator(ctx).find_coordinator(body.key, "group")
-        listener = kafka_brokers(ctx).get(info.node_id)
+        listener = kafka_brokers(ctx).get(node_id)
         if listener is None:
             raise CoordinatorNotAvailable(
-                f"group {body.key!r} is coordinated by broker {info.node_id}, "
-                "which has no Kafka listener known here"
+                f"{what} is coordinated by broker {node_id}, which has no Kafka listener known here"
             )
         host, port = listener
         return build(
@@ -88,7 +91,7 @@ async def find_coordinator(ctx: Context, body: Any, version: int) -> Any:
             throttle_time=NO_THROTTLE,
             error_code=ErrorCode.none,
             error_message=None,
-            node_id=info.node_id,
+            node_id=node_id,
             host=host,
             port=port,
         )

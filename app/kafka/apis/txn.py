@@ -31,7 +31,6 @@ from kio.schema.errors import ErrorCode
 
 from app.common.errors import (
     BrokerNotAvailable,
-    CoordinatorNotAvailable,
     InvalidRequest,
     InvalidTopic,
     LogbusError,
@@ -44,7 +43,6 @@ from app.kafka import authorize
 from app.kafka.apis.base import (
     NO_THROTTLE,
     Context,
-    kafka_brokers,
     response_module,
     timestamp,
 )
@@ -54,7 +52,6 @@ from app.kafka.versions import (
     ADD_PARTITIONS_TO_TXN,
     DESCRIBE_TRANSACTIONS,
     END_TXN,
-    FIND_COORDINATOR,
     INIT_PRODUCER_ID,
     LIST_TRANSACTIONS,
     TXN_OFFSET_COMMIT,
@@ -95,41 +92,14 @@ def producer_code(exc: BaseException, api_key: int, version: int) -> ErrorCode:
     return code
 
 
-async def find_txn_coordinator(ctx: Context, key: str, version: int) -> Any:
-    """FindCoordinator of a transactional id (key type 1): the leader of the id's
-    ``__transaction_state`` partition (the topic created on first use), named by its Kafka
-    listener from the same list as Metadata's; COORDINATOR_NOT_AVAILABLE (retriable)
-    while it has none (no leader yet, or no Kafka listener known for it)."""
-    m = response_module(FIND_COORDINATOR, version)
-    try:
-        authorize.check(ctx, authorize.DESCRIBE, authorize.TXN_ID, key)
-        node_id, _ = await txn_coordinator(ctx).find_coordinator(key)
-        listener = kafka_brokers(ctx).get(node_id)
-        if listener is None:
-            raise CoordinatorNotAvailable(
-                f"transactional id {key!r} is coordinated by broker {node_id}, which has no "
-                "Kafka listener known here"
-            )
-        host, port = listener
-        return build(
-            m.FindCoordinatorResponse,
-            throttle_time=NO_THROTTLE,
-            error_code=ErrorCode.none,
-            error_message=None,
-            node_id=node_id,
-            host=host,
-            port=port,
-        )
-    except LogbusError as exc:
-        return build(
-            m.FindCoordinatorResponse,
-            throttle_time=NO_THROTTLE,
-            error_code=error_code(exc),
-            error_message=exc.message,
-            node_id=-1,
-            host="",
-            port=-1,
-        )
+async def txn_coordinator_node(ctx: Context, key: str) -> int:
+    """FindCoordinator of a transactional id (key type 1): the broker id of the leader of
+    the id's ``__transaction_state`` partition (the topic created on first use);
+    COORDINATOR_NOT_AVAILABLE (retriable) while it has none. The answer itself is
+    :func:`app.kafka.apis.groups.find_coordinator`'s, as for a group."""
+    authorize.check(ctx, authorize.DESCRIBE, authorize.TXN_ID, key)
+    node_id, _ = await txn_coordinator(ctx).find_coordinator(key)
+    return node_id
 
 
 async def init_producer_id(ctx: Context, body: Any, version: int) -> Any:
