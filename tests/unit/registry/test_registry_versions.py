@@ -9,7 +9,9 @@ from app.common.schema_errors import InvalidSchemaVersion
 from app.registry.service import LATEST, parse_version
 
 
-@pytest.mark.parametrize("raw", ["\u00b2", "\u0661", "\u0663\u0664", "0", "2147483648", "", "1.0", " "])
+@pytest.mark.parametrize(
+    "raw", ["\u00b2", "\u0661", "\u0663\u0664", "0", "2147483648", "", "1.0", " "]
+)
 def test_a_version_that_is_not_ascii_digits_in_range_is_refused(raw: str) -> None:
     with pytest.raises(InvalidSchemaVersion):
         parse_version(raw)
