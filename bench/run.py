@@ -159,6 +159,27 @@ def _http_edge(quick: bool) -> dict[str, Any]:
     return http_edge.run(seconds=5, rounds=1 if quick else 3)
 
 
+def _http_produce(quick: bool) -> dict[str, Any]:
+    """The bulk HTTP produce (1,000-record JSON requests, 1 MiB binary batches) with its own
+    Redis baseline measured in the same run (``--only http_produce``)."""
+    from bench import http_produce, redis_baseline
+
+    runs = 1 if quick else 3
+    baseline = redis_baseline.run(runs=runs)
+    common.warm_memory()
+    with common.broker() as url:
+        result = http_produce.run(url, runs=runs)
+    result["redis_baseline"] = baseline
+    return result
+
+
+def _fetch(quick: bool) -> dict[str, Any]:
+    """The binary fetch, zero-copy against the read-and-send path, fresh brokers, same run."""
+    from bench import fetch
+
+    return fetch.run(rounds=(1 if quick else 3) + 2)
+
+
 def _sdk(quick: bool) -> dict[str, Any]:
     """The SDK section with its own Redis baseline measured in the same run (``--only sdk``)."""
     from bench import redis_baseline, sdk
@@ -191,6 +212,8 @@ SECTIONS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "robustness": _robustness,
     "http_edge": _http_edge,
     "sdk": _sdk,
+    "http_produce": _http_produce,
+    "fetch": _fetch,
     "tls": _tls,
     "isolation": _isolation,
     "copier": _copier,
