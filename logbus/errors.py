@@ -45,3 +45,4 @@ from app.client.errors import (
 
 # The broker's error tree, whole: one class per Kafka error name.
 from app.common.errors import *  # noqa: F403
+from app.common.group_errors import *  # noqa: F403

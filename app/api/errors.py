@@ -33,6 +33,7 @@ from starlette.responses import Response
 from app.api import limits
 from app.api.schema_validation import SchemaValidationFailed
 from app.common import errors as core
+from app.common import group_errors
 from app.common import schema_errors as registry
 
 log = logging.getLogger(__name__)
@@ -63,13 +64,13 @@ STATUS_BY_ERROR: tuple[tuple[type[core.LogbusError], int], ...] = (
     (core.SaslAuthenticationFailed, 401),
     (core.AuthorizationFailed, 403),  # TOPIC_/GROUP_/CLUSTER_/TRANSACTIONAL_ID_...
     # Consumer groups: fencing and membership conflicts are 409, unknown group/member 404.
-    (core.GroupIdNotFound, 404),
-    (core.UnknownMemberId, 404),
-    (core.CoordinatorLoadInProgress, 503),
-    (core.CoordinatorNotAvailable, 503),
-    (core.UnsupportedAssignor, 400),
-    (core.InvalidGroupId, 400),
-    (core.GroupError, 409),
+    (group_errors.GroupIdNotFound, 404),
+    (group_errors.UnknownMemberId, 404),
+    (group_errors.CoordinatorLoadInProgress, 503),
+    (group_errors.CoordinatorNotAvailable, 503),
+    (group_errors.UnsupportedAssignor, 400),
+    (group_errors.InvalidGroupId, 400),
+    (group_errors.GroupError, 409),
     (core.InvalidRequest, 400),
     (core.CorruptRecord, 400),
     (core.InvalidRecord, 400),

@@ -28,7 +28,8 @@ from app.client._http import group_path
 from app.client.errors import is_retriable
 from app.client.types import TopicPartition
 from app.common.aio import wait_event
-from app.common.errors import FencedMemberEpoch, LogbusError, UnknownMemberId
+from app.common.errors import LogbusError
+from app.common.group_errors import FencedMemberEpoch, UnknownMemberId
 
 log = logging.getLogger(__name__)
 

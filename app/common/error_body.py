@@ -18,21 +18,25 @@ from typing import Any
 import orjson
 
 from app.common import errors as core
-from app.common import schema_errors
+from app.common import group_errors, schema_errors
 from app.common.errors import LogbusError
 
 
 def _classes_by_code() -> dict[str, type[LogbusError]]:
     """Every error class by the code it declares itself.
 
-    Read from the tree's two modules (``errors``, ``schema_errors``) rather than listed,
+    Read from the tree's modules (``errors``, ``group_errors``, ``schema_errors``) rather than listed,
     so a class the broker team adds (and answers with) is raised by name here without a
     change. A class that
     inherits its code (PayloadTooLarge is a RecordTooLarge) is not the class
     for that code.
     """
     found: dict[str, type[LogbusError]] = {}
-    for value in [*vars(core).values(), *vars(schema_errors).values()]:
+    for value in [
+        *vars(core).values(),
+        *vars(group_errors).values(),
+        *vars(schema_errors).values(),
+    ]:
         if (
             isinstance(value, type)
             and issubclass(value, LogbusError)

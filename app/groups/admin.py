@@ -12,13 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from app.common.errors import (
-    CoordinatorLoadInProgress,
-    GroupIdNotFound,
-    InvalidRequest,
-    NonEmptyGroup,
-    UnknownTopicOrPartition,
-)
+from app.common.errors import InvalidRequest, UnknownTopicOrPartition
+from app.common.group_errors import CoordinatorLoadInProgress, GroupIdNotFound, NonEmptyGroup
 from app.core.topology import list_offset
 from app.groups.classic import ClassicGroup, decode_assignment, decode_subscription
 from app.groups.hashing import partition_for

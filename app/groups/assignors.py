@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from app.common.errors import UnsupportedAssignor
+from app.common.group_errors import UnsupportedAssignor
 
 TopicPartition = tuple[str, int]
 

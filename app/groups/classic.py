@@ -74,13 +74,13 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 
-from app.common.errors import (
+from app.common.errors import LogbusError
+from app.common.group_errors import (
     FencedInstanceId,
     GroupMaxSizeReached,
     IllegalGeneration,
     InconsistentGroupProtocol,
     InvalidSessionTimeout,
-    LogbusError,
     MemberIdRequired,
     RebalanceInProgress,
     UnknownMemberId,

@@ -36,13 +36,11 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Iterable
 
-from app.common.errors import (
+from app.common.errors import InvalidRequest, LogbusError, UnknownTopicOrPartition
+from app.common.group_errors import (
     FencedMemberEpoch,
     InconsistentGroupProtocol,
-    InvalidRequest,
-    LogbusError,
     UnknownMemberId,
-    UnknownTopicOrPartition,
     UnreleasedInstanceId,
 )
 from app.groups.assignors import DEFAULT_ASSIGNOR, MemberSpec, get_assignor

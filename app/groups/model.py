@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from app.common.errors import CoordinatorNotAvailable, InvalidGroupId
+from app.common.group_errors import CoordinatorNotAvailable, InvalidGroupId
 from app.core.patterns import ClientPattern, compile_client_pattern
 from app.groups.assignors import DEFAULT_ASSIGNOR
 from app.groups.records import OffsetValue

@@ -28,17 +28,19 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from app.common.errors import (
-    CoordinatorNotAvailable,
-    FencedMemberEpoch,
-    GroupIdNotFound,
-    GroupSubscribedToTopic,
     InvalidRequest,
     InvalidTopic,
     LogbusError,
     NotCoordinator,
+    UnknownTopicOrPartition,
+)
+from app.common.group_errors import (
+    CoordinatorNotAvailable,
+    FencedMemberEpoch,
+    GroupIdNotFound,
+    GroupSubscribedToTopic,
     StaleMemberEpoch,
     UnknownMemberId,
-    UnknownTopicOrPartition,
 )
 from app.groups.classic import ClassicGroups, decode_subscription
 from app.groups.model import Group, TopicPartition, validate_group_id

@@ -48,14 +48,13 @@ from app.common.batch import (
     iter_headers,
 )
 from app.common.errors import (
-    CoordinatorLoadInProgress,
-    CoordinatorNotAvailable,
     CorruptRecord,
     InvalidRequest,
     NotCoordinator,
     NotEnoughReplicas,
     NotLeaderOrFollower,
 )
+from app.common.group_errors import CoordinatorLoadInProgress, CoordinatorNotAvailable
 from app.core.local_topology import LocalTopology
 from app.groups.hashing import partition_for
 from app.groups.internal_topic import InternalTopicRuntime, read_chunks

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from app.common.batch import (
     build_batch,
 )
-from app.common.errors import FencedMemberEpoch, UnknownMemberId
+from app.common.group_errors import FencedMemberEpoch, UnknownMemberId
 from app.groups.hashing import partition_for
 from app.groups.model import Group, validate_group_id
 from app.groups.records import OffsetKey, encode_key

@@ -59,8 +59,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from app.common.errors import (
     ConcurrentTransactions,
-    CoordinatorLoadInProgress,
-    CoordinatorNotAvailable,
     InvalidProducerEpoch,
     InvalidProducerIdMapping,
     InvalidRequest,
@@ -73,6 +71,7 @@ from app.common.errors import (
     TxnNotCoordinator,
     UnknownTopicOrPartition,
 )
+from app.common.group_errors import CoordinatorLoadInProgress, CoordinatorNotAvailable
 from app.core.log.producer_ids import MAX_EPOCH
 from app.groups.placement import OFFSETS_TOPIC
 from app.txn.markers import MarkerWriter

@@ -29,12 +29,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from app.common.batch import decode_records
-from app.common.errors import (
-    CoordinatorLoadInProgress,
-    CoordinatorNotAvailable,
-    CorruptRecord,
-    TxnNotCoordinator,
-)
+from app.common.errors import CorruptRecord, TxnNotCoordinator
+from app.common.group_errors import CoordinatorLoadInProgress, CoordinatorNotAvailable
 from app.groups.hashing import partition_for
 from app.groups.internal_topic import InternalTopicRuntime, read_chunks
 from app.txn.model import TXN_TOPIC, TxnConfig, TxnMetadata, TxnState

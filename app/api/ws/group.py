@@ -40,14 +40,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 import orjson
 
 from app.api.ws.common import ClientGone
-from app.common.errors import (
-    BrokerNotAvailable,
-    FencedMemberEpoch,
-    LogbusError,
-    NotCoordinator,
-    StaleMemberEpoch,
-    UnknownMemberId,
-)
+from app.common.errors import BrokerNotAvailable, LogbusError, NotCoordinator
+from app.common.group_errors import FencedMemberEpoch, StaleMemberEpoch, UnknownMemberId
 from app.groups.coordinator import (
     JOIN_EPOCH,
     LEAVE_EPOCH,

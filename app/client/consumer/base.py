@@ -37,7 +37,8 @@ from app.client.consumer.core import ConsumerCore
 from app.client.errors import ClientError
 from app.client.group import _Membership, commit_call, committed_call
 from app.client.types import ConsumerGroupMetadata, OffsetAndTimestamp, TopicPartition
-from app.common.errors import FencedMemberEpoch, LogbusError, StaleMemberEpoch, UnknownMemberId
+from app.common.errors import LogbusError
+from app.common.group_errors import FencedMemberEpoch, StaleMemberEpoch, UnknownMemberId
 
 log = logging.getLogger(__name__)
 RebalanceCallback = Callable[[set[TopicPartition]], None]

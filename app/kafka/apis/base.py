@@ -17,9 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.index import load_response_schema
 
-from app.common.errors import (
-    CoordinatorNotAvailable,
-)
+from app.common.group_errors import CoordinatorNotAvailable
 
 if TYPE_CHECKING:
     from app.api.state import AppState

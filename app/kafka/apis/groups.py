@@ -23,13 +23,8 @@ from kio.schema.types import TopicName
 from kio.serial import entity_writer
 from kio.static.primitive import i32
 
-from app.common.errors import (
-    CoordinatorNotAvailable,
-    GroupIdNotFound,
-    InvalidRequest,
-    LogbusError,
-    MemberIdRequired,
-)
+from app.common.errors import InvalidRequest, LogbusError
+from app.common.group_errors import CoordinatorNotAvailable, GroupIdNotFound, MemberIdRequired
 from app.groups.classic import JoinRequest
 from app.groups.offsets import OffsetCommit
 from app.kafka import authorize

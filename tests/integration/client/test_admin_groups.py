@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from app.client import Admin, AsyncAdmin, Producer, TopicPartition
-from app.common.errors import NonEmptyGroup
+from app.common.group_errors import NonEmptyGroup
 
 
 def _join(url: str, group: str, topic: str, member: str) -> None:

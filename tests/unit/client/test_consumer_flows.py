@@ -15,7 +15,7 @@ from app import wire
 from app.client import Consumer, TopicPartition
 from app.client.consumer.base import BeatNow, GroupCall, LeaderCall
 from app.client.group import GroupMembership
-from app.common.errors import FencedMemberEpoch, StaleMemberEpoch
+from app.common.group_errors import FencedMemberEpoch, StaleMemberEpoch
 
 TP = TopicPartition("t", 0)
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.common.errors import UnsupportedAssignor
+from app.common.group_errors import UnsupportedAssignor
 from app.groups.assignors import MemberSpec, RangeAssignor, UniformAssignor, get_assignor
 
 TP = tuple[str, int]

@@ -20,11 +20,11 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-from app.common.errors import (
+from app.common.errors import LogbusError
+from app.common.group_errors import (
     FencedInstanceId,
     GroupMaxSizeReached,
     IllegalGeneration,
-    LogbusError,
     MemberIdRequired,
     RebalanceInProgress,
     UnknownMemberId,

@@ -9,7 +9,7 @@ import asyncio
 import pytest
 from groups_unit_helpers import FakeClock
 
-from app.common.errors import (
+from app.common.group_errors import (
     FencedInstanceId,
     GroupSubscribedToTopic,
     IllegalGeneration,

@@ -16,13 +16,11 @@ from groups_unit_helpers import FakeClock
 
 from app.api.ws.group import GroupMember
 from app.common.batch import build_batch
-from app.common.errors import (
+from app.common.errors import InvalidRequest, NotCoordinator, OffsetNotAvailable
+from app.common.group_errors import (
     CoordinatorLoadInProgress,
     CoordinatorNotAvailable,
     GroupIdNotFound,
-    InvalidRequest,
-    NotCoordinator,
-    OffsetNotAvailable,
 )
 from app.core.log import LogManager
 from app.groups.coordinator import (

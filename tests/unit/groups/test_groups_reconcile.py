@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 from groups_unit_helpers import FakeClock
 
-from app.common.errors import FencedMemberEpoch, UnknownMemberId, UnreleasedInstanceId
+from app.common.group_errors import FencedMemberEpoch, UnknownMemberId, UnreleasedInstanceId
 from app.core.log import LogManager
 from app.groups.coordinator import (
     GroupConfig,

@@ -16,6 +16,7 @@ from kio.serial import entity_writer
 from kio.static.primitive import i32
 
 import app.common.errors as errors
+import app.common.group_errors  # noqa: F401  (the tree's group branch, walked below)
 import app.common.schema_errors as schema_errors
 from app.core.log.fileslice import FileSlice, SegmentFile
 from app.kafka.encode import SlicedRecords, build, encode_response, error_code
@@ -75,7 +76,8 @@ def _subclasses(cls: type) -> list[type]:
 
 
 def test_every_error_of_the_error_tree_has_its_kafka_code() -> None:
-    # The broker's errors (app/common/errors.py and any broker module's subclasses); the
+    # The broker's errors (app/common/errors.py, group_errors.py and any broker module's
+    # subclasses); the
     # SDK's own client-side errors (app.client) subclass it but never reach a Kafka answer,
     # nor do the schema registry's (Confluent's REST codes, served under /schema-registry
     # only: a typed record refused on a produce path is INVALID_RECORD).
