@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from app.config import split_host_port
+from app.config.addresses import split_host_port
 from app.kafka.apis import Context
 from app.kafka.connection import KafkaConnection
 

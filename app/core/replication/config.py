@@ -16,7 +16,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True, slots=True)
 class ReplicaConfig:
     """The settings cluster mode reads; each means what the ``LOGBUS_*`` setting of its
-    name means (``app/config.py``)."""
+    name means (``app/config/``)."""
 
     zookeeper: str
     """ZooKeeper connect string, ``HOST:PORT[,HOST:PORT...][/chroot]``."""

@@ -14,7 +14,8 @@ from pydantic import ValidationError
 from app.api.app import replica_config
 from app.api.server import build_config, tls_options
 from app.common import tls
-from app.config import Settings, is_loopback
+from app.config import Settings
+from app.config.addresses import is_loopback
 from app.core.replication.fetcher import inter_broker_tls
 from app.spark.options import OptionError, apply_tls
 

@@ -13,7 +13,6 @@ Topic defaults use Kafka's names under ``log_defaults``, e.g. in TOML::
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 import socket
@@ -24,33 +23,18 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.config.addresses import WILDCARD_HOSTS, is_loopback, split_host_port
+from app.config.kafka import KafkaDoorSettings
+from app.config.registry import SchemaRegistrySettings
 from app.core.limits import PartitionBudget
 from app.core.log.config import LogConfig
 from app.core.log.manager import MAX_PARTITIONS
 
-# Addresses that mean "every interface": bound, never advertised.
-WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})
 
+class Settings(KafkaDoorSettings, SchemaRegistrySettings, BaseSettings):
+    """Every setting of a broker; the Kafka door's and the schema registry's are declared in
+    :mod:`app.config.kafka` and :mod:`app.config.registry` (one class, split for size)."""
 
-def is_loopback(host: str) -> bool:
-    """True for an address (or ``localhost``) that only this machine can reach."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def split_host_port(value: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[v6]:PORT`` for IPv6) as (host, port); ValueError when malformed."""
-    host, sep, port = value.strip().rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"{value!r} is not HOST:PORT")
-    return host.strip("[]"), int(port)
-
-
-class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="LOGBUS_", extra="forbid")
 
     data_dir: Path = Field(default=Path("./data"), description="Where the logs live.")
@@ -467,108 +451,6 @@ class Settings(BaseSettings):
         "may burst a whole window's worth (num x size x quota) before it is throttled, and "
         "is never delayed longer than the window.",
     )
-    # The Kafka door (app/kafka, issue 19): Kafka's binary protocol beside HTTP.
-    kafka_listener: str | None = Field(
-        default=None,
-        description="HOST:PORT of the Kafka-protocol listener (Kafka clients: librdkafka, "
-        "kafka-python, aiokafka); unset: no Kafka door.",
-    )
-    kafka_advertised_listener: str | None = Field(
-        default=None,
-        description="HOST:PORT Kafka clients are told to connect to (Metadata); default the "
-        "listener's own, a wildcard host replaced by this machine's host name. Never a "
-        "wildcard address.",
-    )
-    kafka_socket_request_max_bytes: int = Field(
-        default=100 * 1024 * 1024,
-        ge=1024,
-        le=2**31 - 1,
-        description="Kafka's socket.request.max.bytes: a larger frame closes its connection.",
-    )
-    kafka_max_connections_per_ip: int = Field(
-        default=1000,
-        ge=1,
-        description="Kafka's max.connections.per.ip: more from one address are closed at once.",
-    )
-    kafka_connections_max_idle_ms: int = Field(
-        default=600_000,
-        ge=1000,
-        description="Kafka's connections.max.idle.ms: a connection with no request for this "
-        "long is closed.",
-    )
-
-    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
-        default="PLAINTEXT",
-        description="Kafka's listener security protocol of the Kafka door: PLAINTEXT, SSL "
-        "(TLS with ssl_certfile/ssl_keyfile; a client certificate's subject is the principal), "
-        "SASL_PLAINTEXT or SASL_SSL (SASL required before any other request, against the "
-        "users of `logbus users`).",
-    )
-    kafka_sasl_mechanisms: str = Field(
-        default="PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
-        description="Kafka's sasl.enabled.mechanisms of the Kafka door, comma-separated: "
-        "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512.",
-    )
-    kafka_sasl_max_concurrent_checks: int = Field(
-        default=2,
-        ge=1,
-        le=64,
-        description="SASL PLAIN password checks (scrypt, slow by design) run at once, at most; "
-        "more wait.",
-    )
-
-    kafka_failed_authentication_delay_ms: int = Field(
-        default=100,
-        ge=0,
-        le=60_000,
-        description="Kafka's connection.failed.authentication.delay.ms: a failed SASL "
-        "authentication is answered (and its connection closed) this much later, which "
-        "slows password guessing.",
-    )
-
-    @field_validator("kafka_sasl_mechanisms")
-    @classmethod
-    def _check_kafka_sasl_mechanisms(cls, value: str) -> str:
-        names = [m.strip().upper() for m in value.split(",") if m.strip()]
-        known = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-        if not names or any(m not in known for m in names):
-            raise ValueError(f"kafka_sasl_mechanisms: one or more of {', '.join(known)}")
-        return ",".join(dict.fromkeys(names))
-
-    @property
-    def kafka_sasl_mechanism_list(self) -> list[str]:
-        return self.kafka_sasl_mechanisms.split(",")
-
-    @field_validator("kafka_advertised_listener")
-    @classmethod
-    def _check_kafka_advertised(cls, value: str | None) -> str | None:
-        if value is not None:
-            host, _ = split_host_port(value)
-            if host in WILDCARD_HOSTS:
-                raise ValueError(
-                    f"kafka_advertised_listener {value!r} is a wildcard address: clients "
-                    "cannot connect to it; advertise this host's name or address"
-                )
-        return value
-
-    @field_validator("kafka_listener")
-    @classmethod
-    def _check_kafka_listener(cls, value: str | None) -> str | None:
-        if value is not None:
-            split_host_port(value)
-        return value
-
-    @property
-    def kafka_advertised(self) -> tuple[str, int] | None:
-        """Where Kafka clients reach this broker: ``kafka_advertised_listener``, else the
-        listener with a wildcard host replaced by this machine's host name (as ``url``);
-        None without a Kafka listener."""
-        if self.kafka_advertised_listener:
-            return split_host_port(self.kafka_advertised_listener)
-        if not self.kafka_listener:
-            return None
-        host, port = split_host_port(self.kafka_listener)
-        return (socket.gethostname() if host in WILDCARD_HOSTS else host), port
 
     def check_kafka_listener_exposure(self) -> None:
         """Refuse a Kafka door that would bypass the broker's security.
@@ -608,64 +490,6 @@ class Settings(BaseSettings):
                 "or pass --allow-unauthenticated-network (LOGBUS_ALLOW_UNAUTHENTICATED_NETWORK=1)."
             )
 
-    # The schema registry (README "Schema registry"; app/registry): its limits keep a
-    # huge or deeply nested schema a 422, never a 5xx.
-    schema_registry_max_schema_bytes: int = Field(
-        default=1 << 20,
-        ge=1,
-        le=64 << 20,
-        description="The longest schema text the registry takes (characters); longer: 422.",
-    )
-    schema_registry_max_subjects: int = Field(
-        default=100_000, ge=1, description="Subjects the registry may hold (deleted ones too)."
-    )
-    schema_registry_max_versions: int = Field(
-        default=10_000, ge=1, description="Versions one subject may hold (deleted ones too)."
-    )
-    schema_registry_max_references_depth: int = Field(
-        default=32,
-        ge=1,
-        le=1000,
-        description="How deep references may nest below a schema (a reference of a reference...).",
-    )
-    schema_registry_max_references: int = Field(
-        default=1_000, ge=1, description="References in one schema's tree, all levels counted."
-    )
-    schema_registry_default_compatibility: str = Field(
-        default="BACKWARD",
-        pattern="^(NONE|BACKWARD|BACKWARD_TRANSITIVE|FORWARD|FORWARD_TRANSITIVE|FULL|FULL_TRANSITIVE)$",
-        description="The compatibility level of subjects with none of their own while no "
-        "global level is set (PUT /schema-registry/config sets one).",
-    )
-    schema_registry_topic_replication_factor: int = Field(
-        default=3,
-        ge=1,
-        description="Replicas of _schemas (capped by the live brokers when it is created).",
-    )
-    schema_registry_write_timeout_ms: int = Field(
-        default=10_000,
-        ge=1,
-        description="How long a registry write waits for the in-sync replicas of _schemas.",
-    )
-    typed_records_schema_cache: int = Field(
-        default=1_000,
-        ge=1,
-        description="Parsed schemas (by id) kept for typed HTTP produce and fetch "
-        "(value_format avro/jsonschema/protobuf); an id's schema never changes.",
-    )
-    schema_validation_cache_ms: int = Field(
-        default=30_000,
-        ge=0,
-        description="How long broker-side schema validation (topic config "
-        "confluent.value.schema.validation) trusts its cached ids of a subject; an id not "
-        "in the cache is always looked up in the registry first, so this bounds only how "
-        "long a deleted version's id is still accepted.",
-    )
-    schema_validation_cache_subjects: int = Field(
-        default=10_000,
-        ge=1,
-        description="Subjects whose ids broker-side schema validation caches (cleared when full).",
-    )
     fetch_render_cache_bytes: int = Field(
         default=8 * 1024 * 1024,
         ge=0,
