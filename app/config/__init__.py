@@ -481,6 +481,15 @@ class Settings(KafkaDoorSettings, SchemaRegistrySettings, BaseSettings):
                 "would let Kafka clients past it unauthenticated: use SASL_PLAINTEXT or "
                 "SASL_SSL (or SSL with ssl_client_auth=required), or unset kafka_listener."
             )
+        if (
+            protocol.startswith("SASL_")
+            and "OAUTHBEARER" in self.kafka_sasl_mechanism_list
+            and (self.jwt_jwks_file is None) == (self.jwt_jwks_url is None)
+        ):
+            raise ValueError(
+                "kafka_sasl_mechanisms OAUTHBEARER checks JWTs against the keys of "
+                "jwt_jwks_file or jwt_jwks_url: set exactly one of them"
+            )
         host, _ = split_host_port(self.kafka_listener)
         if not authenticates and not is_loopback(host) and not self.allow_unauthenticated_network:
             raise ValueError(

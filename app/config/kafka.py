@@ -58,7 +58,8 @@ class KafkaDoorSettings(BaseSettings):
     kafka_sasl_mechanisms: str = Field(
         default="PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
         description="Kafka's sasl.enabled.mechanisms of the Kafka door, comma-separated: "
-        "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512.",
+        "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER (JWTs checked as HTTP's bearer "
+        "tokens: needs jwt_jwks_file or jwt_jwks_url).",
     )
     kafka_sasl_max_concurrent_checks: int = Field(
         default=2,
@@ -81,7 +82,7 @@ class KafkaDoorSettings(BaseSettings):
     @classmethod
     def _check_kafka_sasl_mechanisms(cls, value: str) -> str:
         names = [m.strip().upper() for m in value.split(",") if m.strip()]
-        known = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+        known = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
         if not names or any(m not in known for m in names):
             raise ValueError(f"kafka_sasl_mechanisms: one or more of {', '.join(known)}")
         return ",".join(dict.fromkeys(names))

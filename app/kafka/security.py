@@ -4,7 +4,8 @@ Kafka's listener security protocols (``kafka_security_protocol``): ``PLAINTEXT``
 ``SSL`` (TLS; a verified client certificate's subject is the principal, as Kafka's
 ``ssl.principal.mapping.rules=DEFAULT``), ``SASL_PLAINTEXT`` and ``SASL_SSL`` (SASL
 required before anything but ApiVersions, SaslHandshake and SaslAuthenticate, with the
-mechanisms of ``kafka_sasl_mechanisms``: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512). TLS uses
+mechanisms of ``kafka_sasl_mechanisms``: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512,
+OAUTHBEARER). TLS uses
 the broker's own ``ssl_certfile``/``ssl_keyfile``/``ssl_ca_file``/``ssl_client_auth``.
 
 SASL checks the same users as HTTP Basic (``users.json``; principal ``User:<name>``):
@@ -29,8 +30,8 @@ import ssl
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from app.core.security.authn import BasicAuthenticator, Identity
-from app.core.security.sasl import PLAIN, ScramExchange
+from app.core.security.authn import BasicAuthenticator, Identity, JwtAuthenticator
+from app.core.security.sasl import OAUTHBEARER, PLAIN, ScramExchange
 from app.core.security.users import USERS_FILE
 
 if TYPE_CHECKING:
@@ -43,6 +44,7 @@ class Security(Protocol):
     stack's: the door sees it through this protocol)."""
 
     basic: BasicAuthenticator | None
+    jwt: JwtAuthenticator | None
     authorizer: Authorizer | None
 
     def allowed(self, identity: Identity, host: str, action: Action) -> bool: ...
@@ -68,6 +70,7 @@ class KafkaSecurity:
     guard: Security | None
     ssl_context: ssl.SSLContext | None
     max_checks: int = 2
+    jwt: JwtAuthenticator | None = None
     _checks: asyncio.Semaphore | None = field(default=None, repr=False)
 
     @property
@@ -93,6 +96,17 @@ class KafkaSecurity:
                 # HTTP's: concurrent checks of one pair share one scrypt run.
                 return await guard._verify_once(basic, name, password)
             return await asyncio.to_thread(basic.verify, name, password)
+
+    async def verify_bearer(self, token: str) -> Identity:
+        """The identity of an OAUTHBEARER token; SaslAuthenticationFailed when refused."""
+        jwt = self.jwt
+        assert jwt is not None
+        identity = jwt.cached(token)
+        if identity is not None:
+            return identity
+        if jwt.needs_io:  # a JWKS URL: fetching keys may block
+            return await asyncio.to_thread(jwt.authenticate, token)
+        return jwt.authenticate(token)
 
     def scram(self, mechanism: str) -> ScramExchange:
         basic = self.basic
@@ -135,6 +149,20 @@ def build(settings: Settings, guard: Security | None) -> KafkaSecurity | None:
             basic = guard.basic
         else:
             basic = BasicAuthenticator(settings.users_file or settings.data_dir / USERS_FILE)
+    jwt = None
+    if protocol in SASL_PROTOCOLS and OAUTHBEARER in mechanisms:
+        if guard is not None and guard.jwt is not None:
+            jwt = guard.jwt
+        else:
+            jwt = JwtAuthenticator(
+                settings.jwt_jwks_file,
+                settings.jwt_jwks_url,
+                settings.jwt_issuer,
+                settings.jwt_audience,
+                settings.jwt_principal_claim,
+                settings.jwt_algorithms.split(","),
+                settings.jwt_clock_skew_s,
+            )
     context = server_context(settings) if protocol in TLS_PROTOCOLS else None
     log.info(
         "kafka listener security: %s%s%s",
@@ -149,6 +177,7 @@ def build(settings: Settings, guard: Security | None) -> KafkaSecurity | None:
         guard,
         context,
         settings.kafka_sasl_max_concurrent_checks,
+        jwt,
     )
 
 

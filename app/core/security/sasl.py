@@ -12,6 +12,13 @@
   gets a random credential, so the exchange fails at the proof exactly as a wrong
   password does and answers do not tell which names exist.
 
+- OAUTHBEARER (RFC 7628, Kafka's KIP-255): one client message, a GS2 header
+  (``n,[a=authzid],``) and ``\x01``-separated ``key=value`` pairs ending ``\x01\x01``;
+  ``auth=Bearer <JWT>`` carries the token, which the caller validates with the same
+  :class:`~app.core.security.authn.JwtAuthenticator` (JWKS, issuer, audience, principal
+  claim) as HTTP's ``Authorization: Bearer``. Kafka's SASL extensions (other keys) are
+  read and ignored; an authorization id other than the token's own user is refused.
+
 The principal is ``User:<name>``, the same as HTTP Basic's, so ACLs apply on both doors.
 Every failure raises :class:`~app.common.errors.SaslAuthenticationFailed` whose message
 never repeats the credentials.
@@ -30,8 +37,10 @@ from app.core.security.users import SCRAM_ITERATIONS, ScramCredential
 PLAIN = "PLAIN"
 SCRAM_SHA_256 = "SCRAM-SHA-256"
 SCRAM_SHA_512 = "SCRAM-SHA-512"
-MECHANISMS = (PLAIN, SCRAM_SHA_256, SCRAM_SHA_512)
-# The largest SASL token accepted (PLAIN: name + password; SCRAM: a few hundred bytes).
+OAUTHBEARER = "OAUTHBEARER"
+MECHANISMS = (PLAIN, SCRAM_SHA_256, SCRAM_SHA_512, OAUTHBEARER)
+# The largest SASL token accepted (PLAIN: name + password; SCRAM: a few hundred bytes;
+# OAUTHBEARER: a JWT, a few KB with many claims).
 MAX_TOKEN_BYTES = 16 * 1024
 
 
@@ -50,6 +59,46 @@ def parse_plain(token: bytes) -> tuple[str, str]:
     if authzid and authzid != authcid:
         raise SaslAuthenticationFailed("PLAIN: authorization id must be empty or the user's own")
     return authcid, password
+
+
+def parse_oauthbearer(message: bytes) -> tuple[str, str | None]:
+    """The (bearer token, authorization id or None) of an OAUTHBEARER client message;
+    SaslAuthenticationFailed if malformed (the module docstring gives the format)."""
+    if len(message) > MAX_TOKEN_BYTES:
+        raise SaslAuthenticationFailed("OAUTHBEARER: message too long")
+    try:
+        text = message.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SaslAuthenticationFailed("OAUTHBEARER: message is not UTF-8") from None
+    header, sep, rest = text.partition("\x01")
+    fields = header.split(",")
+    if not sep or len(fields) != 3 or fields[0] not in ("n", "y") or fields[2]:
+        # "p=..." (channel binding) is refused: Kafka's OAUTHBEARER has none.
+        raise SaslAuthenticationFailed("OAUTHBEARER: message does not start with a GS2 header")
+    authzid = None
+    if fields[1]:
+        if not fields[1].startswith("a="):
+            raise SaslAuthenticationFailed("OAUTHBEARER: malformed authorization id")
+        authzid = fields[1][2:].replace("=2C", ",").replace("=3D", "=")
+    if rest == "\x01":
+        pairs: list[str] = []
+    elif rest.endswith("\x01\x01"):
+        pairs = rest[:-2].split("\x01")
+    else:
+        raise SaslAuthenticationFailed("OAUTHBEARER: message does not end with \\x01\\x01")
+    token = None
+    for pair in pairs:
+        key, eq, value = pair.partition("=")
+        if not eq or not key:
+            raise SaslAuthenticationFailed("OAUTHBEARER: a key=value pair is malformed")
+        if key == "auth":
+            scheme, _, credentials = value.partition(" ")
+            if scheme.lower() != "bearer" or not credentials.strip():
+                raise SaslAuthenticationFailed("OAUTHBEARER: auth is not 'Bearer <token>'")
+            token = credentials.strip()
+    if token is None:
+        raise SaslAuthenticationFailed("OAUTHBEARER: no auth=Bearer <token> in the message")
+    return token, authzid
 
 
 class ScramExchange:

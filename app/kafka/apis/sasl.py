@@ -3,7 +3,7 @@
 Kafka's flow (KIP-43, KIP-152): SaslHandshake names a mechanism; v1 is followed by
 SaslAuthenticate requests carrying the mechanism's tokens, v0 by bare size-prefixed
 tokens (:func:`raw_token`, called by the connection for those frames). PLAIN takes one
-token; SCRAM two. A failure answers SASL_AUTHENTICATION_FAILED (with the reason in v1+)
+token; SCRAM two; OAUTHBEARER one (a JWT). A failure answers SASL_AUTHENTICATION_FAILED (with the reason in v1+)
 and the connection closes after the answer, as Kafka does; a handshake on a non-SASL
 listener or after authentication answers ILLEGAL_SASL_STATE, an unknown mechanism
 UNSUPPORTED_SASL_MECHANISM with the enabled ones. A failure is answered
@@ -23,7 +23,7 @@ from kio.static.protocol import Entity
 
 from app.common.errors import SaslAuthenticationFailed
 from app.core.security import audit
-from app.core.security.sasl import PLAIN, parse_plain
+from app.core.security.sasl import OAUTHBEARER, PLAIN, parse_oauthbearer, parse_plain
 from app.kafka.apis.base import NO_THROTTLE, Context, response_module
 from app.kafka.encode import build
 from app.kafka.versions import SASL_AUTHENTICATE, SASL_HANDSHAKE
@@ -64,6 +64,15 @@ async def step(ctx: Context, token: bytes) -> bytes:
         if mechanism == PLAIN:
             name, password = parse_plain(token)
             identity = await security.verify_plain(name, password)
+            _authenticated(ctx, identity.principal, mechanism)
+            return b""
+        if mechanism == OAUTHBEARER:
+            bearer, authzid = parse_oauthbearer(token)
+            identity = await security.verify_bearer(bearer)
+            if authzid is not None and f"User:{authzid}" != identity.principal:
+                raise SaslAuthenticationFailed(
+                    "OAUTHBEARER: authorization id must be empty or the token's own user"
+                )
             _authenticated(ctx, identity.principal, mechanism)
             return b""
         if session.exchange is None:

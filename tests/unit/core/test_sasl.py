@@ -1,13 +1,16 @@
-"""The Kafka door's SASL exchanges as pure logic: PLAIN parsing and SCRAM's server side
-(RFC 5802/7677) against scramp's client, with credentials as ``logbus users`` stores them."""
+"""The Kafka door's SASL exchanges as pure logic: PLAIN and OAUTHBEARER parsing, and
+SCRAM's server side (RFC 5802/7677) against scramp's client, with credentials as
+``logbus users`` stores them."""
 
 from __future__ import annotations
 
 import pytest
 import scramp
+from hypothesis import given
+from hypothesis import strategies as st
 
 from app.common.errors import SaslAuthenticationFailed
-from app.core.security.sasl import ScramExchange, parse_plain
+from app.core.security.sasl import ScramExchange, parse_oauthbearer, parse_plain
 from app.core.security.users import ScramCredential
 
 PASSWORD = "correct horse battery"
@@ -19,6 +22,41 @@ def test_plain_messages() -> None:
     for bad in (b"alice\0secret", b"bob\0alice\0secret", b"\0\0secret", b"\0alice\0", b"\xff"):
         with pytest.raises(SaslAuthenticationFailed):
             parse_plain(bad)
+
+
+def test_oauthbearer_messages() -> None:
+    # librdkafka's and kafka-python's initial responses (RFC 7628 section 3.1).
+    assert parse_oauthbearer(b"n,,\x01auth=Bearer a.b.c\x01\x01") == ("a.b.c", None)
+    assert parse_oauthbearer(b"n,a=alice,\x01auth=Bearer t\x01\x01") == ("t", "alice")
+    # SASL extensions (KIP-342) are read past; an escaped authorization id is unescaped.
+    with_ext = b"n,a=a=2Cb=3D,\x01traceId=42\x01auth=bearer t\x01\x01"
+    assert parse_oauthbearer(with_ext) == ("t", "a,b=")
+    for bad in (
+        b"\x01",  # a client's answer to an error challenge: never a token
+        b"n,,\x01auth=Bearer t\x01",  # the final separator missing
+        b"p=tls-unique,,\x01auth=Bearer t\x01\x01",  # channel binding
+        b"n,,\x01\x01",
+        b"n,,\x01auth=Basic dXNlcjpwdw==\x01\x01",
+        b"n,,\x01auth=Bearer \x01\x01",
+        b"n,,\x01novalue\x01\x01",
+        b"n,x=y,\x01auth=Bearer t\x01\x01",
+        b"\xff",
+        b"n,,\x01auth=Bearer " + b"x" * 20_000 + b"\x01\x01",
+    ):
+        with pytest.raises(SaslAuthenticationFailed):
+            parse_oauthbearer(bad)
+
+
+@given(st.binary(max_size=200))
+def test_oauthbearer_parsing_refuses_garbage_with_an_authentication_failure(
+    message: bytes,
+) -> None:
+    # Whatever a client sends, the answer is a token or SASL_AUTHENTICATION_FAILED.
+    try:
+        bearer, _ = parse_oauthbearer(message)
+    except SaslAuthenticationFailed:
+        return
+    assert bearer
 
 
 @pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
