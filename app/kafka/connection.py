@@ -28,6 +28,15 @@ closes the connection with a log line (Kafka's rule); a failed authentication is
 answered SASL_AUTHENTICATION_FAILED, then the connection closes. After a v0
 SaslHandshake the next frames are bare SASL tokens, answered bare.
 
+Client quotas (the broker's, :mod:`app.core.security.quotas`, the same manager and the
+same entities as HTTP): the user is the principal's name (``ANONYMOUS`` unauthenticated),
+the client id the request header's. Every request counts 1 toward ``request_rate``, a
+Produce frame's bytes toward ``producer_byte_rate``, a Fetch answer's bytes (its records
+too) toward ``consumer_byte_rate``. As Kafka does (KIP-219), nothing is refused: an answer
+over quota carries the throttle time in its ``throttle_time_ms`` and is sent at once, and
+the connection then takes no next request until the throttle time has passed (its reads
+pause once the queue is full), so a client that ignores the field is slowed all the same.
+
 Bad input (a frame the reader refuses, a request that does not parse, an API or version
 not served other than ApiVersions' fallback) closes the connection with one log line;
 nothing raises out of the protocol. Idle connections (no request for
@@ -38,6 +47,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
+import datetime
 import errno
 import logging
 import os
@@ -46,11 +57,21 @@ from typing import TYPE_CHECKING, Any, cast
 
 from app.api.memory import Reservation
 from app.common.errors import LogbusError
+from app.core.security.quotas import FETCH as FETCH_QUOTA
+from app.core.security.quotas import PRODUCE as PRODUCE_QUOTA
+from app.core.security.quotas import REQUEST as REQUEST_QUOTA
 from app.kafka.apis import HANDLERS, Context, unsupported_api_versions
 from app.kafka.apis.sasl import step as sasl_step
 from app.kafka.encode import Part, encode_response, error_code
 from app.kafka.frames import FrameError, FrameReader, Request, decode_request
-from app.kafka.versions import API_VERSIONS, NAMES, SASL_AUTHENTICATE, SASL_HANDSHAKE
+from app.kafka.versions import (
+    API_VERSIONS,
+    FETCH,
+    NAMES,
+    PRODUCE,
+    SASL_AUTHENTICATE,
+    SASL_HANDSHAKE,
+)
 
 if TYPE_CHECKING:
     from app.core.log.fileslice import FileSlice
@@ -290,13 +311,42 @@ class KafkaConnection(asyncio.Protocol):
             name = NAMES.get(request.api_key, f"api key {request.api_key}")
             self._abort(f"{name} v{request.api_version} is not served (see ApiVersions)")
             return False
-        response = await self._answer(request)
-        if response is not None:
-            await self._send(encode_response(request.correlation_id, response))
+        quotas = self._ctx.quotas
+        if quotas is None or not quotas.config:
+            response = await self._answer(request)
+            if response is not None:
+                await self._send(encode_response(request.correlation_id, response))
+        else:
+            await self._answer_within_quota(request, len(frame))
         if session.close_after:
             self.close()  # a failed authentication: answered, then closed (Kafka's way)
             return False
         return True
+
+    async def _answer_within_quota(self, request: Request, frame_bytes: int) -> None:
+        """Answer ``request`` measured against the client's quotas (module docstring)."""
+        quotas = self._ctx.quotas
+        assert quotas is not None
+        user = self._ctx.session.principal.partition(":")[2]
+        client = (request.client_id or "")[:255]
+        throttle = quotas.record(REQUEST_QUOTA, user, client, 1.0)
+        if request.api_key == PRODUCE:
+            throttle = max(throttle, quotas.record(PRODUCE_QUOTA, user, client, frame_bytes))
+        response = await self._answer(request)
+        if response is None:
+            return
+        parts = encode_response(request.correlation_id, response)
+        if request.api_key == FETCH:
+            size = sum(len(p) if isinstance(p, bytes) else p.length for p in parts)
+            throttle = max(throttle, quotas.record(FETCH_QUOTA, user, client, size))
+        if throttle > 0.0 and hasattr(response, "throttle_time"):
+            ms = datetime.timedelta(milliseconds=int(throttle * 1000 + 0.5))
+            response = dataclasses.replace(response, throttle_time=ms)  # type: ignore[type-var]
+            parts = encode_response(request.correlation_id, response)
+        await self._send(parts)
+        if throttle > 0.0:
+            # Muted (KIP-219): the next request waits; reading pauses once the queue fills.
+            await asyncio.sleep(throttle)
 
     async def _raw_token(self, token: bytes) -> bool:
         """A bare SASL token after a v0 SaslHandshake: answered as a bare, size-prefixed

@@ -24,6 +24,7 @@ from app.kafka.connection import KafkaConnection
 
 if TYPE_CHECKING:
     from app.api.state import AppState
+    from app.core.security.quotas import QuotaManager
     from app.kafka.security import KafkaSecurity
 
 log = logging.getLogger(__name__)
@@ -38,10 +39,12 @@ class KafkaListener:
         txn: Callable[[], Any],
         groups: Callable[[], Any],
         security: KafkaSecurity | None = None,
+        quotas: QuotaManager | None = None,
     ) -> None:
         """``txn``, ``groups``: the coordinators as the app holds them now (None while
         they do not serve); ``security``: the door's (:mod:`app.kafka.security`), None
-        for a PLAINTEXT listener without an authorizer."""
+        for a PLAINTEXT listener without an authorizer; ``quotas``: the broker's client
+        quotas, the same manager HTTP's requests are measured by."""
         settings = state.settings
         assert settings.kafka_listener is not None
         self.host, self.port = split_host_port(settings.kafka_listener)
@@ -52,6 +55,7 @@ class KafkaListener:
         self._connections: set[KafkaConnection] = set()
         self._per_ip: collections.Counter[str] = collections.Counter()
         self._security = security
+        self._quotas = quotas
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -73,7 +77,14 @@ class KafkaListener:
 
     def _accept(self) -> KafkaConnection:
         settings = self._state.settings
-        ctx = Context(self._state, self.advertised, self._txn, self._groups, self._security)
+        ctx = Context(
+            self._state,
+            self.advertised,
+            self._txn,
+            self._groups,
+            self._security,
+            quotas=self._quotas,
+        )
         conn = KafkaConnection(
             ctx,
             settings.kafka_socket_request_max_bytes,

@@ -21,6 +21,7 @@ from app.common.group_errors import CoordinatorNotAvailable
 
 if TYPE_CHECKING:
     from app.api.state import AppState
+    from app.core.security.quotas import QuotaManager
     from app.kafka.security import KafkaSecurity
 
 # Kafka's principal of a client that did not authenticate (PLAINTEXT, SSL without a
@@ -74,6 +75,8 @@ class Context:
     # The door's security (None: PLAINTEXT, no authorizer) and this connection's session.
     security: KafkaSecurity | None = None
     session: Session = field(default_factory=Session)
+    # The broker's client quotas, shared with HTTP (None: a broker without them).
+    quotas: QuotaManager | None = None
 
 
 @cache
