@@ -85,8 +85,12 @@ def _create_topic(path: dict[str, str], query: dict[str, list[str]], body: Any) 
 
 
 def _find_coordinator(path: dict[str, str], query: dict[str, list[str]], body: Any) -> list[Action]:
+    # Kafka's FindCoordinator: DESCRIBE on the group, or on the transactional id.
     key = body.get("key") if isinstance(body, dict) else None
-    return [Action(Operation.DESCRIBE, Resource(G, key))] if isinstance(key, str) else []
+    if not isinstance(key, str):
+        return []
+    kind = TX if body.get("key_type") == "transaction" else G
+    return [Action(Operation.DESCRIBE, Resource(kind, key))]
 
 
 def _init_producer_id(path: dict[str, str], query: dict[str, list[str]], body: Any) -> list[Action]:

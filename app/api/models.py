@@ -534,8 +534,16 @@ class TopicPartitions(GroupBody):
 
 
 class FindCoordinatorRequest(GroupBody):
-    key: str = Field(description="The group id.", min_length=1, max_length=255)
-    key_type: Literal["group"] = Field(default="group", description="Only `group`.")
+    key: str = Field(
+        description="The group id, or the transactional id with `key_type: transaction`.",
+        min_length=1,
+        max_length=255,
+    )
+    key_type: Literal["group", "transaction"] = Field(
+        default="group",
+        description="`group` (its `__consumer_offsets` partition's leader) or `transaction` "
+        "(its `__transaction_state` partition's leader: the transaction coordinator).",
+    )
 
 
 class FindCoordinatorResponse(BaseModel):
@@ -545,7 +553,10 @@ class FindCoordinatorResponse(BaseModel):
     )
     url: str = Field(description="Where to send the group's requests.")
     key: str
-    partition: int = Field(description="The group's partition of `__consumer_offsets`.")
+    partition: int = Field(
+        description="The key's partition of `__consumer_offsets` (a group) or of "
+        "`__transaction_state` (a transactional id)."
+    )
 
 
 class HeartbeatBody(GroupBody):

@@ -33,6 +33,7 @@ from app.api.openapi_docs import DocumentedRoute
 from app.api.security import describable, visible
 from app.api.state import AppState
 from app.api.util import JSONBytes
+from app.common.group_errors import CoordinatorNotAvailable
 from app.core.security.acl import ResourceType
 from app.groups.coordinator import (
     CommittedOffset,
@@ -149,8 +150,21 @@ async def find_coordinator(request: Request, body: FindCoordinatorRequest) -> Re
     `__consumer_offsets`, as in Kafka; in cluster mode its coordinator is that partition's
     leader (any broker answers; the first call creates `__consumer_offsets` with
     `offsets.topic.replication.factor`, capped by the live brokers). COORDINATOR_NOT_AVAILABLE
-    while the partition has no leader.
+    while the partition has no leader. With `key_type: transaction` the key is a
+    transactional id and the answer its transaction coordinator, the leader of its
+    `__transaction_state` partition (as Kafka's FindCoordinator key type 1).
     """
+    if body.key_type == "transaction":
+        txn = serving_coordinator(request, "txn_coordinator", "transaction")
+        node_id, url = await txn.find_coordinator(body.key)
+        partition = txn.state.partition_of(body.key)
+        if url is None:
+            raise CoordinatorNotAvailable(
+                f"the coordinator of transactional id {body.key!r} (broker {node_id}) has "
+                "not published its URL yet; retry shortly",
+                transactional_id=body.key,
+            )
+        return JSONBytes({"node_id": node_id, "url": url, "key": body.key, "partition": partition})
     info = await get_coordinator(request).find_coordinator(body.key, body.key_type)
     return JSONBytes(
         {"node_id": info.node_id, "url": info.url, "key": info.key, "partition": info.partition}

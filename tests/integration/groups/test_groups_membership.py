@@ -158,7 +158,18 @@ def test_find_coordinator(gclient: TestClient) -> None:
         "key": "my-group",
         "partition": partition_for("my-group", 3),
     }
-    r = gclient.post("/coordinator", json={"key": "x", "key_type": "transaction"})
+    # A transactional id's coordinator: its __transaction_state partition's leader (this
+    # broker, alone), as Kafka's FindCoordinator key type 1.
+    r = gclient.post("/coordinator", json={"key": "orders-tx", "key_type": "transaction"})
+    assert r.status_code == 200, r.text
+    settings = gclient.app.state.logbus.settings  # type: ignore[attr-defined]
+    assert r.json() == {
+        "node_id": 1,
+        "url": "http://broker-1:8080",
+        "key": "orders-tx",
+        "partition": partition_for("orders-tx", settings.transaction_state_log_num_partitions),
+    }
+    r = gclient.post("/coordinator", json={"key": "x", "key_type": "broker"})
     assert r.status_code == 400
     r = gclient.post("/coordinator", json={"key": ""})
     assert r.status_code == 400
