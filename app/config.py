@@ -525,6 +525,21 @@ class Settings(BaseSettings):
         "authentication is answered (and its connection closed) this much later, which "
         "slows password guessing.",
     )
+    kafka_max_incremental_fetch_session_cache_slots: int = Field(
+        default=1000,
+        ge=0,
+        le=1_000_000,
+        description="Kafka's max.incremental.fetch.session.cache.slots: fetch sessions "
+        "(KIP-227) the Kafka door keeps at once; 0 answers every fetch sessionless.",
+    )
+    kafka_fetch_session_eviction_ms: int = Field(
+        default=120_000,
+        ge=0,
+        le=86_400_000,
+        description="Kafka's fetch session eviction time (fixed at 120 s there): when the "
+        "cache is full, a session idle this long makes room for a new one, and a session "
+        "younger than this is never evicted for a larger one.",
+    )
 
     @field_validator("kafka_sasl_mechanisms")
     @classmethod

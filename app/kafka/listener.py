@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from app.config import split_host_port
 from app.kafka.apis import Context
 from app.kafka.connection import KafkaConnection
+from app.kafka.fetch_sessions import FetchSessionCache
 
 if TYPE_CHECKING:
     from app.api.state import AppState
@@ -52,6 +53,11 @@ class KafkaListener:
         self._connections: set[KafkaConnection] = set()
         self._per_ip: collections.Counter[str] = collections.Counter()
         self._security = security
+        # One cache for the listener: a client may resume its session on a new connection.
+        self._fetch_sessions = FetchSessionCache(
+            settings.kafka_max_incremental_fetch_session_cache_slots,
+            settings.kafka_fetch_session_eviction_ms,
+        )
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -73,7 +79,14 @@ class KafkaListener:
 
     def _accept(self) -> KafkaConnection:
         settings = self._state.settings
-        ctx = Context(self._state, self.advertised, self._txn, self._groups, self._security)
+        ctx = Context(
+            self._state,
+            self.advertised,
+            self._txn,
+            self._groups,
+            self._security,
+            fetch_sessions=self._fetch_sessions,
+        )
         conn = KafkaConnection(
             ctx,
             settings.kafka_socket_request_max_bytes,

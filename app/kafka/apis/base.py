@@ -23,6 +23,7 @@ from app.common.errors import (
 
 if TYPE_CHECKING:
     from app.api.state import AppState
+    from app.kafka.fetch_sessions import FetchSessionCache
     from app.kafka.security import KafkaSecurity
 
 # Kafka's principal of a client that did not authenticate (PLAINTEXT, SSL without a
@@ -67,7 +68,9 @@ MAX_WAIT_MS = 60_000
 class Context:
     """What the handlers share: the broker's state and where clients reach this broker.
     ``txn`` and ``groups`` give the transaction and group coordinators (None while they
-    do not serve: before the lifespan started them, once it stops them)."""
+    do not serve: before the lifespan started them, once it stops them).
+    ``fetch_sessions`` is shared by every connection of the listener (KIP-227 sessions
+    outlive connections); ``session`` is this connection's own."""
 
     state: AppState
     advertised: tuple[str, int]
@@ -76,6 +79,8 @@ class Context:
     # The door's security (None: PLAINTEXT, no authorizer) and this connection's session.
     security: KafkaSecurity | None = None
     session: Session = field(default_factory=Session)
+    # The listener's fetch sessions (KIP-227); None: every fetch is answered sessionless.
+    fetch_sessions: FetchSessionCache | None = None
 
 
 @cache
