@@ -540,6 +540,14 @@ class Settings(BaseSettings):
         "cache is full, a session idle this long makes room for a new one, and a session "
         "younger than this is never evicted for a larger one.",
     )
+    kafka_fetch_session_cache_max_partitions: int = Field(
+        default=200_000,
+        ge=0,
+        le=100_000_000,
+        description="Partitions all fetch sessions of the Kafka door hold together, at most "
+        "(each costs a few hundred bytes); past it new sessions are not created and a "
+        "session an incremental fetch would grow past it is closed.",
+    )
 
     @field_validator("kafka_sasl_mechanisms")
     @classmethod

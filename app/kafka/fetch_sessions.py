@@ -34,6 +34,14 @@ that Kafka also lets an equal-sized session evict by comparing random session id
 would make a full cache of busy consumers of one size evict each other at random; here
 such a request stays sessionless instead.
 
+The partitions all sessions hold together are bounded too
+(``kafka_fetch_session_cache_max_partitions``; Kafka has no such bound, but a session
+grows by every partition an incremental fetch adds, so without one a few clients could
+hold the broker's memory): a full fetch that would go over it gets no session (after the
+idle sessions are evicted), and an incremental one that would is refused
+FETCH_SESSION_ID_NOT_FOUND and its session closed, so the client starts over with a full
+fetch (answered sessionless while there is no room).
+
 Sessions belong to the principal that created them (``User:ANONYMOUS`` for all when
 security is off): another principal naming its id is answered FETCH_SESSION_ID_NOT_FOUND,
 as if it did not exist. Sessions outlive connections (KIP-227: a client may reconnect and
@@ -157,7 +165,10 @@ class FetchSessionCache:
 
     slots: int
     eviction_ms: int
+    max_partitions: int = 200_000
     rng: random.Random = field(default_factory=random.Random)
+    # The partitions all sessions hold (kept up to date by open/close/evict).
+    partitions: int = 0
     # Sessions by id, least recently used first.
     _sessions: OrderedDict[int, FetchSession] = field(default_factory=OrderedDict)
 
@@ -201,6 +212,7 @@ class FetchSessionCache:
                 f"fetch session {session_id} expects epoch {session.epoch}, not {epoch}",
             )
         partitions = session.partitions
+        before = len(partitions)
         for p in wanted:
             cached = partitions.get(p.key)
             if cached is None:
@@ -211,6 +223,14 @@ class FetchSessionCache:
                 cached.leader_epoch = p.leader_epoch
         for key in forgotten:
             partitions.pop(key, None)
+        self.partitions += len(partitions) - before
+        if self.partitions > self.max_partitions:
+            self._evict(session)
+            raise SessionError(
+                ErrorCode.fetch_session_id_not_found,
+                f"fetch session {session_id} closed: the sessions would hold more than "
+                f"{self.max_partitions} partitions (kafka_fetch_session_cache_max_partitions)",
+            )
         session.epoch = next_epoch(epoch)
         self._touch(session, now_ms)
         return FetchPlan(list(partitions.values()), session, incremental=True)
@@ -220,8 +240,12 @@ class FetchSessionCache:
         session = self._sessions.get(session_id)
         if session is None or session.principal != principal:
             return False
-        del self._sessions[session_id]
+        self._evict(session)
         return True
+
+    def _evict(self, session: FetchSession) -> None:
+        del self._sessions[session.id]
+        self.partitions -= len(session.partitions)
 
     def _touch(self, session: FetchSession, now_ms: int) -> None:
         session.last_used_ms = now_ms
@@ -243,26 +267,34 @@ class FetchSessionCache:
             last_used_ms=now_ms,
         )
         self._sessions[session_id] = session
+        self.partitions += len(session.partitions)
         return session
 
     def _make_room(self, size: int, now_ms: int) -> bool:
-        if len(self._sessions) < self.slots:
+        sessions = self._sessions
+        # Idle sessions (least recently used first) go while a slot or partitions lack.
+        while sessions and (
+            len(sessions) >= self.slots or self.partitions + size > self.max_partitions
+        ):
+            oldest = next(iter(sessions.values()))
+            if now_ms - oldest.last_used_ms <= self.eviction_ms:
+                break
+            self._evict(oldest)
+        if self.partitions + size > self.max_partitions:
+            return False
+        if len(sessions) < self.slots:
             return True
-        if not self._sessions:
+        if not sessions:
             return False  # slots == 0
-        oldest = next(iter(self._sessions.values()))
-        if now_ms - oldest.last_used_ms > self.eviction_ms:
-            del self._sessions[oldest.id]
-            return True
         # The smallest evictable session, least recently used first among equals (the
         # OrderedDict's order); O(slots), only when the cache is full.
         smallest: FetchSession | None = None
-        for s in self._sessions.values():
+        for s in sessions.values():
             if now_ms - s.created_ms <= self.eviction_ms:
                 continue
             if smallest is None or len(s.partitions) < len(smallest.partitions):
                 smallest = s
         if smallest is not None and size > len(smallest.partitions):
-            del self._sessions[smallest.id]
+            self._evict(smallest)
             return True
         return False

@@ -57,6 +57,7 @@ class KafkaListener:
         self._fetch_sessions = FetchSessionCache(
             settings.kafka_max_incremental_fetch_session_cache_slots,
             settings.kafka_fetch_session_eviction_ms,
+            settings.kafka_fetch_session_cache_max_partitions,
         )
 
     async def start(self) -> None:

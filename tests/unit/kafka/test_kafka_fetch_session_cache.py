@@ -176,6 +176,7 @@ class SessionCacheMachine(RuleBasedStateMachine):
     @invariant()
     def same_sessions(self) -> None:
         assert len(self.cache) == len(self.model) <= self.SLOTS
+        assert self.cache.partitions == sum(len(keys) for _, _, keys in self.model.values())
         for session_id, (principal, epoch, keys) in self.model.items():
             session = self.cache.get(session_id)
             assert session is not None
@@ -188,3 +189,19 @@ class SessionCacheMachine(RuleBasedStateMachine):
 
 TestSessionCacheMachine = SessionCacheMachine.TestCase
 TestSessionCacheMachine.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
+
+
+def test_the_partitions_all_sessions_hold_are_bounded() -> None:
+    cache = FetchSessionCache(slots=10, eviction_ms=100, max_partitions=5)
+    first = full(cache, 3, now=0)
+    assert first and cache.partitions == 3
+    assert full(cache, 3, now=1) == 0  # 6 > 5: no session, answered sessionless
+    second = full(cache, 2, now=1)
+    assert second and cache.partitions == 5
+    # Growing past the bound closes the session: the client starts over with a full fetch.
+    with pytest.raises(SessionError) as closed:
+        cache.open("User:x", second, 1, parts(("u", 0)), (), 2)
+    assert closed.value.code is ErrorCode.fetch_session_id_not_found
+    assert cache.get(second) is None and cache.partitions == 3
+    # An idle session is evicted to make room for partitions, as for a slot.
+    assert full(cache, 4, now=500) and cache.get(first) is None and cache.partitions == 4
