@@ -78,6 +78,30 @@ class KafkaDoorSettings(BaseSettings):
         "slows password guessing.",
     )
 
+    kafka_max_incremental_fetch_session_cache_slots: int = Field(
+        default=1000,
+        ge=0,
+        le=1_000_000,
+        description="Kafka's max.incremental.fetch.session.cache.slots: fetch sessions "
+        "(KIP-227) the Kafka door keeps at once; 0 answers every fetch sessionless.",
+    )
+    kafka_fetch_session_eviction_ms: int = Field(
+        default=120_000,
+        ge=0,
+        le=86_400_000,
+        description="Kafka's fetch session eviction time (fixed at 120 s there): when the "
+        "cache is full, a session idle this long makes room for a new one, and a session "
+        "younger than this is never evicted for a larger one.",
+    )
+    kafka_fetch_session_cache_max_partitions: int = Field(
+        default=200_000,
+        ge=0,
+        le=100_000_000,
+        description="Partitions all fetch sessions of the Kafka door hold together, at most "
+        "(each costs a few hundred bytes); past it new sessions are not created and a "
+        "session an incremental fetch would grow past it is closed.",
+    )
+
     @field_validator("kafka_sasl_mechanisms")
     @classmethod
     def _check_kafka_sasl_mechanisms(cls, value: str) -> str:

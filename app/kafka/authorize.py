@@ -45,6 +45,9 @@ AlterConfigs,         ALTER_CONFIGS topic / cluster (per resource)
 IncrementalAlter...
 DescribeLogDirs       DESCRIBE cluster
 DescribeCluster       none (as Kafka: the brokers are what Metadata tells anyone)
+DescribeAcls          DESCRIBE cluster
+CreateAcls,           ALTER cluster
+DeleteAcls
 ===================== ====================================================================
 """
 

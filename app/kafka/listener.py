@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from app.config.addresses import split_host_port
 from app.kafka.apis import Context
 from app.kafka.connection import KafkaConnection
+from app.kafka.fetch_sessions import FetchSessionCache
 
 if TYPE_CHECKING:
     from app.api.state import AppState
@@ -56,6 +57,12 @@ class KafkaListener:
         self._per_ip: collections.Counter[str] = collections.Counter()
         self._security = security
         self._quotas = quotas
+        # One cache for the listener: a client may resume its session on a new connection.
+        self._fetch_sessions = FetchSessionCache(
+            settings.kafka_max_incremental_fetch_session_cache_slots,
+            settings.kafka_fetch_session_eviction_ms,
+            settings.kafka_fetch_session_cache_max_partitions,
+        )
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -84,6 +91,7 @@ class KafkaListener:
             self._groups,
             self._security,
             quotas=self._quotas,
+            fetch_sessions=self._fetch_sessions,
         )
         conn = KafkaConnection(
             ctx,

@@ -37,6 +37,7 @@ from app.core.security.users import USERS_FILE
 if TYPE_CHECKING:
     from app.config import Settings
     from app.core.security.acl import Action, Authorizer
+    from app.core.security.store import AclStore
 
 
 class Security(Protocol):
@@ -46,6 +47,7 @@ class Security(Protocol):
     basic: BasicAuthenticator | None
     jwt: JwtAuthenticator | None
     authorizer: Authorizer | None
+    store: AclStore | None
 
     def allowed(self, identity: Identity, host: str, action: Action) -> bool: ...
 

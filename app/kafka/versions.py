@@ -54,6 +54,9 @@ DELETE_GROUPS: Final = 42
 OFFSET_DELETE: Final = 47
 SASL_HANDSHAKE: Final = 17
 SASL_AUTHENTICATE: Final = 36
+DESCRIBE_ACLS: Final = 29
+CREATE_ACLS: Final = 30
+DELETE_ACLS: Final = 31
 
 # api key -> (min version, max version)
 SUPPORTED: Final[dict[int, tuple[int, int]]] = {
@@ -104,6 +107,11 @@ SUPPORTED: Final[dict[int, tuple[int, int]]] = {
     # KIP-368 not served), v2 is flexible.
     SASL_HANDSHAKE: (0, 1),
     SASL_AUTHENTICATE: (0, 2),
+    # ACLs: Kafka 4.0's floor (v1, with pattern types); v2 is flexible, v3 adds the USER
+    # resource type (answered as a type Logbus keeps no ACLs for).
+    DESCRIBE_ACLS: (1, 3),
+    CREATE_ACLS: (1, 3),
+    DELETE_ACLS: (1, 3),
 }
 
 NAMES: Final[dict[int, str]] = {
@@ -142,4 +150,7 @@ NAMES: Final[dict[int, str]] = {
     OFFSET_DELETE: "OffsetDelete",
     SASL_HANDSHAKE: "SaslHandshake",
     SASL_AUTHENTICATE: "SaslAuthenticate",
+    DESCRIBE_ACLS: "DescribeAcls",
+    CREATE_ACLS: "CreateAcls",
+    DELETE_ACLS: "DeleteAcls",
 }

@@ -5,7 +5,8 @@ message of the request's version (built with :func:`app.kafka.encode.build`, so 
 serves every version). Families: ``cluster`` (ApiVersions, Metadata, DescribeCluster),
 ``records`` (Produce, Fetch, ListOffsets), ``sasl`` (SaslHandshake, SaslAuthenticate), ``groups`` (FindCoordinator and the group
 APIs), ``txn`` (InitProducerId and the transaction APIs), ``admin`` (topics, configs,
-log dirs); ``base`` holds what they share.
+log dirs), ``acls`` (DescribeAcls, CreateAcls, DeleteAcls); ``base`` holds what they
+share.
 A new API is a handler in its family's module, a line in :data:`HANDLERS` and its range
 in :mod:`app.kafka.versions`.
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from app.kafka.apis.acls import create_acls, delete_acls, describe_acls
 from app.kafka.apis.admin import (
     alter_configs,
     create_partitions,
@@ -65,11 +67,14 @@ from app.kafka.versions import (
     ADD_PARTITIONS_TO_TXN,
     ALTER_CONFIGS,
     API_VERSIONS,
+    CREATE_ACLS,
     CREATE_PARTITIONS,
     CREATE_TOPICS,
+    DELETE_ACLS,
     DELETE_GROUPS,
     DELETE_RECORDS,
     DELETE_TOPICS,
+    DESCRIBE_ACLS,
     DESCRIBE_CLUSTER,
     DESCRIBE_CONFIGS,
     DESCRIBE_GROUPS,
@@ -138,4 +143,7 @@ HANDLERS: dict[int, Handler] = {
     OFFSET_DELETE: offset_delete,
     SASL_HANDSHAKE: sasl_handshake,
     SASL_AUTHENTICATE: sasl_authenticate,
+    DESCRIBE_ACLS: describe_acls,
+    CREATE_ACLS: create_acls,
+    DELETE_ACLS: delete_acls,
 }

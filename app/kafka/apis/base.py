@@ -22,6 +22,7 @@ from app.common.group_errors import CoordinatorNotAvailable
 if TYPE_CHECKING:
     from app.api.state import AppState
     from app.core.security.quotas import QuotaManager
+    from app.kafka.fetch_sessions import FetchSessionCache
     from app.kafka.security import KafkaSecurity
 
 # Kafka's principal of a client that did not authenticate (PLAINTEXT, SSL without a
@@ -66,7 +67,9 @@ MAX_WAIT_MS = 60_000
 class Context:
     """What the handlers share: the broker's state and where clients reach this broker.
     ``txn`` and ``groups`` give the transaction and group coordinators (None while they
-    do not serve: before the lifespan started them, once it stops them)."""
+    do not serve: before the lifespan started them, once it stops them).
+    ``fetch_sessions`` is shared by every connection of the listener (KIP-227 sessions
+    outlive connections); ``session`` is this connection's own."""
 
     state: AppState
     advertised: tuple[str, int]
@@ -77,6 +80,8 @@ class Context:
     session: Session = field(default_factory=Session)
     # The broker's client quotas, shared with HTTP (None: a broker without them).
     quotas: QuotaManager | None = None
+    # The listener's fetch sessions (KIP-227); None: every fetch is answered sessionless.
+    fetch_sessions: FetchSessionCache | None = None
 
 
 @cache

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -38,6 +39,7 @@ from app.kafka.apis.base import (
     timestamp,
 )
 from app.kafka.encode import SlicedRecords, build, error_code
+from app.kafka.fetch_sessions import CachedPartition, FetchPlan, SessionError
 from app.kafka.versions import (
     FETCH,
     LIST_OFFSETS,
@@ -47,6 +49,9 @@ from app.kafka.versions import (
 
 if TYPE_CHECKING:
     pass
+
+# Fetch v7 adds session_id and session_epoch (KIP-227).
+SESSIONS_VERSION = 7
 
 
 async def produce(ctx: Context, body: Any, version: int) -> Any:
@@ -161,64 +166,109 @@ async def produce(ctx: Context, body: Any, version: int) -> Any:
 async def fetch(ctx: Context, body: Any, version: int) -> Any:
     """Each partition read from its leader log; when the whole answer holds fewer than
     ``min_bytes``, a long poll woken by an append to any of them (the answer read again
-    after each). Records stay file slices (zero-copy)."""
+    after each). Records stay file slices (zero-copy).
+
+    From v7, fetch sessions (KIP-227, :mod:`app.kafka.fetch_sessions`): the partitions read
+    are the session's, and an incremental answer holds only those with records, an error
+    or changed offsets; a request the session cache refuses is answered with its error
+    code and nothing else."""
     m = response_module(FETCH, version)
     state = ctx.state
     committed = int(body.isolation_level) == READ_COMMITTED_LEVEL
     budget = min(int(body.max_bytes), state.settings.fetch_max_bytes)
     wait_ms = min(MAX_WAIT_MS, max(0, int(body.max_wait.total_seconds() * 1000)))
     min_bytes = int(body.min_bytes)
+    wanted = [
+        CachedPartition(
+            topic.topic,
+            int(p.partition),
+            int(p.fetch_offset),
+            int(p.partition_max_bytes),
+            int(getattr(p, "current_leader_epoch", -1)),
+        )
+        for topic in body.topics
+        for p in topic.partitions
+    ]
+    sessions = ctx.fetch_sessions
+    if sessions is None or version < SESSIONS_VERSION:
+        plan = FetchPlan(wanted)
+    else:
+        try:
+            plan = sessions.open(
+                ctx.session.principal,
+                int(body.session_id),
+                int(body.session_epoch),
+                wanted,
+                (
+                    (t.topic, int(p))
+                    for t in getattr(body, "forgotten_topics_data", ())
+                    for p in t.partitions
+                ),
+                int(time.monotonic() * 1000),
+            )
+        except SessionError as exc:
+            return build(
+                m.FetchResponse,
+                throttle_time=NO_THROTTLE,
+                error_code=exc.code,
+                session_id=0,
+                responses=(),
+            )
+    parts = plan.partitions
 
-    def read_all() -> tuple[list[tuple[str, list[Any]]], int]:
+    def read_all() -> tuple[list[Any], int]:
         remaining, total, out = budget, 0, []
-        for topic in body.topics:
-            parts = []
-            for p in topic.partitions:
-                data = _read_partition(
-                    ctx,
-                    m,
-                    topic.topic,
-                    p,
-                    min(int(p.partition_max_bytes), remaining),
-                    committed,
-                )
-                parts.append(data)
-                size = len(data.records) if data.records is not None else 0
-                total += size
-                remaining -= size
-            out.append((topic.topic, parts))
+        for p in parts:
+            data = _read_partition(ctx, m, p, min(p.max_bytes, remaining), committed)
+            out.append(data)
+            size = len(data.records) if data.records is not None else 0
+            total += size
+            remaining -= size
         return out, total
 
     found, total = read_all()
     if total < min_bytes and wait_ms > 0:
         # Woken by an append to any partition asked for, as Kafka's delayed fetch is.
         logs = []
-        for topic in body.topics:
-            for p in topic.partitions:
-                with contextlib.suppress(LogbusError):  # its error is in the answer already
-                    logs.append(state.topology.leader_partition(topic.topic, int(p.partition)).log)
+        for p in parts:
+            with contextlib.suppress(LogbusError):  # its error is in the answer already
+                logs.append(state.topology.leader_partition(p.topic, p.partition).log)
         if logs:
             found = await wait_for_any(state.waiters, logs, read_all, min_bytes, wait_ms)
+    session = plan.session
+    by_topic: dict[str, list[Any]] = {}
+    for p, data in zip(parts, found, strict=True):
+        if session is not None and not session.answered(
+            p,
+            int(data.error_code),
+            int(data.high_watermark),
+            int(data.last_stable_offset),
+            int(data.log_start_offset),
+            len(data.records) if data.records is not None else 0,
+            plan.incremental,
+        ):
+            continue
+        by_topic.setdefault(p.topic, []).append(data)
     return build(
         m.FetchResponse,
         throttle_time=NO_THROTTLE,
         error_code=ErrorCode.none,
-        session_id=0,
+        session_id=plan.session_id,
         responses=tuple(
-            build(m.FetchableTopicResponse, topic=name, partitions=tuple(parts))
-            for name, parts in found
+            build(m.FetchableTopicResponse, topic=name, partitions=tuple(answers))
+            for name, answers in by_topic.items()
         ),
     )
 
 
 def _read_partition(
-    ctx: Context, m: Any, topic: str, p: Any, max_bytes: int, committed: bool
+    ctx: Context, m: Any, p: CachedPartition, max_bytes: int, committed: bool
 ) -> Any:
-    partition = int(p.partition)
+    topic, partition = p.topic, p.partition
     try:
         authorize.check(ctx, authorize.READ, authorize.TOPIC, topic)
         part = ctx.state.topology.leader_partition(topic, partition)
-        epoch = int(getattr(p, "current_leader_epoch", -1))
+        epoch = p.leader_epoch
         part.check_epoch(None if epoch < 0 else epoch)
         if max_bytes <= 0:
             # The request's max_bytes is spent on the partitions before: offsets only, as
@@ -236,7 +286,7 @@ def _read_partition(
                 preferred_read_replica=-1,
                 records=SlicedRecords(()),
             )
-        info = read_log(part.log, int(p.fetch_offset), max_bytes, committed=committed)
+        info = read_log(part.log, p.fetch_offset, max_bytes, committed=committed)
     except LogbusError as exc:
         return build(
             m.PartitionData,

@@ -208,3 +208,142 @@ def test_a_group_needs_read_on_the_group(acl_broker: KafkaBroker) -> None:
         }
         assert http.post("/acls", json={"acls": [acl]}).status_code == 201
     assert consume() == b"x"
+
+
+def test_acl_apis_share_the_http_acl_store(acl_broker: KafkaBroker) -> None:
+    """CreateAcls, DescribeAcls and DeleteAcls through confluent-kafka's AdminClient: what
+    they write holds on both doors and is what ``/acls`` shows, and the other way round."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    topic, prefix = f"kacl-{uuid.uuid4().hex[:8]}", f"kpre-{uuid.uuid4().hex[:6]}"
+    with admin_http(acl_broker) as http:
+        assert http.post("/topics", json={"name": topic, "partitions": 1}).status_code == 201
+    admin = AdminClient(kafka_conf(acl_broker, "admin"))
+    allow = AclPermissionType.ALLOW
+    write = AclBinding(
+        ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:reader", "*",
+        AclOperation.WRITE, allow,
+    )  # fmt: skip
+    prefixed = AclBinding(
+        ResourceType.GROUP, prefix, ResourcePatternType.PREFIXED, "User:reader", "*",
+        AclOperation.READ, allow,
+    )  # fmt: skip
+    # IDEMPOTENT_WRITE is a cluster operation: refused on a topic, alone.
+    wrong = AclBinding(
+        ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:reader", "*",
+        AclOperation.IDEMPOTENT_WRITE, allow,
+    )  # fmt: skip
+    assert produce_one(acl_broker, "reader", topic) is not None
+    results = admin.create_acls([write, prefixed, wrong], request_timeout=30)
+    assert results[write].result() is None and results[prefixed].result() is None
+    with pytest.raises(KafkaException) as refused:
+        results[wrong].result()
+    assert refused.value.args[0].code() == KafkaError.INVALID_REQUEST
+    assert "does not apply" in refused.value.args[0].str()
+    # Holds on the Kafka door, and HTTP lists it.
+    assert produce_one(acl_broker, "reader", topic) is None
+    with admin_http(acl_broker) as http:
+        listed = http.get("/acls", params={"principal": "User:reader"}).json()["acls"]
+        assert {(a["resource_name"], a["pattern_type"], a["operation"]) for a in listed} >= {
+            (topic, "LITERAL", "WRITE"),
+            (prefix, "PREFIXED", "READ"),
+        }
+        # An ACL added over HTTP is described through the Kafka door; MATCH finds every
+        # binding that applies to a group name under the prefix.
+        acl = {
+            "resource_type": "GROUP",
+            "resource_name": f"{prefix}-a",
+            "principal": "User:reader",
+            "operation": "DESCRIBE",
+        }
+        assert http.post("/acls", json={"acls": [acl]}).status_code == 201
+    match = AclBindingFilter(
+        ResourceType.GROUP, f"{prefix}-a", ResourcePatternType.MATCH, None, None,
+        AclOperation.ANY, AclPermissionType.ANY,
+    )  # fmt: skip
+    found = admin.describe_acls(match, request_timeout=30).result()
+    assert {(b.name, b.resource_pattern_type, b.operation) for b in found} == {
+        (prefix, ResourcePatternType.PREFIXED, AclOperation.READ),
+        (f"{prefix}-a", ResourcePatternType.LITERAL, AclOperation.DESCRIBE),
+    }
+    # DeleteAcls: the topic's WRITE goes, on both doors at once.
+    topic_filter = AclBindingFilter(
+        ResourceType.TOPIC, topic, ResourcePatternType.ANY, None, None,
+        AclOperation.WRITE, AclPermissionType.ANY,
+    )  # fmt: skip
+    deleted = admin.delete_acls([topic_filter], request_timeout=30)[topic_filter].result()
+    assert [(b.name, b.operation) for b in deleted] == [(topic, AclOperation.WRITE)]
+    with admin_http(acl_broker) as http:
+        assert http.get("/acls", params={"resource_name": topic}).json()["acls"] == []
+    failed = produce_one(acl_broker, "reader", topic)
+    assert failed is not None and failed.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    # Without ALTER (DESCRIBE) on the cluster, reader may neither change nor list ACLs.
+    reader = AdminClient(kafka_conf(acl_broker, "reader"))
+    with pytest.raises(KafkaException) as denied:
+        reader.create_acls([write], request_timeout=30)[write].result()
+    assert denied.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    # librdkafka drops DescribeAcls' top-level error code (an empty list either way);
+    # kafka-python's client reads it (the next test).
+    assert reader.describe_acls(match, request_timeout=30).result() == []
+    denial = "DENIED principal=User:reader host=127.0.0.1 operation=DESCRIBE resource=CLUSTER"
+    assert denial in acl_broker.log()
+
+
+def test_acl_kinds_logbus_does_not_keep_are_named_in_the_answer(acl_broker: KafkaBroker) -> None:
+    """kafka-python's admin client, which knows Kafka's USER resources and token operations
+    and reads DescribeAcls' error code."""
+    from kafka.admin import KafkaAdminClient
+    from kafka.admin._acls import (
+        ACL,
+        ACLFilter,
+        ACLOperation,
+        ACLPermissionType,
+        ACLResourcePatternType,
+        ResourcePattern,
+        ResourcePatternFilter,
+        ResourceType,
+    )
+    from kafka.errors import ClusterAuthorizationFailedError, InvalidRequestError, NoError
+
+    def client(user: str) -> KafkaAdminClient:
+        return KafkaAdminClient(
+            bootstrap_servers=acl_broker.bootstrap,
+            security_protocol="SASL_PLAINTEXT",
+            sasl_mechanism="SCRAM-SHA-256",
+            sasl_plain_username=user,
+            sasl_plain_password=PASSWORD,
+        )
+
+    admin, reader = client("admin"), client("reader")
+    try:
+        user_acl = ACL(
+            "User:reader",
+            "*",
+            ACLOperation.CREATE_TOKENS,
+            ACLPermissionType.ALLOW,
+            ResourcePattern(ResourceType.USER, "bob", ACLResourcePatternType.LITERAL),
+        )
+        outcome = admin.create_acls([user_acl])
+        assert outcome["succeeded"] == []
+        assert outcome["failed"] == [InvalidRequestError]  # this client keeps no message
+        users = ACLFilter(
+            None,
+            None,
+            ACLOperation.ANY,
+            ACLPermissionType.ANY,
+            ResourcePatternFilter(ResourceType.USER, None, ACLResourcePatternType.ANY),
+        )
+        assert admin.describe_acls(users) == ([], NoError)  # there are none
+        with pytest.raises(ClusterAuthorizationFailedError):
+            reader.describe_acls(users)
+    finally:
+        admin.close()
+        reader.close()

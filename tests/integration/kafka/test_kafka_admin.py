@@ -347,3 +347,42 @@ def test_create_partitions_grows_a_topic_seen_over_http(
         timeout=30,
     )
     assert [rec["value"] for rec in r.json()["records"]] == ["in-2"]
+
+
+def test_acl_apis_without_an_authorizer_answer_security_disabled(
+    kafka_broker: KafkaBroker,
+) -> None:
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+    from kio.schema.describe_acls.v3.request import DescribeAclsRequest
+    from kio.schema.describe_acls.v3.response import DescribeAclsResponse
+
+    binding = AclBinding(
+        ResourceType.TOPIC, "t", ResourcePatternType.LITERAL, "User:a", "*",
+        AclOperation.READ, AclPermissionType.ALLOW,
+    )  # fmt: skip
+    admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
+    with pytest.raises(KafkaException) as refused:
+        admin.create_acls([binding], request_timeout=30)[binding].result()
+    assert refused.value.args[0].code() == KafkaError.SECURITY_DISABLED
+    answer = kio_call(
+        kafka_broker,
+        DescribeAclsRequest(
+            resource_type_filter=1,  # type: ignore[arg-type]
+            resource_name_filter=None,
+            pattern_type_filter=1,  # type: ignore[arg-type]
+            principal_filter=None,
+            host_filter=None,
+            operation=1,  # type: ignore[arg-type]
+            permission_type=1,  # type: ignore[arg-type]
+        ),
+        DescribeAclsResponse,
+    )
+    assert answer.error_code == ErrorCode.security_disabled
+    assert answer.error_message and "authorizer=acl" in answer.error_message
