@@ -78,6 +78,15 @@ class KafkaDoorSettings(BaseSettings):
         "slows password guessing.",
     )
 
+    kafka_connections_max_reauth_ms: int = Field(
+        default=0,
+        ge=0,
+        le=2**31 - 1,
+        description="Kafka's connections.max.reauth.ms: a SASL session on the Kafka door "
+        "lasts this long (less when an OAUTHBEARER token expires sooner), then the client "
+        "re-authenticates on its connection (KIP-368) or the connection closes; 0: sessions "
+        "last as long as their connection.",
+    )
     kafka_max_incremental_fetch_session_cache_slots: int = Field(
         default=1000,
         ge=0,

@@ -52,6 +52,7 @@ import datetime
 import errno
 import logging
 import os
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
@@ -300,6 +301,22 @@ class KafkaConnection(asyncio.Protocol):
         if not session.authenticated and request.api_key not in BEFORE_AUTHENTICATION:
             name = NAMES.get(request.api_key, f"api key {request.api_key}")
             self._abort(f"{name} before SASL authentication (this listener requires SASL)")
+            return False
+        expires = session.expires_at
+        if (
+            expires is not None
+            and request.api_key not in BEFORE_AUTHENTICATION
+            and time.time() >= expires
+        ):
+            # KIP-368: the session outlived its lifetime without re-authenticating.
+            name = NAMES.get(request.api_key, f"api key {request.api_key}")
+            log.warning(
+                "kafka connection from %s closed: %s after its SASL session expired "
+                "(kafka_connections_max_reauth_ms; the client did not re-authenticate)",
+                self.peer,
+                name,
+            )
+            self.close()
             return False
         handler = HANDLERS.get(request.api_key)
         if request.body is None or handler is None:

@@ -40,7 +40,10 @@ class Session:
     ``User:<subject DN>`` on an SSL listener. ``mechanism`` is what SaslHandshake chose;
     ``exchange`` a SCRAM exchange under way; ``raw_tokens`` is set by a v0 handshake
     (the next frames are bare SASL tokens, not requests); ``close_after`` makes the
-    connection close once the current answer is written (a failed authentication)."""
+    connection close once the current answer is written (a failed authentication).
+    ``expires_at`` is set when re-authentication is on (KIP-368): past it any request but
+    SaslHandshake/SaslAuthenticate closes the connection; a client re-authenticates on the
+    same connection with the same mechanism and must prove the same principal."""
 
     principal: str = ANONYMOUS
     host: str = "*"
@@ -49,6 +52,10 @@ class Session:
     exchange: Any = None
     raw_tokens: bool = False
     close_after: bool = False
+    # KIP-368 (``kafka_connections_max_reauth_ms`` > 0): when the authenticated session
+    # ends (unix seconds), and whether a re-authentication is under way.
+    expires_at: float | None = None
+    reauthenticating: bool = False
 
 
 NO_THROTTLE = datetime.timedelta(0)

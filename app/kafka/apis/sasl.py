@@ -8,14 +8,25 @@ and the connection closes after the answer, as Kafka does; a handshake on a non-
 listener or after authentication answers ILLEGAL_SASL_STATE, an unknown mechanism
 UNSUPPORTED_SASL_MECHANISM with the enabled ones. A failure is answered
 ``kafka_failed_authentication_delay_ms`` late (Kafka's
-``connection.failed.authentication.delay.ms``). Each outcome is one log line and,
+``connection.failed.authentication.delay.ms``).
+
+Re-authentication (KIP-368) with ``kafka_connections_max_reauth_ms`` > 0 (Kafka's
+``connections.max.reauth.ms``; 0, the default, is off as in Kafka): SaslAuthenticate v1+
+answers the session's lifetime, the setting or, for OAUTHBEARER, less when the token
+expires sooner; the client (librdkafka does) re-authenticates on the same connection
+before then, with the mechanism it used and as the same principal (another principal
+fails and closes, as Kafka's "cannot change principals"). A session past its lifetime
+serves nothing but SaslHandshake and SaslAuthenticate: the connection closes
+(:mod:`app.kafka.connection`). Each outcome is one log line and,
 for failures, one audit line (:mod:`app.core.security.audit`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
+import time
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -34,11 +45,20 @@ log = logging.getLogger(__name__)
 async def sasl_handshake(ctx: Context, body: Entity | None, version: int) -> Any:
     m = response_module(SASL_HANDSHAKE, version)
     security, session = ctx.security, ctx.session
-    if security is None or not security.sasl or session.authenticated:
+    mechanism = str(getattr(body, "mechanism", ""))
+    # KIP-368: an authenticated session with a lifetime may authenticate again (v1, with
+    # the mechanism it used); otherwise a second handshake is out of order.
+    reauth = (
+        session.authenticated
+        and session.expires_at is not None
+        and version >= 1
+        and mechanism == session.mechanism
+    )
+    if security is None or not security.sasl or (session.authenticated and not reauth):
         return build(
             m.SaslHandshakeResponse, error_code=ErrorCode.illegal_sasl_state, mechanisms=()
         )
-    mechanism = str(getattr(body, "mechanism", ""))
+    session.reauthenticating = reauth
     enabled = tuple(security.mechanisms)
     if mechanism not in enabled:
         log.info("kafka SASL mechanism %r asked by %s is not enabled", mechanism, session.host)
@@ -59,7 +79,11 @@ async def step(ctx: Context, token: bytes) -> bytes:
     security, session = ctx.security, ctx.session
     mechanism = session.mechanism
     try:
-        if security is None or mechanism is None or session.authenticated:
+        if (
+            security is None
+            or mechanism is None
+            or (session.authenticated and not session.reauthenticating)
+        ):
             raise SaslAuthenticationFailed("no SASL handshake before SaslAuthenticate")
         if mechanism == PLAIN:
             name, password = parse_plain(token)
@@ -73,7 +97,7 @@ async def step(ctx: Context, token: bytes) -> bytes:
                 raise SaslAuthenticationFailed(
                     "OAUTHBEARER: authorization id must be empty or the token's own user"
                 )
-            _authenticated(ctx, identity.principal, mechanism)
+            _authenticated(ctx, identity.principal, mechanism, identity.expires_at)
             return b""
         if session.exchange is None:
             session.exchange = security.scram(mechanism)
@@ -92,13 +116,40 @@ async def step(ctx: Context, token: bytes) -> bytes:
         raise
 
 
-def _authenticated(ctx: Context, principal: str, mechanism: str) -> None:
+def _authenticated(
+    ctx: Context, principal: str, mechanism: str, credential_expires: float | None = None
+) -> None:
+    """Mark the session authenticated as ``principal``; with re-authentication on, its
+    lifetime ends at ``kafka_connections_max_reauth_ms`` from now or when the credential
+    expires (``credential_expires``, unix seconds), whichever is first."""
     session = ctx.session
+    if session.reauthenticating and principal != session.principal:
+        raise SaslAuthenticationFailed(
+            f"re-authentication as {principal} on a connection of {session.principal}: "
+            "a connection cannot change principals"
+        )
     session.principal = principal
     session.authenticated = True
     session.exchange = None
     session.raw_tokens = False
-    log.info("kafka SASL %s from %s: %s", mechanism, session.host, principal)
+    reauth_ms = ctx.state.settings.kafka_connections_max_reauth_ms
+    if reauth_ms > 0:
+        expires = time.time() + reauth_ms / 1000
+        if credential_expires is not None:
+            expires = min(expires, credential_expires)
+        session.expires_at = expires
+    again = " (re-authenticated)" if session.reauthenticating else ""
+    session.reauthenticating = False
+    log.info("kafka SASL %s from %s: %s%s", mechanism, session.host, principal, again)
+
+
+def session_lifetime(ctx: Context) -> datetime.timedelta:
+    """What SaslAuthenticate answers as ``session_lifetime_ms``: 0 (no re-authentication)
+    unless the session has an end (KIP-368)."""
+    expires = ctx.session.expires_at
+    if expires is None:
+        return NO_THROTTLE
+    return datetime.timedelta(milliseconds=max(int((expires - time.time()) * 1000), 1))
 
 
 async def sasl_authenticate(ctx: Context, body: Entity | None, version: int) -> Any:
@@ -119,5 +170,5 @@ async def sasl_authenticate(ctx: Context, body: Entity | None, version: int) -> 
         error_code=ErrorCode.none,
         error_message=None,
         auth_bytes=answer,
-        session_lifetime=NO_THROTTLE,  # 0: no re-authentication (KIP-368)
+        session_lifetime=session_lifetime(ctx),
     )
