@@ -538,12 +538,29 @@ encoder_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     return (PyObject *)self;
 }
 
+/* The fallback is usually a closure over the schema object that keeps this encoder (a
+   cycle): the type takes part in the cycle collector. */
+static int
+encoder_traverse(Encoder *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->fallback);
+    return 0;
+}
+
+static int
+encoder_clear(Encoder *self)
+{
+    Py_CLEAR(self->fallback);
+    return 0;
+}
+
 static void
 encoder_dealloc(Encoder *self)
 {
+    PyObject_GC_UnTrack(self);
+    encoder_clear(self);
     free_nodes(self->nodes, self->nnodes);
     Py_XDECREF(self->header);
-    Py_XDECREF(self->fallback);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -575,8 +592,13 @@ encoder_call_one(Encoder *self, PyObject *value)
 {
     int declined;
     PyObject *out = encode_value(self, value, &declined);
-    if (out == NULL && declined)
+    if (out == NULL && declined) {
+        if (self->fallback == NULL) { /* cleared by the cycle collector */
+            PyErr_SetString(PyExc_RuntimeError, "the encoder's fallback is gone");
+            return NULL;
+        }
         return PyObject_CallOneArg(self->fallback, value);
+    }
     return out;
 }
 
@@ -615,7 +637,9 @@ static PyTypeObject EncoderType = {
     .tp_dealloc = (destructor)encoder_dealloc,
     .tp_vectorcall_offset = offsetof(Encoder, vectorcall),
     .tp_call = PyVectorcall_Call,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_HAVE_GC,
+    .tp_traverse = (traverseproc)encoder_traverse,
+    .tp_clear = (inquiry)encoder_clear,
     .tp_doc = "Encoder(program, header, fallback): value -> header + Avro binary",
     .tp_methods = encoder_methods,
     .tp_new = encoder_new,

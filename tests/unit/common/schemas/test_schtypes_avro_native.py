@@ -5,8 +5,10 @@ its bytes are fastavro's ``schemaless_writer``'s; on values with wrong leaves, t
 
 from __future__ import annotations
 
+import gc
 import io
 import json
+import weakref
 from typing import Any
 
 import fastavro
@@ -214,3 +216,13 @@ def test_encode_records_is_the_python_loop() -> None:
 def test_a_malformed_program_is_refused(program: list[Any]) -> None:
     with pytest.raises((ValueError, TypeError)):
         _avroenc.Encoder(program, b"", bytes)
+
+
+def test_a_schema_and_its_encoders_are_collected() -> None:
+    """Its encoders' fallback refers back to the schema: the cycle collector frees both."""
+    parsed = _parse({"type": "record", "name": "R", "fields": [{"name": "a", "type": "int"}]})
+    assert parsed.framed_encoder(1)({"a": 1}) == b"\0\0\0\0\1\2"
+    gone = weakref.ref(parsed)
+    del parsed
+    gc.collect()
+    assert gone() is None
