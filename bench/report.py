@@ -266,8 +266,7 @@ def _later_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str]]:
                 (
                     f"typed Avro HTTP JSON {path}, {t['records_per_request']} records a request",
                     f"{_num(t[f'avro_{path}_rps'])} records/s",
-                    f"untyped JSON {path}: {_num(t[f'json_{path}_rps'])} records/s; "
-                    f"goal ≥ {goal}x",
+                    f"untyped JSON {path}: {_num(t[f'json_{path}_rps'])} records/s; goal ≥ {goal}x",
                     f"{t[f'avro_vs_json_{path}']:.2f}x",
                 )
             )
