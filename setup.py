@@ -25,5 +25,13 @@ setup(
             extra_compile_args=["-O2"],
             optional=True,
         ),
+        # A typed (Avro) produce's per-value encode (app/common/schemas/_avroenc.c); optional
+        # the same way: without it, the generated Python encoder (_avro_fast.py) encodes.
+        Extension(
+            "app.common.schemas._avroenc",
+            sources=["app/common/schemas/_avroenc.c"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
     ]
 )

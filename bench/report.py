@@ -262,6 +262,16 @@ def _later_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str]]:
                         "",
                     )
                 )
+    if t := r.get("typed_records"):
+        for path, goal in (("produce", 0.7), ("fetch", 0.8)):
+            out.append(
+                (
+                    f"typed Avro HTTP JSON {path}, {t['records_per_request']} records a request",
+                    f"{_num(t[f'avro_{path}_rps'])} records/s",
+                    f"untyped JSON {path}: {_num(t[f'json_{path}_rps'])} records/s; goal ≥ {goal}x",
+                    f"{t[f'avro_vs_json_{path}']:.2f}x",
+                )
+            )
     return out
 
 

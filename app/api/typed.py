@@ -47,6 +47,7 @@ from app.common.schemas import wire
 from app.common.schemas.types import Codec, ParsedSchema
 
 if TYPE_CHECKING:
+    from app.common.schemas import _avroenc
     from app.registry.service import SchemaRegistry
 
 # Request format -> the registry's schema type.
@@ -282,6 +283,19 @@ def encode_request(cache: SchemaCache, req: ParsedProduce) -> ParsedProduce:
         key = _json_bytes
     if value is None and req.value_format == "json":
         value = _json_bytes
+    if encode_records is not None:
+        try:
+            encoded = encode_records(req.records, key, value)
+        except Exception:  # the loop below says which record and why
+            pass
+        else:
+            return ParsedProduce(
+                encoded,
+                FRAMED if key is not None else req.key_format,
+                FRAMED if value is not None else req.value_format,
+            )
+    # The same loop in Python: where the C helper is not built, and for a request that
+    # it refused (a record an encoder raised for), to name the record and field.
     records: list[ParsedRecord] = []
     append = records.append
     index = 0
@@ -312,6 +326,20 @@ def encode_request(cache: SchemaCache, req: ParsedProduce) -> ParsedProduce:
 
 
 _json_bytes: Callable[[Any], bytes] = orjson.dumps
+
+
+def _load_encode_records() -> _avroenc.EncodeRecords | None:
+    """The C loop of :func:`encode_request` (app/common/schemas/_avroenc.c, built by
+    setup.py where a C compiler is): each record's key and value through its encoder, the
+    Avro ones called without Python frames. Without it, the Python loop."""
+    try:
+        from app.common.schemas._avroenc import encode_records as native
+    except ImportError:  # pragma: no cover - where no C compiler built it
+        return None
+    return native
+
+
+encode_records = _load_encode_records()
 
 
 def _encoder(

@@ -1,6 +1,6 @@
 """The optional C extensions are built where the suite runs in CI.
 
-Both are ``optional=True`` in setup.py: a machine without a C compiler still installs
+All are ``optional=True`` in setup.py: a machine without a C compiler still installs
 and runs the pure-Python twins, and their tests skip the compiled side there. In CI
 (``CI=true``) a missing build is a failure, never a silent skip: ``make install``
 compiles them on a fresh machine, and the tests comparing the twins must run.
@@ -13,7 +13,11 @@ import os
 
 import pytest
 
-EXTENSIONS = ("app.client.producer._native", "app.common._jsonrecords")
+EXTENSIONS = (
+    "app.client.producer._native",
+    "app.common._jsonrecords",
+    "app.common.schemas._avroenc",
+)
 
 
 @pytest.mark.parametrize("name", EXTENSIONS)

@@ -101,10 +101,16 @@ class AvroSchema(Codec):
         # The generated encoder (app.common.schemas._avro_fast) for exactly-typed values;
         # anything it does not take goes through fastavro as above.
         self._gen = None
+        # Its compiled twin (app/common/schemas/_avroenc.c, where setup.py built it): the
+        # program its Encoder walks, for the same schemas; None without it.
+        self._program: list[tuple[Any, ...]] | None = None
+        self._native: dict[bytes, Callable[[Any], bytes]] = {}  # header -> Encoder
         if self._fast is not None:
-            from app.common.schemas._avro_fast import compile_encoder
+            from app.common.schemas._avro_fast import compile_encoder, native_program
 
             self._gen = compile_encoder(self._parsed, named)
+            if self._gen is not None and _native_encoder() is not None:
+                self._program = native_program(self._parsed, named)
         self._read_named: dict[str, Any] = {"writer": named, "reader": {}}
         self._canonical = orjson.dumps(_canonical(self._json, None)).decode()
         self._normalized = orjson.dumps(
@@ -120,6 +126,9 @@ class AvroSchema(Codec):
     # --- codec ------------------------------------------------------------------------------
 
     def encode_payload(self, obj: Any, message_name: str | None) -> bytes:
+        native = self._native_encoder(b"")
+        if native is not None:
+            return native(obj)
         if self._fast is not None:
             gen = self._gen
             if gen is not None:
@@ -151,6 +160,9 @@ class AvroSchema(Codec):
         """``encode`` for one schema id: a value validated and written after the 5-byte
         header, into one buffer (``wire.encode``'s bytes, without its per-call checks)."""
         header = b"\x00" + schema_id.to_bytes(4, "big")
+        native = self._native_encoder(header)
+        if native is not None:
+            return native
         if self._fast is None:
             encode_payload = self.encode_payload
 
@@ -174,6 +186,36 @@ class AvroSchema(Codec):
             return bytes(out)
 
         return fast
+
+    def _native_encoder(self, header: bytes) -> Callable[[Any], bytes] | None:
+        """The compiled encoder (``_avroenc.Encoder``) writing ``header`` and a value, with
+        fastavro's compiled validator and writer (:meth:`_encode_into`) as its fallback for
+        every value it does not take; None where it is not built or the schema has a
+        construct it leaves to fastavro. One per header (a schema has one id, or a few)."""
+        program = self._program
+        if program is None:
+            return None
+        found = self._native.get(header)
+        if found is not None:
+            return found
+        encoder_type = _native_encoder()
+        assert encoder_type is not None
+        encode_into = self._encode_into
+
+        def fallback(obj: Any) -> bytes:
+            out = bytearray(header)
+            encode_into(out, obj)
+            return bytes(out)
+
+        try:
+            encoder: Callable[[Any], bytes] = encoder_type(program, header, fallback)
+        except ValueError:  # pragma: no cover - a program _avroenc refuses (a bug)
+            self._program = None
+            return None
+        if len(self._native) >= 8:
+            self._native.clear()
+        self._native[header] = encoder
+        return encoder
 
     def _encode_into(self, out: bytearray, obj: Any) -> None:
         """Append ``obj``'s Avro binary to ``out``; the compiled path (``self._fast``).
@@ -307,6 +349,16 @@ _READ_OPTIONS = {
     "return_named_type": False,
     "return_named_type_override": False,
 }
+
+
+@functools.cache
+def _native_encoder() -> Callable[..., Callable[[Any], bytes]] | None:
+    """``app.common.schemas._avroenc.Encoder`` (setup.py builds it, optionally), or None."""
+    try:
+        from app.common.schemas._avroenc import Encoder
+    except ImportError:  # pragma: no cover - where no C compiler built it
+        return None
+    return Encoder
 
 
 @functools.cache

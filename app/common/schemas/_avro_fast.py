@@ -23,6 +23,13 @@ encodes every value of such a schema, as before.
 
 The generated source is built from the schema's field names and symbols only as string
 literals (``repr``), never as code: a schema cannot inject anything.
+
+:func:`native_program` describes the same schemas to the compiled twin of this encoder
+(``app.common.schemas._avroenc``, app/common/schemas/_avroenc.c, built by setup.py where a
+C compiler is): a flat table of nodes that its ``Encoder`` walks in C, taking the same
+values with the same checks and leaving every other value to the same fastavro fallback.
+Where it is built, :class:`~app.common.schemas._avro.AvroSchema` encodes with it; the
+generated Python encoder is the path without it.
 """
 
 from __future__ import annotations
@@ -242,3 +249,88 @@ def compile_encoder(schema: Any, named: dict[str, Any]) -> Callable[[bytearray, 
 
 
 _MISSING = object()
+
+# A node of native_program's table: (kind, ...), children by their index in the table.
+ProgramNode = tuple[Any, ...]
+_NATIVE_PRIMITIVES = frozenset(
+    ("null", "boolean", "int", "long", "float", "double", "string", "bytes")
+)
+
+
+def native_program(schema: Any, named: dict[str, Any]) -> list[ProgramNode] | None:
+    """fastavro's parsed ``schema`` (with its named-type table) as the program of
+    ``app.common.schemas._avroenc.Encoder`` (the node layout is in _avroenc.c), node 0 the
+    root; None for a schema with a construct that :func:`compile_encoder` leaves to fastavro
+    (the same constructs: both encoders take the same schemas). A named type is one node
+    however often it is used."""
+    named = dict(named)
+    nodes: list[ProgramNode] = []
+    by_name: dict[str, int] = {}
+
+    def reserve() -> int:
+        nodes.append(())
+        return len(nodes) - 1
+
+    def named_node(name: str, nesting: int) -> int:
+        found = by_name.get(name)
+        if found is not None:
+            return found
+        schema = named[name]
+        if isinstance(schema, str | list):
+            raise _Unsupported("a name for a non-named type")
+        at = by_name[name] = reserve()
+        kind = schema.get("type")
+        if kind in ("record", "error"):
+            fields = tuple(
+                (str(f["name"]), node(f["type"], nesting + 1)) for f in schema.get("fields", [])
+            )
+            nodes[at] = ("record", fields)
+        elif kind == "enum":
+            nodes[at] = ("enum", {s: i for i, s in enumerate(schema["symbols"])})
+        elif kind == "fixed":
+            nodes[at] = ("fixed", int(schema["size"]))
+        else:
+            raise _Unsupported(f"named {kind!r}")
+        return at
+
+    def node(schema: Any, nesting: int) -> int:
+        if nesting > _MAX_DEPTH:
+            raise _Unsupported("too deep")
+        if isinstance(schema, str):
+            if schema in named:
+                return named_node(schema, nesting)
+            schema = {"type": schema}
+        if isinstance(schema, list):
+            nulls = [i for i, b in enumerate(schema) if b == "null" or b == {"type": "null"}]
+            if len(schema) != 2 or len(nulls) != 1:
+                raise _Unsupported("a union other than null and one type")
+            at = reserve()
+            nodes[at] = ("union", nulls[0], node(schema[1 - nulls[0]], nesting + 1))
+            return at
+        if not isinstance(schema, dict):
+            raise _Unsupported(repr(schema))
+        kind = schema.get("type")
+        logical = schema.get("logicalType")
+        if logical is not None and not (logical in _INT_LOGICAL and kind in ("int", "long")):
+            raise _Unsupported(f"logical type {logical}")
+        if kind in _NATIVE_PRIMITIVES:
+            nodes.append((kind,))
+            return len(nodes) - 1
+        if kind in ("record", "error", "enum", "fixed"):
+            name = schema.get("name")
+            if not isinstance(name, str):
+                raise _Unsupported("a named type without a name")
+            if name not in named:
+                named[name] = schema
+            return named_node(name, nesting)
+        if kind in ("array", "map"):
+            at = reserve()
+            nodes[at] = (kind, node(schema["items" if kind == "array" else "values"], nesting + 1))
+            return at
+        raise _Unsupported(f"type {kind!r}")
+
+    try:
+        node(schema, 0)
+    except (_Unsupported, KeyError, TypeError, ValueError):
+        return None
+    return nodes
