@@ -2,26 +2,35 @@
 statuses, and answers that match their documented schemas.
 
 The CLI runs against ``logbus serve`` on loopback (every phase talks to the real process:
-its routing, body limits, guards and error mapping), in three runs: the examples and
+its routing, body limits, guards and error mapping), in two runs: the examples and
 coverage phases (boundary values, wrong types, missing and repeated parameters) with
-fuzzing under a fixed seed, then fuzzing alone under a second fixed seed and a fresh one.
-Examples per operation are bounded so the whole takes well under a minute here.
+fuzzing under a fixed seed, then fuzzing alone under a fresh seed (every operation is
+covered by every phase; the fresh seed brings new cases each run). A second fixed-seed
+fuzzing run was dropped: it replayed the same ~560 cases every time (measured, back to
+back on a loaded host: the test 67.0 -> 54.4 s without it) where the fixed and fresh
+runs already hold the regression set and the variety. Examples per operation are bounded so the whole takes well under a minute here.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import random
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-import schemathesis  # noqa: F401  (a missing dependency fails collection, never skips)
 from conftest import Broker
+
+# A missing dependency fails collection, never skips. Only looked up, not imported: the CLI
+# runs in a process of its own, and every xdist worker collects this module (the pytest
+# plugin, which loads much more of schemathesis, is off too: addopts in pyproject.toml).
+if importlib.util.find_spec("schemathesis") is None:
+    raise ImportError("schemathesis is not installed (pip install -e '.[test]')")
 
 CHECKS = "not_a_server_error,status_code_conformance,response_schema_conformance"
 MAX_EXAMPLES = "10"
-FIXED_SEEDS = (1207, 31337)
+FIXED_SEED = 1207
 
 
 def _run(broker: Broker, phases: str, seed: int, workdir: Path) -> None:
@@ -59,8 +68,6 @@ def _run(broker: Broker, phases: str, seed: int, workdir: Path) -> None:
 
 @pytest.mark.slow
 def test_the_served_spec_holds_under_schemathesis(broker: Broker, tmp_path: Path) -> None:
-    _run(broker, "examples,coverage,fuzzing", FIXED_SEEDS[0], tmp_path)
-    fresh = random.SystemRandom().randrange(1 << 31)
-    for seed in (FIXED_SEEDS[1], fresh):
-        _run(broker, "fuzzing", seed, tmp_path)
+    _run(broker, "examples,coverage,fuzzing", FIXED_SEED, tmp_path)
+    _run(broker, "fuzzing", random.SystemRandom().randrange(1 << 31), tmp_path)
     assert broker.running  # the broker survived it all

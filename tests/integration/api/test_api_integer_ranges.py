@@ -34,8 +34,15 @@ JSON = {"content-type": "application/json"}
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    # At most 64 partitions a topic: every value is still parsed and range-checked as
+    # before (above the cap answers 400 INVALID_PARTITIONS, as above the default cap
+    # did), but a drawn count such as 2,000 (the default cap here: a ninth of the
+    # descriptor limit) no longer creates and deletes 6,000 files: with the same
+    # --hypothesis-seed, test_create_topic_integers 19.0 -> 0.7 s and 8.4 -> 0.3 s.
     settings_ = make_settings(
-        Path(tmp_path_factory.mktemp("ints")), auto_create_topics_enable=False
+        Path(tmp_path_factory.mktemp("ints")),
+        auto_create_topics_enable=False,
+        max_partitions_per_topic=64,
     )
     with TestClient(create_app(settings_), raise_server_exceptions=False) as c:
         create_topic(c, "n", partitions=2)
