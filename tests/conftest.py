@@ -49,3 +49,32 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             has_slow.get(module, False) or item.get_closest_marker("slow") is not None
         )
     items.sort(key=lambda item: not has_slow[item.nodeid.split("::", 1)[0]])
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("true", "1", "yes")
+
+
+def _missing_module(report: pytest.CollectReport | pytest.TestReport) -> bool:
+    # pytest.importorskip's reason: "could not import 'name': ..."
+    return report.skipped and "could not import" in str(report.longrepr)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector):  # type: ignore[no-untyped-def]
+    """Under ``CI=true`` a module skipped by ``pytest.importorskip`` (a dependency the
+    Makefile should have installed) fails instead: a missing dependency is a failure in
+    CI, never a silent skip."""
+    outcome = yield
+    report = outcome.get_result()
+    if _in_ci() and _missing_module(report):
+        report.outcome = "failed"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    """The same for a test that calls ``pytest.importorskip`` itself."""
+    outcome = yield
+    report = outcome.get_result()
+    if _in_ci() and _missing_module(report):
+        report.outcome = "failed"
