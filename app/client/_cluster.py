@@ -13,7 +13,9 @@ cannot be reached, and once it is ``metadata_max_age_ms`` old (Kafka's
 ``leader_url`` is taken as a hint for one immediate retry, and the metadata
 is refreshed anyway. A leader that cannot answer yet (OFFSET_NOT_AVAILABLE: just
 elected, its high watermark still catching up) is asked again after a growing backoff
-for up to ``LEADER_CATCH_UP_S``.
+for up to ``LEADER_CATCH_UP_S``; so is a group coordinator answering a read_committed
+consumer's offsets fetch UNSTABLE_OFFSET_COMMIT (KIP-447: a transaction that committed
+offsets has not ended yet).
 
 One broker alone (the metadata lists a single broker) is reached at the URL
 the client was given, never at the URL it advertises: a single broker cannot
@@ -65,6 +67,10 @@ ROUTED_ATTEMPTS = 6
 # broker, backing off exponentially to TXN_BACKOFF_MAX_S, for up to LEADER_CATCH_UP_S
 # (the default request timeout; Kafka's clients retry it until default.api.timeout.ms).
 ASK_LEADER_AGAIN = frozenset({"OFFSET_NOT_AVAILABLE"})
+# The same at a group's coordinator: offsets fetched with require_stable while a
+# transaction that committed some is still open (KIP-447; Kafka's consumer retries it
+# until its API timeout).
+ASK_COORDINATOR_AGAIN = frozenset({"UNSTABLE_OFFSET_COMMIT"})
 LEADER_CATCH_UP_S = 30.0
 
 
@@ -425,7 +431,8 @@ class CatchingUp:
     def pause(self, exc: LogbusError) -> float | None:
         """How long to wait before asking again; None: raise ``exc`` (another error, or
         the time is up)."""
-        if error_code(exc) not in ASK_LEADER_AGAIN:
+        code = error_code(exc)
+        if code not in ASK_LEADER_AGAIN and code not in ASK_COORDINATOR_AGAIN:
             return None
         now = time.monotonic()
         if self.until is None:
@@ -491,8 +498,8 @@ def group_route(
 ) -> Route[T]:
     """``call`` at ``group``'s coordinator, found again when it moved. A coordinator
     that cannot answer yet because a partition it leads is catching up
-    (:data:`ASK_LEADER_AGAIN`: a reset to latest) is asked again as
-    :func:`leader_route` does."""
+    (:data:`ASK_LEADER_AGAIN`: a reset to latest), or whose offsets are not stable yet
+    (:data:`ASK_COORDINATOR_AGAIN`), is asked again as :func:`leader_route` does."""
     hint: str | None = None
     catching_up = CatchingUp(backoff_s, LEADER_CATCH_UP_S)
     attempt = 0

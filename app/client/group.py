@@ -397,8 +397,12 @@ def commit_call(
 
 
 def committed_call(
-    group_id: str, topics: Iterable[str]
+    group_id: str, topics: Iterable[str], require_stable: bool = False
 ) -> _http.Call[dict[TopicPartition, int | None]]:
+    """OffsetFetch; ``require_stable`` (a read_committed consumer's, KIP-447): the
+    coordinator answers UNSTABLE_OFFSET_COMMIT, asked again by the route, while a
+    transaction that committed offsets of these partitions is open."""
+
     def parse(body: Any) -> dict[TopicPartition, int | None]:
         return {
             TopicPartition(str(o["topic"]), int(o["partition"])): (
@@ -410,4 +414,6 @@ def committed_call(
     names = sorted(set(topics))
     # httpx repeats a list-valued parameter (?topic=a&topic=b); Call's params are scalars.
     query = "&".join(f"topic={quote(t, safe='')}" for t in names)
+    if require_stable:
+        query += "&require_stable=true"
     return _http.Call("GET", f"{group_path(group_id)}/offsets?{query}", parse)

@@ -27,7 +27,8 @@ door treat it like any other.
         ├── InconsistentGroupProtocol  INCONSISTENT_GROUP_PROTOCOL  (classic vs KIP-848)
         ├── InvalidSessionTimeout      INVALID_SESSION_TIMEOUT      (classic)
         ├── GroupSubscribedToTopic     GROUP_SUBSCRIBED_TO_TOPIC    (OffsetDelete)
-        └── GroupMaxSizeReached        GROUP_MAX_SIZE_REACHED       (classic, group_max_size)
+        ├── GroupMaxSizeReached        GROUP_MAX_SIZE_REACHED       (classic, group_max_size)
+        └── UnstableOffsetCommit       UNSTABLE_OFFSET_COMMIT       (409, retriable: KIP-447)
 """
 
 from __future__ import annotations
@@ -232,3 +233,12 @@ class GroupMaxSizeReached(GroupError):
     """A classic group already has ``group_max_size`` members (pending ones counted)."""
 
     error_code = "GROUP_MAX_SIZE_REACHED"
+
+
+class UnstableOffsetCommit(GroupError):
+    """OffsetFetch with ``require_stable`` (KIP-447): offsets of these partitions were
+    committed in a transaction that has not ended yet (its marker is still to be
+    written); retry once it has, as Kafka's transactional consumers do."""
+
+    error_code = "UNSTABLE_OFFSET_COMMIT"
+    retriable = True

@@ -249,9 +249,9 @@ class GroupCoordinator:
         )
 
     async def fetch_committed_offsets(
-        self, group_id: str, topics: Sequence[str] | None = None
+        self, group_id: str, topics: Sequence[str] | None = None, require_stable: bool = False
     ) -> list[CommittedOffset]:
-        return await self.offsets.fetch_committed_offsets(group_id, topics)
+        return await self.offsets.fetch_committed_offsets(group_id, topics, require_stable)
 
     def fetch_offsets(
         self, group_id: str, topics: Sequence[str] | None = None

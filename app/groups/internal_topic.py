@@ -68,14 +68,18 @@ T = TypeVar("T")
 _READ_CHUNK = 1 << 20
 
 
-def read_chunks(part_log: Log) -> Iterator[tuple[bytes, int]]:
-    """``(buf, offset)`` pairs covering ``part_log`` from its start offset to the end it
-    had when called: ``buf`` holds whole batches (up to about 1 MiB), ``offset`` is the
-    first offset it still has to give (its first batch may begin earlier: skip those
-    records, as ``decode_records(buf, min_offset=offset)`` does). Blocking: run in a
-    worker thread. Stops early if a read makes no progress."""
-    offset = part_log.log_start_offset
-    end = part_log.log_end_offset
+def read_chunks(
+    part_log: Log, start: int | None = None, end: int | None = None
+) -> Iterator[tuple[bytes, int]]:
+    """``(buf, offset)`` pairs covering ``part_log`` from ``start`` (default: its start
+    offset) to ``end`` (default: the end it had when called): ``buf`` holds whole batches
+    (up to about 1 MiB), ``offset`` is the first offset it still has to give (its first
+    batch may begin earlier: skip those records, as ``decode_records(buf,
+    min_offset=offset)`` does). Blocking: run in a worker thread (a short tail may be
+    read on the loop). Stops early if a read makes no progress."""
+    offset = part_log.log_start_offset if start is None else max(start, part_log.log_start_offset)
+    if end is None:
+        end = part_log.log_end_offset
     while offset < end:
         buf = part_log.read(offset, _READ_CHUNK, max_offset=end).read_bytes()
         next_offset = offset

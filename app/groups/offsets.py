@@ -9,6 +9,10 @@ What it owns (Kafka's OffsetMetadataManager):
   topic), written as ``OffsetKey``/``OffsetValue`` records, and answered once every
   in-sync replica holds them.
 * **Fetch**: what is committed; for topics named, every partition (-1 where none).
+  With ``require_stable`` (KIP-447) a partition whose offsets a transaction committed
+  but has not ended yet answers UNSTABLE_OFFSET_COMMIT (retriable) instead: a
+  transactional consumer that starts from the committed offsets must not start from
+  the ones that transaction is about to replace.
 * **Deletion with a topic** (:meth:`OffsetStore.topic_deleted`): tombstones for every
   group coordinated here, also for groups loaded later (``forget_deleted``).
 * **Expiration**: offsets of empty groups past ``offsets.retention.ms``, counted from
@@ -41,6 +45,7 @@ from app.common.group_errors import (
     GroupSubscribedToTopic,
     StaleMemberEpoch,
     UnknownMemberId,
+    UnstableOffsetCommit,
 )
 from app.groups.classic import ClassicGroups, decode_subscription
 from app.groups.model import Group, TopicPartition, validate_group_id
@@ -185,16 +190,45 @@ class OffsetStore:
         return latest
 
     async def fetch_committed_offsets(
-        self, group_id: str, topics: Sequence[str] | None = None
+        self, group_id: str, topics: Sequence[str] | None = None, require_stable: bool = False
     ) -> list[CommittedOffset]:
         """:meth:`fetch_offsets`, answered once what it read is replicated (in cluster mode
-        a commit still waiting for its in-sync replicas is not reported before it counts)."""
+        a commit still waiting for its in-sync replicas is not reported before it counts).
+        ``require_stable``: UNSTABLE_OFFSET_COMMIT while a transaction's offsets for one
+        of the partitions asked about are pending (module docstring)."""
         self.rt.check_loaded()
         validate_group_id(group_id)
         partition = self.rt.route(group_id)
         found = self.fetch_offsets(group_id, topics)
+        if require_stable:
+            self.check_stable(group_id, {(o.topic, o.partition) for o in found}, topics)
         await self.rt.replicated(group_id, partition)
         return found
+
+    def check_stable(
+        self, group_id: str, asked: set[TopicPartition], topics: Sequence[str] | None
+    ) -> None:
+        """UNSTABLE_OFFSET_COMMIT when an open transaction committed offsets of a partition
+        in ``asked`` (or, ``topics`` None: of any partition of the group)."""
+        group = self.rt.groups.get(group_id)
+        if group is None or not group.pending_txn_offsets:
+            return
+        pending = {
+            tp: pid
+            for pid, offsets in group.pending_txn_offsets.items()
+            for tp in offsets
+            if topics is None or tp in asked
+        }
+        if pending:
+            raise UnstableOffsetCommit(
+                f"group {group_id!r}: offsets of {len(pending)} partitions were committed in "
+                "a transaction that has not ended yet; retry once it has",
+                group_id,
+                partitions=[
+                    {"topic": t, "partition": p, "producer_id": pid}
+                    for (t, p), pid in sorted(pending.items())
+                ],
+            )
 
     def fetch_offsets(
         self, group_id: str, topics: Sequence[str] | None = None

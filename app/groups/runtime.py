@@ -30,7 +30,11 @@ partition's groups are installed it calls ``on_loaded`` (the facade wires it to
 restore the members' sessions and forget offsets of topics deleted meanwhile).
 
 Concurrency: everything runs on the event loop, except the replay of a log, which
-runs in a worker thread on a dict of its own and is installed on the loop.
+runs in a worker thread on a dict of its own and is installed on the loop. The replay
+in the thread stops at the end the log had when it began; whatever the leader appended
+since (the transaction coordinator's markers: they do not wait for the load) is
+replayed on the loop right before the groups are installed, with no await between, so
+the cache installed is the replay of the whole log (:meth:`_install_partition`).
 Placement (:mod:`app.groups.placement`) hides one broker versus a cluster.
 """
 
@@ -38,6 +42,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from app.common.batch import (
@@ -88,7 +93,18 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class CoordinatorRuntime(InternalTopicRuntime[dict[str, Group]]):
+@dataclass(slots=True)
+class ReplayedPartition:
+    """What a worker thread replayed of one ``__consumer_offsets`` partition: its groups,
+    as the log says up to ``end`` (exclusive), and the log, for the tail the leader
+    appended after ``end`` (:meth:`CoordinatorRuntime._install_partition`)."""
+
+    groups: dict[str, Group]
+    log: Log
+    end: int
+
+
+class CoordinatorRuntime(InternalTopicRuntime[ReplayedPartition]):
     """The group cache, the offsets partitions it comes from, and the writes to them.
 
     Partition states, loading on leadership and routing: :mod:`app.groups.internal_topic`."""
@@ -132,9 +148,17 @@ class CoordinatorRuntime(InternalTopicRuntime[dict[str, Group]]):
         self.groups = self._finish_load(groups)
         log.info("loaded %d groups from %s", len(self.groups), OFFSETS_TOPIC)
 
-    def _replay_log(self, groups: dict[str, Group], partition: int, part_log: Log) -> None:
-        """Replay one partition's log into ``groups`` (blocking: run in a worker thread)."""
-        for buf, offset in read_chunks(part_log):
+    def _replay_log(
+        self,
+        groups: dict[str, Group],
+        partition: int,
+        part_log: Log,
+        start: int | None = None,
+        end: int | None = None,
+    ) -> None:
+        """Replay one partition's log (from ``start`` to ``end``, default all of it) into
+        ``groups`` (blocking: run in a worker thread, or on the loop for a short tail)."""
+        for buf, offset in read_chunks(part_log, start, end):
             view = memoryview(buf)
             for pos, header in iter_headers(view):
                 if header.last_offset < offset:
@@ -180,18 +204,32 @@ class CoordinatorRuntime(InternalTopicRuntime[dict[str, Group]]):
 
     # -- cluster mode: leadership of offsets partitions --------------------------------------
 
-    def _reader(self, partition: int) -> Callable[[], dict[str, Group]]:
+    def _reader(self, partition: int) -> Callable[[], ReplayedPartition]:
         part_log = self.placement.offsets_log(partition)
 
-        def replay() -> dict[str, Group]:
+        def replay() -> ReplayedPartition:
             groups: dict[str, Group] = {}
-            self._replay_log(groups, partition, part_log)
-            return groups
+            end = part_log.log_end_offset
+            self._replay_log(groups, partition, part_log, end=end)
+            return ReplayedPartition(groups, part_log, end)
 
         return replay
 
-    def _install_partition(self, partition: int, loaded: dict[str, Group]) -> None:
-        groups = self._finish_load(loaded)
+    def _install_partition(self, partition: int, loaded: ReplayedPartition) -> None:
+        """Install the groups replayed in the worker thread, after replaying on the loop
+        what the leader appended to the log since that replay's end.
+
+        While the partition loads, the coordinator refuses its own writes, but the
+        transaction coordinator's COMMIT/ABORT markers are appended regardless (by
+        this broker as leader, and reported to :meth:`TxnOffsetStore.completed`, which
+        finds no group to complete yet): a marker landing after the thread's end would
+        otherwise be lost, leaving a committed transaction's offsets pending for good
+        (its records copied again by the next consumer) or an aborted one's applied by
+        the producer's next commit. Markers are appended on the loop, so nothing lands
+        between this catch-up and the install."""
+        if loaded.log.log_end_offset > loaded.end:
+            self._replay_log(loaded.groups, partition, loaded.log, start=loaded.end)
+        groups = self._finish_load(loaded.groups)
         for gid, group in groups.items():
             old = self.groups.get(gid)
             if old is not None:

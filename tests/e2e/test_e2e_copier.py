@@ -23,6 +23,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -35,6 +36,7 @@ from test_e2e_cluster_transactions import TXN_PARTITIONS, txn_cluster_env
 from test_e2e_restart import _read_all
 from test_e2e_transactions import committed_view
 
+from app.common.batch import TRANSACTIONAL_MASK, decode_records, iter_headers, read_control_marker
 from app.groups.hashing import partition_for
 
 COPIERS = sorted((Path(__file__).parent / "copier").glob("*_copier.py"))
@@ -150,21 +152,80 @@ def check_exactly_once(
     expected: dict[int, list[str]],
     committed: dict[int, int],
     seed: int,
+    explain: Callable[[], str] = lambda: "",
 ) -> None:
     """OUT holds IN's records once each, partition by partition in order, by the broker's
     read_committed read and by an independent reading of the raw batches; the group's
-    offsets are IN's end offsets."""
+    offsets are IN's end offsets. On a mismatch the message shows the batches holding
+    the doubled or missing records (producer ids, epochs, markers) and ``explain()``
+    (the copier's rewinds, the brokers' coordinator moves)."""
     for p, values in expected.items():
+        why = ""
         with client_of("out", p) as c:
             got = read_committed(c, "out", p)
             raw, _ = committed_view(c, "out", p)
-        assert len(got) == len(set(got)), (seed, p, "duplicates in the output")
-        assert got == values, (seed, p, len(got), len(values))
-        assert raw == values, (seed, p, "the raw batches disagree with read_committed")
+            if got != values or raw != values:
+                why = f"\n{output_batches(c, p, got, values)}\n{explain()}"
+        assert len(got) == len(set(got)), (seed, p, "duplicates in the output", why)
+        assert got == values, (seed, p, len(got), len(values), why)
+        assert raw == values, (seed, p, "the raw batches disagree with read_committed", why)
         with client_of("in", p) as c:
             end = c.get(f"/topics/in/partitions/{p}/offsets", params={"at": "latest"})
             assert end.status_code == 200, end.text
         assert committed[p] == end.json()["offset"], (seed, p, committed)
+
+
+def output_batches(client: httpx.Client, p: int, got: list[str], values: list[str]) -> str:
+    """For a failure: OUT-p's batches holding a doubled or missing value (offsets,
+    producer id and epoch, first and last value), and every marker of their producers."""
+    counts = Counter(got)
+    wanted = {v for v, n in counts.items() if n > 1} | (set(values) - set(got))
+    r = client.get(
+        f"/topics/out/partitions/{p}/records",
+        params={"offset": 0, "max_bytes": 1 << 24, "max_wait_ms": 0},
+        headers={"accept": "application/octet-stream"},
+    )
+    if r.status_code != 200:
+        return f"out-{p}: raw fetch {r.status_code}"
+    buf = r.content
+    lines, pids = [], set()
+    for pos, h in iter_headers(buf):
+        if h.is_control:
+            continue
+        vals = [(x.value or b"").decode() for x in decode_records(buf[pos : pos + h.size])]
+        if wanted & set(vals):
+            pids.add(h.producer_id)
+            txn = "txn" if h.attributes & TRANSACTIONAL_MASK else "plain"
+            lines.append(
+                f"  {h.base_offset}-{h.last_offset} {txn} pid {h.producer_id} epoch "
+                f"{h.producer_epoch} {vals[0]}..{vals[-1]}"
+            )
+    for pos, h in iter_headers(buf):
+        if h.is_control and h.producer_id in pids:
+            what = "COMMIT" if read_control_marker(buf, pos).commit else "ABORT"
+            lines.append(f"  {h.base_offset} {what} pid {h.producer_id} epoch {h.producer_epoch}")
+    doubled = sorted(v for v, n in counts.items() if n > 1)
+    missing = sorted(set(values) - set(got))
+    head = f"out-{p}: doubled {doubled[:40]} missing {missing[:40]}; batches:"
+    return "\n".join([head, *sorted(lines, key=lambda x: int(x.split()[0].split("-")[0]))])
+
+
+def run_report(copier: CopierProcess, broker_logs: dict[str, str]) -> str:
+    """For a failure: the copier's inits (the positions it rewound to) and errors, and the
+    brokers' coordinator moves and marker trouble."""
+    keep = ("init ", "error:", "abort failed", "produce ")
+    copier_lines = [
+        line
+        for line in copier.log_path.read_text(errors="replace").splitlines()
+        if line.startswith(keep) or line.startswith("---")
+    ]
+    out = ["copier:", *copier_lines[-120:]]
+    needles = ("coordinating", "marker", "prepared transactions", "aborting transaction")
+    for name, text in sorted(broker_logs.items()):
+        hits = [line for line in text.splitlines() if any(n in line for n in needles)]
+        if hits:
+            out += [f"{name}:", *hits[-60:]]
+    return "\n".join(out)
 
 
 def committed_offsets(client: httpx.Client) -> dict[int, int]:
@@ -284,7 +345,13 @@ def test_copier_exactly_once_under_kill_9(
     assert copier.kills >= 2 and broker.proc is not None, (seed, copier.kills)
     with broker.client() as c:
         committed = committed_offsets(c)
-    check_exactly_once(client_of, expected, committed, seed)
+    check_exactly_once(
+        client_of,
+        expected,
+        committed,
+        seed,
+        lambda: run_report(copier, {"broker.log": broker.log()}),
+    )
 
 
 @pytest.mark.slow
@@ -344,7 +411,9 @@ def test_copier_exactly_once_in_a_cluster_under_leader_kills(
         [kill_leader_of("__transaction_state", txn_partition), kill_leader_of("out", 0)],
     )
     committed = _committed_in_cluster(cluster)
-    check_exactly_once(client_of, expected, committed, seed)
+    check_exactly_once(
+        client_of, expected, committed, seed, lambda: run_report(copier, cluster.logs())
+    )
 
 
 def _produce_to_leaders(cluster: Cluster) -> dict[int, list[str]]:

@@ -56,7 +56,9 @@ _DESCRIPTIONS = {
     404: "GROUP_ID_NOT_FOUND, UNKNOWN_MEMBER_ID (rejoin with member_epoch 0) or "
     "UNKNOWN_TOPIC_OR_PARTITION.",
     409: "FENCED_MEMBER_EPOCH (rejoin with member_epoch 0), STALE_MEMBER_EPOCH (heartbeat, "
-    "then retry the commit), UNRELEASED_INSTANCE_ID, NON_EMPTY_GROUP.",
+    "then retry the commit), UNRELEASED_INSTANCE_ID, NON_EMPTY_GROUP; UNSTABLE_OFFSET_COMMIT "
+    "(retriable) for an offsets fetch with `require_stable=true` while a transaction's offsets "
+    "are pending.",
     421: "NOT_COORDINATOR (cluster mode, retriable): another broker coordinates the group; "
     "`coordinator` and `coordinator_url` name it (null while unknown: POST /coordinator "
     "again).",
@@ -238,19 +240,32 @@ async def commit_offsets(request: Request, group: GroupPath, body: OffsetCommitB
 
 
 @router.get(
-    "/groups/{group}/offsets", response_model=OffsetsResponse, responses=_errors(400, 421, 503)
+    "/groups/{group}/offsets",
+    response_model=OffsetsResponse,
+    responses=_errors(400, 409, 421, 503),
 )
 async def fetch_offsets(
     request: Request,
     group: GroupPath,
     topic: Annotated[list[str] | None, Query(description="Repeatable; default all.")] = None,
+    require_stable: Annotated[
+        bool,
+        Query(
+            description="KIP-447: refuse (409 UNSTABLE_OFFSET_COMMIT, retriable) while a "
+            "transaction that committed offsets of these partitions has not ended yet."
+        ),
+    ] = False,
 ) -> Response:
     """Fetch committed offsets (OffsetFetch)
 
     Every committed offset of the group, or, with `topic`, every partition of those topics
-    (`offset: -1` where nothing is committed). An unknown group answers an empty list.
+    (`offset: -1` where nothing is committed). An unknown group answers an empty list. Offsets
+    committed in a transaction count once it commits; with `require_stable=true` (a
+    transactional consumer's read, Kafka's requireStable) a partition with such offsets still
+    pending answers 409 UNSTABLE_OFFSET_COMMIT (retriable) rather than the offsets that
+    transaction is about to replace.
     """
-    found = await get_coordinator(request).fetch_committed_offsets(group, topic)
+    found = await get_coordinator(request).fetch_committed_offsets(group, topic, require_stable)
     return _offsets_answer(group, found)
 
 

@@ -59,6 +59,7 @@ from app.api.util import INT_MAX, LONG_MAX, JSONBytes
 from app.common.batch import stamp_producer
 from app.common.errors import (
     ClusterAuthorizationFailed,
+    InvalidRequest,
     TxnNotCoordinator,
 )
 from app.core.log.manager import MAX_TOPIC_NAME_LENGTH
@@ -418,6 +419,15 @@ async def produce_transactional(
     state: StateDep,
     producer_id: Annotated[int, Query(ge=0, le=LONG_MAX, description="From POST /producers.")],
     producer_epoch: Annotated[int, Query(ge=0, le=SHORT_MAX, description="From POST /producers.")],
+    base_sequence: Annotated[
+        int | None,
+        Query(
+            ge=0,
+            le=INT_MAX,
+            description="The batch's first sequence number (records of one partition only), "
+            "so that a retry is written once; default: the partition's next one.",
+        ),
+    ] = None,
 ) -> Response:
     """Produce JSON records inside the transaction
 
@@ -428,6 +438,14 @@ async def produce_transactional(
     once the transaction commits. The topic must exist. In a cluster send it to the partitions'
     leader (others answer 307/421 NOT_LEADER_OR_FOLLOWER naming it); when another broker
     coordinates the id, add the partitions there first (`POST /transactions/{id}/partitions`).
+
+    A retry of a request whose answer was lost (a timeout, a leader that died after its
+    followers had the records) is written again unless it names its sequence: with
+    `base_sequence` (the producer's sequence in that partition, counted by the caller from 0
+    at each epoch, one per record) the records of one partition are one idempotent batch, and
+    a retry with the same number is answered with the first write's offsets (Kafka's
+    idempotent producer); another number than the partition expects is 409
+    OUT_OF_ORDER_SEQUENCE_NUMBER, records of several partitions 400 INVALID_REQUEST.
     """
     body = await read_body(request, state.settings.max_request_bytes)
     req = parse_produce_body(body)
@@ -441,6 +459,7 @@ async def produce_transactional(
         producer_epoch,
         topic,
         req,
+        base_sequence=base_sequence,
     )
     return JSONBytes({"offsets": offsets})
 
@@ -454,12 +473,18 @@ async def produce_in_transaction(
     topic: str,
     req: ParsedProduce,
     partition: int | None = None,
+    *,
+    base_sequence: int | None = None,
 ) -> list[dict[str, int]]:
     """JSON records produced inside the transaction, for a caller that keeps no producer
     state (this route and a WebSocket produce message): the partitions they go to (all
     to ``partition`` if given) are added to the transaction, one transactional batch per
     partition is built with the producer's id, epoch and next sequence there, and all are
-    appended or none (acks=all). The records' ``{partition, offset, timestamp}``."""
+    appended or none (acks=all). The records' ``{partition, offset, timestamp}``.
+
+    ``base_sequence``: the caller numbers the batch (records of one partition only), so
+    the partition's idempotence check answers a retry with the first write's offsets
+    instead of writing it twice."""
     topology = state.topology
     n = topology.partition_count(topic)
     now_ms = int(time.time() * 1000)
@@ -472,6 +497,11 @@ async def produce_in_transaction(
         builders,
         lambda p: topology.leader_partition(topic, p).log.config.max_message_bytes,
     )
+    if base_sequence is not None and len(built) > 1:
+        raise InvalidRequest(
+            f"base_sequence numbers one batch, but the records go to {len(built)} partitions "
+            f"of {topic!r}: send each partition's records in a request of their own"
+        )
     if built:  # broker-side schema validation (app/api/schema_validation.py)
         sides = validation(topology.leader_partition(topic, min(built)).log.config)
         if any(sides):
@@ -495,11 +525,14 @@ async def produce_in_transaction(
             tc.check_produce(topic, p, producer_id, producer_epoch)
             replica = topology.leader_partition(topic, p)
             entry = replica.log.producer_state.producers.get(producer_id)
-            sequence = (
-                (entry.last_seq + 1) & _INT32_MAX
-                if entry is not None and entry.epoch == producer_epoch and entry.last_seq >= 0
-                else 0
-            )
+            if base_sequence is not None:
+                sequence = base_sequence
+            else:
+                sequence = (
+                    (entry.last_seq + 1) & _INT32_MAX
+                    if entry is not None and entry.epoch == producer_epoch and entry.last_seq >= 0
+                    else 0
+                )
             buf = bytearray(built[p])
             stamp_producer(buf, 0, producer_id, producer_epoch, sequence, transactional=True)
             work.append((replica, replica.leader_epoch, buf))

@@ -224,7 +224,12 @@ class ConsumerBase(ConsumerCore, Generic[G]):
         if not wanted:
             return {}
         found = yield GroupCall(
-            group.group_id, committed_call(group.group_id, (tp.topic for tp in wanted))
+            group.group_id,
+            # A read_committed consumer starts where the last ended transaction left the
+            # group, never before an open one's offsets (KIP-447's require_stable).
+            committed_call(
+                group.group_id, (tp.topic for tp in wanted), require_stable=self.read_committed
+            ),
         )
         return {tp: found.get(tp) for tp in wanted}
 

@@ -10,11 +10,15 @@ Loops until killed. Each round:
    yet: that fences its previous incarnation and aborts what it left open, so the
    group's committed offsets read next are the last committed transaction's;
 2. finds the group's coordinator (``POST /coordinator``) and reads the group's committed
-   positions there (``GET /groups/G/offsets``), then IN from them
+   positions there (``GET /groups/G/offsets`` with ``require_stable``: KIP-447's
+   UNSTABLE_OFFSET_COMMIT, retried, while a transaction's offsets are pending), then IN
+   from them
    with ``isolation_level=read_committed`` (keys and values as base64: bytes unchanged);
 3. in one transaction: adds the output partitions (AddPartitionsToTxn), produces each
-   record to the same partition number of OUT (JSON produce inside the transaction),
-   commits the group's new positions (AddOffsetsToTxn + TxnOffsetCommit), commits.
+   record to the same partition number of OUT (JSON produce inside the transaction, one
+   request per partition numbered with ``base_sequence``, so that a retry of a request
+   whose answer was lost is written once), commits the group's new positions
+   (AddOffsetsToTxn + TxnOffsetCommit), commits.
 
 On an error it aborts (or, fenced, initializes again), and rewinds to the committed
 positions: what a read_committed reader of OUT sees is each input record exactly once.
@@ -133,6 +137,9 @@ class Copier:
         self.max_batch = args.max_batch
         self.timeout_ms = args.transaction_timeout_ms
         self.producer: dict[str, int] | None = None
+        # The next sequence of this producer epoch in each output partition (0 at each
+        # epoch, one per record): a produce retried after a lost answer is deduplicated.
+        self.sequences: dict[int, int] = {}
         self.positions: dict[int, int] = {}
         self.copied = 0
 
@@ -150,6 +157,7 @@ class Copier:
         if r.status_code != 200:
             raise Failed(r, "init")
         self.producer = {k: r.json()[k] for k in ("producer_id", "producer_epoch")}
+        self.sequences = {}
         # FindCoordinator (in a cluster the first call creates __consumer_offsets).
         r = retried(
             lambda: self.brokers.call(("any",), "POST", "/coordinator", json={"key": self.group})
@@ -157,10 +165,15 @@ class Copier:
         if r.status_code != 200:
             raise Failed(r, "find coordinator")
         self.brokers.where[("group",)] = r.json()["url"]
-        # The previous incarnation's transaction is aborted: the committed offsets are stable.
+        # The previous incarnation's transaction is complete (committed or aborted) once
+        # InitProducerId answered; require_stable (KIP-447, as a transactional Kafka
+        # consumer) waits for any transaction's offsets still pending on the partitions.
         r = retried(
             lambda: self.brokers.call(
-                ("group",), "GET", f"/groups/{self.group}/offsets", params={"topic": self.input}
+                ("group",),
+                "GET",
+                f"/groups/{self.group}/offsets",
+                params={"topic": self.input, "require_stable": "true"},
             )
         )
         if r.status_code != 200:
@@ -239,17 +252,32 @@ class Copier:
                     {"key": x["key"], "value": x["value"], "partition": p} for x in records
                 ],
             }
-            r = retried(
-                lambda p=p, body=body: self.brokers.call(
+            params = {**self.producer, "base_sequence": self.sequences.get(p, 0)}
+            tries = [0]
+
+            def produce(
+                p: int = p, body: Any = body, params: Any = params, tries: list[int] = tries
+            ) -> httpx.Response:
+                tries[0] += 1
+                return self.brokers.call(
                     ("leader", self.output, p),
                     "POST",
                     f"/transactions/{tid}/topics/{self.output}/records",
-                    params=self.producer,
+                    params=params,
                     json=body,
                 )
-            )
+
+            r = retried(produce)
             if r.status_code != 200:
                 raise Failed(r, f"produce {self.output}-{p}")
+            if tries[0] > 1:  # for a failure's report: a retry the sequence deduplicates
+                offsets = [o["offset"] for o in r.json()["offsets"]]
+                print(
+                    f"produce {self.output}-{p} {params} tried {tries[0]} times: "
+                    f"offsets {offsets[0]}..{offsets[-1]}",
+                    flush=True,
+                )
+            self.sequences[p] = (params["base_sequence"] + len(records)) & 0x7FFFFFFF
         offsets = [
             {"topic": self.input, "partition": p, "offset": o}
             for p, o in sorted(after.items())

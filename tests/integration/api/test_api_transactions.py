@@ -312,3 +312,49 @@ def test_a_read_committed_groups_lag_and_reset_to_latest_count_to_the_lso(
         "/groups/g/offsets/reset", json={"topic": "in", "to": "latest", "isolation_level": "x"}
     )
     assert r.status_code == 400 and r.json()["error_code"] == "INVALID_REQUEST", r.text
+
+
+def test_a_retried_json_produce_with_its_sequence_is_written_once(client: TestClient) -> None:
+    """A client that retries a transactional JSON produce whose answer it lost (a timeout,
+    a leader that died after its followers had the records) names the batch's sequence:
+    the retry is answered with the first write's offsets, nothing written twice, so the
+    committed transaction holds each record once. A gap in the numbering, or records of
+    two partitions under one number, are refused."""
+    create_topic(client, "out", 2)
+    pid, epoch = init(client, "seq")
+    values = [f"r{i}" for i in range(3)]
+
+    def send(seq: int, vals: list[str], partition: int = 0) -> Any:
+        return client.post(
+            "/transactions/seq/topics/out/records",
+            params={"producer_id": pid, "producer_epoch": epoch, "base_sequence": seq},
+            json={
+                "value_format": "string",
+                "records": [{"value": v, "partition": partition} for v in vals],
+            },
+        )
+
+    first = send(0, values)
+    assert first.status_code == 200, first.text
+    again = send(0, values)  # the same request once more
+    assert again.status_code == 200, again.text
+
+    def offsets(r: Any) -> list[tuple[int, int]]:
+        return [(o["partition"], o["offset"]) for o in r.json()["offsets"]]
+
+    assert offsets(again) == offsets(first) == [(0, 0), (0, 1), (0, 2)]
+    r = send(5, ["gap"])
+    assert r.status_code == 409 and r.json()["error_code"] == "OUT_OF_ORDER_SEQUENCE_NUMBER"
+    r = client.post(
+        "/transactions/seq/topics/out/records",
+        params={"producer_id": pid, "producer_epoch": epoch, "base_sequence": 3},
+        json={
+            "value_format": "string",
+            "records": [{"value": "a", "partition": 0}, {"value": "b", "partition": 1}],
+        },
+    )
+    assert r.status_code == 400 and r.json()["error_code"] == "INVALID_REQUEST", r.text
+    r = send(3, ["next"])
+    assert r.status_code == 200, r.text
+    assert end(client, "seq", pid, epoch).status_code == 200
+    assert committed(client, "out") == [*values, "next"]

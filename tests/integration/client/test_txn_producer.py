@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -218,3 +219,41 @@ def test_an_acl_refusing_the_id_is_fatal(tmp_path: Path) -> None:
             p.begin_transaction()
             p.send("orders", b"by-root")
             p.commit_transaction()
+
+
+def test_a_read_committed_consumer_waits_for_the_offsets_of_an_open_transaction(
+    broker: LiveBroker,
+) -> None:
+    """KIP-447: a read_committed member asks for stable offsets, so while a transaction
+    that committed offsets of its partition is open it waits (UNSTABLE_OFFSET_COMMIT,
+    asked again) and gets the transaction's offsets once it commits, never the ones they
+    replace; a read_uncommitted member is answered at once with what is committed."""
+    source, sink = fresh(broker, 1), fresh(broker, 1)
+    group = f"{source}-g"
+    tp = TopicPartition(source, 0)
+    answers: list[tuple[dict[TopicPartition, int | None], float]] = []
+    with Producer(broker.url, transactional_id=f"{sink}-tx", linger_ms=1) as p:
+        p.init_transactions()
+        p.begin_transaction()
+        p.send(sink, b"a", partition=0)
+        p.send_offsets_to_transaction({tp: 7}, group)
+        with Consumer(broker.url) as plain:
+            plain.subscribe([source], group_id=group, enable_auto_commit=False)
+            assert plain.committed([tp]) == {tp: None}
+
+        def stable() -> None:
+            with Consumer(broker.url, isolation_level="read_committed") as c:
+                c.subscribe([source], group_id=group, enable_auto_commit=False)
+                found = c.committed([tp])
+                answers.append((found, time.monotonic()))
+
+        waiter = threading.Thread(target=stable)
+        waiter.start()
+        waiter.join(1.0)
+        assert waiter.is_alive() and not answers, "answered while the transaction is open"
+        committed_at = time.monotonic()
+        p.commit_transaction()
+        waiter.join(20)
+    assert len(answers) == 1
+    found, at = answers[0]
+    assert found == {tp: 7} and at > committed_at

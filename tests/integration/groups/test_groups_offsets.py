@@ -295,3 +295,48 @@ def test_deleting_a_topic_deletes_its_committed_offsets(tmp_path: Path) -> None:
         for group in ("g", "h"):
             assert committed(client, group, "tz") == {0: -1, 1: -1, 2: -1}
             assert committed(client, group, "other") == {0: 0}
+
+
+def test_require_stable_waits_for_the_transaction_that_committed_offsets(
+    gclient: TestClient,
+) -> None:
+    """KIP-447: offsets committed in an open transaction are not visible, and a fetch with
+    ``require_stable`` answers UNSTABLE_OFFSET_COMMIT (retriable) for their partitions until
+    the transaction ends; partitions it did not touch are stable meanwhile."""
+    create_topic(gclient, "t", 2)
+    create_topic(gclient, "other", 1)
+    r = admin_commit(gclient, "g", [{"topic": "t", "partition": 1, "offset": 4}])
+    assert r.status_code == 200, r.text
+    r = gclient.post("/producers", json={"transactional_id": "tid"})
+    assert r.status_code == 200, r.text
+    producer = {k: r.json()[k] for k in ("producer_id", "producer_epoch")}
+
+    def stable(topic: str = "t") -> Any:
+        return gclient.get("/groups/g/offsets", params={"topic": topic, "require_stable": True})
+
+    for outcome, offset in (("abort", 7), ("commit", 9)):
+        r = gclient.post("/transactions/tid/groups", json={**producer, "group_id": "g"})
+        assert r.status_code == 200, r.text
+        r = gclient.post(
+            "/transactions/tid/offsets",
+            json={
+                **producer,
+                "group_id": "g",
+                "offsets": [{"topic": "t", "partition": 0, "offset": offset}],
+            },
+        )
+        assert r.status_code == 200, r.text
+        assert committed(gclient, "g", "t") == {0: -1, 1: 4}  # not before the commit
+        r = stable()
+        assert r.status_code == 409 and r.json()["error_code"] == "UNSTABLE_OFFSET_COMMIT", r.text
+        assert r.json()["retriable"] is True
+        assert r.json()["partitions"] == [
+            {"topic": "t", "partition": 0, "producer_id": producer["producer_id"]}
+        ]
+        assert stable("other").status_code == 200  # no transaction touched its offsets
+        r = gclient.post(f"/transactions/tid/{outcome}", json=producer)
+        assert r.status_code == 200, r.text
+        r = stable()
+        assert r.status_code == 200, r.text
+        want = {0: -1, 1: 4} if outcome == "abort" else {0: 9, 1: 4}
+        assert {o["partition"]: o["offset"] for o in r.json()["offsets"]} == want

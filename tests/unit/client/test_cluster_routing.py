@@ -517,3 +517,47 @@ def test_offset_not_available_answers_are_raised_as_their_retriable_class() -> N
     raised = error_from_body(503, body)
     assert isinstance(raised, OffsetNotAvailable) and is_retriable(raised)
     assert may_pass(raised)
+
+
+# ---- offsets not stable yet (UNSTABLE_OFFSET_COMMIT, KIP-447) --------------------------
+
+
+def test_unstable_offsets_are_asked_again_at_the_coordinator(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A read_committed consumer's offsets fetch (``require_stable``) answered
+    UNSTABLE_OFFSET_COMMIT is asked again at the same coordinator after a growing pause,
+    until the transaction that committed offsets has ended; a read_uncommitted one's
+    fetch does not ask for stable offsets."""
+    from app.client.group import committed_call
+
+    assert "require_stable" not in committed_call("g", ["t"]).path
+    clock = [100.0]
+    monkeypatch.setattr(_cluster.time, "monotonic", lambda: clock[0])
+    cluster = Cluster(A)
+    cluster.set_coordinator("g", B)
+    call = committed_call("g", ["t"], require_stable=True)
+    assert call.path == "/groups/g/offsets?topic=t&require_stable=true"
+    unstable = error_from_body(
+        409,
+        orjson.dumps(
+            {"error_code": "UNSTABLE_OFFSET_COMMIT", "message": "open", "retriable": True}
+        ),
+    )
+    assert is_retriable(unstable)
+    route = _cluster.group_route(cluster, "g", call, 0.1)
+    op = next(route)
+    pauses = []
+    for _ in range(3):
+        assert isinstance(op, _cluster._Send) and op.url == B
+        op = route.throw(unstable)
+        assert isinstance(op, _cluster._Sleep)
+        pauses.append(op.seconds)
+        clock[0] += op.seconds
+        op = route.send(None)
+    assert isinstance(op, _cluster._Send) and op.url == B
+    answer = {"offsets": [{"topic": "t", "partition": 0, "offset": 7}]}
+    with pytest.raises(StopIteration) as done:
+        route.send(answer)
+    assert done.value.value == answer
+    assert pauses == pytest.approx([0.1, 0.2, 0.4])
