@@ -24,7 +24,12 @@ from kio.serial import entity_writer
 from kio.static.primitive import i32
 
 from app.common.errors import InvalidRequest, LogbusError
-from app.common.group_errors import CoordinatorNotAvailable, GroupIdNotFound, MemberIdRequired
+from app.common.group_errors import (
+    CoordinatorNotAvailable,
+    GroupIdNotFound,
+    MemberIdRequired,
+    UnstableOffsetCommit,
+)
 from app.groups.classic import JoinRequest
 from app.groups.offsets import OffsetCommit
 from app.kafka import authorize
@@ -163,16 +168,26 @@ async def offset_commit(ctx: Context, body: Any, version: int) -> Any:
 
 async def offset_fetch(ctx: Context, body: Any, version: int) -> Any:
     """Committed offsets from the one store (HTTP's ``GET /groups/{g}/offsets``); -1 where
-    nothing is committed, every committed partition when ``topics`` is null."""
+    nothing is committed, every committed partition when ``topics`` is null. With
+    ``require_stable`` (v7, KIP-447; librdkafka sets it for read_committed consumers) a
+    partition whose offsets an open transaction committed answers UNSTABLE_OFFSET_COMMIT
+    (retriable: the client asks again) instead of an offset, as Kafka does."""
     m = response_module(OFFSET_FETCH, version)
     wanted = (
         None if body.topics is None else {t.name: set(t.partition_indexes) for t in body.topics}
     )
+    topics = None if wanted is None else list(wanted)
+    unstable: set[tuple[str, int]] = set()
     try:
         authorize.check(ctx, authorize.DESCRIBE, authorize.GROUP, body.group_id)
-        found = await group_coordinator(ctx).fetch_committed_offsets(
-            body.group_id, None if wanted is None else list(wanted)
-        )
+        coordinator = group_coordinator(ctx)
+        try:
+            found = await coordinator.fetch_committed_offsets(
+                body.group_id, topics, bool(getattr(body, "require_stable", False))
+            )
+        except UnstableOffsetCommit as exc:
+            unstable = {(p["topic"], p["partition"]) for p in exc.fields()["partitions"]}
+            found = await coordinator.fetch_committed_offsets(body.group_id, topics)
         code = ErrorCode.none
     except LogbusError as exc:
         found, code = [], error_code(exc)
@@ -201,25 +216,33 @@ async def offset_fetch(ctx: Context, body: Any, version: int) -> Any:
                 m.OffsetFetchResponseTopic,
                 name=topic,
                 partitions=tuple(
-                    build(
-                        m.OffsetFetchResponsePartition,
-                        partition_index=p,
-                        committed_offset=-1 if c is None or topic in denied else c.offset,
-                        committed_leader_epoch=(
-                            -1 if c is None or topic in denied else c.leader_epoch
-                        ),
-                        metadata="" if c is None or topic in denied else c.metadata,
-                        error_code=(
-                            ErrorCode.topic_authorization_failed
-                            if topic in denied
-                            else ErrorCode.none
-                        ),
-                    )
+                    _offset_partition(m, topic, p, c, topic in denied, (topic, p) in unstable)
                     for p, c in sorted(parts.items())
                 ),
             )
             for topic, parts in sorted(by_topic.items())
         ),
+    )
+
+
+def _offset_partition(
+    m: Any, topic: str, partition: int, c: Any, denied: bool, unstable: bool
+) -> Any:
+    """One partition of an OffsetFetch answer: its offset, or -1 with the reason."""
+    hidden = c is None or denied or unstable
+    if denied:
+        code = ErrorCode.topic_authorization_failed
+    elif unstable:
+        code = ErrorCode.unstable_offset_commit
+    else:
+        code = ErrorCode.none
+    return build(
+        m.OffsetFetchResponsePartition,
+        partition_index=partition,
+        committed_offset=-1 if hidden else c.offset,
+        committed_leader_epoch=-1 if hidden else c.leader_epoch,
+        metadata="" if hidden else c.metadata,
+        error_code=code,
     )
 
 

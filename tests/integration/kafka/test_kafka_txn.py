@@ -315,3 +315,51 @@ def test_transaction_apis_answer_kafkas_error_codes(
         EndTxnResponseV1,
     )
     assert old.error_code == ErrorCode.invalid_producer_epoch
+
+
+def test_offset_fetch_require_stable_waits_for_an_open_transaction(
+    kafka_broker: KafkaBroker,
+) -> None:
+    """KIP-447: while a transaction that committed a group's offsets is open, OffsetFetch
+    v7 with require_stable answers UNSTABLE_OFFSET_COMMIT for those partitions (others
+    as usual); without it, the last stable offsets; after the commit, the new ones."""
+    from kio.schema.offset_fetch.v7.request import (
+        OffsetFetchRequest,
+        OffsetFetchRequestTopic,
+    )
+    from kio.schema.offset_fetch.v7.response import OffsetFetchResponse
+
+    source, group = _name("stable-in"), _name("stable-group")
+    _create(kafka_broker, source, 2)
+    reader = Consumer({"bootstrap.servers": kafka_broker.bootstrap, "group.id": group})
+    producer = _txn_producer(kafka_broker, _name("tid-stable"))
+
+    def fetch(require_stable: bool) -> dict[int, tuple[int, ErrorCode]]:
+        answer = kio_call(
+            kafka_broker,
+            OffsetFetchRequest(
+                group_id=group,
+                topics=(OffsetFetchRequestTopic(name=source, partition_indexes=(0, 1)),),  # type: ignore[arg-type]
+                require_stable=require_stable,
+            ),
+            OffsetFetchResponse,
+        )
+        assert answer.error_code == ErrorCode.none
+        (topic,) = answer.topics
+        return {p.partition_index: (p.committed_offset, p.error_code) for p in topic.partitions}
+
+    try:
+        producer.begin_transaction()
+        producer.send_offsets_to_transaction(
+            [TopicPartition(source, 0, 7)], reader.consumer_group_metadata(), 30
+        )
+        # The offsets are pending in the open transaction (TxnOffsetCommit answered).
+        assert fetch(require_stable=True) == {
+            0: (-1, ErrorCode.unstable_offset_commit),
+            1: (-1, ErrorCode.none),
+        }
+        assert fetch(require_stable=False) == {0: (-1, ErrorCode.none), 1: (-1, ErrorCode.none)}
+        producer.commit_transaction(30)
+    finally:
+        reader.close()
+    assert fetch(require_stable=True) == {0: (7, ErrorCode.none), 1: (-1, ErrorCode.none)}
