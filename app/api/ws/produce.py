@@ -8,7 +8,8 @@ semantics (placement, formats, auto-create, all-or-nothing) are the same. A mess
 with ``transactional_id``, ``producer_id`` and ``producer_epoch`` writes inside that
 transaction through the HTTP transactional JSON produce
 (:func:`~app.api.routers.transactions.produce_in_transaction`: the topic must exist,
-acks=all).
+acks=all; ``base_sequence`` numbers the batch so a message resent after a lost ack is
+written once).
 
 Requests on one socket are applied one at a time in the order sent, so
 answers come back in that order and a partition keeps the socket's order.
@@ -126,7 +127,13 @@ async def _serve_requests(ws: WebSocket, state: AppState, idle: common.IdleTimer
                 # (app/txn/permits.py), not for this socket's task, which lasts as long
                 # as the socket.
                 offsets = await produce_in_transaction(
-                    state, get_txn_coordinator(ws), *txn, msg.topic, req, msg.partition
+                    state,
+                    get_txn_coordinator(ws),
+                    *txn,
+                    msg.topic,
+                    req,
+                    msg.partition,
+                    base_sequence=msg.base_sequence,
                 )
             await send_text(
                 ws, orjson.dumps({"type": "ack", "id": rid, "offsets": offsets}).decode()

@@ -180,7 +180,9 @@ class Produce(_Message):
     """A produce request; each record is checked by the HTTP produce parser. With
     ``transactional_id``, ``producer_id`` and ``producer_epoch`` (all three, from
     ``POST /producers``) the records are written inside that transaction, as
-    ``POST /transactions/{id}/topics/{topic}/records`` writes them."""
+    ``POST /transactions/{id}/topics/{topic}/records`` writes them, ``base_sequence``
+    too (a resent message with the same number is answered with the first write's
+    offsets)."""
 
     type: Literal["produce"] = "produce"
     id: str | int | None = None
@@ -203,11 +205,16 @@ class Produce(_Message):
     transactional_id: Annotated[str, Field(min_length=1, max_length=255)] | None = None
     producer_id: Offset | None = None
     producer_epoch: Annotated[int, Field(ge=0, le=SHORT_MAX)] | None = None
+    # In a transaction: the batch's first sequence number (records of one partition), so a
+    # message resent after a lost ack is written once (the HTTP route's base_sequence).
+    base_sequence: Annotated[int, Field(ge=0, le=INT_MAX)] | None = None
 
     def transaction(self) -> tuple[str, int, int] | None:
         """(transactional id, producer id, epoch), or None outside a transaction."""
         given = (self.transactional_id, self.producer_id, self.producer_epoch)
         if given == (None, None, None):
+            if self.base_sequence is not None:
+                raise InvalidRequest("base_sequence numbers a batch inside a transaction only")
             return None
         tid, pid, epoch = given
         if tid is None or pid is None or epoch is None:

@@ -70,3 +70,43 @@ def test_ws_produce_in_a_transaction(broker: LiveBroker) -> None:
         assert values(broker, "wtx", "read_committed") == ["a", "b", "plain"]
 
     asyncio.run(main())
+
+
+def test_a_resent_ws_message_with_its_sequence_is_written_once(broker: LiveBroker) -> None:
+    # A client that lost an ack (its socket dropped, a leader died) resends the message:
+    # with base_sequence the transaction holds it once, answered with the first offsets.
+    broker.create_topic("wtx-seq")
+    with broker.http() as h:
+        r = h.post("/producers", json={"transactional_id": "ws-tx-seq"})
+        assert r.status_code == 200, r.text
+        pid, epoch = r.json()["producer_id"], r.json()["producer_epoch"]
+    txn = {"transactional_id": "ws-tx-seq", "producer_id": pid, "producer_epoch": epoch}
+
+    async def produce(ws: Any, rid: int, records: list[Any], **extra: Any) -> Any:
+        message = {"id": rid, "topic": "wtx-seq", "partition": 0, "records": records}
+        await send(ws, {**message, **txn, **extra})
+        return await recv(ws)
+
+    async def main() -> None:
+        async with connect(broker.ws_url("/ws/produce")) as ws:
+            first = await produce(ws, 1, [{"value": "a"}, {"value": "b"}], base_sequence=0)
+            assert first["type"] == "ack", first
+        async with connect(broker.ws_url("/ws/produce")) as ws:  # a new socket resends
+            again = await produce(ws, 1, [{"value": "a"}, {"value": "b"}], base_sequence=0)
+            assert again["type"] == "ack", again
+            assert [o["offset"] for o in again["offsets"]] == [
+                o["offset"] for o in first["offsets"]
+            ]
+            gap = await produce(ws, 2, [{"value": "c"}], base_sequence=5)
+            assert gap["error_code"] == "OUT_OF_ORDER_SEQUENCE_NUMBER", gap
+            # Outside a transaction there is no batch to number: refused, nothing written.
+            await send(
+                ws, {"id": 3, "topic": "wtx-seq", "records": [{"value": "x"}], "base_sequence": 0}
+            )
+            refused = await recv(ws)
+            assert refused["error_code"] == "INVALID_REQUEST", refused
+            assert "inside a transaction only" in refused["message"], refused
+        end(broker, "ws-tx-seq", pid, epoch, "commit")
+        assert values(broker, "wtx-seq", "read_committed") == ["a", "b"]
+
+    asyncio.run(main())
