@@ -810,7 +810,9 @@ def test_websocket_closes_when_its_token_expires(tmp_path: Path, keys: Keys, who
         jwt_clock_skew_s=0,
     )
     with TestClient(create_app(settings), raise_server_exceptions=False) as c:
-        token = keys.token("alice", exp_in=2)
+        # exp is whole seconds: 2 s left as little as 1, which a loaded host spent opening
+        # the socket (the first frame was the close); 4 leaves the ping at least 3.
+        token = keys.token("alice", exp_in=4)
         headers = {"Authorization": f"Bearer {token}"}
         with c.websocket_connect("/ws/produce", headers=headers) as ws:
             ws.send_json({"type": "ping", "id": 1})
