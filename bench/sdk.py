@@ -71,10 +71,10 @@ def produce_send(url: str, topic: str, records: int) -> float:
     """Records/s with one ``send`` per record."""
     with Producer(url, acks=1) as producer:
         producer.send(topic, VALUE).result(timeout=30)  # metadata and connections are warm
-        send = producer.send
+        send, value = producer.send, VALUE  # locals: the loop measures send, not lookups
         start = time.perf_counter()
         for _ in range(records):
-            send(topic, VALUE)
+            send(topic, value)
         producer.flush()
         return records / (time.perf_counter() - start)
 
@@ -100,10 +100,12 @@ def produce_send_keyed_callback(
     )
     with Producer(url, acks=1) as producer:
         producer.send(topic, VALUE).result(timeout=30)
-        send = producer.send
+        # Locals, as perf produce's own loop: the two module-global look-ups a record this
+        # loop paid were part of why perf measured faster than send (1.11-1.12x).
+        send, value, nkeys = producer.send, VALUE, KEYS
         start = time.perf_counter()
         for i in range(records):
-            send(topic, VALUE, key=keys[i % KEYS], on_delivery=on_delivery)
+            send(topic, value, key=keys[i % nkeys], on_delivery=on_delivery)
         producer.flush()
         rate = records / (time.perf_counter() - start)
     if recorder:
