@@ -75,7 +75,12 @@ from app.core.security.acl import (
     Resource,
     ResourceType,
 )
-from app.core.security.authn import BasicAuthenticator, Identity, JwtAuthenticator
+from app.core.security.authn import (
+    BasicAuthenticator,
+    Identity,
+    JwtAuthenticator,
+    jwt_authenticator,
+)
 from app.core.security.store import ACLS_FILE, AclStore, FileAclStore
 from app.core.security.users import USERS_FILE
 
@@ -240,15 +245,7 @@ def build(settings: Settings) -> Security | None:
         basic = BasicAuthenticator(settings.users_file or settings.data_dir / USERS_FILE)
     jwt = None
     if "jwt" in mechanisms:
-        jwt = JwtAuthenticator(
-            settings.jwt_jwks_file,
-            settings.jwt_jwks_url,
-            settings.jwt_issuer,
-            settings.jwt_audience,
-            settings.jwt_principal_claim,
-            settings.jwt_algorithms.split(","),
-            settings.jwt_clock_skew_s,
-        )
+        jwt = jwt_authenticator(settings)
     authorizer: Authorizer | None = None
     store: AclStore | None = None
     if settings.authorizer == "acl":

@@ -30,7 +30,12 @@ import ssl
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from app.core.security.authn import BasicAuthenticator, Identity, JwtAuthenticator
+from app.core.security.authn import (
+    BasicAuthenticator,
+    Identity,
+    JwtAuthenticator,
+    jwt_authenticator,
+)
 from app.core.security.sasl import OAUTHBEARER, PLAIN, ScramExchange
 from app.core.security.users import USERS_FILE
 
@@ -156,15 +161,7 @@ def build(settings: Settings, guard: Security | None) -> KafkaSecurity | None:
         if guard is not None and guard.jwt is not None:
             jwt = guard.jwt
         else:
-            jwt = JwtAuthenticator(
-                settings.jwt_jwks_file,
-                settings.jwt_jwks_url,
-                settings.jwt_issuer,
-                settings.jwt_audience,
-                settings.jwt_principal_claim,
-                settings.jwt_algorithms.split(","),
-                settings.jwt_clock_skew_s,
-            )
+            jwt = jwt_authenticator(settings)
     context = server_context(settings) if protocol in TLS_PROTOCOLS else None
     log.info(
         "kafka listener security: %s%s%s",

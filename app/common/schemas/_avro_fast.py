@@ -47,6 +47,18 @@ class _Unsupported(Exception):
     pass
 
 
+def _kind_of(schema: Any) -> Any:
+    """A schema object's ``type``; ``_Unsupported`` for what neither the generated encoder
+    nor the C one handles (a logical type other than those an int or long carries)."""
+    if not isinstance(schema, dict):
+        raise _Unsupported(repr(schema))
+    kind = schema.get("type")
+    logical = schema.get("logicalType")
+    if logical is not None and not (logical in _INT_LOGICAL and kind in ("int", "long")):
+        raise _Unsupported(f"logical type {logical}")
+    return kind
+
+
 _INT_LOGICAL = frozenset(
     (
         "date",
@@ -107,12 +119,7 @@ class _Gen:
         if isinstance(schema, list):
             self.union(schema, value, depth, nesting)
             return
-        if not isinstance(schema, dict):
-            raise _Unsupported(repr(schema))
-        kind = schema.get("type")
-        logical = schema.get("logicalType")
-        if logical is not None and not (logical in _INT_LOGICAL and kind in ("int", "long")):
-            raise _Unsupported(f"logical type {logical}")
+        kind = _kind_of(schema)
         e = self.emit
         if kind == "null":
             e(depth, f"if {value} is not None: raise Fallback")
@@ -307,12 +314,7 @@ def native_program(schema: Any, named: dict[str, Any]) -> list[ProgramNode] | No
             at = reserve()
             nodes[at] = ("union", nulls[0], node(schema[1 - nulls[0]], nesting + 1))
             return at
-        if not isinstance(schema, dict):
-            raise _Unsupported(repr(schema))
-        kind = schema.get("type")
-        logical = schema.get("logicalType")
-        if logical is not None and not (logical in _INT_LOGICAL and kind in ("int", "long")):
-            raise _Unsupported(f"logical type {logical}")
+        kind = _kind_of(schema)
         if kind in _NATIVE_PRIMITIVES:
             nodes.append((kind,))
             return len(nodes) - 1

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -234,6 +234,40 @@ class JwtAuthenticator:
             self._cache.clear()
         self._cache[token] = identity
         return identity
+
+
+class JwtSettings(Protocol):
+    """The ``jwt_*`` settings a :class:`JwtAuthenticator` is built from (the broker's
+    ``Settings`` has them; the core does not import it)."""
+
+    @property
+    def jwt_jwks_file(self) -> Path | None: ...
+    @property
+    def jwt_jwks_url(self) -> str | None: ...
+    @property
+    def jwt_issuer(self) -> str | None: ...
+    @property
+    def jwt_audience(self) -> str | None: ...
+    @property
+    def jwt_principal_claim(self) -> str: ...
+    @property
+    def jwt_algorithms(self) -> str: ...
+    @property
+    def jwt_clock_skew_s(self) -> float: ...
+
+
+def jwt_authenticator(settings: JwtSettings) -> JwtAuthenticator:
+    """The bearer-token check of HTTP's ``Authorization: Bearer`` and the Kafka door's
+    OAUTHBEARER, from the same settings."""
+    return JwtAuthenticator(
+        settings.jwt_jwks_file,
+        settings.jwt_jwks_url,
+        settings.jwt_issuer,
+        settings.jwt_audience,
+        settings.jwt_principal_claim,
+        settings.jwt_algorithms.split(","),
+        settings.jwt_clock_skew_s,
+    )
 
 
 def _why(exc: Exception) -> str:
