@@ -231,8 +231,12 @@ def test_websocket_subscribers_that_never_read_cost_bounded_memory(budgeted: Bro
     print(
         f"400 never-reading subscribers: baseline {baseline:.0f} MB, during {during:.0f} MB, after {after:.0f} MB"
     )
-    # Unbudgeted: a ~0.6 MB JSON frame buffered per subscriber, 240 MB for 400.
-    assert during - baseline < BUDGET / MIB + 40, (baseline, during)
+    # Unbudgeted: a ~0.6 MB JSON frame buffered per subscriber, 240 MB for 400. Budgeted:
+    # the budget plus what 400 open sockets cost besides their frames, measured at +83 to
+    # +112 MB over a 94 MB baseline (session 9, main's code and after, alone and under
+    # the suite): 40 MB of that allowance failed the test at +112 once; 60 still sits
+    # far below the unbudgeted 240.
+    assert during - baseline < BUDGET / MIB + 60, (baseline, during)
     assert after - baseline < BUDGET / MIB, (baseline, after)
     reads_back(budgeted, "loaded", count)
 
