@@ -242,8 +242,11 @@ def test_websocket_subscribers_that_never_read_cost_bounded_memory(budgeted: Bro
 
 
 CROWD = 1000
-CYCLES = 3
-# Cycle to cycle, RSS after leaving varies by a few MB (measured +-5 MB over 4 cycles).
+CYCLES = 4
+# Cycle to cycle, RSS after leaving varies by a few MB (measured +-5 MB over 4 cycles) once
+# the first crowd has grown the allocator's arenas to their working size: the first
+# cycle's "after" is sometimes ~20 MB under the rest (112, 132, 132 MB against 131, 132,
+# 132 in most runs, session 9, main's code too), so growth is counted from the second.
 GROWTH_MB = 16
 # What a crowd leaves after it left: measured +48 to +50 MB for 1,000 (CPython arenas
 # keeping ~40 KB of per-connection objects' worth each), the same every cycle. Before the
@@ -257,7 +260,8 @@ def test_subscriber_crowds_coming_and_going_leave_no_growth(budgeted: Broker) ->
     """Issue #12's "after each reproducer, its memory returns near the baseline", repeated:
     a crowd of 1,000 never-reading subscribers connects and leaves, CYCLES times, against
     one broker. A leak grows cycle after cycle; allocator retention does not. After the
-    last cycle RSS is within a few MB of after the first (no growth) and near the baseline
+    last cycle RSS is within a few MB of after the second (no growth; the first grows the
+    allocator's arenas to their working size) and, every cycle, near the baseline
     (what the crowd's buffers left is handed back: app/api/memory.py's trim on closes);
     the broker serves between cycles, and every acknowledged record reads back."""
     count = load(budgeted, "loaded", 16)
@@ -273,6 +277,6 @@ def test_subscriber_crowds_coming_and_going_leave_no_growth(budgeted: Broker) ->
         + ", ".join(f"during {d:.0f} after {a:.0f}" for d, a in figures)
     )
     afters = [after for _, after in figures]
-    assert afters[-1] - afters[0] < GROWTH_MB, (baseline, figures)
+    assert afters[-1] - afters[1] < GROWTH_MB, (baseline, figures)
     assert max(afters) - baseline < NEAR_BASELINE_MB, (baseline, figures)
     reads_back(budgeted, "loaded", count)
