@@ -162,15 +162,9 @@ def _http_edge(quick: bool) -> dict[str, Any]:
 def _http_produce(quick: bool) -> dict[str, Any]:
     """The bulk HTTP produce (1,000-record JSON requests, 1 MiB binary batches) with its own
     Redis baseline measured in the same run (``--only http_produce``)."""
-    from bench import http_produce, redis_baseline
+    from bench import http_produce
 
-    runs = 1 if quick else 3
-    baseline = redis_baseline.run(runs=runs)
-    common.warm_memory()
-    with common.broker() as url:
-        result = http_produce.run(url, runs=runs)
-    result["redis_baseline"] = baseline
-    return result
+    return _beside_redis(quick, http_produce.run)
 
 
 def _fetch(quick: bool) -> dict[str, Any]:
@@ -182,13 +176,21 @@ def _fetch(quick: bool) -> dict[str, Any]:
 
 def _sdk(quick: bool) -> dict[str, Any]:
     """The SDK section with its own Redis baseline measured in the same run (``--only sdk``)."""
-    from bench import redis_baseline, sdk
+    from bench import sdk
+
+    return _beside_redis(quick, sdk.run)
+
+
+def _beside_redis(quick: bool, run: Callable[..., dict[str, Any]]) -> dict[str, Any]:
+    """``run(url, runs=...)`` against a fresh broker, after the Redis baseline of the same
+    run, which the result carries as ``redis_baseline`` (a section rerun alone)."""
+    from bench import redis_baseline
 
     runs = 1 if quick else 3
     baseline = redis_baseline.run(runs=runs)
     common.warm_memory()
     with common.broker() as url:
-        result = sdk.run(url, runs=runs)
+        result = run(url, runs=runs)
     result["redis_baseline"] = baseline
     return result
 

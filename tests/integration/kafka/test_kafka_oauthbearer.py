@@ -22,7 +22,7 @@ from typing import Any
 
 import jwt
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 from cryptography.hazmat.primitives.asymmetric import rsa
 from kafka_harness import KafkaBroker, start_broker, stop_broker
@@ -76,24 +76,10 @@ def conf(
 
 
 def test_librdkafka_writes_and_reads_with_a_token(broker: KafkaBroker) -> None:
+    from test_kafka_sasl import produce_and_consume
+
     topic = f"oauth-{uuid.uuid4().hex[:8]}"
-    root = conf(broker, token("root"))
-    producer = Producer({**root, "enable.idempotence": True, "acks": "all"})
-    for i in range(10):
-        producer.produce(topic, f"v{i}".encode())
-    assert producer.flush(30) == 0
-    consumer = Consumer({**root, "group.id": "unused", "enable.auto.commit": False})
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    got: list[bytes] = []
-    deadline = time.monotonic() + 30
-    try:
-        while len(got) < 10 and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is not None:
-                assert msg.error() is None, msg.error()
-                got.append(msg.value())
-    finally:
-        consumer.close()
+    got = produce_and_consume(conf(broker, token("root")), topic, 10)
     assert got == [f"v{i}".encode() for i in range(10)]
 
 
