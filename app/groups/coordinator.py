@@ -253,6 +253,9 @@ class GroupCoordinator:
     ) -> list[CommittedOffset]:
         return await self.offsets.fetch_committed_offsets(group_id, topics, require_stable)
 
+    def unstable_partitions(self, group_id: str) -> dict[TopicPartition, int]:
+        return self.offsets.unstable_partitions(group_id)
+
     def fetch_offsets(
         self, group_id: str, topics: Sequence[str] | None = None
     ) -> list[CommittedOffset]:

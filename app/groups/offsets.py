@@ -205,18 +205,23 @@ class OffsetStore:
         await self.rt.replicated(group_id, partition)
         return found
 
+    def unstable_partitions(self, group_id: str) -> dict[TopicPartition, int]:
+        """The partitions whose offsets an open transaction of ``group_id`` committed, each
+        with that transaction's producer id (KIP-447: their committed offsets are not
+        stable until the transaction ends)."""
+        group = self.rt.groups.get(group_id)
+        if group is None:
+            return {}
+        return {tp: pid for pid, offsets in group.pending_txn_offsets.items() for tp in offsets}
+
     def check_stable(
         self, group_id: str, asked: set[TopicPartition], topics: Sequence[str] | None
     ) -> None:
         """UNSTABLE_OFFSET_COMMIT when an open transaction committed offsets of a partition
         in ``asked`` (or, ``topics`` None: of any partition of the group)."""
-        group = self.rt.groups.get(group_id)
-        if group is None or not group.pending_txn_offsets:
-            return
         pending = {
             tp: pid
-            for pid, offsets in group.pending_txn_offsets.items()
-            for tp in offsets
+            for tp, pid in self.unstable_partitions(group_id).items()
             if topics is None or tp in asked
         }
         if pending:

@@ -28,6 +28,16 @@ that does not coordinate the group. Should the group's coordinator move away
 later, the socket gives up its partitions (an ``assignment`` frame revoking
 all), sends the NOT_COORDINATOR error frame and stops heartbeating: the client
 subscribes again at the coordinator named.
+
+A ``read_committed`` member starting from committed offsets does not start a
+partition whose offsets an open transaction committed (KIP-447's
+``require_stable``, as Kafka's read_committed consumers ask): the committed
+offset it would read is about to be replaced (commit) or confirmed (abort),
+and starting from it would hand out again what that transaction's consumer
+already processed. Such a partition is owned (the coordinator sees it
+acknowledged) but waits, retried every :data:`UNSTABLE_RETRY_S`, and appears
+in an ``assignment`` frame only once it starts; a revocation before that is
+silent (the client never saw it).
 """
 
 from __future__ import annotations
@@ -58,6 +68,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 TP = tuple[str, int]
+
+# How often a read_committed member retries partitions whose committed offsets an open
+# transaction holds (Kafka's consumer retries its OffsetFetch at retry.backoff.ms, 100).
+UNSTABLE_RETRY_S = 0.1
 StartMode = Literal["committed", "earliest", "latest"]
 
 
@@ -109,8 +123,14 @@ class GroupMember:
         self.member_id = ""
         self.member_epoch = JOIN_EPOCH
         self.owned: set[TP] = set()
+        # Owned but not started: their committed offsets wait for a transaction to end.
+        self._waiting: set[TP] = set()
         self.interval = coordinator.config.heartbeat_interval_ms / 1000
         self._due = asyncio.Event()
+        # A heartbeat is due at once (the coordinator's poke or a revocation to ack), not
+        # only a retry of the waiting partitions.
+        self._poked = False
+        self._heartbeat_at = 0.0
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
         # Set by leave() (and when the socket is found gone): no heartbeat after it.
@@ -126,7 +146,8 @@ class GroupMember:
         answer = await self.coordinator.heartbeat(self.group_id, self._request())
         self._joined = True
         self._accept(answer)
-        self.coordinator.watch(self.group_id, self.member_id, self._due.set)
+        self._heartbeat_at = asyncio.get_running_loop().time() + self.interval
+        self.coordinator.watch(self.group_id, self.member_id, self._poke)
         self._joined_with = answer.assignment
 
     async def start_loop(self) -> None:
@@ -217,7 +238,10 @@ class GroupMember:
                 # wait_for returns the result of a wait woken in the same step as a
                 # cancellation and drops the cancellation, so leave() could never stop
                 # this loop. Event.wait() keeps it.
-                timer = loop.call_later(self.interval, self._due.set)
+                delay = max(0.0, self._heartbeat_at - loop.time())
+                if self._waiting:
+                    delay = min(delay, UNSTABLE_RETRY_S)
+                timer = loop.call_later(delay, self._due.set)
                 try:
                     await self._due.wait()
                 finally:
@@ -226,6 +250,11 @@ class GroupMember:
                 if self._closing:
                     return
                 try:
+                    if self._waiting and not self._poked and loop.time() < self._heartbeat_at:
+                        # Not a heartbeat yet: only the waiting partitions are retried.
+                        async with self._lock:
+                            await self._apply(sorted(self.owned))
+                        continue
                     await self.heartbeat()
                 except NotCoordinator as exc:
                     await self._moved(exc)
@@ -258,7 +287,13 @@ class GroupMember:
             await self._apply([])
         await self.host.send_failure(exc)
 
+    def _poke(self) -> None:
+        self._poked = True
+        self._due.set()
+
     async def heartbeat(self) -> None:
+        self._poked = False
+        self._heartbeat_at = asyncio.get_running_loop().time() + self.interval
         async with self._lock:
             try:
                 answer = await self.coordinator.heartbeat(self.group_id, self._request())
@@ -269,38 +304,60 @@ class GroupMember:
                 self.coordinator.watch(self.group_id, self.member_id, None)
                 self.member_epoch = JOIN_EPOCH
                 answer = await self.coordinator.heartbeat(self.group_id, self._request())
-                self.coordinator.watch(self.group_id, answer.member_id, self._due.set)
+                self.coordinator.watch(self.group_id, answer.member_id, self._poke)
             self._accept(answer)
             revoked = await self._apply(answer.assignment)
         if revoked:
             # Acknowledge the revocation now (Kafka's client does the same): the new
             # owner is waiting for these partitions.
-            self._due.set()
+            self._poke()
 
     async def _apply(self, assignment: Sequence[TP]) -> bool:
-        """Move the cursors to ``assignment`` and push the frame; True when partitions were
-        revoked."""
+        """Move the cursors to ``assignment`` (starting the partitions that may start) and
+        push the frame when the socket's partitions changed; True when partitions were
+        revoked (the coordinator waits for the acknowledgement)."""
         new = set(assignment)
         revoked = self.owned - new
         added = new - self.owned
-        if not revoked and not added:
-            return False
-        for topic, partition in sorted(revoked):
+        started_revoked = revoked - self._waiting
+        self._waiting -= revoked
+        for topic, partition in sorted(started_revoked):
             self.host.drop_partition(topic, partition)
-        self.owned -= revoked
-        starts = self._start_positions(added) if added else {}
-        described = [self.host.add_partition(t, p, starts[(t, p)]) for t, p in sorted(added)]
-        self.owned |= added
+        self.owned = (self.owned - revoked) | added
+        self._waiting |= added
+        described = self._start(self._ready()) if self._waiting else []
+        if not started_revoked and not described:
+            return bool(revoked)
         frame = {
             "type": "assignment",
             "member_id": self.member_id,
             "member_epoch": self.member_epoch,
-            "revoked": [{"topic": t, "partition": p} for t, p in sorted(revoked)],
+            "revoked": [{"topic": t, "partition": p} for t, p in sorted(started_revoked)],
             "assigned": described,
-            "partitions": [{"topic": t, "partition": p} for t, p in sorted(self.owned)],
+            "partitions": [{"topic": t, "partition": p} for t, p in sorted(self.started)],
         }
         await self.host.send_frame(orjson.dumps(frame).decode())
         return bool(revoked)
+
+    @property
+    def started(self) -> set[TP]:
+        """The partitions whose records this socket is sent."""
+        return self.owned - self._waiting
+
+    def _ready(self) -> set[TP]:
+        """The waiting partitions that may start: all of them, but for a read_committed
+        member starting from committed offsets those an open transaction committed."""
+        if not (self.read_committed and self.start == "committed"):
+            return set(self._waiting)
+        return self._waiting - self.coordinator.unstable_partitions(self.group_id).keys()
+
+    def _start(self, ready: set[TP]) -> list[dict[str, Any]]:
+        if not ready:
+            return []
+        starts = self._start_positions(ready)
+        described = [self.host.add_partition(t, p, starts[(t, p)]) for t, p in sorted(ready)]
+        self._waiting -= ready
+        return described
 
     def _start_positions(self, added: set[TP]) -> dict[TP, int]:
         """Committed offset (when ``start`` is committed and it is in the log's range), else

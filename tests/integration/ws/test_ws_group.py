@@ -462,3 +462,75 @@ def test_a_topic_created_again_is_read_from_its_start(slow_groups: LiveBroker) -
         await m.ws.close()
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("outcome", ["commit", "abort"])
+def test_read_committed_member_waits_for_a_transaction_that_committed_offsets(
+    slow_groups: LiveBroker, outcome: str
+) -> None:
+    """KIP-447: a read_committed member does not start a partition whose offsets an open
+    transaction committed (it would hand out again what that transaction's consumer
+    processed); it starts it once the transaction ends, at the transaction's offset
+    (commit) or the one before (abort). Partitions the transaction did not touch start at
+    once."""
+    broker = slow_groups
+    broker.create_topic("tx", 2)
+    broker.produce("tx", [{"value": i, "partition": i % 2} for i in range(20)])
+    http = broker.http()
+    r = http.post(
+        "/groups/g/offsets",
+        json={
+            "member_epoch": -1,
+            "offsets": [
+                {"topic": "tx", "partition": 0, "offset": 2},
+                {"topic": "tx", "partition": 1, "offset": 3},
+            ],
+        },
+    )
+    assert r.status_code == 200, r.text
+    r = http.post("/producers", json={"transactional_id": "copier"})
+    assert r.status_code == 200, r.text
+    producer = {k: r.json()[k] for k in ("producer_id", "producer_epoch")}
+    r = http.post("/transactions/copier/groups", json={**producer, "group_id": "g"})
+    assert r.status_code == 200, r.text
+    r = http.post(
+        "/transactions/copier/offsets",
+        json={
+            **producer,
+            "group_id": "g",
+            "offsets": [{"topic": "tx", "partition": 0, "offset": 7}],
+        },
+    )
+    assert r.status_code == 200, r.text
+    url = broker.ws_url("/ws/subscribe")
+
+    async def main() -> None:
+        m = await join(
+            url,
+            "g",
+            ["tx"],
+            start="committed",
+            default="earliest",
+            isolation_level="read_committed",
+        )
+        await m.until(lambda: ("tx", 1) in m.partitions)
+        assert m.partitions == {("tx", 1)}, m.assignments
+        assert {tp["offset"] for tp in m.assignments[0]["assigned"]} == {3}
+        await m.until(lambda: m.count() == 10 - 3)
+        with pytest.raises(TimeoutError):  # partition 0 waits for the transaction
+            await m.until(lambda: ("tx", 0) in m.partitions, timeout=0.5)
+        end = http.post(f"/transactions/copier/{outcome}", json=producer)
+        assert end.status_code == 200, end.text
+        await m.until(lambda: ("tx", 0) in m.partitions)
+        last = m.assignments[-1]
+        assert last["revoked"] == [] and len(last["assigned"]) == 1, last
+        first = 7 if outcome == "commit" else 2
+        assert last["assigned"][0]["offset"] == first
+        await m.until(lambda: len(m.records[("tx", 0)]) == 10 - first)
+        assert [r["offset"] for r in m.records[("tx", 0)]] == list(range(first, 10))
+        await m.ws.close()
+
+    try:
+        asyncio.run(main())
+    finally:
+        http.close()
