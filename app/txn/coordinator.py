@@ -336,8 +336,18 @@ class TransactionCoordinator:
             meta = self.state.get(tid)
             if meta is None:
                 pid = await asyncio.to_thread(self.producer_ids.next_id)
-                self.state.route(tid)  # still ours after the await
-                fresh = TxnMetadata(tid, pid, 0, timeout_ms, last_update_ms=self.clock_ms())
+                partition = self.state.route(tid)  # still ours after the await
+                # The coordinator epoch of an id loaded from this partition now (Kafka's):
+                # its markers must not be fenced by, or fence, those of ids loaded with it.
+                _, coordinator_epoch = self.state.placement.txn_log(partition)
+                fresh = TxnMetadata(
+                    tid,
+                    pid,
+                    0,
+                    timeout_ms,
+                    last_update_ms=self.clock_ms(),
+                    coordinator_epoch=coordinator_epoch,
+                )
                 await self.state.write(fresh)
                 self.state.put(fresh)
                 return pid, 0

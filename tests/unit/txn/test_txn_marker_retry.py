@@ -13,12 +13,13 @@ from typing import Any
 
 import pytest
 
-from app.common.batch import BatchBuilder
+from app.common.batch import BatchBuilder, read_control_marker
 from app.common.errors import ConcurrentTransactions, InvalidTxnState, NotLeaderOrFollower
-from app.core.local_topology import LocalTopology
+from app.core.local_topology import LocalReplica, LocalTopology
 from app.core.log import LogManager
 from app.groups.coordinator import GroupConfig, GroupCoordinator, OffsetCommit
 from app.txn import TransactionCoordinator, TxnConfig
+from app.txn.model import TXN_TOPIC
 
 
 @pytest.fixture
@@ -243,6 +244,46 @@ def test_an_append_stuck_past_the_write_timeout_does_not_hold_the_decision(
         assert time.monotonic() - began >= 0.15
         stuck.release()
         assert tc.permits.out(pid) == 0
+        await tc.stop()
+
+    asyncio.run(scenario())
+
+
+class _ReelectedTopology(LocalTopology):
+    """A lone broker whose ``__transaction_state`` partition is led in epoch 4, as a cluster
+    broker's is after four elections."""
+
+    def leader_partition(self, topic: str, partition: int) -> LocalReplica:
+        replica = super().leader_partition(topic, partition)
+        if topic != TXN_TOPIC:
+            return replica
+        return _EpochFour(replica.log)
+
+
+class _EpochFour(LocalReplica):
+    __slots__ = ()
+    leader_epoch = 4
+
+
+def test_a_fresh_transactional_id_gets_the_partitions_coordinator_epoch(
+    manager: LogManager,
+) -> None:
+    """Kafka's rule: an id's coordinator epoch is the leader epoch of its
+    ``__transaction_state`` partition, for an id created now as for one loaded; its markers
+    carry it (an id created at 0 beside ids loaded at 4 would have markers a partition
+    fences as older than the coordinator's)."""
+
+    async def scenario() -> None:
+        topology = _ReelectedTopology(manager, 0, "http://b0")
+        tc = TransactionCoordinator(
+            topology, manager.producer_ids, TxnConfig(abort_check_interval_ms=10**8)
+        )
+        await tc.start()
+        pid, epoch = await tc.init_producer_id("fresh", 60_000)
+        await tc.add_partitions("fresh", pid, epoch, [("d", 0)])
+        assert await tc.end_txn("fresh", pid, epoch, True) == "CompleteCommit"
+        marker = manager.get_log("d", 0).read(0, 1 << 20).read_bytes()
+        assert read_control_marker(memoryview(marker)).coordinator_epoch == 4
         await tc.stop()
 
     asyncio.run(scenario())
