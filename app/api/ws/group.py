@@ -325,19 +325,25 @@ class GroupMember:
             self.host.drop_partition(topic, partition)
         self.owned = (self.owned - revoked) | added
         self._waiting |= added
-        described = self._start(self._ready()) if self._waiting else []
-        if not started_revoked and not described:
-            return bool(revoked)
+        described, failed = self._start(self._ready()) if self._waiting else ([], None)
+        if started_revoked or described:
+            await self._send_assignment(started_revoked, described)
+        if failed is not None:
+            if revoked:
+                self._poke()  # the acknowledgement the caller will not get to send
+            raise failed
+        return bool(revoked)
+
+    async def _send_assignment(self, revoked: set[TP], described: list[dict[str, Any]]) -> None:
         frame = {
             "type": "assignment",
             "member_id": self.member_id,
             "member_epoch": self.member_epoch,
-            "revoked": [{"topic": t, "partition": p} for t, p in sorted(started_revoked)],
+            "revoked": [{"topic": t, "partition": p} for t, p in sorted(revoked)],
             "assigned": described,
             "partitions": [{"topic": t, "partition": p} for t, p in sorted(self.started)],
         }
         await self.host.send_frame(orjson.dumps(frame).decode())
-        return bool(revoked)
 
     @property
     def started(self) -> set[TP]:
@@ -351,13 +357,28 @@ class GroupMember:
             return set(self._waiting)
         return self._waiting - self.coordinator.unstable_partitions(self.group_id).keys()
 
-    def _start(self, ready: set[TP]) -> list[dict[str, Any]]:
+    def _start(self, ready: set[TP]) -> tuple[list[dict[str, Any]], LogbusError | None]:
+        """Start ``ready``: their descriptions for the frame, and the first error of those
+        that could not start (not led here, topic gone). Those are given up (not owned), so
+        the next heartbeat's assignment offers them again, and each partition is added to
+        the socket at most once."""
         if not ready:
-            return []
-        starts = self._start_positions(ready)
-        described = [self.host.add_partition(t, p, starts[(t, p)]) for t, p in sorted(ready)]
+            return [], None
         self._waiting -= ready
-        return described
+        try:
+            starts = self._start_positions(ready)
+        except LogbusError as exc:
+            self.owned -= ready
+            return [], exc
+        described: list[dict[str, Any]] = []
+        failed: LogbusError | None = None
+        for t, p in sorted(ready):
+            try:
+                described.append(self.host.add_partition(t, p, starts[(t, p)]))
+            except LogbusError as exc:
+                self.owned.discard((t, p))
+                failed = failed or exc
+        return described, failed
 
     def _start_positions(self, added: set[TP]) -> dict[TP, int]:
         """Committed offset (when ``start`` is committed and it is in the log's range), else
