@@ -21,7 +21,10 @@ file named after it exists):
 3. the third replica is released: it fetches from the new leader, the watermark
    reaches 50, ``latest`` answers 50 and the SDK lookup returns 50; a WebSocket
    subscription at ``latest`` opened during the window (refused with the same
-   retriable error, asked again by the SDK) starts at 50 and receives the next record.
+   retriable error, asked again by the SDK) starts at 50 and receives the next record;
+   so does a WebSocket group member whose group committed 50 (above the lagging
+   watermark): it is not started from a fallback (0, or the stale watermark: records
+   the group had consumed, handed out again) but waits for the watermark.
 
 The ISR lag limit is raised for this cluster so the held replica stays in the ISR
 (dropped, it would leave the old leader alone and its watermark at its log end).
@@ -35,8 +38,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
+import orjson
 import pytest
 from test_e2e_cluster import create_topic, produce
+from websockets.asyncio.client import connect
 
 from app.client import Admin, OffsetAndTimestamp, TopicPartition
 from app.client.ws import Subscription
@@ -56,6 +61,17 @@ def replica_view(cluster: Any, broker: int) -> dict[str, Any]:
     answer.raise_for_status()
     part: dict[str, Any] = answer.json()["partitions"][0]
     return part
+
+
+def group_coordinated_by(cluster: Any, broker: int) -> str:
+    """A group id whose coordinator is ``broker``."""
+    for i in range(500):
+        group = f"resume-{i}"
+        r = httpx.post(f"{cluster.url(broker)}/coordinator", json={"key": group}, timeout=30)
+        r.raise_for_status()
+        if r.json()["node_id"] == broker:
+            return group
+    raise AssertionError(f"no group of 500 is coordinated by broker {broker}")
 
 
 def latest(cluster: Any, broker: int) -> httpx.Response:
@@ -80,6 +96,15 @@ def test_a_new_leader_answers_offset_not_available_until_its_watermark_catches_u
     described = create_topic(cluster, TOPIC, partitions=1, rf=3)
     old, successor, held = described["partitions"][0]["replicas"]
     assert described["partitions"][0]["leader"] == old
+    # The group of the WebSocket member below: coordinated by the next leader, which has
+    # committed RECORDS (before any fetch is held: the commit waits for every replica).
+    group = group_coordinated_by(cluster, successor)
+    r = httpx.post(
+        f"{cluster.url(successor)}/groups/{group}/offsets",
+        json={"member_epoch": -1, "offsets": [{"topic": TOPIC, "partition": 0, "offset": RECORDS}]},
+        timeout=30,
+    )
+    assert r.status_code == 200, r.text
     (holds / str(held)).touch()
 
     answer = produce(cluster, old, TOPIC, 0, [f"v{i}" for i in range(RECORDS)], acks="1")
@@ -144,12 +169,46 @@ def test_a_new_leader_answers_offset_not_available_until_its_watermark_catches_u
 
     subscriber = threading.Thread(target=subscribe, daemon=True)
     subscriber.start()
+
+    released = threading.Event()
+
+    async def group_member() -> None:
+        url = cluster.url(successor).replace("http", "ws", 1) + "/ws/subscribe"
+        async with connect(url) as ws:
+            message = {
+                "type": "subscribe",
+                "topics": [TOPIC],
+                "group": group,
+                "start": "committed",
+                "default": "earliest",
+                "credit": {"records": 1000},
+            }
+            await ws.send(orjson.dumps(message).decode())
+            while True:
+                frame = orjson.loads(await asyncio.wait_for(ws.recv(), 90))
+                if frame["type"] == "error":
+                    raise AssertionError(frame)
+                if frame["type"] == "assignment" and frame["assigned"]:
+                    found["member_started"] = (frame["assigned"][0]["offset"], released.is_set())
+                if frame["type"] == "records":
+                    found["member_pushed"] = frame["records"][0]["offset"]
+                    return
+
+    def member() -> None:
+        try:
+            asyncio.run(group_member())
+        except BaseException as exc:  # reported below
+            found["member_error"] = exc
+
+    member_thread = threading.Thread(target=member, daemon=True)
+    member_thread.start()
     # Still refused a moment later (the SDK is asking meanwhile), and never answered stale.
     again = latest(cluster, successor)
     assert again.status_code == 503 and again.json()["error_code"] == "OFFSET_NOT_AVAILABLE"
     assert "answer" not in found and "error" not in found
     assert "subscribed_at" not in found and "subscribe_error" not in found
 
+    released.set()
     (holds / str(held)).unlink()
     settled = cluster.wait_until(
         lambda: (r := latest(cluster, successor)).status_code == 200 and r,
@@ -174,3 +233,9 @@ def test_a_new_leader_answers_offset_not_available_until_its_watermark_catches_u
     assert not subscriber.is_alive(), "the subscription received the record"
     assert "subscribe_error" not in found, found.get("subscribe_error")
     assert found["pushed"] == (RECORDS, "after")
+    member_thread.join(timeout=60)
+    assert not member_thread.is_alive(), "the group member received the record"
+    assert "member_error" not in found, found.get("member_error")
+    # Started at the group's commit, once the watermark had caught up: never before.
+    assert found["member_started"] == (RECORDS, True)
+    assert found["member_pushed"] == RECORDS

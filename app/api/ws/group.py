@@ -37,7 +37,11 @@ and starting from it would hand out again what that transaction's consumer
 already processed. Such a partition is owned (the coordinator sees it
 acknowledged) but waits, retried every :data:`UNSTABLE_RETRY_S`, and appears
 in an ``assignment`` frame only once it starts; a revocation before that is
-silent (the client never saw it).
+silent (the client never saw it). So does a partition whose replica here was
+just elected leader and cannot yet say where its log ends (OFFSET_NOT_AVAILABLE,
+as ListOffsets answers): a committed offset above its lagging high watermark, or
+a start at ``latest``, waits for the watermark rather than starting from it
+(which would hand out again records the group had already consumed).
 """
 
 from __future__ import annotations
@@ -50,8 +54,9 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 import orjson
 
 from app.api.ws.common import ClientGone
-from app.common.errors import BrokerNotAvailable, LogbusError, NotCoordinator
+from app.common.errors import BrokerNotAvailable, LogbusError, NotCoordinator, OffsetNotAvailable
 from app.common.group_errors import FencedMemberEpoch, StaleMemberEpoch, UnknownMemberId
+from app.core.topology import list_offset
 from app.groups.coordinator import (
     JOIN_EPOCH,
     LEAVE_EPOCH,
@@ -81,6 +86,11 @@ class Host(Protocol):
     def add_partition(self, topic: str, partition: int, position: int) -> dict[str, Any]: ...
 
     def drop_partition(self, topic: str, partition: int) -> None: ...
+
+    def offsets_error(self, topic: str, partition: int) -> OffsetNotAvailable | None:
+        """The topology's: OffsetNotAvailable while this broker's replica, newly leader,
+        cannot say where its log ends (:func:`app.core.topology.list_offset`)."""
+        ...
 
     def positions(self) -> dict[TP, int]: ...
 
@@ -361,45 +371,66 @@ class GroupMember:
         """Start ``ready``: their descriptions for the frame, and the first error of those
         that could not start (not led here, topic gone). Those are given up (not owned), so
         the next heartbeat's assignment offers them again, and each partition is added to
-        the socket at most once."""
+        the socket at most once. One whose start is not known yet (OFFSET_NOT_AVAILABLE)
+        keeps waiting."""
         if not ready:
             return [], None
-        self._waiting -= ready
         try:
-            starts = self._start_positions(ready)
+            committed = self._committed(ready)
         except LogbusError as exc:
+            self._waiting -= ready
             self.owned -= ready
             return [], exc
         described: list[dict[str, Any]] = []
         failed: LogbusError | None = None
-        for t, p in sorted(ready):
+        for tp in sorted(ready):
             try:
-                described.append(self.host.add_partition(t, p, starts[(t, p)]))
+                position = self._start_position(tp, committed.get(tp))
+            except OffsetNotAvailable:
+                continue  # a new leader's watermark catching up: retried
             except LogbusError as exc:
-                self.owned.discard((t, p))
+                self._waiting.discard(tp)
+                self.owned.discard(tp)
+                failed = failed or exc
+                continue
+            self._waiting.discard(tp)
+            try:
+                described.append(self.host.add_partition(tp[0], tp[1], position))
+            except LogbusError as exc:
+                self.owned.discard(tp)
                 failed = failed or exc
         return described, failed
 
-    def _start_positions(self, added: set[TP]) -> dict[TP, int]:
-        """Committed offset (when ``start`` is committed and it is in the log's range), else
-        the fallback."""
-        committed: dict[TP, int] = {}
-        if self.start == "committed":
-            topics = sorted({t for t, _ in added})
-            for c in self.coordinator.fetch_offsets(self.group_id, topics):
-                if c.offset >= 0:
-                    committed[(c.topic, c.partition)] = c.offset
-        out: dict[TP, int] = {}
+    def _committed(self, added: set[TP]) -> dict[TP, int]:
+        """The group's committed offsets of ``added`` (none unless ``start`` is committed)."""
+        if self.start != "committed":
+            return {}
+        topics = sorted({t for t, _ in added})
+        return {
+            (c.topic, c.partition): c.offset
+            for c in self.coordinator.fetch_offsets(self.group_id, topics)
+            if c.offset >= 0
+        }
+
+    def _start_position(self, tp: TP, committed: int | None) -> int:
+        """The committed offset when it is in the log's range, else the fallback (the LSO
+        for read_committed at ``latest``). OffsetNotAvailable while this broker's replica,
+        just elected, has a watermark below its epoch's start: a committed offset above
+        that watermark may well be in range, and ``latest`` is not known yet."""
+        log = self.coordinator.manager.get_log(*tp)
+        start, hw = log.log_start_offset, log.high_watermark
+        if committed is not None and start <= committed <= hw:
+            return committed
+        unavailable = self.host.offsets_error(*tp)
+        if committed is not None and committed > hw and unavailable is not None:
+            raise unavailable
         mode = self.default if self.start == "committed" else self.start
-        for tp in added:
-            log = self.coordinator.manager.get_log(*tp)
-            start, hw = log.log_start_offset, log.high_watermark
-            offset = committed.get(tp)
-            if offset is None or not start <= offset <= hw:
-                end = log.last_stable_offset if self.read_committed else hw
-                offset = start if mode == "earliest" else end
-            out[tp] = offset
-        return out
+        if mode == "earliest":
+            return start
+        offset, _ = list_offset(
+            log, "latest", read_committed=self.read_committed, unavailable=unavailable
+        )
+        return offset
 
     # -- commits --------------------------------------------------------------------------
 

@@ -75,6 +75,7 @@ from app.api.ws.protocol import (
 from app.common.errors import (
     InvalidRequest,
     LogbusError,
+    OffsetNotAvailable,
     OffsetOutOfRange,
     StoredBatchCorrupt,
     UnknownTopicOrPartition,
@@ -337,6 +338,9 @@ class Subscription:
         cursor = self.cursors.pop((topic, partition), None)
         if cursor is not None:
             self.state.waiters.unregister(cursor.log, self.wake)
+
+    def offsets_error(self, topic: str, partition: int) -> OffsetNotAvailable | None:
+        return self.state.topology.offsets_error(topic, partition)
 
     def positions(self) -> dict[tuple[str, int], int]:
         return {tp: c.position for tp, c in self.cursors.items()}
