@@ -494,14 +494,20 @@ def leader_route(
 
 
 def group_route(
-    cluster: Cluster, group: str, call: Call[T], backoff_s: float, attempts: int = ROUTED_ATTEMPTS
+    cluster: Cluster,
+    group: str,
+    call: Call[T],
+    backoff_s: float,
+    attempts: int = ROUTED_ATTEMPTS,
+    *,
+    catch_up_s: float = LEADER_CATCH_UP_S,
 ) -> Route[T]:
     """``call`` at ``group``'s coordinator, found again when it moved. A coordinator
     that cannot answer yet because a partition it leads is catching up
     (:data:`ASK_LEADER_AGAIN`: a reset to latest), or whose offsets are not stable yet
     (:data:`ASK_COORDINATOR_AGAIN`), is asked again as :func:`leader_route` does."""
     hint: str | None = None
-    catching_up = CatchingUp(backoff_s, LEADER_CATCH_UP_S)
+    catching_up = CatchingUp(backoff_s, catch_up_s)
     attempt = 0
     while attempt < attempts:
         attempt += 1

@@ -21,7 +21,15 @@ from app import wire
 from app.client import _cluster, _http
 from app.client._cluster import Bootstrap
 from app.client._drive import drive_async
-from app.client.consumer.base import BeatNow, ConsumerBase, Flow, GroupCall, LeaderCall, Op
+from app.client.consumer.base import (
+    BeatNow,
+    ConsumerBase,
+    Flow,
+    GroupCall,
+    LeaderCall,
+    Op,
+    catch_up_s,
+)
 from app.client.consumer.core import ConsumerSettings
 from app.client.consumer.records import Decoded, RecordColumns, as_columns, as_records
 from app.client.consumer.state import PartitionState
@@ -62,12 +70,20 @@ class AsyncConsumer(ConsumerBase[AsyncGroupMembership]):
         if isinstance(op, LeaderCall):
             return await _cluster.run_async(
                 self._client,
-                _cluster.leader_route(self.cluster, op.tp, op.call, self.retry_backoff_s),
+                _cluster.leader_route(
+                    self.cluster, op.tp, op.call, self.retry_backoff_s, catch_up_s=catch_up_s(op)
+                ),
             )
         if isinstance(op, GroupCall):
             return await _cluster.run_async(
                 self._client,
-                _cluster.group_route(self.cluster, op.group_id, op.call, self.retry_backoff_s),
+                _cluster.group_route(
+                    self.cluster,
+                    op.group_id,
+                    op.call,
+                    self.retry_backoff_s,
+                    catch_up_s=catch_up_s(op),
+                ),
             )
         if isinstance(op, BeatNow):
             return await self._membership().beat_now(op.timeout_s)
@@ -184,7 +200,7 @@ class AsyncConsumer(ConsumerBase[AsyncGroupMembership]):
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return []
-            if any(st.position is None for st in self.states.values()):
+            if self._lookup_due():
                 continue  # an answer asked for a reset: look the offset up now
             self._arrived.clear()
             if any(st.in_flight is not None and st.in_flight.done() for st in self.states.values()):

@@ -19,6 +19,14 @@ offsets, and the group tick that applies what the heartbeat learnt
 committed offsets, ``on_assigned``), so the rebalance callbacks run where the
 application polls.
 
+A poll never waits out a partition that cannot be placed yet, as Kafka's does not:
+a group's committed offsets answered UNSTABLE_OFFSET_COMMIT (a read_committed
+consumer, a transaction still open) or a ``latest`` look-up answered
+OFFSET_NOT_AVAILABLE (a leader just elected) is asked once per turn, and the
+partition waits (``awaiting_committed`` / no position, behind its backoff)
+while the poll serves the others and returns at its timeout. ``position()`` and
+``committed()`` do wait, up to ``LEADER_CATCH_UP_S``.
+
 Concurrency: as the shell; the membership object is shared with its
 heartbeat thread or task and locks its own fields.
 """
@@ -33,6 +41,12 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from app.client import _http
+from app.client._cluster import (
+    ASK_COORDINATOR_AGAIN,
+    ASK_LEADER_AGAIN,
+    LEADER_CATCH_UP_S,
+    error_code,
+)
 from app.client.consumer.core import ConsumerCore
 from app.client.errors import ClientError
 from app.client.group import _Membership, commit_call, committed_call
@@ -54,6 +68,9 @@ class LeaderCall:
 
     tp: TopicPartition
     call: _http.Call[Any]
+    # A leader that cannot answer yet (OFFSET_NOT_AVAILABLE) is asked again for up to
+    # LEADER_CATCH_UP_S; False: its error is thrown in at once (a poll tries next turn).
+    catch_up: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +79,8 @@ class GroupCall:
 
     group_id: str
     call: _http.Call[Any]
+    # As LeaderCall's, for UNSTABLE_OFFSET_COMMIT (and a reset's OFFSET_NOT_AVAILABLE).
+    catch_up: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +98,14 @@ class BeatNow:
 
 
 Op = LeaderCall | GroupCall | Refresh | BeatNow
+
+
+def catch_up_s(op: LeaderCall | GroupCall) -> float:
+    """How long the shell's route asks again a leader or coordinator that cannot answer
+    yet (0: the error is thrown into the flow at once)."""
+    return LEADER_CATCH_UP_S if op.catch_up else 0.0
+
+
 Flow = Generator[Op, Any, T]
 
 
@@ -216,7 +243,7 @@ class ConsumerBase(ConsumerCore, Generic[G]):
                 raise
 
     def _committed_flow(
-        self, partitions: Iterable[TopicPartition]
+        self, partitions: Iterable[TopicPartition], catch_up: bool = True
     ) -> Flow[dict[TopicPartition, int | None]]:
         self._check_open()
         group = self._membership()
@@ -230,6 +257,7 @@ class ConsumerBase(ConsumerCore, Generic[G]):
             committed_call(
                 group.group_id, (tp.topic for tp in wanted), require_stable=self.read_committed
             ),
+            catch_up,
         )
         return {tp: found.get(tp) for tp in wanted}
 
@@ -263,14 +291,43 @@ class ConsumerBase(ConsumerCore, Generic[G]):
             yield from self._auto_commit(self._positions(self.states))
 
     def _take_over(self, group: G, added: set[TopicPartition]) -> Flow[None]:
-        committed = yield from self._committed_flow(added)
         self._set_partitions(sorted(set(self.states) | added))
-        for tp, offset in committed.items():
+        for tp in added:
+            self.states[tp].awaiting_committed = True
+        try:
+            yield from self._resolve_committed(in_poll=True)
+        finally:
+            group.set_owned(self.states)
+            if self._on_assigned is not None:
+                self._on_assigned(added)
+
+    def _resolve_committed(self, *, in_poll: bool) -> Flow[None]:
+        """Start the partitions awaiting the group's committed offsets (those without one
+        are looked up per ``auto_offset_reset``). In a poll, offsets not stable yet leave
+        them waiting behind a backoff (module docstring)."""
+        now = time.monotonic()
+        waiting = [
+            st
+            for st in self.states.values()
+            if st.awaiting_committed and (not in_poll or st.backoff_until <= now)
+        ]
+        if not waiting:
+            return
+        try:
+            committed = yield from self._committed_flow(
+                [st.tp for st in waiting], catch_up=not in_poll
+            )
+        except LogbusError as exc:
+            if not in_poll or error_code(exc) not in ASK_COORDINATOR_AGAIN:
+                raise
+            for st in waiting:
+                st.backoff_until = now + self.retry_backoff_s
+            return
+        for st in waiting:
+            st.awaiting_committed = False
+            offset = committed.get(st.tp)
             if offset is not None:
-                self.states[tp].set_position(offset)
-        group.set_owned(self.states)
-        if self._on_assigned is not None:
-            self._on_assigned(added)
+                st.set_position(offset)
 
     def _auto_commit_due(self) -> bool:
         if self._auto_commit_s is None or time.monotonic() < self._next_auto_commit:
@@ -297,16 +354,29 @@ class ConsumerBase(ConsumerCore, Generic[G]):
 
     # ---- positions and offsets ----
 
-    def _list_offset(self, tp: TopicPartition, at: str | int) -> Flow[tuple[int, int]]:
+    def _list_offset(
+        self, tp: TopicPartition, at: str | int, catch_up: bool = True
+    ) -> Flow[tuple[int, int]]:
         found: tuple[int, int] = yield LeaderCall(
-            tp, _http.list_offset_call(tp.topic, tp.partition, at, self.isolation_level)
+            tp, _http.list_offset_call(tp.topic, tp.partition, at, self.isolation_level), catch_up
         )
         return found
 
-    def _lookup_positions(self) -> Flow[None]:
+    def _lookup_positions(self, *, in_poll: bool = False) -> Flow[None]:
+        """Look up the positions of partitions without one (``auto_offset_reset``); in a
+        poll, a leader that cannot answer yet leaves its partition for a later turn."""
+        now = time.monotonic()
         for st in self._needs_lookup():
+            if in_poll and st.backoff_until > now:
+                continue
             assert st.reset is not None
-            offset, _ = yield from self._list_offset(st.tp, st.reset)
+            try:
+                offset, _ = yield from self._list_offset(st.tp, st.reset, catch_up=not in_poll)
+            except LogbusError as exc:
+                if not in_poll or error_code(exc) not in ASK_LEADER_AGAIN:
+                    raise
+                st.backoff_until = now + self.retry_backoff_s
+                continue
             st.set_position(offset)
 
     def _refresh(self) -> Flow[None]:
@@ -321,11 +391,14 @@ class ConsumerBase(ConsumerCore, Generic[G]):
         """Each turn of a poll: the group's news, the metadata, the positions to look up."""
         yield from self._group_tick()
         yield from self._refresh()
-        yield from self._lookup_positions()
+        yield from self._resolve_committed(in_poll=True)
+        yield from self._lookup_positions(in_poll=True)
 
     def _position_flow(self, tp: TopicPartition) -> Flow[int]:
         self._check_open()
         st = self._state(tp)
+        if st.awaiting_committed:
+            yield from self._resolve_committed(in_poll=False)
         if st.position is None:
             yield from self._lookup_positions()
         assert st.position is not None

@@ -253,7 +253,7 @@ class ConsumerCore:
     def _needs_lookup(self) -> list[PartitionState]:
         out = []
         for st in self.states.values():
-            if st.position is None:
+            if st.position is None and not st.awaiting_committed:
                 if st.reset is None:
                     raise NoOffsetForPartition(
                         f"no position for {st.tp.topic}-{st.tp.partition} and "
@@ -330,6 +330,11 @@ class ConsumerCore:
     def _sent(st: PartitionState, in_flight: Any) -> None:
         st.in_flight = in_flight
         st.asked = -1 if st.fetch_offset is None else st.fetch_offset
+
+    def _lookup_due(self) -> bool:
+        """A partition without a position whose look-up may go now (not behind a backoff)."""
+        now = time.monotonic()
+        return any(st.position is None and st.backoff_until <= now for st in self.states.values())
 
     def _idle_wait_s(self, remaining: float) -> float:
         """How long a poll with nothing to hand out may wait: ``remaining``, or until a backoff ends."""

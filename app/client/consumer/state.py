@@ -7,6 +7,8 @@ offset runs ahead of it (the end of the last answer read). Invariants:
   being handed out (``fetched``) per partition;
 * ``position is None`` means "look it up": ``reset`` says where
   (``earliest``/``latest``), or is None under ``auto_offset_reset="none"``;
+  ``awaiting_committed``: first the group's committed offset (a partition just
+  assigned); ``backoff_until`` also spaces those look-ups;
 * ``asked`` is the fetch offset the request in flight was sent for; an answer
   whose ``asked`` is no longer the fetch offset, or that is marked ``stale``
   (a seek came after it was sent), is dropped unread.
@@ -52,6 +54,7 @@ class PartitionState:
 
     __slots__ = (
         "asked",
+        "awaiting_committed",
         "backoff_until",
         "conn",
         "fetch_offset",
@@ -82,9 +85,11 @@ class PartitionState:
         # The leader a 307/421 named, for the next fetch only (None: the metadata's leader).
         self.redirect: str | None = None
         self.redirected = False  # the fetch in flight went to such a leader
+        self.awaiting_committed = False
 
     def set_position(self, offset: int) -> None:
         self.position = offset
+        self.awaiting_committed = False
         self.fetch_offset = offset
         self.reset = None
         self.fetched = None

@@ -25,7 +25,15 @@ from app import wire
 from app.client import _cluster, _http
 from app.client._cluster import Bootstrap
 from app.client._drive import drive_sync
-from app.client.consumer.base import BeatNow, ConsumerBase, Flow, GroupCall, LeaderCall, Op
+from app.client.consumer.base import (
+    BeatNow,
+    ConsumerBase,
+    Flow,
+    GroupCall,
+    LeaderCall,
+    Op,
+    catch_up_s,
+)
 from app.client.consumer.core import ConsumerSettings
 from app.client.consumer.records import Decoded, RecordColumns, as_columns, as_records
 from app.client.consumer.state import PartitionState
@@ -79,13 +87,21 @@ class Consumer(ConsumerBase[GroupMembership]):
         if isinstance(op, LeaderCall):
             return _cluster.run_sync(
                 self._client,
-                _cluster.leader_route(self.cluster, op.tp, op.call, self.retry_backoff_s),
+                _cluster.leader_route(
+                    self.cluster, op.tp, op.call, self.retry_backoff_s, catch_up_s=catch_up_s(op)
+                ),
             )
         if isinstance(op, GroupCall):
             # At the group's coordinator (found again when it moves).
             return _cluster.run_sync(
                 self._client,
-                _cluster.group_route(self.cluster, op.group_id, op.call, self.retry_backoff_s),
+                _cluster.group_route(
+                    self.cluster,
+                    op.group_id,
+                    op.call,
+                    self.retry_backoff_s,
+                    catch_up_s=catch_up_s(op),
+                ),
             )
         if isinstance(op, BeatNow):
             return self._membership().beat_now(op.timeout_s)
