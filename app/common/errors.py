@@ -117,6 +117,9 @@ class InvalidRequest(LogbusError, error_code="INVALID_REQUEST"):
 
 
 class InvalidConfig(InvalidRequest, error_code="INVALID_CONFIG"):
+    """A config value that is missing, of the wrong type or out of range; ``config`` names
+    it."""
+
     config: str
     name: str
     value: object
@@ -128,6 +131,9 @@ class InvalidConfig(InvalidRequest, error_code="INVALID_CONFIG"):
 
 
 class InvalidTopic(InvalidRequest, error_code="INVALID_TOPIC_EXCEPTION"):
+    """A topic name Kafka does not allow (empty, too long, ``.``/``..``, a character
+    outside ``[a-zA-Z0-9._-]``), or an internal topic a client may not write or delete."""
+
     topic: str
 
     def __init__(self, topic: str, reason: str) -> None:
@@ -203,6 +209,8 @@ class InvalidRecord(LogbusError, error_code="INVALID_RECORD"):
 
 
 class UnsupportedMessageFormat(LogbusError, error_code="UNSUPPORTED_FOR_MESSAGE_FORMAT"):
+    """A batch in an old message format (magic 0 or 1): only RecordBatch v2 is taken."""
+
     magic: int
 
     def __init__(self, magic: int) -> None:
@@ -217,6 +225,8 @@ class UnsupportedCompressionType(LogbusError, error_code="UNSUPPORTED_COMPRESSIO
 
 
 class RecordTooLarge(LogbusError, error_code="MESSAGE_TOO_LARGE"):
+    """A record batch over the topic's ``max.message.bytes`` or another size limit."""
+
     size: int
     limit: int
 
@@ -234,6 +244,8 @@ class PayloadTooLarge(RecordTooLarge):
 
 
 class OffsetOutOfRange(LogbusError, error_code="OFFSET_OUT_OF_RANGE"):
+    """An offset outside the partition's log, ``log_start_offset`` to ``log_end_offset``."""
+
     topic: str
     partition: int
     offset: int
@@ -255,6 +267,8 @@ class OffsetOutOfRange(LogbusError, error_code="OFFSET_OUT_OF_RANGE"):
 
 
 class UnknownTopicOrPartition(LogbusError, error_code="UNKNOWN_TOPIC_OR_PARTITION"):
+    """No such topic, or no such partition of it (``partition`` None: the topic)."""
+
     topic: str
     partition: int | None
 
@@ -264,6 +278,8 @@ class UnknownTopicOrPartition(LogbusError, error_code="UNKNOWN_TOPIC_OR_PARTITIO
 
 
 class TopicAlreadyExists(LogbusError, error_code="TOPIC_ALREADY_EXISTS"):
+    """A create of a topic that exists already."""
+
     topic: str
 
     def __init__(self, topic: str) -> None:
@@ -388,6 +404,8 @@ class ConcurrentTransactions(
 
 
 class TransactionalIdNotFound(TransactionError, error_code="TRANSACTIONAL_ID_NOT_FOUND"):
+    """A transactional id its coordinator does not know (InitProducerId first)."""
+
     def __init__(self, transactional_id: str) -> None:
         super().__init__(
             f"transactional id {transactional_id!r} is not known to its coordinator "
@@ -470,6 +488,8 @@ class OffsetNotAvailable(LogbusError, error_code="OFFSET_NOT_AVAILABLE", retriab
 
 
 class LeaderEpochMismatch(LogbusError, error_code="FENCED_LEADER_EPOCH", retriable=True):
+    """A request names a leader epoch other than the partition's current one."""
+
     topic: str
     partition: int
     leader_epoch: int

@@ -58,6 +58,8 @@ class InvalidGroupId(GroupError, error_code="INVALID_GROUP_ID"):
 
 
 class GroupIdNotFound(GroupError, error_code="GROUP_ID_NOT_FOUND"):
+    """No group with this id."""
+
     def __init__(self, group: str) -> None:
         super().__init__(f"group {group!r} does not exist", group)
 
@@ -74,6 +76,8 @@ class UnknownMemberId(GroupError, error_code="UNKNOWN_MEMBER_ID"):
 
 
 class _EpochError(GroupError):
+    """A member's epoch is not the one the coordinator expects (base of the two below)."""
+
     member_id: str
     member_epoch: int
     current_epoch: int
@@ -118,6 +122,8 @@ class UnreleasedInstanceId(GroupError, error_code="UNRELEASED_INSTANCE_ID"):
 
 
 class NonEmptyGroup(GroupError, error_code="NON_EMPTY_GROUP"):
+    """An action that needs an empty group (delete it, reset its offsets) while it has members."""
+
     members: int
 
     def __init__(self, group: str, members: int, action: str) -> None:

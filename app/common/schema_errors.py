@@ -36,16 +36,22 @@ class SchemaRegistryError(LogbusError, error_code="SCHEMA_REGISTRY_ERROR"):
 
 
 class SubjectNotFound(SchemaRegistryError, error_code="SUBJECT_NOT_FOUND", confluent_code=40401):
+    """No subject of this name (none ever registered, or permanently deleted)."""
+
     def __init__(self, subject: str) -> None:
         super().__init__(f"Subject '{subject}' not found.", subject=subject)
 
 
 class VersionNotFound(SchemaRegistryError, error_code="VERSION_NOT_FOUND", confluent_code=40402):
+    """The subject has no such version."""
+
     def __init__(self, subject: str, version: object) -> None:
         super().__init__(f"Version {version} not found for subject '{subject}'.", subject=subject)
 
 
 class SchemaNotFound(SchemaRegistryError, error_code="SCHEMA_NOT_FOUND", confluent_code=40403):
+    """No schema with this id, or no version of the subject holding this schema."""
+
     def __init__(self, message: str = "Schema not found", **fields: Any) -> None:
         super().__init__(message, **fields)
 
@@ -96,6 +102,8 @@ class IncompatibleSchema(
 
 
 class InvalidSchemaVersion(SchemaRegistryError, error_code="INVALID_VERSION", confluent_code=42202):
+    """A version that is neither a number in 1..2^31-1 nor ``latest`` (or -1)."""
+
     def __init__(self, version: object) -> None:
         super().__init__(
             f"The specified version '{version}' is not a valid version id. Allowed values "
