@@ -30,6 +30,8 @@ $(PY):
 $(STAMP): pyproject.toml setup.py app/client/producer/_native.c app/common/_jsonrecords.c app/common/schemas/_avroenc.c | $(PY)
 	$(PIP) install --quiet -e '.[test,bench,spark]'
 	touch $(STAMP)
+# The C extensions' shared header (Kafka's murmur2 and varints).
+$(STAMP): app/common/_kafka_wire.h
 
 install: $(STAMP)
 

@@ -14,6 +14,7 @@ setup(
         Extension(
             "app.client.producer._native",
             sources=["app/client/producer/_native.c"],
+            include_dirs=["app/common"],  # _kafka_wire.h, shared
             extra_compile_args=["-O2"],
             optional=True,
         ),
@@ -22,6 +23,7 @@ setup(
         Extension(
             "app.common._jsonrecords",
             sources=["app/common/_jsonrecords.c"],
+            include_dirs=["app/common"],  # _kafka_wire.h, shared
             extra_compile_args=["-O2"],
             optional=True,
         ),

@@ -22,21 +22,14 @@ from pydantic import ValidationError
 
 from app.api.codec import BodyInvalid
 from app.api.models import INT_MAX, LONG_MAX, TYPED_FORMATS, Header, ProduceRequest
+from app.common.native import optional
 
 if TYPE_CHECKING:
     from app.common import _jsonrecords
 
 
-def _load_plain_tuples() -> _jsonrecords.PlainTuples | None:
-    """The broker's C helper (setup.py builds it, optionally): without it, Python alone."""
-    try:
-        from app.common._jsonrecords import plain_tuples as native
-    except ImportError:  # pragma: no cover - where no C compiler built it
-        return None
-    return native
-
-
-plain_tuples = _load_plain_tuples()
+# The broker's C helper (app/common/_jsonrecords.c): without it, Python alone.
+plain_tuples: _jsonrecords.PlainTuples | None = optional("app.common._jsonrecords", "plain_tuples")
 
 FORMATS = frozenset(("json", "string", "binary"))
 _BODY_FIELDS = frozenset(("records", "key_format", "value_format"))

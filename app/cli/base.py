@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 from app.client import Admin, TopicPartition
 from app.client.auth import Auth, BasicAuth, BearerAuth
@@ -105,22 +105,22 @@ def print_json(value: Any) -> None:
     print(json.dumps(value, indent=2, sort_keys=True))
 
 
-def command_group(
-    commands: argparse._SubParsersAction,  # type: ignore[type-arg]
-    name: str,
-    help: str,
-) -> argparse._SubParsersAction:  # type: ignore[type-arg]
+# ``logbus``'s (or a command group's) subcommands, as each module's ``register`` gets them.
+Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+def command_group(commands: Commands, name: str, help: str) -> Commands:
     """``logbus NAME ACTION ...``: a command whose actions are subcommands (the chosen
     one in ``args.<name>_command``)."""
     group = commands.add_parser(name, help=help)
-    actions: argparse._SubParsersAction = group.add_subparsers(  # type: ignore[type-arg]
+    actions: Commands = group.add_subparsers(
         dest=f"{name}_command", required=True, metavar="ACTION"
     )
     return actions
 
 
 def client_actions(
-    commands: argparse._SubParsersAction,  # type: ignore[type-arg]
+    commands: Commands,
     name: str,
     help: str,
     client: argparse.ArgumentParser,

@@ -17,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from app.cli.base import Api, CliError, client_actions, print_json
+from app.cli.base import Api, CliError, Commands, client_actions, print_json
 from app.client.schema_registry import (
     RegisteredSchema,
     Schema,
@@ -160,10 +160,7 @@ def _run(registry: SchemaRegistryClient, args: argparse.Namespace) -> int:
     return 0
 
 
-def register(
-    commands: argparse._SubParsersAction,  # type: ignore[type-arg]
-    client: argparse.ArgumentParser,
-) -> None:
+def register(commands: Commands, client: argparse.ArgumentParser) -> None:
     for action, p in client_actions(
         commands,
         "schemas",

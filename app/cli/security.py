@@ -19,7 +19,7 @@ import os
 import sys
 from pathlib import Path
 
-from app.cli.base import Api, CliError, client_actions, command_group, print_json
+from app.cli.base import Api, CliError, Commands, client_actions, command_group, print_json
 from app.core.security.users import USERS_FILE, InvalidUser, UsersFile
 
 
@@ -129,10 +129,7 @@ def cmd_acls(api: Api, args: argparse.Namespace) -> int:
     return 0
 
 
-def register(
-    commands: argparse._SubParsersAction,  # type: ignore[type-arg]
-    client: argparse.ArgumentParser,
-) -> None:
+def register(commands: Commands, client: argparse.ArgumentParser) -> None:
     user_commands = command_group(commands, "users", "users of Basic authentication (users.json)")
     where = argparse.ArgumentParser(add_help=False)
     where.add_argument("--data-dir", help="the broker's data dir ($LOGBUS_DATA_DIR, ./data)")
@@ -227,10 +224,7 @@ def cmd_quotas(api: Api, args: argparse.Namespace) -> int:
     return 0
 
 
-def register_quotas(
-    commands: argparse._SubParsersAction,  # type: ignore[type-arg]
-    client: argparse.ArgumentParser,
-) -> None:
+def register_quotas(commands: Commands, client: argparse.ArgumentParser) -> None:
     for action, p in client_actions(
         commands,
         "quotas",

@@ -12,7 +12,7 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from app.cli.base import Api, client_actions, print_json
+from app.cli.base import Api, Commands, client_actions, print_json
 
 
 def _table(rows: Sequence[tuple[str, ...]]) -> None:
@@ -75,10 +75,7 @@ def cmd_transactions(api: Api, args: argparse.Namespace) -> int:
     return 0
 
 
-def register(
-    commands: argparse._SubParsersAction,  # type: ignore[type-arg]
-    client: argparse.ArgumentParser,
-) -> None:
+def register(commands: Commands, client: argparse.ArgumentParser) -> None:
     for action, p in client_actions(
         commands,
         "transactions",

@@ -35,21 +35,17 @@ __all__ = [
 ]
 
 
-class ClientError(LogbusError):
+class ClientError(LogbusError, error_code="CLIENT_ERROR"):
     """Raised by the SDK itself, not answered by a broker."""
 
-    error_code = "CLIENT_ERROR"
 
-
-class BrokerUnavailable(core.BrokerNotAvailable):
+class BrokerUnavailable(core.BrokerNotAvailable, error_code="NETWORK_EXCEPTION", retriable=True):
     """The broker could not be reached or the connection broke (retriable).
 
     A subclass of :class:`~app.common.errors.BrokerNotAvailable`, so one
     ``except`` covers a broker that is down and one that says it is not ready.
     """
 
-    error_code = "NETWORK_EXCEPTION"
-    retriable = True
     # True when the connection itself failed: the request surely never reached a broker.
     connect_failed = False
 
@@ -63,22 +59,16 @@ def is_connection_error(exc: BaseException) -> bool:
     return isinstance(exc, BrokerUnavailable | NetworkTimeout)
 
 
-class UnsupportedByBroker(ClientError):
+class UnsupportedByBroker(ClientError, error_code="UNSUPPORTED_VERSION"):
     """The broker lacks an endpoint this feature needs (an older broker)."""
 
-    error_code = "UNSUPPORTED_VERSION"
 
-
-class DeliveryTimeout(ClientError):
+class DeliveryTimeout(ClientError, error_code="REQUEST_TIMED_OUT"):
     """A record was not acknowledged within ``delivery_timeout_ms`` (retries included)."""
 
-    error_code = "REQUEST_TIMED_OUT"
 
-
-class BufferFull(ClientError):
+class BufferFull(ClientError, error_code="REQUEST_TIMED_OUT"):
     """``send`` waited ``max_block_ms`` for buffer memory or metadata and gave up."""
-
-    error_code = "REQUEST_TIMED_OUT"
 
 
 class ProducerClosed(ClientError):
@@ -89,10 +79,8 @@ class ConsumerClosed(ClientError):
     """The consumer was used after ``close()``."""
 
 
-class NoOffsetForPartition(ClientError):
+class NoOffsetForPartition(ClientError, error_code="OFFSET_OUT_OF_RANGE"):
     """No position and ``auto_offset_reset="none"`` (Kafka's NoOffsetForPartitionException)."""
-
-    error_code = "OFFSET_OUT_OF_RANGE"
 
 
 class TransactionAborted(ClientError):

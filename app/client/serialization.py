@@ -130,22 +130,25 @@ async def _adriven(registry: Registry, flow: Flow) -> Any:
 
 
 class _Serializer:
+    """A serializer's whole work; its constructor takes AvroSerializer's arguments
+    (confluent-kafka's order), the other types' constructors reorder them."""
+
     schema_type = "AVRO"
 
     def __init__(
         self,
-        registry: Registry,
+        schema_registry_client: Registry,
         schema_str: str,
+        to_dict: Callable[[Any, SerializationContext], Any] | None = None,
         conf: dict[str, Any] | None = None,
         *,
-        to_dict: Callable[[Any, SerializationContext], Any] | None = None,
         message_name: str | None = None,
     ) -> None:
         conf = dict(conf or {})
         unknown = set(conf) - _CONF_KEYS
         if unknown:
             raise ValueError(f"unknown serializer config: {', '.join(sorted(unknown))}")
-        self.registry = registry
+        self.registry = schema_registry_client
         self.schema = Schema(schema_str, self.schema_type)
         # Parsed here, so a bad schema fails at construction (InvalidSchema), not per record.
         # (A schema that refers to other subjects: use.latest.version, which resolves them.)
@@ -251,15 +254,6 @@ class AvroSerializer(_Serializer):
 
     schema_type = "AVRO"
 
-    def __init__(
-        self,
-        schema_registry_client: Registry,
-        schema_str: str,
-        to_dict: Callable[[Any, SerializationContext], Any] | None = None,
-        conf: dict[str, Any] | None = None,
-    ) -> None:
-        super().__init__(schema_registry_client, schema_str, conf, to_dict=to_dict)
-
     def record_name(self) -> str | None:
         doc = orjson.loads(self.schema.schema_str)
         if not isinstance(doc, dict) or "name" not in doc:
@@ -282,7 +276,7 @@ class JSONSerializer(_Serializer):
         conf: dict[str, Any] | None = None,
     ) -> None:
         # confluent-kafka's argument order (schema first) for this one.
-        super().__init__(schema_registry_client, schema_str, conf, to_dict=to_dict)
+        super().__init__(schema_registry_client, schema_str, to_dict, conf)
 
     def record_name(self) -> str | None:
         doc = orjson.loads(self.schema.schema_str)
@@ -303,7 +297,7 @@ class ProtobufSerializer(_Serializer):
         message_name: str | None = None,
         conf: dict[str, Any] | None = None,
     ) -> None:
-        super().__init__(schema_registry_client, schema_str, conf, message_name=message_name)
+        super().__init__(schema_registry_client, schema_str, conf=conf, message_name=message_name)
 
     def record_name(self) -> str | None:
         parsed = self._parsed if self._parsed is not None else self._parse(())

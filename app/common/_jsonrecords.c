@@ -33,39 +33,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static int32_t
-kafka_murmur2(const unsigned char *data, Py_ssize_t length)
-{
-    const uint32_t m = 0x5bd1e995u;
-    uint32_t h = 0x9747b28cu ^ (uint32_t)length;
-    Py_ssize_t words = length >> 2;
-    for (Py_ssize_t i = 0; i < words; i++) {
-        const unsigned char *p = data + 4 * i;
-        uint32_t k = (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
-                     ((uint32_t)p[3] << 24);
-        k *= m;
-        k ^= k >> 24;
-        k *= m;
-        h *= m;
-        h ^= k;
-    }
-    Py_ssize_t base = length & ~(Py_ssize_t)3;
-    switch (length & 3) {
-    case 3:
-        h ^= (uint32_t)data[base + 2] << 16;
-        /* fall through */
-    case 2:
-        h ^= (uint32_t)data[base + 1] << 8;
-        /* fall through */
-    case 1:
-        h ^= (uint32_t)data[base];
-        h *= m;
-    }
-    h ^= h >> 13;
-    h *= m;
-    h ^= h >> 15;
-    return (int32_t)h;
-}
+#include "_kafka_wire.h"
 
 #define HEADER_SIZE 61
 #define CRC_OFFSET 17
@@ -110,27 +78,6 @@ body_reserve(Body *b, Py_ssize_t more)
     return 0;
 }
 
-/* Zig-zag varint of a 64-bit value into out; its length. */
-static inline int
-put_varint(unsigned char *out, int64_t value)
-{
-    uint64_t v = ((uint64_t)value << 1) ^ (uint64_t)(value >> 63);
-    int n = 0;
-    while (v >= 0x80) {
-        out[n++] = (unsigned char)(v | 0x80);
-        v >>= 7;
-    }
-    out[n++] = (unsigned char)v;
-    return n;
-}
-
-static inline int
-varint_size(int64_t value)
-{
-    unsigned char tmp[10];
-    return put_varint(tmp, value);
-}
-
 /* Append one record (key/value: bytes or NULL for null) to b. */
 static int
 body_append(Body *b, PyObject *key, PyObject *value)
@@ -140,8 +87,8 @@ body_append(Body *b, PyObject *key, PyObject *value)
     int64_t delta = b->count;
     /* attributes, timestamp delta (0), offset delta, key length, key, value length,
        value, header count (0) */
-    Py_ssize_t size = 1 + 1 + varint_size(delta) + varint_size(klen) + (klen > 0 ? klen : 0) +
-                      varint_size(vlen) + (vlen > 0 ? vlen : 0) + 1;
+    Py_ssize_t size = 1 + 1 + kafka_varint_size(delta) + kafka_varint_size(klen) +
+                      (klen > 0 ? klen : 0) + kafka_varint_size(vlen) + (vlen > 0 ? vlen : 0) + 1;
     if (b->len == 0) { /* room for the batch header, written when the batch is done */
         if (body_reserve(b, HEADER_SIZE) < 0)
             return -1;
@@ -150,16 +97,16 @@ body_append(Body *b, PyObject *key, PyObject *value)
     if (body_reserve(b, size + 10) < 0)
         return -1;
     unsigned char *start = (unsigned char *)b->buf + b->len, *out = start;
-    out += put_varint(out, size);
+    out += kafka_put_varint(out, size);
     *out++ = 0; /* attributes */
     *out++ = 0; /* timestamp delta */
-    out += put_varint(out, delta);
-    out += put_varint(out, klen);
+    out += kafka_put_varint(out, delta);
+    out += kafka_put_varint(out, klen);
     if (klen > 0) {
         memcpy(out, PyBytes_AS_STRING(key), (size_t)klen);
         out += klen;
     }
-    out += put_varint(out, vlen);
+    out += kafka_put_varint(out, vlen);
     if (vlen > 0) {
         memcpy(out, PyBytes_AS_STRING(value), (size_t)vlen);
         out += vlen;

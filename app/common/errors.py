@@ -73,10 +73,26 @@ from typing import Any, ClassVar
 
 
 class LogbusError(Exception):
-    """Base of every error the core raises on purpose."""
+    """Base of every error the core raises on purpose.
+
+    A subclass states its Kafka error name and retriability as class keywords, e.g.
+    ``class LeaderNotAvailable(LogbusError, error_code="LEADER_NOT_AVAILABLE",
+    retriable=True)``; one it leaves out is inherited. A class that states
+    ``error_code`` is the class for that code (``app.common.error_body``).
+    """
 
     error_code: ClassVar[str] = "UNKNOWN_SERVER_ERROR"
     retriable: ClassVar[bool] = False
+
+    def __init_subclass__(
+        cls, *, error_code: str | None = None, retriable: bool | None = None, **kwargs: Any
+    ) -> None:
+        super().__init_subclass__(**kwargs)
+        if error_code is not None:
+            cls.error_code = error_code
+        if retriable is not None:
+            cls.retriable = retriable
+
     # Set per instance by __init__; a class-level empty default for instances made
     # without it (the SDK rebuilds errors from answer bodies).
     _fields: dict[str, Any] = {}
@@ -95,12 +111,14 @@ class LogbusError(Exception):
         return dict(self._fields)
 
 
-class InvalidRequest(LogbusError):
-    error_code = "INVALID_REQUEST"
+class InvalidRequest(LogbusError, error_code="INVALID_REQUEST"):
+    """A request the broker cannot act on as sent (a bad field, a bad combination): fix it,
+    do not retry."""
 
 
-class InvalidConfig(InvalidRequest):
-    error_code = "INVALID_CONFIG"
+class InvalidConfig(InvalidRequest, error_code="INVALID_CONFIG"):
+    """A config value that is missing, of the wrong type or out of range; ``config`` names
+    it."""
 
     config: str
     name: str
@@ -112,8 +130,9 @@ class InvalidConfig(InvalidRequest):
         self.value = value
 
 
-class InvalidTopic(InvalidRequest):
-    error_code = "INVALID_TOPIC_EXCEPTION"
+class InvalidTopic(InvalidRequest, error_code="INVALID_TOPIC_EXCEPTION"):
+    """A topic name Kafka does not allow (empty, too long, ``.``/``..``, a character
+    outside ``[a-zA-Z0-9._-]``), or an internal topic a client may not write or delete."""
 
     topic: str
 
@@ -121,8 +140,8 @@ class InvalidTopic(InvalidRequest):
         super().__init__(f"invalid topic name {topic!r}: {reason}", topic=topic)
 
 
-class InvalidPartitions(InvalidRequest):
-    error_code = "INVALID_PARTITIONS"
+class InvalidPartitions(InvalidRequest, error_code="INVALID_PARTITIONS"):
+    """A partition count that is not allowed (zero, negative, or fewer than the topic has)."""
 
 
 class PartitionLimitExceeded(InvalidPartitions):
@@ -136,24 +155,20 @@ class PartitionLimitExceeded(InvalidPartitions):
         super().__init__(message, limit=limit, setting=setting)
 
 
-class InvalidReplicationFactor(InvalidRequest):
-    error_code = "INVALID_REPLICATION_FACTOR"
+class InvalidReplicationFactor(InvalidRequest, error_code="INVALID_REPLICATION_FACTOR"):
+    """A replication factor below 1 or above the number of live brokers."""
 
 
-class InvalidRequiredAcks(InvalidRequest):
-    error_code = "INVALID_REQUIRED_ACKS"
+class InvalidRequiredAcks(InvalidRequest, error_code="INVALID_REQUIRED_ACKS"):
+    """An ``acks`` other than 0, 1 or -1 (all)."""
 
 
-class SecurityDisabled(InvalidRequest):
+class SecurityDisabled(InvalidRequest, error_code="SECURITY_DISABLED"):
     """An ACL call on a broker with no authorizer configured (``authorizer=acl`` turns it on)."""
 
-    error_code = "SECURITY_DISABLED"
 
-
-class UnknownProducerId(InvalidRequest):
+class UnknownProducerId(InvalidRequest, error_code="UNKNOWN_PRODUCER_ID"):
     """An InitProducerId epoch bump named a producer id this broker never handed out."""
-
-    error_code = "UNKNOWN_PRODUCER_ID"
 
     producer_id: int
 
@@ -163,10 +178,8 @@ class UnknownProducerId(InvalidRequest):
         )
 
 
-class CorruptRecord(LogbusError):
+class CorruptRecord(LogbusError, error_code="CORRUPT_MESSAGE"):
     """A batch failed its CRC, is truncated, or its header is inconsistent."""
-
-    error_code = "CORRUPT_MESSAGE"
 
 
 class StoredBatchCorrupt(CorruptRecord):
@@ -191,12 +204,12 @@ class StoredBatchCorrupt(CorruptRecord):
         )
 
 
-class InvalidRecord(LogbusError):
-    error_code = "INVALID_RECORD"
+class InvalidRecord(LogbusError, error_code="INVALID_RECORD"):
+    """A request without a record batch, or a typed record that does not decode with its schema."""
 
 
-class UnsupportedMessageFormat(LogbusError):
-    error_code = "UNSUPPORTED_FOR_MESSAGE_FORMAT"
+class UnsupportedMessageFormat(LogbusError, error_code="UNSUPPORTED_FOR_MESSAGE_FORMAT"):
+    """A batch in an old message format (magic 0 or 1): only RecordBatch v2 is taken."""
 
     magic: int
 
@@ -207,12 +220,12 @@ class UnsupportedMessageFormat(LogbusError):
         )
 
 
-class UnsupportedCompressionType(LogbusError):
-    error_code = "UNSUPPORTED_COMPRESSION_TYPE"
+class UnsupportedCompressionType(LogbusError, error_code="UNSUPPORTED_COMPRESSION_TYPE"):
+    """A compression name or codec bits that are not none, gzip, snappy, lz4 or zstd."""
 
 
-class RecordTooLarge(LogbusError):
-    error_code = "MESSAGE_TOO_LARGE"
+class RecordTooLarge(LogbusError, error_code="MESSAGE_TOO_LARGE"):
+    """A record batch over the topic's ``max.message.bytes`` or another size limit."""
 
     size: int
     limit: int
@@ -230,8 +243,8 @@ class PayloadTooLarge(RecordTooLarge):
         super().__init__(size, limit, what="request body")
 
 
-class OffsetOutOfRange(LogbusError):
-    error_code = "OFFSET_OUT_OF_RANGE"
+class OffsetOutOfRange(LogbusError, error_code="OFFSET_OUT_OF_RANGE"):
+    """An offset outside the partition's log, ``log_start_offset`` to ``log_end_offset``."""
 
     topic: str
     partition: int
@@ -253,8 +266,8 @@ class OffsetOutOfRange(LogbusError):
         )
 
 
-class UnknownTopicOrPartition(LogbusError):
-    error_code = "UNKNOWN_TOPIC_OR_PARTITION"
+class UnknownTopicOrPartition(LogbusError, error_code="UNKNOWN_TOPIC_OR_PARTITION"):
+    """No such topic, or no such partition of it (``partition`` None: the topic)."""
 
     topic: str
     partition: int | None
@@ -264,8 +277,8 @@ class UnknownTopicOrPartition(LogbusError):
         super().__init__(f"{what} does not exist", topic=topic, partition=partition)
 
 
-class TopicAlreadyExists(LogbusError):
-    error_code = "TOPIC_ALREADY_EXISTS"
+class TopicAlreadyExists(LogbusError, error_code="TOPIC_ALREADY_EXISTS"):
+    """A create of a topic that exists already."""
 
     topic: str
 
@@ -273,15 +286,13 @@ class TopicAlreadyExists(LogbusError):
         super().__init__(f"topic {topic!r} already exists", topic=topic)
 
 
-class OutOfOrderSequence(LogbusError):
+class OutOfOrderSequence(LogbusError, error_code="OUT_OF_ORDER_SEQUENCE_NUMBER"):
     """An idempotent producer's batch does not follow its last sequence on this partition.
 
     Not retriable: resending the same batch cannot close the gap. The producer
     has lost track of what was written and must bump its epoch (POST
     /producers with its id and epoch) and start again at sequence 0.
     """
-
-    error_code = "OUT_OF_ORDER_SEQUENCE_NUMBER"
 
     topic: str
     partition: int
@@ -312,10 +323,8 @@ class OutOfOrderSequence(LogbusError):
         )
 
 
-class InvalidProducerEpoch(LogbusError):
+class InvalidProducerEpoch(LogbusError, error_code="INVALID_PRODUCER_EPOCH"):
     """A batch carries an epoch older than the newest one seen for its producer (a zombie)."""
-
-    error_code = "INVALID_PRODUCER_EPOCH"
 
     topic: str
     partition: int
@@ -360,30 +369,22 @@ class InvalidProducerEpoch(LogbusError):
         return exc
 
 
-class ProducerFenced(InvalidProducerEpoch):
+class ProducerFenced(InvalidProducerEpoch, error_code="PRODUCER_FENCED"):
     """A transaction marker names an epoch older than its producer's: that producer
     instance was fenced by a newer one with the same transactional id."""
 
-    error_code = "PRODUCER_FENCED"
 
-
-class InvalidTxnState(InvalidRequest):
+class InvalidTxnState(InvalidRequest, error_code="INVALID_TXN_STATE"):
     """A write that the producer's transaction state forbids (for instance a
     non-transactional batch while the producer's transaction is open)."""
 
-    error_code = "INVALID_TXN_STATE"
 
-
-class TransactionCoordinatorFenced(InvalidRequest):
+class TransactionCoordinatorFenced(InvalidRequest, error_code="TRANSACTION_COORDINATOR_FENCED"):
     """A transaction marker from a coordinator epoch older than one already seen."""
 
-    error_code = "TRANSACTION_COORDINATOR_FENCED"
 
-
-class InvalidTransactionTimeout(InvalidRequest):
+class InvalidTransactionTimeout(InvalidRequest, error_code="INVALID_TRANSACTION_TIMEOUT"):
     """A transaction timeout below 1 ms or over the broker's transaction.max.timeout.ms."""
-
-    error_code = "INVALID_TRANSACTION_TIMEOUT"
 
 
 class TransactionError(LogbusError):
@@ -395,16 +396,15 @@ class TransactionError(LogbusError):
         super().__init__(message, transactional_id=transactional_id, **fields)
 
 
-class ConcurrentTransactions(TransactionError):
+class ConcurrentTransactions(
+    TransactionError, error_code="CONCURRENT_TRANSACTIONS", retriable=True
+):
     """The transactional id's previous transaction is still being completed (its markers
     are being written): retry shortly."""
 
-    error_code = "CONCURRENT_TRANSACTIONS"
-    retriable = True
 
-
-class TransactionalIdNotFound(TransactionError):
-    error_code = "TRANSACTIONAL_ID_NOT_FOUND"
+class TransactionalIdNotFound(TransactionError, error_code="TRANSACTIONAL_ID_NOT_FOUND"):
+    """A transactional id its coordinator does not know (InitProducerId first)."""
 
     def __init__(self, transactional_id: str) -> None:
         super().__init__(
@@ -414,22 +414,16 @@ class TransactionalIdNotFound(TransactionError):
         )
 
 
-class InvalidProducerIdMapping(TransactionError):
+class InvalidProducerIdMapping(TransactionError, error_code="INVALID_PRODUCER_ID_MAPPING"):
     """The producer id is not the one the transactional id holds now."""
 
-    error_code = "INVALID_PRODUCER_ID_MAPPING"
+
+class RequestTimedOut(LogbusError, error_code="REQUEST_TIMED_OUT", retriable=True):
+    """The request did not complete in its timeout (acks=all waiting on the in-sync replicas)."""
 
 
-class RequestTimedOut(LogbusError):
-    error_code = "REQUEST_TIMED_OUT"
-    retriable = True
-
-
-class NotLeaderOrFollower(LogbusError):
+class NotLeaderOrFollower(LogbusError, error_code="NOT_LEADER_OR_FOLLOWER", retriable=True):
     """This broker does not lead the partition; ``leader_url`` says who does, when known."""
-
-    error_code = "NOT_LEADER_OR_FOLLOWER"
-    retriable = True
 
     topic: str
     partition: int
@@ -454,12 +448,11 @@ class NotLeaderOrFollower(LogbusError):
         )
 
 
-class LeaderNotAvailable(LogbusError):
-    error_code = "LEADER_NOT_AVAILABLE"
-    retriable = True
+class LeaderNotAvailable(LogbusError, error_code="LEADER_NOT_AVAILABLE", retriable=True):
+    """The partition has no leader right now (an election is under way): retry shortly."""
 
 
-class OffsetNotAvailable(LogbusError):
+class OffsetNotAvailable(LogbusError, error_code="OFFSET_NOT_AVAILABLE", retriable=True):
     """Kafka's OFFSET_NOT_AVAILABLE (protocol error code 78, retriable): a client asked a
     newly elected leader for its end (ListOffsets ``latest``, or a timestamp past what it
     can answer) while its high watermark is still below the offset its leader epoch began
@@ -467,9 +460,6 @@ class OffsetNotAvailable(LogbusError):
     before the election by any amount; it catches up once the followers fetch from the
     new leader, so answering it would move offsets backwards (a ``latest`` of 0 for a
     partition holding acknowledged records). Retry after a short backoff."""
-
-    error_code = "OFFSET_NOT_AVAILABLE"
-    retriable = True
 
     topic: str
     partition: int
@@ -497,9 +487,8 @@ class OffsetNotAvailable(LogbusError):
         )
 
 
-class LeaderEpochMismatch(LogbusError):
-    error_code = "FENCED_LEADER_EPOCH"
-    retriable = True
+class LeaderEpochMismatch(LogbusError, error_code="FENCED_LEADER_EPOCH", retriable=True):
+    """A request names a leader epoch other than the partition's current one."""
 
     topic: str
     partition: int
@@ -517,23 +506,16 @@ class LeaderEpochMismatch(LogbusError):
         )
 
 
-class FencedLeaderEpoch(LeaderEpochMismatch):
+class FencedLeaderEpoch(LeaderEpochMismatch, error_code="FENCED_LEADER_EPOCH"):
     """The request names an older leader epoch than the partition's current one."""
 
-    error_code = "FENCED_LEADER_EPOCH"
 
-
-class UnknownLeaderEpoch(LeaderEpochMismatch):
+class UnknownLeaderEpoch(LeaderEpochMismatch, error_code="UNKNOWN_LEADER_EPOCH"):
     """The request names a newer leader epoch than this broker has heard of yet."""
 
-    error_code = "UNKNOWN_LEADER_EPOCH"
 
-
-class NotCoordinator(LogbusError):
+class NotCoordinator(LogbusError, error_code="NOT_COORDINATOR", retriable=True):
     """Another broker coordinates this group (it leads the group's offsets partition)."""
-
-    error_code = "NOT_COORDINATOR"
-    retriable = True
 
     group: str
     coordinator: int | None
@@ -572,22 +554,18 @@ class TxnNotCoordinator(NotCoordinator):
         )
 
 
-class NotEnoughReplicas(LogbusError):
-    error_code = "NOT_ENOUGH_REPLICAS"
-    retriable = True
+class NotEnoughReplicas(LogbusError, error_code="NOT_ENOUGH_REPLICAS", retriable=True):
+    """acks=all: fewer in-sync replicas than ``min.insync.replicas``; nothing was written."""
 
 
-class NotEnoughReplicasAfterAppend(NotEnoughReplicas):
+class NotEnoughReplicasAfterAppend(
+    NotEnoughReplicas, error_code="NOT_ENOUGH_REPLICAS_AFTER_APPEND"
+):
     """acks=all: the leader wrote the batch, then the ISR fell below min.insync.replicas."""
 
-    error_code = "NOT_ENOUGH_REPLICAS_AFTER_APPEND"
 
-
-class BrokerNotAvailable(LogbusError):
+class BrokerNotAvailable(LogbusError, error_code="BROKER_NOT_AVAILABLE", retriable=True):
     """The broker is up but not serving yet (starting, recovering logs) or already stopping."""
-
-    error_code = "BROKER_NOT_AVAILABLE"
-    retriable = True
 
 
 class ZooKeeperUnavailable(BrokerNotAvailable):
@@ -600,11 +578,8 @@ class ZooKeeperUnavailable(BrokerNotAvailable):
         )
 
 
-class KafkaStorageError(LogbusError):
+class KafkaStorageError(LogbusError, error_code="KAFKA_STORAGE_ERROR", retriable=True):
     """The disk under a log failed; the log is offline until the broker restarts."""
-
-    error_code = "KAFKA_STORAGE_ERROR"
-    retriable = True
 
 
 class SegmentClosed(KafkaStorageError):
@@ -615,13 +590,12 @@ class SegmentClosed(KafkaStorageError):
     """
 
 
-class SaslAuthenticationFailed(LogbusError):
+class SaslAuthenticationFailed(LogbusError, error_code="SASL_AUTHENTICATION_FAILED"):
     """No credentials where the broker requires them, or credentials it refused (unknown
     user, wrong password, a bearer token expired, wrongly signed or for another audience).
     The message says why, never what was presented; ``challenge`` is the
     ``WWW-Authenticate`` value the HTTP layer answers with (set by the authenticator)."""
 
-    error_code = "SASL_AUTHENTICATION_FAILED"
     challenge: str = ""
 
 
@@ -630,21 +604,21 @@ class AuthorizationFailed(LogbusError):
     done. Fields: ``resource_type``, ``resource_name``, ``operation``."""
 
 
-class TopicAuthorizationFailed(AuthorizationFailed):
-    error_code = "TOPIC_AUTHORIZATION_FAILED"
+class TopicAuthorizationFailed(AuthorizationFailed, error_code="TOPIC_AUTHORIZATION_FAILED"):
+    """An ACL refuses the operation on a topic."""
 
 
-class GroupAuthorizationFailed(AuthorizationFailed):
-    error_code = "GROUP_AUTHORIZATION_FAILED"
+class GroupAuthorizationFailed(AuthorizationFailed, error_code="GROUP_AUTHORIZATION_FAILED"):
+    """An ACL refuses the operation on a consumer group."""
 
 
-class TransactionalIdAuthorizationFailed(AuthorizationFailed):
-    error_code = "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+class TransactionalIdAuthorizationFailed(
+    AuthorizationFailed, error_code="TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+):
+    """An ACL refuses the operation on a transactional id."""
 
 
-class ClusterAuthorizationFailed(AuthorizationFailed):
+class ClusterAuthorizationFailed(AuthorizationFailed, error_code="CLUSTER_AUTHORIZATION_FAILED"):
     """An ACL refuses an operation on the cluster resource; or a call only brokers make (a
     replica's fetch) came without the credentials of the broker it claims to come from:
     refused, and it changes nothing (ISR, high watermark, acks)."""
-
-    error_code = "CLUSTER_AUTHORIZATION_FAILED"

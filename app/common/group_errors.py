@@ -49,25 +49,23 @@ class GroupError(LogbusError):
         self.group = group
 
 
-class UnsupportedAssignor(GroupError):
-    error_code = "UNSUPPORTED_ASSIGNOR"
+class UnsupportedAssignor(GroupError, error_code="UNSUPPORTED_ASSIGNOR"):
+    """A member names a server-side assignor the broker does not have."""
 
 
-class InvalidGroupId(GroupError):
-    error_code = "INVALID_GROUP_ID"
+class InvalidGroupId(GroupError, error_code="INVALID_GROUP_ID"):
+    """An empty group id, or one over ``MAX_GROUP_ID_LENGTH`` characters."""
 
 
-class GroupIdNotFound(GroupError):
-    error_code = "GROUP_ID_NOT_FOUND"
+class GroupIdNotFound(GroupError, error_code="GROUP_ID_NOT_FOUND"):
+    """No group with this id."""
 
     def __init__(self, group: str) -> None:
         super().__init__(f"group {group!r} does not exist", group)
 
 
-class UnknownMemberId(GroupError):
+class UnknownMemberId(GroupError, error_code="UNKNOWN_MEMBER_ID"):
     """The member is not (or no longer) in the group: it must rejoin with epoch 0."""
-
-    error_code = "UNKNOWN_MEMBER_ID"
 
     member_id: str
 
@@ -78,6 +76,8 @@ class UnknownMemberId(GroupError):
 
 
 class _EpochError(GroupError):
+    """A member's epoch is not the one the coordinator expects (base of the two below)."""
+
     member_id: str
     member_epoch: int
     current_epoch: int
@@ -93,28 +93,22 @@ class _EpochError(GroupError):
         )
 
 
-class FencedMemberEpoch(_EpochError):
+class FencedMemberEpoch(_EpochError, error_code="FENCED_MEMBER_EPOCH"):
     """The member's epoch is not one the coordinator handed it: it must rejoin (epoch 0)."""
-
-    error_code = "FENCED_MEMBER_EPOCH"
 
     def __init__(self, group: str, member_id: str, epoch: int, current: int) -> None:
         super().__init__(group, member_id, epoch, current, "rejoin with member_epoch 0")
 
 
-class StaleMemberEpoch(_EpochError):
+class StaleMemberEpoch(_EpochError, error_code="STALE_MEMBER_EPOCH"):
     """An offset commit carried an older epoch than the member's: heartbeat first."""
-
-    error_code = "STALE_MEMBER_EPOCH"
 
     def __init__(self, group: str, member_id: str, epoch: int, current: int) -> None:
         super().__init__(group, member_id, epoch, current, "heartbeat to learn the new epoch")
 
 
-class UnreleasedInstanceId(GroupError):
+class UnreleasedInstanceId(GroupError, error_code="UNRELEASED_INSTANCE_ID"):
     """A static member joined while another member still holds its instance id."""
-
-    error_code = "UNRELEASED_INSTANCE_ID"
 
     instance_id: str
 
@@ -127,8 +121,8 @@ class UnreleasedInstanceId(GroupError):
         )
 
 
-class NonEmptyGroup(GroupError):
-    error_code = "NON_EMPTY_GROUP"
+class NonEmptyGroup(GroupError, error_code="NON_EMPTY_GROUP"):
+    """An action that needs an empty group (delete it, reset its offsets) while it has members."""
 
     members: int
 
@@ -140,33 +134,27 @@ class NonEmptyGroup(GroupError):
         )
 
 
-class CoordinatorLoadInProgress(GroupError):
-    error_code = "COORDINATOR_LOAD_IN_PROGRESS"
-    retriable = True
+class CoordinatorLoadInProgress(
+    GroupError, error_code="COORDINATOR_LOAD_IN_PROGRESS", retriable=True
+):
+    """The group's ``__consumer_offsets`` partition is still being loaded: retry shortly."""
 
 
-class CoordinatorNotAvailable(GroupError):
+class CoordinatorNotAvailable(GroupError, error_code="COORDINATOR_NOT_AVAILABLE", retriable=True):
     """No broker can coordinate the group right now: its ``__consumer_offsets`` partition
     has no leader (election under way), or its in-sync replicas did not take a write."""
-
-    error_code = "COORDINATOR_NOT_AVAILABLE"
-    retriable = True
 
 
 # -- the classic group protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup: app.groups.classic)
 
 
-class RebalanceInProgress(GroupError):
+class RebalanceInProgress(GroupError, error_code="REBALANCE_IN_PROGRESS"):
     """The group is rebalancing: the member must rejoin (JoinGroup) to learn its new
     generation before it heartbeats, syncs or commits again."""
 
-    error_code = "REBALANCE_IN_PROGRESS"
 
-
-class IllegalGeneration(GroupError):
+class IllegalGeneration(GroupError, error_code="ILLEGAL_GENERATION"):
     """A classic member sent a generation that is not the group's: it must rejoin."""
-
-    error_code = "ILLEGAL_GENERATION"
 
     def __init__(self, group: str, member_id: str, generation: int, current: int) -> None:
         super().__init__(
@@ -179,10 +167,8 @@ class IllegalGeneration(GroupError):
         )
 
 
-class MemberIdRequired(GroupError):
+class MemberIdRequired(GroupError, error_code="MEMBER_ID_REQUIRED"):
     """KIP-394: a new dynamic member is handed its id and must join again with it."""
-
-    error_code = "MEMBER_ID_REQUIRED"
 
     member_id: str
 
@@ -194,10 +180,8 @@ class MemberIdRequired(GroupError):
         )
 
 
-class FencedInstanceId(GroupError):
+class FencedInstanceId(GroupError, error_code="FENCED_INSTANCE_ID"):
     """A static member's instance id is held by a newer incarnation (another member id)."""
-
-    error_code = "FENCED_INSTANCE_ID"
 
     def __init__(self, group: str, instance_id: str, member_id: str) -> None:
         super().__init__(
@@ -209,36 +193,25 @@ class FencedInstanceId(GroupError):
         )
 
 
-class InconsistentGroupProtocol(GroupError):
+class InconsistentGroupProtocol(GroupError, error_code="INCONSISTENT_GROUP_PROTOCOL"):
     """A member's protocol type or assignors fit no other member's, or a classic member
     joins a consumer-protocol (KIP-848) group or the other way round."""
 
-    error_code = "INCONSISTENT_GROUP_PROTOCOL"
 
-
-class InvalidSessionTimeout(GroupError):
+class InvalidSessionTimeout(GroupError, error_code="INVALID_SESSION_TIMEOUT"):
     """A classic member's session timeout is outside the broker's
     ``group_min_session_timeout_ms`` .. ``group_max_session_timeout_ms``."""
 
-    error_code = "INVALID_SESSION_TIMEOUT"
 
-
-class GroupSubscribedToTopic(GroupError):
+class GroupSubscribedToTopic(GroupError, error_code="GROUP_SUBSCRIBED_TO_TOPIC"):
     """OffsetDelete of a topic the group's members are subscribed to now."""
 
-    error_code = "GROUP_SUBSCRIBED_TO_TOPIC"
 
-
-class GroupMaxSizeReached(GroupError):
+class GroupMaxSizeReached(GroupError, error_code="GROUP_MAX_SIZE_REACHED"):
     """A classic group already has ``group_max_size`` members (pending ones counted)."""
 
-    error_code = "GROUP_MAX_SIZE_REACHED"
 
-
-class UnstableOffsetCommit(GroupError):
+class UnstableOffsetCommit(GroupError, error_code="UNSTABLE_OFFSET_COMMIT", retriable=True):
     """OffsetFetch with ``require_stable`` (KIP-447): offsets of these partitions were
     committed in a transaction that has not ended yet (its marker is still to be
     written); retry once it has, as Kafka's transactional consumers do."""
-
-    error_code = "UNSTABLE_OFFSET_COMMIT"
-    retriable = True

@@ -23,75 +23,86 @@ from app.common.errors import InvalidRecord, InvalidRequest, LogbusError
 # app/common/schemas.)
 
 
-class SchemaRegistryError(LogbusError):
-    """Base of the registry's errors (50001 unless a subclass says otherwise)."""
+class SchemaRegistryError(LogbusError, error_code="SCHEMA_REGISTRY_ERROR"):
+    """Base of the registry's errors (50001 unless a subclass says otherwise). A subclass
+    states its code as a class keyword beside its ``error_code``: ``confluent_code=40401``."""
 
-    error_code = "SCHEMA_REGISTRY_ERROR"
     confluent_code: ClassVar[int] = 50001
 
+    def __init_subclass__(cls, *, confluent_code: int | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if confluent_code is not None:
+            cls.confluent_code = confluent_code
 
-class SubjectNotFound(SchemaRegistryError):
-    error_code = "SUBJECT_NOT_FOUND"
-    confluent_code = 40401
+
+class SubjectNotFound(SchemaRegistryError, error_code="SUBJECT_NOT_FOUND", confluent_code=40401):
+    """No subject of this name (none ever registered, or permanently deleted)."""
 
     def __init__(self, subject: str) -> None:
         super().__init__(f"Subject '{subject}' not found.", subject=subject)
 
 
-class VersionNotFound(SchemaRegistryError):
-    error_code = "VERSION_NOT_FOUND"
-    confluent_code = 40402
+class VersionNotFound(SchemaRegistryError, error_code="VERSION_NOT_FOUND", confluent_code=40402):
+    """The subject has no such version."""
 
     def __init__(self, subject: str, version: object) -> None:
         super().__init__(f"Version {version} not found for subject '{subject}'.", subject=subject)
 
 
-class SchemaNotFound(SchemaRegistryError):
-    error_code = "SCHEMA_NOT_FOUND"
-    confluent_code = 40403
+class SchemaNotFound(SchemaRegistryError, error_code="SCHEMA_NOT_FOUND", confluent_code=40403):
+    """No schema with this id, or no version of the subject holding this schema."""
 
     def __init__(self, message: str = "Schema not found", **fields: Any) -> None:
         super().__init__(message, **fields)
 
 
-class SubjectSoftDeleted(SchemaRegistryError):
-    error_code = "SUBJECT_SOFT_DELETED"
-    confluent_code = 40404
+class SubjectSoftDeleted(
+    SchemaRegistryError, error_code="SUBJECT_SOFT_DELETED", confluent_code=40404
+):
+    """A soft delete of a subject already soft-deleted (``permanent=true`` deletes it for good)."""
 
 
-class SubjectNotSoftDeleted(SchemaRegistryError):
-    error_code = "SUBJECT_NOT_SOFT_DELETED"
-    confluent_code = 40405
+class SubjectNotSoftDeleted(
+    SchemaRegistryError, error_code="SUBJECT_NOT_SOFT_DELETED", confluent_code=40405
+):
+    """A permanent delete of a subject that was not soft-deleted first."""
 
 
-class VersionSoftDeleted(SchemaRegistryError):
-    error_code = "SCHEMA_VERSION_SOFT_DELETED"
-    confluent_code = 40406
+class VersionSoftDeleted(
+    SchemaRegistryError, error_code="SCHEMA_VERSION_SOFT_DELETED", confluent_code=40406
+):
+    """A soft delete of a version already soft-deleted (``permanent=true`` deletes it for good)."""
 
 
-class VersionNotSoftDeleted(SchemaRegistryError):
-    error_code = "SCHEMA_VERSION_NOT_SOFT_DELETED"
-    confluent_code = 40407
+class VersionNotSoftDeleted(
+    SchemaRegistryError, error_code="SCHEMA_VERSION_NOT_SOFT_DELETED", confluent_code=40407
+):
+    """A permanent delete of a version that was not soft-deleted first."""
 
 
-class SubjectCompatibilityNotConfigured(SchemaRegistryError):
-    error_code = "SUBJECT_LEVEL_COMPATIBILITY_NOT_CONFIGURED"
-    confluent_code = 40408
+class SubjectCompatibilityNotConfigured(
+    SchemaRegistryError,
+    error_code="SUBJECT_LEVEL_COMPATIBILITY_NOT_CONFIGURED",
+    confluent_code=40408,
+):
+    """The subject has no compatibility level of its own (``defaultToGlobal`` reads the
+    global one)."""
 
 
-class SubjectModeNotConfigured(SchemaRegistryError):
-    error_code = "SUBJECT_LEVEL_MODE_NOT_CONFIGURED"
-    confluent_code = 40409
+class SubjectModeNotConfigured(
+    SchemaRegistryError, error_code="SUBJECT_LEVEL_MODE_NOT_CONFIGURED", confluent_code=40409
+):
+    """The subject has no mode of its own (``defaultToGlobal`` reads the global one)."""
 
 
-class IncompatibleSchema(SchemaRegistryError):
-    error_code = "INCOMPATIBLE_SCHEMA"
-    confluent_code = 40901
+class IncompatibleSchema(
+    SchemaRegistryError, error_code="INCOMPATIBLE_SCHEMA", confluent_code=40901
+):
+    """The schema breaks the subject's compatibility level against earlier versions."""
 
 
-class InvalidSchemaVersion(SchemaRegistryError):
-    error_code = "INVALID_VERSION"
-    confluent_code = 42202
+class InvalidSchemaVersion(SchemaRegistryError, error_code="INVALID_VERSION", confluent_code=42202):
+    """A version that is neither a number in 1..2^31-1 nor ``latest`` (or -1)."""
 
     def __init__(self, version: object) -> None:
         super().__init__(
@@ -100,51 +111,48 @@ class InvalidSchemaVersion(SchemaRegistryError):
         )
 
 
-class InvalidCompatibilityLevel(SchemaRegistryError):
-    error_code = "INVALID_COMPATIBILITY_LEVEL"
-    confluent_code = 42203
+class InvalidCompatibilityLevel(
+    SchemaRegistryError, error_code="INVALID_COMPATIBILITY_LEVEL", confluent_code=42203
+):
+    """A compatibility level that is not one of Confluent's (BACKWARD, FORWARD_TRANSITIVE, ...)."""
 
 
-class InvalidMode(SchemaRegistryError):
-    error_code = "INVALID_MODE"
-    confluent_code = 42204
+class InvalidMode(SchemaRegistryError, error_code="INVALID_MODE", confluent_code=42204):
+    """A mode that is not one of Confluent's (READWRITE, READONLY, IMPORT)."""
 
 
-class OperationNotPermitted(SchemaRegistryError):
+class OperationNotPermitted(
+    SchemaRegistryError, error_code="OPERATION_NOT_PERMITTED", confluent_code=42205
+):
     """The subject's or the registry's mode forbids the write (READONLY; an id given
     outside IMPORT), or an import conflicts with what is stored."""
 
-    error_code = "OPERATION_NOT_PERMITTED"
-    confluent_code = 42205
+
+class ReferenceExists(SchemaRegistryError, error_code="REFERENCE_EXISTS", confluent_code=42206):
+    """A delete of a schema version that another schema references."""
 
 
-class ReferenceExists(SchemaRegistryError):
-    error_code = "REFERENCE_EXISTS"
-    confluent_code = 42206
-
-
-class SchemaTooLarge(SchemaRegistryError):
+class SchemaTooLarge(SchemaRegistryError, error_code="SCHEMA_TOO_LARGE", confluent_code=42201):
     """A schema or its references over the registry's limits (``schema_registry_*``)."""
 
-    error_code = "SCHEMA_TOO_LARGE"
-    confluent_code = 42201
 
-
-class RegistryStoreError(SchemaRegistryError):
+class RegistryStoreError(
+    SchemaRegistryError,
+    error_code="SCHEMA_REGISTRY_STORE_ERROR",
+    confluent_code=50001,
+    retriable=True,
+):
     """``_schemas`` could not take or give a record (no leader, a write not replicated)."""
 
-    error_code = "SCHEMA_REGISTRY_STORE_ERROR"
-    confluent_code = 50001
-    retriable = True
 
-
-class RegistryNotLeader(SchemaRegistryError):
+class RegistryNotLeader(
+    SchemaRegistryError,
+    error_code="SCHEMA_REGISTRY_NOT_LEADER",
+    confluent_code=50004,
+    retriable=True,
+):
     """This broker does not lead ``_schemas``: the request belongs to ``leader_url``
     (the API forwards it there; Confluent's clients do not follow redirects)."""
-
-    error_code = "SCHEMA_REGISTRY_NOT_LEADER"
-    confluent_code = 50004
-    retriable = True
 
     leader_url: str | None
 

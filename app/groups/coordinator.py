@@ -164,6 +164,9 @@ class GroupCoordinator:
         self.offsets_partition = self.txn_offsets.offsets_partition
         self.txn_commit_offsets = self.txn_offsets.commit
         self.txn_completed = self.txn_offsets.completed
+        # Committing offsets and resetting them: the stores' own methods, documented there.
+        self.commit_offsets = self.offsets.commit_offsets
+        self.reset_offsets = self.admin.reset_offsets
         self.runtime.on_loaded = self._on_loaded
         self._expire_task: asyncio.Task[None] | None = None
 
@@ -236,18 +239,6 @@ class GroupCoordinator:
 
     # -- offsets ---------------------------------------------------------------------------
 
-    async def commit_offsets(
-        self,
-        group_id: str,
-        member_id: str,
-        member_epoch: int,
-        offsets: Sequence[OffsetCommit],
-        instance_id: str | None = None,
-    ) -> list[CommittedOffset]:
-        return await self.offsets.commit_offsets(
-            group_id, member_id, member_epoch, offsets, instance_id
-        )
-
     async def fetch_committed_offsets(
         self, group_id: str, topics: Sequence[str] | None = None, require_stable: bool = False
     ) -> list[CommittedOffset]:
@@ -280,20 +271,6 @@ class GroupCoordinator:
 
     async def delete_group(self, group_id: str) -> None:
         await self.admin.delete_group(group_id)
-
-    async def reset_offsets(
-        self,
-        group_id: str,
-        topic: str,
-        to: str,
-        *,
-        partitions: Sequence[int] | None = None,
-        value: int | None = None,
-        read_committed: bool = False,
-    ) -> list[CommittedOffset]:
-        return await self.admin.reset_offsets(
-            group_id, topic, to, partitions=partitions, value=value, read_committed=read_committed
-        )
 
     # -- introspection for tests and the API ------------------------------------------------
 

@@ -35,21 +35,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.common.errors import CorruptRecord
-from app.registry.records import (
-    ConfigKey,
-    DeleteSubjectKey,
-    ModeKey,
-    NoopKey,
-    Reference,
-    SchemaKey,
-    SchemaValue,
-    decode_config,
-    decode_delete_subject,
-    decode_key,
-    decode_mode,
-    decode_noop,
-    decode_schema,
-)
+from app.registry import records
+from app.registry.records import Reference
 
 log = logging.getLogger(__name__)
 
@@ -105,40 +92,40 @@ class SchemaStore:
         if key is None:
             return
         try:
-            parsed = decode_key(key)
-            if isinstance(parsed, SchemaKey):
+            parsed = records.decode_key(key)
+            if isinstance(parsed, records.SchemaKey):
                 if value is None:
                     self._drop_version(parsed.subject, parsed.version)
                 else:
-                    self._put_version(decode_schema(value))
-            elif isinstance(parsed, ConfigKey):
+                    self._put_version(records.decode_schema(value))
+            elif isinstance(parsed, records.ConfigKey):
                 if value is None:
                     self.configs.pop(parsed.subject, None)
                 else:
-                    self.configs[parsed.subject] = decode_config(value)
-            elif isinstance(parsed, ModeKey):
+                    self.configs[parsed.subject] = records.decode_config(value)
+            elif isinstance(parsed, records.ModeKey):
                 if value is None:
                     self.modes.pop(parsed.subject, None)
                 else:
-                    self.modes[parsed.subject] = decode_mode(value)
-            elif isinstance(parsed, DeleteSubjectKey):
+                    self.modes[parsed.subject] = records.decode_mode(value)
+            elif isinstance(parsed, records.DeleteSubjectKey):
                 if value is not None:
-                    self._delete_subject(parsed.subject, decode_delete_subject(value))
-            elif isinstance(parsed, NoopKey):
-                self.max_id = max(self.max_id, decode_noop(value))
+                    self._delete_subject(parsed.subject, records.decode_delete_subject(value))
+            elif isinstance(parsed, records.NoopKey):
+                self.max_id = max(self.max_id, records.decode_noop(value))
         except CorruptRecord as exc:
             log.warning("skipped _schemas offset %d: %s", offset, exc)
 
     def apply_all(
         self,
-        records: Iterable[
+        entries: Iterable[
             tuple[bytes | bytearray | memoryview | None, bytes | bytearray | memoryview | None, int]
         ],
     ) -> None:
-        for key, value, offset in records:
+        for key, value, offset in entries:
             self.apply(key, value, offset)
 
-    def _put_version(self, value: SchemaValue) -> None:
+    def _put_version(self, value: records.SchemaValue) -> None:
         where = (value.subject, value.version)
         old = self.subjects.get(value.subject, {}).get(value.version)
         if old is not None:

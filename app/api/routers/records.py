@@ -70,33 +70,18 @@ from app.common.errors import (
     RecordTooLarge,
     UnknownTopicOrPartition,
 )
+from app.common.native import optional
 from app.common.partitioner import key_hash, partition_for_key
 
 if TYPE_CHECKING:
     from app.common import _jsonrecords
 
 
-def _load_plain_records() -> _jsonrecords.PlainRecords | None:
-    """The broker's C helper (setup.py builds it, optionally): without it, the Python loop."""
-    try:
-        from app.common._jsonrecords import plain_records as native
-    except ImportError:  # pragma: no cover - where no C compiler built it
-        return None
-    return native
-
-
-plain_records = _load_plain_records()
-
-
-def _load_offsets_json() -> _jsonrecords.OffsetsJson | None:
-    try:
-        from app.common._jsonrecords import offsets_json as native
-    except ImportError:  # pragma: no cover - where no C compiler built it
-        return None
-    return native
-
-
-offsets_json = _load_offsets_json()
+# The broker's C helpers (app/common/_jsonrecords.c): without them, the Python loop.
+plain_records: _jsonrecords.PlainRecords | None = optional(
+    "app.common._jsonrecords", "plain_records"
+)
+offsets_json: _jsonrecords.OffsetsJson | None = optional("app.common._jsonrecords", "offsets_json")
 
 _PARTITION = itemgetter(0)  # of a placed record: (partition, index in its batch, timestamp)
 # A batch over this is refused (BatchBuilder's own max_bytes, 1 GiB).
@@ -596,25 +581,19 @@ async def produce_batches(
     for i, (_, header) in enumerate(iter_headers(body)):
         count = header.last_offset_delta + 1
         original = originals[i] if originals else None
-        if original is not None:
-            appended.append(
-                {
-                    "base_offset": original[0],
-                    "last_offset": original[1],
-                    "record_count": count,
-                    "duplicate": True,
-                }
-            )
-            continue
+        if original is None:
+            first, last = base, base + count - 1
+            base += count
+        else:
+            first, last = original
         appended.append(
             {
-                "base_offset": base,
-                "last_offset": base + count - 1,
+                "base_offset": first,
+                "last_offset": last,
                 "record_count": count,
-                "duplicate": False,
+                "duplicate": original is not None,
             }
         )
-        base += count
     return JSONBytes(
         {
             "topic": topic,

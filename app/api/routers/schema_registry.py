@@ -193,6 +193,10 @@ class SchemaRequest(BaseModel):
     def refs(self) -> tuple[Reference, ...]:
         return tuple(Reference(r.name, r.subject, r.version) for r in self.references)
 
+    def parts(self) -> tuple[str, str, tuple[Reference, ...]]:
+        """(text, type, references): the schema as the registry's calls take it."""
+        return self.schema_text, self.schema_type, self.refs()
+
 
 class ConfigRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
@@ -368,10 +372,13 @@ SchemaFormat = Annotated[
 ]
 Normalize = Annotated[bool, Query(description="Normalize the schema before using it.")]
 Permanent = Annotated[bool, Query(description="Hard delete (after a soft delete).")]
-Prefix = Annotated[str, Query(max_length=MAX_SUBJECT_LENGTH, description="Subjects starting so.")]
-DefaultToGlobal = Annotated[
-    bool, Query(description="The global value when the subject has none of its own.")
-]
+SubjectPrefix = Annotated[str, Query(alias="subjectPrefix", max_length=MAX_SUBJECT_LENGTH)]
+DefaultToGlobal = Annotated[bool, Query(alias="defaultToGlobal")]
+
+# The request bodies' documentation, in every registry media type.
+_SCHEMA_BODY = _body_doc("SchemaRequest", _REGISTER_EXAMPLE)
+_CONFIG_BODY = _body_doc("ConfigRequest", {"compatibility": "FULL"})
+_MODE_BODY = _body_doc("ModeRequest", {"mode": "READONLY"})
 
 
 def _registered(r: Registered) -> dict[str, Any]:
@@ -391,9 +398,7 @@ async def list_schema_types(request: Request) -> Response:
 @router.get("/schemas", responses=_ok(None, [_REGISTERED_EXAMPLE]))
 async def list_schemas(
     request: Request,
-    subject_prefix: Annotated[
-        str, Query(alias="subjectPrefix", max_length=MAX_SUBJECT_LENGTH)
-    ] = "",
+    subject_prefix: SubjectPrefix = "",
     deleted: Deleted = False,
     latest_only: Annotated[bool, Query(alias="latestOnly")] = False,
 ) -> Response:
@@ -457,9 +462,7 @@ async def get_schema_versions(
 @router.get("/subjects", responses=_ok(None, ["clicks-value"]))
 async def list_subjects(
     request: Request,
-    subject_prefix: Annotated[
-        str, Query(alias="subjectPrefix", max_length=MAX_SUBJECT_LENGTH)
-    ] = "",
+    subject_prefix: SubjectPrefix = "",
     deleted: Deleted = False,
 ) -> Response:
     """Subjects with a live version (with `deleted`, soft-deleted ones too)."""
@@ -522,7 +525,7 @@ async def get_referenced_by(request: Request, subject: Subject, version: Version
 @router.post(
     "/subjects/{subject}/versions",
     responses=_ok(RegisteredSchema, _REGISTERED_EXAMPLE, 404, 409, 422, 500),
-    openapi_extra=_body_doc("SchemaRequest", _REGISTER_EXAMPLE),
+    openapi_extra=_SCHEMA_BODY,
 )
 async def register_schema(
     request: Request, subject: Subject, body: SchemaRequest, normalize: Normalize = False
@@ -534,9 +537,7 @@ async def register_schema(
     at its compatibility level (409/40901). `id` and `version` only in IMPORT mode."""
     registered = await get_registry(request).register(
         subject,
-        body.schema_text,
-        body.schema_type,
-        body.refs(),
+        *body.parts(),
         normalize=normalize,
         schema_id=body.id,
         version=body.version,
@@ -547,7 +548,7 @@ async def register_schema(
 @router.post(
     "/subjects/{subject}",
     responses=_ok(RegisteredSchema, _REGISTERED_EXAMPLE, 404, 422),
-    openapi_extra=_body_doc("SchemaRequest", _REGISTER_EXAMPLE),
+    openapi_extra=_SCHEMA_BODY,
 )
 async def lookup_schema(
     request: Request,
@@ -559,9 +560,7 @@ async def lookup_schema(
     """Which version of the subject holds this schema (40403 none does)."""
     found = get_registry(request).lookup(
         subject,
-        body.schema_text,
-        body.schema_type,
-        body.refs(),
+        *body.parts(),
         normalize=normalize,
         deleted=deleted,
     )
@@ -589,17 +588,28 @@ async def delete_subject_version(
 # -- compatibility --------------------------------------------------------------------------
 
 
-def _compat_answer(reasons: list[str], verbose: bool) -> Response:
-    body: dict[str, Any] = {"is_compatible": not reasons}
+def _compatibility(
+    request: Request,
+    subject: str,
+    version: str | None,
+    body: SchemaRequest,
+    normalize: bool,
+    verbose: bool,
+) -> Response:
+    """Whether ``body`` may follow ``version`` (None: every version) of the subject."""
+    reasons = get_registry(request).check_compatibility(
+        subject, version, *body.parts(), normalize=normalize
+    )
+    answered: dict[str, Any] = {"is_compatible": not reasons}
     if verbose:
-        body["messages"] = reasons
-    return answer(body)
+        answered["messages"] = reasons
+    return answer(answered)
 
 
 @router.post(
     "/compatibility/subjects/{subject}/versions/{version}",
     responses=_ok(CompatibilityAnswer, {"is_compatible": True}, 404, 422),
-    openapi_extra=_body_doc("SchemaRequest", _REGISTER_EXAMPLE),
+    openapi_extra=_SCHEMA_BODY,
 )
 async def check_compatibility(
     request: Request,
@@ -610,16 +620,13 @@ async def check_compatibility(
     verbose: bool = False,
 ) -> Response:
     """Whether the schema may follow this version at the subject's level."""
-    reasons = get_registry(request).check_compatibility(
-        subject, version, body.schema_text, body.schema_type, body.refs(), normalize=normalize
-    )
-    return _compat_answer(reasons, verbose)
+    return _compatibility(request, subject, version, body, normalize, verbose)
 
 
 @router.post(
     "/compatibility/subjects/{subject}/versions",
     responses=_ok(CompatibilityAnswer, {"is_compatible": True}, 422),
-    openapi_extra=_body_doc("SchemaRequest", _REGISTER_EXAMPLE),
+    openapi_extra=_SCHEMA_BODY,
 )
 async def check_compatibility_all(
     request: Request,
@@ -629,10 +636,7 @@ async def check_compatibility_all(
     verbose: bool = False,
 ) -> Response:
     """Whether the schema may follow the subject's versions at its level."""
-    reasons = get_registry(request).check_compatibility(
-        subject, None, body.schema_text, body.schema_type, body.refs(), normalize=normalize
-    )
-    return _compat_answer(reasons, verbose)
+    return _compatibility(request, subject, None, body, normalize, verbose)
 
 
 # -- config and mode ------------------------------------------------------------------------
@@ -647,7 +651,7 @@ async def get_global_config(request: Request) -> Response:
 @router.put(
     "/config",
     responses=_ok(ConfigSet, {"compatibility": "FULL"}, 422, 500),
-    openapi_extra=_body_doc("ConfigRequest", {"compatibility": "FULL"}),
+    openapi_extra=_CONFIG_BODY,
 )
 async def set_global_config(request: Request, body: ConfigRequest) -> Response:
     """Set the global compatibility level."""
@@ -665,7 +669,7 @@ async def delete_global_config(request: Request) -> Response:
 async def get_subject_config(
     request: Request,
     subject: Subject,
-    default_to_global: Annotated[bool, Query(alias="defaultToGlobal")] = False,
+    default_to_global: DefaultToGlobal = False,
 ) -> Response:
     """The subject's compatibility level (40408 when it has none of its own)."""
     level = get_registry(request).compatibility(subject, default_to_global=default_to_global)
@@ -675,7 +679,7 @@ async def get_subject_config(
 @router.put(
     "/config/{subject}",
     responses=_ok(ConfigSet, {"compatibility": "FULL"}, 422, 500),
-    openapi_extra=_body_doc("ConfigRequest", {"compatibility": "FULL"}),
+    openapi_extra=_CONFIG_BODY,
 )
 async def set_subject_config(request: Request, subject: Subject, body: ConfigRequest) -> Response:
     """Set the subject's compatibility level."""
@@ -701,7 +705,7 @@ async def get_global_mode(request: Request) -> Response:
 @router.put(
     "/mode",
     responses=_ok(ModeAnswer, {"mode": "READONLY"}, 422, 500),
-    openapi_extra=_body_doc("ModeRequest", {"mode": "READONLY"}),
+    openapi_extra=_MODE_BODY,
 )
 async def set_global_mode(request: Request, body: ModeRequest, force: bool = False) -> Response:
     """Set the global mode (IMPORT on a registry holding subjects needs `force`)."""
@@ -712,7 +716,7 @@ async def set_global_mode(request: Request, body: ModeRequest, force: bool = Fal
 async def get_subject_mode(
     request: Request,
     subject: Subject,
-    default_to_global: Annotated[bool, Query(alias="defaultToGlobal")] = False,
+    default_to_global: DefaultToGlobal = False,
 ) -> Response:
     """The subject's mode (40409 when it has none of its own)."""
     return answer(
@@ -723,7 +727,7 @@ async def get_subject_mode(
 @router.put(
     "/mode/{subject}",
     responses=_ok(ModeAnswer, {"mode": "READONLY"}, 422, 500),
-    openapi_extra=_body_doc("ModeRequest", {"mode": "READONLY"}),
+    openapi_extra=_MODE_BODY,
 )
 async def set_subject_mode(
     request: Request, subject: Subject, body: ModeRequest, force: bool = False

@@ -37,43 +37,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "_kafka_wire.h"
+
 #define HEADER_SIZE 61
 
 /* ------------------------------------------------------------------ murmur2 */
-
-static int32_t
-kafka_murmur2(const unsigned char *data, Py_ssize_t length)
-{
-    const uint32_t m = 0x5bd1e995u;
-    uint32_t h = 0x9747b28cu ^ (uint32_t)length;
-    Py_ssize_t words = length >> 2;
-    for (Py_ssize_t i = 0; i < words; i++) {
-        const unsigned char *p = data + 4 * i;
-        uint32_t k = (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
-                     ((uint32_t)p[3] << 24);
-        k *= m;
-        k ^= k >> 24;
-        k *= m;
-        h *= m;
-        h ^= k;
-    }
-    Py_ssize_t base = length & ~(Py_ssize_t)3;
-    switch (length & 3) {
-    case 3:
-        h ^= (uint32_t)data[base + 2] << 16;
-        /* fall through */
-    case 2:
-        h ^= (uint32_t)data[base + 1] << 8;
-        /* fall through */
-    case 1:
-        h ^= (uint32_t)data[base];
-        h *= m;
-    }
-    h ^= h >> 13;
-    h *= m;
-    h ^= h >> 15;
-    return (int32_t)h;
-}
 
 static PyObject *
 py_murmur2(PyObject *module, PyObject *arg)
@@ -88,30 +56,11 @@ py_murmur2(PyObject *module, PyObject *arg)
 
 /* ------------------------------------------------------------------ varints */
 
-static inline int
-varint_size(int64_t value)
-{
-    uint64_t v = ((uint64_t)value << 1) ^ (uint64_t)(value >> 63);
-    int n = 1;
-    while (v >= 0x80) {
-        v >>= 7;
-        n++;
-    }
-    return n;
-}
-
 static inline char *
 write_varint(char *out, int64_t value)
 {
-    uint64_t v = ((uint64_t)value << 1) ^ (uint64_t)(value >> 63);
-    while (v >= 0x80) {
-        *out++ = (char)((v & 0x7f) | 0x80);
-        v >>= 7;
-    }
-    *out++ = (char)v;
-    return out;
+    return out + kafka_put_varint((unsigned char *)out, value);
 }
-
 
 /* ------------------------------------------------------------------ Lock */
 
@@ -457,9 +406,9 @@ rb_append_raw(RecordBuffer *self, int64_t timestamp, const Blob *key, const Blob
     int64_t delta = self->count ? timestamp - self->first_timestamp : 0;
     Py_ssize_t nh = 0;
     PyObject *hseq = NULL;
-    Py_ssize_t body = 1 + varint_size(delta) + varint_size(self->count);
-    body += key->len < 0 ? 1 : varint_size(key->len) + key->len;
-    body += value->len < 0 ? 1 : varint_size(value->len) + value->len;
+    Py_ssize_t body = 1 + kafka_varint_size(delta) + kafka_varint_size(self->count);
+    body += key->len < 0 ? 1 : kafka_varint_size(key->len) + key->len;
+    body += value->len < 0 ? 1 : kafka_varint_size(value->len) + value->len;
     if (headers != NULL && headers != Py_None) {
         hseq = PySequence_Fast(headers, "headers must be a sequence of (str, bytes) pairs");
         if (hseq == NULL)
@@ -478,12 +427,12 @@ rb_append_raw(RecordBuffer *self, int64_t timestamp, const Blob *key, const Blob
                 Py_DECREF(hseq);
                 return -1;
             }
-            body += varint_size(klen) + klen;
+            body += kafka_varint_size(klen) + klen;
             PyObject *hv = PyTuple_GET_ITEM(pair, 1);
             if (hv == Py_None) {
                 body += 1;
             } else if (PyBytes_Check(hv)) {
-                body += varint_size(PyBytes_GET_SIZE(hv)) + PyBytes_GET_SIZE(hv);
+                body += kafka_varint_size(PyBytes_GET_SIZE(hv)) + PyBytes_GET_SIZE(hv);
             } else {
                 Py_DECREF(hseq);
                 PyErr_Format(PyExc_TypeError, "Not supported type for header value: %R",
@@ -492,8 +441,8 @@ rb_append_raw(RecordBuffer *self, int64_t timestamp, const Blob *key, const Blob
             }
         }
     }
-    body += varint_size(nh);
-    Py_ssize_t required = body + varint_size(body);
+    body += kafka_varint_size(nh);
+    Py_ssize_t required = body + kafka_varint_size(body);
     /* Full once the batch would reach batch_size (aiokafka's compiled builder's rule). */
     if (self->count > 0 && HEADER_SIZE + self->len + required >= self->batch_size) {
         Py_XDECREF(hseq);

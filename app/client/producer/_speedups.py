@@ -46,7 +46,7 @@ import threading
 import time
 from array import array
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import crc32c
 from aiokafka import codec
@@ -77,48 +77,11 @@ _CRC_OFFSET = 17
 _ATTRIBUTES_OFFSET = 21
 
 
-class RecordBufferLike(Protocol):
-    """What :class:`~app.client.producer.batch.ProducerBatch` needs of its record buffer."""
-
-    @property
-    def count(self) -> int: ...
-
-    def append(
-        self, timestamp: float, key: bytes | None, value: bytes | None, headers: Any = None, /
-    ) -> bool | None: ...
-
-    def append_values(
-        self, values: Iterator[bytes | None], timestamp: int, /
-    ) -> tuple[int, bool, bytes | None]: ...
-
-    def add_callback(self, index: int, timestamp: float, callback: Callback, /) -> None: ...
-
-    def run_callbacks(
-        self,
-        topic: str,
-        partition: int,
-        base_offset: int,
-        log_append_time: int,
-        error: BaseException | None,
-        metadata_type: type,
-        on_error: Callable[[BaseException], None],
-        /,
-    ) -> None: ...
-
-    def callback_count(self) -> int: ...
-
-    def set_producer_state(
-        self, producer_id: int, producer_epoch: int, base_sequence: int, transactional: bool = False
-    ) -> None: ...
-
-    def size(self) -> int: ...
-
-    def build(self) -> bytes: ...
-
-
 class PyRecordBuffer:
     """The pure-Python record buffer: aiokafka's builder (compiled by aiokafka, or its own
-    pure-Python one) plus a list of callbacks; the same interface as the C one."""
+    pure-Python one) plus a list of callbacks. Its methods are the interface the C one
+    has too (:data:`RecordBufferLike`, what a ProducerBatch needs of its buffer); the
+    tests hold the two to the same bytes and callbacks."""
 
     __slots__ = ("_builder", "callbacks", "compression", "count", "transactional")
 
@@ -217,6 +180,10 @@ class PyRecordBuffer:
         b = self._builder
         stamp_producer(buf, 0, b.producer_id, b.producer_epoch, b.base_sequence, transactional=True)
         return bytes(buf)
+
+
+# The record buffers' one interface, stated by the Python one (the C type is untyped).
+RecordBufferLike = PyRecordBuffer
 
 
 def build_batch(
