@@ -13,7 +13,7 @@ import pytest
 from app.api.server import build_config
 from app.api.ws.common import ClientGone
 from app.api.ws.group import GroupMember
-from app.common.errors import LogbusError
+from app.common.errors import LogbusError, OffsetNotAvailable
 from app.config import Settings
 from app.core.log import LogManager
 from app.groups.coordinator import GroupConfig, GroupCoordinator
@@ -36,6 +36,9 @@ class FakeHost:
 
     def drop_partition(self, topic: str, partition: int) -> None:
         self.cursors.pop((topic, partition), None)
+
+    def offsets_error(self, topic: str, partition: int) -> OffsetNotAvailable | None:
+        return None  # a lone broker's replicas always know their end
 
     def positions(self) -> dict[TP, int]:
         return dict(self.cursors)

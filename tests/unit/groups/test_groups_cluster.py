@@ -460,6 +460,9 @@ class RecordingHost:
     def drop_partition(self, topic: str, partition: int) -> None:
         self.owned.discard((topic, partition))
 
+    def offsets_error(self, topic: str, partition: int) -> OffsetNotAvailable | None:
+        return None
+
     def positions(self) -> dict[tuple[str, int], int]:
         return dict.fromkeys(self.owned, 0)
 
