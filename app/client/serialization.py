@@ -48,7 +48,7 @@ import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeGuard
 
 import orjson
 
@@ -285,19 +285,53 @@ class JSONSerializer(_Serializer):
 
 
 class ProtobufSerializer(_Serializer):
-    """Protobuf (``.proto`` text, compiled by protoc): ``message_name`` picks the message
-    (default: the file's first); values are dicts or message instances."""
+    """Protobuf, in either of two forms:
+
+    - ``ProtobufSerializer(client, proto_text, message_name=None, conf=None)``: the
+      ``.proto`` text (compiled by protoc), ``message_name`` picking the message (default:
+      the file's first); values are dicts or message instances;
+    - confluent-kafka's ``ProtobufSerializer(msg_type, client, conf=None)``: a generated
+      message class, whose file descriptor is registered (Confluent's base64 form, as
+      confluent-kafka does); ``use.deprecated.format`` may be given, False only.
+    """
 
     schema_type = "PROTOBUF"
 
     def __init__(
         self,
-        schema_registry_client: Registry,
-        schema_str: str,
-        message_name: str | None = None,
+        schema_registry_client: Registry | type[Any],
+        schema_str: str | Registry,
+        message_name: str | dict[str, Any] | None = None,
         conf: dict[str, Any] | None = None,
     ) -> None:
-        super().__init__(schema_registry_client, schema_str, conf=conf, message_name=message_name)
+        if _is_message_class(schema_registry_client):
+            if not isinstance(schema_str, SchemaRegistryClient | AsyncSchemaRegistryClient):
+                raise TypeError(
+                    "ProtobufSerializer(msg_type, schema_registry_client, conf=None): the "
+                    "second argument must be a schema registry client"
+                )
+            if isinstance(message_name, dict):  # confluent-kafka's third argument is conf
+                conf, message_name = message_name, None
+            if message_name is not None:
+                raise TypeError("with a message class, the message is that class: no message_name")
+            descriptor = schema_registry_client.DESCRIPTOR
+            registry: Registry = schema_str
+            text = _descriptor_text(descriptor.file)
+            message_name = str(descriptor.full_name)
+            conf = _without_deprecated_format(conf)
+        elif isinstance(schema_registry_client, SchemaRegistryClient | AsyncSchemaRegistryClient):
+            if not isinstance(schema_str, str) or isinstance(message_name, dict):
+                raise TypeError(
+                    "ProtobufSerializer(schema_registry_client, proto_text, message_name=None, "
+                    "conf=None) or ProtobufSerializer(msg_type, schema_registry_client, conf)"
+                )
+            registry, text = schema_registry_client, schema_str
+        else:
+            raise TypeError(
+                "ProtobufSerializer takes a schema registry client or a generated message class "
+                f"first, not {type(schema_registry_client).__name__}"
+            )
+        super().__init__(registry, text, conf=conf, message_name=message_name)
 
     def record_name(self) -> str | None:
         parsed = self._parsed if self._parsed is not None else self._parse(())
@@ -306,20 +340,23 @@ class ProtobufSerializer(_Serializer):
 
 
 class _Deserializer:
-    """Decodes any id the bytes carry (schemas by id cached); ``schema_type`` checked."""
+    """Decodes any id the bytes carry (schemas by id cached); ``schema_type`` checked.
+    With ``_fixed`` (a reader's schema given without a registry, or in place of it) every
+    id decodes with that schema and the registry is not asked."""
 
     schema_type = "AVRO"
 
     def __init__(
         self,
-        schema_registry_client: Registry,
+        schema_registry_client: Registry | None,
         from_dict: Callable[[Any, SerializationContext], Any] | None = None,
     ) -> None:
         if from_dict is not None and not callable(from_dict):
             raise TypeError("from_dict must be callable (obj, ctx) -> value")
-        self.registry = schema_registry_client
+        self.registry: Any = schema_registry_client
         self.from_dict = from_dict
         self._by_id: dict[int, ParsedSchema] = {}
+        self._fixed: ParsedSchema | None = None
 
     def _load_flow(self, schema_id: int) -> Flow:
         """The parsed schema of ``schema_id``, from the registry (then cached)."""
@@ -347,7 +384,7 @@ class _Deserializer:
         if data is None:
             return None
         schema_id = wire.schema_id_of(data)
-        parsed = self._by_id.get(schema_id)
+        parsed = self._by_id.get(schema_id) or self._fixed
         if parsed is None:  # a new id: the registry's flow, once
             if not isinstance(self.registry, SchemaRegistryClient):
                 raise TypeError(
@@ -364,7 +401,7 @@ class _Deserializer:
         if data is None:
             return None
         schema_id = wire.schema_id_of(data)
-        parsed = self._by_id.get(schema_id)
+        parsed = self._by_id.get(schema_id) or self._fixed
         if parsed is None:
             parsed = await _adriven(self.registry, self._load_flow(schema_id))
         return self._decode(parsed, data, ctx)
@@ -440,8 +477,132 @@ class AvroDeserializer(_Deserializer):
 
 
 class JSONDeserializer(_Deserializer):
+    """JSON Schema, in confluent-kafka's form ``JSONDeserializer(schema_str,
+    from_dict=None, schema_registry_client=None)``: given ``schema_str`` (the reader's),
+    each value is validated against it and the registry is not asked; without it, against
+    the schema its id names (the registry's). ``JSONDeserializer(client, from_dict=None)``
+    (a registry first) is the second form."""
+
     schema_type = "JSON"
+
+    def __init__(
+        self,
+        schema_str: str | Schema | Registry | None = None,
+        from_dict: Callable[[Any, SerializationContext], Any] | None = None,
+        schema_registry_client: Registry | None = None,
+        conf: dict[str, Any] | None = None,
+    ) -> None:
+        if isinstance(schema_str, SchemaRegistryClient | AsyncSchemaRegistryClient):
+            schema_str, schema_registry_client = None, schema_str
+        if conf:
+            raise ValueError(f"unknown deserializer config: {', '.join(sorted(conf))}")
+        if schema_str is None and schema_registry_client is None:
+            raise ValueError("JSONDeserializer needs schema_str, a schema registry client, or both")
+        super().__init__(schema_registry_client, from_dict)
+        if schema_str is not None:
+            reader = Schema(schema_str, "JSON") if isinstance(schema_str, str) else schema_str
+            if reader.schema_type.upper() != "JSON" or reader.references:
+                raise ValueError(
+                    "schema_str must be a JSON Schema without references (or leave it out: "
+                    "values are then validated against the schema they were written with)"
+                )
+            self._fixed = parse("JSON", reader.schema_str, ())
 
 
 class ProtobufDeserializer(_Deserializer):
+    """Protobuf, in either of two forms:
+
+    - ``ProtobufDeserializer(client, from_dict=None)``: the writer's schema by the id the
+      bytes carry (the registry's); values are ``MessageToDict`` dicts (.proto field
+      names), as the typed HTTP fetch gives;
+    - confluent-kafka's ``ProtobufDeserializer(message_type, conf=None,
+      schema_registry_client=None)``: values are instances of the generated
+      ``message_type``, parsed from the bytes after the header and message indexes (the
+      registry is not needed); ``use.deprecated.format`` may be given, False only.
+    """
+
     schema_type = "PROTOBUF"
+
+    def __init__(
+        self,
+        message_type: type[Any] | Registry | None = None,
+        conf: dict[str, Any] | Callable[[Any, SerializationContext], Any] | None = None,
+        schema_registry_client: Registry | None = None,
+        *,
+        from_dict: Callable[[Any, SerializationContext], Any] | None = None,
+    ) -> None:
+        self._message_type: Any = None
+        if callable(conf) and not isinstance(conf, dict):  # (client, from_dict): the 2nd form
+            from_dict, conf = conf, None
+        if _is_message_class(message_type):
+            if from_dict is not None:
+                raise TypeError("from_dict goes with a registry client, not a message class")
+            _without_deprecated_format(conf, deserializer=True)
+            super().__init__(schema_registry_client, None)
+            self._message_type = message_type
+            return
+        if isinstance(message_type, SchemaRegistryClient | AsyncSchemaRegistryClient):
+            schema_registry_client = message_type
+        elif message_type is not None:
+            raise TypeError(
+                "ProtobufDeserializer takes a generated message class or a schema registry "
+                f"client first, not {type(message_type).__name__}"
+            )
+        if schema_registry_client is None:
+            raise ValueError("ProtobufDeserializer needs a message class or a registry client")
+        if conf:
+            raise ValueError(f"unknown deserializer config: {', '.join(sorted(conf))}")
+        super().__init__(schema_registry_client, from_dict)
+
+    def _as_message(self, data: bytes) -> Any:
+        from google.protobuf.message import DecodeError
+
+        body = wire.protobuf_body(data)
+        try:
+            return self._message_type.FromString(body)
+        except DecodeError as e:
+            from app.common.schema_errors import RecordInvalid
+
+            raise RecordInvalid("", f"Protobuf payload does not decode: {e}") from None
+
+    def __call__(self, data: bytes | None, ctx: SerializationContext | None = None) -> Any:
+        if self._message_type is not None and data is not None:
+            return self._as_message(data)
+        return super().__call__(data, ctx)
+
+    async def adeserialize(
+        self, data: bytes | None, ctx: SerializationContext | None = None
+    ) -> Any:
+        if self._message_type is not None and data is not None:
+            return self._as_message(data)
+        return await super().adeserialize(data, ctx)
+
+
+def _is_message_class(obj: object) -> TypeGuard[type[Any]]:
+    """A generated Protobuf message class (what confluent-kafka's Protobuf classes take)."""
+    return isinstance(obj, type) and hasattr(obj, "DESCRIPTOR") and hasattr(obj, "FromString")
+
+
+def _descriptor_text(file_descriptor: Any) -> str:
+    """A .proto file's descriptor in Confluent's serialized form (base64 of its
+    FileDescriptorProto), as confluent-kafka's ProtobufSerializer registers it."""
+    import base64
+
+    return base64.b64encode(file_descriptor.serialized_pb).decode("ascii")
+
+
+def _without_deprecated_format(
+    conf: dict[str, Any] | None, *, deserializer: bool = False
+) -> dict[str, Any] | None:
+    """confluent-kafka's Protobuf ``use.deprecated.format``: False (today's message
+    indexes) is what Logbus writes and reads; True (the pre-1.8 format) is refused."""
+    if not conf or "use.deprecated.format" not in conf:
+        return conf
+    conf = dict(conf)
+    if conf.pop("use.deprecated.format"):
+        raise ValueError(
+            "use.deprecated.format=True (the pre-1.8 message indexes) is not supported"
+        )
+    if deserializer and conf:
+        raise ValueError(f"unknown deserializer config: {', '.join(sorted(conf))}")
+    return conf

@@ -315,9 +315,9 @@ def _proto_message(writer: ParsedSchema, payload: memoryview) -> Any:
     """The Protobuf message of a payload (message indexes, then the message)."""
     from google.protobuf.message import DecodeError
 
-    from app.common.schemas._protobuf import _read_indexes
+    from app.common.schemas._protobuf import read_message_indexes
 
-    pos, indexes = _read_indexes(payload)
+    pos, indexes = read_message_indexes(payload)
     descriptor = writer._by_indexes(indexes)  # type: ignore[attr-defined]
     message = writer._class(descriptor)()  # type: ignore[attr-defined]
     try:

@@ -315,7 +315,7 @@ class ProtobufSchema(Codec):
         from google.protobuf import json_format
         from google.protobuf.message import DecodeError
 
-        pos, indexes = _read_indexes(payload)
+        pos, indexes = read_message_indexes(payload)
         descriptor = self._by_indexes(indexes)
         msg = self._class(descriptor)()
         try:
@@ -389,7 +389,7 @@ def _read_varint(data: memoryview, pos: int) -> tuple[int, int]:
         shift += 7
 
 
-def _read_indexes(data: memoryview) -> tuple[int, list[int]]:
+def read_message_indexes(data: memoryview) -> tuple[int, list[int]]:
     pos, count = _read_varint(data, 0)
     if count == 0:
         return pos, [0]

@@ -50,6 +50,18 @@ def decode(parsed: ParsedSchema, data: bytes | bytearray | memoryview) -> Any:
     return _codec(parsed).decode_payload(memoryview(data)[HEADER_SIZE:])
 
 
+def protobuf_body(data: bytes | bytearray | memoryview) -> bytes:
+    """The Protobuf message bytes of a framed record (after the header and the message
+    indexes), for a reader that brings its own message class. Raises ``NotSchemaFramed``
+    or ``RecordInvalid`` (a bad index array)."""
+    from app.common.schemas._protobuf import read_message_indexes
+
+    schema_id_of(data)
+    payload = memoryview(data)[HEADER_SIZE:]
+    pos, _ = read_message_indexes(payload)
+    return bytes(payload[pos:])
+
+
 def _codec(parsed: Any) -> Codec:
     if not isinstance(parsed, Codec):
         raise TypeError(f"{type(parsed).__name__} was not made by app.common.schemas.parse")

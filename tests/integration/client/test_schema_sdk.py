@@ -230,6 +230,16 @@ def test_json_schema_both_ways(registry: SchemaRegistryClient, ck_registry: Any)
     assert JSONDeserializer(registry)(theirs, ctx) == view
     with pytest.raises(RecordInvalid):
         JSONSerializer(VIEW, registry)({"ms": 1}, ctx)
+    # confluent-kafka's form: the reader's schema first, validated against it, no registry
+    # asked (a code ported from confluent-kafka runs unchanged); from_dict applied.
+    reader = JSONDeserializer(VIEW, from_dict=lambda obj, _ctx: (obj["page"], obj.get("ms")))
+    assert reader(theirs, ctx) == reader(ours, ctx) == ("/home", 12)
+    assert JSONDeserializer(VIEW, schema_registry_client=registry)(theirs, ctx) == view
+    strict = json.dumps({**json.loads(VIEW), "required": ["page", "referrer"]})
+    with pytest.raises(RecordInvalid):  # valid for the writer, not for this reader
+        JSONDeserializer(strict, schema_registry_client=registry)(theirs, ctx)
+    with pytest.raises(ValueError, match="needs schema_str"):
+        JSONDeserializer()
 
 
 def test_protobuf_both_ways(
@@ -263,6 +273,23 @@ def test_protobuf_both_ways(
     # A generated message instance serializes too.
     framed = ProtobufSerializer(registry, READING)(reading_pb2.Reading(sensor="s3"), ctx)
     assert ProtobufDeserializer(registry)(framed, ctx) == {"sensor": "s3"}
+    # confluent-kafka's forms, unchanged: the generated class in, instances out.
+    conf = {"use.deprecated.format": False}
+    ported = ProtobufSerializer(reading_pb2.Reading, registry, conf)(
+        reading_pb2.Reading(sensor="s4", celsius=1.5), ctx
+    )
+    back = ProtobufDeserializer(reading_pb2.Reading, conf)
+    for data in (ported, theirs, ours):
+        assert isinstance(back(data, ctx), reading_pb2.Reading)
+    assert back(ported, ctx) == reading_pb2.Reading(sensor="s4", celsius=1.5)
+    assert CkProtoDeserializer(reading_pb2.Reading, conf)(ported, _ck_ctx(topic)) == (
+        reading_pb2.Reading(sensor="s4", celsius=1.5)
+    )
+    assert ProtobufDeserializer(registry)(ported, ctx) == {"sensor": "s4", "celsius": 1.5}
+    with pytest.raises(RecordInvalid):
+        back(b"\x00\x00\x00\x00\x01\x00\xff\xff", ctx)  # not a Reading
+    with pytest.raises(ValueError, match="deprecated"):
+        ProtobufDeserializer(reading_pb2.Reading, {"use.deprecated.format": True})
 
 
 def test_subject_strategies_and_registration_modes(registry: SchemaRegistryClient) -> None:
