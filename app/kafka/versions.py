@@ -8,7 +8,9 @@ the Produce range whether it may send compressed RecordBatch v2 (v3+), so v3 is 
 must see. Maximums stop before versions that need what the broker does not keep yet
 (Fetch v13+ names topics by id, so Fetch stays below KIP-951's v16; Produce v10 carries
 KIP-951's leader hint, served from the topology, v11+ KIP-890's TRANSACTION_ABORTABLE;
-ListOffsets v8+ asks for tiered-storage offsets; Metadata v13 reports topic-level errors by id;
+ListOffsets v8+ asks for tiered-storage offsets; Metadata v13 adds a top-level error code (KIP-1102's
+REBOOTSTRAP_REQUIRED), not served; Metadata v10+ answers each topic's id, from the topology
+(KIP-516), and v12 looks topics up by id;
 FindCoordinator v4+ and OffsetFetch v8+ batch several keys or groups; OffsetCommit v9+
 is KIP-848's, with member epochs). The classic group APIs are served over every version
 kio defines (JoinGroup 0-9 with KIP-394's MEMBER_ID_REQUIRED from v4 and v9's
@@ -81,9 +83,9 @@ SUPPORTED: Final[dict[int, tuple[int, int]]] = {
     TXN_OFFSET_COMMIT: (0, 3),
     DESCRIBE_TRANSACTIONS: (0, 0),
     LIST_TRANSACTIONS: (0, 1),
-    # Admin: Kafka 4.0's minimums. DeleteTopics v6 may name a topic by id only (answered
-    # UNKNOWN_TOPIC_ID: clients get no topic ids here); DescribeLogDirs v5 reports
-    # cordoned directories (KIP-1066), not served.
+    # Admin: Kafka 4.0's minimums. DeleteTopics v6 names a topic by name or by id (the
+    # topology's topic ids); DescribeLogDirs v5 reports cordoned directories (KIP-1066),
+    # not served.
     CREATE_TOPICS: (2, 7),
     DELETE_TOPICS: (1, 6),
     DESCRIBE_CONFIGS: (1, 4),
