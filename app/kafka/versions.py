@@ -6,8 +6,10 @@ as kio defines the message (Kafka 4.0's floor: Produce v3, Fetch v4, ListOffsets
 RecordBatch v2 only), which every maintained client negotiates; librdkafka decides from
 the Produce range whether it may send compressed RecordBatch v2 (v3+), so v3 is what it
 must see. Maximums stop before versions that need what the broker does not keep yet
-(Fetch v13+ names topics by id, so Fetch stays below KIP-951's v16; Produce v10 carries
-KIP-951's leader hint, served from the topology, v11+ KIP-890's TRANSACTION_ABORTABLE;
+(Fetch v13+ names topics by the topology's topic ids, v16 adds KIP-951's leader
+endpoints, and v15, v17 and v18 only follower fields, read and ignored: the door serves
+consumers; Produce v10 carries KIP-951's leader hint, served from the topology, v11+
+KIP-890's TRANSACTION_ABORTABLE;
 ListOffsets v8+ asks for tiered-storage offsets; Metadata v13 adds a top-level error code (KIP-1102's
 REBOOTSTRAP_REQUIRED), not served; Metadata v10+ answers each topic's id, from the topology
 (KIP-516), and v12 looks topics up by id;
@@ -63,7 +65,7 @@ DELETE_ACLS: Final = 31
 # api key -> (min version, max version)
 SUPPORTED: Final[dict[int, tuple[int, int]]] = {
     PRODUCE: (3, 10),
-    FETCH: (4, 12),
+    FETCH: (4, 18),
     LIST_OFFSETS: (1, 7),
     METADATA: (0, 12),
     API_VERSIONS: (0, 3),
