@@ -13,8 +13,10 @@ KIP-890's TRANSACTION_ABORTABLE;
 ListOffsets v8+ asks for tiered-storage offsets; Metadata v13 adds a top-level error code (KIP-1102's
 REBOOTSTRAP_REQUIRED), not served; Metadata v10+ answers each topic's id, from the topology
 (KIP-516), and v12 looks topics up by id;
-FindCoordinator v4+ and OffsetFetch v8+ batch several keys or groups; OffsetCommit v9+
-is KIP-848's, with member epochs). The classic group APIs are served over every version
+FindCoordinator v4+ and OffsetFetch v8+ batch several keys or groups; OffsetCommit v9
+is v8's message with KIP-848's member epochs, which the coordinator checks for consumer-
+protocol members at every version (STALE_MEMBER_EPOCH, FENCED_MEMBER_EPOCH); v10 names
+topics by id, not served). The classic group APIs are served over every version
 kio defines (JoinGroup 0-9 with KIP-394's MEMBER_ID_REQUIRED from v4 and v9's
 skip_assignment for a static leader; LeaveGroup's batches from v3).
 """
@@ -61,6 +63,8 @@ SASL_AUTHENTICATE: Final = 36
 DESCRIBE_ACLS: Final = 29
 CREATE_ACLS: Final = 30
 DELETE_ACLS: Final = 31
+CONSUMER_GROUP_HEARTBEAT: Final = 68
+CONSUMER_GROUP_DESCRIBE: Final = 69
 
 # api key -> (min version, max version)
 SUPPORTED: Final[dict[int, tuple[int, int]]] = {
@@ -70,7 +74,7 @@ SUPPORTED: Final[dict[int, tuple[int, int]]] = {
     METADATA: (0, 12),
     API_VERSIONS: (0, 3),
     INIT_PRODUCER_ID: (0, 4),
-    OFFSET_COMMIT: (2, 8),
+    OFFSET_COMMIT: (2, 9),
     OFFSET_FETCH: (1, 7),
     FIND_COORDINATOR: (0, 3),
     DESCRIBE_CLUSTER: (0, 1),
@@ -116,6 +120,11 @@ SUPPORTED: Final[dict[int, tuple[int, int]]] = {
     DESCRIBE_ACLS: (1, 3),
     CREATE_ACLS: (1, 3),
     DELETE_ACLS: (1, 3),
+    # KIP-848's consumer group protocol on the coordinator's server-side assignment
+    # (app/kafka/apis/consumer_groups.py); v1 members make their own ids (KIP-1082) and
+    # may subscribe by regex; ConsumerGroupDescribe v1 adds member_type.
+    CONSUMER_GROUP_HEARTBEAT: (0, 1),
+    CONSUMER_GROUP_DESCRIBE: (0, 1),
 }
 
 NAMES: Final[dict[int, str]] = {
@@ -157,4 +166,6 @@ NAMES: Final[dict[int, str]] = {
     DESCRIBE_ACLS: "DescribeAcls",
     CREATE_ACLS: "CreateAcls",
     DELETE_ACLS: "DeleteAcls",
+    CONSUMER_GROUP_HEARTBEAT: "ConsumerGroupHeartbeat",
+    CONSUMER_GROUP_DESCRIBE: "ConsumerGroupDescribe",
 }

@@ -167,7 +167,9 @@ def test_a_client_certificate_subject_is_the_principal(mtls_broker: dict[str, An
     assert f"DENIED principal={mtls_broker['subjects']['other']}" in broker.log()
 
 
-def test_a_group_needs_read_on_the_group(acl_broker: KafkaBroker) -> None:
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_a_group_needs_read_on_the_group(acl_broker: KafkaBroker, protocol: str) -> None:
+    """Both group protocols: JoinGroup (classic) and KIP-848's ConsumerGroupHeartbeat."""
     from confluent_kafka import Consumer
 
     topic, group = f"grp-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
@@ -181,6 +183,7 @@ def test_a_group_needs_read_on_the_group(acl_broker: KafkaBroker) -> None:
             {
                 **kafka_conf(acl_broker, "reader"),
                 "group.id": group,
+                "group.protocol": protocol,
                 "auto.offset.reset": "earliest",
             }
         )
