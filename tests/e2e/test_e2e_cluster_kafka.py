@@ -154,6 +154,31 @@ def test_librdkafka_discovers_the_cluster_through_one_broker(
     for p in range(3):
         assert consume(cluster, "kclicks", p, 100, ids=[1]) == [b"%d" % i for i in range(p, 300, 3)]
 
+    # KIP-848 (group.protocol=consumer) bootstrapped at broker 1: the coordinator, on
+    # whichever broker, assigns all three partitions by topic id, which every broker's
+    # Metadata resolves the same; the member reads every record from the leaders.
+    kip848 = Consumer(
+        {
+            "bootstrap.servers": cluster.kafka_bootstrap(1),
+            "group.id": "kip848-readers",
+            "group.protocol": "consumer",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        kip848.subscribe(["kclicks"])
+        read: set[bytes] = set()
+        deadline = time.monotonic() + 60
+        while len(read) < 300 and time.monotonic() < deadline:
+            msg = kip848.poll(0.5)
+            if msg is not None and msg.error() is None:
+                read.add(bytes(msg.value()))
+        assert read == {b"%d" % i for i in range(300)}
+        assert sorted(tp.partition for tp in kip848.assignment()) == [0, 1, 2]
+    finally:
+        kip848.close()
+
     # FindCoordinator names the coordinator's listener: a group coordinated by each of
     # the three brokers commits through the client bootstrapped at broker 1, and the
     # commit is the group's offset over HTTP at its coordinator.
