@@ -5,20 +5,25 @@ fields it defines (the README's "Kafka clients" table is this dict). Minimums ar
 as kio defines the message (Kafka 4.0's floor: Produce v3, Fetch v4, ListOffsets v1,
 RecordBatch v2 only), which every maintained client negotiates; librdkafka decides from
 the Produce range whether it may send compressed RecordBatch v2 (v3+), so v3 is what it
-must see. Maximums stop before versions that need what the broker does not keep yet
-(Fetch v13+ names topics by the topology's topic ids, v16 adds KIP-951's leader
-endpoints, and v15, v17 and v18 only follower fields, read and ignored: the door serves
-consumers; Produce v10 carries KIP-951's leader hint, served from the topology, v11+
-KIP-890's TRANSACTION_ABORTABLE;
-ListOffsets v8+ asks for tiered-storage offsets; Metadata v13 adds a top-level error code (KIP-1102's
-REBOOTSTRAP_REQUIRED), not served; Metadata v10+ answers each topic's id, from the topology
-(KIP-516), and v12 looks topics up by id;
-FindCoordinator v4+ and OffsetFetch v8+ batch several keys or groups; OffsetCommit v9
-is v8's message with KIP-848's member epochs, which the coordinator checks for consumer-
-protocol members at every version (STALE_MEMBER_EPOCH, FENCED_MEMBER_EPOCH); v10 names
-topics by id, not served). The classic group APIs are served over every version
-kio defines (JoinGroup 0-9 with KIP-394's MEMBER_ID_REQUIRED from v4 and v9's
-skip_assignment for a static leader; LeaveGroup's batches from v3).
+must see.
+
+Topic ids (KIP-516) come from the topology (:meth:`Topology.topic_id`), so the versions
+that carry them are served: Metadata v10+ answers each topic's id and v12 looks topics up
+by id; Fetch v13+ names topics by id, v16 adds KIP-951's leader endpoints, and v15, v17
+and v18 add only follower fields (read and ignored: the door serves consumers; followers
+replicate over HTTP); DeleteTopics v6 deletes by id; KIP-848's ConsumerGroupHeartbeat and
+ConsumerGroupDescribe name topics by id. OffsetCommit v9 is v8's message with KIP-848's
+member epochs, which the coordinator checks for consumer-protocol members at every
+version (STALE_MEMBER_EPOCH, FENCED_MEMBER_EPOCH).
+
+Maximums stop before versions that need what the broker does not do yet: Produce v10
+carries KIP-951's leader hint, served from the topology, v11+ KIP-890's
+TRANSACTION_ABORTABLE; ListOffsets v8+ asks for tiered-storage offsets; Metadata v13 adds
+a top-level error code (KIP-1102's REBOOTSTRAP_REQUIRED); FindCoordinator v4+ and
+OffsetFetch v8+ batch several keys or groups; OffsetCommit v10 names topics by id. The
+classic group APIs are served over every version kio defines (JoinGroup 0-9 with
+KIP-394's MEMBER_ID_REQUIRED from v4 and v9's skip_assignment for a static leader;
+LeaveGroup's batches from v3).
 """
 
 from __future__ import annotations
