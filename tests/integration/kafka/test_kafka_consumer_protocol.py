@@ -207,6 +207,25 @@ def test_librdkafka_and_an_http_member_share_one_group(broker: KafkaBroker) -> N
         assert {(o["partition"], o["offset"]) for o in offsets} == {
             (p, 120 // PARTITIONS) for p in kafka_side
         }
+
+        # A second HTTP member joins: librdkafka must give partitions up (it reports what
+        # it owns by topic id) before they move; the three end disjoint and complete.
+        second = HttpMember(broker, group, topic)
+
+        def three_way() -> bool:
+            consumer.poll(0.1)
+            sides = [
+                {tp.partition for tp in consumer.assignment()},
+                http_member.owned,
+                second.owned,
+            ]
+            disjoint_and_complete = sum(map(len, sides)) == PARTITIONS == len(set().union(*sides))
+            # The uniform assignor's target is two each: librdkafka gave one up.
+            return disjoint_and_complete and [len(side) for side in sides] == [2, 2, 2]
+
+        _wait("three members to split the partitions", three_way)
+        second.leave()
+        assert second.error is None
     finally:
         consumer.close()  # leaves the group (epoch -1)
     # The HTTP member gets everything back once librdkafka left.
