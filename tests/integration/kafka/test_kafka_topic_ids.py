@@ -1,7 +1,8 @@
 """Topic ids through the Kafka door (KIP-516), spoken with kio: Metadata v10+ answers each
-topic's id (the one ``partition.metadata`` keeps on disk, stable
-across a restart), v12 looks topics up by id, v10/v11 refuse ids, and DeleteTopics v6
-deletes by id. (The same id on every broker of a cluster: tests/e2e/test_e2e_cluster_kafka.py.)
+topic's id (the one ``partition.metadata`` keeps on disk; stable across a restart:
+tests/unit/core/test_topic_ids.py), v12 looks topics up by id, v10/v11 refuse ids, and
+DeleteTopics v6 deletes by id. (The same id on every broker of a cluster:
+tests/e2e/test_e2e_cluster_kafka.py.)
 """
 
 from __future__ import annotations
@@ -9,10 +10,9 @@ from __future__ import annotations
 import datetime
 import uuid
 from base64 import urlsafe_b64decode
-from pathlib import Path
 
 import httpx
-from kafka_harness import KafkaBroker, kio_call, start_broker, stop_broker
+from kafka_harness import KafkaBroker, kio_call
 from kio.schema.delete_topics.v6.request import DeleteTopicsRequest, DeleteTopicState
 from kio.schema.delete_topics.v6.response import DeleteTopicsResponse
 from kio.schema.errors import ErrorCode
@@ -146,22 +146,3 @@ def test_delete_topics_v6_by_id(kafka_broker: KafkaBroker) -> None:
     assert old.error_code == ErrorCode.unknown_topic_id
     (new,) = metadata(kafka_broker, (None, new_id)).topics
     assert (new.name, new.error_code) == (topic, ErrorCode.none)
-
-
-def test_topic_ids_survive_a_restart(tmp_path: Path) -> None:
-    broker = start_broker(tmp_path)
-    try:
-        topic = make_topic(broker, partitions=1)
-        (before,) = metadata(broker, (topic, None)).topics
-    finally:
-        stop_broker(broker)
-    broker = start_broker(tmp_path)
-    try:
-        (after,) = metadata(broker, (None, before.topic_id)).topics
-        assert (after.error_code, after.name, after.topic_id) == (
-            ErrorCode.none,
-            topic,
-            before.topic_id,
-        )
-    finally:
-        stop_broker(broker)

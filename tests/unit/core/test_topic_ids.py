@@ -5,10 +5,13 @@ names nothing)."""
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 
 import pytest
 
 from app.common.errors import UnknownTopicId, UnknownTopicOrPartition
+from app.core.local_topology import LocalTopology
+from app.core.log.manager import LogManager
 from app.core.topology import ZERO_TOPIC_ID, TopicIdIndex, parse_topic_id, topic_id_text
 
 
@@ -48,3 +51,28 @@ def test_index_follows_creation_deletion_and_recreation() -> None:
     # The zero id names no topic, not even one without an id.
     with pytest.raises(UnknownTopicId):
         index.name_of(ZERO_TOPIC_ID)
+
+
+def test_a_lone_brokers_topic_ids_survive_a_restart(tmp_path: Path) -> None:
+    """LocalTopology answers the id LogManager made at creation, read back from the
+    topic's file by the next LogManager on the same data directory."""
+    logs = LogManager(tmp_path / "data")
+    logs.start()
+    try:
+        logs.create_topic("orders", 2, {})
+        first = LocalTopology(logs, 0, "http://b0")
+        topic_id = first.topic_id("orders")
+        assert topic_id != ZERO_TOPIC_ID
+        assert first.topic_named_by(topic_id) == "orders"
+    finally:
+        logs.shutdown()
+    again = LogManager(tmp_path / "data")
+    again.start()
+    try:
+        second = LocalTopology(again, 0, "http://b0")
+        assert second.topic_id("orders") == topic_id
+        assert second.topic_named_by(topic_id) == "orders"
+        with pytest.raises(UnknownTopicOrPartition):
+            second.topic_id("missing")
+    finally:
+        again.shutdown()
