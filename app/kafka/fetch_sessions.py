@@ -90,7 +90,8 @@ def next_epoch(epoch: int) -> int:
 @dataclass(slots=True)
 class CachedPartition:
     """One partition a fetch reads: where from (``fetch_offset``, ``max_bytes``, the
-    client's ``leader_epoch`` or -1) and, in a session, what the last answer said.
+    client's ``leader_epoch`` or -1, its ``last_fetched_epoch`` or -1) and, in a session,
+    what the last answer said.
     ``topic_id``: the id the request named it by (Fetch v13+; else the zero UUID), and
     then ``topic`` the name that id had when the partition joined ("" for an id that
     named no topic)."""
@@ -104,6 +105,8 @@ class CachedPartition:
     last_stable_offset: int = -1
     log_start_offset: int = -1
     topic_id: uuid.UUID = ZERO_TOPIC_ID
+    # The epoch of the last record the client fetched (Fetch v12+; -1: not given).
+    last_fetched_epoch: int = -1
 
     @property
     def key(self) -> Key:
@@ -251,6 +254,7 @@ class FetchSessionCache:
                 cached.fetch_offset = p.fetch_offset
                 cached.max_bytes = p.max_bytes
                 cached.leader_epoch = p.leader_epoch
+                cached.last_fetched_epoch = p.last_fetched_epoch
         for key in forgotten:
             partitions.pop(key, None)
         self.partitions += len(partitions) - before

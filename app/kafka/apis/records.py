@@ -25,6 +25,7 @@ from app.common.errors import (
     InvalidRequiredAcks,
     LogbusError,
     NotLeaderOrFollower,
+    OffsetOutOfRange,
     UnknownTopicId,
     UnknownTopicOrPartition,
 )
@@ -203,7 +204,9 @@ async def fetch(ctx: Context, body: Any, version: int) -> Any:
     created again under its name), answers UNKNOWN_TOPIC_ID. A partition answered
     NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH carries its current leader and epoch
     (``current_leader``, v12+) and, from v16, the answer those leaders' Kafka listeners
-    (``node_endpoints``, KIP-951): :func:`current_leader`. The follower-only fields of
+    (``node_endpoints``, KIP-951): :func:`current_leader`. From v12 a partition given a
+    ``last_fetched_epoch`` is checked for divergence first (:func:`_diverging`). The
+    follower-only fields of
     v15+ (``replica_state``, v17's ``replica_directory_id``, v18's high watermark in
     it) are read and ignored: the door serves consumers; followers replicate over the
     brokers' own HTTP fetch."""
@@ -222,6 +225,7 @@ async def fetch(ctx: Context, body: Any, version: int) -> Any:
             int(p.partition_max_bytes),
             int(getattr(p, "current_leader_epoch", -1)),
             topic_id=topic_id,
+            last_fetched_epoch=int(getattr(p, "last_fetched_epoch", -1)),
         )
         for topic in body.topics
         for name, topic_id in (_named(ctx, topic, uses_ids),)
@@ -338,6 +342,10 @@ def _read_partition(
         part = ctx.state.topology.leader_partition(topic, partition)
         epoch = p.leader_epoch
         part.check_epoch(None if epoch < 0 else epoch)
+        if p.last_fetched_epoch >= 0:
+            diverging = _diverging(m, part.log, p, committed)
+            if diverging is not None:
+                return diverging
         if max_bytes <= 0:
             # The request's max_bytes is spent on the partitions before: offsets only, as
             # Kafka answers (a first batch larger than max_bytes is still served whole, so
@@ -394,6 +402,34 @@ def _read_partition(
         ),
         preferred_read_replica=-1,
         records=SlicedRecords(info.slices),
+    )
+
+
+def _diverging(m: Any, log_: Any, p: CachedPartition, committed: bool) -> Any:
+    """KIP-595/KIP-320's divergence check of Fetch v12+, as Kafka's ``Partition.readRecords``
+    makes it: where the client's ``last_fetched_epoch`` ends in this log (the epoch cache,
+    as OffsetForLeaderEpoch answers); an epoch this log cannot place, or a fetch offset
+    below the log start, is OFFSET_OUT_OF_RANGE; an epoch that ended before the fetch
+    offset (or a smaller epoch found) answers no records and ``diverging_epoch``, from
+    which the client truncates. None when the fetch goes on as usual."""
+    epoch, end = log_.leader_epoch_cache.end_offset_for(p.last_fetched_epoch)
+    if epoch < 0 or end < 0 or p.fetch_offset < log_.log_start_offset:
+        raise OffsetOutOfRange(
+            p.topic, p.partition, p.fetch_offset, log_.log_start_offset, log_.log_end_offset
+        )
+    if epoch >= p.last_fetched_epoch and end >= p.fetch_offset:
+        return None
+    return build(
+        m.PartitionData,
+        partition_index=p.partition,
+        error_code=ErrorCode.none,
+        high_watermark=log_.high_watermark,
+        last_stable_offset=log_.last_stable_offset,
+        log_start_offset=log_.log_start_offset,
+        diverging_epoch=build(m.EpochEndOffset, epoch=epoch, end_offset=end),
+        aborted_transactions=() if committed else None,
+        preferred_read_replica=-1,
+        records=SlicedRecords(()),
     )
 
 
