@@ -34,6 +34,7 @@ size.
     ├── PayloadTooLarge                MESSAGE_TOO_LARGE (request body over the limit)
     ├── OffsetOutOfRange               OFFSET_OUT_OF_RANGE
     ├── UnknownTopicOrPartition        UNKNOWN_TOPIC_OR_PARTITION
+    │   └── UnknownTopicId             UNKNOWN_TOPIC_ID             (no topic has the id asked for)
     ├── TopicAlreadyExists             TOPIC_ALREADY_EXISTS
     ├── OutOfOrderSequence             OUT_OF_ORDER_SEQUENCE_NUMBER (idempotent producer gap)
     ├── InvalidProducerEpoch           INVALID_PRODUCER_EPOCH       (fenced by a newer epoch)
@@ -275,6 +276,18 @@ class UnknownTopicOrPartition(LogbusError, error_code="UNKNOWN_TOPIC_OR_PARTITIO
     def __init__(self, topic: str, partition: int | None = None) -> None:
         what = f"topic {topic!r}" if partition is None else f"partition {topic}-{partition}"
         super().__init__(f"{what} does not exist", topic=topic, partition=partition)
+
+
+class UnknownTopicId(UnknownTopicOrPartition, error_code="UNKNOWN_TOPIC_ID"):
+    """No topic has this id (Kafka's topic ids, KIP-516: a topic deleted and created
+    again under the same name has a new id). ``topic_id`` is Kafka's text form."""
+
+    topic_id: str
+
+    def __init__(self, topic_id: str) -> None:
+        LogbusError.__init__(
+            self, f"no topic has id {topic_id}", topic="", partition=None, topic_id=topic_id
+        )
 
 
 class TopicAlreadyExists(LogbusError, error_code="TOPIC_ALREADY_EXISTS"):

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +34,14 @@ from app.common.errors import (
 )
 from app.core.listeners import notify
 from app.core.replication.state import BrokerInfo
-from app.core.topology import LeaderAppend, LeadershipListener, NewTopic, TopicListener
+from app.core.topology import (
+    LeaderAppend,
+    LeadershipListener,
+    NewTopic,
+    TopicIdIndex,
+    TopicListener,
+    parse_topic_id,
+)
 
 if TYPE_CHECKING:
     from app.core.log.log import AppendInfo, Log
@@ -102,6 +110,7 @@ class LocalTopology:
         self.controller_id = broker_id
         self.brokers: Mapping[int, BrokerInfo] = {broker_id: BrokerInfo(broker_id, url)}
         self._topic_listeners: list[TopicListener] = []
+        self._topic_ids = TopicIdIndex(self.logs.topics, self.topic_id)
 
     @property
     def cluster_id(self) -> str:
@@ -133,6 +142,12 @@ class LocalTopology:
 
     def offline_replicas(self, topic: str, partition: int) -> list[int]:
         return []
+
+    def topic_id(self, topic: str) -> uuid.UUID:
+        return parse_topic_id(self.logs.topic_id(topic))  # made by LogManager.create_topic
+
+    def topic_named_by(self, topic_id: uuid.UUID) -> str:
+        return self._topic_ids.name_of(topic_id)
 
     def replica_log(self, topic: str, partition: int) -> Log | None:
         return self.logs.get_log(topic, partition)

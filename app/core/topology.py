@@ -31,9 +31,15 @@ which may run on a worker thread.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import binascii
+import uuid
+from base64 import urlsafe_b64decode, urlsafe_b64encode
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from app.common.errors import UnknownTopicId, UnknownTopicOrPartition
 
 if TYPE_CHECKING:
     from app.common.errors import OffsetNotAvailable
@@ -164,6 +170,18 @@ class Topology(Protocol):
         """``partition``, ``leader`` (-1: none), ``leader_epoch``, ``replicas``, ``isr``."""
         ...
 
+    def topic_id(self, topic: str) -> uuid.UUID:
+        """The topic's id (Kafka's KIP-516 topic id: made once when the topic is created,
+        by the controller in a cluster, so every broker answers the same; kept in the
+        topic's file and ``partition.metadata``, so it survives restarts). The zero UUID
+        for a topic created before ids were kept. UnknownTopicOrPartition if none."""
+        ...
+
+    def topic_named_by(self, topic_id: uuid.UUID) -> str:
+        """The name of the topic whose id is ``topic_id``; UnknownTopicId if none (the
+        zero UUID names no topic)."""
+        ...
+
     def offline_replicas(self, topic: str, partition: int) -> list[int]:
         """Replicas of the partition on brokers that are not live."""
         ...
@@ -255,6 +273,69 @@ class Topology(Protocol):
         """``cb(topic)`` on the loop when a topic is deleted. A listener added twice is
         called once."""
         ...
+
+
+ZERO_TOPIC_ID = uuid.UUID(int=0)
+
+
+@lru_cache(maxsize=65_536)
+def parse_topic_id(text: str) -> uuid.UUID:
+    """A topic id as kept on disk and in ZooKeeper (Kafka's ``Uuid.toString``: URL-safe
+    base64 of the 16 bytes, unpadded) as a UUID; "" (a topic older than ids) is the zero
+    UUID. Cached: the fetch path asks for the same few ids over and over, and a new
+    topic has a new text."""
+    if not text:
+        return ZERO_TOPIC_ID
+    try:
+        raw = urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except (binascii.Error, ValueError):
+        return ZERO_TOPIC_ID
+    return uuid.UUID(bytes=raw) if len(raw) == 16 else ZERO_TOPIC_ID
+
+
+def topic_id_text(topic_id: uuid.UUID) -> str:
+    """Kafka's text form of a topic id (the inverse of :func:`parse_topic_id`)."""
+    return urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
+
+
+class TopicIdIndex:
+    """Topic ids to names for :meth:`Topology.topic_named_by`: a map rebuilt from the
+    topics when an id is not in it (a new topic), and checked against the topic's id on
+    every hit (a topic deleted and created again keeps its name, not its id). An unknown
+    id costs one pass over the topics, a known one two dict lookups.
+
+    Concurrency: event loop only (the map is replaced whole, never changed in place)."""
+
+    __slots__ = ("_id_of", "_names", "_topics")
+
+    def __init__(
+        self, topics: Callable[[], Iterable[str]], id_of: Callable[[str], uuid.UUID]
+    ) -> None:
+        self._topics = topics
+        self._id_of = id_of
+        self._names: dict[uuid.UUID, str] = {}
+
+    def _current(self, name: str) -> uuid.UUID | None:
+        try:
+            return self._id_of(name)
+        except UnknownTopicOrPartition:
+            return None
+
+    def name_of(self, topic_id: uuid.UUID) -> str:
+        if topic_id != ZERO_TOPIC_ID:
+            name = self._names.get(topic_id)
+            if name is not None and self._current(name) == topic_id:
+                return name
+            fresh: dict[uuid.UUID, str] = {}
+            for name in self._topics():
+                found = self._current(name)
+                if found is not None and found != ZERO_TOPIC_ID:
+                    fresh[found] = name
+            self._names = fresh
+            name = fresh.get(topic_id)
+            if name is not None:
+                return name
+        raise UnknownTopicId(topic_id_text(topic_id))
 
 
 # ListOffsets' special specs; anything else is a timestamp in ms.

@@ -48,6 +48,10 @@ DescribeCluster       none (as Kafka: the brokers are what Metadata tells anyone
 DescribeAcls          DESCRIBE cluster
 CreateAcls,           ALTER cluster
 DeleteAcls
+ConsumerGroup-        READ group; a regex subscription matches only topics it may DESCRIBE
+Heartbeat
+ConsumerGroup-        DESCRIBE group (per group)
+Describe
 ===================== ====================================================================
 """
 

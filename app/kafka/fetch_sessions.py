@@ -42,6 +42,14 @@ idle sessions are evicted), and an incremental one that would is refused
 FETCH_SESSION_ID_NOT_FOUND and its session closed, so the client starts over with a full
 fetch (answered sessionless while there is no room).
 
+From Fetch v13 requests name topics by id (KIP-516): such a session keys its partitions by
+(topic id, partition), and its ``forgotten_topics_data`` name ids; a request that uses
+ids on a session made without them, or the other way round, is refused
+FETCH_SESSION_TOPIC_ID_ERROR (the session stays), as Kafka refuses it, so a client
+that changes Fetch versions starts over with a full fetch. A partition of an unknown id
+stays in its session (answered UNKNOWN_TOPIC_ID each time, so always in an incremental
+answer) until the client forgets it.
+
 Sessions belong to the principal that created them (``User:ANONYMOUS`` for all when
 security is off): another principal naming its id is answered FETCH_SESSION_ID_NOT_FOUND,
 as if it did not exist. Sessions outlive connections (KIP-227: a client may reconnect and
@@ -54,6 +62,7 @@ Concurrency: event loop only; no I/O, the clock is passed in (``now_ms``).
 from __future__ import annotations
 
 import random
+import uuid
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -66,7 +75,9 @@ FINAL_EPOCH: Final = -1
 NO_SESSION: Final = 0
 MAX_ID: Final = 2**31 - 1
 
-Key = tuple[str, int]
+# (topic name, partition), or (topic id, partition) in a session that uses topic ids.
+Key = tuple[str | uuid.UUID, int]
+ZERO_TOPIC_ID: Final = uuid.UUID(int=0)
 
 
 def next_epoch(epoch: int) -> int:
@@ -79,7 +90,11 @@ def next_epoch(epoch: int) -> int:
 @dataclass(slots=True)
 class CachedPartition:
     """One partition a fetch reads: where from (``fetch_offset``, ``max_bytes``, the
-    client's ``leader_epoch`` or -1) and, in a session, what the last answer said."""
+    client's ``leader_epoch`` or -1, its ``last_fetched_epoch`` or -1) and, in a session,
+    what the last answer said.
+    ``topic_id``: the id the request named it by (Fetch v13+; else the zero UUID), and
+    then ``topic`` the name that id had when the partition joined ("" for an id that
+    named no topic)."""
 
     topic: str
     partition: int
@@ -89,9 +104,14 @@ class CachedPartition:
     high_watermark: int = -1
     last_stable_offset: int = -1
     log_start_offset: int = -1
+    topic_id: uuid.UUID = ZERO_TOPIC_ID
+    # The epoch of the last record the client fetched (Fetch v12+; -1: not given).
+    last_fetched_epoch: int = -1
 
     @property
     def key(self) -> Key:
+        if self.topic_id != ZERO_TOPIC_ID:
+            return (self.topic_id, self.partition)
         return (self.topic, self.partition)
 
 
@@ -105,6 +125,8 @@ class FetchSession:
     created_ms: int
     last_used_ms: int
     epoch: int = 1
+    # Made by a Fetch v13+ request: its partitions are keyed by topic id.
+    uses_topic_ids: bool = False
 
     def answered(
         self,
@@ -186,16 +208,18 @@ class FetchSessionCache:
         wanted: Iterable[CachedPartition],
         forgotten: Iterable[Key],
         now_ms: int,
+        uses_topic_ids: bool = False,
     ) -> FetchPlan:
         """The plan of one Fetch request (the rules of the module docstring); raises
-        :class:`SessionError` for an incremental fetch of an unknown session or epoch."""
+        :class:`SessionError` for an incremental fetch of an unknown session or epoch, or
+        one whose use of topic ids (``uses_topic_ids``: Fetch v13+) is not its session's."""
         if epoch in (FINAL_EPOCH, INITIAL_EPOCH):
             if session_id != NO_SESSION:
                 self.close(principal, session_id)
             parts = list(OrderedDict((p.key, p) for p in wanted).values())
             if epoch == FINAL_EPOCH:
                 return FetchPlan(parts)
-            return FetchPlan(parts, self._create(principal, parts, now_ms))
+            return FetchPlan(parts, self._create(principal, parts, now_ms, uses_topic_ids))
         if epoch < FINAL_EPOCH:
             raise SessionError(
                 ErrorCode.invalid_fetch_session_epoch, f"session epoch {epoch} is not valid"
@@ -211,6 +235,15 @@ class FetchSessionCache:
                 ErrorCode.invalid_fetch_session_epoch,
                 f"fetch session {session_id} expects epoch {session.epoch}, not {epoch}",
             )
+        if session.uses_topic_ids != uses_topic_ids:
+            raise SessionError(
+                ErrorCode.fetch_session_topic_id_error,
+                f"fetch session {session_id} was made "
+                + ("with" if session.uses_topic_ids else "without")
+                + " topic ids (Fetch v13+), this request "
+                + ("uses" if uses_topic_ids else "does not use")
+                + " them",
+            )
         partitions = session.partitions
         before = len(partitions)
         for p in wanted:
@@ -221,6 +254,7 @@ class FetchSessionCache:
                 cached.fetch_offset = p.fetch_offset
                 cached.max_bytes = p.max_bytes
                 cached.leader_epoch = p.leader_epoch
+                cached.last_fetched_epoch = p.last_fetched_epoch
         for key in forgotten:
             partitions.pop(key, None)
         self.partitions += len(partitions) - before
@@ -252,7 +286,11 @@ class FetchSessionCache:
         self._sessions.move_to_end(session.id)
 
     def _create(
-        self, principal: str, parts: list[CachedPartition], now_ms: int
+        self,
+        principal: str,
+        parts: list[CachedPartition],
+        now_ms: int,
+        uses_topic_ids: bool = False,
     ) -> FetchSession | None:
         if not self._make_room(len(parts), now_ms):
             return None
@@ -265,6 +303,7 @@ class FetchSessionCache:
             OrderedDict((p.key, p) for p in parts),
             created_ms=now_ms,
             last_used_ms=now_ms,
+            uses_topic_ids=uses_topic_ids,
         )
         self._sessions[session_id] = session
         self.partitions += len(session.partitions)

@@ -5,14 +5,25 @@ fields it defines (the README's "Kafka clients" table is this dict). Minimums ar
 as kio defines the message (Kafka 4.0's floor: Produce v3, Fetch v4, ListOffsets v1,
 RecordBatch v2 only), which every maintained client negotiates; librdkafka decides from
 the Produce range whether it may send compressed RecordBatch v2 (v3+), so v3 is what it
-must see. Maximums stop before versions that need what the broker does not keep yet
-(Fetch v13+ names topics by id, so Fetch stays below KIP-951's v16; Produce v10 carries
-KIP-951's leader hint, served from the topology, v11+ KIP-890's TRANSACTION_ABORTABLE;
-ListOffsets v8+ asks for tiered-storage offsets; Metadata v13 reports topic-level errors by id;
-FindCoordinator v4+ and OffsetFetch v8+ batch several keys or groups; OffsetCommit v9+
-is KIP-848's, with member epochs). The classic group APIs are served over every version
-kio defines (JoinGroup 0-9 with KIP-394's MEMBER_ID_REQUIRED from v4 and v9's
-skip_assignment for a static leader; LeaveGroup's batches from v3).
+must see.
+
+Topic ids (KIP-516) come from the topology (:meth:`Topology.topic_id`), so the versions
+that carry them are served: Metadata v10+ answers each topic's id and v12 looks topics up
+by id; Fetch v13+ names topics by id, v16 adds KIP-951's leader endpoints, and v15, v17
+and v18 add only follower fields (read and ignored: the door serves consumers; followers
+replicate over HTTP); DeleteTopics v6 deletes by id; KIP-848's ConsumerGroupHeartbeat and
+ConsumerGroupDescribe name topics by id. OffsetCommit v9 is v8's message with KIP-848's
+member epochs, which the coordinator checks for consumer-protocol members at every
+version (STALE_MEMBER_EPOCH, FENCED_MEMBER_EPOCH).
+
+Maximums stop before versions that need what the broker does not do yet: Produce v10
+carries KIP-951's leader hint, served from the topology, v11+ KIP-890's
+TRANSACTION_ABORTABLE; ListOffsets v8+ asks for tiered-storage offsets; Metadata v13 adds
+a top-level error code (KIP-1102's REBOOTSTRAP_REQUIRED); FindCoordinator v4+ and
+OffsetFetch v8+ batch several keys or groups; OffsetCommit v10 names topics by id. The
+classic group APIs are served over every version kio defines (JoinGroup 0-9 with
+KIP-394's MEMBER_ID_REQUIRED from v4 and v9's skip_assignment for a static leader;
+LeaveGroup's batches from v3).
 """
 
 from __future__ import annotations
@@ -57,16 +68,18 @@ SASL_AUTHENTICATE: Final = 36
 DESCRIBE_ACLS: Final = 29
 CREATE_ACLS: Final = 30
 DELETE_ACLS: Final = 31
+CONSUMER_GROUP_HEARTBEAT: Final = 68
+CONSUMER_GROUP_DESCRIBE: Final = 69
 
 # api key -> (min version, max version)
 SUPPORTED: Final[dict[int, tuple[int, int]]] = {
     PRODUCE: (3, 10),
-    FETCH: (4, 12),
+    FETCH: (4, 18),
     LIST_OFFSETS: (1, 7),
     METADATA: (0, 12),
     API_VERSIONS: (0, 3),
     INIT_PRODUCER_ID: (0, 4),
-    OFFSET_COMMIT: (2, 8),
+    OFFSET_COMMIT: (2, 9),
     OFFSET_FETCH: (1, 7),
     FIND_COORDINATOR: (0, 3),
     DESCRIBE_CLUSTER: (0, 1),
@@ -81,9 +94,9 @@ SUPPORTED: Final[dict[int, tuple[int, int]]] = {
     TXN_OFFSET_COMMIT: (0, 3),
     DESCRIBE_TRANSACTIONS: (0, 0),
     LIST_TRANSACTIONS: (0, 1),
-    # Admin: Kafka 4.0's minimums. DeleteTopics v6 may name a topic by id only (answered
-    # UNKNOWN_TOPIC_ID: clients get no topic ids here); DescribeLogDirs v5 reports
-    # cordoned directories (KIP-1066), not served.
+    # Admin: Kafka 4.0's minimums. DeleteTopics v6 names a topic by name or by id (the
+    # topology's topic ids); DescribeLogDirs v5 reports cordoned directories (KIP-1066),
+    # not served.
     CREATE_TOPICS: (2, 7),
     DELETE_TOPICS: (1, 6),
     DESCRIBE_CONFIGS: (1, 4),
@@ -112,6 +125,11 @@ SUPPORTED: Final[dict[int, tuple[int, int]]] = {
     DESCRIBE_ACLS: (1, 3),
     CREATE_ACLS: (1, 3),
     DELETE_ACLS: (1, 3),
+    # KIP-848's consumer group protocol on the coordinator's server-side assignment
+    # (app/kafka/apis/consumer_groups.py); v1 members make their own ids (KIP-1082) and
+    # may subscribe by regex; ConsumerGroupDescribe v1 adds member_type.
+    CONSUMER_GROUP_HEARTBEAT: (0, 1),
+    CONSUMER_GROUP_DESCRIBE: (0, 1),
 }
 
 NAMES: Final[dict[int, str]] = {
@@ -153,4 +171,6 @@ NAMES: Final[dict[int, str]] = {
     DESCRIBE_ACLS: "DescribeAcls",
     CREATE_ACLS: "CreateAcls",
     DELETE_ACLS: "DeleteAcls",
+    CONSUMER_GROUP_HEARTBEAT: "ConsumerGroupHeartbeat",
+    CONSUMER_GROUP_DESCRIBE: "ConsumerGroupDescribe",
 }

@@ -3,10 +3,10 @@ each with a Kafka listener on a loopback port of its own, and unchanged librdkaf
 (confluent-kafka) bootstrapped at one broker.
 
 Brokers publish their Kafka listeners in their ZooKeeper registrations, so Metadata names
-every broker and each partition's real leader, FindCoordinator the group coordinator's
-listener, and a Produce or Fetch sent to a follower answers NOT_LEADER_OR_FOLLOWER (with
-the current leader and its listener from Produce v10, KIP-951; Fetch 4-12 predates its
-v16, so a consumer refreshes its metadata). The kill-leader test is the HTTP one's
+every broker and each partition's real leader (and each topic's id, the same on every
+broker), FindCoordinator the group coordinator's listener, and a Produce or Fetch sent to
+a follower answers NOT_LEADER_OR_FOLLOWER (with the current leader from Produce v10 and
+Fetch v12, and its listener from Produce v10 and Fetch v16, KIP-951). The kill-leader test is the HTTP one's
 (tests/e2e/test_e2e_cluster.py) through the Kafka door.
 """
 
@@ -31,8 +31,14 @@ from conftest import ClusterFactory, free_port
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.fetch.v12.response import FetchResponse
+from kio.schema.fetch.v16.request import FetchPartition as FetchPartitionV16
+from kio.schema.fetch.v16.request import FetchRequest as FetchRequestV16
+from kio.schema.fetch.v16.request import FetchTopic as FetchTopicV16
+from kio.schema.fetch.v16.response import FetchResponse as FetchResponseV16
 from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest
 from kio.schema.find_coordinator.v3.response import FindCoordinatorResponse
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.metadata.v12.response import MetadataResponse
 from kio.schema.produce.v9.request import ProduceRequest
 from kio.schema.produce.v9.response import ProduceResponse
 from kio.schema.produce.v10.request import ProduceRequest as ProduceRequestV10
@@ -148,6 +154,31 @@ def test_librdkafka_discovers_the_cluster_through_one_broker(
     for p in range(3):
         assert consume(cluster, "kclicks", p, 100, ids=[1]) == [b"%d" % i for i in range(p, 300, 3)]
 
+    # KIP-848 (group.protocol=consumer) bootstrapped at broker 1: the coordinator, on
+    # whichever broker, assigns all three partitions by topic id, which every broker's
+    # Metadata resolves the same; the member reads every record from the leaders.
+    kip848 = Consumer(
+        {
+            "bootstrap.servers": cluster.kafka_bootstrap(1),
+            "group.id": "kip848-readers",
+            "group.protocol": "consumer",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        kip848.subscribe(["kclicks"])
+        read: set[bytes] = set()
+        deadline = time.monotonic() + 60
+        while len(read) < 300 and time.monotonic() < deadline:
+            msg = kip848.poll(0.5)
+            if msg is not None and msg.error() is None:
+                read.add(bytes(msg.value()))
+        assert read == {b"%d" % i for i in range(300)}
+        assert sorted(tp.partition for tp in kip848.assignment()) == [0, 1, 2]
+    finally:
+        kip848.close()
+
     # FindCoordinator names the coordinator's listener: a group coordinated by each of
     # the three brokers commits through the client bootstrapped at broker 1, and the
     # commit is the group's offset over HTTP at its coordinator.
@@ -170,8 +201,8 @@ def test_librdkafka_discovers_the_cluster_through_one_broker(
         assert answer.status_code == 200, answer.text
         assert [(o["partition"], o["offset"]) for o in answer.json()["offsets"]] == [(0, 42)]
 
-    # A follower answers NOT_LEADER_OR_FOLLOWER to Fetch and Produce (no leader hint below
-    # KIP-951's versions: the client refreshes its metadata).
+    # A follower answers NOT_LEADER_OR_FOLLOWER to Fetch and Produce, with the current
+    # leader where the version has the field (Fetch v12+, Produce v10+).
     leader = int(find_partition(http_meta, "kclicks", 0)["leader"])
     follower = next(i for i in cluster.ids if i != leader)
     fetch = FetchRequest(
@@ -194,9 +225,57 @@ def test_librdkafka_discovers_the_cluster_through_one_broker(
     )
     fetched: FetchResponse = kio_call(cluster, follower, fetch, FetchResponse)
     assert fetched.responses[0].partitions[0].error_code == ErrorCode.not_leader_or_follower
+    epoch = int(find_partition(cluster.metadata(leader), "kclicks", 0)["leader_epoch"])
+    assert (
+        fetched.responses[0].partitions[0].current_leader.leader_id,
+        fetched.responses[0].partitions[0].current_leader.leader_epoch,
+    ) == (leader, epoch)
+
+    # Topic ids: every broker answers the controller's id for the topic (Metadata v12),
+    # and Fetch v16 names the topic by it; a follower's answer carries the leader and its
+    # Kafka listener (KIP-951's node_endpoints).
+    ids = set()
+    for broker in cluster.ids:
+        request = MetadataRequest(
+            topics=(MetadataRequestTopic(topic_id=None, name="kclicks"),),  # type: ignore[arg-type]
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
+        )
+        (answer,) = kio_call(cluster, broker, request, MetadataResponse).topics
+        ids.add(answer.topic_id)
+    (topic_id,) = ids
+    assert topic_id is not None
+    fetch_v16 = FetchRequestV16(
+        max_wait=datetime.timedelta(0),  # type: ignore[arg-type]
+        min_bytes=1,  # type: ignore[arg-type]
+        max_bytes=1 << 20,  # type: ignore[arg-type]
+        topics=(
+            FetchTopicV16(
+                topic_id=topic_id,
+                partitions=(
+                    FetchPartitionV16(
+                        partition=0,  # type: ignore[arg-type]
+                        fetch_offset=0,  # type: ignore[arg-type]
+                        partition_max_bytes=1 << 20,  # type: ignore[arg-type]
+                    ),
+                ),
+            ),
+        ),
+        forgotten_topics_data=(),
+    )
+    hinted: FetchResponseV16 = kio_call(cluster, follower, fetch_v16, FetchResponseV16)
+    part = hinted.responses[0].partitions[0]
+    assert hinted.responses[0].topic_id == topic_id
+    assert part.error_code == ErrorCode.not_leader_or_follower
+    assert (part.current_leader.leader_id, part.current_leader.leader_epoch) == (leader, epoch)
+    assert [(e.node_id, e.host, e.port) for e in hinted.node_endpoints] == [
+        (leader, "127.0.0.1", cluster.kafka_ports[leader])
+    ]
+    led: FetchResponseV16 = kio_call(cluster, leader, fetch_v16, FetchResponseV16)
+    assert led.responses[0].partitions[0].error_code == ErrorCode.none
+    assert led.node_endpoints == ()
     # Produce v9 answers NOT_LEADER_OR_FOLLOWER alone; v10 (KIP-951) with the current
     # leader, its epoch and its Kafka listener.
-    epoch = int(find_partition(cluster.metadata(leader), "kclicks", 0)["leader_epoch"])
     for request_type, response_type in (
         (ProduceRequest, ProduceResponse),
         (ProduceRequestV10, ProduceResponseV10),

@@ -54,7 +54,14 @@ from app.core.replication.partition import Partition, append_to_leaders
 from app.core.replication.placement import assign_replicas
 from app.core.replication.state import NO_LEADER, BrokerInfo, PartitionState, TopicAssignment
 from app.core.replication.zk import ZkStore
-from app.core.topology import LeaderAppend, LeadershipListener, NewTopic, TopicListener
+from app.core.topology import (
+    LeaderAppend,
+    LeadershipListener,
+    NewTopic,
+    TopicIdIndex,
+    TopicListener,
+    parse_topic_id,
+)
 
 if TYPE_CHECKING:
     from app.core.log.log import AppendInfo, Log
@@ -104,6 +111,7 @@ class ReplicaManager:
         self.brokers: dict[int, BrokerInfo] = {}
         self.controller_id: int | None = None
         self.assignments: dict[str, TopicAssignment] = {}
+        self._topic_ids = TopicIdIndex(self.topics, self.topic_id)
         self.states: dict[tuple[str, int], tuple[PartitionState, int]] = {}
         self.partitions: dict[tuple[str, int], Partition] = {}
         self._watched: set[str] = set()  # read on kazoo's thread: stop watches of gone topics
@@ -554,3 +562,14 @@ class ReplicaManager:
 
     def offline_replicas(self, topic: str, partition: int) -> list[int]:
         return [r for r in self.replicas_of(topic, partition) if r not in self.brokers]
+
+    def topic_id(self, topic: str) -> uuid.UUID:
+        """The id the controller gave the topic (its ZooKeeper assignment), the same on
+        every broker, whether or not this one holds a replica."""
+        assignment = self.assignments.get(topic)
+        if assignment is None:
+            raise UnknownTopicOrPartition(topic)
+        return parse_topic_id(assignment.topic_id)
+
+    def topic_named_by(self, topic_id: uuid.UUID) -> str:
+        return self._topic_ids.name_of(topic_id)

@@ -4,7 +4,7 @@ Each handler is ``async (ctx, request body, version) -> response``, the response
 message of the request's version (built with :func:`app.kafka.encode.build`, so one body
 serves every version). Families: ``cluster`` (ApiVersions, Metadata, DescribeCluster),
 ``records`` (Produce, Fetch, ListOffsets), ``sasl`` (SaslHandshake, SaslAuthenticate), ``groups`` (FindCoordinator and the group
-APIs), ``txn`` (InitProducerId and the transaction APIs), ``admin`` (topics, configs,
+APIs), ``consumer_groups`` (KIP-848's ConsumerGroupHeartbeat and ConsumerGroupDescribe), ``txn`` (InitProducerId and the transaction APIs), ``admin`` (topics, configs,
 log dirs), ``acls`` (DescribeAcls, CreateAcls, DeleteAcls); ``base`` holds what they
 share.
 A new API is a handler in its family's module, a line in :data:`HANDLERS` and its range
@@ -38,6 +38,7 @@ from app.kafka.apis.cluster import (
     metadata,
     unsupported_api_versions,
 )
+from app.kafka.apis.consumer_groups import consumer_group_describe, consumer_group_heartbeat
 from app.kafka.apis.groups import (
     delete_groups,
     describe_groups,
@@ -67,6 +68,8 @@ from app.kafka.versions import (
     ADD_PARTITIONS_TO_TXN,
     ALTER_CONFIGS,
     API_VERSIONS,
+    CONSUMER_GROUP_DESCRIBE,
+    CONSUMER_GROUP_HEARTBEAT,
     CREATE_ACLS,
     CREATE_PARTITIONS,
     CREATE_TOPICS,
@@ -146,4 +149,6 @@ HANDLERS: dict[int, Handler] = {
     DESCRIBE_ACLS: describe_acls,
     CREATE_ACLS: create_acls,
     DELETE_ACLS: delete_acls,
+    CONSUMER_GROUP_HEARTBEAT: consumer_group_heartbeat,
+    CONSUMER_GROUP_DESCRIBE: consumer_group_describe,
 }

@@ -192,29 +192,36 @@ async def create_partitions(ctx: Context, body: Any, version: int) -> Any:
 async def delete_topics(ctx: Context, body: Any, version: int) -> Any:
     """Each topic deleted as ``DELETE /topics/{t}`` deletes it (internal topics refused,
     INVALID_TOPIC_EXCEPTION; an unknown one UNKNOWN_TOPIC_OR_PARTITION). v6 names topics
-    by name or id; Logbus gives clients no topic ids (Metadata answers the zero id), so a
-    topic named only by id is UNKNOWN_TOPIC_ID."""
+    by name or by id (:meth:`Topology.topic_named_by`; an unknown id UNKNOWN_TOPIC_ID, a
+    topic named by id that the principal may not DELETE TOPIC_AUTHORIZATION_FAILED with
+    its name left null); each result carries the deleted topic's id."""
     m = response_module(DELETE_TOPICS, version)
     if hasattr(body, "topics"):
         wanted = [(t.name, t.topic_id) for t in body.topics]
     else:
-        wanted = [(name, ZERO_UUID) for name in body.topic_names]
+        wanted = [(name, None) for name in body.topic_names]
+    topology = ctx.state.topology
     results = []
     for name, topic_id in wanted:
+        by_id = name is None
         try:
-            if name is None:
-                code, message = ErrorCode.unknown_topic_id, f"no topic has id {topic_id}"
-            else:
-                authorize.check(ctx, authorize.DELETE, authorize.TOPIC, name)
-                await topic_service.delete_topic(ctx.state, name)
-                code, message = ErrorCode.none, None
+            if by_id:
+                name = topology.topic_named_by(topic_id if topic_id is not None else ZERO_UUID)
+            assert name is not None
+            authorize.check(ctx, authorize.DELETE, authorize.TOPIC, name)
+            with contextlib.suppress(LogbusError):  # deleted below: unknown is its error
+                topic_id = topology.topic_id(name)
+            await topic_service.delete_topic(ctx.state, name)
+            code, message = ErrorCode.none, None
         except LogbusError as exc:
             code, message = error_code(exc), exc.message
+            if by_id:
+                name = None
         results.append(
             build(
                 m.DeletableTopicResult,
                 name=name,
-                topic_id=topic_id,
+                topic_id=topic_id if topic_id is not None else ZERO_UUID,
                 error_code=code,
                 error_message=message,
             )

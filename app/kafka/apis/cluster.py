@@ -9,7 +9,9 @@ from kio.static.protocol import Entity
 
 from app.api.produce_service import check_not_internal, create_planned
 from app.common.errors import (
+    InvalidRequest,
     LogbusError,
+    UnknownTopicId,
     UnknownTopicOrPartition,
 )
 from app.groups.placement import INTERNAL_TOPICS
@@ -76,28 +78,61 @@ def controller_of(ctx: Context, listeners: dict[int, tuple[str, int]]) -> int:
     return controller if controller in listeners else ctx.state.topology.broker_id
 
 
+# Metadata v12 may name a topic by id (v10 and v11 have the field, which Kafka never
+# served: a request using it is INVALID_REQUEST).
+TOPIC_ID_LOOKUP_VERSION = 12
+
+
 async def metadata(ctx: Context, body: Any, version: int) -> Any:
     """Kafka's Metadata from the topology: every live broker with a Kafka listener
     (:func:`kafka_brokers`; node id, host, port, rack null) and each partition's leader,
     leader epoch, replicas, ISR and offline replicas. A partition with no leader (an
     election under way) or led by a broker not in the brokers list (no Kafka listener, or
     not registered yet) answers LEADER_NOT_AVAILABLE with leader -1, as Kafka answers for
-    a leader it has no endpoint for: the client retries its metadata refresh."""
+    a leader it has no endpoint for: the client retries its metadata refresh.
+
+    From v10 each topic carries its id (:meth:`Topology.topic_id`: the same on every
+    broker, kept across restarts). v12 may ask for a topic by id alone (name null): an
+    unknown id answers UNKNOWN_TOPIC_ID, a topic the principal may not DESCRIBE
+    TOPIC_AUTHORIZATION_FAILED, both with the name left null (a name is not revealed
+    to whoever guessed an id); ids never auto-create. v10 and v11 requests using ids are
+    INVALID_REQUEST for every topic, as Kafka answers them."""
     m = response_module(METADATA, version)
     state = ctx.state
     topology = state.topology
+    wanted: list[tuple[str | None, Any]]  # (name, id) as asked
     if body.topics is None or (version == 0 and not body.topics):
         # All topics: those the principal may not DESCRIBE are left out, as Kafka does.
-        names = [
-            n
+        wanted = [
+            (n, None)
             for n in sorted(topology.topics())
             if authorize.permitted(ctx, authorize.DESCRIBE, authorize.TOPIC, n)
         ]
     else:
-        names = [t.name for t in body.topics]
+        wanted = [(t.name, getattr(t, "topic_id", None)) for t in body.topics]
     allow_create = getattr(body, "allow_auto_topic_creation", True)
     listeners = kafka_brokers(ctx)
-    topics = [await _topic_metadata(ctx, m, name, allow_create, listeners) for name in names]
+    by_id_refused = version < TOPIC_ID_LOOKUP_VERSION and any(
+        name is None or (topic_id is not None and topic_id != ZERO_UUID)
+        for name, topic_id in wanted
+    )
+    topics = []
+    for name, topic_id in wanted:
+        if by_id_refused:
+            topics.append(
+                _topic_error(
+                    m,
+                    name or "",
+                    topic_id,
+                    InvalidRequest(
+                        f"Metadata v{version} cannot name topics by id (v{TOPIC_ID_LOOKUP_VERSION}+)"
+                    ),
+                )
+            )
+        elif name is None:
+            topics.append(_topic_by_id(ctx, m, topic_id, listeners))
+        else:
+            topics.append(await _topic_metadata(ctx, m, name, allow_create, listeners))
     brokers = tuple(
         build(m.MetadataResponseBroker, node_id=broker_id, host=host, port=port, rack=None)
         for broker_id, (host, port) in listeners.items()
@@ -111,6 +146,64 @@ async def metadata(ctx: Context, body: Any, version: int) -> Any:
         topics=tuple(topics),
         cluster_authorized_operations=OPERATIONS_OMITTED,
     )
+
+
+def _topic_error(m: Any, name: str | None, topic_id: Any, exc: LogbusError) -> Any:
+    return build(
+        m.MetadataResponseTopic,
+        error_code=error_code(exc),
+        name=name,
+        topic_id=topic_id if topic_id is not None else ZERO_UUID,
+        is_internal=False,
+        partitions=(),
+        topic_authorized_operations=OPERATIONS_OMITTED,
+    )
+
+
+def _topic_by_id(ctx: Context, m: Any, topic_id: Any, listeners: dict[int, tuple[str, int]]) -> Any:
+    """A v12 lookup by id (see :func:`metadata`)."""
+    try:
+        name = ctx.state.topology.topic_named_by(topic_id if topic_id is not None else ZERO_UUID)
+        authorize.check(ctx, authorize.DESCRIBE, authorize.TOPIC, name)
+        count = ctx.state.topology.partition_count(name)
+    except UnknownTopicOrPartition as exc:
+        unknown = exc if isinstance(exc, UnknownTopicId) else UnknownTopicId(str(topic_id))
+        return _topic_error(m, None, topic_id, unknown)
+    except LogbusError as exc:
+        return _topic_error(m, None, topic_id, exc)
+    return build(
+        m.MetadataResponseTopic,
+        error_code=ErrorCode.none,
+        name=name,
+        topic_id=topic_id,
+        is_internal=name in INTERNAL_TOPICS,
+        partitions=_partitions(ctx, m, name, count, listeners),
+        topic_authorized_operations=OPERATIONS_OMITTED,
+    )
+
+
+def _partitions(
+    ctx: Context, m: Any, name: str, count: int, listeners: dict[int, tuple[str, int]]
+) -> tuple[Any, ...]:
+    topology = ctx.state.topology
+    partitions = []
+    for p in range(count):
+        info = topology.partition_info(name, p)
+        leader = int(info["leader"])
+        reachable = leader in listeners
+        partitions.append(
+            build(
+                m.MetadataResponsePartition,
+                error_code=ErrorCode.none if reachable else ErrorCode.leader_not_available,
+                partition_index=p,
+                leader_id=leader if reachable else -1,
+                leader_epoch=info["leader_epoch"],
+                replica_nodes=tuple(info["replicas"]),
+                isr_nodes=tuple(info["isr"]),
+                offline_replicas=tuple(topology.offline_replicas(name, p)),
+            )
+        )
+    return tuple(partitions)
 
 
 async def _topic_metadata(
@@ -131,33 +224,18 @@ async def _topic_metadata(
             check_not_internal(name)
             assert state.manager is not None
             count = await create_planned(state, state.manager, name)
-        partitions = []
-        for p in range(count):
-            info = topology.partition_info(name, p)
-            leader = int(info["leader"])
-            reachable = leader in listeners
-            partitions.append(
-                build(
-                    m.MetadataResponsePartition,
-                    error_code=ErrorCode.none if reachable else ErrorCode.leader_not_available,
-                    partition_index=p,
-                    leader_id=leader if reachable else -1,
-                    leader_epoch=info["leader_epoch"],
-                    replica_nodes=tuple(info["replicas"]),
-                    isr_nodes=tuple(info["isr"]),
-                    offline_replicas=tuple(topology.offline_replicas(name, p)),
-                )
-            )
+        partitions = _partitions(ctx, m, name, count, listeners)
+        topic_id = topology.topic_id(name)
         code = ErrorCode.none
     except LogbusError as exc:
-        partitions, code = [], error_code(exc)
+        partitions, code, topic_id = (), error_code(exc), ZERO_UUID
     return build(
         m.MetadataResponseTopic,
         error_code=code,
         name=name,
-        topic_id=ZERO_UUID,
+        topic_id=topic_id,
         is_internal=name in INTERNAL_TOPICS,
-        partitions=tuple(partitions),
+        partitions=partitions,
         topic_authorized_operations=OPERATIONS_OMITTED,
     )
 

@@ -20,12 +20,16 @@ from app.api.fetch_service import aborted_pairs, lookup_offset, read_log, wait_f
 from app.api.produce_service import produce_raw
 from app.api.schema_validation import SchemaValidationFailed
 from app.common.errors import (
+    FencedLeaderEpoch,
     InvalidRecord,
     InvalidRequiredAcks,
     LogbusError,
     NotLeaderOrFollower,
+    OffsetOutOfRange,
+    UnknownTopicId,
     UnknownTopicOrPartition,
 )
+from app.core.topology import topic_id_text
 from app.kafka import authorize
 from app.kafka.apis.base import (
     EARLIEST_TIMESTAMP,
@@ -33,13 +37,14 @@ from app.kafka.apis.base import (
     MAX_WAIT_MS,
     NO_THROTTLE,
     READ_COMMITTED_LEVEL,
+    ZERO_UUID,
     Context,
     kafka_brokers,
     response_module,
     timestamp,
 )
 from app.kafka.encode import SlicedRecords, build, error_code
-from app.kafka.fetch_sessions import CachedPartition, FetchPlan, SessionError
+from app.kafka.fetch_sessions import CachedPartition, FetchPlan, Key, SessionError
 from app.kafka.versions import (
     FETCH,
     LIST_OFFSETS,
@@ -52,6 +57,35 @@ if TYPE_CHECKING:
 
 # Fetch v7 adds session_id and session_epoch (KIP-227).
 SESSIONS_VERSION = 7
+# Fetch v13 names topics by id (KIP-516).
+TOPIC_IDS_VERSION = 13
+
+
+def current_leader(
+    ctx: Context, topic: str, partition: int, endpoints: dict[int, tuple[str, int]]
+) -> tuple[int, int] | None:
+    """KIP-951's hint for a partition this broker does not lead (or leads in another
+    epoch than the client's): its current leader and epoch as the topology knows them,
+    the leader's Kafka listener added to ``endpoints``; None when there is no leader or
+    it has no Kafka listener (the client then refreshes its metadata, as before KIP-951).
+    Only called on those errors: off the hot path."""
+    try:
+        info = ctx.state.topology.partition_info(topic, partition)
+    except LogbusError:
+        return None
+    leader = int(info["leader"])
+    listeners = kafka_brokers(ctx)
+    if leader not in listeners:
+        return None
+    endpoints[leader] = listeners[leader]
+    return leader, int(info["leader_epoch"])
+
+
+def node_endpoints(m: Any, endpoints: dict[int, tuple[str, int]]) -> tuple[Any, ...]:
+    return tuple(
+        build(m.NodeEndpoint, node_id=node, host=host, port=port, rack=None)
+        for node, (host, port) in sorted(endpoints.items())
+    )
 
 
 async def produce(ctx: Context, body: Any, version: int) -> Any:
@@ -74,18 +108,13 @@ async def produce(ctx: Context, body: Any, version: int) -> Any:
     hint = hasattr(m, "LeaderIdAndEpoch")  # the version has KIP-951's fields
     endpoints: dict[int, tuple[str, int]] = {}
 
-    def current_leader(exc: LogbusError, topic: str, partition: int) -> dict[str, Any]:
+    def leader_hint(exc: LogbusError, topic: str, partition: int) -> dict[str, Any]:
         if not (hint and isinstance(exc, NotLeaderOrFollower)):
             return {}
-        leader = exc.leader
-        listeners = kafka_brokers(ctx)  # only on this error: off the hot path
-        if leader is None or leader not in listeners:
+        found = current_leader(ctx, topic, partition, endpoints)
+        if found is None:
             return {}
-        try:
-            epoch = int(state.topology.partition_info(topic, partition)["leader_epoch"])
-        except LogbusError:
-            return {}
-        endpoints[leader] = listeners[leader]
+        leader, epoch = found
         return {"current_leader": build(m.LeaderIdAndEpoch, leader_id=leader, leader_epoch=epoch)}
 
     def record_errors(exc: LogbusError) -> tuple[Any, ...]:
@@ -124,7 +153,7 @@ async def produce(ctx: Context, body: Any, version: int) -> Any:
                 log_start_offset=-1,
                 record_errors=record_errors(exc),
                 error_message=exc.message,
-                **current_leader(exc, topic, partition),
+                **leader_hint(exc, topic, partition),
             )
         # A retried idempotent batch answers its original offsets (Kafka's
         # DUPLICATE_SEQUENCE handling is the same: success with the first append's offset).
@@ -156,10 +185,7 @@ async def produce(ctx: Context, body: Any, version: int) -> Any:
         m.ProduceResponse,
         responses=tuple(topics),
         throttle_time=NO_THROTTLE,
-        node_endpoints=tuple(
-            build(m.NodeEndpoint, node_id=node, host=host, port=port, rack=None)
-            for node, (host, port) in sorted(endpoints.items())
-        ),
+        node_endpoints=node_endpoints(m, endpoints),
     )
 
 
@@ -171,23 +197,44 @@ async def fetch(ctx: Context, body: Any, version: int) -> Any:
     From v7, fetch sessions (KIP-227, :mod:`app.kafka.fetch_sessions`): the partitions read
     are the session's, and an incremental answer holds only those with records, an error
     or changed offsets; a request the session cache refuses is answered with its error
-    code and nothing else."""
+    code and nothing else.
+
+    From v13 topics are named by id (:meth:`Topology.topic_named_by`): an id that names
+    no topic, or no longer the topic it named when it joined the session (deleted, or
+    created again under its name), answers UNKNOWN_TOPIC_ID. A partition answered
+    NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH carries its current leader and epoch
+    (``current_leader``, v12+) and, from v16, the answer those leaders' Kafka listeners
+    (``node_endpoints``, KIP-951): :func:`current_leader`. From v12 a partition given a
+    ``last_fetched_epoch`` is checked for divergence first (:func:`_diverging`). The
+    follower-only fields of
+    v15+ (``replica_state``, v17's ``replica_directory_id``, v18's high watermark in
+    it) are read and ignored: the door serves consumers; followers replicate over the
+    brokers' own HTTP fetch."""
     m = response_module(FETCH, version)
     state = ctx.state
+    uses_ids = version >= TOPIC_IDS_VERSION
     committed = int(body.isolation_level) == READ_COMMITTED_LEVEL
     budget = min(int(body.max_bytes), state.settings.fetch_max_bytes)
     wait_ms = min(MAX_WAIT_MS, max(0, int(body.max_wait.total_seconds() * 1000)))
     min_bytes = int(body.min_bytes)
     wanted = [
         CachedPartition(
-            topic.topic,
+            name,
             int(p.partition),
             int(p.fetch_offset),
             int(p.partition_max_bytes),
             int(getattr(p, "current_leader_epoch", -1)),
+            topic_id=topic_id,
+            last_fetched_epoch=int(getattr(p, "last_fetched_epoch", -1)),
         )
         for topic in body.topics
+        for name, topic_id in (_named(ctx, topic, uses_ids),)
         for p in topic.partitions
+    ]
+    forgotten: list[Key] = [
+        ((t.topic_id or ZERO_UUID) if uses_ids else t.topic, int(p))
+        for t in getattr(body, "forgotten_topics_data", ())
+        for p in t.partitions
     ]
     sessions = ctx.fetch_sessions
     if sessions is None or version < SESSIONS_VERSION:
@@ -199,12 +246,9 @@ async def fetch(ctx: Context, body: Any, version: int) -> Any:
                 int(body.session_id),
                 int(body.session_epoch),
                 wanted,
-                (
-                    (t.topic, int(p))
-                    for t in getattr(body, "forgotten_topics_data", ())
-                    for p in t.partitions
-                ),
+                forgotten,
                 int(time.monotonic() * 1000),
+                uses_topic_ids=uses_ids,
             )
         except SessionError as exc:
             return build(
@@ -215,11 +259,13 @@ async def fetch(ctx: Context, body: Any, version: int) -> Any:
                 responses=(),
             )
     parts = plan.partitions
+    endpoints: dict[int, tuple[str, int]] = {}
 
     def read_all() -> tuple[list[Any], int]:
         remaining, total, out = budget, 0, []
+        endpoints.clear()
         for p in parts:
-            data = _read_partition(ctx, m, p, min(p.max_bytes, remaining), committed)
+            data = _read_partition(ctx, m, p, min(p.max_bytes, remaining), committed, endpoints)
             out.append(data)
             size = len(data.records) if data.records is not None else 0
             total += size
@@ -236,7 +282,8 @@ async def fetch(ctx: Context, body: Any, version: int) -> Any:
         if logs:
             found = await wait_for_any(state.waiters, logs, read_all, min_bytes, wait_ms)
     session = plan.session
-    by_topic: dict[str, list[Any]] = {}
+    # By topic id from v13 (two unknown ids have no names to tell them apart).
+    by_topic: dict[str | Any, tuple[CachedPartition, list[Any]]] = {}
     for p, data in zip(parts, found, strict=True):
         if session is not None and not session.answered(
             p,
@@ -248,28 +295,57 @@ async def fetch(ctx: Context, body: Any, version: int) -> Any:
             plan.incremental,
         ):
             continue
-        by_topic.setdefault(p.topic, []).append(data)
+        by_topic.setdefault(p.topic_id if uses_ids else p.topic, (p, []))[1].append(data)
     return build(
         m.FetchResponse,
         throttle_time=NO_THROTTLE,
         error_code=ErrorCode.none,
         session_id=plan.session_id,
         responses=tuple(
-            build(m.FetchableTopicResponse, topic=name, partitions=tuple(answers))
-            for name, answers in by_topic.items()
+            build(
+                m.FetchableTopicResponse,
+                topic=first.topic,
+                topic_id=first.topic_id,
+                partitions=tuple(answers),
+            )
+            for first, answers in by_topic.values()
         ),
+        node_endpoints=node_endpoints(m, endpoints) if hasattr(m, "NodeEndpoint") else (),
     )
 
 
+def _named(ctx: Context, topic: Any, uses_ids: bool) -> tuple[str, Any]:
+    """(name, id) of a request's topic: by name before v13, by id from v13 ("" for an
+    id that names no topic: its partitions answer UNKNOWN_TOPIC_ID)."""
+    if not uses_ids:
+        return topic.topic, ZERO_UUID
+    topic_id = topic.topic_id or ZERO_UUID
+    try:
+        return ctx.state.topology.topic_named_by(topic_id), topic_id
+    except UnknownTopicId:
+        return "", topic_id
+
+
 def _read_partition(
-    ctx: Context, m: Any, p: CachedPartition, max_bytes: int, committed: bool
+    ctx: Context,
+    m: Any,
+    p: CachedPartition,
+    max_bytes: int,
+    committed: bool,
+    endpoints: dict[int, tuple[str, int]],
 ) -> Any:
     topic, partition = p.topic, p.partition
     try:
+        if p.topic_id != ZERO_UUID and (not topic or _current_id(ctx, topic) != p.topic_id):
+            raise UnknownTopicId(topic_id_text(p.topic_id))
         authorize.check(ctx, authorize.READ, authorize.TOPIC, topic)
         part = ctx.state.topology.leader_partition(topic, partition)
         epoch = p.leader_epoch
         part.check_epoch(None if epoch < 0 else epoch)
+        if p.last_fetched_epoch >= 0:
+            diverging = _diverging(m, part.log, p, committed)
+            if diverging is not None:
+                return diverging
         if max_bytes <= 0:
             # The request's max_bytes is spent on the partitions before: offsets only, as
             # Kafka answers (a first batch larger than max_bytes is still served whole, so
@@ -288,6 +364,15 @@ def _read_partition(
             )
         info = read_log(part.log, p.fetch_offset, max_bytes, committed=committed)
     except LogbusError as exc:
+        hint: dict[str, Any] = {}
+        if isinstance(exc, (NotLeaderOrFollower, FencedLeaderEpoch)) and hasattr(
+            m, "LeaderIdAndEpoch"
+        ):
+            found = current_leader(ctx, topic, partition, endpoints)
+            if found is not None:
+                hint["current_leader"] = build(
+                    m.LeaderIdAndEpoch, leader_id=found[0], leader_epoch=found[1]
+                )
         return build(
             m.PartitionData,
             partition_index=partition,
@@ -298,6 +383,7 @@ def _read_partition(
             aborted_transactions=None,
             preferred_read_replica=-1,
             records=None,
+            **hint,
         )
     aborted = aborted_pairs(info)
     lso = info.last_stable_offset if committed else part.log.last_stable_offset
@@ -317,6 +403,41 @@ def _read_partition(
         preferred_read_replica=-1,
         records=SlicedRecords(info.slices),
     )
+
+
+def _diverging(m: Any, log_: Any, p: CachedPartition, committed: bool) -> Any:
+    """KIP-595/KIP-320's divergence check of Fetch v12+, as Kafka's ``Partition.readRecords``
+    makes it: where the client's ``last_fetched_epoch`` ends in this log (the epoch cache,
+    as OffsetForLeaderEpoch answers); an epoch this log cannot place, or a fetch offset
+    below the log start, is OFFSET_OUT_OF_RANGE; an epoch that ended before the fetch
+    offset (or a smaller epoch found) answers no records and ``diverging_epoch``, from
+    which the client truncates. None when the fetch goes on as usual."""
+    epoch, end = log_.leader_epoch_cache.end_offset_for(p.last_fetched_epoch)
+    if epoch < 0 or end < 0 or p.fetch_offset < log_.log_start_offset:
+        raise OffsetOutOfRange(
+            p.topic, p.partition, p.fetch_offset, log_.log_start_offset, log_.log_end_offset
+        )
+    if epoch >= p.last_fetched_epoch and end >= p.fetch_offset:
+        return None
+    return build(
+        m.PartitionData,
+        partition_index=p.partition,
+        error_code=ErrorCode.none,
+        high_watermark=log_.high_watermark,
+        last_stable_offset=log_.last_stable_offset,
+        log_start_offset=log_.log_start_offset,
+        diverging_epoch=build(m.EpochEndOffset, epoch=epoch, end_offset=end),
+        aborted_transactions=() if committed else None,
+        preferred_read_replica=-1,
+        records=SlicedRecords(()),
+    )
+
+
+def _current_id(ctx: Context, topic: str) -> Any:
+    try:
+        return ctx.state.topology.topic_id(topic)
+    except UnknownTopicOrPartition:
+        return None
 
 
 async def list_offsets(ctx: Context, body: Any, version: int) -> Any:

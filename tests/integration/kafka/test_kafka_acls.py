@@ -167,7 +167,9 @@ def test_a_client_certificate_subject_is_the_principal(mtls_broker: dict[str, An
     assert f"DENIED principal={mtls_broker['subjects']['other']}" in broker.log()
 
 
-def test_a_group_needs_read_on_the_group(acl_broker: KafkaBroker) -> None:
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_a_group_needs_read_on_the_group(acl_broker: KafkaBroker, protocol: str) -> None:
+    """Both group protocols: JoinGroup (classic) and KIP-848's ConsumerGroupHeartbeat."""
     from confluent_kafka import Consumer
 
     topic, group = f"grp-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
@@ -181,6 +183,7 @@ def test_a_group_needs_read_on_the_group(acl_broker: KafkaBroker) -> None:
             {
                 **kafka_conf(acl_broker, "reader"),
                 "group.id": group,
+                "group.protocol": protocol,
                 "auto.offset.reset": "earliest",
             }
         )
@@ -347,3 +350,87 @@ def test_acl_kinds_logbus_does_not_keep_are_named_in_the_answer(acl_broker: Kafk
     finally:
         admin.close()
         reader.close()
+
+
+def test_topics_named_by_id_are_authorized_without_revealing_names(acl_broker: KafkaBroker) -> None:
+    """Metadata v12, Fetch v16 and DeleteTopics v6 naming a topic by id: a principal
+    without DESCRIBE/READ/DELETE is refused per topic, and the name is not answered."""
+    import datetime
+
+    from kio.schema.delete_topics.v6.request import DeleteTopicsRequest, DeleteTopicState
+    from kio.schema.delete_topics.v6.response import DeleteTopicsResponse
+    from kio.schema.errors import ErrorCode
+    from kio.schema.fetch.v16.request import FetchPartition, FetchRequest, FetchTopic
+    from kio.schema.fetch.v16.response import FetchResponse
+    from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+    from kio.schema.metadata.v12.response import MetadataResponse
+    from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+    from kio.schema.sasl_authenticate.v2.response import SaslAuthenticateResponse
+    from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+    from kio.schema.sasl_handshake.v1.response import SaslHandshakeResponse
+    from test_kafka_sasl import Wire
+
+    def login(user: str) -> Wire:
+        wire = Wire(acl_broker)
+        assert wire.call(
+            SaslHandshakeRequest(mechanism="PLAIN"), SaslHandshakeResponse
+        ).error_code == (ErrorCode.none)
+        done = wire.call(
+            SaslAuthenticateRequest(auth_bytes=f"\0{user}\0{PASSWORD}".encode()),
+            SaslAuthenticateResponse,
+        )
+        assert done.error_code == ErrorCode.none
+        return wire
+
+    def by_id(wire: Wire, topic_id: Any) -> Any:
+        request = MetadataRequest(
+            topics=(MetadataRequestTopic(topic_id=topic_id, name=None),),
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
+        )
+        (answer,) = wire.call(request, MetadataResponse).topics
+        return answer
+
+    topic = f"ids-{uuid.uuid4().hex[:8]}"
+    with admin_http(acl_broker) as http:
+        assert http.post("/topics", json={"name": topic, "partitions": 1}).status_code == 201
+    admin = login("admin")
+    request = MetadataRequest(
+        topics=(MetadataRequestTopic(topic_id=None, name=topic),),  # type: ignore[arg-type]
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
+    (named,) = admin.call(request, MetadataResponse).topics
+    topic_id = named.topic_id
+    assert topic_id is not None
+    assert by_id(admin, topic_id).name == topic
+
+    reader = login("reader")
+    refused = by_id(reader, topic_id)
+    assert (refused.error_code, refused.name) == (ErrorCode.topic_authorization_failed, None)
+    fetch = FetchRequest(
+        max_wait=datetime.timedelta(0),  # type: ignore[arg-type]
+        min_bytes=1,  # type: ignore[arg-type]
+        topics=(
+            FetchTopic(
+                topic_id=topic_id,
+                partitions=(
+                    FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1024),  # type: ignore[arg-type]
+                ),
+            ),
+        ),
+        forgotten_topics_data=(),
+    )
+    fetched = reader.call(fetch, FetchResponse)
+    assert fetched.responses[0].partitions[0].error_code == ErrorCode.topic_authorization_failed
+    deleted = reader.call(
+        DeleteTopicsRequest(
+            topics=(DeleteTopicState(name=None, topic_id=topic_id),),
+            timeout=datetime.timedelta(seconds=30),  # type: ignore[arg-type]
+        ),
+        DeleteTopicsResponse,
+    )
+    (result,) = deleted.responses
+    assert (result.error_code, result.name) == (ErrorCode.topic_authorization_failed, None)
+    with admin_http(acl_broker) as http:
+        assert http.get(f"/topics/{topic}").status_code == 200

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import uuid
+from typing import Any
 
 import httpx
 from kafka_harness import KafkaBroker, kio_call
@@ -98,3 +99,51 @@ def test_offset_for_leader_epoch_answers_from_the_epoch_cache(kafka_broker: Kafk
         (0, ErrorCode.none, -1, -1),  # an epoch above the latest is unknown
         (9, ErrorCode.unknown_topic_or_partition, -1, -1),
     ]
+
+
+def test_last_fetched_epoch_is_checked_for_divergence(kafka_broker: KafkaBroker) -> None:
+    """Fetch v12+'s ``last_fetched_epoch`` (Kafka's ``Partition.readRecords``): an epoch that
+    ends before the fetch offset answers ``diverging_epoch`` and no records; an epoch the
+    log cannot place is OFFSET_OUT_OF_RANGE; one that holds the offset fetches as usual."""
+    topic = f"fetch-{uuid.uuid4().hex[:8]}"
+    with httpx.Client(base_url=kafka_broker.url, timeout=30) as http:
+        assert http.post("/topics", json={"name": topic, "partitions": 1}).status_code == 201
+        r = http.post(
+            f"/topics/{topic}/partitions/0/records",
+            json={"records": [{"value": "x"}] * 3, "value_format": "string"},
+        )
+        assert r.status_code == 200, r.text
+
+    def fetch(offset: int, last_epoch: int) -> Any:
+        request = FetchRequest(
+            max_wait=datetime.timedelta(0),  # type: ignore[arg-type]
+            min_bytes=1,  # type: ignore[arg-type]
+            topics=(
+                FetchTopic(
+                    topic=topic,  # type: ignore[arg-type]
+                    partitions=(
+                        FetchPartition(
+                            partition=0,  # type: ignore[arg-type]
+                            fetch_offset=offset,  # type: ignore[arg-type]
+                            last_fetched_epoch=last_epoch,  # type: ignore[arg-type]
+                            partition_max_bytes=1 << 20,  # type: ignore[arg-type]
+                        ),
+                    ),
+                ),
+            ),
+            forgotten_topics_data=(),
+        )
+        response: FetchResponse = kio_call(kafka_broker, request, FetchResponse)
+        return response.responses[0].partitions[0]
+
+    # A lone broker leads in epoch 0, which ends at the log end (3).
+    usual = fetch(1, 0)
+    assert (usual.error_code, usual.diverging_epoch.epoch) == (ErrorCode.none, -1)
+    assert usual.records and len(usual.records) > 0
+    diverged = fetch(5, 0)
+    assert diverged.error_code == ErrorCode.none
+    assert (diverged.diverging_epoch.epoch, diverged.diverging_epoch.end_offset) == (0, 3)
+    assert (diverged.records, diverged.high_watermark) == (b"", 3)
+    assert fetch(1, 7).error_code == ErrorCode.offset_out_of_range
+    # Without it (-1, as consumers send) nothing is checked.
+    assert fetch(1, -1).error_code == ErrorCode.none

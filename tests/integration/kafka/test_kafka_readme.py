@@ -51,13 +51,14 @@ def test_the_readme_has_an_example_per_client() -> None:
         "# confluent-kafka: a transaction over two topics, read back with read_committed",
         "# Consumer groups: subscribe with a group.id (the client's own assignor, here "
         "cooperative-sticky)",
+        "# KIP-848 (librdkafka 2.4+): group.protocol=consumer, the broker assigns the partitions",
     ]
 
 
 @pytest.mark.parametrize(
     "index",
-    range(5),
-    ids=["confluent-kafka", "kafka-python", "aiokafka", "transactions", "groups"],
+    range(6),
+    ids=["confluent-kafka", "kafka-python", "aiokafka", "transactions", "groups", "kip-848"],
 )
 def test_readme_kafka_example_runs(kafka_broker: KafkaBroker, index: int, tmp_path: Path) -> None:
     code = examples()[index].replace("127.0.0.1:9092", kafka_broker.bootstrap)
@@ -83,3 +84,8 @@ def test_readme_kafka_example_runs(kafka_broker: KafkaBroker, index: int, tmp_pa
         assert described["protocol"] == "classic" and described["state"] == "Empty"
         assert sum(o["offset"] for o in described["offsets"]) == 3
         assert done.stdout.count("invoice-") == 3
+    if index == 5:  # a KIP-848 group, described over HTTP with its commits
+        described = httpx.get(f"{kafka_broker.url}/groups/dispatch", timeout=30).json()
+        assert described["protocol"] == "consumer" and described["state"] == "Empty"
+        assert sum(o["offset"] for o in described["offsets"]) == 3
+        assert done.stdout.count("shipment-") == 3

@@ -4,6 +4,7 @@ ownership rules, and a state machine run against a plain model of sessions."""
 from __future__ import annotations
 
 import random
+import uuid
 
 import pytest
 from hypothesis import settings
@@ -205,3 +206,27 @@ def test_the_partitions_all_sessions_hold_are_bounded() -> None:
     assert cache.get(second) is None and cache.partitions == 3
     # An idle session is evicted to make room for partitions, as for a slot.
     assert full(cache, 4, now=500) and cache.get(first) is None and cache.partitions == 4
+
+
+def test_sessions_with_topic_ids_key_by_id_and_refuse_requests_without_them() -> None:
+    cache = FetchSessionCache(slots=4, eviction_ms=100, rng=random.Random(3))
+    a, b = uuid.uuid4(), uuid.uuid4()
+    # Two ids whose names are both unknown ("") stay two partitions, keyed by id.
+    wanted = [
+        CachedPartition("", 0, 0, 1 << 20, topic_id=a),
+        CachedPartition("", 0, 0, 1 << 20, topic_id=b),
+    ]
+    plan = cache.open("User:x", 0, 0, wanted, (), 0, uses_topic_ids=True)
+    assert plan.session is not None and plan.session.uses_topic_ids
+    assert [p.key for p in plan.partitions] == [(a, 0), (b, 0)]
+    with pytest.raises(SessionError) as caught:
+        cache.open("User:x", plan.session_id, 1, [], (), 1, uses_topic_ids=False)
+    assert caught.value.code == ErrorCode.fetch_session_topic_id_error
+    # The session stays and expects the same epoch; forgotten partitions are named by id.
+    again = cache.open("User:x", plan.session_id, 1, [], [(a, 0)], 2, uses_topic_ids=True)
+    assert [p.key for p in again.partitions] == [(b, 0)]
+    # And a session made without ids refuses a request with them.
+    named = cache.open("User:x", 0, 0, parts(("t", 0)), (), 3)
+    with pytest.raises(SessionError) as caught:
+        cache.open("User:x", named.session_id, 1, [], (), 4, uses_topic_ids=True)
+    assert caught.value.code == ErrorCode.fetch_session_topic_id_error

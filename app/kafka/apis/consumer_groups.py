@@ -1,0 +1,244 @@
+"""KIP-848's consumer group protocol on the Kafka door: ConsumerGroupHeartbeat (api key 68)
+and ConsumerGroupDescribe (69), on the group coordinator HTTP's ``POST
+/groups/{g}/heartbeat`` and WebSocket groups use (:mod:`app.groups.membership`: member
+epochs, server-side assignment, revocation before hand-over). So a Kafka client with
+``group.protocol=consumer`` (librdkafka 2.4+) and HTTP or WebSocket members share one
+group, one target assignment and one offset store.
+
+The protocol names topics by id (KIP-516): the owned partitions a member reports and the
+assignment it is answered are ``(topic id, partitions)``, translated at this door through
+:meth:`Topology.topic_id` and :meth:`Topology.topic_named_by` (an owned partition of an id
+that names no topic any more is left out: the member no longer owns anything there).
+
+Request fields (Kafka's meaning, which the coordinator's :class:`HeartbeatRequest` has
+too): ``subscribed_topic_names``, ``subscribed_topic_regex`` (v1), ``server_assignor``,
+``topic_partitions`` null when unchanged since the member's last heartbeat;
+``rebalance_timeout`` -1 when unchanged; ``member_epoch`` 0 joins, -1 leaves, -2 is a
+static member's temporary leave. v1 members make their own member id (KIP-1082): joining
+with an empty one is INVALID_REQUEST; v0 ones may leave it empty for the coordinator to
+make. ``rack_id`` is read and not used (the assignors are not rack-aware). Errors are
+the answer's top-level code and message (UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH,
+UNRELEASED_INSTANCE_ID, UNSUPPORTED_ASSIGNOR, INCONSISTENT_GROUP_PROTOCOL for a classic
+group with members, NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, ...). The answer always
+carries the member's current assignment (Kafka leaves it null when unchanged; a client
+takes an unchanged one as no change).
+
+Authorization as Kafka's: READ on the group to heartbeat (a regex subscription matches
+only the topics the principal may DESCRIBE), DESCRIBE on the group to describe it.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from app.common.errors import InvalidRequest, LogbusError, UnknownTopicOrPartition
+from app.common.group_errors import GroupError, GroupIdNotFound
+from app.groups.model import JOIN_EPOCH, HeartbeatRequest, TopicPartition
+from app.kafka import authorize
+from app.kafka.apis.base import (
+    NO_THROTTLE,
+    OPERATIONS_OMITTED,
+    ZERO_UUID,
+    Context,
+    group_coordinator,
+    response_module,
+)
+from app.kafka.encode import build, error_code
+from app.kafka.versions import CONSUMER_GROUP_DESCRIBE, CONSUMER_GROUP_HEARTBEAT
+
+# KIP-1082: from v1 the member makes its own id.
+CLIENT_MEMBER_ID_VERSION = 1
+# ConsumerGroupDescribe's member_type (v1): a consumer-protocol member.
+CONSUMER_MEMBER = 1
+
+
+class NotAConsumerGroup(GroupIdNotFound):
+    """ConsumerGroupDescribe of a classic group: Kafka's GROUP_ID_NOT_FOUND."""
+
+    def __init__(self, group: str) -> None:
+        GroupError.__init__(
+            self,
+            f"group {group!r} is a classic group (JoinGroup members), not a consumer group",
+            group,
+        )
+
+
+def _topic_partitions(ctx: Context, m: Any, tps: list[TopicPartition]) -> Any:
+    """An assignment as the protocol writes it: by topic id (and name, where the
+    version's message has it)."""
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in sorted(tps):
+        by_topic.setdefault(topic, []).append(partition)
+    out = []
+    for topic, partitions in by_topic.items():
+        try:
+            topic_id = ctx.state.topology.topic_id(topic)
+        except UnknownTopicOrPartition:
+            continue  # deleted since: nothing to consume there
+        out.append(
+            build(
+                m.TopicPartitions,
+                topic_id=topic_id,
+                topic_name=topic,
+                partitions=tuple(partitions),
+            )
+        )
+    return build(m.Assignment, topic_partitions=tuple(out))
+
+
+def _owned(ctx: Context, body: Any) -> list[TopicPartition] | None:
+    if body.topic_partitions is None:
+        return None
+    owned: list[TopicPartition] = []
+    topology = ctx.state.topology
+    for tp in body.topic_partitions:
+        try:
+            name = topology.topic_named_by(tp.topic_id if tp.topic_id is not None else ZERO_UUID)
+        except UnknownTopicOrPartition:
+            continue
+        owned.extend((name, int(p)) for p in tp.partitions)
+    return owned
+
+
+def _describable(ctx: Context) -> Callable[[str], bool] | None:
+    """The topics a regex subscription may match: those the principal may DESCRIBE
+    (None without an authorizer: every topic)."""
+    security = ctx.security
+    if security is None or not security.authorizing:
+        return None
+    return lambda topic: authorize.permitted(ctx, authorize.DESCRIBE, authorize.TOPIC, topic)
+
+
+def _ms(value: datetime.timedelta) -> int:
+    return int(value.total_seconds() * 1000)
+
+
+async def consumer_group_heartbeat(ctx: Context, body: Any, version: int) -> Any:
+    """Join, heartbeat or leave (the module docstring); the answer's assignment is what
+    the member may consume now."""
+    m = response_module(CONSUMER_GROUP_HEARTBEAT, version)
+    try:
+        authorize.check(ctx, authorize.READ, authorize.GROUP, body.group_id)
+        epoch = int(body.member_epoch)
+        if version >= CLIENT_MEMBER_ID_VERSION and epoch == JOIN_EPOCH and not body.member_id:
+            raise InvalidRequest(
+                f"ConsumerGroupHeartbeat v{version} joins with the member's own id "
+                "(KIP-1082): member_id must not be empty"
+            )
+        rebalance_timeout_ms = _ms(body.rebalance_timeout)
+        topics = body.subscribed_topic_names
+        answer = await group_coordinator(ctx).heartbeat(
+            body.group_id,
+            HeartbeatRequest(
+                member_id=body.member_id,
+                member_epoch=epoch,
+                instance_id=body.instance_id,
+                subscribed_topics=None if topics is None else list(topics),
+                # librdkafka sends "" beside its topic names: Kafka's "no regex".
+                subscribed_topic_regex=getattr(body, "subscribed_topic_regex", None) or None,
+                server_assignor=body.server_assignor,
+                owned_partitions=_owned(ctx, body),
+                rebalance_timeout_ms=None if rebalance_timeout_ms < 0 else rebalance_timeout_ms,
+                topic_filter=_describable(ctx),
+            ),
+        )
+    except LogbusError as exc:
+        return build(
+            m.ConsumerGroupHeartbeatResponse,
+            throttle_time=NO_THROTTLE,
+            error_code=error_code(exc),
+            error_message=exc.message,
+            member_id=None,
+            member_epoch=-1,
+            heartbeat_interval=datetime.timedelta(0),
+            assignment=None,
+        )
+    return build(
+        m.ConsumerGroupHeartbeatResponse,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        error_message=None,
+        member_id=answer.member_id,
+        member_epoch=answer.member_epoch,
+        heartbeat_interval=datetime.timedelta(milliseconds=answer.heartbeat_interval_ms),
+        # A member that left has no assignment to be told.
+        assignment=None
+        if answer.member_epoch < 0
+        else _topic_partitions(ctx, m, answer.assignment),
+    )
+
+
+async def consumer_group_describe(ctx: Context, body: Any, version: int) -> Any:
+    """Each group as ``GET /groups/{g}`` describes it: state, group and assignment
+    epochs, assignor, each member's epoch, subscription, assignment and target
+    assignment (topics by id and name). A classic group (JoinGroup members) or an unknown
+    one answers GROUP_ID_NOT_FOUND, as Kafka answers for a group that is not a consumer
+    group. ``client_id`` and ``client_host`` are "" (the coordinator does not keep
+    them: members also join over HTTP and WebSocket); ``rack_id`` null."""
+    m = response_module(CONSUMER_GROUP_DESCRIBE, version)
+    groups = []
+    for group_id in body.group_ids:
+        try:
+            authorize.check(ctx, authorize.DESCRIBE, authorize.GROUP, group_id)
+            coordinator = group_coordinator(ctx)
+            described = coordinator.describe_group(group_id)
+            group = coordinator.group(group_id)
+            if group is None:
+                raise GroupIdNotFound(group_id)
+            if group.classic is not None and not group.members:
+                raise NotAConsumerGroup(group_id)
+            members = tuple(
+                build(
+                    m.Member,
+                    member_id=member["member_id"],
+                    instance_id=member["instance_id"],
+                    rack_id=None,
+                    member_epoch=member["member_epoch"],
+                    client_id="",
+                    client_host="",
+                    subscribed_topic_names=tuple(member["subscribed_topics"]),
+                    subscribed_topic_regex=member["subscribed_topic_regex"],
+                    assignment=_topic_partitions(ctx, m, _flat(member["assignment"])),
+                    target_assignment=_topic_partitions(ctx, m, _flat(member["target_assignment"])),
+                    member_type=CONSUMER_MEMBER,
+                )
+                for member in described["members"]
+            )
+            groups.append(
+                build(
+                    m.DescribedGroup,
+                    error_code=ErrorCode.none,
+                    error_message=None,
+                    group_id=group_id,
+                    group_state=described["state"],
+                    group_epoch=described["group_epoch"],
+                    assignment_epoch=described["assignment_epoch"],
+                    assignor_name=described["assignor"],
+                    members=members,
+                    authorized_operations=OPERATIONS_OMITTED,
+                )
+            )
+        except LogbusError as exc:
+            groups.append(
+                build(
+                    m.DescribedGroup,
+                    error_code=error_code(exc),
+                    error_message=exc.message,
+                    group_id=group_id,
+                    group_state="",
+                    group_epoch=-1,
+                    assignment_epoch=-1,
+                    assignor_name="",
+                    members=(),
+                    authorized_operations=OPERATIONS_OMITTED,
+                )
+            )
+    return build(m.ConsumerGroupDescribeResponse, throttle_time=NO_THROTTLE, groups=tuple(groups))
+
+
+def _flat(by_topic: list[dict[str, Any]]) -> list[TopicPartition]:
+    return [(t["topic"], int(p)) for t in by_topic for p in t["partitions"]]
