@@ -19,11 +19,10 @@ import fastavro
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from test_schtypes_avro_native import avro_schemas, named_types, value_of
 
 from app.common import schemas
 from app.common.schema_errors import RecordInvalid
-
-from test_schtypes_avro_native import avro_schemas, named_types, value_of
 
 _avrodec = pytest.importorskip("app.common.schemas._avrodec")  # CI requires it built
 
@@ -235,11 +234,12 @@ def test_a_decoder_and_its_fallback_are_collected() -> None:
     class Marker:
         pass
 
-    marker = Marker()
-    holder: list[Any] = [marker]
-    decoder = _avrodec.FramedDecoder(lambda data: holder)
-    holder.append(decoder)
-    gone = weakref.ref(marker)
-    del decoder, holder, marker
+    def make() -> weakref.ref[Marker]:
+        marker = Marker()
+        holder: list[Any] = [marker]
+        holder.append(_avrodec.FramedDecoder(lambda data: holder))
+        return weakref.ref(marker)
+
+    gone = make()
     gc.collect()
     assert gone() is None
