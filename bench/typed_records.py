@@ -16,6 +16,11 @@ hand-recorded below the marker of bench/RESULTS.md):
   from its batch size). Both answers exceed the broker's inline size, so every record is
   decoded and rendered (the rendered-batch cache serves small answers only).
 
+Beside each fetch rate, the broker's CPU time per record fetched (``*_cpu_us``, user +
+system from ``/proc/PID/stat`` over the same seconds): the one client parsing each answer
+with ``orjson.loads`` costs about as much per record as the broker, the same for both
+formats, so the rates' ratio understates a change in the broker's own work.
+
 The goals in issue 18: typed produce >= 0.7x untyped, typed fetch >= 0.8x. Each figure is
 the median of ``rounds`` runs, alternating typed and untyped so the machine's load hits
 both alike; one client, one process, one broker.
@@ -32,7 +37,8 @@ from typing import Any
 import httpx
 import orjson
 
-from bench.common import broker, machine
+from bench.common import broker_process, machine
+from bench.http_edge import _cpu_seconds
 
 SECONDS = 3.0
 BATCH = 500
@@ -89,13 +95,19 @@ def _batch_bytes(c: httpx.Client, topic: str) -> int:
 
 def _fetch_rate(
     c: httpx.Client,
+    pid: int,
+    figures: dict[str, list[float]],
+    name: str,
     topic: str,
     fmt: str,
     seconds: float,
     max_bytes: int = 4 << 20,
     expect: int | None = None,
-) -> float:
+) -> None:
+    """Appends to ``figures`` the records/s (``name``) and the broker's CPU microseconds
+    per record (``name`` with ``_cpu_us`` for ``_rps``)."""
     done = 0
+    cpu = _cpu_seconds(pid)
     start = time.perf_counter()
     params: dict[str, str | int] = {
         "offset": 0, "max_wait_ms": 0, "value_format": fmt, "max_bytes": max_bytes
@@ -112,7 +124,10 @@ def _fetch_rate(
         done += len(records)
         now = time.perf_counter()
         if now - start >= seconds:
-            return done / (now - start)
+            figures.setdefault(name, []).append(done / (now - start))
+            used = _cpu_seconds(pid) - cpu
+            figures.setdefault(name.replace("_rps", "_cpu_us"), []).append(used / done * 1e6)
+            return
 
 
 def run(
@@ -128,7 +143,7 @@ def run(
         if render_cache_bytes is None
         else {"LOGBUS_FETCH_RENDER_CACHE_BYTES": str(render_cache_bytes)}
     )
-    with broker(env) as url, httpx.Client(base_url=url, timeout=60) as c:
+    with broker_process(env) as (url, pid), httpx.Client(base_url=url, timeout=60) as c:
         r = c.post(
             "/schema-registry/subjects/orders-value/versions",
             json={"schema": SCHEMA},
@@ -153,17 +168,13 @@ def run(
         plain_max = FETCH_BATCHES * _batch_bytes(c, "plain")
         typed_max = FETCH_BATCHES * _batch_bytes(c, "typed")
         for _ in range(rounds):
-            figures.setdefault("json_fetch_rps", []).append(
-                _fetch_rate(c, "plain", "json", seconds)
+            _fetch_rate(c, pid, figures, "json_fetch_rps", "plain", "json", seconds)
+            _fetch_rate(c, pid, figures, "avro_fetch_rps", "typed", "avro", seconds)
+            _fetch_rate(
+                c, pid, figures, "json_fetch_same_rps", "plain", "json", seconds, plain_max, same
             )
-            figures.setdefault("avro_fetch_rps", []).append(
-                _fetch_rate(c, "typed", "avro", seconds)
-            )
-            figures.setdefault("json_fetch_same_rps", []).append(
-                _fetch_rate(c, "plain", "json", seconds, plain_max, same)
-            )
-            figures.setdefault("avro_fetch_same_rps", []).append(
-                _fetch_rate(c, "typed", "avro", seconds, typed_max, same)
+            _fetch_rate(
+                c, pid, figures, "avro_fetch_same_rps", "typed", "avro", seconds, typed_max, same
             )
     result: dict[str, Any] = {k: statistics.median(v) for k, v in figures.items()}
     result["avro_vs_json_produce"] = result["avro_produce_rps"] / result["json_produce_rps"]
@@ -171,6 +182,10 @@ def run(
     result["avro_vs_json_fetch_same"] = (
         result["avro_fetch_same_rps"] / result["json_fetch_same_rps"]
     )
+    for shape in ("fetch", "fetch_same"):
+        result[f"avro_vs_json_{shape}_cpu"] = (
+            result[f"avro_{shape}_cpu_us"] / result[f"json_{shape}_cpu_us"]
+        )
     result["records_per_request"] = BATCH
     result["fetch_max_bytes"] = 4 << 20
     result["fetch_same_records_per_request"] = same
