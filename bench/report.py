@@ -273,12 +273,18 @@ def _later_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         else:
             shapes.append(("fetch", "fetch", 0.8, f"{t['records_per_request']} records a request"))
         for path, key, goal, shape in shapes:
+            cpu = ""
+            if f"avro_{key}_cpu_us" in t:  # the broker's CPU per record fetched
+                cpu = (
+                    f"; broker CPU {t[f'avro_{key}_cpu_us']:.2f} us/record against "
+                    f"{t[f'json_{key}_cpu_us']:.2f} ({t[f'avro_vs_json_{key}_cpu']:.2f}x)"
+                )
             out.append(
                 (
                     f"typed Avro HTTP JSON {path}, {shape}",
                     f"{_num(t[f'avro_{key}_rps'])} records/s",
                     f"untyped JSON {path}: {_num(t[f'json_{key}_rps'])} records/s; goal ≥ {goal}x",
-                    f"{t[f'avro_vs_json_{key}']:.2f}x",
+                    f"{t[f'avro_vs_json_{key}']:.2f}x{cpu}",
                 )
             )
     return out
