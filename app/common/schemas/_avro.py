@@ -18,7 +18,7 @@ import orjson
 
 from app.common.schema_errors import InvalidSchema, RecordInvalid
 from app.common.schemas._util import flatten_references, load_json
-from app.common.schemas.types import Codec, ResolvedReference
+from app.common.schemas.types import LIMITS, Codec, ResolvedReference
 
 _PRIMITIVES = frozenset(("null", "boolean", "int", "long", "float", "double", "bytes", "string"))
 # Keys of a named type or field whose value names a type (made full in the normalized form).
@@ -109,7 +109,7 @@ class AvroSchema(Codec):
         # its Reader per bytes_as_text flag, made on first use from the program for
         # reading; fastavro's compiled reader reads whatever it declines.
         self._read_program: list[tuple[Any, ...]] | None = None
-        self._native_readers: dict[bool, Any] = {}
+        self._native_readers: dict[tuple[bool, int], Any] = {}
         if self._fast is not None:
             from app.common.schemas._avro_fast import compile_encoder, native_program
 
@@ -281,20 +281,23 @@ class AvroSchema(Codec):
         where it is not built or the schema has a construct it leaves to fastavro (see
         ``_avro_fast.native_program``). ``bytes_as_text``: bytes and fixed values come out
         as their base64 text (what a JSON answer carries) instead of bytes. Made once per
-        flag; a Reader holds no Python state between calls, so threads may share it."""
+        flag (and ``LIMITS.max_zero_width_items``, the most array items of a type that
+        takes no bytes it builds in one value); a Reader holds no Python state between
+        calls, so threads may share it."""
         program = self._read_program
         if program is None:
             return None
-        found = self._native_readers.get(bytes_as_text)
+        key = (bytes_as_text, LIMITS.max_zero_width_items)
+        found = self._native_readers.get(key)
         if found is None:
             reader_type = _native_decoder()
             assert reader_type is not None
             try:
-                found = reader_type.Reader(program, bytes_as_text)
+                found = reader_type.Reader(program, bytes_as_text, key[1])
             except ValueError:  # pragma: no cover - a program _avrodec refuses (a bug)
                 self._read_program = None
                 return None
-            self._native_readers[bytes_as_text] = found
+            self._native_readers[key] = found
         return found
 
     def decode_as(self, payload: memoryview | bytes, reader: AvroSchema | None) -> Any:

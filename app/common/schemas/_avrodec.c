@@ -15,8 +15,8 @@
  * union index out of range, a string that is not UTF-8 (strict, as fastavro's), a length
  * or block count larger than the bytes left could hold (checked before anything is
  * allocated, so a huge varint never allocates). The one thing it refuses itself (a
- * ValueError, the record's error): more than ZERO_WIDTH_ITEMS array items of a type that
- * takes no bytes (null, a record of nulls, a fixed of size 0) in one value: three bytes
+ * ValueError, the record's error): more than ``zero_width_items`` (default
+ * ZERO_WIDTH_ITEMS) array items of a type that takes no bytes (null, a record of nulls, a fixed of size 0) in one value: three bytes
  * can declare 2**62 of them, which fastavro would try to build (memory without bound).
  * tests/unit/common/schemas/test_schtypes_avro_decode.py checks, on random schemas,
  * values and byte strings, that a value read here is fastavro's.
@@ -39,12 +39,13 @@
 #define REFUSE 2  /* refused here: a ValueError is set, its message is the record's error */
 #define ERROR -1  /* an exception (memory) */
 
-/* Array items that take no bytes, per value (see the top). */
+/* Array items that take no bytes, per value (see the top): Reader's default; the broker
+   passes its setting (LOGBUS_TYPED_RECORDS_MAX_ZERO_WIDTH_ITEMS). */
 #define ZERO_WIDTH_ITEMS (1 << 20)
 
 typedef struct {
     const unsigned char *p, *end;
-    Py_ssize_t zero_width_left;
+    Py_ssize_t zero_width_left, zero_width_limit;
     int bytes_as_text;
 } In;
 
@@ -180,8 +181,8 @@ get_count(In *in, Py_ssize_t min_size, Py_ssize_t *out)
         if (count > in->zero_width_left) {
             PyErr_Format(PyExc_ValueError,
                          "Avro payload does not decode: an array block of %lld items that take "
-                         "no bytes (a value may hold at most %d such items)",
-                         (long long)count, ZERO_WIDTH_ITEMS);
+                         "no bytes (a value may hold at most %zd such items)",
+                         (long long)count, in->zero_width_limit);
             return REFUSE;
         }
         in->zero_width_left -= (Py_ssize_t)count;
@@ -364,6 +365,7 @@ typedef struct {
     Node *nodes;
     Py_ssize_t nnodes;
     int bytes_as_text;
+    Py_ssize_t zero_width_items;
 } Reader;
 
 static PyObject *DECLINED; /* the sentinel read() answers for bytes it leaves to fastavro */
@@ -441,10 +443,15 @@ reader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     PyObject *program;
     int bytes_as_text = 0;
-    static char *kwlist[] = {"program", "bytes_as_text", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!|p:Reader", kwlist, &PyList_Type, &program,
-                                     &bytes_as_text))
+    Py_ssize_t zero_width_items = ZERO_WIDTH_ITEMS;
+    static char *kwlist[] = {"program", "bytes_as_text", "zero_width_items", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!|pn:Reader", kwlist, &PyList_Type,
+                                     &program, &bytes_as_text, &zero_width_items))
         return NULL;
+    if (zero_width_items < 0) {
+        PyErr_SetString(PyExc_ValueError, "zero_width_items must be >= 0");
+        return NULL;
+    }
     Node *nodes;
     Py_ssize_t count;
     if (build_program(program, &nodes, &count) < 0)
@@ -461,6 +468,7 @@ reader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->nodes = nodes;
     self->nnodes = count;
     self->bytes_as_text = bytes_as_text;
+    self->zero_width_items = zero_width_items;
     return (PyObject *)self;
 }
 
@@ -476,7 +484,7 @@ static int
 read_value(Reader *self, const char *data, Py_ssize_t len, Py_ssize_t start, PyObject **out)
 {
     In in = {(const unsigned char *)data + start, (const unsigned char *)data + len,
-             ZERO_WIDTH_ITEMS, self->bytes_as_text};
+             self->zero_width_items, self->zero_width_items, self->bytes_as_text};
     PyObject *value;
     int r = decode(&in, &self->nodes[0], &value);
     if (r != OK)
@@ -526,7 +534,8 @@ static PyTypeObject ReaderType = {
     .tp_basicsize = sizeof(Reader),
     .tp_dealloc = (destructor)reader_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Reader(program, bytes_as_text=False): one schema's Avro decoder",
+    .tp_doc = "Reader(program, bytes_as_text=False, zero_width_items=ZERO_WIDTH_ITEMS): one "
+              "schema's Avro decoder",
     .tp_methods = reader_methods,
     .tp_new = reader_new,
 };

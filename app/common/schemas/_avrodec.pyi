@@ -9,7 +9,12 @@ ZERO_WIDTH_ITEMS: int
 class Reader:
     """``Reader(program, bytes_as_text)``: one schema's Avro decoder."""
 
-    def __init__(self, program: list[tuple[Any, ...]], bytes_as_text: bool = False) -> None: ...
+    def __init__(
+        self,
+        program: list[tuple[Any, ...]],
+        bytes_as_text: bool = False,
+        zero_width_items: int = ...,
+    ) -> None: ...
     def read(self, data: bytes | bytearray | memoryview, start: int) -> Any: ...
 
 class FramedDecoder:

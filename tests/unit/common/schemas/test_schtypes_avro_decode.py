@@ -243,3 +243,20 @@ def test_a_decoder_and_its_fallback_are_collected() -> None:
     gone = make()
     gc.collect()
     assert gone() is None
+
+
+def test_the_zero_width_bound_is_the_setting() -> None:
+    """``LOGBUS_TYPED_RECORDS_MAX_ZERO_WIDTH_ITEMS`` reaches the decoder through
+    ``set_limits`` (the registry sets it at start)."""
+    from app.common.schemas.types import LIMITS, set_limits
+
+    parsed = _parse({"type": "array", "items": "null"})
+    saved = LIMITS.max_zero_width_items
+    try:
+        set_limits(max_zero_width_items=10)
+        assert parsed.decode_payload(memoryview(b"\x14\x00")) == [None] * 10
+        with pytest.raises(RecordInvalid, match="at most 10 such items"):
+            parsed.decode_payload(memoryview(b"\x0a\x0c\x00"))  # 5 + 6 in two blocks
+    finally:
+        set_limits(max_zero_width_items=saved)
+    assert parsed.decode_payload(memoryview(b"\x0a\x0c\x00")) == [None] * 11
