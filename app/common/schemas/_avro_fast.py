@@ -29,7 +29,9 @@ literals (``repr``), never as code: a schema cannot inject anything.
 C compiler is): a flat table of nodes that its ``Encoder`` walks in C, taking the same
 values with the same checks and leaving every other value to the same fastavro fallback.
 Where it is built, :class:`~app.common.schemas._avro.AvroSchema` encodes with it; the
-generated Python encoder is the path without it.
+generated Python encoder is the path without it. ``native_program(..., reading=True)``
+is the same table for the compiled decoder (``app.common.schemas._avrodec``,
+app/common/schemas/_avrodec.c), without logical types (fastavro's reader converts them).
 """
 
 from __future__ import annotations
