@@ -10,11 +10,18 @@
  * or, with ``bytes_as_text``, as their base64 text: what the JSON answer carries). It is
  * an accelerator, never the reference: for bytes it does not take, it answers DECLINED
  * and the caller decodes them with fastavro, whose value or error is the record's. It
- * declines: a truncated payload, bytes after the value, a varint over 64 bits or a
- * negative length, an int outside 32 bits, a boolean byte other than 0 or 1, an enum or
- * union index out of range, a string that is not UTF-8 (strict, as fastavro's), a length
- * or block count larger than the bytes left could hold (checked before anything is
- * allocated, so a huge varint never allocates). The one thing it refuses itself (a
+ * reads what fastavro's compiled reader reads, leniencies included (any nonzero boolean
+ * byte is true, an int is not range-checked, an enum or union index of -1 is the last
+ * symbol or branch, as Python's indexing), so that it declines only bytes on which
+ * fastavro raises too, at the same point of the walk: a truncated payload, a negative
+ * length or one longer than the bytes left (checked before anything is allocated, so a
+ * huge varint never allocates), a string that is not UTF-8 (strict, as fastavro's), an
+ * enum or union index out of range; and bytes after the value (fastavro's value, the
+ * same, then fails the caller's check). Block counts cost nothing up front: items are
+ * appended as they are read, each taking a byte at least, so the bytes bound the walk.
+ * One exception: a varint over 64 bits (fastavro's result there is its C compiler's
+ * overflow), declined, so fastavro reads the rest of such a payload unchecked. The one
+ * thing it refuses itself (a
  * ValueError, the record's error): more than ``zero_width_items`` (default
  * ZERO_WIDTH_ITEMS) array items of a type that takes no bytes (null, a record of nulls, a fixed of size 0) in one value: three bytes
  * can declare 2**62 of them, which fastavro would try to build (memory without bound).
@@ -157,7 +164,8 @@ get_raw(In *in, Py_ssize_t len, PyObject **out)
 }
 
 /* A block's item count (the absolute value of a negative one, its byte size skipped, as
-   fastavro does); DECLINE for more items than the bytes left could hold. */
+   fastavro does). Items that take no bytes are counted against the value's bound; others
+   are bounded by the bytes left as they are read. */
 static int
 get_count(In *in, Py_ssize_t min_size, Py_ssize_t *out)
 {
@@ -174,10 +182,7 @@ get_count(In *in, Py_ssize_t min_size, Py_ssize_t *out)
         if (r != OK)
             return r;
     }
-    if (min_size > 0) {
-        if (count > (in->end - in->p) / min_size)
-            return DECLINE;
-    } else if (count > 0) {
+    if (min_size == 0 && count > 0) {
         if (count > in->zero_width_left) {
             PyErr_Format(PyExc_ValueError,
                          "Avro payload does not decode: an array block of %lld items that take "
@@ -269,9 +274,9 @@ decode(In *in, const Node *n, PyObject **out)
         *out = Py_NewRef(Py_None);
         return OK;
     case K_BOOLEAN: {
-        if (in->p >= in->end || *in->p > 1)
+        if (in->p >= in->end)
             return DECLINE;
-        *out = Py_NewRef(*in->p++ ? Py_True : Py_False);
+        *out = Py_NewRef(*in->p++ ? Py_True : Py_False); /* any nonzero byte, as fastavro */
         return OK;
     }
     case K_INT:
@@ -280,8 +285,7 @@ decode(In *in, const Node *n, PyObject **out)
         int r = get_long(in, &v);
         if (r != OK)
             return r;
-        if (n->kind == K_INT && (v < INT32_MIN || v > INT32_MAX))
-            return DECLINE;
+        /* An int outside 32 bits: fastavro returns it as it is (no range check). */
         *out = PyLong_FromLongLong((long long)v);
         return *out == NULL ? ERROR : OK;
     }
@@ -313,7 +317,10 @@ decode(In *in, const Node *n, PyObject **out)
         int r = get_long(in, &i);
         if (r != OK)
             return r;
-        if (i < 0 || i >= PyTuple_GET_SIZE(n->by_index))
+        Py_ssize_t count = PyTuple_GET_SIZE(n->by_index);
+        if (i < 0)
+            i += count; /* fastavro indexes its symbol list: -1 is the last */
+        if (i < 0 || i >= count)
             return DECLINE;
         *out = Py_NewRef(PyTuple_GET_ITEM(n->by_index, (Py_ssize_t)i));
         return OK;
@@ -346,6 +353,8 @@ decode(In *in, const Node *n, PyObject **out)
         int r = get_long(in, &i);
         if (r != OK)
             return r;
+        if (i < 0)
+            i += 2; /* fastavro indexes its branch list: -1 is the last */
         if (i == n->size) {
             *out = Py_NewRef(Py_None);
             return OK;

@@ -260,3 +260,28 @@ def test_the_zero_width_bound_is_the_setting() -> None:
     finally:
         set_limits(max_zero_width_items=saved)
     assert parsed.decode_payload(memoryview(b"\x0a\x0c\x00")) == [None] * 11
+
+
+def test_fastavros_leniencies_are_read_in_c_so_no_bomb_reaches_fastavro() -> None:
+    """fastavro reads a boolean byte 2 as true, an int past 32 bits as it is, an enum or
+    union index of -1 as the last: the C reader does the same (it declines only where
+    fastavro raises), so a zero-width bomb after such a byte, or inside the first item of
+    a block declaring 2**62 items, is refused in C instead of handed to fastavro."""
+    schema = {"type": "record", "name": "R", "fields": [
+        {"name": "b", "type": "boolean"}, {"name": "i", "type": "int"},
+        {"name": "e", "type": {"type": "enum", "name": "E", "symbols": ["A", "B"]}},
+        {"name": "u", "type": ["null", "string"]},
+        {"name": "n", "type": {"type": "array", "items": {"type": "record", "name": "I",
+            "fields": [{"name": "z", "type": {"type": "array", "items": "null"}}]}}}]}  # fmt: skip
+    parsed = _parse(schema)
+    lenient = b"\x04" + b"\x80\x80\x80\x80\x80\x40" + b"\x01" + b"\x01\x02x" + b"\x00"
+    value = parsed.native_reader(False).read(lenient, 0)
+    assert value == _reference(parsed, lenient) == {
+        "b": True, "i": 1 << 40, "e": "B", "u": "x", "n": []}  # fmt: skip
+    bomb = b"\xfe\xff\xff\xff\xff\xff\xff\xff\x7f"
+    for payload in (
+        lenient[:-1] + b"\x02" + bomb + b"\x00\x00",  # one item: its array a bomb
+        lenient[:-1] + bomb + bomb + b"\x00\x00",  # 2**62 items, the first one's a bomb
+    ):
+        with pytest.raises(RecordInvalid, match="items that take no bytes"):
+            parsed.decode_payload(memoryview(payload))
