@@ -27,7 +27,7 @@ $(PY):
 	$(PIP) install --quiet --upgrade pip
 
 # setup.py and the C sources: the extensions are rebuilt when they change.
-$(STAMP): pyproject.toml setup.py app/client/producer/_native.c app/common/_jsonrecords.c app/common/schemas/_avroenc.c | $(PY)
+$(STAMP): pyproject.toml setup.py app/client/producer/_native.c app/common/_jsonrecords.c app/common/schemas/_avroenc.c app/common/schemas/_avrodec.c app/common/schemas/_avroprogram.h | $(PY)
 	$(PIP) install --quiet -e '.[test,bench,spark]'
 	touch $(STAMP)
 # The C extensions' shared header (Kafka's murmur2 and varints).

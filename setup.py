@@ -32,6 +32,17 @@ setup(
         Extension(
             "app.common.schemas._avroenc",
             sources=["app/common/schemas/_avroenc.c"],
+            depends=["app/common/schemas/_avroprogram.h"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
+        # A typed (Avro) fetch's per-record decode (app/common/schemas/_avrodec.c, over the
+        # encoder's program: _avroprogram.h); optional the same way: without it, fastavro's
+        # compiled reader decodes.
+        Extension(
+            "app.common.schemas._avrodec",
+            sources=["app/common/schemas/_avrodec.c"],
+            depends=["app/common/schemas/_avroprogram.h"],
             extra_compile_args=["-O2"],
             optional=True,
         ),

@@ -263,13 +263,28 @@ def _later_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str]]:
                     )
                 )
     if t := r.get("typed_records"):
-        for path, goal in (("produce", 0.7), ("fetch", 0.8)):
+        shapes = [("produce", "produce", 0.7, f"{t['records_per_request']} records a request")]
+        if "fetch_same_records_per_request" in t:  # results since session 10
+            shapes += [
+                ("fetch", "fetch", 0.8, "4 MiB a request (Avro: ~2x the records)"),
+                ("fetch", "fetch_same", 0.8,
+                 f"{_num(t['fetch_same_records_per_request'])} records a request"),
+            ]  # fmt: skip
+        else:
+            shapes.append(("fetch", "fetch", 0.8, f"{t['records_per_request']} records a request"))
+        for path, key, goal, shape in shapes:
+            cpu = ""
+            if f"avro_{key}_cpu_us" in t:  # the broker's CPU per record fetched
+                cpu = (
+                    f"; broker CPU {t[f'avro_{key}_cpu_us']:.2f} us/record against "
+                    f"{t[f'json_{key}_cpu_us']:.2f} ({t[f'avro_vs_json_{key}_cpu']:.2f}x)"
+                )
             out.append(
                 (
-                    f"typed Avro HTTP JSON {path}, {t['records_per_request']} records a request",
-                    f"{_num(t[f'avro_{path}_rps'])} records/s",
-                    f"untyped JSON {path}: {_num(t[f'json_{path}_rps'])} records/s; goal ≥ {goal}x",
-                    f"{t[f'avro_vs_json_{path}']:.2f}x",
+                    f"typed Avro HTTP JSON {path}, {shape}",
+                    f"{_num(t[f'avro_{key}_rps'])} records/s",
+                    f"untyped JSON {path}: {_num(t[f'json_{key}_rps'])} records/s; goal ≥ {goal}x",
+                    f"{t[f'avro_vs_json_{key}']:.2f}x{cpu}",
                 )
             )
     return out

@@ -50,6 +50,11 @@ if TYPE_CHECKING:
     from app.common.schemas import _avroenc
     from app.registry.service import SchemaRegistry
 
+try:  # the typed fetch's C decoder (setup.py builds it where a C compiler is)
+    from app.common.schemas import _avrodec
+except ImportError:  # pragma: no cover - where no C compiler built it
+    _avrodec = None  # type: ignore[assignment]
+
 # Request format -> the registry's schema type.
 SCHEMA_TYPE_OF = {"avro": "AVRO", "jsonschema": "JSON", "protobuf": "PROTOBUF"}
 assert set(SCHEMA_TYPE_OF) == set(TYPED_FORMATS)
@@ -178,13 +183,18 @@ class SchemaCache:
         to ``<field>_error``). Not shared between answers (it keeps the last id's reader).
 
         Records of one partition mostly carry one id: the last id that decoded cleanly is
-        remembered with its codec's reader of whole framed records (Avro: fastavro's
-        compiled reader called on the record's bytes, no slice), so such a record costs a
-        5-byte comparison and the read. Anything else (another id, a bad header, bytes the
-        reader refuses) takes :meth:`_decode`, which says why."""
+        remembered with its reader of whole framed records, so such a record costs a
+        5-byte comparison and the read. Avro, where the C decoder is built
+        (app/common/schemas/_avrodec.c): the returned decoder is its ``FramedDecoder``,
+        which compares the header and decodes the record straight into the answer's
+        Python objects in one C call, and hands every other record (another id, a bad
+        header, bytes it declines) to the Python decoder below, which retargets it.
+        Without it (and for the other formats): fastavro's compiled reader called on the
+        record's bytes, no slice. Anything else takes :meth:`_decode`, which says why."""
         wanted = SCHEMA_TYPE_OF[fmt]
         last: bytes | None = None
         fast: Callable[[bytes], Any] | None = None
+        native: _avrodec.FramedDecoder | None = None
 
         def decode(data: bytes | None) -> Any:
             nonlocal last, fast
@@ -200,11 +210,22 @@ class SchemaCache:
             except InvalidRecord as exc:
                 return Failed({"error_code": exc.error_code, "message": exc.message})
             _, parsed, may_hold_bytes = self.by_id(wire.schema_id_of(data))
-            if not may_hold_bytes:
+            reader = None
+            native_reader = getattr(parsed, "native_reader", None)  # Avro's
+            if native is not None and native_reader is not None:
+                # Bytes and fixed as their base64 text: what _decode's _jsonable makes.
+                reader = native_reader(may_hold_bytes)
+            if reader is not None:
+                assert native is not None
+                native.target(bytes(data[:5]), reader)
+            elif not may_hold_bytes:
                 last, fast = bytes(data[:5]), _framed_reader(parsed)
             return value
 
-        return decode
+        if _avrodec is None or wanted != "AVRO":
+            return decode
+        native = _avrodec.FramedDecoder(decode)
+        return native
 
     @staticmethod
     def finish(

@@ -56,6 +56,14 @@ class SchemaRegistrySettings(BaseSettings):
         description="Parsed schemas (by id) kept for typed HTTP produce and fetch "
         "(value_format avro/jsonschema/protobuf); an id's schema never changes.",
     )
+    typed_records_max_zero_width_items: int = Field(
+        default=1 << 20,
+        ge=0,
+        le=1 << 30,
+        description="The broker's Avro decode (typed fetch, WebSocket subscriptions): array "
+        "items of a type that takes no bytes (null, a record of nulls) one value may hold; "
+        "more is that record's error. A few bytes can declare 2**62 of them.",
+    )
     schema_validation_cache_ms: int = Field(
         default=30_000,
         ge=0,

@@ -17,6 +17,7 @@ EXTENSIONS = (
     "app.client.producer._native",
     "app.common._jsonrecords",
     "app.common.schemas._avroenc",
+    "app.common.schemas._avrodec",
 )
 
 

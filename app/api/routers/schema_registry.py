@@ -126,6 +126,7 @@ async def start_registry(app: FastAPI, state: AppState) -> None:
         max_schema_bytes=config.max_schema_bytes,
         max_references=config.max_references,
         max_reference_depth=config.max_references_depth,
+        max_zero_width_items=state.settings.typed_records_max_zero_width_items,
     )
     # Any failure to load: the broker serves on; the registry answers 503 (not serving)
     # until restarted.

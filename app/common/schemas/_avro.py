@@ -18,7 +18,7 @@ import orjson
 
 from app.common.schema_errors import InvalidSchema, RecordInvalid
 from app.common.schemas._util import flatten_references, load_json
-from app.common.schemas.types import Codec, ResolvedReference
+from app.common.schemas.types import LIMITS, Codec, ResolvedReference
 
 _PRIMITIVES = frozenset(("null", "boolean", "int", "long", "float", "double", "bytes", "string"))
 # Keys of a named type or field whose value names a type (made full in the normalized form).
@@ -105,12 +105,19 @@ class AvroSchema(Codec):
         # program its Encoder walks, for the same schemas; None without it.
         self._program: list[tuple[Any, ...]] | None = None
         self._native: dict[bytes, Callable[[Any], bytes]] = {}  # header -> Encoder
+        # The compiled decoder (app/common/schemas/_avrodec.c, where setup.py built it):
+        # its Reader per bytes_as_text flag, made on first use from the program for
+        # reading; fastavro's compiled reader reads whatever it declines.
+        self._read_program: list[tuple[Any, ...]] | None = None
+        self._native_readers: dict[tuple[bool, int], Any] = {}
         if self._fast is not None:
             from app.common.schemas._avro_fast import compile_encoder, native_program
 
             self._gen = compile_encoder(self._parsed, named)
             if self._gen is not None and _native_encoder() is not None:
                 self._program = native_program(self._parsed, named)
+            if _native_decoder() is not None:
+                self._read_program = native_program(self._parsed, named, reading=True)
         self._read_named: dict[str, Any] = {"writer": named, "reader": {}}
         self._canonical = orjson.dumps(_canonical(self._json, None)).decode()
         self._normalized = orjson.dumps(
@@ -269,11 +276,45 @@ class AvroSchema(Codec):
 
         return reader
 
+    def native_reader(self, bytes_as_text: bool) -> Any:
+        """This schema's compiled decoder (``app.common.schemas._avrodec.Reader``), or None
+        where it is not built or the schema has a construct it leaves to fastavro (see
+        ``_avro_fast.native_program``). ``bytes_as_text``: bytes and fixed values come out
+        as their base64 text (what a JSON answer carries) instead of bytes. Made once per
+        flag (and ``LIMITS.max_zero_width_items``, the most array items of a type that
+        takes no bytes it builds in one value); a Reader holds no Python state between
+        calls, so threads may share it."""
+        program = self._read_program
+        if program is None:
+            return None
+        key = (bytes_as_text, LIMITS.max_zero_width_items)
+        found = self._native_readers.get(key)
+        if found is None:
+            reader_type = _native_decoder()
+            assert reader_type is not None
+            try:
+                found = reader_type.Reader(program, bytes_as_text, key[1])
+            except ValueError:  # pragma: no cover - a program _avrodec refuses (a bug)
+                self._read_program = None
+                return None
+            self._native_readers[key] = found
+        return found
+
     def decode_as(self, payload: memoryview | bytes, reader: AvroSchema | None) -> Any:
         """The value of Avro binary written with this schema, resolved into ``reader``'s
         shape by Avro's rules when given (fields added with defaults filled, removed ones
         dropped, promotions); raises ``RecordInvalid`` for bytes that do not decode or do
-        not resolve."""
+        not resolve. Without a reader schema, the compiled decoder reads first where it is
+        built (its values are fastavro's); what it declines, fastavro reads."""
+        if reader is None or reader._parsed is self._parsed:
+            native = self.native_reader(False)
+            if native is not None:
+                try:
+                    value = native.read(payload, 0)
+                except ValueError as e:  # refused for good (a zero-width item bomb)
+                    raise RecordInvalid("", str(e)) from None
+                if value is not _native_decoder().DECLINED:
+                    return value
         stream = io.BytesIO(payload)
         fast = self._fast
         try:
@@ -359,6 +400,17 @@ def _native_encoder() -> Callable[..., Callable[[Any], bytes]] | None:
     except ImportError:  # pragma: no cover - where no C compiler built it
         return None
     return Encoder
+
+
+@functools.cache
+def _native_decoder() -> Any:
+    """The module ``app.common.schemas._avrodec`` (setup.py builds it, optionally), or
+    None."""
+    try:
+        from app.common.schemas import _avrodec
+    except ImportError:  # pragma: no cover - where no C compiler built it
+        return None
+    return _avrodec
 
 
 @functools.cache

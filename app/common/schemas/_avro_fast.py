@@ -29,7 +29,9 @@ literals (``repr``), never as code: a schema cannot inject anything.
 C compiler is): a flat table of nodes that its ``Encoder`` walks in C, taking the same
 values with the same checks and leaving every other value to the same fastavro fallback.
 Where it is built, :class:`~app.common.schemas._avro.AvroSchema` encodes with it; the
-generated Python encoder is the path without it.
+generated Python encoder is the path without it. ``native_program(..., reading=True)``
+is the same table for the compiled decoder (``app.common.schemas._avrodec``,
+app/common/schemas/_avrodec.c), without logical types (fastavro's reader converts them).
 """
 
 from __future__ import annotations
@@ -264,12 +266,19 @@ _NATIVE_PRIMITIVES = frozenset(
 )
 
 
-def native_program(schema: Any, named: dict[str, Any]) -> list[ProgramNode] | None:
+def native_program(
+    schema: Any, named: dict[str, Any], *, reading: bool = False
+) -> list[ProgramNode] | None:
     """fastavro's parsed ``schema`` (with its named-type table) as the program of
-    ``app.common.schemas._avroenc.Encoder`` (the node layout is in _avroenc.c), node 0 the
-    root; None for a schema with a construct that :func:`compile_encoder` leaves to fastavro
-    (the same constructs: both encoders take the same schemas). A named type is one node
-    however often it is used."""
+    ``app.common.schemas._avroenc.Encoder`` (the node layout is in _avroprogram.h), node 0
+    the root; None for a schema with a construct that :func:`compile_encoder` leaves to
+    fastavro (the same constructs: both encoders take the same schemas). A named type is
+    one node however often it is used.
+
+    ``reading``: the program of ``app.common.schemas._avrodec.Reader`` instead, the same
+    constructs less every logical type (fastavro's reader turns a ``date`` into a
+    ``datetime.date``, a decimal into a ``Decimal``...: such schemas keep fastavro's
+    reader, so a decoded value is always fastavro's)."""
     named = dict(named)
     nodes: list[ProgramNode] = []
     by_name: dict[str, int] = {}
@@ -285,6 +294,8 @@ def native_program(schema: Any, named: dict[str, Any]) -> list[ProgramNode] | No
         schema = named[name]
         if isinstance(schema, str | list):
             raise _Unsupported("a name for a non-named type")
+        if reading and schema.get("logicalType") is not None:
+            raise _Unsupported("a logical type, read by fastavro")
         at = by_name[name] = reserve()
         kind = schema.get("type")
         if kind in ("record", "error"):
@@ -315,6 +326,8 @@ def native_program(schema: Any, named: dict[str, Any]) -> list[ProgramNode] | No
             nodes[at] = ("union", nulls[0], node(schema[1 - nulls[0]], nesting + 1))
             return at
         kind = _kind_of(schema)
+        if reading and schema.get("logicalType") is not None:
+            raise _Unsupported("a logical type, read by fastavro")
         if kind in _NATIVE_PRIMITIVES:
             nodes.append((kind,))
             return len(nodes) - 1

@@ -5,12 +5,8 @@
  * Encoder(program, header, fallback) is a callable: encoder(value) -> bytes, ``header``
  * (Confluent's 5-byte frame, or b"") followed by ``value``'s Avro binary. ``program`` is
  * _avro_fast.native_program's flat table of nodes, node 0 the schema's root, children
- * referenced by their index in the table (so a named type used twice is one node):
- *
- *     ("null",) ("boolean",) ("int",) ("long",) ("float",) ("double",) ("string",)
- *     ("bytes",) ("fixed", size) ("enum", {symbol: index}) ("array", items)
- *     ("map", values) ("record", ((field name, node), ...)) ("union", null_at, other)
- *
+ * referenced by their index in the table (so a named type used twice is one node; the
+ * layout and its checks are in _avroprogram.h, shared with the decoder, _avrodec.c).
  * ("union": a union of null, at branch null_at, and one other type.) It takes exactly the
  * values the generated Python encoder takes, with the same checks (exact types: dict,
  * list, str, int, float, bool, None, bytes; every record field present; ints in the
@@ -41,32 +37,7 @@
 #include <stdint.h>
 #include <string.h>
 
-enum {
-    K_NULL,
-    K_BOOLEAN,
-    K_INT,
-    K_LONG,
-    K_FLOAT,
-    K_DOUBLE,
-    K_STRING,
-    K_BYTES,
-    K_FIXED,
-    K_ENUM,
-    K_ARRAY,
-    K_MAP,
-    K_RECORD,
-    K_UNION,
-};
-
-typedef struct Node {
-    int kind;
-    Py_ssize_t size;       /* fixed: its size; union: the null branch's index */
-    struct Node *child;    /* array items, map values, the union's other branch */
-    PyObject *symbols;     /* enum: {symbol: index} (owned) */
-    Py_ssize_t nfields;    /* record */
-    PyObject **names;      /* record: field names, interned (owned) */
-    struct Node **fields;  /* record: field nodes */
-} Node;
+#include "_avroprogram.h"
 
 /* The output: a stack buffer first, the heap when a value outgrows it. */
 typedef struct {
@@ -342,148 +313,6 @@ typedef struct {
     PyObject *fallback;
 } Encoder;
 
-static void
-free_nodes(Node *nodes, Py_ssize_t count)
-{
-    if (nodes == NULL)
-        return;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        Node *n = &nodes[i];
-        Py_XDECREF(n->symbols);
-        if (n->names != NULL) {
-            for (Py_ssize_t j = 0; j < n->nfields; j++)
-                Py_XDECREF(n->names[j]);
-            PyMem_Free(n->names);
-        }
-        PyMem_Free(n->fields);
-    }
-    PyMem_Free(nodes);
-}
-
-static const struct {
-    const char *name;
-    int kind;
-} KINDS[] = {
-    {"null", K_NULL},     {"boolean", K_BOOLEAN}, {"int", K_INT},     {"long", K_LONG},
-    {"float", K_FLOAT},   {"double", K_DOUBLE},   {"string", K_STRING}, {"bytes", K_BYTES},
-    {"fixed", K_FIXED},   {"enum", K_ENUM},       {"array", K_ARRAY}, {"map", K_MAP},
-    {"record", K_RECORD}, {"union", K_UNION},
-};
-
-static int
-bad_program(const char *why, Py_ssize_t at)
-{
-    PyErr_Format(PyExc_ValueError, "program node %zd: %s", at, why);
-    return -1;
-}
-
-/* A child index of node ``at``, in range (cycles are refused afterwards: acyclic()). */
-static int
-child_of(PyObject *item, Py_ssize_t count, Py_ssize_t at, Node *nodes, Node **out)
-{
-    Py_ssize_t i = PyLong_AsSsize_t(item);
-    if (i == -1 && PyErr_Occurred())
-        return -1;
-    if (i < 0 || i >= count)
-        return bad_program("a child index out of range", at);
-    *out = &nodes[i];
-    return 0;
-}
-
-/* Whether no node reaches itself (the Python side never makes cycles: recursive schemas
-   get no program; checked so that an encode always ends). state: 0 new, 1 on the path,
-   2 done. */
-static int
-acyclic(Node *nodes, const Node *n, char *state)
-{
-    Py_ssize_t at = n - nodes;
-    if (state[at] == 2)
-        return 1;
-    if (state[at] == 1)
-        return 0;
-    state[at] = 1;
-    if (n->child != NULL && !acyclic(nodes, n->child, state))
-        return 0;
-    for (Py_ssize_t j = 0; j < n->nfields; j++)
-        if (!acyclic(nodes, n->fields[j], state))
-            return 0;
-    state[at] = 2;
-    return 1;
-}
-
-static int
-build_node(PyObject *t, Node *nodes, Py_ssize_t count, Py_ssize_t at)
-{
-    Node *n = &nodes[at];
-    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) < 1 || !PyUnicode_Check(PyTuple_GET_ITEM(t, 0)))
-        return bad_program("not a (kind, ...) tuple", at);
-    const char *name = PyUnicode_AsUTF8(PyTuple_GET_ITEM(t, 0));
-    if (name == NULL)
-        return -1;
-    n->kind = -1;
-    for (size_t k = 0; k < sizeof KINDS / sizeof KINDS[0]; k++)
-        if (strcmp(name, KINDS[k].name) == 0)
-            n->kind = KINDS[k].kind;
-    Py_ssize_t arity = PyTuple_GET_SIZE(t);
-    switch (n->kind) {
-    case -1:
-        return bad_program("an unknown kind", at);
-    case K_FIXED:
-        if (arity != 2)
-            return bad_program("fixed takes a size", at);
-        n->size = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 1));
-        if (n->size == -1 && PyErr_Occurred())
-            return -1;
-        return n->size < 0 ? bad_program("a negative size", at) : 0;
-    case K_ENUM:
-        if (arity != 2 || !PyDict_CheckExact(PyTuple_GET_ITEM(t, 1)))
-            return bad_program("enum takes a dict of its symbols", at);
-        n->symbols = Py_NewRef(PyTuple_GET_ITEM(t, 1));
-        return 0;
-    case K_ARRAY:
-    case K_MAP:
-        if (arity != 2)
-            return bad_program("array and map take a child", at);
-        return child_of(PyTuple_GET_ITEM(t, 1), count, at, nodes, &n->child);
-    case K_UNION:
-        if (arity != 3)
-            return bad_program("union takes the null branch's index and a child", at);
-        n->size = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 1));
-        if (n->size == -1 && PyErr_Occurred())
-            return -1;
-        if (n->size != 0 && n->size != 1)
-            return bad_program("the null branch is 0 or 1", at);
-        return child_of(PyTuple_GET_ITEM(t, 2), count, at, nodes, &n->child);
-    case K_RECORD: {
-        PyObject *fields = arity == 2 ? PyTuple_GET_ITEM(t, 1) : NULL;
-        if (fields == NULL || !PyTuple_Check(fields))
-            return bad_program("record takes a tuple of (name, child)", at);
-        Py_ssize_t nf = PyTuple_GET_SIZE(fields);
-        n->names = PyMem_Calloc((size_t)(nf ? nf : 1), sizeof(PyObject *));
-        n->fields = PyMem_Calloc((size_t)(nf ? nf : 1), sizeof(Node *));
-        if (n->names == NULL || n->fields == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        n->nfields = nf;
-        for (Py_ssize_t j = 0; j < nf; j++) {
-            PyObject *f = PyTuple_GET_ITEM(fields, j);
-            if (!PyTuple_Check(f) || PyTuple_GET_SIZE(f) != 2 ||
-                !PyUnicode_CheckExact(PyTuple_GET_ITEM(f, 0)))
-                return bad_program("a field is not (name, child)", at);
-            PyObject *fname = Py_NewRef(PyTuple_GET_ITEM(f, 0));
-            PyUnicode_InternInPlace(&fname);
-            n->names[j] = fname;
-            if (child_of(PyTuple_GET_ITEM(f, 1), count, at, nodes, &n->fields[j]) < 0)
-                return -1;
-        }
-        return 0;
-    }
-    default:
-        return arity == 1 ? 0 : bad_program("a primitive takes nothing", at);
-    }
-}
-
 static PyObject *encoder_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
                                     PyObject *kwnames);
 
@@ -499,32 +328,10 @@ encoder_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         PyErr_SetString(PyExc_TypeError, "fallback must be callable");
         return NULL;
     }
-    Py_ssize_t count = PyList_GET_SIZE(program);
-    if (count < 1) {
-        PyErr_SetString(PyExc_ValueError, "an empty program");
+    Node *nodes;
+    Py_ssize_t count;
+    if (build_program(program, &nodes, &count) < 0)
         return NULL;
-    }
-    Node *nodes = PyMem_Calloc((size_t)count, sizeof(Node));
-    if (nodes == NULL)
-        return PyErr_NoMemory();
-    for (Py_ssize_t i = 0; i < count; i++) {
-        if (build_node(PyList_GET_ITEM(program, i), nodes, count, i) < 0) {
-            free_nodes(nodes, count);
-            return NULL;
-        }
-    }
-    char *state = PyMem_Calloc((size_t)count, 1);
-    if (state == NULL) {
-        free_nodes(nodes, count);
-        return PyErr_NoMemory();
-    }
-    int ok = acyclic(nodes, &nodes[0], state);
-    PyMem_Free(state);
-    if (!ok) {
-        free_nodes(nodes, count);
-        PyErr_SetString(PyExc_ValueError, "the program has a cycle");
-        return NULL;
-    }
     Encoder *self = (Encoder *)type->tp_alloc(type, 0);
     if (self == NULL) {
         free_nodes(nodes, count);

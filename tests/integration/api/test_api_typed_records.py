@@ -6,6 +6,7 @@ confluent-kafka's serializers."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -354,6 +355,60 @@ def test_a_typed_fetch_of_other_records_gives_per_record_errors(http: httpx.Clie
     assert "JSON" in got[2]["value_error"]["message"]
     assert "decode" in got[3]["value_error"]["message"]
     assert got[4]["value"] is None and "value_error" not in got[4]  # a tombstone
+
+
+def test_damaged_avro_records_among_good_ones_get_the_fastavro_paths_errors(
+    http: httpx.Client,
+) -> None:
+    """Records of one id, the good ones decoded in C (app/common/schemas/_avrodec.c) and
+    the damaged ones between them: each damaged record's error is the one the
+    fastavro-only path gives (the C decoder hands them to it), and good records after a
+    bad one or another id decode again; bytes fields come back as base64 text."""
+    import base64
+
+    from app.common import schemas
+    from app.common.schema_errors import RecordInvalid
+
+    schema_id = register(http, "damaged-value", ORDER)
+    other_id = register(http, "damaged-other", '"string"')
+    header = b"\0" + schema_id.to_bytes(4, "big")
+    parsed = schemas.parse("AVRO", ORDER)
+    good = {"id": 7, "item": "pen", "ship": {"zip": "10115"}, "raw": b"\x00\xff"}
+    payload = parsed.encode_payload(good, None)
+    damaged = [
+        payload[:-1],  # truncated
+        payload + b"\x00",  # a byte after the value
+        b"\x0e\x06p\xffn" + payload[5:],  # not UTF-8
+        b"\x0e\xfe\xff\xff\xff\xff\xff\xff\xff\x7f",  # a string of ~2**62 bytes
+        payload[:-4] + b"\x06",  # union index 3 of 2
+    ]
+    fastavro_only = schemas.parse("AVRO", ORDER)
+    fastavro_only._read_program = None
+    expected = []
+    for bad in damaged:
+        with pytest.raises(RecordInvalid) as caught:
+            fastavro_only.decode_payload(memoryview(bad))
+        expected.append(caught.value.message)
+    framed = [header + payload]
+    for bad in damaged:
+        framed += [header + bad, header + payload]
+    framed += [b"\0" + other_id.to_bytes(4, "big") + b"\x02x", header + payload]
+    r = http.post(
+        "/topics/damaged/records",
+        json={
+            "records": [{"value": base64.b64encode(f).decode()} for f in framed],
+            "value_format": "binary",
+        },
+    )
+    assert r.status_code == 200, r.text
+    got = fetch(http, "damaged", value_format="avro")
+    as_json = {**good, "raw": base64.b64encode(good["raw"]).decode()}
+    assert [g["value"] for g in got[0::2]] == [as_json] * (len(damaged) + 2)
+    assert all("value_error" not in g for g in got[0::2])
+    errors = [g["value_error"]["message"] for g in got[1:-2:2]]
+    strip = re.compile(r" at 0x[0-9a-f]+")  # fastavro may name its stream object
+    assert [strip.sub("", e) for e in errors] == [strip.sub("", e) for e in expected]
+    assert got[-2]["value"] == "x"  # another id: a string schema
 
 
 def test_a_typed_value_beside_a_json_key_is_placed_and_stored_as_an_untyped_one(

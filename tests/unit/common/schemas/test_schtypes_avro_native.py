@@ -76,9 +76,13 @@ def avro_schemas(draw: st.DrawFn) -> Any:
             return {"type": "array", "items": node(depth + 1)}
         if kind == "map":
             return {"type": "map", "values": node(depth + 1)}
+        known = len(defined)
         other = node(depth + 1)
         if other == "null" or isinstance(other, list):
-            other = "long"  # a union holds null and one other type, never a union
+            # A union holds null and one other type, never a union; names defined in the
+            # branch dropped are undefined again (a later use would not parse).
+            del defined[known:]
+            other = "long"
         return draw(st.sampled_from([["null", other], [other, "null"]]))
 
     fields = [{"name": f"top{i}", "type": node(1)} for i in range(draw(st.integers(1, 4)))]

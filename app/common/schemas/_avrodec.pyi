@@ -1,0 +1,25 @@
+"""Types of the typed fetch's C decoder (app/common/schemas/_avrodec.c)."""
+
+from collections.abc import Callable
+from typing import Any
+
+DECLINED: object
+ZERO_WIDTH_ITEMS: int
+
+class Reader:
+    """``Reader(program, bytes_as_text)``: one schema's Avro decoder."""
+
+    def __init__(
+        self,
+        program: list[tuple[Any, ...]],
+        bytes_as_text: bool = False,
+        zero_width_items: int = ...,
+    ) -> None: ...
+    def read(self, data: bytes | bytearray | memoryview, start: int) -> Any: ...
+
+class FramedDecoder:
+    """``FramedDecoder(fallback)(data)``: one Confluent-framed record's value."""
+
+    def __init__(self, fallback: Callable[[bytes], Any]) -> None: ...
+    def __call__(self, data: bytes | None) -> Any: ...
+    def target(self, header: bytes | None, reader: Reader | None) -> None: ...

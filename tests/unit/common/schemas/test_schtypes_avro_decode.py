@@ -1,0 +1,287 @@
+"""AVRO's compiled decoder (``app.common.schemas._avrodec``, the typed fetch's per-record
+decode): on random schemas of the constructs it takes, the value it reads is fastavro's
+(the reference); on damaged bytes (truncated, a byte changed, bytes appended, random
+bytes) the outcome of a decode (value, or the per-record error's message) is the
+fastavro-only path's; huge declared lengths allocate nothing; a block of 2**62 items
+that take no bytes is refused, not built."""
+
+from __future__ import annotations
+
+import base64
+import gc
+import io
+import json
+import re
+import weakref
+from typing import Any
+
+import fastavro
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from test_schtypes_avro_native import avro_schemas, named_types, value_of
+
+from app.common import schemas
+from app.common.schema_errors import RecordInvalid
+
+_avrodec = pytest.importorskip("app.common.schemas._avrodec")  # CI requires it built
+
+
+def without_logical(schema: Any) -> Any:
+    """``schema`` with each logical type replaced by the type that carries it (the C
+    reader leaves logical types to fastavro, which turns them into dates and such)."""
+    if isinstance(schema, list):
+        return [without_logical(b) for b in schema]
+    if isinstance(schema, dict):
+        if "logicalType" in schema:
+            return schema["type"]
+        out = dict(schema)
+        if "fields" in out:
+            out["fields"] = [{**f, "type": without_logical(f["type"])} for f in out["fields"]]
+        for key in ("items", "values"):
+            if key in out:
+                out[key] = without_logical(out[key])
+        return out
+    return schema
+
+
+def _parse(schema: Any) -> Any:
+    parsed = schemas.parse("AVRO", json.dumps(schema))
+    assert parsed.native_reader(False) is not None  # the construct set is the C reader's
+    return parsed
+
+
+def _fastavro_only(schema: Any) -> Any:
+    """The same schema decoded without the C reader: the path where _avrodec is not
+    built (and the reference)."""
+    parsed = schemas.parse("AVRO", json.dumps(schema))
+    parsed._read_program = None
+    return parsed
+
+
+def _reference(parsed: Any, payload: bytes) -> Any:
+    return fastavro.schemaless_reader(io.BytesIO(payload), parsed._parsed, None)
+
+
+def _outcome(parsed: Any, payload: bytes) -> tuple[str, str]:
+    """A decode's result, compared by repr: key order, types (True against 1) and NaNs
+    count. (fastavro's messages may name its stream object: its address is left out.)"""
+    try:
+        return "value", repr(parsed.decode_payload(memoryview(payload)))
+    except RecordInvalid as exc:
+        return "RecordInvalid", re.sub(r" at 0x[0-9a-f]+", "", exc.message)
+
+
+def _b64(value: Any) -> Any:
+    """The typed fetch's ``_jsonable`` for these schemas: bytes as base64 text."""
+    if isinstance(value, dict):
+        return {k: _b64(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_b64(v) for v in value]
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    return value
+
+
+def _zero_width(schema: Any, named: dict[str, Any]) -> bool:
+    """Whether a value of ``schema`` may take no bytes (an array of them may declare
+    2**62 items in three bytes: fastavro, the reference, would build them)."""
+    if isinstance(schema, str):
+        if schema in named:
+            return _zero_width(named[schema], named)
+        return schema == "null"
+    if isinstance(schema, list):
+        return False
+    kind = schema["type"]
+    if kind == "record":
+        return all(_zero_width(f["type"], named) for f in schema["fields"])
+    if kind == "fixed":
+        return bool(schema["size"] == 0)
+    return kind == "null"
+
+
+def _has_zero_width_items(schema: Any, named: dict[str, Any]) -> bool:
+    if isinstance(schema, list):
+        return any(_has_zero_width_items(b, named) for b in schema)
+    if not isinstance(schema, dict):
+        return False
+    if schema["type"] == "array" and _zero_width(schema["items"], named):
+        return True
+    subs = [f["type"] for f in schema.get("fields", [])]
+    subs += [schema[k] for k in ("items", "values") if k in schema]
+    return any(_has_zero_width_items(s, named) for s in subs)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(avro_schemas(), st.data())
+def test_c_values_are_fastavros_values(schema: dict[str, Any], data: st.DataObject) -> None:
+    schema = without_logical(schema)
+    parsed = _parse(schema)
+    value = value_of(data.draw, schema, named_types(schema, {}), junk=False)
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, parsed._parsed, value)
+    payload = out.getvalue()
+    expected = _reference(parsed, payload)
+    assert repr(parsed.native_reader(False).read(payload, 0)) == repr(expected)
+    assert repr(parsed.native_reader(True).read(payload, 0)) == repr(_b64(expected))
+    # Framed, through the fetch's per-record call: read in C, the fallback never called.
+    framed = b"\0\0\0\1\2" + payload
+    decoder = _avrodec.FramedDecoder(lambda data: pytest.fail("fell back"))
+    decoder.target(framed[:5], parsed.native_reader(True))
+    assert repr(decoder(framed)) == repr(_b64(expected))
+    assert decoder(None) is None
+
+
+@st.composite
+def damaged(draw: st.DrawFn, payload: bytes) -> bytes:
+    how = draw(st.sampled_from(["truncate", "change", "append", "random", "huge length"]))
+    if how == "truncate":
+        return payload[: draw(st.integers(0, max(len(payload) - 1, 0)))]
+    if how == "change" and payload:
+        at = draw(st.integers(0, len(payload) - 1))
+        return payload[:at] + bytes([draw(st.integers(0, 255))]) + payload[at + 1 :]
+    if how == "append":
+        return payload + draw(st.binary(min_size=1, max_size=3))
+    if how == "huge length":
+        # A varint of ~2**62 (a length or block count) spliced in somewhere.
+        at = draw(st.integers(0, len(payload)))
+        return payload[:at] + b"\xfe\xff\xff\xff\xff\xff\xff\xff\x7f" + payload[at:]
+    return draw(st.binary(max_size=24))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(avro_schemas(), st.data())
+def test_damaged_bytes_get_the_fastavro_paths_outcome(
+    schema: dict[str, Any], data: st.DataObject
+) -> None:
+    schema = without_logical(schema)
+    assume(not _has_zero_width_items(schema, named_types(schema, {})))
+    parsed = _parse(schema)
+    value = value_of(data.draw, schema, named_types(schema, {}), junk=False)
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, parsed._parsed, value)
+    payload = data.draw(damaged(out.getvalue()))
+    assert _outcome(parsed, payload) == _outcome(_fastavro_only(schema), payload)
+
+
+def test_huge_declared_lengths_allocate_nothing() -> None:
+    """A string, bytes, array or map declaring ~2**62 items in a few bytes: the C reader
+    checks each length against the bytes left before allocating, declines, and fastavro
+    reports the payload short (also bounded: it reads what is there)."""
+    huge = b"\xfe\xff\xff\xff\xff\xff\xff\xff\x7f"  # zig-zag 2**62 - 1
+    for field in ("string", "bytes", {"type": "array", "items": "long"},
+                  {"type": "map", "values": "string"}):  # fmt: skip
+        schema = {"type": "record", "name": "R", "fields": [{"name": "f", "type": field}]}
+        parsed = _parse(schema)
+        assert parsed.native_reader(False).read(huge + b"\x02", 0) is _avrodec.DECLINED
+        kind, message = _outcome(parsed, huge + b"\x02")
+        assert kind == "RecordInvalid" and "does not decode" in message
+        assert (kind, message) == _outcome(_fastavro_only(schema), huge + b"\x02")
+
+
+@pytest.mark.parametrize("items", ["null", {"type": "fixed", "name": "Z", "size": 0}])
+def test_a_bomb_of_zero_width_items_is_refused(items: Any) -> None:
+    """Three bytes declaring 2**62 nulls: refused with its own message (fastavro would
+    build a list of them, the broker's memory without bound); a block within the bound
+    is read as fastavro reads it."""
+    schema = {"type": "array", "items": items}
+    parsed = _parse(schema)
+    bomb = b"\xfe\xff\xff\xff\xff\xff\xff\xff\x7f\x00"
+    with pytest.raises(RecordInvalid, match="items that take no bytes"):
+        parsed.decode_payload(memoryview(bomb))
+    fine = b"\x80\x08\x00"  # 512 items
+    assert parsed.decode_payload(memoryview(fine)) == _reference(parsed, fine)
+    assert len(parsed.decode_payload(memoryview(fine))) == 512
+
+
+def test_framed_decoder_falls_back_for_other_records_and_follows_retargets() -> None:
+    schema = {"type": "record", "name": "R", "fields": [{"name": "a", "type": "int"}]}
+    reader = _parse(schema).native_reader(False)
+    seen: list[bytes] = []
+
+    def fallback(data: bytes) -> Any:
+        seen.append(data)
+        return "fallback"
+
+    decoder = _avrodec.FramedDecoder(fallback)
+    one, two = b"\0\0\0\0\1", b"\0\0\0\0\2"
+    assert decoder(one + b"\x02") == "fallback"  # no target yet
+    decoder.target(one, reader)
+    assert decoder(one + b"\x02") == {"a": 1}
+    for other in (two + b"\x02", one, one + b"\x02\x00", b"\x01", one + b"\x80"):
+        assert decoder(other) == "fallback"  # another id, short, trailing, truncated
+    decoder.target(two, reader)
+    assert decoder(two + b"\x04") == {"a": 2} and decoder(one + b"\x02") == "fallback"
+    decoder.target(None, None)
+    assert decoder(two + b"\x04") == "fallback"
+    assert len(seen) == 8
+    with pytest.raises(TypeError):
+        decoder.target(b"\0", reader)
+
+
+def test_logical_types_keep_fastavros_reader() -> None:
+    schema = {"type": "record", "name": "R", "fields": [
+        {"name": "d", "type": {"type": "int", "logicalType": "date"}}]}  # fmt: skip
+    parsed = schemas.parse("AVRO", json.dumps(schema))
+    assert parsed.native_reader(False) is None
+    assert str(parsed.decode_payload(memoryview(b"\x02"))["d"]) == "1970-01-02"
+
+
+def test_a_decoder_and_its_fallback_are_collected() -> None:
+    """The fetch's fallback closure refers to its decoder: the cycle collector frees both
+    (seen through an object only the closure holds)."""
+
+    class Marker:
+        pass
+
+    def make() -> weakref.ref[Marker]:
+        marker = Marker()
+        holder: list[Any] = [marker]
+        holder.append(_avrodec.FramedDecoder(lambda data: holder))
+        return weakref.ref(marker)
+
+    gone = make()
+    gc.collect()
+    assert gone() is None
+
+
+def test_the_zero_width_bound_is_the_setting() -> None:
+    """``LOGBUS_TYPED_RECORDS_MAX_ZERO_WIDTH_ITEMS`` reaches the decoder through
+    ``set_limits`` (the registry sets it at start)."""
+    from app.common.schemas.types import LIMITS, set_limits
+
+    parsed = _parse({"type": "array", "items": "null"})
+    saved = LIMITS.max_zero_width_items
+    try:
+        set_limits(max_zero_width_items=10)
+        assert parsed.decode_payload(memoryview(b"\x14\x00")) == [None] * 10
+        with pytest.raises(RecordInvalid, match="at most 10 such items"):
+            parsed.decode_payload(memoryview(b"\x0a\x0c\x00"))  # 5 + 6 in two blocks
+    finally:
+        set_limits(max_zero_width_items=saved)
+    assert parsed.decode_payload(memoryview(b"\x0a\x0c\x00")) == [None] * 11
+
+
+def test_fastavros_leniencies_are_read_in_c_so_no_bomb_reaches_fastavro() -> None:
+    """fastavro reads a boolean byte 2 as true, an int past 32 bits as it is, an enum or
+    union index of -1 as the last: the C reader does the same (it declines only where
+    fastavro raises), so a zero-width bomb after such a byte, or inside the first item of
+    a block declaring 2**62 items, is refused in C instead of handed to fastavro."""
+    schema = {"type": "record", "name": "R", "fields": [
+        {"name": "b", "type": "boolean"}, {"name": "i", "type": "int"},
+        {"name": "e", "type": {"type": "enum", "name": "E", "symbols": ["A", "B"]}},
+        {"name": "u", "type": ["null", "string"]},
+        {"name": "n", "type": {"type": "array", "items": {"type": "record", "name": "I",
+            "fields": [{"name": "z", "type": {"type": "array", "items": "null"}}]}}}]}  # fmt: skip
+    parsed = _parse(schema)
+    lenient = b"\x04" + b"\x80\x80\x80\x80\x80\x40" + b"\x01" + b"\x01\x02x" + b"\x00"
+    value = parsed.native_reader(False).read(lenient, 0)
+    assert value == _reference(parsed, lenient) == {
+        "b": True, "i": 1 << 40, "e": "B", "u": "x", "n": []}  # fmt: skip
+    bomb = b"\xfe\xff\xff\xff\xff\xff\xff\xff\x7f"
+    for payload in (
+        lenient[:-1] + b"\x02" + bomb + b"\x00\x00",  # one item: its array a bomb
+        lenient[:-1] + bomb + bomb + b"\x00\x00",  # 2**62 items, the first one's a bomb
+    ):
+        with pytest.raises(RecordInvalid, match="items that take no bytes"):
+            parsed.decode_payload(memoryview(payload))
