@@ -12,13 +12,13 @@ keeps: ``GET /topics/{t}``'s ``configs``), overrides reported as DYNAMIC_TOPIC_C
 the rest as DEFAULT_CONFIG; the broker resource lists a few of the broker's settings
 under Kafka's names, read-only (they are start-time settings; nothing alters them at
 run time). AlterConfigs and IncrementalAlterConfigs change a topic's overrides through
-:meth:`Topology.alter_topic_config`: on a lone broker; a cluster answers INVALID_REQUEST
-per resource (a topic's configs there are its ZooKeeper assignment's, fixed at creation
-for now). DeleteRecords moves a partition's log start offset through
-:meth:`Topology.delete_records` (a lone broker; INVALID_REQUEST per partition in a
-cluster, whose followers do not follow a log start offset yet). CreatePartitions grows a
-topic through :meth:`Topology.create_partitions` (a lone broker; INVALID_REQUEST in a
-cluster, whose controller places replicas at creation only, for now).
+:meth:`Topology.alter_topic_config` (in a cluster: written to the topic's ZooKeeper
+assignment and applied by every broker). DeleteRecords moves a partition's log start
+offset through :meth:`Topology.delete_records` (in a cluster the followers follow it, and
+the answer's low watermark is Kafka's: the smallest start over the live replicas, once it
+reached the new start, within the request's ``timeout_ms``). CreatePartitions grows a
+topic through :meth:`Topology.create_partitions` (in a cluster the new replicas are
+placed over the live brokers and the answer waits for their leaders).
 
 DescribeLogDirs: the broker's one data directory and, per partition it holds (leader or
 follower), the bytes of its segments; ``offset_lag`` 0 (no future replicas, KIP-113's
@@ -161,8 +161,7 @@ async def create_partitions(ctx: Context, body: Any, version: int) -> Any:
     """Each topic grown to its new count (or, ``validate_only``, checked) through
     :func:`app.api.topic_service.create_partitions`: INVALID_PARTITIONS unless the count
     grows, manual assignments INVALID_REQUEST (the broker places replicas), a topic named
-    twice INVALID_REQUEST; a lone broker only (a cluster answers INVALID_REQUEST: its
-    controller places replicas at creation only, for now)."""
+    twice INVALID_REQUEST."""
     m = response_module(CREATE_PARTITIONS, version)
     names = [t.name for t in body.topics]
     results = []
@@ -428,11 +427,13 @@ async def incremental_alter_configs(ctx: Context, body: Any, version: int) -> An
 
 async def delete_records(ctx: Context, body: Any, version: int) -> Any:
     """Each partition's log start offset moved up to the offset given (-1: the high
-    watermark) by its leader (:meth:`Topology.delete_records`); ``low_watermark`` is the
-    new log start offset. Errors per partition: OFFSET_OUT_OF_RANGE above the high
-    watermark, NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION; INVALID_REQUEST in a
-    cluster (followers do not follow a log start offset yet)."""
+    watermark) by its leader (:meth:`Topology.delete_records`); ``low_watermark`` is
+    the new log start offset (a cluster's: once every live replica's start reached it,
+    Kafka's low watermark). Errors per partition: OFFSET_OUT_OF_RANGE above the high
+    watermark, NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, REQUEST_TIMED_OUT (a
+    cluster's followers did not all follow within ``timeout_ms``)."""
     m = response_module(DELETE_RECORDS, version)
+    timeout_ms = max(0, int(body.timeout.total_seconds() * 1000))
     topics = []
     for t in body.topics:
         answers = []
@@ -440,7 +441,9 @@ async def delete_records(ctx: Context, body: Any, version: int) -> Any:
             partition = int(p.partition_index)
             try:
                 authorize.check(ctx, authorize.DELETE, authorize.TOPIC, t.name)
-                low = await ctx.state.topology.delete_records(t.name, partition, int(p.offset))
+                low = await ctx.state.topology.delete_records(
+                    t.name, partition, int(p.offset), timeout_ms=timeout_ms
+                )
                 code = ErrorCode.none
             except LogbusError as exc:
                 low, code = -1, error_code(exc)
