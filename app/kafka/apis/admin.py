@@ -43,7 +43,7 @@ from app.common.errors import (
 )
 from app.kafka import authorize
 from app.kafka.apis.base import NO_THROTTLE, ZERO_UUID, Context, response_module
-from app.kafka.encode import build, error_code
+from app.kafka.encode import answered, build, error_code
 from app.kafka.versions import (
     ALTER_CONFIGS,
     CREATE_PARTITIONS,
@@ -86,7 +86,7 @@ async def create_topics(ctx: Context, body: Any, version: int) -> Any:
 
     async def one(t: Any) -> Any:
         described: dict[str, Any] = {}
-        try:
+        with answered() as outcome:
             if not authorize.permitted(ctx, authorize.CREATE, None):
                 authorize.check(ctx, authorize.CREATE, authorize.TOPIC, t.name)
             if names.count(t.name) > 1:
@@ -114,15 +114,12 @@ async def create_topics(ctx: Context, body: Any, version: int) -> Any:
                 described = {"num_partitions": topic.partitions}
             else:
                 described = _created(ctx, m, t.name)
-            code, message = ErrorCode.none, None
-        except LogbusError as exc:
-            code, message = error_code(exc), exc.message
         return build(
             m.CreatableTopicResult,
             name=t.name,
             topic_id=ZERO_UUID,
-            error_code=code,
-            error_message=message,
+            error_code=outcome.code,
+            error_message=outcome.message,
             topic_config_error_code=ErrorCode.none,
             num_partitions=described.get("num_partitions", -1),
             replication_factor=described.get("replication_factor", -1),
@@ -166,7 +163,7 @@ async def create_partitions(ctx: Context, body: Any, version: int) -> Any:
     names = [t.name for t in body.topics]
     results = []
     for t in body.topics:
-        try:
+        with answered() as outcome:
             authorize.check(ctx, authorize.ALTER, authorize.TOPIC, t.name)
             if names.count(t.name) > 1:
                 raise InvalidRequest(f"topic {t.name!r} is named more than once in the request")
@@ -177,12 +174,12 @@ async def create_partitions(ctx: Context, body: Any, version: int) -> Any:
             await topic_service.create_partitions(
                 ctx.state, t.name, int(t.count), validate_only=bool(body.validate_only)
             )
-            code, message = ErrorCode.none, None
-        except LogbusError as exc:
-            code, message = error_code(exc), exc.message
         results.append(
             build(
-                m.CreatePartitionsTopicResult, name=t.name, error_code=code, error_message=message
+                m.CreatePartitionsTopicResult,
+                name=t.name,
+                error_code=outcome.code,
+                error_message=outcome.message,
             )
         )
     return build(m.CreatePartitionsResponse, throttle_time=NO_THROTTLE, results=tuple(results))
@@ -200,22 +197,22 @@ async def delete_topics(ctx: Context, body: Any, version: int) -> Any:
         wanted = [(name, ZERO_UUID) for name in body.topic_names]
     results = []
     for name, topic_id in wanted:
-        try:
+        with answered() as outcome:
             if name is None:
-                code, message = ErrorCode.unknown_topic_id, f"no topic has id {topic_id}"
+                outcome.code, outcome.message = (
+                    ErrorCode.unknown_topic_id,
+                    f"no topic has id {topic_id}",
+                )
             else:
                 authorize.check(ctx, authorize.DELETE, authorize.TOPIC, name)
                 await topic_service.delete_topic(ctx.state, name)
-                code, message = ErrorCode.none, None
-        except LogbusError as exc:
-            code, message = error_code(exc), exc.message
         results.append(
             build(
                 m.DeletableTopicResult,
                 name=name,
                 topic_id=topic_id,
-                error_code=code,
-                error_message=message,
+                error_code=outcome.code,
+                error_message=outcome.message,
             )
         )
     return build(m.DeleteTopicsResponse, throttle_time=NO_THROTTLE, responses=tuple(results))
@@ -361,7 +358,7 @@ async def _alter(ctx: Context, m: Any, body: Any, response_cls: Any, overrides_o
     answers = []
     for r in body.resources:
         rtype, rname = int(r.resource_type), r.resource_name
-        try:
+        with answered() as outcome:
             _check_config_access(ctx, authorize.ALTER_CONFIGS, rtype, rname)
             if rtype == BROKER_RESOURCE:
                 raise InvalidRequest(
@@ -372,14 +369,11 @@ async def _alter(ctx: Context, m: Any, body: Any, response_cls: Any, overrides_o
             await ctx.state.topology.alter_topic_config(
                 rname, overrides_of(r), validate_only=validate_only
             )
-            code, message = ErrorCode.none, None
-        except LogbusError as exc:
-            code, message = error_code(exc), exc.message
         answers.append(
             build(
                 m.AlterConfigsResourceResponse,
-                error_code=code,
-                error_message=message,
+                error_code=outcome.code,
+                error_message=outcome.message,
                 resource_type=rtype,
                 resource_name=rname,
             )
