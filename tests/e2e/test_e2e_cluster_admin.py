@@ -69,6 +69,7 @@ def described(cluster: Cluster, broker: int, topic: str) -> dict[str, Any]:
     return body
 
 
+@pytest.mark.filterwarnings("ignore:alter_configs has been deprecated:DeprecationWarning")
 def test_config_changes_reach_every_broker(cluster: Cluster) -> None:
     create_topic(cluster, "kconf", partitions=1, rf=3)
     client = admin(cluster, 2)
@@ -272,3 +273,39 @@ def test_delete_records_is_followed_and_survives_restarts(cluster: Cluster) -> N
     with pytest.raises(Exception, match=r"OFFSET_OUT_OF_RANGE|out of range"):
         beyond.result(timeout=30)
     assert _start_on(cluster, cluster.leader("kdel"), "kdel") == 40
+
+
+def test_the_http_door_changes_the_cluster_through_the_same_topology(cluster: Cluster) -> None:
+    create_topic(cluster, "hadmin", partitions=1, rf=3)
+    # PUT configs at broker 3: every broker applies them.
+    answer = httpx.put(
+        f"{cluster.url(3)}/topics/hadmin/configs",
+        json={"configs": {"retention.bytes": 1 << 30}},
+        timeout=30,
+    )
+    assert answer.status_code == 200, answer.text
+    for broker in cluster.ids:
+        cluster.wait_until(
+            lambda b=broker: (
+                described(cluster, b, "hadmin")["config_overrides"] == {"retention.bytes": 1 << 30}
+            ),
+            message=f"HTTP-set configs on broker {broker}",
+        )
+    # Grown at broker 2: the answer lists three led partitions.
+    answer = httpx.post(f"{cluster.url(2)}/topics/hadmin/partitions", json={"count": 3}, timeout=60)
+    assert answer.status_code == 200, answer.text
+    assert [p["leader"] >= 0 for p in answer.json()["partitions"]] == [True] * 3
+    # DeleteRecords at a broker that does not lead: 307 to the leader, which answers once
+    # every replica moved its start.
+    assert produce(cluster, cluster.leader("hadmin"), "hadmin", 0, ["a"] * 20).status_code == 200
+    wait_isr(cluster, "hadmin", cluster.ids)
+    leader = cluster.leader("hadmin")
+    other = next(b for b in cluster.ids if b != leader)
+    redirected = httpx.delete(
+        f"{cluster.url(other)}/topics/hadmin/partitions/0/records", params={"before": 15}
+    )
+    assert redirected.status_code == 307, redirected.text
+    answer = httpx.delete(redirected.headers["location"], timeout=60)
+    assert (answer.status_code, answer.json()) == (200, {"low_watermark": 15}), answer.text
+    for broker in cluster.ids:
+        assert _start_on(cluster, broker, "hadmin") == 15

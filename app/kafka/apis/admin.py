@@ -435,8 +435,8 @@ async def delete_records(ctx: Context, body: Any, version: int) -> Any:
             partition = int(p.partition_index)
             try:
                 authorize.check(ctx, authorize.DELETE, authorize.TOPIC, t.name)
-                low = await ctx.state.topology.delete_records(
-                    t.name, partition, int(p.offset), timeout_ms=timeout_ms
+                low = await topic_service.delete_records(
+                    ctx.state, t.name, partition, int(p.offset), timeout_ms=timeout_ms
                 )
                 code = ErrorCode.none
             except LogbusError as exc:
