@@ -39,6 +39,7 @@ from app.common.errors import (
     InvalidTopic,
     KafkaStorageError,
     LeaderNotAvailable,
+    LogbusError,
     NotLeaderOrFollower,
     OffsetNotAvailable,
     PartitionLimitExceeded,
@@ -309,13 +310,27 @@ class ReplicaManager:
             ):
                 return
             hosted = [p for p, r in enumerate(assignment.replicas) if self.broker_id in r]
-            changed = await asyncio.to_thread(
-                self.logs.apply_cluster_assignment,
-                name,
-                assignment.partitions,
-                assignment.configs,
-                hosted,
-            )
+            try:
+                changed = await asyncio.to_thread(
+                    self.logs.apply_cluster_assignment,
+                    name,
+                    assignment.partitions,
+                    assignment.configs,
+                    hosted,
+                )
+            except LogbusError as exc:
+                # A config this broker's version does not keep, no descriptors left for
+                # the new replicas: this broker goes on with what it had (its new replicas
+                # stay offline; the rest of the cluster serves them) and says why.
+                _log.error(
+                    "topic %r: this broker cannot apply its assignment from ZooKeeper "
+                    "(%d partitions, configs %s): %s",
+                    name,
+                    assignment.partitions,
+                    assignment.configs,
+                    exc,
+                )
+                return
             with self._watched_lock:
                 if name not in self._watched:
                     return  # deleted while its logs changed: _drop_topic has them
