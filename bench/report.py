@@ -93,6 +93,7 @@ def rows(r: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     out += _edge_rows(r)
     out += _isolation_rows(r.get("isolation"))
     out += _security_rows(r)
+    out += _kafka_door_rows(r.get("kafka_door"))
     if xadd:
         out.append(
             ("Redis Streams XADD, pipelined 1,000 (baseline)", f"{_num(xadd)} records/s", "", "")
@@ -490,6 +491,44 @@ def _security_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str]]:
                     f"{t[f'{key}_{name}_cpu_ratio']:.2f}x",
                 )
             )
+    return out
+
+
+def _kafka_door_rows(k: dict[str, Any] | None) -> list[tuple[str, str, str, str]]:
+    """The Kafka door (issue 19): librdkafka against the SDK over HTTP, same broker, same run."""
+    if not k:
+        return []
+    out = [
+        (
+            f"Kafka door: librdkafka produce, {k['value_bytes']} B, acks=1",
+            f"{_num(k['rdkafka_produce'])} records/s",
+            f"SDK over HTTP: {_num(k['sdk_produce_send'])} records/s; goal ≥ 500,000",
+            f"{k['produce_ratio']}x",
+        ),
+        (
+            f"Kafka door: librdkafka consume, {k['value_bytes']} B",
+            f"{_num(k['rdkafka_consume'])} records/s",
+            f"SDK over HTTP: {_num(k['sdk_consume'])} records/s; goal ≥ 1,000,000",
+            f"{k['consume_ratio']}x",
+        ),
+    ]
+    if "rdkafka_fetch_gb_s" in k:
+        out += [
+            (
+                f"Kafka door: librdkafka fetch, {k['fetch_value_bytes'] // 1024} KiB records",
+                f"{k['rdkafka_fetch_gb_s']:.2f} GB/s",
+                f"SDK over HTTP: {k['sdk_fetch_gb_s']:.2f} GB/s; goal ≥ 1 GB/s",
+                f"{k['fetch_ratio']}x",
+            ),
+            (
+                f"Kafka door: librdkafka produce latency at {_num(k['latency_rate'])} records/s",
+                f"p50 {k['rdkafka_produce_p50_ms']:.2f} ms, p99 "
+                f"{k['rdkafka_produce_p99_ms']:.2f} ms",
+                f"SDK over HTTP (perf produce): p50 {k['sdk_produce_p50_ms']:.2f} ms, "
+                f"p99 {k['sdk_produce_p99_ms']:.2f} ms",
+                f"SDK p99 / librdkafka p99: {k['produce_p99_ratio']}x",
+            ),
+        ]
     return out
 
 

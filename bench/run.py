@@ -206,7 +206,9 @@ def _kafka_door(quick: bool) -> dict[str, Any]:
     """librdkafka through the Kafka door against the SDK through HTTP, same broker, same run."""
     from bench import kafka_door
 
-    return kafka_door.run(records=100_000 if quick else kafka_door.DEFAULT_RECORDS)
+    result = kafka_door.run(records=100_000 if quick else kafka_door.DEFAULT_RECORDS)
+    result.update(kafka_door.run_fetch_and_latency(rounds=1 if quick else 3))
+    return result
 
 
 # Sections that carry their own baseline, so they can be rerun alone (--only).

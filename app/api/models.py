@@ -389,6 +389,35 @@ class CreateTopicRequest(StrictBody):
             ) from None
 
 
+class CreatePartitionsRequest(StrictBody):
+    count: int = Field(
+        description="The topic's new partition count: above its current one (partitions "
+        "are only ever added).",
+        examples=[6],
+    )
+    validate_only: bool = Field(
+        default=False, description="Check only (Kafka's validate_only): nothing changes."
+    )
+
+
+class AlterTopicConfigsRequest(StrictBody):
+    configs: dict[str, str | int | float | bool] = Field(
+        description="The topic's config overrides, Kafka's names: they replace the current "
+        "ones (a config not named returns to the broker's default), as Kafka's AlterConfigs.",
+        examples=[{"retention.ms": 3600000, "cleanup.policy": "compact,delete"}],
+    )
+    validate_only: bool = Field(
+        default=False, description="Check only (Kafka's validate_only): nothing changes."
+    )
+
+
+class DeleteRecordsAnswer(BaseModel):
+    low_watermark: int = Field(
+        description="The partition's log start offset after the deletion; in a cluster "
+        "Kafka's low watermark: the smallest start over the live replicas."
+    )
+
+
 class PartitionDescription(BaseModel):
     partition: int
     leader: int = Field(description="Broker id of the leader; -1 while there is none.")

@@ -1,5 +1,6 @@
-"""Creating and deleting topics, transport-neutral: what HTTP's ``/topics`` routes and the
-Kafka door's CreateTopics and DeleteTopics share.
+"""Creating, growing and deleting topics and deleting records, transport-neutral: what
+HTTP's ``/topics`` routes and the Kafka door's CreateTopics, DeleteTopics,
+CreatePartitions and DeleteRecords share.
 
 The checks themselves are the topology's (:meth:`app.core.topology.Topology.create_topic`:
 name, partitions, configs, replication factor against the brokers, the partition budget,
@@ -58,6 +59,17 @@ async def create_partitions(
     await state.topology.create_partitions(name, count, validate_only=validate_only)
     if not validate_only:
         state.sticky.forget(name)
+
+
+async def delete_records(
+    state: AppState, topic: str, partition: int, offset: int, *, timeout_ms: int
+) -> int:
+    """Move the partition's log start offset up to ``offset`` (-1: the high watermark) as
+    its leader (:meth:`Topology.delete_records`); the low watermark. Internal topics are
+    refused (InvalidTopic), as Kafka refuses them: their records are the coordinators'
+    state."""
+    check_not_internal(topic)
+    return await state.topology.delete_records(topic, partition, offset, timeout_ms=timeout_ms)
 
 
 async def delete_topic(state: AppState, name: str) -> None:

@@ -62,6 +62,7 @@ from app.common.isolation import ABORTED_HEADER, LSO_HEADER, committed_batches, 
 __all__ = ["Action", "FetchOutcome", "Records", "Refused", "interpret", "verified_prefix"]
 
 HIGH_WATERMARK_HEADER = "logbus-high-watermark"
+LOG_START_HEADER = "logbus-log-start-offset"
 _LSO = LSO_HEADER.lower()
 _ABORTED = ABORTED_HEADER.lower()
 
@@ -98,6 +99,8 @@ class Records:
     last_stable_offset: int | None = None
     aborted: list[tuple[int, int]] | None = None
     """read_committed answers: the aborted transactions, ``(producer_id, first_offset)``."""
+    log_start_offset: int | None = None
+    """The ``Logbus-Log-Start-Offset`` header (a follower follows its leader's), else None."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +153,7 @@ def interpret(
             batches, damaged = verified_prefix(body, batches, topic, partition)
         next_offset = batches[-1][1].next_offset if batches else None
         hw = headers.get(HIGH_WATERMARK_HEADER)
+        start = headers.get(LOG_START_HEADER)
         lso = headers.get(_LSO)
         aborted = None
         if read_committed:
@@ -163,6 +167,7 @@ def interpret(
             next_offset,
             int(lso) if lso is not None else None,
             aborted,
+            int(start) if start is not None else None,
         )
     error = error_from_body(response.status, response.body)
     code = error.error_code

@@ -136,6 +136,16 @@ class KafkaDoorSettings(BaseSettings):
                 )
         return value
 
+    kafka_acl_max_changes_per_request: int = Field(
+        default=1000,
+        ge=1,
+        le=100_000,
+        description="CreateAcls' creations and DeleteAcls' filters in one request, at most "
+        "(each checked and written in one change of the ACL store); a larger request is "
+        "answered INVALID_REQUEST for every entry, nothing changed. HTTP's `POST /acls` "
+        "takes 1000 bindings.",
+    )
+
     @field_validator("kafka_listener")
     @classmethod
     def _check_kafka_listener(cls, value: str | None) -> str | None:

@@ -72,7 +72,9 @@ class LocalReplica:
     def check_epoch(self, epoch: int | None) -> None:
         return None
 
-    def on_follower_fetch(self, replica_id: int, fetch_offset: int) -> None:
+    def on_follower_fetch(
+        self, replica_id: int, fetch_offset: int, log_start_offset: int = -1
+    ) -> None:
         return None
 
     def offsets_error(self) -> OffsetNotAvailable | None:
@@ -211,7 +213,9 @@ class LocalTopology:
             )
         )
 
-    async def delete_records(self, topic: str, partition: int, offset: int) -> int:
+    async def delete_records(
+        self, topic: str, partition: int, offset: int, *, timeout_ms: int = 30_000
+    ) -> int:
         log = self.leader_partition(topic, partition).log
         return await asyncio.to_thread(log.delete_records, offset)
 

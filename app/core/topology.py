@@ -93,8 +93,11 @@ class LeaderReplica(Protocol):
         UnknownLeaderEpoch (newer); None or -1 passes."""
         ...
 
-    def on_follower_fetch(self, replica_id: int, fetch_offset: int) -> None:
-        """A follower fetched from ``fetch_offset``: it holds everything below it."""
+    def on_follower_fetch(
+        self, replica_id: int, fetch_offset: int, log_start_offset: int = -1
+    ) -> None:
+        """A follower fetched from ``fetch_offset``: it holds everything below it, and
+        nothing below ``log_start_offset`` (its own start; -1: not said)."""
         ...
 
     def offsets_error(self) -> OffsetNotAvailable | None:
@@ -236,23 +239,28 @@ class Topology(Protocol):
         self, name: str, overrides: Mapping[str, object], *, validate_only: bool = False
     ) -> None:
         """Replace the topic's config overrides (configs not named return to the
-        default); ``validate_only`` checks only. Raises UnknownTopicOrPartition,
-        InvalidConfig; InvalidRequest in a cluster (not supported there yet)."""
+        default); ``validate_only`` checks only. In a cluster the overrides are the
+        topic's ZooKeeper assignment's and every broker applies them; this returns once
+        this broker has. Raises UnknownTopicOrPartition, InvalidConfig."""
         ...
 
-    async def delete_records(self, topic: str, partition: int, offset: int) -> int:
+    async def delete_records(
+        self, topic: str, partition: int, offset: int, *, timeout_ms: int = 30_000
+    ) -> int:
         """Move a partition's log start offset up to ``offset`` (-1: its high watermark)
-        as its leader; the new log start offset. Raises NotLeaderOrFollower,
-        UnknownTopicOrPartition, OffsetOutOfRange; InvalidRequest in a cluster (not
-        supported there yet)."""
+        as its leader; the low watermark (a lone broker: the new log start offset; a
+        cluster: once every live replica's start reached it, within ``timeout_ms``, else
+        RequestTimedOut). Raises NotLeaderOrFollower, UnknownTopicOrPartition,
+        OffsetOutOfRange."""
         ...
 
     async def create_partitions(
         self, name: str, count: int, *, validate_only: bool = False
     ) -> None:
-        """Grow a topic to ``count`` partitions (``validate_only``: check only). Raises
-        UnknownTopicOrPartition, InvalidPartitions; InvalidRequest in a cluster (not
-        supported there yet)."""
+        """Grow a topic to ``count`` partitions (``validate_only``: check only); in a
+        cluster the new replicas are placed over the live brokers and this returns once
+        every partition has a leader. Raises UnknownTopicOrPartition, InvalidPartitions,
+        InvalidReplicationFactor."""
         ...
 
     async def wait_for_leaders(self, name: str, wait_s: float) -> None:

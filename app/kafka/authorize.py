@@ -57,7 +57,8 @@ Describe
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from app.common.errors import (
     AuthorizationFailed,
@@ -105,6 +106,13 @@ def permitted(
         session.host,
         _action(op, resource_type, name),
     )
+
+
+def unreadable_topics(ctx: Context, topics: Iterable[Any]) -> set[str]:
+    """The names of the request's ``topics`` (entries with ``name``) the principal may not
+    READ: OffsetCommit and OffsetDelete answer their partitions TOPIC_AUTHORIZATION_FAILED
+    and go on with the rest, as Kafka does."""
+    return {t.name for t in topics if not permitted(ctx, READ, TOPIC, t.name)}
 
 
 def check(ctx: Context, op: Operation, resource_type: ResourceType | None, name: str = "") -> None:

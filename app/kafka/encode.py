@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from functools import cache
 from typing import IO, Any, cast
 
@@ -114,6 +115,54 @@ def error_code(exc: BaseException) -> ErrorCode:
     if isinstance(exc, LogbusError):
         return _by_name(exc.error_code)
     return ErrorCode.unknown_server_error
+
+
+@dataclasses.dataclass(slots=True)
+class Outcome:
+    """What one entry of a request (a topic, a resource) is answered: its error code and
+    message, none until :func:`answered` catches an error."""
+
+    code: ErrorCode = ErrorCode.none
+    message: str | None = None
+
+
+@contextmanager
+def answered() -> Iterator[Outcome]:
+    """The per-entry answer of Kafka's batch APIs (CreateTopics, DeleteTopics,
+    CreatePartitions, DescribeConfigs, AlterConfigs...): an error of the error tree raised
+    in the block is that entry's code and message, not the request's. Anything else
+    propagates (the connection's handler answers it)."""
+    outcome = Outcome()
+    try:
+        yield outcome
+    except LogbusError as exc:
+        outcome.code, outcome.message = _by_name(exc.error_code), exc.message
+
+
+def per_partition(
+    topics: Iterable[Any],
+    topic_cls: Any,
+    partition_cls: Any,
+    code_of: Callable[[str, int], ErrorCode],
+    *,
+    partitions_field: str = "partitions",
+    code_field: str = "error_code",
+) -> tuple[Any, ...]:
+    """The answer's topics, each with its partitions' error codes (``code_of(topic,
+    partition)``), in the request's order: the shape OffsetCommit, OffsetDelete,
+    TxnOffsetCommit and AddPartitionsToTxn share. A request topic's ``partitions`` are
+    entries with ``partition_index`` or, in AddPartitionsToTxn, the indexes themselves;
+    ``partitions_field`` and ``code_field`` name the answer's fields where a message
+    names them otherwise."""
+    out = []
+    for t in topics:
+        indexes = [int(getattr(p, "partition_index", p)) for p in t.partitions]
+        partitions = tuple(
+            build(partition_cls, partition_index=i, **{code_field: code_of(t.name, i)})
+            for i in indexes
+        )
+        out.append(build(topic_cls, name=t.name, **{partitions_field: partitions}))
+    return tuple(out)
 
 
 @cache

@@ -437,6 +437,16 @@ async def fetch_records(
             "one 409 UNKNOWN_LEADER_EPOCH.",
         ),
     ] = None,
+    log_start_offset: Annotated[
+        int,
+        Query(
+            ge=-1,
+            le=LONG_MAX,
+            description="Set by follower brokers only, with `replica_id`: the follower's own "
+            "log start offset (Kafka's fetch `log_start_offset`), from which the leader's "
+            "DeleteRecords learns that the follower dropped the deleted records.",
+        ),
+    ] = -1,
     isolation_level: Annotated[
         IsolationLevel,
         Query(
@@ -458,7 +468,7 @@ async def fetch_records(
     log = part.log
     if replica:
         assert replica_id is not None
-        part.on_follower_fetch(replica_id, offset)
+        part.on_follower_fetch(replica_id, offset, log_start_offset)
     committed = isolation_level == READ_COMMITTED and not replica
     info = read_log(log, offset, max_bytes, replica=replica, committed=committed)
     if info.size < min_bytes and max_wait_ms > 0:

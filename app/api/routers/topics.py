@@ -1,10 +1,12 @@
-"""Topics: list, create, describe, delete."""
+"""Topics: list, create, describe, delete; grow, change configs, delete records (the
+Kafka door's CreatePartitions, AlterConfigs and DeleteRecords, through the same
+:class:`~app.core.topology.Topology` methods: a lone broker or a cluster)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Any
 
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Path, Query, Request
 from pydantic import ValidationError
 from starlette.responses import Response
 
@@ -13,7 +15,16 @@ from app.api import topic_service
 from app.api.codec import BodyInvalid
 from app.api.deps import ManagerDep, StateDep, read_body
 from app.api.errors import error_responses
-from app.api.models import CreateTopicRequest, TopicDescription, TopicList
+from app.api.models import (
+    INT_MAX,
+    LONG_MAX,
+    AlterTopicConfigsRequest,
+    CreatePartitionsRequest,
+    CreateTopicRequest,
+    DeleteRecordsAnswer,
+    TopicDescription,
+    TopicList,
+)
 from app.api.openapi_docs import DocumentedRoute
 from app.api.security import permits, visible
 from app.api.state import AppState
@@ -141,3 +152,101 @@ async def delete_topic(
     # coordinators (every broker's, in a cluster) forget the topic's committed offsets.
     await topic_service.delete_topic(state, topic)
     return Response(status_code=204)
+
+
+async def _body(request: Request, state: AppState, model: Any) -> Any:
+    body = await read_body(request, min(CREATE_BODY_LIMIT, state.settings.max_request_bytes))
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as exc:
+        raise BodyInvalid.from_validation(exc) from None
+
+
+@router.post(
+    "/topics/{topic}/partitions",
+    response_model=TopicDescription,
+    responses=error_responses(400, 404, 503),
+)
+async def create_partitions(
+    topic: Annotated[str, Path(description="Topic name.")],
+    request: Request,
+    state: StateDep,
+    manager: ManagerDep,
+) -> Response:
+    """Add partitions to a topic
+
+    Kafka's CreatePartitions (ALTER on the topic): the topic grows to `count` partitions.
+    In a cluster the new partitions' replicas are placed over the live brokers (the
+    topic's replication factor) and the answer waits for their leaders. A count that does
+    not grow the topic: 400 INVALID_PARTITIONS; internal topics: 400
+    INVALID_TOPIC_EXCEPTION. Records keyed to a partition by hash may go to another one
+    from now on, as in Kafka.
+    """
+    req = await _body(request, state, CreatePartitionsRequest)
+    await topic_service.create_partitions(state, topic, req.count, validate_only=req.validate_only)
+    return JSONBytes(describe_topic(state, manager, topic))
+
+
+@router.put(
+    "/topics/{topic}/configs",
+    response_model=TopicDescription,
+    responses=error_responses(400, 404, 503),
+)
+async def alter_topic_configs(
+    topic: Annotated[str, Path(description="Topic name.")],
+    request: Request,
+    state: StateDep,
+    manager: ManagerDep,
+) -> Response:
+    """Replace a topic's config overrides
+
+    Kafka's AlterConfigs on a topic (ALTER_CONFIGS on it): its overrides become `configs`,
+    checked as on create (400 INVALID_CONFIG), and every replica takes them (retention,
+    cleanup, min.insync.replicas...). In a cluster they are written to the topic's
+    ZooKeeper assignment and every broker applies them; the answer comes once this broker
+    has.
+    """
+    req = await _body(request, state, AlterTopicConfigsRequest)
+    await state.topology.alter_topic_config(topic, req.configs, validate_only=req.validate_only)
+    return JSONBytes(describe_topic(state, manager, topic))
+
+
+@router.delete(
+    "/topics/{topic}/partitions/{partition}/records",
+    response_model=DeleteRecordsAnswer,
+    responses=error_responses(400, 404, 416, 503, 504),
+)
+async def delete_records(
+    topic: Annotated[str, Path(description="Topic name.")],
+    partition: Annotated[int, Path(ge=0, le=INT_MAX, description="Partition.")],
+    state: StateDep,
+    before: Annotated[
+        int,
+        Query(
+            ge=-1,
+            le=LONG_MAX,
+            description="Records below this offset go (-1: below the high watermark): the "
+            "log start offset moves up to it.",
+        ),
+    ],
+    timeout_ms: Annotated[
+        int,
+        Query(
+            ge=0,
+            le=INT_MAX,
+            description="In a cluster, how long to wait for every live replica to move its "
+            "start (else 504 REQUEST_TIMED_OUT; the leader's start has moved).",
+        ),
+    ] = 30_000,
+) -> Response:
+    """Delete a partition's records below an offset
+
+    Kafka's DeleteRecords (DELETE on the topic), by the partition's leader (elsewhere: 307
+    to it): what is below `before` is never served again, through any door. Above the
+    high watermark: 416 OFFSET_OUT_OF_RANGE; internal topics: 400 INVALID_TOPIC_EXCEPTION
+    (their records are the coordinators' state). In a cluster the followers follow the
+    leader's new log start offset, and `low_watermark` is answered once every live
+    replica has moved its own (Kafka's low watermark).
+    """
+    low = await topic_service.delete_records(state, topic, partition, before, timeout_ms=timeout_ms)
+    return JSONBytes({"low_watermark": low})

@@ -592,7 +592,8 @@ class LogManager:
         a config not named returns to the default). Checked as a create checks them
         (InvalidConfig), then written to the topic file (atomically: a crash leaves the old
         or the new set) before the logs take the new config; ``validate_only`` writes
-        nothing. A cluster's topics take their configs from ZooKeeper: InvalidRequest.
+        nothing. A cluster's topics take their configs from ZooKeeper
+        (:meth:`apply_cluster_assignment`): InvalidRequest here.
 
         Blocking (an fsync): call from a worker thread. A log reads its ``config`` per
         operation, so an append in flight uses the old one or the new one, whole."""
@@ -602,7 +603,8 @@ class LogManager:
             topic = self._topic(name)
             if topic.clustered:
                 raise InvalidRequest(
-                    f"topic {name!r} belongs to the cluster: its configs cannot be changed here yet"
+                    f"topic {name!r} belongs to the cluster: its configs change in its "
+                    "ZooKeeper assignment, not here"
                 )
             if validate_only:
                 return
@@ -620,14 +622,16 @@ class LogManager:
         The new logs are made first, then the topic file names them (the commit point: a
         crash before it leaves directories the next start removes as orphans), then they
         are served. InvalidPartitions unless ``count`` adds partitions within the limits;
-        InvalidRequest for a cluster's topic (its assignment is ZooKeeper's).
+        InvalidRequest for a cluster's topic (its assignment is ZooKeeper's:
+        :meth:`apply_cluster_assignment`).
         Blocking: call from a worker thread."""
         with self._lock:
             self._check_started()
             topic = self._topic(name)
             if topic.clustered:
                 raise InvalidRequest(
-                    f"topic {name!r} belongs to the cluster: it cannot grow here yet"
+                    f"topic {name!r} belongs to the cluster: it grows in its ZooKeeper "
+                    "assignment, not here"
                 )
             have = len(topic.logs)
             if isinstance(count, bool) or not have < count <= MAX_PARTITIONS:
@@ -656,6 +660,69 @@ class LogManager:
                     shutil.rmtree(self.data_dir / f"{name}-{p}", ignore_errors=True)
                 raise
             topic.logs.extend(shadow.logs)
+
+    def apply_cluster_assignment(
+        self,
+        name: str,
+        partitions: int,
+        overrides: Mapping[str, object],
+        hosted: Collection[int],
+    ) -> bool:
+        """Bring a cluster topic in line with its ZooKeeper assignment: its config overrides
+        become ``overrides`` (already checked by the broker that wrote them; a name this
+        broker does not keep is InvalidConfig), and a count above the topic's grows it,
+        with a log for each new partition in ``hosted``. Partitions never go away here
+        and hosting of existing ones never changes (no reassignment). Whether anything
+        changed.
+
+        The new logs are made first, then the topic file names them (the commit point, as
+        :meth:`add_partitions`: a crash before it leaves directories the next start
+        removes as orphans, and the watch brings them back), then they are served; a
+        config change is written to the topic file before the logs take it (a log reads
+        its ``config`` per operation: an append in flight uses the old or the new one,
+        whole). Blocking (fsyncs): call from a worker thread."""
+        config, normalized = check_new_topic(name, 1, overrides, self.default_config)
+        with self._lock:
+            self._check_started()
+            topic = self._topic(name)
+            if not topic.clustered:
+                raise InvalidRequest(f"topic {name!r} is a lone broker's, not the cluster's")
+            have = len(topic.logs)
+            grow = [p for p in range(have, partitions) if p in set(hosted)]
+            if normalized == topic.overrides and partitions <= have:
+                return False
+            if grow:
+                self.partition_budget.check_create(name, len(grow), self._hosted_count())
+            shadow = replace(topic, logs=[], config=config)
+            meta_path = self.data_dir / TOPICS_DIR / f"{name}.json"
+            try:
+                for p in range(have, partitions):
+                    if p not in grow:
+                        shadow.logs.append(None)
+                        continue
+                    directory = self.data_dir / f"{name}-{p}"
+                    if directory.exists():  # leftover of an interrupted growth
+                        shutil.rmtree(directory)
+                    self._open_log(shadow, p, clean_shutdown=True)
+                meta = json.loads(meta_path.read_text())
+                meta["configs"] = normalized
+                meta["partitions"] = max(have, partitions)
+                meta["hosted"] = sorted(
+                    {p for p, log in enumerate(topic.logs) if log is not None} | set(grow)
+                )
+                write_atomically(meta_path, json.dumps(meta, indent=2).encode() + b"\n")
+                fsync_dir(self.data_dir)
+            except BaseException:
+                _close_all(list(shadow.logs))
+                for p in grow:
+                    shutil.rmtree(self.data_dir / f"{name}-{p}", ignore_errors=True)
+                raise
+            topic.overrides, topic.config = normalized, config
+            for log in topic.logs:
+                if log is not None:
+                    log.config = config
+            topic.logs.extend(shadow.logs)
+            return True
 
     def topic_id(self, topic: str) -> str:
         return self._topic(topic).topic_id

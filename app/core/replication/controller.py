@@ -9,7 +9,8 @@ the set of live brokers or topics changes (ZooKeeper watches), and on a
 timer, it reads every partition's state and fixes what is wrong:
 
 - a partition without a state znode gets its first one (leader: the first
-  live replica, ISR: the live replicas, epoch 0);
+  live replica, ISR: the live replicas, epoch 0): a new topic's, and the new
+  partitions of a grown one (the active controller watches every topic's znode);
 - a partition whose leader is dead gets a new leader from the live ISR
   members, in replica order, with the leader epoch bumped; with none alive
   it stays leaderless (``unclean.leader.election.enable`` false) until an
@@ -64,6 +65,10 @@ class Controller:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._watching = False
+        # Topics whose znode this controller watches (kazoo's thread discards): a topic's
+        # new partitions need first states as soon as their assignment is written.
+        self._topic_watches: set[str] = set()
+        self._seen_topics: list[str] = []  # the topics the last reconcile read
         self._next_preferred = 0.0
 
     def start(self) -> None:
@@ -127,16 +132,20 @@ class Controller:
             self.store.watch_topics(lambda _: self.kick())
         preferred = time.monotonic() >= self._next_preferred
         self.reconcile(preferred=preferred)
+        for topic in self._seen_topics:
+            self._watch_topic(topic)
         if preferred:
             self._next_preferred = time.monotonic() + self.imbalance_interval_s
 
     def reconcile(self, *, preferred: bool = False) -> int:
         """One pass over every partition; returns the number of states written."""
         found: list[tuple[str, int, tuple[int, ...], bool, tuple[PartitionState, int] | None]] = []
+        self._seen_topics = []
         for topic in self.store.topics():
             assignment = self.store.get_topic(topic)
             if assignment is None:
                 continue
+            self._seen_topics.append(topic)
             # The topic's own unclean.leader.election.enable wins over the broker's.
             unclean = bool(assignment.configs.get("unclean.leader.election.enable", self.unclean))
             for p, replicas in enumerate(assignment.replicas):
@@ -151,6 +160,22 @@ class Controller:
             if self._fix(topic, p, replicas, live, preferred, unclean, current):
                 written += 1
         return written
+
+    def _watch_topic(self, topic: str) -> None:
+        """Reconcile again when the topic's assignment changes (partitions added by
+        CreatePartitions on any broker): the topics' children watch does not see it."""
+        if topic in self._topic_watches:
+            return
+        self._topic_watches.add(topic)
+
+        def on_data(assignment: object) -> bool:
+            if assignment is None:  # deleted: a topic created again gets a new watch
+                self._topic_watches.discard(topic)
+                return False
+            self.kick()
+            return True
+
+        self.store.watch_topic(topic, on_data)
 
     def _fix(
         self,

@@ -25,9 +25,10 @@ leader or epoch changes, and started again for the new one):
    (``GET .../records``, ``Accept: application/octet-stream``, and this broker's
    inter-broker credential, :mod:`.auth`), read the answer as every fetcher does
    (:func:`app.common.fetch_answer.interpret`), append the
-   batches verbatim, take the leader's high watermark. The fetch offset tells
-   the leader how far this replica is; that drives the leader's ISR and high
-   watermark. The leader long-polls (``replica.fetch.wait.max.ms``), so an idle
+   batches verbatim, take the leader's high watermark and follow its log start
+   offset (DeleteRecords: :meth:`ReplicaFetcher._follow_start`). The fetch offset
+   tells the leader how far this replica is; that drives the leader's ISR and high
+   watermark; the fetch's ``log_start_offset`` its low watermark. The leader long-polls (``replica.fetch.wait.max.ms``), so an idle
    partition costs two requests a second and a new batch is pulled at once.
 
 Each task keeps one keep-alive connection to its leader and reads an answer
@@ -104,6 +105,12 @@ class FetcherOwner(Protocol):
     def broker_url(self, broker: int) -> str | None: ...
 
     def truncated(self, log: Log) -> None: ...
+
+    def checkpoint_starts(self) -> None:
+        """Write every log's start offset down (blocking: a worker thread)."""
+        ...
+
+    def start_moved(self, log: Log) -> None: ...
 
 
 class ReplicaFetcher:
@@ -284,6 +291,8 @@ class ReplicaFetcher:
                 "max_wait_ms": self.wait_ms,
                 "min_bytes": 1,
                 "max_bytes": self.max_bytes,
+                # Kafka's FetchRequest log_start_offset: the leader's low watermark.
+                "log_start_offset": log.log_start_offset,
             }
         )
         response = await conn.fetch(f"{base}/records?{query}", OCTET_STREAM)
@@ -327,3 +336,27 @@ class ReplicaFetcher:
         if self._current(part, leader, epoch):
             hw = outcome.high_watermark or 0
             log.high_watermark = min(hw, log.log_end_offset)
+            leader_start = outcome.log_start_offset
+            if leader_start is not None and leader_start > log.log_start_offset:
+                await self._follow_start(part, leader_start, leader, epoch)
+
+    async def _follow_start(self, part: Partition, start: int, leader: int, epoch: int) -> None:
+        """Move this replica's log start offset up to the leader's (DeleteRecords there, or
+        its retention), as Kafka's follower does (``maybeIncrementLogStartOffset``), but
+        never past this replica's own high watermark: records above it may not be the
+        leader's yet, and the leader's start is at or below its high watermark anyway.
+        Written down (the start offset checkpoint) before the next fetch tells the leader,
+        so the low watermark a DeleteRecords answers survives a crash of this broker."""
+        log = part.log
+
+        def move() -> bool:
+            with part.following(leader, epoch) as current:
+                target = min(start, log.high_watermark)
+                if not current or target <= log.log_start_offset:
+                    return False
+                log.delete_records(target)
+            self.replicas.checkpoint_starts()
+            return True
+
+        if await asyncio.to_thread(move):
+            self.replicas.start_moved(log)

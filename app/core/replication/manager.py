@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import threading
 import time
@@ -34,18 +35,21 @@ from typing import TYPE_CHECKING, Any
 from app.common.aio import wait_event
 from app.common.errors import (
     BrokerNotAvailable,
-    InvalidRequest,
+    InvalidPartitions,
     InvalidTopic,
     KafkaStorageError,
     LeaderNotAvailable,
+    LogbusError,
     NotLeaderOrFollower,
     OffsetNotAvailable,
     PartitionLimitExceeded,
+    RequestTimedOut,
     TopicAlreadyExists,
     UnknownTopicOrPartition,
+    ZooKeeperUnavailable,
 )
 from app.core import listeners
-from app.core.log.manager import check_new_topic, collision_key
+from app.core.log.manager import MAX_PARTITIONS, check_new_topic, collision_key
 from app.core.replication.auth import ReplicaAuth
 from app.core.replication.config import ReplicaConfig
 from app.core.replication.controller import Controller
@@ -121,6 +125,8 @@ class ReplicaManager:
         self._listeners: list[LeadershipListener] = []
         self._topic_listeners: list[TopicListener] = []
         self._topic_tasks: set[asyncio.Task[None]] = set()
+        # Applying a topic's assignment awaits worker threads: one at a time.
+        self._assign_lock = asyncio.Lock()
         self._isr_task: asyncio.Task[None] | None = None
         self._lost_session = False
         self._stopping = False
@@ -139,6 +145,7 @@ class ReplicaManager:
             )
         self._loop = asyncio.get_running_loop()
         self._changed = asyncio.Event()
+        self._assign_lock = asyncio.Lock()
         self.topics_synced = asyncio.Event()
         self.fetcher = ReplicaFetcher(self)
         await asyncio.to_thread(self.store.start)
@@ -273,23 +280,95 @@ class ReplicaManager:
                 topic_id=assignment.topic_id,
                 hosted=hosted,
             )
-        self.assignments[name] = assignment
-        for p in hosted:
-            log = self.logs.get_log(name, p)
-            part = Partition(
-                log,
-                assignment.replicas[p],
-                self.broker_id,
-                write_state=self._writer(name, p),
-                notify=self._notify,
-                lag_time_max_ms=self.settings.replica_lag_time_max_ms,
-                registered=lambda r: r in self.brokers,
-                locate=self.broker_url,
-            )
-            part.on_follow = self._follow
-            self.partitions[(name, p)] = part
-        for p in range(assignment.partitions):
-            self.store.watch_state(name, p, self._state_watch(name, p))
+        # Partitions added and configs changed while this broker was away come in here.
+        await self._apply_assignment(name, assignment)
+        self.store.watch_topic(name, self._topic_watch(name, assignment.topic_id))
+
+    def _topic_watch(self, name: str, topic_id: str) -> Callable[[TopicAssignment | None], bool]:
+        """The topic znode's watch: a changed assignment (partitions added, configs
+        changed: :meth:`create_partitions`, :meth:`alter_topic_config`) is applied on the
+        loop. Stops with the topic (or when a new topic of that name replaced it: that
+        one has a watch of its own)."""
+
+        def on_data(assignment: TopicAssignment | None) -> bool:
+            with self._watched_lock:
+                if name not in self._watched:
+                    return False
+            if assignment is None or assignment.topic_id != topic_id:
+                return False
+            self._soon(self._spawn, self._apply_assignment(name, assignment))
+            return True
+
+        return on_data
+
+    async def _apply_assignment(self, name: str, assignment: TopicAssignment) -> None:
+        """Make this broker's replicas of ``name`` what ``assignment`` says: its configs
+        (every log of the topic here takes them, and DescribeConfigs answers them), and
+        any partitions beyond the ones known, with a :class:`Partition` for each hosted
+        here and a state watch for each (the controller elects their leaders). One at a
+        time (watches and the first read may race); an assignment of another topic id
+        or with fewer partitions than known is an old one and changes nothing."""
+        async with self._assign_lock:
+            with self._watched_lock:
+                if name not in self._watched:
+                    return
+            known = self.assignments.get(name)
+            if known is not None and (
+                known.topic_id != assignment.topic_id or assignment.partitions < known.partitions
+            ):
+                return
+            hosted = [p for p, r in enumerate(assignment.replicas) if self.broker_id in r]
+            try:
+                changed = await asyncio.to_thread(
+                    self.logs.apply_cluster_assignment,
+                    name,
+                    assignment.partitions,
+                    assignment.configs,
+                    hosted,
+                )
+            except LogbusError as exc:
+                # A config this broker's version does not keep, no descriptors left for
+                # the new replicas: this broker goes on with what it had (its new replicas
+                # stay offline; the rest of the cluster serves them) and says why.
+                _log.error(
+                    "topic %r: this broker cannot apply its assignment from ZooKeeper "
+                    "(%d partitions, configs %s): %s",
+                    name,
+                    assignment.partitions,
+                    assignment.configs,
+                    exc,
+                )
+                return
+            with self._watched_lock:
+                if name not in self._watched:
+                    return  # deleted while its logs changed: _drop_topic has them
+            if changed:
+                _log.info(
+                    "topic %s: %d partitions, config overrides %s (from ZooKeeper)",
+                    name,
+                    assignment.partitions,
+                    assignment.configs,
+                )
+            self.assignments[name] = assignment
+            for p in hosted:
+                if (name, p) in self.partitions:
+                    continue
+                part = Partition(
+                    self.logs.get_log(name, p),
+                    assignment.replicas[p],
+                    self.broker_id,
+                    write_state=self._writer(name, p),
+                    notify=self._notify,
+                    lag_time_max_ms=self.settings.replica_lag_time_max_ms,
+                    registered=lambda r: r in self.brokers,
+                    locate=self.broker_url,
+                )
+                part.on_follow = self._follow
+                self.partitions[(name, p)] = part
+            first_new = 0 if known is None else known.partitions
+            for p in range(first_new, assignment.partitions):
+                self.store.watch_state(name, p, self._state_watch(name, p))
+        self._changed_now()
 
     def _state_watch(self, name: str, p: int) -> Callable[[PartitionState | None, int], bool]:
         def on_state(state: PartitionState | None, version: int) -> bool:
@@ -364,6 +443,7 @@ class ReplicaManager:
             await asyncio.sleep(interval)
             for part in list(self.partitions.values()):
                 part.maybe_shrink_isr()
+                part.check_low_watermark()
 
     async def create_topic(self, topic: NewTopic, *, wait_s: float = 30.0) -> None:
         """Write the topic's assignment to ZooKeeper and wait until every partition has a
@@ -393,31 +473,141 @@ class ReplicaManager:
         self.controller.kick()
         await self.wait_for_leaders(name, wait_s)
 
-    async def alter_topic_config(
-        self, name: str, overrides: Mapping[str, object], *, validate_only: bool = False
-    ) -> None:
-        """Not yet in a cluster: the topic's configs are its ZooKeeper assignment's, read
-        when each broker creates its replicas, and nothing propagates a change to them."""
-        self.partition_count(name)  # UnknownTopicOrPartition first, as a lone broker
-        raise InvalidRequest(
-            f"changing topic {name!r}'s configs is not supported in a cluster yet "
-            "(they are fixed at creation)"
-        )
+    async def _change_assignment(
+        self, name: str, change: Callable[[TopicAssignment], TopicAssignment | None]
+    ) -> TopicAssignment | None:
+        """Compare-and-set ``change(current)`` as the topic's assignment in ZooKeeper,
+        reading again when another broker wrote first; ``change`` returning None writes
+        nothing (validate_only). The assignment written (None: nothing). Every broker,
+        this one included, applies it from its watch (:meth:`_apply_assignment`)."""
+        for _ in range(50):
+            found = await asyncio.to_thread(self.store.get_topic_versioned, name)
+            known = self.assignments.get(name)
+            if found is None or known is None or found[0].topic_id != known.topic_id:
+                raise UnknownTopicOrPartition(name)
+            current, version = found
+            new = change(current)
+            if new is None:
+                return None
+            if await asyncio.to_thread(self.store.set_topic, name, new, version):
+                return new
+        raise ZooKeeperUnavailable(f"changing topic {name!r}: too many concurrent writers")
 
-    async def delete_records(self, topic: str, partition: int, offset: int) -> int:
-        """Not yet in a cluster: followers do not follow the leader's log start offset,
-        so the records would come back after a failover."""
-        self.leader_partition(topic, partition)  # NotLeaderOrFollower, unknown: as alone
-        raise InvalidRequest(
-            f"deleting records of {topic}-{partition} is not supported in a cluster yet"
-        )
+    async def _wait_applied(
+        self, name: str, applied: Callable[[TopicAssignment], bool], wait_s: float
+    ) -> None:
+        """Until this broker's view of ``name`` satisfies ``applied`` (its own watch has
+        delivered the write), so the next request here sees the change."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            known = self.assignments.get(name)
+            if known is None:
+                raise UnknownTopicOrPartition(name)
+            if applied(known):
+                return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise RequestTimedOut(
+                    f"topic {name!r} was changed in ZooKeeper but this broker has not "
+                    f"applied it within {wait_s:.0f} s; it will"
+                )
+            await self.wait_changed(min(remaining, 0.5))
+
+    async def alter_topic_config(
+        self,
+        name: str,
+        overrides: Mapping[str, object],
+        *,
+        validate_only: bool = False,
+        wait_s: float = 30.0,
+    ) -> None:
+        """Replace the topic's config overrides (those not named return to the broker's
+        default): checked as a create checks them (InvalidConfig), written to the topic's
+        ZooKeeper assignment (``configs``, by compare-and-set), and applied by every broker
+        from its watch of that znode, so each broker's replicas (and DescribeConfigs,
+        ``GET /topics/{t}``) take them: retention and cleanup run with them, a leader
+        checks ``min.insync.replicas`` with them, the controller reads
+        ``unclean.leader.election.enable`` there. Returns once this broker applied them;
+        the others follow within a watch's delay."""
+        self.partition_count(name)  # UnknownTopicOrPartition first, as a lone broker
+        _, normalized = check_new_topic(name, 1, overrides, self.logs.default_config)
+
+        def change(current: TopicAssignment) -> TopicAssignment | None:
+            return None if validate_only else dataclasses.replace(current, configs=normalized)
+
+        written = await self._change_assignment(name, change)
+        if written is not None:
+            await self._wait_applied(name, lambda a: a.configs == written.configs, wait_s)
+
+    async def delete_records(
+        self, topic: str, partition: int, offset: int, *, timeout_ms: int = 30_000
+    ) -> int:
+        """Kafka's DeleteRecords in a cluster: the leader moves its log start offset up to
+        ``offset`` (-1: its high watermark) and writes it down (the start offset
+        checkpoint), its fetch answers carry it (``Logbus-Log-Start-Offset``) and each
+        follower moves its own start there (never past its own high watermark), writes it
+        down and says so in its next fetch. Answers the low watermark (the smallest start
+        over the leader and the replicas on live brokers, Kafka's) once it reaches the new
+        start: every live replica has then dropped the records durably, so no failover
+        brings them back. Raises NotLeaderOrFollower, UnknownTopicOrPartition,
+        OffsetOutOfRange (above the high watermark), RequestTimedOut after
+        ``timeout_ms`` (the leader's start moved; the followers still follow it)."""
+        part = self.leader_partition(topic, partition)
+        epoch = part.leader_epoch
+        start = await asyncio.to_thread(part.delete_records, epoch, offset)
+        await asyncio.to_thread(self.logs.checkpoint)
+        return await part.wait_low_watermark(start, timeout_ms, epoch)
+
+    def checkpoint_starts(self) -> None:
+        """Write every log's start offset down (a follower's fetcher, after following a
+        leader's start; blocking)."""
+        self.logs.checkpoint()
+
+    def start_moved(self, log: Log) -> None:
+        """A follower moved its log start offset (after the leader's): readers holding
+        positions below it must hear of it. The caller has written it down."""
+        self._notify(log)
 
     async def create_partitions(
-        self, name: str, count: int, *, validate_only: bool = False
+        self, name: str, count: int, *, validate_only: bool = False, wait_s: float = 30.0
     ) -> None:
-        """Not yet in a cluster: the controller places a topic's replicas at creation only."""
-        self.partition_count(name)  # UnknownTopicOrPartition first, as a lone broker
-        raise InvalidRequest(f"growing topic {name!r} is not supported in a cluster yet")
+        """Grow a topic to ``count`` partitions: the new partitions' replicas are placed
+        over the live brokers (Kafka's rack-unaware assignment, the topic's replication
+        factor, leaders continuing round the brokers after the existing partitions), the
+        assignment is extended in ZooKeeper by compare-and-set (existing partitions never
+        move), every broker creates its new replicas from its watch, and the controller
+        elects their leaders. Returns once every partition has a leader. Raises
+        UnknownTopicOrPartition, InvalidPartitions (the count does not grow, or above the
+        limit), InvalidReplicationFactor (fewer live brokers than the replication factor),
+        PartitionLimitExceeded (this broker's share does not fit)."""
+        known = self.assignments.get(name)
+        if known is None:
+            raise UnknownTopicOrPartition(name)
+
+        def change(current: TopicAssignment) -> TopicAssignment | None:
+            have = current.partitions
+            if isinstance(count, bool) or not have < count <= MAX_PARTITIONS:
+                raise InvalidPartitions(
+                    f"topic {name!r} has {have} partitions: a new count must be above it "
+                    f"and at most {MAX_PARTITIONS}, not {count!r}"
+                )
+            self.logs.partition_budget.check_per_topic(name, count)
+            brokers = sorted(self.brokers)
+            first = current.replicas[0][0]
+            start = (brokers.index(first) if first in brokers else 0) + have
+            added = assign_replicas(count - have, len(current.replicas[0]), brokers, start=start)
+            here = sum(1 for r in added if self.broker_id in r)
+            self.logs.check_can_host(name, here)
+            if validate_only:
+                return None
+            return dataclasses.replace(current, replicas=current.replicas + tuple(added))
+
+        written = await self._change_assignment(name, change)
+        if written is None:
+            return
+        self.controller.kick()
+        await self._wait_applied(name, lambda a: a.partitions >= count, wait_s)
+        await self.wait_for_leaders(name, wait_s)
 
     async def wait_for_leaders(self, name: str, wait_s: float) -> None:
         """Until this broker has seen a leader for every partition of ``name``."""

@@ -72,6 +72,9 @@ class FollowerProgress:
     last_caught_up_ms: int = 0
     last_fetch_leader_leo: int = -1
     last_fetch_ms: int = 0
+    # The follower's log start offset as its last fetch said (-1: not said yet); the low
+    # watermark DeleteRecords waits for is the smallest over live replicas.
+    log_start_offset: int = -1
 
 
 # Writes a new state with compare-and-set: the new znode version, or None if it lost.
@@ -115,6 +118,8 @@ class Partition:
         # Shared by appends, exclusive for leadership changes (see the module docstring).
         self._lock = ReadWriteLock()
         self._acks: list[tuple[int, asyncio.Future[None]]] = []
+        # DeleteRecords waiting for the low watermark to reach an offset.
+        self._low_waiters: list[tuple[int, asyncio.Future[int]]] = []
         self._isr_write: asyncio.Task[None] | None = None
         # The ISR the write in flight proposes (None: no write out). ZooKeeper may hold
         # it already, so the high watermark counts its members too (see maximal_isr).
@@ -192,6 +197,7 @@ class Partition:
         # A follower's high watermark comes from its leader's fetch answers.
         self.log.hw_follows_leo = False
         self._fail_acks(self._moved_after_append())
+        self._fail_low_waiters()
         if was_leader:
             self._notify(self.log)
 
@@ -200,6 +206,7 @@ class Partition:
         with self._lock.exclusive():
             self.role = OFFLINE
         self._fail_acks(NotLeaderOrFollower(self.topic, self.partition))
+        self._fail_low_waiters()
         if self._isr_write is not None:
             self._isr_write.cancel()
 
@@ -291,10 +298,17 @@ class Partition:
             raise FencedLeaderEpoch(self.topic, self.partition, epoch, self.leader_epoch)
         raise UnknownLeaderEpoch(self.topic, self.partition, epoch, self.leader_epoch)
 
-    def on_follower_fetch(self, replica_id: int, fetch_offset: int) -> None:
+    def on_follower_fetch(
+        self, replica_id: int, fetch_offset: int, log_start_offset: int = -1
+    ) -> None:
         progress = self.followers.get(replica_id)
         if progress is None:
             return  # not a replica of this partition: it may read, but is not tracked
+        if log_start_offset > progress.log_start_offset:
+            # The follower's own start (Kafka's FetchRequest log_start_offset): it moves
+            # only up here, as a follower's start only moves up once written down there.
+            progress.log_start_offset = log_start_offset
+            self.check_low_watermark()
         leo = self.log.log_end_offset
         if fetch_offset > leo:
             # Past this leader's log end (a diverged follower that has not truncated yet):
@@ -430,6 +444,69 @@ class Partition:
             log.high_watermark = hw
             self._notify(log)
         self._check_acks()
+
+    # -- DeleteRecords ---------------------------------------------------------------
+
+    def delete_records(self, epoch: int, offset: int) -> int:
+        """Move the log start offset up to ``offset`` (-1: the high watermark) as leader in
+        ``epoch`` (NotLeaderOrFollower, nothing changed, once it is not): the new log
+        start offset (:meth:`Log.delete_records`). Holds the leader/ISR lock shared, as an
+        append does. Blocking (segment files are renamed): call from a worker thread."""
+        with self._lock.shared():
+            self.check_leads(epoch)
+            return self.log.delete_records(offset)
+
+    def low_watermark(self) -> int:
+        """Kafka's low watermark (``Partition.lowWatermarkIfLeader``): the smallest log
+        start offset over this leader and every replica on a live broker, in the ISR or
+        not (a live follower that has not said its start yet holds it at -1). Offsets
+        below it are gone from every live replica; followers move their start up to the
+        leader's from its fetch answers, after writing it down (see the fetcher)."""
+        low = self.log.log_start_offset
+        for r, progress in self.followers.items():
+            if self._registered(r):
+                low = min(low, progress.log_start_offset)
+        return low
+
+    async def wait_low_watermark(self, target: int, timeout_ms: int, epoch: int) -> int:
+        """Until :meth:`low_watermark` reaches ``target`` (a DeleteRecords' new start): the
+        low watermark then. NotLeaderOrFollower once this broker no longer leads in
+        ``epoch``; RequestTimedOut after ``timeout_ms`` (the start moved here, and the
+        followers still follow it)."""
+        if not self.is_leader or self.leader_epoch != epoch:
+            raise NotLeaderOrFollower(self.topic, self.partition)
+        low = self.low_watermark()
+        if low >= target:
+            return low
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._low_waiters.append((target, future))
+        try:
+            async with asyncio.timeout(timeout_ms / 1000):
+                return await asyncio.shield(future)
+        except TimeoutError:
+            raise RequestTimedOut(
+                f"the replicas of {self.topic}-{self.partition} did not all move their log "
+                f"start offset to {target} within {timeout_ms} ms (low watermark "
+                f"{self.low_watermark()}); the leader's moved, the followers follow it"
+            ) from None
+        finally:
+            self._low_waiters = [(o, f) for o, f in self._low_waiters if f is not future]
+
+    def check_low_watermark(self) -> None:
+        """Answer the DeleteRecords waiters the low watermark has reached (after a
+        follower's fetch, and on the ISR timer: a broker that died no longer counts)."""
+        if not self._low_waiters or not self.is_leader:
+            return
+        low = self.low_watermark()
+        for target, future in self._low_waiters:
+            if target <= low and not future.done():
+                future.set_result(low)
+
+    def _fail_low_waiters(self) -> None:
+        for _, future in self._low_waiters:
+            if not future.done():
+                future.set_exception(NotLeaderOrFollower(self.topic, self.partition))
+        self._low_waiters = []
 
     # -- acks=all --------------------------------------------------------------------
 

@@ -8,7 +8,9 @@ Layout (under the connect string's optional chroot; docs/ARCHITECTURE.md)::
                                                   {"id", "url", "kafka_listener"?}
     /controller                                   EPHEMERAL {"broker_id", "epoch"}
     /controller_epoch                             int, +1 (CAS) per new controller
-    /brokers/topics/<topic>                       TopicAssignment
+    /brokers/topics/<topic>                       TopicAssignment: written at creation,
+                                                  then by CAS when partitions are added
+                                                  or configs change (every broker watches it)
     /brokers/topics/<topic>/partitions/<p>/state  PartitionState, written only by CAS
 
 Methods are blocking kazoo calls: the asyncio side runs them in a worker
@@ -318,6 +320,27 @@ class ZkStore:
         except NoNodeError:
             return None
         return None if not data or data == DELETED_TOPIC else TopicAssignment.from_json(data)
+
+    def get_topic_versioned(self, name: str) -> tuple[TopicAssignment, int] | None:
+        """The topic's assignment and its znode version (for :meth:`set_topic`); None when
+        the topic does not exist or is being deleted."""
+        try:
+            data, stat = self.client.get(topic_path(name))
+        except NoNodeError:
+            return None
+        if not data or data == DELETED_TOPIC:
+            return None
+        return TopicAssignment.from_json(data), int(stat.version)
+
+    @_needs_zookeeper("changing a topic")
+    def set_topic(self, name: str, assignment: TopicAssignment, version: int) -> bool:
+        """Compare-and-set the topic's assignment (new partitions, changed configs): False
+        when someone else wrote since ``version`` was read, or the topic is gone."""
+        try:
+            self.client.set(topic_path(name), assignment.to_json(), version=version)
+        except (BadVersionError, NoNodeError):
+            return False
+        return True
 
     def watch_topic(self, name: str, cb: Callable[[TopicAssignment | None], bool]) -> None:
         """``cb(assignment or None)`` now and on changes; return False from cb to stop."""

@@ -20,6 +20,9 @@ INVALID_REQUEST, as Kafka answers them; so are bindings the model refuses (ANY o
 in a binding, an operation that does not apply to the resource type, a principal that
 is not ``TYPE:NAME``, the cluster not named ``kafka-cluster``). CreateAcls answers per
 creation and stores the valid ones (Kafka's rule; HTTP's ``POST /acls`` is all or none).
+A request with more creations (DeleteAcls: filters) than the setting
+``kafka_acl_max_changes_per_request`` (1000) is answered INVALID_REQUEST for each, with
+the limit in the message, and changes nothing.
 
 Concurrency: event loop; the store's blocking calls run in a worker thread.
 """
@@ -194,6 +197,19 @@ async def describe_acls(ctx: Context, body: Any, version: int) -> Any:
     return answer(ErrorCode.none, None, acls[1].snapshot.select(filt))
 
 
+def _too_many(ctx: Context, count: int, what: str) -> str | None:
+    """Why a request with ``count`` creations (or filters) is refused whole, or None: at
+    most ``kafka_acl_max_changes_per_request`` (each request is checked and written as one
+    change of the store, held in memory and, in a cluster, one ZooKeeper write)."""
+    cap = ctx.state.settings.kafka_acl_max_changes_per_request
+    if count <= cap:
+        return None
+    return (
+        f"{count} ACL {what} in one request, more than kafka_acl_max_changes_per_request "
+        f"({cap}); nothing was changed: send them in smaller requests"
+    )
+
+
 async def create_acls(ctx: Context, body: Any, version: int) -> Any:
     """Each creation answered on its own; the valid ones stored in one change."""
     m = response_module(CREATE_ACLS, version)
@@ -214,6 +230,9 @@ async def create_acls(ctx: Context, body: Any, version: int) -> Any:
     refused = _refusal(ctx, authorize.ALTER)
     if refused is not None:
         return every(error_code(refused), refused.message)
+    too_many = _too_many(ctx, len(body.creations), "creations")
+    if too_many is not None:
+        return every(ErrorCode.invalid_request, too_many)
     store, authorizer = acls
     results: list[Any] = []
     valid: list[AclBinding] = []
@@ -282,6 +301,9 @@ async def delete_acls(ctx: Context, body: Any, version: int) -> Any:
     refused = _refusal(ctx, authorize.ALTER)
     if refused is not None:
         return response([filter_result(error_code(refused), refused.message)] * len(body.filters))
+    too_many = _too_many(ctx, len(body.filters), "filters")
+    if too_many is not None:
+        return response([filter_result(ErrorCode.invalid_request, too_many)] * len(body.filters))
     store, authorizer = acls
     # Per request filter: its model filter, or the answer it gets without one.
     parsed: list[AclFilter | Any] = []

@@ -12,13 +12,13 @@ keeps: ``GET /topics/{t}``'s ``configs``), overrides reported as DYNAMIC_TOPIC_C
 the rest as DEFAULT_CONFIG; the broker resource lists a few of the broker's settings
 under Kafka's names, read-only (they are start-time settings; nothing alters them at
 run time). AlterConfigs and IncrementalAlterConfigs change a topic's overrides through
-:meth:`Topology.alter_topic_config`: on a lone broker; a cluster answers INVALID_REQUEST
-per resource (a topic's configs there are its ZooKeeper assignment's, fixed at creation
-for now). DeleteRecords moves a partition's log start offset through
-:meth:`Topology.delete_records` (a lone broker; INVALID_REQUEST per partition in a
-cluster, whose followers do not follow a log start offset yet). CreatePartitions grows a
-topic through :meth:`Topology.create_partitions` (a lone broker; INVALID_REQUEST in a
-cluster, whose controller places replicas at creation only, for now).
+:meth:`Topology.alter_topic_config` (in a cluster: written to the topic's ZooKeeper
+assignment and applied by every broker). DeleteRecords moves a partition's log start
+offset through :meth:`Topology.delete_records` (in a cluster the followers follow it, and
+the answer's low watermark is Kafka's: the smallest start over the live replicas, once it
+reached the new start, within the request's ``timeout_ms``). CreatePartitions grows a
+topic through :meth:`Topology.create_partitions` (in a cluster the new replicas are
+placed over the live brokers and the answer waits for their leaders).
 
 DescribeLogDirs: the broker's one data directory and, per partition it holds (leader or
 follower), the bytes of its segments; ``offset_lag`` 0 (no future replicas, KIP-113's
@@ -43,7 +43,7 @@ from app.common.errors import (
 )
 from app.kafka import authorize
 from app.kafka.apis.base import NO_THROTTLE, ZERO_UUID, Context, response_module
-from app.kafka.encode import build, error_code
+from app.kafka.encode import answered, build, error_code
 from app.kafka.versions import (
     ALTER_CONFIGS,
     CREATE_PARTITIONS,
@@ -86,7 +86,7 @@ async def create_topics(ctx: Context, body: Any, version: int) -> Any:
 
     async def one(t: Any) -> Any:
         described: dict[str, Any] = {}
-        try:
+        with answered() as outcome:
             if not authorize.permitted(ctx, authorize.CREATE, None):
                 authorize.check(ctx, authorize.CREATE, authorize.TOPIC, t.name)
             if names.count(t.name) > 1:
@@ -114,15 +114,12 @@ async def create_topics(ctx: Context, body: Any, version: int) -> Any:
                 described = {"num_partitions": topic.partitions}
             else:
                 described = _created(ctx, m, t.name)
-            code, message = ErrorCode.none, None
-        except LogbusError as exc:
-            code, message = error_code(exc), exc.message
         return build(
             m.CreatableTopicResult,
             name=t.name,
             topic_id=ZERO_UUID,
-            error_code=code,
-            error_message=message,
+            error_code=outcome.code,
+            error_message=outcome.message,
             topic_config_error_code=ErrorCode.none,
             num_partitions=described.get("num_partitions", -1),
             replication_factor=described.get("replication_factor", -1),
@@ -161,13 +158,12 @@ async def create_partitions(ctx: Context, body: Any, version: int) -> Any:
     """Each topic grown to its new count (or, ``validate_only``, checked) through
     :func:`app.api.topic_service.create_partitions`: INVALID_PARTITIONS unless the count
     grows, manual assignments INVALID_REQUEST (the broker places replicas), a topic named
-    twice INVALID_REQUEST; a lone broker only (a cluster answers INVALID_REQUEST: its
-    controller places replicas at creation only, for now)."""
+    twice INVALID_REQUEST."""
     m = response_module(CREATE_PARTITIONS, version)
     names = [t.name for t in body.topics]
     results = []
     for t in body.topics:
-        try:
+        with answered() as outcome:
             authorize.check(ctx, authorize.ALTER, authorize.TOPIC, t.name)
             if names.count(t.name) > 1:
                 raise InvalidRequest(f"topic {t.name!r} is named more than once in the request")
@@ -178,12 +174,12 @@ async def create_partitions(ctx: Context, body: Any, version: int) -> Any:
             await topic_service.create_partitions(
                 ctx.state, t.name, int(t.count), validate_only=bool(body.validate_only)
             )
-            code, message = ErrorCode.none, None
-        except LogbusError as exc:
-            code, message = error_code(exc), exc.message
         results.append(
             build(
-                m.CreatePartitionsTopicResult, name=t.name, error_code=code, error_message=message
+                m.CreatePartitionsTopicResult,
+                name=t.name,
+                error_code=outcome.code,
+                error_message=outcome.message,
             )
         )
     return build(m.CreatePartitionsResponse, throttle_time=NO_THROTTLE, results=tuple(results))
@@ -204,7 +200,7 @@ async def delete_topics(ctx: Context, body: Any, version: int) -> Any:
     results = []
     for name, topic_id in wanted:
         by_id = name is None
-        try:
+        with answered() as outcome:
             if by_id:
                 name = topology.topic_named_by(topic_id if topic_id is not None else ZERO_UUID)
             assert name is not None
@@ -212,18 +208,15 @@ async def delete_topics(ctx: Context, body: Any, version: int) -> Any:
             with contextlib.suppress(LogbusError):  # deleted below: unknown is its error
                 topic_id = topology.topic_id(name)
             await topic_service.delete_topic(ctx.state, name)
-            code, message = ErrorCode.none, None
-        except LogbusError as exc:
-            code, message = error_code(exc), exc.message
-            if by_id:
-                name = None
+        if by_id and outcome.code != ErrorCode.none:
+            name = None
         results.append(
             build(
                 m.DeletableTopicResult,
                 name=name,
                 topic_id=topic_id if topic_id is not None else ZERO_UUID,
-                error_code=code,
-                error_message=message,
+                error_code=outcome.code,
+                error_message=outcome.message,
             )
         )
     return build(m.DeleteTopicsResponse, throttle_time=NO_THROTTLE, responses=tuple(results))
@@ -369,7 +362,7 @@ async def _alter(ctx: Context, m: Any, body: Any, response_cls: Any, overrides_o
     answers = []
     for r in body.resources:
         rtype, rname = int(r.resource_type), r.resource_name
-        try:
+        with answered() as outcome:
             _check_config_access(ctx, authorize.ALTER_CONFIGS, rtype, rname)
             if rtype == BROKER_RESOURCE:
                 raise InvalidRequest(
@@ -380,14 +373,11 @@ async def _alter(ctx: Context, m: Any, body: Any, response_cls: Any, overrides_o
             await ctx.state.topology.alter_topic_config(
                 rname, overrides_of(r), validate_only=validate_only
             )
-            code, message = ErrorCode.none, None
-        except LogbusError as exc:
-            code, message = error_code(exc), exc.message
         answers.append(
             build(
                 m.AlterConfigsResourceResponse,
-                error_code=code,
-                error_message=message,
+                error_code=outcome.code,
+                error_message=outcome.message,
                 resource_type=rtype,
                 resource_name=rname,
             )
@@ -435,11 +425,13 @@ async def incremental_alter_configs(ctx: Context, body: Any, version: int) -> An
 
 async def delete_records(ctx: Context, body: Any, version: int) -> Any:
     """Each partition's log start offset moved up to the offset given (-1: the high
-    watermark) by its leader (:meth:`Topology.delete_records`); ``low_watermark`` is the
-    new log start offset. Errors per partition: OFFSET_OUT_OF_RANGE above the high
-    watermark, NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION; INVALID_REQUEST in a
-    cluster (followers do not follow a log start offset yet)."""
+    watermark) by its leader (:meth:`Topology.delete_records`); ``low_watermark`` is
+    the new log start offset (a cluster's: once every live replica's start reached it,
+    Kafka's low watermark). Errors per partition: OFFSET_OUT_OF_RANGE above the high
+    watermark, NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, REQUEST_TIMED_OUT (a
+    cluster's followers did not all follow within ``timeout_ms``)."""
     m = response_module(DELETE_RECORDS, version)
+    timeout_ms = max(0, int(body.timeout.total_seconds() * 1000))
     topics = []
     for t in body.topics:
         answers = []
@@ -447,7 +439,9 @@ async def delete_records(ctx: Context, body: Any, version: int) -> Any:
             partition = int(p.partition_index)
             try:
                 authorize.check(ctx, authorize.DELETE, authorize.TOPIC, t.name)
-                low = await ctx.state.topology.delete_records(t.name, partition, int(p.offset))
+                low = await topic_service.delete_records(
+                    ctx.state, t.name, partition, int(p.offset), timeout_ms=timeout_ms
+                )
                 code = ErrorCode.none
             except LogbusError as exc:
                 low, code = -1, error_code(exc)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import import_module
@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from kio.index import load_response_schema
 
 from app.common.group_errors import CoordinatorNotAvailable
+from app.groups.offsets import OffsetCommit
 
 if TYPE_CHECKING:
     from app.api.state import AppState
@@ -123,3 +124,21 @@ def kafka_brokers(ctx: Context) -> dict[int, tuple[str, int]]:
     }
     found[topology.broker_id] = ctx.advertised
     return dict(sorted(found.items()))
+
+
+def offset_commits(topics: Iterable[Any], skip: Collection[str] = ()) -> list[OffsetCommit]:
+    """The offsets a request commits, topics named in ``skip`` left out: OffsetCommit's and
+    TxnOffsetCommit's topics share this shape (``partition_index``, ``committed_offset``,
+    ``committed_leader_epoch`` from v6/v2, ``committed_metadata`` maybe null)."""
+    return [
+        OffsetCommit(
+            t.name,
+            int(p.partition_index),
+            int(p.committed_offset),
+            int(getattr(p, "committed_leader_epoch", -1)),
+            p.committed_metadata or "",
+        )
+        for t in topics
+        if t.name not in skip
+        for p in t.partitions
+    ]

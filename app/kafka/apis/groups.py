@@ -31,7 +31,6 @@ from app.common.group_errors import (
     UnstableOffsetCommit,
 )
 from app.groups.classic import JoinRequest
-from app.groups.offsets import OffsetCommit
 from app.kafka import authorize
 from app.kafka.apis.base import (
     NO_THROTTLE,
@@ -39,10 +38,11 @@ from app.kafka.apis.base import (
     Context,
     group_coordinator,
     kafka_brokers,
+    offset_commits,
     response_module,
 )
 from app.kafka.apis.txn import txn_coordinator_node
-from app.kafka.encode import build, error_code
+from app.kafka.encode import build, error_code, per_partition
 from app.kafka.versions import (
     DELETE_GROUPS,
     DESCRIBE_GROUPS,
@@ -114,23 +114,8 @@ async def offset_commit(ctx: Context, body: Any, version: int) -> Any:
     members (as Kafka does); all partitions answer the one outcome (all or nothing)."""
     m = response_module(OFFSET_COMMIT, version)
     # Topics the principal may not READ answer TOPIC_AUTHORIZATION_FAILED; the rest commit.
-    denied = {
-        t.name
-        for t in body.topics
-        if not authorize.permitted(ctx, authorize.READ, authorize.TOPIC, t.name)
-    }
-    offsets = [
-        OffsetCommit(
-            t.name,
-            int(p.partition_index),
-            int(p.committed_offset),
-            int(getattr(p, "committed_leader_epoch", -1)),
-            p.committed_metadata or "",
-        )
-        for t in body.topics
-        if t.name not in denied
-        for p in t.partitions
-    ]
+    denied = authorize.unreadable_topics(ctx, body.topics)
+    offsets = offset_commits(body.topics, skip=denied)
     try:
         authorize.check(ctx, authorize.READ, authorize.GROUP, body.group_id)
         await group_coordinator(ctx).commit_offsets(
@@ -146,22 +131,11 @@ async def offset_commit(ctx: Context, body: Any, version: int) -> Any:
     return build(
         m.OffsetCommitResponse,
         throttle_time=NO_THROTTLE,
-        topics=tuple(
-            build(
-                m.OffsetCommitResponseTopic,
-                name=t.name,
-                partitions=tuple(
-                    build(
-                        m.OffsetCommitResponsePartition,
-                        partition_index=p.partition_index,
-                        error_code=(
-                            ErrorCode.topic_authorization_failed if t.name in denied else code
-                        ),
-                    )
-                    for p in t.partitions
-                ),
-            )
-            for t in body.topics
+        topics=per_partition(
+            body.topics,
+            m.OffsetCommitResponseTopic,
+            m.OffsetCommitResponsePartition,
+            lambda topic, _: ErrorCode.topic_authorization_failed if topic in denied else code,
         ),
     )
 
@@ -538,11 +512,7 @@ async def offset_delete(ctx: Context, body: Any, version: int) -> Any:
     """OffsetDelete: a group's committed offsets of some partitions, except topics its
     members subscribe to now (GROUP_SUBSCRIBED_TO_TOPIC per partition)."""
     m = response_module(OFFSET_DELETE, version)
-    denied = {
-        t.name
-        for t in body.topics
-        if not authorize.permitted(ctx, authorize.READ, authorize.TOPIC, t.name)
-    }
+    denied = authorize.unreadable_topics(ctx, body.topics)
     wanted = [
         (t.name, int(p.partition_index))
         for t in body.topics
@@ -559,24 +529,15 @@ async def offset_delete(ctx: Context, body: Any, version: int) -> Any:
         m.OffsetDeleteResponse,
         error_code=code,
         throttle_time=NO_THROTTLE,
-        topics=tuple(
-            build(
-                m.OffsetDeleteResponseTopic,
-                name=t.name,
-                partitions=tuple(
-                    build(
-                        m.OffsetDeleteResponsePartition,
-                        partition_index=p.partition_index,
-                        error_code=(
-                            ErrorCode.topic_authorization_failed
-                            if t.name in denied
-                            else _partition_code(outcome.get((t.name, int(p.partition_index))))
-                        ),
-                    )
-                    for p in t.partitions
-                ),
-            )
-            for t in body.topics
+        topics=per_partition(
+            body.topics,
+            m.OffsetDeleteResponseTopic,
+            m.OffsetDeleteResponsePartition,
+            lambda topic, p: (
+                ErrorCode.topic_authorization_failed
+                if topic in denied
+                else _partition_code(outcome.get((topic, p)))
+            ),
         ),
     )
 

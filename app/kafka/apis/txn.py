@@ -37,16 +37,16 @@ from app.common.errors import (
     TransactionalIdNotFound,
     UnknownTopicOrPartition,
 )
-from app.groups.offsets import OffsetCommit
 from app.groups.placement import INTERNAL_TOPICS
 from app.kafka import authorize
 from app.kafka.apis.base import (
     NO_THROTTLE,
     Context,
+    offset_commits,
     response_module,
     timestamp,
 )
-from app.kafka.encode import build, error_code
+from app.kafka.encode import build, error_code, per_partition
 from app.kafka.versions import (
     ADD_OFFSETS_TO_TXN,
     ADD_PARTITIONS_TO_TXN,
@@ -199,20 +199,13 @@ async def add_partitions_to_txn(ctx: Context, body: Any, version: int) -> Any:
     return build(
         m.AddPartitionsToTxnResponse,
         throttle_time=NO_THROTTLE,
-        results_by_topic_v3_and_below=tuple(
-            build(
-                m.AddPartitionsToTxnTopicResult,
-                name=t.name,
-                results_by_partition=tuple(
-                    build(
-                        m.AddPartitionsToTxnPartitionResult,
-                        partition_index=p,
-                        partition_error_code=codes.get((t.name, int(p)), ErrorCode.none),
-                    )
-                    for p in t.partitions
-                ),
-            )
-            for t in topics
+        results_by_topic_v3_and_below=per_partition(
+            topics,
+            m.AddPartitionsToTxnTopicResult,
+            m.AddPartitionsToTxnPartitionResult,
+            lambda topic, p: codes.get((topic, p), ErrorCode.none),
+            partitions_field="results_by_partition",
+            code_field="partition_error_code",
         ),
     )
 
@@ -260,17 +253,7 @@ async def txn_offset_commit(ctx: Context, body: Any, version: int) -> Any:
     /transactions/{id}/offsets`` takes. From v3 (KIP-447) a member id and generation
     name the group member (generation -1: no check). One outcome for every partition."""
     m = response_module(TXN_OFFSET_COMMIT, version)
-    offsets = [
-        OffsetCommit(
-            t.name,
-            int(p.partition_index),
-            int(p.committed_offset),
-            int(getattr(p, "committed_leader_epoch", -1)),
-            p.committed_metadata or "",
-        )
-        for t in body.topics
-        for p in t.partitions
-    ]
+    offsets = offset_commits(body.topics)
     generation = int(getattr(body, "generation_id", -1))
     try:
         if not offsets:
@@ -294,20 +277,11 @@ async def txn_offset_commit(ctx: Context, body: Any, version: int) -> Any:
     return build(
         m.TxnOffsetCommitResponse,
         throttle_time=NO_THROTTLE,
-        topics=tuple(
-            build(
-                m.TxnOffsetCommitResponseTopic,
-                name=t.name,
-                partitions=tuple(
-                    build(
-                        m.TxnOffsetCommitResponsePartition,
-                        partition_index=p.partition_index,
-                        error_code=code,
-                    )
-                    for p in t.partitions
-                ),
-            )
-            for t in body.topics
+        topics=per_partition(
+            body.topics,
+            m.TxnOffsetCommitResponseTopic,
+            m.TxnOffsetCommitResponsePartition,
+            lambda _topic, _p: code,
         ),
     )
 

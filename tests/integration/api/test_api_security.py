@@ -347,6 +347,26 @@ CASES: dict[str, Case] = {
         setup=lambda c, w, s: _topic(c, w, f"doomed-{s}"),
     ),
     "getTopic": Case("GET", lambda s: "/topics/orders", lambda s: [acl(T, "orders", "DESCRIBE")]),
+    "createPartitions": Case(
+        "POST",
+        lambda s: f"/topics/grown-{s}/partitions",
+        lambda s: [acl(T, f"grown-{s}", "ALTER")],
+        json=lambda s: {"count": 2},
+        setup=lambda c, w, s: _topic(c, w, f"grown-{s}"),
+    ),
+    "alterTopicConfigs": Case(
+        "PUT",
+        lambda s: f"/topics/tuned-{s}/configs",
+        lambda s: [acl(T, f"tuned-{s}", "ALTER_CONFIGS")],
+        json=lambda s: {"configs": {"retention.ms": 60000}},
+        setup=lambda c, w, s: _topic(c, w, f"tuned-{s}"),
+    ),
+    "deleteRecords": Case(
+        "DELETE",
+        lambda s: f"/topics/trimmed-{s}/partitions/0/records?before=-1",
+        lambda s: [acl(T, f"trimmed-{s}", "DELETE")],
+        setup=lambda c, w, s: _topic(c, w, f"trimmed-{s}"),
+    ),
     "produceBatches": Case(
         "POST",
         lambda s: "/topics/orders/partitions/0/batches",

@@ -175,3 +175,48 @@ def test_partition_limits_refuse_a_create_before_anything_is_written(tmp_path: P
         assert not list(settings.data_dir.glob("bomb-*"))
         assert "bomb" not in {t["name"] for t in client.get("/topics").json()["topics"]}
         create_topic(client, "fits", partitions=30)  # 30 + 30: exactly max_partitions
+
+
+def test_grow_alter_configs_and_delete_records(client: TestClient) -> None:
+    """The Kafka door's CreatePartitions, AlterConfigs and DeleteRecords over HTTP (the same
+    Topology methods; the cluster's are in tests/e2e/test_e2e_cluster_admin.py)."""
+    create_topic(client, "grown", 2, **{"retention.ms": 5000})
+    r = client.post("/topics/grown/partitions", json={"count": 4, "validate_only": True})
+    assert r.status_code == 200 and len(r.json()["partitions"]) == 2, r.text
+    r = client.post("/topics/grown/partitions", json={"count": 4})
+    assert r.status_code == 200 and len(r.json()["partitions"]) == 4, r.text
+    r = client.post("/topics/grown/partitions", json={"count": 3})
+    assert (r.status_code, r.json()["error_code"]) == (400, "INVALID_PARTITIONS")
+    r = client.post("/topics/__consumer_offsets/partitions", json={"count": 99})
+    assert r.status_code == 400 and r.json()["error_code"] in (
+        "INVALID_TOPIC_EXCEPTION",
+        "UNKNOWN_TOPIC_OR_PARTITION",
+    )
+
+    # Configs: the overrides become exactly those given (retention.ms back to default).
+    r = client.put("/topics/grown/configs", json={"configs": {"min.insync.replicas": 1}})
+    assert r.status_code == 200, r.text
+    assert r.json()["config_overrides"] == {"min.insync.replicas": 1}
+    assert r.json()["configs"]["retention.ms"] == LogConfig().retention_ms
+    r = client.put("/topics/grown/configs", json={"configs": {"retention.ms": "soon"}})
+    assert (r.status_code, r.json()["error_code"]) == (400, "INVALID_CONFIG")
+    r = client.put("/topics/nope/configs", json={"configs": {}})
+    assert r.status_code == 404
+
+    # DeleteRecords: the start moves; below it is out of range, above the HW refused.
+    r = client.post(
+        "/topics/grown/partitions/3/records",
+        json={"records": [{"value": str(i)} for i in range(10)]},
+    )
+    assert r.status_code == 200, r.text
+    r = client.delete("/topics/grown/partitions/3/records", params={"before": 6})
+    assert (r.status_code, r.json()) == (200, {"low_watermark": 6}), r.text
+    assert client.get("/topics/grown").json()["partitions"][3]["log_start_offset"] == 6
+    gone = client.get("/topics/grown/partitions/3/records", params={"offset": 2})
+    assert gone.status_code == 416
+    r = client.delete("/topics/grown/partitions/3/records", params={"before": 11})
+    assert (r.status_code, r.json()["error_code"]) == (416, "OFFSET_OUT_OF_RANGE")
+    r = client.delete("/topics/grown/partitions/3/records", params={"before": -1})
+    assert r.json() == {"low_watermark": 10}
+    r = client.delete("/topics/__consumer_offsets/partitions/0/records", params={"before": -1})
+    assert r.status_code in (400, 404)

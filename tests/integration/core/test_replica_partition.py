@@ -773,3 +773,76 @@ def test_leaders_that_know_their_end_and_followers_raise_nothing(tmp_path: Path)
     assert h2.part.offsets_error() is None
     h2.log.close()
     run(main())
+
+
+# -- DeleteRecords: the low watermark ----------------------------------------------------
+
+
+def test_delete_records_answers_once_every_live_replica_moved_its_start(tmp_path: Path) -> None:
+    async def main() -> None:
+        h = Harness(tmp_path, (1, 2, 3))
+        h.lead(isr=(1, 2, 3), epoch=3)
+        h.append(10)
+        for r in (2, 3):
+            h.part.on_follower_fetch(r, 10, 0)
+        assert h.log.high_watermark == 10
+        start = h.part.delete_records(3, 6)
+        assert start == 6 and h.log.log_start_offset == 6
+        assert h.part.low_watermark() == 0  # the followers still start at 0
+        waiter = asyncio.ensure_future(h.part.wait_low_watermark(start, 5_000, 3))
+        await settle()
+        h.part.on_follower_fetch(2, 10, 6)
+        await settle()
+        assert not waiter.done(), "broker 3 has not moved its start yet"
+        # A follower's start never goes down in the leader's view (an older fetch).
+        h.part.on_follower_fetch(2, 10, 0)
+        assert h.part.followers[2].log_start_offset == 6
+        h.part.on_follower_fetch(3, 10, 6)
+        assert await asyncio.wait_for(waiter, 1) == 6
+        assert h.part._low_waiters == []
+        h.log.close()
+
+    run(main())
+
+
+def test_a_dead_replica_does_not_hold_the_low_watermark(tmp_path: Path) -> None:
+    async def main() -> None:
+        h = Harness(tmp_path, (1, 2, 3))
+        h.lead(isr=(1, 2, 3), epoch=3)
+        h.append(10)
+        for r in (2, 3):
+            h.part.on_follower_fetch(r, 10, 0)
+        h.part.delete_records(3, -1)  # -1: up to the high watermark
+        h.part.on_follower_fetch(2, 10, 10)
+        waiter = asyncio.ensure_future(h.part.wait_low_watermark(10, 5_000, 3))
+        await settle()
+        assert not waiter.done()
+        h.registered.discard(3)  # broker 3's ZooKeeper registration went
+        h.part.check_low_watermark()  # the ISR timer's check
+        assert await asyncio.wait_for(waiter, 1) == 10
+        h.log.close()
+
+    run(main())
+
+
+def test_delete_records_waits_are_bounded_and_end_with_leadership(tmp_path: Path) -> None:
+    async def main() -> None:
+        h = Harness(tmp_path, (1, 2))
+        h.lead(isr=(1, 2), epoch=3)
+        h.append(10)
+        h.part.on_follower_fetch(2, 10, 0)
+        h.part.delete_records(3, 4)
+        with pytest.raises(RequestTimedOut, match="within 50 ms"):
+            await h.part.wait_low_watermark(4, 50, 3)
+        waiter = asyncio.ensure_future(h.part.wait_low_watermark(4, 5_000, 3))
+        await settle()
+        h.part.apply(PartitionState(2, 4, (1, 2), 2), 8)  # broker 2 leads now
+        with pytest.raises(NotLeaderOrFollower):
+            await asyncio.wait_for(waiter, 1)
+        # A deposed leader moves nothing: the epoch it was asked in is over.
+        with pytest.raises(NotLeaderOrFollower):
+            h.part.delete_records(3, 8)
+        assert h.log.log_start_offset == 4
+        h.log.close()
+
+    run(main())

@@ -32,6 +32,8 @@ def acl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker
         ("LOGBUS_AUTHORIZER", "acl"),
         ("LOGBUS_SUPER_USERS", "User:admin"),
         ("LOGBUS_KAFKA_SECURITY_PROTOCOL", "SASL_PLAINTEXT"),
+        # Three per request (the other tests send at most three): the cap's test sends four.
+        ("LOGBUS_KAFKA_ACL_MAX_CHANGES_PER_REQUEST", "3"),
     )
     yield broker
     stop_broker(broker)
@@ -434,3 +436,70 @@ def test_topics_named_by_id_are_authorized_without_revealing_names(acl_broker: K
     assert (result.error_code, result.name) == (ErrorCode.topic_authorization_failed, None)
     with admin_http(acl_broker) as http:
         assert http.get(f"/topics/{topic}").status_code == 200
+
+
+def test_acl_changes_per_request_are_capped(acl_broker: KafkaBroker) -> None:
+    """``kafka_acl_max_changes_per_request`` (3 here): four creations, or four DeleteAcls
+    filters, in one request are each answered INVALID_REQUEST naming the setting, and
+    nothing changes; three pass."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    name = f"kcap-{uuid.uuid4().hex[:8]}"
+    bindings = [
+        AclBinding(
+            ResourceType.TOPIC,
+            f"{name}-{i}",
+            ResourcePatternType.LITERAL,
+            "User:reader",
+            "*",
+            AclOperation.READ,
+            AclPermissionType.ALLOW,
+        )
+        for i in range(4)
+    ]
+    admin = AdminClient(kafka_conf(acl_broker, "admin"))
+    results = admin.create_acls(bindings, request_timeout=30)
+    for binding in bindings:
+        with pytest.raises(KafkaException) as refused:
+            results[binding].result()
+        error = refused.value.args[0]
+        assert error.code() == KafkaError.INVALID_REQUEST
+        assert "kafka_acl_max_changes_per_request (3)" in error.str()
+    with admin_http(acl_broker) as http:
+        listed = http.get("/acls", params={"principal": "User:reader"}).json()["acls"]
+        assert not [a for a in listed if a["resource_name"].startswith(name)]
+    created = admin.create_acls(bindings[:3], request_timeout=30)
+    assert all(created[b].result() is None for b in bindings[:3])
+
+    filters = [
+        AclBindingFilter(
+            ResourceType.TOPIC,
+            f"{name}-{i}",
+            ResourcePatternType.LITERAL,
+            None,
+            None,
+            AclOperation.ANY,
+            AclPermissionType.ANY,
+        )
+        for i in range(4)
+    ]
+    deleted = admin.delete_acls(filters, request_timeout=30)
+    for f in filters:
+        with pytest.raises(KafkaException) as refused:
+            deleted[f].result()
+        assert refused.value.args[0].code() == KafkaError.INVALID_REQUEST
+    with admin_http(acl_broker) as http:
+        listed = http.get("/acls", params={"principal": "User:reader"}).json()["acls"]
+        assert len([a for a in listed if a["resource_name"].startswith(name)]) == 3
+    gone = admin.delete_acls(filters[:3], request_timeout=30)
+    assert sorted(b.name for f in filters[:3] for b in gone[f].result()) == [
+        f"{name}-{i}" for i in range(3)
+    ]

@@ -38,6 +38,7 @@ class FakeZk:
             "topics": [],
             "controller": [],
             "session": [],
+            "topic": [],
         }
         self.lock = threading.Lock()
 
@@ -69,6 +70,15 @@ class FakeZk:
 
     def add_session_listener(self, cb: Callable[[str], None]) -> None:
         self.watchers["session"].append(cb)
+
+    def watch_topic(self, name: str, cb: Callable[[TopicAssignment | None], bool]) -> None:
+        self.watchers["topic"].append(lambda: cb(self.assignments.get(name)))
+        cb(self.assignments.get(name))
+
+    def fire_topic_watches(self) -> None:
+        """The topic znodes changed: each watch reads its topic again; one answering False
+        is gone, as kazoo's DataWatch stops."""
+        self.watchers["topic"] = [w for w in self.watchers["topic"] if w() is not False]
 
     # -- topics and states
     def topics(self) -> list[str]:
@@ -315,6 +325,30 @@ def test_round_elects_one_controller_and_only_it_reconciles() -> None:
     me._round()
     assert me.active and me.epoch == 2
     assert zk.state("u") == PartitionState(1, 0, (1, 2), 2)
+
+
+def test_partitions_added_to_a_topic_get_first_states_when_its_znode_changes() -> None:
+    zk = FakeZk({1, 2})
+    zk.add_topic("t", (1, 2))
+    c = Controller(cast(ZkStore, zk), 1)
+    c._next_preferred = time.monotonic() + 60
+    c._round()
+    assert len(zk.watchers["topic"]) == 1  # the active controller watches the topic
+    c._wake.clear()
+    # CreatePartitions on any broker rewrites the assignment: the watch kicks a round.
+    zk.add_topic("t", (1, 2), (2, 1))
+    zk.fire_topic_watches()
+    assert c._wake.is_set()
+    c._round()
+    assert zk.state("t", 1) == PartitionState(2, 0, (2, 1), 1)
+    assert len(zk.watchers["topic"]) == 1, "one watch per topic, not one per round"
+    # Deleted: the watch ends, and a topic created again under the name gets a new one.
+    del zk.assignments["t"]
+    zk.fire_topic_watches()
+    assert zk.watchers["topic"] == []
+    zk.add_topic("t", (2,))
+    c._round()
+    assert len(zk.watchers["topic"]) == 1
 
 
 def test_round_does_nothing_while_disconnected() -> None:

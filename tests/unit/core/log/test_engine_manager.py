@@ -14,6 +14,7 @@ from app.common.batch import build_batch, decode_records
 from app.common.errors import (
     InvalidConfig,
     InvalidPartitions,
+    InvalidRequest,
     InvalidTopic,
     KafkaStorageError,
     TopicAlreadyExists,
@@ -204,6 +205,44 @@ def test_add_partitions_grows_a_topic_that_survives_a_restart(tmp_path: Path) ->
     try:
         assert m.partition_count("t") == 3
         assert [m.get_log("t", p).log_end_offset for p in range(3)] == [1, 0, 1]
+    finally:
+        m.shutdown()
+
+
+def test_a_cluster_topic_takes_its_assignment_and_keeps_it_over_a_restart(
+    tmp_path: Path,
+) -> None:
+    m = LogManager(tmp_path / "data")
+    m.start()
+    try:
+        m.create_topic("t", 2, {"retention.ms": 5000}, topic_id="abc", hosted=[0])
+        m.get_log("t", 0).append(value_batch(0, 1))
+        with pytest.raises(InvalidRequest):  # a cluster's topic changes through ZooKeeper
+            m.alter_topic_config("t", {})
+        # Grown to four, this broker hosting partition 2 of the new ones, configs replaced.
+        assert m.apply_cluster_assignment("t", 4, {"min.insync.replicas": 2}, [0, 2])
+        assert not m.apply_cluster_assignment("t", 4, {"min.insync.replicas": 2}, [0, 2])
+        assert m.partition_count("t") == 4
+        assert m.hosted_partitions("t") == [0, 2]
+        assert m.topic_overrides("t") == {"min.insync.replicas": 2}
+        assert m.get_log("t", 0).config.min_insync_replicas == 2
+        assert m.get_log("t", 0).config.retention_ms == LogConfig().retention_ms
+        m.get_log("t", 2).append(value_batch(0, 1))
+        with pytest.raises(InvalidConfig):
+            m.apply_cluster_assignment("t", 4, {"retention.ms": "soon"}, [0, 2])
+        lone = "lone"
+        m.create_topic(lone, 1)
+        with pytest.raises(InvalidRequest):
+            m.apply_cluster_assignment(lone, 2, {}, [0, 1])
+    finally:
+        m.shutdown()
+    m = LogManager(tmp_path / "data")
+    m.start()
+    try:
+        assert m.partition_count("t") == 4
+        assert m.hosted_partitions("t") == [0, 2]
+        assert m.topic_overrides("t") == {"min.insync.replicas": 2}
+        assert [m.get_log("t", p).log_end_offset for p in (0, 2)] == [1, 1]
     finally:
         m.shutdown()
 
