@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Request
 from pydantic import ValidationError
 from starlette.responses import Response
 
@@ -17,7 +17,7 @@ from app.api.models import CreateTopicRequest, TopicDescription, TopicList
 from app.api.openapi_docs import DocumentedRoute
 from app.api.security import permits, visible
 from app.api.state import AppState
-from app.api.util import JSONBytes, partition_count, topic_names
+from app.api.util import JSONBytes, TopicPath, partition_count, topic_names
 from app.common.errors import UnknownTopicOrPartition
 from app.core.security.acl import Action, Operation, Resource, ResourceType
 
@@ -103,7 +103,7 @@ async def create_topic(request: Request, state: StateDep, manager: ManagerDep) -
     responses=error_responses(404, 503),
 )
 async def get_topic(
-    topic: Annotated[str, Path(description="Topic name.")],
+    topic: TopicPath,
     request: Request,
     state: StateDep,
     manager: ManagerDep,
@@ -125,7 +125,7 @@ async def get_topic(
     responses=error_responses(400, 404, 503),
 )
 async def delete_topic(
-    topic: Annotated[str, Path(description="Topic name.")],
+    topic: TopicPath,
     state: StateDep,
     manager: ManagerDep,
 ) -> Response:
