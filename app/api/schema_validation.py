@@ -81,6 +81,15 @@ class Refusal(NamedTuple):
     reason: str
 
 
+class _Refused(Exception):
+    """A record fails validation (raised out of the synchronous scan at the first one,
+    returned by :meth:`SchemaValidation.find_refusal`)."""
+
+    def __init__(self, refusal: Refusal) -> None:
+        super().__init__(refusal.reason)
+        self.refusal = refusal
+
+
 class SchemaValidationFailed(InvalidRecord):
     """A produced record without a schema id registered for the topic's subject, on a
     topic with ``confluent.value.schema.validation`` (or the key variant) on. HTTP 422;
@@ -201,6 +210,17 @@ class SchemaValidation:
         self._ids(subject, fresh)
         return self._headers[subject]
 
+    def _recheck(
+        self, topic: str, field: str, data: bytes, fresh: frozenset[str], index: int
+    ) -> frozenset[bytes]:
+        """The slow path, for the ``field`` of record ``index`` whose header is not among
+        the cached ones: the subject's headers again (its id was registered since the
+        cache was filled), or :class:`_Refused`."""
+        why = self._why_not(topic, field, data, fresh)
+        if why is not None:
+            raise _Refused(Refusal(index, field, why))
+        return self._allowed_headers(subject_of(topic, field), fresh)
+
     def _why_not(self, topic: str, field: str, data: bytes, fresh: frozenset[str]) -> str | None:
         """The slow path, for a record whose header is not among the cached ones: why it
         is refused (None: its id was registered since the cache was filled)."""
@@ -237,7 +257,10 @@ class SchemaValidation:
         fresh: frozenset[str] = frozenset()
         while True:
             try:
-                return self._scan(topic, sides, body, fresh)
+                self._scan(topic, sides, body, fresh)
+                return None
+            except _Refused as refused:
+                return refused.refusal
             except _AskLeader as ask:
                 if ask.subject in fresh:  # pragma: no cover - _ids never asks twice
                     raise BrokerNotAvailable("the _schemas leader's answer was not kept") from None
@@ -251,9 +274,10 @@ class SchemaValidation:
         sides: tuple[bool, bool],
         body: bytes | bytearray | memoryview,
         fresh: frozenset[str],
-    ) -> Refusal | None:
-        """:meth:`find_refusal`'s synchronous scan; raises _AskLeader when a subject's ids
-        are the ``_schemas`` leader's to give."""
+    ) -> None:
+        """:meth:`find_refusal`'s synchronous scan; raises :class:`_Refused` at the first
+        record refused, :class:`_AskLeader` when a subject's ids are the ``_schemas``
+        leader's to give."""
         check_key, check_value = sides
         fields = [("key", check_key), ("value", check_value)]
         allowed = {
@@ -273,22 +297,16 @@ class SchemaValidation:
             except Exception as exc:  # the compiled reader's errors have no common base
                 raise CorruptRecord(f"a record batch could not be read: {exc}") from None
             for record in records:
+                # Per record a slice and a set lookup; only a miss takes the slow path.
                 if values is not None:
                     value = record.value
                     if value is not None and value[:HEADER_BYTES] not in values:
-                        why = self._why_not(topic, "value", value, fresh)
-                        if why is not None:
-                            return Refusal(index, "value", why)
-                        values = self._allowed_headers(subject_of(topic, "value"), fresh)
+                        values = self._recheck(topic, "value", value, fresh, index)
                 if keys is not None:
                     key = record.key
                     if key is not None and key[:HEADER_BYTES] not in keys:
-                        why = self._why_not(topic, "key", key, fresh)
-                        if why is not None:
-                            return Refusal(index, "key", why)
-                        keys = self._allowed_headers(subject_of(topic, "key"), fresh)
+                        keys = self._recheck(topic, "key", key, fresh, index)
                 index += 1
-        return None
 
     async def check(
         self, topic: str, sides: tuple[bool, bool], body: bytes | bytearray | memoryview

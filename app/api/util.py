@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import orjson
+from fastapi import Path
 from starlette.responses import Response
 
 # Re-exported: the topic planning of a produce lives with the transport-neutral produce.
@@ -29,6 +30,10 @@ LONG_MAX = (1 << 63) - 1
 LONG_MIN = -(1 << 63)
 INT_MAX = (1 << 31) - 1
 INT_MIN = -(1 << 31)
+
+# The path parameters of every route under /topics/{topic}/partitions/{partition}.
+TopicPath = Annotated[str, Path(description="Topic name.")]
+PartitionPath = Annotated[int, Path(description="Partition number.", ge=INT_MIN, le=INT_MAX)]
 
 JSON = "application/json"
 OCTET_STREAM = "application/octet-stream"

@@ -159,9 +159,8 @@ class GroupCoordinator:
         self.offsets = OffsetStore(self.runtime)
         self.admin = GroupAdmin(self.runtime, self.membership, self.offsets)
         self.txn_offsets = TxnOffsetStore(self.runtime, self.offsets)
-        # Offsets in transactions (the transaction coordinator's GroupHooks, and the
-        # router's TxnOffsetCommit): the store's own methods, documented there.
-        self.offsets_partition = self.txn_offsets.offsets_partition
+        # Offsets in transactions (the transaction coordinator calls the store itself;
+        # WriteTxnMarkers' router ends them): the store's own methods, documented there.
         self.txn_commit_offsets = self.txn_offsets.commit
         self.txn_completed = self.txn_offsets.completed
         # Committing offsets and resetting them: the stores' own methods, documented there.

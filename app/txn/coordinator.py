@@ -92,6 +92,7 @@ from app.txn.runtime import TxnStateManager
 if TYPE_CHECKING:
     from app.core.topology import Topology
     from app.groups.offsets import OffsetCommit
+    from app.groups.txn_offsets import TxnOffsetStore
 
 log = logging.getLogger(__name__)
 
@@ -107,28 +108,12 @@ class ProducerIds(Protocol):
 
 class GroupHooks(Protocol):
     """What the transaction coordinator needs of the group coordinator
-    (:class:`app.groups.coordinator.GroupCoordinator` provides it)."""
+    (:class:`app.groups.coordinator.GroupCoordinator` provides it): its store of offsets
+    in transactions, whose methods it calls as they are (the group's
+    ``__consumer_offsets`` partition, TxnOffsetCommit, the marker that ends it)."""
 
-    async def offsets_partition(self, group_id: str) -> int:
-        """The group's ``__consumer_offsets`` partition (the topic created if needed)."""
-        ...
-
-    def txn_completed(self, partition: int, producer_id: int, commit: bool) -> None:
-        """A marker for ``producer_id`` was written to that ``__consumer_offsets`` partition."""
-        ...
-
-    async def txn_commit_offsets(
-        self,
-        group_id: str,
-        producer_id: int,
-        producer_epoch: int,
-        offsets: Sequence[OffsetCommit],
-        member_id: str | None = None,
-        member_epoch: int = -1,
-    ) -> Any:
-        """Write ``offsets`` as a transactional batch of the producer, pending until its
-        marker (:meth:`app.groups.txn_offsets.TxnOffsetStore.commit`)."""
-        ...
+    @property
+    def txn_offsets(self) -> TxnOffsetStore: ...
 
 
 def wall_ms() -> int:
@@ -162,9 +147,10 @@ class TransactionCoordinator:
         self.state = TxnStateManager(self.placement, config)
         self.markers = MarkerWriter(self.placement, config)
         self.producer_ids = producer_ids
-        self.groups = groups
-        if groups is not None:
-            self.markers.on_offsets_marker = groups.txn_completed
+        # The group coordinator's offsets in transactions (None: no groups on this broker).
+        self.group_offsets = None if groups is None else groups.txn_offsets
+        if self.group_offsets is not None:
+            self.markers.on_offsets_marker = self.group_offsets.completed
         self.clock_ms = clock_ms
         self._busy: set[str] = set()
         # A permit per checked transactional append in flight (its append may run after
@@ -423,10 +409,10 @@ class TransactionCoordinator:
 
     async def add_offsets(self, tid: str, producer_id: int, producer_epoch: int, group: str) -> int:
         """Add the group's ``__consumer_offsets`` partition; that partition."""
-        if self.groups is None:
+        if self.group_offsets is None:
             raise InvalidRequest("this broker has no group coordinator")
         self._check_producer(self._known(tid), producer_id, producer_epoch)
-        partition = await self.groups.offsets_partition(group)
+        partition = await self.group_offsets.offsets_partition(group)
         await self._add(tid, producer_id, producer_epoch, {(OFFSETS_TOPIC, partition)})
         return partition
 
@@ -489,7 +475,7 @@ class TransactionCoordinator:
         coordinates ``tid`` (a cluster; TxnNotCoordinator) the offsets are written
         unverified, as Kafka's group coordinator does after the client's AddOffsetsToTxn
         at the transaction coordinator."""
-        if self.groups is None:
+        if self.group_offsets is None:
             raise InvalidRequest("this broker has no group coordinator")
         permit: AppendPermit | None = None
         try:
@@ -501,9 +487,9 @@ class TransactionCoordinator:
                 permit.release()
                 raise
         except TxnNotCoordinator:
-            partition = await self.groups.offsets_partition(group_id)
+            partition = await self.group_offsets.offsets_partition(group_id)
         with permit if permit is not None else contextlib.nullcontext():
-            await self.groups.txn_commit_offsets(
+            await self.group_offsets.commit(
                 group_id, producer_id, producer_epoch, offsets, member_id, member_epoch
             )
         return partition

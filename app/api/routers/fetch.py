@@ -35,12 +35,13 @@ from app.api.rendered import RenderedBatches
 from app.api.util import (
     INLINE_WORK_BYTES,
     INT_MAX,
-    INT_MIN,
     JSON,
     LONG_MAX,
     LONG_MIN,
     OCTET_STREAM,
     JSONBytes,
+    PartitionPath,
+    TopicPath,
     run_blocking,
 )
 from app.api.zerocopy import ZeroCopyResponse
@@ -371,8 +372,8 @@ def records_answer(
     },
 )
 async def fetch_records(
-    topic: Annotated[str, Path(description="Topic name.")],
-    partition: Annotated[int, Path(description="Partition number.", ge=INT_MIN, le=INT_MAX)],
+    topic: TopicPath,
+    partition: PartitionPath,
     request: Request,
     state: StateDep,
     manager: ManagerDep,
@@ -524,8 +525,8 @@ async def fetch_records(
     responses=error_responses(307, 400, 404, 409, 421, 503),
 )
 async def epoch_end_offset(
-    topic: Annotated[str, Path(description="Topic name.")],
-    partition: Annotated[int, Path(description="Partition number.", ge=INT_MIN, le=INT_MAX)],
+    topic: TopicPath,
+    partition: PartitionPath,
     epoch: Annotated[int, Path(description="A leader epoch.", ge=-1, le=INT_MAX)],
     state: StateDep,
     manager: ManagerDep,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Query
 from starlette.responses import Response
 
 from app.api import openapi_docs as docs
@@ -12,7 +12,7 @@ from app.api.deps import ManagerDep, StateDep
 from app.api.errors import error_responses, offsets_unavailable_doc
 from app.api.models import OffsetAnswer
 from app.api.openapi_docs import DocumentedRoute
-from app.api.util import INT_MAX, INT_MIN, LONG_MAX, JSONBytes
+from app.api.util import LONG_MAX, JSONBytes, PartitionPath, TopicPath
 from app.common.errors import InvalidRequest
 from app.common.isolation import READ_COMMITTED
 from app.core.topology import OffsetSpec, list_offset
@@ -44,8 +44,8 @@ def parse_at(at: str) -> OffsetSpec:
     responses={**error_responses(307, 400, 404, 421), 503: offsets_unavailable_doc()},
 )
 async def list_offsets(
-    topic: Annotated[str, Path(description="Topic name.")],
-    partition: Annotated[int, Path(description="Partition number.", ge=INT_MIN, le=INT_MAX)],
+    topic: TopicPath,
+    partition: PartitionPath,
     state: StateDep,
     manager: ManagerDep,
     at: Annotated[

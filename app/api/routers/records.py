@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import crc32c
 import orjson
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
 from app.api import openapi_docs as docs
@@ -55,8 +55,9 @@ from app.api.schema_validation import NO_VALIDATION
 from app.api.state import AppState
 from app.api.util import (
     INT_MAX,
-    INT_MIN,
     JSONBytes,
+    PartitionPath,
+    TopicPath,
     TopicPlan,
     create_planned,
     plan_topic,
@@ -93,8 +94,6 @@ if TYPE_CHECKING:
 # LeanRoute: plain parameters are read without FastAPI's dependency solver (hot path).
 router = APIRouter(tags=["produce"], route_class=LeanRoute)
 
-TopicPath = Annotated[str, Path(description="Topic name.")]
-PartitionPath = Annotated[int, Path(description="Partition number.", ge=INT_MIN, le=INT_MAX)]
 AcksQuery = Annotated[
     str,
     Query(

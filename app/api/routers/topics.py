@@ -28,7 +28,7 @@ from app.api.models import (
 from app.api.openapi_docs import DocumentedRoute
 from app.api.security import permits, visible
 from app.api.state import AppState
-from app.api.util import JSONBytes, partition_count, topic_names
+from app.api.util import JSONBytes, TopicPath, partition_count, topic_names
 from app.common.errors import UnknownTopicOrPartition
 from app.core.security.acl import Action, Operation, Resource, ResourceType
 
@@ -114,7 +114,7 @@ async def create_topic(request: Request, state: StateDep, manager: ManagerDep) -
     responses=error_responses(404, 503),
 )
 async def get_topic(
-    topic: Annotated[str, Path(description="Topic name.")],
+    topic: TopicPath,
     request: Request,
     state: StateDep,
     manager: ManagerDep,
@@ -136,7 +136,7 @@ async def get_topic(
     responses=error_responses(400, 404, 503),
 )
 async def delete_topic(
-    topic: Annotated[str, Path(description="Topic name.")],
+    topic: TopicPath,
     state: StateDep,
     manager: ManagerDep,
 ) -> Response:
@@ -168,7 +168,7 @@ async def _body(request: Request, state: AppState, model: Any) -> Any:
     responses=error_responses(400, 404, 503),
 )
 async def create_partitions(
-    topic: Annotated[str, Path(description="Topic name.")],
+    topic: TopicPath,
     request: Request,
     state: StateDep,
     manager: ManagerDep,
@@ -193,7 +193,7 @@ async def create_partitions(
     responses=error_responses(400, 404, 503),
 )
 async def alter_topic_configs(
-    topic: Annotated[str, Path(description="Topic name.")],
+    topic: TopicPath,
     request: Request,
     state: StateDep,
     manager: ManagerDep,
@@ -217,7 +217,7 @@ async def alter_topic_configs(
     responses=error_responses(400, 404, 416, 503, 504),
 )
 async def delete_records(
-    topic: Annotated[str, Path(description="Topic name.")],
+    topic: TopicPath,
     partition: Annotated[int, Path(ge=0, le=INT_MAX, description="Partition.")],
     state: StateDep,
     before: Annotated[

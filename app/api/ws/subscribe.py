@@ -129,15 +129,15 @@ class Subscription:
         self,
         ws: WebSocket,
         state: AppState,
-        manager: LogManager,
         stats: WsStats,
         idle_timeout: float,
         frames: FrameCache,
     ) -> None:
+        assert state.manager is not None  # common.serve checked it
         self.ws = ws
         self.frames = frames
         self.state = state
-        self.manager = manager
+        self.manager: LogManager = state.manager
         self.stats = stats
         self.idle_timeout = idle_timeout
         self.max_message_bytes = state.settings.max_request_bytes
@@ -619,11 +619,10 @@ class Subscription:
 
 async def endpoint(ws: WebSocket) -> None:
     async def run(state: AppState, stats: WsStats, idle: float) -> None:
-        assert state.manager is not None  # common.serve checked it
         frames: FrameCache = ws.app.state.logbus_ws_frames
         frames.join()
         try:
-            await Subscription(ws, state, state.manager, stats, idle, frames).run()
+            await Subscription(ws, state, stats, idle, frames).run()
         finally:
             frames.leave()
 

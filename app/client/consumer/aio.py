@@ -21,15 +21,7 @@ from app import wire
 from app.client import _cluster, _http
 from app.client._cluster import Bootstrap
 from app.client._drive import drive_async
-from app.client.consumer.base import (
-    BeatNow,
-    ConsumerBase,
-    Flow,
-    GroupCall,
-    LeaderCall,
-    Op,
-    catch_up_s,
-)
+from app.client.consumer.base import BeatNow, ConsumerBase, Flow, Op
 from app.client.consumer.core import ConsumerSettings
 from app.client.consumer.records import Decoded, RecordColumns, as_columns, as_records
 from app.client.consumer.state import PartitionState
@@ -67,29 +59,9 @@ class AsyncConsumer(ConsumerBase[AsyncGroupMembership]):
         return await drive_async(flow, self._perform)
 
     async def _perform(self, op: Op) -> Any:
-        if isinstance(op, LeaderCall):
-            return await _cluster.run_async(
-                self._client,
-                _cluster.leader_route(
-                    self.cluster, op.tp, op.call, self.retry_backoff_s, catch_up_s=catch_up_s(op)
-                ),
-            )
-        if isinstance(op, GroupCall):
-            return await _cluster.run_async(
-                self._client,
-                _cluster.group_route(
-                    self.cluster,
-                    op.group_id,
-                    op.call,
-                    self.retry_backoff_s,
-                    catch_up_s=catch_up_s(op),
-                ),
-            )
         if isinstance(op, BeatNow):
             return await self._membership().beat_now(op.timeout_s)
-        return await _cluster.run_async(
-            self._client, _cluster.refresh_route(self.cluster, op.topics)
-        )
+        return await _cluster.run_async(self._client, self._route(op))
 
     def _join(self, group_id: str, settings: dict[str, Any]) -> AsyncGroupMembership:
         group = AsyncGroupMembership(self.cluster, group_id, transport=self._transport, **settings)

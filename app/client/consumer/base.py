@@ -45,7 +45,11 @@ from app.client._cluster import (
     ASK_COORDINATOR_AGAIN,
     ASK_LEADER_AGAIN,
     LEADER_CATCH_UP_S,
+    Route,
     error_code,
+    group_route,
+    leader_route,
+    refresh_route,
 )
 from app.client.consumer.core import ConsumerCore
 from app.client.errors import ClientError
@@ -100,12 +104,6 @@ class BeatNow:
 Op = LeaderCall | GroupCall | Refresh | BeatNow
 
 
-def catch_up_s(op: LeaderCall | GroupCall) -> float:
-    """How long the shell's route asks again a leader or coordinator that cannot answer
-    yet (0: the error is thrown into the flow at once)."""
-    return LEADER_CATCH_UP_S if op.catch_up else 0.0
-
-
 Flow = Generator[Op, Any, T]
 
 
@@ -129,6 +127,24 @@ class ConsumerBase(ConsumerCore, Generic[G]):
     def _join(self, group_id: str, settings: dict[str, Any]) -> G:
         """The shell's membership of ``group_id`` (``settings``: its keyword arguments), heartbeating."""
         raise NotImplementedError
+
+    def _route(self, op: LeaderCall | GroupCall | Refresh) -> Route[Any]:
+        """The route (:mod:`app.client._cluster`) that makes ``op``'s call: at the partition's
+        leader, at the group's coordinator (each found again when it moves) or at any
+        broker; the shells run it, blocking or awaited (:class:`BeatNow` is the
+        membership's, not a call)."""
+        if isinstance(op, Refresh):
+            return refresh_route(self.cluster, op.topics)
+        # A leader or coordinator that cannot answer yet is asked again for up to
+        # LEADER_CATCH_UP_S; without catch_up its error is thrown into the flow at once.
+        catch_up_s = LEADER_CATCH_UP_S if op.catch_up else 0.0
+        if isinstance(op, LeaderCall):
+            return leader_route(
+                self.cluster, op.tp, op.call, self.retry_backoff_s, catch_up_s=catch_up_s
+            )
+        return group_route(
+            self.cluster, op.group_id, op.call, self.retry_backoff_s, catch_up_s=catch_up_s
+        )
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Consume exactly these partitions (replacing any earlier assignment)."""

@@ -25,15 +25,7 @@ from app import wire
 from app.client import _cluster, _http
 from app.client._cluster import Bootstrap
 from app.client._drive import drive_sync
-from app.client.consumer.base import (
-    BeatNow,
-    ConsumerBase,
-    Flow,
-    GroupCall,
-    LeaderCall,
-    Op,
-    catch_up_s,
-)
+from app.client.consumer.base import BeatNow, ConsumerBase, Flow, Op
 from app.client.consumer.core import ConsumerSettings
 from app.client.consumer.records import Decoded, RecordColumns, as_columns, as_records
 from app.client.consumer.state import PartitionState
@@ -84,28 +76,9 @@ class Consumer(ConsumerBase[GroupMembership]):
         return drive_sync(flow, self._perform)
 
     def _perform(self, op: Op) -> Any:
-        if isinstance(op, LeaderCall):
-            return _cluster.run_sync(
-                self._client,
-                _cluster.leader_route(
-                    self.cluster, op.tp, op.call, self.retry_backoff_s, catch_up_s=catch_up_s(op)
-                ),
-            )
-        if isinstance(op, GroupCall):
-            # At the group's coordinator (found again when it moves).
-            return _cluster.run_sync(
-                self._client,
-                _cluster.group_route(
-                    self.cluster,
-                    op.group_id,
-                    op.call,
-                    self.retry_backoff_s,
-                    catch_up_s=catch_up_s(op),
-                ),
-            )
         if isinstance(op, BeatNow):
             return self._membership().beat_now(op.timeout_s)
-        return _cluster.run_sync(self._client, _cluster.refresh_route(self.cluster, op.topics))
+        return _cluster.run_sync(self._client, self._route(op))
 
     def _join(self, group_id: str, settings: dict[str, Any]) -> GroupMembership:
         group = GroupMembership(self.cluster, group_id, **settings)
