@@ -309,6 +309,26 @@ def cluster(cluster_factory: ClusterFactory) -> cluster_harness.Cluster:
     return cluster_factory()
 
 
+@pytest.fixture(scope="module")
+def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[cluster_harness.Cluster]:
+    """The ``cluster`` fixture's three brokers and ZooKeeper, started once per test module
+    and shared by those of its tests that leave it as they found it: they kill, pause,
+    stop or restart no broker and not ZooKeeper, change no cluster-wide setting (ACLs,
+    quotas, users), and name their topics and groups so that no other test of the module
+    uses them. A cluster start (ZooKeeper's JVM, three brokers, the controller and the
+    group coordinators' partitions) takes most of such a test's time. At the end every
+    broker gets SIGTERM and must exit 0, as after ``cluster``."""
+    workdir = tmp_path_factory.mktemp("shared-cluster")
+    server = zookeeper_harness.ZooKeeperServer(workdir / "zookeeper")
+    made = cluster_harness.Cluster(workdir / "cluster", server)
+    try:
+        yield made.start()
+    finally:
+        codes = made.stop()
+    unclean = [(made.brokers[i].log_path.name, c) for i, c in codes.items() if c]
+    assert not unclean, f"brokers exited non-zero on SIGTERM: {unclean}"
+
+
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> None:
     """Show the broker logs of a failed test: the cause is often only there."""
     if call.when != "call" or call.excinfo is None:
@@ -320,6 +340,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         for name, text in made_cluster.logs().items():
             if name != made_cluster.zookeeper.log_path.name:
                 item.add_report_section("call", f"{made_cluster.workdir.name} log {name}", text)
+    shared = getattr(item, "funcargs", {}).get("shared_cluster")
+    if shared is not None:
+        # Its logs hold the module's earlier tests too: their tails.
+        for name, text in shared.logs().items():
+            tail = "\n".join(text.splitlines()[-300:])
+            item.add_report_section("call", f"shared cluster log {name} (last 300 lines)", tail)
     server = item.stash.get(ZOOKEEPER_KEY, None)
     if server is not None:
         tail = "\n".join(server.log().splitlines()[-300:])
