@@ -1,4 +1,7 @@
-"""A stopping broker answers its long polls at once (app/api/server.py, LogbusServer).
+"""What a broker stop must not wait for: its long polls are answered at once
+(app/api/server.py, LogbusServer), and a request whose client went away in the middle of
+its body is dropped when the connection ends, not at the body timeout
+(app/api/protocol.py).
 
 The served stack (uvicorn with the broker's protocol and lifespan) runs in a thread of
 this process, so the test can see the long poll parked in the app's waiters before it
@@ -10,6 +13,8 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -79,3 +84,34 @@ def test_a_stopping_server_answers_its_long_polls_with_what_they_have(tmp_path: 
     assert not serving.is_alive()
     assert [r.status_code for r in answers] == [200]
     assert answers[0].json()["records"] == []
+
+
+@contextmanager
+def _served(settings: Settings) -> Iterator[_Unsettled]:
+    server = _Unsettled(build_config(settings, zerocopy=False, loop="asyncio"), 0)
+    serving = threading.Thread(target=server.run)
+    serving.start()
+    try:
+        _until(lambda: server.started, "the server starts")
+        yield server
+    finally:
+        server.should_exit = True
+        serving.join(60)
+    assert not serving.is_alive()
+
+
+def test_a_client_gone_in_the_middle_of_a_body_ends_its_request_at_once(tmp_path: Path) -> None:
+    """A produce whose client stops sending half-way through the declared body and closes
+    its side (as a killed producer's socket does): the broker closes the connection at
+    once. Before, it waited out the body timeout (two minutes by default) holding the
+    request, its connection and the body's memory reservation; a half-close after a
+    complete request is still answered (tests/e2e/test_e2e_limits.py)."""
+    settings = Settings(data_dir=tmp_path, port=_free_port())
+    with _served(settings), socket.create_connection(("127.0.0.1", settings.port)) as sock:
+        sock.sendall(
+            b"POST /topics/t/partitions/0/records HTTP/1.1\r\nHost: x\r\n"
+            b'content-type: application/json\r\ncontent-length: 100\r\n\r\n{"rec'
+        )
+        sock.shutdown(socket.SHUT_WR)
+        sock.settimeout(30)  # far below the 120-s body timeout
+        assert sock.recv(1) == b""
