@@ -299,6 +299,12 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def eof_received(self) -> bool | None:  # type: ignore[override]  # asyncio's contract
         # A client may half-close after its request (shutdown(SHUT_WR)): keep the socket
         # open to answer it, then close (returning a falsy value would close it now).
+        # Not in the middle of a body, which can then never complete (a client killed
+        # while sending): closing now tells the app (http.disconnect) and frees the body's
+        # reservation, where waiting held both until the body timeout (120 s by
+        # default), and a broker stop for its graceful 5 s.
+        if self._in_body:
+            return None
         if self.cycle is not None and not self.cycle.response_complete:
             self.cycle.keep_alive = False
             return True

@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 # uvicorn configures this logger; ours would print nothing without extra setup.
 logger = logging.getLogger("uvicorn.error")
 
-# Long polls may still be waiting at shutdown; they are cut after this.
+# Requests still running at shutdown are cut after this (long polls are answered at once:
+# LogbusServer.shutdown).
 GRACEFUL_SHUTDOWN_SECONDS = 5
 
 
@@ -174,7 +175,8 @@ def settle_collector(young_threshold: int) -> None:
 
 
 class LogbusServer(uvicorn.Server):
-    """uvicorn's server that settles the collector once started (:func:`settle_collector`)."""
+    """uvicorn's server that settles the collector once started (:func:`settle_collector`)
+    and answers the long polls at once when it stops (:meth:`shutdown`)."""
 
     def __init__(self, config: uvicorn.Config, young_threshold: int) -> None:
         super().__init__(config)
@@ -184,6 +186,20 @@ class LogbusServer(uvicorn.Server):
         await super().startup(sockets)
         if self.started:
             settle_collector(self._young_threshold)
+
+    async def shutdown(self, sockets: list[Any] | None = None) -> None:
+        """Release every long poll (HTTP and Kafka fetches, WebSocket subscriptions: they
+        answer with what they have, as Kafka completes its delayed fetches when it stops),
+        then uvicorn's shutdown. uvicorn waits up to ``GRACEFUL_SHUTDOWN_SECONDS`` for the
+        requests in flight before it runs the app's lifespan shutdown, which released
+        them only then: one parked fetch held every stop for those 5 s and was then cut
+        without an answer. Nothing awaits in between, so no request starts after the
+        release (one that registers a wait later finds the waiters closed and answers)."""
+        app_state = getattr(self.config.app, "state", None)
+        logbus_state = getattr(app_state, "logbus", None)
+        if logbus_state is not None:
+            logbus_state.waiters.close()
+        await super().shutdown(sockets)
 
 
 def _exit_cleanly(signum: int, frame: FrameType | None) -> None:

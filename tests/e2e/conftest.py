@@ -225,6 +225,25 @@ def broker(new_broker: BrokerFactory) -> Broker:
     return new_broker().start()
 
 
+@pytest.fixture(scope="module")
+def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    """The ``broker`` fixture's broker (default settings, a fresh data dir), started once
+    per test module and shared by those of its tests that neither stop, kill nor restart
+    it nor change a broker-wide setting, and whose topics and groups no other test of the
+    module names (a pattern subscription included). A start (a Python process importing
+    the app, then its lifespan) is seconds on a loaded host, the most of a short test. At
+    the end it gets SIGTERM and must exit 0 and leave ``.clean_shutdown``, as after
+    ``broker``."""
+    workdir = tmp_path_factory.mktemp("shared-broker")
+    made = Broker(workdir / "data", workdir / "broker.log")
+    try:
+        yield made.start()
+    finally:
+        code = made.stop() if made.proc is not None else 0
+    assert code == 0, f"broker exited with {code} on SIGTERM:\n{made.log()}"
+    assert made.clean_shutdown_marker.exists(), made.log()
+
+
 # ---------------------------------------------------------------- cluster mode
 
 ZOOKEEPER_KEY = pytest.StashKey[zookeeper_harness.ZooKeeperServer]()
@@ -309,6 +328,26 @@ def cluster(cluster_factory: ClusterFactory) -> cluster_harness.Cluster:
     return cluster_factory()
 
 
+@pytest.fixture(scope="module")
+def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[cluster_harness.Cluster]:
+    """The ``cluster`` fixture's three brokers and ZooKeeper, started once per test module
+    and shared by those of its tests that leave it as they found it: they kill, pause,
+    stop or restart no broker and not ZooKeeper, change no cluster-wide setting (ACLs,
+    quotas, users), and name their topics and groups so that no other test of the module
+    uses them. A cluster start (ZooKeeper's JVM, three brokers, the controller and the
+    group coordinators' partitions) takes most of such a test's time. At the end every
+    broker gets SIGTERM and must exit 0, as after ``cluster``."""
+    workdir = tmp_path_factory.mktemp("shared-cluster")
+    server = zookeeper_harness.ZooKeeperServer(workdir / "zookeeper")
+    made = cluster_harness.Cluster(workdir / "cluster", server)
+    try:
+        yield made.start()
+    finally:
+        codes = made.stop()
+    unclean = [(made.brokers[i].log_path.name, c) for i, c in codes.items() if c]
+    assert not unclean, f"brokers exited non-zero on SIGTERM: {unclean}"
+
+
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> None:
     """Show the broker logs of a failed test: the cause is often only there."""
     if call.when != "call" or call.excinfo is None:
@@ -320,6 +359,16 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         for name, text in made_cluster.logs().items():
             if name != made_cluster.zookeeper.log_path.name:
                 item.add_report_section("call", f"{made_cluster.workdir.name} log {name}", text)
+    shared_broker = getattr(item, "funcargs", {}).get("shared_broker")
+    if shared_broker is not None:
+        tail = "\n".join(shared_broker.log().splitlines()[-300:])
+        item.add_report_section("call", "shared broker log (last 300 lines)", tail)
+    shared = getattr(item, "funcargs", {}).get("shared_cluster")
+    if shared is not None:
+        # Its logs hold the module's earlier tests too: their tails.
+        for name, text in shared.logs().items():
+            tail = "\n".join(text.splitlines()[-300:])
+            item.add_report_section("call", f"shared cluster log {name} (last 300 lines)", tail)
     server = item.stash.get(ZOOKEEPER_KEY, None)
     if server is not None:
         tail = "\n".join(server.log().splitlines()[-300:])

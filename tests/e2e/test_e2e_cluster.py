@@ -1,7 +1,9 @@
 """Cluster mode end to end: a real ZooKeeper and three broker processes on loopback.
 
 Faults are real: SIGKILL, SIGSTOP/SIGCONT, ZooKeeper stopped and started again.
-Timings are shortened by the harness (2 s ZooKeeper sessions and replica lag).
+Timings are shortened by the harness (2 s ZooKeeper sessions and replica lag). Tests that
+inject no fault and change no cluster-wide setting share one cluster (``shared_cluster``,
+each with topics and groups of its own names); the others start their own.
 """
 
 from __future__ import annotations
@@ -108,7 +110,8 @@ def consume_all(cluster: Cluster, topic: str, partition: int, count: int) -> lis
     return seen
 
 
-def test_placement_routing_and_replication(cluster: Cluster) -> None:
+def test_placement_routing_and_replication(shared_cluster: Cluster) -> None:
+    cluster = shared_cluster
     described = create_topic(cluster, "orders", partitions=6, rf=3)
     leaders = [p["leader"] for p in described["partitions"]]
     # Leaders spread evenly: two partitions each.
@@ -155,7 +158,8 @@ def test_placement_routing_and_replication(cluster: Cluster) -> None:
     )
 
 
-def test_replication_factor_larger_than_brokers_is_refused(cluster: Cluster) -> None:
+def test_replication_factor_larger_than_brokers_is_refused(shared_cluster: Cluster) -> None:
+    cluster = shared_cluster
     answer = httpx.post(
         f"{cluster.url(2)}/topics", json={"name": "big", "replication_factor": 4}, timeout=30
     )
@@ -420,7 +424,8 @@ def test_diverged_replica_truncates_to_the_new_leader(cluster: Cluster) -> None:
     assert copies[old] == copies[new] == copies[followers[0]] == copies[followers[1]]
 
 
-def test_delete_topic_removes_every_replica(cluster: Cluster) -> None:
+def test_delete_topic_removes_every_replica(shared_cluster: Cluster) -> None:
+    cluster = shared_cluster
     create_topic(cluster, "gone", partitions=2)
     assert produce(cluster, cluster.leader("gone", 0), "gone", 0, ["x"]).status_code == 200
     answer = httpx.delete(f"{cluster.url(3)}/topics/gone", timeout=30)
@@ -570,7 +575,8 @@ def test_group_survives_its_coordinator_failing(cluster: Cluster) -> None:
     assert sorted(seen + rest) == list(range(100))
 
 
-def test_producer_ids_are_unique_across_brokers(cluster: Cluster) -> None:
+def test_producer_ids_are_unique_across_brokers(shared_cluster: Cluster) -> None:
+    cluster = shared_cluster
     ids = [
         httpx.post(f"{cluster.url(b)}/producers", json={}, timeout=30).json()["producer_id"]
         for b in cluster.ids
@@ -587,7 +593,8 @@ def test_producer_ids_are_unique_across_brokers(cluster: Cluster) -> None:
     assert bumped.json()["producer_epoch"] == 1
 
 
-def test_topic_names_that_collide_are_refused(cluster: Cluster) -> None:
+def test_topic_names_that_collide_are_refused(shared_cluster: Cluster) -> None:
+    cluster = shared_cluster
     create_topic(cluster, "a.b", rf=1)
     answer = httpx.post(f"{cluster.url(2)}/topics", json={"name": "a_b"}, timeout=30)
     assert answer.status_code == 400
@@ -629,10 +636,11 @@ def produce_plain(url: str, topic: str, value: str) -> httpx.Response:
     )
 
 
-def test_deleting_a_topic_deletes_its_offsets_on_every_coordinator(cluster: Cluster) -> None:
+def test_deleting_a_topic_deletes_its_offsets_on_every_coordinator(shared_cluster: Cluster) -> None:
     """Groups coordinated by each of the three brokers commit tz-2 at 5; tz is deleted
     through one broker and created again: no coordinator still has an offset for it, and a
     group member reads the new tz from its start."""
+    cluster = shared_cluster
     create_topic(cluster, "tz", partitions=3)
     by_broker: dict[int, str] = {}
     for i in range(200):

@@ -1,4 +1,7 @@
-"""``logbus consume --group`` and ``--ws`` against a real broker process."""
+"""``logbus consume --group`` and ``--ws`` against a real broker process.
+
+The WebSocket tests share one broker (``shared_broker``), each with its own topic and
+group; the restart test starts its own."""
 
 from __future__ import annotations
 
@@ -54,7 +57,8 @@ def test_group_consume_commits_and_offsets_survive_a_restart(new_broker: BrokerF
     assert bad.returncode == 2
 
 
-def test_ws_consume(broker: Broker) -> None:
+def test_ws_consume(shared_broker: Broker) -> None:
+    broker = shared_broker
     assert logbus(broker, "topics", "create", "pushed", "--partitions", "1").returncode == 0
     lines = [f"line {i}" for i in range(5)]
     assert logbus(broker, "produce", "pushed", stdin="\n".join(lines) + "\n").returncode == 0
@@ -66,7 +70,8 @@ def test_ws_consume(broker: Broker) -> None:
     assert logbus(broker, "consume", "pushed", "--ws", "--from", "latest").stdout == ""
 
 
-def test_ws_group_consume_resumes_at_the_commits(broker: Broker) -> None:
+def test_ws_group_consume_resumes_at_the_commits(shared_broker: Broker) -> None:
+    broker = shared_broker
     assert logbus(broker, "topics", "create", "tasks", "--partitions", "2").returncode == 0
     lines = [f"task-{i}" for i in range(8)]
     assert logbus(broker, "produce", "tasks", stdin="\n".join(lines) + "\n").returncode == 0

@@ -1,4 +1,7 @@
-"""Produce and fetch over real HTTP; binary fetches leave through os.sendfile."""
+"""Produce and fetch over real HTTP; binary fetches leave through os.sendfile.
+
+The tests on a default broker share one (``shared_broker``), each on topics of its own
+names; the zero-copy counters are compared within one test, before and after."""
 
 from __future__ import annotations
 
@@ -58,7 +61,8 @@ def _fill(client: httpx.Client, topic: str) -> list[tuple[int, bytes | None, byt
     return sent
 
 
-def test_binary_fetch_is_zero_copy_exact_and_keeps_the_connection(broker: Broker) -> None:
+def test_binary_fetch_is_zero_copy_exact_and_keeps_the_connection(shared_broker: Broker) -> None:
+    broker = shared_broker
     with broker.client() as client:
         assert client.post("/topics", json={"name": "zc", "partitions": 1}).status_code == 201
         sent = _fill(client, "zc")
@@ -97,7 +101,8 @@ def test_binary_fetch_is_zero_copy_exact_and_keeps_the_connection(broker: Broker
     assert [o for o, _, _ in sent] == list(range(len(sent)))
 
 
-def test_json_fetch_over_http(broker: Broker) -> None:
+def test_json_fetch_over_http(shared_broker: Broker) -> None:
+    broker = shared_broker
     with broker.client() as client:
         r = client.post(
             "/topics/j/records",
@@ -125,7 +130,8 @@ def test_fallback_without_zerocopy_sends_the_same_bytes(new_broker: BrokerFactor
     assert broker.metric(COPIED) == len(r.content)
 
 
-def test_empty_and_out_of_range_binary_fetches(broker: Broker) -> None:
+def test_empty_and_out_of_range_binary_fetches(shared_broker: Broker) -> None:
+    broker = shared_broker
     with broker.client() as client:
         client.post("/topics", json={"name": "e", "partitions": 1})
         r = client.get(

@@ -1,4 +1,6 @@
-"""``logbus perf produce|consume|e2e`` against a real broker: sane JSON, nothing lost, caps held."""
+"""``logbus perf produce|consume|e2e`` against a real broker: sane JSON, nothing lost, caps held.
+
+The tests share one broker (``shared_broker``), each on topics of its own names."""
 
 from __future__ import annotations
 
@@ -44,7 +46,8 @@ def assert_latencies(lat: dict[str, float]) -> None:
     assert 0 < lat["avg"] <= lat["max"]
 
 
-def test_produce_then_consume_then_e2e(broker: Broker) -> None:
+def test_produce_then_consume_then_e2e(shared_broker: Broker) -> None:
+    broker = shared_broker
     produced = perf_json(
         broker, "produce", "--topic", "perf", "--partitions", "3", "--records", "20000"
     )
@@ -85,7 +88,8 @@ def test_produce_then_consume_then_e2e(broker: Broker) -> None:
     assert e2e["latency_ms"]["p50"] < 1000
 
 
-def test_throughput_cap_holds(broker: Broker) -> None:
+def test_throughput_cap_holds(shared_broker: Broker) -> None:
+    broker = shared_broker
     records, rate = 3000, 2000.0  # 1.5 s at the cap
     start = time.monotonic()
     produced = perf_json(
@@ -100,7 +104,8 @@ def test_throughput_cap_holds(broker: Broker) -> None:
     assert produced["records_per_s"] > rate * 0.5
 
 
-def test_text_summary_and_a_short_topic(broker: Broker) -> None:
+def test_text_summary_and_a_short_topic(shared_broker: Broker) -> None:
+    broker = shared_broker
     done = perf(broker, "produce", "--topic", "short", "--records", "100")
     assert done.returncode == 0, done.stderr
     assert "100 records sent" in done.stdout and "p99.9" in done.stdout
@@ -115,8 +120,9 @@ def test_text_summary_and_a_short_topic(broker: Broker) -> None:
 
 
 def test_sdk_bench_figures_are_what_the_report_renders(
-    broker: Broker, monkeypatch: pytest.MonkeyPatch
+    shared_broker: Broker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    broker = shared_broker
     monkeypatch.syspath_prepend(str(REPO))  # bench/ is not an installed package
     from bench import report, sdk
 

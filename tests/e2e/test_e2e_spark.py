@@ -1,6 +1,8 @@
 """The ``logbus`` Spark data source on local Spark against a real broker.
 
-One SparkSession for the whole module (starting the JVM costs seconds). Without
+One SparkSession for the whole module (starting the JVM costs seconds), and one broker
+(``shared_broker``) for the tests that neither stop nor restart it, each with topics of
+its own names (a pattern subscription included); the others start their own. Without
 pyspark or Java the module is skipped, except under CI=true where that is a
 failure: CI must exercise the connector.
 """
@@ -75,7 +77,8 @@ def _reader(spark: Any, url: str, **options: str) -> Any:
     return r.load()
 
 
-def test_batch_read_returns_exactly_the_produced_records(spark: Any, broker: Broker) -> None:
+def test_batch_read_returns_exactly_the_produced_records(spark: Any, shared_broker: Broker) -> None:
+    broker = shared_broker
     with Admin(broker.url) as admin:
         admin.create_topic("events", partitions=3)
     sent = _produce(broker.url, "events", 3, 500)
@@ -116,9 +119,12 @@ def test_batch_read_returns_exactly_the_produced_records(spark: Any, broker: Bro
     assert _reader(spark, broker.url, subscribePattern="ev.*").count() == 1501
 
 
-def test_batch_read_matches_the_sdk_consumer_for_every_codec(spark: Any, broker: Broker) -> None:
+def test_batch_read_matches_the_sdk_consumer_for_every_codec(
+    spark: Any, shared_broker: Broker
+) -> None:
     """Spark's columns equal the SDK Consumer's records: one partition per codec, null and
     empty keys and values, headers, batches cut by minPartitions and by fetch answers."""
+    broker = shared_broker
     codecs = ["none", "gzip", "snappy", "lz4", "zstd"]
     with Admin(broker.url) as admin:
         admin.create_topic("codecs", partitions=len(codecs))
@@ -159,7 +165,8 @@ def test_batch_read_matches_the_sdk_consumer_for_every_codec(spark: Any, broker:
     assert got == want
 
 
-def test_min_partitions_splits_offset_ranges(spark: Any, broker: Broker) -> None:
+def test_min_partitions_splits_offset_ranges(spark: Any, shared_broker: Broker) -> None:
+    broker = shared_broker
     with Admin(broker.url) as admin:
         admin.create_topic("big", partitions=2)
     _produce(broker.url, "big", 2, 1000)
@@ -173,7 +180,8 @@ def test_min_partitions_splits_offset_ranges(spark: Any, broker: Broker) -> None
     )
 
 
-def test_write_then_read_returns_the_written_rows(spark: Any, broker: Broker) -> None:
+def test_write_then_read_returns_the_written_rows(spark: Any, shared_broker: Broker) -> None:
+    broker = shared_broker
     with Admin(broker.url) as admin:
         admin.create_topic("out", partitions=2)
     rows = [(f"k{i}", f"value {i}", i % 2) for i in range(300)]
@@ -192,8 +200,9 @@ def test_write_then_read_returns_the_written_rows(spark: Any, broker: Broker) ->
 
 
 def test_streaming_available_now_and_restart_from_checkpoint(
-    spark: Any, broker: Broker, tmp_path: Path
+    spark: Any, shared_broker: Broker, tmp_path: Path
 ) -> None:
+    broker = shared_broker
     with Admin(broker.url) as admin:
         admin.create_topic("stream", partitions=2)
     _produce(broker.url, "stream", 2, 200)
@@ -249,35 +258,39 @@ def test_streaming_available_now_and_restart_from_checkpoint(
 
 
 def test_streaming_write_appends_each_micro_batch(
-    spark: Any, broker: Broker, tmp_path: Path
+    spark: Any, shared_broker: Broker, tmp_path: Path
 ) -> None:
+    broker = shared_broker
     with Admin(broker.url) as admin:
-        admin.create_topic("src", partitions=2)
-        admin.create_topic("dst", partitions=1)
-    _produce(broker.url, "src", 2, 100)
+        admin.create_topic("upper-src", partitions=2)
+        admin.create_topic("upper-dst", partitions=1)
+    _produce(broker.url, "upper-src", 2, 100, prefix="src")
     query = (
         spark.readStream.format("logbus")
         .option("logbus.url", broker.url)
-        .option("subscribe", "src")
+        .option("subscribe", "upper-src")
         .option("startingOffsets", "earliest")
         .load()
         .selectExpr("key", "upper(CAST(value AS STRING)) AS value")
         .writeStream.format("logbus")
         .option("logbus.url", broker.url)
-        .option("topic", "dst")
+        .option("topic", "upper-dst")
         .option("checkpointLocation", str(tmp_path / "checkpoint"))
         .trigger(availableNow=True)
         .start()
     )
     query.awaitTermination(120)
     assert query.exception() is None
-    values = sorted(bytes(r.value) for r in _reader(spark, broker.url, subscribe="dst").collect())
+    values = sorted(
+        bytes(r.value) for r in _reader(spark, broker.url, subscribe="upper-dst").collect()
+    )
     assert values == sorted(f"SRC-{p}-{i}".encode() for p in range(2) for i in range(100))
 
 
 def test_clicks_sessions_pipeline_matches_plain_python(
-    spark: Any, broker: Broker, tmp_path: Path
+    spark: Any, shared_broker: Broker, tmp_path: Path
 ) -> None:
+    broker = shared_broker
     # The pipelines package is run from the repository root (python -m), not installed.
     sys.path.insert(0, str(REPO))
     from pipelines import clicks_sessions as pipeline
@@ -336,8 +349,9 @@ def test_records_deleted_by_retention_fail_or_are_skipped(
 
 
 def test_starting_timestamp_reads_from_the_first_record_at_or_after_it(
-    spark: Any, broker: Broker
+    spark: Any, shared_broker: Broker
 ) -> None:
+    broker = shared_broker
     with Admin(broker.url) as admin:
         admin.create_topic("timed", partitions=2)
     base = 1_700_000_000_000
@@ -395,7 +409,10 @@ def _available_now(
 
 
 @pytest.mark.slow
-def test_empty_reads_give_empty_dataframes(spark: Any, broker: Broker, tmp_path: Path) -> None:
+def test_empty_reads_give_empty_dataframes(
+    spark: Any, shared_broker: Broker, tmp_path: Path
+) -> None:
+    broker = shared_broker
     with Admin(broker.url) as admin:
         admin.create_topic("void", partitions=2)
         admin.create_topic("full", partitions=2)
@@ -420,8 +437,9 @@ def test_empty_reads_give_empty_dataframes(spark: Any, broker: Broker, tmp_path:
 
 @pytest.mark.slow
 def test_ending_offsets_past_the_high_watermark_are_refused_at_planning(
-    spark: Any, broker: Broker
+    spark: Any, shared_broker: Broker
 ) -> None:
+    broker = shared_broker
     with Admin(broker.url) as admin:
         admin.create_topic("short", partitions=2)
     _produce(broker.url, "short", 2, 10)
@@ -435,11 +453,12 @@ def test_ending_offsets_past_the_high_watermark_are_refused_at_planning(
 
 @pytest.mark.slow
 def test_a_recreated_topic_fails_the_query_or_is_read_from_its_start(
-    spark: Any, broker: Broker, tmp_path: Path
+    spark: Any, shared_broker: Broker, tmp_path: Path
 ) -> None:
     """The issue's scenario: checkpoint at {0: 500, 1: 500}, the topic re-created with 4
     partitions holding 100 records each. Before, both settings read only offsets 500..599
     of partitions 0 and 1 from then on, losing 0..499 without a word."""
+    broker = shared_broker
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
     options = {"subscribe": "re", "startingOffsets": "earliest"}
     with Admin(broker.url) as admin:
@@ -538,13 +557,14 @@ def _values(
 
 @pytest.mark.slow
 def test_streaming_sink_after_the_driver_is_killed_mid_batch(
-    spark: Any, broker: Broker, tmp_path: Path
+    spark: Any, shared_broker: Broker, tmp_path: Path
 ) -> None:
     """A query copying topic src to dst, in a process of its own, is killed (SIGKILL:
     driver, JVM and Python workers) in the middle of its second micro-batch, then
     restarted from its checkpoint (here, in this session): every record lands, and the
     only duplicates are records of that micro-batch already written when it died (the
     sink is at-least-once across retried batches, as Spark's Kafka sink)."""
+    broker = shared_broker
     import spark_query
 
     with Admin(broker.url) as admin:
@@ -575,11 +595,12 @@ def test_streaming_sink_after_the_driver_is_killed_mid_batch(
     assert max(got.values()) == 2
 
 
-def test_a_task_finding_its_log_went_back_fails_or_skips_the_rest(broker: Broker) -> None:
+def test_a_task_finding_its_log_went_back_fails_or_skips_the_rest(shared_broker: Broker) -> None:
     """The range a task was planned (offsets 500..599) is past the end of a log that went
     back under it (the topic re-created with 100 records). Before, the task failed saying
     retention had deleted offset 500 (failOnDataLoss=true), or asked for it again and again
     until pollTimeoutMs and failed with TimeoutError (false)."""
+    broker = shared_broker
     from app.spark.arrow import read_range
     from app.spark.options import DataLoss, OffsetRange
 

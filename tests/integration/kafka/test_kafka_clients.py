@@ -11,7 +11,7 @@ import uuid
 
 import httpx
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from kafka_harness import KafkaBroker
 
 
@@ -195,11 +195,52 @@ def test_librdkafka_commits_are_the_groups_offsets_over_http(kafka_broker: Kafka
     assert got == [3, 4]
 
 
-def test_a_long_poll_is_woken_by_an_append_to_any_partition_it_asked_for(
-    kafka_broker: KafkaBroker,
+def _both_in_the_parked_fetch(
+    consumer: Consumer, http: httpx.Client, topic: str, deadline: float
 ) -> None:
-    """Fetch names two partitions and waits up to 30 s: an HTTP produce to the second one
-    ends the wait (long before the 30 s: the bound only catches a wait not woken)."""
+    """Return once the consumer's next Fetch names partitions 0 and 1.
+
+    librdkafka keeps one Fetch in flight per broker, naming the partitions that were
+    fetchable when it was sent; a partition that becomes fetchable later (here: joined to
+    the broker's thread a moment after the other, which a loaded host makes likely)
+    waits for that Fetch's answer, up to ``fetch.wait.max.ms``. So records go to
+    partition 0, one at a time, until an answer has carried partition 1's end (a
+    _PARTITION_EOF event) and every one of them is read: the Fetch sent after that
+    answer names both, and nothing but a new append can answer it early."""
+    sent = read = 0
+    eof_1 = False
+    while not (eof_1 and read == sent):
+        assert time.monotonic() < deadline, f"{read} of {sent} read, partition 1's end: {eof_1}"
+        if read == sent:  # one record at a time: none left to answer a later Fetch
+            r = http.post(
+                f"/topics/{topic}/partitions/0/records",
+                json={"records": [{"value": f"early-{sent}"}], "value_format": "string"},
+            )
+            assert r.status_code == 200, r.text
+            sent += 1
+        msg = consumer.poll(0.5)
+        if msg is None:
+            continue
+        if msg.error() is None:
+            assert (msg.partition(), msg.value()) == (0, b"early-%d" % read)
+            read += 1
+        else:
+            assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
+            eof_1 = eof_1 or msg.partition() == 1
+
+
+@pytest.mark.parametrize("joins", ["together", "staggered"])
+def test_a_long_poll_is_woken_by_an_append_to_any_partition_it_asked_for(
+    kafka_broker: KafkaBroker, joins: str
+) -> None:
+    """A Fetch names two partitions and waits up to 30 s: an HTTP produce to the second one
+    ends the wait (long before the 30 s: the bound only catches a wait not woken).
+
+    ``staggered`` assigns partition 1 a second after partition 0, so that (unless the
+    host is too loaded for librdkafka to have sent one by then) a Fetch naming partition 0
+    alone is in flight: what librdkafka sometimes does on its own under load with both
+    assigned at once. The test failed twice that way before it waited for a Fetch naming
+    both: the produce to partition 1 went unseen until that Fetch's 30 s were over."""
     topic = _topic("wake")
     with httpx.Client(base_url=kafka_broker.url, timeout=30) as http:
         assert http.post("/topics", json={"name": topic, "partitions": 2}).status_code == 201
@@ -209,11 +250,17 @@ def test_a_long_poll_is_woken_by_an_append_to_any_partition_it_asked_for(
                 "group.id": "unused",
                 "fetch.wait.max.ms": 30_000,
                 "socket.timeout.ms": 60_000,
+                "enable.partition.eof": True,
             }
         )
         try:
-            consumer.assign([TopicPartition(topic, 0, 0), TopicPartition(topic, 1, 0)])
-            assert consumer.poll(1) is None  # the first fetch is parked now
+            if joins == "together":
+                consumer.assign([TopicPartition(topic, 0, 0), TopicPartition(topic, 1, 0)])
+            else:
+                consumer.assign([TopicPartition(topic, 0, 0)])
+                assert consumer.poll(1) is None  # a Fetch naming partition 0 only
+                consumer.incremental_assign([TopicPartition(topic, 1, 0)])
+            _both_in_the_parked_fetch(consumer, http, topic, time.monotonic() + 25)
             start = time.monotonic()
             r = http.post(
                 f"/topics/{topic}/partitions/1/records",
@@ -223,7 +270,12 @@ def test_a_long_poll_is_woken_by_an_append_to_any_partition_it_asked_for(
             msg = None
             while msg is None and time.monotonic() - start < 25:
                 msg = consumer.poll(0.5)
-            assert msg is not None and msg.error() is None
+                if msg is not None and msg.error() is not None:
+                    # partition 0's end again, at most: no record is due there
+                    assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
+                    assert msg.partition() == 0, msg.partition()
+                    msg = None
+            assert msg is not None, "the append to partition 1 did not wake the Fetch"
             assert (msg.partition(), msg.value()) == (1, b"late")
         finally:
             consumer.close()
@@ -295,8 +347,6 @@ def test_a_produce_error_is_the_kafka_code_of_the_error_tree(kafka_broker: Kafka
     """Writing an internal topic (the broker's __consumer_offsets, there from its start) is
     InvalidTopic (INVALID_TOPIC_EXCEPTION, 17) over HTTP; over the Kafka door the delivery
     report carries the same Kafka error."""
-    from confluent_kafka import KafkaError
-
     producer = Producer({"bootstrap.servers": kafka_broker.bootstrap, "retries": 0})
     errors: list[KafkaError] = []
     producer.produce(
