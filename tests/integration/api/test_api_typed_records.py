@@ -162,6 +162,42 @@ def test_bytes_written_by_confluent_serializers_decode_in_a_typed_fetch(
     assert r.status_code == 200, r.text
     [got] = fetch(http, "readings", value_format="protobuf")
     assert got["value"] == {"sensor": "s1", "celsius": 21.5}
+    # A WebSocket subscription decodes the same bytes as the typed fetch does.
+    assert ws_values(broker, "avro-in", "avro") == [{**order, "raw": "AP8="}]
+    assert ws_values(broker, "readings", "protobuf") == [{"sensor": "s1", "celsius": 21.5}]
+
+
+def ws_values(broker: LiveBroker, topic: str, value_format: str) -> list[Any]:
+    """The values a ``/ws/subscribe`` at ``value_format`` is pushed, from the start to the
+    topic's end now."""
+    import asyncio
+
+    import orjson
+    from websockets.asyncio.client import connect
+
+    async def main() -> list[Any]:
+        async with connect(broker.ws_url("/ws/subscribe")) as ws:
+            message = {
+                "type": "subscribe",
+                "topics": [topic],
+                "start": "earliest",
+                "value_format": value_format,
+                "credit": {"records": 100},
+            }
+            await ws.send(orjson.dumps(message).decode())
+            subscribed = orjson.loads(await asyncio.wait_for(ws.recv(), 10))
+            assert subscribed["type"] == "subscribed", subscribed
+            end = sum(p["high_watermark"] for p in subscribed["partitions"])
+            values: list[Any] = []
+            while len(values) < end:
+                frame = orjson.loads(await asyncio.wait_for(ws.recv(), 10))
+                if frame["type"] == "records":
+                    for r in frame["records"]:
+                        assert "value_error" not in r, r
+                        values.append(r["value"])
+            return values
+
+    return asyncio.run(main())
 
 
 def test_jsonschema_and_protobuf_produce_then_fetch(broker: LiveBroker, http: httpx.Client) -> None:
