@@ -53,7 +53,7 @@ import shutil
 import threading
 import uuid
 from base64 import urlsafe_b64encode
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Container, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -163,6 +163,14 @@ class _Topic:
     logs: list[Log | None] = field(default_factory=list)
     # Created by cluster mode (from ZooKeeper), not by this broker on its own.
     clustered: bool = False
+
+    def take_config(self, overrides: dict[str, object], config: LogConfig) -> None:
+        """New config overrides and the config they make, for the topic and its logs here
+        (a log reads its ``config`` per operation: one in flight uses the old or the new)."""
+        self.overrides, self.config = overrides, config
+        for log in self.logs:
+            if log is not None:
+                log.config = config
 
 
 class LogManager:
@@ -413,6 +421,21 @@ class LogManager:
         )
         self._write_partition_metadata(directory, topic.topic_id)
 
+    def _open_new_logs(self, topic: _Topic, partitions: range, hosted: Container[int]) -> None:
+        """Append ``partitions`` to the topic's logs, new ones: an empty log for each
+        partition in ``hosted``, None for the others (another broker holds them). A directory
+        already at a new log's place is a leftover of an interrupted deletion or growth (no
+        topic file names it): it goes first. Create, CreatePartitions and a cluster topic's
+        growth make their logs here."""
+        for p in partitions:
+            if p not in hosted:
+                topic.logs.append(None)
+                continue
+            directory = self.data_dir / f"{topic.name}-{p}"
+            if directory.exists():
+                shutil.rmtree(directory)
+            self._open_log(topic, p, clean_shutdown=True)
+
     @staticmethod
     def _write_partition_metadata(directory: Path, topic_id: str) -> None:
         path = directory / PARTITION_METADATA
@@ -477,14 +500,7 @@ class LogManager:
             topic = _Topic(name, topic_id, normalized, config, clustered=hosted is not None)
             try:
                 write_atomically(meta_path, json.dumps(meta, indent=2).encode() + b"\n")
-                for p in range(partitions):
-                    if p not in here:
-                        topic.logs.append(None)
-                        continue
-                    directory = self.data_dir / f"{name}-{p}"
-                    if directory.exists():  # leftover of an interrupted deletion
-                        shutil.rmtree(directory)
-                    self._open_log(topic, p, clean_shutdown=True)
+                self._open_new_logs(topic, range(partitions), here)
                 fsync_dir(self.data_dir)
             except BaseException:
                 # All or nothing: the topic file goes first (the commit point), then what
@@ -599,23 +615,27 @@ class LogManager:
         operation, so an append in flight uses the old one or the new one, whole."""
         config, normalized = check_new_topic(name, 1, overrides, self.default_config)
         with self._lock:
-            self._check_started()
-            topic = self._topic(name)
-            if topic.clustered:
-                raise InvalidRequest(
-                    f"topic {name!r} belongs to the cluster: its configs change in its "
-                    "ZooKeeper assignment, not here"
-                )
+            topic = self._standalone_topic(name, "its configs change")
             if validate_only:
                 return
             meta_path = self.data_dir / TOPICS_DIR / f"{name}.json"
             meta = json.loads(meta_path.read_text())
             meta["configs"] = normalized
             write_atomically(meta_path, json.dumps(meta, indent=2).encode() + b"\n")
-            topic.overrides, topic.config = normalized, config
-            for log in topic.logs:
-                if log is not None:
-                    log.config = config
+            topic.take_config(normalized, config)
+
+    def _standalone_topic(self, name: str, how: str) -> _Topic:
+        """The started broker's topic ``name``, one it created on its own; InvalidRequest
+        for a cluster's topic (``how`` it changes instead, in its ZooKeeper assignment:
+        :meth:`apply_cluster_assignment`). Under the lock."""
+        self._check_started()
+        topic = self._topic(name)
+        if topic.clustered:
+            raise InvalidRequest(
+                f"topic {name!r} belongs to the cluster: {how} in its ZooKeeper assignment, "
+                "not here"
+            )
+        return topic
 
     def add_partitions(self, name: str, count: int, *, validate_only: bool = False) -> None:
         """Grow a lone broker's topic to ``count`` partitions (Kafka's CreatePartitions).
@@ -626,13 +646,7 @@ class LogManager:
         :meth:`apply_cluster_assignment`).
         Blocking: call from a worker thread."""
         with self._lock:
-            self._check_started()
-            topic = self._topic(name)
-            if topic.clustered:
-                raise InvalidRequest(
-                    f"topic {name!r} belongs to the cluster: it grows in its ZooKeeper "
-                    "assignment, not here"
-                )
+            topic = self._standalone_topic(name, "it grows")
             have = len(topic.logs)
             if isinstance(count, bool) or not have < count <= MAX_PARTITIONS:
                 raise InvalidPartitions(
@@ -643,12 +657,9 @@ class LogManager:
             if validate_only:
                 return
             shadow = replace(topic, logs=[])
+            new = range(have, count)
             try:
-                for p in range(have, count):
-                    directory = self.data_dir / f"{name}-{p}"
-                    if directory.exists():  # leftover of an interrupted growth
-                        shutil.rmtree(directory)
-                    self._open_log(shadow, p, clean_shutdown=True)
+                self._open_new_logs(shadow, new, hosted=new)
                 meta_path = self.data_dir / TOPICS_DIR / f"{name}.json"
                 meta = json.loads(meta_path.read_text())
                 meta["partitions"] = count
@@ -656,7 +667,7 @@ class LogManager:
                 fsync_dir(self.data_dir)
             except BaseException:
                 _close_all(list(shadow.logs))
-                for p in range(have, count):
+                for p in new:
                     shutil.rmtree(self.data_dir / f"{name}-{p}", ignore_errors=True)
                 raise
             topic.logs.extend(shadow.logs)
@@ -696,14 +707,7 @@ class LogManager:
             shadow = replace(topic, logs=[], config=config)
             meta_path = self.data_dir / TOPICS_DIR / f"{name}.json"
             try:
-                for p in range(have, partitions):
-                    if p not in grow:
-                        shadow.logs.append(None)
-                        continue
-                    directory = self.data_dir / f"{name}-{p}"
-                    if directory.exists():  # leftover of an interrupted growth
-                        shutil.rmtree(directory)
-                    self._open_log(shadow, p, clean_shutdown=True)
+                self._open_new_logs(shadow, range(have, partitions), grow)
                 meta = json.loads(meta_path.read_text())
                 meta["configs"] = normalized
                 meta["partitions"] = max(have, partitions)
@@ -717,10 +721,7 @@ class LogManager:
                 for p in grow:
                     shutil.rmtree(self.data_dir / f"{name}-{p}", ignore_errors=True)
                 raise
-            topic.overrides, topic.config = normalized, config
-            for log in topic.logs:
-                if log is not None:
-                    log.config = config
+            topic.take_config(normalized, config)
             topic.logs.extend(shadow.logs)
             return True
 
