@@ -116,6 +116,7 @@ class AsyncProducer(ProducerBase):
         # Inline, as in Producer.send: a helper coroutine per record measured ~100 ns (7%).
         if self._serializing:  # key_serializer / value_serializer: objects in
             key, value = await self._serialize_async(topic, key, value, headers)
+        # _check_sending, inline:
         if self._closed or self._acc.fatal is not None:
             raise self._acc.closed_error()  # the fatal error, if any
         if self._txn is not None:
@@ -149,10 +150,7 @@ class AsyncProducer(ProducerBase):
         timestamp: int | None = None,
     ) -> DeliveryReport:
         """Queue many null-key records at once; see :meth:`Producer.send_many`."""
-        if self._closed or self._acc.fatal is not None:
-            raise self._acc.closed_error()  # the fatal error, if any
-        if self._txn is not None:
-            self._txn.check_send()
+        self._check_sending()
         n = self._partition_counts.get(topic) or await self.partitions_for(topic)
         if partition is not None and not 0 <= partition < n:
             n = await self._refresh_for(topic, partition)

@@ -129,6 +129,16 @@ class ProducerBase:
             self._acc, self.config, client, self._partition_counts, self._cluster, self._txn
         )
 
+    def _check_sending(self) -> None:
+        """What a send_many call meets first, blocking or asyncio alike: a closed or failed
+        producer's error (the fatal error, if any), a transactional producer's refusal
+        outside a transaction. (``send`` runs the same checks inline: per record, a call
+        costs.)"""
+        if self._closed or self._acc.fatal is not None:
+            raise self._acc.closed_error()
+        if self._txn is not None:
+            self._txn.check_send()
+
     def _no_metadata(self, topic: str) -> BufferFull:
         return BufferFull(
             f"no metadata for {topic!r} within max_block_ms={self.config.max_block_ms}"

@@ -262,10 +262,7 @@ class Producer(ProducerBase):
         fraction of its per-record cost: no lock, lookup or future per record.
         All records share ``timestamp`` (default: now).
         """
-        if self._closed or self._acc.fatal is not None:
-            raise self._acc.closed_error()  # the fatal error, if any
-        if self._txn is not None:
-            self._txn.check_send()
+        self._check_sending()
         n = self._partition_counts.get(topic) or self.partitions_for(topic)
         if partition is not None and not 0 <= partition < n:
             n = self._refresh_for(topic, partition)
