@@ -370,9 +370,7 @@ decode(In *in, const Node *n, PyObject **out)
 /* ---- the Reader type: one schema's compiled program ---------------------------------- */
 
 typedef struct {
-    PyObject_HEAD
-    Node *nodes;
-    Py_ssize_t nnodes;
+    PROGRAM_HEAD
     int bytes_as_text;
     Py_ssize_t zero_width_items;
 } Reader;
@@ -461,21 +459,9 @@ reader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         PyErr_SetString(PyExc_ValueError, "zero_width_items must be >= 0");
         return NULL;
     }
-    Node *nodes;
-    Py_ssize_t count;
-    if (build_program(program, &nodes, &count) < 0)
+    Reader *self = (Reader *)program_object_new(type, program, prepare);
+    if (self == NULL)
         return NULL;
-    if (prepare(nodes, count) < 0) {
-        free_nodes(nodes, count);
-        return NULL;
-    }
-    Reader *self = (Reader *)type->tp_alloc(type, 0);
-    if (self == NULL) {
-        free_nodes(nodes, count);
-        return NULL;
-    }
-    self->nodes = nodes;
-    self->nnodes = count;
     self->bytes_as_text = bytes_as_text;
     self->zero_width_items = zero_width_items;
     return (PyObject *)self;
@@ -484,7 +470,7 @@ reader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 static void
 reader_dealloc(Reader *self)
 {
-    free_nodes(self->nodes, self->nnodes);
+    program_object_free((PyObject *)self);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -669,13 +655,7 @@ static PyMethodDef framed_methods[] = {
 
 static PyTypeObject FramedDecoderType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "app.common.schemas._avrodec.FramedDecoder",
-    .tp_basicsize = sizeof(FramedDecoder),
-    .tp_dealloc = (destructor)framed_dealloc,
-    .tp_vectorcall_offset = offsetof(FramedDecoder, vectorcall),
-    .tp_call = PyVectorcall_Call,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_HAVE_GC,
-    .tp_traverse = (traverseproc)framed_traverse,
-    .tp_clear = (inquiry)framed_clear,
+    VECTORCALL_GC_SLOTS(FramedDecoder, framed_dealloc, framed_traverse, framed_clear),
     .tp_doc = "FramedDecoder(fallback): one framed record's bytes -> its value",
     .tp_methods = framed_methods,
     .tp_new = framed_new,

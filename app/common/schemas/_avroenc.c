@@ -305,10 +305,8 @@ encode(Buf *b, const Node *n, PyObject *v)
 /* ---- the Encoder type --------------------------------------------------------------- */
 
 typedef struct {
-    PyObject_HEAD
+    PROGRAM_HEAD
     vectorcallfunc vectorcall;
-    Node *nodes;
-    Py_ssize_t nnodes;
     PyObject *header; /* bytes */
     PyObject *fallback;
 } Encoder;
@@ -328,18 +326,10 @@ encoder_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         PyErr_SetString(PyExc_TypeError, "fallback must be callable");
         return NULL;
     }
-    Node *nodes;
-    Py_ssize_t count;
-    if (build_program(program, &nodes, &count) < 0)
+    Encoder *self = (Encoder *)program_object_new(type, program, NULL);
+    if (self == NULL)
         return NULL;
-    Encoder *self = (Encoder *)type->tp_alloc(type, 0);
-    if (self == NULL) {
-        free_nodes(nodes, count);
-        return NULL;
-    }
     self->vectorcall = encoder_vectorcall;
-    self->nodes = nodes;
-    self->nnodes = count;
     self->header = Py_NewRef(header);
     self->fallback = Py_NewRef(fallback);
     return (PyObject *)self;
@@ -366,7 +356,7 @@ encoder_dealloc(Encoder *self)
 {
     PyObject_GC_UnTrack(self);
     encoder_clear(self);
-    free_nodes(self->nodes, self->nnodes);
+    program_object_free((PyObject *)self);
     Py_XDECREF(self->header);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -440,13 +430,7 @@ static PyMethodDef encoder_methods[] = {
 
 static PyTypeObject EncoderType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "app.common.schemas._avroenc.Encoder",
-    .tp_basicsize = sizeof(Encoder),
-    .tp_dealloc = (destructor)encoder_dealloc,
-    .tp_vectorcall_offset = offsetof(Encoder, vectorcall),
-    .tp_call = PyVectorcall_Call,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_HAVE_GC,
-    .tp_traverse = (traverseproc)encoder_traverse,
-    .tp_clear = (inquiry)encoder_clear,
+    VECTORCALL_GC_SLOTS(Encoder, encoder_dealloc, encoder_traverse, encoder_clear),
     .tp_doc = "Encoder(program, header, fallback): value -> header + Avro binary",
     .tp_methods = encoder_methods,
     .tp_new = encoder_new,

@@ -10,6 +10,8 @@
  *
  * build_program() checks the table (kinds, arities, child indexes in range, no cycle) so
  * that a walk over it always ends; a malformed table is a ValueError / TypeError.
+ * The extension types over a program share their head, constructor and slots here too
+ * (PROGRAM_HEAD, program_object_new, VECTORCALL_GC_SLOTS, at the end).
  * Included by both extensions (static functions: each module gets its own copy).
  */
 #ifndef LOGBUS_AVROPROGRAM_H
@@ -234,5 +236,66 @@ build_program(PyObject *program, Node **out, Py_ssize_t *out_count)
     *out_count = count;
     return 0;
 }
+
+/* ---- the extension types over a program -------------------------------------------------
+
+   Both extensions' types that run a program (the decoder's Reader, the Encoder) start with
+   PROGRAM_HEAD, as CPython's objects start with PyObject_HEAD: program_object_new then
+   builds, checks and keeps the nodes for either, and program_object_free frees them. */
+#define PROGRAM_HEAD   \
+    PyObject_HEAD      \
+    Node *nodes;       \
+    Py_ssize_t nnodes;
+
+typedef struct {
+    PROGRAM_HEAD
+} ProgramObject;
+
+/* A new instance of ``type`` holding ``program``'s nodes, built and checked, then completed
+   by ``prepare`` (NULL: nothing to add; the decoder fills its own fields of the nodes); or
+   NULL with an exception and nothing left to free. */
+static PyObject *
+program_object_new(PyTypeObject *type, PyObject *program, int (*prepare)(Node *, Py_ssize_t))
+{
+    Node *nodes;
+    Py_ssize_t count;
+    if (build_program(program, &nodes, &count) < 0)
+        return NULL;
+    if (prepare != NULL && prepare(nodes, count) < 0) {
+        free_nodes(nodes, count);
+        return NULL;
+    }
+    ProgramObject *self = (ProgramObject *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        free_nodes(nodes, count);
+        return NULL;
+    }
+    self->nodes = nodes;
+    self->nnodes = count;
+    return (PyObject *)self;
+}
+
+/* For a dealloc: frees what program_object_new built (not the object). */
+static void
+program_object_free(PyObject *self)
+{
+    ProgramObject *p = (ProgramObject *)self;
+    free_nodes(p->nodes, p->nnodes);
+    p->nodes = NULL;
+    p->nnodes = 0;
+}
+
+/* The slots of a type whose instances are called through vectorcall (the struct's
+   ``vectorcall`` member, set by its tp_new) and keep a Python fallback that usually keeps
+   them (a cycle: they take part in the cycle collector): the Encoder and the decoder's
+   FramedDecoder. */
+#define VECTORCALL_GC_SLOTS(T, dealloc, traverse, clear)                              \
+    .tp_basicsize = sizeof(T),                                                        \
+    .tp_dealloc = (destructor)(dealloc),                                              \
+    .tp_vectorcall_offset = offsetof(T, vectorcall),                                  \
+    .tp_call = PyVectorcall_Call,                                                     \
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_HAVE_GC, \
+    .tp_traverse = (traverseproc)(traverse),                                          \
+    .tp_clear = (inquiry)(clear)
 
 #endif
