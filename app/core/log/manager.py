@@ -436,6 +436,28 @@ class LogManager:
                 shutil.rmtree(directory)
             self._open_log(topic, p, clean_shutdown=True)
 
+    def _commit_new_logs(
+        self, shadow: _Topic, partitions: range, hosted: Container[int], meta: dict[str, Any]
+    ) -> None:
+        """A topic's growth, all or nothing: the new logs in ``shadow``
+        (:meth:`_open_new_logs`), then the topic file takes ``meta`` (the commit point: a
+        crash before it leaves directories the next start removes as orphans). On any error
+        the new logs are closed and their directories removed, and it propagates. The
+        caller serves the logs after (``topic.logs.extend(shadow.logs)``)."""
+        meta_path = self.data_dir / TOPICS_DIR / f"{shadow.name}.json"
+        try:
+            self._open_new_logs(shadow, partitions, hosted)
+            stored = json.loads(meta_path.read_text())
+            stored.update(meta)
+            write_atomically(meta_path, json.dumps(stored, indent=2).encode() + b"\n")
+            fsync_dir(self.data_dir)
+        except BaseException:
+            _close_all(list(shadow.logs))
+            for p in partitions:
+                if p in hosted:
+                    shutil.rmtree(self.data_dir / f"{shadow.name}-{p}", ignore_errors=True)
+            raise
+
     @staticmethod
     def _write_partition_metadata(directory: Path, topic_id: str) -> None:
         path = directory / PARTITION_METADATA
@@ -658,18 +680,7 @@ class LogManager:
                 return
             shadow = replace(topic, logs=[])
             new = range(have, count)
-            try:
-                self._open_new_logs(shadow, new, hosted=new)
-                meta_path = self.data_dir / TOPICS_DIR / f"{name}.json"
-                meta = json.loads(meta_path.read_text())
-                meta["partitions"] = count
-                write_atomically(meta_path, json.dumps(meta, indent=2).encode() + b"\n")
-                fsync_dir(self.data_dir)
-            except BaseException:
-                _close_all(list(shadow.logs))
-                for p in new:
-                    shutil.rmtree(self.data_dir / f"{name}-{p}", ignore_errors=True)
-                raise
+            self._commit_new_logs(shadow, new, new, {"partitions": count})
             topic.logs.extend(shadow.logs)
 
     def apply_cluster_assignment(
@@ -705,22 +716,17 @@ class LogManager:
             if grow:
                 self.partition_budget.check_create(name, len(grow), self._hosted_count())
             shadow = replace(topic, logs=[], config=config)
-            meta_path = self.data_dir / TOPICS_DIR / f"{name}.json"
-            try:
-                self._open_new_logs(shadow, range(have, partitions), grow)
-                meta = json.loads(meta_path.read_text())
-                meta["configs"] = normalized
-                meta["partitions"] = max(have, partitions)
-                meta["hosted"] = sorted(
-                    {p for p, log in enumerate(topic.logs) if log is not None} | set(grow)
-                )
-                write_atomically(meta_path, json.dumps(meta, indent=2).encode() + b"\n")
-                fsync_dir(self.data_dir)
-            except BaseException:
-                _close_all(list(shadow.logs))
-                for p in grow:
-                    shutil.rmtree(self.data_dir / f"{name}-{p}", ignore_errors=True)
-                raise
+            kept = {p for p, log in enumerate(topic.logs) if log is not None}
+            self._commit_new_logs(
+                shadow,
+                range(have, partitions),
+                grow,
+                {
+                    "configs": normalized,
+                    "partitions": max(have, partitions),
+                    "hosted": sorted(kept | set(grow)),
+                },
+            )
             topic.take_config(normalized, config)
             topic.logs.extend(shadow.logs)
             return True
