@@ -149,10 +149,9 @@ def group_record(cg: ClassicGroup, timestamp_ms: int) -> ClassicGroupValue:
     """What ``__consumer_offsets`` keeps of a Stable or Empty group: its generation and
     each member with its subscription to the generation's protocol and its assignment
     (Kafka's GroupMetadataValue; waits, timers and pending members are not kept)."""
-    assert cg.protocol_type is not None
     protocol = cg.protocol_name
     return ClassicGroupValue(
-        protocol_type=cg.protocol_type,
+        protocol_type=cg.protocol_type or "",
         generation=cg.generation,
         protocol_name=protocol,
         leader=cg.leader,
@@ -176,7 +175,7 @@ def group_from_record(group_id: str, value: ClassicGroupValue) -> ClassicGroup:
         group_id,
         state=ClassicState.STABLE if value.members else ClassicState.EMPTY,
         generation=value.generation,
-        protocol_type=value.protocol_type,
+        protocol_type=value.protocol_type or None,
         protocol_name=protocol if value.members else None,
         leader=value.leader if value.members else None,
     )
