@@ -39,7 +39,8 @@ version; values are written at the current version of their type and every
 older version stays readable (a missing field takes the value an older
 broker meant: never left, empty since its last commit). A newer version than
 this code knows is read for the fields it knows, so a downgraded broker still
-loads its groups.
+loads its groups; a record type it does not know is skipped (a broker older than
+type 2 loads a classic group's offsets only: its members rejoin, as they did then).
 
 The key is a byte-exact function of its fields (orjson emits no optional
 whitespace), which compaction relies on. A member is its own record, as in
