@@ -54,9 +54,21 @@ Kafka with migration disabled: a classic member joining a group with consumer-pr
 members, or the other way round, gets INCONSISTENT_GROUP_PROTOCOL; an empty group changes
 kind. The group's committed offsets are the one store every door uses
 (:mod:`app.groups.offsets`, which checks a classic member's generation through
-:meth:`ClassicGroups.validate_commit`). The membership lives in memory only: after a
-coordinator restart or failover the members' next request gets UNKNOWN_MEMBER_ID and they
-rejoin (one rebalance); committed offsets are in ``__consumer_offsets`` as always.
+:meth:`ClassicGroups.validate_commit`).
+
+Persistence, as Kafka's: the group's record in ``__consumer_offsets`` (type 2 of
+:mod:`app.groups.records`, its generation, protocol, leader and each member with its
+subscription and assignment) is written when its persisted state changes, never on a
+heartbeat: by the leader's SyncGroup before the generation is Stable (a write that fails
+answers every waiting SyncGroup with NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE and
+starts a rebalance; the clients find the coordinator and rejoin), when a static member's
+new incarnation takes its place in a Stable group (undone when the write fails), and when
+the group becomes Empty; deleting the group, or a consumer-protocol group taking its name
+over, writes its tombstone. SyncGroup and JoinGroup are answered once the partition's
+writes are replicated. A coordinator that loads the partition (a restart, a failover)
+restores each group Stable with its generation and members, or Empty, and starts every
+member's session afresh (:meth:`ClassicGroups.restore`): members that keep heartbeating
+go on in their generation without a rebalance; one that does not come back expires.
 
 Concurrency: on the event loop. Each call reads and changes the state without awaiting;
 JoinGroup and SyncGroup answers that must wait are futures completed by a later call or
@@ -71,10 +83,11 @@ import asyncio
 import logging
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
+from typing import TypeVar
 
-from app.common.errors import LogbusError
+from app.common.errors import KafkaStorageError, LogbusError, NotCoordinator
 from app.common.group_errors import (
     FencedInstanceId,
     GroupMaxSizeReached,
@@ -102,6 +115,8 @@ from app.groups.runtime import CoordinatorRuntime
 
 log = logging.getLogger(__name__)
 
+R = TypeVar("R")
+
 
 class ClassicGroups:
     """The classic protocol over the runtime's group cache (``Group.classic``)."""
@@ -112,12 +127,8 @@ class ClassicGroups:
     # -- the four requests -------------------------------------------------------------------
 
     async def join(self, group_id: str, req: JoinRequest) -> JoinResult:
-        await self._route(group_id)
-        answer = self._join(group_id, req)
-        if isinstance(answer, JoinResult):
-            return answer
-        # Shielded: a closed connection must not cancel the future the group completes.
-        return await asyncio.shield(answer)
+        partition = await self._route(group_id)
+        return await self._answer(group_id, partition, self._join(group_id, req))
 
     async def sync(
         self,
@@ -129,7 +140,7 @@ class ClassicGroups:
         protocol_name: str | None,
         assignments: dict[str, bytes],
     ) -> SyncResult:
-        await self._route(group_id)
+        partition = await self._route(group_id)
         answer = self._sync(
             group_id,
             generation,
@@ -139,9 +150,7 @@ class ClassicGroups:
             protocol_name,
             assignments,
         )
-        if isinstance(answer, SyncResult):
-            return answer
-        return await asyncio.shield(answer)
+        return await self._answer(group_id, partition, answer)
 
     async def heartbeat(
         self, group_id: str, generation: int, member_id: str, instance_id: str | None
@@ -156,11 +165,19 @@ class ClassicGroups:
         await self._route(group_id)
         return self._leave(group_id, members)
 
-    async def _route(self, group_id: str) -> None:
+    async def _route(self, group_id: str) -> int:
         self.rt.check_loaded()
         validate_group_id(group_id)
         await self.rt.ensure_topic()
-        self.rt.route(group_id)
+        return self.rt.route(group_id)
+
+    async def _answer(self, group_id: str, partition: int, answer: R | asyncio.Future[R]) -> R:
+        """The answer, once its future is completed (shielded: a closed connection must
+        not cancel the future the group completes) and the partition's writes so far
+        are replicated (the generation it names survives a failover)."""
+        result = answer if not isinstance(answer, asyncio.Future) else await asyncio.shield(answer)
+        await self.rt.replicated(group_id, partition)
+        return result
 
     # -- JoinGroup ---------------------------------------------------------------------------
 
@@ -323,23 +340,24 @@ class ClassicGroups:
         new_id = f"{req.instance_id}-{uuid.uuid4()}"
         if old_id is None or old_id not in cg.members:
             return self._add_member(group, cg, new_id, req)
-        member = cg.members.pop(old_id)
+        member = cg.members[old_id]
         fail_waiting(member, FencedInstanceId(cg.group_id, req.instance_id, old_id))
-        member.member_id = new_id
-        cg.members[new_id] = member
-        cg.static[req.instance_id] = new_id
-        if cg.leader == old_id:
-            cg.leader = new_id
-        if old_id in cg.pending_sync:
-            cg.pending_sync.discard(old_id)
-            cg.pending_sync.add(new_id)
+        self._rename(cg, member, new_id)
         log.info("group %s: static member %s is now %s", cg.group_id, old_id, new_id)
         changed = member.protocols != list(req.protocols)
+        timeouts = member.session_timeout_ms, member.rebalance_timeout_ms
         fut = self._update_member(cg, member, req)
         if cg.state == ClassicState.STABLE and not changed:
             # Same subscription: no rebalance. The leader is told to skip the assignment
-            # (its SyncGroup in Stable only reads its own back).
+            # (its SyncGroup in Stable only reads its own back). The new id is written
+            # (a restart must know it); failing that, the old incarnation stays, as Kafka.
             member.join = None
+            try:
+                self._store(group)
+            except LogbusError:
+                member.session_timeout_ms, member.rebalance_timeout_ms = timeouts
+                self._rename(cg, member, old_id)
+                raise
             self._touch(group, cg, member)
             result = self._join_result(cg, member)
             if member.member_id == cg.leader:
@@ -351,6 +369,21 @@ class ClassicGroups:
         else:
             self._prepare_rebalance(group, cg, f"static member {new_id} rejoined")
         return fut
+
+    @staticmethod
+    def _rename(cg: ClassicGroup, member: ClassicMember, new_id: str) -> None:
+        """A static member's new incarnation (or, undone, its old one) under ``new_id``."""
+        old_id = member.member_id
+        del cg.members[old_id]
+        member.member_id = new_id
+        cg.members[new_id] = member
+        if member.instance_id is not None:
+            cg.static[member.instance_id] = new_id
+        if cg.leader == old_id:
+            cg.leader = new_id
+        if old_id in cg.pending_sync:
+            cg.pending_sync.discard(old_id)
+            cg.pending_sync.add(new_id)
 
     def _add_pending(self, cg: ClassicGroup, member_id: str, session_timeout_ms: int) -> None:
         def expire() -> None:
@@ -367,12 +400,9 @@ class ClassicGroups:
     def _prepare_rebalance(self, group: Group, cg: ClassicGroup, reason: str) -> None:
         log.info("group %s: preparing to rebalance (%s)", cg.group_id, reason)
         if cg.state == ClassicState.COMPLETING_REBALANCE:
-            for member in cg.members.values():
-                if member.sync is not None and not member.sync.done():
-                    member.sync.set_exception(
-                        RebalanceInProgress("the group is rebalancing again: rejoin", cg.group_id)
-                    )
-                member.sync = None
+            self._fail_syncs(
+                cg, RebalanceInProgress("the group is rebalancing again: rejoin", cg.group_id)
+            )
         for member in cg.members.values():
             member.assignment = b""
         cg.pending_sync.clear()
@@ -396,6 +426,13 @@ class ClassicGroups:
         cg.initial_until = None
         cg.join_timer = self._loop().call_later(timeout, self._on_join_timeout, cg.group_id, cg)
         self._maybe_complete_join(group, cg)
+
+    @staticmethod
+    def _fail_syncs(cg: ClassicGroup, exc: LogbusError) -> None:
+        for member in cg.members.values():
+            waiting, member.sync = member.sync, None
+            if waiting is not None and not waiting.done():
+                waiting.set_exception(exc)
 
     @staticmethod
     def _rebalance_timeout(cg: ClassicGroup) -> float:
@@ -461,6 +498,12 @@ class ClassicGroups:
             cg.protocol_name = cg.leader = None
             group.empty_since_ms = self.rt.clock_ms()
             log.info("group %s: generation %d is empty", cg.group_id, cg.generation)
+            try:
+                self._store(group)
+            except LogbusError as exc:
+                # As Kafka: logged; the log keeps the last generation, whose members
+                # expire after a reload unless they come back.
+                log.warning("group %s: its empty state is not written: %s", cg.group_id, exc)
             return
         cg.protocol_name = self._select_protocol(cg)
         joined = [m for m in cg.members.values() if m.join is not None]
@@ -553,19 +596,36 @@ class ClassicGroups:
             member.sync.set_exception(
                 RebalanceInProgress("a newer SyncGroup of this member replaced it", group_id)
             )
-        fut: asyncio.Future[SyncResult] = self._loop().create_future()
-        member.sync = fut
-        if member_id == cg.leader:
-            for m in cg.members.values():
-                m.assignment = assignments.get(m.member_id, b"")
-            cg.state = ClassicState.STABLE
-            log.info("group %s: generation %d is stable", group_id, cg.generation)
-            for m in cg.members.values():
-                waiting, m.sync = m.sync, None
-                resolve_future(
-                    waiting, SyncResult(cg.protocol_type, cg.protocol_name, m.assignment)
-                )
-        return fut
+        member.sync = None
+        if member_id != cg.leader:
+            fut: asyncio.Future[SyncResult] = self._loop().create_future()
+            member.sync = fut
+            return fut
+        for m in cg.members.values():
+            m.assignment = assignments.get(m.member_id, b"")
+        try:
+            self._store(group)
+        except LogbusError as exc:
+            # Kafka's answer to a failed store: every waiting SyncGroup gets the error (the
+            # clients find the coordinator again and rejoin) and the group rebalances.
+            self._fail_syncs(cg, exc)
+            self._prepare_rebalance(group, cg, f"its assignment was not written: {exc}")
+            raise
+        cg.state = ClassicState.STABLE
+        log.info("group %s: generation %d is stable", group_id, cg.generation)
+        for m in cg.members.values():
+            waiting, m.sync = m.sync, None
+            resolve_future(waiting, SyncResult(cg.protocol_type, cg.protocol_name, m.assignment))
+        return SyncResult(cg.protocol_type, cg.protocol_name, member.assignment)
+
+    def _store(self, group: Group) -> None:
+        """Write the group's record (:meth:`CoordinatorRuntime.persist_classic`); a storage
+        error is NOT_COORDINATOR, as Kafka's storeGroup answers it."""
+        try:
+            self.rt.persist_classic(group)
+        except (KafkaStorageError, OSError) as exc:
+            log.warning("group %s: its record is not written: %s", group.group_id, exc)
+            raise NotCoordinator(group.group_id) from None
 
     def _classic(self, group_id: str, member_id: str) -> tuple[Group, ClassicGroup]:
         group = self.rt.groups.get(group_id)
@@ -666,6 +726,18 @@ class ClassicGroups:
             )
             return
         self.remove(group, cg, member, "timed out (session)")
+
+    def restore(self, groups: Iterable[Group]) -> None:
+        """Groups just loaded from their records: every member's session starts now (the
+        coordinator was away, not them), so one that heartbeats goes on in its
+        generation and one that does not expires."""
+        for group in groups:
+            cg = group.classic
+            if cg is None:
+                continue
+            for member in cg.members.values():
+                member.timer = None
+                self._touch(group, cg, member)
 
     def _loop(self) -> asyncio.AbstractEventLoop:
         return self.rt.loop or asyncio.get_running_loop()

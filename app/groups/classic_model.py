@@ -19,6 +19,7 @@ from typing import Any
 from kio.serial import entity_reader
 
 from app.common.errors import LogbusError
+from app.groups.records import ClassicGroupValue, ClassicMemberValue
 
 
 class ClassicState(StrEnum):
@@ -126,6 +127,67 @@ class ClassicGroup:
                 member.timer.cancel()
                 member.timer = None
             fail_waiting(member, exc)
+
+
+# -- the record of a group (app/groups/records.py: type 2, Kafka's GroupMetadata) ------------
+
+
+# A member's attributes its record keeps under the same names (with them: its
+# subscription, the metadata it sent for the generation's protocol).
+_RECORD_FIELDS = (
+    "member_id",
+    "instance_id",
+    "client_id",
+    "client_host",
+    "rebalance_timeout_ms",
+    "session_timeout_ms",
+    "assignment",
+)
+
+
+def group_record(cg: ClassicGroup, timestamp_ms: int) -> ClassicGroupValue:
+    """What ``__consumer_offsets`` keeps of a Stable or Empty group: its generation and
+    each member with its subscription to the generation's protocol and its assignment
+    (Kafka's GroupMetadataValue; waits, timers and pending members are not kept)."""
+    protocol = cg.protocol_name
+    return ClassicGroupValue(
+        protocol_type=cg.protocol_type or "",
+        generation=cg.generation,
+        protocol_name=protocol,
+        leader=cg.leader,
+        current_state_timestamp=timestamp_ms,
+        members=tuple(
+            ClassicMemberValue(
+                **{name: getattr(m, name) for name in _RECORD_FIELDS},
+                subscription=m.metadata(protocol) if protocol is not None else b"",
+            )
+            for m in cg.members.values()
+        ),
+    )
+
+
+def group_from_record(group_id: str, value: ClassicGroupValue) -> ClassicGroup:
+    """The group a record describes: Stable with its members (each supporting the
+    generation's protocol only, as Kafka loads them), or Empty without. The members'
+    sessions start when the group is installed (:meth:`ClassicGroups.restore`)."""
+    protocol = value.protocol_name
+    cg = ClassicGroup(
+        group_id,
+        state=ClassicState.STABLE if value.members else ClassicState.EMPTY,
+        generation=value.generation,
+        protocol_type=value.protocol_type or None,
+        protocol_name=protocol if value.members else None,
+        leader=value.leader if value.members else None,
+    )
+    for m in value.members:
+        cg.members[m.member_id] = ClassicMember(
+            **{name: getattr(m, name) for name in _RECORD_FIELDS},
+            protocol_type=value.protocol_type,
+            protocols=[(protocol or "", m.subscription)],
+        )
+        if m.instance_id is not None:
+            cg.static[m.instance_id] = m.member_id
+    return cg
 
 
 def fail_waiting(member: ClassicMember, exc: LogbusError) -> None:

@@ -38,7 +38,8 @@ short (each module's docstring has the details):
   of every coordinator: :meth:`GroupCoordinator.topic_deleted`.
 * A static member's temporary leave and a group's empty-since time are written
   with the member and the group (:mod:`app.groups.records`), so a restart
-  keeps both.
+  keeps both; a classic group's generation and members are its own record, so
+  a restart keeps them too (:mod:`app.groups.classic`).
 
 Everything runs on the event loop of the API: each public method reads and
 changes the state without awaiting in between, so no lock is needed. Appends
@@ -187,7 +188,7 @@ class GroupCoordinator:
                 rt.topic_ready = True
                 # Offsets of topics missing now are kept: a topic the log manager could
                 # not open at start is missing too, and its offsets must survive that.
-            self.membership.restore(rt.groups.values())
+            self._restore(rt.groups.values())
         rt.loaded = True
         self._expire_task = asyncio.create_task(
             self.offsets.expire_loop(), name="offsets-expiration"
@@ -209,8 +210,14 @@ class GroupCoordinator:
     def _on_loaded(self, groups: Iterable[Group]) -> None:
         """Cluster mode: the groups of an offsets partition just loaded here."""
         loaded = list(groups)
-        self.membership.restore(loaded)
+        self._restore(loaded)
         self.offsets.forget_deleted(loaded)
+
+    def _restore(self, groups: Iterable[Group]) -> None:
+        """Sessions of the members of groups just loaded, of either protocol."""
+        loaded = list(groups)
+        self.membership.restore(loaded)
+        self.classic.restore(loaded)
 
     # -- FindCoordinator and membership ----------------------------------------------------
 

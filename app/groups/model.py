@@ -161,9 +161,13 @@ class Group:
     # on ABORT (app/groups/txn_offsets.py).
     pending_txn_offsets: dict[int, dict[TopicPartition, OffsetValue]] = field(default_factory=dict)
     # A classic-protocol group's membership (JoinGroup/SyncGroup on the Kafka door,
-    # app/groups/classic.py), in memory only; None for a consumer-protocol group. A group
-    # has classic members or consumer-protocol ``members``, never both.
+    # app/groups/classic.py; its record is written once per generation and when it
+    # becomes empty); None for a consumer-protocol group. A group has classic members or
+    # consumer-protocol ``members``, never both.
     classic: ClassicGroup | None = None
+    # Whether the log holds a classic record of the group not tombstoned yet (the write
+    # that takes the name over for the consumer protocol carries the tombstone).
+    has_classic_record: bool = False
 
     def member_count(self) -> int:
         """Members of either protocol (classic ones and KIP-394 pending ones included)."""

@@ -50,7 +50,14 @@ from app.common.group_errors import (
 from app.groups.classic import ClassicGroups, decode_subscription
 from app.groups.model import Group, TopicPartition, validate_group_id
 from app.groups.placement import INTERNAL_TOPICS, OFFSETS_TOPIC
-from app.groups.records import GroupKey, OffsetKey, OffsetValue, encode_key, encode_value
+from app.groups.records import (
+    ClassicGroupKey,
+    GroupKey,
+    OffsetKey,
+    OffsetValue,
+    encode_key,
+    encode_value,
+)
 from app.groups.runtime import CoordinatorRuntime
 
 log = logging.getLogger(__name__)
@@ -407,6 +414,8 @@ class OffsetStore:
             (encode_key(OffsetKey(group.group_id, t, p)), None) for t, p in group.offsets
         ]
         records.append((encode_key(GroupKey(group.group_id)), None))
+        if group.has_classic_record:
+            records.append((encode_key(ClassicGroupKey(group.group_id)), None))
         self.rt.append(group.group_id, records)
         self.rt.groups.pop(group.group_id, None)
 

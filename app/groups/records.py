@@ -5,10 +5,23 @@ the latest value per key and a null value is a tombstone)::
 
     key   = type:int16 big-endian + JSON array (orjson, no spaces)
             type 1  offset commit    ["<group>", "<topic>", <partition>]
+            type 2  classic group    ["<group>"]
             type 3  group metadata   ["<group>"]
             type 5  group member     ["<group>", "<member id>"]
     value = version:int16 big-endian + JSON object, or null (tombstone)
             offset commit   v0 {"offset", "leader_epoch", "metadata", "commit_timestamp"}
+            classic group   v0 {"protocol_type", "generation", "protocol_name", "leader",
+                                "current_state_timestamp", "members": [{"member_id",
+                                "instance_id", "client_id", "client_host",
+                                "rebalance_timeout_ms", "session_timeout_ms",
+                                "subscription", "assignment"}, ...]}
+                                (a JoinGroup/SyncGroup group, Kafka's GroupMetadataValue:
+                                written when a generation's assignment is stored and
+                                when the group becomes empty, members [] and leader and
+                                protocol_name null then; subscription and assignment are
+                                the client's bytes in base64; current_state_timestamp is
+                                wall-clock ms of the state, for an empty group the
+                                offsets-retention clock)
             group metadata  v0 {"protocol_type", "assignor", "group_epoch",
                                 "assignment_epoch", "topics": {topic: partitions}}
                             v1 adds "empty_since_ms" (wall-clock ms the group last
@@ -26,18 +39,22 @@ version; values are written at the current version of their type and every
 older version stays readable (a missing field takes the value an older
 broker meant: never left, empty since its last commit). A newer version than
 this code knows is read for the fields it knows, so a downgraded broker still
-loads its groups.
+loads its groups; a record type it does not know is skipped (a broker older than
+type 2 loads a classic group's offsets only: its members rejoin, as they did then).
 
 The key is a byte-exact function of its fields (orjson emits no optional
 whitespace), which compaction relies on. A member is its own record, as in
 Kafka, so a heartbeat that moves one member rewrites that member only, not the
-whole group. The type numbers follow Kafka's record types (1 =
-OffsetCommitKey, 3 = ConsumerGroupMetadataKey, 5 = ConsumerGroupMemberMetadataKey)
-though the encodings are our own JSON, readable with any tool.
+whole group; a classic group is one record with its members, as Kafka's (it is
+written once per generation, never on heartbeats). The type numbers follow
+Kafka's record types (1 = OffsetCommitKey, 2 = GroupMetadataKey, 3 =
+ConsumerGroupMetadataKey, 5 = ConsumerGroupMemberMetadataKey) though the encodings
+are our own JSON, readable with any tool.
 """
 
 from __future__ import annotations
 
+import base64
 import struct
 from dataclasses import dataclass, field
 from dataclasses import fields as dataclass_fields
@@ -48,12 +65,14 @@ import orjson
 from app.common.errors import CorruptRecord
 
 OFFSET_COMMIT_KEY = 1
+CLASSIC_GROUP_KEY = 2
 GROUP_METADATA_KEY = 3
 MEMBER_KEY = 5
 # The version each value type is written at (see the module docstring).
 OFFSET_VALUE_VERSION = 0
 GROUP_VALUE_VERSION = 1
 MEMBER_VALUE_VERSION = 1
+CLASSIC_GROUP_VALUE_VERSION = 0
 
 _SHORT = struct.Struct(">h")
 
@@ -69,6 +88,11 @@ class OffsetKey:
 
 @dataclass(frozen=True, slots=True)
 class GroupKey:
+    group: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicGroupKey:
     group: str
 
 
@@ -114,8 +138,31 @@ class GroupValue:
     empty_since_ms: int = 0
 
 
-Key = OffsetKey | GroupKey | MemberKey
-Value = OffsetValue | GroupValue | MemberValue
+@dataclass(frozen=True, slots=True)
+class ClassicMemberValue:
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    # The member's metadata for the generation's protocol, and the leader's assignment.
+    subscription: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicGroupValue:
+    protocol_type: str
+    generation: int
+    protocol_name: str | None
+    leader: str | None
+    current_state_timestamp: int
+    members: tuple[ClassicMemberValue, ...] = ()
+
+
+Key = OffsetKey | ClassicGroupKey | GroupKey | MemberKey
+Value = OffsetValue | ClassicGroupValue | GroupValue | MemberValue
 
 
 def encode_key(key: Key) -> bytes:
@@ -123,6 +170,8 @@ def encode_key(key: Key) -> bytes:
         return _SHORT.pack(OFFSET_COMMIT_KEY) + orjson.dumps([key.group, key.topic, key.partition])
     if isinstance(key, MemberKey):
         return _SHORT.pack(MEMBER_KEY) + orjson.dumps([key.group, key.member_id])
+    if isinstance(key, ClassicGroupKey):
+        return _SHORT.pack(CLASSIC_GROUP_KEY) + orjson.dumps([key.group])
     return _SHORT.pack(GROUP_METADATA_KEY) + orjson.dumps([key.group])
 
 
@@ -139,6 +188,9 @@ def decode_key(data: bytes) -> Key | None:
         if kind == GROUP_METADATA_KEY:
             (group,) = fields
             return GroupKey(str(group))
+        if kind == CLASSIC_GROUP_KEY:
+            (group,) = fields
+            return ClassicGroupKey(str(group))
         if kind == MEMBER_KEY:
             group, member_id = fields
             return MemberKey(str(group), str(member_id))
@@ -156,6 +208,7 @@ _VALUE_VERSIONS: dict[type, int] = {
     OffsetValue: OFFSET_VALUE_VERSION,
     GroupValue: GROUP_VALUE_VERSION,
     MemberValue: MEMBER_VALUE_VERSION,
+    ClassicGroupValue: CLASSIC_GROUP_VALUE_VERSION,
 }
 # Fields holding (topic, partition) lists: written sorted, as [topic, partition] pairs.
 _TP_LIST_FIELDS = frozenset({"assigned", "revoking", "target"})
@@ -164,11 +217,23 @@ _TP_LIST_FIELDS = frozenset({"assigned", "revoking", "target"})
 def encode_value(value: Value) -> bytes:
     """The version (2 bytes) and a JSON object of every field of ``value`` by name (a field
     added to a value class is written too; :func:`decode_value` reads it by name)."""
+    return _SHORT.pack(_VALUE_VERSIONS[type(value)]) + orjson.dumps(_body(value))
+
+
+def _body(value: Any) -> dict[str, Any]:
+    """A value's fields by name: (topic, partition) lists as sorted pairs, bytes in
+    base64, nested values (a classic group's members) as objects of their own."""
     body: dict[str, Any] = {}
     for f in dataclass_fields(value):
         item = getattr(value, f.name)
-        body[f.name] = _tps(item) if f.name in _TP_LIST_FIELDS else item
-    return _SHORT.pack(_VALUE_VERSIONS[type(value)]) + orjson.dumps(body)
+        if f.name in _TP_LIST_FIELDS:
+            item = _tps(item)
+        elif isinstance(item, bytes):
+            item = base64.b64encode(item).decode("ascii")
+        elif isinstance(item, tuple):
+            item = [_body(x) for x in item]
+        body[f.name] = item
+    return body
 
 
 def _tp_list(raw: Any) -> list[TopicPartition]:
@@ -190,6 +255,8 @@ def decode_value(key: Key, data: bytes | None) -> Value | None:
                 metadata=str(body.get("metadata") or ""),
                 commit_timestamp=int(body.get("commit_timestamp", 0)),
             )
+        if isinstance(key, ClassicGroupKey):
+            return _classic_group(body)
         if isinstance(key, MemberKey):
             return MemberValue(
                 member_id=str(body["member_id"]),
@@ -213,5 +280,32 @@ def decode_value(key: Key, data: bytes | None) -> Value | None:
             protocol_type=str(body.get("protocol_type", "consumer")),
             empty_since_ms=int(body.get("empty_since_ms", 0)),
         )
-    except (orjson.JSONDecodeError, KeyError, ValueError, TypeError) as exc:
+    except (orjson.JSONDecodeError, KeyError, ValueError, TypeError, AttributeError) as exc:
         raise CorruptRecord(f"bad __consumer_offsets value: {exc}") from None
+
+
+def _optional_str(raw: Any) -> str | None:
+    return None if raw is None else str(raw)
+
+
+def _classic_group(body: dict[str, Any]) -> ClassicGroupValue:
+    return ClassicGroupValue(
+        protocol_type=str(body["protocol_type"]),
+        generation=int(body["generation"]),
+        protocol_name=_optional_str(body.get("protocol_name")),
+        leader=_optional_str(body.get("leader")),
+        current_state_timestamp=int(body.get("current_state_timestamp", 0)),
+        members=tuple(
+            ClassicMemberValue(
+                member_id=str(m["member_id"]),
+                instance_id=_optional_str(m.get("instance_id")),
+                client_id=str(m.get("client_id") or ""),
+                client_host=str(m.get("client_host") or ""),
+                rebalance_timeout_ms=int(m["rebalance_timeout_ms"]),
+                session_timeout_ms=int(m["session_timeout_ms"]),
+                subscription=base64.b64decode(m.get("subscription") or "", validate=True),
+                assignment=base64.b64decode(m.get("assignment") or "", validate=True),
+            )
+            for m in body.get("members") or ()
+        ),
+    )

@@ -13,10 +13,12 @@ Kafka's CoordinatorRuntime and its loader, for the group coordinator:
   leader when another broker serves it.
 * **Records replayed.** :func:`_replay` applies one record (key and value in
   :mod:`app.groups.records`, Kafka's layout) to the groups being rebuilt: offsets,
-  members with their epochs and assignments, group metadata, tombstones. A record it
-  cannot read is skipped: any client may produce to the topic.
+  members with their epochs and assignments, group metadata, a classic group's
+  generation and members, tombstones. A record it cannot read is skipped: any client
+  may produce to the topic.
 * **Records written.** :meth:`persist` writes a group's metadata and its changed
-  members as one batch; :meth:`append` is the one write path (also for offsets).
+  members as one batch; :meth:`persist_classic` a classic group's record;
+  :meth:`append` is the one write path (also for offsets).
   Writes go through the placement's append on the loop before a change is
   answered; :meth:`replicated` then waits until every in-sync replica holds them
   (acks=all), so what a client was told survives a failover. Alone, there is
@@ -27,7 +29,8 @@ state machine (:mod:`app.groups.membership`), the offset store
 (:mod:`app.groups.offsets`) and the admin operations (:mod:`app.groups.admin`)
 read and change; it never decides a group's membership or offsets itself. When a
 partition's groups are installed it calls ``on_loaded`` (the facade wires it to
-restore the members' sessions and forget offsets of topics deleted meanwhile).
+restore the members' sessions, of either protocol, and forget offsets of topics
+deleted meanwhile).
 
 Concurrency: everything runs on the event loop, except the replay of a log, which
 runs in a worker thread on a dict of its own and is installed on the loop. The replay
@@ -61,6 +64,7 @@ from app.common.errors import (
 )
 from app.common.group_errors import CoordinatorLoadInProgress, CoordinatorNotAvailable
 from app.core.local_topology import LocalTopology
+from app.groups.classic_model import group_from_record, group_record
 from app.groups.hashing import partition_for
 from app.groups.internal_topic import InternalTopicRuntime, read_chunks
 from app.groups.model import (
@@ -73,6 +77,8 @@ from app.groups.model import (
 )
 from app.groups.placement import OFFSETS_TOPIC, OffsetsPlacement, TopologyView
 from app.groups.records import (
+    ClassicGroupKey,
+    ClassicGroupValue,
     GroupKey,
     GroupValue,
     MemberKey,
@@ -189,8 +195,13 @@ class CoordinatorRuntime(InternalTopicRuntime[ReplayedPartition]):
         """Derived state of replayed groups (owners, static ids); the groups worth keeping.
 
         Members' resolved subscriptions and timers are not set here: the membership's
-        ``restore`` does that on the loop once the groups are installed."""
+        ``restore`` does that on the loop once the groups are installed (the classic
+        protocol's ``restore`` for a classic group's members)."""
         for group in groups.values():
+            if group.members and group.classic is not None:
+                # Consumer-protocol members are written only once the classic group is
+                # empty, with its record's tombstone: a log saying otherwise was forged.
+                group.classic = None
             for member in group.members.values():
                 if member.instance_id is not None:
                     group.static[member.instance_id] = member.member_id
@@ -199,7 +210,11 @@ class CoordinatorRuntime(InternalTopicRuntime[ReplayedPartition]):
         return {
             gid: g
             for gid, g in groups.items()
-            if g.members or g.offsets or g.has_metadata_record or g.pending_txn_offsets
+            if g.members
+            or g.offsets
+            or g.has_metadata_record
+            or g.pending_txn_offsets
+            or g.classic is not None
         }
 
     # -- cluster mode: leadership of offsets partitions --------------------------------------
@@ -367,6 +382,9 @@ class CoordinatorRuntime(InternalTopicRuntime[ReplayedPartition]):
         ]
         for mid in sorted(group.tombstones - group.members.keys()):
             records.append((encode_key(MemberKey(gid, mid)), None))
+        if group.classic is None and group.has_classic_record:
+            # A consumer-protocol group took an empty classic group's name over.
+            records.append((encode_key(ClassicGroupKey(gid)), None))
         for mid in sorted(group.dirty):
             member = group.members.get(mid)
             if member is not None:
@@ -376,6 +394,17 @@ class CoordinatorRuntime(InternalTopicRuntime[ReplayedPartition]):
         group.dirty.clear()
         group.tombstones.clear()
         group.has_metadata_record = True
+        group.has_classic_record = group.classic is not None and group.has_classic_record
+
+    def persist_classic(self, group: Group) -> None:
+        """Write the classic group's record: its generation and members (Stable), or none
+        (Empty: its time is the group's ``empty_since_ms``, the offsets-retention clock)."""
+        assert group.classic is not None
+        gid = group.group_id
+        empty = not group.classic.members
+        value = group_record(group.classic, group.empty_since_ms if empty else self.clock_ms())
+        self.append(gid, [(encode_key(ClassicGroupKey(gid)), encode_value(value))])
+        group.has_classic_record = True
 
 
 # A member's attributes and the MemberValue fields that store them, in both directions
@@ -413,6 +442,15 @@ def _replay(groups: dict[str, Group], raw_key: bytes, raw_value: bytes | None) -
             group.empty_since_ms = max(group.empty_since_ms, value.commit_timestamp)
         else:
             group.offsets.pop(tp, None)
+        return
+    if isinstance(key, ClassicGroupKey):
+        if isinstance(value, ClassicGroupValue):
+            group.classic = group_from_record(key.group, value)
+            if not value.members:
+                group.empty_since_ms = max(group.empty_since_ms, value.current_state_timestamp)
+        else:
+            group.classic = None
+        group.has_classic_record = group.classic is not None
         return
     if isinstance(key, MemberKey):
         group.members.pop(key.member_id, None)

@@ -46,6 +46,9 @@ class KafkaBroker:
     kafka_port: int
     log_path: Path
     tls_ca: Path | None = None
+    # What it was started with: a restart (start_broker's ``like``) reuses them.
+    data_dir: Path | None = None
+    env_pairs: tuple[tuple[str, str], ...] = ()
 
     @property
     def url(self) -> str:
@@ -60,13 +63,24 @@ class KafkaBroker:
         return self.log_path.read_text(errors="replace")
 
 
-def start_broker(tmp: Path, *env_pairs: tuple[str, str], tls_ca: Path | None = None) -> KafkaBroker:
+def start_broker(
+    tmp: Path,
+    *env_pairs: tuple[str, str],
+    tls_ca: Path | None = None,
+    like: KafkaBroker | None = None,
+) -> KafkaBroker:
     """Start one broker; retried on a port taken between choosing and binding it.
     ``tls_ca``: the broker serves TLS (its ssl_* settings among ``env_pairs``) with a
-    certificate this CA signed; its readiness is asked over HTTPS."""
+    certificate this CA signed; its readiness is asked over HTTPS. ``like``: a stopped
+    broker to start again, on its ports and data dir (retried while its old process's
+    ports are not free yet)."""
     for attempt in range(3):
         http_port, kafka_port = free_port(), free_port()
         log_path = tmp / f"broker-{attempt}.log"
+        data_dir = tmp / f"data-{attempt}"
+        if like is not None:
+            http_port, kafka_port, data_dir = like.http_port, like.kafka_port, like.data_dir
+            log_path = like.log_path.with_name(f"{like.log_path.stem}-r{attempt}.log")
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **dict(env_pairs)}
         env.pop("LOGBUS_CONFIG", None)
         with log_path.open("wb") as log:
@@ -77,7 +91,7 @@ def start_broker(tmp: Path, *env_pairs: tuple[str, str], tls_ca: Path | None = N
                     "app.cli",
                     "serve",
                     "--data-dir",
-                    str(tmp / f"data-{attempt}"),
+                    str(data_dir),
                     "--host",
                     "127.0.0.1",
                     "--port",
@@ -93,7 +107,9 @@ def start_broker(tmp: Path, *env_pairs: tuple[str, str], tls_ca: Path | None = N
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and proc.poll() is None:
             try:
-                broker = KafkaBroker(proc, http_port, kafka_port, log_path, tls_ca)
+                broker = KafkaBroker(
+                    proc, http_port, kafka_port, log_path, tls_ca, data_dir, env_pairs
+                )
                 verify: ssl.SSLContext | bool = (
                     ssl.create_default_context(cafile=str(tls_ca)) if tls_ca is not None else True
                 )
@@ -105,6 +121,16 @@ def start_broker(tmp: Path, *env_pairs: tuple[str, str], tls_ca: Path | None = N
         proc.kill()
         proc.wait()
     raise AssertionError(f"broker did not start:\n{log_path.read_text(errors='replace')}")
+
+
+def restart_broker(broker: KafkaBroker) -> None:
+    """Stop it (SIGTERM) and start it again on its data dir, ports and settings: clients
+    reconnect to the address they knew. ``broker`` is the new process from then on."""
+    stop_broker(broker)
+    again = start_broker(
+        broker.log_path.parent, *broker.env_pairs, tls_ca=broker.tls_ca, like=broker
+    )
+    broker.proc, broker.log_path = again.proc, again.log_path
 
 
 def stop_broker(broker: KafkaBroker) -> None:

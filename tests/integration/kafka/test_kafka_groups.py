@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer
-from kafka_harness import KafkaBroker, kio_call, start_broker, stop_broker
+from kafka_harness import KafkaBroker, kio_call, restart_broker, start_broker, stop_broker
 
 PARTITIONS = 6
 
@@ -306,12 +306,7 @@ def test_a_static_member_restarts_without_a_rebalance(broker: KafkaBroker) -> No
         return c
 
     first = consumer()
-    got = 0
-    deadline = time.monotonic() + 60
-    while got < 6 and time.monotonic() < deadline:
-        msg = first.poll(0.5)
-        got += msg is not None and not msg.error()
-    assert got == 6
+    assert len(_consume(first, 6)) == 6
     before = _describe(broker, group)
     first.close()  # a static member sends no LeaveGroup: its partitions wait for it
     assert len(_describe(broker, group)["members"]) == 1
@@ -319,13 +314,7 @@ def test_a_static_member_restarts_without_a_rebalance(broker: KafkaBroker) -> No
     second = consumer()
     try:
         _produce(broker, topic, range(6, 8))
-        values = []
-        deadline = time.monotonic() + 60
-        while len(values) < 2 and time.monotonic() < deadline:
-            msg = second.poll(0.5)
-            if msg is not None and not msg.error():
-                values.append(int(msg.value()))
-        assert sorted(values) == [6, 7]
+        assert sorted(_consume(second, 2)) == [6, 7]
         after = _describe(broker, group)
         # Same generation (no rebalance), a new member id for the same instance.
         assert after["group_epoch"] == before["group_epoch"]
@@ -354,6 +343,62 @@ def test_a_static_member_restarts_without_a_rebalance(broker: KafkaBroker) -> No
         f"{broker.url}/groups/{group}/offsets/reset", json={"topic": topic, "to": "earliest"}
     )
     assert r.status_code == 200, r.text
+
+
+def _consume(consumer: Consumer, count: int, timeout: float = 60) -> list[int]:
+    """The values of the next ``count`` records ``consumer`` polls (fewer on timeout)."""
+    values: list[int] = []
+    deadline = time.monotonic() + timeout
+    while len(values) < count and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is not None and not msg.error():
+            values.append(int(msg.value()))
+    return values
+
+
+def test_a_classic_group_keeps_its_generation_across_a_broker_restart(
+    broker: KafkaBroker,
+) -> None:
+    """The group's record (issue 19): the broker restarted on its data dir restores the
+    generation and its members; librdkafka's member heartbeats on in it (no rebalance:
+    its callbacks are not called again) and consumes what is produced since."""
+    topic, group = _topic(broker), _name("restart")
+    _produce(broker, topic, range(6))
+    callbacks: list[str] = []
+    consumer = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "session.timeout.ms": 30_000,
+            "heartbeat.interval.ms": 300,
+        }
+    )
+    consumer.subscribe(
+        [topic],
+        on_assign=lambda _c, ps: callbacks.append(f"assign {len(ps)}"),
+        on_revoke=lambda _c, ps: callbacks.append(f"revoke {len(ps)}"),
+        on_lost=lambda _c, ps: callbacks.append(f"lost {len(ps)}"),
+    )
+    try:
+        assert sorted(_consume(consumer, 6)) == list(range(6))
+        before = _describe(broker, group)
+        assert before["state"] == "Stable" and callbacks == [f"assign {PARTITIONS}"]
+        consumer.commit(asynchronous=False)
+
+        restart_broker(broker)
+        assert _describe(broker, group)["members"] == before["members"]
+        _produce(broker, topic, range(6, 12))
+        assert sorted(_consume(consumer, 6)) == list(range(6, 12))
+        # Heartbeats went on in the restored generation: nothing rebalanced.
+        time.sleep(1)
+        after = _describe(broker, group)
+        assert (after["state"], after["group_epoch"]) == ("Stable", before["group_epoch"])
+        assert after["members"] == before["members"]
+        assert callbacks == [f"assign {PARTITIONS}"]
+    finally:
+        consumer.close()
+    assert _describe(broker, group)["state"] == "Empty"
 
 
 def test_admin_apis_list_describe_delete_and_offset_delete(broker: KafkaBroker) -> None:

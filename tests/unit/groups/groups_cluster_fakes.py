@@ -30,6 +30,7 @@ from app.core.log.log import AppendInfo, Log
 from app.core.replication.state import BrokerInfo
 from app.core.topology import NewTopic
 from app.groups.hashing import partition_for
+from app.groups.placement import OFFSETS_TOPIC
 
 URLS = {1: "http://broker-1:8080", 2: "http://broker-2:8080", 3: "http://broker-3:8080"}
 
@@ -220,3 +221,15 @@ def group_in(partition: int, count: int, prefix: str = "g") -> str:
         if partition_for(name, count) == partition:
             return name
     raise AssertionError("no such group id")
+
+
+def two_brokers(
+    manager: LogManager, topic: str, partitions: int, offsets_partitions: int
+) -> tuple[FakeCluster, FakeCluster]:
+    """Brokers 1 and 2 over one log manager, both knowing ``topic`` and an offsets topic of
+    ``offsets_partitions`` partitions (partition p led by broker 1 + p % 3)."""
+    pair = FakeCluster(manager, 1), FakeCluster(manager, 2)
+    for cluster in pair:
+        cluster.add_topic(topic, partitions)
+        cluster.add_topic(OFFSETS_TOPIC, offsets_partitions)
+    return pair

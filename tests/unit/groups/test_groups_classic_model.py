@@ -4,7 +4,8 @@ heartbeats, leaves and silent members whose sessions run out, in any order, on a
 the test moves. Invariants: every Stable generation's assignment is the one its leader
 synced, and every member has its share; the leader is a member once the generation
 formed; the protocol chosen is one every member supports; ids are members or pending,
-never both; the static map names members of that instance."""
+never both; the static map names members of that instance; a Stable or Empty group is
+what its last record says (a reload restores that generation)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,9 @@ from app.common.group_errors import (
     UnknownMemberId,
 )
 from app.groups.classic import ClassicGroups, ClassicState, JoinRequest, JoinResult, SyncResult
-from app.groups.model import GroupConfig
+from app.groups.classic_model import group_record
+from app.groups.model import Group, GroupConfig
+from app.groups.records import ClassicGroupValue
 
 GROUP = "g"
 STABLE_SEEN: list[int] = []  # sizes of the Stable groups checked (the test is not vacuous)
@@ -95,6 +98,12 @@ class FakeRuntime:
             classic_min_session_timeout_ms=1000, classic_initial_rebalance_delay_ms=500
         )
         self.groups: dict[str, Any] = {}
+        # The group's last record (app/groups/records.py type 2), as the runtime writes it.
+        self.record: ClassicGroupValue | None = None
+
+    def persist_classic(self, group: Group) -> None:
+        assert group.classic is not None
+        self.record = group_record(group.classic, 0)
 
     def monotonic(self) -> float:
         return self.loop.now
@@ -270,6 +279,10 @@ class ClassicModel(RuleBasedStateMachine):
                 assert m.assignment and m.assignment == synced[slot]
         if cg.state == ClassicState.EMPTY:
             assert not cg.members and cg.leader is None
+        record = cast(FakeRuntime, self.groups.rt).record
+        if cg.state in (ClassicState.STABLE, ClassicState.EMPTY) and record is not None:
+            # What a reload restores is this generation, as it is here.
+            assert record == group_record(cg, 0)
 
 
 def _done(loop: FakeLoop, value: Any) -> asyncio.Future[Any]:

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 
 import orjson
 import pytest
-from groups_cluster_fakes import URLS, FakeCluster, group_in
+from groups_cluster_fakes import URLS, FakeCluster, group_in, two_brokers
 from groups_unit_helpers import FakeClock
 
 from app.api.ws.group import GroupMember
@@ -171,11 +171,7 @@ def test_leadership_moves_groups_between_coordinators(
     """Broker 1 coordinates a group; its offsets partition moves to broker 2, which loads
     it (load in progress meanwhile) and serves it with the same members and offsets;
     broker 1 forgets it and points at broker 2. Then it moves back."""
-    one = FakeCluster(manager, 1)
-    two = FakeCluster(manager, 2)
-    for cluster in (one, two):
-        cluster.add_topic("t", 2)
-        cluster.add_topic(OFFSETS_TOPIC, N)
+    one, two = two_brokers(manager, "t", 2, N)
 
     def move(partition: int, leader: int) -> None:
         for cluster in (one, two):  # both brokers hear of the new state

@@ -23,12 +23,18 @@ TP = tuple[str, int]
 
 
 def run(
-    manager: LogManager, clock: FakeClock, body: Callable[[GroupCoordinator], Awaitable[None]]
+    manager: LogManager,
+    clock: FakeClock,
+    body: Callable[[GroupCoordinator], Awaitable[None]],
+    config: GroupConfig | None = None,
 ) -> None:
+    """``body`` on a lone broker's coordinator that starts by loading the log (each call
+    a restart of the broker)."""
+
     async def main() -> None:
         coord = GroupCoordinator(
             manager,
-            GroupConfig(offsets_topic_num_partitions=2, session_timeout_ms=10_000),
+            config or GroupConfig(offsets_topic_num_partitions=2, session_timeout_ms=10_000),
             clock_ms=clock.wall_ms,
             monotonic=clock.monotonic,
         )

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import orjson
 import pytest
 
 from app.common.errors import CorruptRecord
 from app.groups.records import (
+    ClassicGroupKey,
+    ClassicGroupValue,
+    ClassicMemberValue,
     GroupKey,
     GroupValue,
     MemberKey,
@@ -100,3 +104,63 @@ def test_group_and_member_values_are_version_1_and_version_0_stays_readable() ->
     decoded = decode_value(mkey, old_member)
     assert isinstance(decoded, MemberValue)
     assert not decoded.left_static and decoded.assigned == [("t", 0)]
+
+
+def _classic_group() -> ClassicGroupValue:
+    return ClassicGroupValue(
+        protocol_type="consumer",
+        generation=7,
+        protocol_name="range",
+        leader="m1",
+        current_state_timestamp=1_700_000,
+        members=(
+            ClassicMemberValue(
+                "m1", None, "rdkafka", "/127.0.0.1", 300_000, 45_000, b"\x00\x01s", b"\xff"
+            ),
+            ClassicMemberValue("m2", "i-2", "", "", 60_000, 10_000, b"", b""),
+        ),
+    )
+
+
+def test_classic_group_key_is_type_2_and_its_value_round_trips() -> None:
+    """Kafka's GroupMetadata record (type 2): the group's generation, protocol, leader and
+    members with their subscription and assignment bytes (base64 in the JSON)."""
+    key = ClassicGroupKey("grp")
+    assert encode_key(key) == b'\x00\x02["grp"]'
+    assert decode_key(encode_key(key)) == key
+    assert encode_key(key) != encode_key(GroupKey("grp"))  # its own key, beside KIP-848's
+    value = _classic_group()
+    data = encode_value(value)
+    assert data[:2] == b"\x00\x00"  # version 0 of its own type
+    body = orjson.loads(data[2:])
+    assert (
+        body["members"][0]["subscription"] == "AAFz" and body["members"][0]["assignment"] == "/w=="
+    )
+    assert decode_value(key, data) == value
+    empty = ClassicGroupValue("consumer", 8, None, None, 1_800_000)
+    assert decode_value(key, encode_value(empty)) == empty
+    assert decode_value(key, None) is None  # the group deleted: a tombstone
+
+
+def test_a_newer_classic_group_version_is_read_for_the_fields_known() -> None:
+    key = ClassicGroupKey("g")
+    body = orjson.loads(encode_value(_classic_group())[2:])
+    body["future"] = {"x": 1}
+    body["members"][1]["future_member_field"] = 3
+    assert decode_value(key, b"\x00\x05" + orjson.dumps(body)) == _classic_group()
+    # Fields an older writer may have left out take their defaults.
+    minimal = (
+        b'\x00\x00{"protocol_type":"consumer","generation":2,"members":[{"member_id":"m",'
+        b'"rebalance_timeout_ms":1,"session_timeout_ms":2}]}'
+    )
+    assert decode_value(key, minimal) == ClassicGroupValue(
+        "consumer", 2, None, None, 0, (ClassicMemberValue("m", None, "", "", 1, 2, b"", b""),)
+    )
+    for bad in (
+        b'\x00\x00{"generation":1}',
+        b'\x00\x00{"protocol_type":"c","generation":1,'
+        b'"members":[{"member_id":"m","rebalance_timeout_ms":1,"session_timeout_ms":2,'
+        b'"subscription":"not base64!"}]}',
+    ):
+        with pytest.raises(CorruptRecord):
+            decode_value(key, bad)

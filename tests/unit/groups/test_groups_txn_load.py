@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable
 
 import pytest
-from groups_cluster_fakes import FakeCluster
+from groups_cluster_fakes import FakeCluster, two_brokers
 from groups_unit_helpers import FakeClock
 from test_groups_cluster import MINE, N, coordinator, run, settle
 
@@ -64,11 +64,7 @@ async def _until(event: threading.Event) -> None:
 def test_a_marker_written_while_the_new_coordinator_loads_ends_the_pending_offsets(
     manager: LogManager, clock: FakeClock, commit: bool
 ) -> None:
-    one = FakeCluster(manager, 1)
-    two = FakeCluster(manager, 2)
-    for cluster in (one, two):
-        cluster.add_topic("in", 2)
-        cluster.add_topic(OFFSETS_TOPIC, N)
+    one, two = two_brokers(manager, "in", 2, N)
 
     async def body() -> None:
         a = coordinator(manager, one, clock)
