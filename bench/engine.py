@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from app.common.batch import BatchBuilder, iter_headers
+from app.core.limits import raise_nofile_limit
 from app.core.log import Log, LogConfig
-from app.core.log.manager import _raise_fd_limit
 
 MiB = 1 << 20
 
@@ -164,7 +164,7 @@ def bench_lookup(workdir: Path, reps: int) -> dict[str, Any]:
 
 def run(*, reps: int = 5, total_mib: int = 512, quick: bool = False) -> dict[str, Any]:
     """Run every figure; returns a JSON-able dict (see the module docstring)."""
-    _raise_fd_limit()
+    raise_nofile_limit()
     if quick:
         reps, total_mib = 3, 128
     workdir = Path(tempfile.mkdtemp(prefix="logbus-engine-bench-"))

@@ -20,7 +20,7 @@ from pydantic import (
     model_validator,
 )
 
-from app.core.log.manager import MAX_TOPIC_NAME_LENGTH
+from app.core.log.topic_rules import MAX_TOPIC_NAME_LENGTH
 
 Format = Literal["json", "string", "binary"]
 # The formats of HTTP JSON produce and fetch: Format, and the schema-typed ones (records in

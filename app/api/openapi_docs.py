@@ -20,7 +20,7 @@ from app.api.models import (
     InitProducerIdRequest,
     ProduceRequest,
 )
-from app.core.log.manager import MAX_TOPIC_NAME_LENGTH
+from app.core.log.topic_rules import MAX_TOPIC_NAME_LENGTH
 
 
 class DocumentedRoute(APIRoute):

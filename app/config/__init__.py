@@ -28,7 +28,7 @@ from app.config.kafka import KafkaDoorSettings
 from app.config.registry import SchemaRegistrySettings
 from app.core.limits import PartitionBudget
 from app.core.log.config import LogConfig
-from app.core.log.manager import MAX_PARTITIONS
+from app.core.log.topic_rules import MAX_PARTITIONS
 
 
 class Settings(KafkaDoorSettings, SchemaRegistrySettings, BaseSettings):

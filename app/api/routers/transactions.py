@@ -62,7 +62,7 @@ from app.common.errors import (
     InvalidRequest,
     TxnNotCoordinator,
 )
-from app.core.log.manager import MAX_TOPIC_NAME_LENGTH
+from app.core.log.topic_rules import MAX_TOPIC_NAME_LENGTH
 from app.core.replication.auth import HEADER as AUTH_HEADER
 from app.core.replication.auth import ID_HEADER
 from app.core.security.acl import ResourceType

@@ -9,8 +9,9 @@ from app.core.log.config import LogConfig
 from app.core.log.epoch import LeaderEpochCache
 from app.core.log.index import OffsetIndex, TimeIndex
 from app.core.log.log import AppendInfo, AppendListener, FetchInfo, FileSlice, Log
-from app.core.log.manager import LogManager, validate_topic_name
+from app.core.log.manager import LogManager
 from app.core.log.segment import LogSegment
+from app.core.log.topic_rules import validate_topic_name
 
 __all__ = [
     "AppendInfo",

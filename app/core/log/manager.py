@@ -80,6 +80,13 @@ from app.core.log.log import Log
 from app.core.log.producer_ids import PRODUCER_ID_BLOCK_FILE, ProducerIdManager
 from app.core.log.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS
 from app.core.log.segment import now_ms
+from app.core.log.topic_rules import (
+    DELETE_DIR_SUFFIX,
+    MAX_PARTITIONS,
+    check_new_topic,
+    collision_key,
+    delete_dir_name,
+)
 
 _log = logging.getLogger(__name__)
 
@@ -89,68 +96,10 @@ CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 PARTITION_METADATA = "partition.metadata"
-DELETE_DIR_SUFFIX = "-delete"
 FORMAT_VERSION = 1
-MAX_PARTITIONS = 10_000
-# Linux's (and most filesystems') limit on one file name, in bytes (topic names are ASCII).
-NAME_MAX = 255
-# The longest name a topic puts in a file name: ``topics/<topic>.json.tmp`` while its
-# metadata is written, ``<topic>-9999`` for its last possible partition. Deletion
-# renames partition dirs to ``<topic>-<p>.<uuid>-delete``, which could be longer: that
-# name cuts the topic short instead (see _delete_dir_name), as Kafka does. Kafka's 249
-# is the same computation for its own file names.
-MAX_TOPIC_NAME_LENGTH = NAME_MAX - max(len(".json.tmp"), len(f"-{MAX_PARTITIONS - 1}"))
-
 DEFAULT_CONFIG = LogConfig()  # frozen, so one shared default is safe
 
-_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 _PARTITION_DIR = re.compile(r"(.+)-(\d+)")
-
-
-def validate_topic_name(name: str) -> None:
-    """Kafka's rules with our file-name limit: 1..MAX_TOPIC_NAME_LENGTH (246) of
-    ``[a-zA-Z0-9._-]``, not ``.`` or ``..``; raises InvalidTopic."""
-    if not name:
-        raise InvalidTopic(name, "the name is empty")
-    if name in (".", ".."):
-        raise InvalidTopic(name, "'.' and '..' are not allowed")
-    if len(name) > MAX_TOPIC_NAME_LENGTH:
-        raise InvalidTopic(name, f"longer than {MAX_TOPIC_NAME_LENGTH} characters")
-    if not _TOPIC_NAME.fullmatch(name):
-        raise InvalidTopic(name, "only ASCII letters, digits, '.', '_' and '-' are allowed")
-
-
-def check_new_topic(
-    name: str, partitions: int, overrides: Mapping[str, object], defaults: LogConfig
-) -> tuple[LogConfig, dict[str, object]]:
-    """Check a topic to create; its effective config and its overrides as parsed values.
-
-    Raises InvalidTopic, InvalidPartitions or InvalidConfig.
-    """
-    validate_topic_name(name)
-    if (
-        isinstance(partitions, bool)
-        or not isinstance(partitions, int)
-        or not 1 <= partitions <= MAX_PARTITIONS
-    ):
-        raise InvalidPartitions(
-            f"a topic needs 1 to {MAX_PARTITIONS} partitions, not {partitions!r}"
-        )
-    config = defaults.with_overrides(overrides)
-    names = LogConfig.kafka_names()
-    return config, {k: getattr(config, names[k]) for k in overrides}
-
-
-def _delete_dir_name(partition_dir: str) -> str:
-    """``<topic>-<p>.<uuid>-delete``, the topic cut short to fit NAME_MAX: the name only
-    has to be unique and recognisable as a deletion (the suffix), not to be parsed."""
-    suffix = f".{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
-    return partition_dir[: NAME_MAX - len(suffix)] + suffix
-
-
-def collision_key(name: str) -> str:
-    # Kafka refuses topics that differ only by '.' versus '_' (they clash in metric names).
-    return name.replace(".", "_")
 
 
 @dataclass
@@ -569,7 +518,7 @@ class LogManager:
             hosted_logs = [log for log in topic.logs if log is not None]
             for log in hosted_logs:
                 log.mark_offline()
-                dead = log.dir.with_name(_delete_dir_name(log.dir.name))
+                dead = log.dir.with_name(delete_dir_name(log.dir.name))
                 log.dir.rename(dead)
                 paths.append(dead)
             fsync_dir(self.data_dir)
@@ -835,23 +784,3 @@ def _close_all(logs: list[Log | None]) -> None:
         if log is not None:
             with contextlib.suppress(Exception):
                 log.close()
-
-
-def describe(manager: LogManager, topic: str) -> dict[str, Any]:
-    """A plain summary of a topic (for debugging and the CLI)."""
-    return {
-        "name": topic,
-        "topic_id": manager.topic_id(topic),
-        "partitions": [
-            {
-                "partition": log.partition,
-                "log_start_offset": log.log_start_offset,
-                "log_end_offset": log.log_end_offset,
-                "high_watermark": log.high_watermark,
-                "size": log.size_in_bytes,
-                "segments": len(log.segments),
-            }
-            for log in (manager.get_log(topic, p) for p in range(manager.partition_count(topic)))
-        ],
-        "configs": manager.topic_config(topic).to_kafka(),
-    }

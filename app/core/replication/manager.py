@@ -49,7 +49,7 @@ from app.common.errors import (
     ZooKeeperUnavailable,
 )
 from app.core import listeners
-from app.core.log.manager import MAX_PARTITIONS, check_new_topic, collision_key
+from app.core.log.topic_rules import MAX_PARTITIONS, check_new_topic, collision_key
 from app.core.replication.auth import ReplicaAuth
 from app.core.replication.config import ReplicaConfig
 from app.core.replication.controller import Controller

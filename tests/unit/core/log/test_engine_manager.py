@@ -21,7 +21,7 @@ from app.common.errors import (
     UnknownTopicOrPartition,
 )
 from app.core.log import LogConfig, LogManager, validate_topic_name
-from app.core.log.manager import MAX_PARTITIONS, MAX_TOPIC_NAME_LENGTH
+from app.core.log.topic_rules import MAX_PARTITIONS, MAX_TOPIC_NAME_LENGTH
 
 
 @pytest.fixture
