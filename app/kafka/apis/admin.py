@@ -41,6 +41,7 @@ from app.common.errors import (
     LogbusError,
     UnknownTopicOrPartition,
 )
+from app.core.security.acl import Operation, ResourceType
 from app.kafka import authorize
 from app.kafka.apis.base import NO_THROTTLE, ZERO_UUID, Context, response_module
 from app.kafka.encode import answered, build, error_code
@@ -87,8 +88,8 @@ async def create_topics(ctx: Context, body: Any, version: int) -> Any:
     async def one(t: Any) -> Any:
         described: dict[str, Any] = {}
         with answered() as outcome:
-            if not authorize.permitted(ctx, authorize.CREATE, None):
-                authorize.check(ctx, authorize.CREATE, authorize.TOPIC, t.name)
+            if not authorize.permitted(ctx, Operation.CREATE, None):
+                authorize.check(ctx, Operation.CREATE, ResourceType.TOPIC, t.name)
             if names.count(t.name) > 1:
                 raise InvalidRequest(f"topic {t.name!r} is named more than once in the request")
             if t.assignments:
@@ -164,7 +165,7 @@ async def create_partitions(ctx: Context, body: Any, version: int) -> Any:
     results = []
     for t in body.topics:
         with answered() as outcome:
-            authorize.check(ctx, authorize.ALTER, authorize.TOPIC, t.name)
+            authorize.check(ctx, Operation.ALTER, ResourceType.TOPIC, t.name)
             if names.count(t.name) > 1:
                 raise InvalidRequest(f"topic {t.name!r} is named more than once in the request")
             if t.assignments:
@@ -204,7 +205,7 @@ async def delete_topics(ctx: Context, body: Any, version: int) -> Any:
             if by_id:
                 name = topology.topic_named_by(topic_id if topic_id is not None else ZERO_UUID)
             assert name is not None
-            authorize.check(ctx, authorize.DELETE, authorize.TOPIC, name)
+            authorize.check(ctx, Operation.DELETE, ResourceType.TOPIC, name)
             with contextlib.suppress(LogbusError):  # deleted below: unknown is its error
                 topic_id = topology.topic_id(name)
             await topic_service.delete_topic(ctx.state, name)
@@ -264,7 +265,7 @@ async def describe_configs(ctx: Context, body: Any, version: int) -> Any:
     for r in body.resources:
         rtype, rname = int(r.resource_type), r.resource_name
         try:
-            _check_config_access(ctx, authorize.DESCRIBE_CONFIGS, rtype, rname)
+            _check_config_access(ctx, Operation.DESCRIBE_CONFIGS, rtype, rname)
             if rtype == TOPIC_RESOURCE:
                 found, read_only = _topic_configs(ctx, rname), False
             elif rtype == BROKER_RESOURCE:
@@ -349,7 +350,7 @@ def _incremental(current: dict[str, object], changes: Any) -> dict[str, object]:
 def _check_config_access(ctx: Context, op: Any, rtype: int, rname: str) -> None:
     """DESCRIBE_CONFIGS / ALTER_CONFIGS on the topic, or on the cluster for the broker."""
     if rtype == TOPIC_RESOURCE:
-        authorize.check(ctx, op, authorize.TOPIC, rname)
+        authorize.check(ctx, op, ResourceType.TOPIC, rname)
     elif rtype == BROKER_RESOURCE:
         authorize.check(ctx, op, None)
 
@@ -363,7 +364,7 @@ async def _alter(ctx: Context, m: Any, body: Any, response_cls: Any, overrides_o
     for r in body.resources:
         rtype, rname = int(r.resource_type), r.resource_name
         with answered() as outcome:
-            _check_config_access(ctx, authorize.ALTER_CONFIGS, rtype, rname)
+            _check_config_access(ctx, Operation.ALTER_CONFIGS, rtype, rname)
             if rtype == BROKER_RESOURCE:
                 raise InvalidRequest(
                     "the broker's configs are start-time settings, read-only through this door"
@@ -438,7 +439,7 @@ async def delete_records(ctx: Context, body: Any, version: int) -> Any:
         for p in t.partitions:
             partition = int(p.partition_index)
             try:
-                authorize.check(ctx, authorize.DELETE, authorize.TOPIC, t.name)
+                authorize.check(ctx, Operation.DELETE, ResourceType.TOPIC, t.name)
                 low = await topic_service.delete_records(
                     ctx.state, t.name, partition, int(p.offset), timeout_ms=timeout_ms
                 )
@@ -473,7 +474,7 @@ async def describe_log_dirs(ctx: Context, body: Any, version: int) -> Any:
     else:
         wanted = {t.topic: [int(p) for p in t.partitions] for t in body.topics}
     # Kafka: DESCRIBE on the cluster, else the answer is CLUSTER_AUTHORIZATION_FAILED.
-    allowed = authorize.permitted(ctx, authorize.DESCRIBE, None)
+    allowed = authorize.permitted(ctx, Operation.DESCRIBE, None)
     if not allowed:
         wanted = {}
     topics = []

@@ -37,6 +37,7 @@ from kio.schema.errors import ErrorCode
 
 from app.common.errors import InvalidRequest, LogbusError, UnknownTopicOrPartition
 from app.common.group_errors import GroupError, GroupIdNotFound
+from app.core.security.acl import Operation, ResourceType
 from app.groups.model import JOIN_EPOCH, HeartbeatRequest, TopicPartition
 from app.kafka import authorize
 from app.kafka.apis.base import (
@@ -110,7 +111,7 @@ def _describable(ctx: Context) -> Callable[[str], bool] | None:
     security = ctx.security
     if security is None or not security.authorizing:
         return None
-    return lambda topic: authorize.permitted(ctx, authorize.DESCRIBE, authorize.TOPIC, topic)
+    return lambda topic: authorize.permitted(ctx, Operation.DESCRIBE, ResourceType.TOPIC, topic)
 
 
 def _ms(value: datetime.timedelta) -> int:
@@ -122,7 +123,7 @@ async def consumer_group_heartbeat(ctx: Context, body: Any, version: int) -> Any
     the member may consume now."""
     m = response_module(CONSUMER_GROUP_HEARTBEAT, version)
     try:
-        authorize.check(ctx, authorize.READ, authorize.GROUP, body.group_id)
+        authorize.check(ctx, Operation.READ, ResourceType.GROUP, body.group_id)
         epoch = int(body.member_epoch)
         if version >= CLIENT_MEMBER_ID_VERSION and epoch == JOIN_EPOCH and not body.member_id:
             raise InvalidRequest(
@@ -183,7 +184,7 @@ async def consumer_group_describe(ctx: Context, body: Any, version: int) -> Any:
     groups = []
     for group_id in body.group_ids:
         try:
-            authorize.check(ctx, authorize.DESCRIBE, authorize.GROUP, group_id)
+            authorize.check(ctx, Operation.DESCRIBE, ResourceType.GROUP, group_id)
             coordinator = group_coordinator(ctx)
             described = coordinator.describe_group(group_id)
             group = coordinator.group(group_id)

@@ -29,6 +29,7 @@ from app.common.errors import (
     UnknownTopicId,
     UnknownTopicOrPartition,
 )
+from app.core.security.acl import Operation, ResourceType
 from app.core.topology import topic_id_text
 from app.kafka import authorize
 from app.kafka.apis.base import (
@@ -133,9 +134,11 @@ async def produce(ctx: Context, body: Any, version: int) -> Any:
 
     async def one(topic: str, partition: int, records: bytes | None) -> Any:
         try:
-            authorize.check(ctx, authorize.WRITE, authorize.TOPIC, topic)
+            authorize.check(ctx, Operation.WRITE, ResourceType.TOPIC, topic)
             if transactional_id is not None:
-                authorize.check(ctx, authorize.WRITE, authorize.TXN_ID, transactional_id)
+                authorize.check(
+                    ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id
+                )
             if acks not in (0, 1, -1):
                 raise InvalidRequiredAcks(f"acks must be 0, 1 or -1, got {acks}")
             if not records:
@@ -338,7 +341,7 @@ def _read_partition(
     try:
         if p.topic_id != ZERO_UUID and (not topic or _current_id(ctx, topic) != p.topic_id):
             raise UnknownTopicId(topic_id_text(p.topic_id))
-        authorize.check(ctx, authorize.READ, authorize.TOPIC, topic)
+        authorize.check(ctx, Operation.READ, ResourceType.TOPIC, topic)
         part = ctx.state.topology.leader_partition(topic, partition)
         epoch = p.leader_epoch
         part.check_epoch(None if epoch < 0 else epoch)
@@ -449,7 +452,7 @@ async def list_offsets(ctx: Context, body: Any, version: int) -> Any:
         for p in topic.partitions:
             partition = int(p.partition_index)
             try:
-                authorize.check(ctx, authorize.DESCRIBE, authorize.TOPIC, topic.name)
+                authorize.check(ctx, Operation.DESCRIBE, ResourceType.TOPIC, topic.name)
                 part = ctx.state.topology.leader_partition(topic.name, partition)
                 epoch = int(getattr(p, "current_leader_epoch", -1))
                 part.check_epoch(None if epoch < 0 else epoch)
@@ -504,7 +507,7 @@ async def offset_for_leader_epoch(ctx: Context, body: Any, version: int) -> Any:
         for p in topic.partitions:
             partition = int(p.partition)
             try:
-                authorize.check(ctx, authorize.DESCRIBE, authorize.TOPIC, topic.topic)
+                authorize.check(ctx, Operation.DESCRIBE, ResourceType.TOPIC, topic.topic)
                 part = ctx.state.topology.leader_partition(topic.topic, partition)
                 current = int(p.current_leader_epoch)
                 part.check_epoch(None if current < 0 else current)
