@@ -43,7 +43,13 @@ from app.common.errors import (
 )
 from app.core.security.acl import Operation, ResourceType
 from app.kafka import authorize
-from app.kafka.apis.base import NO_THROTTLE, ZERO_UUID, Context, response_module
+from app.kafka.apis.base import (
+    NO_THROTTLE,
+    ZERO_UUID,
+    Context,
+    partition_answers,
+    response_module,
+)
 from app.kafka.encode import answered, build, error_code
 from app.kafka.versions import (
     ALTER_CONFIGS,
@@ -433,29 +439,22 @@ async def delete_records(ctx: Context, body: Any, version: int) -> Any:
     cluster's followers did not all follow within ``timeout_ms``)."""
     m = response_module(DELETE_RECORDS, version)
     timeout_ms = max(0, int(body.timeout.total_seconds() * 1000))
-    topics = []
-    for t in body.topics:
-        answers = []
-        for p in t.partitions:
-            partition = int(p.partition_index)
-            try:
-                authorize.check(ctx, Operation.DELETE, ResourceType.TOPIC, t.name)
-                low = await topic_service.delete_records(
-                    ctx.state, t.name, partition, int(p.offset), timeout_ms=timeout_ms
-                )
-                code = ErrorCode.none
-            except LogbusError as exc:
-                low, code = -1, error_code(exc)
-            answers.append(
-                build(
-                    m.DeleteRecordsPartitionResult,
-                    partition_index=partition,
-                    low_watermark=low,
-                    error_code=code,
-                )
-            )
-        topics.append(build(m.DeleteRecordsTopicResult, name=t.name, partitions=tuple(answers)))
-    return build(m.DeleteRecordsResponse, throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+    async def delete(topic: str, partition: int, p: Any) -> dict[str, Any]:
+        authorize.check(ctx, Operation.DELETE, ResourceType.TOPIC, topic)
+        low = await topic_service.delete_records(
+            ctx.state, topic, partition, int(p.offset), timeout_ms=timeout_ms
+        )
+        return {"low_watermark": low}
+
+    topics = await partition_answers(
+        body.topics,
+        m.DeleteRecordsTopicResult,
+        m.DeleteRecordsPartitionResult,
+        delete,
+        {"low_watermark": -1},
+    )
+    return build(m.DeleteRecordsResponse, throttle_time=NO_THROTTLE, topics=topics)
 
 
 # -- DescribeLogDirs -----------------------------------------------------------------------

@@ -41,6 +41,7 @@ from app.kafka.apis.base import (
     ZERO_UUID,
     Context,
     kafka_brokers,
+    partition_answers,
     response_module,
     timestamp,
 )
@@ -446,50 +447,29 @@ def _current_id(ctx: Context, topic: str) -> Any:
 async def list_offsets(ctx: Context, body: Any, version: int) -> Any:
     m = response_module(LIST_OFFSETS, version)
     committed = int(getattr(body, "isolation_level", 0)) == READ_COMMITTED_LEVEL
-    topics = []
-    for topic in body.topics:
-        answers = []
-        for p in topic.partitions:
-            partition = int(p.partition_index)
-            try:
-                authorize.check(ctx, Operation.DESCRIBE, ResourceType.TOPIC, topic.name)
-                part = ctx.state.topology.leader_partition(topic.name, partition)
-                epoch = int(getattr(p, "current_leader_epoch", -1))
-                part.check_epoch(None if epoch < 0 else epoch)
-                ts = int(p.timestamp)
-                where: str | int = (
-                    "latest"
-                    if ts == LATEST_TIMESTAMP
-                    else "earliest"
-                    if ts == EARLIEST_TIMESTAMP
-                    else ts
-                )
-                if isinstance(where, int) and where < 0:
-                    raise UnknownTopicOrPartition(topic.name, partition)  # unsupported specials
-                offset, found_ts = lookup_offset(part.log, where, committed)
-                answers.append(
-                    build(
-                        m.ListOffsetsPartitionResponse,
-                        partition_index=partition,
-                        error_code=ErrorCode.none,
-                        timestamp=found_ts,
-                        offset=offset,
-                        leader_epoch=part.leader_epoch,
-                    )
-                )
-            except LogbusError as exc:
-                answers.append(
-                    build(
-                        m.ListOffsetsPartitionResponse,
-                        partition_index=partition,
-                        error_code=error_code(exc),
-                        timestamp=-1,
-                        offset=-1,
-                        leader_epoch=-1,
-                    )
-                )
-        topics.append(build(m.ListOffsetsTopicResponse, name=topic.name, partitions=tuple(answers)))
-    return build(m.ListOffsetsResponse, throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+    async def offset_of(topic: str, partition: int, p: Any) -> dict[str, Any]:
+        authorize.check(ctx, Operation.DESCRIBE, ResourceType.TOPIC, topic)
+        part = ctx.state.topology.leader_partition(topic, partition)
+        epoch = int(getattr(p, "current_leader_epoch", -1))
+        part.check_epoch(None if epoch < 0 else epoch)
+        ts = int(p.timestamp)
+        where: str | int = (
+            "latest" if ts == LATEST_TIMESTAMP else "earliest" if ts == EARLIEST_TIMESTAMP else ts
+        )
+        if isinstance(where, int) and where < 0:
+            raise UnknownTopicOrPartition(topic, partition)  # unsupported specials
+        offset, found_ts = lookup_offset(part.log, where, committed)
+        return {"timestamp": found_ts, "offset": offset, "leader_epoch": part.leader_epoch}
+
+    topics = await partition_answers(
+        body.topics,
+        m.ListOffsetsTopicResponse,
+        m.ListOffsetsPartitionResponse,
+        offset_of,
+        {"timestamp": -1, "offset": -1, "leader_epoch": -1},
+    )
+    return build(m.ListOffsetsResponse, throttle_time=NO_THROTTLE, topics=topics)
 
 
 async def offset_for_leader_epoch(ctx: Context, body: Any, version: int) -> Any:
@@ -501,33 +481,25 @@ async def offset_for_leader_epoch(ctx: Context, body: Any, version: int) -> Any:
     ``current_leader_epoch`` is checked as Fetch checks it (FENCED_LEADER_EPOCH,
     UNKNOWN_LEADER_EPOCH); a partition led elsewhere answers NOT_LEADER_OR_FOLLOWER."""
     m = response_module(OFFSET_FOR_LEADER_EPOCH, version)
-    topics = []
-    for topic in body.topics:
-        answers = []
-        for p in topic.partitions:
-            partition = int(p.partition)
-            try:
-                authorize.check(ctx, Operation.DESCRIBE, ResourceType.TOPIC, topic.topic)
-                part = ctx.state.topology.leader_partition(topic.topic, partition)
-                current = int(p.current_leader_epoch)
-                part.check_epoch(None if current < 0 else current)
-                epoch, end = part.log.leader_epoch_cache.end_offset_for(int(p.leader_epoch))
-                code = ErrorCode.none
-            except LogbusError as exc:
-                epoch, end, code = -1, -1, error_code(exc)
-            answers.append(
-                build(
-                    m.EpochEndOffset,
-                    error_code=code,
-                    partition=partition,
-                    leader_epoch=epoch,
-                    end_offset=end,
-                )
-            )
-        topics.append(
-            build(m.OffsetForLeaderTopicResult, topic=topic.topic, partitions=tuple(answers))
-        )
-    return build(m.OffsetForLeaderEpochResponse, throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+    async def epoch_end(topic: str, partition: int, p: Any) -> dict[str, Any]:
+        authorize.check(ctx, Operation.DESCRIBE, ResourceType.TOPIC, topic)
+        part = ctx.state.topology.leader_partition(topic, partition)
+        current = int(p.current_leader_epoch)
+        part.check_epoch(None if current < 0 else current)
+        epoch, end = part.log.leader_epoch_cache.end_offset_for(int(p.leader_epoch))
+        return {"leader_epoch": epoch, "end_offset": end}
+
+    topics = await partition_answers(
+        body.topics,
+        m.OffsetForLeaderTopicResult,
+        m.EpochEndOffset,
+        epoch_end,
+        {"leader_epoch": -1, "end_offset": -1},
+        name_field="topic",
+        index_field="partition",
+    )
+    return build(m.OffsetForLeaderEpochResponse, throttle_time=NO_THROTTLE, topics=topics)
 
 
 # (context, request body, version) -> response message, or None for no answer (acks=0)
