@@ -354,18 +354,7 @@ def _read_partition(
             # The request's max_bytes is spent on the partitions before: offsets only, as
             # Kafka answers (a first batch larger than max_bytes is still served whole, so
             # a consumer always progresses).
-            log_ = part.log
-            return build(
-                m.PartitionData,
-                partition_index=partition,
-                error_code=ErrorCode.none,
-                high_watermark=log_.high_watermark,
-                last_stable_offset=log_.last_stable_offset,
-                log_start_offset=log_.log_start_offset,
-                aborted_transactions=() if committed else None,
-                preferred_read_replica=-1,
-                records=SlicedRecords(()),
-            )
+            return _no_records(m, partition, part.log, committed)
         info = read_log(part.log, p.fetch_offset, max_bytes, committed=committed)
     except LogbusError as exc:
         hint: dict[str, Any] = {}
@@ -423,17 +412,29 @@ def _diverging(m: Any, log_: Any, p: CachedPartition, committed: bool) -> Any:
         )
     if epoch >= p.last_fetched_epoch and end >= p.fetch_offset:
         return None
+    return _no_records(
+        m,
+        p.partition,
+        log_,
+        committed,
+        diverging_epoch=build(m.EpochEndOffset, epoch=epoch, end_offset=end),
+    )
+
+
+def _no_records(m: Any, partition: int, log_: Any, committed: bool, **extra: Any) -> Any:
+    """A partition answered with its log's offsets and no records (and ``extra``'s
+    fields): when the request's max_bytes is spent, or with a divergence."""
     return build(
         m.PartitionData,
-        partition_index=p.partition,
+        partition_index=partition,
         error_code=ErrorCode.none,
         high_watermark=log_.high_watermark,
         last_stable_offset=log_.last_stable_offset,
         log_start_offset=log_.log_start_offset,
-        diverging_epoch=build(m.EpochEndOffset, epoch=epoch, end_offset=end),
         aborted_transactions=() if committed else None,
         preferred_read_replica=-1,
         records=SlicedRecords(()),
+        **extra,
     )
 
 
