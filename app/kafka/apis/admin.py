@@ -146,14 +146,7 @@ def _created(ctx: Context, m: Any, name: str) -> dict[str, Any]:
         "num_partitions": count,
         "replication_factor": len(topology.partition_info(name, 0)["replicas"]),
         "configs": tuple(
-            build(
-                m.CreatableTopicConfigs,
-                name=key,
-                value=config_string(value),
-                read_only=False,
-                config_source=source,
-                is_sensitive=False,
-            )
+            _config_entry(m.CreatableTopicConfigs, key, value, source, read_only=False)
             for key, value, source in _topic_configs(ctx, name)
         )
         if hasattr(m, "CreatableTopicConfigs")
@@ -260,6 +253,22 @@ def _broker_configs(ctx: Context) -> list[tuple[str, object, int]]:
     return [(k, v, STATIC_BROKER_CONFIG) for k, v in sorted(found.items())]
 
 
+def _config_entry(cls: Any, key: str, value: object, source: int, read_only: bool) -> Any:
+    """One config as DescribeConfigs and CreateTopics v5+ answer it (CreateTopics' entry
+    lacks the synonyms, type and documentation: ``build`` leaves them out)."""
+    return build(
+        cls,
+        name=key,
+        value=config_string(value),
+        read_only=read_only,
+        config_source=source,
+        is_sensitive=False,
+        synonyms=(),
+        config_type=_CONFIG_TYPES.get(type(value), 0),
+        documentation=None,
+    )
+
+
 async def describe_configs(ctx: Context, body: Any, version: int) -> Any:
     """Each resource's configs (all, or the keys asked for): topics as ``GET /topics/{t}``
     shows them, the broker's own resource (its id, or "" for the cluster default)
@@ -285,17 +294,7 @@ async def describe_configs(ctx: Context, body: Any, version: int) -> Any:
                 raise InvalidRequest(f"resource type {rtype} is not served (topics 2, brokers 4)")
             keys = None if r.configuration_keys is None else set(r.configuration_keys)
             configs = tuple(
-                build(
-                    m.DescribeConfigsResourceResult,
-                    name=key,
-                    value=config_string(value),
-                    read_only=read_only,
-                    config_source=source,
-                    is_sensitive=False,
-                    synonyms=(),
-                    config_type=_CONFIG_TYPES.get(type(value), 0),
-                    documentation=None,
-                )
+                _config_entry(m.DescribeConfigsResourceResult, key, value, source, read_only)
                 for key, value, source in found
                 if keys is None or key in keys
             )
