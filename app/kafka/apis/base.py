@@ -101,6 +101,28 @@ def response_module(api_key: int, version: int) -> Any:
     return import_module(load_response_schema(api_key, version).__module__)
 
 
+def ok_answer(cls: Any, **fields: Any) -> Any:
+    """The answer of an API whose error is the whole answer's (FindCoordinator, JoinGroup,
+    SyncGroup, ConsumerGroupHeartbeat) when it succeeds: no throttle, no error, the API's
+    ``fields``."""
+    return build(
+        cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, error_message=None, **fields
+    )
+
+
+def error_answer(cls: Any, exc: LogbusError, **fields: Any) -> Any:
+    """:func:`ok_answer`'s counterpart for an error of the tree: its Kafka code and message
+    (where the message has a field for it), no throttle, and ``fields``, the API's Kafka
+    "nothing" values (-1, "", null)."""
+    return build(
+        cls,
+        throttle_time=NO_THROTTLE,
+        error_code=error_code(exc),
+        error_message=exc.message,
+        **fields,
+    )
+
+
 def timestamp(ms: int) -> datetime.datetime | None:
     return None if ms < 0 else datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)
 

@@ -45,7 +45,9 @@ from app.kafka.apis.base import (
     OPERATIONS_OMITTED,
     ZERO_UUID,
     Context,
+    error_answer,
     group_coordinator,
+    ok_answer,
     response_module,
 )
 from app.kafka.encode import build, error_code
@@ -148,21 +150,16 @@ async def consumer_group_heartbeat(ctx: Context, body: Any, version: int) -> Any
             ),
         )
     except LogbusError as exc:
-        return build(
+        return error_answer(
             m.ConsumerGroupHeartbeatResponse,
-            throttle_time=NO_THROTTLE,
-            error_code=error_code(exc),
-            error_message=exc.message,
+            exc,
             member_id=None,
             member_epoch=-1,
             heartbeat_interval=datetime.timedelta(0),
             assignment=None,
         )
-    return build(
+    return ok_answer(
         m.ConsumerGroupHeartbeatResponse,
-        throttle_time=NO_THROTTLE,
-        error_code=ErrorCode.none,
-        error_message=None,
         member_id=answer.member_id,
         member_epoch=answer.member_epoch,
         heartbeat_interval=datetime.timedelta(milliseconds=answer.heartbeat_interval_ms),

@@ -37,9 +37,11 @@ from app.kafka.apis.base import (
     NO_THROTTLE,
     OPERATIONS_OMITTED,
     Context,
+    error_answer,
     group_coordinator,
     kafka_brokers,
     offset_commits,
+    ok_answer,
     response_module,
 )
 from app.kafka.apis.txn import txn_coordinator_node
@@ -87,25 +89,9 @@ async def find_coordinator(ctx: Context, body: Any, version: int) -> Any:
                 f"{what} is coordinated by broker {node_id}, which has no Kafka listener known here"
             )
         host, port = listener
-        return build(
-            m.FindCoordinatorResponse,
-            throttle_time=NO_THROTTLE,
-            error_code=ErrorCode.none,
-            error_message=None,
-            node_id=node_id,
-            host=host,
-            port=port,
-        )
+        return ok_answer(m.FindCoordinatorResponse, node_id=node_id, host=host, port=port)
     except LogbusError as exc:
-        return build(
-            m.FindCoordinatorResponse,
-            throttle_time=NO_THROTTLE,
-            error_code=error_code(exc),
-            error_message=exc.message,
-            node_id=-1,
-            host="",
-            port=-1,
-        )
+        return error_answer(m.FindCoordinatorResponse, exc, node_id=-1, host="", port=-1)
 
 
 async def offset_commit(ctx: Context, body: Any, version: int) -> Any:
@@ -249,10 +235,9 @@ async def join_group(ctx: Context, body: Any, version: int) -> Any:
         joined = await group_coordinator(ctx).classic.join(body.group_id, request)
     except LogbusError as exc:
         member_id = exc.member_id if isinstance(exc, MemberIdRequired) else body.member_id
-        return build(
+        return error_answer(
             m.JoinGroupResponse,
-            throttle_time=NO_THROTTLE,
-            error_code=error_code(exc),
+            exc,
             generation_id=-1,
             protocol_type=None,
             protocol_name="" if version < 7 else None,
@@ -261,10 +246,8 @@ async def join_group(ctx: Context, body: Any, version: int) -> Any:
             member_id=member_id,
             members=(),
         )
-    return build(
+    return ok_answer(
         m.JoinGroupResponse,
-        throttle_time=NO_THROTTLE,
-        error_code=ErrorCode.none,
         generation_id=joined.generation,
         protocol_type=joined.protocol_type,
         protocol_name=joined.protocol_name,
@@ -299,18 +282,11 @@ async def sync_group(ctx: Context, body: Any, version: int) -> Any:
             {a.member_id: bytes(a.assignment) for a in body.assignments},
         )
     except LogbusError as exc:
-        return build(
-            m.SyncGroupResponse,
-            throttle_time=NO_THROTTLE,
-            error_code=error_code(exc),
-            protocol_type=None,
-            protocol_name=None,
-            assignment=b"",
+        return error_answer(
+            m.SyncGroupResponse, exc, protocol_type=None, protocol_name=None, assignment=b""
         )
-    return build(
+    return ok_answer(
         m.SyncGroupResponse,
-        throttle_time=NO_THROTTLE,
-        error_code=ErrorCode.none,
         protocol_type=synced.protocol_type,
         protocol_name=synced.protocol_name,
         assignment=synced.assignment,
