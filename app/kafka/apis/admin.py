@@ -81,6 +81,18 @@ def config_string(value: object) -> str:
 # -- CreateTopics / DeleteTopics -----------------------------------------------------------
 
 
+def _check_entry(t: Any, names: list[str], advice: str = "") -> None:
+    """What CreateTopics and CreatePartitions refuse in a topic's entry (INVALID_REQUEST):
+    a topic the request names twice (``names``: every entry's), manual replica
+    assignments (the broker places replicas; ``advice`` says what to give instead)."""
+    if names.count(t.name) > 1:
+        raise InvalidRequest(f"topic {t.name!r} is named more than once in the request")
+    if t.assignments:
+        raise InvalidRequest(
+            f"manual replica assignments are not supported: the broker places replicas{advice}"
+        )
+
+
 async def create_topics(ctx: Context, body: Any, version: int) -> Any:
     """Each topic created (or, ``validate_only``, checked) as ``POST /topics`` creates it;
     a name given twice is INVALID_REQUEST, manual replica assignments are not served
@@ -96,13 +108,7 @@ async def create_topics(ctx: Context, body: Any, version: int) -> Any:
         with answered() as outcome:
             if not authorize.permitted(ctx, Operation.CREATE, None):
                 authorize.check(ctx, Operation.CREATE, ResourceType.TOPIC, t.name)
-            if names.count(t.name) > 1:
-                raise InvalidRequest(f"topic {t.name!r} is named more than once in the request")
-            if t.assignments:
-                raise InvalidRequest(
-                    "manual replica assignments are not supported: the broker places replicas "
-                    "(give num_partitions and replication_factor)"
-                )
+            _check_entry(t, names, " (give num_partitions and replication_factor)")
             configs: dict[str, object] = {}
             for c in t.configs:
                 if c.value is None:
@@ -165,12 +171,7 @@ async def create_partitions(ctx: Context, body: Any, version: int) -> Any:
     for t in body.topics:
         with answered() as outcome:
             authorize.check(ctx, Operation.ALTER, ResourceType.TOPIC, t.name)
-            if names.count(t.name) > 1:
-                raise InvalidRequest(f"topic {t.name!r} is named more than once in the request")
-            if t.assignments:
-                raise InvalidRequest(
-                    "manual replica assignments are not supported: the broker places replicas"
-                )
+            _check_entry(t, names)
             await topic_service.create_partitions(
                 ctx.state, t.name, int(t.count), validate_only=bool(body.validate_only)
             )
