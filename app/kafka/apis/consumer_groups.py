@@ -181,45 +181,7 @@ async def consumer_group_describe(ctx: Context, body: Any, version: int) -> Any:
     groups = []
     for group_id in body.group_ids:
         try:
-            authorize.check(ctx, Operation.DESCRIBE, ResourceType.GROUP, group_id)
-            coordinator = group_coordinator(ctx)
-            described = coordinator.describe_group(group_id)
-            group = coordinator.group(group_id)
-            if group is None:
-                raise GroupIdNotFound(group_id)
-            if group.classic is not None and not group.members:
-                raise NotAConsumerGroup(group_id)
-            members = tuple(
-                build(
-                    m.Member,
-                    member_id=member["member_id"],
-                    instance_id=member["instance_id"],
-                    rack_id=None,
-                    member_epoch=member["member_epoch"],
-                    client_id="",
-                    client_host="",
-                    subscribed_topic_names=tuple(member["subscribed_topics"]),
-                    subscribed_topic_regex=member["subscribed_topic_regex"],
-                    assignment=_topic_partitions(ctx, m, _flat(member["assignment"])),
-                    target_assignment=_topic_partitions(ctx, m, _flat(member["target_assignment"])),
-                    member_type=CONSUMER_MEMBER,
-                )
-                for member in described["members"]
-            )
-            groups.append(
-                build(
-                    m.DescribedGroup,
-                    error_code=ErrorCode.none,
-                    error_message=None,
-                    group_id=group_id,
-                    group_state=described["state"],
-                    group_epoch=described["group_epoch"],
-                    assignment_epoch=described["assignment_epoch"],
-                    assignor_name=described["assignor"],
-                    members=members,
-                    authorized_operations=OPERATIONS_OMITTED,
-                )
-            )
+            groups.append(_described(ctx, m, group_id))
         except LogbusError as exc:
             groups.append(
                 build(
@@ -236,6 +198,48 @@ async def consumer_group_describe(ctx: Context, body: Any, version: int) -> Any:
                 )
             )
     return build(m.ConsumerGroupDescribeResponse, throttle_time=NO_THROTTLE, groups=tuple(groups))
+
+
+def _described(ctx: Context, m: Any, group_id: str) -> Any:
+    """One group of a ConsumerGroupDescribe answer; an error raised here is the group's
+    answer instead (the handler's, so that one group's error leaves the others)."""
+    authorize.check(ctx, Operation.DESCRIBE, ResourceType.GROUP, group_id)
+    coordinator = group_coordinator(ctx)
+    described = coordinator.describe_group(group_id)
+    group = coordinator.group(group_id)
+    if group is None:
+        raise GroupIdNotFound(group_id)
+    if group.classic is not None and not group.members:
+        raise NotAConsumerGroup(group_id)
+    members = tuple(
+        build(
+            m.Member,
+            member_id=member["member_id"],
+            instance_id=member["instance_id"],
+            rack_id=None,
+            member_epoch=member["member_epoch"],
+            client_id="",
+            client_host="",
+            subscribed_topic_names=tuple(member["subscribed_topics"]),
+            subscribed_topic_regex=member["subscribed_topic_regex"],
+            assignment=_topic_partitions(ctx, m, _flat(member["assignment"])),
+            target_assignment=_topic_partitions(ctx, m, _flat(member["target_assignment"])),
+            member_type=CONSUMER_MEMBER,
+        )
+        for member in described["members"]
+    )
+    return build(
+        m.DescribedGroup,
+        error_code=ErrorCode.none,
+        error_message=None,
+        group_id=group_id,
+        group_state=described["state"],
+        group_epoch=described["group_epoch"],
+        assignment_epoch=described["assignment_epoch"],
+        assignor_name=described["assignor"],
+        members=members,
+        authorized_operations=OPERATIONS_OMITTED,
+    )
 
 
 def _flat(by_topic: list[dict[str, Any]]) -> list[TopicPartition]:
