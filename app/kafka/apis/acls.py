@@ -39,7 +39,6 @@ from app.core.security import audit
 from app.core.security.acl import (
     AclBinding,
     AclFilter,
-    Authorizer,
     InvalidAcl,
     Operation,
     PatternType,
@@ -52,6 +51,7 @@ from app.kafka.encode import build, error_code
 from app.kafka.versions import CREATE_ACLS, DELETE_ACLS, DESCRIBE_ACLS
 
 if TYPE_CHECKING:
+    from app.core.security.acl import Authorizer
     from app.core.security.store import AclStore
 
 # Kafka's wire codes, as org.apache.kafka.common.resource/acl name them.
