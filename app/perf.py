@@ -33,7 +33,7 @@ import time
 from array import array
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -562,26 +562,17 @@ def _text_summary(result: dict[str, Any]) -> str:
 
 
 def _options(args: argparse.Namespace) -> PerfOptions:
+    """A run's options: a flag named after a :class:`PerfOptions` field sets it, so an
+    option's flag is declared once, in :func:`register` (one the mode lacks, --keys
+    outside produce or an omitted --batch-size, keeps the field's default); the
+    throughput's default depends on the mode, and progress shows on a terminal only."""
     throughput = args.throughput
     if throughput is None:
         throughput = DEFAULT_THROUGHPUT_E2E if args.perf_mode == "e2e" else -1
-    return PerfOptions(
-        url=args.url,
-        topic=args.topic,
-        records=args.records,
-        record_size=args.record_size,
-        throughput=throughput,
-        batch_size=getattr(args, "batch_size", None),
-        linger_ms=args.linger_ms,
-        acks=args.acks,
-        compression=args.compression,
-        partitions=args.partitions,
-        keys=getattr(args, "keys", 0),
-        timeout_ms=args.timeout_ms,
-        fetch_max_wait_ms=args.fetch_max_wait_ms,
-        e2e_same_process=args.same_process,
-        progress=not args.json and sys.stderr.isatty(),
-    )
+    flags = {f.name: getattr(args, f.name) for f in fields(PerfOptions) if hasattr(args, f.name)}
+    flags["throughput"] = throughput
+    flags["progress"] = not args.json and sys.stderr.isatty()
+    return PerfOptions(**flags)
 
 
 RUNS: dict[str, Callable[[PerfOptions], dict[str, Any]]] = {
@@ -684,6 +675,7 @@ def register(commands: Any, client: argparse.ArgumentParser) -> None:
         )
         p.add_argument(
             "--same-process",
+            dest="e2e_same_process",
             action="store_true",
             help="e2e: run the producer in a thread of this process, not a child process",
         )

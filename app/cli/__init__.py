@@ -63,24 +63,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from app.api.server import run
     from app.config import Settings
 
+    # A serve flag named after a setting overrides it (None: not given), so a setting's
+    # flag is declared once, in the parser; the others (--config, --no-zerocopy,
+    # --log-level, --access-log) are the command's own.
+    overrides = {k: v for k, v in vars(args).items() if k in Settings.model_fields}
     try:
-        settings = Settings.load(
-            args.config,
-            data_dir=args.data_dir,
-            host=args.host,
-            port=args.port,
-            broker_id=args.broker_id,
-            advertised_url=args.advertised_url,
-            zookeeper=args.zookeeper,
-            ssl_certfile=args.ssl_certfile,
-            ssl_keyfile=args.ssl_keyfile,
-            ssl_ca_file=args.ssl_ca_file,
-            ssl_client_auth=args.ssl_client_auth,
-            allow_unauthenticated_network=args.allow_unauthenticated_network,
-            kafka_listener=args.kafka_listener,
-            kafka_advertised_listener=args.kafka_advertised_listener,
-            kafka_security_protocol=args.kafka_security_protocol,
-        )
+        settings = Settings.load(args.config, **overrides)
     except (ValidationError, LogbusError, OSError, ValueError) as exc:
         raise CliError(f"invalid settings: {exc}", code=2) from exc
     run(

@@ -73,19 +73,6 @@ from app.core.security.acl import CLUSTER, Action, Operation, Resource, Resource
 if TYPE_CHECKING:
     from app.kafka.apis.base import Context
 
-TOPIC = ResourceType.TOPIC
-GROUP = ResourceType.GROUP
-TXN_ID = ResourceType.TRANSACTIONAL_ID
-READ = Operation.READ
-WRITE = Operation.WRITE
-CREATE = Operation.CREATE
-DELETE = Operation.DELETE
-ALTER = Operation.ALTER
-DESCRIBE = Operation.DESCRIBE
-DESCRIBE_CONFIGS = Operation.DESCRIBE_CONFIGS
-ALTER_CONFIGS = Operation.ALTER_CONFIGS
-IDEMPOTENT_WRITE = Operation.IDEMPOTENT_WRITE
-
 
 def _action(op: Operation, resource_type: ResourceType | None, name: str) -> Action:
     resource = CLUSTER if resource_type is None else Resource(resource_type, name)
@@ -112,7 +99,9 @@ def unreadable_topics(ctx: Context, topics: Iterable[Any]) -> set[str]:
     """The names of the request's ``topics`` (entries with ``name``) the principal may not
     READ: OffsetCommit and OffsetDelete answer their partitions TOPIC_AUTHORIZATION_FAILED
     and go on with the rest, as Kafka does."""
-    return {t.name for t in topics if not permitted(ctx, READ, TOPIC, t.name)}
+    return {
+        t.name for t in topics if not permitted(ctx, Operation.READ, ResourceType.TOPIC, t.name)
+    }
 
 
 def check(ctx: Context, op: Operation, resource_type: ResourceType | None, name: str = "") -> None:
@@ -123,9 +112,9 @@ def check(ctx: Context, op: Operation, resource_type: ResourceType | None, name:
     kind = "cluster" if resource_type is None else resource_type.value
     audit.denied(principal, host, op.value, f"{kind.upper()}:{name or CLUSTER.name}")
     error: type[AuthorizationFailed] = {
-        TOPIC: TopicAuthorizationFailed,
-        GROUP: GroupAuthorizationFailed,
-        TXN_ID: TransactionalIdAuthorizationFailed,
+        ResourceType.TOPIC: TopicAuthorizationFailed,
+        ResourceType.GROUP: GroupAuthorizationFailed,
+        ResourceType.TRANSACTIONAL_ID: TransactionalIdAuthorizationFailed,
     }.get(resource_type, ClusterAuthorizationFailed)  # type: ignore[arg-type]
     what = kind.lower().replace("_", " ")
     raise error(
@@ -143,4 +132,6 @@ def permitted_any_topic(ctx: Context, op: Operation) -> bool:
         return True
     guard = security.guard
     assert guard is not None and guard.authorizer is not None
-    return guard.authorizer.authorize_any(ctx.session.principal, ctx.session.host, op, TOPIC)
+    return guard.authorizer.authorize_any(
+        ctx.session.principal, ctx.session.host, op, ResourceType.TOPIC
+    )

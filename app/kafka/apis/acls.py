@@ -39,7 +39,6 @@ from app.core.security import audit
 from app.core.security.acl import (
     AclBinding,
     AclFilter,
-    Authorizer,
     InvalidAcl,
     Operation,
     PatternType,
@@ -52,6 +51,7 @@ from app.kafka.encode import build, error_code
 from app.kafka.versions import CREATE_ACLS, DELETE_ACLS, DESCRIBE_ACLS
 
 if TYPE_CHECKING:
+    from app.core.security.acl import Authorizer
     from app.core.security.store import AclStore
 
 # Kafka's wire codes, as org.apache.kafka.common.resource/acl name them.
@@ -185,7 +185,7 @@ async def describe_acls(ctx: Context, body: Any, version: int) -> Any:
     acls = _acls(ctx)
     if acls is None:
         return answer(ErrorCode.security_disabled, NO_AUTHORIZER, [])
-    refused = _refusal(ctx, authorize.DESCRIBE)
+    refused = _refusal(ctx, Operation.DESCRIBE)
     if refused is not None:
         return answer(error_code(refused), refused.message, [])
     try:
@@ -227,7 +227,7 @@ async def create_acls(ctx: Context, body: Any, version: int) -> Any:
     acls = _acls(ctx)
     if acls is None:
         return every(ErrorCode.security_disabled, NO_AUTHORIZER)
-    refused = _refusal(ctx, authorize.ALTER)
+    refused = _refusal(ctx, Operation.ALTER)
     if refused is not None:
         return every(error_code(refused), refused.message)
     too_many = _too_many(ctx, len(body.creations), "creations")
@@ -298,7 +298,7 @@ async def delete_acls(ctx: Context, body: Any, version: int) -> Any:
         return response(
             [filter_result(ErrorCode.security_disabled, NO_AUTHORIZER)] * len(body.filters)
         )
-    refused = _refusal(ctx, authorize.ALTER)
+    refused = _refusal(ctx, Operation.ALTER)
     if refused is not None:
         return response([filter_result(error_code(refused), refused.message)] * len(body.filters))
     too_many = _too_many(ctx, len(body.filters), "filters")

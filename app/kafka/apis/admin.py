@@ -41,8 +41,15 @@ from app.common.errors import (
     LogbusError,
     UnknownTopicOrPartition,
 )
+from app.core.security.acl import Operation, ResourceType
 from app.kafka import authorize
-from app.kafka.apis.base import NO_THROTTLE, ZERO_UUID, Context, response_module
+from app.kafka.apis.base import (
+    NO_THROTTLE,
+    ZERO_UUID,
+    Context,
+    partition_answers,
+    response_module,
+)
 from app.kafka.encode import answered, build, error_code
 from app.kafka.versions import (
     ALTER_CONFIGS,
@@ -74,6 +81,18 @@ def config_string(value: object) -> str:
 # -- CreateTopics / DeleteTopics -----------------------------------------------------------
 
 
+def _check_entry(t: Any, names: list[str], advice: str = "") -> None:
+    """What CreateTopics and CreatePartitions refuse in a topic's entry (INVALID_REQUEST):
+    a topic the request names twice (``names``: every entry's), manual replica
+    assignments (the broker places replicas; ``advice`` says what to give instead)."""
+    if names.count(t.name) > 1:
+        raise InvalidRequest(f"topic {t.name!r} is named more than once in the request")
+    if t.assignments:
+        raise InvalidRequest(
+            f"manual replica assignments are not supported: the broker places replicas{advice}"
+        )
+
+
 async def create_topics(ctx: Context, body: Any, version: int) -> Any:
     """Each topic created (or, ``validate_only``, checked) as ``POST /topics`` creates it;
     a name given twice is INVALID_REQUEST, manual replica assignments are not served
@@ -87,15 +106,9 @@ async def create_topics(ctx: Context, body: Any, version: int) -> Any:
     async def one(t: Any) -> Any:
         described: dict[str, Any] = {}
         with answered() as outcome:
-            if not authorize.permitted(ctx, authorize.CREATE, None):
-                authorize.check(ctx, authorize.CREATE, authorize.TOPIC, t.name)
-            if names.count(t.name) > 1:
-                raise InvalidRequest(f"topic {t.name!r} is named more than once in the request")
-            if t.assignments:
-                raise InvalidRequest(
-                    "manual replica assignments are not supported: the broker places replicas "
-                    "(give num_partitions and replication_factor)"
-                )
+            if not authorize.permitted(ctx, Operation.CREATE, None):
+                authorize.check(ctx, Operation.CREATE, ResourceType.TOPIC, t.name)
+            _check_entry(t, names, " (give num_partitions and replication_factor)")
             configs: dict[str, object] = {}
             for c in t.configs:
                 if c.value is None:
@@ -139,14 +152,7 @@ def _created(ctx: Context, m: Any, name: str) -> dict[str, Any]:
         "num_partitions": count,
         "replication_factor": len(topology.partition_info(name, 0)["replicas"]),
         "configs": tuple(
-            build(
-                m.CreatableTopicConfigs,
-                name=key,
-                value=config_string(value),
-                read_only=False,
-                config_source=source,
-                is_sensitive=False,
-            )
+            _config_entry(m.CreatableTopicConfigs, key, value, source, read_only=False)
             for key, value, source in _topic_configs(ctx, name)
         )
         if hasattr(m, "CreatableTopicConfigs")
@@ -164,13 +170,8 @@ async def create_partitions(ctx: Context, body: Any, version: int) -> Any:
     results = []
     for t in body.topics:
         with answered() as outcome:
-            authorize.check(ctx, authorize.ALTER, authorize.TOPIC, t.name)
-            if names.count(t.name) > 1:
-                raise InvalidRequest(f"topic {t.name!r} is named more than once in the request")
-            if t.assignments:
-                raise InvalidRequest(
-                    "manual replica assignments are not supported: the broker places replicas"
-                )
+            authorize.check(ctx, Operation.ALTER, ResourceType.TOPIC, t.name)
+            _check_entry(t, names)
             await topic_service.create_partitions(
                 ctx.state, t.name, int(t.count), validate_only=bool(body.validate_only)
             )
@@ -204,7 +205,7 @@ async def delete_topics(ctx: Context, body: Any, version: int) -> Any:
             if by_id:
                 name = topology.topic_named_by(topic_id if topic_id is not None else ZERO_UUID)
             assert name is not None
-            authorize.check(ctx, authorize.DELETE, authorize.TOPIC, name)
+            authorize.check(ctx, Operation.DELETE, ResourceType.TOPIC, name)
             with contextlib.suppress(LogbusError):  # deleted below: unknown is its error
                 topic_id = topology.topic_id(name)
             await topic_service.delete_topic(ctx.state, name)
@@ -253,6 +254,22 @@ def _broker_configs(ctx: Context) -> list[tuple[str, object, int]]:
     return [(k, v, STATIC_BROKER_CONFIG) for k, v in sorted(found.items())]
 
 
+def _config_entry(cls: Any, key: str, value: object, source: int, read_only: bool) -> Any:
+    """One config as DescribeConfigs and CreateTopics v5+ answer it (CreateTopics' entry
+    lacks the synonyms, type and documentation: ``build`` leaves them out)."""
+    return build(
+        cls,
+        name=key,
+        value=config_string(value),
+        read_only=read_only,
+        config_source=source,
+        is_sensitive=False,
+        synonyms=(),
+        config_type=_CONFIG_TYPES.get(type(value), 0),
+        documentation=None,
+    )
+
+
 async def describe_configs(ctx: Context, body: Any, version: int) -> Any:
     """Each resource's configs (all, or the keys asked for): topics as ``GET /topics/{t}``
     shows them, the broker's own resource (its id, or "" for the cluster default)
@@ -264,7 +281,7 @@ async def describe_configs(ctx: Context, body: Any, version: int) -> Any:
     for r in body.resources:
         rtype, rname = int(r.resource_type), r.resource_name
         try:
-            _check_config_access(ctx, authorize.DESCRIBE_CONFIGS, rtype, rname)
+            _check_config_access(ctx, Operation.DESCRIBE_CONFIGS, rtype, rname)
             if rtype == TOPIC_RESOURCE:
                 found, read_only = _topic_configs(ctx, rname), False
             elif rtype == BROKER_RESOURCE:
@@ -278,17 +295,7 @@ async def describe_configs(ctx: Context, body: Any, version: int) -> Any:
                 raise InvalidRequest(f"resource type {rtype} is not served (topics 2, brokers 4)")
             keys = None if r.configuration_keys is None else set(r.configuration_keys)
             configs = tuple(
-                build(
-                    m.DescribeConfigsResourceResult,
-                    name=key,
-                    value=config_string(value),
-                    read_only=read_only,
-                    config_source=source,
-                    is_sensitive=False,
-                    synonyms=(),
-                    config_type=_CONFIG_TYPES.get(type(value), 0),
-                    documentation=None,
-                )
+                _config_entry(m.DescribeConfigsResourceResult, key, value, source, read_only)
                 for key, value, source in found
                 if keys is None or key in keys
             )
@@ -349,7 +356,7 @@ def _incremental(current: dict[str, object], changes: Any) -> dict[str, object]:
 def _check_config_access(ctx: Context, op: Any, rtype: int, rname: str) -> None:
     """DESCRIBE_CONFIGS / ALTER_CONFIGS on the topic, or on the cluster for the broker."""
     if rtype == TOPIC_RESOURCE:
-        authorize.check(ctx, op, authorize.TOPIC, rname)
+        authorize.check(ctx, op, ResourceType.TOPIC, rname)
     elif rtype == BROKER_RESOURCE:
         authorize.check(ctx, op, None)
 
@@ -363,7 +370,7 @@ async def _alter(ctx: Context, m: Any, body: Any, response_cls: Any, overrides_o
     for r in body.resources:
         rtype, rname = int(r.resource_type), r.resource_name
         with answered() as outcome:
-            _check_config_access(ctx, authorize.ALTER_CONFIGS, rtype, rname)
+            _check_config_access(ctx, Operation.ALTER_CONFIGS, rtype, rname)
             if rtype == BROKER_RESOURCE:
                 raise InvalidRequest(
                     "the broker's configs are start-time settings, read-only through this door"
@@ -432,29 +439,22 @@ async def delete_records(ctx: Context, body: Any, version: int) -> Any:
     cluster's followers did not all follow within ``timeout_ms``)."""
     m = response_module(DELETE_RECORDS, version)
     timeout_ms = max(0, int(body.timeout.total_seconds() * 1000))
-    topics = []
-    for t in body.topics:
-        answers = []
-        for p in t.partitions:
-            partition = int(p.partition_index)
-            try:
-                authorize.check(ctx, authorize.DELETE, authorize.TOPIC, t.name)
-                low = await topic_service.delete_records(
-                    ctx.state, t.name, partition, int(p.offset), timeout_ms=timeout_ms
-                )
-                code = ErrorCode.none
-            except LogbusError as exc:
-                low, code = -1, error_code(exc)
-            answers.append(
-                build(
-                    m.DeleteRecordsPartitionResult,
-                    partition_index=partition,
-                    low_watermark=low,
-                    error_code=code,
-                )
-            )
-        topics.append(build(m.DeleteRecordsTopicResult, name=t.name, partitions=tuple(answers)))
-    return build(m.DeleteRecordsResponse, throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+    async def delete(topic: str, partition: int, p: Any) -> dict[str, Any]:
+        authorize.check(ctx, Operation.DELETE, ResourceType.TOPIC, topic)
+        low = await topic_service.delete_records(
+            ctx.state, topic, partition, int(p.offset), timeout_ms=timeout_ms
+        )
+        return {"low_watermark": low}
+
+    topics = await partition_answers(
+        body.topics,
+        m.DeleteRecordsTopicResult,
+        m.DeleteRecordsPartitionResult,
+        delete,
+        {"low_watermark": -1},
+    )
+    return build(m.DeleteRecordsResponse, throttle_time=NO_THROTTLE, topics=topics)
 
 
 # -- DescribeLogDirs -----------------------------------------------------------------------
@@ -473,7 +473,7 @@ async def describe_log_dirs(ctx: Context, body: Any, version: int) -> Any:
     else:
         wanted = {t.topic: [int(p) for p in t.partitions] for t in body.topics}
     # Kafka: DESCRIBE on the cluster, else the answer is CLUSTER_AUTHORIZATION_FAILED.
-    allowed = authorize.permitted(ctx, authorize.DESCRIBE, None)
+    allowed = authorize.permitted(ctx, Operation.DESCRIBE, None)
     if not allowed:
         wanted = {}
     topics = []

@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import datetime
 import uuid
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from kio.index import load_response_schema
+from kio.schema.errors import ErrorCode
 
+from app.common.errors import LogbusError
 from app.common.group_errors import CoordinatorNotAvailable
 from app.groups.offsets import OffsetCommit
+from app.kafka.encode import build, error_code
 
 if TYPE_CHECKING:
     from app.api.state import AppState
@@ -98,6 +101,28 @@ def response_module(api_key: int, version: int) -> Any:
     return import_module(load_response_schema(api_key, version).__module__)
 
 
+def ok_answer(cls: Any, **fields: Any) -> Any:
+    """The answer of an API whose error is the whole answer's (FindCoordinator, JoinGroup,
+    SyncGroup, ConsumerGroupHeartbeat) when it succeeds: no throttle, no error, the API's
+    ``fields``."""
+    return build(
+        cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, error_message=None, **fields
+    )
+
+
+def error_answer(cls: Any, exc: LogbusError, **fields: Any) -> Any:
+    """:func:`ok_answer`'s counterpart for an error of the tree: its Kafka code and message
+    (where the message has a field for it), no throttle, and ``fields``, the API's Kafka
+    "nothing" values (-1, "", null)."""
+    return build(
+        cls,
+        throttle_time=NO_THROTTLE,
+        error_code=error_code(exc),
+        error_message=exc.message,
+        **fields,
+    )
+
+
 def timestamp(ms: int) -> datetime.datetime | None:
     return None if ms < 0 else datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)
 
@@ -142,3 +167,37 @@ def offset_commits(topics: Iterable[Any], skip: Collection[str] = ()) -> list[Of
         if t.name not in skip
         for p in t.partitions
     ]
+
+
+async def partition_answers(
+    topics: Iterable[Any],
+    topic_cls: Any,
+    partition_cls: Any,
+    answer: Callable[[str, int, Any], Awaitable[Mapping[str, Any]]],
+    failed: Mapping[str, Any],
+    *,
+    name_field: str = "name",
+    index_field: str = "partition_index",
+) -> tuple[Any, ...]:
+    """The answer's topics of an API asked partition by partition (ListOffsets,
+    OffsetForLeaderEpoch, DeleteRecords), in the request's order: each partition's fields
+    are ``answer(topic, partition, entry)``'s (``entry`` the request's partition), or,
+    where that raises an error of the tree, the error's code with ``failed``'s fields
+    (Kafka's -1s), so one partition's error never fails the others. ``name_field`` and
+    ``index_field`` name the topic's name and the partition's index, the same in the
+    request and the answer, where a message names them otherwise."""
+    out = []
+    for t in topics:
+        name = getattr(t, name_field)
+        partitions = []
+        for entry in t.partitions:
+            index = int(getattr(entry, index_field))
+            try:
+                fields, code = await answer(name, index, entry), ErrorCode.none
+            except LogbusError as exc:
+                fields, code = failed, error_code(exc)
+            partitions.append(
+                build(partition_cls, **{index_field: index}, error_code=code, **fields)
+            )
+        out.append(build(topic_cls, **{name_field: name}, partitions=tuple(partitions)))
+    return tuple(out)

@@ -14,6 +14,7 @@ from app.common.errors import (
     UnknownTopicId,
     UnknownTopicOrPartition,
 )
+from app.core.security.acl import Operation, ResourceType
 from app.groups.placement import INTERNAL_TOPICS
 from app.kafka import authorize
 from app.kafka.apis.base import (
@@ -106,7 +107,7 @@ async def metadata(ctx: Context, body: Any, version: int) -> Any:
         wanted = [
             (n, None)
             for n in sorted(topology.topics())
-            if authorize.permitted(ctx, authorize.DESCRIBE, authorize.TOPIC, n)
+            if authorize.permitted(ctx, Operation.DESCRIBE, ResourceType.TOPIC, n)
         ]
     else:
         wanted = [(t.name, getattr(t, "topic_id", None)) for t in body.topics]
@@ -164,7 +165,7 @@ def _topic_by_id(ctx: Context, m: Any, topic_id: Any, listeners: dict[int, tuple
     """A v12 lookup by id (see :func:`metadata`)."""
     try:
         name = ctx.state.topology.topic_named_by(topic_id if topic_id is not None else ZERO_UUID)
-        authorize.check(ctx, authorize.DESCRIBE, authorize.TOPIC, name)
+        authorize.check(ctx, Operation.DESCRIBE, ResourceType.TOPIC, name)
         count = ctx.state.topology.partition_count(name)
     except UnknownTopicOrPartition as exc:
         unknown = exc if isinstance(exc, UnknownTopicId) else UnknownTopicId(str(topic_id))
@@ -212,15 +213,15 @@ async def _topic_metadata(
     state = ctx.state
     topology = state.topology
     try:
-        authorize.check(ctx, authorize.DESCRIBE, authorize.TOPIC, name)
+        authorize.check(ctx, Operation.DESCRIBE, ResourceType.TOPIC, name)
         try:
             count = topology.partition_count(name)
         except UnknownTopicOrPartition:
             # Kafka's auto.create.topics.enable, with the HTTP produce's own creation.
             if not (allow_create and state.settings.auto_create_topics_enable):
                 raise
-            if not authorize.permitted(ctx, authorize.CREATE, None):
-                authorize.check(ctx, authorize.CREATE, authorize.TOPIC, name)
+            if not authorize.permitted(ctx, Operation.CREATE, None):
+                authorize.check(ctx, Operation.CREATE, ResourceType.TOPIC, name)
             check_not_internal(name)
             assert state.manager is not None
             count = await create_planned(state, state.manager, name)

@@ -37,6 +37,7 @@ from kio.schema.errors import ErrorCode
 
 from app.common.errors import InvalidRequest, LogbusError, UnknownTopicOrPartition
 from app.common.group_errors import GroupError, GroupIdNotFound
+from app.core.security.acl import Operation, ResourceType
 from app.groups.model import JOIN_EPOCH, HeartbeatRequest, TopicPartition
 from app.kafka import authorize
 from app.kafka.apis.base import (
@@ -44,7 +45,9 @@ from app.kafka.apis.base import (
     OPERATIONS_OMITTED,
     ZERO_UUID,
     Context,
+    error_answer,
     group_coordinator,
+    ok_answer,
     response_module,
 )
 from app.kafka.encode import build, error_code
@@ -110,7 +113,7 @@ def _describable(ctx: Context) -> Callable[[str], bool] | None:
     security = ctx.security
     if security is None or not security.authorizing:
         return None
-    return lambda topic: authorize.permitted(ctx, authorize.DESCRIBE, authorize.TOPIC, topic)
+    return lambda topic: authorize.permitted(ctx, Operation.DESCRIBE, ResourceType.TOPIC, topic)
 
 
 def _ms(value: datetime.timedelta) -> int:
@@ -122,7 +125,7 @@ async def consumer_group_heartbeat(ctx: Context, body: Any, version: int) -> Any
     the member may consume now."""
     m = response_module(CONSUMER_GROUP_HEARTBEAT, version)
     try:
-        authorize.check(ctx, authorize.READ, authorize.GROUP, body.group_id)
+        authorize.check(ctx, Operation.READ, ResourceType.GROUP, body.group_id)
         epoch = int(body.member_epoch)
         if version >= CLIENT_MEMBER_ID_VERSION and epoch == JOIN_EPOCH and not body.member_id:
             raise InvalidRequest(
@@ -147,21 +150,16 @@ async def consumer_group_heartbeat(ctx: Context, body: Any, version: int) -> Any
             ),
         )
     except LogbusError as exc:
-        return build(
+        return error_answer(
             m.ConsumerGroupHeartbeatResponse,
-            throttle_time=NO_THROTTLE,
-            error_code=error_code(exc),
-            error_message=exc.message,
+            exc,
             member_id=None,
             member_epoch=-1,
             heartbeat_interval=datetime.timedelta(0),
             assignment=None,
         )
-    return build(
+    return ok_answer(
         m.ConsumerGroupHeartbeatResponse,
-        throttle_time=NO_THROTTLE,
-        error_code=ErrorCode.none,
-        error_message=None,
         member_id=answer.member_id,
         member_epoch=answer.member_epoch,
         heartbeat_interval=datetime.timedelta(milliseconds=answer.heartbeat_interval_ms),
@@ -183,45 +181,7 @@ async def consumer_group_describe(ctx: Context, body: Any, version: int) -> Any:
     groups = []
     for group_id in body.group_ids:
         try:
-            authorize.check(ctx, authorize.DESCRIBE, authorize.GROUP, group_id)
-            coordinator = group_coordinator(ctx)
-            described = coordinator.describe_group(group_id)
-            group = coordinator.group(group_id)
-            if group is None:
-                raise GroupIdNotFound(group_id)
-            if group.classic is not None and not group.members:
-                raise NotAConsumerGroup(group_id)
-            members = tuple(
-                build(
-                    m.Member,
-                    member_id=member["member_id"],
-                    instance_id=member["instance_id"],
-                    rack_id=None,
-                    member_epoch=member["member_epoch"],
-                    client_id="",
-                    client_host="",
-                    subscribed_topic_names=tuple(member["subscribed_topics"]),
-                    subscribed_topic_regex=member["subscribed_topic_regex"],
-                    assignment=_topic_partitions(ctx, m, _flat(member["assignment"])),
-                    target_assignment=_topic_partitions(ctx, m, _flat(member["target_assignment"])),
-                    member_type=CONSUMER_MEMBER,
-                )
-                for member in described["members"]
-            )
-            groups.append(
-                build(
-                    m.DescribedGroup,
-                    error_code=ErrorCode.none,
-                    error_message=None,
-                    group_id=group_id,
-                    group_state=described["state"],
-                    group_epoch=described["group_epoch"],
-                    assignment_epoch=described["assignment_epoch"],
-                    assignor_name=described["assignor"],
-                    members=members,
-                    authorized_operations=OPERATIONS_OMITTED,
-                )
-            )
+            groups.append(_described(ctx, m, group_id))
         except LogbusError as exc:
             groups.append(
                 build(
@@ -238,6 +198,48 @@ async def consumer_group_describe(ctx: Context, body: Any, version: int) -> Any:
                 )
             )
     return build(m.ConsumerGroupDescribeResponse, throttle_time=NO_THROTTLE, groups=tuple(groups))
+
+
+def _described(ctx: Context, m: Any, group_id: str) -> Any:
+    """One group of a ConsumerGroupDescribe answer; an error raised here is the group's
+    answer instead (the handler's, so that one group's error leaves the others)."""
+    authorize.check(ctx, Operation.DESCRIBE, ResourceType.GROUP, group_id)
+    coordinator = group_coordinator(ctx)
+    described = coordinator.describe_group(group_id)
+    group = coordinator.group(group_id)
+    if group is None:
+        raise GroupIdNotFound(group_id)
+    if group.classic is not None and not group.members:
+        raise NotAConsumerGroup(group_id)
+    members = tuple(
+        build(
+            m.Member,
+            member_id=member["member_id"],
+            instance_id=member["instance_id"],
+            rack_id=None,
+            member_epoch=member["member_epoch"],
+            client_id="",
+            client_host="",
+            subscribed_topic_names=tuple(member["subscribed_topics"]),
+            subscribed_topic_regex=member["subscribed_topic_regex"],
+            assignment=_topic_partitions(ctx, m, _flat(member["assignment"])),
+            target_assignment=_topic_partitions(ctx, m, _flat(member["target_assignment"])),
+            member_type=CONSUMER_MEMBER,
+        )
+        for member in described["members"]
+    )
+    return build(
+        m.DescribedGroup,
+        error_code=ErrorCode.none,
+        error_message=None,
+        group_id=group_id,
+        group_state=described["state"],
+        group_epoch=described["group_epoch"],
+        assignment_epoch=described["assignment_epoch"],
+        assignor_name=described["assignor"],
+        members=members,
+        authorized_operations=OPERATIONS_OMITTED,
+    )
 
 
 def _flat(by_topic: list[dict[str, Any]]) -> list[TopicPartition]:

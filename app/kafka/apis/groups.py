@@ -30,15 +30,18 @@ from app.common.group_errors import (
     MemberIdRequired,
     UnstableOffsetCommit,
 )
+from app.core.security.acl import Operation, ResourceType
 from app.groups.classic import JoinRequest
 from app.kafka import authorize
 from app.kafka.apis.base import (
     NO_THROTTLE,
     OPERATIONS_OMITTED,
     Context,
+    error_answer,
     group_coordinator,
     kafka_brokers,
     offset_commits,
+    ok_answer,
     response_module,
 )
 from app.kafka.apis.txn import txn_coordinator_node
@@ -72,7 +75,7 @@ async def find_coordinator(ctx: Context, body: Any, version: int) -> Any:
     key_type = int(getattr(body, "key_type", 0))
     try:
         if key_type == 0:
-            authorize.check(ctx, authorize.DESCRIBE, authorize.GROUP, body.key)
+            authorize.check(ctx, Operation.DESCRIBE, ResourceType.GROUP, body.key)
             node_id = (await group_coordinator(ctx).find_coordinator(body.key, "group")).node_id
             what = f"group {body.key!r}"
         elif key_type == 1:
@@ -86,25 +89,9 @@ async def find_coordinator(ctx: Context, body: Any, version: int) -> Any:
                 f"{what} is coordinated by broker {node_id}, which has no Kafka listener known here"
             )
         host, port = listener
-        return build(
-            m.FindCoordinatorResponse,
-            throttle_time=NO_THROTTLE,
-            error_code=ErrorCode.none,
-            error_message=None,
-            node_id=node_id,
-            host=host,
-            port=port,
-        )
+        return ok_answer(m.FindCoordinatorResponse, node_id=node_id, host=host, port=port)
     except LogbusError as exc:
-        return build(
-            m.FindCoordinatorResponse,
-            throttle_time=NO_THROTTLE,
-            error_code=error_code(exc),
-            error_message=exc.message,
-            node_id=-1,
-            host="",
-            port=-1,
-        )
+        return error_answer(m.FindCoordinatorResponse, exc, node_id=-1, host="", port=-1)
 
 
 async def offset_commit(ctx: Context, body: Any, version: int) -> Any:
@@ -117,7 +104,7 @@ async def offset_commit(ctx: Context, body: Any, version: int) -> Any:
     denied = authorize.unreadable_topics(ctx, body.topics)
     offsets = offset_commits(body.topics, skip=denied)
     try:
-        authorize.check(ctx, authorize.READ, authorize.GROUP, body.group_id)
+        authorize.check(ctx, Operation.READ, ResourceType.GROUP, body.group_id)
         await group_coordinator(ctx).commit_offsets(
             body.group_id,
             body.member_id,
@@ -153,7 +140,7 @@ async def offset_fetch(ctx: Context, body: Any, version: int) -> Any:
     topics = None if wanted is None else list(wanted)
     unstable: set[tuple[str, int]] = set()
     try:
-        authorize.check(ctx, authorize.DESCRIBE, authorize.GROUP, body.group_id)
+        authorize.check(ctx, Operation.DESCRIBE, ResourceType.GROUP, body.group_id)
         coordinator = group_coordinator(ctx)
         try:
             found = await coordinator.fetch_committed_offsets(
@@ -170,7 +157,9 @@ async def offset_fetch(ctx: Context, body: Any, version: int) -> Any:
         by_topic.setdefault(c.topic, {})[c.partition] = c
     # Topics the principal may not DESCRIBE: left out of "all", refused when named.
     denied = {
-        t for t in by_topic if not authorize.permitted(ctx, authorize.DESCRIBE, authorize.TOPIC, t)
+        t
+        for t in by_topic
+        if not authorize.permitted(ctx, Operation.DESCRIBE, ResourceType.TOPIC, t)
     }
     if wanted is None:
         for topic in denied:
@@ -179,7 +168,7 @@ async def offset_fetch(ctx: Context, body: Any, version: int) -> Any:
         for topic, partitions in wanted.items():
             seen = by_topic.setdefault(topic, {})
             by_topic[topic] = {p: seen.get(p) for p in sorted(partitions)}
-            if not authorize.permitted(ctx, authorize.DESCRIBE, authorize.TOPIC, topic):
+            if not authorize.permitted(ctx, Operation.DESCRIBE, ResourceType.TOPIC, topic):
                 denied.add(topic)
     return build(
         m.OffsetFetchResponse,
@@ -242,14 +231,13 @@ async def join_group(ctx: Context, body: Any, version: int) -> Any:
         require_known_member_id=version >= 4,
     )
     try:
-        authorize.check(ctx, authorize.READ, authorize.GROUP, body.group_id)
+        authorize.check(ctx, Operation.READ, ResourceType.GROUP, body.group_id)
         joined = await group_coordinator(ctx).classic.join(body.group_id, request)
     except LogbusError as exc:
         member_id = exc.member_id if isinstance(exc, MemberIdRequired) else body.member_id
-        return build(
+        return error_answer(
             m.JoinGroupResponse,
-            throttle_time=NO_THROTTLE,
-            error_code=error_code(exc),
+            exc,
             generation_id=-1,
             protocol_type=None,
             protocol_name="" if version < 7 else None,
@@ -258,10 +246,8 @@ async def join_group(ctx: Context, body: Any, version: int) -> Any:
             member_id=member_id,
             members=(),
         )
-    return build(
+    return ok_answer(
         m.JoinGroupResponse,
-        throttle_time=NO_THROTTLE,
-        error_code=ErrorCode.none,
         generation_id=joined.generation,
         protocol_type=joined.protocol_type,
         protocol_name=joined.protocol_name,
@@ -285,7 +271,7 @@ async def sync_group(ctx: Context, body: Any, version: int) -> Any:
     for its own (answered at once in a Stable generation)."""
     m = response_module(SYNC_GROUP, version)
     try:
-        authorize.check(ctx, authorize.READ, authorize.GROUP, body.group_id)
+        authorize.check(ctx, Operation.READ, ResourceType.GROUP, body.group_id)
         synced = await group_coordinator(ctx).classic.sync(
             body.group_id,
             int(body.generation_id),
@@ -296,18 +282,11 @@ async def sync_group(ctx: Context, body: Any, version: int) -> Any:
             {a.member_id: bytes(a.assignment) for a in body.assignments},
         )
     except LogbusError as exc:
-        return build(
-            m.SyncGroupResponse,
-            throttle_time=NO_THROTTLE,
-            error_code=error_code(exc),
-            protocol_type=None,
-            protocol_name=None,
-            assignment=b"",
+        return error_answer(
+            m.SyncGroupResponse, exc, protocol_type=None, protocol_name=None, assignment=b""
         )
-    return build(
+    return ok_answer(
         m.SyncGroupResponse,
-        throttle_time=NO_THROTTLE,
-        error_code=ErrorCode.none,
         protocol_type=synced.protocol_type,
         protocol_name=synced.protocol_name,
         assignment=synced.assignment,
@@ -317,7 +296,7 @@ async def sync_group(ctx: Context, body: Any, version: int) -> Any:
 async def heartbeat(ctx: Context, body: Any, version: int) -> Any:
     m = response_module(HEARTBEAT, version)
     try:
-        authorize.check(ctx, authorize.READ, authorize.GROUP, body.group_id)
+        authorize.check(ctx, Operation.READ, ResourceType.GROUP, body.group_id)
         await group_coordinator(ctx).classic.heartbeat(
             body.group_id,
             int(body.generation_id),
@@ -340,7 +319,7 @@ async def leave_group(ctx: Context, body: Any, version: int) -> Any:
         else [(x.member_id, x.group_instance_id) for x in body.members]
     )
     try:
-        authorize.check(ctx, authorize.READ, authorize.GROUP, body.group_id)
+        authorize.check(ctx, Operation.READ, ResourceType.GROUP, body.group_id)
         errors = await group_coordinator(ctx).classic.leave(body.group_id, leaving)
         code = ErrorCode.none
     except LogbusError as exc:
@@ -377,11 +356,11 @@ async def list_groups(ctx: Context, body: Any, version: int) -> Any:
     try:
         listed = group_coordinator(ctx).list_groups()
         # DESCRIBE on the cluster lists every group; else those it may DESCRIBE (Kafka's).
-        if not authorize.permitted(ctx, authorize.DESCRIBE, None):
+        if not authorize.permitted(ctx, Operation.DESCRIBE, None):
             listed = [
                 g
                 for g in listed
-                if authorize.permitted(ctx, authorize.DESCRIBE, authorize.GROUP, g["group"])
+                if authorize.permitted(ctx, Operation.DESCRIBE, ResourceType.GROUP, g["group"])
             ]
         code = ErrorCode.none
     except LogbusError as exc:
@@ -414,7 +393,7 @@ async def describe_groups(ctx: Context, body: Any, version: int) -> Any:
     described = []
     for group_id in body.groups:
         try:
-            authorize.check(ctx, authorize.DESCRIBE, authorize.GROUP, group_id)
+            authorize.check(ctx, Operation.DESCRIBE, ResourceType.GROUP, group_id)
             coordinator = group_coordinator(ctx)
             group = coordinator.admin.lookup(group_id)
             described.append(_described(m, coordinator, group))
@@ -499,7 +478,7 @@ async def delete_groups(ctx: Context, body: Any, version: int) -> Any:
     results = []
     for group_id in body.groups_names:
         try:
-            authorize.check(ctx, authorize.DELETE, authorize.GROUP, group_id)
+            authorize.check(ctx, Operation.DELETE, ResourceType.GROUP, group_id)
             await group_coordinator(ctx).delete_group(group_id)
             code = ErrorCode.none
         except LogbusError as exc:
@@ -520,7 +499,7 @@ async def offset_delete(ctx: Context, body: Any, version: int) -> Any:
         for p in t.partitions
     ]
     try:
-        authorize.check(ctx, authorize.DELETE, authorize.GROUP, body.group_id)
+        authorize.check(ctx, Operation.DELETE, ResourceType.GROUP, body.group_id)
         outcome = await group_coordinator(ctx).offsets.delete_offsets(body.group_id, wanted)
         code = ErrorCode.none
     except LogbusError as exc:

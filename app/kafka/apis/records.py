@@ -29,6 +29,7 @@ from app.common.errors import (
     UnknownTopicId,
     UnknownTopicOrPartition,
 )
+from app.core.security.acl import Operation, ResourceType
 from app.core.topology import topic_id_text
 from app.kafka import authorize
 from app.kafka.apis.base import (
@@ -40,6 +41,7 @@ from app.kafka.apis.base import (
     ZERO_UUID,
     Context,
     kafka_brokers,
+    partition_answers,
     response_module,
     timestamp,
 )
@@ -133,9 +135,11 @@ async def produce(ctx: Context, body: Any, version: int) -> Any:
 
     async def one(topic: str, partition: int, records: bytes | None) -> Any:
         try:
-            authorize.check(ctx, authorize.WRITE, authorize.TOPIC, topic)
+            authorize.check(ctx, Operation.WRITE, ResourceType.TOPIC, topic)
             if transactional_id is not None:
-                authorize.check(ctx, authorize.WRITE, authorize.TXN_ID, transactional_id)
+                authorize.check(
+                    ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id
+                )
             if acks not in (0, 1, -1):
                 raise InvalidRequiredAcks(f"acks must be 0, 1 or -1, got {acks}")
             if not records:
@@ -338,7 +342,7 @@ def _read_partition(
     try:
         if p.topic_id != ZERO_UUID and (not topic or _current_id(ctx, topic) != p.topic_id):
             raise UnknownTopicId(topic_id_text(p.topic_id))
-        authorize.check(ctx, authorize.READ, authorize.TOPIC, topic)
+        authorize.check(ctx, Operation.READ, ResourceType.TOPIC, topic)
         part = ctx.state.topology.leader_partition(topic, partition)
         epoch = p.leader_epoch
         part.check_epoch(None if epoch < 0 else epoch)
@@ -350,18 +354,7 @@ def _read_partition(
             # The request's max_bytes is spent on the partitions before: offsets only, as
             # Kafka answers (a first batch larger than max_bytes is still served whole, so
             # a consumer always progresses).
-            log_ = part.log
-            return build(
-                m.PartitionData,
-                partition_index=partition,
-                error_code=ErrorCode.none,
-                high_watermark=log_.high_watermark,
-                last_stable_offset=log_.last_stable_offset,
-                log_start_offset=log_.log_start_offset,
-                aborted_transactions=() if committed else None,
-                preferred_read_replica=-1,
-                records=SlicedRecords(()),
-            )
+            return _no_records(m, partition, part.log, committed)
         info = read_log(part.log, p.fetch_offset, max_bytes, committed=committed)
     except LogbusError as exc:
         hint: dict[str, Any] = {}
@@ -419,17 +412,29 @@ def _diverging(m: Any, log_: Any, p: CachedPartition, committed: bool) -> Any:
         )
     if epoch >= p.last_fetched_epoch and end >= p.fetch_offset:
         return None
+    return _no_records(
+        m,
+        p.partition,
+        log_,
+        committed,
+        diverging_epoch=build(m.EpochEndOffset, epoch=epoch, end_offset=end),
+    )
+
+
+def _no_records(m: Any, partition: int, log_: Any, committed: bool, **extra: Any) -> Any:
+    """A partition answered with its log's offsets and no records (and ``extra``'s
+    fields): when the request's max_bytes is spent, or with a divergence."""
     return build(
         m.PartitionData,
-        partition_index=p.partition,
+        partition_index=partition,
         error_code=ErrorCode.none,
         high_watermark=log_.high_watermark,
         last_stable_offset=log_.last_stable_offset,
         log_start_offset=log_.log_start_offset,
-        diverging_epoch=build(m.EpochEndOffset, epoch=epoch, end_offset=end),
         aborted_transactions=() if committed else None,
         preferred_read_replica=-1,
         records=SlicedRecords(()),
+        **extra,
     )
 
 
@@ -443,50 +448,29 @@ def _current_id(ctx: Context, topic: str) -> Any:
 async def list_offsets(ctx: Context, body: Any, version: int) -> Any:
     m = response_module(LIST_OFFSETS, version)
     committed = int(getattr(body, "isolation_level", 0)) == READ_COMMITTED_LEVEL
-    topics = []
-    for topic in body.topics:
-        answers = []
-        for p in topic.partitions:
-            partition = int(p.partition_index)
-            try:
-                authorize.check(ctx, authorize.DESCRIBE, authorize.TOPIC, topic.name)
-                part = ctx.state.topology.leader_partition(topic.name, partition)
-                epoch = int(getattr(p, "current_leader_epoch", -1))
-                part.check_epoch(None if epoch < 0 else epoch)
-                ts = int(p.timestamp)
-                where: str | int = (
-                    "latest"
-                    if ts == LATEST_TIMESTAMP
-                    else "earliest"
-                    if ts == EARLIEST_TIMESTAMP
-                    else ts
-                )
-                if isinstance(where, int) and where < 0:
-                    raise UnknownTopicOrPartition(topic.name, partition)  # unsupported specials
-                offset, found_ts = lookup_offset(part.log, where, committed)
-                answers.append(
-                    build(
-                        m.ListOffsetsPartitionResponse,
-                        partition_index=partition,
-                        error_code=ErrorCode.none,
-                        timestamp=found_ts,
-                        offset=offset,
-                        leader_epoch=part.leader_epoch,
-                    )
-                )
-            except LogbusError as exc:
-                answers.append(
-                    build(
-                        m.ListOffsetsPartitionResponse,
-                        partition_index=partition,
-                        error_code=error_code(exc),
-                        timestamp=-1,
-                        offset=-1,
-                        leader_epoch=-1,
-                    )
-                )
-        topics.append(build(m.ListOffsetsTopicResponse, name=topic.name, partitions=tuple(answers)))
-    return build(m.ListOffsetsResponse, throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+    async def offset_of(topic: str, partition: int, p: Any) -> dict[str, Any]:
+        authorize.check(ctx, Operation.DESCRIBE, ResourceType.TOPIC, topic)
+        part = ctx.state.topology.leader_partition(topic, partition)
+        epoch = int(getattr(p, "current_leader_epoch", -1))
+        part.check_epoch(None if epoch < 0 else epoch)
+        ts = int(p.timestamp)
+        where: str | int = (
+            "latest" if ts == LATEST_TIMESTAMP else "earliest" if ts == EARLIEST_TIMESTAMP else ts
+        )
+        if isinstance(where, int) and where < 0:
+            raise UnknownTopicOrPartition(topic, partition)  # unsupported specials
+        offset, found_ts = lookup_offset(part.log, where, committed)
+        return {"timestamp": found_ts, "offset": offset, "leader_epoch": part.leader_epoch}
+
+    topics = await partition_answers(
+        body.topics,
+        m.ListOffsetsTopicResponse,
+        m.ListOffsetsPartitionResponse,
+        offset_of,
+        {"timestamp": -1, "offset": -1, "leader_epoch": -1},
+    )
+    return build(m.ListOffsetsResponse, throttle_time=NO_THROTTLE, topics=topics)
 
 
 async def offset_for_leader_epoch(ctx: Context, body: Any, version: int) -> Any:
@@ -498,33 +482,25 @@ async def offset_for_leader_epoch(ctx: Context, body: Any, version: int) -> Any:
     ``current_leader_epoch`` is checked as Fetch checks it (FENCED_LEADER_EPOCH,
     UNKNOWN_LEADER_EPOCH); a partition led elsewhere answers NOT_LEADER_OR_FOLLOWER."""
     m = response_module(OFFSET_FOR_LEADER_EPOCH, version)
-    topics = []
-    for topic in body.topics:
-        answers = []
-        for p in topic.partitions:
-            partition = int(p.partition)
-            try:
-                authorize.check(ctx, authorize.DESCRIBE, authorize.TOPIC, topic.topic)
-                part = ctx.state.topology.leader_partition(topic.topic, partition)
-                current = int(p.current_leader_epoch)
-                part.check_epoch(None if current < 0 else current)
-                epoch, end = part.log.leader_epoch_cache.end_offset_for(int(p.leader_epoch))
-                code = ErrorCode.none
-            except LogbusError as exc:
-                epoch, end, code = -1, -1, error_code(exc)
-            answers.append(
-                build(
-                    m.EpochEndOffset,
-                    error_code=code,
-                    partition=partition,
-                    leader_epoch=epoch,
-                    end_offset=end,
-                )
-            )
-        topics.append(
-            build(m.OffsetForLeaderTopicResult, topic=topic.topic, partitions=tuple(answers))
-        )
-    return build(m.OffsetForLeaderEpochResponse, throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+    async def epoch_end(topic: str, partition: int, p: Any) -> dict[str, Any]:
+        authorize.check(ctx, Operation.DESCRIBE, ResourceType.TOPIC, topic)
+        part = ctx.state.topology.leader_partition(topic, partition)
+        current = int(p.current_leader_epoch)
+        part.check_epoch(None if current < 0 else current)
+        epoch, end = part.log.leader_epoch_cache.end_offset_for(int(p.leader_epoch))
+        return {"leader_epoch": epoch, "end_offset": end}
+
+    topics = await partition_answers(
+        body.topics,
+        m.OffsetForLeaderTopicResult,
+        m.EpochEndOffset,
+        epoch_end,
+        {"leader_epoch": -1, "end_offset": -1},
+        name_field="topic",
+        index_field="partition",
+    )
+    return build(m.OffsetForLeaderEpochResponse, throttle_time=NO_THROTTLE, topics=topics)
 
 
 # (context, request body, version) -> response message, or None for no answer (acks=0)

@@ -37,6 +37,7 @@ from app.common.errors import (
     TransactionalIdNotFound,
     UnknownTopicOrPartition,
 )
+from app.core.security.acl import Operation, ResourceType
 from app.groups.placement import INTERNAL_TOPICS
 from app.kafka import authorize
 from app.kafka.apis.base import (
@@ -97,7 +98,7 @@ async def txn_coordinator_node(ctx: Context, key: str) -> int:
     the id's ``__transaction_state`` partition (the topic created on first use);
     COORDINATOR_NOT_AVAILABLE (retriable) while it has none. The answer itself is
     :func:`app.kafka.apis.groups.find_coordinator`'s, as for a group."""
-    authorize.check(ctx, authorize.DESCRIBE, authorize.TXN_ID, key)
+    authorize.check(ctx, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key)
     node_id, _ = await txn_coordinator(ctx).find_coordinator(key)
     return node_id
 
@@ -113,15 +114,17 @@ async def init_producer_id(ctx: Context, body: Any, version: int) -> Any:
     given_epoch = None if raw_id < 0 else raw_epoch
     try:
         if body.transactional_id is not None:
-            authorize.check(ctx, authorize.WRITE, authorize.TXN_ID, body.transactional_id)
+            authorize.check(
+                ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id
+            )
             timeout_ms = int(body.transaction_timeout.total_seconds() * 1000)
             pid, epoch = await txn_coordinator(ctx).init_producer_id(
                 body.transactional_id, timeout_ms, given_id, given_epoch
             )
         else:
             # KIP-679: IDEMPOTENT_WRITE on the cluster, or WRITE on some topic.
-            if not authorize.permitted_any_topic(ctx, authorize.WRITE):
-                authorize.check(ctx, authorize.IDEMPOTENT_WRITE, None)
+            if not authorize.permitted_any_topic(ctx, Operation.WRITE):
+                authorize.check(ctx, Operation.IDEMPOTENT_WRITE, None)
             assert ctx.state.manager is not None
             # A new block of ids is persisted (fsync) once per thousand ids: off the loop.
             pid, epoch = await asyncio.to_thread(
@@ -166,11 +169,13 @@ async def add_partitions_to_txn(ctx: Context, body: Any, version: int) -> Any:
     wanted = [(t.name, int(p)) for t in topics for p in t.partitions]
     codes: dict[tuple[str, int], ErrorCode] = {}
     try:
-        authorize.check(ctx, authorize.WRITE, authorize.TXN_ID, body.v3_and_below_transactional_id)
+        authorize.check(
+            ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, body.v3_and_below_transactional_id
+        )
         denied = {
             t.name
             for t in topics
-            if not authorize.permitted(ctx, authorize.WRITE, authorize.TOPIC, t.name)
+            if not authorize.permitted(ctx, Operation.WRITE, ResourceType.TOPIC, t.name)
         }
         if denied:
             # Kafka's answer: the refused topics' partitions, the others not attempted.
@@ -215,8 +220,8 @@ async def add_offsets_to_txn(ctx: Context, body: Any, version: int) -> Any:
     (:meth:`TransactionCoordinator.add_offsets`, as ``POST /transactions/{id}/groups``)."""
     m = response_module(ADD_OFFSETS_TO_TXN, version)
     try:
-        authorize.check(ctx, authorize.WRITE, authorize.TXN_ID, body.transactional_id)
-        authorize.check(ctx, authorize.READ, authorize.GROUP, body.group_id)
+        authorize.check(ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id)
+        authorize.check(ctx, Operation.READ, ResourceType.GROUP, body.group_id)
         await txn_coordinator(ctx).add_offsets(
             body.transactional_id, int(body.producer_id), int(body.producer_epoch), body.group_id
         )
@@ -233,7 +238,7 @@ async def end_txn(ctx: Context, body: Any, version: int) -> Any:
     id answers CONCURRENT_TRANSACTIONS, retriable, meanwhile)."""
     m = response_module(END_TXN, version)
     try:
-        authorize.check(ctx, authorize.WRITE, authorize.TXN_ID, body.transactional_id)
+        authorize.check(ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id)
         await txn_coordinator(ctx).end_txn(
             body.transactional_id,
             int(body.producer_id),
@@ -258,10 +263,10 @@ async def txn_offset_commit(ctx: Context, body: Any, version: int) -> Any:
     try:
         if not offsets:
             raise InvalidRequest("TxnOffsetCommit names no partitions")
-        authorize.check(ctx, authorize.WRITE, authorize.TXN_ID, body.transactional_id)
-        authorize.check(ctx, authorize.READ, authorize.GROUP, body.group_id)
+        authorize.check(ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id)
+        authorize.check(ctx, Operation.READ, ResourceType.GROUP, body.group_id)
         for topic in {o.topic for o in offsets}:
-            authorize.check(ctx, authorize.READ, authorize.TOPIC, topic)
+            authorize.check(ctx, Operation.READ, ResourceType.TOPIC, topic)
         await txn_coordinator(ctx).txn_offset_commit(
             body.transactional_id,
             int(body.producer_id),
@@ -294,7 +299,7 @@ async def describe_transactions(ctx: Context, body: Any, version: int) -> Any:
     states = []
     for tid in body.transactional_ids:
         try:
-            authorize.check(ctx, authorize.DESCRIBE, authorize.TXN_ID, tid)
+            authorize.check(ctx, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, tid)
             d = txn_coordinator(ctx).describe(tid)
             start = d["transaction_start_time_ms"]
             states.append(
@@ -363,6 +368,8 @@ async def list_transactions(ctx: Context, body: Any, version: int) -> Any:
                 transaction_state=t["transaction_state"],
             )
             for t in listed["transaction_states"]
-            if authorize.permitted(ctx, authorize.DESCRIBE, authorize.TXN_ID, t["transactional_id"])
+            if authorize.permitted(
+                ctx, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, t["transactional_id"]
+            )
         ),
     )
