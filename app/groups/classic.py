@@ -80,12 +80,13 @@ leaves the future to be completed and dropped.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import replace
-from typing import TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from app.common.errors import KafkaStorageError, LogbusError, NotCoordinator
 from app.common.group_errors import (
@@ -116,6 +117,23 @@ from app.groups.runtime import CoordinatorRuntime
 log = logging.getLogger(__name__)
 
 R = TypeVar("R")
+P = ParamSpec("P")
+
+
+def _routed(
+    step: Callable[Concatenate[ClassicGroups, str, P], R | asyncio.Future[R]],
+) -> Callable[Concatenate[ClassicGroups, str, P], Coroutine[Any, Any, R]]:
+    """A request whose ``step`` changes the group's state with no await between its
+    checks and its effects (answered, or a future the group completes), made the async
+    request callers await: routed to this coordinator first, answered once the future is
+    done and the partition's writes so far are replicated (:meth:`ClassicGroups._answer`)."""
+
+    @functools.wraps(step)
+    async def request(self: ClassicGroups, group_id: str, /, *args: P.args, **kw: P.kwargs) -> R:
+        partition = await self._route(group_id)
+        return await self._answer(group_id, partition, step(self, group_id, *args, **kw))
+
+    return request
 
 
 class ClassicGroups:
@@ -125,32 +143,9 @@ class ClassicGroups:
         self.rt = runtime
 
     # -- the four requests -------------------------------------------------------------------
-
-    async def join(self, group_id: str, req: JoinRequest) -> JoinResult:
-        partition = await self._route(group_id)
-        return await self._answer(group_id, partition, self._join(group_id, req))
-
-    async def sync(
-        self,
-        group_id: str,
-        generation: int,
-        member_id: str,
-        instance_id: str | None,
-        protocol_type: str | None,
-        protocol_name: str | None,
-        assignments: dict[str, bytes],
-    ) -> SyncResult:
-        partition = await self._route(group_id)
-        answer = self._sync(
-            group_id,
-            generation,
-            member_id,
-            instance_id,
-            protocol_type,
-            protocol_name,
-            assignments,
-        )
-        return await self._answer(group_id, partition, answer)
+    # ``join`` and ``sync`` are their state steps ``_join`` and ``_sync`` (below), routed
+    # and answered once their writes are replicated (``_routed``). Heartbeat and LeaveGroup change nothing a failover
+    # must keep, so they answer at once.
 
     async def heartbeat(
         self, group_id: str, generation: int, member_id: str, instance_id: str | None
@@ -559,6 +554,8 @@ class ClassicGroups:
             members=members,
         )
 
+    join = _routed(_join)
+
     # -- SyncGroup ---------------------------------------------------------------------------
 
     def _sync(
@@ -617,6 +614,8 @@ class ClassicGroups:
             waiting, m.sync = m.sync, None
             resolve_future(waiting, SyncResult(cg.protocol_type, cg.protocol_name, m.assignment))
         return SyncResult(cg.protocol_type, cg.protocol_name, member.assignment)
+
+    sync = _routed(_sync)
 
     def _store(self, group: Group) -> None:
         """Write the group's record (:meth:`CoordinatorRuntime.persist_classic`); a storage
