@@ -1,4 +1,5 @@
-"""Shared helpers of the log-engine tests (imported by name; no package)."""
+"""Shared helpers of the log-engine and transaction tests, imported by name: tests/ is on
+sys.path for every test (its conftest.py), so a subset such as tests/unit/txn runs alone."""
 
 from __future__ import annotations
 
