@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
+from ports import free_port
 from procs import freeze
 
 START_TIMEOUT_SECONDS = 30.0
@@ -89,23 +90,6 @@ def find_classpath() -> list[str]:
         raise ZooKeeperUnavailable(f"ZooKeeper is not installed ({DEBIAN_JAVA_DIR}/{missing[0]})")
     names = DEBIAN_JARS + tuple(n for n in DEBIAN_LOGGING_JARS if (DEBIAN_JAVA_DIR / n).is_file())
     return [str(DEBIAN_JAVA_DIR / name) for name in names]
-
-
-# Every port free_port() handed out in this process.
-_HANDED_OUT: set[int] = set()
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on, never one this process was given before: the
-    kernel may hand a port it just gave (and that was closed at once) out again before
-    the first taker binds it, and a cluster's brokers once got the same one."""
-    while True:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
-        if port not in _HANDED_OUT:
-            _HANDED_OUT.add(port)
-            return port
 
 
 def four_letter_word(port: int, word: str, timeout: float = 1.0) -> str:

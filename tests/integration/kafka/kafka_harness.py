@@ -18,25 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from ports import free_port
 
 REPO = Path(__file__).resolve().parents[3]
-
-
-# Every port free_port() handed out in this process.
-_HANDED_OUT: set[int] = set()
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on, never one this process was given before (the
-    kernel may give a just-closed port out again before its first taker binds it: a
-    broker's HTTP and Kafka ports must differ)."""
-    while True:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
-        if port not in _HANDED_OUT:
-            _HANDED_OUT.add(port)
-            return port
 
 
 @dataclass
