@@ -13,6 +13,7 @@ import struct
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -157,3 +158,13 @@ def kio_call(broker: KafkaBroker, request: Any, response_type: type) -> Any:
     assert header.correlation_id == 9
     response, _ = entity_reader(response_type)(data, 4 + size)
     return response
+
+
+def wait_for(what: str, done: Callable[[], bool], timeout: float = 60) -> None:
+    """Poll ``done`` every 50 ms until it holds; AssertionError naming ``what`` after
+    ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)

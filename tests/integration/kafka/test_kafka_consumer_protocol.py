@@ -10,16 +10,15 @@ import datetime
 import logging
 import re
 import threading
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 from confluent_kafka import Consumer, ConsumerGroupType, Producer
 from confluent_kafka.admin import AdminClient
-from kafka_harness import KafkaBroker, kio_call, start_broker, stop_broker
+from kafka_harness import KafkaBroker, kio_call, start_broker, stop_broker, wait_for
 from kio.schema.consumer_group_describe.v1.request import ConsumerGroupDescribeRequest
 from kio.schema.consumer_group_describe.v1.response import ConsumerGroupDescribeResponse
 from kio.schema.consumer_group_heartbeat.v0.request import (
@@ -74,14 +73,6 @@ def _topic_id(broker: KafkaBroker, topic: str) -> uuid.UUID:
     )
     (answer,) = kio_call(broker, request, MetadataResponse).topics
     return uuid.UUID(str(answer.topic_id))
-
-
-def _wait(what: str, done: Callable[[], bool], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not done():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 class HttpMember:
@@ -160,7 +151,7 @@ def test_librdkafka_and_an_http_member_share_one_group(broker: KafkaBroker) -> N
     assert producer.flush(30) == 0
 
     http_member = HttpMember(broker, group, topic)
-    _wait("the HTTP member to own every partition", lambda: len(http_member.owned) == PARTITIONS)
+    wait_for("the HTTP member to own every partition", lambda: len(http_member.owned) == PARTITIONS)
 
     logs: list[str] = []
     consumer = _consumer(broker, group, logs)
@@ -180,7 +171,7 @@ def test_librdkafka_and_an_http_member_share_one_group(broker: KafkaBroker) -> N
                 and kafka_side | http_member.owned == set(range(PARTITIONS))
             )
 
-        _wait("the two members to split the partitions", split)
+        wait_for("the two members to split the partitions", split)
         kafka_side = {tp.partition for tp in consumer.assignment()}
         # The group as HTTP describes it: two members, the same split, epochs caught up.
         described = httpx.get(f"{broker.url}/groups/{group}", timeout=30).json()
@@ -200,7 +191,7 @@ def test_librdkafka_and_an_http_member_share_one_group(broker: KafkaBroker) -> N
                 seen.setdefault(message.partition(), []).append(message.offset())
             return all(len(set(seen.get(p, ()))) == 120 // PARTITIONS for p in kafka_side)
 
-        _wait("librdkafka to read its partitions", read_all)
+        wait_for("librdkafka to read its partitions", read_all)
         assert set(seen) <= kafka_side  # nothing from the HTTP member's partitions
         consumer.commit(asynchronous=False)
         offsets = httpx.get(f"{broker.url}/groups/{group}/offsets", timeout=30).json()["offsets"]
@@ -223,13 +214,13 @@ def test_librdkafka_and_an_http_member_share_one_group(broker: KafkaBroker) -> N
             # The uniform assignor's target is two each: librdkafka gave one up.
             return disjoint_and_complete and [len(side) for side in sides] == [2, 2, 2]
 
-        _wait("three members to split the partitions", three_way)
+        wait_for("three members to split the partitions", three_way)
         second.leave()
         assert second.error is None
     finally:
         consumer.close()  # leaves the group (epoch -1)
     # The HTTP member gets everything back once librdkafka left.
-    _wait("the HTTP member to own every partition again", lambda: len(http_member.owned) == 6)
+    wait_for("the HTTP member to own every partition again", lambda: len(http_member.owned) == 6)
     http_member.leave()
     assert http_member.error is None
     # It spoke KIP-848 and fetched by topic id (Fetch v13+ names topics by id).
@@ -244,7 +235,7 @@ def test_consumer_group_describe_through_the_admin_client(broker: KafkaBroker) -
     consumer = _consumer(broker, group)
     consumer.subscribe([topic])
     try:
-        _wait(
+        wait_for(
             "an assignment",
             lambda: consumer.poll(0.1) is None and len(consumer.assignment()) == 2,
         )

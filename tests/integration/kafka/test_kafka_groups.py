@@ -9,14 +9,21 @@ import contextlib
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer
-from kafka_harness import KafkaBroker, kio_call, restart_broker, start_broker, stop_broker
+from kafka_harness import (
+    KafkaBroker,
+    kio_call,
+    restart_broker,
+    start_broker,
+    stop_broker,
+    wait_for,
+)
 
 PARTITIONS = 6
 
@@ -50,14 +57,6 @@ def _produce(broker: KafkaBroker, topic: str, values: range) -> None:
     for v in values:
         producer.produce(topic, key=str(v).encode(), value=str(v).encode())
     assert producer.flush(30) == 0
-
-
-def _wait(what: str, done: Callable[[], bool], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not done():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 class Member(threading.Thread):
@@ -216,7 +215,7 @@ def _run_phases(
         nonlocal produced
         _produce(broker, topic, range(produced, produced + n))
         produced += n
-        _wait(f"{produced} records consumed", lambda: len(seen) >= produced)
+        wait_for(f"{produced} records consumed", lambda: len(seen) >= produced)
 
     try:
         for i, kind in enumerate(kinds):
@@ -224,13 +223,15 @@ def _run_phases(
             member.start()
             members.append(member)
             # Wait until the group's generation has every member: a rebalance completed.
-            _wait(f"{i + 1} members in a stable group", lambda n=i + 1: _stable(broker, group, n))
+            wait_for(
+                f"{i + 1} members in a stable group", lambda n=i + 1: _stable(broker, group, n)
+            )
             assignors.add(_describe(broker, group)["assignor"])
             batch()
         first = members.pop(0)
         first.stop.set()
         first.join(30)
-        _wait(
+        wait_for(
             "the group rebalanced without the member that left",
             lambda: _stable(broker, group, len(members)),
         )
@@ -273,7 +274,7 @@ def test_three_clients_share_a_group_through_rebalances_exactly_once(
     member = PyMember(broker, group, topic, strategy, seen2, threading.Lock())
     member.start()
     try:
-        _wait("the records produced since", lambda: len(seen2) >= 5)
+        wait_for("the records produced since", lambda: len(seen2) >= 5)
     finally:
         member.stop.set()
         member.join(30)
