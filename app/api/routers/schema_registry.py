@@ -24,7 +24,7 @@ from collections.abc import Callable, Coroutine
 from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, FastAPI, Path, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, Path, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import HTTPConnection
 from starlette.responses import Response
@@ -478,23 +478,33 @@ async def list_subject_versions(
     return answer(get_registry(request).versions(subject, deleted=deleted))
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class VersionRead:
+    """What both reads of ``/subjects/{subject}/versions/{version}`` (the version and its
+    ``.../schema`` text) take, declared once: FastAPI reads these fields as the routes'
+    parameters."""
+
+    subject: Subject
+    version: VersionId
+    deleted: Deleted = False
+    fmt: SchemaFormat = None
+
+    def found(self, request: Request) -> Registered:
+        """The version, its schema in the ``format`` asked for."""
+        registry = get_registry(request)
+        found = registry.get_version(self.subject, self.version, deleted=self.deleted)
+        return dataclasses.replace(found, schema=registry.formatted(found.schema, self.fmt))
+
+
 @router.get(
     "/subjects/{subject}/versions/{version}",
     responses=_ok(RegisteredSchema, _REGISTERED_EXAMPLE, 404, 422),
 )
 async def get_subject_version(
-    request: Request,
-    subject: Subject,
-    version: VersionId,
-    deleted: Deleted = False,
-    fmt: SchemaFormat = None,
+    request: Request, read: Annotated[VersionRead, Depends()]
 ) -> Response:
     """A version of the subject (`latest`: the newest live one)."""
-    registry = get_registry(request)
-    found = registry.get_version(subject, version, deleted=deleted)
-    if fmt is not None:
-        found = dataclasses.replace(found, schema=registry.formatted(found.schema, fmt))
-    return answer(_registered(found))
+    return answer(_registered(read.found(request)))
 
 
 @router.get(
@@ -502,16 +512,10 @@ async def get_subject_version(
     responses=_ok(None, {"type": "string"}, 404, 422),
 )
 async def get_subject_version_schema(
-    request: Request,
-    subject: Subject,
-    version: VersionId,
-    deleted: Deleted = False,
-    fmt: SchemaFormat = None,
+    request: Request, read: Annotated[VersionRead, Depends()]
 ) -> Response:
     """The text of a version's schema, as the body."""
-    registry = get_registry(request)
-    found = registry.get_version(subject, version, deleted=deleted)
-    return raw(registry.formatted(found.schema, fmt).schema)
+    return raw(read.found(request).schema.schema)
 
 
 @router.get(
@@ -589,22 +593,27 @@ async def delete_subject_version(
 # -- compatibility --------------------------------------------------------------------------
 
 
-def _compatibility(
-    request: Request,
-    subject: str,
-    version: str | None,
-    body: SchemaRequest,
-    normalize: bool,
-    verbose: bool,
-) -> Response:
-    """Whether ``body`` may follow ``version`` (None: every version) of the subject."""
-    reasons = get_registry(request).check_compatibility(
-        subject, version, *body.parts(), normalize=normalize
-    )
-    answered: dict[str, Any] = {"is_compatible": not reasons}
-    if verbose:
-        answered["messages"] = reasons
-    return answer(answered)
+@dataclasses.dataclass(frozen=True, slots=True)
+class CompatibilityCheck:
+    """What both compatibility routes take beside the subject (and version), declared
+    once: the schema (the body) and the ``normalize`` and ``verbose`` flags."""
+
+    body: SchemaRequest
+    normalize: Normalize = False
+    verbose: bool = False
+
+    def answer(self, request: Request, subject: str, version: str | None) -> Response:
+        """Whether the schema may follow ``version`` (None: every version) of the subject."""
+        reasons = get_registry(request).check_compatibility(
+            subject, version, *self.body.parts(), normalize=self.normalize
+        )
+        answered: dict[str, Any] = {"is_compatible": not reasons}
+        if self.verbose:
+            answered["messages"] = reasons
+        return answer(answered)
+
+
+Check = Annotated[CompatibilityCheck, Depends()]
 
 
 @router.post(
@@ -613,15 +622,10 @@ def _compatibility(
     openapi_extra=_SCHEMA_BODY,
 )
 async def check_compatibility(
-    request: Request,
-    subject: Subject,
-    version: VersionId,
-    body: SchemaRequest,
-    normalize: Normalize = False,
-    verbose: bool = False,
+    request: Request, subject: Subject, version: VersionId, check: Check
 ) -> Response:
     """Whether the schema may follow this version at the subject's level."""
-    return _compatibility(request, subject, version, body, normalize, verbose)
+    return check.answer(request, subject, version)
 
 
 @router.post(
@@ -629,15 +633,9 @@ async def check_compatibility(
     responses=_ok(CompatibilityAnswer, {"is_compatible": True}, 422),
     openapi_extra=_SCHEMA_BODY,
 )
-async def check_compatibility_all(
-    request: Request,
-    subject: Subject,
-    body: SchemaRequest,
-    normalize: Normalize = False,
-    verbose: bool = False,
-) -> Response:
+async def check_compatibility_all(request: Request, subject: Subject, check: Check) -> Response:
     """Whether the schema may follow the subject's versions at its level."""
-    return _compatibility(request, subject, None, body, normalize, verbose)
+    return check.answer(request, subject, None)
 
 
 # -- config and mode ------------------------------------------------------------------------
