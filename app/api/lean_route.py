@@ -5,7 +5,9 @@ FastAPI's request handler resolves an endpoint's arguments with
 validation of each parameter, error collection) that measured ~100 us of a
 one-record produce's ~230 us in-process, more than the produce itself. The hot
 routes (produce, fetch) take only plain parameters: strings, integers with
-bounds, ``Literal`` choices, and the app's state and log manager. For those,
+bounds, ``Literal`` choices, the request, and the app's state and log manager, either
+directly or as the fields of a dataclass dependency (the parameter list several routes
+share, declared once). For those,
 :class:`LeanRoute` builds at startup a small reader of exactly those parameters.
 
 The schema and the error answers stay FastAPI's: the route is declared as any other
@@ -29,11 +31,12 @@ import re
 import types
 import typing
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, is_dataclass
 from typing import Any
 from urllib.parse import unquote_plus
 
 import fastapi.routing
+from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute
 from starlette._utils import get_route_path
 from starlette.requests import Request
@@ -153,8 +156,25 @@ def lean_reader(route: Any) -> Callable[[Request], dict[str, Any] | None] | None
     what the state dependencies raise (BrokerNotAvailable), as FastAPI's handler would
     before validating parameters.
     """
-    d = route.dependant
-    if d.header_params or d.cookie_params or d.body_params or route.body_field is not None:
+    if route.body_field is not None:
+        return None
+    read_arguments = _arguments_reader(route.dependant)
+    if read_arguments is None:
+        return None
+    overrides = route.dependency_overrides_provider
+
+    def read(request: Request) -> dict[str, Any] | None:
+        if overrides is not None and getattr(overrides, "dependency_overrides", None):
+            return None  # a test's or an app's override: FastAPI resolves it
+        return read_arguments(request)
+
+    return read
+
+
+def _arguments_reader(d: Dependant) -> Callable[[Request], dict[str, Any] | None] | None:
+    """The reader of one dependant's arguments (the endpoint's, or a parameter bundle's),
+    or None when FastAPI must resolve them."""
+    if d.header_params or d.cookie_params or d.body_params:
         return None
     if (
         d.websocket_param_name
@@ -166,10 +186,20 @@ def lean_reader(route: Any) -> Callable[[Request], dict[str, Any] | None] | None
         return None
     calls: list[tuple[str, Callable[[Request], Any]]] = []
     for sub in d.dependencies:
-        call = _KNOWN_DEPENDENCIES.get(sub.call) if sub.call is not None else None
-        if call is None or sub.name is None or sub.dependencies:
+        if sub.name is None or sub.call is None:
             return None
-        calls.append((sub.name, call))
+        known = _KNOWN_DEPENDENCIES.get(sub.call)
+        if known is not None and not sub.dependencies:
+            calls.append((sub.name, known))
+        elif isinstance(sub.call, type) and is_dataclass(sub.call):
+            # A dataclass of parameters (several routes' shared parameter list, say):
+            # its fields are read as the endpoint's own, then it is built from them.
+            bundle = _bundle_reader(sub.call, sub)
+            if bundle is None:
+                return None
+            calls.append((sub.name, bundle))
+        else:
+            return None
     path = [_param(f) for f in d.path_params]
     query = [_param(f) for f in d.query_params]
     if any(p is None for p in (*path, *query)):
@@ -177,11 +207,8 @@ def lean_reader(route: Any) -> Callable[[Request], dict[str, Any] | None] | None
     path_params = [p for p in path if p is not None]
     query_params = [p for p in query if p is not None]
     request_name = d.request_param_name
-    overrides = route.dependency_overrides_provider
 
     def read(request: Request) -> dict[str, Any] | None:
-        if overrides is not None and getattr(overrides, "dependency_overrides", None):
-            return None  # a test's or an app's override: FastAPI resolves it
         kwargs: dict[str, Any] = {}
         given = request.path_params
         for p in path_params:
@@ -196,12 +223,29 @@ def lean_reader(route: Any) -> Callable[[Request], dict[str, Any] | None] | None
                 return None
             kwargs[p.name] = value
         for name, call in calls:
-            kwargs[name] = call(request)
+            value = call(request)
+            if value is _MISSING:
+                return None
+            kwargs[name] = value
         if request_name is not None:
             kwargs[request_name] = request
         return kwargs
 
     return read
+
+
+def _bundle_reader(cls: type[Any], d: Dependant) -> Callable[[Request], Any] | None:
+    """A dataclass dependency's reader: the instance built from its fields' values, or
+    _MISSING when FastAPI must judge one of them; None when it is not lean-readable."""
+    read_fields = _arguments_reader(d)
+    if read_fields is None:
+        return None
+
+    def build(request: Request) -> Any:
+        fields = read_fields(request)
+        return _MISSING if fields is None else cls(**fields)
+
+    return build
 
 
 @dataclass(frozen=True, slots=True)
