@@ -166,14 +166,19 @@ def lean_reader(route: Any) -> Callable[[Request], dict[str, Any] | None] | None
     def read(request: Request) -> dict[str, Any] | None:
         if overrides is not None and getattr(overrides, "dependency_overrides", None):
             return None  # a test's or an app's override: FastAPI resolves it
-        return read_arguments(request)
+        return read_arguments(request, _query(request.scope.get("query_string", b"")))
 
     return read
 
 
-def _arguments_reader(d: Dependant) -> Callable[[Request], dict[str, Any] | None] | None:
-    """The reader of one dependant's arguments (the endpoint's, or a parameter bundle's),
-    or None when FastAPI must resolve them."""
+# One dependant's arguments from the request and its query string (read once per
+# request, shared with its dataclass dependencies); None: FastAPI must judge them.
+_ArgumentsReader = Callable[[Request, dict[str, str]], dict[str, Any] | None]
+
+
+def _arguments_reader(d: Dependant) -> _ArgumentsReader | None:
+    """The reader of one dependant's arguments (the endpoint's, or a dataclass
+    dependency's), or None when FastAPI must resolve them."""
     if d.header_params or d.cookie_params or d.body_params:
         return None
     if (
@@ -184,20 +189,21 @@ def _arguments_reader(d: Dependant) -> Callable[[Request], dict[str, Any] | None
         or d.security_scopes_param_name
     ):
         return None
-    calls: list[tuple[str, Callable[[Request], Any]]] = []
+    # (argument, what gives it, the reader of its fields when it is a dataclass)
+    calls: list[tuple[str, Callable[..., Any], _ArgumentsReader | None]] = []
     for sub in d.dependencies:
         if sub.name is None or sub.call is None:
             return None
         known = _KNOWN_DEPENDENCIES.get(sub.call)
         if known is not None and not sub.dependencies:
-            calls.append((sub.name, known))
+            calls.append((sub.name, known, None))
         elif isinstance(sub.call, type) and is_dataclass(sub.call):
-            # A dataclass of parameters (several routes' shared parameter list, say):
-            # its fields are read as the endpoint's own, then it is built from them.
-            bundle = _bundle_reader(sub.call, sub)
-            if bundle is None:
+            # A dataclass of parameters (several routes' shared parameter list): its
+            # fields are read as the endpoint's own, then it is built from them.
+            fields = _arguments_reader(sub)
+            if fields is None:
                 return None
-            calls.append((sub.name, bundle))
+            calls.append((sub.name, sub.call, fields))
         else:
             return None
     path = [_param(f) for f in d.path_params]
@@ -208,7 +214,7 @@ def _arguments_reader(d: Dependant) -> Callable[[Request], dict[str, Any] | None
     query_params = [p for p in query if p is not None]
     request_name = d.request_param_name
 
-    def read(request: Request) -> dict[str, Any] | None:
+    def read(request: Request, raw: dict[str, str]) -> dict[str, Any] | None:
         kwargs: dict[str, Any] = {}
         given = request.path_params
         for p in path_params:
@@ -216,36 +222,24 @@ def _arguments_reader(d: Dependant) -> Callable[[Request], dict[str, Any] | None
             if value is _MISSING:
                 return None
             kwargs[p.name] = value
-        raw = _query(request.scope.get("query_string", b""))
         for p in query_params:
             value = p.read(raw.get(p.alias))
             if value is _MISSING:
                 return None
             kwargs[p.name] = value
-        for name, call in calls:
-            value = call(request)
-            if value is _MISSING:
+        for name, call, fields in calls:
+            if fields is None:
+                kwargs[name] = call(request)
+                continue
+            found = fields(request, raw)
+            if found is None:
                 return None
-            kwargs[name] = value
+            kwargs[name] = call(**found)
         if request_name is not None:
             kwargs[request_name] = request
         return kwargs
 
     return read
-
-
-def _bundle_reader(cls: type[Any], d: Dependant) -> Callable[[Request], Any] | None:
-    """A dataclass dependency's reader: the instance built from its fields' values, or
-    _MISSING when FastAPI must judge one of them; None when it is not lean-readable."""
-    read_fields = _arguments_reader(d)
-    if read_fields is None:
-        return None
-
-    def build(request: Request) -> Any:
-        fields = read_fields(request)
-        return _MISSING if fields is None else cls(**fields)
-
-    return build
 
 
 @dataclass(frozen=True, slots=True)

@@ -458,7 +458,7 @@ async def append_json_records(
     ]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built per request, and a frozen __init__ costs 2x
 class ProduceCall:
     """What every produce route takes beside its topic (and partition), declared once as
     a dependency: the request, the broker's state and log manager, ``acks`` and
