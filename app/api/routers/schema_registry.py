@@ -44,7 +44,7 @@ from app.common.schema_errors import (
 from app.common.schemas.types import SCHEMA_TYPES
 from app.registry.config import RegistryConfig
 from app.registry.records import Reference
-from app.registry.service import Registered, SchemaRegistry, schema_json
+from app.registry.service import Registered, SchemaInput, SchemaRegistry, schema_json
 from app.registry.storage import SchemasLog
 
 PREFIX = "/schema-registry"
@@ -191,12 +191,10 @@ class SchemaRequest(BaseModel):
     metadata: Any = Field(default=None, description="Accepted, not used by Logbus.")
     rule_set: Any = Field(default=None, alias="ruleSet", description="Accepted, not used.")
 
-    def refs(self) -> tuple[Reference, ...]:
-        return tuple(Reference(r.name, r.subject, r.version) for r in self.references)
-
-    def parts(self) -> tuple[str, str, tuple[Reference, ...]]:
-        """(text, type, references): the schema as the registry's calls take it."""
-        return self.schema_text, self.schema_type, self.refs()
+    def schema_input(self) -> SchemaInput:
+        """The schema as the registry's calls take it."""
+        refs = tuple(Reference(r.name, r.subject, r.version) for r in self.references)
+        return SchemaInput(self.schema_text, self.schema_type, refs)
 
 
 class ConfigRequest(BaseModel):
@@ -542,7 +540,7 @@ async def register_schema(
     at its compatibility level (409/40901). `id` and `version` only in IMPORT mode."""
     registered = await get_registry(request).register(
         subject,
-        *body.parts(),
+        body.schema_input(),
         normalize=normalize,
         schema_id=body.id,
         version=body.version,
@@ -565,7 +563,7 @@ async def lookup_schema(
     """Which version of the subject holds this schema (40403 none does)."""
     found = get_registry(request).lookup(
         subject,
-        *body.parts(),
+        body.schema_input(),
         normalize=normalize,
         deleted=deleted,
     )
@@ -605,7 +603,7 @@ class CompatibilityCheck:
     def answer(self, request: Request, subject: str, version: str | None) -> Response:
         """Whether the schema may follow ``version`` (None: every version) of the subject."""
         reasons = get_registry(request).check_compatibility(
-            subject, version, *self.body.parts(), normalize=self.normalize
+            subject, version, self.body.schema_input(), normalize=self.normalize
         )
         answered: dict[str, Any] = {"is_compatible": not reasons}
         if self.verbose:
