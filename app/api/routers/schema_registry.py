@@ -600,7 +600,7 @@ class CompatibilityCheck:
     normalize: Normalize = False
     verbose: bool = False
 
-    def answer(self, request: Request, subject: str, version: str | None) -> Response:
+    def against(self, request: Request, subject: str, version: str | None) -> Response:
         """Whether the schema may follow ``version`` (None: every version) of the subject."""
         reasons = get_registry(request).check_compatibility(
             subject, version, self.body.schema_input(), normalize=self.normalize
@@ -623,7 +623,7 @@ async def check_compatibility(
     request: Request, subject: Subject, version: VersionId, check: Check
 ) -> Response:
     """Whether the schema may follow this version at the subject's level."""
-    return check.answer(request, subject, version)
+    return check.against(request, subject, version)
 
 
 @router.post(
@@ -633,7 +633,7 @@ async def check_compatibility(
 )
 async def check_compatibility_all(request: Request, subject: Subject, check: Check) -> Response:
     """Whether the schema may follow the subject's versions at its level."""
-    return check.answer(request, subject, None)
+    return check.against(request, subject, None)
 
 
 # -- config and mode ------------------------------------------------------------------------
