@@ -257,8 +257,26 @@ def _invalid_fields(errors: Sequence[Any]) -> list[str]:
     return [".".join(str(p) for p in err.get("loc", ())) for err in errors]
 
 
+# FastAPI lists a request's validation errors as it resolves the parameters: those of a
+# dependency (a dataclass of parameters several routes share) before the endpoint's own,
+# each group path, query, header, cookie, then body. Answers list them by that kind alone,
+# so where a parameter is declared (the endpoint or a shared dependency) changes no answer.
+_LOCATION_ORDER = {"path": 0, "query": 1, "header": 2, "cookie": 3, "body": 4}
+
+
+def request_errors(exc: RequestValidationError) -> list[Any]:
+    """``exc``'s errors, path ones first, then query, header, cookie and body ones (the
+    order of an endpoint's own parameters; each kind in declaration order)."""
+
+    def kind(err: Any) -> int:
+        loc = err.get("loc") or ("",)
+        return _LOCATION_ORDER.get(str(loc[0]), len(_LOCATION_ORDER))
+
+    return sorted(exc.errors(), key=kind)
+
+
 def validation_response(exc: RequestValidationError) -> Response:
-    errs = exc.errors()
+    errs = request_errors(exc)
     message = describe_validation_errors(errs)
     if any(e.get("type") == "json_invalid" for e in errs):
         message = f"malformed JSON body: {message}"

@@ -5,7 +5,9 @@ FastAPI's request handler resolves an endpoint's arguments with
 validation of each parameter, error collection) that measured ~100 us of a
 one-record produce's ~230 us in-process, more than the produce itself. The hot
 routes (produce, fetch) take only plain parameters: strings, integers with
-bounds, ``Literal`` choices, and the app's state and log manager. For those,
+bounds, ``Literal`` choices, the request, and the app's state and log manager, either
+directly or as the fields of a dataclass dependency (the parameter list several routes
+share, declared once). For those,
 :class:`LeanRoute` builds at startup a small reader of exactly those parameters.
 
 The schema and the error answers stay FastAPI's: the route is declared as any other
@@ -29,11 +31,12 @@ import re
 import types
 import typing
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, is_dataclass
 from typing import Any
 from urllib.parse import unquote_plus
 
 import fastapi.routing
+from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute
 from starlette._utils import get_route_path
 from starlette.requests import Request
@@ -153,8 +156,30 @@ def lean_reader(route: Any) -> Callable[[Request], dict[str, Any] | None] | None
     what the state dependencies raise (BrokerNotAvailable), as FastAPI's handler would
     before validating parameters.
     """
-    d = route.dependant
-    if d.header_params or d.cookie_params or d.body_params or route.body_field is not None:
+    if route.body_field is not None:
+        return None
+    read_arguments = _arguments_reader(route.dependant)
+    if read_arguments is None:
+        return None
+    overrides = route.dependency_overrides_provider
+
+    def read(request: Request) -> dict[str, Any] | None:
+        if overrides is not None and getattr(overrides, "dependency_overrides", None):
+            return None  # a test's or an app's override: FastAPI resolves it
+        return read_arguments(request, _query(request.scope.get("query_string", b"")))
+
+    return read
+
+
+# One dependant's arguments from the request and its query string (read once per
+# request, shared with its dataclass dependencies); None: FastAPI must judge them.
+_ArgumentsReader = Callable[[Request, dict[str, str]], dict[str, Any] | None]
+
+
+def _arguments_reader(d: Dependant) -> _ArgumentsReader | None:
+    """The reader of one dependant's arguments (the endpoint's, or a dataclass
+    dependency's), or None when FastAPI must resolve them."""
+    if d.header_params or d.cookie_params or d.body_params:
         return None
     if (
         d.websocket_param_name
@@ -164,12 +189,23 @@ def lean_reader(route: Any) -> Callable[[Request], dict[str, Any] | None] | None
         or d.security_scopes_param_name
     ):
         return None
-    calls: list[tuple[str, Callable[[Request], Any]]] = []
+    # (argument, what gives it, the reader of its fields when it is a dataclass)
+    calls: list[tuple[str, Callable[..., Any], _ArgumentsReader | None]] = []
     for sub in d.dependencies:
-        call = _KNOWN_DEPENDENCIES.get(sub.call) if sub.call is not None else None
-        if call is None or sub.name is None or sub.dependencies:
+        if sub.name is None or sub.call is None:
             return None
-        calls.append((sub.name, call))
+        known = _KNOWN_DEPENDENCIES.get(sub.call)
+        if known is not None and not sub.dependencies:
+            calls.append((sub.name, known, None))
+        elif isinstance(sub.call, type) and is_dataclass(sub.call):
+            # A dataclass of parameters (several routes' shared parameter list): its
+            # fields are read as the endpoint's own, then it is built from them.
+            fields = _arguments_reader(sub)
+            if fields is None:
+                return None
+            calls.append((sub.name, sub.call, fields))
+        else:
+            return None
     path = [_param(f) for f in d.path_params]
     query = [_param(f) for f in d.query_params]
     if any(p is None for p in (*path, *query)):
@@ -177,11 +213,8 @@ def lean_reader(route: Any) -> Callable[[Request], dict[str, Any] | None] | None
     path_params = [p for p in path if p is not None]
     query_params = [p for p in query if p is not None]
     request_name = d.request_param_name
-    overrides = route.dependency_overrides_provider
 
-    def read(request: Request) -> dict[str, Any] | None:
-        if overrides is not None and getattr(overrides, "dependency_overrides", None):
-            return None  # a test's or an app's override: FastAPI resolves it
+    def read(request: Request, raw: dict[str, str]) -> dict[str, Any] | None:
         kwargs: dict[str, Any] = {}
         given = request.path_params
         for p in path_params:
@@ -189,14 +222,19 @@ def lean_reader(route: Any) -> Callable[[Request], dict[str, Any] | None] | None
             if value is _MISSING:
                 return None
             kwargs[p.name] = value
-        raw = _query(request.scope.get("query_string", b""))
         for p in query_params:
             value = p.read(raw.get(p.alias))
             if value is _MISSING:
                 return None
             kwargs[p.name] = value
-        for name, call in calls:
-            kwargs[name] = call(request)
+        for name, call, fields in calls:
+            if fields is None:
+                kwargs[name] = call(request)
+                continue
+            found = fields(request, raw)
+            if found is None:
+                return None
+            kwargs[name] = call(**found)
         if request_name is not None:
             kwargs[request_name] = request
         return kwargs

@@ -24,7 +24,7 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from app.api.errors import describe_validation_errors, status_for
+from app.api.errors import describe_validation_errors, request_errors, status_for
 from app.common import errors as core
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ def response_for(exc: Exception) -> Response:
             log.warning("schema registry answered %d: %s", status, exc.message)
         return body(status, code, exc.message)
     if isinstance(exc, RequestValidationError):
-        return body(422, 422, describe_validation_errors(exc.errors()))
+        return body(422, 422, describe_validation_errors(request_errors(exc)))
     if isinstance(exc, StarletteHTTPException) and exc.status_code < 500:
         # FastAPI's "There was an error parsing the body" (not UTF-8, not JSON): a body
         # that cannot be read, as a RequestValidationError.

@@ -110,6 +110,16 @@ LATEST = "latest"
 _PARSED_CACHE = 1_000
 
 
+@dataclass(frozen=True, slots=True)
+class SchemaInput:
+    """A schema as a client gives it to register, look up or check (Confluent's
+    RegisterSchemaRequest): its text, type and references, not parsed yet."""
+
+    text: str
+    schema_type: str = "AVRO"
+    references: Sequence[Reference] = ()
+
+
 @dataclass(frozen=True)
 class Registered:
     """A version of a subject with its schema (a ``/subjects/{s}/versions/{v}`` answer)."""
@@ -313,16 +323,11 @@ class SchemaRegistry:
         return parsed
 
     def _content(
-        self,
-        store: SchemaStore,
-        schema_type: str,
-        text: str,
-        refs: Sequence[Reference],
-        normalize: bool,
+        self, store: SchemaStore, schema: SchemaInput, normalize: bool
     ) -> tuple[Content, schemas.ParsedSchema]:
-        parsed = self._parse(store, schema_type, text, refs)
+        parsed = self._parse(store, schema.schema_type, schema.text, schema.references)
         stored_text = parsed.normalized() if normalize else parsed.canonical()
-        return (schema_type, stored_text, tuple(refs)), parsed
+        return (schema.schema_type, stored_text, tuple(schema.references)), parsed
 
     def _parsed_of(self, store: SchemaStore, stored: StoredSchema) -> schemas.ParsedSchema:
         return self._parse(store, stored.schema_type, stored.schema, stored.references)
@@ -439,21 +444,14 @@ class SchemaRegistry:
         )
 
     def lookup(
-        self,
-        subject: str,
-        text: str,
-        schema_type: str = "AVRO",
-        references: Sequence[Reference] = (),
-        *,
-        normalize: bool = False,
-        deleted: bool = False,
+        self, subject: str, schema: SchemaInput, *, normalize: bool = False, deleted: bool = False
     ) -> Registered:
         """The version of ``subject`` holding this schema (``POST /subjects/{s}``):
         40401 for no such subject, 40403 when no version holds it."""
         store = self._read(current=True)
         if not store.versions(subject, deleted=True):
             raise SubjectNotFound(subject)
-        content, _ = self._content(store, schema_type, text, references, normalize)
+        content, _ = self._content(store, schema, normalize)
         for v in reversed(store.versions(subject, deleted=deleted)):
             stored = store.schema(v.id)
             if stored is not None and stored.content == content:
@@ -482,9 +480,7 @@ class SchemaRegistry:
         self,
         subject: str,
         raw_version: str | int | None,
-        text: str,
-        schema_type: str = "AVRO",
-        references: Sequence[Reference] = (),
+        schema: SchemaInput,
         *,
         normalize: bool = False,
     ) -> list[str]:
@@ -499,7 +495,7 @@ class SchemaRegistry:
                 Version(r.subject, r.version, r.id, r.deleted)
                 for r in (self._get_version(store, subject, parse_version(raw_version)),)
             ]
-        _, parsed = self._content(store, schema_type, text, references, normalize)
+        _, parsed = self._content(store, schema, normalize)
         return self._incompatibilities(store, parsed, previous, level)
 
     def _incompatibilities(
@@ -528,9 +524,7 @@ class SchemaRegistry:
     async def register(
         self,
         subject: str,
-        text: str,
-        schema_type: str = "AVRO",
-        references: Sequence[Reference] = (),
+        schema: SchemaInput,
         *,
         normalize: bool = False,
         schema_id: int | None = None,
@@ -542,7 +536,8 @@ class SchemaRegistry:
         checked against the subject's earlier live versions at its level (40901 with
         the reasons), and stored as a new version with the id of the same schema
         elsewhere or a new one. ``schema_id``/``version``: IMPORT mode only (42205)."""
-        refs = tuple(references)
+        # The references as given now (a caller's list may change while the write waits).
+        schema = dataclasses.replace(schema, references=tuple(schema.references))
 
         def decide(store: SchemaStore) -> Decision[Registered]:
             mode = mode_of(store, subject)
@@ -553,7 +548,7 @@ class SchemaRegistry:
                 raise OperationNotPermitted(
                     f"Subject {subject} is not in import mode: an id or version cannot be given"
                 )
-            content, parsed = self._content(store, schema_type, text, refs, normalize)
+            content, parsed = self._content(store, schema, normalize)
             existing = store.versions(subject, deleted=True)
             for v in reversed(existing):
                 stored = store.schema(v.id)

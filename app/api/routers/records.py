@@ -20,12 +20,13 @@ import asyncio
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from operator import itemgetter
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import crc32c
 import orjson
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from starlette.responses import Response
 
 from app.api import openapi_docs as docs
@@ -248,10 +249,18 @@ def _plain_json_batches(
     builder's Python ``append``) cost about as much as the codec.
 
     Where the broker's C helper is built (``app.common._jsonrecords``, setup.py), this
-    whole loop is one C call (:func:`_native_plain_batches`): the same bytes and
-    placements (tests/unit/api/test_produce_batches.py compares them)."""
+    whole loop is one C call: the same bytes and placements
+    (tests/unit/api/test_produce_batches.py compares them)."""
     if plain_records is not None:
-        return _native_plain_batches(req, num_partitions, sticky_partition, now_ms, encode)
+        # Encoding (orjson), placement (murmur2 or the one sticky partition), the record
+        # layout, and each partition's header and CRC-32C, in C.
+        try:
+            done = plain_records(
+                req.records, num_partitions, now_ms, encode, sticky_partition, crc32c.crc32c
+            )
+        except orjson.JSONEncodeError:
+            return None  # the general loop names the field
+        return None if done is None else _prebuilt(*done)
     dumps = encode
     sticky: int | None = None
     rows: dict[int, list[tuple[bytes | None, bytes | None]]] = {}
@@ -284,26 +293,11 @@ def _plain_json_batches(
     return builders, placed
 
 
-def _native_plain_batches(
-    req: ParsedProduce,
-    num_partitions: int,
-    sticky_partition: Callable[[], int],
-    now_ms: int,
-    encode: Callable[[Any], bytes] = orjson.dumps,
-) -> tuple[dict[int, BatchBuilder], list[tuple[int, int, int]]] | None:
-    """:func:`_plain_json_batches` through ``app.common._jsonrecords.plain_records``:
-    encoding (orjson), placement (murmur2 or the one sticky partition), the record
-    layout, and each partition's header and CRC-32C, in C."""
-    assert plain_records is not None
-    try:
-        done = plain_records(
-            req.records, num_partitions, now_ms, encode, sticky_partition, crc32c.crc32c
-        )
-    except orjson.JSONEncodeError:
-        return None  # the general loop names the field
-    if done is None:
-        return None
-    batches, placed = done
+def _prebuilt(
+    batches: dict[int, tuple[bytes, int]], placed: list[tuple[int, int, int]]
+) -> tuple[dict[int, BatchBuilder], list[tuple[int, int, int]]]:
+    """The C helper's answer (each partition's batch bytes and record count, and the
+    placements) as :func:`_plain_json_batches` answers it."""
     builders: dict[int, BatchBuilder] = {}
     for p, (batch, count) in batches.items():
         if len(batch) > MAX_BATCH_BYTES:
@@ -464,22 +458,36 @@ async def append_json_records(
     ]
 
 
-async def _produce(
-    state: AppState,
-    manager: LogManager,
-    topic: str,
-    request: Request,
-    acks: str,
-    timeout_ms: int,
-    fixed_partition: int | None,
-) -> Response:
-    required_acks = parse_acks(acks)
-    body = await read_body(request, state.settings.max_request_bytes)
+@dataclass(slots=True)  # not frozen: built per request, and a frozen __init__ costs 2x
+class ProduceCall:
+    """What every produce route takes beside its topic (and partition), declared once as
+    a dependency: the request, the broker's state and log manager, ``acks`` and
+    ``timeout_ms``. Its fields are plain parameters, so LeanRoute still reads them itself."""
+
+    request: Request
+    state: StateDep
+    manager: ManagerDep
+    acks: AcksQuery = "1"
+    timeout_ms: TimeoutQuery = 30_000
+
+
+ProduceCallDep = Annotated[ProduceCall, Depends()]
+
+
+async def _produce(call: ProduceCall, topic: str, fixed_partition: int | None) -> Response:
+    required_acks = parse_acks(call.acks)
+    body = await read_body(call.request, call.state.settings.max_request_bytes)
     req = parse_produce_body(body)
     if req.typed:  # avro, jsonschema, protobuf (app/api/typed.py): framed, all or none
-        req = typed.encode_request(typed.schema_cache(request), req)
+        req = typed.encode_request(typed.schema_cache(call.request), req)
     offsets = await append_json_records(
-        state, manager, topic, req, timeout_ms, fixed_partition, required_acks=required_acks
+        call.state,
+        call.manager,
+        topic,
+        req,
+        call.timeout_ms,
+        fixed_partition,
+        required_acks=required_acks,
     )
     if required_acks == 0:
         return Response(status_code=204)
@@ -513,15 +521,8 @@ def _json_produce(
     docs.PRODUCE,
     docs.PRODUCE_EXAMPLES,
 )
-async def produce(
-    topic: TopicPath,
-    request: Request,
-    state: StateDep,
-    manager: ManagerDep,
-    acks: AcksQuery = "1",
-    timeout_ms: TimeoutQuery = 30_000,
-) -> Response:
-    return await _produce(state, manager, topic, request, acks, timeout_ms, None)
+async def produce(topic: TopicPath, call: ProduceCallDep) -> Response:
+    return await _produce(call, topic, None)
 
 
 @_json_produce(
@@ -531,15 +532,9 @@ async def produce(
     docs.PRODUCE_PARTITION_EXAMPLES,
 )
 async def produce_to_partition(
-    topic: TopicPath,
-    partition: PartitionPath,
-    request: Request,
-    state: StateDep,
-    manager: ManagerDep,
-    acks: AcksQuery = "1",
-    timeout_ms: TimeoutQuery = 30_000,
+    topic: TopicPath, partition: PartitionPath, call: ProduceCallDep
 ) -> Response:
-    return await _produce(state, manager, topic, request, acks, timeout_ms, partition)
+    return await _produce(call, topic, partition)
 
 
 @router.post(
@@ -556,19 +551,20 @@ async def produce_to_partition(
     openapi_extra=docs.BINARY_REQUEST_BODY,
 )
 async def produce_batches(
-    topic: TopicPath,
-    partition: PartitionPath,
-    request: Request,
-    state: StateDep,
-    manager: ManagerDep,
-    acks: AcksQuery = "1",
-    timeout_ms: TimeoutQuery = 30_000,
+    topic: TopicPath, partition: PartitionPath, call: ProduceCallDep
 ) -> Response:
-    required_acks = parse_acks(acks)
-    body = await read_body_mutable(request, state.settings.max_request_bytes)
-    coordinator = getattr(request.app.state, "txn_coordinator", None)
+    required_acks = parse_acks(call.acks)
+    body = await read_body_mutable(call.request, call.state.settings.max_request_bytes)
+    coordinator = getattr(call.request.app.state, "txn_coordinator", None)
     info = await produce_raw(
-        state, manager, topic, partition, body, required_acks, timeout_ms, coordinator
+        call.state,
+        call.manager,
+        topic,
+        partition,
+        body,
+        required_acks,
+        call.timeout_ms,
+        coordinator,
     )
     if required_acks == 0:
         return Response(status_code=204)

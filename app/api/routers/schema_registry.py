@@ -24,7 +24,7 @@ from collections.abc import Callable, Coroutine
 from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, FastAPI, Path, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, Path, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import HTTPConnection
 from starlette.responses import Response
@@ -44,7 +44,7 @@ from app.common.schema_errors import (
 from app.common.schemas.types import SCHEMA_TYPES
 from app.registry.config import RegistryConfig
 from app.registry.records import Reference
-from app.registry.service import Registered, SchemaRegistry, schema_json
+from app.registry.service import Registered, SchemaInput, SchemaRegistry, schema_json
 from app.registry.storage import SchemasLog
 
 PREFIX = "/schema-registry"
@@ -191,12 +191,10 @@ class SchemaRequest(BaseModel):
     metadata: Any = Field(default=None, description="Accepted, not used by Logbus.")
     rule_set: Any = Field(default=None, alias="ruleSet", description="Accepted, not used.")
 
-    def refs(self) -> tuple[Reference, ...]:
-        return tuple(Reference(r.name, r.subject, r.version) for r in self.references)
-
-    def parts(self) -> tuple[str, str, tuple[Reference, ...]]:
-        """(text, type, references): the schema as the registry's calls take it."""
-        return self.schema_text, self.schema_type, self.refs()
+    def schema_input(self) -> SchemaInput:
+        """The schema as the registry's calls take it."""
+        refs = tuple(Reference(r.name, r.subject, r.version) for r in self.references)
+        return SchemaInput(self.schema_text, self.schema_type, refs)
 
 
 class ConfigRequest(BaseModel):
@@ -478,23 +476,33 @@ async def list_subject_versions(
     return answer(get_registry(request).versions(subject, deleted=deleted))
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class VersionRead:
+    """What both reads of ``/subjects/{subject}/versions/{version}`` (the version and its
+    ``.../schema`` text) take, declared once: FastAPI reads these fields as the routes'
+    parameters."""
+
+    subject: Subject
+    version: VersionId
+    deleted: Deleted = False
+    fmt: SchemaFormat = None
+
+    def found(self, request: Request) -> Registered:
+        """The version, its schema in the ``format`` asked for."""
+        registry = get_registry(request)
+        found = registry.get_version(self.subject, self.version, deleted=self.deleted)
+        return dataclasses.replace(found, schema=registry.formatted(found.schema, self.fmt))
+
+
 @router.get(
     "/subjects/{subject}/versions/{version}",
     responses=_ok(RegisteredSchema, _REGISTERED_EXAMPLE, 404, 422),
 )
 async def get_subject_version(
-    request: Request,
-    subject: Subject,
-    version: VersionId,
-    deleted: Deleted = False,
-    fmt: SchemaFormat = None,
+    request: Request, read: Annotated[VersionRead, Depends()]
 ) -> Response:
     """A version of the subject (`latest`: the newest live one)."""
-    registry = get_registry(request)
-    found = registry.get_version(subject, version, deleted=deleted)
-    if fmt is not None:
-        found = dataclasses.replace(found, schema=registry.formatted(found.schema, fmt))
-    return answer(_registered(found))
+    return answer(_registered(read.found(request)))
 
 
 @router.get(
@@ -502,16 +510,10 @@ async def get_subject_version(
     responses=_ok(None, {"type": "string"}, 404, 422),
 )
 async def get_subject_version_schema(
-    request: Request,
-    subject: Subject,
-    version: VersionId,
-    deleted: Deleted = False,
-    fmt: SchemaFormat = None,
+    request: Request, read: Annotated[VersionRead, Depends()]
 ) -> Response:
     """The text of a version's schema, as the body."""
-    registry = get_registry(request)
-    found = registry.get_version(subject, version, deleted=deleted)
-    return raw(registry.formatted(found.schema, fmt).schema)
+    return raw(read.found(request).schema.schema)
 
 
 @router.get(
@@ -538,7 +540,7 @@ async def register_schema(
     at its compatibility level (409/40901). `id` and `version` only in IMPORT mode."""
     registered = await get_registry(request).register(
         subject,
-        *body.parts(),
+        body.schema_input(),
         normalize=normalize,
         schema_id=body.id,
         version=body.version,
@@ -561,7 +563,7 @@ async def lookup_schema(
     """Which version of the subject holds this schema (40403 none does)."""
     found = get_registry(request).lookup(
         subject,
-        *body.parts(),
+        body.schema_input(),
         normalize=normalize,
         deleted=deleted,
     )
@@ -589,22 +591,27 @@ async def delete_subject_version(
 # -- compatibility --------------------------------------------------------------------------
 
 
-def _compatibility(
-    request: Request,
-    subject: str,
-    version: str | None,
-    body: SchemaRequest,
-    normalize: bool,
-    verbose: bool,
-) -> Response:
-    """Whether ``body`` may follow ``version`` (None: every version) of the subject."""
-    reasons = get_registry(request).check_compatibility(
-        subject, version, *body.parts(), normalize=normalize
-    )
-    answered: dict[str, Any] = {"is_compatible": not reasons}
-    if verbose:
-        answered["messages"] = reasons
-    return answer(answered)
+@dataclasses.dataclass(frozen=True, slots=True)
+class CompatibilityCheck:
+    """What both compatibility routes take beside the subject (and version), declared
+    once: the schema (the body) and the ``normalize`` and ``verbose`` flags."""
+
+    body: SchemaRequest
+    normalize: Normalize = False
+    verbose: bool = False
+
+    def against(self, request: Request, subject: str, version: str | None) -> Response:
+        """Whether the schema may follow ``version`` (None: every version) of the subject."""
+        reasons = get_registry(request).check_compatibility(
+            subject, version, self.body.schema_input(), normalize=self.normalize
+        )
+        answered: dict[str, Any] = {"is_compatible": not reasons}
+        if self.verbose:
+            answered["messages"] = reasons
+        return answer(answered)
+
+
+Check = Annotated[CompatibilityCheck, Depends()]
 
 
 @router.post(
@@ -613,15 +620,10 @@ def _compatibility(
     openapi_extra=_SCHEMA_BODY,
 )
 async def check_compatibility(
-    request: Request,
-    subject: Subject,
-    version: VersionId,
-    body: SchemaRequest,
-    normalize: Normalize = False,
-    verbose: bool = False,
+    request: Request, subject: Subject, version: VersionId, check: Check
 ) -> Response:
     """Whether the schema may follow this version at the subject's level."""
-    return _compatibility(request, subject, version, body, normalize, verbose)
+    return check.against(request, subject, version)
 
 
 @router.post(
@@ -629,15 +631,9 @@ async def check_compatibility(
     responses=_ok(CompatibilityAnswer, {"is_compatible": True}, 422),
     openapi_extra=_SCHEMA_BODY,
 )
-async def check_compatibility_all(
-    request: Request,
-    subject: Subject,
-    body: SchemaRequest,
-    normalize: Normalize = False,
-    verbose: bool = False,
-) -> Response:
+async def check_compatibility_all(request: Request, subject: Subject, check: Check) -> Response:
     """Whether the schema may follow the subject's versions at its level."""
-    return _compatibility(request, subject, None, body, normalize, verbose)
+    return check.against(request, subject, None)
 
 
 # -- config and mode ------------------------------------------------------------------------

@@ -4,10 +4,11 @@ Kafka door's CreatePartitions, AlterConfigs and DeleteRecords, through the same
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
-from fastapi import APIRouter, Path, Query, Request
-from pydantic import ValidationError
+from fastapi import APIRouter, Depends, Path, Query, Request
+from pydantic import BaseModel, ValidationError
 from starlette.responses import Response
 
 from app.api import openapi_docs as docs
@@ -39,6 +40,7 @@ router = APIRouter(tags=["topics"], route_class=DocumentedRoute)
 
 # A topic-create body is a name and a few configs; a megabyte is generous.
 CREATE_BODY_LIMIT = 1024 * 1024
+_Model = TypeVar("_Model", bound=BaseModel)
 
 
 def describe_topic(state: AppState, manager: LogManager, topic: str) -> dict[str, Any]:
@@ -58,6 +60,36 @@ def describe_topic(state: AppState, manager: LogManager, topic: str) -> dict[str
         "configs": manager.topic_config(topic).to_kafka(),
         "config_overrides": dict(manager.topic_overrides(topic)),
     }
+
+
+async def _body(request: Request, state: AppState, model: type[_Model]) -> _Model:
+    """The request's JSON body as ``model`` (a topic change's body is small:
+    CREATE_BODY_LIMIT); 400 naming the field that does not read."""
+    body = await read_body(request, min(CREATE_BODY_LIMIT, state.settings.max_request_bytes))
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as exc:
+        raise BodyInvalid.from_validation(exc) from None
+
+
+@dataclass(frozen=True, slots=True)
+class TopicCall:
+    """What the routes on one topic that answer its description take, declared once as a
+    dependency: the topic, the request, the broker's state and log manager."""
+
+    topic: TopicPath
+    request: Request
+    state: StateDep
+    manager: ManagerDep
+
+    async def body(self, model: type[_Model]) -> _Model:
+        return await _body(self.request, self.state, model)
+
+    def described(self) -> Response:
+        return JSONBytes(describe_topic(self.state, self.manager, self.topic))
+
+
+TopicCallDep = Annotated[TopicCall, Depends()]
 
 
 @router.get("/topics", response_model=TopicList, responses=error_responses(503))
@@ -89,11 +121,7 @@ async def list_topics(request: Request, state: StateDep, manager: ManagerDep) ->
 )
 async def create_topic(request: Request, state: StateDep, manager: ManagerDep) -> Response:
     """Create a topic"""
-    body = await read_body(request, min(CREATE_BODY_LIMIT, state.settings.max_request_bytes))
-    try:
-        req = CreateTopicRequest.model_validate_json(body)
-    except ValidationError as exc:
-        raise BodyInvalid.from_validation(exc) from None
+    req = await _body(request, state, CreateTopicRequest)
     await topic_service.create_topic(
         state,
         topic_service.new_topic(
@@ -113,17 +141,12 @@ async def create_topic(request: Request, state: StateDep, manager: ManagerDep) -
     response_model=TopicDescription,
     responses=error_responses(404, 503),
 )
-async def get_topic(
-    topic: TopicPath,
-    request: Request,
-    state: StateDep,
-    manager: ManagerDep,
-) -> Response:
+async def get_topic(call: TopicCallDep) -> Response:
     """Describe a topic"""
-    described = describe_topic(state, manager, topic)
+    described = describe_topic(call.state, call.manager, call.topic)
     # Kafka's DescribeConfigs needs DESCRIBE_CONFIGS: without it the configs are left out.
     if not permits(
-        request, Action(Operation.DESCRIBE_CONFIGS, Resource(ResourceType.TOPIC, topic))
+        call.request, Action(Operation.DESCRIBE_CONFIGS, Resource(ResourceType.TOPIC, call.topic))
     ):
         described["configs"], described["config_overrides"] = {}, {}
     return JSONBytes(described)
@@ -154,25 +177,12 @@ async def delete_topic(
     return Response(status_code=204)
 
 
-async def _body(request: Request, state: AppState, model: Any) -> Any:
-    body = await read_body(request, min(CREATE_BODY_LIMIT, state.settings.max_request_bytes))
-    try:
-        return model.model_validate_json(body)
-    except ValidationError as exc:
-        raise BodyInvalid.from_validation(exc) from None
-
-
 @router.post(
     "/topics/{topic}/partitions",
     response_model=TopicDescription,
     responses=error_responses(400, 404, 503),
 )
-async def create_partitions(
-    topic: TopicPath,
-    request: Request,
-    state: StateDep,
-    manager: ManagerDep,
-) -> Response:
+async def create_partitions(call: TopicCallDep) -> Response:
     """Add partitions to a topic
 
     Kafka's CreatePartitions (ALTER on the topic): the topic grows to `count` partitions.
@@ -182,9 +192,11 @@ async def create_partitions(
     INVALID_TOPIC_EXCEPTION. Records keyed to a partition by hash may go to another one
     from now on, as in Kafka.
     """
-    req = await _body(request, state, CreatePartitionsRequest)
-    await topic_service.create_partitions(state, topic, req.count, validate_only=req.validate_only)
-    return JSONBytes(describe_topic(state, manager, topic))
+    req = await call.body(CreatePartitionsRequest)
+    await topic_service.create_partitions(
+        call.state, call.topic, req.count, validate_only=req.validate_only
+    )
+    return call.described()
 
 
 @router.put(
@@ -192,12 +204,7 @@ async def create_partitions(
     response_model=TopicDescription,
     responses=error_responses(400, 404, 503),
 )
-async def alter_topic_configs(
-    topic: TopicPath,
-    request: Request,
-    state: StateDep,
-    manager: ManagerDep,
-) -> Response:
+async def alter_topic_configs(call: TopicCallDep) -> Response:
     """Replace a topic's config overrides
 
     Kafka's AlterConfigs on a topic (ALTER_CONFIGS on it): its overrides become `configs`,
@@ -206,9 +213,11 @@ async def alter_topic_configs(
     ZooKeeper assignment and every broker applies them; the answer comes once this broker
     has.
     """
-    req = await _body(request, state, AlterTopicConfigsRequest)
-    await state.topology.alter_topic_config(topic, req.configs, validate_only=req.validate_only)
-    return JSONBytes(describe_topic(state, manager, topic))
+    req = await call.body(AlterTopicConfigsRequest)
+    await call.state.topology.alter_topic_config(
+        call.topic, req.configs, validate_only=req.validate_only
+    )
+    return call.described()
 
 
 @router.delete(

@@ -464,3 +464,25 @@ def test_streamed_oversize_batches_are_cut_while_reading(seeded: tuple[TestClien
     assert (status, body["error_code"]) == (413, "MESSAGE_TOO_LARGE")
     assert pulled <= MAX_REQUEST_BYTES + 2 * len(chunk)
     assert _state(client, data_dir) == before
+
+
+def test_several_bad_parameters_are_listed_path_then_query_then_body(client: TestClient) -> None:
+    """However a route declares its parameters (its own signature, or a dependency it
+    shares with other routes), an answer lists their errors path first, then query, then
+    body."""
+    create_topic(client, "bad-params")
+    r = client.post(
+        "/topics/bad-params/partitions/abc/records?timeout_ms=0",
+        content=b"{}",
+        headers={"content-type": JSON},
+    )
+    assert r.status_code == 400
+    assert r.json()["fields"] == ["path.partition", "query.timeout_ms"]
+    r = client.post(
+        "/schema-registry/compatibility/subjects/" + "s" * 1025 + "/versions?normalize=maybe",
+        content=b"{}",
+        headers={"content-type": JSON},
+    )
+    assert r.status_code == 422
+    where = [part.split(":")[0] for part in r.json()["message"].split("; ")]
+    assert where == ["path.subject", "query.normalize", "body.schema"]

@@ -3,6 +3,7 @@ and router would: same arguments, same errors, the including router's dependenci
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Literal
 
 import pytest
@@ -139,3 +140,47 @@ def test_dependency_overrides_are_honoured() -> None:
     app.dependency_overrides[get_state] = fake_state
     with TestClient(app) as client:
         assert client.get("/s/x").json() == {"state": "overridden"}
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """A parameter list routes share, as a dataclass dependency (as the produce routes'
+    ProduceCall): read by the lean reader as the endpoint's own parameters."""
+
+    request: Request
+    n: Annotated[int, Query(ge=0, le=10)] = 3
+
+
+async def windowed(topic: Annotated[str, Path()], window: Annotated[Window, Depends()]) -> Response:
+    return JSONResponse({"topic": topic, "n": window.n, "method": window.request.method})
+
+
+class Point(BaseModel):
+    x: int
+
+
+@dataclass(frozen=True, slots=True)
+class WithBody:
+    """A dataclass dependency with a body: FastAPI's to read."""
+
+    body: Point
+
+
+async def bundled_body(bundle: Annotated[WithBody, Depends()]) -> Response:
+    return JSONResponse({})
+
+
+def test_a_dataclass_of_plain_parameters_is_read_lean() -> None:
+    assert lean_reader(APIRoute("/w/{topic}", windowed)) is not None
+    assert lean_reader(APIRoute("/x", bundled_body, methods=["POST"])) is None
+    apps = []
+    for route_class in (APIRoute, LeanRoute):
+        router = APIRouter(route_class=route_class)
+        router.add_api_route("/w/{topic}", windowed, methods=["GET"])
+        app = FastAPI()
+        app.include_router(router)
+        apps.append(app)
+    with TestClient(apps[0]) as plain, TestClient(apps[1]) as lean:
+        for query in ["", "n=10", "n=11", "n=007", "n=x"]:
+            expected, got = plain.get(f"/w/a?{query}"), lean.get(f"/w/a?{query}")
+            assert (got.status_code, got.json()) == (expected.status_code, expected.json()), query

@@ -17,7 +17,7 @@ from app.core.local_topology import LocalTopology
 from app.core.log import LogManager
 from app.registry.config import RegistryConfig
 from app.registry.records import Reference
-from app.registry.service import SchemaRegistry
+from app.registry.service import SchemaInput, SchemaRegistry
 from app.registry.storage import SchemasLog
 
 
@@ -54,23 +54,23 @@ def test_limits_refuse_with_registry_codes(make: Make) -> None:
         max_subjects=2, max_versions=2, max_schema_bytes=200, max_references_depth=2
     )
     run = loop.run_until_complete
-    run(registry.register("a", record("A")))
-    run(registry.register("b", record("B")))
+    run(registry.register("a", SchemaInput(record("A"))))
+    run(registry.register("b", SchemaInput(record("B"))))
     with pytest.raises(OperationNotPermitted, match="schema_registry_max_subjects"):
-        run(registry.register("c", record("C")))
+        run(registry.register("c", SchemaInput(record("C"))))
     run(registry.set_compatibility("a", "NONE"))
-    run(registry.register("a", record("A", "int")))
+    run(registry.register("a", SchemaInput(record("A", "int"))))
     with pytest.raises(OperationNotPermitted, match="schema_registry_max_versions"):
-        run(registry.register("a", record("A", "long")))
+        run(registry.register("a", SchemaInput(record("A", "long"))))
     with pytest.raises(SchemaTooLarge) as too_large:
-        run(registry.register("b", record("B" * 300)))
+        run(registry.register("b", SchemaInput(record("B" * 300))))
     assert too_large.value.confluent_code == 42201
 
 
 def test_reference_depth_and_missing_references(make: Make) -> None:
     registry, loop = make(max_references_depth=2)
     run = loop.run_until_complete
-    run(registry.register("l0", record("L0")))
+    run(registry.register("l0", SchemaInput(record("L0"))))
     previous = "L0"
     for level in range(1, 4):
         text = json.dumps(
@@ -78,21 +78,23 @@ def test_reference_depth_and_missing_references(make: Make) -> None:
         )
         refs = [Reference(previous, f"l{level - 1}", 1)]
         if level < 3:
-            run(registry.register(f"l{level}", text, references=refs))
+            run(registry.register(f"l{level}", SchemaInput(text, references=refs)))
         else:
             with pytest.raises(SchemaTooLarge, match="schema_registry_max_references_depth"):
-                run(registry.register(f"l{level}", text, references=refs))
+                run(registry.register(f"l{level}", SchemaInput(text, references=refs)))
         previous = f"L{level}"
     with pytest.raises(InvalidSchema, match="does not exist"):
-        run(registry.register("m", record("M"), references=[Reference("X", "nope", 1)]))
+        run(
+            registry.register("m", SchemaInput(record("M"), references=[Reference("X", "nope", 1)]))
+        )
 
 
 def test_normalize_stores_one_form_for_equal_schemas(make: Make) -> None:
     registry, loop = make()
     run = loop.run_until_complete
     spaced = json.dumps(json.loads(record("N")), indent=2)
-    first = run(registry.register("n", record("N"), normalize=True))
-    again = run(registry.register("n", spaced, normalize=True))
+    first = run(registry.register("n", SchemaInput(record("N")), normalize=True))
+    again = run(registry.register("n", SchemaInput(spaced), normalize=True))
     assert (again.id, again.version) == (first.id, first.version)
-    found = registry.lookup("n", spaced, normalize=True)
+    found = registry.lookup("n", SchemaInput(spaced), normalize=True)
     assert found.id == first.id

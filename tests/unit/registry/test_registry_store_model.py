@@ -26,7 +26,7 @@ from app.core.local_topology import LocalTopology
 from app.core.log import LogManager
 from app.registry.config import RegistryConfig
 from app.registry.records import SCHEMAS_TOPIC
-from app.registry.service import SchemaRegistry
+from app.registry.service import SchemaInput, SchemaRegistry
 from app.registry.storage import SchemasLog, replay
 from app.registry.store import SchemaStore
 
@@ -92,7 +92,7 @@ class RegistryMachine(RuleBasedStateMachine):
 
     @rule(subject=st.sampled_from(SUBJECTS), schema=st.integers(0, len(SCHEMAS) - 1))
     def register(self, subject: str, schema: int) -> None:
-        result, error = self._run(self.registry.register(subject, SCHEMAS[schema]))
+        result, error = self._run(self.registry.register(subject, SchemaInput(SCHEMAS[schema])))
         assert error is None, error
         versions = self.model.setdefault(subject, {})
         live = [n for n, v in versions.items() if not v.deleted and v.schema == schema]
@@ -111,7 +111,7 @@ class RegistryMachine(RuleBasedStateMachine):
 
     @rule(subject=st.sampled_from(SUBJECTS), schema=st.integers(0, len(SCHEMAS) - 1))
     def lookup(self, subject: str, schema: int) -> None:
-        result, error = self._call(self.registry.lookup, subject, SCHEMAS[schema])
+        result, error = self._call(self.registry.lookup, subject, SchemaInput(SCHEMAS[schema]))
         versions = self.model.get(subject, {})
         if not versions:
             assert error == 40401
