@@ -298,6 +298,7 @@ class KafkaConnection(asyncio.Protocol):
         except FrameError as exc:
             self._abort(str(exc))
             return False
+        session.client_id = (request.client_id or "")[:255]
         if not session.authenticated and request.api_key not in BEFORE_AUTHENTICATION:
             name = NAMES.get(request.api_key, f"api key {request.api_key}")
             self._abort(f"{name} before SASL authentication (this listener requires SASL)")
@@ -345,7 +346,7 @@ class KafkaConnection(asyncio.Protocol):
         quotas = self._ctx.quotas
         assert quotas is not None
         user = self._ctx.session.principal.partition(":")[2]
-        client = (request.client_id or "")[:255]
+        client = self._ctx.session.client_id
         throttle = quotas.record(REQUEST_QUOTA, user, client, 1.0)
         if request.api_key == PRODUCE:
             throttle = max(throttle, quotas.record(PRODUCE_QUOTA, user, client, frame_bytes))

@@ -51,6 +51,9 @@ class Session:
 
     principal: str = ANONYMOUS
     host: str = "*"
+    # The client.id of the request being answered (its header's; at most 255 characters):
+    # a classic group member's client id, and the prefix of the member id it is given.
+    client_id: str = ""
     authenticated: bool = True
     mechanism: str | None = None
     exchange: Any = None

@@ -228,6 +228,9 @@ async def join_group(ctx: Context, body: Any, version: int) -> Any:
         session_timeout_ms=session_ms,
         rebalance_timeout_ms=rebalance_ms if rebalance_ms >= 0 else session_ms,
         instance_id=getattr(body, "group_instance_id", None),
+        # As Kafka describes members: the header's client.id, the address as "/<ip>".
+        client_id=ctx.session.client_id,
+        client_host=f"/{ctx.session.host}" if ctx.session.host != "*" else "",
         require_known_member_id=version >= 4,
     )
     try:

@@ -419,6 +419,7 @@ def test_admin_apis_list_describe_delete_and_offset_delete(broker: KafkaBroker) 
         {
             "bootstrap.servers": broker.bootstrap,
             "group.id": group,
+            "client.id": "billing-7",
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
         }
@@ -440,6 +441,9 @@ def test_admin_apis_list_describe_delete_and_offset_delete(broker: KafkaBroker) 
         assert (desc[group]["group_state"], desc[group]["protocol_data"]) == ("Stable", "range")
         (member,) = desc[group]["members"]
         assert member["member_metadata"]["topics"] == [topic]
+        # As Kafka describes a member: its client.id, "/<address>", an id made from both.
+        assert (member["client_id"], member["client_host"]) == ("billing-7", "/127.0.0.1")
+        assert member["member_id"].startswith("billing-7-")
         assert member["member_assignment"]["assigned_partitions"] == [
             {"topic": topic, "partitions": list(range(PARTITIONS))}
         ]
