@@ -77,7 +77,6 @@ MAX_ID: Final = 2**31 - 1
 
 # (topic name, partition), or (topic id, partition) in a session that uses topic ids.
 Key = tuple[str | uuid.UUID, int]
-ZERO_TOPIC_ID: Final = uuid.UUID(int=0)
 
 
 def next_epoch(epoch: int) -> int:
@@ -92,9 +91,9 @@ class CachedPartition:
     """One partition a fetch reads: where from (``fetch_offset``, ``max_bytes``, the
     client's ``leader_epoch`` or -1, its ``last_fetched_epoch`` or -1) and, in a session,
     what the last answer said.
-    ``topic_id``: the id the request named it by (Fetch v13+; else the zero UUID), and
-    then ``topic`` the name that id had when the partition joined ("" for an id that
-    named no topic)."""
+    ``topic_id``: the id the request named it by (Fetch v13+; None before), and then
+    ``topic`` the name that id had when the partition joined ("" for an id that named no
+    topic, the zero UUID included: keyed by that id all the same)."""
 
     topic: str
     partition: int
@@ -104,13 +103,13 @@ class CachedPartition:
     high_watermark: int = -1
     last_stable_offset: int = -1
     log_start_offset: int = -1
-    topic_id: uuid.UUID = ZERO_TOPIC_ID
+    topic_id: uuid.UUID | None = None
     # The epoch of the last record the client fetched (Fetch v12+; -1: not given).
     last_fetched_epoch: int = -1
 
     @property
     def key(self) -> Key:
-        if self.topic_id != ZERO_TOPIC_ID:
+        if self.topic_id is not None:
             return (self.topic_id, self.partition)
         return (self.topic, self.partition)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -242,7 +243,9 @@ async def fetch(ctx: Context, body: Any, version: int) -> Any:
     ]
     sessions = ctx.fetch_sessions
     if sessions is None or version < SESSIONS_VERSION:
-        plan = FetchPlan(wanted)
+        # One entry per partition, as Kafka's request map holds them (the last one
+        # named wins, at the first one's place): a partition named twice is read once.
+        plan = FetchPlan(list(OrderedDict((p.key, p) for p in wanted).values()))
     else:
         try:
             plan = sessions.open(
@@ -309,7 +312,7 @@ async def fetch(ctx: Context, body: Any, version: int) -> Any:
             build(
                 m.FetchableTopicResponse,
                 topic=first.topic,
-                topic_id=first.topic_id,
+                topic_id=first.topic_id if first.topic_id is not None else ZERO_UUID,
                 partitions=tuple(answers),
             )
             for first, answers in by_topic.values()
@@ -319,10 +322,11 @@ async def fetch(ctx: Context, body: Any, version: int) -> Any:
 
 
 def _named(ctx: Context, topic: Any, uses_ids: bool) -> tuple[str, Any]:
-    """(name, id) of a request's topic: by name before v13, by id from v13 ("" for an
-    id that names no topic: its partitions answer UNKNOWN_TOPIC_ID)."""
+    """(name, id) of a request's topic: by name before v13 (id None), by id from v13 (""
+    for an id that names no topic, the zero UUID included: its partitions answer
+    UNKNOWN_TOPIC_ID)."""
     if not uses_ids:
-        return topic.topic, ZERO_UUID
+        return topic.topic, None
     topic_id = topic.topic_id or ZERO_UUID
     try:
         return ctx.state.topology.topic_named_by(topic_id), topic_id
@@ -340,7 +344,7 @@ def _read_partition(
 ) -> Any:
     topic, partition = p.topic, p.partition
     try:
-        if p.topic_id != ZERO_UUID and (not topic or _current_id(ctx, topic) != p.topic_id):
+        if p.topic_id is not None and (not topic or _current_id(ctx, topic) != p.topic_id):
             raise UnknownTopicId(topic_id_text(p.topic_id))
         authorize.check(ctx, Operation.READ, ResourceType.TOPIC, topic)
         part = ctx.state.topology.leader_partition(topic, partition)

@@ -9,6 +9,10 @@ from typing import Any
 import httpx
 from kafka_harness import KafkaBroker, kio_call
 from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v6.request import FetchPartition as FetchPartitionV6
+from kio.schema.fetch.v6.request import FetchRequest as FetchRequestV6
+from kio.schema.fetch.v6.request import FetchTopic as FetchTopicV6
+from kio.schema.fetch.v6.response import FetchResponse as FetchResponseV6
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.fetch.v12.response import FetchResponse
 
@@ -147,3 +151,41 @@ def test_last_fetched_epoch_is_checked_for_divergence(kafka_broker: KafkaBroker)
     assert fetch(1, 7).error_code == ErrorCode.offset_out_of_range
     # Without it (-1, as consumers send) nothing is checked.
     assert fetch(1, -1).error_code == ErrorCode.none
+
+
+def test_a_partition_named_twice_is_read_once(kafka_broker: KafkaBroker) -> None:
+    """A fetch without a session (v6) naming one partition several times reads it once,
+    as Kafka's request map keeps one entry per partition (the last one named, at the
+    first one's place): not one answer per entry, each spending the request's bytes on
+    the same log."""
+    topic = f"twice-{uuid.uuid4().hex[:8]}"
+    with httpx.Client(base_url=kafka_broker.url, timeout=30) as http:
+        assert http.post("/topics", json={"name": topic, "partitions": 1}).status_code == 201
+        r = http.post(
+            f"/topics/{topic}/partitions/0/records",
+            json={"records": [{"value": "v"}] * 3, "value_format": "string"},
+        )
+        assert r.status_code == 200, r.text
+    request = FetchRequestV6(
+        max_wait=datetime.timedelta(0),  # type: ignore[arg-type]
+        min_bytes=1,  # type: ignore[arg-type]
+        topics=(
+            FetchTopicV6(
+                topic=topic,  # type: ignore[arg-type]
+                partitions=tuple(
+                    FetchPartitionV6(
+                        partition=0,  # type: ignore[arg-type]
+                        fetch_offset=offset,  # type: ignore[arg-type]
+                        partition_max_bytes=1 << 20,  # type: ignore[arg-type]
+                    )
+                    for offset in (0, 0, 0, 3)
+                ),
+            ),
+        ),
+    )
+    response: FetchResponseV6 = kio_call(kafka_broker, request, FetchResponseV6)
+    (answer,) = response.responses
+    (only,) = answer.partitions
+    assert (only.partition_index, only.error_code, only.high_watermark) == (0, ErrorCode.none, 3)
+    # The last entry's offset (the end) is the one read: no records.
+    assert not only.records

@@ -297,3 +297,22 @@ def test_sessions_keyed_by_topic_id(kafka_broker: KafkaBroker) -> None:
     )
     answer = _answered(_fetch(kafka_broker, {}, session, 5))
     assert answer[(other_id, 0)].error_code == ErrorCode.unknown_topic_id
+
+
+def test_zero_topic_id_is_unknown_and_forgotten_by_it(kafka_broker: KafkaBroker) -> None:
+    """Fetch v13+ naming the zero UUID: UNKNOWN_TOPIC_ID, as Kafka answers any id that
+    names no topic (not UNKNOWN_TOPIC_OR_PARTITION for a topic named ""), and a session
+    keys it by that id, so forgetting it by the zero UUID removes it."""
+    zero = uuid.UUID(int=0)
+    _, topic_id = _topic(kafka_broker, 1)
+    full = _fetch(kafka_broker, {zero: {0: 0}, topic_id: {0: 0}}, epoch=0)
+    answer = _answered(full)
+    # kio reads the zero UUID back as None.
+    assert set(answer) == {(None, 0), (topic_id, 0)}
+    assert answer[(None, 0)].error_code == ErrorCode.unknown_topic_id
+    session = int(full.session_id)
+    assert session != 0
+    # Its error answers it in each incremental answer until forgotten.
+    assert set(_answered(_fetch(kafka_broker, {}, session, 1))) == {(None, 0)}
+    assert _answered(_fetch(kafka_broker, {}, session, 2, forgotten={zero: (0,)})) == {}
+    assert _answered(_fetch(kafka_broker, {}, session, 3)) == {}
