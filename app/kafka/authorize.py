@@ -48,10 +48,10 @@ DescribeCluster       none (as Kafka: the brokers are what Metadata tells anyone
 DescribeAcls          DESCRIBE cluster
 CreateAcls,           ALTER cluster
 DeleteAcls
-ConsumerGroup-        READ group; a regex subscription matches only topics it may DESCRIBE
-Heartbeat
-ConsumerGroup-        DESCRIBE group (per group)
-Describe
+ConsumerGroup-        READ group, DESCRIBE topic (each subscribed name); a regex
+Heartbeat             subscription matches only topics it may DESCRIBE
+ConsumerGroup-        DESCRIBE group (per group), DESCRIBE topic (each topic its members
+Describe              subscribe to, own or are to own)
 ===================== ====================================================================
 """
 

@@ -23,20 +23,35 @@ group with members, NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, ...). The ans
 carries the member's current assignment (Kafka leaves it null when unchanged; a client
 takes an unchanged one as no change).
 
-Authorization as Kafka's: READ on the group to heartbeat (a regex subscription matches
-only the topics the principal may DESCRIBE), DESCRIBE on the group to describe it.
+A ``subscribed_topic_regex`` RE2 refuses (Kafka's RE2J rules) is answered
+INVALID_REGULAR_EXPRESSION, as Kafka answers it from v1, not INVALID_REQUEST.
+
+Authorization as Kafka's: READ on the group to heartbeat, and DESCRIBE on each topic of
+``subscribed_topic_names`` (TOPIC_AUTHORIZATION_FAILED otherwise: else the assignment
+would tell whether a topic the principal may not see exists, its id and its partitions);
+a regex subscription matches only the topics the principal may DESCRIBE. DESCRIBE on the
+group to describe it, and a group whose members subscribe to, own or are to own a topic
+the principal may not DESCRIBE is answered TOPIC_AUTHORIZATION_FAILED without its
+members (Kafka's rule: the description would name those topics).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from collections.abc import Callable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from app.common.errors import InvalidRequest, LogbusError, UnknownTopicOrPartition
+from app.common.errors import (
+    InvalidRequest,
+    LogbusError,
+    TopicAuthorizationFailed,
+    UnknownTopicOrPartition,
+)
 from app.common.group_errors import GroupError, GroupIdNotFound
+from app.core.patterns import compile_client_pattern
 from app.core.security.acl import Operation, ResourceType
 from app.groups.model import JOIN_EPOCH, HeartbeatRequest, TopicPartition
 from app.kafka import authorize
@@ -57,6 +72,19 @@ from app.kafka.versions import CONSUMER_GROUP_DESCRIBE, CONSUMER_GROUP_HEARTBEAT
 CLIENT_MEMBER_ID_VERSION = 1
 # ConsumerGroupDescribe's member_type (v1): a consumer-protocol member.
 CONSUMER_MEMBER = 1
+# Kafka's message for a described group that names topics the principal may not DESCRIBE.
+UNDESCRIBABLE_TOPICS = (
+    "The group has described topic(s) that the client is not authorized to describe."
+)
+
+
+class InvalidRegularExpression(InvalidRequest):
+    """A ``subscribed_topic_regex`` RE2 refuses: ConsumerGroupHeartbeat answers it with
+    Kafka's INVALID_REGULAR_EXPRESSION (:data:`REGEX_REFUSED`), the door's own code for
+    it (the error tree's is INVALID_REQUEST, as the HTTP door answers it)."""
+
+
+REGEX_REFUSED = ErrorCode.invalid_regular_expression
 
 
 class NotAConsumerGroup(GroupIdNotFound):
@@ -124,8 +152,18 @@ async def consumer_group_heartbeat(ctx: Context, body: Any, version: int) -> Any
     """Join, heartbeat or leave (the module docstring); the answer's assignment is what
     the member may consume now."""
     m = response_module(CONSUMER_GROUP_HEARTBEAT, version)
+    # librdkafka sends "" beside its topic names: Kafka's "no regex".
+    regex = getattr(body, "subscribed_topic_regex", None) or None
+    topics = body.subscribed_topic_names
     try:
         authorize.check(ctx, Operation.READ, ResourceType.GROUP, body.group_id)
+        for topic in topics or ():
+            authorize.check(ctx, Operation.DESCRIBE, ResourceType.TOPIC, topic)
+        if regex is not None:
+            try:
+                compile_client_pattern(regex, "subscribed_topic_regex")
+            except InvalidRequest as exc:
+                raise InvalidRegularExpression(exc.message) from None
         epoch = int(body.member_epoch)
         if version >= CLIENT_MEMBER_ID_VERSION and epoch == JOIN_EPOCH and not body.member_id:
             raise InvalidRequest(
@@ -133,7 +171,6 @@ async def consumer_group_heartbeat(ctx: Context, body: Any, version: int) -> Any
                 "(KIP-1082): member_id must not be empty"
             )
         rebalance_timeout_ms = _ms(body.rebalance_timeout)
-        topics = body.subscribed_topic_names
         answer = await group_coordinator(ctx).heartbeat(
             body.group_id,
             HeartbeatRequest(
@@ -141,8 +178,7 @@ async def consumer_group_heartbeat(ctx: Context, body: Any, version: int) -> Any
                 member_epoch=epoch,
                 instance_id=body.instance_id,
                 subscribed_topics=None if topics is None else list(topics),
-                # librdkafka sends "" beside its topic names: Kafka's "no regex".
-                subscribed_topic_regex=getattr(body, "subscribed_topic_regex", None) or None,
+                subscribed_topic_regex=regex,
                 server_assignor=body.server_assignor,
                 owned_partitions=_owned(ctx, body),
                 rebalance_timeout_ms=None if rebalance_timeout_ms < 0 else rebalance_timeout_ms,
@@ -150,7 +186,7 @@ async def consumer_group_heartbeat(ctx: Context, body: Any, version: int) -> Any
             ),
         )
     except LogbusError as exc:
-        return error_answer(
+        refused = error_answer(
             m.ConsumerGroupHeartbeatResponse,
             exc,
             member_id=None,
@@ -158,6 +194,9 @@ async def consumer_group_heartbeat(ctx: Context, body: Any, version: int) -> Any
             heartbeat_interval=datetime.timedelta(0),
             assignment=None,
         )
+        if isinstance(exc, InvalidRegularExpression):
+            return dataclasses.replace(refused, error_code=REGEX_REFUSED)
+        return refused
     return ok_answer(
         m.ConsumerGroupHeartbeatResponse,
         member_id=answer.member_id,
@@ -211,6 +250,16 @@ def _described(ctx: Context, m: Any, group_id: str) -> Any:
         raise GroupIdNotFound(group_id)
     if group.classic is not None and not group.members:
         raise NotAConsumerGroup(group_id)
+    if not all(
+        authorize.permitted(ctx, Operation.DESCRIBE, ResourceType.TOPIC, topic)
+        for topic in _topics_named(described["members"])
+    ):
+        raise TopicAuthorizationFailed(
+            UNDESCRIBABLE_TOPICS,
+            resource_type="TOPIC",
+            resource_name="",
+            operation=Operation.DESCRIBE.value,
+        )
     members = tuple(
         build(
             m.Member,
@@ -244,3 +293,14 @@ def _described(ctx: Context, m: Any, group_id: str) -> Any:
 
 def _flat(by_topic: list[dict[str, Any]]) -> list[TopicPartition]:
     return [(t["topic"], int(p)) for t in by_topic for p in t["partitions"]]
+
+
+def _topics_named(members: list[dict[str, Any]]) -> set[str]:
+    """Every topic a description of ``members`` names: subscribed to, assigned, or in
+    the target assignment."""
+    named: set[str] = set()
+    for member in members:
+        named.update(member["subscribed_topics"])
+        for key in ("assignment", "target_assignment"):
+            named.update(t["topic"] for t in member[key])
+    return named

@@ -64,6 +64,26 @@ def grant(broker: KafkaBroker, topic: str, operation: str) -> None:
         assert http.post("/acls", json={"acls": [acl]}).status_code == 201
 
 
+def login(broker: KafkaBroker, user: str) -> Any:
+    """A kio connection (test_kafka_sasl.Wire) authenticated as ``user`` with PLAIN."""
+    from kio.schema.errors import ErrorCode
+    from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+    from kio.schema.sasl_authenticate.v2.response import SaslAuthenticateResponse
+    from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+    from kio.schema.sasl_handshake.v1.response import SaslHandshakeResponse
+    from test_kafka_sasl import Wire
+
+    wire = Wire(broker)
+    handshake = wire.call(SaslHandshakeRequest(mechanism="PLAIN"), SaslHandshakeResponse)
+    assert handshake.error_code == ErrorCode.none
+    done = wire.call(
+        SaslAuthenticateRequest(auth_bytes=f"\0{user}\0{PASSWORD}".encode()),
+        SaslAuthenticateResponse,
+    )
+    assert done.error_code == ErrorCode.none
+    return wire
+
+
 def produce_one(broker: KafkaBroker, user: str, topic: str) -> KafkaError | None:
     outcome: list[KafkaError | None] = []
     producer = Producer(
@@ -366,25 +386,8 @@ def test_topics_named_by_id_are_authorized_without_revealing_names(acl_broker: K
     from kio.schema.fetch.v16.response import FetchResponse
     from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
     from kio.schema.metadata.v12.response import MetadataResponse
-    from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
-    from kio.schema.sasl_authenticate.v2.response import SaslAuthenticateResponse
-    from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
-    from kio.schema.sasl_handshake.v1.response import SaslHandshakeResponse
-    from test_kafka_sasl import Wire
 
-    def login(user: str) -> Wire:
-        wire = Wire(acl_broker)
-        assert wire.call(
-            SaslHandshakeRequest(mechanism="PLAIN"), SaslHandshakeResponse
-        ).error_code == (ErrorCode.none)
-        done = wire.call(
-            SaslAuthenticateRequest(auth_bytes=f"\0{user}\0{PASSWORD}".encode()),
-            SaslAuthenticateResponse,
-        )
-        assert done.error_code == ErrorCode.none
-        return wire
-
-    def by_id(wire: Wire, topic_id: Any) -> Any:
+    def by_id(wire: Any, topic_id: Any) -> Any:
         request = MetadataRequest(
             topics=(MetadataRequestTopic(topic_id=topic_id, name=None),),
             allow_auto_topic_creation=False,
@@ -396,7 +399,7 @@ def test_topics_named_by_id_are_authorized_without_revealing_names(acl_broker: K
     topic = f"ids-{uuid.uuid4().hex[:8]}"
     with admin_http(acl_broker) as http:
         assert http.post("/topics", json={"name": topic, "partitions": 1}).status_code == 201
-    admin = login("admin")
+    admin = login(acl_broker, "admin")
     request = MetadataRequest(
         topics=(MetadataRequestTopic(topic_id=None, name=topic),),  # type: ignore[arg-type]
         allow_auto_topic_creation=False,
@@ -407,7 +410,7 @@ def test_topics_named_by_id_are_authorized_without_revealing_names(acl_broker: K
     assert topic_id is not None
     assert by_id(admin, topic_id).name == topic
 
-    reader = login("reader")
+    reader = login(acl_broker, "reader")
     refused = by_id(reader, topic_id)
     assert (refused.error_code, refused.name) == (ErrorCode.topic_authorization_failed, None)
     fetch = FetchRequest(
@@ -436,6 +439,73 @@ def test_topics_named_by_id_are_authorized_without_revealing_names(acl_broker: K
     assert (result.error_code, result.name) == (ErrorCode.topic_authorization_failed, None)
     with admin_http(acl_broker) as http:
         assert http.get(f"/topics/{topic}").status_code == 200
+
+
+def test_kip848_groups_do_not_reveal_topics_the_principal_may_not_describe(
+    acl_broker: KafkaBroker,
+) -> None:
+    """ConsumerGroupHeartbeat subscribing by name to a topic the principal may not
+    DESCRIBE is TOPIC_AUTHORIZATION_FAILED (else its assignment tells the topic exists,
+    its id and partitions), and ConsumerGroupDescribe of a group whose members name such
+    a topic is TOPIC_AUTHORIZATION_FAILED without members, as Kafka answers both."""
+    import datetime
+
+    from kio.schema.consumer_group_describe.v1.request import ConsumerGroupDescribeRequest
+    from kio.schema.consumer_group_describe.v1.response import ConsumerGroupDescribeResponse
+    from kio.schema.consumer_group_heartbeat.v1.request import ConsumerGroupHeartbeatRequest
+    from kio.schema.consumer_group_heartbeat.v1.response import ConsumerGroupHeartbeatResponse
+    from kio.schema.errors import ErrorCode
+
+    secret = f"secret-{uuid.uuid4().hex[:8]}"
+    group, other = f"g-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    with admin_http(acl_broker) as http:
+        assert http.post("/topics", json={"name": secret, "partitions": 2}).status_code == 201
+        acls = [
+            {
+                "resource_type": "GROUP",
+                "resource_name": g,
+                "principal": "User:reader",
+                "operation": op,
+            }
+            for g, op in ((group, "READ"), (other, "DESCRIBE"))
+        ]
+        assert http.post("/acls", json={"acls": acls}).status_code == 201
+
+    def join(user: str, group_id: str) -> Any:
+        request = ConsumerGroupHeartbeatRequest(
+            group_id=group_id,  # type: ignore[arg-type]
+            member_id=uuid.uuid4().hex,
+            member_epoch=0,  # type: ignore[arg-type]
+            rebalance_timeout=datetime.timedelta(seconds=30),  # type: ignore[arg-type]
+            subscribed_topic_names=(secret,),  # type: ignore[arg-type]
+            topic_partitions=(),
+        )
+        return login(acl_broker, user).call(request, ConsumerGroupHeartbeatResponse)
+
+    refused = join("reader", group)
+    assert (refused.error_code, refused.assignment) == (ErrorCode.topic_authorization_failed, None)
+
+    # A member that may see the topic joins the other group; the reader may describe that
+    # group, not the topic its members consume.
+    joined = join("admin", other)
+    assert joined.error_code == ErrorCode.none
+    assert joined.assignment is not None and joined.assignment.topic_partitions
+    described = login(acl_broker, "reader").call(
+        ConsumerGroupDescribeRequest(group_ids=(other,), include_authorized_operations=False),  # type: ignore[arg-type]
+        ConsumerGroupDescribeResponse,
+    )
+    (answer,) = described.groups
+    assert (answer.error_code, answer.members) == (ErrorCode.topic_authorization_failed, ())
+    assert secret not in (answer.error_message or "")
+    # Once the reader may describe the topic, the group is described.
+    grant(acl_broker, secret, "DESCRIBE")
+    described = login(acl_broker, "reader").call(
+        ConsumerGroupDescribeRequest(group_ids=(other,), include_authorized_operations=False),  # type: ignore[arg-type]
+        ConsumerGroupDescribeResponse,
+    )
+    (answer,) = described.groups
+    assert answer.error_code == ErrorCode.none
+    assert [m.subscribed_topic_names for m in answer.members] == [(secret,)]
 
 
 def test_acl_changes_per_request_are_capped(acl_broker: KafkaBroker) -> None:

@@ -375,3 +375,30 @@ def test_heartbeat_answers_and_errors(broker: KafkaBroker) -> None:
         (topic_id, topic)
     ]
     assert missing.error_code == ErrorCode.group_id_not_found
+
+
+def test_a_regex_re2_refuses_is_invalid_regular_expression(broker: KafkaBroker) -> None:
+    """ConsumerGroupHeartbeat v1 with a subscribed_topic_regex RE2 cannot compile (an
+    unclosed group, a backreference, lookaround) is INVALID_REGULAR_EXPRESSION, Kafka's
+    v1 code for it, not INVALID_REQUEST; the group gains no member."""
+    group = f"re-{uuid.uuid4().hex[:8]}"
+    for regex in ("(", "(a)\\1", "a(?=b)", "[z-a]"):
+        refused = heartbeat(
+            broker,
+            group_id=group,
+            member_id=uuid.uuid4().hex,
+            subscribed_topic_regex=regex,
+            topic_partitions=(),
+        )
+        assert refused.error_code == ErrorCode.invalid_regular_expression, regex
+        assert refused.error_message and "subscribed_topic_regex" in refused.error_message
+        assert (refused.member_id, refused.assignment) == (None, None)
+    # A valid one joins.
+    joined = heartbeat(
+        broker,
+        group_id=group,
+        member_id=uuid.uuid4().hex,
+        subscribed_topic_regex="re-never-.*",
+        topic_partitions=(),
+    )
+    assert (joined.error_code, joined.member_epoch) == (ErrorCode.none, 1)
