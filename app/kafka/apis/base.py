@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
-from app.common.errors import LogbusError
+from app.common.errors import LogbusError, UnknownTopicId, UnknownTopicOrPartition
 from app.common.group_errors import CoordinatorNotAvailable
 from app.groups.offsets import OffsetCommit
 from app.kafka.encode import build, error_code
@@ -26,6 +26,7 @@ from app.kafka.encode import build, error_code
 if TYPE_CHECKING:
     from app.api.state import AppState
     from app.core.security.quotas import QuotaManager
+    from app.core.topology import Topology
     from app.kafka.fetch_sessions import FetchSessionCache
     from app.kafka.security import KafkaSecurity
 
@@ -204,3 +205,42 @@ async def partition_answers(
             )
         out.append(build(topic_cls, **{name_field: name}, partitions=tuple(partitions)))
     return tuple(out)
+
+
+class TopicIdNames:
+    """Topic ids to names for one request (Fetch v13+, ConsumerGroupHeartbeat's owned
+    partitions): :meth:`Topology.topic_named_by` until it meets an id that names no
+    topic, then one map of every topic's id made for the rest of the request. The
+    topology's lookup passes over every topic for each id it does not know, so a request
+    naming thousands of unknown ids cost thousands of passes; here it costs at most the
+    topology's own passes for the first miss and one more.
+    Made and used within one step of the event loop (no await between lookups), so the
+    map is the topics as they are."""
+
+    __slots__ = ("_known", "_topology")
+
+    def __init__(self, topology: Topology) -> None:
+        self._topology = topology
+        self._known: dict[uuid.UUID, str] | None = None
+
+    def name_of(self, topic_id: uuid.UUID | None) -> str | None:
+        """The topic ``topic_id`` names, or None (the zero UUID and None name none)."""
+        if topic_id is None or topic_id == ZERO_UUID:
+            return None
+        if self._known is None:
+            try:
+                return self._topology.topic_named_by(topic_id)
+            except UnknownTopicId:
+                self._known = self._every_id()
+        return self._known.get(topic_id)
+
+    def _every_id(self) -> dict[uuid.UUID, str]:
+        known: dict[uuid.UUID, str] = {}
+        for name in self._topology.topics():
+            try:
+                found = self._topology.topic_id(name)
+            except UnknownTopicOrPartition:
+                continue
+            if found != ZERO_UUID:
+                known[found] = name
+        return known

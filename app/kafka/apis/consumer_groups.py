@@ -58,8 +58,8 @@ from app.kafka import authorize
 from app.kafka.apis.base import (
     NO_THROTTLE,
     OPERATIONS_OMITTED,
-    ZERO_UUID,
     Context,
+    TopicIdNames,
     error_answer,
     group_coordinator,
     ok_answer,
@@ -125,11 +125,10 @@ def _owned(ctx: Context, body: Any) -> list[TopicPartition] | None:
     if body.topic_partitions is None:
         return None
     owned: list[TopicPartition] = []
-    topology = ctx.state.topology
+    names = TopicIdNames(ctx.state.topology)
     for tp in body.topic_partitions:
-        try:
-            name = topology.topic_named_by(tp.topic_id if tp.topic_id is not None else ZERO_UUID)
-        except UnknownTopicOrPartition:
+        name = names.name_of(tp.topic_id)
+        if name is None:
             continue
         owned.extend((name, int(p)) for p in tp.partitions)
     return owned

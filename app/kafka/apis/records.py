@@ -41,6 +41,7 @@ from app.kafka.apis.base import (
     READ_COMMITTED_LEVEL,
     ZERO_UUID,
     Context,
+    TopicIdNames,
     kafka_brokers,
     partition_answers,
     response_module,
@@ -222,6 +223,7 @@ async def fetch(ctx: Context, body: Any, version: int) -> Any:
     budget = min(int(body.max_bytes), state.settings.fetch_max_bytes)
     wait_ms = min(MAX_WAIT_MS, max(0, int(body.max_wait.total_seconds() * 1000)))
     min_bytes = int(body.min_bytes)
+    names = TopicIdNames(state.topology)
     wanted = [
         CachedPartition(
             name,
@@ -233,7 +235,7 @@ async def fetch(ctx: Context, body: Any, version: int) -> Any:
             last_fetched_epoch=int(getattr(p, "last_fetched_epoch", -1)),
         )
         for topic in body.topics
-        for name, topic_id in (_named(ctx, topic, uses_ids),)
+        for name, topic_id in (_named(names, topic, uses_ids),)
         for p in topic.partitions
     ]
     forgotten: list[Key] = [
@@ -266,6 +268,11 @@ async def fetch(ctx: Context, body: Any, version: int) -> Any:
                 responses=(),
             )
     parts = plan.partitions
+    for p in parts:
+        if p.topic_id is not None and not p.topic:
+            # An id no topic had when it joined the session may name one now (a broker
+            # that learnt of the topic since), as Kafka's sessions resolve it again.
+            p.topic = names.name_of(p.topic_id) or ""
     endpoints: dict[int, tuple[str, int]] = {}
 
     def read_all() -> tuple[list[Any], int]:
@@ -321,17 +328,14 @@ async def fetch(ctx: Context, body: Any, version: int) -> Any:
     )
 
 
-def _named(ctx: Context, topic: Any, uses_ids: bool) -> tuple[str, Any]:
+def _named(names: TopicIdNames, topic: Any, uses_ids: bool) -> tuple[str, Any]:
     """(name, id) of a request's topic: by name before v13 (id None), by id from v13 (""
     for an id that names no topic, the zero UUID included: its partitions answer
     UNKNOWN_TOPIC_ID)."""
     if not uses_ids:
         return topic.topic, None
     topic_id = topic.topic_id or ZERO_UUID
-    try:
-        return ctx.state.topology.topic_named_by(topic_id), topic_id
-    except UnknownTopicId:
-        return "", topic_id
+    return names.name_of(topic_id) or "", topic_id
 
 
 def _read_partition(
