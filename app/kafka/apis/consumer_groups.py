@@ -14,9 +14,11 @@ Request fields (Kafka's meaning, which the coordinator's :class:`HeartbeatReques
 too): ``subscribed_topic_names``, ``subscribed_topic_regex`` (v1), ``server_assignor``,
 ``topic_partitions`` null when unchanged since the member's last heartbeat;
 ``rebalance_timeout`` -1 when unchanged; ``member_epoch`` 0 joins, -1 leaves, -2 is a
-static member's temporary leave. v1 members make their own member id (KIP-1082): joining
-with an empty one is INVALID_REQUEST; v0 ones may leave it empty for the coordinator to
-make. ``rack_id`` is read and not used (the assignors are not rack-aware). Errors are
+static member's temporary leave. v1 members make their own member id (KIP-1082): an
+empty one is INVALID_REQUEST; v0 ones may join with it empty for the coordinator to
+make. What Kafka's coordinator refuses whatever the group's state is INVALID_REQUEST
+here too (:func:`_invalid`: empty group, instance or rack ids, a join reporting owned
+partitions, -2 without an instance id, an epoch below -2). ``rack_id`` is read and not used (the assignors are not rack-aware). Errors are
 the answer's top-level code and message (UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH,
 UNRELEASED_INSTANCE_ID, UNSUPPORTED_ASSIGNOR, INCONSISTENT_GROUP_PROTOCOL for a classic
 group with members, NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, ...). The answer always
@@ -53,7 +55,7 @@ from app.common.errors import (
 from app.common.group_errors import GroupError, GroupIdNotFound
 from app.core.patterns import compile_client_pattern
 from app.core.security.acl import Operation, ResourceType
-from app.groups.model import JOIN_EPOCH, HeartbeatRequest, TopicPartition
+from app.groups.model import JOIN_EPOCH, STATIC_LEAVE_EPOCH, HeartbeatRequest, TopicPartition
 from app.kafka import authorize
 from app.kafka.apis.base import (
     NO_THROTTLE,
@@ -143,6 +145,29 @@ def _describable(ctx: Context) -> Callable[[str], bool] | None:
     return lambda topic: authorize.permitted(ctx, Operation.DESCRIBE, ResourceType.TOPIC, topic)
 
 
+def _invalid(body: Any, version: int, epoch: int) -> str | None:
+    """Why a heartbeat is INVALID_REQUEST whatever the group's state, as Kafka's
+    coordinator checks it first, or None: empty group, instance or rack ids; an empty
+    member id where the member must have one (from v1 always, KIP-1082; in v0 to
+    heartbeat or leave); a join (epoch 0) reporting owned partitions; a static leave
+    (-2) without an instance id; an epoch below -2."""
+    if not body.group_id:
+        return "group_id must not be empty"
+    if body.instance_id == "":
+        return "instance_id must not be empty (null for a dynamic member)"
+    if getattr(body, "rack_id", None) == "":
+        return "rack_id must not be empty (null for none)"
+    if epoch < STATIC_LEAVE_EPOCH:
+        return f"member_epoch {epoch} is not valid"
+    if not body.member_id and (version >= CLIENT_MEMBER_ID_VERSION or epoch != JOIN_EPOCH):
+        return "member_id must not be empty (KIP-1082: from v1 the member makes its own id)"
+    if epoch == JOIN_EPOCH and body.topic_partitions:
+        return "topic_partitions must be empty when (re-)joining"
+    if epoch == STATIC_LEAVE_EPOCH and body.instance_id is None:
+        return "member_epoch -2 (a static member's temporary leave) needs an instance_id"
+    return None
+
+
 def _ms(value: datetime.timedelta) -> int:
     return int(value.total_seconds() * 1000)
 
@@ -164,11 +189,9 @@ async def consumer_group_heartbeat(ctx: Context, body: Any, version: int) -> Any
             except InvalidRequest as exc:
                 raise InvalidRegularExpression(exc.message) from None
         epoch = int(body.member_epoch)
-        if version >= CLIENT_MEMBER_ID_VERSION and epoch == JOIN_EPOCH and not body.member_id:
-            raise InvalidRequest(
-                f"ConsumerGroupHeartbeat v{version} joins with the member's own id "
-                "(KIP-1082): member_id must not be empty"
-            )
+        invalid = _invalid(body, version, epoch)
+        if invalid is not None:
+            raise InvalidRequest(f"ConsumerGroupHeartbeat v{version}: {invalid}")
         rebalance_timeout_ms = _ms(body.rebalance_timeout)
         answer = await group_coordinator(ctx).heartbeat(
             body.group_id,

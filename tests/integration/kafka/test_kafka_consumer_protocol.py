@@ -402,3 +402,57 @@ def test_a_regex_re2_refuses_is_invalid_regular_expression(broker: KafkaBroker) 
         topic_partitions=(),
     )
     assert (joined.error_code, joined.member_epoch) == (ErrorCode.none, 1)
+
+
+def test_heartbeats_kafka_refuses_whatever_the_group_are_invalid_request(
+    broker: KafkaBroker,
+) -> None:
+    """What Kafka's coordinator refuses before it looks at the group is INVALID_REQUEST
+    (it was: INVALID_GROUP_ID for a group named "", joins with instance or rack id "" or
+    reporting owned partitions accepted, UNKNOWN_MEMBER_ID for an empty member id, a
+    dynamic member's -2 taken as leaving the group)."""
+    topic, group = _topic(broker, partitions=1), f"inv-{uuid.uuid4().hex[:8]}"
+    topic_id = _topic_id(broker, topic)
+    member = uuid.uuid4().hex
+    joined = heartbeat(
+        broker,
+        group_id=group,
+        member_id=member,
+        subscribed_topic_names=(topic,),
+        topic_partitions=(),
+    )
+    assert (joined.error_code, joined.member_epoch) == (ErrorCode.none, 1)
+    owned = (TopicPartitions(topic_id=topic_id, partitions=(0,)),)  # type: ignore[arg-type]
+    cases: list[dict[str, Any]] = [
+        {"group_id": "", "member_id": member, "subscribed_topic_names": (topic,)},
+        {
+            "group_id": group,
+            "member_id": uuid.uuid4().hex,
+            "instance_id": "",
+            "subscribed_topic_names": (topic,),
+            "topic_partitions": (),
+        },
+        {
+            "group_id": group,
+            "member_id": uuid.uuid4().hex,
+            "rack_id": "",
+            "subscribed_topic_names": (topic,),
+            "topic_partitions": (),
+        },
+        {
+            "group_id": group,
+            "member_id": uuid.uuid4().hex,
+            "subscribed_topic_names": (topic,),
+            "topic_partitions": owned,
+        },
+        {"group_id": group, "member_id": "", "member_epoch": 1},
+        {"group_id": group, "member_id": member, "member_epoch": -2},
+        {"group_id": group, "member_id": member, "member_epoch": -3},
+    ]
+    for fields in cases:
+        refused = heartbeat(broker, **fields)
+        assert refused.error_code == ErrorCode.invalid_request, fields
+        assert refused.error_message, fields
+    # The member is still in the group, at its epoch (the -2 did not take it out).
+    again = heartbeat(broker, group_id=group, member_id=member, member_epoch=1)
+    assert (again.error_code, again.member_epoch) == (ErrorCode.none, 1)
