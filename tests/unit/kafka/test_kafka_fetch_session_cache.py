@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import uuid
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -21,6 +22,19 @@ from app.kafka.fetch_sessions import (
 )
 
 KEYS = [("a", 0), ("a", 1), ("b", 0), ("c", 2)]
+# Fetch v13+'s keys: (topic id, partition), the zero UUID among them (an id naming nothing).
+IDS = [uuid.UUID(int=1), uuid.UUID(int=2), uuid.UUID(int=0)]
+ID_KEYS: list[tuple[str | uuid.UUID, int]] = [(IDS[0], 0), (IDS[0], 1), (IDS[1], 0), (IDS[2], 0)]
+
+
+def keyed(keys: list[tuple[str | uuid.UUID, int]], offset: int) -> list[CachedPartition]:
+    """Partitions named by ``keys`` (by id for the UUID ones, their names unknown)."""
+    return [
+        CachedPartition("", p, offset, 1 << 20, topic_id=t)
+        if isinstance(t, uuid.UUID)
+        else CachedPartition(t, p, offset, 1 << 20)
+        for t, p in keys
+    ]
 
 
 def parts(*keys: tuple[str, int], offset: int = 0) -> list[CachedPartition]:
@@ -93,14 +107,17 @@ def test_answered_keeps_what_the_client_was_told() -> None:
 class SessionCacheMachine(RuleBasedStateMachine):
     """Random requests against the cache and a model: sessions as {id: (principal,
     expected epoch, partitions)}; no session is ever evicted (eviction_ms is beyond the
-    clock), so a full fetch gets a session exactly when the model has a free slot."""
+    clock), so a full fetch gets a session exactly when the model has a free slot.
+    Requests name partitions by name or (Fetch v13+) by topic id, some more than once
+    (the last entry wins); a session refuses requests that do not use ids as it does."""
 
     SLOTS = 3
 
     def __init__(self) -> None:
         super().__init__()
         self.cache = FetchSessionCache(self.SLOTS, eviction_ms=10**9, rng=random.Random(7))
-        self.model: dict[int, tuple[str, int, set[tuple[str, int]]]] = {}
+        self.model: dict[int, tuple[str, int, set[Any]]] = {}
+        self.by_id: dict[int, bool] = {}
         self.now = 0
 
     def _tick(self) -> int:
@@ -112,42 +129,49 @@ class SessionCacheMachine(RuleBasedStateMachine):
 
     @rule(
         principal=st.sampled_from(["User:a", "User:b"]),
-        keys=st.sets(st.sampled_from(KEYS)),
+        uses_ids=st.booleans(),
         epoch=st.sampled_from([0, -1]),
         data=st.data(),
     )
-    def full_fetch(
-        self, principal: str, keys: set[tuple[str, int]], epoch: int, data: st.DataObject
-    ) -> None:
+    def full_fetch(self, principal: str, uses_ids: bool, epoch: int, data: st.DataObject) -> None:
         session_id = self._known(data)
-        plan = self.cache.open(principal, session_id, epoch, parts(*sorted(keys)), (), self._tick())
+        named = data.draw(st.lists(st.sampled_from(ID_KEYS if uses_ids else KEYS), max_size=8))
+        offsets = data.draw(st.lists(st.integers(0, 5), min_size=len(named), max_size=len(named)))
+        wanted = [
+            p for key, offset in zip(named, offsets, strict=True) for p in keyed([key], offset)
+        ]
+        plan = self.cache.open(
+            principal, session_id, epoch, wanted, (), self._tick(), uses_topic_ids=uses_ids
+        )
         owned = self.model.get(session_id)
         if owned is not None and owned[0] == principal:
             del self.model[session_id]
         assert not plan.incremental
-        assert {p.key for p in plan.partitions} == keys
+        # One entry per partition, in first-named order, with the last entry's offset.
+        last = dict(zip(named, offsets, strict=True))
+        assert [p.key for p in plan.partitions] == list(dict.fromkeys(named))
+        assert all(p.fetch_offset == last[p.key] for p in plan.partitions)
         if epoch == -1 or len(self.model) >= self.SLOTS:
             assert plan.session is None
         else:
             assert plan.session_id not in self.model and plan.session_id > 0
-            self.model[plan.session_id] = (principal, 1, set(keys))
+            assert plan.session is not None and plan.session.uses_topic_ids is uses_ids
+            self.model[plan.session_id] = (principal, 1, set(named))
+            self.by_id[plan.session_id] = uses_ids
 
     @rule(
         principal=st.sampled_from(["User:a", "User:b"]),
-        added=st.sets(st.sampled_from(KEYS)),
-        forgotten=st.sets(st.sampled_from(KEYS)),
         skew=st.sampled_from([0, 0, 0, 1, -1]),
         data=st.data(),
     )
-    def incremental_fetch(
-        self,
-        principal: str,
-        added: set[tuple[str, int]],
-        forgotten: set[tuple[str, int]],
-        skew: int,
-        data: st.DataObject,
-    ) -> None:
+    def incremental_fetch(self, principal: str, skew: int, data: st.DataObject) -> None:
         session_id = self._known(data)
+        session_by_id = self.by_id.get(session_id, False)
+        # Mostly as the session names partitions, sometimes not (a changed Fetch version).
+        uses_ids = data.draw(st.sampled_from([session_by_id] * 4 + [not session_by_id]))
+        pool = ID_KEYS if uses_ids else KEYS
+        added = data.draw(st.sets(st.sampled_from(pool)))
+        forgotten = data.draw(st.sets(st.sampled_from(pool)))
         found = self.model.get(session_id)
         epoch = (found[1] if found else 1) + skew
         if epoch <= 0:
@@ -157,17 +181,23 @@ class SessionCacheMachine(RuleBasedStateMachine):
                 principal,
                 session_id,
                 epoch,
-                parts(*sorted(added), offset=9),
+                keyed(sorted(added, key=str), offset=9),
                 forgotten,
                 self._tick(),
+                uses_topic_ids=uses_ids,
             )
         except SessionError as exc:
             if found is None or found[0] != principal:
                 assert exc.code is ErrorCode.fetch_session_id_not_found
+            elif epoch != found[1]:
+                assert exc.code is ErrorCode.invalid_fetch_session_epoch
             else:
-                assert exc.code is ErrorCode.invalid_fetch_session_epoch and epoch != found[1]
+                # Refused whole: the session and its epoch stay.
+                assert exc.code is ErrorCode.fetch_session_topic_id_error
+                assert uses_ids is not session_by_id
             return
         assert found is not None and found[0] == principal and found[1] == epoch
+        assert uses_ids is session_by_id
         keys = (found[2] | added) - forgotten
         self.model[session_id] = (principal, epoch + 1, keys)
         assert plan.incremental and plan.session_id == session_id
