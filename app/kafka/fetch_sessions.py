@@ -47,8 +47,9 @@ From Fetch v13 requests name topics by id (KIP-516): such a session keys its par
 ids on a session made without them, or the other way round, is refused
 FETCH_SESSION_TOPIC_ID_ERROR (the session stays), as Kafka refuses it, so a client
 that changes Fetch versions starts over with a full fetch. A partition of an unknown id
-stays in its session (answered UNKNOWN_TOPIC_ID each time, so always in an incremental
-answer) until the client forgets it.
+(the zero UUID included) stays in its session, answered UNKNOWN_TOPIC_ID each time (so
+always in an incremental answer), until the client forgets it or the id comes to name a
+topic (the Fetch handler resolves such names again on each request, as Kafka does).
 
 Sessions belong to the principal that created them (``User:ANONYMOUS`` for all when
 security is off): another principal naming its id is answered FETCH_SESSION_ID_NOT_FOUND,

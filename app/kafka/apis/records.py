@@ -205,9 +205,11 @@ async def fetch(ctx: Context, body: Any, version: int) -> Any:
     or changed offsets; a request the session cache refuses is answered with its error
     code and nothing else.
 
-    From v13 topics are named by id (:meth:`Topology.topic_named_by`): an id that names
-    no topic, or no longer the topic it named when it joined the session (deleted, or
-    created again under its name), answers UNKNOWN_TOPIC_ID. A partition answered
+    From v13 topics are named by id (:class:`TopicIdNames`, one request's lookups): an
+    id that names no topic (the zero UUID too), or no longer the topic it named when it
+    joined the session (deleted, or created again under its name), answers
+    UNKNOWN_TOPIC_ID; a session partition of an id that named nothing is looked up again
+    on each fetch. A partition named twice in a request is read once (the last entry). A partition answered
     NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH carries its current leader and epoch
     (``current_leader``, v12+) and, from v16, the answer those leaders' Kafka listeners
     (``node_endpoints``, KIP-951): :func:`current_leader`. From v12 a partition given a
