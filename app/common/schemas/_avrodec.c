@@ -19,12 +19,15 @@
  * enum or union index out of range; and bytes after the value (fastavro's value, the
  * same, then fails the caller's check). Block counts cost nothing up front: items are
  * appended as they are read, each taking a byte at least, so the bytes bound the walk.
- * One exception: a varint over 64 bits (fastavro's result there is its C compiler's
- * overflow), declined, so fastavro reads the rest of such a payload unchecked. The one
- * thing it refuses itself (a
+ * Nothing it declines lets fastavro read on: fastavro's two leniencies that would (a
+ * varint of more than 64 bits, read with each shift taken modulo 64 as its compiled
+ * reader's shift instruction takes it; a block count of -2**63, negated to itself, a
+ * block of no items that does not end the array or map) are read here the same way, so
+ * the bytes after them are checked here too. The one thing it refuses itself (a
  * ValueError, the record's error): more than ``zero_width_items`` (default
- * ZERO_WIDTH_ITEMS) array items of a type that takes no bytes (null, a record of nulls, a fixed of size 0) in one value: three bytes
- * can declare 2**62 of them, which fastavro would try to build (memory without bound).
+ * ZERO_WIDTH_ITEMS) array items of a type that takes no bytes (null, a record of nulls, a
+ * fixed of size 0) in one value: three bytes can declare 2**62 of them, which fastavro
+ * would try to build (memory without bound).
  * tests/unit/common/schemas/test_schtypes_avro_decode.py checks, on random schemas,
  * values and byte strings, that a value read here is fastavro's.
  *
@@ -56,22 +59,24 @@ typedef struct {
     int bytes_as_text;
 } In;
 
-/* Avro's long: a base-128 varint of at most 64 bits, then zig-zag. */
+/* Avro's long: a base-128 varint, then zig-zag. Past 64 bits (not Avro, but what a producer
+   may send), as fastavro's compiled reader reads it: it keeps going, each group shifted by
+   its bit offset modulo 64 (x86-64's and AArch64's shift instructions take the count
+   modulo 64), so its value is fastavro's and the bytes after it are read here, checked,
+   not left to fastavro (where a zero-width bomb after it would be built). */
 static inline int
 get_long(In *in, int64_t *out)
 {
     uint64_t v = 0;
-    int shift = 0;
+    unsigned shift = 0;
     for (;;) {
         if (in->p >= in->end)
             return DECLINE;
         unsigned char b = *in->p++;
-        if (shift == 63 && b > 1)
-            return DECLINE; /* more than 64 bits */
         v |= (uint64_t)(b & 0x7F) << shift;
         if (!(b & 0x80))
             break;
-        shift += 7;
+        shift = (shift + 7) & 63;
     }
     *out = (int64_t)((v >> 1) ^ (~(v & 1) + 1));
     return OK;
@@ -164,8 +169,11 @@ get_raw(In *in, Py_ssize_t len, PyObject **out)
 }
 
 /* A block's item count (the absolute value of a negative one, its byte size skipped, as
-   fastavro does). Items that take no bytes are counted against the value's bound; others
-   are bounded by the bytes left as they are read. */
+   fastavro does); 0 ends the array or map. -1 for a count of -2**63: fastavro negates it
+   to itself, reads its byte size and loops over no items, and the array goes on (so this
+   reads on too, rather than leave the rest to fastavro unchecked). Items that take no
+   bytes are counted against the value's bound; others are bounded by the bytes left as
+   they are read. */
 static int
 get_count(In *in, Py_ssize_t min_size, Py_ssize_t *out)
 {
@@ -174,13 +182,15 @@ get_count(In *in, Py_ssize_t min_size, Py_ssize_t *out)
     if (r != OK)
         return r;
     if (count < 0) {
-        if (count == INT64_MIN)
-            return DECLINE;
-        count = -count;
         int64_t size;
         r = get_long(in, &size);
         if (r != OK)
             return r;
+        if (count == INT64_MIN) {
+            *out = -1;
+            return OK;
+        }
+        count = -count;
     }
     if (min_size == 0 && count > 0) {
         if (count > in->zero_width_left) {
