@@ -323,3 +323,24 @@ def test_an_overlong_varint_or_a_count_of_minus_2_63_leaves_no_bomb_to_fastavro(
                 parsed.decode_payload(memoryview(payload))
     finally:
         set_limits(max_zero_width_items=saved)
+
+
+def test_a_zero_width_item_counts_what_it_builds() -> None:
+    """A record of nulls takes no bytes but builds a dict of its fields: each array item of
+    it counts 1 plus its fields against the bound (a record of 100 nulls is 101). Counted
+    as one item, three bytes built ~3.4 GB (1,048,576 dicts of 100 entries) in one value."""
+    from app.common.schemas.types import LIMITS, set_limits
+
+    inner = {"type": "record", "name": "I", "fields": [{"name": "n", "type": "null"}]}
+    fields = [{"name": f"f{i}", "type": "null"} for i in range(8)] + [{"name": "i", "type": inner}]
+    parsed = _parse({"type": "array", "items": {"type": "record", "name": "Z", "fields": fields}})
+    saved = LIMITS.max_zero_width_items
+    try:
+        set_limits(max_zero_width_items=1200)  # an item weighs 1 + 8 + (1 + 1) = 11
+        fine = b"\xc8\x01\x00"  # 100 items: 1,100
+        assert parsed.decode_payload(memoryview(fine)) == _reference(parsed, fine)
+        assert len(parsed.decode_payload(memoryview(fine))) == 100
+        with pytest.raises(RecordInvalid, match="items that take no bytes"):
+            parsed.decode_payload(memoryview(b"\xc8\x01\x14\x00"))  # 100 + 10 items: 1,210
+    finally:
+        set_limits(max_zero_width_items=saved)
