@@ -412,7 +412,7 @@ min_size(Node *n)
         size = 8;
         break;
     case K_FIXED:
-        size = n->size;
+        size = n->size > SIZE_CAP ? SIZE_CAP : n->size; /* a map adds its key's byte */
         break;
     case K_RECORD:
         size = 0;

@@ -344,3 +344,16 @@ def test_a_zero_width_item_counts_what_it_builds() -> None:
             parsed.decode_payload(memoryview(b"\xc8\x01\x14\x00"))  # 100 + 10 items: 1,210
     finally:
         set_limits(max_zero_width_items=saved)
+
+
+def test_a_fixed_of_the_largest_size_is_declined_without_overflow() -> None:
+    """A fixed of size 2**63 - 1 (a schema may say so): the fewest bytes a map entry of it
+    takes was that size plus one, a signed overflow (undefined behaviour: UBSan stops the
+    old code here). It is capped now; the payload is short, declined, fastavro's verdict."""
+    big = {"type": "fixed", "name": "F", "size": (1 << 63) - 1}
+    for schema in ({"type": "map", "values": big}, {"type": "array", "items": big}):
+        parsed = _parse(schema)
+        assert parsed.native_reader(False).read(b"\x00", 0) == _reference(parsed, b"\x00")
+        for payload in (b"\x02\x02k\x00", b"\x02\x00\x00"):
+            assert parsed.native_reader(False).read(payload, 0) is _avrodec.DECLINED
+            assert _outcome(parsed, payload) == _outcome(_fastavro_only(schema), payload)
