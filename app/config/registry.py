@@ -61,8 +61,9 @@ class SchemaRegistrySettings(BaseSettings):
         ge=0,
         le=1 << 30,
         description="The broker's Avro decode (typed fetch, WebSocket subscriptions): array "
-        "items of a type that takes no bytes (null, a record of nulls) one value may hold; "
-        "more is that record's error. A few bytes can declare 2**62 of them.",
+        "items of a type that takes no bytes (null, a record of nulls: 1 plus its fields) "
+        "one value may hold; more is that record's error. A few bytes can declare 2**62 "
+        "of them.",
     )
     schema_validation_cache_ms: int = Field(
         default=30_000,

@@ -82,12 +82,20 @@ class AvroSchema(Codec):
         self._validate = validate
         # A recursive schema (a named type used inside its own definition) lets a value
         # nest without bound, and fastavro's compiled reader, writer and validator recurse
-        # on the C stack: ~5,000 levels crashed the interpreter here. For such schemas the
+        # on the C stack: ~5,000 levels crashed the interpreter here. For such schemas, and
+        # for those whose values nest deeper than SAFE_NATIVE_DEPTH without a cycle (named
+        # records chained through their names: 10,000 levels fit in a schema's 1 MiB), the
         # pure-Python implementations run instead (Python's recursion limit turns depth
         # into RecursionError, reported as RecordInvalid) wherever depth can exceed
-        # SAFE_NATIVE_DEPTH: always on encode, and on decode for payloads longer than it
-        # (each level takes at least one byte).
-        self.recursive = _is_recursive(self._json)
+        # SAFE_NATIVE_DEPTH: always on encode, and on decode for payloads longer than
+        # _native_read_bytes. A level that reads no byte (a record's field) does not need
+        # one: a value nests at most levels_per_byte levels per byte read (and without
+        # bound on no bytes where records contain themselves through records alone).
+        depth, levels_per_byte = _nesting(self._parsed, named)
+        self.recursive = _is_recursive(self._json) or depth is None or depth > SAFE_NATIVE_DEPTH
+        self._native_read_bytes = (
+            -1 if levels_per_byte is None else SAFE_NATIVE_DEPTH // levels_per_byte - 1
+        )
         if self.recursive:
             from fastavro import _validation_py, _write_py
 
@@ -322,7 +330,7 @@ class AvroSchema(Codec):
                 from fastavro import schemaless_reader
 
                 read_py = schemaless_reader
-                if self.recursive and len(payload) > SAFE_NATIVE_DEPTH:
+                if self.recursive and len(payload) > self._native_read_bytes:
                     from fastavro import _read_py
 
                     read_py = _read_py.schemaless_reader
@@ -331,7 +339,7 @@ class AvroSchema(Codec):
                 value = fast.read(stream, self._parsed, self._read_named, None, _READ_OPTIONS)
             else:
                 read = self._read
-                if self.recursive and len(payload) > SAFE_NATIVE_DEPTH:
+                if self.recursive and len(payload) > self._native_read_bytes:
                     from fastavro import _read_py
 
                     read = _read_py.schemaless_reader
@@ -544,6 +552,81 @@ def _is_recursive(schema: Any) -> bool:
                 if isinstance(field, dict) and "type" in field:
                     stack.append((field["type"], defining))
     return False
+
+
+def _nesting(parsed: Any, named: dict[str, Any]) -> tuple[int | None, int | None]:
+    """How deep a value of fastavro's parsed schema ``parsed`` (with its named-type table)
+    may nest, in schema nodes (fastavro's compiled code recurses once or more per node),
+    and the most nodes it may nest through without reading a byte (a record's fields: a
+    union, array or map reads its index or count before its value); None for without
+    bound (a cycle: a recursive schema; for the second, records that contain themselves
+    through records alone, whose values no bytes can end). Iterative: named types may
+    chain thousands deep."""
+    Key = tuple[str, Any]
+
+    def key(node: Any) -> Key:
+        if isinstance(node, str):
+            return ("name", node) if node in named else ("leaf", node)
+        if isinstance(node, dict) and node.get("name") in named and node.get("type") in _NAMED:
+            return ("name", node["name"])
+        return ("id", id(node))
+
+    edges: dict[Key, list[tuple[Key, bool]]] = {}  # node -> (child, read without a byte)
+    pending = [parsed]
+    while pending:
+        node = pending.pop()
+        at = key(node)
+        if at in edges:
+            continue
+        if isinstance(node, str) and node in named:
+            node = named[node]
+        children: list[tuple[Any, bool]] = []
+        if isinstance(node, list):
+            children = [(branch, False) for branch in node]
+        elif isinstance(node, dict):
+            kind = node.get("type")
+            if kind in ("record", "error"):
+                children = [(f["type"], True) for f in node.get("fields") or ()]
+            elif kind == "array":
+                children = [(node["items"], False)]
+            elif kind == "map":
+                children = [(node["values"], False)]
+            elif isinstance(kind, dict | list) or (isinstance(kind, str) and kind in named):
+                children = [(kind, True)]
+        edges[at] = [(key(child), free) for child, free in children]
+        pending.extend(child for child, _ in children)
+
+    def longest(start: Key, free_only: bool, done: dict[Key, int]) -> int | None:
+        """Nodes on the longest path from ``start`` (None: a cycle), memoized in done."""
+        if start in done:
+            return done[start]
+        on_path = {start}
+        stack = [(start, [c for c, free in edges[start] if free or not free_only])]
+        while stack:
+            at, todo = stack[-1]
+            if todo:
+                child = todo.pop()
+                if child in on_path:
+                    return None
+                if child not in done:
+                    on_path.add(child)
+                    stack.append((child, [c for c, f in edges[child] if f or not free_only]))
+                continue
+            stack.pop()
+            on_path.discard(at)
+            succ = [c for c, free in edges[at] if free or not free_only]
+            done[at] = 1 + max((done[c] for c in succ), default=0)
+        return done[start]
+
+    depth = longest(key(parsed), False, {})
+    done: dict[Key, int] = {}
+    per_byte = 1
+    for at in edges:
+        found = longest(at, True, done)
+        if found is None:
+            return depth, None
+        per_byte = max(per_byte, found)
+    return depth, per_byte
 
 
 def _normalize(node: Any, namespace: str | None) -> Any:

@@ -19,12 +19,16 @@
  * enum or union index out of range; and bytes after the value (fastavro's value, the
  * same, then fails the caller's check). Block counts cost nothing up front: items are
  * appended as they are read, each taking a byte at least, so the bytes bound the walk.
- * One exception: a varint over 64 bits (fastavro's result there is its C compiler's
- * overflow), declined, so fastavro reads the rest of such a payload unchecked. The one
- * thing it refuses itself (a
+ * Nothing it declines lets fastavro read on: fastavro's two leniencies that would (a
+ * varint of more than 64 bits, read with each shift taken modulo 64 as its compiled
+ * reader's shift instruction takes it; a block count of -2**63, negated to itself, a
+ * block of no items that does not end the array or map) are read here the same way, so
+ * the bytes after them are checked here too. The one thing it refuses itself (a
  * ValueError, the record's error): more than ``zero_width_items`` (default
- * ZERO_WIDTH_ITEMS) array items of a type that takes no bytes (null, a record of nulls, a fixed of size 0) in one value: three bytes
- * can declare 2**62 of them, which fastavro would try to build (memory without bound).
+ * ZERO_WIDTH_ITEMS) array items of a type that takes no bytes (null, a record of nulls, a
+ * fixed of size 0) in one value, a record counting 1 plus its fields (what an item builds:
+ * a record of 100 nulls is 101): three bytes can declare 2**62 of them, which fastavro
+ * would try to build (memory without bound).
  * tests/unit/common/schemas/test_schtypes_avro_decode.py checks, on random schemas,
  * values and byte strings, that a value read here is fastavro's.
  *
@@ -56,22 +60,24 @@ typedef struct {
     int bytes_as_text;
 } In;
 
-/* Avro's long: a base-128 varint of at most 64 bits, then zig-zag. */
+/* Avro's long: a base-128 varint, then zig-zag. Past 64 bits (not Avro, but what a producer
+   may send), as fastavro's compiled reader reads it: it keeps going, each group shifted by
+   its bit offset modulo 64 (x86-64's and AArch64's shift instructions take the count
+   modulo 64), so its value is fastavro's and the bytes after it are read here, checked,
+   not left to fastavro (where a zero-width bomb after it would be built). */
 static inline int
 get_long(In *in, int64_t *out)
 {
     uint64_t v = 0;
-    int shift = 0;
+    unsigned shift = 0;
     for (;;) {
         if (in->p >= in->end)
             return DECLINE;
         unsigned char b = *in->p++;
-        if (shift == 63 && b > 1)
-            return DECLINE; /* more than 64 bits */
         v |= (uint64_t)(b & 0x7F) << shift;
         if (!(b & 0x80))
             break;
-        shift += 7;
+        shift = (shift + 7) & 63;
     }
     *out = (int64_t)((v >> 1) ^ (~(v & 1) + 1));
     return OK;
@@ -164,33 +170,41 @@ get_raw(In *in, Py_ssize_t len, PyObject **out)
 }
 
 /* A block's item count (the absolute value of a negative one, its byte size skipped, as
-   fastavro does). Items that take no bytes are counted against the value's bound; others
-   are bounded by the bytes left as they are read. */
+   fastavro does); 0 ends the array or map. -1 for a count of -2**63: fastavro negates it
+   to itself, reads its byte size and loops over no items, and the array goes on (so this
+   reads on too, rather than leave the rest to fastavro unchecked). Items that take no
+   bytes (min_size 0) are counted against the value's bound, each as its ``weight`` (what
+   it builds: a record of 100 nulls is 101 objects and entries, not 1); others are bounded
+   by the bytes left as they are read. */
 static int
-get_count(In *in, Py_ssize_t min_size, Py_ssize_t *out)
+get_count(In *in, Py_ssize_t min_size, Py_ssize_t weight, Py_ssize_t *out)
 {
     int64_t count;
     int r = get_long(in, &count);
     if (r != OK)
         return r;
     if (count < 0) {
-        if (count == INT64_MIN)
-            return DECLINE;
-        count = -count;
         int64_t size;
         r = get_long(in, &size);
         if (r != OK)
             return r;
+        if (count == INT64_MIN) {
+            *out = -1;
+            return OK;
+        }
+        count = -count;
     }
     if (min_size == 0 && count > 0) {
-        if (count > in->zero_width_left) {
+        /* weight >= 1; count * weight <= zero_width_left: no overflow */
+        if (count > in->zero_width_left / weight) {
             PyErr_Format(PyExc_ValueError,
                          "Avro payload does not decode: an array block of %lld items that take "
-                         "no bytes (a value may hold at most %zd such items)",
+                         "no bytes (a value may hold at most %zd such items, a record of them "
+                         "counting 1 plus its fields)",
                          (long long)count, in->zero_width_limit);
             return REFUSE;
         }
-        in->zero_width_left -= (Py_ssize_t)count;
+        in->zero_width_left -= (Py_ssize_t)count * weight;
     }
     *out = (Py_ssize_t)count;
     return OK;
@@ -204,7 +218,7 @@ decode_array(In *in, const Node *n, PyObject **out)
         return ERROR;
     for (;;) {
         Py_ssize_t count;
-        int r = get_count(in, n->child->min_size, &count);
+        int r = get_count(in, n->child->min_size, n->child->weight, &count);
         if (r != OK) {
             Py_DECREF(list);
             return r;
@@ -238,7 +252,7 @@ decode_map(In *in, const Node *n, PyObject **out)
     Py_ssize_t entry_size = n->child->min_size + 1;
     for (;;) {
         Py_ssize_t count;
-        int r = get_count(in, entry_size, &count);
+        int r = get_count(in, entry_size, 1, &count);
         if (r != OK) {
             Py_DECREF(dict);
             return r;
@@ -398,7 +412,7 @@ min_size(Node *n)
         size = 8;
         break;
     case K_FIXED:
-        size = n->size;
+        size = n->size > SIZE_CAP ? SIZE_CAP : n->size; /* a map adds its key's byte */
         break;
     case K_RECORD:
         size = 0;
@@ -414,15 +428,37 @@ min_size(Node *n)
     return size;
 }
 
-/* The enum nodes' symbols by index (from {symbol: index}), every node's min_size. */
+/* For a node whose values take no bytes (min_size 0: null, a fixed of size 0, a record of
+   such fields), what one value builds (capped), charged against zero_width_items per array
+   item: 1, and a record 1 plus its fields' weights. Memoized in n->weight (0: not yet
+   known); 1 for every other node (never charged). */
+static Py_ssize_t
+weight(Node *n)
+{
+    if (n->weight > 0)
+        return n->weight;
+    Py_ssize_t w = 1;
+    if (n->kind == K_RECORD && n->min_size == 0)
+        for (Py_ssize_t i = 0; i < n->nfields; i++) {
+            Py_ssize_t f = weight(n->fields[i]);
+            w = f > SIZE_CAP - w ? SIZE_CAP : w + f;
+        }
+    n->weight = w;
+    return w;
+}
+
+/* The enum nodes' symbols by index (from {symbol: index}), every node's min_size and
+   weight. */
 static int
 prepare(Node *nodes, Py_ssize_t count)
 {
     for (Py_ssize_t i = 0; i < count; i++)
         nodes[i].min_size = -1;
+    for (Py_ssize_t i = 0; i < count; i++)
+        min_size(&nodes[i]);
     for (Py_ssize_t i = 0; i < count; i++) {
         Node *n = &nodes[i];
-        min_size(n);
+        weight(n);
         if (n->kind != K_ENUM)
             continue;
         Py_ssize_t size = PyDict_GET_SIZE(n->symbols);

@@ -50,6 +50,8 @@ typedef struct Node {
     struct Node **fields;  /* record: field nodes */
     PyObject *by_index;    /* enum, decoder only: its symbols by index, a tuple (owned) */
     Py_ssize_t min_size;   /* decoder only: the fewest bytes a value of this node takes */
+    Py_ssize_t weight;     /* decoder only, for a node whose values take no bytes: what a
+                              value builds (1, a record 1 plus its fields' weights) */
 } Node;
 
 static void

@@ -94,7 +94,8 @@ class SchemaLimits:
     max_reference_depth: int = 16
     # Seconds the .proto compiler may run for one schema (it runs in a child process).
     protoc_timeout: float = 20.0
-    # Avro decode: array items that take no bytes in one value (the C decoder refuses more).
+    # Avro decode: array items that take no bytes in one value, a record of them counting 1
+    # plus its fields (the C decoder refuses more).
     max_zero_width_items: int = 1 << 20
 
 

@@ -285,3 +285,75 @@ def test_fastavros_leniencies_are_read_in_c_so_no_bomb_reaches_fastavro() -> Non
     ):
         with pytest.raises(RecordInvalid, match="items that take no bytes"):
             parsed.decode_payload(memoryview(payload))
+
+
+def test_an_overlong_varint_or_a_count_of_minus_2_63_leaves_no_bomb_to_fastavro() -> None:
+    """fastavro reads a varint of more than 64 bits (each shift taken modulo 64) and a
+    block count of -2**63 (negated to itself: a block of no items, and the array goes on)
+    without an error. The C reader declined both, so fastavro read the bytes after them
+    unchecked, and built the zero-width bomb there. It reads them as fastavro does now:
+    the values are fastavro's, and a bomb after them is refused."""
+    from app.common.schemas.types import LIMITS, set_limits
+
+    nulls = {"type": "array", "items": "null"}
+    schema = {"type": "record", "name": "R", "fields": [
+        {"name": "a", "type": "long"}, {"name": "n", "type": nulls},
+        {"name": "m", "type": {"type": "map", "values": nulls}}]}  # fmt: skip
+    parsed = _parse(schema)
+    overlong = b"\x80" * 10 + b"\x02"  # fastavro: 2 << (70 % 64), zig-zag 64
+    minimal = b"\xff" * 9 + b"\x01"  # zig-zag -2**63, then the block's byte size
+    for payload in (
+        overlong + b"\x04\x00" + b"\x00",
+        b"\xff" * 12 + b"\x7f" + b"\x00" + b"\x00",
+        b"\x02" + minimal + b"\x00" + b"\x04\x00" + minimal + overlong + b"\x02\x02k\x00\x00",
+    ):
+        value = parsed.native_reader(False).read(payload, 0)
+        assert value is not _avrodec.DECLINED
+        assert repr(value) == repr(_reference(parsed, payload))
+        assert _outcome(parsed, payload) == _outcome(_fastavro_only(schema), payload)
+    saved = LIMITS.max_zero_width_items
+    try:
+        set_limits(max_zero_width_items=10)
+        for payload in (
+            overlong + b"\x16\x00" + b"\x00",  # 11 nulls after an over-long varint
+            b"\x02" + minimal + b"\x00" + b"\x16\x00" + b"\x00",  # after a block of -2**63
+            b"\x02\x00" + minimal + b"\x00" + b"\x02\x02k\x16\x00\x00",  # in a map
+        ):
+            with pytest.raises(RecordInvalid, match="items that take no bytes"):
+                parsed.decode_payload(memoryview(payload))
+    finally:
+        set_limits(max_zero_width_items=saved)
+
+
+def test_a_zero_width_item_counts_what_it_builds() -> None:
+    """A record of nulls takes no bytes but builds a dict of its fields: each array item of
+    it counts 1 plus its fields against the bound (a record of 100 nulls is 101). Counted
+    as one item, three bytes built ~3.4 GB (1,048,576 dicts of 100 entries) in one value."""
+    from app.common.schemas.types import LIMITS, set_limits
+
+    inner = {"type": "record", "name": "I", "fields": [{"name": "n", "type": "null"}]}
+    fields = [{"name": f"f{i}", "type": "null"} for i in range(8)] + [{"name": "i", "type": inner}]
+    parsed = _parse({"type": "array", "items": {"type": "record", "name": "Z", "fields": fields}})
+    saved = LIMITS.max_zero_width_items
+    try:
+        set_limits(max_zero_width_items=1200)  # an item weighs 1 + 8 + (1 + 1) = 11
+        fine = b"\xc8\x01\x00"  # 100 items: 1,100
+        assert parsed.decode_payload(memoryview(fine)) == _reference(parsed, fine)
+        assert len(parsed.decode_payload(memoryview(fine))) == 100
+        with pytest.raises(RecordInvalid, match="items that take no bytes"):
+            parsed.decode_payload(memoryview(b"\xc8\x01\x14\x00"))  # 100 + 10 items: 1,210
+    finally:
+        set_limits(max_zero_width_items=saved)
+
+
+def test_a_fixed_of_the_largest_size_is_declined_without_overflow() -> None:
+    """A fixed of size 2**63 - 1 (a schema may say so): the fewest bytes a map entry of it
+    takes was that size plus one, a signed overflow (undefined behaviour: UBSan stops the
+    old code here). It is capped now; the payload is short, declined, fastavro's verdict."""
+    big = {"type": "fixed", "name": "F", "size": (1 << 63) - 1}
+    for schema in ({"type": "map", "values": big}, {"type": "array", "items": big}):
+        parsed = _parse(schema)
+        assert parsed.native_reader(False).read(b"\x00", 0) == _reference(parsed, b"\x00")
+        for payload in (b"\x02\x02k\x00", b"\x02\x00\x00"):
+            assert parsed.native_reader(False).read(payload, 0) is _avrodec.DECLINED
+            assert _outcome(parsed, payload) == _outcome(_fastavro_only(schema), payload)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -141,6 +143,65 @@ def test_deep_recursive_avro_values_are_record_invalid_not_a_crash() -> None:
         wire.decode(parsed, deep)
     shallow = {"v": "x", "m": {"k": 1.0}, "next": {"v": None, "m": {}, "next": None}}
     assert wire.decode(parsed, wire.encode(parsed, 1, shallow)) == shallow
+
+
+_SELF_CONTAINED = """
+import json, sys
+from app.common import schemas
+from app.common.schema_errors import RecordInvalid
+from app.common.schemas import ResolvedReference
+self_record = {"type": "record", "name": "R", "fields": [{"name": "x", "type": "R"}]}
+chain = [{"name": "a", "type": {"type": "record", "name": "A0", "fields": [
+    {"name": "u", "type": ["null", "R"]}]}}]
+for i in range(1, 19):  # three levels of JSON each: 19 within the nesting limit
+    chain = [{"name": "a", "type": {"type": "record", "name": f"A{i}", "fields": chain}}]
+cycle = {"type": "record", "name": "R", "fields": chain}
+cases = [
+    (schemas.parse("AVRO", json.dumps(self_record)), b""),
+    (schemas.parse("AVRO", json.dumps(cycle)), b"\\x02" * 500),  # 10,500 levels
+    (schemas.parse("AVRO", json.dumps({"type": "record", "name": "M", "fields": [
+        {"name": "r", "type": "R"}]}), (ResolvedReference(
+        "R", "r", 1, "AVRO", json.dumps(self_record)),)), b""),  # R from a reference
+]
+for parsed, payload in cases:
+    try:
+        parsed.decode_payload(memoryview(payload))
+    except RecordInvalid:
+        print("RecordInvalid")
+"""
+
+
+def test_records_nesting_without_reading_a_byte_are_record_invalid_not_a_crash() -> None:
+    """A record that holds itself through records alone (R with a field of type R) nests
+    without bound on no bytes at all; one whose cycle runs through 20 records and a union
+    nests 21 levels a byte. fastavro's compiled reader took payloads shorter than the
+    safe depth (one level a byte was assumed): on the first it crashed the interpreter (a
+    remote crash: any record framed with such a schema's id, fetched typed), on the
+    second it recursed 10,500 levels deep, 20 times the safe depth; a recursive type from
+    a reference crashed it too (the recursion check read only the schema's own text).
+    They take the pure-Python reader: RecordInvalid. In a child process, which the old
+    code crashed."""
+    done = subprocess.run(
+        [sys.executable, "-c", _SELF_CONTAINED], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["RecordInvalid"] * 3
+
+
+def test_named_records_chained_deeper_than_the_safe_depth_count_as_recursive() -> None:
+    """No cycle, but each record's field is the previous record (by name): values nest
+    600 levels deep from a schema of 600 short definitions (10,000 fit in a schema's
+    1 MiB, which crashed fastavro's compiled reader). Such a schema takes the recursive
+    schemas' pure-Python paths."""
+    fields = [{"name": "f0", "type": {"type": "record", "name": "C0", "fields": [
+        {"name": "b", "type": "boolean"}]}}]  # fmt: skip
+    for i in range(1, 600):
+        fields.append({"name": f"f{i}", "type": {"type": "record", "name": f"C{i}",
+                       "fields": [{"name": "x", "type": f"C{i - 1}"}]}})  # fmt: skip
+    parsed = schemas.parse("AVRO", json.dumps({"type": "record", "name": "D", "fields": fields}))
+    assert parsed.recursive  # type: ignore[attr-defined]
+    with contextlib.suppress(RecordInvalid):
+        wire.decode(parsed, b"\x00\x00\x00\x00\x01" + b"\x01" * 600)
 
 
 def test_non_recursive_schemas_keep_the_compiled_path() -> None:
