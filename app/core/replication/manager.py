@@ -547,8 +547,9 @@ class ReplicaManager:
         checkpoint), its fetch answers carry it (``Logbus-Log-Start-Offset``) and each
         follower moves its own start there (never past its own high watermark), writes it
         down and says so in its next fetch. Answers the low watermark (the smallest start
-        over the leader and the replicas on live brokers, Kafka's) once it reaches the new
-        start: every live replica has then dropped the records durably, so no failover
+        over the leader, the replicas on live brokers, Kafka's, and the ISR members, live
+        or not: :meth:`Partition.low_watermark`) once it reaches the new start: every
+        replica that may lead next has then dropped the records durably, so no failover
         brings them back. Raises NotLeaderOrFollower, UnknownTopicOrPartition,
         OffsetOutOfRange (above the high watermark), RequestTimedOut after
         ``timeout_ms`` (the leader's start moved; the followers still follow it)."""
