@@ -522,6 +522,11 @@ class LogManager:
                 log.dir.rename(dead)
                 paths.append(dead)
             fsync_dir(self.data_dir)
+            # The checkpoints forget its partitions now, as Kafka's asyncDelete does: a
+            # topic created again under the name starts at 0, and a crash before the next
+            # periodic write would load it with the old log start offset (a DeleteRecords'
+            # or retention's), hiding its records, or dropping them all below that start.
+            self.checkpoint()
             if self._cleaner is not None:
                 self._cleaner.forget(name)
             due = now_ms() + topic.config.file_delete_delay_ms

@@ -366,3 +366,34 @@ def test_stray_checkpoint_tmp_and_damaged_checkpoint(tmp_path: Path) -> None:
     assert not (data / "recovery-point-offset-checkpoint.tmp").exists()
     assert (data / "recovery-point-offset-checkpoint").read_text() == "0\n1\nt 0 3\n"
     m.shutdown()
+
+
+def test_a_topic_created_again_keeps_its_records_across_a_crash(tmp_path: Path) -> None:
+    """Deleting a topic writes the checkpoints without it: the old topic's log start
+    offset (moved by DeleteRecords) is not applied to a new topic of the same name by a
+    start after a crash that came before the next periodic checkpoint."""
+    data = tmp_path / "data"
+    hour = 3_600_000  # no periodic checkpoint during the test
+
+    def manager() -> LogManager:
+        return LogManager(data, flush_scheduler_interval_ms=hour, retention_check_interval_ms=hour)
+
+    m = manager()
+    m.start()
+    m.create_topic("t", 1)
+    m.get_log("t", 0).append(value_batch(0, 50))
+    assert m.get_log("t", 0).delete_records(40) == 40
+    m.checkpoint()
+    m.delete_topic("t")
+    m.create_topic("t", 1)
+    m.get_log("t", 0).append(value_batch(0, 10))
+    m.get_log("t", 0).flush()
+    m._stop.set()  # "crash": no further checkpoint, no .clean_shutdown
+    again = manager()
+    again.start()
+    try:
+        log = again.get_log("t", 0)
+        assert (log.log_start_offset, log.log_end_offset) == (0, 10)
+        assert [o for o, _ in check_log_dir(log.dir, start=0)] == list(range(10))
+    finally:
+        again.shutdown()
