@@ -83,6 +83,8 @@ from app.core.log.segment import now_ms
 from app.core.log.topic_rules import (
     DELETE_DIR_SUFFIX,
     MAX_PARTITIONS,
+    ConfigChange,
+    changed_overrides,
     check_new_topic,
     collision_key,
     delete_dir_name,
@@ -578,10 +580,12 @@ class LogManager:
         return dict(self._topic(topic).overrides)
 
     def alter_topic_config(
-        self, name: str, overrides: Mapping[str, object], *, validate_only: bool = False
+        self, name: str, overrides: ConfigChange, *, validate_only: bool = False
     ) -> None:
         """Replace a lone broker's topic overrides with ``overrides`` (Kafka's AlterConfigs:
-        a config not named returns to the default). Checked as a create checks them
+        a config not named returns to the default), or with what ``overrides`` makes of
+        the current ones (IncrementalAlterConfigs: read under the lock, so two changes
+        never build on the same old set). Checked as a create checks them
         (InvalidConfig), then written to the topic file (atomically: a crash leaves the old
         or the new set) before the logs take the new config; ``validate_only`` writes
         nothing. A cluster's topics take their configs from ZooKeeper
@@ -589,9 +593,12 @@ class LogManager:
 
         Blocking (an fsync): call from a worker thread. A log reads its ``config`` per
         operation, so an append in flight uses the old one or the new one, whole."""
-        config, normalized = check_new_topic(name, 1, overrides, self.default_config)
+        if not callable(overrides):
+            check_new_topic(name, 1, overrides, self.default_config)  # before the topic
         with self._lock:
             topic = self._standalone_topic(name, "its configs change")
+            wanted = changed_overrides(overrides, topic.overrides)
+            config, normalized = check_new_topic(name, 1, wanted, self.default_config)
             if validate_only:
                 return
             meta_path = self.data_dir / TOPICS_DIR / f"{name}.json"

@@ -29,7 +29,7 @@ import threading
 import time
 import uuid
 from base64 import urlsafe_b64encode
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from app.common.aio import wait_event
@@ -49,7 +49,13 @@ from app.common.errors import (
     ZooKeeperUnavailable,
 )
 from app.core import listeners
-from app.core.log.topic_rules import MAX_PARTITIONS, check_new_topic, collision_key
+from app.core.log.topic_rules import (
+    MAX_PARTITIONS,
+    ConfigChange,
+    changed_overrides,
+    check_new_topic,
+    collision_key,
+)
 from app.core.replication.auth import ReplicaAuth
 from app.core.replication.config import ReplicaConfig
 from app.core.replication.controller import Controller
@@ -516,13 +522,17 @@ class ReplicaManager:
     async def alter_topic_config(
         self,
         name: str,
-        overrides: Mapping[str, object],
+        overrides: ConfigChange,
         *,
         validate_only: bool = False,
         wait_s: float = 30.0,
     ) -> None:
         """Replace the topic's config overrides (those not named return to the broker's
-        default): checked as a create checks them (InvalidConfig), written to the topic's
+        default), or, given a function (IncrementalAlterConfigs), with what it makes of
+        the assignment's current ones, read inside the compare-and-set (this broker's
+        view may not have a change made through another broker yet: building on it
+        would undo that change): checked as a create checks them (InvalidConfig, nothing
+        written), written to the topic's
         ZooKeeper assignment (``configs``, by compare-and-set), and applied by every broker
         from its watch of that znode, so each broker's replicas (and DescribeConfigs,
         ``GET /topics/{t}``) take them: retention and cleanup run with them, a leader
@@ -530,9 +540,13 @@ class ReplicaManager:
         ``unclean.leader.election.enable`` there. Returns once this broker applied them;
         the others follow within a watch's delay."""
         self.partition_count(name)  # UnknownTopicOrPartition first, as a lone broker
-        _, normalized = check_new_topic(name, 1, overrides, self.logs.default_config)
+        default = self.logs.default_config
+        if not callable(overrides):
+            check_new_topic(name, 1, overrides, default)  # before ZooKeeper is read
 
         def change(current: TopicAssignment) -> TopicAssignment | None:
+            wanted = changed_overrides(overrides, current.configs)
+            _, normalized = check_new_topic(name, 1, wanted, default)
             return None if validate_only else dataclasses.replace(current, configs=normalized)
 
         written = await self._change_assignment(name, change)

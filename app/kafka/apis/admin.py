@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shutil
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -323,7 +324,7 @@ SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 _LIST_CONFIGS = frozenset({"cleanup.policy"})
 
 
-def _incremental(current: dict[str, object], changes: Any) -> dict[str, object]:
+def _incremental(current: Mapping[str, object], changes: Any) -> dict[str, object]:
     """The overrides after IncrementalAlterConfigs' operations, in order (a list config's
     APPEND/SUBTRACT start from its current value, its default if not overridden)."""
     out = dict(current)
@@ -411,18 +412,26 @@ async def alter_configs(ctx: Context, body: Any, version: int) -> Any:
 
 async def incremental_alter_configs(ctx: Context, body: Any, version: int) -> Any:
     """IncrementalAlterConfigs: SET, DELETE (back to the default), and APPEND/SUBTRACT on
-    list configs (``cleanup.policy``), applied to the topic's current overrides."""
+    list configs (``cleanup.policy``), applied to the topic's current overrides as the
+    topology reads them where they are kept (:meth:`Topology.alter_topic_config` given a
+    function: a cluster's ZooKeeper assignment, inside its compare-and-set), not to this
+    broker's view, which may not have a change made through another broker yet."""
     m = response_module(INCREMENTAL_ALTER_CONFIGS, version)
     manager = ctx.state.manager
     assert manager is not None
+    defaults = manager.default_config.to_kafka()
 
-    def overrides_of(r: Any) -> dict[str, object]:
-        current = manager.topic_overrides(r.resource_name)
-        if any(int(c.config_operation) in (APPEND, SUBTRACT) for c in r.configs):
-            # A list config's current value, default included, is what APPEND starts from.
-            config = manager.topic_config(r.resource_name).to_kafka()
-            current = {**{k: config[k] for k in _LIST_CONFIGS}, **current}
-        return _incremental(current, r.configs)
+    def overrides_of(r: Any) -> Callable[[Mapping[str, object]], dict[str, object]]:
+        appends = any(int(c.config_operation) in (APPEND, SUBTRACT) for c in r.configs)
+
+        def change(current: Mapping[str, object]) -> dict[str, object]:
+            if appends:
+                # A list config's current value, default included, is what APPEND starts
+                # from.
+                current = {**{k: defaults[k] for k in _LIST_CONFIGS}, **current}
+            return _incremental(current, r.configs)
+
+        return change
 
     return await _alter(ctx, m, body, m.IncrementalAlterConfigsResponse, overrides_of)
 
