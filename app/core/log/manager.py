@@ -650,8 +650,12 @@ class LogManager:
         partitions: int,
         overrides: Mapping[str, object],
         hosted: Collection[int],
+        *,
+        topic_id: str,
     ) -> bool:
-        """Bring a cluster topic in line with its ZooKeeper assignment: its config overrides
+        """Bring a cluster topic in line with its ZooKeeper assignment (that of the topic
+        with id ``topic_id``: UnknownTopicOrPartition, nothing changed, when the topic here
+        is another one of that name, created again since): its config overrides
         become ``overrides`` (already checked by the broker that wrote them; a name this
         broker does not keep is InvalidConfig), and a count above the topic's grows it,
         with a log for each new partition in ``hosted``. Partitions never go away here
@@ -670,6 +674,8 @@ class LogManager:
             topic = self._topic(name)
             if not topic.clustered:
                 raise InvalidRequest(f"topic {name!r} is a lone broker's, not the cluster's")
+            if topic.topic_id != topic_id:
+                raise UnknownTopicOrPartition(name)  # an assignment of a deleted topic
             have = len(topic.logs)
             grow = [p for p in range(have, partitions) if p in set(hosted)]
             if normalized == topic.overrides and partitions <= have:

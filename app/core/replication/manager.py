@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import threading
 import time
@@ -326,12 +327,21 @@ class ReplicaManager:
             hosted = [p for p, r in enumerate(assignment.replicas) if self.broker_id in r]
             try:
                 changed = await asyncio.to_thread(
-                    self.logs.apply_cluster_assignment,
-                    name,
-                    assignment.partitions,
-                    assignment.configs,
-                    hosted,
+                    functools.partial(
+                        self.logs.apply_cluster_assignment,
+                        name,
+                        assignment.partitions,
+                        assignment.configs,
+                        hosted,
+                        topic_id=assignment.topic_id,
+                    )
                 )
+            except UnknownTopicOrPartition:
+                # The topic here is another one of that name (deleted and created again
+                # since this assignment was read), or gone: its own assignment is applied
+                # by its own watch. Applying this one would give the new topic the old
+                # one's configs and id here, and refuse the new one's partitions after.
+                return
             except LogbusError as exc:
                 # A config this broker's version does not keep, no descriptors left for
                 # the new replicas: this broker goes on with what it had (its new replicas
@@ -348,6 +358,8 @@ class ReplicaManager:
             with self._watched_lock:
                 if name not in self._watched:
                     return  # deleted while its logs changed: _drop_topic has them
+            if self._local_topic_id(name) != assignment.topic_id:
+                return  # deleted and created again while its logs changed
             if changed:
                 _log.info(
                     "topic %s: %d partitions, config overrides %s (from ZooKeeper)",
@@ -375,6 +387,12 @@ class ReplicaManager:
             for p in range(first_new, assignment.partitions):
                 self.store.watch_state(name, p, self._state_watch(name, p))
         self._changed_now()
+
+    def _local_topic_id(self, name: str) -> str | None:
+        try:
+            return self.logs.topic_id(name)
+        except UnknownTopicOrPartition:
+            return None
 
     def _state_watch(self, name: str, p: int) -> Callable[[PartitionState | None, int], bool]:
         def on_state(state: PartitionState | None, version: int) -> bool:

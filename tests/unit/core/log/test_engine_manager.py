@@ -220,8 +220,15 @@ def test_a_cluster_topic_takes_its_assignment_and_keeps_it_over_a_restart(
         with pytest.raises(InvalidRequest):  # a cluster's topic changes through ZooKeeper
             m.alter_topic_config("t", {})
         # Grown to four, this broker hosting partition 2 of the new ones, configs replaced.
-        assert m.apply_cluster_assignment("t", 4, {"min.insync.replicas": 2}, [0, 2])
-        assert not m.apply_cluster_assignment("t", 4, {"min.insync.replicas": 2}, [0, 2])
+        assert m.apply_cluster_assignment(
+            "t", 4, {"min.insync.replicas": 2}, [0, 2], topic_id="abc"
+        )
+        assert not m.apply_cluster_assignment(
+            "t", 4, {"min.insync.replicas": 2}, [0, 2], topic_id="abc"
+        )
+        # Another topic's assignment (deleted, and "t" created again since) changes nothing.
+        with pytest.raises(UnknownTopicOrPartition):
+            m.apply_cluster_assignment("t", 5, {}, [0, 2, 4], topic_id="old")
         assert m.partition_count("t") == 4
         assert m.hosted_partitions("t") == [0, 2]
         assert m.topic_overrides("t") == {"min.insync.replicas": 2}
@@ -229,11 +236,11 @@ def test_a_cluster_topic_takes_its_assignment_and_keeps_it_over_a_restart(
         assert m.get_log("t", 0).config.retention_ms == LogConfig().retention_ms
         m.get_log("t", 2).append(value_batch(0, 1))
         with pytest.raises(InvalidConfig):
-            m.apply_cluster_assignment("t", 4, {"retention.ms": "soon"}, [0, 2])
+            m.apply_cluster_assignment("t", 4, {"retention.ms": "soon"}, [0, 2], topic_id="abc")
         lone = "lone"
         m.create_topic(lone, 1)
         with pytest.raises(InvalidRequest):
-            m.apply_cluster_assignment(lone, 2, {}, [0, 1])
+            m.apply_cluster_assignment(lone, 2, {}, [0, 1], topic_id="")
     finally:
         m.shutdown()
     m = LogManager(tmp_path / "data")

@@ -1,7 +1,8 @@
-"""Topic config changes in a cluster, at the replica manager: the new overrides are
-built from the topic's ZooKeeper assignment inside the compare-and-set, not from this
+"""Topic changes in a cluster, at the replica manager. Config changes: the new overrides
+are built from the topic's ZooKeeper assignment inside the compare-and-set, not from this
 broker's view of it, which may not have a change made through another broker yet; a bad
-value is refused before anything is written.
+value is refused before anything is written. Assignments from the topic's watch: one of
+a deleted topic, arriving after a topic of that name was created again, changes nothing.
 
 The ReplicaManager is real; ZooKeeper is a fake holding one topic's assignment and its
 znode version (``get_topic_versioned``/``set_topic``, the two calls a change makes), and
@@ -12,12 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from app.core.log.config import LogConfig
+from app.core.log.manager import LogManager
 from app.core.log.topic_rules import check_new_topic
 from app.core.replication.config import ReplicaConfig
 from app.core.replication.manager import ReplicaManager
@@ -147,5 +150,37 @@ def test_a_bad_value_or_validate_only_writes_nothing() -> None:
         code, message = await incremental(replicas, [(SET, "no.such.config", "1")])
         assert code == ErrorCode.invalid_config, message
         assert zk.writes == [] and zk.assignment.configs == {}
+
+    asyncio.run(main())
+
+
+def test_an_assignment_of_a_deleted_topic_does_not_touch_the_one_created_again(
+    tmp_path: Path,
+) -> None:
+    """The old topic's watch delivered a change (configs, a partition) just before the
+    topic was deleted; its apply ran once "orders" was created again here, before the new
+    topic's own first apply."""
+
+    async def main() -> None:
+        logs = LogManager(tmp_path / "data")
+        logs.start()
+        try:
+            settings = ReplicaConfig(zookeeper="127.0.0.1:1", broker_id=1, url="http://127.0.0.1:9")
+            replicas = ReplicaManager(settings, logs, lambda log: None)
+            replicas.store = SimpleNamespace(  # type: ignore[assignment]
+                watch_state=lambda name, p, cb: None
+            )
+            replicas._watched.add(TOPIC)
+            logs.create_topic(TOPIC, 1, {}, topic_id="new-id", hosted=[0])
+            old = TopicAssignment("old-id", ((1, 2), (1, 2)), {"retention.ms": 1_000})
+            await replicas._apply_assignment(TOPIC, old)
+            assert logs.topic_overrides(TOPIC) == {} and logs.partition_count(TOPIC) == 1
+            assert TOPIC not in replicas.assignments
+            new = TopicAssignment("new-id", ((1, 2),), {})
+            await replicas._apply_assignment(TOPIC, new)
+            assert replicas.assignments[TOPIC] == new
+            assert sorted(replicas.partitions) == [(TOPIC, 0)]
+        finally:
+            logs.shutdown()
 
     asyncio.run(main())
