@@ -15,9 +15,9 @@ run time). AlterConfigs and IncrementalAlterConfigs change a topic's overrides t
 :meth:`Topology.alter_topic_config` (in a cluster: written to the topic's ZooKeeper
 assignment and applied by every broker). DeleteRecords moves a partition's log start
 offset through :meth:`Topology.delete_records` (in a cluster the followers follow it, and
-the answer's low watermark is Kafka's: the smallest start over the live replicas, once it
-reached the new start, within the request's ``timeout_ms``). CreatePartitions grows a
-topic through :meth:`Topology.create_partitions` (in a cluster the new replicas are
+the answer's low watermark is Kafka's: the smallest start over the live replicas and the
+ISR members, live or not, once it reached the new start, within the request's
+``timeout_ms``). CreatePartitions grows a topic through :meth:`Topology.create_partitions` (in a cluster the new replicas are
 placed over the live brokers and the answer waits for their leaders).
 
 DescribeLogDirs: the broker's one data directory and, per partition it holds (leader or
