@@ -218,6 +218,7 @@ class LocalTopology:
         self, topic: str, partition: int, offset: int, *, timeout_ms: int = 30_000
     ) -> int:
         log = self.leader_partition(topic, partition).log
+        log.check_records_deletable()  # PolicyViolation: compacted only
         return await asyncio.to_thread(log.delete_records, offset)
 
     async def create_partitions(

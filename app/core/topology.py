@@ -254,9 +254,10 @@ class Topology(Protocol):
     ) -> int:
         """Move a partition's log start offset up to ``offset`` (-1: its high watermark)
         as its leader; the low watermark (a lone broker: the new log start offset; a
-        cluster: once every live replica's start reached it, within ``timeout_ms``, else
-        RequestTimedOut). Raises NotLeaderOrFollower, UnknownTopicOrPartition,
-        OffsetOutOfRange."""
+        cluster: once every live replica's and ISR member's start reached it, within
+        ``timeout_ms``, else RequestTimedOut). Raises NotLeaderOrFollower,
+        UnknownTopicOrPartition, PolicyViolation (``cleanup.policy`` without ``delete``,
+        nothing changed), OffsetOutOfRange."""
         ...
 
     async def create_partitions(

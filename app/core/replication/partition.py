@@ -455,6 +455,7 @@ class Partition:
         append does. Blocking (segment files are renamed): call from a worker thread."""
         with self._lock.shared():
             self.check_leads(epoch)
+            self.log.check_records_deletable()  # PolicyViolation: compacted only
             return self.log.delete_records(offset)
 
     def low_watermark(self) -> int:

@@ -443,7 +443,8 @@ async def delete_records(ctx: Context, body: Any, version: int) -> Any:
     """Each partition's log start offset moved up to the offset given (-1: the high
     watermark) by its leader (:meth:`Topology.delete_records`); ``low_watermark`` is
     the new log start offset (a cluster's: once every live replica's start reached it,
-    Kafka's low watermark). Errors per partition: OFFSET_OUT_OF_RANGE above the high
+    Kafka's low watermark). Errors per partition: POLICY_VIOLATION for a topic whose
+    cleanup.policy lacks delete (compacted only), OFFSET_OUT_OF_RANGE above the high
     watermark, NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, REQUEST_TIMED_OUT (a
     cluster's followers did not all follow within ``timeout_ms``)."""
     m = response_module(DELETE_RECORDS, version)

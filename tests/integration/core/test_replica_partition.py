@@ -21,6 +21,7 @@ from app.common.errors import (
     NotEnoughReplicasAfterAppend,
     NotLeaderOrFollower,
     OffsetNotAvailable,
+    PolicyViolation,
     RequestTimedOut,
     UnknownLeaderEpoch,
 )
@@ -868,6 +869,25 @@ def test_delete_records_waits_are_bounded_and_end_with_leadership(tmp_path: Path
         with pytest.raises(NotLeaderOrFollower):
             h.part.delete_records(3, 8)
         assert h.log.log_start_offset == 4
+        h.log.close()
+
+    run(main())
+
+
+def test_delete_records_on_a_compacted_only_topic_is_a_policy_violation(tmp_path: Path) -> None:
+    """Kafka's leader refuses DeleteRecords unless cleanup.policy includes delete."""
+
+    async def main() -> None:
+        h = Harness(tmp_path, (1, 2))
+        h.lead(isr=(1,), epoch=3)
+        h.append(10)
+        h.log.config = h.log.config.with_overrides({"cleanup.policy": "compact"})
+        with pytest.raises(PolicyViolation) as refused:
+            h.part.delete_records(3, 4)
+        assert refused.value.error_code == "POLICY_VIOLATION"
+        assert h.log.log_start_offset == 0
+        h.log.config = h.log.config.with_overrides({"cleanup.policy": "compact,delete"})
+        assert h.part.delete_records(3, 4) == 4
         h.log.close()
 
     run(main())
