@@ -156,6 +156,11 @@ class PartitionLimitExceeded(InvalidPartitions):
         super().__init__(message, limit=limit, setting=setting)
 
 
+class PolicyViolation(InvalidRequest, error_code="POLICY_VIOLATION"):
+    """A request the topic's configured policy forbids: DeleteRecords on a topic whose
+    ``cleanup.policy`` does not include ``delete`` (compacted only), as Kafka refuses it."""
+
+
 class InvalidReplicationFactor(InvalidRequest, error_code="INVALID_REPLICATION_FACTOR"):
     """A replication factor below 1 or above the number of live brokers."""
 

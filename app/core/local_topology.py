@@ -46,6 +46,7 @@ from app.core.topology import (
 if TYPE_CHECKING:
     from app.core.log.log import AppendInfo, Log
     from app.core.log.manager import LogManager
+    from app.core.log.topic_rules import ConfigChange
 
 _log = logging.getLogger(__name__)
 
@@ -205,7 +206,7 @@ class LocalTopology:
         )
 
     async def alter_topic_config(
-        self, name: str, overrides: Mapping[str, object], *, validate_only: bool = False
+        self, name: str, overrides: ConfigChange, *, validate_only: bool = False
     ) -> None:
         await asyncio.to_thread(
             functools.partial(
@@ -217,6 +218,7 @@ class LocalTopology:
         self, topic: str, partition: int, offset: int, *, timeout_ms: int = 30_000
     ) -> int:
         log = self.leader_partition(topic, partition).log
+        log.check_records_deletable()  # PolicyViolation: compacted only
         return await asyncio.to_thread(log.delete_records, offset)
 
     async def create_partitions(

@@ -44,6 +44,7 @@ from app.common.errors import UnknownTopicId, UnknownTopicOrPartition
 if TYPE_CHECKING:
     from app.common.errors import OffsetNotAvailable
     from app.core.log.log import AppendInfo, Log
+    from app.core.log.topic_rules import ConfigChange
     from app.core.replication.state import BrokerInfo
 
 # (topic, partition, leads) on the event loop, when this broker starts or stops leading.
@@ -236,12 +237,16 @@ class Topology(Protocol):
         ...
 
     async def alter_topic_config(
-        self, name: str, overrides: Mapping[str, object], *, validate_only: bool = False
+        self, name: str, overrides: ConfigChange, *, validate_only: bool = False
     ) -> None:
         """Replace the topic's config overrides (configs not named return to the
-        default); ``validate_only`` checks only. In a cluster the overrides are the
-        topic's ZooKeeper assignment's and every broker applies them; this returns once
-        this broker has. Raises UnknownTopicOrPartition, InvalidConfig."""
+        default), or, given a function, with what it makes of the current ones, read
+        where they are kept (IncrementalAlterConfigs: in a cluster the ZooKeeper
+        assignment, inside the compare-and-set, not this broker's view, which may lag a
+        change made through another broker); ``validate_only`` checks only. In a cluster
+        the overrides are the topic's ZooKeeper assignment's and every broker applies
+        them; this returns once this broker has. Raises UnknownTopicOrPartition,
+        InvalidConfig."""
         ...
 
     async def delete_records(
@@ -249,9 +254,10 @@ class Topology(Protocol):
     ) -> int:
         """Move a partition's log start offset up to ``offset`` (-1: its high watermark)
         as its leader; the low watermark (a lone broker: the new log start offset; a
-        cluster: once every live replica's start reached it, within ``timeout_ms``, else
-        RequestTimedOut). Raises NotLeaderOrFollower, UnknownTopicOrPartition,
-        OffsetOutOfRange."""
+        cluster: once every live replica's and ISR member's start reached it, within
+        ``timeout_ms``, else RequestTimedOut). Raises NotLeaderOrFollower,
+        UnknownTopicOrPartition, PolicyViolation (``cleanup.policy`` without ``delete``,
+        nothing changed), OffsetOutOfRange."""
         ...
 
     async def create_partitions(

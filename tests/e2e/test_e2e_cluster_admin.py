@@ -313,3 +313,77 @@ def test_the_http_door_changes_the_cluster_through_the_same_topology(cluster: Cl
     assert (answer.status_code, answer.json()) == (200, {"low_watermark": 15}), answer.text
     for broker in cluster.ids:
         assert _start_on(cluster, broker, "hadmin") == 15
+
+
+def test_a_follower_down_during_delete_records_inside_a_batch_catches_up(
+    cluster: Cluster,
+) -> None:
+    """A follower is down while the leader takes a batch of 100 records and deletes up to
+    the middle of it. Started again, its next offset is gone at the leader: it starts over
+    at the leader's start, is answered the whole batch holding it, and must append it and
+    rejoin the ISR (it fetched that batch again and again before), holding nothing below
+    the start."""
+    create_topic(cluster, "kdelmid", partitions=1, rf=3)
+    leader = cluster.leader("kdelmid")
+    assert produce(cluster, leader, "kdelmid", 0, ["a"] * 10).status_code == 200
+    wait_isr(cluster, "kdelmid", cluster.ids)
+    follower = next(b for b in cluster.ids if b != leader)
+    cluster.kill(follower)
+    others = [b for b in cluster.ids if b != follower]
+    wait_isr(cluster, "kdelmid", others)
+    values = [str(i) for i in range(10, 110)]
+    assert produce(cluster, leader, "kdelmid", 0, values).status_code == 200  # one batch
+    answer = httpx.delete(
+        f"{cluster.url(leader)}/topics/kdelmid/partitions/0/records",
+        params={"before": 60},
+        timeout=60,
+    )
+    assert (answer.status_code, answer.json()) == (200, {"low_watermark": 60}), answer.text
+    cluster.restart(follower)
+    wait_isr(cluster, "kdelmid", cluster.ids)
+    cluster.wait_until(
+        lambda: _start_on(cluster, follower, "kdelmid") == 60,
+        message="the restarted follower's start at 60",
+    )
+    found = find_partition({"topics": [described(cluster, follower, "kdelmid")]}, "kdelmid", 0)
+    assert found["log_end_offset"] == 110
+    assert _checkpointed_start(cluster.broker(follower).data_dir, "kdelmid") == 60
+
+
+def test_a_broker_down_during_topic_changes_takes_them_at_its_next_start(
+    cluster: Cluster,
+) -> None:
+    """Partitions added and configs changed while a broker is down: the new replicas go
+    to the live brokers, and the broker, started again, knows the new partitions (and
+    their leaders) and applies the new configs from ZooKeeper."""
+    create_topic(cluster, "kaway", partitions=1, rf=2)
+    away = 3
+    assert cluster.stop_broker(away) == 0  # its registration goes at once
+
+    def live(via: int) -> list[int]:
+        brokers = httpx.get(f"{cluster.url(via)}/metadata", timeout=10).json()["brokers"]
+        return [b["id"] for b in brokers]
+
+    for via in (1, 2):
+        cluster.wait_until(
+            lambda v=via: away not in live(v), message=f"broker {via} sees {away} gone"
+        )
+    grown = httpx.post(f"{cluster.url(1)}/topics/kaway/partitions", json={"count": 4}, timeout=60)
+    assert grown.status_code == 200, grown.text
+    assert all(away not in p["replicas"] for p in grown.json()["partitions"][1:])
+    changed = httpx.put(
+        f"{cluster.url(2)}/topics/kaway/configs",
+        json={"configs": {"retention.ms": 123_456}},
+        timeout=30,
+    )
+    assert changed.status_code == 200, changed.text
+    cluster.restart(away)
+    seen = described(cluster, away, "kaway")
+    assert seen["config_overrides"] == {"retention.ms": 123456}
+    cluster.wait_until(
+        lambda: (
+            [p["leader"] >= 0 for p in described(cluster, away, "kaway")["partitions"]]
+            == [True] * 4
+        ),
+        message="four led partitions at the restarted broker",
+    )

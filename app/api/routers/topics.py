@@ -253,9 +253,10 @@ async def delete_records(
     Kafka's DeleteRecords (DELETE on the topic), by the partition's leader (elsewhere: 307
     to it): what is below `before` is never served again, through any door. Above the
     high watermark: 416 OFFSET_OUT_OF_RANGE; internal topics: 400 INVALID_TOPIC_EXCEPTION
-    (their records are the coordinators' state). In a cluster the followers follow the
-    leader's new log start offset, and `low_watermark` is answered once every live
-    replica has moved its own (Kafka's low watermark).
+    (their records are the coordinators' state); a topic whose `cleanup.policy` lacks
+    `delete` (compacted only): 400 POLICY_VIOLATION, as Kafka. In a cluster the followers
+    follow the leader's new log start offset, and `low_watermark` is answered once every
+    live replica and every ISR member has moved its own (Kafka's low watermark).
     """
     low = await topic_service.delete_records(state, topic, partition, before, timeout_ms=timeout_ms)
     return JSONBytes({"low_watermark": low})

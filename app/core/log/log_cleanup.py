@@ -28,7 +28,7 @@ from array import array
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from app.common.errors import KafkaStorageError, OffsetOutOfRange
+from app.common.errors import KafkaStorageError, OffsetOutOfRange, PolicyViolation
 from app.core.log.checkpoint import fsync_dir
 from app.core.log.config import LogConfig
 from app.core.log.epoch import LeaderEpochCache
@@ -113,6 +113,17 @@ class LogCleanup:
                 new_start,
             )
             return count
+
+    def check_records_deletable(self) -> None:
+        """PolicyViolation unless the topic's ``cleanup.policy`` includes ``delete``: a
+        client's DeleteRecords on a compacted-only topic is refused, as Kafka's leader
+        refuses it (``Partition.deleteRecordsOnLeader``). Not for a follower following
+        its leader's start, which moves whatever the policy is now."""
+        if not self.config.delete:
+            raise PolicyViolation(
+                f"records of {self.topic}-{self.partition} cannot be deleted: its "
+                "cleanup.policy does not include delete"
+            )
 
     def delete_records(self, offset: int) -> int:
         """Kafka's DeleteRecords on the leader: the log start offset moves up to ``offset``

@@ -83,6 +83,8 @@ from app.core.log.segment import now_ms
 from app.core.log.topic_rules import (
     DELETE_DIR_SUFFIX,
     MAX_PARTITIONS,
+    ConfigChange,
+    changed_overrides,
     check_new_topic,
     collision_key,
     delete_dir_name,
@@ -522,6 +524,11 @@ class LogManager:
                 log.dir.rename(dead)
                 paths.append(dead)
             fsync_dir(self.data_dir)
+            # The checkpoints forget its partitions now, as Kafka's asyncDelete does: a
+            # topic created again under the name starts at 0, and a crash before the next
+            # periodic write would load it with the old log start offset (a DeleteRecords'
+            # or retention's), hiding its records, or dropping them all below that start.
+            self.checkpoint()
             if self._cleaner is not None:
                 self._cleaner.forget(name)
             due = now_ms() + topic.config.file_delete_delay_ms
@@ -573,10 +580,12 @@ class LogManager:
         return dict(self._topic(topic).overrides)
 
     def alter_topic_config(
-        self, name: str, overrides: Mapping[str, object], *, validate_only: bool = False
+        self, name: str, overrides: ConfigChange, *, validate_only: bool = False
     ) -> None:
         """Replace a lone broker's topic overrides with ``overrides`` (Kafka's AlterConfigs:
-        a config not named returns to the default). Checked as a create checks them
+        a config not named returns to the default), or with what ``overrides`` makes of
+        the current ones (IncrementalAlterConfigs: read under the lock, so two changes
+        never build on the same old set). Checked as a create checks them
         (InvalidConfig), then written to the topic file (atomically: a crash leaves the old
         or the new set) before the logs take the new config; ``validate_only`` writes
         nothing. A cluster's topics take their configs from ZooKeeper
@@ -584,9 +593,12 @@ class LogManager:
 
         Blocking (an fsync): call from a worker thread. A log reads its ``config`` per
         operation, so an append in flight uses the old one or the new one, whole."""
-        config, normalized = check_new_topic(name, 1, overrides, self.default_config)
+        if not callable(overrides):
+            check_new_topic(name, 1, overrides, self.default_config)  # before the topic
         with self._lock:
             topic = self._standalone_topic(name, "its configs change")
+            wanted = changed_overrides(overrides, topic.overrides)
+            config, normalized = check_new_topic(name, 1, wanted, self.default_config)
             if validate_only:
                 return
             meta_path = self.data_dir / TOPICS_DIR / f"{name}.json"
@@ -638,8 +650,12 @@ class LogManager:
         partitions: int,
         overrides: Mapping[str, object],
         hosted: Collection[int],
+        *,
+        topic_id: str,
     ) -> bool:
-        """Bring a cluster topic in line with its ZooKeeper assignment: its config overrides
+        """Bring a cluster topic in line with its ZooKeeper assignment (that of the topic
+        with id ``topic_id``: UnknownTopicOrPartition, nothing changed, when the topic here
+        is another one of that name, created again since): its config overrides
         become ``overrides`` (already checked by the broker that wrote them; a name this
         broker does not keep is InvalidConfig), and a count above the topic's grows it,
         with a log for each new partition in ``hosted``. Partitions never go away here
@@ -658,6 +674,8 @@ class LogManager:
             topic = self._topic(name)
             if not topic.clustered:
                 raise InvalidRequest(f"topic {name!r} is a lone broker's, not the cluster's")
+            if topic.topic_id != topic_id:
+                raise UnknownTopicOrPartition(name)  # an assignment of a deleted topic
             have = len(topic.logs)
             grow = [p for p in range(have, partitions) if p in set(hosted)]
             if normalized == topic.overrides and partitions <= have:

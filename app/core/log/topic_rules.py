@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from app.common.errors import InvalidPartitions, InvalidTopic
 from app.core.log.config import LogConfig
@@ -26,6 +26,18 @@ NAME_MAX = 255
 # name cuts the topic short instead (see _delete_dir_name), as Kafka does. Kafka's 249
 # is the same computation for its own file names.
 MAX_TOPIC_NAME_LENGTH = NAME_MAX - max(len(".json.tmp"), len(f"-{MAX_PARTITIONS - 1}"))
+
+# A topic's new config overrides: the set itself (AlterConfigs), or made from the current
+# overrides (IncrementalAlterConfigs), which the topology reads where they are kept (a
+# lone broker's topic file under its lock, a cluster's ZooKeeper assignment inside its
+# compare-and-set), never from a view that may lag behind another broker's change.
+ConfigChange = Mapping[str, object] | Callable[[Mapping[str, object]], Mapping[str, object]]
+
+
+def changed_overrides(change: ConfigChange, current: Mapping[str, object]) -> Mapping[str, object]:
+    """The overrides ``change`` asks for, given the topic's ``current`` ones."""
+    return change(current) if callable(change) else change
+
 
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 

@@ -51,6 +51,7 @@ from urllib.parse import urlencode
 
 import orjson
 
+from app.common.batch import read_header
 from app.common.errors import InvalidRecord
 from app.common.fetch_answer import Action, Refused, interpret
 from app.common.tls import ClientTls
@@ -111,6 +112,34 @@ class FetcherOwner(Protocol):
         ...
 
     def start_moved(self, log: Log) -> None: ...
+
+
+def _start_at_first_batch(log: Log, data: bytes | bytearray | memoryview) -> None:
+    """An empty log whose start falls inside the first batch fetched (the follower started
+    over at its leader's start, which DeleteRecords put in the middle of a batch: the
+    leader answers the whole batch holding it) starts again at that batch's base offset,
+    so the batch can be appended whole, as Kafka's follower does
+    (``Partition.appendRecordsToFollowerOrFutureReplica`` on UnexpectedAppendOffset).
+    The start moves back up to the leader's right after (:meth:`ReplicaFetcher._follow_start`,
+    in the same fetch); the checkpoint still holds it, so a crash in between loses
+    nothing either. Without this the append failed, the fetcher took it for a
+    divergence and fetched the same batch again, forever: the replica never caught up.
+    Under the log's replica lock (the caller's ``following``)."""
+    end = log.log_end_offset
+    if end != log.log_start_offset:
+        return
+    first = read_header(data, 0)
+    if first.base_offset < end <= first.last_offset:
+        _log.info(
+            "%s-%d: log start %d is inside the leader's batch %d-%d: starting at %d",
+            log.topic,
+            log.partition,
+            end,
+            first.base_offset,
+            first.last_offset,
+            first.base_offset,
+        )
+        log.truncate_fully_and_start_at(first.base_offset)
 
 
 class ReplicaFetcher:
@@ -305,11 +334,15 @@ class ReplicaFetcher:
                 raise _Retry()  # leadership or the epoch moving, or the leader not ready
             start = int(getattr(outcome.error, "log_start_offset", 0))
             if offset < start:
-                # Retention on the leader removed what we would fetch next: start over there.
+                # Retention or DeleteRecords on the leader removed what we would fetch next:
+                # start over there. Written down before the next fetch tells the leader this
+                # start (the low watermark a DeleteRecords answers), as _follow_start does.
                 def restart() -> None:
                     with part.following(leader, epoch) as current:
-                        if current:
-                            log.truncate_fully_and_start_at(start)
+                        if not current:
+                            return
+                        log.truncate_fully_and_start_at(start)
+                    self.replicas.checkpoint_starts()
 
                 await asyncio.to_thread(restart)
                 self.replicas.truncated(log)
@@ -324,6 +357,7 @@ class ReplicaFetcher:
                     if current:
                         if log.log_end_offset != offset:
                             raise _Diverged()
+                        _start_at_first_batch(log, data)
                         log.append_as_follower(data)
 
             try:

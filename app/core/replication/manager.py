@@ -24,12 +24,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import threading
 import time
 import uuid
 from base64 import urlsafe_b64encode
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from app.common.aio import wait_event
@@ -49,7 +50,13 @@ from app.common.errors import (
     ZooKeeperUnavailable,
 )
 from app.core import listeners
-from app.core.log.topic_rules import MAX_PARTITIONS, check_new_topic, collision_key
+from app.core.log.topic_rules import (
+    MAX_PARTITIONS,
+    ConfigChange,
+    changed_overrides,
+    check_new_topic,
+    collision_key,
+)
 from app.core.replication.auth import ReplicaAuth
 from app.core.replication.config import ReplicaConfig
 from app.core.replication.controller import Controller
@@ -320,12 +327,21 @@ class ReplicaManager:
             hosted = [p for p, r in enumerate(assignment.replicas) if self.broker_id in r]
             try:
                 changed = await asyncio.to_thread(
-                    self.logs.apply_cluster_assignment,
-                    name,
-                    assignment.partitions,
-                    assignment.configs,
-                    hosted,
+                    functools.partial(
+                        self.logs.apply_cluster_assignment,
+                        name,
+                        assignment.partitions,
+                        assignment.configs,
+                        hosted,
+                        topic_id=assignment.topic_id,
+                    )
                 )
+            except UnknownTopicOrPartition:
+                # The topic here is another one of that name (deleted and created again
+                # since this assignment was read), or gone: its own assignment is applied
+                # by its own watch. Applying this one would give the new topic the old
+                # one's configs and id here, and refuse the new one's partitions after.
+                return
             except LogbusError as exc:
                 # A config this broker's version does not keep, no descriptors left for
                 # the new replicas: this broker goes on with what it had (its new replicas
@@ -342,6 +358,8 @@ class ReplicaManager:
             with self._watched_lock:
                 if name not in self._watched:
                     return  # deleted while its logs changed: _drop_topic has them
+            if self._local_topic_id(name) != assignment.topic_id:
+                return  # deleted and created again while its logs changed
             if changed:
                 _log.info(
                     "topic %s: %d partitions, config overrides %s (from ZooKeeper)",
@@ -369,6 +387,12 @@ class ReplicaManager:
             for p in range(first_new, assignment.partitions):
                 self.store.watch_state(name, p, self._state_watch(name, p))
         self._changed_now()
+
+    def _local_topic_id(self, name: str) -> str | None:
+        try:
+            return self.logs.topic_id(name)
+        except UnknownTopicOrPartition:
+            return None
 
     def _state_watch(self, name: str, p: int) -> Callable[[PartitionState | None, int], bool]:
         def on_state(state: PartitionState | None, version: int) -> bool:
@@ -516,13 +540,17 @@ class ReplicaManager:
     async def alter_topic_config(
         self,
         name: str,
-        overrides: Mapping[str, object],
+        overrides: ConfigChange,
         *,
         validate_only: bool = False,
         wait_s: float = 30.0,
     ) -> None:
         """Replace the topic's config overrides (those not named return to the broker's
-        default): checked as a create checks them (InvalidConfig), written to the topic's
+        default), or, given a function (IncrementalAlterConfigs), with what it makes of
+        the assignment's current ones, read inside the compare-and-set (this broker's
+        view may not have a change made through another broker yet: building on it
+        would undo that change): checked as a create checks them (InvalidConfig, nothing
+        written), written to the topic's
         ZooKeeper assignment (``configs``, by compare-and-set), and applied by every broker
         from its watch of that znode, so each broker's replicas (and DescribeConfigs,
         ``GET /topics/{t}``) take them: retention and cleanup run with them, a leader
@@ -530,9 +558,13 @@ class ReplicaManager:
         ``unclean.leader.election.enable`` there. Returns once this broker applied them;
         the others follow within a watch's delay."""
         self.partition_count(name)  # UnknownTopicOrPartition first, as a lone broker
-        _, normalized = check_new_topic(name, 1, overrides, self.logs.default_config)
+        default = self.logs.default_config
+        if not callable(overrides):
+            check_new_topic(name, 1, overrides, default)  # before ZooKeeper is read
 
         def change(current: TopicAssignment) -> TopicAssignment | None:
+            wanted = changed_overrides(overrides, current.configs)
+            _, normalized = check_new_topic(name, 1, wanted, default)
             return None if validate_only else dataclasses.replace(current, configs=normalized)
 
         written = await self._change_assignment(name, change)
@@ -547,8 +579,9 @@ class ReplicaManager:
         checkpoint), its fetch answers carry it (``Logbus-Log-Start-Offset``) and each
         follower moves its own start there (never past its own high watermark), writes it
         down and says so in its next fetch. Answers the low watermark (the smallest start
-        over the leader and the replicas on live brokers, Kafka's) once it reaches the new
-        start: every live replica has then dropped the records durably, so no failover
+        over the leader, the replicas on live brokers, Kafka's, and the ISR members, live
+        or not: :meth:`Partition.low_watermark`) once it reaches the new start: every
+        replica that may lead next has then dropped the records durably, so no failover
         brings them back. Raises NotLeaderOrFollower, UnknownTopicOrPartition,
         OffsetOutOfRange (above the high watermark), RequestTimedOut after
         ``timeout_ms`` (the leader's start moved; the followers still follow it)."""

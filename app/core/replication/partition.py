@@ -213,6 +213,7 @@ class Partition:
     def _set_isr(self, isr: tuple[int, ...]) -> None:
         self.isr = isr
         self._hw_mode()
+        self.check_low_watermark()  # a dead member that left no longer holds it
 
     def _hw_mode(self) -> None:
         """The high watermark follows the log end only while no other broker is in the
@@ -454,17 +455,24 @@ class Partition:
         append does. Blocking (segment files are renamed): call from a worker thread."""
         with self._lock.shared():
             self.check_leads(epoch)
+            self.log.check_records_deletable()  # PolicyViolation: compacted only
             return self.log.delete_records(offset)
 
     def low_watermark(self) -> int:
         """Kafka's low watermark (``Partition.lowWatermarkIfLeader``): the smallest log
-        start offset over this leader and every replica on a live broker, in the ISR or
-        not (a live follower that has not said its start yet holds it at -1). Offsets
-        below it are gone from every live replica; followers move their start up to the
-        leader's from its fetch answers, after writing it down (see the fetcher)."""
+        start offset over this leader, every replica on a live broker, in the ISR or not
+        (a live follower that has not said its start yet holds it at -1), and every ISR
+        member, live or not. Offsets below it are gone from every replica that may lead
+        next; followers move their start up to the leader's from its fetch answers, after
+        writing it down (see the fetcher).
+
+        An ISR member whose broker's registration went still counts until the ISR loses
+        it: the controller keeps the last ISR of a partition whose members are all dead,
+        and elects the first of them to come back, so a DeleteRecords answered without
+        it would see the deleted records served again by it."""
         low = self.log.log_start_offset
         for r, progress in self.followers.items():
-            if self._registered(r):
+            if r in self.isr or self._registered(r):
                 low = min(low, progress.log_start_offset)
         return low
 
@@ -494,7 +502,8 @@ class Partition:
 
     def check_low_watermark(self) -> None:
         """Answer the DeleteRecords waiters the low watermark has reached (after a
-        follower's fetch, and on the ISR timer: a broker that died no longer counts)."""
+        follower's fetch, an ISR change, and on the ISR timer: a broker that died and
+        left the ISR no longer counts)."""
         if not self._low_waiters or not self.is_leader:
             return
         low = self.low_watermark()

@@ -15,9 +15,9 @@ run time). AlterConfigs and IncrementalAlterConfigs change a topic's overrides t
 :meth:`Topology.alter_topic_config` (in a cluster: written to the topic's ZooKeeper
 assignment and applied by every broker). DeleteRecords moves a partition's log start
 offset through :meth:`Topology.delete_records` (in a cluster the followers follow it, and
-the answer's low watermark is Kafka's: the smallest start over the live replicas, once it
-reached the new start, within the request's ``timeout_ms``). CreatePartitions grows a
-topic through :meth:`Topology.create_partitions` (in a cluster the new replicas are
+the answer's low watermark is Kafka's: the smallest start over the live replicas and the
+ISR members, live or not, once it reached the new start, within the request's
+``timeout_ms``). CreatePartitions grows a topic through :meth:`Topology.create_partitions` (in a cluster the new replicas are
 placed over the live brokers and the answer waits for their leaders).
 
 DescribeLogDirs: the broker's one data directory and, per partition it holds (leader or
@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shutil
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -323,7 +324,7 @@ SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 _LIST_CONFIGS = frozenset({"cleanup.policy"})
 
 
-def _incremental(current: dict[str, object], changes: Any) -> dict[str, object]:
+def _incremental(current: Mapping[str, object], changes: Any) -> dict[str, object]:
     """The overrides after IncrementalAlterConfigs' operations, in order (a list config's
     APPEND/SUBTRACT start from its current value, its default if not overridden)."""
     out = dict(current)
@@ -411,18 +412,26 @@ async def alter_configs(ctx: Context, body: Any, version: int) -> Any:
 
 async def incremental_alter_configs(ctx: Context, body: Any, version: int) -> Any:
     """IncrementalAlterConfigs: SET, DELETE (back to the default), and APPEND/SUBTRACT on
-    list configs (``cleanup.policy``), applied to the topic's current overrides."""
+    list configs (``cleanup.policy``), applied to the topic's current overrides as the
+    topology reads them where they are kept (:meth:`Topology.alter_topic_config` given a
+    function: a cluster's ZooKeeper assignment, inside its compare-and-set), not to this
+    broker's view, which may not have a change made through another broker yet."""
     m = response_module(INCREMENTAL_ALTER_CONFIGS, version)
     manager = ctx.state.manager
     assert manager is not None
+    defaults = manager.default_config.to_kafka()
 
-    def overrides_of(r: Any) -> dict[str, object]:
-        current = manager.topic_overrides(r.resource_name)
-        if any(int(c.config_operation) in (APPEND, SUBTRACT) for c in r.configs):
-            # A list config's current value, default included, is what APPEND starts from.
-            config = manager.topic_config(r.resource_name).to_kafka()
-            current = {**{k: config[k] for k in _LIST_CONFIGS}, **current}
-        return _incremental(current, r.configs)
+    def overrides_of(r: Any) -> Callable[[Mapping[str, object]], dict[str, object]]:
+        appends = any(int(c.config_operation) in (APPEND, SUBTRACT) for c in r.configs)
+
+        def change(current: Mapping[str, object]) -> dict[str, object]:
+            if appends:
+                # A list config's current value, default included, is what APPEND starts
+                # from.
+                current = {**{k: defaults[k] for k in _LIST_CONFIGS}, **current}
+            return _incremental(current, r.configs)
+
+        return change
 
     return await _alter(ctx, m, body, m.IncrementalAlterConfigsResponse, overrides_of)
 
@@ -434,7 +443,8 @@ async def delete_records(ctx: Context, body: Any, version: int) -> Any:
     """Each partition's log start offset moved up to the offset given (-1: the high
     watermark) by its leader (:meth:`Topology.delete_records`); ``low_watermark`` is
     the new log start offset (a cluster's: once every live replica's start reached it,
-    Kafka's low watermark). Errors per partition: OFFSET_OUT_OF_RANGE above the high
+    Kafka's low watermark). Errors per partition: POLICY_VIOLATION for a topic whose
+    cleanup.policy lacks delete (compacted only), OFFSET_OUT_OF_RANGE above the high
     watermark, NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, REQUEST_TIMED_OUT (a
     cluster's followers did not all follow within ``timeout_ms``)."""
     m = response_module(DELETE_RECORDS, version)

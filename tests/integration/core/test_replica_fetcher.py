@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -66,9 +67,20 @@ class FakeLeader:
             )
         query = parse_qs(urlsplit(target).query)
         offset = int(query["offset"][0])
-        headers = {"logbus-high-watermark": str(self.log.log_end_offset)}
-        if offset > self.log.log_end_offset:
-            body = orjson.dumps({"log_start_offset": self.log.log_start_offset})
+        headers = {
+            "logbus-high-watermark": str(self.log.log_end_offset),
+            "logbus-log-start-offset": str(self.log.log_start_offset),
+        }
+        if not self.log.log_start_offset <= offset <= self.log.log_end_offset:
+            body = orjson.dumps(
+                {
+                    "error_code": "OFFSET_OUT_OF_RANGE",
+                    "message": "out of range",
+                    "offset": offset,
+                    "log_start_offset": self.log.log_start_offset,
+                    "log_end_offset": self.log.log_end_offset,
+                }
+            )
             return Response(416, headers, bytearray(body))
         info = self.log.read(offset, 1 << 20, max_offset=self.log.log_end_offset)
         return Response(200, headers, bytearray(info.read_bytes()))
@@ -77,7 +89,9 @@ class FakeLeader:
         pass
 
 
-def manager() -> Any:
+def manager(checkpoint: Callable[[], None] = lambda: None) -> Any:
+    """The fetcher's owner; ``checkpoint`` is called where it writes every log's start
+    offset down."""
     settings = ReplicaConfig(
         zookeeper="",
         broker_id=ME,
@@ -90,6 +104,8 @@ def manager() -> Any:
         auth=None,
         broker_url=lambda broker: "http://127.0.0.1:9",
         truncated=lambda log: None,
+        checkpoint_starts=checkpoint,
+        start_moved=lambda log: None,
     )
 
 
@@ -324,6 +340,58 @@ def test_a_stale_fetch_answer_is_not_appended_after_the_epoch_changed(tmp_path: 
             await asyncio.sleep(0.005)
         await fetcher.close()
         assert follower.log_end_offset == 0
+        leader.close()
+        follower.close()
+
+    asyncio.run(main())
+
+
+def test_a_follower_behind_the_leaders_start_starts_there_and_writes_it_down(
+    tmp_path: Path,
+) -> None:
+    """The leader deleted the records the follower would fetch next (DeleteRecords,
+    retention): the follower starts over at the leader's start and writes that start down
+    before its next fetch reports it (the leader's low watermark counts it)."""
+
+    async def main() -> None:
+        leader = Log(tmp_path / "leader" / "t-0", LogConfig())
+        follower = Log(tmp_path / "follower" / "t-0", LogConfig())
+        write(leader, [(0, "a", 60)])
+        write(follower, [(0, "a", 10)])
+        leader.delete_records(50)
+        part = Partition(
+            follower,
+            (ME, LEADER),
+            ME,
+            write_state=lambda state, version: asyncio.sleep(0, None),
+            notify=lambda log: None,
+            lag_time_max_ms=10_000,
+        )
+        part.apply(PartitionState(LEADER, 1, (LEADER, ME), 1), 1)
+        conn = FakeLeader(leader)
+        reported: list[int] = []
+        real_fetch = conn.fetch
+
+        async def fetch(target: str, accept: bytes = b"") -> Response:
+            query = parse_qs(urlsplit(target).query)
+            if "log_start_offset" in query:
+                reported.append(int(query["log_start_offset"][0]))
+            return await real_fetch(target, accept)
+
+        conn.fetch = fetch  # type: ignore[method-assign]
+        written: list[int] = []
+        fetcher_mod.async_connection = lambda *args: conn  # type: ignore[assignment]
+        fetcher = ReplicaFetcher(manager(lambda: written.append(follower.log_start_offset)))
+        fetcher.follow(part)
+        for _ in range(2_000):  # a bound against hanging: it catches up in a few fetches
+            if (follower.log_start_offset, follower.log_end_offset) == (50, 60):
+                break
+            await asyncio.sleep(0.005)
+        await fetcher.close()
+        assert (follower.log_start_offset, follower.log_end_offset) == (50, 60)
+        first = reported.index(50)
+        assert written and written[0] == 50, "written down before it was reported"
+        assert all(r < 50 for r in reported[:first])
         leader.close()
         follower.close()
 

@@ -21,6 +21,7 @@ from app.common.errors import (
     NotEnoughReplicasAfterAppend,
     NotLeaderOrFollower,
     OffsetNotAvailable,
+    PolicyViolation,
     RequestTimedOut,
     UnknownLeaderEpoch,
 )
@@ -805,10 +806,15 @@ def test_delete_records_answers_once_every_live_replica_moved_its_start(tmp_path
     run(main())
 
 
-def test_a_dead_replica_does_not_hold_the_low_watermark(tmp_path: Path) -> None:
+def test_a_dead_replica_holds_the_low_watermark_until_it_leaves_the_isr(tmp_path: Path) -> None:
+    """A dead broker's replica no longer counts once it is out of the ISR (Kafka's live
+    replicas); while it is in the ISR it does: the controller keeps the last ISR of a
+    partition whose members all died and elects the first to return, which would serve
+    the deleted records again."""
+
     async def main() -> None:
         h = Harness(tmp_path, (1, 2, 3))
-        h.lead(isr=(1, 2, 3), epoch=3)
+        h.lead(isr=(1, 2, 3), epoch=3, version=7)
         h.append(10)
         for r in (2, 3):
             h.part.on_follower_fetch(r, 10, 0)
@@ -819,7 +825,27 @@ def test_a_dead_replica_does_not_hold_the_low_watermark(tmp_path: Path) -> None:
         assert not waiter.done()
         h.registered.discard(3)  # broker 3's ZooKeeper registration went
         h.part.check_low_watermark()  # the ISR timer's check
+        await settle()
+        assert not waiter.done(), "broker 3 is still in the ISR: electable with records 0-9"
+        assert h.part.low_watermark() == 0
+        # The controller takes the dead broker out of the ISR: answered at once.
+        h.part.apply(PartitionState(ME, 3, (1, 2), 2), 8)
         assert await asyncio.wait_for(waiter, 1) == 10
+        h.log.close()
+
+    run(main())
+
+
+def test_a_dead_replica_out_of_the_isr_does_not_hold_the_low_watermark(tmp_path: Path) -> None:
+    async def main() -> None:
+        h = Harness(tmp_path, (1, 2, 3))
+        h.lead(isr=(1, 2), epoch=3)
+        h.append(10)
+        h.part.on_follower_fetch(2, 10, 0)
+        h.registered.discard(3)
+        h.part.delete_records(3, 10)
+        h.part.on_follower_fetch(2, 10, 10)
+        assert await h.part.wait_low_watermark(10, 1_000, 3) == 10
         h.log.close()
 
     run(main())
@@ -843,6 +869,25 @@ def test_delete_records_waits_are_bounded_and_end_with_leadership(tmp_path: Path
         with pytest.raises(NotLeaderOrFollower):
             h.part.delete_records(3, 8)
         assert h.log.log_start_offset == 4
+        h.log.close()
+
+    run(main())
+
+
+def test_delete_records_on_a_compacted_only_topic_is_a_policy_violation(tmp_path: Path) -> None:
+    """Kafka's leader refuses DeleteRecords unless cleanup.policy includes delete."""
+
+    async def main() -> None:
+        h = Harness(tmp_path, (1, 2))
+        h.lead(isr=(1,), epoch=3)
+        h.append(10)
+        h.log.config = h.log.config.with_overrides({"cleanup.policy": "compact"})
+        with pytest.raises(PolicyViolation) as refused:
+            h.part.delete_records(3, 4)
+        assert refused.value.error_code == "POLICY_VIOLATION"
+        assert h.log.log_start_offset == 0
+        h.log.config = h.log.config.with_overrides({"cleanup.policy": "compact,delete"})
+        assert h.part.delete_records(3, 4) == 4
         h.log.close()
 
     run(main())

@@ -315,6 +315,24 @@ def test_delete_records_moves_the_log_start_for_every_door(
             "9",
         ]
         assert admin.delete_records([whole])[whole].result().low_watermark == 10
+        # A compacted-only topic's records are not deleted (Kafka's POLICY_VIOLATION), on
+        # either door; with delete in its policy they are.
+        compacted = _name("adm-del-compact")
+        made = http.post(
+            "/topics",
+            json={"name": compacted, "partitions": 1, "configs": {"cleanup.policy": "compact"}},
+        )
+        assert made.status_code == 201, made.text
+        r = http.post(
+            f"/topics/{compacted}/partitions/0/records",
+            json={"records": [{"key": "k", "value": str(i)} for i in range(4)]},
+        )
+        assert r.status_code == 200, r.text
+        refused = TopicPartition(compacted, 0, 2)
+        assert _outcomes(admin.delete_records([refused])) == {refused: KafkaError.POLICY_VIOLATION}
+        answer = http.delete(f"/topics/{compacted}/partitions/0/records", params={"before": 2})
+        assert answer.status_code == 400 and answer.json()["error_code"] == "POLICY_VIOLATION"
+        assert http.get(f"/topics/{compacted}").json()["partitions"][0]["log_start_offset"] == 0
 
 
 def test_create_partitions_grows_a_topic_seen_over_http(

@@ -220,8 +220,15 @@ def test_a_cluster_topic_takes_its_assignment_and_keeps_it_over_a_restart(
         with pytest.raises(InvalidRequest):  # a cluster's topic changes through ZooKeeper
             m.alter_topic_config("t", {})
         # Grown to four, this broker hosting partition 2 of the new ones, configs replaced.
-        assert m.apply_cluster_assignment("t", 4, {"min.insync.replicas": 2}, [0, 2])
-        assert not m.apply_cluster_assignment("t", 4, {"min.insync.replicas": 2}, [0, 2])
+        assert m.apply_cluster_assignment(
+            "t", 4, {"min.insync.replicas": 2}, [0, 2], topic_id="abc"
+        )
+        assert not m.apply_cluster_assignment(
+            "t", 4, {"min.insync.replicas": 2}, [0, 2], topic_id="abc"
+        )
+        # Another topic's assignment (deleted, and "t" created again since) changes nothing.
+        with pytest.raises(UnknownTopicOrPartition):
+            m.apply_cluster_assignment("t", 5, {}, [0, 2, 4], topic_id="old")
         assert m.partition_count("t") == 4
         assert m.hosted_partitions("t") == [0, 2]
         assert m.topic_overrides("t") == {"min.insync.replicas": 2}
@@ -229,11 +236,11 @@ def test_a_cluster_topic_takes_its_assignment_and_keeps_it_over_a_restart(
         assert m.get_log("t", 0).config.retention_ms == LogConfig().retention_ms
         m.get_log("t", 2).append(value_batch(0, 1))
         with pytest.raises(InvalidConfig):
-            m.apply_cluster_assignment("t", 4, {"retention.ms": "soon"}, [0, 2])
+            m.apply_cluster_assignment("t", 4, {"retention.ms": "soon"}, [0, 2], topic_id="abc")
         lone = "lone"
         m.create_topic(lone, 1)
         with pytest.raises(InvalidRequest):
-            m.apply_cluster_assignment(lone, 2, {}, [0, 1])
+            m.apply_cluster_assignment(lone, 2, {}, [0, 1], topic_id="")
     finally:
         m.shutdown()
     m = LogManager(tmp_path / "data")
@@ -366,3 +373,34 @@ def test_stray_checkpoint_tmp_and_damaged_checkpoint(tmp_path: Path) -> None:
     assert not (data / "recovery-point-offset-checkpoint.tmp").exists()
     assert (data / "recovery-point-offset-checkpoint").read_text() == "0\n1\nt 0 3\n"
     m.shutdown()
+
+
+def test_a_topic_created_again_keeps_its_records_across_a_crash(tmp_path: Path) -> None:
+    """Deleting a topic writes the checkpoints without it: the old topic's log start
+    offset (moved by DeleteRecords) is not applied to a new topic of the same name by a
+    start after a crash that came before the next periodic checkpoint."""
+    data = tmp_path / "data"
+    hour = 3_600_000  # no periodic checkpoint during the test
+
+    def manager() -> LogManager:
+        return LogManager(data, flush_scheduler_interval_ms=hour, retention_check_interval_ms=hour)
+
+    m = manager()
+    m.start()
+    m.create_topic("t", 1)
+    m.get_log("t", 0).append(value_batch(0, 50))
+    assert m.get_log("t", 0).delete_records(40) == 40
+    m.checkpoint()
+    m.delete_topic("t")
+    m.create_topic("t", 1)
+    m.get_log("t", 0).append(value_batch(0, 10))
+    m.get_log("t", 0).flush()
+    m._stop.set()  # "crash": no further checkpoint, no .clean_shutdown
+    again = manager()
+    again.start()
+    try:
+        log = again.get_log("t", 0)
+        assert (log.log_start_offset, log.log_end_offset) == (0, 10)
+        assert [o for o, _ in check_log_dir(log.dir, start=0)] == list(range(10))
+    finally:
+        again.shutdown()

@@ -1,0 +1,186 @@
+"""Topic changes in a cluster, at the replica manager. Config changes: the new overrides
+are built from the topic's ZooKeeper assignment inside the compare-and-set, not from this
+broker's view of it, which may not have a change made through another broker yet; a bad
+value is refused before anything is written. Assignments from the topic's watch: one of
+a deleted topic, arriving after a topic of that name was created again, changes nothing.
+
+The ReplicaManager is real; ZooKeeper is a fake holding one topic's assignment and its
+znode version (``get_topic_versioned``/``set_topic``, the two calls a change makes), and
+a write reaches this broker's view at once, as its watch would deliver it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from app.core.log.config import LogConfig
+from app.core.log.manager import LogManager
+from app.core.log.topic_rules import check_new_topic
+from app.core.replication.config import ReplicaConfig
+from app.core.replication.manager import ReplicaManager
+from app.core.replication.state import TopicAssignment
+from app.kafka.apis.admin import incremental_alter_configs
+from app.kafka.apis.base import Context
+
+TOPIC = "orders"
+SET, DELETE, APPEND = 0, 1, 2
+TOPIC_RESOURCE = 2
+
+
+class FakeZooKeeper:
+    def __init__(self, replicas: ReplicaManager, assignment: TopicAssignment) -> None:
+        self.replicas = replicas
+        self.assignment = assignment
+        self.version = 3
+        self.writes: list[TopicAssignment] = []
+        # Another broker's write lands between this broker's read and its write, once.
+        self.race: dict[str, Any] | None = None
+
+    def get_topic_versioned(self, name: str) -> tuple[TopicAssignment, int] | None:
+        assert name == TOPIC
+        return self.assignment, self.version
+
+    def set_topic(self, name: str, assignment: TopicAssignment, version: int) -> bool:
+        if self.race is not None:
+            configs = {**self.assignment.configs, **self.race}
+            self.assignment = dataclasses.replace(self.assignment, configs=configs)
+            self.version += 1
+            self.race = None
+        if version != self.version:
+            return False
+        self.assignment, self.version = assignment, version + 1
+        self.writes.append(assignment)
+        self.replicas.assignments[name] = assignment  # this broker's watch
+        return True
+
+
+def cluster_broker(zk_configs: dict[str, Any]) -> tuple[ReplicaManager, FakeZooKeeper]:
+    """Broker 1's replica manager, whose view of the topic has no overrides yet, while
+    ZooKeeper has ``zk_configs`` (written through another broker)."""
+    settings = ReplicaConfig(zookeeper="127.0.0.1:1", broker_id=1, url="http://127.0.0.1:9")
+    # This broker's log manager: its view of the topic, no overrides yet.
+    logs: Any = SimpleNamespace(
+        default_config=LogConfig(),
+        topic_overrides=lambda name: {},
+        topic_config=lambda name: LogConfig(),
+    )
+    replicas = ReplicaManager(settings, logs, lambda log: None)
+    stale = TopicAssignment("id-1", ((1, 2, 3),), {})
+    replicas.assignments[TOPIC] = stale
+    zk = FakeZooKeeper(replicas, dataclasses.replace(stale, configs=zk_configs))
+    replicas.store = zk  # type: ignore[assignment]
+    return replicas, zk
+
+
+def normalized(configs: dict[str, object]) -> dict[str, object]:
+    return dict(check_new_topic(TOPIC, 1, configs, LogConfig())[1])
+
+
+async def incremental(
+    replicas: ReplicaManager, changes: list[tuple[int, str, str | None]], *, validate: bool = False
+) -> tuple[int, str | None]:
+    """IncrementalAlterConfigs v1 through the Kafka door of ``replicas``' broker."""
+    ctx = Context(
+        state=SimpleNamespace(manager=replicas.logs, topology=replicas),  # type: ignore[arg-type]
+        advertised=("127.0.0.1", 9092),
+        txn=lambda: None,
+        groups=lambda: None,
+    )
+    body = SimpleNamespace(
+        validate_only=validate,
+        resources=[
+            SimpleNamespace(
+                resource_type=TOPIC_RESOURCE,
+                resource_name=TOPIC,
+                configs=[
+                    SimpleNamespace(config_operation=op, name=name, value=value)
+                    for op, name, value in changes
+                ],
+            )
+        ],
+    )
+    answer = await incremental_alter_configs(ctx, body, 1)
+    (result,) = answer.responses
+    return int(result.error_code), result.error_message
+
+
+def test_an_incremental_change_keeps_a_change_made_through_another_broker() -> None:
+    async def main() -> None:
+        replicas, zk = cluster_broker(normalized({"retention.ms": 3_600_000}))
+        code, message = await incremental(replicas, [(SET, "segment.bytes", "1048576")])
+        assert code == ErrorCode.none, message
+        # Built on ZooKeeper's overrides: retention.ms (set elsewhere) survives.
+        want = normalized({"retention.ms": 3_600_000, "segment.bytes": 1_048_576})
+        assert zk.assignment.configs == want
+        assert replicas.assignments[TOPIC].configs == want
+
+    asyncio.run(main())
+
+
+def test_an_incremental_change_that_loses_its_compare_and_set_is_made_again_on_the_new_set() -> (
+    None
+):
+    async def main() -> None:
+        replicas, zk = cluster_broker({})
+        zk.race = normalized({"retention.ms": 60_000})
+        code, message = await incremental(
+            replicas, [(APPEND, "cleanup.policy", "compact"), (DELETE, "segment.bytes", None)]
+        )
+        assert code == ErrorCode.none, message
+        assert zk.assignment.configs == normalized(
+            {"retention.ms": 60_000, "cleanup.policy": "delete,compact"}
+        )
+
+    asyncio.run(main())
+
+
+def test_a_bad_value_or_validate_only_writes_nothing() -> None:
+    async def main() -> None:
+        replicas, zk = cluster_broker({})
+        code, message = await incremental(replicas, [(SET, "retention.ms", "soon")])
+        assert code == ErrorCode.invalid_config, message
+        code, message = await incremental(replicas, [(SET, "retention.ms", "1")], validate=True)
+        assert code == ErrorCode.none, message
+        code, message = await incremental(replicas, [(SET, "no.such.config", "1")])
+        assert code == ErrorCode.invalid_config, message
+        assert zk.writes == [] and zk.assignment.configs == {}
+
+    asyncio.run(main())
+
+
+def test_an_assignment_of_a_deleted_topic_does_not_touch_the_one_created_again(
+    tmp_path: Path,
+) -> None:
+    """The old topic's watch delivered a change (configs, a partition) just before the
+    topic was deleted; its apply ran once "orders" was created again here, before the new
+    topic's own first apply."""
+
+    async def main() -> None:
+        logs = LogManager(tmp_path / "data")
+        logs.start()
+        try:
+            settings = ReplicaConfig(zookeeper="127.0.0.1:1", broker_id=1, url="http://127.0.0.1:9")
+            replicas = ReplicaManager(settings, logs, lambda log: None)
+            replicas.store = SimpleNamespace(  # type: ignore[assignment]
+                watch_state=lambda name, p, cb: None
+            )
+            replicas._watched.add(TOPIC)
+            logs.create_topic(TOPIC, 1, {}, topic_id="new-id", hosted=[0])
+            old = TopicAssignment("old-id", ((1, 2), (1, 2)), {"retention.ms": 1_000})
+            await replicas._apply_assignment(TOPIC, old)
+            assert logs.topic_overrides(TOPIC) == {} and logs.partition_count(TOPIC) == 1
+            assert TOPIC not in replicas.assignments
+            new = TopicAssignment("new-id", ((1, 2),), {})
+            await replicas._apply_assignment(TOPIC, new)
+            assert replicas.assignments[TOPIC] == new
+            assert sorted(replicas.partitions) == [(TOPIC, 0)]
+        finally:
+            logs.shutdown()
+
+    asyncio.run(main())
