@@ -40,14 +40,17 @@ from app.common.errors import (
     InvalidConfig,
     InvalidRequest,
     LogbusError,
+    UnknownTopicId,
     UnknownTopicOrPartition,
 )
 from app.core.security.acl import Operation, ResourceType
+from app.core.topology import topic_id_text
 from app.kafka import authorize
 from app.kafka.apis.base import (
     NO_THROTTLE,
     ZERO_UUID,
     Context,
+    TopicIdNames,
     partition_answers,
     response_module,
 )
@@ -199,12 +202,22 @@ async def delete_topics(ctx: Context, body: Any, version: int) -> Any:
     else:
         wanted = [(name, None) for name in body.topic_names]
     topology = ctx.state.topology
+    ids = TopicIdNames(topology)  # thousands of unknown ids cost one pass over the topics
     results = []
     for name, topic_id in wanted:
         by_id = name is None
         with answered() as outcome:
             if by_id:
-                name = topology.topic_named_by(topic_id if topic_id is not None else ZERO_UUID)
+                asked = topic_id if topic_id is not None else ZERO_UUID
+                name = ids.name_of(asked)
+                # The map may predate the deletes awaited above: a name whose topic was
+                # deleted (and perhaps created again, with another id) since is not this one.
+                current = None
+                if name is not None:
+                    with contextlib.suppress(UnknownTopicOrPartition):
+                        current = topology.topic_id(name)
+                if current != asked:
+                    raise UnknownTopicId(topic_id_text(asked))
             assert name is not None
             authorize.check(ctx, Operation.DELETE, ResourceType.TOPIC, name)
             with contextlib.suppress(LogbusError):  # deleted below: unknown is its error

@@ -15,6 +15,7 @@ from app.common.errors import (
     UnknownTopicOrPartition,
 )
 from app.core.security.acl import Operation, ResourceType
+from app.core.topology import topic_id_text
 from app.groups.placement import INTERNAL_TOPICS
 from app.kafka import authorize
 from app.kafka.apis.base import (
@@ -22,6 +23,7 @@ from app.kafka.apis.base import (
     OPERATIONS_OMITTED,
     ZERO_UUID,
     Context,
+    TopicIdNames,
     kafka_brokers,
     response_module,
 )
@@ -118,6 +120,7 @@ async def metadata(ctx: Context, body: Any, version: int) -> Any:
         for name, topic_id in wanted
     )
     topics = []
+    ids = TopicIdNames(topology)  # thousands of unknown ids cost one pass over the topics
     for name, topic_id in wanted:
         if by_id_refused:
             topics.append(
@@ -131,7 +134,7 @@ async def metadata(ctx: Context, body: Any, version: int) -> Any:
                 )
             )
         elif name is None:
-            topics.append(_topic_by_id(ctx, m, topic_id, listeners))
+            topics.append(_topic_by_id(ctx, m, ids, topic_id, listeners))
         else:
             topics.append(await _topic_metadata(ctx, m, name, allow_create, listeners))
     brokers = tuple(
@@ -161,10 +164,14 @@ def _topic_error(m: Any, name: str | None, topic_id: Any, exc: LogbusError) -> A
     )
 
 
-def _topic_by_id(ctx: Context, m: Any, topic_id: Any, listeners: dict[int, tuple[str, int]]) -> Any:
+def _topic_by_id(
+    ctx: Context, m: Any, ids: TopicIdNames, topic_id: Any, listeners: dict[int, tuple[str, int]]
+) -> Any:
     """A v12 lookup by id (see :func:`metadata`)."""
     try:
-        name = ctx.state.topology.topic_named_by(topic_id if topic_id is not None else ZERO_UUID)
+        name = ids.name_of(topic_id)
+        if name is None:
+            raise UnknownTopicId(topic_id_text(topic_id if topic_id is not None else ZERO_UUID))
         authorize.check(ctx, Operation.DESCRIBE, ResourceType.TOPIC, name)
         count = ctx.state.topology.partition_count(name)
     except UnknownTopicOrPartition as exc:

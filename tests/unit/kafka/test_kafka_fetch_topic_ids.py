@@ -7,7 +7,9 @@ TopicIdIndex (one pass over the topics for each id it does not know), in process
 - a session partition whose id named no topic when it joined is resolved again on each
   fetch, as Kafka's fetch sessions resolve unknown names (a broker that learns of the
   topic later serves it from then on, instead of UNKNOWN_TOPIC_ID for ever);
-- ConsumerGroupHeartbeat's owned partitions, by id, resolved the same way.
+- ConsumerGroupHeartbeat's owned partitions, by id, resolved the same way;
+- Metadata v12 and DeleteTopics v6 naming topics by id alone, the same way (a request of
+  thousands of unknown ids blocked the event loop for a pass over the topics each).
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from kio.schema.fetch.v16.request import FetchPartition, FetchRequest, FetchTopi
 
 from app.common.errors import NotLeaderOrFollower, UnknownTopicOrPartition
 from app.core.topology import TopicIdIndex
+from app.kafka.apis.admin import delete_topics
 from app.kafka.apis.base import Context, TopicIdNames
+from app.kafka.apis.cluster import metadata
 from app.kafka.apis.records import fetch
 from app.kafka.fetch_sessions import FetchSessionCache
 
@@ -58,6 +62,16 @@ class Topology:
 
     def partition_info(self, topic: str, partition: int) -> Any:
         raise UnknownTopicOrPartition(topic, partition)
+
+    def partition_count(self, topic: str) -> int:
+        self.topic_id(topic)
+        return 0  # the partitions' own answers are not what these tests read
+
+    # Metadata's view of the cluster: one broker, no other Kafka listener.
+    cluster_id = "test-cluster"
+    broker_id = 0
+    controller_id = 0
+    brokers: dict[int, Any] = {}
 
 
 def _ctx(topology: Topology) -> Context:
@@ -137,3 +151,35 @@ def test_topic_id_names_of_one_request() -> None:
     for name, topic_id in topology.ids.items():
         assert names.name_of(topic_id) == name
     assert topology.passes <= 3
+
+
+def test_metadata_and_delete_topics_by_unknown_ids_cost_a_few_passes() -> None:
+    from kio.schema.delete_topics.v6.request import DeleteTopicsRequest, DeleteTopicState
+    from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+
+    topology = Topology(50)
+    ctx = _ctx(topology)
+    known = topology.ids["t7"]
+    unknown = [uuid.uuid4() for _ in range(2000)]
+    asked = MetadataRequest(
+        topics=tuple(MetadataRequestTopic(topic_id=i, name=None) for i in [known, *unknown]),
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
+    topology.passes = 0
+    answer = asyncio.run(metadata(ctx, asked, 12))
+    assert topology.passes <= 3
+    codes = {t.topic_id: t.error_code for t in answer.topics}
+    assert codes[known] == ErrorCode.none
+    assert {codes[u] for u in unknown} == {ErrorCode.unknown_topic_id}
+    assert all(t.name is None for t in answer.topics if t.topic_id != known)
+
+    deleting = DeleteTopicsRequest(
+        topics=tuple(DeleteTopicState(name=None, topic_id=i) for i in unknown),
+        timeout=datetime.timedelta(seconds=1),  # type: ignore[arg-type]
+    )
+    topology.passes = 0
+    deleted = asyncio.run(delete_topics(ctx, deleting, 6))
+    assert topology.passes <= 3
+    assert {r.error_code for r in deleted.responses} == {ErrorCode.unknown_topic_id}
+    assert all(r.name is None for r in deleted.responses)
