@@ -109,6 +109,20 @@ def manager(checkpoint: Callable[[], None] = lambda: None) -> Any:
     )
 
 
+def following(follower: Log) -> Partition:
+    """A partition of ``follower`` that follows LEADER in epoch 1 (both in the ISR)."""
+    part = Partition(
+        follower,
+        (ME, LEADER),
+        ME,
+        write_state=lambda state, version: asyncio.sleep(0, None),
+        notify=lambda log: None,
+        lag_time_max_ms=10_000,
+    )
+    part.apply(PartitionState(LEADER, 1, (LEADER, ME), 1), 1)
+    return part
+
+
 def epochs_with_records(log: Log) -> list[tuple[int, int]]:
     """The epoch cache without an entry begun at the log end (the leader's current term
     before its first write): a follower learns epochs from batches only."""
@@ -311,15 +325,7 @@ def test_a_stale_fetch_answer_is_not_appended_after_the_epoch_changed(tmp_path: 
         leader = Log(tmp_path / "leader" / "t-0", LogConfig())
         follower = Log(tmp_path / "follower" / "t-0", LogConfig())
         write(leader, [(0, "a", 10)])
-        part = Partition(
-            follower,
-            (ME, LEADER),
-            ME,
-            write_state=lambda state, version: asyncio.sleep(0, None),
-            notify=lambda log: None,
-            lag_time_max_ms=10_000,
-        )
-        part.apply(PartitionState(LEADER, 1, (LEADER, ME), 1), 1)
+        part = following(follower)
         conn = FakeLeader(leader)
         real_fetch = conn.fetch
 
@@ -359,15 +365,7 @@ def test_a_follower_behind_the_leaders_start_starts_there_and_writes_it_down(
         write(leader, [(0, "a", 60)])
         write(follower, [(0, "a", 10)])
         leader.delete_records(50)
-        part = Partition(
-            follower,
-            (ME, LEADER),
-            ME,
-            write_state=lambda state, version: asyncio.sleep(0, None),
-            notify=lambda log: None,
-            lag_time_max_ms=10_000,
-        )
-        part.apply(PartitionState(LEADER, 1, (LEADER, ME), 1), 1)
+        part = following(follower)
         conn = FakeLeader(leader)
         reported: list[int] = []
         real_fetch = conn.fetch
