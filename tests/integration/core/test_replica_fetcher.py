@@ -109,8 +109,8 @@ def manager(checkpoint: Callable[[], None] = lambda: None) -> Any:
     )
 
 
-def following(follower: Log) -> Partition:
-    """A partition of ``follower`` that follows LEADER in epoch 1 (both in the ISR)."""
+def following(follower: Log, epoch: int = 1) -> Partition:
+    """A partition of ``follower`` that follows LEADER in ``epoch`` (both in the ISR)."""
     part = Partition(
         follower,
         (ME, LEADER),
@@ -119,7 +119,7 @@ def following(follower: Log) -> Partition:
         notify=lambda log: None,
         lag_time_max_ms=10_000,
     )
-    part.apply(PartitionState(LEADER, 1, (LEADER, ME), 1), 1)
+    part.apply(PartitionState(LEADER, epoch, (LEADER, ME), 1), 1)
     return part
 
 
@@ -137,15 +137,7 @@ def all_bytes(log: Log) -> bytes:
 
 async def follow(follower: Log, leader: Log, epoch: int) -> tuple[FakeLeader, ReplicaFetcher]:
     """Follow ``leader`` (the current leader, in ``epoch``) until caught up."""
-    part = Partition(
-        follower,
-        (ME, LEADER),
-        ME,
-        write_state=lambda state, version: asyncio.sleep(0, None),
-        notify=lambda log: None,
-        lag_time_max_ms=10_000,
-    )
-    part.apply(PartitionState(LEADER, epoch, (LEADER, ME), 1), 1)
+    part = following(follower, epoch)
     conn = FakeLeader(leader)
     fetcher = ReplicaFetcher(manager())
     fetcher_mod.async_connection = lambda *args: conn  # type: ignore[assignment]
