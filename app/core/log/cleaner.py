@@ -363,13 +363,7 @@ class _Pass:
         base = self.segments[group.start].base_offset
         for suffix in (".log", ".index", ".timeindex", ".txnindex"):
             (log.dir / f"{segment_name(base)}{suffix}{CLEANED_SUFFIX}").unlink(missing_ok=True)
-        out = LogSegment.create(
-            log.dir,
-            base,
-            index_interval_bytes=self.config.index_interval_bytes,
-            max_index_bytes=self.config.segment_index_bytes,
-            suffix=CLEANED_SUFFIX,
-        )
+        out = LogSegment.open(log.dir, base, self.config, suffix=CLEANED_SUFFIX, create=True)
         committed = False
         try:
             self._copy(group, out)

@@ -124,13 +124,7 @@ def complete_swaps(directory: Path, config: LogConfig) -> list[int]:
         if not (len(stem) == 20 and stem.isdigit()):
             continue
         base = int(stem)
-        seg = LogSegment.open(
-            directory,
-            base,
-            index_interval_bytes=config.index_interval_bytes,
-            max_index_bytes=config.segment_index_bytes,
-            suffix=SWAP_SUFFIX,
-        )
+        seg = LogSegment.open(directory, base, config, suffix=SWAP_SUFFIX)
         # Fsynced before it was named .swap, so damage here means the disk lied.
         result = seg.recover()
         first_old = directory / (segment_name(base) + LOG_SUFFIX)
@@ -173,15 +167,7 @@ def load_segments(
         for p in directory.iterdir()
         if (m := _SEGMENT_FILE.fullmatch(p.name)) and m.group(2) == LOG_SUFFIX
     )
-    segments = [
-        LogSegment.open(
-            directory,
-            base,
-            index_interval_bytes=config.index_interval_bytes,
-            max_index_bytes=config.segment_index_bytes,
-        )
-        for base in bases
-    ]
+    segments = [LogSegment.open(directory, base, config) for base in bases]
     truncated = 0
     scanned = 0
     if not clean_shutdown and segments:
@@ -235,14 +221,7 @@ def load_segments(
             seg.delete_files()
         segments = []
     if not segments:
-        segments = [
-            LogSegment.create(
-                directory,
-                max(log_start_offset, 0),
-                index_interval_bytes=config.index_interval_bytes,
-                max_index_bytes=config.segment_index_bytes,
-            )
-        ]
+        segments = [LogSegment.open(directory, max(log_start_offset, 0), config, create=True)]
     log_start = max(log_start_offset, segments[0].base_offset)
     segments[-1].make_active()
     log_end = segments[-1].next_offset

@@ -472,12 +472,7 @@ class Log(LogCleanup):
             active.delete_files()
         else:
             active.seal()
-        seg = LogSegment.create(
-            self.dir,
-            base_offset,
-            index_interval_bytes=self.config.index_interval_bytes,
-            max_index_bytes=self.config.segment_index_bytes,
-        )
+        seg = LogSegment.open(self.dir, base_offset, self.config, create=True)
         view = self._view
         self._set_view(view.bases + array("q", [base_offset]), [*view.segments, seg])
         if self._producer_state.wants_snapshot():
@@ -638,12 +633,7 @@ class Log(LogCleanup):
         doomed = self._view.segments
         # Rename first: the new segment may reuse a doomed segment's name.
         self._schedule_delete(doomed)
-        seg = LogSegment.create(
-            self.dir,
-            offset,
-            index_interval_bytes=self.config.index_interval_bytes,
-            max_index_bytes=self.config.segment_index_bytes,
-        )
+        seg = LogSegment.open(self.dir, offset, self.config, create=True)
         self._set_view(array("q", [offset]), [seg])
         self._log_start_offset = self._log_end_offset = self._high_watermark = offset
         self.recovery_point = offset

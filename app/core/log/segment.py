@@ -52,6 +52,7 @@ from app.common.batch import (
 )
 from app.common.errors import KafkaStorageError, SegmentClosed
 from app.core.log.checkpoint import fsync_path
+from app.core.log.config import LogConfig
 from app.core.log.fileslice import FileSlice, SegmentFile
 from app.core.log.index import MAX_RELATIVE_OFFSET, IndexCorrupt, OffsetIndex, TimeIndex
 from app.core.log.txn_index import TXN_INDEX_SUFFIX, TransactionIndex
@@ -163,58 +164,45 @@ class LogSegment:
     # -- construction ------------------------------------------------------------
 
     @classmethod
-    def create(
+    def open(
         cls,
         directory: Path,
         base_offset: int,
+        config: LogConfig,
         *,
-        index_interval_bytes: int,
-        max_index_bytes: int,
         suffix: str = "",
+        create: bool = False,
     ) -> LogSegment:
-        """A new, empty, writable segment (``suffix`` names its files, e.g. ``.cleaned``)."""
+        """The segment of ``base_offset`` (``suffix`` names its files, e.g. ``.cleaned``),
+        indexed as ``config`` says when it opens (a later config change applies to segments
+        opened after it, as in Kafka).
+
+        ``create``: a new, empty, writable segment whose indexes start empty (a non-empty
+        file in the way is a KafkaStorageError, never truncated); otherwise an existing
+        segment whose indexes are loaded (and checked) on first use. One constructor for
+        both, as Kafka's ``LogSegment.open`` with its ``fileAlreadyExists``.
+        """
         path = directory / (segment_name(base_offset) + LOG_SUFFIX + suffix)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        if os.fstat(fd).st_size:
+        fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
+        size = os.fstat(fd).st_size
+        if create and size:
             os.close(fd)
             raise KafkaStorageError(f"cannot create segment {path}: a non-empty file is in the way")
         seg = cls(
             directory,
             base_offset,
-            index_interval_bytes=index_interval_bytes,
-            max_index_bytes=max_index_bytes,
+            index_interval_bytes=config.index_interval_bytes,
+            max_index_bytes=config.segment_index_bytes,
             fd=fd,
-            size=0,
+            size=size,
             suffix=suffix,
         )
-        seg.offset_index.reset()
-        seg.time_index.reset()
-        seg.txn_index.reset()
-        seg._indexes_checked = True
+        if create:
+            seg.offset_index.reset()
+            seg.time_index.reset()
+            seg.txn_index.reset()
+            seg._indexes_checked = True
         return seg
-
-    @classmethod
-    def open(
-        cls,
-        directory: Path,
-        base_offset: int,
-        *,
-        index_interval_bytes: int,
-        max_index_bytes: int,
-        suffix: str = "",
-    ) -> LogSegment:
-        """An existing segment; its indexes are loaded (and checked) on first use."""
-        path = directory / (segment_name(base_offset) + LOG_SUFFIX + suffix)
-        fd = os.open(path, os.O_RDWR)
-        return cls(
-            directory,
-            base_offset,
-            index_interval_bytes=index_interval_bytes,
-            max_index_bytes=max_index_bytes,
-            fd=fd,
-            size=os.fstat(fd).st_size,
-            suffix=suffix,
-        )
 
     # -- state -------------------------------------------------------------------
 

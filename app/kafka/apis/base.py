@@ -21,7 +21,7 @@ from kio.schema.errors import ErrorCode
 from app.common.errors import LogbusError, UnknownTopicId, UnknownTopicOrPartition
 from app.common.group_errors import CoordinatorNotAvailable
 from app.groups.offsets import OffsetCommit
-from app.kafka.encode import build, error_code
+from app.kafka.encode import build, error_code, per_partition
 
 if TYPE_CHECKING:
     from app.api.state import AppState
@@ -123,6 +123,27 @@ def error_answer(cls: Any, exc: LogbusError, **fields: Any) -> Any:
         throttle_time=NO_THROTTLE,
         error_code=error_code(exc),
         error_message=exc.message,
+        **fields,
+    )
+
+
+def per_partition_answer(
+    m: Any, api: str, topics: Iterable[Any], code_of: Callable[[str, int], ErrorCode], **fields: Any
+) -> Any:
+    """The answer of an API shaped as OffsetCommit (OffsetCommit, OffsetDelete,
+    TxnOffsetCommit): no throttle, ``fields``, and every partition of the request's
+    ``topics`` with its code (``code_of(topic, partition)``), in the request's order.
+    ``api`` names the messages of ``m``: ``<api>Response``, ``<api>ResponseTopic``,
+    ``<api>ResponsePartition``."""
+    return build(
+        getattr(m, api + "Response"),
+        throttle_time=NO_THROTTLE,
+        topics=per_partition(
+            topics,
+            getattr(m, api + "ResponseTopic"),
+            getattr(m, api + "ResponsePartition"),
+            code_of,
+        ),
         **fields,
     )
 

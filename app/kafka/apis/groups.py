@@ -42,10 +42,11 @@ from app.kafka.apis.base import (
     kafka_brokers,
     offset_commits,
     ok_answer,
+    per_partition_answer,
     response_module,
 )
 from app.kafka.apis.txn import txn_coordinator_node
-from app.kafka.encode import build, error_code, per_partition
+from app.kafka.encode import build, error_code
 from app.kafka.versions import (
     DELETE_GROUPS,
     DESCRIBE_GROUPS,
@@ -115,15 +116,11 @@ async def offset_commit(ctx: Context, body: Any, version: int) -> Any:
         code = ErrorCode.none
     except LogbusError as exc:
         code = error_code(exc)
-    return build(
-        m.OffsetCommitResponse,
-        throttle_time=NO_THROTTLE,
-        topics=per_partition(
-            body.topics,
-            m.OffsetCommitResponseTopic,
-            m.OffsetCommitResponsePartition,
-            lambda topic, _: ErrorCode.topic_authorization_failed if topic in denied else code,
-        ),
+    return per_partition_answer(
+        m,
+        "OffsetCommit",
+        body.topics,
+        lambda topic, _: ErrorCode.topic_authorization_failed if topic in denied else code,
     )
 
 
@@ -507,20 +504,16 @@ async def offset_delete(ctx: Context, body: Any, version: int) -> Any:
         code = ErrorCode.none
     except LogbusError as exc:
         outcome, code = {}, error_code(exc)
-    return build(
-        m.OffsetDeleteResponse,
-        error_code=code,
-        throttle_time=NO_THROTTLE,
-        topics=per_partition(
-            body.topics,
-            m.OffsetDeleteResponseTopic,
-            m.OffsetDeleteResponsePartition,
-            lambda topic, p: (
-                ErrorCode.topic_authorization_failed
-                if topic in denied
-                else _partition_code(outcome.get((topic, p)))
-            ),
+    return per_partition_answer(
+        m,
+        "OffsetDelete",
+        body.topics,
+        lambda topic, p: (
+            ErrorCode.topic_authorization_failed
+            if topic in denied
+            else _partition_code(outcome.get((topic, p)))
         ),
+        error_code=code,
     )
 
 

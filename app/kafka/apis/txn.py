@@ -44,6 +44,7 @@ from app.kafka.apis.base import (
     NO_THROTTLE,
     Context,
     offset_commits,
+    per_partition_answer,
     response_module,
     timestamp,
 )
@@ -279,16 +280,7 @@ async def txn_offset_commit(ctx: Context, body: Any, version: int) -> Any:
         code = ErrorCode.none
     except LogbusError as exc:
         code = producer_code(exc, TXN_OFFSET_COMMIT, version)
-    return build(
-        m.TxnOffsetCommitResponse,
-        throttle_time=NO_THROTTLE,
-        topics=per_partition(
-            body.topics,
-            m.TxnOffsetCommitResponseTopic,
-            m.TxnOffsetCommitResponsePartition,
-            lambda _topic, _p: code,
-        ),
-    )
+    return per_partition_answer(m, "TxnOffsetCommit", body.topics, lambda _topic, _p: code)
 
 
 async def describe_transactions(ctx: Context, body: Any, version: int) -> Any:

@@ -698,17 +698,17 @@ def test_a_log_changed_under_the_pass_keeps_its_segments(
     clock = [BASE_TS]
     log = _three_segments(tmp_path, clock, **{"cleanup.policy": "compact,delete"})
     before = [(r.offset, r.value) for r in records(log)]
-    original = LogSegment.create.__func__  # type: ignore[attr-defined]
+    original = LogSegment.open.__func__  # type: ignore[attr-defined]
 
-    def create(cls: type[LogSegment], *args: object, **kwargs: object) -> LogSegment:
-        if kwargs.get("suffix") == ".cleaned":
+    def open_segment(cls: type[LogSegment], *args: object, **kwargs: object) -> LogSegment:
+        if kwargs.get("suffix") == ".cleaned" and kwargs.get("create"):
             if change == "truncation":
                 log.truncate_to(6)  # a follower truncates while the copy is being made
             else:
                 log.delete_old_segments(BASE_TS + 7 * DAY + 2)  # the first segment expires
         return original(cls, *args, **kwargs)  # type: ignore[no-any-return]
 
-    monkeypatch.setattr(LogSegment, "create", classmethod(create))
+    monkeypatch.setattr(LogSegment, "open", classmethod(open_segment))
     c = cleaner(tmp_path, log)
     result = c.clean(log)
     assert result is not None and not result.completed and result.groups_swapped == 0

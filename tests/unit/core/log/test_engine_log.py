@@ -410,7 +410,7 @@ def test_a_batch_that_does_not_fit_ends_the_fetch(tmp_path: Path) -> None:
 def test_a_slice_keeps_a_deleted_segment_readable_and_its_descriptor_closes_with_it(
     tmp_path: Path,
 ) -> None:
-    seg = LogSegment.create(tmp_path, 0, index_interval_bytes=4096, max_index_bytes=1 << 20)
+    seg = LogSegment.open(tmp_path, 0, LogConfig(), create=True)
     log = Log(tmp_path / "t-0")
     log.append(value_batch(0, 3))
     data = log.read(0, 1 << 20).read_bytes()
