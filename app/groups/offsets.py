@@ -197,20 +197,42 @@ class OffsetStore:
         return latest
 
     async def fetch_committed_offsets(
-        self, group_id: str, topics: Sequence[str] | None = None, require_stable: bool = False
+        self,
+        group_id: str,
+        topics: Sequence[str] | None = None,
+        require_stable: bool = False,
+        member_id: str | None = None,
+        member_epoch: int = -1,
     ) -> list[CommittedOffset]:
         """:meth:`fetch_offsets`, answered once what it read is replicated (in cluster mode
         a commit still waiting for its in-sync replicas is not reported before it counts).
         ``require_stable``: UNSTABLE_OFFSET_COMMIT while a transaction's offsets for one
-        of the partitions asked about are pending (module docstring)."""
+        of the partitions asked about are pending (module docstring). ``member_id`` and
+        ``member_epoch`` (Kafka's OffsetFetch v9, KIP-848): a member of a consumer group
+        asking for its offsets must be one (UNKNOWN_MEMBER_ID) in its current epoch
+        (STALE_MEMBER_EPOCH otherwise, either way, as Kafka's ``validateOffsetFetch``);
+        neither given (None, -1) is an admin's or an older client's fetch, never checked,
+        and a classic or unknown group checks neither, as Kafka."""
         self.rt.check_loaded()
         validate_group_id(group_id)
         partition = self.rt.route(group_id)
+        if member_id is not None or member_epoch >= 0:
+            self._validate_fetch(group_id, member_id or "", member_epoch)
         found = self.fetch_offsets(group_id, topics)
         if require_stable:
             self.check_stable(group_id, {(o.topic, o.partition) for o in found}, topics)
         await self.rt.replicated(group_id, partition)
         return found
+
+    def _validate_fetch(self, group_id: str, member_id: str, member_epoch: int) -> None:
+        group = self.rt.groups.get(group_id)
+        if group is None or not group.members:
+            return  # unknown, empty, or classic: nothing to check against (Kafka's)
+        member = group.members.get(member_id)
+        if member is None or member.left_static:
+            raise UnknownMemberId(group_id, member_id)
+        if member_epoch != member.member_epoch:
+            raise StaleMemberEpoch(group_id, member_id, member_epoch, member.member_epoch)
 
     def unstable_partitions(self, group_id: str) -> dict[TopicPartition, int]:
         """The partitions whose offsets an open transaction of ``group_id`` committed, each

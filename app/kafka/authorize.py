@@ -53,12 +53,16 @@ Heartbeat             subscription matches only topics it may DESCRIBE
 ConsumerGroup-        DESCRIBE group (per group), DESCRIBE topic (each topic its members
 Describe              subscribe to, own or are to own)
 ===================== ====================================================================
+
+Where a request asks for them (``include_*_authorized_operations``), Metadata,
+DescribeCluster, DescribeGroups and ConsumerGroupDescribe answer the principal's
+authorized operations on each resource (:func:`authorized_operations`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from app.common.errors import (
     AuthorizationFailed,
@@ -68,10 +72,43 @@ from app.common.errors import (
     TransactionalIdAuthorizationFailed,
 )
 from app.core.security import audit
-from app.core.security.acl import CLUSTER, Action, Operation, Resource, ResourceType
+from app.core.security.acl import (
+    CLUSTER,
+    VALID_OPERATIONS,
+    Action,
+    Operation,
+    Resource,
+    ResourceType,
+)
 
 if TYPE_CHECKING:
     from app.kafka.apis.base import Context
+
+# Kafka's AclOperation wire codes (org.apache.kafka.common.acl.AclOperation), those the
+# model keeps; DescribeAcls/CreateAcls/DeleteAcls decode with them, and an authorized-
+# operations bit field sets bit ``code`` for each operation allowed.
+OPERATIONS: Final = {
+    1: Operation.ANY,
+    2: Operation.ALL,
+    3: Operation.READ,
+    4: Operation.WRITE,
+    5: Operation.CREATE,
+    6: Operation.DELETE,
+    7: Operation.ALTER,
+    8: Operation.DESCRIBE,
+    9: Operation.CLUSTER_ACTION,
+    10: Operation.DESCRIBE_CONFIGS,
+    11: Operation.ALTER_CONFIGS,
+    12: Operation.IDEMPOTENT_WRITE,
+}
+# Per resource type, the operations an authorized-operations answer reports on: Kafka's
+# ``AclEntry.supportedOperations`` (the valid ones but ALL), with their bits.
+_SUPPORTED: Final = {
+    resource_type: tuple(
+        (op, 1 << code) for code, op in OPERATIONS.items() if op in ops and op is not Operation.ALL
+    )
+    for resource_type, ops in VALID_OPERATIONS.items()
+}
 
 
 def _action(op: Operation, resource_type: ResourceType | None, name: str) -> Action:
@@ -93,6 +130,16 @@ def permitted(
         session.host,
         _action(op, resource_type, name),
     )
+
+
+def authorized_operations(ctx: Context, resource_type: ResourceType, name: str = "") -> int:
+    """Kafka's authorized-operations bit field for one resource (``AuthHelper.
+    authorizedOperations``): bit ``code`` set for each operation of the resource type the
+    principal may do, every one without an authorizer. Answered where a request asks for
+    it (``include_*_authorized_operations``: Metadata v8+, DescribeCluster, DescribeGroups
+    v3+, ConsumerGroupDescribe); not audited, as Kafka does not log these checks."""
+    kind = None if resource_type is ResourceType.CLUSTER else resource_type
+    return sum(bit for op, bit in _SUPPORTED[resource_type] if permitted(ctx, op, kind, name))
 
 
 def unreadable_topics(ctx: Context, topics: Iterable[Any]) -> set[str]:

@@ -161,7 +161,10 @@ def per_partition(
             build(partition_cls, partition_index=i, **{code_field: code_of(t.name, i)})
             for i in indexes
         )
-        out.append(build(topic_cls, name=t.name, **{partitions_field: partitions}))
+        topic_id = getattr(t, "topic_id", None)  # by id (v10+): answered by id
+        out.append(
+            build(topic_cls, name=t.name, topic_id=topic_id, **{partitions_field: partitions})
+        )
     return tuple(out)
 
 

@@ -79,8 +79,8 @@ SUPPORTED: Final[dict[int, tuple[int, int]]] = {
     METADATA: (0, 12),
     API_VERSIONS: (0, 3),
     INIT_PRODUCER_ID: (0, 4),
-    OFFSET_COMMIT: (2, 9),
-    OFFSET_FETCH: (1, 7),
+    OFFSET_COMMIT: (2, 10),
+    OFFSET_FETCH: (1, 10),
     FIND_COORDINATOR: (0, 3),
     DESCRIBE_CLUSTER: (0, 1),
     # Transactions: client versions only. AddPartitionsToTxn v4+ is KIP-890's

@@ -68,20 +68,7 @@ PATTERN_TYPES: Final = {
     3: PatternType.LITERAL,
     4: PatternType.PREFIXED,
 }
-OPERATIONS: Final = {
-    1: Operation.ANY,
-    2: Operation.ALL,
-    3: Operation.READ,
-    4: Operation.WRITE,
-    5: Operation.CREATE,
-    6: Operation.DELETE,
-    7: Operation.ALTER,
-    8: Operation.DESCRIBE,
-    9: Operation.CLUSTER_ACTION,
-    10: Operation.DESCRIBE_CONFIGS,
-    11: Operation.ALTER_CONFIGS,
-    12: Operation.IDEMPOTENT_WRITE,
-}
+OPERATIONS: Final = authorize.OPERATIONS
 PERMISSIONS: Final = {1: Permission.ANY, 2: Permission.DENY, 3: Permission.ALLOW}
 # Kafka's codes the model has no counterpart for: filters naming them match nothing.
 UNKEPT_RESOURCE_TYPES: Final = {6: "DELEGATION_TOKEN", 7: "USER"}

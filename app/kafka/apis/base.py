@@ -194,6 +194,33 @@ def offset_commits(topics: Iterable[Any], skip: Collection[str] = ()) -> list[Of
     ]
 
 
+@dataclass(frozen=True, slots=True)
+class NamedTopic:
+    """A request's topic as a handler reads it whichever way the version names topics:
+    ``name`` (None where an id names no topic), ``topic_id`` (None where the version
+    names topics by name) and the entry's ``partitions`` (its ``partitions`` or
+    ``partition_indexes``, as the message calls them)."""
+
+    name: str | None
+    topic_id: uuid.UUID | None
+    partitions: Any
+
+
+def named_topics(ctx: Context, topics: Iterable[Any]) -> list[NamedTopic]:
+    """The request's ``topics`` by name: those naming a topic by id (OffsetCommit v10,
+    OffsetFetch v10) resolved through one :class:`TopicIdNames` (so within this step of
+    the event loop), the others as named."""
+    ids = TopicIdNames(ctx.state.topology)
+    out = []
+    for t in topics:
+        parts = t.partitions if hasattr(t, "partitions") else t.partition_indexes
+        if hasattr(t, "name"):
+            out.append(NamedTopic(t.name, None, parts))
+        else:
+            out.append(NamedTopic(ids.name_of(t.topic_id), t.topic_id, parts))
+    return out
+
+
 async def partition_answers(
     topics: Iterable[Any],
     topic_cls: Any,

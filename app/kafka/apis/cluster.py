@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -137,6 +138,19 @@ async def metadata(ctx: Context, body: Any, version: int) -> Any:
             topics.append(_topic_by_id(ctx, m, ids, topic_id, listeners))
         else:
             topics.append(await _topic_metadata(ctx, m, name, allow_create, listeners))
+    if getattr(body, "include_topic_authorized_operations", False):
+        # v8+: what the principal may do with each topic answered (Kafka's bit field).
+        topics = [
+            dataclasses.replace(
+                t,
+                topic_authorized_operations=authorize.authorized_operations(
+                    ctx, ResourceType.TOPIC, t.name
+                ),
+            )
+            if t.error_code is ErrorCode.none
+            else t
+            for t in topics
+        ]
     brokers = tuple(
         build(m.MetadataResponseBroker, node_id=broker_id, host=host, port=port, rack=None)
         for broker_id, (host, port) in listeners.items()
@@ -148,8 +162,16 @@ async def metadata(ctx: Context, body: Any, version: int) -> Any:
         cluster_id=topology.cluster_id,
         controller_id=controller_of(ctx, listeners),
         topics=tuple(topics),
-        cluster_authorized_operations=OPERATIONS_OMITTED,
+        cluster_authorized_operations=_cluster_operations(ctx, body),
     )
+
+
+def _cluster_operations(ctx: Context, body: Any) -> int:
+    """Metadata v8-10's and DescribeCluster's ``cluster_authorized_operations``: the bit
+    field when the request asks for it, else Kafka's "omitted"."""
+    if getattr(body, "include_cluster_authorized_operations", False):
+        return authorize.authorized_operations(ctx, ResourceType.CLUSTER)
+    return OPERATIONS_OMITTED
 
 
 def _topic_error(m: Any, name: str | None, topic_id: Any, exc: LogbusError) -> Any:
@@ -266,5 +288,5 @@ async def describe_cluster(ctx: Context, body: Any, version: int) -> Any:
             build(m.DescribeClusterBroker, broker_id=broker_id, host=host, port=port)
             for broker_id, (host, port) in listeners.items()
         ),
-        cluster_authorized_operations=OPERATIONS_OMITTED,
+        cluster_authorized_operations=_cluster_operations(ctx, body),
     )

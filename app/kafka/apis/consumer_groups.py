@@ -242,7 +242,7 @@ async def consumer_group_describe(ctx: Context, body: Any, version: int) -> Any:
     groups = []
     for group_id in body.group_ids:
         try:
-            groups.append(_described(ctx, m, group_id))
+            groups.append(_described(ctx, m, body, group_id))
         except LogbusError as exc:
             groups.append(
                 build(
@@ -261,10 +261,15 @@ async def consumer_group_describe(ctx: Context, body: Any, version: int) -> Any:
     return build(m.ConsumerGroupDescribeResponse, throttle_time=NO_THROTTLE, groups=tuple(groups))
 
 
-def _described(ctx: Context, m: Any, group_id: str) -> Any:
+def _described(ctx: Context, m: Any, body: Any, group_id: str) -> Any:
     """One group of a ConsumerGroupDescribe answer; an error raised here is the group's
     answer instead (the handler's, so that one group's error leaves the others)."""
     authorize.check(ctx, Operation.DESCRIBE, ResourceType.GROUP, group_id)
+    ops = (
+        authorize.authorized_operations(ctx, ResourceType.GROUP, group_id)
+        if body.include_authorized_operations
+        else OPERATIONS_OMITTED
+    )
     coordinator = group_coordinator(ctx)
     described = coordinator.describe_group(group_id)
     group = coordinator.group(group_id)
@@ -309,7 +314,7 @@ def _described(ctx: Context, m: Any, group_id: str) -> Any:
         assignment_epoch=described["assignment_epoch"],
         assignor_name=described["assignor"],
         members=members,
-        authorized_operations=OPERATIONS_OMITTED,
+        authorized_operations=ops,
     )
 
 

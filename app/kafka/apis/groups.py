@@ -23,7 +23,7 @@ from kio.schema.types import TopicName
 from kio.serial import entity_writer
 from kio.static.primitive import i32
 
-from app.common.errors import InvalidRequest, LogbusError
+from app.common.errors import InvalidRequest, LogbusError, UnknownTopicOrPartition
 from app.common.group_errors import (
     CoordinatorNotAvailable,
     GroupIdNotFound,
@@ -36,10 +36,12 @@ from app.kafka import authorize
 from app.kafka.apis.base import (
     NO_THROTTLE,
     OPERATIONS_OMITTED,
+    ZERO_UUID,
     Context,
     error_answer,
     group_coordinator,
     kafka_brokers,
+    named_topics,
     offset_commits,
     ok_answer,
     per_partition_answer,
@@ -99,11 +101,15 @@ async def offset_commit(ctx: Context, body: Any, version: int) -> Any:
     """Commit through the group coordinator HTTP's ``POST /groups/{g}/offsets`` uses: one
     store for every door. A Kafka client outside any group (``assign``) commits with
     generation -1 and no member id, which the coordinator takes while the group has no
-    members (as Kafka does); all partitions answer the one outcome (all or nothing)."""
+    members (as Kafka does); all partitions answer the one outcome (all or nothing).
+    v10 names topics by id: an id that names no topic answers UNKNOWN_TOPIC_ID for its
+    partitions, and the others commit."""
     m = response_module(OFFSET_COMMIT, version)
+    topics = named_topics(ctx, body.topics)
+    known = [t for t in topics if t.name is not None]
     # Topics the principal may not READ answer TOPIC_AUTHORIZATION_FAILED; the rest commit.
-    denied = authorize.unreadable_topics(ctx, body.topics)
-    offsets = offset_commits(body.topics, skip=denied)
+    denied = authorize.unreadable_topics(ctx, known)
+    offsets = offset_commits(known, skip=denied)
     try:
         authorize.check(ctx, Operation.READ, ResourceType.GROUP, body.group_id)
         await group_coordinator(ctx).commit_offsets(
@@ -119,9 +125,20 @@ async def offset_commit(ctx: Context, body: Any, version: int) -> Any:
     return per_partition_answer(
         m,
         "OffsetCommit",
-        body.topics,
-        lambda topic, _: ErrorCode.topic_authorization_failed if topic in denied else code,
+        topics,
+        lambda topic, _: (
+            ErrorCode.unknown_topic_id
+            if topic is None
+            else ErrorCode.topic_authorization_failed
+            if topic in denied
+            else code
+        ),
     )
+
+
+# OffsetFetch v8+ asks for several groups, each answered with its own error; v9 adds the
+# member's id and epoch (KIP-848), v10 names topics by id.
+OFFSET_FETCH_GROUPS_VERSION = 8
 
 
 async def offset_fetch(ctx: Context, body: Any, version: int) -> Any:
@@ -129,23 +146,60 @@ async def offset_fetch(ctx: Context, body: Any, version: int) -> Any:
     nothing is committed, every committed partition when ``topics`` is null. With
     ``require_stable`` (v7, KIP-447; librdkafka sets it for read_committed consumers) a
     partition whose offsets an open transaction committed answers UNSTABLE_OFFSET_COMMIT
-    (retriable: the client asks again) instead of an offset, as Kafka does."""
+    (retriable: the client asks again) instead of an offset, as Kafka does. From v8 a
+    request names several groups, each answered on its own (its error its own); from v9 a
+    consumer group's member gives its id and epoch, checked as Kafka checks them
+    (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH); from v10 topics go by id (an unknown id
+    answers UNKNOWN_TOPIC_ID for its partitions)."""
     m = response_module(OFFSET_FETCH, version)
+    stable = bool(getattr(body, "require_stable", False))
+    if version < OFFSET_FETCH_GROUPS_VERSION:
+        code, topics = await _fetched_group(ctx, m, body.group_id, body.topics, stable)
+        return build(
+            m.OffsetFetchResponse, throttle_time=NO_THROTTLE, error_code=code, topics=topics
+        )
+    groups = []
+    for g in body.groups:
+        member_id = getattr(g, "member_id", None)
+        epoch = int(getattr(g, "member_epoch", -1))
+        code, topics = await _fetched_group(
+            ctx, m, g.group_id, g.topics, stable, member_id, epoch, by_id=version >= 10
+        )
+        groups.append(
+            build(m.OffsetFetchResponseGroup, group_id=g.group_id, topics=topics, error_code=code)
+        )
+    return build(m.OffsetFetchResponse, throttle_time=NO_THROTTLE, groups=tuple(groups))
+
+
+async def _fetched_group(
+    ctx: Context,
+    m: Any,
+    group_id: str,
+    asked: Any,
+    require_stable: bool,
+    member_id: str | None = None,
+    member_epoch: int = -1,
+    *,
+    by_id: bool = False,
+) -> tuple[ErrorCode, tuple[Any, ...]]:
+    """One group of an OffsetFetch answer: its error code and its topics."""
+    named = None if asked is None else named_topics(ctx, asked)
+    unknown_ids = [] if named is None else [t for t in named if t.name is None]
     wanted = (
-        None if body.topics is None else {t.name: set(t.partition_indexes) for t in body.topics}
+        None if named is None else {t.name: set(t.partitions) for t in named if t.name is not None}
     )
     topics = None if wanted is None else list(wanted)
     unstable: set[tuple[str, int]] = set()
     try:
-        authorize.check(ctx, Operation.DESCRIBE, ResourceType.GROUP, body.group_id)
+        authorize.check(ctx, Operation.DESCRIBE, ResourceType.GROUP, group_id)
         coordinator = group_coordinator(ctx)
         try:
             found = await coordinator.fetch_committed_offsets(
-                body.group_id, topics, bool(getattr(body, "require_stable", False))
+                group_id, topics, require_stable, member_id, member_epoch
             )
         except UnstableOffsetCommit as exc:
             unstable = {(p["topic"], p["partition"]) for p in exc.fields()["partitions"]}
-            found = await coordinator.fetch_committed_offsets(body.group_id, topics)
+            found = await coordinator.fetch_committed_offsets(group_id, topics)
         code = ErrorCode.none
     except LogbusError as exc:
         found, code = [], error_code(exc)
@@ -167,37 +221,59 @@ async def offset_fetch(ctx: Context, body: Any, version: int) -> Any:
             by_topic[topic] = {p: seen.get(p) for p in sorted(partitions)}
             if not authorize.permitted(ctx, Operation.DESCRIBE, ResourceType.TOPIC, topic):
                 denied.add(topic)
-    return build(
-        m.OffsetFetchResponse,
-        throttle_time=NO_THROTTLE,
-        error_code=code,
-        topics=tuple(
+    topic_cls = getattr(m, "OffsetFetchResponseTopics", None) or m.OffsetFetchResponseTopic
+    partition_cls = (
+        getattr(m, "OffsetFetchResponsePartitions", None) or m.OffsetFetchResponsePartition
+    )
+    topology = ctx.state.topology
+    out = []
+    for topic, parts in sorted(by_topic.items()):
+        try:
+            topic_id = topology.topic_id(topic)
+        except UnknownTopicOrPartition:
+            if by_id:
+                continue  # deleted since: no id to answer it by
+            topic_id = ZERO_UUID
+        out.append(
             build(
-                m.OffsetFetchResponseTopic,
+                topic_cls,
                 name=topic,
+                topic_id=topic_id,
                 partitions=tuple(
-                    _offset_partition(m, topic, p, c, topic in denied, (topic, p) in unstable)
+                    _offset_partition(
+                        partition_cls,
+                        p,
+                        c,
+                        ErrorCode.topic_authorization_failed
+                        if topic in denied
+                        else ErrorCode.unstable_offset_commit
+                        if (topic, p) in unstable
+                        else ErrorCode.none,
+                    )
                     for p, c in sorted(parts.items())
                 ),
             )
-            for topic, parts in sorted(by_topic.items())
-        ),
-    )
+        )
+    for t in unknown_ids:
+        out.append(
+            build(
+                topic_cls,
+                topic_id=t.topic_id,
+                partitions=tuple(
+                    _offset_partition(partition_cls, int(p), None, ErrorCode.unknown_topic_id)
+                    for p in t.partitions
+                ),
+            )
+        )
+    return code, tuple(out)
 
 
-def _offset_partition(
-    m: Any, topic: str, partition: int, c: Any, denied: bool, unstable: bool
-) -> Any:
-    """One partition of an OffsetFetch answer: its offset, or -1 with the reason."""
-    hidden = c is None or denied or unstable
-    if denied:
-        code = ErrorCode.topic_authorization_failed
-    elif unstable:
-        code = ErrorCode.unstable_offset_commit
-    else:
-        code = ErrorCode.none
+def _offset_partition(cls: Any, partition: int, c: Any, code: ErrorCode) -> Any:
+    """One partition of an OffsetFetch answer: its offset, or -1 with the reason (``c``
+    None: nothing committed; ``code`` an error: not told)."""
+    hidden = c is None or code is not ErrorCode.none
     return build(
-        m.OffsetFetchResponsePartition,
+        cls,
         partition_index=partition,
         committed_offset=-1 if hidden else c.offset,
         committed_leader_epoch=-1 if hidden else c.leader_epoch,
@@ -390,23 +466,32 @@ async def describe_groups(ctx: Context, body: Any, version: int) -> Any:
     consumer protocol's, as Kafka 4 answers for its consumer groups). A group that does
     not exist is Dead with no error before v6, GROUP_ID_NOT_FOUND from v6 (Kafka's)."""
     m = response_module(DESCRIBE_GROUPS, version)
+    with_operations = bool(getattr(body, "include_authorized_operations", False))
     described = []
     for group_id in body.groups:
         try:
             authorize.check(ctx, Operation.DESCRIBE, ResourceType.GROUP, group_id)
+            ops = (
+                authorize.authorized_operations(ctx, ResourceType.GROUP, group_id)
+                if with_operations
+                else OPERATIONS_OMITTED
+            )
             coordinator = group_coordinator(ctx)
             group = coordinator.admin.lookup(group_id)
-            described.append(_described(m, coordinator, group))
+            described.append(_described(m, coordinator, group, ops))
         except GroupIdNotFound as exc:
-            described.append(
-                _described_error(m, group_id, ErrorCode.none if version < 6 else exc, "Dead")
-            )
+            if version >= 6:
+                described.append(_described_error(m, group_id, exc, "Dead"))
+            else:
+                described.append(_described_error(m, group_id, ErrorCode.none, "Dead", ops))
         except LogbusError as exc:
             described.append(_described_error(m, group_id, exc, ""))
     return build(m.DescribeGroupsResponse, throttle_time=NO_THROTTLE, groups=tuple(described))
 
 
-def _described_error(m: Any, group_id: str, exc: Any, state: str) -> Any:
+def _described_error(
+    m: Any, group_id: str, exc: Any, state: str, ops: int = OPERATIONS_OMITTED
+) -> Any:
     return build(
         m.DescribedGroup,
         error_code=exc if isinstance(exc, ErrorCode) else error_code(exc),
@@ -416,11 +501,11 @@ def _described_error(m: Any, group_id: str, exc: Any, state: str) -> Any:
         protocol_type="",
         protocol_data="",
         members=(),
-        authorized_operations=OPERATIONS_OMITTED,
+        authorized_operations=ops,
     )
 
 
-def _described(m: Any, coordinator: Any, group: Group) -> Any:
+def _described(m: Any, coordinator: Any, group: Group, ops: int) -> Any:
     cg = group.classic
     if cg is not None and not group.members:
         protocol = cg.protocol_name or ""
@@ -445,7 +530,7 @@ def _described(m: Any, coordinator: Any, group: Group) -> Any:
             protocol_type=cg.protocol_type or "",
             protocol_data=protocol,
             members=members,
-            authorized_operations=OPERATIONS_OMITTED,
+            authorized_operations=ops,
         )
     return build(
         m.DescribedGroup,
@@ -467,7 +552,7 @@ def _described(m: Any, coordinator: Any, group: Group) -> Any:
             )
             for x in group.members.values()
         ),
-        authorized_operations=OPERATIONS_OMITTED,
+        authorized_operations=ops,
     )
 
 

@@ -573,3 +573,143 @@ def test_acl_changes_per_request_are_capped(acl_broker: KafkaBroker) -> None:
     assert sorted(b.name for f in filters[:3] for b in gone[f].result()) == [
         f"{name}-{i}" for i in range(3)
     ]
+
+
+def _bits(*operations: int) -> int:
+    return sum(1 << code for code in operations)
+
+
+# Kafka's AclOperation codes.
+READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE = 3, 4, 5, 6, 7, 8
+CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE = 9, 10, 11, 12
+OMITTED = -(2**31)
+
+
+def test_authorized_operations_are_answered_when_asked(acl_broker: KafkaBroker) -> None:
+    """Metadata v8+, DescribeCluster, DescribeGroups v3+ and ConsumerGroupDescribe answer
+    the principal's authorized operations (Kafka's bit field of AclOperation codes) when
+    the request includes them, and Kafka's "omitted" when it does not."""
+    import datetime
+
+    from kio.schema.consumer_group_describe.v0.request import ConsumerGroupDescribeRequest
+    from kio.schema.consumer_group_describe.v0.response import ConsumerGroupDescribeResponse
+    from kio.schema.consumer_group_heartbeat.v0.request import ConsumerGroupHeartbeatRequest
+    from kio.schema.consumer_group_heartbeat.v0.response import ConsumerGroupHeartbeatResponse
+    from kio.schema.describe_cluster.v0.request import DescribeClusterRequest
+    from kio.schema.describe_cluster.v0.response import DescribeClusterResponse
+    from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
+    from kio.schema.describe_groups.v5.response import DescribeGroupsResponse
+    from kio.schema.errors import ErrorCode
+    from kio.schema.metadata.v9.request import MetadataRequest, MetadataRequestTopic
+    from kio.schema.metadata.v9.response import MetadataResponse
+
+    topic, group = f"ops-{uuid.uuid4().hex[:8]}", f"ops-g-{uuid.uuid4().hex[:8]}"
+    with admin_http(acl_broker) as http:
+        assert http.post("/topics", json={"name": topic, "partitions": 1}).status_code == 201
+        acl = {"resource_type": "GROUP", "resource_name": group, "principal": "User:reader"}
+        assert (
+            http.post("/acls", json={"acls": [{**acl, "operation": "DESCRIBE"}]}).status_code == 201
+        )
+    grant(acl_broker, topic, "READ")
+    admin, reader = login(acl_broker, "admin"), login(acl_broker, "reader")
+
+    def metadata(wire: Any, include: bool) -> tuple[int, int]:
+        answer = wire.call(
+            MetadataRequest(
+                topics=(MetadataRequestTopic(name=topic),),  # type: ignore[arg-type]
+                allow_auto_topic_creation=False,
+                include_cluster_authorized_operations=include,
+                include_topic_authorized_operations=include,
+            ),
+            MetadataResponse,
+        )
+        (t,) = answer.topics
+        assert t.error_code == ErrorCode.none
+        return t.topic_authorized_operations, answer.cluster_authorized_operations
+
+    every_topic_op = _bits(
+        READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS
+    )
+    every_cluster_op = _bits(
+        CREATE, ALTER, DESCRIBE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE
+    )
+    assert metadata(admin, False) == (OMITTED, OMITTED)
+    assert metadata(admin, True) == (every_topic_op, every_cluster_op)  # a super user
+    # READ implies DESCRIBE (Kafka's implied operations); nothing on the cluster.
+    assert metadata(reader, True) == (_bits(READ, DESCRIBE), 0)
+
+    def cluster(wire: Any, include: bool) -> int:
+        answer = wire.call(
+            DescribeClusterRequest(include_cluster_authorized_operations=include),
+            DescribeClusterResponse,
+        )
+        assert answer.error_code == ErrorCode.none
+        return int(answer.cluster_authorized_operations)
+
+    assert (cluster(admin, True), cluster(reader, True), cluster(reader, False)) == (
+        every_cluster_op,
+        0,
+        OMITTED,
+    )
+
+    # A consumer-protocol group joined by the admin: ConsumerGroupDescribe and
+    # DescribeGroups both answer the reader's operations on the group (DESCRIBE only).
+    joined = admin.call(
+        ConsumerGroupHeartbeatRequest(
+            group_id=group,  # type: ignore[arg-type]
+            member_id="",
+            member_epoch=0,  # type: ignore[arg-type]
+            instance_id=None,
+            rack_id=None,
+            rebalance_timeout=datetime.timedelta(minutes=5),
+            subscribed_topic_names=(topic,),  # type: ignore[arg-type]
+            server_assignor=None,
+            topic_partitions=(),
+        ),
+        ConsumerGroupHeartbeatResponse,
+    )
+    assert joined.error_code == ErrorCode.none
+
+    def described(wire: Any, include: bool) -> tuple[int, int]:
+        (kip848,) = wire.call(
+            ConsumerGroupDescribeRequest(group_ids=(group,), include_authorized_operations=include),  # type: ignore[arg-type]
+            ConsumerGroupDescribeResponse,
+        ).groups
+        (classic,) = wire.call(
+            DescribeGroupsRequest(groups=(group,), include_authorized_operations=include),  # type: ignore[arg-type]
+            DescribeGroupsResponse,
+        ).groups
+        assert (kip848.error_code, classic.error_code) == (ErrorCode.none, ErrorCode.none)
+        return kip848.authorized_operations, classic.authorized_operations
+
+    assert described(reader, True) == (_bits(DESCRIBE), _bits(DESCRIBE))
+    assert described(reader, False) == (OMITTED, OMITTED)
+    assert described(admin, True) == (_bits(READ, DELETE, DESCRIBE),) * 2
+
+
+def test_confluent_admin_client_reads_authorized_operations(acl_broker: KafkaBroker) -> None:
+    """librdkafka's AdminClient asks for authorized operations and reads them back."""
+    from confluent_kafka import TopicCollection
+    from confluent_kafka.admin import AclOperation
+
+    topic = f"ops-{uuid.uuid4().hex[:8]}"
+    with admin_http(acl_broker) as http:
+        assert http.post("/topics", json={"name": topic, "partitions": 1}).status_code == 201
+    grant(acl_broker, topic, "WRITE")
+    reader = AdminClient(kafka_conf(acl_broker, "reader"))
+    futures = reader.describe_topics(
+        TopicCollection([topic]), request_timeout=10, include_authorized_operations=True
+    )
+    description = futures[topic].result(timeout=30)
+    assert set(description.authorized_operations) == {AclOperation.WRITE, AclOperation.DESCRIBE}
+    admin = AdminClient(kafka_conf(acl_broker, "admin"))
+    cluster = admin.describe_cluster(request_timeout=10, include_authorized_operations=True)
+    assert set(cluster.result(timeout=30).authorized_operations) == {
+        AclOperation.CREATE,
+        AclOperation.ALTER,
+        AclOperation.DESCRIBE,
+        AclOperation.CLUSTER_ACTION,
+        AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS,
+        AclOperation.IDEMPOTENT_WRITE,
+    }

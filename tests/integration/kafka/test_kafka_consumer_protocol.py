@@ -456,3 +456,157 @@ def test_heartbeats_kafka_refuses_whatever_the_group_are_invalid_request(
     # The member is still in the group, at its epoch (the -2 did not take it out).
     again = heartbeat(broker, group_id=group, member_id=member, member_epoch=1)
     assert (again.error_code, again.member_epoch) == (ErrorCode.none, 1)
+
+
+def test_offset_fetch_v8_to_v10_and_offset_commit_v10(broker: KafkaBroker) -> None:
+    """OffsetCommit v10 and OffsetFetch v10 name topics by id (an id naming no topic:
+    UNKNOWN_TOPIC_ID for its partitions, the rest answered); OffsetFetch v8+ answers
+    several groups, each with its own error; v9 checks a consumer group member's id and
+    epoch as Kafka's validateOffsetFetch does (and nothing for an admin's fetch)."""
+    from kio.schema.offset_commit.v10.request import (
+        OffsetCommitRequest as CommitV10,
+    )
+    from kio.schema.offset_commit.v10.request import (
+        OffsetCommitRequestPartition as CommitPartitionV10,
+    )
+    from kio.schema.offset_commit.v10.request import (
+        OffsetCommitRequestTopic as CommitTopicV10,
+    )
+    from kio.schema.offset_commit.v10.response import OffsetCommitResponse as CommitAnswerV10
+    from kio.schema.offset_fetch.v8.request import OffsetFetchRequest as FetchV8
+    from kio.schema.offset_fetch.v8.request import OffsetFetchRequestGroup as GroupV8
+    from kio.schema.offset_fetch.v8.request import OffsetFetchRequestTopics as TopicsV8
+    from kio.schema.offset_fetch.v8.response import OffsetFetchResponse as FetchAnswerV8
+    from kio.schema.offset_fetch.v9.request import OffsetFetchRequest as FetchV9
+    from kio.schema.offset_fetch.v9.request import OffsetFetchRequestGroup as GroupV9
+    from kio.schema.offset_fetch.v9.response import OffsetFetchResponse as FetchAnswerV9
+    from kio.schema.offset_fetch.v10.request import OffsetFetchRequest as FetchV10
+    from kio.schema.offset_fetch.v10.request import OffsetFetchRequestGroup as GroupV10
+    from kio.schema.offset_fetch.v10.request import OffsetFetchRequestTopics as TopicsV10
+    from kio.schema.offset_fetch.v10.response import OffsetFetchResponse as FetchAnswerV10
+
+    topic, group = _topic(broker, partitions=2), f"of-{uuid.uuid4().hex[:8]}"
+    topic_id, nowhere = _topic_id(broker, topic), uuid.uuid4()
+    member = uuid.uuid4().hex
+    joined = heartbeat(
+        broker,
+        group_id=group,
+        member_id=member,
+        subscribed_topic_names=(topic,),
+        topic_partitions=(),
+    )
+    assert (joined.error_code, joined.member_epoch) == (ErrorCode.none, 1)
+
+    committed = kio_call(
+        broker,
+        CommitV10(
+            group_id=group,  # type: ignore[arg-type]
+            generation_id_or_member_epoch=1,  # type: ignore[arg-type]
+            member_id=member,
+            group_instance_id=None,
+            topics=tuple(
+                CommitTopicV10(
+                    topic_id=tid,
+                    partitions=(
+                        CommitPartitionV10(
+                            partition_index=0,  # type: ignore[arg-type]
+                            committed_offset=5,  # type: ignore[arg-type]
+                            committed_leader_epoch=-1,  # type: ignore[arg-type]
+                            committed_metadata="m",
+                        ),
+                    ),
+                )
+                for tid in (topic_id, nowhere)
+            ),
+        ),
+        CommitAnswerV10,
+    )
+    assert [(t.topic_id, [p.error_code for p in t.partitions]) for t in committed.topics] == [
+        (topic_id, [ErrorCode.none]),
+        (nowhere, [ErrorCode.unknown_topic_id]),
+    ]
+    stored = httpx.get(f"{broker.url}/groups/{group}/offsets", timeout=30).json()["offsets"]
+    assert [(o["topic"], o["partition"], o["offset"]) for o in stored] == [(topic, 0, 5)]
+
+    def offsets(topics: Any) -> list[tuple[Any, list[tuple[int, int, ErrorCode]]]]:
+        return [
+            (
+                getattr(t, "topic_id", None) or getattr(t, "name", None),
+                [(p.partition_index, p.committed_offset, p.error_code) for p in t.partitions],
+            )
+            for t in topics
+        ]
+
+    # v10 by id, as the member (its id and epoch), and an unknown group beside it.
+    other = f"of-none-{uuid.uuid4().hex[:8]}"
+    fetched = kio_call(
+        broker,
+        FetchV10(
+            groups=(
+                GroupV10(
+                    group_id=group,  # type: ignore[arg-type]
+                    member_id=member,
+                    member_epoch=1,  # type: ignore[arg-type]
+                    topics=(
+                        TopicsV10(topic_id=topic_id, partition_indexes=(0, 1)),  # type: ignore[arg-type]
+                        TopicsV10(topic_id=nowhere, partition_indexes=(0,)),  # type: ignore[arg-type]
+                    ),
+                ),
+                GroupV10(group_id=other, topics=None),  # type: ignore[arg-type]
+            ),
+            require_stable=False,
+        ),
+        FetchAnswerV10,
+    )
+    mine, unknown = fetched.groups
+    assert (mine.group_id, mine.error_code) == (group, ErrorCode.none)
+    assert offsets(mine.topics) == [
+        (topic_id, [(0, 5, ErrorCode.none), (1, -1, ErrorCode.none)]),
+        (nowhere, [(0, -1, ErrorCode.unknown_topic_id)]),
+    ]
+    assert (unknown.group_id, unknown.error_code, unknown.topics) == (other, ErrorCode.none, ())
+
+    # v9's member check: another epoch is STALE_MEMBER_EPOCH (older or newer, as Kafka's
+    # fetch check), an id not in the group UNKNOWN_MEMBER_ID; an admin's fetch (no id,
+    # epoch -1) is answered.
+    def as_member(member_id: str | None, epoch: int) -> ErrorCode:
+        (answer,) = kio_call(
+            broker,
+            FetchV9(
+                groups=(
+                    GroupV9(
+                        group_id=group,  # type: ignore[arg-type]
+                        member_id=member_id,
+                        member_epoch=epoch,  # type: ignore[arg-type]
+                        topics=None,
+                    ),
+                ),
+                require_stable=False,
+            ),
+            FetchAnswerV9,
+        ).groups
+        code: ErrorCode = answer.error_code
+        return code
+
+    assert as_member(member, 1) == ErrorCode.none
+    assert as_member(member, 0) == ErrorCode.stale_member_epoch
+    assert as_member(member, 2) == ErrorCode.stale_member_epoch
+    assert as_member(uuid.uuid4().hex, 1) == ErrorCode.unknown_member_id
+    assert as_member(None, -1) == ErrorCode.none
+
+    # v8: several groups by name, each answered on its own.
+    answer = kio_call(
+        broker,
+        FetchV8(
+            groups=(
+                GroupV8(group_id=group, topics=(TopicsV8(name=topic, partition_indexes=(0,)),)),  # type: ignore[arg-type]
+                GroupV8(group_id=other, topics=(TopicsV8(name=topic, partition_indexes=(0,)),)),  # type: ignore[arg-type]
+            ),
+            require_stable=False,
+        ),
+        FetchAnswerV8,
+    )
+    assert [(g.group_id, g.error_code, offsets(g.topics)) for g in answer.groups] == [
+        (group, ErrorCode.none, [(topic, [(0, 5, ErrorCode.none)])]),
+        (other, ErrorCode.none, [(topic, [(0, -1, ErrorCode.none)])]),
+    ]

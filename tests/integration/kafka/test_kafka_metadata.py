@@ -53,3 +53,21 @@ def test_a_broker_without_auto_create_never_creates(tmp_path: Path) -> None:
         assert httpx.get(f"{broker.url}/topics/never-made", timeout=30).status_code == 404
     finally:
         stop_broker(broker)
+
+
+def test_without_an_authorizer_every_operation_of_a_topic_is_authorized(
+    kafka_broker: KafkaBroker,
+) -> None:
+    """Kafka's AuthHelper.authorizedOperations without an authorizer: every operation the
+    resource type supports (Kafka's AclEntry.supportedOperations for a topic)."""
+    topic = f"meta-{uuid.uuid4().hex[:8]}"
+    request = MetadataRequest(
+        topics=(MetadataRequestTopic(topic_id=None, name=topic),),  # type: ignore[arg-type]
+        allow_auto_topic_creation=True,
+        include_topic_authorized_operations=True,
+    )
+    (answer,) = kio_call(kafka_broker, request, MetadataResponse).topics
+    assert answer.error_code == ErrorCode.none
+    # READ 3, WRITE 4, CREATE 5, DELETE 6, ALTER 7, DESCRIBE 8, DESCRIBE_CONFIGS 10,
+    # ALTER_CONFIGS 11: Kafka's AclOperation codes as bits.
+    assert answer.topic_authorized_operations == sum(1 << c for c in (3, 4, 5, 6, 7, 8, 10, 11))
