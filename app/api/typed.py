@@ -42,7 +42,7 @@ from app.api.errors import RecordRefused
 from app.api.models import TYPED_FORMATS
 from app.api.produce_body import ParsedProduce, ParsedRecord, SchemaRef
 from app.common.errors import InvalidRecord, InvalidRequest
-from app.common.schema_errors import SchemaNotFound, SchemaRegistryError
+from app.common.schema_errors import InvalidSchema, SchemaNotFound, SchemaRegistryError
 from app.common.schemas import wire
 from app.common.schemas.types import Codec, ParsedSchema
 
@@ -85,6 +85,10 @@ class SchemaCache:
         self.registry = registry
         self.max_entries = max_entries
         self._by_id: dict[int, tuple[str, ParsedSchema, bool]] = {}
+        # Ids whose stored schema this broker refuses to parse (stored before a check it
+        # fails, such as schema_registry_max_zero_byte_values): refused once, not parsed
+        # again for every record that carries them.
+        self._refused: dict[int, InvalidSchema] = {}
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
 
@@ -104,8 +108,17 @@ class SchemaCache:
         return self.by_id(schema_id)
 
     def _load(self, schema_id: int) -> tuple[str, ParsedSchema, bool]:
+        refused = self._refused.get(schema_id)
+        if refused is not None:
+            raise refused
         stored = self.registry.schema_by_id(schema_id)
-        parsed = self.registry.parsed(stored)
+        try:
+            parsed = self.registry.parsed(stored)
+        except InvalidSchema as exc:
+            if len(self._refused) >= self.max_entries:
+                self._refused.clear()
+            self._refused[schema_id] = exc
+            raise
         found = (stored.schema_type, parsed, _may_hold_bytes(parsed))
         if len(self._by_id) >= self.max_entries:
             self._by_id.clear()
@@ -262,6 +275,12 @@ class SchemaCache:
             raise InvalidRecord(
                 f"framed with schema id {schema_id}, which the registry does not have "
                 "(Confluent error 40403)"
+            ) from None
+        except InvalidSchema as exc:
+            # Stored before a check it fails (an older broker's registry): never decoded.
+            raise InvalidRecord(
+                f"framed with schema id {schema_id}, whose stored schema this broker "
+                f"refuses to decode with (Confluent error 42201): {exc.message}"
             ) from None
         if schema_type != wanted:
             raise InvalidRecord(
