@@ -71,10 +71,11 @@ class SchemaRegistrySettings(BaseSettings):
         default=1 << 20,
         ge=0,
         le=1 << 30,
-        description="The broker's Avro decode (typed fetch, WebSocket subscriptions): array "
-        "items of a type that takes no bytes (null, a record of nulls: 1 plus its fields) "
-        "one value may hold; more is that record's error. A few bytes can declare 2**62 "
-        "of them.",
+        description="The broker's Avro decode (typed fetch, WebSocket subscriptions): "
+        "values built from no bytes (array items of a type that takes none, records: 1 "
+        "plus their fields, nulls, zero-size fixed) that the records of one fetch answer "
+        "may build together, beyond one per byte they read; a record over it gets a "
+        "per-record error. A few bytes can declare 2**62 items.",
     )
     schema_validation_cache_ms: int = Field(
         default=30_000,

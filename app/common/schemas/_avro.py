@@ -309,6 +309,25 @@ class AvroSchema(Codec):
             self._native_readers[key] = found
         return found
 
+    def decode_within(self, payload: memoryview | bytes, budget: Any) -> Any:
+        """:meth:`decode_payload` charging an answer's budget of values built from no
+        bytes (``budget.left`` of ``budget.limit``; its values' bytes add one each, see
+        _avrodec.c) instead of the value's own, so that many values of one answer cannot
+        together build without bound what each may alone: the compiled decoder's
+        ``read_within`` where it takes the schema. A value refused spends what is left.
+        (Schemas it leaves to fastavro are bounded per value by max_zero_byte_values, at
+        parse, and by their bytes; their array items that take no bytes are not.)"""
+        native = self.native_reader(False)
+        if native is not None:
+            try:
+                value, budget.left = native.read_within(payload, 0, budget.left, budget.limit)
+            except ValueError as e:  # refused for good (over the budget)
+                budget.left = 0
+                raise RecordInvalid("", str(e)) from None
+            if value is not _native_decoder().DECLINED:
+                return value
+        return self.decode_as(payload, None)
+
     def decode_as(self, payload: memoryview | bytes, reader: AvroSchema | None) -> Any:
         """The value of Avro binary written with this schema, resolved into ``reader``'s
         shape by Avro's rules when given (fields added with defaults filled, removed ones
