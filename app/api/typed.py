@@ -42,9 +42,9 @@ from app.api.errors import RecordRefused
 from app.api.models import TYPED_FORMATS
 from app.api.produce_body import ParsedProduce, ParsedRecord, SchemaRef
 from app.common.errors import InvalidRecord, InvalidRequest
-from app.common.schema_errors import SchemaNotFound, SchemaRegistryError
+from app.common.schema_errors import InvalidSchema, SchemaNotFound, SchemaRegistryError
 from app.common.schemas import wire
-from app.common.schemas.types import Codec, ParsedSchema
+from app.common.schemas.types import LIMITS, Codec, ParsedSchema
 
 if TYPE_CHECKING:
     from app.common.schemas import _avroenc
@@ -85,6 +85,10 @@ class SchemaCache:
         self.registry = registry
         self.max_entries = max_entries
         self._by_id: dict[int, tuple[str, ParsedSchema, bool]] = {}
+        # Ids whose stored schema this broker refuses to parse (stored before a check it
+        # fails, such as schema_registry_max_zero_byte_values): refused once, not parsed
+        # again for every record that carries them.
+        self._refused: dict[int, InvalidSchema] = {}
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
 
@@ -104,8 +108,17 @@ class SchemaCache:
         return self.by_id(schema_id)
 
     def _load(self, schema_id: int) -> tuple[str, ParsedSchema, bool]:
+        refused = self._refused.get(schema_id)
+        if refused is not None:
+            raise refused
         stored = self.registry.schema_by_id(schema_id)
-        parsed = self.registry.parsed(stored)
+        try:
+            parsed = self.registry.parsed(stored)
+        except InvalidSchema as exc:
+            if len(self._refused) >= self.max_entries:
+                self._refused.clear()
+            self._refused[schema_id] = exc
+            raise
         found = (stored.schema_type, parsed, _may_hold_bytes(parsed))
         if len(self._by_id) >= self.max_entries:
             self._by_id.clear()
@@ -195,6 +208,10 @@ class SchemaCache:
         last: bytes | None = None
         fast: Callable[[bytes], Any] | None = None
         native: _avrodec.FramedDecoder | None = None
+        # The answer's budget of Avro values built from no bytes (records, nulls, items
+        # that take no bytes; its records' bytes add one each), shared by all its records:
+        # the C decoder's own where built (it charges there), else this one.
+        budget: Budget | _avrodec.FramedDecoder = Budget(LIMITS.max_zero_width_items)
 
         def decode(data: bytes | None) -> Any:
             nonlocal last, fast
@@ -206,7 +223,7 @@ class SchemaCache:
                 except Exception:  # _decode says why, as for any other record
                     pass
             try:
-                value = self._decode(data, wanted, fmt)
+                value = self._decode(data, wanted, fmt, budget)
             except InvalidRecord as exc:
                 return Failed({"error_code": exc.error_code, "message": exc.message})
             _, parsed, may_hold_bytes = self.by_id(wire.schema_id_of(data))
@@ -224,7 +241,7 @@ class SchemaCache:
 
         if _avrodec is None or wanted != "AVRO":
             return decode
-        native = _avrodec.FramedDecoder(decode)
+        native = budget = _avrodec.FramedDecoder(decode, LIMITS.max_zero_width_items)
         return native
 
     @staticmethod
@@ -254,7 +271,9 @@ class SchemaCache:
                     failed += 1
         return failed
 
-    def _decode(self, data: bytes, wanted: str, fmt: str) -> Any:
+    def _decode(
+        self, data: bytes, wanted: str, fmt: str, budget: Budget | _avrodec.FramedDecoder
+    ) -> Any:
         schema_id = wire.schema_id_of(data)  # NotSchemaFramed
         try:
             schema_type, parsed, may_hold_bytes = self.by_id(schema_id)
@@ -263,13 +282,24 @@ class SchemaCache:
                 f"framed with schema id {schema_id}, which the registry does not have "
                 "(Confluent error 40403)"
             ) from None
+        except InvalidSchema as exc:
+            # Stored before a check it fails (an older broker's registry): never decoded.
+            raise InvalidRecord(
+                f"framed with schema id {schema_id}, whose stored schema this broker "
+                f"refuses to decode with (Confluent error 42201): {exc.message}"
+            ) from None
         if schema_type != wanted:
             raise InvalidRecord(
                 f"framed with schema id {schema_id}, a {schema_type} schema, not {fmt}"
             )
         try:
             # schema_id_of checked the header: the codec decodes the rest directly.
-            value = cast(Codec, parsed).decode_payload(memoryview(data)[wire.HEADER_SIZE :])
+            payload = memoryview(data)[wire.HEADER_SIZE :]
+            within = getattr(parsed, "decode_within", None)  # Avro's
+            if within is not None:
+                value = within(payload, budget)
+            else:
+                value = cast(Codec, parsed).decode_payload(payload)
         except InvalidRecord:
             raise
         except Exception as exc:  # a library's own error for bytes it cannot read
@@ -393,6 +423,16 @@ def _encoder(
         return encode(parsed, schema_id, obj, message_name=message)
 
     return encoder
+
+
+class Budget:
+    """An answer's budget of values built from no bytes where the C decoder is not built
+    (``_avrodec.FramedDecoder`` has the same two attributes)."""
+
+    __slots__ = ("left", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.left = self.limit = limit
 
 
 class Failed:

@@ -34,6 +34,17 @@ class SchemaRegistrySettings(BaseSettings):
     schema_registry_max_references: int = Field(
         default=1_000, ge=1, description="References in one schema's tree, all levels counted."
     )
+    schema_registry_max_zero_byte_values: int = Field(
+        default=10_000,
+        ge=1,
+        le=1 << 30,
+        description="AVRO: the most values one datum of any type in a schema may build "
+        "from no bytes (a record 1 plus its fields, a null or a zero-size fixed 1; a record "
+        "of two records of two records... of nulls doubles with each level); more is 422 "
+        "(42201), at registration and wherever a stored schema is parsed for use (typed "
+        "produce and fetch). 10,000 is ~1 MB of Python objects and ~1 ms of decode a value; "
+        "real schemas count their nested records and null fields, tens to hundreds.",
+    )
     schema_registry_default_compatibility: str = Field(
         default="BACKWARD",
         pattern="^(NONE|BACKWARD|BACKWARD_TRANSITIVE|FORWARD|FORWARD_TRANSITIVE|FULL|FULL_TRANSITIVE)$",
@@ -60,10 +71,11 @@ class SchemaRegistrySettings(BaseSettings):
         default=1 << 20,
         ge=0,
         le=1 << 30,
-        description="The broker's Avro decode (typed fetch, WebSocket subscriptions): array "
-        "items of a type that takes no bytes (null, a record of nulls: 1 plus its fields) "
-        "one value may hold; more is that record's error. A few bytes can declare 2**62 "
-        "of them.",
+        description="The broker's Avro decode (typed fetch, WebSocket subscriptions): "
+        "values built from no bytes (array items of a type that takes none, records: 1 "
+        "plus their fields, nulls, zero-size fixed) that the records of one fetch answer "
+        "may build together, beyond one per byte they read; a record over it gets a "
+        "per-record error. A few bytes can declare 2**62 items.",
     )
     schema_validation_cache_ms: int = Field(
         default=30_000,

@@ -127,6 +127,7 @@ async def start_registry(app: FastAPI, state: AppState) -> None:
         max_references=config.max_references,
         max_reference_depth=config.max_references_depth,
         max_zero_width_items=state.settings.typed_records_max_zero_width_items,
+        max_zero_byte_values=state.settings.schema_registry_max_zero_byte_values,
     )
     # Any failure to load: the broker serves on; the registry answers 503 (not serving)
     # until restarted.

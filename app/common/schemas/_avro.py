@@ -71,6 +71,7 @@ class AvroSchema(Codec):
             raise InvalidSchema("AVRO", f"{current}{e}") from None
         except RecursionError:
             raise InvalidSchema("AVRO", f"{current}nests too deeply") from None
+        self.zero_byte_values = _checked_zero_byte_values(self._parsed, named)
         # Bound once: the per-record path does no imports or attribute look-ups.
         from fastavro import schemaless_reader, schemaless_writer
         from fastavro._read_common import SchemaResolutionError
@@ -308,6 +309,25 @@ class AvroSchema(Codec):
             self._native_readers[key] = found
         return found
 
+    def decode_within(self, payload: memoryview | bytes, budget: Any) -> Any:
+        """:meth:`decode_payload` charging an answer's budget of values built from no
+        bytes (``budget.left`` of ``budget.limit``; its values' bytes add one each, see
+        _avrodec.c) instead of the value's own, so that many values of one answer cannot
+        together build without bound what each may alone: the compiled decoder's
+        ``read_within`` where it takes the schema. A value refused spends what is left.
+        (Schemas it leaves to fastavro are bounded per value by max_zero_byte_values, at
+        parse, and by their bytes; their array items that take no bytes are not.)"""
+        native = self.native_reader(False)
+        if native is not None:
+            try:
+                value, budget.left = native.read_within(payload, 0, budget.left, budget.limit)
+            except ValueError as e:  # refused for good (over the budget)
+                budget.left = 0
+                raise RecordInvalid("", str(e)) from None
+            if value is not _native_decoder().DECLINED:
+                return value
+        return self.decode_as(payload, None)
+
     def decode_as(self, payload: memoryview | bytes, reader: AvroSchema | None) -> Any:
         """The value of Avro binary written with this schema, resolved into ``reader``'s
         shape by Avro's rules when given (fields added with defaults filled, removed ones
@@ -380,6 +400,33 @@ class AvroSchema(Codec):
         return [
             f"{kinds} at {where}: {message}" for message in sorted(map(str, result.messages))
         ] or [f"{kinds} at {where}"]
+
+
+def _checked_zero_byte_values(parsed: Any, named: dict[str, Any]) -> int:
+    """:func:`zero_byte_values` of the schema, or ``InvalidSchema`` when over
+    ``LIMITS.max_zero_byte_values`` (or without bound): a decoder, ours or fastavro's,
+    would build that many objects for each such datum from no bytes at all."""
+    most, where = zero_byte_values(parsed, named)
+    if most is None:
+        raise InvalidSchema(
+            "AVRO",
+            f"{where} contains itself through record fields alone: no bytes can end a value "
+            "of it (make the field that closes the cycle optional, a union with null, or an "
+            "array)",
+        )
+    limit = LIMITS.max_zero_byte_values
+    if most > limit:
+        shown = f"{most:,}" if most < _COUNT_CAP else f"over {_COUNT_CAP:,}"
+        raise InvalidSchema(
+            "AVRO",
+            f"a value of {where} builds {shown} values from no bytes (records nested in "
+            "records, each 1 plus its fields; nulls and zero-size fixed 1), over the limit "
+            f"of {limit:,} values from no bytes (schema_registry_max_zero_byte_values): "
+            "a decoder would build them all for every such value it reads. Give these "
+            "records fields that take bytes, or make the repeated record fields optional "
+            "(a union with null) or arrays",
+        )
+    return most
 
 
 class _Compiled(NamedTuple):
@@ -627,6 +674,112 @@ def _nesting(parsed: Any, named: dict[str, Any]) -> tuple[int | None, int | None
             return depth, None
         per_byte = max(per_byte, found)
     return depth, per_byte
+
+
+# Where zero_byte_values stops counting (the bound is far below; keeps the sums small).
+_COUNT_CAP = 1 << 62
+
+
+def zero_byte_values(parsed: Any, named: dict[str, Any]) -> tuple[int | None, str]:
+    """The most values one datum of any type in fastavro's parsed schema ``parsed`` (with
+    its named-type table) builds from no bytes, and the type that builds them (its name,
+    or its kind); None for without bound (a record that contains itself through record
+    fields alone: no bytes can end its value).
+
+    A decoder reads nothing for a null, a fixed of size 0 and a record (its fields are
+    read in turn), and at least a byte for every other type: a boolean, number, string,
+    bytes, enum or union index, and an array's or map's block count. So a datum of type T
+    builds ``zero(T)`` values from no bytes: 1 for a null or a fixed of size 0, 1 plus its
+    fields' for a record, 0 for any other type (its value is paid by the byte it reads). A
+    union's branch, an array's item and a map's value each start such a run after their
+    byte (a record of two fields of type R_(i-1), R_0 two nulls: zero(R_k) = 2**(k+2) - 1,
+    all from one union byte), so the answer is the largest ``zero`` of every type the
+    schema uses, not only the root's. (An array's items are another matter: one block
+    count declares many; the decoder charges them, ``max_zero_width_items``.)
+
+    Linear in the schema: each named type is counted once however often it is used (by
+    name, the records of the example above are k + 1 nodes, not 2**k), iteratively (named
+    types may chain thousands deep), the sums capped at _COUNT_CAP."""
+    Key = tuple[str, Any]
+
+    def key(node: Any) -> Key:
+        if isinstance(node, str):
+            return ("name", node) if node in named else ("leaf", node)
+        if isinstance(node, dict) and node.get("name") in named and node.get("type") in _NAMED:
+            return ("name", node["name"])
+        return ("id", id(node))
+
+    # node -> (its own count, the children its count adds, the children it does not);
+    # a key's node, for naming the worst.
+    nodes: dict[Key, tuple[int, list[Key], list[Key]]] = {}
+    node_of: dict[Key, Any] = {}
+    pending = [parsed]
+    while pending:
+        node = pending.pop()
+        at = key(node)
+        if at in nodes:
+            continue
+        if isinstance(node, str) and node in named:
+            node = named[node]
+        node_of[at] = node
+        own, added, other = 0, [], []
+        if isinstance(node, str):
+            own = 1 if node == "null" else 0
+        elif isinstance(node, list):
+            other = list(node)
+        elif isinstance(node, dict):
+            kind = node.get("type")
+            if kind in ("record", "error"):
+                own, added = 1, [f["type"] for f in node.get("fields") or ()]
+            elif kind == "fixed":
+                own = 1 if node.get("size") == 0 else 0
+            elif kind == "array":
+                other = [node["items"]]
+            elif kind == "map":
+                other = [node["values"]]
+            elif isinstance(kind, dict | list) or (isinstance(kind, str) and kind in named):
+                added = [kind]  # a type object around another type
+            elif kind == "null":
+                own = 1  # {"type": "null"}, with or without properties
+        nodes[at] = (own, [key(c) for c in added], [key(c) for c in other])
+        pending.extend(added)
+        pending.extend(other)
+
+    counted: dict[Key, int] = {}
+    for start in nodes:
+        if start in counted:
+            continue
+        on_path = {start}
+        stack = [(start, list(nodes[start][1]))]
+        while stack:
+            at, todo = stack[-1]
+            if todo:
+                child = todo.pop()
+                if child in on_path:
+                    return None, _type_name(node_of[child])
+                if child not in counted:
+                    on_path.add(child)
+                    stack.append((child, list(nodes[child][1])))
+                continue
+            stack.pop()
+            on_path.discard(at)
+            own, added, _ = nodes[at]
+            counted[at] = min(_COUNT_CAP, own + sum(counted[c] for c in added))
+    worst = max(counted, key=counted.__getitem__)
+    return counted[worst], _type_name(node_of[worst])
+
+
+def _type_name(node: Any) -> str:
+    """A schema node for a message: a named type's name, else its kind."""
+    if isinstance(node, dict):
+        name = node.get("name")
+        if isinstance(name, str) and node.get("type") in _NAMED:
+            return f"{node['type']} {name!r}"
+        kind = node.get("type")
+        return kind if isinstance(kind, str) else "a type"
+    if isinstance(node, list):
+        return "a union"
+    return str(node)
 
 
 def _normalize(node: Any, namespace: str | None) -> Any:

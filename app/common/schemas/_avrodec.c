@@ -24,11 +24,16 @@
  * reader's shift instruction takes it; a block count of -2**63, negated to itself, a
  * block of no items that does not end the array or map) are read here the same way, so
  * the bytes after them are checked here too. The one thing it refuses itself (a
- * ValueError, the record's error): more than ``zero_width_items`` (default
- * ZERO_WIDTH_ITEMS) array items of a type that takes no bytes (null, a record of nulls, a
- * fixed of size 0) in one value, a record counting 1 plus its fields (what an item builds:
- * a record of 100 nulls is 101): three bytes can declare 2**62 of them, which fastavro
- * would try to build (memory without bound).
+ * ValueError, the record's error): building more values from no bytes than its budget
+ * (``zero_width_items`` for one value, default ZERO_WIDTH_ITEMS; a FramedDecoder's
+ * ``budget`` for all the records of one fetch answer together) beyond one per byte read.
+ * Values built from no bytes are a null, a fixed of size 0, a record (1 plus its
+ * fields'), charged where such a run starts: a value's root, a union's branch, a map's
+ * value, an array's item (a block of items that take no bytes at once, as its count is
+ * read: three bytes can declare 2**62 of them, which fastavro would try to build). One
+ * run is bounded when the schema is parsed (_avro.zero_byte_values,
+ * schema_registry_max_zero_byte_values); the budget bounds their sum, so that many values
+ * each under a bound cannot together build without bound.
  * tests/unit/common/schemas/test_schtypes_avro_decode.py checks, on random schemas,
  * values and byte strings, that a value read here is fastavro's.
  *
@@ -44,6 +49,7 @@
  * fallback, after); a FramedDecoder is used by one answer's walk at a time.
  */
 #include "_avroprogram.h"
+#include <structmember.h>
 
 #define OK 0
 #define DECLINE 1 /* not judged here: the fallback (fastavro) decides */
@@ -59,6 +65,23 @@ typedef struct {
     Py_ssize_t zero_width_left, zero_width_limit;
     int bytes_as_text;
 } In;
+
+/* Values a run that reads no byte builds (n->weight: a record and its null fields, ...),
+   charged against what is left of the budget (see the top). */
+static inline int
+charge(In *in, Py_ssize_t weight)
+{
+    if (weight > in->zero_width_left) {
+        PyErr_Format(PyExc_ValueError,
+                     "Avro payload does not decode: it builds more values from no bytes (records, "
+                     "nulls, zero-size fixed) than the %zd its answer may, beyond one per byte "
+                     "it reads (LOGBUS_TYPED_RECORDS_MAX_ZERO_WIDTH_ITEMS)",
+                     in->zero_width_limit);
+        return REFUSE;
+    }
+    in->zero_width_left -= weight;
+    return OK;
+}
 
 /* Avro's long: a base-128 varint, then zig-zag. Past 64 bits (not Avro, but what a producer
    may send), as fastavro's compiled reader reads it: it keeps going, each group shifted by
@@ -199,8 +222,9 @@ get_count(In *in, Py_ssize_t min_size, Py_ssize_t weight, Py_ssize_t *out)
         if (count > in->zero_width_left / weight) {
             PyErr_Format(PyExc_ValueError,
                          "Avro payload does not decode: an array block of %lld items that take "
-                         "no bytes (a value may hold at most %zd such items, a record of them "
-                         "counting 1 plus its fields)",
+                         "no bytes (a fetch answer's values may hold at most %zd such items "
+                         "beyond one per byte they read, a record of them counting 1 plus its "
+                         "fields)",
                          (long long)count, in->zero_width_limit);
             return REFUSE;
         }
@@ -225,9 +249,14 @@ decode_array(In *in, const Node *n, PyObject **out)
         }
         if (count == 0)
             break;
+        /* Items that take bytes are charged one by one (their count is not bounded by
+           the bytes left until they are read); those that take none were, above. */
+        Py_ssize_t each = n->child->min_size > 0 ? n->child->weight : 0;
         for (Py_ssize_t i = 0; i < count; i++) {
             PyObject *item;
-            r = decode(in, n->child, &item);
+            r = each > 0 ? charge(in, each) : OK;
+            if (r == OK)
+                r = decode(in, n->child, &item);
             if (r == OK) {
                 r = PyList_Append(list, item) < 0 ? ERROR : OK;
                 Py_DECREF(item);
@@ -263,7 +292,10 @@ decode_map(In *in, const Node *n, PyObject **out)
             PyObject *key, *item;
             r = get_string(in, &key);
             if (r == OK) {
-                r = decode(in, n->child, &item);
+                if (n->child->weight > 0)
+                    r = charge(in, n->child->weight);
+                if (r == OK)
+                    r = decode(in, n->child, &item);
                 if (r == OK) {
                     r = PyDict_SetItem(dict, key, item) < 0 ? ERROR : OK;
                     Py_DECREF(item);
@@ -369,12 +401,14 @@ decode(In *in, const Node *n, PyObject **out)
             return r;
         if (i < 0)
             i += 2; /* fastavro indexes its branch list: -1 is the last */
-        if (i == n->size) {
+        if (i == n->size) { /* a null: 1 value, paid for by its index byte as any other */
             *out = Py_NewRef(Py_None);
             return OK;
         }
         if (i != 1 - n->size)
             return DECLINE;
+        if (n->child->weight > 0 && (r = charge(in, n->child->weight)) != OK)
+            return r;
         return decode(in, n->child, out);
     }
     }
@@ -428,21 +462,28 @@ min_size(Node *n)
     return size;
 }
 
-/* For a node whose values take no bytes (min_size 0: null, a fixed of size 0, a record of
-   such fields), what one value builds (capped), charged against zero_width_items per array
-   item: 1, and a record 1 plus its fields' weights. Memoized in n->weight (0: not yet
-   known); 1 for every other node (never charged). */
+/* What one value of the node builds from no bytes (capped; _avro.zero_byte_values on the
+   Python side, which refuses schemas over schema_registry_max_zero_byte_values): 1 for a
+   null or a fixed of size 0, a record 1 plus its fields', 0 for every other node (it reads
+   a byte first). Charged where such a run starts: a value's root, a union's branch, an
+   array's item (a block of items that take no bytes at once), a map's value. A node whose
+   values take no bytes (min_size 0) weighs 1 at least. Memoized in n->weight (-1: not yet
+   known). */
 static Py_ssize_t
 weight(Node *n)
 {
-    if (n->weight > 0)
+    if (n->weight >= 0)
         return n->weight;
-    Py_ssize_t w = 1;
-    if (n->kind == K_RECORD && n->min_size == 0)
+    Py_ssize_t w = 0;
+    if (n->kind == K_NULL || (n->kind == K_FIXED && n->size == 0))
+        w = 1;
+    else if (n->kind == K_RECORD) {
+        w = 1;
         for (Py_ssize_t i = 0; i < n->nfields; i++) {
             Py_ssize_t f = weight(n->fields[i]);
             w = f > SIZE_CAP - w ? SIZE_CAP : w + f;
         }
+    }
     n->weight = w;
     return w;
 }
@@ -452,8 +493,10 @@ weight(Node *n)
 static int
 prepare(Node *nodes, Py_ssize_t count)
 {
-    for (Py_ssize_t i = 0; i < count; i++)
+    for (Py_ssize_t i = 0; i < count; i++) {
         nodes[i].min_size = -1;
+        nodes[i].weight = -1;
+    }
     for (Py_ssize_t i = 0; i < count; i++)
         min_size(&nodes[i]);
     for (Py_ssize_t i = 0; i < count; i++) {
@@ -510,14 +553,24 @@ reader_dealloc(Reader *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* The value of data[start:len] (the whole rest), OK; or DECLINE / REFUSE / ERROR. */
+/* The value of data[start:len] (the whole rest), OK; or DECLINE / REFUSE / ERROR.
+   ``*left``: the budget of values built from no bytes left to the answer (``limit`` its
+   whole, for the message); the value's bytes add one each, what it builds from no bytes is
+   taken off, and what remains is written back whatever the outcome (a value refused or
+   declined has spent what it built before). */
 static int
-read_value(Reader *self, const char *data, Py_ssize_t len, Py_ssize_t start, PyObject **out)
+read_value(Reader *self, const char *data, Py_ssize_t len, Py_ssize_t start, Py_ssize_t *left,
+           Py_ssize_t limit, PyObject **out)
 {
+    Py_ssize_t credit = len - start;
     In in = {(const unsigned char *)data + start, (const unsigned char *)data + len,
-             self->zero_width_items, self->zero_width_items, self->bytes_as_text};
+             credit > SIZE_CAP - *left ? SIZE_CAP : *left + credit, limit, self->bytes_as_text};
     PyObject *value;
-    int r = decode(&in, &self->nodes[0], &value);
+    const Node *root = &self->nodes[0];
+    int r = root->weight > 0 ? charge(&in, root->weight) : OK;
+    if (r == OK)
+        r = decode(&in, root, &value);
+    *left = in.zero_width_left;
     if (r != OK)
         return r;
     if (in.p != in.end) { /* bytes after the value: fastavro's message says how many */
@@ -543,8 +596,10 @@ reader_read(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     PyObject *value = NULL;
     int r = DECLINE;
+    Py_ssize_t left = ((Reader *)self)->zero_width_items;
     if (start >= 0 && start <= view.len)
-        r = read_value((Reader *)self, view.buf, view.len, start, &value);
+        r = read_value((Reader *)self, view.buf, view.len, start, &left,
+                       ((Reader *)self)->zero_width_items, &value);
     PyBuffer_Release(&view);
     if (r == OK)
         return value;
@@ -553,10 +608,51 @@ reader_read(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return NULL; /* REFUSE (a ValueError) or an error */
 }
 
+/* read_within(data, start, left, limit) -> (value or DECLINED, left): read() against an
+   answer's budget (left, of limit) instead of a value's own. */
+static PyObject *
+reader_read_within(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "read_within(data, start, left, limit)");
+        return NULL;
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    if (start == -1 && PyErr_Occurred())
+        return NULL;
+    Py_ssize_t left = PyLong_AsSsize_t(args[2]);
+    if (left == -1 && PyErr_Occurred())
+        return NULL;
+    Py_ssize_t limit = PyLong_AsSsize_t(args[3]);
+    if (limit == -1 && PyErr_Occurred())
+        return NULL;
+    if (left < 0 || limit < 0) {
+        PyErr_SetString(PyExc_ValueError, "left and limit must be >= 0");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    PyObject *value = NULL;
+    int r = DECLINE;
+    if (start >= 0 && start <= view.len)
+        r = read_value((Reader *)self, view.buf, view.len, start, &left, limit, &value);
+    PyBuffer_Release(&view);
+    if (r == DECLINE)
+        value = Py_NewRef(DECLINED);
+    else if (r != OK)
+        return NULL; /* REFUSE (a ValueError) or an error */
+    return Py_BuildValue("(Nn)", value, left);
+}
+
 static PyMethodDef reader_methods[] = {
     {"read", (PyCFunction)(void (*)(void))reader_read, METH_FASTCALL,
      "read(data, start) -> the value of data[start:], DECLINED for bytes left to fastavro; "
      "ValueError for bytes refused here"},
+    {"read_within", (PyCFunction)(void (*)(void))reader_read_within, METH_FASTCALL,
+     "read_within(data, start, left, limit) -> (value or DECLINED, left): read() charging "
+     "an answer's budget of values built from no bytes (left of limit) instead of a "
+     "value's own"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -581,6 +677,7 @@ typedef struct {
     PyObject *fallback;
     PyObject *reader; /* a Reader, or NULL: every record goes to the fallback */
     unsigned char header[HEADER];
+    Py_ssize_t left, limit; /* the answer's budget of values built from no bytes */
 } FramedDecoder;
 
 static PyObject *framed_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
@@ -590,9 +687,15 @@ static PyObject *
 framed_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     PyObject *fallback;
-    static char *kwlist[] = {"fallback", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:FramedDecoder", kwlist, &fallback))
+    Py_ssize_t budget = ZERO_WIDTH_ITEMS;
+    static char *kwlist[] = {"fallback", "budget", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|n:FramedDecoder", kwlist, &fallback,
+                                     &budget))
         return NULL;
+    if (budget < 0) {
+        PyErr_SetString(PyExc_ValueError, "budget must be >= 0");
+        return NULL;
+    }
     if (!PyCallable_Check(fallback)) {
         PyErr_SetString(PyExc_TypeError, "fallback must be callable");
         return NULL;
@@ -602,6 +705,7 @@ framed_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         return NULL;
     self->vectorcall = framed_vectorcall;
     self->fallback = Py_NewRef(fallback);
+    self->left = self->limit = budget;
     return (PyObject *)self;
 }
 
@@ -645,7 +749,7 @@ framed_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *
         memcmp(PyBytes_AS_STRING(data), self->header, HEADER) == 0) {
         PyObject *value;
         int r = read_value((Reader *)self->reader, PyBytes_AS_STRING(data),
-                           PyBytes_GET_SIZE(data), HEADER, &value);
+                           PyBytes_GET_SIZE(data), HEADER, &self->left, self->limit, &value);
         if (r == OK)
             return value;
         if (r == ERROR)
@@ -689,10 +793,20 @@ static PyMethodDef framed_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+static PyMemberDef framed_members[] = {
+    {"left", T_PYSSIZET, offsetof(FramedDecoder, left), 0,
+     "the answer's budget of values built from no bytes left (its records' bytes add one "
+     "each); the fallback reads and sets it"},
+    {"limit", T_PYSSIZET, offsetof(FramedDecoder, limit), READONLY, "the budget given"},
+    {NULL, 0, 0, 0, NULL},
+};
+
 static PyTypeObject FramedDecoderType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "app.common.schemas._avrodec.FramedDecoder",
+    .tp_members = framed_members,
     VECTORCALL_GC_SLOTS(FramedDecoder, framed_dealloc, framed_traverse, framed_clear),
-    .tp_doc = "FramedDecoder(fallback): one framed record's bytes -> its value",
+    .tp_doc = "FramedDecoder(fallback, budget=ZERO_WIDTH_ITEMS): one framed record's bytes -> "
+              "its value; the values all its records build from no bytes share budget",
     .tp_methods = framed_methods,
     .tp_new = framed_new,
 };

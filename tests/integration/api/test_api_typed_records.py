@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -628,3 +629,47 @@ def test_websocket_produce_and_subscribe_take_typed_formats(tmp_path: Path) -> N
             params={"offset": 0, "max_wait_ms": 0, "value_format": "protobuf"},
         )
         assert r.json()["records"][0]["value"] == {"sensor": "s", "level": 4}, r.text
+
+
+def test_a_typed_fetch_with_a_stored_schema_over_the_zero_byte_bound_fails_per_record(
+    tmp_path: Path,
+) -> None:
+    """A schema in _schemas from before the check (an older broker registered it; here a
+    broker whose limit was raised to its maximum): R_20, whose values take no bytes and
+    decode to 4,194,303 objects each. A broker with the default limit serves a typed fetch
+    of records framed with its id (a header and no payload) with a per-record error naming
+    the bound, built nothing, and refuses a typed produce with it (400, the parser's
+    message)."""
+    import base64
+
+    fields: list[Any] = [{"name": "a", "type": "null"}, {"name": "b", "type": "null"}]
+    bomb: dict[str, Any] = {"type": "record", "name": "R0", "fields": fields}
+    for i in range(1, 21):
+        bomb = {"type": "record", "name": f"R{i}",
+                "fields": [{"name": "a", "type": bomb}, {"name": "b", "type": f"R{i - 1}"}]}  # fmt: skip
+    raised = {"schema_registry_max_zero_byte_values": 1 << 30}
+    with live_broker(tmp_path, **raised) as old, httpx.Client(base_url=old.url, timeout=30) as h:
+        schema_id = register(h, "bomb-value", json.dumps(bomb))
+        framed = base64.b64encode(b"\0" + schema_id.to_bytes(4, "big")).decode()
+        r = h.post(
+            "/topics/bombs/records",
+            json={"records": [{"value": framed}] * 3, "value_format": "binary"},
+        )
+        assert r.status_code == 200, r.text
+    with live_broker(tmp_path) as new, httpx.Client(base_url=new.url, timeout=30) as h:
+        started = time.monotonic()
+        got = fetch(h, "bombs", value_format="avro")
+        assert time.monotonic() - started < 5
+        assert len(got) == 3
+        for g in got:
+            assert g["value"] is None and g["value_error"]["error_code"] == "INVALID_RECORD"
+            message = g["value_error"]["message"]
+            assert f"schema id {schema_id}" in message and "42201" in message, message
+            assert "builds 4,194,303 values from no bytes" in message, message
+            assert "schema_registry_max_zero_byte_values" in message, message
+        r = h.post(
+            "/topics/bombs/records",
+            json={"records": [{"value": {}}], "value_format": "avro", "value_schema_id": schema_id},
+        )
+        assert r.status_code == 400, r.text  # the request names a schema not served
+        assert "values from no bytes" in r.json()["message"], r.text

@@ -98,3 +98,36 @@ def test_normalize_stores_one_form_for_equal_schemas(make: Make) -> None:
     assert (again.id, again.version) == (first.id, first.version)
     found = registry.lookup("n", SchemaInput(spaced), normalize=True)
     assert found.id == first.id
+
+
+def doubling(k: int) -> str:
+    """R_0 two nulls, R_i two fields of type R_(i-1) (by name): a value of R_k takes no
+    bytes and decodes to 2**(k+1) - 1 records and 2**(k+1) nulls."""
+    fields = [{"name": "a", "type": "null"}, {"name": "b", "type": "null"}]
+    schema: dict[str, object] = {"type": "record", "name": "R0", "fields": fields}
+    for i in range(1, k + 1):
+        schema = {"type": "record", "name": f"R{i}",
+                  "fields": [{"name": "a", "type": schema}, {"name": "b", "type": f"R{i - 1}"}]}  # fmt: skip
+    return json.dumps(schema)
+
+
+def test_a_schema_building_too_much_from_no_bytes_is_refused(make: Make) -> None:
+    """k = 20: 4,194,303 values from no bytes, over the default 10,000: 42201 naming the
+    type, the count, the limit and its setting. k = 11 (8,191) is under it."""
+    registry, loop = make()
+    run = loop.run_until_complete
+    with pytest.raises(InvalidSchema) as refused:
+        run(registry.register("bomb-value", SchemaInput(doubling(20))))
+    assert refused.value.confluent_code == 42201
+    message = refused.value.message
+    assert "record 'R20' builds 4,194,303 values from no bytes" in message, message
+    assert (
+        "over the limit of 10,000" in message and "schema_registry_max_zero_byte_values" in message
+    )
+    assert "Give these records fields that take bytes" in message
+    assert run(registry.register("fine-value", SchemaInput(doubling(11)))).version == 1
+    # Behind a union (one byte picks the branch): counted the same.
+    union = json.dumps({"type": "record", "name": "U", "fields": [
+        {"name": "u", "type": ["null", json.loads(doubling(13))]}]})  # fmt: skip
+    with pytest.raises(InvalidSchema, match="record 'R13' builds 32,767"):
+        run(registry.register("union-value", SchemaInput(union)))

@@ -247,7 +247,7 @@ def test_a_decoder_and_its_fallback_are_collected() -> None:
 
 def test_the_zero_width_bound_is_the_setting() -> None:
     """``LOGBUS_TYPED_RECORDS_MAX_ZERO_WIDTH_ITEMS`` reaches the decoder through
-    ``set_limits`` (the registry sets it at start)."""
+    ``set_limits`` (the registry sets it at start); a value's bytes add one each."""
     from app.common.schemas.types import LIMITS, set_limits
 
     parsed = _parse({"type": "array", "items": "null"})
@@ -255,11 +255,12 @@ def test_the_zero_width_bound_is_the_setting() -> None:
     try:
         set_limits(max_zero_width_items=10)
         assert parsed.decode_payload(memoryview(b"\x14\x00")) == [None] * 10
+        assert parsed.decode_payload(memoryview(b"\x0a\x10\x00")) == [None] * 13  # 10 + 3
         with pytest.raises(RecordInvalid, match="at most 10 such items"):
-            parsed.decode_payload(memoryview(b"\x0a\x0c\x00"))  # 5 + 6 in two blocks
+            parsed.decode_payload(memoryview(b"\x0a\x12\x00"))  # 5 + 9 in two blocks
     finally:
         set_limits(max_zero_width_items=saved)
-    assert parsed.decode_payload(memoryview(b"\x0a\x0c\x00")) == [None] * 11
+    assert parsed.decode_payload(memoryview(b"\x0a\x12\x00")) == [None] * 14
 
 
 def test_fastavros_leniencies_are_read_in_c_so_no_bomb_reaches_fastavro() -> None:
@@ -315,9 +316,9 @@ def test_an_overlong_varint_or_a_count_of_minus_2_63_leaves_no_bomb_to_fastavro(
     try:
         set_limits(max_zero_width_items=10)
         for payload in (
-            overlong + b"\x16\x00" + b"\x00",  # 11 nulls after an over-long varint
-            b"\x02" + minimal + b"\x00" + b"\x16\x00" + b"\x00",  # after a block of -2**63
-            b"\x02\x00" + minimal + b"\x00" + b"\x02\x02k\x16\x00\x00",  # in a map
+            overlong + b"\xc8\x01\x00" + b"\x00",  # 100 nulls after an over-long varint
+            b"\x02" + minimal + b"\x00" + b"\xc8\x01\x00" + b"\x00",  # after a block of -2**63
+            b"\x02\x00" + minimal + b"\x00" + b"\x02\x02k\xc8\x01\x00\x00",  # in a map
         ):
             with pytest.raises(RecordInvalid, match="items that take no bytes"):
                 parsed.decode_payload(memoryview(payload))
@@ -357,3 +358,38 @@ def test_a_fixed_of_the_largest_size_is_declined_without_overflow() -> None:
         for payload in (b"\x02\x02k\x00", b"\x02\x00\x00"):
             assert parsed.native_reader(False).read(payload, 0) is _avrodec.DECLINED
             assert _outcome(parsed, payload) == _outcome(_fastavro_only(schema), payload)
+
+
+def test_an_answers_records_share_one_budget_of_values_built_from_no_bytes() -> None:
+    """Each record alone is under a value's bound; together they are not: a FramedDecoder
+    (one answer) charges every record's values built from no bytes (array items that take
+    none, records, nulls behind a union's byte) against its one budget, each byte adding
+    one, and hands the records over it to the fallback (which says why); read() of one
+    value alone still takes each."""
+    nulls = _parse({"type": "array", "items": "null"})
+    reader = nulls.native_reader(False)
+    six_hundred = b"\xb0\x09\x00"  # one block of 600 nulls, then the end
+    assert len(reader.read(six_hundred, 0)) == 600
+    fell_back: list[bytes] = []
+    decoder = _avrodec.FramedDecoder(lambda data: fell_back.append(data), 1000)
+    decoder.target(b"\0\0\0\0\1", reader)
+    framed = b"\0\0\0\0\1" + six_hundred
+    assert len(decoder(framed)) == 600 and decoder.left == 1000 + 3 - 600
+    assert decoder(framed) is None and fell_back == [framed]  # over: the fallback's
+    # Records of 30 nulls behind a union: 31 values from one byte each, plus the root's 1.
+    wide = {"type": "record", "name": "W", "fields": [{"name": f"n{i}", "type": "null"}
+                                                      for i in range(30)]}  # fmt: skip
+    schema = {"type": "record", "name": "Top", "fields": [{"name": "u", "type": ["null", wide]}]}
+    parsed = _parse(schema)
+    decoder = _avrodec.FramedDecoder(lambda data: "fallback", 100)
+    decoder.target(b"\0\0\0\0\2", parsed.native_reader(False))
+    answers = [decoder(b"\0\0\0\0\2\x02") for _ in range(5)]
+    assert [type(a).__name__ for a in answers] == ["dict"] * 3 + ["str"] * 2
+    # decode_within: the same budget from Python (what the fallback uses).
+    budget = type("B", (), {"left": 100, "limit": 100})()
+    for _ in range(3):
+        assert parsed.decode_within(b"\x02", budget)["u"]["n0"] is None
+    with pytest.raises(RecordInvalid, match=r"more values from no bytes .* than the 100"):
+        parsed.decode_within(b"\x02", budget)
+    assert budget.left == 0
+    assert parsed.decode_payload(memoryview(b"\x02"))["u"]["n29"] is None  # alone: fine

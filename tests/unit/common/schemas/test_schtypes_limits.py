@@ -148,7 +148,7 @@ def test_deep_recursive_avro_values_are_record_invalid_not_a_crash() -> None:
 _SELF_CONTAINED = """
 import json, sys
 from app.common import schemas
-from app.common.schema_errors import RecordInvalid
+from app.common.schema_errors import InvalidSchema, RecordInvalid
 from app.common.schemas import ResolvedReference
 self_record = {"type": "record", "name": "R", "fields": [{"name": "x", "type": "R"}]}
 chain = [{"name": "a", "type": {"type": "record", "name": "A0", "fields": [
@@ -157,17 +157,20 @@ for i in range(1, 19):  # three levels of JSON each: 19 within the nesting limit
     chain = [{"name": "a", "type": {"type": "record", "name": f"A{i}", "fields": chain}}]
 cycle = {"type": "record", "name": "R", "fields": chain}
 cases = [
-    (schemas.parse("AVRO", json.dumps(self_record)), b""),
-    (schemas.parse("AVRO", json.dumps(cycle)), b"\\x02" * 500),  # 10,500 levels
-    (schemas.parse("AVRO", json.dumps({"type": "record", "name": "M", "fields": [
+    (lambda: schemas.parse("AVRO", json.dumps(self_record)), b""),
+    (lambda: schemas.parse("AVRO", json.dumps(cycle)), b"\\x02" * 500),  # 10,500 levels
+    (lambda: schemas.parse("AVRO", json.dumps({"type": "record", "name": "M", "fields": [
         {"name": "r", "type": "R"}]}), (ResolvedReference(
         "R", "r", 1, "AVRO", json.dumps(self_record)),)), b""),  # R from a reference
 ]
-for parsed, payload in cases:
+for parse, payload in cases:
     try:
-        parsed.decode_payload(memoryview(payload))
+        parse().decode_payload(memoryview(payload))
     except RecordInvalid:
         print("RecordInvalid")
+    except InvalidSchema as exc:
+        assert "no bytes can end a value" in exc.message, exc.message
+        print("InvalidSchema")
 """
 
 
@@ -179,25 +182,29 @@ def test_records_nesting_without_reading_a_byte_are_record_invalid_not_a_crash()
     remote crash: any record framed with such a schema's id, fetched typed), on the
     second it recursed 10,500 levels deep, 20 times the safe depth; a recursive type from
     a reference crashed it too (the recursion check read only the schema's own text).
-    They take the pure-Python reader: RecordInvalid. In a child process, which the old
-    code crashed."""
+    The first and the third are refused when parsed (InvalidSchema: no value of R can
+    end, see _avro.zero_byte_values); the second takes the pure-Python reader:
+    RecordInvalid. In a child process, which the old code crashed."""
     done = subprocess.run(
         [sys.executable, "-c", _SELF_CONTAINED], capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split() == ["RecordInvalid"] * 3
+    assert done.stdout.split() == ["InvalidSchema", "RecordInvalid", "InvalidSchema"]
 
 
 def test_named_records_chained_deeper_than_the_safe_depth_count_as_recursive() -> None:
     """No cycle, but each record's field is the previous record (by name): values nest
     600 levels deep from a schema of 600 short definitions (10,000 fit in a schema's
     1 MiB, which crashed fastavro's compiled reader). Such a schema takes the recursive
-    schemas' pure-Python paths."""
+    schemas' pure-Python paths. (Each definition is an array's items: as D's fields
+    themselves, one D would build 180,000 records from one byte, over
+    max_zero_byte_values.)"""
     fields = [{"name": "f0", "type": {"type": "record", "name": "C0", "fields": [
         {"name": "b", "type": "boolean"}]}}]  # fmt: skip
     for i in range(1, 600):
-        fields.append({"name": f"f{i}", "type": {"type": "record", "name": f"C{i}",
-                       "fields": [{"name": "x", "type": f"C{i - 1}"}]}})  # fmt: skip
+        fields.append({"name": f"f{i}", "type": {"type": "array", "items": {
+            "type": "record", "name": f"C{i}",
+            "fields": [{"name": "x", "type": f"C{i - 1}"}]}}})  # fmt: skip
     parsed = schemas.parse("AVRO", json.dumps({"type": "record", "name": "D", "fields": fields}))
     assert parsed.recursive  # type: ignore[attr-defined]
     with contextlib.suppress(RecordInvalid):
