@@ -81,6 +81,21 @@ if TYPE_CHECKING:
 _log = logging.getLogger(__name__)
 
 
+def _replaced(name: str) -> UnknownTopicOrPartition:
+    """A change for a topic that is gone from ZooKeeper, or was deleted and created again
+    under its name since the request came: nothing of the topic there now is changed."""
+    err = UnknownTopicOrPartition(name)
+    LogbusError.__init__(
+        err,
+        f"topic {name!r} does not exist (deleted, or deleted and created again under its "
+        "name, while this change was made): nothing was changed; send the request again "
+        "for the topic of that name now",
+        topic=name,
+        partition=None,
+    )
+    return err
+
+
 class _ZkProducerIdBlocks:
     """Producer id blocks from ZooKeeper (see :mod:`app.core.log.producer_ids`)."""
 
@@ -498,35 +513,54 @@ class ReplicaManager:
         await self.wait_for_leaders(name, wait_s)
 
     async def _change_assignment(
-        self, name: str, change: Callable[[TopicAssignment], TopicAssignment | None]
+        self,
+        name: str,
+        topic_id: str,
+        change: Callable[[TopicAssignment], TopicAssignment | None],
     ) -> TopicAssignment | None:
-        """Compare-and-set ``change(current)`` as the topic's assignment in ZooKeeper,
-        reading again when another broker wrote first; ``change`` returning None writes
-        nothing (validate_only). The assignment written (None: nothing). Every broker,
-        this one included, applies it from its watch (:meth:`_apply_assignment`)."""
+        """Compare-and-set ``change(current)`` as the assignment of the topic ``name`` of
+        id ``topic_id`` (the one the request was for, as this broker knew it when the
+        request came) in ZooKeeper, reading again when another broker wrote first;
+        ``change`` returning None writes nothing (validate_only). The write checks the
+        topic's identity (:meth:`ZkStore.set_topic`), so a topic deleted and created
+        again under the name meanwhile is not changed: UnknownTopicOrPartition. The
+        assignment written (None: nothing). Every broker, this one included, applies it
+        from its watch (:meth:`_apply_assignment`)."""
         for _ in range(50):
             found = await asyncio.to_thread(self.store.get_topic_versioned, name)
-            known = self.assignments.get(name)
-            if found is None or known is None or found[0].topic_id != known.topic_id:
-                raise UnknownTopicOrPartition(name)
+            if found is None or found[0].topic_id != topic_id:
+                raise _replaced(name)
             current, version = found
             new = change(current)
             if new is None:
                 return None
+            assert new.topic_id == topic_id, "a change keeps the topic's id"
             if await asyncio.to_thread(self.store.set_topic, name, new, version):
                 return new
         raise ZooKeeperUnavailable(f"changing topic {name!r}: too many concurrent writers")
 
+    def _topic_id_of(self, name: str) -> str:
+        """The id of the topic ``name`` in this broker's view (UnknownTopicOrPartition)."""
+        known = self.assignments.get(name)
+        if known is None:
+            raise UnknownTopicOrPartition(name)
+        return known.topic_id
+
     async def _wait_applied(
-        self, name: str, applied: Callable[[TopicAssignment], bool], wait_s: float
+        self,
+        name: str,
+        topic_id: str,
+        applied: Callable[[TopicAssignment], bool],
+        wait_s: float,
     ) -> None:
-        """Until this broker's view of ``name`` satisfies ``applied`` (its own watch has
-        delivered the write), so the next request here sees the change."""
+        """Until this broker's view of ``name`` (the topic of id ``topic_id``) satisfies
+        ``applied`` (its own watch has delivered the write), so the next request here sees
+        the change."""
         deadline = time.monotonic() + wait_s
         while True:
             known = self.assignments.get(name)
-            if known is None:
-                raise UnknownTopicOrPartition(name)
+            if known is None or known.topic_id != topic_id:
+                raise _replaced(name)
             if applied(known):
                 return
             remaining = deadline - time.monotonic()
@@ -557,7 +591,7 @@ class ReplicaManager:
         checks ``min.insync.replicas`` with them, the controller reads
         ``unclean.leader.election.enable`` there. Returns once this broker applied them;
         the others follow within a watch's delay."""
-        self.partition_count(name)  # UnknownTopicOrPartition first, as a lone broker
+        topic_id = self._topic_id_of(name)  # UnknownTopicOrPartition first, as a lone broker
         default = self.logs.default_config
         if not callable(overrides):
             check_new_topic(name, 1, overrides, default)  # before ZooKeeper is read
@@ -567,9 +601,9 @@ class ReplicaManager:
             _, normalized = check_new_topic(name, 1, wanted, default)
             return None if validate_only else dataclasses.replace(current, configs=normalized)
 
-        written = await self._change_assignment(name, change)
+        written = await self._change_assignment(name, topic_id, change)
         if written is not None:
-            await self._wait_applied(name, lambda a: a.configs == written.configs, wait_s)
+            await self._wait_applied(name, topic_id, lambda a: a.configs == written.configs, wait_s)
 
     async def delete_records(
         self, topic: str, partition: int, offset: int, *, timeout_ms: int = 30_000
@@ -613,9 +647,7 @@ class ReplicaManager:
         UnknownTopicOrPartition, InvalidPartitions (the count does not grow, or above the
         limit), InvalidReplicationFactor (fewer live brokers than the replication factor),
         PartitionLimitExceeded (this broker's share does not fit)."""
-        known = self.assignments.get(name)
-        if known is None:
-            raise UnknownTopicOrPartition(name)
+        topic_id = self._topic_id_of(name)
 
         def change(current: TopicAssignment) -> TopicAssignment | None:
             have = current.partitions
@@ -635,11 +667,11 @@ class ReplicaManager:
                 return None
             return dataclasses.replace(current, replicas=current.replicas + tuple(added))
 
-        written = await self._change_assignment(name, change)
+        written = await self._change_assignment(name, topic_id, change)
         if written is None:
             return
         self.controller.kick()
-        await self._wait_applied(name, lambda a: a.partitions >= count, wait_s)
+        await self._wait_applied(name, topic_id, lambda a: a.partitions >= count, wait_s)
         await self.wait_for_leaders(name, wait_s)
 
     async def wait_for_leaders(self, name: str, wait_s: float) -> None:

@@ -11,6 +11,9 @@ Layout (under the connect string's optional chroot; docs/ARCHITECTURE.md)::
     /brokers/topics/<topic>                       TopicAssignment: written at creation,
                                                   then by CAS when partitions are added
                                                   or configs change (every broker watches it)
+    /brokers/topics/<topic>/topic_id/<topic id>   empty: the topic's identity, created with
+                                                  it (one transaction); a CAS of the topic
+                                                  checks it in the same transaction
     /brokers/topics/<topic>/partitions/<p>/state  PartitionState, written only by CAS
 
 Methods are blocking kazoo calls: the asyncio side runs them in a worker
@@ -63,6 +66,14 @@ DELETED_TOPIC = b'{"deleted":true}'
 
 def topic_path(topic: str) -> str:
     return f"{TOPICS}/{topic}"
+
+
+def identity_path(topic: str, topic_id: str) -> str:
+    """The child that exists exactly as long as the topic of id ``topic_id`` does: a
+    topic deleted and created again under its name has another one, so a compare-and-set
+    checking it cannot land on the new topic (whose znode version starts at 0 again and
+    may equal the version read from the old one)."""
+    return f"{TOPICS}/{topic}/topic_id/{topic_id}"
 
 
 def state_path(topic: str, partition: int) -> str:
@@ -309,10 +320,17 @@ class ZkStore:
 
     @_needs_zookeeper("creating a topic")
     def create_topic(self, name: str, assignment: TopicAssignment) -> None:
-        try:
-            self.client.create(topic_path(name), assignment.to_json(), makepath=True)
-        except NodeExistsError:
-            raise TopicAlreadyExists(name) from None
+        """Create the topic's znode and its identity (:func:`identity_path`) at once."""
+        txn = self.client.transaction()
+        txn.create(topic_path(name), assignment.to_json())
+        txn.create(f"{topic_path(name)}/topic_id")
+        txn.create(identity_path(name, assignment.topic_id))
+        results = txn.commit()
+        if isinstance(results[0], NodeExistsError):
+            raise TopicAlreadyExists(name)
+        failed = next((r for r in results if isinstance(r, Exception)), None)
+        if failed is not None:
+            raise KafkaStorageError(f"could not create topic {name!r} in ZooKeeper: {failed!r}")
 
     def get_topic(self, name: str) -> TopicAssignment | None:
         try:
@@ -334,13 +352,29 @@ class ZkStore:
 
     @_needs_zookeeper("changing a topic")
     def set_topic(self, name: str, assignment: TopicAssignment, version: int) -> bool:
-        """Compare-and-set the topic's assignment (new partitions, changed configs): False
-        when someone else wrote since ``version`` was read, or the topic is gone."""
-        try:
-            self.client.set(topic_path(name), assignment.to_json(), version=version)
-        except (BadVersionError, NoNodeError):
-            return False
-        return True
+        """Compare-and-set the topic's assignment (new partitions, changed configs) onto
+        the topic whose id ``assignment`` carries: False when someone else wrote since
+        ``version`` was read, or that topic is gone, even if a topic of that name was
+        created again since and its znode is at ``version`` too (the write checks the
+        topic's identity, :func:`identity_path`, in the same transaction).
+
+        A topic created before identities were written has none: the first change
+        creates it in the transaction, which fails if the topic there has one (a new
+        topic of that name, created by this version)."""
+        path = topic_path(name)
+        txn = self.client.transaction()
+        txn.check(identity_path(name, assignment.topic_id), -1)
+        txn.set_data(path, assignment.to_json(), version=version)
+        results = txn.commit()
+        if not any(isinstance(r, Exception) for r in results):
+            return True
+        if not isinstance(results[0], NoNodeError) or self.client.exists(f"{path}/topic_id"):
+            return False  # a stale version, or another topic's identity
+        txn = self.client.transaction()
+        txn.create(f"{path}/topic_id")
+        txn.create(identity_path(name, assignment.topic_id))
+        txn.set_data(path, assignment.to_json(), version=version)
+        return not any(isinstance(r, Exception) for r in txn.commit())
 
     def watch_topic(self, name: str, cb: Callable[[TopicAssignment | None], bool]) -> None:
         """``cb(assignment or None)`` now and on changes; return False from cb to stop."""

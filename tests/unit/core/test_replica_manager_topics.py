@@ -17,8 +17,10 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from kio.schema.errors import ErrorCode
 
+from app.common.errors import UnknownTopicOrPartition
 from app.core.log.config import LogConfig
 from app.core.log.manager import LogManager
 from app.core.log.topic_rules import check_new_topic
@@ -41,6 +43,9 @@ class FakeZooKeeper:
         self.writes: list[TopicAssignment] = []
         # Another broker's write lands between this broker's read and its write, once.
         self.race: dict[str, Any] | None = None
+        # Or the topic is deleted and created again there (this broker's watches deliver
+        # both at once).
+        self.recreated: TopicAssignment | None = None
 
     def get_topic_versioned(self, name: str) -> tuple[TopicAssignment, int] | None:
         assert name == TOPIC
@@ -52,6 +57,10 @@ class FakeZooKeeper:
             self.assignment = dataclasses.replace(self.assignment, configs=configs)
             self.version += 1
             self.race = None
+        if self.recreated is not None:
+            self.assignment, self.version = self.recreated, 0
+            self.replicas.assignments[name] = self.recreated
+            self.recreated = None
         if version != self.version:
             return False
         self.assignment, self.version = assignment, version + 1
@@ -136,6 +145,31 @@ def test_an_incremental_change_that_loses_its_compare_and_set_is_made_again_on_t
         assert zk.assignment.configs == normalized(
             {"retention.ms": 60_000, "cleanup.policy": "delete,compact"}
         )
+
+    asyncio.run(main())
+
+
+def test_a_change_for_a_topic_deleted_and_created_again_meanwhile_leaves_the_new_one() -> None:
+    """The config change and the partitions were asked of "orders" (id-1); it is deleted
+    and created again (id-2) while the change is being written: the compare-and-set is
+    lost, and the change is not made again on the new topic."""
+
+    async def main() -> None:
+        for ask in ("configs", "partitions"):
+            replicas, zk = cluster_broker({})
+            replicas.logs.partition_budget = SimpleNamespace(check_per_topic=lambda *a: None)
+            replicas.logs.check_can_host = lambda *a: None
+            replicas.brokers = {1: None, 2: None, 3: None}  # type: ignore[dict-item]
+            new = TopicAssignment("id-2", ((2, 3, 1),), {})
+            zk.recreated = new
+            if ask == "configs":
+                code, message = await incremental(replicas, [(SET, "retention.ms", "1000")])
+                assert code == ErrorCode.unknown_topic_or_partition, message
+                assert message is not None and "created again" in message
+            else:
+                with pytest.raises(UnknownTopicOrPartition, match="created again"):
+                    await replicas.create_partitions(TOPIC, 3, wait_s=1)
+            assert zk.writes == [] and zk.assignment == new, ask
 
     asyncio.run(main())
 
