@@ -149,6 +149,10 @@ class ReplicaManager:
         self._topic_tasks: set[asyncio.Task[None]] = set()
         # Applying a topic's assignment awaits worker threads: one at a time.
         self._assign_lock = asyncio.Lock()
+        # Replicas assigned here that this broker could not create, per topic: (topic id,
+        # partitions), published in /brokers/offline_replicas/<id> for the controller.
+        self._offline: dict[str, tuple[str, list[int]]] = {}
+        self._offline_lock = asyncio.Lock()
         self._isr_task: asyncio.Task[None] | None = None
         self._lost_session = False
         self._stopping = False
@@ -168,6 +172,7 @@ class ReplicaManager:
         self._loop = asyncio.get_running_loop()
         self._changed = asyncio.Event()
         self._assign_lock = asyncio.Lock()
+        self._offline_lock = asyncio.Lock()
         self.topics_synced = asyncio.Event()
         self.fetcher = ReplicaFetcher(self)
         await asyncio.to_thread(self.store.start)
@@ -204,6 +209,27 @@ class ReplicaManager:
         wait_s = 2 * self.settings.zookeeper_session_timeout_ms / 1000 + 5
         info = BrokerInfo(self.broker_id, self.url, self.settings.kafka_listener)
         await asyncio.to_thread(self.store.register_broker, info, wait_s)
+        if self._offline:
+            await self._publish_offline()  # the old session's report went with it
+
+    async def _report_offline(self, name: str, topic_id: str, partitions: list[int]) -> None:
+        """This broker's replicas ``partitions`` of ``name`` (of id ``topic_id``) are
+        assigned here but have no log (it could not create them): tell the controller, so
+        that it neither elects this broker for them nor keeps it in their ISR (Kafka's
+        offline replicas). An empty list takes the topic's report back."""
+        if partitions:
+            self._offline[name] = (topic_id, sorted(partitions))
+        elif self._offline.pop(name, None) is None:
+            return
+        await self._publish_offline()
+
+    async def _publish_offline(self) -> None:
+        async with self._offline_lock:
+            snapshot = dict(self._offline)
+            try:
+                await asyncio.to_thread(self.store.set_offline_replicas, self.broker_id, snapshot)
+            except Exception as exc:  # ZooKeeper away: written again with the next session
+                _log.error("offline replicas %s not reported to ZooKeeper: %s", snapshot, exc)
 
     def _soon(self, fn: Callable[..., Any], *args: Any) -> None:
         """From kazoo's thread onto the loop."""
@@ -261,18 +287,7 @@ class ReplicaManager:
         for name in gone:
             await self._drop_topic(name)
         for name in sorted(new):
-            try:
-                await self._add_topic(name)
-            except PartitionLimitExceeded as e:
-                # As a lone broker refuses a topic it cannot open (LogManager.start): this
-                # broker does not host it, says why, and goes on with the other topics.
-                # Its replicas here stay offline; the rest of the cluster serves them.
-                _log.error(
-                    "topic %r: this broker cannot host its replicas: %s; raise the file "
-                    "descriptor limit or max_partitions and restart this broker",
-                    name,
-                    e,
-                )
+            await self._add_topic(name)
         if not self.topics_synced.is_set():
             # Topics deleted while this broker was down go now.
             for name in self.logs.topics():
@@ -294,14 +309,35 @@ class ReplicaManager:
             self._tell_topic_deleted(name)
             await asyncio.to_thread(self.logs.delete_topic, name)
         if name not in self.logs.topics():
-            await asyncio.to_thread(
-                self.logs.create_topic,
-                name,
-                assignment.partitions,
-                assignment.configs,
-                topic_id=assignment.topic_id,
-                hosted=hosted,
-            )
+            try:
+                await asyncio.to_thread(
+                    self.logs.create_topic,
+                    name,
+                    assignment.partitions,
+                    assignment.configs,
+                    topic_id=assignment.topic_id,
+                    hosted=hosted,
+                )
+            except LogbusError as e:
+                # As a lone broker refuses a topic it cannot open (LogManager.start): this
+                # broker does not host it, says why, reports its replicas offline (the
+                # controller elects others and leaves it out of their ISR) and goes on
+                # with the other topics; the rest of the cluster serves them.
+                hint = (
+                    "raise the file descriptor limit or max_partitions and restart this broker"
+                    if isinstance(e, PartitionLimitExceeded)
+                    else "fix the cause and restart this broker"
+                )
+                _log.error(
+                    "topic %r: this broker cannot host its replicas %s: %s; they are "
+                    "reported offline; %s",
+                    name,
+                    hosted,
+                    e,
+                    hint,
+                )
+                await self._report_offline(name, assignment.topic_id, hosted)
+                return
         # Partitions added and configs changed while this broker was away come in here.
         await self._apply_assignment(name, assignment)
         self.store.watch_topic(name, self._topic_watch(name, assignment.topic_id))
@@ -359,22 +395,28 @@ class ReplicaManager:
                 return
             except LogbusError as exc:
                 # A config this broker's version does not keep, no descriptors left for
-                # the new replicas: this broker goes on with what it had (its new replicas
-                # stay offline; the rest of the cluster serves them) and says why.
+                # the new replicas, a disk error: this broker goes on with what it had and
+                # says why; its new replicas are reported offline, so the controller
+                # elects others for them and leaves this broker out of their ISR.
+                offline = [p for p in hosted if p not in self._hosted_here(name)]
                 _log.error(
                     "topic %r: this broker cannot apply its assignment from ZooKeeper "
-                    "(%d partitions, configs %s): %s",
+                    "(%d partitions, configs %s): %s; its replicas %s are reported offline",
                     name,
                     assignment.partitions,
                     assignment.configs,
                     exc,
+                    offline,
                 )
+                await self._report_offline(name, assignment.topic_id, offline)
                 return
             with self._watched_lock:
                 if name not in self._watched:
                     return  # deleted while its logs changed: _drop_topic has them
             if self._local_topic_id(name) != assignment.topic_id:
                 return  # deleted and created again while its logs changed
+            if name in self._offline:
+                await self._report_offline(name, assignment.topic_id, [])  # made them now
             if changed:
                 _log.info(
                     "topic %s: %d partitions, config overrides %s (from ZooKeeper)",
@@ -402,6 +444,13 @@ class ReplicaManager:
             for p in range(first_new, assignment.partitions):
                 self.store.watch_state(name, p, self._state_watch(name, p))
         self._changed_now()
+
+    def _hosted_here(self, name: str) -> set[int]:
+        """The partitions of ``name`` with a log on this broker."""
+        try:
+            return set(self.logs.hosted_partitions(name))
+        except UnknownTopicOrPartition:
+            return set()
 
     def _local_topic_id(self, name: str) -> str | None:
         try:
@@ -443,6 +492,8 @@ class ReplicaManager:
     async def _drop_topic(self, name: str) -> None:
         self.assignments.pop(name, None)
         self._tell_topic_deleted(name)
+        if name in self._offline:
+            await self._report_offline(name, "", [])
         for key in [k for k in self.partitions if k[0] == name]:
             part = self.partitions.pop(key)
             was_leader = part.is_leader

@@ -15,6 +15,11 @@ Layout (under the connect string's optional chroot; docs/ARCHITECTURE.md)::
                                                   it (one transaction); a CAS of the topic
                                                   checks it in the same transaction
     /brokers/topics/<topic>/partitions/<p>/state  PartitionState, written only by CAS
+    /brokers/offline_replicas/<id>                EPHEMERAL {"<topic>": {"topic_id",
+                                                  "partitions": [p]}}: replicas the broker
+                                                  is assigned but could not create (the
+                                                  controller neither elects it for them
+                                                  nor keeps it in their ISR)
 
 Methods are blocking kazoo calls: the asyncio side runs them in a worker
 thread. Watch callbacks run on kazoo's own thread and must hand work off
@@ -27,6 +32,7 @@ import contextlib
 import functools
 import logging
 import secrets
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -60,6 +66,7 @@ CONTROLLER_EPOCH = "/controller_epoch"
 CLUSTER_ID = "/cluster/id"
 INTER_BROKER_SECRET = "/cluster/inter_broker_secret"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
+OFFLINE_REPLICAS = "/brokers/offline_replicas"
 # A topic node's value while its subtree is being removed.
 DELETED_TOPIC = b'{"deleted":true}'
 
@@ -139,6 +146,8 @@ class ZkStore:
         )
         self._session_listeners: list[Callable[[str], None]] = []
         self.client.add_listener(self._on_state)
+        self._offline_watched: set[str] = set()
+        self._offline_lock = threading.Lock()
 
     def _on_state(self, state: str) -> None:
         # Runs on kazoo's thread; listeners only hand off.
@@ -156,7 +165,7 @@ class ZkStore:
     def start(self, timeout_s: float = 30.0) -> None:
         ensure_chroot(self.connect, timeout_s)
         self.client.start(timeout=timeout_s)
-        for path in (BROKERS, TOPICS, "/cluster"):
+        for path in (BROKERS, TOPICS, OFFLINE_REPLICAS, "/cluster"):
             self.client.ensure_path(path)
 
     def stop(self) -> None:
@@ -229,6 +238,75 @@ class ZkStore:
             cb(list(children))
 
         ChildrenWatch(self.client, BROKERS, on_children)
+
+    # -- replicas a broker could not create --------------------------------------------
+
+    def set_offline_replicas(
+        self, broker_id: int, offline: dict[str, tuple[str, list[int]]]
+    ) -> None:
+        """Publish ``{topic: (topic id, partitions)}``, the replicas this broker is assigned
+        but could not create (a disk error, no descriptors left, a config it cannot
+        apply), as ``/brokers/offline_replicas/<id>``: ephemeral, so it goes with the
+        session (a restarted broker tries them again); removed when empty."""
+        path = f"{OFFLINE_REPLICAS}/{broker_id}"
+        if not offline:
+            with contextlib.suppress(NoNodeError):
+                self.client.delete(path)
+            return
+        value = orjson.dumps(
+            {t: {"topic_id": tid, "partitions": sorted(ps)} for t, (tid, ps) in offline.items()}
+        )
+        try:
+            self.client.create(path, value, ephemeral=True, makepath=True)
+        except NodeExistsError:
+            self.client.set(path, value)
+
+    def offline_replicas(self) -> dict[tuple[str, str, int], set[int]]:
+        """``(topic, topic id, partition) -> brokers`` that reported the replica offline."""
+        out: dict[tuple[str, str, int], set[int]] = {}
+        try:
+            children = self.client.get_children(OFFLINE_REPLICAS)
+        except NoNodeError:
+            return out
+        for child in children:
+            try:
+                data, _ = self.client.get(f"{OFFLINE_REPLICAS}/{child}")
+            except NoNodeError:
+                continue
+            try:
+                broker = int(child)
+                raw: dict[str, Any] = orjson.loads(data)
+                for topic, entry in raw.items():
+                    for p in entry["partitions"]:
+                        out.setdefault((topic, str(entry["topic_id"]), int(p)), set()).add(broker)
+            except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                _log.warning("ignoring malformed %s/%s: %s", OFFLINE_REPLICAS, child, exc)
+        return out
+
+    def watch_offline_replicas(self, cb: Callable[[], None]) -> None:
+        """``cb()`` on kazoo's thread whenever a broker's offline replicas change (a report
+        made, changed or gone)."""
+
+        def watcher(child: str) -> Callable[[bytes | None, Any], bool]:
+            def on_data(data: bytes | None, _stat: Any) -> bool:
+                cb()
+                if data is None:  # gone: a new report of this broker gets a new watch
+                    with self._offline_lock:
+                        self._offline_watched.discard(child)
+                    return False
+                return True
+
+            return on_data
+
+        def on_children(children: list[str]) -> None:
+            with self._offline_lock:
+                new = [c for c in children if c not in self._offline_watched]
+                self._offline_watched.update(new)
+            for child in new:
+                DataWatch(self.client, f"{OFFLINE_REPLICAS}/{child}", watcher(child))
+            cb()
+
+        ChildrenWatch(self.client, OFFLINE_REPLICAS, on_children)
 
     # -- producer ids --------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -20,7 +21,10 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from app.common.errors import UnknownTopicOrPartition
+from app.common.errors import (
+    KafkaStorageError,
+    UnknownTopicOrPartition,
+)
 from app.core.log.config import LogConfig
 from app.core.log.manager import LogManager
 from app.core.log.topic_rules import check_new_topic
@@ -214,6 +218,83 @@ def test_an_assignment_of_a_deleted_topic_does_not_touch_the_one_created_again(
             await replicas._apply_assignment(TOPIC, new)
             assert replicas.assignments[TOPIC] == new
             assert sorted(replicas.partitions) == [(TOPIC, 0)]
+        finally:
+            logs.shutdown()
+
+    asyncio.run(main())
+
+
+class OfflineStore:
+    """The calls a broker's topic applies make: its reports of offline replicas."""
+
+    def __init__(self, assignment: TopicAssignment | None = None) -> None:
+        self.assignment = assignment
+        self.reports: list[dict[str, tuple[str, list[int]]]] = []
+
+    def set_offline_replicas(self, broker_id: int, offline: dict[str, Any]) -> None:
+        assert broker_id == 1
+        self.reports.append(dict(offline))
+
+    def get_topic(self, name: str) -> TopicAssignment | None:
+        return self.assignment
+
+    def watch_state(self, name: str, p: int, cb: Any) -> None:
+        pass
+
+    def watch_topic(self, name: str, cb: Any) -> None:
+        pass
+
+
+def test_replicas_this_broker_cannot_create_are_reported_offline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A grown topic whose new replicas here fail (a disk error): the broker keeps what
+    it had, logs why and reports those replicas offline (the controller leaves it out of
+    their election and ISR); made at a later apply, the report goes; a topic it cannot
+    create at all is reported whole; a deleted topic's report goes with it."""
+
+    async def main() -> None:
+        logs = LogManager(tmp_path / "data")
+        logs.start()
+        try:
+            settings = ReplicaConfig(zookeeper="127.0.0.1:1", broker_id=1, url="http://127.0.0.1:9")
+            replicas = ReplicaManager(settings, logs, lambda log: None)
+            store = OfflineStore()
+            replicas.store = store  # type: ignore[assignment]
+            replicas._watched.add(TOPIC)
+            logs.create_topic(TOPIC, 1, {}, topic_id="id-1", hosted=[0])
+            first = TopicAssignment("id-1", ((1, 2),), {})
+            await replicas._apply_assignment(TOPIC, first)
+            assert store.reports == []
+            grown = TopicAssignment("id-1", ((1, 2), (2, 1), (1, 2), (2, 3)), {})
+            real = logs.apply_cluster_assignment
+
+            def broken(*args: Any, **kwargs: Any) -> bool:
+                raise KafkaStorageError("the log directory is not writable")
+
+            monkeypatch.setattr(logs, "apply_cluster_assignment", broken)
+            with caplog.at_level(logging.ERROR):
+                await replicas._apply_assignment(TOPIC, grown)
+            assert store.reports == [{TOPIC: ("id-1", [1, 2])}]
+            assert "not writable" in caplog.text and "[1, 2] are reported offline" in caplog.text
+            assert replicas.assignments[TOPIC] == first, "what it had"
+            monkeypatch.setattr(logs, "apply_cluster_assignment", real)
+            await replicas._apply_assignment(TOPIC, grown)
+            assert store.reports[-1] == {}
+            assert sorted(replicas.partitions) == [(TOPIC, 0), (TOPIC, 1), (TOPIC, 2)]
+
+            other = TopicAssignment("id-9", ((2, 1), (1, 2), (2, 3)), {})
+            store.assignment = other
+            replicas._watched.add("audit")
+
+            def refused(*args: Any, **kwargs: Any) -> None:
+                raise KafkaStorageError("no space left on the device")
+
+            monkeypatch.setattr(logs, "create_topic", refused)
+            await replicas._add_topic("audit")
+            assert store.reports[-1] == {"audit": ("id-9", [0, 1])}
+            await replicas._drop_topic("audit")
+            assert store.reports[-1] == {}
         finally:
             logs.shutdown()
 
