@@ -30,7 +30,7 @@ import threading
 import time
 import uuid
 from base64 import urlsafe_b64encode
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from app.common.aio import wait_event
@@ -567,7 +567,7 @@ class ReplicaManager:
         self,
         name: str,
         topic_id: str,
-        change: Callable[[TopicAssignment], TopicAssignment | None],
+        change: Callable[[TopicAssignment], Awaitable[TopicAssignment | None]],
     ) -> TopicAssignment | None:
         """Compare-and-set ``change(current)`` as the assignment of the topic ``name`` of
         id ``topic_id`` (the one the request was for, as this broker knew it when the
@@ -582,7 +582,7 @@ class ReplicaManager:
             if found is None or found[0].topic_id != topic_id:
                 raise _replaced(name)
             current, version = found
-            new = change(current)
+            new = await change(current)
             if new is None:
                 return None
             assert new.topic_id == topic_id, "a change keeps the topic's id"
@@ -647,7 +647,7 @@ class ReplicaManager:
         if not callable(overrides):
             check_new_topic(name, 1, overrides, default)  # before ZooKeeper is read
 
-        def change(current: TopicAssignment) -> TopicAssignment | None:
+        async def change(current: TopicAssignment) -> TopicAssignment | None:
             wanted = changed_overrides(overrides, current.configs)
             _, normalized = check_new_topic(name, 1, wanted, default)
             return None if validate_only else dataclasses.replace(current, configs=normalized)
@@ -700,7 +700,7 @@ class ReplicaManager:
         PartitionLimitExceeded (this broker's share does not fit)."""
         topic_id = self._topic_id_of(name)
 
-        def change(current: TopicAssignment) -> TopicAssignment | None:
+        async def change(current: TopicAssignment) -> TopicAssignment | None:
             have = current.partitions
             if isinstance(count, bool) or not have < count <= MAX_PARTITIONS:
                 raise InvalidPartitions(
@@ -713,7 +713,9 @@ class ReplicaManager:
             start = (brokers.index(first) if first in brokers else 0) + have
             added = assign_replicas(count - have, len(current.replicas[0]), brokers, start=start)
             here = sum(1 for r in added if self.broker_id in r)
-            self.logs.check_can_host(name, here)
+            # It takes the log manager's lock, which a worker thread may hold through
+            # fsyncs: never on the loop.
+            await asyncio.to_thread(self.logs.check_can_host, name, here)
             if validate_only:
                 return None
             return dataclasses.replace(current, replicas=current.replicas + tuple(added))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -23,6 +24,7 @@ from kio.schema.errors import ErrorCode
 
 from app.common.errors import (
     KafkaStorageError,
+    PartitionLimitExceeded,
     UnknownTopicOrPartition,
 )
 from app.core.log.config import LogConfig
@@ -297,5 +299,52 @@ def test_replicas_this_broker_cannot_create_are_reported_offline(
             assert store.reports[-1] == {}
         finally:
             logs.shutdown()
+
+    asyncio.run(main())
+
+
+def test_create_partitions_checks_this_brokers_share_off_the_event_loop() -> None:
+    """check_can_host takes the log manager's lock, which a worker thread may hold for a
+    while (fsyncs): the loop goes on meanwhile, and the check's refusal still comes back
+    as itself, nothing written."""
+
+    async def main() -> None:
+        replicas, zk = cluster_broker({})
+        replicas.brokers = {1: None, 2: None, 3: None}  # type: ignore[dict-item]
+        lock = threading.Lock()
+        held, release, entered = threading.Event(), threading.Event(), threading.Event()
+        refuse = False
+
+        def hold() -> None:
+            with lock:
+                held.set()
+                release.wait(10)
+
+        def check_can_host(name: str, partitions: int) -> None:
+            entered.set()
+            with lock:
+                if refuse:
+                    raise PartitionLimitExceeded("no descriptors left", 10, "max_partitions")
+
+        replicas.logs.partition_budget = SimpleNamespace(check_per_topic=lambda *a: None)
+        replicas.logs.check_can_host = check_can_host
+        holder = threading.Thread(target=hold)
+        holder.start()
+        held.wait(5)
+        try:
+            task = asyncio.create_task(replicas.create_partitions(TOPIC, 4, validate_only=True))
+            while not entered.is_set():
+                await asyncio.sleep(0.01)
+            # Here while the check waits for the lock: the loop was not blocked by it.
+            await asyncio.sleep(0.05)
+            assert not task.done(), "the loop ran while the lock was held"
+        finally:
+            release.set()
+            holder.join()
+        await task
+        refuse = True
+        with pytest.raises(PartitionLimitExceeded, match="no descriptors"):
+            await replicas.create_partitions(TOPIC, 4)
+        assert zk.writes == []
 
     asyncio.run(main())
