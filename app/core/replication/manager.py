@@ -602,12 +602,12 @@ class ReplicaManager:
         name: str,
         topic_id: str,
         applied: Callable[[TopicAssignment], bool],
-        wait_s: float,
+        deadline: float,
+        timeout_ms: int,
     ) -> None:
         """Until this broker's view of ``name`` (the topic of id ``topic_id``) satisfies
         ``applied`` (its own watch has delivered the write), so the next request here sees
-        the change."""
-        deadline = time.monotonic() + wait_s
+        the change; RequestTimedOut at ``deadline`` (monotonic), the change made."""
         while True:
             known = self.assignments.get(name)
             if known is None or known.topic_id != topic_id:
@@ -617,8 +617,9 @@ class ReplicaManager:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise RequestTimedOut(
-                    f"topic {name!r} was changed in ZooKeeper but this broker has not "
-                    f"applied it within {wait_s:.0f} s; it will"
+                    f"topic {name!r} was changed in ZooKeeper (the change is made and stays) "
+                    f"but this broker had not applied it within timeout_ms={timeout_ms}; it "
+                    "will: do not send the change again"
                 )
             await self.wait_changed(min(remaining, 0.5))
 
@@ -628,7 +629,7 @@ class ReplicaManager:
         overrides: ConfigChange,
         *,
         validate_only: bool = False,
-        wait_s: float = 30.0,
+        timeout_ms: int = 30_000,
     ) -> None:
         """Replace the topic's config overrides (those not named return to the broker's
         default), or, given a function (IncrementalAlterConfigs), with what it makes of
@@ -640,8 +641,11 @@ class ReplicaManager:
         from its watch of that znode, so each broker's replicas (and DescribeConfigs,
         ``GET /topics/{t}``) take them: retention and cleanup run with them, a leader
         checks ``min.insync.replicas`` with them, the controller reads
-        ``unclean.leader.election.enable`` there. Returns once this broker applied them;
-        the others follow within a watch's delay."""
+        ``unclean.leader.election.enable`` there. Returns once this broker applied them
+        (RequestTimedOut after ``timeout_ms``, the change made; 0: at once after the
+        write, as Kafka answers a timeout of 0); the others follow within a watch's
+        delay."""
+        deadline = time.monotonic() + max(0, timeout_ms) / 1000
         topic_id = self._topic_id_of(name)  # UnknownTopicOrPartition first, as a lone broker
         default = self.logs.default_config
         if not callable(overrides):
@@ -653,8 +657,10 @@ class ReplicaManager:
             return None if validate_only else dataclasses.replace(current, configs=normalized)
 
         written = await self._change_assignment(name, topic_id, change)
-        if written is not None:
-            await self._wait_applied(name, topic_id, lambda a: a.configs == written.configs, wait_s)
+        if written is not None and timeout_ms > 0:
+            await self._wait_applied(
+                name, topic_id, lambda a: a.configs == written.configs, deadline, timeout_ms
+            )
 
     async def delete_records(
         self, topic: str, partition: int, offset: int, *, timeout_ms: int = 30_000
@@ -687,18 +693,21 @@ class ReplicaManager:
         self._notify(log)
 
     async def create_partitions(
-        self, name: str, count: int, *, validate_only: bool = False, wait_s: float = 30.0
+        self, name: str, count: int, *, validate_only: bool = False, timeout_ms: int = 30_000
     ) -> None:
         """Grow a topic to ``count`` partitions: the new partitions' replicas are placed
         over the live brokers (Kafka's rack-unaware assignment, the topic's replication
         factor, leaders continuing round the brokers after the existing partitions), the
         assignment is extended in ZooKeeper by compare-and-set (existing partitions never
         move), every broker creates its new replicas from its watch, and the controller
-        elects their leaders. Returns once every partition has a leader. Raises
+        elects their leaders. Returns once every partition has a leader, as Kafka within
+        ``timeout_ms`` (else RequestTimedOut: the partitions are made and get leaders
+        later; 0: at once after the write). Raises
         UnknownTopicOrPartition, InvalidPartitions (the count does not grow, or above the
         limit), InvalidReplicationFactor (fewer live brokers than the replication factor),
         PartitionLimitExceeded (this broker's share does not fit)."""
         topic_id = self._topic_id_of(name)
+        deadline = time.monotonic() + max(0, timeout_ms) / 1000
 
         async def change(current: TopicAssignment) -> TopicAssignment | None:
             have = current.partitions
@@ -724,8 +733,19 @@ class ReplicaManager:
         if written is None:
             return
         self.controller.kick()
-        await self._wait_applied(name, topic_id, lambda a: a.partitions >= count, wait_s)
-        await self.wait_for_leaders(name, wait_s)
+        if timeout_ms <= 0:
+            return
+        await self._wait_applied(
+            name, topic_id, lambda a: a.partitions >= count, deadline, timeout_ms
+        )
+        try:
+            await self.wait_for_leaders(name, max(0.0, deadline - time.monotonic()))
+        except LeaderNotAvailable:
+            raise RequestTimedOut(
+                f"topic {name!r} has {count} partitions (the change is made and stays) but "
+                f"not every one had a leader within timeout_ms={timeout_ms}; they will: do "
+                "not send the change again"
+            ) from None
 
     async def wait_for_leaders(self, name: str, wait_s: float) -> None:
         """Until this broker has seen a leader for every partition of ``name``."""

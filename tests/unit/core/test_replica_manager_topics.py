@@ -15,6 +15,8 @@ import asyncio
 import dataclasses
 import logging
 import threading
+import time
+from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -25,6 +27,7 @@ from kio.schema.errors import ErrorCode
 from app.common.errors import (
     KafkaStorageError,
     PartitionLimitExceeded,
+    RequestTimedOut,
     UnknownTopicOrPartition,
 )
 from app.core.log.config import LogConfig
@@ -33,7 +36,7 @@ from app.core.log.topic_rules import check_new_topic
 from app.core.replication.config import ReplicaConfig
 from app.core.replication.manager import ReplicaManager
 from app.core.replication.state import TopicAssignment
-from app.kafka.apis.admin import incremental_alter_configs
+from app.kafka.apis.admin import create_partitions, incremental_alter_configs
 from app.kafka.apis.base import Context
 
 TOPIC = "orders"
@@ -174,7 +177,7 @@ def test_a_change_for_a_topic_deleted_and_created_again_meanwhile_leaves_the_new
                 assert message is not None and "created again" in message
             else:
                 with pytest.raises(UnknownTopicOrPartition, match="created again"):
-                    await replicas.create_partitions(TOPIC, 3, wait_s=1)
+                    await replicas.create_partitions(TOPIC, 3, timeout_ms=1000)
             assert zk.writes == [] and zk.assignment == new, ask
 
     asyncio.run(main())
@@ -346,5 +349,57 @@ def test_create_partitions_checks_this_brokers_share_off_the_event_loop() -> Non
         with pytest.raises(PartitionLimitExceeded, match="no descriptors"):
             await replicas.create_partitions(TOPIC, 4)
         assert zk.writes == []
+
+    asyncio.run(main())
+
+
+def test_create_partitions_and_config_changes_honour_the_requests_timeout() -> None:
+    """CreatePartitions through the Kafka door waits up to its timeout_ms for the new
+    partitions' leaders (none come here): REQUEST_TIMED_OUT then, the partitions made; 0
+    answers at once after the write, as Kafka. A config change this broker's watch has
+    not delivered: REQUEST_TIMED_OUT after timeout_ms, at once with 0; written either way."""
+
+    async def main() -> None:
+        replicas, zk = cluster_broker({})
+        replicas.brokers = {1: None, 2: None, 3: None}  # type: ignore[dict-item]
+        replicas.logs.partition_budget = SimpleNamespace(check_per_topic=lambda *a: None)
+        replicas.logs.check_can_host = lambda *a: None
+        replicas.controller.kick = lambda: None  # type: ignore[method-assign]
+        ctx = Context(
+            state=SimpleNamespace(  # type: ignore[arg-type]
+                manager=replicas.logs,
+                topology=replicas,
+                sticky=SimpleNamespace(forget=lambda name: None),
+            ),
+            advertised=("127.0.0.1", 9092),
+            txn=lambda: None,
+            groups=lambda: None,
+        )
+
+        async def grow(count: int, timeout_ms: int) -> tuple[int, str | None, float]:
+            body = SimpleNamespace(
+                topics=[SimpleNamespace(name=TOPIC, count=count, assignments=None)],
+                timeout=timedelta(milliseconds=timeout_ms),
+                validate_only=False,
+            )
+            began = time.monotonic()
+            answer = await create_partitions(ctx, body, 3)
+            (result,) = answer.results
+            return int(result.error_code), result.error_message, time.monotonic() - began
+
+        code, message, took = await grow(2, 0)
+        assert code == ErrorCode.none and took < 5, (message, took)
+        assert zk.assignment.partitions == 2
+        code, message, took = await grow(3, 300)
+        assert code == ErrorCode.request_timed_out and took < 5, (message, took)
+        assert message is not None and "timeout_ms=300" in message and "made" in message
+        assert zk.assignment.partitions == 3, "made all the same"
+
+        zk.replicas = SimpleNamespace(assignments={})  # type: ignore[assignment]  # no watch
+        await replicas.alter_topic_config(TOPIC, {"retention.ms": 1000}, timeout_ms=0)
+        assert zk.assignment.configs == normalized({"retention.ms": 1000})
+        with pytest.raises(RequestTimedOut, match="timeout_ms=200"):
+            await replicas.alter_topic_config(TOPIC, {"retention.ms": 2000}, timeout_ms=200)
+        assert zk.assignment.configs == normalized({"retention.ms": 2000})
 
     asyncio.run(main())
