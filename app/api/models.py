@@ -398,6 +398,14 @@ class CreatePartitionsRequest(StrictBody):
     validate_only: bool = Field(
         default=False, description="Check only (Kafka's validate_only): nothing changes."
     )
+    timeout_ms: int = Field(
+        default=30_000,
+        ge=0,
+        le=INT_MAX,
+        description="In a cluster, how long to wait for the change to be applied "
+        "(every partition has a leader; else 504 REQUEST_TIMED_OUT: the change is made and stays); 0 answers at "
+        "once after the write, as Kafka's timeout_ms.",
+    )
 
 
 class AlterTopicConfigsRequest(StrictBody):
@@ -408,6 +416,14 @@ class AlterTopicConfigsRequest(StrictBody):
     )
     validate_only: bool = Field(
         default=False, description="Check only (Kafka's validate_only): nothing changes."
+    )
+    timeout_ms: int = Field(
+        default=30_000,
+        ge=0,
+        le=INT_MAX,
+        description="In a cluster, how long to wait for the change to be applied "
+        "(this broker has applied the new overrides; else 504 REQUEST_TIMED_OUT: the change is made and stays); 0 answers at "
+        "once after the write, as Kafka's timeout_ms.",
     )
 
 

@@ -51,12 +51,19 @@ async def create_topic(state: AppState, topic: NewTopic) -> None:
 
 
 async def create_partitions(
-    state: AppState, name: str, count: int, *, validate_only: bool = False
+    state: AppState,
+    name: str,
+    count: int,
+    *,
+    validate_only: bool = False,
+    timeout_ms: int = 30_000,
 ) -> None:
     """Grow ``name`` to ``count`` partitions (:meth:`Topology.create_partitions`); the
     sticky partitioner forgets the old count. Internal topics are refused."""
     check_not_internal(name)
-    await state.topology.create_partitions(name, count, validate_only=validate_only)
+    await state.topology.create_partitions(
+        name, count, validate_only=validate_only, timeout_ms=timeout_ms
+    )
     if not validate_only:
         state.sticky.forget(name)
 

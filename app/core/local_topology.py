@@ -206,8 +206,14 @@ class LocalTopology:
         )
 
     async def alter_topic_config(
-        self, name: str, overrides: ConfigChange, *, validate_only: bool = False
+        self,
+        name: str,
+        overrides: ConfigChange,
+        *,
+        validate_only: bool = False,
+        timeout_ms: int = 30_000,
     ) -> None:
+        # Applied here before the answer: there is nothing to wait for.
         await asyncio.to_thread(
             functools.partial(
                 self.logs.alter_topic_config, name, overrides, validate_only=validate_only
@@ -222,8 +228,9 @@ class LocalTopology:
         return await asyncio.to_thread(log.delete_records, offset)
 
     async def create_partitions(
-        self, name: str, count: int, *, validate_only: bool = False
+        self, name: str, count: int, *, validate_only: bool = False, timeout_ms: int = 30_000
     ) -> None:
+        # Led here once made: there is nothing to wait for.
         await asyncio.to_thread(
             functools.partial(self.logs.add_partitions, name, count, validate_only=validate_only)
         )

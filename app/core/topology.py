@@ -237,7 +237,12 @@ class Topology(Protocol):
         ...
 
     async def alter_topic_config(
-        self, name: str, overrides: ConfigChange, *, validate_only: bool = False
+        self,
+        name: str,
+        overrides: ConfigChange,
+        *,
+        validate_only: bool = False,
+        timeout_ms: int = 30_000,
     ) -> None:
         """Replace the topic's config overrides (configs not named return to the
         default), or, given a function, with what it makes of the current ones, read
@@ -245,8 +250,9 @@ class Topology(Protocol):
         assignment, inside the compare-and-set, not this broker's view, which may lag a
         change made through another broker); ``validate_only`` checks only. In a cluster
         the overrides are the topic's ZooKeeper assignment's and every broker applies
-        them; this returns once this broker has. Raises UnknownTopicOrPartition,
-        InvalidConfig."""
+        them; this returns once this broker has, within ``timeout_ms`` (else
+        RequestTimedOut, the change made; 0: at once after the write). Raises
+        UnknownTopicOrPartition, InvalidConfig."""
         ...
 
     async def delete_records(
@@ -261,12 +267,13 @@ class Topology(Protocol):
         ...
 
     async def create_partitions(
-        self, name: str, count: int, *, validate_only: bool = False
+        self, name: str, count: int, *, validate_only: bool = False, timeout_ms: int = 30_000
     ) -> None:
         """Grow a topic to ``count`` partitions (``validate_only``: check only); in a
         cluster the new replicas are placed over the live brokers and this returns once
-        every partition has a leader. Raises UnknownTopicOrPartition, InvalidPartitions,
-        InvalidReplicationFactor."""
+        every partition has a leader, within ``timeout_ms`` (Kafka's CreatePartitions
+        timeout: else RequestTimedOut, the partitions made; 0: at once after the write).
+        Raises UnknownTopicOrPartition, InvalidPartitions, InvalidReplicationFactor."""
         ...
 
     async def wait_for_leaders(self, name: str, wait_s: float) -> None:

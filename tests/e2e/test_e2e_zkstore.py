@@ -3,6 +3,7 @@ controller election, compare-and-set states, topic deletion, watches."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import threading
@@ -17,7 +18,13 @@ from zookeeper import ZooKeeperServer
 
 from app.common.errors import KafkaStorageError, TopicAlreadyExists
 from app.core.replication.state import BrokerInfo, PartitionState, TopicAssignment
-from app.core.replication.zk import ZkStore, split_connect, state_path, topic_path
+from app.core.replication.zk import (
+    ZkStore,
+    identity_path,
+    split_connect,
+    state_path,
+    topic_path,
+)
 
 SESSION_MS = 4000
 
@@ -215,6 +222,81 @@ def test_create_state_after_delete_topic_does_not_resurrect_it(
     # The name can be used again.
     store.create_topic("gone", TopicAssignment("id2", ((1,),)))
     assert store.get_state("gone", 0) is None
+
+
+def test_a_compare_and_set_of_a_deleted_topic_does_not_land_on_the_one_created_again(
+    zookeeper: ZooKeeperServer, stores: list[ZkStore]
+) -> None:
+    """A change read from "orders" (id1, version 0), written after "orders" was deleted and
+    created again (id2, also version 0): it fails, and the new topic keeps its own
+    assignment; a change of the new topic still lands."""
+    store = new_store(zookeeper, stores)
+    store.create_topic("orders", TopicAssignment("id1", ((1,),)))
+    read = store.get_topic_versioned("orders")
+    assert read is not None
+    old, version = read
+    assert version == 0
+    assert store.delete_topic("orders")
+    fresh = TopicAssignment("id2", ((2,), (2,)))
+    store.create_topic("orders", fresh)
+    assert store.get_topic_versioned("orders") == (fresh, 0)
+    grown = dataclasses.replace(old, replicas=((1,), (1,), (1,)), configs={"retention.ms": 1})
+    assert not store.set_topic("orders", grown, version)
+    assert store.get_topic("orders") == fresh
+    changed = dataclasses.replace(fresh, configs={"retention.ms": 2})
+    assert store.set_topic("orders", changed, 0)
+    assert store.get_topic_versioned("orders") == (changed, 1)
+    assert not store.set_topic("orders", changed, 0), "a stale version still fails"
+
+
+def test_a_topic_created_without_an_identity_takes_one_at_its_first_change(
+    zookeeper: ZooKeeperServer, stores: list[ZkStore], raw: KazooClient
+) -> None:
+    """A topic an earlier version created (its znode alone): its first change writes its
+    identity with it, after which a change of a topic of that name created again fails."""
+    store = new_store(zookeeper, stores)
+    before = TopicAssignment("id1", ((1,),))
+    raw.create("/lb" + topic_path("legacy"), before.to_json(), makepath=True)
+    changed = dataclasses.replace(before, configs={"retention.ms": 5})
+    assert not store.set_topic("legacy", changed, 7), "a stale version"
+    assert raw.exists("/lb" + identity_path("legacy", "id1")) is None, "nothing written"
+    assert store.set_topic("legacy", changed, 0)
+    assert raw.exists("/lb" + identity_path("legacy", "id1")) is not None
+    assert store.get_topic_versioned("legacy") == (changed, 1)
+    assert store.delete_topic("legacy")
+    store.create_topic("legacy", TopicAssignment("id2", ((1,),)))
+    store.set_topic("legacy", TopicAssignment("id2", ((1,),), {"retention.ms": 6}), 0)
+    assert not store.set_topic("legacy", dataclasses.replace(changed, configs={}), 1)
+    assert store.get_topic("legacy") == TopicAssignment("id2", ((1,),), {"retention.ms": 6})
+
+
+def test_offline_replica_reports_are_ephemeral_and_watched(
+    zookeeper: ZooKeeperServer, stores: list[ZkStore]
+) -> None:
+    reader = new_store(zookeeper, stores)
+    broker = new_store(zookeeper, stores)
+    kicks = threading.Event()
+    reader.watch_offline_replicas(kicks.set)
+    assert reader.offline_replicas() == {}
+    kicks.clear()
+    broker.set_offline_replicas(2, {"orders": ("id1", [3, 1])})
+    wait_until(kicks.is_set, 10, "the report's watch")
+    assert reader.offline_replicas() == {("orders", "id1", 1): {2}, ("orders", "id1", 3): {2}}
+    kicks.clear()
+    broker.set_offline_replicas(2, {"orders": ("id1", [1])})  # a changed report
+    wait_until(kicks.is_set, 10, "the changed report's watch")
+    assert reader.offline_replicas() == {("orders", "id1", 1): {2}}
+    kicks.clear()
+    broker.stop()  # its session ends: the report goes with it
+    wait_until(kicks.is_set, 10, "the report's end")
+    assert reader.offline_replicas() == {}
+    again = new_store(zookeeper, stores)
+    kicks.clear()
+    again.set_offline_replicas(2, {"audit": ("id2", [0])})
+    wait_until(kicks.is_set, 10, "a new report of the same broker")
+    assert reader.offline_replicas() == {("audit", "id2", 0): {2}}
+    again.set_offline_replicas(2, {})
+    assert reader.offline_replicas() == {}
 
 
 def test_delete_topic_of_a_missing_topic_says_so(

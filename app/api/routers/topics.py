@@ -180,21 +180,26 @@ async def delete_topic(
 @router.post(
     "/topics/{topic}/partitions",
     response_model=TopicDescription,
-    responses=error_responses(400, 404, 503),
+    responses=error_responses(400, 404, 503, 504),
 )
 async def create_partitions(call: TopicCallDep) -> Response:
     """Add partitions to a topic
 
     Kafka's CreatePartitions (ALTER on the topic): the topic grows to `count` partitions.
     In a cluster the new partitions' replicas are placed over the live brokers (the
-    topic's replication factor) and the answer waits for their leaders. A count that does
+    topic's replication factor) and the answer waits for their leaders, up to `timeout_ms`
+    (then 504 REQUEST_TIMED_OUT: the partitions are made; 0: no wait). A count that does
     not grow the topic: 400 INVALID_PARTITIONS; internal topics: 400
     INVALID_TOPIC_EXCEPTION. Records keyed to a partition by hash may go to another one
     from now on, as in Kafka.
     """
     req = await call.body(CreatePartitionsRequest)
     await topic_service.create_partitions(
-        call.state, call.topic, req.count, validate_only=req.validate_only
+        call.state,
+        call.topic,
+        req.count,
+        validate_only=req.validate_only,
+        timeout_ms=req.timeout_ms,
     )
     return call.described()
 
@@ -202,7 +207,7 @@ async def create_partitions(call: TopicCallDep) -> Response:
 @router.put(
     "/topics/{topic}/configs",
     response_model=TopicDescription,
-    responses=error_responses(400, 404, 503),
+    responses=error_responses(400, 404, 503, 504),
 )
 async def alter_topic_configs(call: TopicCallDep) -> Response:
     """Replace a topic's config overrides
@@ -211,11 +216,11 @@ async def alter_topic_configs(call: TopicCallDep) -> Response:
     checked as on create (400 INVALID_CONFIG), and every replica takes them (retention,
     cleanup, min.insync.replicas...). In a cluster they are written to the topic's
     ZooKeeper assignment and every broker applies them; the answer comes once this broker
-    has.
+    has, up to `timeout_ms` (then 504 REQUEST_TIMED_OUT: the change is made; 0: no wait).
     """
     req = await call.body(AlterTopicConfigsRequest)
     await call.state.topology.alter_topic_config(
-        call.topic, req.configs, validate_only=req.validate_only
+        call.topic, req.configs, validate_only=req.validate_only, timeout_ms=req.timeout_ms
     )
     return call.described()
 

@@ -17,6 +17,10 @@ timer, it reads every partition's state and fixes what is wrong:
   ISR member returns, or an unclean election picks any live replica;
 - dead brokers leave the ISR at once, so ``acks=all`` writes do not wait for
   ``replica.lag.time.max.ms``;
+- a replica its broker reported offline (``/brokers/offline_replicas/<id>``: it is
+  assigned the partition but could not create its log, Kafka's offline replica) counts
+  as dead for that partition alone: it is never elected, leaves the ISR, and a first
+  state leaves it out, until its report goes (the broker restarted and made it);
 - every ``leader_imbalance_check_interval_ms`` the preferred replica (the
   first one) gets leadership back when it is alive and in the ISR.
 
@@ -130,6 +134,7 @@ class Controller:
             self._watching = True
             self.store.watch_brokers(lambda _: self.kick())
             self.store.watch_topics(lambda _: self.kick())
+            self.store.watch_offline_replicas(self.kick)
         preferred = time.monotonic() >= self._next_preferred
         self.reconcile(preferred=preferred)
         for topic in self._seen_topics:
@@ -141,11 +146,13 @@ class Controller:
         """One pass over every partition; returns the number of states written."""
         found: list[tuple[str, int, tuple[int, ...], bool, tuple[PartitionState, int] | None]] = []
         self._seen_topics = []
+        ids: dict[str, str] = {}
         for topic in self.store.topics():
             assignment = self.store.get_topic(topic)
             if assignment is None:
                 continue
             self._seen_topics.append(topic)
+            ids[topic] = assignment.topic_id
             # The topic's own unclean.leader.election.enable wins over the broker's.
             unclean = bool(assignment.configs.get("unclean.leader.election.enable", self.unclean))
             for p, replicas in enumerate(assignment.replicas):
@@ -153,11 +160,14 @@ class Controller:
         # The live brokers are read after the states: a broker a leader put into an ISR had
         # registered before, so it is in this set and is not taken out again as dead.
         live = set(self.store.live_brokers())
+        offline = self.store.offline_replicas()
         written = 0
         for topic, p, replicas, unclean, current in found:
             if self._stop.is_set():
                 break
-            if self._fix(topic, p, replicas, live, preferred, unclean, current):
+            topic_id = ids[topic]
+            up = live - offline.get((topic, topic_id, p), set())
+            if self._fix(topic, p, replicas, up, preferred, unclean, current):
                 written += 1
         return written
 
@@ -187,6 +197,8 @@ class Controller:
         unclean: bool,
         current: tuple[PartitionState, int] | None,
     ) -> bool:
+        """``live``: the brokers that may hold this partition now (alive, and not having
+        reported its replica offline)."""
         alive = [r for r in replicas if r in live]
         if current is None:
             leader = alive[0] if alive else NO_LEADER

@@ -30,7 +30,7 @@ import threading
 import time
 import uuid
 from base64 import urlsafe_b64encode
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from app.common.aio import wait_event
@@ -79,6 +79,21 @@ if TYPE_CHECKING:
     from app.core.log.manager import LogManager
 
 _log = logging.getLogger(__name__)
+
+
+def _replaced(name: str) -> UnknownTopicOrPartition:
+    """A change for a topic that is gone from ZooKeeper, or was deleted and created again
+    under its name since the request came: nothing of the topic there now is changed."""
+    err = UnknownTopicOrPartition(name)
+    LogbusError.__init__(
+        err,
+        f"topic {name!r} does not exist (deleted, or deleted and created again under its "
+        "name, while this change was made): nothing was changed; send the request again "
+        "for the topic of that name now",
+        topic=name,
+        partition=None,
+    )
+    return err
 
 
 class _ZkProducerIdBlocks:
@@ -134,6 +149,10 @@ class ReplicaManager:
         self._topic_tasks: set[asyncio.Task[None]] = set()
         # Applying a topic's assignment awaits worker threads: one at a time.
         self._assign_lock = asyncio.Lock()
+        # Replicas assigned here that this broker could not create, per topic: (topic id,
+        # partitions), published in /brokers/offline_replicas/<id> for the controller.
+        self._offline: dict[str, tuple[str, list[int]]] = {}
+        self._offline_lock = asyncio.Lock()
         self._isr_task: asyncio.Task[None] | None = None
         self._lost_session = False
         self._stopping = False
@@ -153,6 +172,7 @@ class ReplicaManager:
         self._loop = asyncio.get_running_loop()
         self._changed = asyncio.Event()
         self._assign_lock = asyncio.Lock()
+        self._offline_lock = asyncio.Lock()
         self.topics_synced = asyncio.Event()
         self.fetcher = ReplicaFetcher(self)
         await asyncio.to_thread(self.store.start)
@@ -189,6 +209,27 @@ class ReplicaManager:
         wait_s = 2 * self.settings.zookeeper_session_timeout_ms / 1000 + 5
         info = BrokerInfo(self.broker_id, self.url, self.settings.kafka_listener)
         await asyncio.to_thread(self.store.register_broker, info, wait_s)
+        if self._offline:
+            await self._publish_offline()  # the old session's report went with it
+
+    async def _report_offline(self, name: str, topic_id: str, partitions: list[int]) -> None:
+        """This broker's replicas ``partitions`` of ``name`` (of id ``topic_id``) are
+        assigned here but have no log (it could not create them): tell the controller, so
+        that it neither elects this broker for them nor keeps it in their ISR (Kafka's
+        offline replicas). An empty list takes the topic's report back."""
+        if partitions:
+            self._offline[name] = (topic_id, sorted(partitions))
+        elif self._offline.pop(name, None) is None:
+            return
+        await self._publish_offline()
+
+    async def _publish_offline(self) -> None:
+        async with self._offline_lock:
+            snapshot = dict(self._offline)
+            try:
+                await asyncio.to_thread(self.store.set_offline_replicas, self.broker_id, snapshot)
+            except Exception as exc:  # ZooKeeper away: written again with the next session
+                _log.error("offline replicas %s not reported to ZooKeeper: %s", snapshot, exc)
 
     def _soon(self, fn: Callable[..., Any], *args: Any) -> None:
         """From kazoo's thread onto the loop."""
@@ -246,18 +287,7 @@ class ReplicaManager:
         for name in gone:
             await self._drop_topic(name)
         for name in sorted(new):
-            try:
-                await self._add_topic(name)
-            except PartitionLimitExceeded as e:
-                # As a lone broker refuses a topic it cannot open (LogManager.start): this
-                # broker does not host it, says why, and goes on with the other topics.
-                # Its replicas here stay offline; the rest of the cluster serves them.
-                _log.error(
-                    "topic %r: this broker cannot host its replicas: %s; raise the file "
-                    "descriptor limit or max_partitions and restart this broker",
-                    name,
-                    e,
-                )
+            await self._add_topic(name)
         if not self.topics_synced.is_set():
             # Topics deleted while this broker was down go now.
             for name in self.logs.topics():
@@ -279,14 +309,35 @@ class ReplicaManager:
             self._tell_topic_deleted(name)
             await asyncio.to_thread(self.logs.delete_topic, name)
         if name not in self.logs.topics():
-            await asyncio.to_thread(
-                self.logs.create_topic,
-                name,
-                assignment.partitions,
-                assignment.configs,
-                topic_id=assignment.topic_id,
-                hosted=hosted,
-            )
+            try:
+                await asyncio.to_thread(
+                    self.logs.create_topic,
+                    name,
+                    assignment.partitions,
+                    assignment.configs,
+                    topic_id=assignment.topic_id,
+                    hosted=hosted,
+                )
+            except LogbusError as e:
+                # As a lone broker refuses a topic it cannot open (LogManager.start): this
+                # broker does not host it, says why, reports its replicas offline (the
+                # controller elects others and leaves it out of their ISR) and goes on
+                # with the other topics; the rest of the cluster serves them.
+                hint = (
+                    "raise the file descriptor limit or max_partitions and restart this broker"
+                    if isinstance(e, PartitionLimitExceeded)
+                    else "fix the cause and restart this broker"
+                )
+                _log.error(
+                    "topic %r: this broker cannot host its replicas %s: %s; they are "
+                    "reported offline; %s",
+                    name,
+                    hosted,
+                    e,
+                    hint,
+                )
+                await self._report_offline(name, assignment.topic_id, hosted)
+                return
         # Partitions added and configs changed while this broker was away come in here.
         await self._apply_assignment(name, assignment)
         self.store.watch_topic(name, self._topic_watch(name, assignment.topic_id))
@@ -344,22 +395,28 @@ class ReplicaManager:
                 return
             except LogbusError as exc:
                 # A config this broker's version does not keep, no descriptors left for
-                # the new replicas: this broker goes on with what it had (its new replicas
-                # stay offline; the rest of the cluster serves them) and says why.
+                # the new replicas, a disk error: this broker goes on with what it had and
+                # says why; its new replicas are reported offline, so the controller
+                # elects others for them and leaves this broker out of their ISR.
+                offline = [p for p in hosted if p not in self._hosted_here(name)]
                 _log.error(
                     "topic %r: this broker cannot apply its assignment from ZooKeeper "
-                    "(%d partitions, configs %s): %s",
+                    "(%d partitions, configs %s): %s; its replicas %s are reported offline",
                     name,
                     assignment.partitions,
                     assignment.configs,
                     exc,
+                    offline,
                 )
+                await self._report_offline(name, assignment.topic_id, offline)
                 return
             with self._watched_lock:
                 if name not in self._watched:
                     return  # deleted while its logs changed: _drop_topic has them
             if self._local_topic_id(name) != assignment.topic_id:
                 return  # deleted and created again while its logs changed
+            if name in self._offline:
+                await self._report_offline(name, assignment.topic_id, [])  # made them now
             if changed:
                 _log.info(
                     "topic %s: %d partitions, config overrides %s (from ZooKeeper)",
@@ -387,6 +444,13 @@ class ReplicaManager:
             for p in range(first_new, assignment.partitions):
                 self.store.watch_state(name, p, self._state_watch(name, p))
         self._changed_now()
+
+    def _hosted_here(self, name: str) -> set[int]:
+        """The partitions of ``name`` with a log on this broker."""
+        try:
+            return set(self.logs.hosted_partitions(name))
+        except UnknownTopicOrPartition:
+            return set()
 
     def _local_topic_id(self, name: str) -> str | None:
         try:
@@ -428,6 +492,8 @@ class ReplicaManager:
     async def _drop_topic(self, name: str) -> None:
         self.assignments.pop(name, None)
         self._tell_topic_deleted(name)
+        if name in self._offline:
+            await self._report_offline(name, "", [])
         for key in [k for k in self.partitions if k[0] == name]:
             part = self.partitions.pop(key)
             was_leader = part.is_leader
@@ -498,42 +564,62 @@ class ReplicaManager:
         await self.wait_for_leaders(name, wait_s)
 
     async def _change_assignment(
-        self, name: str, change: Callable[[TopicAssignment], TopicAssignment | None]
+        self,
+        name: str,
+        topic_id: str,
+        change: Callable[[TopicAssignment], Awaitable[TopicAssignment | None]],
     ) -> TopicAssignment | None:
-        """Compare-and-set ``change(current)`` as the topic's assignment in ZooKeeper,
-        reading again when another broker wrote first; ``change`` returning None writes
-        nothing (validate_only). The assignment written (None: nothing). Every broker,
-        this one included, applies it from its watch (:meth:`_apply_assignment`)."""
+        """Compare-and-set ``change(current)`` as the assignment of the topic ``name`` of
+        id ``topic_id`` (the one the request was for, as this broker knew it when the
+        request came) in ZooKeeper, reading again when another broker wrote first;
+        ``change`` returning None writes nothing (validate_only). The write checks the
+        topic's identity (:meth:`ZkStore.set_topic`), so a topic deleted and created
+        again under the name meanwhile is not changed: UnknownTopicOrPartition. The
+        assignment written (None: nothing). Every broker, this one included, applies it
+        from its watch (:meth:`_apply_assignment`)."""
         for _ in range(50):
             found = await asyncio.to_thread(self.store.get_topic_versioned, name)
-            known = self.assignments.get(name)
-            if found is None or known is None or found[0].topic_id != known.topic_id:
-                raise UnknownTopicOrPartition(name)
+            if found is None or found[0].topic_id != topic_id:
+                raise _replaced(name)
             current, version = found
-            new = change(current)
+            new = await change(current)
             if new is None:
                 return None
+            assert new.topic_id == topic_id, "a change keeps the topic's id"
             if await asyncio.to_thread(self.store.set_topic, name, new, version):
                 return new
         raise ZooKeeperUnavailable(f"changing topic {name!r}: too many concurrent writers")
 
+    def _topic_id_of(self, name: str) -> str:
+        """The id of the topic ``name`` in this broker's view (UnknownTopicOrPartition)."""
+        known = self.assignments.get(name)
+        if known is None:
+            raise UnknownTopicOrPartition(name)
+        return known.topic_id
+
     async def _wait_applied(
-        self, name: str, applied: Callable[[TopicAssignment], bool], wait_s: float
+        self,
+        name: str,
+        topic_id: str,
+        applied: Callable[[TopicAssignment], bool],
+        deadline: float,
+        timeout_ms: int,
     ) -> None:
-        """Until this broker's view of ``name`` satisfies ``applied`` (its own watch has
-        delivered the write), so the next request here sees the change."""
-        deadline = time.monotonic() + wait_s
+        """Until this broker's view of ``name`` (the topic of id ``topic_id``) satisfies
+        ``applied`` (its own watch has delivered the write), so the next request here sees
+        the change; RequestTimedOut at ``deadline`` (monotonic), the change made."""
         while True:
             known = self.assignments.get(name)
-            if known is None:
-                raise UnknownTopicOrPartition(name)
+            if known is None or known.topic_id != topic_id:
+                raise _replaced(name)
             if applied(known):
                 return
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise RequestTimedOut(
-                    f"topic {name!r} was changed in ZooKeeper but this broker has not "
-                    f"applied it within {wait_s:.0f} s; it will"
+                    f"topic {name!r} was changed in ZooKeeper (the change is made and stays) "
+                    f"but this broker had not applied it within timeout_ms={timeout_ms}; it "
+                    "will: do not send the change again"
                 )
             await self.wait_changed(min(remaining, 0.5))
 
@@ -543,7 +629,7 @@ class ReplicaManager:
         overrides: ConfigChange,
         *,
         validate_only: bool = False,
-        wait_s: float = 30.0,
+        timeout_ms: int = 30_000,
     ) -> None:
         """Replace the topic's config overrides (those not named return to the broker's
         default), or, given a function (IncrementalAlterConfigs), with what it makes of
@@ -555,21 +641,26 @@ class ReplicaManager:
         from its watch of that znode, so each broker's replicas (and DescribeConfigs,
         ``GET /topics/{t}``) take them: retention and cleanup run with them, a leader
         checks ``min.insync.replicas`` with them, the controller reads
-        ``unclean.leader.election.enable`` there. Returns once this broker applied them;
-        the others follow within a watch's delay."""
-        self.partition_count(name)  # UnknownTopicOrPartition first, as a lone broker
+        ``unclean.leader.election.enable`` there. Returns once this broker applied them
+        (RequestTimedOut after ``timeout_ms``, the change made; 0: at once after the
+        write, as Kafka answers a timeout of 0); the others follow within a watch's
+        delay."""
+        deadline = time.monotonic() + max(0, timeout_ms) / 1000
+        topic_id = self._topic_id_of(name)  # UnknownTopicOrPartition first, as a lone broker
         default = self.logs.default_config
         if not callable(overrides):
             check_new_topic(name, 1, overrides, default)  # before ZooKeeper is read
 
-        def change(current: TopicAssignment) -> TopicAssignment | None:
+        async def change(current: TopicAssignment) -> TopicAssignment | None:
             wanted = changed_overrides(overrides, current.configs)
             _, normalized = check_new_topic(name, 1, wanted, default)
             return None if validate_only else dataclasses.replace(current, configs=normalized)
 
-        written = await self._change_assignment(name, change)
-        if written is not None:
-            await self._wait_applied(name, lambda a: a.configs == written.configs, wait_s)
+        written = await self._change_assignment(name, topic_id, change)
+        if written is not None and timeout_ms > 0:
+            await self._wait_applied(
+                name, topic_id, lambda a: a.configs == written.configs, deadline, timeout_ms
+            )
 
     async def delete_records(
         self, topic: str, partition: int, offset: int, *, timeout_ms: int = 30_000
@@ -602,22 +693,23 @@ class ReplicaManager:
         self._notify(log)
 
     async def create_partitions(
-        self, name: str, count: int, *, validate_only: bool = False, wait_s: float = 30.0
+        self, name: str, count: int, *, validate_only: bool = False, timeout_ms: int = 30_000
     ) -> None:
         """Grow a topic to ``count`` partitions: the new partitions' replicas are placed
         over the live brokers (Kafka's rack-unaware assignment, the topic's replication
         factor, leaders continuing round the brokers after the existing partitions), the
         assignment is extended in ZooKeeper by compare-and-set (existing partitions never
         move), every broker creates its new replicas from its watch, and the controller
-        elects their leaders. Returns once every partition has a leader. Raises
+        elects their leaders. Returns once every partition has a leader, as Kafka within
+        ``timeout_ms`` (else RequestTimedOut: the partitions are made and get leaders
+        later; 0: at once after the write). Raises
         UnknownTopicOrPartition, InvalidPartitions (the count does not grow, or above the
         limit), InvalidReplicationFactor (fewer live brokers than the replication factor),
         PartitionLimitExceeded (this broker's share does not fit)."""
-        known = self.assignments.get(name)
-        if known is None:
-            raise UnknownTopicOrPartition(name)
+        topic_id = self._topic_id_of(name)
+        deadline = time.monotonic() + max(0, timeout_ms) / 1000
 
-        def change(current: TopicAssignment) -> TopicAssignment | None:
+        async def change(current: TopicAssignment) -> TopicAssignment | None:
             have = current.partitions
             if isinstance(count, bool) or not have < count <= MAX_PARTITIONS:
                 raise InvalidPartitions(
@@ -630,17 +722,30 @@ class ReplicaManager:
             start = (brokers.index(first) if first in brokers else 0) + have
             added = assign_replicas(count - have, len(current.replicas[0]), brokers, start=start)
             here = sum(1 for r in added if self.broker_id in r)
-            self.logs.check_can_host(name, here)
+            # It takes the log manager's lock, which a worker thread may hold through
+            # fsyncs: never on the loop.
+            await asyncio.to_thread(self.logs.check_can_host, name, here)
             if validate_only:
                 return None
             return dataclasses.replace(current, replicas=current.replicas + tuple(added))
 
-        written = await self._change_assignment(name, change)
+        written = await self._change_assignment(name, topic_id, change)
         if written is None:
             return
         self.controller.kick()
-        await self._wait_applied(name, lambda a: a.partitions >= count, wait_s)
-        await self.wait_for_leaders(name, wait_s)
+        if timeout_ms <= 0:
+            return
+        await self._wait_applied(
+            name, topic_id, lambda a: a.partitions >= count, deadline, timeout_ms
+        )
+        try:
+            await self.wait_for_leaders(name, max(0.0, deadline - time.monotonic()))
+        except LeaderNotAvailable:
+            raise RequestTimedOut(
+                f"topic {name!r} has {count} partitions (the change is made and stays) but "
+                f"not every one had a leader within timeout_ms={timeout_ms}; they will: do "
+                "not send the change again"
+            ) from None
 
     async def wait_for_leaders(self, name: str, wait_s: float) -> None:
         """Until this broker has seen a leader for every partition of ``name``."""

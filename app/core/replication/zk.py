@@ -11,7 +11,15 @@ Layout (under the connect string's optional chroot; docs/ARCHITECTURE.md)::
     /brokers/topics/<topic>                       TopicAssignment: written at creation,
                                                   then by CAS when partitions are added
                                                   or configs change (every broker watches it)
+    /brokers/topics/<topic>/topic_id/<topic id>   empty: the topic's identity, created with
+                                                  it (one transaction); a CAS of the topic
+                                                  checks it in the same transaction
     /brokers/topics/<topic>/partitions/<p>/state  PartitionState, written only by CAS
+    /brokers/offline_replicas/<id>                EPHEMERAL {"<topic>": {"topic_id",
+                                                  "partitions": [p]}}: replicas the broker
+                                                  is assigned but could not create (the
+                                                  controller neither elects it for them
+                                                  nor keeps it in their ISR)
 
 Methods are blocking kazoo calls: the asyncio side runs them in a worker
 thread. Watch callbacks run on kazoo's own thread and must hand work off
@@ -24,6 +32,7 @@ import contextlib
 import functools
 import logging
 import secrets
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -57,12 +66,21 @@ CONTROLLER_EPOCH = "/controller_epoch"
 CLUSTER_ID = "/cluster/id"
 INTER_BROKER_SECRET = "/cluster/inter_broker_secret"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
+OFFLINE_REPLICAS = "/brokers/offline_replicas"
 # A topic node's value while its subtree is being removed.
 DELETED_TOPIC = b'{"deleted":true}'
 
 
 def topic_path(topic: str) -> str:
     return f"{TOPICS}/{topic}"
+
+
+def identity_path(topic: str, topic_id: str) -> str:
+    """The child that exists exactly as long as the topic of id ``topic_id`` does: a
+    topic deleted and created again under its name has another one, so a compare-and-set
+    checking it cannot land on the new topic (whose znode version starts at 0 again and
+    may equal the version read from the old one)."""
+    return f"{TOPICS}/{topic}/topic_id/{topic_id}"
 
 
 def state_path(topic: str, partition: int) -> str:
@@ -128,6 +146,8 @@ class ZkStore:
         )
         self._session_listeners: list[Callable[[str], None]] = []
         self.client.add_listener(self._on_state)
+        self._offline_watched: set[str] = set()
+        self._offline_lock = threading.Lock()
 
     def _on_state(self, state: str) -> None:
         # Runs on kazoo's thread; listeners only hand off.
@@ -145,7 +165,7 @@ class ZkStore:
     def start(self, timeout_s: float = 30.0) -> None:
         ensure_chroot(self.connect, timeout_s)
         self.client.start(timeout=timeout_s)
-        for path in (BROKERS, TOPICS, "/cluster"):
+        for path in (BROKERS, TOPICS, OFFLINE_REPLICAS, "/cluster"):
             self.client.ensure_path(path)
 
     def stop(self) -> None:
@@ -218,6 +238,75 @@ class ZkStore:
             cb(list(children))
 
         ChildrenWatch(self.client, BROKERS, on_children)
+
+    # -- replicas a broker could not create --------------------------------------------
+
+    def set_offline_replicas(
+        self, broker_id: int, offline: dict[str, tuple[str, list[int]]]
+    ) -> None:
+        """Publish ``{topic: (topic id, partitions)}``, the replicas this broker is assigned
+        but could not create (a disk error, no descriptors left, a config it cannot
+        apply), as ``/brokers/offline_replicas/<id>``: ephemeral, so it goes with the
+        session (a restarted broker tries them again); removed when empty."""
+        path = f"{OFFLINE_REPLICAS}/{broker_id}"
+        if not offline:
+            with contextlib.suppress(NoNodeError):
+                self.client.delete(path)
+            return
+        value = orjson.dumps(
+            {t: {"topic_id": tid, "partitions": sorted(ps)} for t, (tid, ps) in offline.items()}
+        )
+        try:
+            self.client.create(path, value, ephemeral=True, makepath=True)
+        except NodeExistsError:
+            self.client.set(path, value)
+
+    def offline_replicas(self) -> dict[tuple[str, str, int], set[int]]:
+        """``(topic, topic id, partition) -> brokers`` that reported the replica offline."""
+        out: dict[tuple[str, str, int], set[int]] = {}
+        try:
+            children = self.client.get_children(OFFLINE_REPLICAS)
+        except NoNodeError:
+            return out
+        for child in children:
+            try:
+                data, _ = self.client.get(f"{OFFLINE_REPLICAS}/{child}")
+            except NoNodeError:
+                continue
+            try:
+                broker = int(child)
+                raw: dict[str, Any] = orjson.loads(data)
+                for topic, entry in raw.items():
+                    for p in entry["partitions"]:
+                        out.setdefault((topic, str(entry["topic_id"]), int(p)), set()).add(broker)
+            except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                _log.warning("ignoring malformed %s/%s: %s", OFFLINE_REPLICAS, child, exc)
+        return out
+
+    def watch_offline_replicas(self, cb: Callable[[], None]) -> None:
+        """``cb()`` on kazoo's thread whenever a broker's offline replicas change (a report
+        made, changed or gone)."""
+
+        def watcher(child: str) -> Callable[[bytes | None, Any], bool]:
+            def on_data(data: bytes | None, _stat: Any) -> bool:
+                cb()
+                if data is None:  # gone: a new report of this broker gets a new watch
+                    with self._offline_lock:
+                        self._offline_watched.discard(child)
+                    return False
+                return True
+
+            return on_data
+
+        def on_children(children: list[str]) -> None:
+            with self._offline_lock:
+                new = [c for c in children if c not in self._offline_watched]
+                self._offline_watched.update(new)
+            for child in new:
+                DataWatch(self.client, f"{OFFLINE_REPLICAS}/{child}", watcher(child))
+            cb()
+
+        ChildrenWatch(self.client, OFFLINE_REPLICAS, on_children)
 
     # -- producer ids --------------------------------------------------------------
 
@@ -309,10 +398,17 @@ class ZkStore:
 
     @_needs_zookeeper("creating a topic")
     def create_topic(self, name: str, assignment: TopicAssignment) -> None:
-        try:
-            self.client.create(topic_path(name), assignment.to_json(), makepath=True)
-        except NodeExistsError:
-            raise TopicAlreadyExists(name) from None
+        """Create the topic's znode and its identity (:func:`identity_path`) at once."""
+        txn = self.client.transaction()
+        txn.create(topic_path(name), assignment.to_json())
+        txn.create(f"{topic_path(name)}/topic_id")
+        txn.create(identity_path(name, assignment.topic_id))
+        results = txn.commit()
+        if isinstance(results[0], NodeExistsError):
+            raise TopicAlreadyExists(name)
+        failed = next((r for r in results if isinstance(r, Exception)), None)
+        if failed is not None:
+            raise KafkaStorageError(f"could not create topic {name!r} in ZooKeeper: {failed!r}")
 
     def get_topic(self, name: str) -> TopicAssignment | None:
         try:
@@ -334,13 +430,29 @@ class ZkStore:
 
     @_needs_zookeeper("changing a topic")
     def set_topic(self, name: str, assignment: TopicAssignment, version: int) -> bool:
-        """Compare-and-set the topic's assignment (new partitions, changed configs): False
-        when someone else wrote since ``version`` was read, or the topic is gone."""
-        try:
-            self.client.set(topic_path(name), assignment.to_json(), version=version)
-        except (BadVersionError, NoNodeError):
-            return False
-        return True
+        """Compare-and-set the topic's assignment (new partitions, changed configs) onto
+        the topic whose id ``assignment`` carries: False when someone else wrote since
+        ``version`` was read, or that topic is gone, even if a topic of that name was
+        created again since and its znode is at ``version`` too (the write checks the
+        topic's identity, :func:`identity_path`, in the same transaction).
+
+        A topic created before identities were written has none: the first change
+        creates it in the transaction, which fails if the topic there has one (a new
+        topic of that name, created by this version)."""
+        path = topic_path(name)
+        txn = self.client.transaction()
+        txn.check(identity_path(name, assignment.topic_id), -1)
+        txn.set_data(path, assignment.to_json(), version=version)
+        results = txn.commit()
+        if not any(isinstance(r, Exception) for r in results):
+            return True
+        if not isinstance(results[0], NoNodeError) or self.client.exists(f"{path}/topic_id"):
+            return False  # a stale version, or another topic's identity
+        txn = self.client.transaction()
+        txn.create(f"{path}/topic_id")
+        txn.create(identity_path(name, assignment.topic_id))
+        txn.set_data(path, assignment.to_json(), version=version)
+        return not any(isinstance(r, Exception) for r in txn.commit())
 
     def watch_topic(self, name: str, cb: Callable[[TopicAssignment | None], bool]) -> None:
         """``cb(assignment or None)`` now and on changes; return False from cb to stop."""

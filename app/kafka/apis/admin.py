@@ -168,16 +168,23 @@ async def create_partitions(ctx: Context, body: Any, version: int) -> Any:
     """Each topic grown to its new count (or, ``validate_only``, checked) through
     :func:`app.api.topic_service.create_partitions`: INVALID_PARTITIONS unless the count
     grows, manual assignments INVALID_REQUEST (the broker places replicas), a topic named
-    twice INVALID_REQUEST."""
+    twice INVALID_REQUEST. In a cluster each waits up to the request's ``timeout_ms`` for
+    the new partitions' leaders (REQUEST_TIMED_OUT after it: they were made, and get
+    leaders later); a timeout of 0 or below answers at once after the write, as Kafka."""
     m = response_module(CREATE_PARTITIONS, version)
     names = [t.name for t in body.topics]
+    timeout_ms = max(0, int(body.timeout.total_seconds() * 1000))
     results = []
     for t in body.topics:
         with answered() as outcome:
             authorize.check(ctx, Operation.ALTER, ResourceType.TOPIC, t.name)
             _check_entry(t, names)
             await topic_service.create_partitions(
-                ctx.state, t.name, int(t.count), validate_only=bool(body.validate_only)
+                ctx.state,
+                t.name,
+                int(t.count),
+                validate_only=bool(body.validate_only),
+                timeout_ms=timeout_ms,
             )
         results.append(
             build(

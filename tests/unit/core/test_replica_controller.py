@@ -39,8 +39,11 @@ class FakeZk:
             "controller": [],
             "session": [],
             "topic": [],
+            "offline": [],
         }
         self.lock = threading.Lock()
+        # (topic, topic id, partition) -> brokers that reported the replica offline.
+        self.offline: dict[tuple[str, str, int], set[int]] = {}
 
     # -- brokers and controller
     def live_brokers(self) -> dict[int, BrokerInfo]:
@@ -67,6 +70,12 @@ class FakeZk:
     def watch_topics(self, cb: Callable[[list[str]], None]) -> None:
         self.watchers["topics"].append(cb)
         cb(self.topics())
+
+    def offline_replicas(self) -> dict[tuple[str, str, int], set[int]]:
+        return {k: set(v) for k, v in self.offline.items()}
+
+    def watch_offline_replicas(self, cb: Callable[[], None]) -> None:
+        self.watchers["offline"].append(cb)
 
     def add_session_listener(self, cb: Callable[[str], None]) -> None:
         self.watchers["session"].append(cb)
@@ -147,6 +156,43 @@ def test_first_states_lead_on_the_first_live_replica_with_the_live_isr() -> None
     # Nothing left to fix.
     zk.writes.clear()
     assert c.reconcile() == 0 and zk.writes == []
+
+
+def test_a_replica_reported_offline_is_neither_first_leader_nor_in_the_first_isr() -> None:
+    """Broker 1 could not create its replicas of t-0 and t-1 (a disk error, no descriptors
+    left): the first states leave it out; t-2, which it hosts, and the reports of an older
+    topic of the name (another id) do not count."""
+    zk, c = make({1, 2, 3})
+    zk.add_topic("t", (1, 2, 3), (3, 1), (1, 2))
+    zk.offline[("t", "id-t", 0)] = {1}
+    zk.offline[("t", "id-t", 1)] = {1}
+    zk.offline[("t", "id-old", 2)] = {1}
+    assert c.reconcile() == 3
+    assert zk.state("t", 0) == PartitionState(2, 0, (2, 3), 5)
+    assert zk.state("t", 1) == PartitionState(3, 0, (3,), 5)
+    assert zk.state("t", 2) == PartitionState(1, 0, (1, 2), 5)
+    # Its only replica offline: leaderless, as with no live replica.
+    zk.add_topic("solo", (1,))
+    zk.offline[("solo", "id-solo", 0)] = {1}
+    assert c.reconcile() == 1 and zk.state("solo").leader == NO_LEADER
+
+
+def test_a_leader_or_follower_reported_offline_gives_way_and_leaves_the_isr() -> None:
+    """The first states were written before broker 1's report came: as leader it gives
+    way to the next ISR member (epoch bumped), as a follower it leaves the ISR; never
+    brought back by the preferred election; its report gone, it may be in sync again."""
+    zk, c = make({1, 2, 3})
+    zk.add_topic("t", (1, 2, 3), (2, 1, 3))
+    zk.put("t", 0, PartitionState(1, 0, (1, 2, 3), 5), version=0)
+    zk.put("t", 1, PartitionState(2, 0, (2, 1, 3), 5), version=0)
+    zk.offline[("t", "id-t", 0)] = {1}
+    zk.offline[("t", "id-t", 1)] = {1}
+    assert c.reconcile(preferred=True) == 2
+    assert zk.state("t", 0) == PartitionState(2, 1, (2, 3), 5)
+    assert zk.state("t", 1) == PartitionState(2, 0, (2, 3), 5)
+    assert c.reconcile(preferred=True) == 0, "the offline preferred replica is not elected"
+    zk.offline.clear()
+    assert c.reconcile(preferred=True) == 0, "out of the ISR: a leader adds it back"
 
 
 def test_dead_leader_gives_way_to_the_next_isr_member_in_replica_order() -> None:

@@ -13,19 +13,30 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
+import threading
+import time
+from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from kio.schema.errors import ErrorCode
 
+from app.common.errors import (
+    KafkaStorageError,
+    PartitionLimitExceeded,
+    RequestTimedOut,
+    UnknownTopicOrPartition,
+)
 from app.core.log.config import LogConfig
 from app.core.log.manager import LogManager
 from app.core.log.topic_rules import check_new_topic
 from app.core.replication.config import ReplicaConfig
 from app.core.replication.manager import ReplicaManager
 from app.core.replication.state import TopicAssignment
-from app.kafka.apis.admin import incremental_alter_configs
+from app.kafka.apis.admin import create_partitions, incremental_alter_configs
 from app.kafka.apis.base import Context
 
 TOPIC = "orders"
@@ -41,6 +52,9 @@ class FakeZooKeeper:
         self.writes: list[TopicAssignment] = []
         # Another broker's write lands between this broker's read and its write, once.
         self.race: dict[str, Any] | None = None
+        # Or the topic is deleted and created again there (this broker's watches deliver
+        # both at once).
+        self.recreated: TopicAssignment | None = None
 
     def get_topic_versioned(self, name: str) -> tuple[TopicAssignment, int] | None:
         assert name == TOPIC
@@ -52,6 +66,10 @@ class FakeZooKeeper:
             self.assignment = dataclasses.replace(self.assignment, configs=configs)
             self.version += 1
             self.race = None
+        if self.recreated is not None:
+            self.assignment, self.version = self.recreated, 0
+            self.replicas.assignments[name] = self.recreated
+            self.recreated = None
         if version != self.version:
             return False
         self.assignment, self.version = assignment, version + 1
@@ -140,6 +158,31 @@ def test_an_incremental_change_that_loses_its_compare_and_set_is_made_again_on_t
     asyncio.run(main())
 
 
+def test_a_change_for_a_topic_deleted_and_created_again_meanwhile_leaves_the_new_one() -> None:
+    """The config change and the partitions were asked of "orders" (id-1); it is deleted
+    and created again (id-2) while the change is being written: the compare-and-set is
+    lost, and the change is not made again on the new topic."""
+
+    async def main() -> None:
+        for ask in ("configs", "partitions"):
+            replicas, zk = cluster_broker({})
+            replicas.logs.partition_budget = SimpleNamespace(check_per_topic=lambda *a: None)
+            replicas.logs.check_can_host = lambda *a: None
+            replicas.brokers = {1: None, 2: None, 3: None}  # type: ignore[dict-item]
+            new = TopicAssignment("id-2", ((2, 3, 1),), {})
+            zk.recreated = new
+            if ask == "configs":
+                code, message = await incremental(replicas, [(SET, "retention.ms", "1000")])
+                assert code == ErrorCode.unknown_topic_or_partition, message
+                assert message is not None and "created again" in message
+            else:
+                with pytest.raises(UnknownTopicOrPartition, match="created again"):
+                    await replicas.create_partitions(TOPIC, 3, timeout_ms=1000)
+            assert zk.writes == [] and zk.assignment == new, ask
+
+    asyncio.run(main())
+
+
 def test_a_bad_value_or_validate_only_writes_nothing() -> None:
     async def main() -> None:
         replicas, zk = cluster_broker({})
@@ -182,5 +225,181 @@ def test_an_assignment_of_a_deleted_topic_does_not_touch_the_one_created_again(
             assert sorted(replicas.partitions) == [(TOPIC, 0)]
         finally:
             logs.shutdown()
+
+    asyncio.run(main())
+
+
+class OfflineStore:
+    """The calls a broker's topic applies make: its reports of offline replicas."""
+
+    def __init__(self, assignment: TopicAssignment | None = None) -> None:
+        self.assignment = assignment
+        self.reports: list[dict[str, tuple[str, list[int]]]] = []
+
+    def set_offline_replicas(self, broker_id: int, offline: dict[str, Any]) -> None:
+        assert broker_id == 1
+        self.reports.append(dict(offline))
+
+    def get_topic(self, name: str) -> TopicAssignment | None:
+        return self.assignment
+
+    def watch_state(self, name: str, p: int, cb: Any) -> None:
+        pass
+
+    def watch_topic(self, name: str, cb: Any) -> None:
+        pass
+
+
+def test_replicas_this_broker_cannot_create_are_reported_offline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A grown topic whose new replicas here fail (a disk error): the broker keeps what
+    it had, logs why and reports those replicas offline (the controller leaves it out of
+    their election and ISR); made at a later apply, the report goes; a topic it cannot
+    create at all is reported whole; a deleted topic's report goes with it."""
+
+    async def main() -> None:
+        logs = LogManager(tmp_path / "data")
+        logs.start()
+        try:
+            settings = ReplicaConfig(zookeeper="127.0.0.1:1", broker_id=1, url="http://127.0.0.1:9")
+            replicas = ReplicaManager(settings, logs, lambda log: None)
+            store = OfflineStore()
+            replicas.store = store  # type: ignore[assignment]
+            replicas._watched.add(TOPIC)
+            logs.create_topic(TOPIC, 1, {}, topic_id="id-1", hosted=[0])
+            first = TopicAssignment("id-1", ((1, 2),), {})
+            await replicas._apply_assignment(TOPIC, first)
+            assert store.reports == []
+            grown = TopicAssignment("id-1", ((1, 2), (2, 1), (1, 2), (2, 3)), {})
+            real = logs.apply_cluster_assignment
+
+            def broken(*args: Any, **kwargs: Any) -> bool:
+                raise KafkaStorageError("the log directory is not writable")
+
+            monkeypatch.setattr(logs, "apply_cluster_assignment", broken)
+            with caplog.at_level(logging.ERROR):
+                await replicas._apply_assignment(TOPIC, grown)
+            assert store.reports == [{TOPIC: ("id-1", [1, 2])}]
+            assert "not writable" in caplog.text and "[1, 2] are reported offline" in caplog.text
+            assert replicas.assignments[TOPIC] == first, "what it had"
+            monkeypatch.setattr(logs, "apply_cluster_assignment", real)
+            await replicas._apply_assignment(TOPIC, grown)
+            assert store.reports[-1] == {}
+            assert sorted(replicas.partitions) == [(TOPIC, 0), (TOPIC, 1), (TOPIC, 2)]
+
+            other = TopicAssignment("id-9", ((2, 1), (1, 2), (2, 3)), {})
+            store.assignment = other
+            replicas._watched.add("audit")
+
+            def refused(*args: Any, **kwargs: Any) -> None:
+                raise KafkaStorageError("no space left on the device")
+
+            monkeypatch.setattr(logs, "create_topic", refused)
+            await replicas._add_topic("audit")
+            assert store.reports[-1] == {"audit": ("id-9", [0, 1])}
+            await replicas._drop_topic("audit")
+            assert store.reports[-1] == {}
+        finally:
+            logs.shutdown()
+
+    asyncio.run(main())
+
+
+def test_create_partitions_checks_this_brokers_share_off_the_event_loop() -> None:
+    """check_can_host takes the log manager's lock, which a worker thread may hold for a
+    while (fsyncs): the loop goes on meanwhile, and the check's refusal still comes back
+    as itself, nothing written."""
+
+    async def main() -> None:
+        replicas, zk = cluster_broker({})
+        replicas.brokers = {1: None, 2: None, 3: None}  # type: ignore[dict-item]
+        lock = threading.Lock()
+        held, release, entered = threading.Event(), threading.Event(), threading.Event()
+        refuse = False
+
+        def hold() -> None:
+            with lock:
+                held.set()
+                release.wait(10)
+
+        def check_can_host(name: str, partitions: int) -> None:
+            entered.set()
+            with lock:
+                if refuse:
+                    raise PartitionLimitExceeded("no descriptors left", 10, "max_partitions")
+
+        replicas.logs.partition_budget = SimpleNamespace(check_per_topic=lambda *a: None)
+        replicas.logs.check_can_host = check_can_host
+        holder = threading.Thread(target=hold)
+        holder.start()
+        held.wait(5)
+        try:
+            task = asyncio.create_task(replicas.create_partitions(TOPIC, 4, validate_only=True))
+            while not entered.is_set():
+                await asyncio.sleep(0.01)
+            # Here while the check waits for the lock: the loop was not blocked by it.
+            await asyncio.sleep(0.05)
+            assert not task.done(), "the loop ran while the lock was held"
+        finally:
+            release.set()
+            holder.join()
+        await task
+        refuse = True
+        with pytest.raises(PartitionLimitExceeded, match="no descriptors"):
+            await replicas.create_partitions(TOPIC, 4)
+        assert zk.writes == []
+
+    asyncio.run(main())
+
+
+def test_create_partitions_and_config_changes_honour_the_requests_timeout() -> None:
+    """CreatePartitions through the Kafka door waits up to its timeout_ms for the new
+    partitions' leaders (none come here): REQUEST_TIMED_OUT then, the partitions made; 0
+    answers at once after the write, as Kafka. A config change this broker's watch has
+    not delivered: REQUEST_TIMED_OUT after timeout_ms, at once with 0; written either way."""
+
+    async def main() -> None:
+        replicas, zk = cluster_broker({})
+        replicas.brokers = {1: None, 2: None, 3: None}  # type: ignore[dict-item]
+        replicas.logs.partition_budget = SimpleNamespace(check_per_topic=lambda *a: None)
+        replicas.logs.check_can_host = lambda *a: None
+        replicas.controller.kick = lambda: None  # type: ignore[method-assign]
+        ctx = Context(
+            state=SimpleNamespace(  # type: ignore[arg-type]
+                manager=replicas.logs,
+                topology=replicas,
+                sticky=SimpleNamespace(forget=lambda name: None),
+            ),
+            advertised=("127.0.0.1", 9092),
+            txn=lambda: None,
+            groups=lambda: None,
+        )
+
+        async def grow(count: int, timeout_ms: int) -> tuple[int, str | None, float]:
+            body = SimpleNamespace(
+                topics=[SimpleNamespace(name=TOPIC, count=count, assignments=None)],
+                timeout=timedelta(milliseconds=timeout_ms),
+                validate_only=False,
+            )
+            began = time.monotonic()
+            answer = await create_partitions(ctx, body, 3)
+            (result,) = answer.results
+            return int(result.error_code), result.error_message, time.monotonic() - began
+
+        code, message, took = await grow(2, 0)
+        assert code == ErrorCode.none and took < 5, (message, took)
+        assert zk.assignment.partitions == 2
+        code, message, took = await grow(3, 300)
+        assert code == ErrorCode.request_timed_out and took < 5, (message, took)
+        assert message is not None and "timeout_ms=300" in message and "made" in message
+        assert zk.assignment.partitions == 3, "made all the same"
+
+        zk.replicas = SimpleNamespace(assignments={})  # type: ignore[assignment]  # no watch
+        await replicas.alter_topic_config(TOPIC, {"retention.ms": 1000}, timeout_ms=0)
+        assert zk.assignment.configs == normalized({"retention.ms": 1000})
+        with pytest.raises(RequestTimedOut, match="timeout_ms=200"):
+            await replicas.alter_topic_config(TOPIC, {"retention.ms": 2000}, timeout_ms=200)
+        assert zk.assignment.configs == normalized({"retention.ms": 2000})
 
     asyncio.run(main())
