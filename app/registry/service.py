@@ -516,7 +516,18 @@ class SchemaRegistry:
                     f"Incompatible schema type: {parsed.schema_type} after "
                     f"{stored.schema_type} (version {v.version})"
                 ]
-            olds.append(self._parsed_of(store, stored))
+            try:
+                olds.append(self._parsed_of(store, stored))
+            except (InvalidSchema, SchemaTooLarge) as exc:
+                # Stored before a limit it is over (max_zero_byte_values, a smaller
+                # max_schema_bytes): nothing can be checked against it. Said as such,
+                # not as the new schema's fault.
+                return [
+                    f"version {v.version} (schema id {v.id}) cannot be checked against: it "
+                    f"does not parse under this registry's limits ({exc.message}); delete "
+                    "that version, or set the subject's compatibility to NONE, to register "
+                    "another schema"
+                ]
         return list(schemas.check_compatibility(parsed, olds, level))
 
     # -- writes --------------------------------------------------------------------------

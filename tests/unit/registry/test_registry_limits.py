@@ -131,3 +131,32 @@ def test_a_schema_building_too_much_from_no_bytes_is_refused(make: Make) -> None
         {"name": "u", "type": ["null", json.loads(doubling(13))]}]})  # fmt: skip
     with pytest.raises(InvalidSchema, match="record 'R13' builds 32,767"):
         run(registry.register("union-value", SchemaInput(union)))
+
+
+def test_a_stored_version_over_a_limit_is_named_when_a_new_one_cannot_be_checked(
+    make: Make,
+) -> None:
+    """A version stored before the zero-byte bound (an older broker, or the limit
+    lowered since) no longer parses: registering another schema under its subject is
+    refused (40901) naming that version and what to do, not blaming the new schema; with
+    compatibility NONE the new schema registers."""
+    from app.common.schema_errors import IncompatibleSchema
+    from app.common.schemas import LIMITS, set_limits
+
+    registry, loop = make()
+    run = loop.run_until_complete
+    default = LIMITS.max_zero_byte_values
+    set_limits(max_zero_byte_values=10**8)
+    try:
+        old = run(registry.register("old-value", SchemaInput(doubling(20))))
+    finally:
+        set_limits(max_zero_byte_values=default)
+    with pytest.raises(IncompatibleSchema) as refused:
+        run(registry.register("old-value", SchemaInput(doubling(5))))
+    message = str(refused.value)
+    assert f"version 1 (schema id {old.id}) cannot be checked against" in message, message
+    assert "record 'R20'" in message and "compatibility to NONE" in message
+    (reason,) = registry.check_compatibility("old-value", None, SchemaInput(doubling(5)))
+    assert reason.startswith("version 1 (schema id")
+    run(registry.set_compatibility("old-value", "NONE"))
+    assert run(registry.register("old-value", SchemaInput(doubling(5)))).version == 2
