@@ -177,8 +177,9 @@ class Topology(Protocol):
     def topic_id(self, topic: str) -> uuid.UUID:
         """The topic's id (Kafka's KIP-516 topic id: made once when the topic is created,
         by the controller in a cluster, so every broker answers the same; kept in the
-        topic's file and ``partition.metadata``, so it survives restarts). The zero UUID
-        for a topic created before ids were kept. UnknownTopicOrPartition if none."""
+        topic's file and ``partition.metadata``, so it survives restarts; a lone broker's
+        topic from before ids were kept gets one at start). The zero UUID only for a
+        cluster topic whose assignment has none. UnknownTopicOrPartition if none."""
         ...
 
     def topic_named_by(self, topic_id: uuid.UUID) -> str:

@@ -61,12 +61,13 @@ replaces segments (retention, the compaction swap, delayed file deletion).
 from __future__ import annotations
 
 import bisect
+import contextlib
 import dataclasses
 import logging
 import os
 import threading
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from app.common.batch import (
@@ -757,3 +758,12 @@ class Log(LogCleanup):
             if path.is_file():
                 path.unlink(missing_ok=True)
         os.rmdir(self.dir)
+
+
+def close_logs(logs: Iterable[Log | None]) -> None:
+    """Close each of ``logs`` (None: a partition not hosted), every one even when one
+    fails: the descriptors of the rest are wanted by the broker."""
+    for log in logs:
+        if log is not None:
+            with contextlib.suppress(Exception):
+                log.close()

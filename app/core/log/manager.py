@@ -51,8 +51,6 @@ import logging
 import re
 import shutil
 import threading
-import uuid
-from base64 import urlsafe_b64encode
 from collections.abc import Callable, Collection, Container, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -76,7 +74,8 @@ from app.core.log.checkpoint import (
 )
 from app.core.log.cleaner import CleanerConfig, CleanResult, LogCleaner
 from app.core.log.config import LogConfig
-from app.core.log.log import Log
+from app.core.log.log import Log, close_logs
+from app.core.log.partition_metadata import legacy_topic_id, new_kafka_id, write_topic_id
 from app.core.log.producer_ids import PRODUCER_ID_BLOCK_FILE, ProducerIdManager
 from app.core.log.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS
 from app.core.log.segment import now_ms
@@ -97,7 +96,6 @@ TOPICS_DIR = "topics"
 CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
-PARTITION_METADATA = "partition.metadata"
 FORMAT_VERSION = 1
 DEFAULT_CONFIG = LogConfig()  # frozen, so one shared default is safe
 
@@ -269,7 +267,7 @@ class LogManager:
                     f"{path} belongs to broker {broker_id}, not broker {self.broker_id}"
                 )
             return
-        self.cluster_id = urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        self.cluster_id = new_kafka_id()
         meta = {
             "version": FORMAT_VERSION,
             "broker_id": self.broker_id,
@@ -306,6 +304,13 @@ class LogManager:
             raise KafkaStorageError(f"{meta_path} is damaged: {e}") from e
         if name != meta_path.name.removesuffix(".json"):
             raise KafkaStorageError(f"{meta_path} names another topic, {name!r}")
+        if not topic_id and "hosted" not in meta:
+            # From before ids were kept: one now, as Kafka gives older topics (cluster
+            # topics take theirs from ZooKeeper), so no door answers the zero UUID.
+            topic_id = legacy_topic_id(self.data_dir, name, partitions)
+            meta["topic_id"] = topic_id
+            write_atomically(meta_path, json.dumps(meta, indent=2).encode() + b"\n")
+            _log.info("topic %s had no id: it is %s now", name, topic_id)
         config = self.default_config.with_overrides(overrides)
         topic = _Topic(name, topic_id, overrides, config, clustered="hosted" in meta)
         try:
@@ -321,7 +326,7 @@ class LogManager:
                     clean_shutdown=clean,
                 )
         except BaseException:
-            _close_all(topic.logs)  # their descriptors are needed by the other topics
+            close_logs(topic.logs)  # their descriptors are needed by the other topics
             raise
         self._topics[name] = topic
 
@@ -370,7 +375,7 @@ class LogManager:
                 producer_id_expiration_ms=self.producer_id_expiration_ms,
             )
         )
-        self._write_partition_metadata(directory, topic.topic_id)
+        write_topic_id(directory, topic.topic_id)
 
     def _open_new_logs(self, topic: _Topic, partitions: range, hosted: Container[int]) -> None:
         """Append ``partitions`` to the topic's logs, new ones: an empty log for each
@@ -403,17 +408,11 @@ class LogManager:
             write_atomically(meta_path, json.dumps(stored, indent=2).encode() + b"\n")
             fsync_dir(self.data_dir)
         except BaseException:
-            _close_all(list(shadow.logs))
+            close_logs(list(shadow.logs))
             for p in partitions:
                 if p in hosted:
                     shutil.rmtree(self.data_dir / f"{shadow.name}-{p}", ignore_errors=True)
             raise
-
-    @staticmethod
-    def _write_partition_metadata(directory: Path, topic_id: str) -> None:
-        path = directory / PARTITION_METADATA
-        if topic_id and not path.exists():
-            write_atomically(path, f"version: 0\ntopic_id: {topic_id}\n".encode())
 
     # -- topics ------------------------------------------------------------------
 
@@ -454,7 +453,7 @@ class LogManager:
                     name, f"collides with existing topic {clash!r} ('.' and '_' clash)"
                 )
             if topic_id is None:
-                topic_id = urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+                topic_id = new_kafka_id()
             meta: dict[str, object] = {
                 "name": name,
                 "topic_id": topic_id,
@@ -488,7 +487,7 @@ class LogManager:
         for path in (meta_path, meta_path.with_name(meta_path.name + ".tmp")):
             with contextlib.suppress(OSError):
                 path.unlink(missing_ok=True)
-        _close_all(logs)
+        close_logs(logs)
         for p in partitions:
             shutil.rmtree(self.data_dir / f"{name}-{p}", ignore_errors=True)
         with contextlib.suppress(OSError):
@@ -795,10 +794,3 @@ class LogManager:
                 self.checkpoint()
             except Exception:
                 _log.exception("writing offset checkpoints failed")
-
-
-def _close_all(logs: list[Log | None]) -> None:
-    for log in logs:
-        if log is not None:
-            with contextlib.suppress(Exception):
-                log.close()

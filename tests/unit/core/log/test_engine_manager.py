@@ -404,3 +404,33 @@ def test_a_topic_created_again_keeps_its_records_across_a_crash(tmp_path: Path) 
         assert [o for o, _ in check_log_dir(log.dir, start=0)] == list(range(10))
     finally:
         again.shutdown()
+
+
+@pytest.mark.parametrize("kept_in_partition_dir", [False, True])
+def test_a_topic_from_before_ids_gets_one_at_start_and_keeps_it(
+    tmp_path: Path, kept_in_partition_dir: bool
+) -> None:
+    """A topic file without ``topic_id`` (written before ids were kept) gets an id when
+    the broker starts: the one a partition's ``partition.metadata`` holds, else a new
+    one; written into the topic file so it stays the same across restarts, and into
+    every partition directory; never the empty id (the doors' zero UUID)."""
+    data = tmp_path / "data"
+    with LogManager(data) as m:
+        m.create_topic("old", 2)
+        first = m.topic_id("old")
+    meta_path = data / "topics" / "old.json"
+    meta = json.loads(meta_path.read_text())
+    del meta["topic_id"]
+    meta_path.write_text(json.dumps(meta))
+    for p in (0, 1) if not kept_in_partition_dir else (1,):
+        (data / f"old-{p}" / "partition.metadata").unlink()
+    with LogManager(data) as m:
+        given = m.topic_id("old")
+    assert given and (given == first) == kept_in_partition_dir
+    assert json.loads(meta_path.read_text())["topic_id"] == given
+    for p in (0, 1):
+        assert (data / f"old-{p}" / "partition.metadata").read_text() == (
+            f"version: 0\ntopic_id: {given}\n"
+        )
+    with LogManager(data) as m:
+        assert m.topic_id("old") == given
