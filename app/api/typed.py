@@ -235,7 +235,9 @@ class SchemaCache:
             if reader is not None:
                 assert native is not None
                 native.target(bytes(data[:5]), reader)
-            elif not may_hold_bytes:
+            elif not may_hold_bytes and not getattr(parsed, "zero_width_arrays", False):
+                # (Arrays of items that read no bytes: every record through _decode, so
+                # the answer's budget is charged.)
                 last, fast = bytes(data[:5]), _framed_reader(parsed)
             return value
 

@@ -72,6 +72,15 @@ class AvroSchema(Codec):
         except RecursionError:
             raise InvalidSchema("AVRO", f"{current}nests too deeply") from None
         self.zero_byte_values = _checked_zero_byte_values(self._parsed, named)
+        # Arrays whose items read no bytes: fastavro builds whatever count a block
+        # declares, so on its path the payload is walked first and the count charged
+        # (app/common/schemas/_avro_scan.py); None where the schema has none.
+        from app.common.schemas import _avro_scan
+
+        self.zero_width_arrays = _avro_scan.zero_width_arrays(self._parsed, named)
+        self._scan = (
+            _avro_scan.compile_scan(self._parsed, named) if self.zero_width_arrays else None
+        )
         # Bound once: the per-record path does no imports or attribute look-ups.
         from fastavro import schemaless_reader, schemaless_writer
         from fastavro._read_common import SchemaResolutionError
@@ -263,9 +272,10 @@ class AvroSchema(Codec):
         reader called directly on the record's bytes, read from just past the header, no
         slice or copy. Raises (any exception) on bytes that do not decode or that have
         bytes after the value; the caller then takes :meth:`decode_payload` for the
-        reason. Without the compiled reader (or for a recursive schema), decode_payload."""
+        reason. Without the compiled reader (or for a recursive schema, or one with arrays
+        of items that read no bytes), decode_payload."""
         fast = self._fast
-        if fast is None:
+        if fast is None or self._scan is not None:  # (the walk first: decode_payload)
             decode_payload = self.decode_payload
 
             def slow(data: bytes) -> Any:
@@ -326,7 +336,15 @@ class AvroSchema(Codec):
                 raise RecordInvalid("", str(e)) from None
             if value is not _native_decoder().DECLINED:
                 return value
-        return self.decode_as(payload, None)
+        if self._scan is not None:
+            # As the compiled decoder counts: the value's bytes add one each (to the
+            # limit), its array items that read no bytes take one each.
+            left = [min(budget.limit, budget.left + len(payload))]
+            try:
+                self._walk(payload, left)
+            finally:
+                budget.left = max(left[0], 0)
+        return self._read_fastavro(payload, None)
 
     def decode_as(self, payload: memoryview | bytes, reader: AvroSchema | None) -> Any:
         """The value of Avro binary written with this schema, resolved into ``reader``'s
@@ -343,6 +361,22 @@ class AvroSchema(Codec):
                     raise RecordInvalid("", str(e)) from None
                 if value is not _native_decoder().DECLINED:
                     return value
+        if self._scan is not None:
+            self._walk(payload, [LIMITS.max_zero_width_items])
+        return self._read_fastavro(payload, reader)
+
+    def _walk(self, payload: memoryview | bytes, left: list[int]) -> None:
+        """The payload walked before fastavro reads it (its zero-width array items
+        charged to ``left``): RecordInvalid for one over it or that does not decode."""
+        assert self._scan is not None
+        try:
+            self._scan(bytes(payload), 0, left)
+        except (ValueError, IndexError, RecursionError) as e:
+            raise RecordInvalid(
+                "", f"Avro payload does not decode: {e or type(e).__name__}"
+            ) from None
+
+    def _read_fastavro(self, payload: memoryview | bytes, reader: AvroSchema | None) -> Any:
         stream = io.BytesIO(payload)
         fast = self._fast
         try:

@@ -673,3 +673,45 @@ def test_a_typed_fetch_with_a_stored_schema_over_the_zero_byte_bound_fails_per_r
         )
         assert r.status_code == 400, r.text  # the request names a schema not served
         assert "values from no bytes" in r.json()["message"], r.text
+
+
+def test_a_typed_fetch_refuses_array_blocks_of_items_that_take_no_bytes_on_fastavros_path(
+    tmp_path: Path,
+) -> None:
+    """A schema with a logical type (the compiled decoder leaves it to fastavro) and an
+    array of records of a null: a producer's four payload bytes declaring 2**40 items.
+    The typed fetch answers that record's error at once and decodes the others; fastavro
+    would have built 2**40 records (hours, then out of memory)."""
+    import base64
+
+    def varint(n: int) -> bytes:
+        n, out = (n << 1) ^ (n >> 63), bytearray()
+        while n > 0x7F:
+            out.append((n & 0x7F) | 0x80)
+            n >>= 7
+        return bytes(out + bytes([n]))
+
+    empty = {"type": "record", "name": "E", "fields": [{"name": "n", "type": "null"}]}
+    schema = {"type": "record", "name": "R", "fields": [
+        {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {"name": "xs", "type": {"type": "array", "items": empty}}]}  # fmt: skip
+    with live_broker(tmp_path) as b, httpx.Client(base_url=b.url, timeout=30) as h:
+        schema_id = register(h, "stamps-value", json.dumps(schema))
+        header = b"\0" + schema_id.to_bytes(4, "big")
+        payloads = [varint(5) + varint(2) + varint(0), varint(5) + varint(2**40) + varint(0)]
+        r = h.post(
+            "/topics/stamps/records",
+            json={
+                "records": [{"value": base64.b64encode(header + p).decode()} for p in payloads * 2],
+                "value_format": "binary",
+            },
+        )
+        assert r.status_code == 200, r.text
+        started = time.monotonic()
+        got = fetch(h, "stamps", value_format="avro")
+        assert time.monotonic() - started < 5
+        assert [g["value"] is None for g in got] == [False, True, False, True]
+        assert got[0]["value"]["xs"] == [{"n": None}] * 2 == got[2]["value"]["xs"]
+        for g in got[1::2]:
+            assert g["value_error"]["error_code"] == "INVALID_RECORD"
+            assert "items that take no bytes" in g["value_error"]["message"], g
