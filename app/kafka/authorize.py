@@ -48,6 +48,8 @@ DescribeCluster       none (as Kafka: the brokers are what Metadata tells anyone
 DescribeAcls          DESCRIBE cluster
 CreateAcls,           ALTER cluster
 DeleteAcls
+DescribeClientQuotas  DESCRIBE_CONFIGS cluster
+AlterClientQuotas     ALTER_CONFIGS cluster (every entry)
 ConsumerGroup-        READ group, DESCRIBE topic (each subscribed name); a regex
 Heartbeat             subscription matches only topics it may DESCRIBE
 ConsumerGroup-        DESCRIBE group (per group), DESCRIBE topic (each topic its members

@@ -5,8 +5,8 @@ message of the request's version (built with :func:`app.kafka.encode.build`, so 
 serves every version). Families: ``cluster`` (ApiVersions, Metadata, DescribeCluster),
 ``records`` (Produce, Fetch, ListOffsets), ``sasl`` (SaslHandshake, SaslAuthenticate), ``groups`` (FindCoordinator and the group
 APIs), ``consumer_groups`` (KIP-848's ConsumerGroupHeartbeat and ConsumerGroupDescribe), ``txn`` (InitProducerId and the transaction APIs), ``admin`` (topics, configs,
-log dirs), ``acls`` (DescribeAcls, CreateAcls, DeleteAcls); ``base`` holds what they
-share.
+log dirs), ``acls`` (DescribeAcls, CreateAcls, DeleteAcls), ``quotas``
+(DescribeClientQuotas, AlterClientQuotas); ``base`` holds what they share.
 A new API is a handler in its family's module, a line in :data:`HANDLERS` and its range
 in :mod:`app.kafka.versions`.
 
@@ -52,6 +52,7 @@ from app.kafka.apis.groups import (
     offset_fetch,
     sync_group,
 )
+from app.kafka.apis.quotas import alter_client_quotas, describe_client_quotas
 from app.kafka.apis.records import fetch, list_offsets, offset_for_leader_epoch, produce
 from app.kafka.apis.sasl import sasl_authenticate, sasl_handshake
 from app.kafka.apis.txn import (
@@ -66,6 +67,7 @@ from app.kafka.apis.txn import (
 from app.kafka.versions import (
     ADD_OFFSETS_TO_TXN,
     ADD_PARTITIONS_TO_TXN,
+    ALTER_CLIENT_QUOTAS,
     ALTER_CONFIGS,
     API_VERSIONS,
     CONSUMER_GROUP_DESCRIBE,
@@ -78,6 +80,7 @@ from app.kafka.versions import (
     DELETE_RECORDS,
     DELETE_TOPICS,
     DESCRIBE_ACLS,
+    DESCRIBE_CLIENT_QUOTAS,
     DESCRIBE_CLUSTER,
     DESCRIBE_CONFIGS,
     DESCRIBE_GROUPS,
@@ -151,4 +154,6 @@ HANDLERS: dict[int, Handler] = {
     DELETE_ACLS: delete_acls,
     CONSUMER_GROUP_HEARTBEAT: consumer_group_heartbeat,
     CONSUMER_GROUP_DESCRIBE: consumer_group_describe,
+    DESCRIBE_CLIENT_QUOTAS: describe_client_quotas,
+    ALTER_CLIENT_QUOTAS: alter_client_quotas,
 }
