@@ -36,6 +36,7 @@ EndTxn                WRITE transactional id
 TxnOffsetCommit       WRITE transactional id, READ group, READ topic (per partition)
 DescribeTransactions  DESCRIBE transactional id (per id)
 ListTransactions      only the ids it may DESCRIBE
+DescribeProducers     READ topic (per partition)
 CreateTopics          CREATE cluster or CREATE topic (per topic)
 DeleteTopics          DELETE topic (per topic)
 DeleteRecords         DELETE topic (per partition)

@@ -72,6 +72,7 @@ CONSUMER_GROUP_HEARTBEAT: Final = 68
 CONSUMER_GROUP_DESCRIBE: Final = 69
 DESCRIBE_CLIENT_QUOTAS: Final = 48
 ALTER_CLIENT_QUOTAS: Final = 49
+DESCRIBE_PRODUCERS: Final = 61
 
 # api key -> (min version, max version)
 SUPPORTED: Final[dict[int, tuple[int, int]]] = {
@@ -135,6 +136,8 @@ SUPPORTED: Final[dict[int, tuple[int, int]]] = {
     # Client quotas (app/kafka/apis/quotas.py): every version kio defines (v1 is flexible).
     DESCRIBE_CLIENT_QUOTAS: (0, 1),
     ALTER_CLIENT_QUOTAS: (0, 1),
+    # The leader log's producer state, per partition (app/kafka/apis/txn.py).
+    DESCRIBE_PRODUCERS: (0, 0),
 }
 
 NAMES: Final[dict[int, str]] = {
@@ -180,4 +183,5 @@ NAMES: Final[dict[int, str]] = {
     CONSUMER_GROUP_DESCRIBE: "ConsumerGroupDescribe",
     DESCRIBE_CLIENT_QUOTAS: "DescribeClientQuotas",
     ALTER_CLIENT_QUOTAS: "AlterClientQuotas",
+    DESCRIBE_PRODUCERS: "DescribeProducers",
 }

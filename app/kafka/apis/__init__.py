@@ -4,7 +4,7 @@ Each handler is ``async (ctx, request body, version) -> response``, the response
 message of the request's version (built with :func:`app.kafka.encode.build`, so one body
 serves every version). Families: ``cluster`` (ApiVersions, Metadata, DescribeCluster),
 ``records`` (Produce, Fetch, ListOffsets), ``sasl`` (SaslHandshake, SaslAuthenticate), ``groups`` (FindCoordinator and the group
-APIs), ``consumer_groups`` (KIP-848's ConsumerGroupHeartbeat and ConsumerGroupDescribe), ``txn`` (InitProducerId and the transaction APIs), ``admin`` (topics, configs,
+APIs), ``consumer_groups`` (KIP-848's ConsumerGroupHeartbeat and ConsumerGroupDescribe), ``txn`` (InitProducerId, the transaction APIs, DescribeProducers), ``admin`` (topics, configs,
 log dirs), ``acls`` (DescribeAcls, CreateAcls, DeleteAcls), ``quotas``
 (DescribeClientQuotas, AlterClientQuotas); ``base`` holds what they share.
 A new API is a handler in its family's module, a line in :data:`HANDLERS` and its range
@@ -58,6 +58,7 @@ from app.kafka.apis.sasl import sasl_authenticate, sasl_handshake
 from app.kafka.apis.txn import (
     add_offsets_to_txn,
     add_partitions_to_txn,
+    describe_producers,
     describe_transactions,
     end_txn,
     init_producer_id,
@@ -85,6 +86,7 @@ from app.kafka.versions import (
     DESCRIBE_CONFIGS,
     DESCRIBE_GROUPS,
     DESCRIBE_LOG_DIRS,
+    DESCRIBE_PRODUCERS,
     DESCRIBE_TRANSACTIONS,
     END_TXN,
     FETCH,
@@ -156,4 +158,5 @@ HANDLERS: dict[int, Handler] = {
     CONSUMER_GROUP_DESCRIBE: consumer_group_describe,
     DESCRIBE_CLIENT_QUOTAS: describe_client_quotas,
     ALTER_CLIENT_QUOTAS: alter_client_quotas,
+    DESCRIBE_PRODUCERS: describe_producers,
 }
