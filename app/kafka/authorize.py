@@ -51,6 +51,8 @@ CreateAcls,           ALTER cluster
 DeleteAcls
 DescribeClientQuotas  DESCRIBE_CONFIGS cluster
 AlterClientQuotas     ALTER_CONFIGS cluster (every entry)
+DescribeUserScram...  DESCRIBE cluster
+AlterUserScram...     ALTER cluster (every user)
 ConsumerGroup-        READ group, DESCRIBE topic (each subscribed name); a regex
 Heartbeat             subscription matches only topics it may DESCRIBE
 ConsumerGroup-        DESCRIBE group (per group), DESCRIBE topic (each topic its members

@@ -73,6 +73,8 @@ CONSUMER_GROUP_DESCRIBE: Final = 69
 DESCRIBE_CLIENT_QUOTAS: Final = 48
 ALTER_CLIENT_QUOTAS: Final = 49
 DESCRIBE_PRODUCERS: Final = 61
+DESCRIBE_USER_SCRAM_CREDENTIALS: Final = 50
+ALTER_USER_SCRAM_CREDENTIALS: Final = 51
 
 # api key -> (min version, max version)
 SUPPORTED: Final[dict[int, tuple[int, int]]] = {
@@ -138,6 +140,9 @@ SUPPORTED: Final[dict[int, tuple[int, int]]] = {
     ALTER_CLIENT_QUOTAS: (0, 1),
     # The leader log's producer state, per partition (app/kafka/apis/txn.py).
     DESCRIBE_PRODUCERS: (0, 0),
+    # The users file's SCRAM credentials (app/kafka/apis/scram.py).
+    DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
+    ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
 }
 
 NAMES: Final[dict[int, str]] = {
@@ -184,4 +189,6 @@ NAMES: Final[dict[int, str]] = {
     DESCRIBE_CLIENT_QUOTAS: "DescribeClientQuotas",
     ALTER_CLIENT_QUOTAS: "AlterClientQuotas",
     DESCRIBE_PRODUCERS: "DescribeProducers",
+    DESCRIBE_USER_SCRAM_CREDENTIALS: "DescribeUserScramCredentials",
+    ALTER_USER_SCRAM_CREDENTIALS: "AlterUserScramCredentials",
 }

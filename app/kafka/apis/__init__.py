@@ -6,7 +6,8 @@ serves every version). Families: ``cluster`` (ApiVersions, Metadata, DescribeClu
 ``records`` (Produce, Fetch, ListOffsets), ``sasl`` (SaslHandshake, SaslAuthenticate), ``groups`` (FindCoordinator and the group
 APIs), ``consumer_groups`` (KIP-848's ConsumerGroupHeartbeat and ConsumerGroupDescribe), ``txn`` (InitProducerId, the transaction APIs, DescribeProducers), ``admin`` (topics, configs,
 log dirs), ``acls`` (DescribeAcls, CreateAcls, DeleteAcls), ``quotas``
-(DescribeClientQuotas, AlterClientQuotas); ``base`` holds what they share.
+(DescribeClientQuotas, AlterClientQuotas), ``scram`` (Describe/AlterUserScramCredentials);
+``base`` holds what they share.
 A new API is a handler in its family's module, a line in :data:`HANDLERS` and its range
 in :mod:`app.kafka.versions`.
 
@@ -55,6 +56,10 @@ from app.kafka.apis.groups import (
 from app.kafka.apis.quotas import alter_client_quotas, describe_client_quotas
 from app.kafka.apis.records import fetch, list_offsets, offset_for_leader_epoch, produce
 from app.kafka.apis.sasl import sasl_authenticate, sasl_handshake
+from app.kafka.apis.scram import (
+    alter_user_scram_credentials,
+    describe_user_scram_credentials,
+)
 from app.kafka.apis.txn import (
     add_offsets_to_txn,
     add_partitions_to_txn,
@@ -70,6 +75,7 @@ from app.kafka.versions import (
     ADD_PARTITIONS_TO_TXN,
     ALTER_CLIENT_QUOTAS,
     ALTER_CONFIGS,
+    ALTER_USER_SCRAM_CREDENTIALS,
     API_VERSIONS,
     CONSUMER_GROUP_DESCRIBE,
     CONSUMER_GROUP_HEARTBEAT,
@@ -88,6 +94,7 @@ from app.kafka.versions import (
     DESCRIBE_LOG_DIRS,
     DESCRIBE_PRODUCERS,
     DESCRIBE_TRANSACTIONS,
+    DESCRIBE_USER_SCRAM_CREDENTIALS,
     END_TXN,
     FETCH,
     FIND_COORDINATOR,
@@ -159,4 +166,6 @@ HANDLERS: dict[int, Handler] = {
     DESCRIBE_CLIENT_QUOTAS: describe_client_quotas,
     ALTER_CLIENT_QUOTAS: alter_client_quotas,
     DESCRIBE_PRODUCERS: describe_producers,
+    DESCRIBE_USER_SCRAM_CREDENTIALS: describe_user_scram_credentials,
+    ALTER_USER_SCRAM_CREDENTIALS: alter_user_scram_credentials,
 }
