@@ -164,7 +164,7 @@ def create_app(settings: Settings, manager: LogManager | None = None) -> FastAPI
                 lambda: getattr(app.state, "txn_coordinator", None),
                 lambda: getattr(app.state, "coordinator", None),
                 kafka_security.build(settings, guard),
-                app.state.logbus_quotas.manager,
+                app.state.logbus_quotas,
             )
             await kafka.start()
         app.state.kafka_listener = kafka

@@ -53,8 +53,9 @@ from app.api.errors import response_for
 from app.api.guards import RequestGuard
 from app.api.lean_route import HotRoutes, Lean
 from app.api.metrics import count_request
-from app.api.quotas import QuotaMiddleware, Quotas
+from app.api.quotas import QuotaMiddleware
 from app.api.zerocopy import ZEROCOPY_EXTENSION
+from app.core.security.quotas import Quotas
 
 # Scope key: the hot route EdgeApp matched before entering the edge (see _dispatch).
 _MATCHED = "logbus.matched"

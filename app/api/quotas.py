@@ -30,7 +30,7 @@ lookups and float operations per request, on the event loop (no thread hop).
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field
@@ -44,19 +44,19 @@ from app.api.security import INTER_BROKER, SCOPE_KEY, identity_of
 from app.api.util import JSONBytes
 from app.common.errors import InvalidRequest
 from app.config import Settings
-from app.core.security import audit
 from app.core.security.quotas import (
     DEFAULT,
     FETCH,
     PRODUCE,
     QUOTAS_FILE,
     REQUEST,
-    Entity,
+    Change,
     FileQuotaStore,
     InvalidQuota,
-    QuotaConfig,
     QuotaManager,
-    check_values,
+    Quotas,
+    QuotaStore,
+    alteration,
 )
 
 CLIENT_ID_HEADER = b"logbus-client-id"
@@ -65,27 +65,11 @@ WS_PRODUCE = "/ws/produce"
 WS_SUBSCRIBE = "/ws/subscribe"
 
 
-class Quotas:
-    """The broker's quota manager and the store it is loaded from."""
-
-    def __init__(self, manager: QuotaManager, store: Any) -> None:
-        self.manager = manager
-        self.store = store
-
-    async def start(self) -> None:
-        starter = getattr(self.store, "start", None)
-        if starter is not None:
-            await asyncio.to_thread(starter)
-        self.manager.update(await asyncio.to_thread(self.store.load))
-        self.store.watch(self.manager.update)
-
-    async def stop(self) -> None:
-        await asyncio.to_thread(self.store.close)
-
-
 def build(settings: Settings) -> Quotas:
+    """The broker's quotas (:class:`~app.core.security.quotas.Quotas`, which both doors
+    share) on the store this broker keeps them in: ZooKeeper in a cluster, else a file."""
     manager = QuotaManager(settings.quota_window_num, settings.quota_window_size_s)
-    store: Any
+    store: QuotaStore
     if settings.zookeeper:
         from app.core.replication.zk_quotas import ZkQuotaStore
 
@@ -324,28 +308,18 @@ async def alter_quotas(request: Request, body: AlterQuotasBody) -> Response:
     change.
     """
     quotas = quotas_of(request)
-    changes: list[tuple[Entity, list[tuple[str, float | None]]]] = []
+    changes: list[Change] = []
     try:
         for entry in body.entries:
-            entity = Entity.from_json(c.model_dump() for c in entry.entity)
-            ops: list[tuple[str, float | None]] = []
-            for op in entry.ops:
-                if op.remove:
-                    ops.append((op.key, None))
-                elif op.value is None:
-                    raise InvalidQuota(f"{op.key}: a value, or remove: true")
-                else:
-                    ops.append((op.key, check_values({op.key: op.value})[op.key]))
-            changes.append((entity, ops))
+            changes.append(
+                alteration(
+                    ((c.entity_type, c.entity_name) for c in entry.entity),
+                    ((op.key, op.value, op.remove) for op in entry.ops),
+                )
+            )
     except InvalidQuota as exc:
         raise InvalidRequest(str(exc)) from None
-    config: QuotaConfig = await asyncio.to_thread(quotas.store.alter, changes)
-    quotas.manager.update(config)
-    audit.changed(
-        identity_of(request).principal,
-        "ALTER_CLIENT_QUOTAS",
-        [f"{e.path()}: {ops}" for e, ops in changes],
-    )
+    config = await quotas.alter(changes, identity_of(request).principal)
     entities = {e for e, _ in changes}
     answer = [
         {"entity": e.to_json(), "values": v} for e, v in config.select(None, None) if e in entities

@@ -146,6 +146,16 @@ class KafkaDoorSettings(BaseSettings):
         "takes 1000 bindings.",
     )
 
+    kafka_client_quota_max_entries_per_request: int = Field(
+        default=1000,
+        ge=1,
+        le=100_000,
+        description="AlterClientQuotas' entries in one request, at most (each checked and "
+        "all written in one change of the quota store); a larger request is answered "
+        "INVALID_REQUEST for every entry, nothing changed. HTTP's `POST /quotas` takes 1000 "
+        "entries.",
+    )
+
     @field_validator("kafka_listener")
     @classmethod
     def _check_kafka_listener(cls, value: str | None) -> str | None:

@@ -36,6 +36,7 @@ EndTxn                WRITE transactional id
 TxnOffsetCommit       WRITE transactional id, READ group, READ topic (per partition)
 DescribeTransactions  DESCRIBE transactional id (per id)
 ListTransactions      only the ids it may DESCRIBE
+DescribeProducers     READ topic (per partition)
 CreateTopics          CREATE cluster or CREATE topic (per topic)
 DeleteTopics          DELETE topic (per topic)
 DeleteRecords         DELETE topic (per partition)
@@ -48,6 +49,10 @@ DescribeCluster       none (as Kafka: the brokers are what Metadata tells anyone
 DescribeAcls          DESCRIBE cluster
 CreateAcls,           ALTER cluster
 DeleteAcls
+DescribeClientQuotas  DESCRIBE_CONFIGS cluster
+AlterClientQuotas     ALTER_CONFIGS cluster (every entry)
+DescribeUserScram...  DESCRIBE cluster
+AlterUserScram...     ALTER cluster (every user)
 ConsumerGroup-        READ group, DESCRIBE topic (each subscribed name); a regex
 Heartbeat             subscription matches only topics it may DESCRIBE
 ConsumerGroup-        DESCRIBE group (per group), DESCRIBE topic (each topic its members

@@ -330,7 +330,7 @@ class KafkaConnection(asyncio.Protocol):
             self._abort(f"{name} v{request.api_version} is not served (see ApiVersions)")
             return False
         quotas = self._ctx.quotas
-        if quotas is None or not quotas.config:
+        if quotas is None or not quotas.manager.config:
             response = await self._answer(request)
             if response is not None:
                 await self._send(encode_response(request.correlation_id, response))
@@ -343,8 +343,8 @@ class KafkaConnection(asyncio.Protocol):
 
     async def _answer_within_quota(self, request: Request, frame_bytes: int) -> None:
         """Answer ``request`` measured against the client's quotas (module docstring)."""
-        quotas = self._ctx.quotas
-        assert quotas is not None
+        assert self._ctx.quotas is not None
+        quotas = self._ctx.quotas.manager
         user = self._ctx.session.principal.partition(":")[2]
         client = self._ctx.session.client_id
         throttle = quotas.record(REQUEST_QUOTA, user, client, 1.0)

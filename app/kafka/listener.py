@@ -25,7 +25,7 @@ from app.kafka.fetch_sessions import FetchSessionCache
 
 if TYPE_CHECKING:
     from app.api.state import AppState
-    from app.core.security.quotas import QuotaManager
+    from app.core.security.quotas import Quotas
     from app.kafka.security import KafkaSecurity
 
 log = logging.getLogger(__name__)
@@ -40,12 +40,13 @@ class KafkaListener:
         txn: Callable[[], Any],
         groups: Callable[[], Any],
         security: KafkaSecurity | None = None,
-        quotas: QuotaManager | None = None,
+        quotas: Quotas | None = None,
     ) -> None:
         """``txn``, ``groups``: the coordinators as the app holds them now (None while
         they do not serve); ``security``: the door's (:mod:`app.kafka.security`), None
         for a PLAINTEXT listener without an authorizer; ``quotas``: the broker's client
-        quotas, the same manager HTTP's requests are measured by."""
+        quotas, the same manager HTTP's requests are measured by and the store HTTP's
+        ``/quotas`` changes (DescribeClientQuotas, AlterClientQuotas)."""
         settings = state.settings
         assert settings.kafka_listener is not None
         self.host, self.port = split_host_port(settings.kafka_listener)

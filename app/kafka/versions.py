@@ -70,6 +70,11 @@ CREATE_ACLS: Final = 30
 DELETE_ACLS: Final = 31
 CONSUMER_GROUP_HEARTBEAT: Final = 68
 CONSUMER_GROUP_DESCRIBE: Final = 69
+DESCRIBE_CLIENT_QUOTAS: Final = 48
+ALTER_CLIENT_QUOTAS: Final = 49
+DESCRIBE_PRODUCERS: Final = 61
+DESCRIBE_USER_SCRAM_CREDENTIALS: Final = 50
+ALTER_USER_SCRAM_CREDENTIALS: Final = 51
 
 # api key -> (min version, max version)
 SUPPORTED: Final[dict[int, tuple[int, int]]] = {
@@ -130,6 +135,14 @@ SUPPORTED: Final[dict[int, tuple[int, int]]] = {
     # may subscribe by regex; ConsumerGroupDescribe v1 adds member_type.
     CONSUMER_GROUP_HEARTBEAT: (0, 1),
     CONSUMER_GROUP_DESCRIBE: (0, 1),
+    # Client quotas (app/kafka/apis/quotas.py): every version kio defines (v1 is flexible).
+    DESCRIBE_CLIENT_QUOTAS: (0, 1),
+    ALTER_CLIENT_QUOTAS: (0, 1),
+    # The leader log's producer state, per partition (app/kafka/apis/txn.py).
+    DESCRIBE_PRODUCERS: (0, 0),
+    # The users file's SCRAM credentials (app/kafka/apis/scram.py).
+    DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
+    ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
 }
 
 NAMES: Final[dict[int, str]] = {
@@ -173,4 +186,9 @@ NAMES: Final[dict[int, str]] = {
     DELETE_ACLS: "DeleteAcls",
     CONSUMER_GROUP_HEARTBEAT: "ConsumerGroupHeartbeat",
     CONSUMER_GROUP_DESCRIBE: "ConsumerGroupDescribe",
+    DESCRIBE_CLIENT_QUOTAS: "DescribeClientQuotas",
+    ALTER_CLIENT_QUOTAS: "AlterClientQuotas",
+    DESCRIBE_PRODUCERS: "DescribeProducers",
+    DESCRIBE_USER_SCRAM_CREDENTIALS: "DescribeUserScramCredentials",
+    ALTER_USER_SCRAM_CREDENTIALS: "AlterUserScramCredentials",
 }

@@ -97,6 +97,7 @@ from app.core.log.loader import load_segments
 from app.core.log.log_cleanup import LogCleanup
 from app.core.log.producer_state import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+    ActiveProducer,
     ProducerAppend,
     ProducerStateManager,
     segment_headers,
@@ -648,6 +649,12 @@ class Log(LogCleanup):
     def producer_state(self) -> ProducerStateManager:
         """Read-only use outside the log (tests, metrics); mutated under the log's lock."""
         return self._producer_state
+
+    def active_producers(self) -> list[ActiveProducer]:
+        """The partition's live idempotent and transactional producers, read under the
+        log's lock (Kafka's DescribeProducers)."""
+        with self._lock:
+            return self._producer_state.active()
 
     def remove_expired_producers(self, now: int | None = None) -> int:
         """Forget producers idle for producer.id.expiration.ms; returns how many."""

@@ -215,6 +215,21 @@ def segment_headers(
 HeaderSource = Callable[[int], Iterable[tuple[BatchHeader, ControlMarker | None]]]
 
 
+@dataclass(frozen=True, slots=True)
+class ActiveProducer:
+    """What Kafka's DescribeProducers tells of one producer on one partition, copied out
+    of its entry (which later appends change): its epoch, the last sequence written
+    (-1: none kept), its last append time (broker clock, ms), the coordinator epoch of
+    its last marker (-1: none) and the first offset of its open transaction (-1: none)."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    current_txn_start_offset: int
+
+
 class ProducerStateManager:
     """Idempotent-producer state of one partition, plus its snapshot files.
 
@@ -256,6 +271,20 @@ class ProducerStateManager:
     def producers(self) -> Mapping[int, ProducerEntry]:
         """The live entries (read-only use; under the log's lock for a consistent view)."""
         return self._producers
+
+    def active(self) -> list[ActiveProducer]:
+        """Every live producer, by id (under the log's lock: the entries are copied)."""
+        return [
+            ActiveProducer(
+                pid,
+                e.epoch,
+                e.last_seq,
+                e.last_timestamp,
+                e.coordinator_epoch,
+                e.current_txn_first_offset,
+            )
+            for pid, e in sorted(self._producers.items())
+        ]
 
     def first_unstable_offset(self, high_watermark: int) -> int | None:
         """The first offset of an open transaction or of a completed one whose marker is

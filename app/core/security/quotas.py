@@ -24,28 +24,49 @@ credit (Kafka's KIP-599 measurement; see the class for why not the sampled rate)
 principal is over, its answer is delayed by the time that brings it back to its quota
 (at most the whole window, as Kafka). Nothing is refused.
 
+Administration, written once for both doors (HTTP's ``/quotas``, the Kafka door's
+DescribeClientQuotas and AlterClientQuotas): :class:`QuotaFilter` is Kafka's describe
+filter (components matched exactly, as the default entity, or as any entity of the type;
+``strict``), :func:`alteration` checks one entity's changes with Kafka's messages, and
+:class:`Quotas` (the manager and its store, a file or ZooKeeper) applies them, updates
+the manager and audits the change. Kafka's ``ip`` entities are not kept: a filter naming
+one matches nothing, an alteration of one is refused.
+
 Concurrency: :class:`QuotaManager` (and the answers :meth:`QuotaConfig.resolve` memoizes)
 are used from the event loop only (no locks): a record
 is a few dict lookups and float operations. :class:`QuotaConfig` snapshots are immutable
-and replaced whole by the store's watcher.
+and replaced whole by the store's watcher. :meth:`Quotas.alter` runs the store's blocking
+write in a worker thread.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import math
 import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
+
+from app.core.security import audit
 
 DEFAULT = "<default>"
 PRODUCE = "producer_byte_rate"
 FETCH = "consumer_byte_rate"
 REQUEST = "request_rate"
 KEYS = (PRODUCE, FETCH, REQUEST)
+# Kafka's entity types; Logbus keeps quotas on the first two.
+USER = "user"
+CLIENT_ID = "client-id"
+IP = "ip"
+ENTITY_TYPES = (USER, CLIENT_ID, IP)
+NO_IP_QUOTAS = "Logbus keeps no IP quotas (connection limits: kafka_max_connections_per_ip)"
+# Kafka's share of request-thread time: a measure Logbus does not have (module docstring).
+REQUEST_PERCENTAGE = "request_percentage"
 QUOTAS_FILE = "quotas.json"
 # Beyond this many measured (key, user, client) triples, idle ones are dropped: client ids
 # are chosen by clients, so the table must not grow without bound.
@@ -124,15 +145,138 @@ PRECEDENCE: tuple[tuple[str | None, str | None], ...] = (
 )
 
 
+def _unknown_key(key: str) -> InvalidQuota:
+    if key == REQUEST_PERCENTAGE:
+        return InvalidQuota(
+            f"{REQUEST_PERCENTAGE} (a share of request-thread time) is not measured by "
+            f"Logbus: its quotas are {', '.join(KEYS)} ({REQUEST} counts requests per second)"
+        )
+    return InvalidQuota(f"unknown quota key {key!r}: one of {', '.join(KEYS)}")
+
+
 def check_values(values: Mapping[str, Any]) -> dict[str, float]:
     out: dict[str, float] = {}
     for key, value in values.items():
         if key not in KEYS:
-            raise InvalidQuota(f"unknown quota key {key!r}: one of {', '.join(KEYS)}")
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-            raise InvalidQuota(f"{key} is a number above 0")
+            raise _unknown_key(key)
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+            or value <= 0
+        ):
+            raise InvalidQuota(f"{key} is a finite number above 0")
         out[key] = float(value)
     return out
+
+
+def _entity(components: Iterable[tuple[str, str | None]]) -> Entity:
+    """The entity of Kafka's components ``(entity_type, entity_name)``, a name None
+    standing for the default entity; InvalidQuota as Kafka refuses them."""
+    parts: dict[str, str] = {}
+    for kind, name in components:
+        if kind not in ENTITY_TYPES:
+            raise InvalidQuota(f"entity_type {kind!r}: one of {', '.join(ENTITY_TYPES)}")
+        if kind in parts:
+            raise InvalidQuota(f"entity_type {kind!r} appears more than once in the entity")
+        parts[kind] = DEFAULT if name is None else name
+    if IP in parts:
+        raise InvalidQuota(NO_IP_QUOTAS)
+    return Entity(parts.get(USER), parts.get(CLIENT_ID)).validate()
+
+
+Change = tuple[Entity, list[tuple[str, float | None]]]
+
+
+def alteration(
+    components: Iterable[tuple[str, str | None]],
+    ops: Iterable[tuple[str, float | None, bool]],
+) -> Change:
+    """One entity's change, checked: ``components`` as :func:`_entity`, ``ops`` each
+    ``(key, value, remove)`` (value None or ignored with remove). The answer's ops are
+    ``(key, value)``, value None removing the key. InvalidQuota (with Kafka's reasons:
+    an unknown entity type or key, a key twice, a value not above 0) otherwise."""
+    entity = _entity(components)
+    out: list[tuple[str, float | None]] = []
+    seen: set[str] = set()
+    for key, value, remove in ops:
+        if key in seen:
+            raise InvalidQuota(f"quota key {key!r} appears more than once for the entity")
+        seen.add(key)
+        if remove:
+            if key not in KEYS:
+                raise _unknown_key(key)
+            out.append((key, None))
+        elif value is None:
+            raise InvalidQuota(f"{key}: a value, or remove")
+        else:
+            out.append((key, check_values({key: value})[key]))
+    if not out:
+        raise InvalidQuota("an alteration has at least one op")
+    return entity, out
+
+
+# How a describe filter's component matches (Kafka's DescribeClientQuotas match_type).
+MATCH_EXACT = 0
+MATCH_DEFAULT = 1
+MATCH_SPECIFIED = 2
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaFilter:
+    """Kafka's DescribeClientQuotas filter: ``exact`` entity type -> the name (or DEFAULT)
+    an entity must have; ``specified`` the types it must have with any name (the default
+    included); ``strict``: it has no other types. :meth:`parse` builds it from the wire's
+    components."""
+
+    exact: Mapping[str, str]
+    specified: frozenset[str] = frozenset()
+    strict: bool = False
+
+    @classmethod
+    def parse(cls, components: Iterable[tuple[str, int, str | None]], strict: bool) -> QuotaFilter:
+        """From ``(entity_type, match_type, match)`` components; InvalidQuota as Kafka
+        refuses them (an empty, unknown or repeated type, a match inconsistent with its
+        match type, ``ip`` with user or client-id)."""
+        exact: dict[str, str] = {}
+        specified: set[str] = set()
+        for kind, match_type, match in components:
+            if not kind:
+                raise InvalidQuota("a filter component has an entity_type")
+            if kind in exact or kind in specified:
+                raise InvalidQuota(f"entity_type {kind!r} appears more than once in the filter")
+            if kind not in ENTITY_TYPES:
+                raise InvalidQuota(f"entity_type {kind!r}: one of {', '.join(ENTITY_TYPES)}")
+            if match_type == MATCH_EXACT:
+                if match is None:
+                    raise InvalidQuota(f"{kind}: match_type 0 (exact) needs a match")
+                exact[kind] = match
+            elif match_type == MATCH_DEFAULT:
+                if match is not None:
+                    raise InvalidQuota(f"{kind}: match_type 1 (default) takes no match")
+                exact[kind] = DEFAULT
+            elif match_type == MATCH_SPECIFIED:
+                if match is not None:
+                    raise InvalidQuota(f"{kind}: match_type 2 (specified) takes no match")
+                specified.add(kind)
+            else:
+                raise InvalidQuota(f"{kind}: match_type {match_type}: 0, 1 or 2")
+        named = exact.keys() | specified
+        if IP in named and named & {USER, CLIENT_ID}:
+            raise InvalidQuota("an ip filter component goes with no user or client-id one")
+        return cls(exact, frozenset(specified), strict)
+
+    def matches(self, entity: Entity) -> bool:
+        parts = {
+            kind: part
+            for kind, part in ((USER, entity.user), (CLIENT_ID, entity.client_id))
+            if part is not None
+        }
+        if self.strict and len(parts) != len(self.exact) + len(self.specified):
+            return False
+        return all(parts.get(kind) == name for kind, name in self.exact.items()) and all(
+            kind in parts for kind in self.specified
+        )
 
 
 class QuotaConfig:
@@ -198,14 +342,16 @@ class QuotaConfig:
         self, user: str | None, client_id: str | None
     ) -> list[tuple[Entity, dict[str, float]]]:
         """The entries whose parts match: a filter part None matches anything, a name or
-        DEFAULT matches exactly."""
+        DEFAULT matches exactly (a :class:`QuotaFilter` of exact components, not strict)."""
+        exact = {
+            kind: part for kind, part in ((USER, user), (CLIENT_ID, client_id)) if part is not None
+        }
+        return self.describe(QuotaFilter(exact))
+
+    def describe(self, found: QuotaFilter) -> list[tuple[Entity, dict[str, float]]]:
+        """The entries the filter selects, sorted by user then client id."""
         return sorted(
-            (
-                (e, dict(v))
-                for e, v in self.quotas.items()
-                if (user is None or e.user == user)
-                and (client_id is None or e.client_id == client_id)
-            ),
+            ((e, dict(v)) for e, v in self.quotas.items() if found.matches(e)),
             key=lambda item: (item[0].user or "", item[0].client_id or ""),
         )
 
@@ -300,6 +446,50 @@ class QuotaManager:
             self._rates.clear()
 
 
+class QuotaStore(Protocol):
+    """Where the broker's quotas are kept: :class:`FileQuotaStore`, or ZooKeeper in a
+    cluster (``app/core/replication/zk_quotas.py``); ``start`` optional."""
+
+    def load(self) -> QuotaConfig: ...
+
+    def alter(self, changes: Iterable[Change]) -> QuotaConfig: ...
+
+    def watch(self, on_change: Callable[[QuotaConfig], None]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class Quotas:
+    """The broker's quota manager and the store it is loaded from, shared by the doors:
+    HTTP's ``/quotas`` and the Kafka door's AlterClientQuotas change quotas through
+    :meth:`alter` (event loop)."""
+
+    def __init__(self, manager: QuotaManager, store: QuotaStore) -> None:
+        self.manager = manager
+        self.store = store
+
+    async def start(self) -> None:
+        starter = getattr(self.store, "start", None)
+        if starter is not None:
+            await asyncio.to_thread(starter)
+        self.manager.update(await asyncio.to_thread(self.store.load))
+        self.store.watch(self.manager.update)
+
+    async def stop(self) -> None:
+        await asyncio.to_thread(self.store.close)
+
+    async def alter(self, changes: list[Change], principal: str) -> QuotaConfig:
+        """Apply ``changes`` (each :func:`alteration`'s) in one write of the store, hold
+        the manager to the result at once (other brokers within a second, by the store's
+        watch) and audit the change as ``principal``'s."""
+        config: QuotaConfig = await asyncio.to_thread(self.store.alter, changes)
+        self.manager.update(config)
+        audit.changed(
+            principal, "ALTER_CLIENT_QUOTAS", [f"{e.path()}: {ops}" for e, ops in changes]
+        )
+        return config
+
+
 class FileQuotaStore:
     """One broker's quotas: ``<data-dir>/quotas.json`` (written atomically), reloaded
     within a second when it changes on disk (another process editing it)."""
@@ -320,9 +510,7 @@ class FileQuotaStore:
             return QuotaConfig()
         return QuotaConfig.from_json(json.loads(raw or b"{}"))
 
-    def alter(
-        self, changes: Iterable[tuple[Entity, list[tuple[str, float | None]]]]
-    ) -> QuotaConfig:
+    def alter(self, changes: Iterable[Change]) -> QuotaConfig:
         with self._lock:
             config = self.load()
             for entity, ops in changes:

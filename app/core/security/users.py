@@ -28,6 +28,11 @@ checked), so answers do not tell which names exist.
 The file is written whole (temporary file, fsync, rename) by ``logbus users`` on the
 broker's machine; a running broker rereads it when its modification time changes, so
 ``add``/``passwd``/``remove`` take effect without a restart. Never holds a password.
+
+The Kafka door's AlterUserScramCredentials changes the ``scram`` part of existing users
+(:meth:`UsersFile.alter_scram`, Kafka's per-user rules and error names) and
+DescribeUserScramCredentials reads it; a user is made only by ``logbus users add`` (it
+needs the scrypt hash HTTP Basic and PLAIN check, which a SCRAM upsertion does not carry).
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ import hmac
 import os
 import re
 import secrets
+import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,6 +62,11 @@ HASH_BYTES = 32
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 SCRAM_ITERATIONS = 8192
 SCRAM_MIN_ITERATIONS = 4096
+# Kafka's ScramMechanism.maxIterations: an upsertion above it is refused.
+SCRAM_MAX_ITERATIONS = 16384
+_SCRAM_HASHES = {"SCRAM-SHA-256": hashlib.sha256, "SCRAM-SHA-512": hashlib.sha512}
+# One writer of this process at a time (the door's alterations run in worker threads).
+_WRITING = threading.Lock()
 # A name is what follows "User:" in a principal: no colon, no space, not the wildcard.
 _NAME = re.compile(r"^[A-Za-z0-9._@+=-]{1,128}$")
 
@@ -119,6 +131,17 @@ class ScramCredential:
             password, iteration_count=iterations
         )
         return cls(salt, count, stored_key, server_key)
+
+    @classmethod
+    def from_salted(
+        cls, mechanism: str, salt: bytes, iterations: int, salted_password: bytes
+    ) -> ScramCredential:
+        """The credential of a SaltedPassword a client computed (Kafka's
+        AlterUserScramCredentials upsertion: the password never leaves the client)."""
+        h = _SCRAM_HASHES[mechanism]
+        client_key = hmac.new(salted_password, b"Client Key", h).digest()
+        server_key = hmac.new(salted_password, b"Server Key", h).digest()
+        return cls(salt, iterations, h(client_key).digest(), server_key)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -185,6 +208,20 @@ def check_name(name: str) -> str:
     return name
 
 
+class ScramRefused(Exception):
+    """One user's SCRAM alteration refused: ``code`` is Kafka's error name
+    (RESOURCE_NOT_FOUND, DUPLICATE_RESOURCE, UNACCEPTABLE_CREDENTIAL)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+# A SCRAM upsertion: user, mechanism, iterations, salt, SaltedPassword.
+ScramUpsertion = tuple[str, str, int, bytes, bytes]
+
+
 class UsersFile:
     """Read and change ``users.json`` (module docstring). Not thread-safe: one writer."""
 
@@ -238,3 +275,93 @@ class UsersFile:
         if users.pop(name, None) is None:
             raise InvalidUser(f"no user {name!r}")
         self._write(users)
+
+    def scram_iterations(self) -> dict[str, dict[str, int]]:
+        """Each user with SCRAM credentials: its mechanisms' iteration counts."""
+        return {
+            name: {m: c.iterations for m, c in sorted(entry.scram.items())}
+            for name, entry in self.entries().items()
+            if entry.scram
+        }
+
+    def alter_scram(
+        self, deletions: Iterable[tuple[str, str]], upsertions: Iterable[ScramUpsertion]
+    ) -> dict[str, ScramRefused | None]:
+        """Kafka's AlterUserScramCredentials on existing users, in one write: per user (in
+        the order first named) None when all its alterations are applied, else the first
+        refusal, and none of its alterations applied. A (user, mechanism) twice
+        DUPLICATE_RESOURCE; a user not in the file, or a deletion of a credential it does
+        not have, RESOURCE_NOT_FOUND; iterations outside 4096-16384 or an empty salt or
+        SaltedPassword UNACCEPTABLE_CREDENTIAL. Mechanisms are SCRAM_MECHANISMS' names."""
+        changes: dict[str, list[tuple[str, ScramCredential | None]]] = {}
+        refused: dict[str, ScramRefused] = {}
+        seen: set[tuple[str, str]] = set()
+
+        def note(name: str, mechanism: str) -> bool:
+            changes.setdefault(name, [])
+            if (name, mechanism) in seen:
+                refused.setdefault(
+                    name,
+                    ScramRefused(
+                        "DUPLICATE_RESOURCE",
+                        f"{name}: {mechanism} is altered more than once in the request",
+                    ),
+                )
+                return False
+            seen.add((name, mechanism))
+            return True
+
+        for name, mechanism in deletions:
+            if note(name, mechanism):
+                changes[name].append((mechanism, None))
+        for name, mechanism, iterations, salt, salted in upsertions:
+            if not note(name, mechanism):
+                continue
+            if not SCRAM_MIN_ITERATIONS <= iterations <= SCRAM_MAX_ITERATIONS:
+                refused.setdefault(
+                    name,
+                    ScramRefused(
+                        "UNACCEPTABLE_CREDENTIAL",
+                        f"{name}: {iterations} iterations, outside "
+                        f"{SCRAM_MIN_ITERATIONS}-{SCRAM_MAX_ITERATIONS}",
+                    ),
+                )
+            elif not salt or not salted:
+                refused.setdefault(
+                    name,
+                    ScramRefused("UNACCEPTABLE_CREDENTIAL", f"{name}: empty salt or password"),
+                )
+            else:
+                credential = ScramCredential.from_salted(mechanism, salt, iterations, salted)
+                changes[name].append((mechanism, credential))
+        with _WRITING:
+            users = self.entries()
+            changed = False
+            for name, ops in changes.items():
+                entry = users.get(name)
+                if name in refused:
+                    continue
+                if entry is None:
+                    refused[name] = ScramRefused(
+                        "RESOURCE_NOT_FOUND",
+                        f"no user {name!r}: `logbus users add` makes users (SCRAM and a "
+                        "password hash for HTTP Basic and PLAIN)",
+                    )
+                    continue
+                scram = dict(entry.scram)
+                missing = [m for m, c in ops if c is None and m not in scram]
+                if missing:
+                    refused[name] = ScramRefused(
+                        "RESOURCE_NOT_FOUND", f"{name} has no {missing[0]} credential to delete"
+                    )
+                    continue
+                for mechanism, new in ops:
+                    if new is None:
+                        del scram[mechanism]
+                    else:
+                        scram[mechanism] = new
+                users[name] = UserEntry(entry.scrypt, scram)
+                changed = True
+            if changed:
+                self._write(users)
+        return {name: refused.get(name) for name in changes}

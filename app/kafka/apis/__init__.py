@@ -4,9 +4,10 @@ Each handler is ``async (ctx, request body, version) -> response``, the response
 message of the request's version (built with :func:`app.kafka.encode.build`, so one body
 serves every version). Families: ``cluster`` (ApiVersions, Metadata, DescribeCluster),
 ``records`` (Produce, Fetch, ListOffsets), ``sasl`` (SaslHandshake, SaslAuthenticate), ``groups`` (FindCoordinator and the group
-APIs), ``consumer_groups`` (KIP-848's ConsumerGroupHeartbeat and ConsumerGroupDescribe), ``txn`` (InitProducerId and the transaction APIs), ``admin`` (topics, configs,
-log dirs), ``acls`` (DescribeAcls, CreateAcls, DeleteAcls); ``base`` holds what they
-share.
+APIs), ``consumer_groups`` (KIP-848's ConsumerGroupHeartbeat and ConsumerGroupDescribe), ``txn`` (InitProducerId, the transaction APIs, DescribeProducers), ``admin`` (topics, configs,
+log dirs), ``acls`` (DescribeAcls, CreateAcls, DeleteAcls), ``quotas``
+(DescribeClientQuotas, AlterClientQuotas), ``scram`` (Describe/AlterUserScramCredentials);
+``base`` holds what they share.
 A new API is a handler in its family's module, a line in :data:`HANDLERS` and its range
 in :mod:`app.kafka.versions`.
 
@@ -52,11 +53,17 @@ from app.kafka.apis.groups import (
     offset_fetch,
     sync_group,
 )
+from app.kafka.apis.quotas import alter_client_quotas, describe_client_quotas
 from app.kafka.apis.records import fetch, list_offsets, offset_for_leader_epoch, produce
 from app.kafka.apis.sasl import sasl_authenticate, sasl_handshake
+from app.kafka.apis.scram import (
+    alter_user_scram_credentials,
+    describe_user_scram_credentials,
+)
 from app.kafka.apis.txn import (
     add_offsets_to_txn,
     add_partitions_to_txn,
+    describe_producers,
     describe_transactions,
     end_txn,
     init_producer_id,
@@ -66,7 +73,9 @@ from app.kafka.apis.txn import (
 from app.kafka.versions import (
     ADD_OFFSETS_TO_TXN,
     ADD_PARTITIONS_TO_TXN,
+    ALTER_CLIENT_QUOTAS,
     ALTER_CONFIGS,
+    ALTER_USER_SCRAM_CREDENTIALS,
     API_VERSIONS,
     CONSUMER_GROUP_DESCRIBE,
     CONSUMER_GROUP_HEARTBEAT,
@@ -78,11 +87,14 @@ from app.kafka.versions import (
     DELETE_RECORDS,
     DELETE_TOPICS,
     DESCRIBE_ACLS,
+    DESCRIBE_CLIENT_QUOTAS,
     DESCRIBE_CLUSTER,
     DESCRIBE_CONFIGS,
     DESCRIBE_GROUPS,
     DESCRIBE_LOG_DIRS,
+    DESCRIBE_PRODUCERS,
     DESCRIBE_TRANSACTIONS,
+    DESCRIBE_USER_SCRAM_CREDENTIALS,
     END_TXN,
     FETCH,
     FIND_COORDINATOR,
@@ -151,4 +163,9 @@ HANDLERS: dict[int, Handler] = {
     DELETE_ACLS: delete_acls,
     CONSUMER_GROUP_HEARTBEAT: consumer_group_heartbeat,
     CONSUMER_GROUP_DESCRIBE: consumer_group_describe,
+    DESCRIBE_CLIENT_QUOTAS: describe_client_quotas,
+    ALTER_CLIENT_QUOTAS: alter_client_quotas,
+    DESCRIBE_PRODUCERS: describe_producers,
+    DESCRIBE_USER_SCRAM_CREDENTIALS: describe_user_scram_credentials,
+    ALTER_USER_SCRAM_CREDENTIALS: alter_user_scram_credentials,
 }

@@ -25,7 +25,7 @@ from app.kafka.encode import build, error_code, per_partition
 
 if TYPE_CHECKING:
     from app.api.state import AppState
-    from app.core.security.quotas import QuotaManager
+    from app.core.security.quotas import Quotas
     from app.core.topology import Topology
     from app.kafka.fetch_sessions import FetchSessionCache
     from app.kafka.security import KafkaSecurity
@@ -93,8 +93,9 @@ class Context:
     # The door's security (None: PLAINTEXT, no authorizer) and this connection's session.
     security: KafkaSecurity | None = None
     session: Session = field(default_factory=Session)
-    # The broker's client quotas, shared with HTTP (None: a broker without them).
-    quotas: QuotaManager | None = None
+    # The broker's client quotas (their manager and store), shared with HTTP (None: a
+    # broker without them).
+    quotas: Quotas | None = None
     # The listener's fetch sessions (KIP-227); None: every fetch is answered sessionless.
     fetch_sessions: FetchSessionCache | None = None
 

@@ -16,6 +16,15 @@ the door's, as Kafka's broker makes them per version:
   AddPartitionsToTxn, AddOffsetsToTxn and EndTxn v2, TxnOffsetCommit v3), older ones get
   INVALID_PRODUCER_EPOCH, as Kafka does.
 
+DescribeProducers asks no coordinator: per partition, the producers the leader log's
+producer state keeps (:meth:`app.core.log.log.Log.active_producers`, read under the log's
+lock in one worker thread for the request), found through the ``Topology`` as any leader
+read is: a partition led elsewhere NOT_LEADER_OR_FOLLOWER, one that does not exist
+UNKNOWN_TOPIC_OR_PARTITION, and without READ on the topic TOPIC_AUTHORIZATION_FAILED
+(Kafka's ``KafkaApis.handleDescribeProducersRequest``). ``last_timestamp`` is the
+producer's last append time on this broker's clock (Kafka's is its last batch's
+timestamp).
+
 Versions stop before KIP-890's (AddPartitionsToTxn v4+ batches transactions for brokers,
 EndTxn v4+/AddOffsetsToTxn v4+/TxnOffsetCommit v4+ add TRANSACTION_ABORTABLE): see
 :mod:`app.kafka.versions`.
@@ -52,6 +61,7 @@ from app.kafka.encode import build, error_code, per_partition
 from app.kafka.versions import (
     ADD_OFFSETS_TO_TXN,
     ADD_PARTITIONS_TO_TXN,
+    DESCRIBE_PRODUCERS,
     DESCRIBE_TRANSACTIONS,
     END_TXN,
     INIT_PRODUCER_ID,
@@ -60,6 +70,8 @@ from app.kafka.versions import (
 )
 
 if TYPE_CHECKING:
+    from app.core.log.log import Log
+    from app.core.log.producer_state import ActiveProducer
     from app.txn import TransactionCoordinator
 
 # The first version of each API that knows PRODUCER_FENCED (KIP-588); older versions
@@ -363,5 +375,82 @@ async def list_transactions(ctx: Context, body: Any, version: int) -> Any:
             if authorize.permitted(
                 ctx, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, t["transactional_id"]
             )
+        ),
+    )
+
+
+async def describe_producers(ctx: Context, body: Any, version: int) -> Any:
+    """The active producers of each partition asked, or its error (module docstring)."""
+    m = response_module(DESCRIBE_PRODUCERS, version)
+    topology = ctx.state.topology
+    # Per (topic, partition) in the request's order: the leader's log, or the error.
+    found: list[tuple[str, list[tuple[int, Log | LogbusError]]]] = []
+    for t in body.topics:
+        refusal: LogbusError | None = None
+        try:
+            authorize.check(ctx, Operation.READ, ResourceType.TOPIC, t.name)
+        except LogbusError as exc:
+            refusal = exc
+        partitions: list[tuple[int, Log | LogbusError]] = []
+        for index in t.partition_indexes:
+            partition = int(index)
+            if refusal is not None:
+                partitions.append((partition, refusal))
+                continue
+            try:
+                partitions.append((partition, topology.leader_partition(t.name, partition).log))
+            except LogbusError as exc:
+                partitions.append((partition, exc))
+        found.append((t.name, partitions))
+
+    def read() -> list[list[list[ActiveProducer] | LogbusError]]:
+        return [
+            [got if isinstance(got, LogbusError) else got.active_producers() for _, got in parts]
+            for _, parts in found
+        ]
+
+    states = await asyncio.to_thread(read)
+
+    def partition_answer(index: int, state: list[ActiveProducer] | LogbusError) -> Any:
+        if isinstance(state, LogbusError):
+            return build(
+                m.PartitionResponse,
+                partition_index=index,
+                error_code=error_code(state),
+                error_message=state.message,
+                active_producers=(),
+            )
+        return build(
+            m.PartitionResponse,
+            partition_index=index,
+            error_code=ErrorCode.none,
+            error_message=None,
+            active_producers=tuple(
+                build(
+                    m.ProducerState,
+                    producer_id=p.producer_id,
+                    producer_epoch=p.producer_epoch,
+                    last_sequence=p.last_sequence,
+                    last_timestamp=p.last_timestamp,
+                    coordinator_epoch=p.coordinator_epoch,
+                    current_txn_start_offset=p.current_txn_start_offset,
+                )
+                for p in state
+            ),
+        )
+
+    return build(
+        m.DescribeProducersResponse,
+        throttle_time=NO_THROTTLE,
+        topics=tuple(
+            build(
+                m.TopicResponse,
+                name=name,
+                partitions=tuple(
+                    partition_answer(index, state)
+                    for (index, _), state in zip(parts, answered, strict=True)
+                ),
+            )
+            for (name, parts), answered in zip(found, states, strict=True)
         ),
     )

@@ -713,3 +713,27 @@ def test_confluent_admin_client_reads_authorized_operations(acl_broker: KafkaBro
         AclOperation.ALTER_CONFIGS,
         AclOperation.IDEMPOTENT_WRITE,
     }
+
+
+def test_describe_producers_needs_read_on_the_topic(acl_broker: KafkaBroker) -> None:
+    """Kafka's table: READ topic, per partition (TOPIC_AUTHORIZATION_FAILED without it)."""
+    from kio.schema.describe_producers.v0.request import DescribeProducersRequest, TopicRequest
+    from kio.schema.describe_producers.v0.response import DescribeProducersResponse
+    from kio.schema.errors import ErrorCode
+
+    topic = f"dprod-{uuid.uuid4().hex[:8]}"
+    with admin_http(acl_broker) as http:
+        assert http.post("/topics", json={"name": topic, "partitions": 2}).status_code == 201
+    request = DescribeProducersRequest(
+        topics=(TopicRequest(name=topic, partition_indexes=(0, 1)),)  # type: ignore[arg-type]
+    )
+
+    def codes() -> list[ErrorCode]:
+        answer = login(acl_broker, "reader").call(request, DescribeProducersResponse)
+        return [p.error_code for p in answer.topics[0].partitions]
+
+    grant(acl_broker, topic, "DESCRIBE")  # not enough
+    assert codes() == [ErrorCode.topic_authorization_failed] * 2
+    assert f"operation=READ resource=TOPIC:{topic}" in acl_broker.log()
+    grant(acl_broker, topic, "READ")
+    assert codes() == [ErrorCode.none] * 2

@@ -164,3 +164,21 @@ def test_keys_from_a_jwks_url(jwks: Path) -> None:
             auth.authenticate(token(key=wrong))
     finally:
         server.shutdown()
+
+
+def test_a_scram_upsertion_is_the_credential_of_its_salted_password(tmp_path: Path) -> None:
+    """AlterUserScramCredentials sends PBKDF2(password, salt, iterations): the credential
+    stored from it verifies the password as one ``logbus users add`` made would."""
+    import hashlib
+
+    import scramp
+
+    from app.core.security.users import ScramCredential
+
+    salt = b"0123456789abcdef"
+    salted = hashlib.pbkdf2_hmac("sha512", b"s3cret", salt, 4096)
+    got = ScramCredential.from_salted("SCRAM-SHA-512", salt, 4096, salted)
+    _, stored, server, _ = scramp.ScramMechanism("SCRAM-SHA-512").make_auth_info(
+        "s3cret", iteration_count=4096, salt=salt
+    )
+    assert (got.stored_key, got.server_key) == (stored, server)

@@ -3,6 +3,7 @@ measurement of principals under one quota, the throttle arithmetic, and the file
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from pathlib import Path
@@ -18,7 +19,10 @@ from app.core.security.quotas import (
     FileQuotaStore,
     InvalidQuota,
     QuotaConfig,
+    QuotaFilter,
     QuotaManager,
+    Quotas,
+    alteration,
 )
 
 # Kafka's documented order (docs "Quotas": most specific first), as (user, client-id).
@@ -152,3 +156,78 @@ def test_file_store_round_trip_and_reload(tmp_path: Path) -> None:
         assert seen and seen[-1].quotas == {Entity("alice"): {PRODUCE: 1024.0}}
     finally:
         store.close()
+
+
+def test_a_describe_filter_matches_as_kafkas() -> None:
+    """Kafka's DescribeClientQuotas filter (ClientQuotasImage.matches): exact names, the
+    default entity, any entity of a type (the default included), ``strict``."""
+    entities = {
+        "alice": Entity("alice"),
+        "default": Entity(DEFAULT),
+        "alice/app": Entity("alice", "app"),
+        "app": Entity(None, "app"),
+    }
+    config = QuotaConfig({e: {REQUEST: 1.0} for e in entities.values()})
+
+    def selected(*components: tuple[str, int, str | None], strict: bool = False) -> set[str]:
+        found = config.describe(QuotaFilter.parse(components, strict))
+        return {name for name, e in entities.items() if any(e == f for f, _ in found)}
+
+    assert selected() == set(entities)
+    assert selected(strict=True) == set()
+    assert selected(("user", 0, "alice")) == {"alice", "alice/app"}
+    assert selected(("user", 0, "alice"), strict=True) == {"alice"}
+    assert selected(("user", 1, None)) == {"default"}
+    assert selected(("user", 2, None)) == {"alice", "default", "alice/app"}
+    assert selected(("user", 2, None), ("client-id", 2, None)) == {"alice/app"}
+    assert selected(("client-id", 0, "app"), strict=True) == {"app"}
+    assert selected(("ip", 2, None)) == set()
+    # HTTP's GET /quotas is the same filter: exact parts, not strict.
+    assert config.select("alice", None) == config.describe(
+        QuotaFilter.parse([("user", 0, "alice")], False)
+    )
+    for bad in (
+        [("group", 2, None)],
+        [("", 2, None)],
+        [("user", 0, None)],
+        [("user", 1, "x")],
+        [("user", 3, None)],
+        [("user", 2, None), ("user", 0, "x")],
+        [("ip", 2, None), ("client-id", 2, None)],
+    ):
+        with pytest.raises(InvalidQuota):
+            QuotaFilter.parse(bad, False)
+
+
+def test_an_alteration_is_checked_with_kafkas_reasons() -> None:
+    assert alteration([("user", "alice"), ("client-id", None)], [(PRODUCE, 10, False)]) == (
+        Entity("alice", DEFAULT),
+        [(PRODUCE, 10.0)],
+    )
+    assert alteration([("user", None)], [(FETCH, 0.0, True)]) == (Entity(DEFAULT), [(FETCH, None)])
+    refusals = {
+        "no IP quotas": ([("ip", "10.0.0.1")], [(PRODUCE, 1, False)]),
+        "request_rate": ([("user", "a")], [("request_percentage", 50, False)]),
+        "unknown quota key": ([("user", "a")], [("nope", 1, False)]),
+        "more than once in the entity": ([("user", "a"), ("user", "b")], [(PRODUCE, 1, False)]),
+        "appears more than once for": ([("user", "a")], [(PRODUCE, 1, False), (PRODUCE, 2, False)]),
+        "above 0": ([("user", "a")], [(PRODUCE, float("nan"), False)]),
+        "'group'": ([("group", "a")], [(PRODUCE, 1, False)]),
+        "names a user": ([], [(PRODUCE, 1, False)]),
+        "at least one op": ([("user", "a")], []),
+    }
+    for reason, (components, ops) in refusals.items():
+        with pytest.raises(InvalidQuota, match=reason):
+            alteration(components, ops)
+
+
+def test_quotas_alter_writes_holds_and_audits(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    quotas = Quotas(QuotaManager(), FileQuotaStore(tmp_path / "quotas.json"))
+    change = alteration([("user", "alice")], [(PRODUCE, 100, False)])
+    with caplog.at_level("INFO", logger="logbus.audit"):
+        config = asyncio.run(quotas.alter([change], "User:admin"))
+    assert quotas.manager.config is config and config.quotas == {Entity("alice"): {PRODUCE: 100.0}}
+    assert FileQuotaStore(tmp_path / "quotas.json").load().quotas == config.quotas
+    assert "CHANGED principal=User:admin ALTER_CLIENT_QUOTAS users/alice" in caplog.text
