@@ -183,7 +183,8 @@ class LocalTopology:
 
     # -- changes -----------------------------------------------------------------------
 
-    async def create_topic(self, topic: NewTopic) -> None:
+    async def create_topic(self, topic: NewTopic, *, timeout_ms: int = 30_000) -> None:
+        # Led here once made: there is nothing to wait for.
         replication_factor = topic.replication_factor
         if replication_factor not in (None, 1):
             assert replication_factor is not None

@@ -230,9 +230,11 @@ class Topology(Protocol):
 
     # -- changes -----------------------------------------------------------------------
 
-    async def create_topic(self, topic: NewTopic) -> None:
-        """Create a topic and return once every partition has a leader. Raises
-        InvalidTopic, InvalidPartitions, InvalidConfig, InvalidReplicationFactor,
+    async def create_topic(self, topic: NewTopic, *, timeout_ms: int = 30_000) -> None:
+        """Create a topic and return once every partition has a leader, within
+        ``timeout_ms`` (Kafka's CreateTopics timeout: in a cluster, else RequestTimedOut,
+        the topic created; 0 or below: at once after the write). Raises InvalidTopic,
+        InvalidPartitions, InvalidConfig, InvalidReplicationFactor,
         PartitionLimitExceeded or TopicAlreadyExists."""
         ...
 

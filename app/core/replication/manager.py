@@ -535,10 +535,13 @@ class ReplicaManager:
                 part.maybe_shrink_isr()
                 part.check_low_watermark()
 
-    async def create_topic(self, topic: NewTopic, *, wait_s: float = 30.0) -> None:
+    async def create_topic(self, topic: NewTopic, *, timeout_ms: int = 30_000) -> None:
         """Write the topic's assignment to ZooKeeper and wait until every partition has a
-        leader. Raises InvalidTopic, InvalidPartitions, InvalidConfig,
-        InvalidReplicationFactor, PartitionLimitExceeded or TopicAlreadyExists."""
+        leader, as Kafka within ``timeout_ms`` (else RequestTimedOut: the topic is created
+        and its partitions get leaders later; 0 or below: at once after the write). Raises
+        InvalidTopic, InvalidPartitions, InvalidConfig, InvalidReplicationFactor,
+        PartitionLimitExceeded or TopicAlreadyExists, nothing written."""
+        deadline = time.monotonic() + max(0, timeout_ms) / 1000
         name, partitions = topic.name, topic.partitions
         # Only the per-topic limit: each broker checks the rest as it creates its replicas.
         self.logs.partition_budget.check_per_topic(name, partitions)
@@ -561,7 +564,15 @@ class ReplicaManager:
             self.store.create_topic, name, TopicAssignment(topic_id, tuple(replicas), normalized)
         )
         self.controller.kick()
-        await self.wait_for_leaders(name, wait_s)
+        if timeout_ms <= 0:
+            return
+        try:
+            await self.wait_for_leaders(name, max(0.0, deadline - time.monotonic()))
+        except LeaderNotAvailable:
+            raise RequestTimedOut(
+                f"topic {name!r} was created (it stays) but not every partition had a "
+                f"leader within timeout_ms={timeout_ms}; they will: do not create it again"
+            ) from None
 
     async def _change_assignment(
         self,

@@ -21,6 +21,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import orjson
 import pytest
 from kio.schema.errors import ErrorCode
 
@@ -36,7 +37,7 @@ from app.core.log.topic_rules import check_new_topic
 from app.core.replication.config import ReplicaConfig
 from app.core.replication.manager import ReplicaManager
 from app.core.replication.state import TopicAssignment
-from app.kafka.apis.admin import create_partitions, incremental_alter_configs
+from app.kafka.apis.admin import create_partitions, create_topics, incremental_alter_configs
 from app.kafka.apis.base import Context
 
 TOPIC = "orders"
@@ -55,10 +56,15 @@ class FakeZooKeeper:
         # Or the topic is deleted and created again there (this broker's watches deliver
         # both at once).
         self.recreated: TopicAssignment | None = None
+        self.created: dict[str, TopicAssignment] = {}
 
     def get_topic_versioned(self, name: str) -> tuple[TopicAssignment, int] | None:
         assert name == TOPIC
         return self.assignment, self.version
+
+    def create_topic(self, name: str, assignment: TopicAssignment) -> None:
+        # Created in ZooKeeper; no watch here delivers it (no leader ever comes).
+        self.created[name] = assignment
 
     def set_topic(self, name: str, assignment: TopicAssignment, version: int) -> bool:
         if self.race is not None:
@@ -401,5 +407,89 @@ def test_create_partitions_and_config_changes_honour_the_requests_timeout() -> N
         with pytest.raises(RequestTimedOut, match="timeout_ms=200"):
             await replicas.alter_topic_config(TOPIC, {"retention.ms": 2000}, timeout_ms=200)
         assert zk.assignment.configs == normalized({"retention.ms": 2000})
+
+    asyncio.run(main())
+
+
+def test_create_topics_honours_the_requests_timeout_through_both_doors() -> None:
+    """CreateTopics (the Kafka door) and POST /topics wait up to their timeout_ms for the
+    new topic's leaders (none come here): REQUEST_TIMED_OUT then, the topic created; 0
+    answers at once after the write (v5+: what was written; HTTP: 201, the partitions not
+    seen here yet without leader). Both waited 30 s and answered LEADER_NOT_AVAILABLE."""
+    from starlette.requests import Request
+
+    from app.api.routers.topics import create_topic as http_create_topic
+
+    async def main() -> None:
+        replicas, zk = cluster_broker({})
+        replicas.brokers = {1: None, 2: None, 3: None}  # type: ignore[dict-item]
+        replicas.logs.partition_budget = SimpleNamespace(check_per_topic=lambda *a: None)
+        replicas.logs.check_can_host = lambda *a: None
+        replicas.controller.kick = lambda: None  # type: ignore[method-assign]
+        state: Any = SimpleNamespace(
+            manager=replicas.logs,
+            topology=replicas,
+            sticky=SimpleNamespace(forget=lambda name: None),
+            settings=SimpleNamespace(
+                num_partitions=1, default_replication_factor=3, max_request_bytes=1 << 20
+            ),
+        )
+        ctx = Context(
+            state=state, advertised=("127.0.0.1", 9092), txn=lambda: None, groups=lambda: None
+        )
+
+        async def kafka(name: str, timeout_ms: int) -> tuple[Any, float]:
+            body = SimpleNamespace(
+                topics=[
+                    SimpleNamespace(
+                        name=name,
+                        num_partitions=2,
+                        replication_factor=-1,
+                        assignments=(),
+                        configs=[SimpleNamespace(name="retention.ms", value="1000")],
+                    )
+                ],
+                timeout=timedelta(milliseconds=timeout_ms),
+                validate_only=False,
+            )
+            began = time.monotonic()
+            answer = await create_topics(ctx, body, 7)
+            (result,) = answer.topics
+            return result, time.monotonic() - began
+
+        result, took = await kafka("clicks", 0)
+        assert result.error_code == ErrorCode.none and took < 5, (result.error_message, took)
+        assert (result.num_partitions, result.replication_factor) == (2, 3)
+        assert {c.name: c.value for c in result.configs}["retention.ms"] == "1000"
+        assert zk.created["clicks"].partitions == 2
+        result, took = await kafka("views", 300)
+        assert result.error_code == ErrorCode.request_timed_out and took < 5, took
+        assert "timeout_ms=300" in result.error_message and "created" in result.error_message
+        assert "views" in zk.created, "created all the same"
+
+        async def http(name: str, timeout_ms: int) -> Any:
+            raw = f'{{"name": "{name}", "partitions": 2, "timeout_ms": {timeout_ms}}}'.encode()
+
+            async def receive() -> dict[str, Any]:
+                return {"type": "http.request", "body": raw, "more_body": False}
+
+            scope = {
+                "type": "http",
+                "method": "POST",
+                "path": "/topics",
+                "headers": [(b"content-length", str(len(raw)).encode())],
+            }
+            return await http_create_topic(Request(scope, receive), state, replicas.logs)
+
+        began = time.monotonic()
+        answer = await http("audit", 0)
+        assert answer.status_code == 201 and time.monotonic() - began < 5
+        described = orjson.loads(answer.body)
+        assert [p["leader"] for p in described["partitions"]] == [-1, -1]
+        assert "audit" in zk.created
+        began = time.monotonic()
+        with pytest.raises(RequestTimedOut, match="timeout_ms=300"):
+            await http("pages", 300)
+        assert time.monotonic() - began < 5 and "pages" in zk.created
 
     asyncio.run(main())
