@@ -44,6 +44,7 @@ from app.core.topology import (
 )
 
 if TYPE_CHECKING:
+    from app.core.log.config import LogConfig
     from app.core.log.log import AppendInfo, Log
     from app.core.log.manager import LogManager
     from app.core.log.topic_rules import ConfigChange
@@ -145,6 +146,9 @@ class LocalTopology:
 
     def offline_replicas(self, topic: str, partition: int) -> list[int]:
         return []
+
+    def topic_configs(self, topic: str) -> tuple[LogConfig, dict[str, object]]:
+        return self.logs.topic_config(topic), self.logs.topic_overrides(topic)
 
     def topic_id(self, topic: str) -> uuid.UUID:
         return parse_topic_id(self.logs.topic_id(topic))  # made by LogManager.create_topic

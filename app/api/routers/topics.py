@@ -56,11 +56,12 @@ def describe_topic(state: AppState, manager: LogManager, topic: str) -> dict[str
         entry["high_watermark"] = None if log is None else log.high_watermark
         entry["log_end_offset"] = None if log is None else log.log_end_offset
         partitions.append(entry)
+    config, overrides = topology.topic_configs(topic)
     return {
         "name": topic,
         "partitions": partitions,
-        "configs": manager.topic_config(topic).to_kafka(),
-        "config_overrides": dict(manager.topic_overrides(topic)),
+        "configs": config.to_kafka(),
+        "config_overrides": overrides,
     }
 
 

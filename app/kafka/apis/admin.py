@@ -7,7 +7,8 @@ topics cannot be deleted; the checks are the topology's, ``validate_only`` inclu
 topic created through either door is listed and described through the other. Errors are
 per topic (per resource), Kafka's codes by the error's Kafka name.
 
-DescribeConfigs: a topic's configs are the log manager's (Kafka's names, those Logbus
+DescribeConfigs: a topic's configs are the topology's (:meth:`Topology.topic_configs`:
+a lone broker's logs', a cluster's ZooKeeper assignment's; Kafka's names, those Logbus
 keeps: ``GET /topics/{t}``'s ``configs``), overrides reported as DYNAMIC_TOPIC_CONFIG and
 the rest as DEFAULT_CONFIG; the broker resource lists a few of the broker's settings
 under Kafka's names, read-only (they are start-time settings; nothing alters them at
@@ -274,13 +275,10 @@ async def delete_topics(ctx: Context, body: Any, version: int) -> Any:
 
 def _topic_configs(ctx: Context, topic: str) -> list[tuple[str, object, int]]:
     """(Kafka name, value, config source) of every config the topic has."""
-    manager = ctx.state.manager
-    assert manager is not None
-    ctx.state.topology.partition_count(topic)  # UnknownTopicOrPartition for no topic
-    overrides = manager.topic_overrides(topic)
+    config, overrides = ctx.state.topology.topic_configs(topic)  # UnknownTopicOrPartition
     return [
         (key, value, DYNAMIC_TOPIC_CONFIG if key in overrides else DEFAULT_CONFIG)
-        for key, value in sorted(manager.topic_config(topic).to_kafka().items())
+        for key, value in sorted(config.to_kafka().items())
     ]
 
 

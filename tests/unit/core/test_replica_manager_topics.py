@@ -27,6 +27,7 @@ from kio.schema.errors import ErrorCode
 
 from app.common.errors import (
     KafkaStorageError,
+    NotLeaderOrFollower,
     PartitionLimitExceeded,
     RequestTimedOut,
     UnknownTopicOrPartition,
@@ -36,7 +37,7 @@ from app.core.log.manager import LogManager
 from app.core.log.topic_rules import check_new_topic
 from app.core.replication.config import ReplicaConfig
 from app.core.replication.manager import ReplicaManager
-from app.core.replication.state import TopicAssignment
+from app.core.replication.state import PartitionState, TopicAssignment
 from app.kafka.apis.admin import create_partitions, create_topics, incremental_alter_configs
 from app.kafka.apis.base import Context
 
@@ -236,11 +237,13 @@ def test_an_assignment_of_a_deleted_topic_does_not_touch_the_one_created_again(
 
 
 class OfflineStore:
-    """The calls a broker's topic applies make: its reports of offline replicas."""
+    """The calls a broker's topic applies make: its reports of offline replicas, and the
+    topic's watch (kept, to deliver its later assignments)."""
 
     def __init__(self, assignment: TopicAssignment | None = None) -> None:
         self.assignment = assignment
         self.reports: list[dict[str, tuple[str, list[int]]]] = []
+        self.topic_watches: dict[str, Any] = {}
 
     def set_offline_replicas(self, broker_id: int, offline: dict[str, Any]) -> None:
         assert broker_id == 1
@@ -253,16 +256,28 @@ class OfflineStore:
         pass
 
     def watch_topic(self, name: str, cb: Any) -> None:
-        pass
+        self.topic_watches[name] = cb
 
 
-def test_replicas_this_broker_cannot_create_are_reported_offline(
+async def settled(replicas: ReplicaManager) -> None:
+    """Until the applies a watch spawned have run."""
+    for _ in range(500):
+        await asyncio.sleep(0.01)
+        if not replicas._topic_tasks:
+            return
+    raise AssertionError("the watch's apply did not finish")
+
+
+def test_replicas_this_broker_cannot_create_are_reported_offline_its_view_following_zookeeper(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A grown topic whose new replicas here fail (a disk error): the broker keeps what
-    it had, logs why and reports those replicas offline (the controller leaves it out of
-    their election and ISR); made at a later apply, the report goes; a topic it cannot
-    create at all is reported whole; a deleted topic's report goes with it."""
+    """A grown topic whose new replicas here fail (a disk error): the broker logs why
+    and reports those replicas offline (the controller leaves it out of their election
+    and ISR), and its view follows ZooKeeper's assignment: 4 partitions and the new
+    configs in its metadata answers (it kept 1 partition and the old configs), those
+    replicas offline in them and not served. An unchanged assignment is not tried again;
+    a changed one is: made, the report goes and the new replicas take their known
+    state; a deleted topic's report goes with it."""
 
     async def main() -> None:
         logs = LogManager(tmp_path / "data")
@@ -270,6 +285,7 @@ def test_replicas_this_broker_cannot_create_are_reported_offline(
         try:
             settings = ReplicaConfig(zookeeper="127.0.0.1:1", broker_id=1, url="http://127.0.0.1:9")
             replicas = ReplicaManager(settings, logs, lambda log: None)
+            replicas.brokers = {1: None, 2: None, 3: None}  # type: ignore[dict-item]
             store = OfflineStore()
             replicas.store = store  # type: ignore[assignment]
             replicas._watched.add(TOPIC)
@@ -277,10 +293,14 @@ def test_replicas_this_broker_cannot_create_are_reported_offline(
             first = TopicAssignment("id-1", ((1, 2),), {})
             await replicas._apply_assignment(TOPIC, first)
             assert store.reports == []
-            grown = TopicAssignment("id-1", ((1, 2), (2, 1), (1, 2), (2, 3)), {})
+            grown = TopicAssignment(
+                "id-1", ((1, 2), (2, 1), (1, 2), (2, 3)), {"retention.ms": 60_000}
+            )
             real = logs.apply_cluster_assignment
+            tries = []
 
             def broken(*args: Any, **kwargs: Any) -> bool:
+                tries.append(args)
                 raise KafkaStorageError("the log directory is not writable")
 
             monkeypatch.setattr(logs, "apply_cluster_assignment", broken)
@@ -288,15 +308,60 @@ def test_replicas_this_broker_cannot_create_are_reported_offline(
                 await replicas._apply_assignment(TOPIC, grown)
             assert store.reports == [{TOPIC: ("id-1", [1, 2])}]
             assert "not writable" in caplog.text and "[1, 2] are reported offline" in caplog.text
-            assert replicas.assignments[TOPIC] == first, "what it had"
-            monkeypatch.setattr(logs, "apply_cluster_assignment", real)
+            # This broker's metadata: ZooKeeper's assignment, not what it had.
+            assert replicas.partition_count(TOPIC) == 4
+            assert replicas.replicas_of(TOPIC, 3) == (2, 3)
+            assert [replicas.offline_replicas(TOPIC, p) for p in range(4)] == [[], [1], [1], []]
+            config, overrides = replicas.topic_configs(TOPIC)
+            assert overrides == {"retention.ms": 60_000} and config.retention_ms == 60_000
+            assert logs.partition_count(TOPIC) == 1, "its logs: what it could make"
+            assert sorted(replicas.partitions) == [(TOPIC, 0)]
+            replicas._apply_state(TOPIC, 1, PartitionState(2, 4, (2,)), 7)
+            with pytest.raises(NotLeaderOrFollower):
+                replicas.leader_partition(TOPIC, 1)
+            assert replicas.replica_log(TOPIC, 1) is None, "not served"
             await replicas._apply_assignment(TOPIC, grown)
-            assert store.reports[-1] == {}
-            assert sorted(replicas.partitions) == [(TOPIC, 0), (TOPIC, 1), (TOPIC, 2)]
+            assert len(tries) == 1, "an unchanged assignment is not tried again"
 
-            other = TopicAssignment("id-9", ((2, 1), (1, 2), (2, 3)), {})
-            store.assignment = other
+            monkeypatch.setattr(logs, "apply_cluster_assignment", real)
+            changed = dataclasses.replace(grown, configs={"retention.ms": 120_000})
+            await replicas._apply_assignment(TOPIC, changed)
+            assert store.reports[-1] == {}
+            assert [replicas.offline_replicas(TOPIC, p) for p in range(4)] == [[]] * 4
+            assert sorted(replicas.partitions) == [(TOPIC, 0), (TOPIC, 1), (TOPIC, 2)]
+            assert replicas.partitions[(TOPIC, 1)].leader_epoch == 4, "its known state"
+            assert logs.topic_overrides(TOPIC) == {"retention.ms": 120_000}
+
+            await replicas._drop_topic(TOPIC)
+            assert store.reports[-1] == {}
+        finally:
+            logs.shutdown()
+
+    asyncio.run(main())
+
+
+def test_a_topic_this_broker_cannot_create_is_still_watched_and_created_at_its_next_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The topic could not be created here at all (no space left): its replicas are
+    reported offline, the broker knows the topic as ZooKeeper has it and watches it, so
+    a later change (new partitions, configs) reaches it: created then, with every
+    partition it hosts, the report taken back. It had no watch: the topic stayed unknown
+    here until a restart."""
+
+    async def main() -> None:
+        logs = LogManager(tmp_path / "data")
+        logs.start()
+        try:
+            settings = ReplicaConfig(zookeeper="127.0.0.1:1", broker_id=1, url="http://127.0.0.1:9")
+            replicas = ReplicaManager(settings, logs, lambda log: None)
+            replicas._loop = asyncio.get_running_loop()
+            replicas.brokers = {1: None, 2: None, 3: None}  # type: ignore[dict-item]
+            audit = TopicAssignment("id-9", ((2, 1), (1, 2), (2, 3)), {})
+            store = OfflineStore(audit)
+            replicas.store = store  # type: ignore[assignment]
             replicas._watched.add("audit")
+            real = logs.create_topic
 
             def refused(*args: Any, **kwargs: Any) -> None:
                 raise KafkaStorageError("no space left on the device")
@@ -304,6 +369,20 @@ def test_replicas_this_broker_cannot_create_are_reported_offline(
             monkeypatch.setattr(logs, "create_topic", refused)
             await replicas._add_topic("audit")
             assert store.reports[-1] == {"audit": ("id-9", [0, 1])}
+            assert replicas.topics() == ["audit"] and replicas.partition_count("audit") == 3
+            assert replicas.offline_replicas("audit", 0) == [1]
+            assert "audit" in store.topic_watches, "watched all the same"
+
+            monkeypatch.setattr(logs, "create_topic", real)
+            grown = TopicAssignment(
+                "id-9", ((2, 1), (1, 2), (2, 3), (1, 3)), {"retention.ms": 5000}
+            )
+            assert store.topic_watches["audit"](grown) is True
+            await settled(replicas)
+            assert store.reports[-1] == {}
+            assert logs.hosted_partitions("audit") == [0, 1, 3]
+            assert logs.topic_overrides("audit") == {"retention.ms": 5000}
+            assert sorted(replicas.partitions) == [("audit", 0), ("audit", 1), ("audit", 3)]
             await replicas._drop_topic("audit")
             assert store.reports[-1] == {}
         finally:
