@@ -73,7 +73,12 @@ def plan_topic(state: AppState, manager: LogManager, topic: str) -> TopicPlan:
         return TopicPlan(
             state.settings.num_partitions, defaults.max_message_bytes, False, validation(defaults)
         )
-    config = manager.topic_config(topic)
+    try:
+        config = manager.topic_config(topic)
+    except UnknownTopicOrPartition:
+        # A cluster topic this broker could not create (reported offline): its leader
+        # elsewhere takes the request, routed there with the cluster's view of it.
+        config = state.topology.topic_configs(topic)[0]
     return TopicPlan(partitions, config.max_message_bytes, True, validation(config))
 
 

@@ -25,6 +25,7 @@ import orjson
 import pytest
 from kio.schema.errors import ErrorCode
 
+from app.api.produce_service import plan_topic
 from app.common.errors import (
     KafkaStorageError,
     NotLeaderOrFollower,
@@ -372,6 +373,10 @@ def test_a_topic_this_broker_cannot_create_is_still_watched_and_created_at_its_n
             assert replicas.topics() == ["audit"] and replicas.partition_count("audit") == 3
             assert replicas.offline_replicas("audit", 0) == [1]
             assert "audit" in store.topic_watches, "watched all the same"
+            # A produce here plans on the cluster's view (routed to the leader), not 404.
+            state: Any = SimpleNamespace(topology=replicas)
+            plan = plan_topic(state, logs, "audit")
+            assert (plan.partitions, plan.exists) == (3, True)
 
             monkeypatch.setattr(logs, "create_topic", real)
             grown = TopicAssignment(
