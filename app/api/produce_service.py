@@ -92,7 +92,9 @@ async def create_planned(state: AppState, manager: LogManager, topic: str) -> in
     topology = state.topology
     # A concurrent request may have created it first: same outcome, once it has leaders.
     with contextlib.suppress(TopicAlreadyExists):
-        await topology.create_topic(NewTopic(topic, state.settings.num_partitions))
+        # No wait in the create: the one below is the same either way, and answers an
+        # auto-create without leaders LEADER_NOT_AVAILABLE, as Kafka's.
+        await topology.create_topic(NewTopic(topic, state.settings.num_partitions), timeout_ms=0)
     await topology.wait_for_leaders(topic, 30.0)
     return partition_count(state, topic)
 
