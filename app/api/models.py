@@ -377,6 +377,15 @@ class CreateTopicRequest(StrictBody):
         description="Topic config overrides with Kafka's names, e.g. retention.ms.",
         examples=[{"retention.ms": 3600000, "cleanup.policy": "delete"}],
     )
+    timeout_ms: int = Field(
+        default=30_000,
+        ge=0,
+        le=INT_MAX,
+        description="In a cluster, how long to wait for every partition to have a leader "
+        "(else 504 REQUEST_TIMED_OUT: the topic is created and stays); 0 answers at once "
+        "after the write, as Kafka's timeout_ms, with the partitions this broker does not "
+        "know yet shown without leader or replicas.",
+    )
 
     @field_validator("configs", mode="wrap")
     @classmethod

@@ -260,7 +260,10 @@ INVALID_CONFIG (unknown name or bad value; the body names the config), 409
 TOPIC_ALREADY_EXISTS. More partitions than the broker can keep open (per topic, in total,
 or in file descriptors left) is 400 INVALID_PARTITIONS whose `setting` names the limit;
 the check comes before anything is written, and a create that fails half-way (503
-KAFKA_STORAGE_ERROR) leaves nothing behind. The answer is the new topic's description."""
+KAFKA_STORAGE_ERROR) leaves nothing behind. The answer is the new topic's description.
+In a cluster it comes once every partition has a leader, up to `timeout_ms` (default
+30000; then 504 REQUEST_TIMED_OUT: the topic is created, do not create it again; 0: at
+once after the write, as Kafka's CreateTopics)."""
 
 CREATE_TOPIC_EXAMPLES: dict[str, Any] = {
     "simple": {"summary": "Three partitions", "value": {"name": "orders", "partitions": 3}},

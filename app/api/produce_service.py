@@ -73,7 +73,12 @@ def plan_topic(state: AppState, manager: LogManager, topic: str) -> TopicPlan:
         return TopicPlan(
             state.settings.num_partitions, defaults.max_message_bytes, False, validation(defaults)
         )
-    config = manager.topic_config(topic)
+    try:
+        config = manager.topic_config(topic)
+    except UnknownTopicOrPartition:
+        # A cluster topic this broker could not create (reported offline): its leader
+        # elsewhere takes the request, routed there with the cluster's view of it.
+        config = state.topology.topic_configs(topic)[0]
     return TopicPlan(partitions, config.max_message_bytes, True, validation(config))
 
 
@@ -87,7 +92,9 @@ async def create_planned(state: AppState, manager: LogManager, topic: str) -> in
     topology = state.topology
     # A concurrent request may have created it first: same outcome, once it has leaders.
     with contextlib.suppress(TopicAlreadyExists):
-        await topology.create_topic(NewTopic(topic, state.settings.num_partitions))
+        # No wait in the create: the one below is the same either way, and answers an
+        # auto-create without leaders LEADER_NOT_AVAILABLE, as Kafka's.
+        await topology.create_topic(NewTopic(topic, state.settings.num_partitions), timeout_ms=0)
     await topology.wait_for_leaders(topic, 30.0)
     return partition_count(state, topic)
 

@@ -42,10 +42,12 @@ def new_topic(
     return NewTopic(name, count, rf, dict(configs), validate_only)
 
 
-async def create_topic(state: AppState, topic: NewTopic) -> None:
+async def create_topic(state: AppState, topic: NewTopic, *, timeout_ms: int = 30_000) -> None:
     """Create (or, ``validate_only``, check) ``topic``; returns once every partition has a
-    leader. Raises what :meth:`Topology.create_topic` raises."""
-    await state.topology.create_topic(topic)
+    leader, within ``timeout_ms`` in a cluster (RequestTimedOut after it, the topic
+    created; 0: at once after the write). Raises what :meth:`Topology.create_topic`
+    raises."""
+    await state.topology.create_topic(topic, timeout_ms=timeout_ms)
     if not topic.validate_only:
         state.sticky.forget(topic.name)
 

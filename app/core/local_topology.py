@@ -44,6 +44,7 @@ from app.core.topology import (
 )
 
 if TYPE_CHECKING:
+    from app.core.log.config import LogConfig
     from app.core.log.log import AppendInfo, Log
     from app.core.log.manager import LogManager
     from app.core.log.topic_rules import ConfigChange
@@ -146,6 +147,9 @@ class LocalTopology:
     def offline_replicas(self, topic: str, partition: int) -> list[int]:
         return []
 
+    def topic_configs(self, topic: str) -> tuple[LogConfig, dict[str, object]]:
+        return self.logs.topic_config(topic), self.logs.topic_overrides(topic)
+
     def topic_id(self, topic: str) -> uuid.UUID:
         return parse_topic_id(self.logs.topic_id(topic))  # made by LogManager.create_topic
 
@@ -183,7 +187,8 @@ class LocalTopology:
 
     # -- changes -----------------------------------------------------------------------
 
-    async def create_topic(self, topic: NewTopic) -> None:
+    async def create_topic(self, topic: NewTopic, *, timeout_ms: int = 30_000) -> None:
+        # Led here once made: there is nothing to wait for.
         replication_factor = topic.replication_factor
         if replication_factor not in (None, 1):
             assert replication_factor is not None

@@ -43,6 +43,7 @@ from app.common.errors import UnknownTopicId, UnknownTopicOrPartition
 
 if TYPE_CHECKING:
     from app.common.errors import OffsetNotAvailable
+    from app.core.log.config import LogConfig
     from app.core.log.log import AppendInfo, Log
     from app.core.log.topic_rules import ConfigChange
     from app.core.replication.state import BrokerInfo
@@ -188,7 +189,14 @@ class Topology(Protocol):
         ...
 
     def offline_replicas(self, topic: str, partition: int) -> list[int]:
-        """Replicas of the partition on brokers that are not live."""
+        """Replicas of the partition on brokers that are not live, or that their broker
+        could not make (reported offline)."""
+        ...
+
+    def topic_configs(self, topic: str) -> tuple[LogConfig, dict[str, object]]:
+        """The topic's config and its overrides, as this broker answers them (``GET
+        /topics/{t}``, DescribeConfigs): a lone broker's logs', a cluster's ZooKeeper
+        assignment's. UnknownTopicOrPartition if none."""
         ...
 
     def replica_log(self, topic: str, partition: int) -> Log | None:
@@ -231,9 +239,11 @@ class Topology(Protocol):
 
     # -- changes -----------------------------------------------------------------------
 
-    async def create_topic(self, topic: NewTopic) -> None:
-        """Create a topic and return once every partition has a leader. Raises
-        InvalidTopic, InvalidPartitions, InvalidConfig, InvalidReplicationFactor,
+    async def create_topic(self, topic: NewTopic, *, timeout_ms: int = 30_000) -> None:
+        """Create a topic and return once every partition has a leader, within
+        ``timeout_ms`` (Kafka's CreateTopics timeout: in a cluster, else RequestTimedOut,
+        the topic created; 0 or below: at once after the write). Raises InvalidTopic,
+        InvalidPartitions, InvalidConfig, InvalidReplicationFactor,
         PartitionLimitExceeded or TopicAlreadyExists."""
         ...
 

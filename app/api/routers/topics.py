@@ -31,7 +31,9 @@ from app.api.security import permits, visible
 from app.api.state import AppState
 from app.api.util import JSONBytes, TopicPath, partition_count, topic_names
 from app.common.errors import UnknownTopicOrPartition
+from app.core.log.topic_rules import check_new_topic
 from app.core.security.acl import Action, Operation, Resource, ResourceType
+from app.core.topology import NewTopic
 
 if TYPE_CHECKING:
     from app.core.log.manager import LogManager
@@ -54,11 +56,40 @@ def describe_topic(state: AppState, manager: LogManager, topic: str) -> dict[str
         entry["high_watermark"] = None if log is None else log.high_watermark
         entry["log_end_offset"] = None if log is None else log.log_end_offset
         partitions.append(entry)
+    config, overrides = topology.topic_configs(topic)
     return {
         "name": topic,
         "partitions": partitions,
-        "configs": manager.topic_config(topic).to_kafka(),
-        "config_overrides": dict(manager.topic_overrides(topic)),
+        "configs": config.to_kafka(),
+        "config_overrides": overrides,
+    }
+
+
+def _written_description(manager: LogManager, topic: NewTopic) -> dict[str, Any]:
+    """A topic created in a cluster without waiting (timeout_ms 0) that this broker has
+    not seen yet: its partitions with no leader and no replicas known here, its configs
+    as written."""
+    config, overrides = check_new_topic(
+        topic.name, topic.partitions, topic.configs, manager.default_config
+    )
+    return {
+        "name": topic.name,
+        "partitions": [
+            {
+                "partition": p,
+                "leader": -1,
+                "leader_epoch": -1,
+                "replicas": [],
+                "isr": [],
+                "offline_replicas": [],
+                "log_start_offset": None,
+                "high_watermark": None,
+                "log_end_offset": None,
+            }
+            for p in range(topic.partitions)
+        ],
+        "configs": config.to_kafka(),
+        "config_overrides": dict(overrides),
     }
 
 
@@ -116,20 +147,23 @@ async def list_topics(request: Request, state: StateDep, manager: ManagerDep) ->
     status_code=201,
     description=docs.CREATE_TOPIC,
     response_model=TopicDescription,
-    responses=error_responses(400, 409, 413, 503),
+    responses=error_responses(400, 409, 413, 503, 504),
     openapi_extra=docs.json_request_body("CreateTopicRequest", docs.CREATE_TOPIC_EXAMPLES),
 )
 async def create_topic(request: Request, state: StateDep, manager: ManagerDep) -> Response:
     """Create a topic"""
     req = await _body(request, state, CreateTopicRequest)
-    await topic_service.create_topic(
-        state,
-        topic_service.new_topic(
-            state, req.name, req.partitions, req.replication_factor, req.configs
-        ),
+    topic = topic_service.new_topic(
+        state, req.name, req.partitions, req.replication_factor, req.configs
     )
+    await topic_service.create_topic(state, topic, timeout_ms=req.timeout_ms)
+    try:
+        described = describe_topic(state, manager, req.name)
+    except UnknownTopicOrPartition:
+        # timeout_ms 0 in a cluster: written, not yet seen by this broker's watch.
+        described = _written_description(manager, topic)
     return JSONBytes(
-        describe_topic(state, manager, req.name),
+        described,
         status_code=201,
         headers={"Location": f"/topics/{req.name}"},
     )

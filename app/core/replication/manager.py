@@ -75,6 +75,7 @@ from app.core.topology import (
 )
 
 if TYPE_CHECKING:
+    from app.core.log.config import LogConfig
     from app.core.log.log import AppendInfo, Log
     from app.core.log.manager import LogManager
 
@@ -303,43 +304,15 @@ class ReplicaManager:
             with self._watched_lock:
                 self._watched.discard(name)
             return
-        hosted = [p for p, r in enumerate(assignment.replicas) if self.broker_id in r]
         if name in self.logs.topics() and self.logs.topic_id(name) != assignment.topic_id:
             # A topic of this name was deleted and created again while we were away.
             self._tell_topic_deleted(name)
             await asyncio.to_thread(self.logs.delete_topic, name)
-        if name not in self.logs.topics():
-            try:
-                await asyncio.to_thread(
-                    self.logs.create_topic,
-                    name,
-                    assignment.partitions,
-                    assignment.configs,
-                    topic_id=assignment.topic_id,
-                    hosted=hosted,
-                )
-            except LogbusError as e:
-                # As a lone broker refuses a topic it cannot open (LogManager.start): this
-                # broker does not host it, says why, reports its replicas offline (the
-                # controller elects others and leaves it out of their ISR) and goes on
-                # with the other topics; the rest of the cluster serves them.
-                hint = (
-                    "raise the file descriptor limit or max_partitions and restart this broker"
-                    if isinstance(e, PartitionLimitExceeded)
-                    else "fix the cause and restart this broker"
-                )
-                _log.error(
-                    "topic %r: this broker cannot host its replicas %s: %s; they are "
-                    "reported offline; %s",
-                    name,
-                    hosted,
-                    e,
-                    hint,
-                )
-                await self._report_offline(name, assignment.topic_id, hosted)
-                return
-        # Partitions added and configs changed while this broker was away come in here.
+        # Created here, or, made while this broker was away, brought in line with the
+        # partitions added and configs changed meanwhile.
         await self._apply_assignment(name, assignment)
+        # Watched whether or not its replicas could be made here: its later changes (new
+        # partitions, configs, a retry of what failed) and its deletion reach this broker.
         self.store.watch_topic(name, self._topic_watch(name, assignment.topic_id))
 
     def _topic_watch(self, name: str, topic_id: str) -> Callable[[TopicAssignment | None], bool]:
@@ -360,12 +333,21 @@ class ReplicaManager:
         return on_data
 
     async def _apply_assignment(self, name: str, assignment: TopicAssignment) -> None:
-        """Make this broker's replicas of ``name`` what ``assignment`` says: its configs
-        (every log of the topic here takes them, and DescribeConfigs answers them), and
-        any partitions beyond the ones known, with a :class:`Partition` for each hosted
-        here and a state watch for each (the controller elects their leaders). One at a
-        time (watches and the first read may race); an assignment of another topic id
-        or with fewer partitions than known is an old one and changes nothing."""
+        """Make this broker's view and replicas of ``name`` what ``assignment`` says:
+        the topic created here if it is not yet (its logs for the partitions hosted
+        here), its configs (every log of the topic here takes them, and DescribeConfigs
+        answers them), and any partitions beyond the ones known, with a
+        :class:`Partition` for each hosted here and a state watch for each (the
+        controller elects their leaders). One at a time (watches and the first read may
+        race); an assignment of another topic id or with fewer partitions than known is
+        an old one and changes nothing.
+
+        Replicas this broker cannot make (a disk error, no descriptors left, a config
+        its version does not keep) are reported offline (the controller elects others
+        and leaves this broker out of their ISR) and not served, while its view follows
+        the assignment all the same (partition count, replicas, configs in its metadata
+        answers); the next changed assignment tries again, and a success takes the
+        report back."""
         async with self._assign_lock:
             with self._watched_lock:
                 if name not in self._watched:
@@ -375,18 +357,36 @@ class ReplicaManager:
                 known.topic_id != assignment.topic_id or assignment.partitions < known.partitions
             ):
                 return
+            if known == assignment and name in self._offline:
+                return  # failed with this very assignment: tried again when it changes
             hosted = [p for p, r in enumerate(assignment.replicas) if self.broker_id in r]
+            create = name not in self.logs.topics()
+            failure: LogbusError | None = None
+            changed = False
             try:
-                changed = await asyncio.to_thread(
-                    functools.partial(
-                        self.logs.apply_cluster_assignment,
-                        name,
-                        assignment.partitions,
-                        assignment.configs,
-                        hosted,
-                        topic_id=assignment.topic_id,
+                if create:
+                    await asyncio.to_thread(
+                        functools.partial(
+                            self.logs.create_topic,
+                            name,
+                            assignment.partitions,
+                            assignment.configs,
+                            topic_id=assignment.topic_id,
+                            hosted=hosted,
+                        )
                     )
-                )
+                    changed = True
+                else:
+                    changed = await asyncio.to_thread(
+                        functools.partial(
+                            self.logs.apply_cluster_assignment,
+                            name,
+                            assignment.partitions,
+                            assignment.configs,
+                            hosted,
+                            topic_id=assignment.topic_id,
+                        )
+                    )
             except UnknownTopicOrPartition:
                 # The topic here is another one of that name (deleted and created again
                 # since this assignment was read), or gone: its own assignment is applied
@@ -394,29 +394,32 @@ class ReplicaManager:
                 # one's configs and id here, and refuse the new one's partitions after.
                 return
             except LogbusError as exc:
-                # A config this broker's version does not keep, no descriptors left for
-                # the new replicas, a disk error: this broker goes on with what it had and
-                # says why; its new replicas are reported offline, so the controller
-                # elects others for them and leaves this broker out of their ISR.
-                offline = [p for p in hosted if p not in self._hosted_here(name)]
-                _log.error(
-                    "topic %r: this broker cannot apply its assignment from ZooKeeper "
-                    "(%d partitions, configs %s): %s; its replicas %s are reported offline",
-                    name,
-                    assignment.partitions,
-                    assignment.configs,
-                    exc,
-                    offline,
-                )
-                await self._report_offline(name, assignment.topic_id, offline)
-                return
+                failure = exc
             with self._watched_lock:
                 if name not in self._watched:
                     return  # deleted while its logs changed: _drop_topic has them
-            if self._local_topic_id(name) != assignment.topic_id:
+            local_id = self._local_topic_id(name)
+            if local_id is not None and local_id != assignment.topic_id:
                 return  # deleted and created again while its logs changed
-            if name in self._offline:
-                await self._report_offline(name, assignment.topic_id, [])  # made them now
+            here = self._hosted_here(name)
+            offline = [p for p in hosted if p not in here]
+            if failure is not None:
+                _log.error(
+                    "topic %r: this broker cannot %s from ZooKeeper (%d partitions, configs "
+                    "%s): %s; its replicas %s are reported offline and not served; %s: "
+                    "it is tried again at the topic's next change or at restart",
+                    name,
+                    "create it" if create else "apply its assignment",
+                    assignment.partitions,
+                    assignment.configs,
+                    failure,
+                    offline,
+                    "raise the file descriptor limit or max_partitions"
+                    if isinstance(failure, PartitionLimitExceeded)
+                    else "fix the cause",
+                )
+            if offline or name in self._offline:
+                await self._report_offline(name, assignment.topic_id, offline)
             if changed:
                 _log.info(
                     "topic %s: %d partitions, config overrides %s (from ZooKeeper)",
@@ -425,8 +428,9 @@ class ReplicaManager:
                     assignment.configs,
                 )
             self.assignments[name] = assignment
+            made = []
             for p in hosted:
-                if (name, p) in self.partitions:
+                if (name, p) in self.partitions or p not in here:
                     continue
                 part = Partition(
                     self.logs.get_log(name, p),
@@ -440,9 +444,15 @@ class ReplicaManager:
                 )
                 part.on_follow = self._follow
                 self.partitions[(name, p)] = part
+                made.append(p)
             first_new = 0 if known is None else known.partitions
             for p in range(first_new, assignment.partitions):
                 self.store.watch_state(name, p, self._state_watch(name, p))
+            for p in made:
+                # Made at a retry: its state came while it had no replica here.
+                if (name, p) in self.states:
+                    state, version = self.states[(name, p)]
+                    self._apply_state(name, p, state, version)
         self._changed_now()
 
     def _hosted_here(self, name: str) -> set[int]:
@@ -535,10 +545,13 @@ class ReplicaManager:
                 part.maybe_shrink_isr()
                 part.check_low_watermark()
 
-    async def create_topic(self, topic: NewTopic, *, wait_s: float = 30.0) -> None:
+    async def create_topic(self, topic: NewTopic, *, timeout_ms: int = 30_000) -> None:
         """Write the topic's assignment to ZooKeeper and wait until every partition has a
-        leader. Raises InvalidTopic, InvalidPartitions, InvalidConfig,
-        InvalidReplicationFactor, PartitionLimitExceeded or TopicAlreadyExists."""
+        leader, as Kafka within ``timeout_ms`` (else RequestTimedOut: the topic is created
+        and its partitions get leaders later; 0 or below: at once after the write). Raises
+        InvalidTopic, InvalidPartitions, InvalidConfig, InvalidReplicationFactor,
+        PartitionLimitExceeded or TopicAlreadyExists, nothing written."""
+        deadline = time.monotonic() + max(0, timeout_ms) / 1000
         name, partitions = topic.name, topic.partitions
         # Only the per-topic limit: each broker checks the rest as it creates its replicas.
         self.logs.partition_budget.check_per_topic(name, partitions)
@@ -561,7 +574,15 @@ class ReplicaManager:
             self.store.create_topic, name, TopicAssignment(topic_id, tuple(replicas), normalized)
         )
         self.controller.kick()
-        await self.wait_for_leaders(name, wait_s)
+        if timeout_ms <= 0:
+            return
+        try:
+            await self.wait_for_leaders(name, max(0.0, deadline - time.monotonic()))
+        except LeaderNotAvailable:
+            raise RequestTimedOut(
+                f"topic {name!r} was created (it stays) but not every partition had a "
+                f"leader within timeout_ms={timeout_ms}; they will: do not create it again"
+            ) from None
 
     async def _change_assignment(
         self,
@@ -889,7 +910,36 @@ class ReplicaManager:
         }
 
     def offline_replicas(self, topic: str, partition: int) -> list[int]:
-        return [r for r in self.replicas_of(topic, partition) if r not in self.brokers]
+        """Replicas on brokers that are not live, and this broker's own where it could
+        not make its replica (reported offline: :meth:`_apply_assignment`)."""
+        replicas = self.replicas_of(topic, partition)
+        mine = self._offline.get(topic)
+        here_offline = (
+            mine is not None
+            and mine[0] == self.assignments[topic].topic_id
+            and partition in mine[1]
+        )
+        return [
+            r for r in replicas if r not in self.brokers or (r == self.broker_id and here_offline)
+        ]
+
+    def topic_configs(self, topic: str) -> tuple[LogConfig, dict[str, object]]:
+        """The topic's config and overrides as its ZooKeeper assignment has them (this
+        broker's view, which follows it even where its replicas could not take them: a
+        config its version does not keep is shown among the overrides, and the config
+        is then its replicas' own, or the broker's default without any)."""
+        assignment = self.assignments.get(topic)
+        if assignment is None:
+            raise UnknownTopicOrPartition(topic)
+        overrides = dict(assignment.configs)
+        try:
+            config = self.logs.default_config.with_overrides(overrides)
+        except LogbusError:
+            try:
+                config = self.logs.topic_config(topic)
+            except UnknownTopicOrPartition:
+                config = self.logs.default_config
+        return config, overrides
 
     def topic_id(self, topic: str) -> uuid.UUID:
         """The id the controller gave the topic (its ZooKeeper assignment), the same on

@@ -7,7 +7,8 @@ topics cannot be deleted; the checks are the topology's, ``validate_only`` inclu
 topic created through either door is listed and described through the other. Errors are
 per topic (per resource), Kafka's codes by the error's Kafka name.
 
-DescribeConfigs: a topic's configs are the log manager's (Kafka's names, those Logbus
+DescribeConfigs: a topic's configs are the topology's (:meth:`Topology.topic_configs`:
+a lone broker's logs', a cluster's ZooKeeper assignment's; Kafka's names, those Logbus
 keeps: ``GET /topics/{t}``'s ``configs``), overrides reported as DYNAMIC_TOPIC_CONFIG and
 the rest as DEFAULT_CONFIG; the broker resource lists a few of the broker's settings
 under Kafka's names, read-only (they are start-time settings; nothing alters them at
@@ -17,8 +18,10 @@ assignment and applied by every broker). DeleteRecords moves a partition's log s
 offset through :meth:`Topology.delete_records` (in a cluster the followers follow it, and
 the answer's low watermark is Kafka's: the smallest start over the live replicas and the
 ISR members, live or not, once it reached the new start, within the request's
-``timeout_ms``). CreatePartitions grows a topic through :meth:`Topology.create_partitions` (in a cluster the new replicas are
-placed over the live brokers and the answer waits for their leaders).
+``timeout_ms``). CreatePartitions grows a topic through :meth:`Topology.create_partitions`
+(in a cluster the new replicas are placed over the live brokers and the answer waits up
+to the request's ``timeout_ms`` for their leaders, as CreateTopics does for a new
+topic's).
 
 DescribeLogDirs: the broker's one data directory and, per partition it holds (leader or
 follower), the bytes of its segments; ``offset_lag`` 0 (no future replicas, KIP-113's
@@ -43,8 +46,9 @@ from app.common.errors import (
     UnknownTopicId,
     UnknownTopicOrPartition,
 )
+from app.core.log.topic_rules import check_new_topic
 from app.core.security.acl import Operation, ResourceType
-from app.core.topology import topic_id_text
+from app.core.topology import NewTopic, topic_id_text
 from app.kafka import authorize
 from app.kafka.apis.base import (
     NO_THROTTLE,
@@ -101,10 +105,14 @@ async def create_topics(ctx: Context, body: Any, version: int) -> Any:
     """Each topic created (or, ``validate_only``, checked) as ``POST /topics`` creates it;
     a name given twice is INVALID_REQUEST, manual replica assignments are not served
     (INVALID_REQUEST: the topology places replicas). From v5 a created topic's answer
-    carries its partitions, replication factor and configs."""
+    carries its partitions, replication factor and configs. In a cluster each waits up to
+    the request's ``timeout_ms`` for its partitions' leaders (REQUEST_TIMED_OUT after it:
+    the topic was created, and gets leaders later); a timeout of 0 or below answers at
+    once after the write, as Kafka."""
     m = response_module(CREATE_TOPICS, version)
     state = ctx.state
     validate_only = bool(getattr(body, "validate_only", False))
+    timeout_ms = max(0, int(body.timeout.total_seconds() * 1000))
     names = [t.name for t in body.topics]
 
     async def one(t: Any) -> Any:
@@ -126,11 +134,11 @@ async def create_topics(ctx: Context, body: Any, version: int) -> Any:
                 configs,
                 validate_only=validate_only,
             )
-            await topic_service.create_topic(state, topic)
+            await topic_service.create_topic(state, topic, timeout_ms=timeout_ms)
             if validate_only:
                 described = {"num_partitions": topic.partitions}
             else:
-                described = _created(ctx, m, t.name)
+                described = _created(ctx, m, topic)
         return build(
             m.CreatableTopicResult,
             name=t.name,
@@ -147,17 +155,35 @@ async def create_topics(ctx: Context, body: Any, version: int) -> Any:
     return build(m.CreateTopicsResponse, throttle_time=NO_THROTTLE, topics=tuple(results))
 
 
-def _created(ctx: Context, m: Any, name: str) -> dict[str, Any]:
-    """What a v5+ CreateTopics answer says of a topic just created."""
-    assert ctx.state.manager is not None
+def _created(ctx: Context, m: Any, topic: NewTopic) -> dict[str, Any]:
+    """What a v5+ CreateTopics answer says of a topic just created: this broker's view of
+    it, or, asked not to wait (timeout 0) in a cluster and not seen here yet, what was
+    written (the request's partitions, replication factor and configs), as Kafka answers
+    from the assignment it wrote."""
+    manager = ctx.state.manager
+    assert manager is not None
     topology = ctx.state.topology
-    count = topology.partition_count(name)
+    name = topic.name
+    try:
+        count = topology.partition_count(name)
+        rf = len(topology.partition_info(name, 0)["replicas"])
+        configs = _topic_configs(ctx, name)
+    except UnknownTopicOrPartition:
+        count = topic.partitions
+        rf = topic.replication_factor or ctx.state.settings.default_replication_factor
+        config, overrides = check_new_topic(
+            name, topic.partitions, topic.configs, manager.default_config
+        )
+        configs = [
+            (key, value, DYNAMIC_TOPIC_CONFIG if key in overrides else DEFAULT_CONFIG)
+            for key, value in sorted(config.to_kafka().items())
+        ]
     return {
         "num_partitions": count,
-        "replication_factor": len(topology.partition_info(name, 0)["replicas"]),
+        "replication_factor": rf,
         "configs": tuple(
             _config_entry(m.CreatableTopicConfigs, key, value, source, read_only=False)
-            for key, value, source in _topic_configs(ctx, name)
+            for key, value, source in configs
         )
         if hasattr(m, "CreatableTopicConfigs")
         else None,
@@ -249,13 +275,10 @@ async def delete_topics(ctx: Context, body: Any, version: int) -> Any:
 
 def _topic_configs(ctx: Context, topic: str) -> list[tuple[str, object, int]]:
     """(Kafka name, value, config source) of every config the topic has."""
-    manager = ctx.state.manager
-    assert manager is not None
-    ctx.state.topology.partition_count(topic)  # UnknownTopicOrPartition for no topic
-    overrides = manager.topic_overrides(topic)
+    config, overrides = ctx.state.topology.topic_configs(topic)  # UnknownTopicOrPartition
     return [
         (key, value, DYNAMIC_TOPIC_CONFIG if key in overrides else DEFAULT_CONFIG)
-        for key, value in sorted(manager.topic_config(topic).to_kafka().items())
+        for key, value in sorted(config.to_kafka().items())
     ]
 
 

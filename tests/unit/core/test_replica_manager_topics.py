@@ -21,11 +21,14 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import orjson
 import pytest
 from kio.schema.errors import ErrorCode
 
+from app.api.produce_service import plan_topic
 from app.common.errors import (
     KafkaStorageError,
+    NotLeaderOrFollower,
     PartitionLimitExceeded,
     RequestTimedOut,
     UnknownTopicOrPartition,
@@ -35,8 +38,8 @@ from app.core.log.manager import LogManager
 from app.core.log.topic_rules import check_new_topic
 from app.core.replication.config import ReplicaConfig
 from app.core.replication.manager import ReplicaManager
-from app.core.replication.state import TopicAssignment
-from app.kafka.apis.admin import create_partitions, incremental_alter_configs
+from app.core.replication.state import PartitionState, TopicAssignment
+from app.kafka.apis.admin import create_partitions, create_topics, incremental_alter_configs
 from app.kafka.apis.base import Context
 
 TOPIC = "orders"
@@ -55,10 +58,15 @@ class FakeZooKeeper:
         # Or the topic is deleted and created again there (this broker's watches deliver
         # both at once).
         self.recreated: TopicAssignment | None = None
+        self.created: dict[str, TopicAssignment] = {}
 
     def get_topic_versioned(self, name: str) -> tuple[TopicAssignment, int] | None:
         assert name == TOPIC
         return self.assignment, self.version
+
+    def create_topic(self, name: str, assignment: TopicAssignment) -> None:
+        # Created in ZooKeeper; no watch here delivers it (no leader ever comes).
+        self.created[name] = assignment
 
     def set_topic(self, name: str, assignment: TopicAssignment, version: int) -> bool:
         if self.race is not None:
@@ -230,11 +238,13 @@ def test_an_assignment_of_a_deleted_topic_does_not_touch_the_one_created_again(
 
 
 class OfflineStore:
-    """The calls a broker's topic applies make: its reports of offline replicas."""
+    """The calls a broker's topic applies make: its reports of offline replicas, and the
+    topic's watch (kept, to deliver its later assignments)."""
 
     def __init__(self, assignment: TopicAssignment | None = None) -> None:
         self.assignment = assignment
         self.reports: list[dict[str, tuple[str, list[int]]]] = []
+        self.topic_watches: dict[str, Any] = {}
 
     def set_offline_replicas(self, broker_id: int, offline: dict[str, Any]) -> None:
         assert broker_id == 1
@@ -247,16 +257,28 @@ class OfflineStore:
         pass
 
     def watch_topic(self, name: str, cb: Any) -> None:
-        pass
+        self.topic_watches[name] = cb
 
 
-def test_replicas_this_broker_cannot_create_are_reported_offline(
+async def settled(replicas: ReplicaManager) -> None:
+    """Until the applies a watch spawned have run."""
+    for _ in range(500):
+        await asyncio.sleep(0.01)
+        if not replicas._topic_tasks:
+            return
+    raise AssertionError("the watch's apply did not finish")
+
+
+def test_replicas_this_broker_cannot_create_are_reported_offline_its_view_following_zookeeper(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A grown topic whose new replicas here fail (a disk error): the broker keeps what
-    it had, logs why and reports those replicas offline (the controller leaves it out of
-    their election and ISR); made at a later apply, the report goes; a topic it cannot
-    create at all is reported whole; a deleted topic's report goes with it."""
+    """A grown topic whose new replicas here fail (a disk error): the broker logs why
+    and reports those replicas offline (the controller leaves it out of their election
+    and ISR), and its view follows ZooKeeper's assignment: 4 partitions and the new
+    configs in its metadata answers (it kept 1 partition and the old configs), those
+    replicas offline in them and not served. An unchanged assignment is not tried again;
+    a changed one is: made, the report goes and the new replicas take their known
+    state; a deleted topic's report goes with it."""
 
     async def main() -> None:
         logs = LogManager(tmp_path / "data")
@@ -264,6 +286,7 @@ def test_replicas_this_broker_cannot_create_are_reported_offline(
         try:
             settings = ReplicaConfig(zookeeper="127.0.0.1:1", broker_id=1, url="http://127.0.0.1:9")
             replicas = ReplicaManager(settings, logs, lambda log: None)
+            replicas.brokers = {1: None, 2: None, 3: None}  # type: ignore[dict-item]
             store = OfflineStore()
             replicas.store = store  # type: ignore[assignment]
             replicas._watched.add(TOPIC)
@@ -271,10 +294,14 @@ def test_replicas_this_broker_cannot_create_are_reported_offline(
             first = TopicAssignment("id-1", ((1, 2),), {})
             await replicas._apply_assignment(TOPIC, first)
             assert store.reports == []
-            grown = TopicAssignment("id-1", ((1, 2), (2, 1), (1, 2), (2, 3)), {})
+            grown = TopicAssignment(
+                "id-1", ((1, 2), (2, 1), (1, 2), (2, 3)), {"retention.ms": 60_000}
+            )
             real = logs.apply_cluster_assignment
+            tries = []
 
             def broken(*args: Any, **kwargs: Any) -> bool:
+                tries.append(args)
                 raise KafkaStorageError("the log directory is not writable")
 
             monkeypatch.setattr(logs, "apply_cluster_assignment", broken)
@@ -282,15 +309,60 @@ def test_replicas_this_broker_cannot_create_are_reported_offline(
                 await replicas._apply_assignment(TOPIC, grown)
             assert store.reports == [{TOPIC: ("id-1", [1, 2])}]
             assert "not writable" in caplog.text and "[1, 2] are reported offline" in caplog.text
-            assert replicas.assignments[TOPIC] == first, "what it had"
-            monkeypatch.setattr(logs, "apply_cluster_assignment", real)
+            # This broker's metadata: ZooKeeper's assignment, not what it had.
+            assert replicas.partition_count(TOPIC) == 4
+            assert replicas.replicas_of(TOPIC, 3) == (2, 3)
+            assert [replicas.offline_replicas(TOPIC, p) for p in range(4)] == [[], [1], [1], []]
+            config, overrides = replicas.topic_configs(TOPIC)
+            assert overrides == {"retention.ms": 60_000} and config.retention_ms == 60_000
+            assert logs.partition_count(TOPIC) == 1, "its logs: what it could make"
+            assert sorted(replicas.partitions) == [(TOPIC, 0)]
+            replicas._apply_state(TOPIC, 1, PartitionState(2, 4, (2,)), 7)
+            with pytest.raises(NotLeaderOrFollower):
+                replicas.leader_partition(TOPIC, 1)
+            assert replicas.replica_log(TOPIC, 1) is None, "not served"
             await replicas._apply_assignment(TOPIC, grown)
-            assert store.reports[-1] == {}
-            assert sorted(replicas.partitions) == [(TOPIC, 0), (TOPIC, 1), (TOPIC, 2)]
+            assert len(tries) == 1, "an unchanged assignment is not tried again"
 
-            other = TopicAssignment("id-9", ((2, 1), (1, 2), (2, 3)), {})
-            store.assignment = other
+            monkeypatch.setattr(logs, "apply_cluster_assignment", real)
+            changed = dataclasses.replace(grown, configs={"retention.ms": 120_000})
+            await replicas._apply_assignment(TOPIC, changed)
+            assert store.reports[-1] == {}
+            assert [replicas.offline_replicas(TOPIC, p) for p in range(4)] == [[]] * 4
+            assert sorted(replicas.partitions) == [(TOPIC, 0), (TOPIC, 1), (TOPIC, 2)]
+            assert replicas.partitions[(TOPIC, 1)].leader_epoch == 4, "its known state"
+            assert logs.topic_overrides(TOPIC) == {"retention.ms": 120_000}
+
+            await replicas._drop_topic(TOPIC)
+            assert store.reports[-1] == {}
+        finally:
+            logs.shutdown()
+
+    asyncio.run(main())
+
+
+def test_a_topic_this_broker_cannot_create_is_still_watched_and_created_at_its_next_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The topic could not be created here at all (no space left): its replicas are
+    reported offline, the broker knows the topic as ZooKeeper has it and watches it, so
+    a later change (new partitions, configs) reaches it: created then, with every
+    partition it hosts, the report taken back. It had no watch: the topic stayed unknown
+    here until a restart."""
+
+    async def main() -> None:
+        logs = LogManager(tmp_path / "data")
+        logs.start()
+        try:
+            settings = ReplicaConfig(zookeeper="127.0.0.1:1", broker_id=1, url="http://127.0.0.1:9")
+            replicas = ReplicaManager(settings, logs, lambda log: None)
+            replicas._loop = asyncio.get_running_loop()
+            replicas.brokers = {1: None, 2: None, 3: None}  # type: ignore[dict-item]
+            audit = TopicAssignment("id-9", ((2, 1), (1, 2), (2, 3)), {})
+            store = OfflineStore(audit)
+            replicas.store = store  # type: ignore[assignment]
             replicas._watched.add("audit")
+            real = logs.create_topic
 
             def refused(*args: Any, **kwargs: Any) -> None:
                 raise KafkaStorageError("no space left on the device")
@@ -298,6 +370,24 @@ def test_replicas_this_broker_cannot_create_are_reported_offline(
             monkeypatch.setattr(logs, "create_topic", refused)
             await replicas._add_topic("audit")
             assert store.reports[-1] == {"audit": ("id-9", [0, 1])}
+            assert replicas.topics() == ["audit"] and replicas.partition_count("audit") == 3
+            assert replicas.offline_replicas("audit", 0) == [1]
+            assert "audit" in store.topic_watches, "watched all the same"
+            # A produce here plans on the cluster's view (routed to the leader), not 404.
+            state: Any = SimpleNamespace(topology=replicas)
+            plan = plan_topic(state, logs, "audit")
+            assert (plan.partitions, plan.exists) == (3, True)
+
+            monkeypatch.setattr(logs, "create_topic", real)
+            grown = TopicAssignment(
+                "id-9", ((2, 1), (1, 2), (2, 3), (1, 3)), {"retention.ms": 5000}
+            )
+            assert store.topic_watches["audit"](grown) is True
+            await settled(replicas)
+            assert store.reports[-1] == {}
+            assert logs.hosted_partitions("audit") == [0, 1, 3]
+            assert logs.topic_overrides("audit") == {"retention.ms": 5000}
+            assert sorted(replicas.partitions) == [("audit", 0), ("audit", 1), ("audit", 3)]
             await replicas._drop_topic("audit")
             assert store.reports[-1] == {}
         finally:
@@ -401,5 +491,89 @@ def test_create_partitions_and_config_changes_honour_the_requests_timeout() -> N
         with pytest.raises(RequestTimedOut, match="timeout_ms=200"):
             await replicas.alter_topic_config(TOPIC, {"retention.ms": 2000}, timeout_ms=200)
         assert zk.assignment.configs == normalized({"retention.ms": 2000})
+
+    asyncio.run(main())
+
+
+def test_create_topics_honours_the_requests_timeout_through_both_doors() -> None:
+    """CreateTopics (the Kafka door) and POST /topics wait up to their timeout_ms for the
+    new topic's leaders (none come here): REQUEST_TIMED_OUT then, the topic created; 0
+    answers at once after the write (v5+: what was written; HTTP: 201, the partitions not
+    seen here yet without leader). Both waited 30 s and answered LEADER_NOT_AVAILABLE."""
+    from starlette.requests import Request
+
+    from app.api.routers.topics import create_topic as http_create_topic
+
+    async def main() -> None:
+        replicas, zk = cluster_broker({})
+        replicas.brokers = {1: None, 2: None, 3: None}  # type: ignore[dict-item]
+        replicas.logs.partition_budget = SimpleNamespace(check_per_topic=lambda *a: None)
+        replicas.logs.check_can_host = lambda *a: None
+        replicas.controller.kick = lambda: None  # type: ignore[method-assign]
+        state: Any = SimpleNamespace(
+            manager=replicas.logs,
+            topology=replicas,
+            sticky=SimpleNamespace(forget=lambda name: None),
+            settings=SimpleNamespace(
+                num_partitions=1, default_replication_factor=3, max_request_bytes=1 << 20
+            ),
+        )
+        ctx = Context(
+            state=state, advertised=("127.0.0.1", 9092), txn=lambda: None, groups=lambda: None
+        )
+
+        async def kafka(name: str, timeout_ms: int) -> tuple[Any, float]:
+            body = SimpleNamespace(
+                topics=[
+                    SimpleNamespace(
+                        name=name,
+                        num_partitions=2,
+                        replication_factor=-1,
+                        assignments=(),
+                        configs=[SimpleNamespace(name="retention.ms", value="1000")],
+                    )
+                ],
+                timeout=timedelta(milliseconds=timeout_ms),
+                validate_only=False,
+            )
+            began = time.monotonic()
+            answer = await create_topics(ctx, body, 7)
+            (result,) = answer.topics
+            return result, time.monotonic() - began
+
+        result, took = await kafka("clicks", 0)
+        assert result.error_code == ErrorCode.none and took < 5, (result.error_message, took)
+        assert (result.num_partitions, result.replication_factor) == (2, 3)
+        assert {c.name: c.value for c in result.configs}["retention.ms"] == "1000"
+        assert zk.created["clicks"].partitions == 2
+        result, took = await kafka("views", 300)
+        assert result.error_code == ErrorCode.request_timed_out and took < 5, took
+        assert "timeout_ms=300" in result.error_message and "created" in result.error_message
+        assert "views" in zk.created, "created all the same"
+
+        async def http(name: str, timeout_ms: int) -> Any:
+            raw = f'{{"name": "{name}", "partitions": 2, "timeout_ms": {timeout_ms}}}'.encode()
+
+            async def receive() -> dict[str, Any]:
+                return {"type": "http.request", "body": raw, "more_body": False}
+
+            scope = {
+                "type": "http",
+                "method": "POST",
+                "path": "/topics",
+                "headers": [(b"content-length", str(len(raw)).encode())],
+            }
+            return await http_create_topic(Request(scope, receive), state, replicas.logs)
+
+        began = time.monotonic()
+        answer = await http("audit", 0)
+        assert answer.status_code == 201 and time.monotonic() - began < 5
+        described = orjson.loads(answer.body)
+        assert [p["leader"] for p in described["partitions"]] == [-1, -1]
+        assert "audit" in zk.created
+        began = time.monotonic()
+        with pytest.raises(RequestTimedOut, match="timeout_ms=300"):
+            await http("pages", 300)
+        assert time.monotonic() - began < 5 and "pages" in zk.created
 
     asyncio.run(main())

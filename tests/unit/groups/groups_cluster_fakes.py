@@ -153,7 +153,7 @@ class FakeCluster:
         leader, url = self.leader_of(topic, partition)
         raise NotLeaderOrFollower(topic, partition, leader, url)
 
-    async def create_topic(self, topic: NewTopic) -> None:
+    async def create_topic(self, topic: NewTopic, *, timeout_ms: int = 30_000) -> None:
         name, partitions, replication_factor, configs = (
             topic.name,
             topic.partitions,
