@@ -17,12 +17,18 @@ from typing import Any, NamedTuple
 import orjson
 
 from app.common.schema_errors import InvalidSchema, RecordInvalid
+from app.common.schemas._avro_shape import (
+    NAMED,
+    checked_zero_byte_values,
+    is_recursive,
+    nesting,
+)
 from app.common.schemas._util import flatten_references, load_json
 from app.common.schemas.types import LIMITS, Codec, ResolvedReference
 
 _PRIMITIVES = frozenset(("null", "boolean", "int", "long", "float", "double", "bytes", "string"))
 # Keys of a named type or field whose value names a type (made full in the normalized form).
-_NAMED = frozenset(("record", "error", "enum", "fixed"))
+_NAMED = NAMED
 _COMPLEX = _NAMED | {"array", "map"}
 # Nesting fastavro's compiled code may recurse through safely (see AvroSchema.recursive).
 SAFE_NATIVE_DEPTH = 512
@@ -71,7 +77,7 @@ class AvroSchema(Codec):
             raise InvalidSchema("AVRO", f"{current}{e}") from None
         except RecursionError:
             raise InvalidSchema("AVRO", f"{current}nests too deeply") from None
-        self.zero_byte_values = _checked_zero_byte_values(self._parsed, named)
+        self.zero_byte_values = checked_zero_byte_values(self._parsed, named)
         # Arrays whose items read no bytes: fastavro builds whatever count a block
         # declares, so on its path the payload is walked first and the count charged
         # (app/common/schemas/_avro_scan.py); None where the schema has none.
@@ -101,8 +107,8 @@ class AvroSchema(Codec):
         # _native_read_bytes. A level that reads no byte (a record's field) does not need
         # one: a value nests at most levels_per_byte levels per byte read (and without
         # bound on no bytes where records contain themselves through records alone).
-        depth, levels_per_byte = _nesting(self._parsed, named)
-        self.recursive = _is_recursive(self._json) or depth is None or depth > SAFE_NATIVE_DEPTH
+        depth, levels_per_byte = nesting(self._parsed, named)
+        self.recursive = is_recursive(self._json) or depth is None or depth > SAFE_NATIVE_DEPTH
         self._native_read_bytes = (
             -1 if levels_per_byte is None else SAFE_NATIVE_DEPTH // levels_per_byte - 1
         )
@@ -436,33 +442,6 @@ class AvroSchema(Codec):
         ] or [f"{kinds} at {where}"]
 
 
-def _checked_zero_byte_values(parsed: Any, named: dict[str, Any]) -> int:
-    """:func:`zero_byte_values` of the schema, or ``InvalidSchema`` when over
-    ``LIMITS.max_zero_byte_values`` (or without bound): a decoder, ours or fastavro's,
-    would build that many objects for each such datum from no bytes at all."""
-    most, where = zero_byte_values(parsed, named)
-    if most is None:
-        raise InvalidSchema(
-            "AVRO",
-            f"{where} contains itself through record fields alone: no bytes can end a value "
-            "of it (make the field that closes the cycle optional, a union with null, or an "
-            "array)",
-        )
-    limit = LIMITS.max_zero_byte_values
-    if most > limit:
-        shown = f"{most:,}" if most < _COUNT_CAP else f"over {_COUNT_CAP:,}"
-        raise InvalidSchema(
-            "AVRO",
-            f"a value of {where} builds {shown} values from no bytes (records nested in "
-            "records, each 1 plus its fields; nulls and zero-size fixed 1), over the limit "
-            f"of {limit:,} values from no bytes (schema_registry_max_zero_byte_values): "
-            "a decoder would build them all for every such value it reads. Give these "
-            "records fields that take bytes, or make the repeated record fields optional "
-            "(a union with null) or arrays",
-        )
-    return most
-
-
 class _Compiled(NamedTuple):
     validate: Callable[..., bool]
     write: Callable[..., None]
@@ -605,215 +584,6 @@ def _canonical_field(field: Any, namespace: str | None) -> Any:
     if "aliases" in field:
         out["aliases"] = field["aliases"]
     return out
-
-
-def _is_recursive(schema: Any) -> bool:
-    """Whether a named type is used inside its own definition. In Avro a name must be
-    defined before use, so every cycle shows as a name referenced within the definition
-    of that name; names are compared both full and short (a false positive costs only
-    speed). Iterative: the schema's depth is bounded by LIMITS, but no recursion anyway."""
-    stack: list[tuple[Any, frozenset[str]]] = [(schema, frozenset())]
-    while stack:
-        node, defining = stack.pop()
-        if isinstance(node, str):
-            if node in defining or node.rpartition(".")[2] in defining:
-                return True
-        elif isinstance(node, list):
-            stack.extend((branch, defining) for branch in node)
-        elif isinstance(node, dict):
-            name = node.get("name")
-            if node.get("type") in _NAMED and isinstance(name, str):
-                ns = node.get("namespace")
-                full = f"{ns}.{name}" if ns and "." not in name else name
-                defining = defining | {full, full.rpartition(".")[2]}
-            for key in ("type", "items", "values"):
-                if key in node:
-                    stack.append((node[key], defining))
-            for field in node.get("fields") or ():
-                if isinstance(field, dict) and "type" in field:
-                    stack.append((field["type"], defining))
-    return False
-
-
-def _nesting(parsed: Any, named: dict[str, Any]) -> tuple[int | None, int | None]:
-    """How deep a value of fastavro's parsed schema ``parsed`` (with its named-type table)
-    may nest, in schema nodes (fastavro's compiled code recurses once or more per node),
-    and the most nodes it may nest through without reading a byte (a record's fields: a
-    union, array or map reads its index or count before its value); None for without
-    bound (a cycle: a recursive schema; for the second, records that contain themselves
-    through records alone, whose values no bytes can end). Iterative: named types may
-    chain thousands deep."""
-    Key = tuple[str, Any]
-
-    def key(node: Any) -> Key:
-        if isinstance(node, str):
-            return ("name", node) if node in named else ("leaf", node)
-        if isinstance(node, dict) and node.get("name") in named and node.get("type") in _NAMED:
-            return ("name", node["name"])
-        return ("id", id(node))
-
-    edges: dict[Key, list[tuple[Key, bool]]] = {}  # node -> (child, read without a byte)
-    pending = [parsed]
-    while pending:
-        node = pending.pop()
-        at = key(node)
-        if at in edges:
-            continue
-        if isinstance(node, str) and node in named:
-            node = named[node]
-        children: list[tuple[Any, bool]] = []
-        if isinstance(node, list):
-            children = [(branch, False) for branch in node]
-        elif isinstance(node, dict):
-            kind = node.get("type")
-            if kind in ("record", "error"):
-                children = [(f["type"], True) for f in node.get("fields") or ()]
-            elif kind == "array":
-                children = [(node["items"], False)]
-            elif kind == "map":
-                children = [(node["values"], False)]
-            elif isinstance(kind, dict | list) or (isinstance(kind, str) and kind in named):
-                children = [(kind, True)]
-        edges[at] = [(key(child), free) for child, free in children]
-        pending.extend(child for child, _ in children)
-
-    def longest(start: Key, free_only: bool, done: dict[Key, int]) -> int | None:
-        """Nodes on the longest path from ``start`` (None: a cycle), memoized in done."""
-        if start in done:
-            return done[start]
-        on_path = {start}
-        stack = [(start, [c for c, free in edges[start] if free or not free_only])]
-        while stack:
-            at, todo = stack[-1]
-            if todo:
-                child = todo.pop()
-                if child in on_path:
-                    return None
-                if child not in done:
-                    on_path.add(child)
-                    stack.append((child, [c for c, f in edges[child] if f or not free_only]))
-                continue
-            stack.pop()
-            on_path.discard(at)
-            succ = [c for c, free in edges[at] if free or not free_only]
-            done[at] = 1 + max((done[c] for c in succ), default=0)
-        return done[start]
-
-    depth = longest(key(parsed), False, {})
-    done: dict[Key, int] = {}
-    per_byte = 1
-    for at in edges:
-        found = longest(at, True, done)
-        if found is None:
-            return depth, None
-        per_byte = max(per_byte, found)
-    return depth, per_byte
-
-
-# Where zero_byte_values stops counting (the bound is far below; keeps the sums small).
-_COUNT_CAP = 1 << 62
-
-
-def zero_byte_values(parsed: Any, named: dict[str, Any]) -> tuple[int | None, str]:
-    """The most values one datum of any type in fastavro's parsed schema ``parsed`` (with
-    its named-type table) builds from no bytes, and the type that builds them (its name,
-    or its kind); None for without bound (a record that contains itself through record
-    fields alone: no bytes can end its value).
-
-    A decoder reads nothing for a null, a fixed of size 0 and a record (its fields are
-    read in turn), and at least a byte for every other type: a boolean, number, string,
-    bytes, enum or union index, and an array's or map's block count. So a datum of type T
-    builds ``zero(T)`` values from no bytes: 1 for a null or a fixed of size 0, 1 plus its
-    fields' for a record, 0 for any other type (its value is paid by the byte it reads). A
-    union's branch, an array's item and a map's value each start such a run after their
-    byte (a record of two fields of type R_(i-1), R_0 two nulls: zero(R_k) = 2**(k+2) - 1,
-    all from one union byte), so the answer is the largest ``zero`` of every type the
-    schema uses, not only the root's. (An array's items are another matter: one block
-    count declares many; the decoder charges them, ``max_zero_width_items``.)
-
-    Linear in the schema: each named type is counted once however often it is used (by
-    name, the records of the example above are k + 1 nodes, not 2**k), iteratively (named
-    types may chain thousands deep), the sums capped at _COUNT_CAP."""
-    Key = tuple[str, Any]
-
-    def key(node: Any) -> Key:
-        if isinstance(node, str):
-            return ("name", node) if node in named else ("leaf", node)
-        if isinstance(node, dict) and node.get("name") in named and node.get("type") in _NAMED:
-            return ("name", node["name"])
-        return ("id", id(node))
-
-    # node -> (its own count, the children its count adds, the children it does not);
-    # a key's node, for naming the worst.
-    nodes: dict[Key, tuple[int, list[Key], list[Key]]] = {}
-    node_of: dict[Key, Any] = {}
-    pending = [parsed]
-    while pending:
-        node = pending.pop()
-        at = key(node)
-        if at in nodes:
-            continue
-        if isinstance(node, str) and node in named:
-            node = named[node]
-        node_of[at] = node
-        own, added, other = 0, [], []
-        if isinstance(node, str):
-            own = 1 if node == "null" else 0
-        elif isinstance(node, list):
-            other = list(node)
-        elif isinstance(node, dict):
-            kind = node.get("type")
-            if kind in ("record", "error"):
-                own, added = 1, [f["type"] for f in node.get("fields") or ()]
-            elif kind == "fixed":
-                own = 1 if node.get("size") == 0 else 0
-            elif kind == "array":
-                other = [node["items"]]
-            elif kind == "map":
-                other = [node["values"]]
-            elif isinstance(kind, dict | list) or (isinstance(kind, str) and kind in named):
-                added = [kind]  # a type object around another type
-            elif kind == "null":
-                own = 1  # {"type": "null"}, with or without properties
-        nodes[at] = (own, [key(c) for c in added], [key(c) for c in other])
-        pending.extend(added)
-        pending.extend(other)
-
-    counted: dict[Key, int] = {}
-    for start in nodes:
-        if start in counted:
-            continue
-        on_path = {start}
-        stack = [(start, list(nodes[start][1]))]
-        while stack:
-            at, todo = stack[-1]
-            if todo:
-                child = todo.pop()
-                if child in on_path:
-                    return None, _type_name(node_of[child])
-                if child not in counted:
-                    on_path.add(child)
-                    stack.append((child, list(nodes[child][1])))
-                continue
-            stack.pop()
-            on_path.discard(at)
-            own, added, _ = nodes[at]
-            counted[at] = min(_COUNT_CAP, own + sum(counted[c] for c in added))
-    worst = max(counted, key=counted.__getitem__)
-    return counted[worst], _type_name(node_of[worst])
-
-
-def _type_name(node: Any) -> str:
-    """A schema node for a message: a named type's name, else its kind."""
-    if isinstance(node, dict):
-        name = node.get("name")
-        if isinstance(name, str) and node.get("type") in _NAMED:
-            return f"{node['type']} {name!r}"
-        kind = node.get("type")
-        return kind if isinstance(kind, str) else "a type"
-    if isinstance(node, list):
-        return "a union"
-    return str(node)
 
 
 def _normalize(node: Any, namespace: str | None) -> Any:

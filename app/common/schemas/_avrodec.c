@@ -31,7 +31,7 @@
  * fields'), charged where such a run starts: a value's root, a union's branch, a map's
  * value, an array's item (a block of items that take no bytes at once, as its count is
  * read: three bytes can declare 2**62 of them, which fastavro would try to build). One
- * run is bounded when the schema is parsed (_avro.zero_byte_values,
+ * run is bounded when the schema is parsed (_avro_shape.zero_byte_values,
  * schema_registry_max_zero_byte_values); the budget bounds their sum, so that many values
  * each under a bound cannot together build without bound.
  * tests/unit/common/schemas/test_schtypes_avro_decode.py checks, on random schemas,
@@ -462,7 +462,7 @@ min_size(Node *n)
     return size;
 }
 
-/* What one value of the node builds from no bytes (capped; _avro.zero_byte_values on the
+/* What one value of the node builds from no bytes (capped; _avro_shape.zero_byte_values on the
    Python side, which refuses schemas over schema_registry_max_zero_byte_values): 1 for a
    null or a fixed of size 0, a record 1 plus its fields', 0 for every other node (it reads
    a byte first). Charged where such a run starts: a value's root, a union's branch, an

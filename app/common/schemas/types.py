@@ -99,7 +99,7 @@ class SchemaLimits:
     max_zero_width_items: int = 1 << 20
     # Avro parse: the most values one datum of any type in a schema may build from no bytes
     # (a record 1 plus its fields, a null or a fixed of size 0 one; see
-    # _avro.zero_byte_values): more is InvalidSchema, so records of records of nulls cannot
+    # _avro_shape.zero_byte_values): more is InvalidSchema, so records of records of nulls cannot
     # make one value build 2**k objects.
     max_zero_byte_values: int = 10_000
 

@@ -1,4 +1,4 @@
-"""AVRO's bound on what one datum builds from no bytes (``_avro.zero_byte_values``, checked
+"""AVRO's bound on what one datum builds from no bytes (``_avro_shape.zero_byte_values``, checked
 when a schema is parsed: ``LIMITS.max_zero_byte_values``): on random schemas the memoized
 count over fastavro's parsed form is a brute-force count's (every named type expanded
 again at every use, no memo, over the schema's own JSON), and where the root itself takes
@@ -18,7 +18,7 @@ from test_schtypes_avro_native import avro_schemas
 
 from app.common import schemas
 from app.common.schema_errors import InvalidSchema
-from app.common.schemas._avro import zero_byte_values
+from app.common.schemas._avro_shape import zero_byte_values
 
 
 def brute_force(schema: Any) -> tuple[int, int]:

@@ -183,7 +183,7 @@ def test_records_nesting_without_reading_a_byte_are_record_invalid_not_a_crash()
     second it recursed 10,500 levels deep, 20 times the safe depth; a recursive type from
     a reference crashed it too (the recursion check read only the schema's own text).
     The first and the third are refused when parsed (InvalidSchema: no value of R can
-    end, see _avro.zero_byte_values); the second takes the pure-Python reader:
+    end, see _avro_shape.zero_byte_values); the second takes the pure-Python reader:
     RecordInvalid. In a child process, which the old code crashed."""
     done = subprocess.run(
         [sys.executable, "-c", _SELF_CONTAINED], capture_output=True, text=True, timeout=120
