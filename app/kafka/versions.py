@@ -14,14 +14,14 @@ and v18 add only follower fields (read and ignored: the door serves consumers; f
 replicate over HTTP); DeleteTopics v6 deletes by id; KIP-848's ConsumerGroupHeartbeat and
 ConsumerGroupDescribe name topics by id. OffsetCommit v9 is v8's message with KIP-848's
 member epochs, which the coordinator checks for consumer-protocol members at every
-version (STALE_MEMBER_EPOCH, FENCED_MEMBER_EPOCH).
+version (STALE_MEMBER_EPOCH, FENCED_MEMBER_EPOCH), and v10 names topics by id; OffsetFetch
+v8+ asks for several groups, v9 with a member's id and epoch, v10 topics by id.
 
 Maximums stop before versions that need what the broker does not do yet: Produce v10
 carries KIP-951's leader hint, served from the topology, v11+ KIP-890's
 TRANSACTION_ABORTABLE; ListOffsets v8+ asks for tiered-storage offsets; Metadata v13 adds
-a top-level error code (KIP-1102's REBOOTSTRAP_REQUIRED); FindCoordinator v4+ and
-OffsetFetch v8+ batch several keys or groups; OffsetCommit v10 names topics by id. The
-classic group APIs are served over every version kio defines (JoinGroup 0-9 with
+a top-level error code (KIP-1102's REBOOTSTRAP_REQUIRED); FindCoordinator v4+ batches
+several keys. The classic group APIs are served over every version kio defines (JoinGroup 0-9 with
 KIP-394's MEMBER_ID_REQUIRED from v4 and v9's skip_assignment for a static leader;
 LeaveGroup's batches from v3).
 """
