@@ -373,9 +373,10 @@ class ReplicaManager(TopicAdmin):
             offline = [p for p in hosted if p not in here]
             if failure is not None:
                 _log.error(
-                    "topic %r: this broker cannot %s from ZooKeeper (%d partitions, configs "
-                    "%s): %s; its replicas %s are reported offline and not served; %s: "
-                    "it is tried again at the topic's next change or at restart",
+                    "topic %r: this broker cannot host its replicas (it cannot %s from "
+                    "ZooKeeper: %d partitions, configs %s): %s; its replicas %s are "
+                    "reported offline and not served; %s: it is tried again at the topic's "
+                    "next change or at restart",
                     name,
                     "create it" if create else "apply its assignment",
                     assignment.partitions,
