@@ -360,6 +360,18 @@ class OffsetAnswer(BaseModel):
     timestamp: int = Field(description="The found record's timestamp; -1 for earliest/latest.")
 
 
+def _timeout_ms(waits_for: str, made: str, more: str = "") -> Any:
+    """The ``timeout_ms`` of a topic change's body (Kafka's): how long a cluster waits."""
+    return Field(
+        default=30_000,
+        ge=0,
+        le=INT_MAX,
+        description=f"In a cluster, how long to wait for {waits_for} (else 504 "
+        f"REQUEST_TIMED_OUT: {made} and stays); 0 answers at once after the write, as "
+        f"Kafka's timeout_ms{more}.",
+    )
+
+
 class CreateTopicRequest(StrictBody):
     name: str = Field(
         description=f"1-{MAX_TOPIC_NAME_LENGTH} characters of ASCII letters, digits, '.', '_' "
@@ -377,14 +389,10 @@ class CreateTopicRequest(StrictBody):
         description="Topic config overrides with Kafka's names, e.g. retention.ms.",
         examples=[{"retention.ms": 3600000, "cleanup.policy": "delete"}],
     )
-    timeout_ms: int = Field(
-        default=30_000,
-        ge=0,
-        le=INT_MAX,
-        description="In a cluster, how long to wait for every partition to have a leader "
-        "(else 504 REQUEST_TIMED_OUT: the topic is created and stays); 0 answers at once "
-        "after the write, as Kafka's timeout_ms, with the partitions this broker does not "
-        "know yet shown without leader or replicas.",
+    timeout_ms: int = _timeout_ms(
+        "every partition to have a leader",
+        "the topic is created",
+        ", with the partitions this broker does not know yet shown without leader or replicas",
     )
 
     @field_validator("configs", mode="wrap")
@@ -407,13 +415,8 @@ class CreatePartitionsRequest(StrictBody):
     validate_only: bool = Field(
         default=False, description="Check only (Kafka's validate_only): nothing changes."
     )
-    timeout_ms: int = Field(
-        default=30_000,
-        ge=0,
-        le=INT_MAX,
-        description="In a cluster, how long to wait for the change to be applied "
-        "(every partition has a leader; else 504 REQUEST_TIMED_OUT: the change is made and stays); 0 answers at "
-        "once after the write, as Kafka's timeout_ms.",
+    timeout_ms: int = _timeout_ms(
+        "every partition, the new ones too, to have a leader", "the change is made"
     )
 
 
@@ -426,14 +429,7 @@ class AlterTopicConfigsRequest(StrictBody):
     validate_only: bool = Field(
         default=False, description="Check only (Kafka's validate_only): nothing changes."
     )
-    timeout_ms: int = Field(
-        default=30_000,
-        ge=0,
-        le=INT_MAX,
-        description="In a cluster, how long to wait for the change to be applied "
-        "(this broker has applied the new overrides; else 504 REQUEST_TIMED_OUT: the change is made and stays); 0 answers at "
-        "once after the write, as Kafka's timeout_ms.",
-    )
+    timeout_ms: int = _timeout_ms("this broker to apply the new overrides", "the change is made")
 
 
 class DeleteRecordsAnswer(BaseModel):

@@ -246,16 +246,9 @@ class GroupCoordinator:
     # -- offsets ---------------------------------------------------------------------------
 
     async def fetch_committed_offsets(
-        self,
-        group_id: str,
-        topics: Sequence[str] | None = None,
-        require_stable: bool = False,
-        member_id: str | None = None,
-        member_epoch: int = -1,
+        self, group_id: str, topics: Sequence[str] | None = None, require_stable: bool = False
     ) -> list[CommittedOffset]:
-        return await self.offsets.fetch_committed_offsets(
-            group_id, topics, require_stable, member_id, member_epoch
-        )
+        return await self.offsets.fetch_committed_offsets(group_id, topics, require_stable)
 
     def unstable_partitions(self, group_id: str) -> dict[TopicPartition, int]:
         return self.offsets.unstable_partitions(group_id)

@@ -17,6 +17,19 @@ from app.common.schemas.types import LIMITS
 NAMED = frozenset(("record", "error", "enum", "fixed"))
 
 
+# A schema node's identity while a walk counts it: a named type by its name (counted once
+# however often it is used), a primitive by its name, any other node by itself.
+Key = tuple[str, Any]
+
+
+def _key(node: Any, named: dict[str, Any]) -> Key:
+    if isinstance(node, str):
+        return ("name", node) if node in named else ("leaf", node)
+    if isinstance(node, dict) and node.get("name") in named and node.get("type") in NAMED:
+        return ("name", node["name"])
+    return ("id", id(node))
+
+
 def is_recursive(schema: Any) -> bool:
     """Whether a named type is used inside its own definition. In Avro a name must be
     defined before use, so every cycle shows as a name referenced within the definition
@@ -53,14 +66,9 @@ def nesting(parsed: Any, named: dict[str, Any]) -> tuple[int | None, int | None]
     bound (a cycle: a recursive schema; for the second, records that contain themselves
     through records alone, whose values no bytes can end). Iterative: named types may
     chain thousands deep."""
-    Key = tuple[str, Any]
 
     def key(node: Any) -> Key:
-        if isinstance(node, str):
-            return ("name", node) if node in named else ("leaf", node)
-        if isinstance(node, dict) and node.get("name") in named and node.get("type") in NAMED:
-            return ("name", node["name"])
-        return ("id", id(node))
+        return _key(node, named)
 
     edges: dict[Key, list[tuple[Key, bool]]] = {}  # node -> (child, read without a byte)
     pending = [parsed]
@@ -144,14 +152,9 @@ def zero_byte_values(parsed: Any, named: dict[str, Any]) -> tuple[int | None, st
     Linear in the schema: each named type is counted once however often it is used (by
     name, the records of the example above are k + 1 nodes, not 2**k), iteratively (named
     types may chain thousands deep), the sums capped at _COUNT_CAP."""
-    Key = tuple[str, Any]
 
     def key(node: Any) -> Key:
-        if isinstance(node, str):
-            return ("name", node) if node in named else ("leaf", node)
-        if isinstance(node, dict) and node.get("name") in named and node.get("type") in NAMED:
-            return ("name", node["name"])
-        return ("id", id(node))
+        return _key(node, named)
 
     # node -> (its own count, the children its count adds, the children it does not);
     # a key's node, for naming the worst.

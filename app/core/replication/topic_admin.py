@@ -119,13 +119,12 @@ class TopicAdmin:
         self.controller.kick()
         if timeout_ms <= 0:
             return
-        try:
-            await self.wait_for_leaders(name, max(0.0, deadline - time.monotonic()))
-        except LeaderNotAvailable:
-            raise RequestTimedOut(
-                f"topic {name!r} was created (it stays) but not every partition had a "
-                f"leader within timeout_ms={timeout_ms}; they will: do not create it again"
-            ) from None
+        await self._leaders_by(
+            name,
+            deadline,
+            f"topic {name!r} was created (it stays) but not every partition had a "
+            f"leader within timeout_ms={timeout_ms}; they will: do not create it again",
+        )
 
     async def _change_assignment(
         self,
@@ -292,14 +291,21 @@ class TopicAdmin:
         await self._wait_applied(
             name, topic_id, lambda a: a.partitions >= count, deadline, timeout_ms
         )
+        await self._leaders_by(
+            name,
+            deadline,
+            f"topic {name!r} has {count} partitions (the change is made and stays) but "
+            f"not every one had a leader within timeout_ms={timeout_ms}; they will: do "
+            "not send the change again",
+        )
+
+    async def _leaders_by(self, name: str, deadline: float, timed_out: str) -> None:
+        """:meth:`wait_for_leaders` until ``deadline`` (monotonic), then RequestTimedOut
+        saying ``timed_out`` (the change is made either way)."""
         try:
             await self.wait_for_leaders(name, max(0.0, deadline - time.monotonic()))
         except LeaderNotAvailable:
-            raise RequestTimedOut(
-                f"topic {name!r} has {count} partitions (the change is made and stays) but "
-                f"not every one had a leader within timeout_ms={timeout_ms}; they will: do "
-                "not send the change again"
-            ) from None
+            raise RequestTimedOut(timed_out) from None
 
     async def wait_for_leaders(self, name: str, wait_s: float) -> None:
         """Until this broker has seen a leader for every partition of ``name``."""

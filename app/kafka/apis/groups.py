@@ -194,7 +194,8 @@ async def _fetched_group(
         authorize.check(ctx, Operation.DESCRIBE, ResourceType.GROUP, group_id)
         coordinator = group_coordinator(ctx)
         try:
-            found = await coordinator.fetch_committed_offsets(
+            # The offset store itself: its fetch takes v9's member id and epoch.
+            found = await coordinator.offsets.fetch_committed_offsets(
                 group_id, topics, require_stable, member_id, member_epoch
             )
         except UnstableOffsetCommit as exc:
