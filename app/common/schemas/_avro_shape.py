@@ -8,6 +8,7 @@ bytes (:func:`zero_byte_values`, refused over ``LIMITS.max_zero_byte_values`` by
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from app.common.schema_errors import InvalidSchema
@@ -67,64 +68,22 @@ def nesting(parsed: Any, named: dict[str, Any]) -> tuple[int | None, int | None]
     through records alone, whose values no bytes can end). Iterative: named types may
     chain thousands deep."""
 
-    def key(node: Any) -> Key:
-        return _key(node, named)
+    edges, _ = _graph(parsed, named)
 
-    edges: dict[Key, list[tuple[Key, bool]]] = {}  # node -> (child, read without a byte)
-    pending = [parsed]
-    while pending:
-        node = pending.pop()
-        at = key(node)
-        if at in edges:
-            continue
-        if isinstance(node, str) and node in named:
-            node = named[node]
-        children: list[tuple[Any, bool]] = []
-        if isinstance(node, list):
-            children = [(branch, False) for branch in node]
-        elif isinstance(node, dict):
-            kind = node.get("type")
-            if kind in ("record", "error"):
-                children = [(f["type"], True) for f in node.get("fields") or ()]
-            elif kind == "array":
-                children = [(node["items"], False)]
-            elif kind == "map":
-                children = [(node["values"], False)]
-            elif isinstance(kind, dict | list) or (isinstance(kind, str) and kind in named):
-                children = [(kind, True)]
-        edges[at] = [(key(child), free) for child, free in children]
-        pending.extend(child for child, _ in children)
+    def every_child(at: Key) -> list[Key]:
+        return [c for c, _ in edges[at]]
 
-    def longest(start: Key, free_only: bool, done: dict[Key, int]) -> int | None:
-        """Nodes on the longest path from ``start`` (None: a cycle), memoized in done."""
-        if start in done:
-            return done[start]
-        on_path = {start}
-        stack = [(start, [c for c, free in edges[start] if free or not free_only])]
-        while stack:
-            at, todo = stack[-1]
-            if todo:
-                child = todo.pop()
-                if child in on_path:
-                    return None
-                if child not in done:
-                    on_path.add(child)
-                    stack.append((child, [c for c, f in edges[child] if f or not free_only]))
-                continue
-            stack.pop()
-            on_path.discard(at)
-            succ = [c for c, free in edges[at] if free or not free_only]
-            done[at] = 1 + max((done[c] for c in succ), default=0)
-        return done[start]
+    def longest(_at: Key, below: list[int]) -> int:
+        return 1 + max(below, default=0)
 
-    depth = longest(key(parsed), False, {})
-    done: dict[Key, int] = {}
+    root, done = _key(parsed, named), dict[Key, int]()
+    depth = None if _fold(every_child, root, done, longest) is not None else done[root]
+    done_free: dict[Key, int] = {}
     per_byte = 1
     for at in edges:
-        found = longest(at, True, done)
-        if found is None:
+        if _fold(_free_children(edges), at, done_free, longest) is not None:
             return depth, None
-        per_byte = max(per_byte, found)
+        per_byte = max(per_byte, done_free[at])
     return depth, per_byte
 
 
@@ -153,67 +112,101 @@ def zero_byte_values(parsed: Any, named: dict[str, Any]) -> tuple[int | None, st
     name, the records of the example above are k + 1 nodes, not 2**k), iteratively (named
     types may chain thousands deep), the sums capped at _COUNT_CAP."""
 
-    def key(node: Any) -> Key:
-        return _key(node, named)
+    edges, node_of = _graph(parsed, named)
 
-    # node -> (its own count, the children its count adds, the children it does not);
-    # a key's node, for naming the worst.
-    nodes: dict[Key, tuple[int, list[Key], list[Key]]] = {}
+    def count(at: Key, below: list[int]) -> int:
+        return min(_COUNT_CAP, _own(node_of[at]) + sum(below))
+
+    counted: dict[Key, int] = {}
+    for start in edges:
+        cycle = _fold(_free_children(edges), start, counted, count)
+        if cycle is not None:
+            return None, _type_name(node_of[cycle])
+    worst = max(counted, key=counted.__getitem__)
+    return counted[worst], _type_name(node_of[worst])
+
+
+def _own(node: Any) -> int:
+    """The values a node builds itself from no bytes: 1 for a null, a fixed of size 0 and
+    a record (its fields count apart), 0 for every other (it reads a byte first)."""
+    if isinstance(node, str):
+        return 1 if node == "null" else 0
+    if not isinstance(node, dict):
+        return 0  # a union
+    kind = node.get("type")
+    if kind in ("record", "error") or kind == "null":  # {"type": "null"}, with properties
+        return 1
+    return 1 if kind == "fixed" and node.get("size") == 0 else 0
+
+
+Edges = dict[Key, list[tuple[Key, bool]]]
+
+
+def _graph(parsed: Any, named: dict[str, Any]) -> tuple[Edges, dict[Key, Any]]:
+    """Every node reachable from ``parsed``, once (a named type by its name): its
+    children, each with whether it is read without a byte first (a record's fields, the
+    type a type object wraps) or after one (a union's branch after its index, an array's
+    items and a map's values after their block count); and each key's node."""
+    edges: Edges = {}
     node_of: dict[Key, Any] = {}
     pending = [parsed]
     while pending:
         node = pending.pop()
-        at = key(node)
-        if at in nodes:
+        at = _key(node, named)
+        if at in edges:
             continue
         if isinstance(node, str) and node in named:
             node = named[node]
         node_of[at] = node
-        own, added, other = 0, [], []
-        if isinstance(node, str):
-            own = 1 if node == "null" else 0
-        elif isinstance(node, list):
-            other = list(node)
+        children: list[tuple[Any, bool]] = []
+        if isinstance(node, list):
+            children = [(branch, False) for branch in node]
         elif isinstance(node, dict):
             kind = node.get("type")
             if kind in ("record", "error"):
-                own, added = 1, [f["type"] for f in node.get("fields") or ()]
-            elif kind == "fixed":
-                own = 1 if node.get("size") == 0 else 0
+                children = [(f["type"], True) for f in node.get("fields") or ()]
             elif kind == "array":
-                other = [node["items"]]
+                children = [(node["items"], False)]
             elif kind == "map":
-                other = [node["values"]]
+                children = [(node["values"], False)]
             elif isinstance(kind, dict | list) or (isinstance(kind, str) and kind in named):
-                added = [kind]  # a type object around another type
-            elif kind == "null":
-                own = 1  # {"type": "null"}, with or without properties
-        nodes[at] = (own, [key(c) for c in added], [key(c) for c in other])
-        pending.extend(added)
-        pending.extend(other)
+                children = [(kind, True)]  # a type object around another type
+        edges[at] = [(_key(child, named), free) for child, free in children]
+        pending.extend(child for child, _ in children)
+    return edges, node_of
 
-    counted: dict[Key, int] = {}
-    for start in nodes:
-        if start in counted:
+
+def _free_children(edges: Edges) -> Callable[[Key], list[Key]]:
+    return lambda at: [c for c, free in edges[at] if free]
+
+
+def _fold(
+    children: Callable[[Key], list[Key]],
+    start: Key,
+    done: dict[Key, int],
+    value: Callable[[Key, list[int]], int],
+) -> Key | None:
+    """Post-order from ``start``, iteratively: ``done[k] = value(k, [done[c] for each
+    child c])`` for every node reached and not in ``done`` yet. The node that closes a
+    cycle (``done`` then partial), or None."""
+    if start in done:
+        return None
+    on_path = {start}
+    stack = [(start, children(start))]
+    while stack:
+        at, todo = stack[-1]
+        if todo:
+            child = todo.pop()
+            if child in on_path:
+                return child
+            if child not in done:
+                on_path.add(child)
+                stack.append((child, children(child)))
             continue
-        on_path = {start}
-        stack = [(start, list(nodes[start][1]))]
-        while stack:
-            at, todo = stack[-1]
-            if todo:
-                child = todo.pop()
-                if child in on_path:
-                    return None, _type_name(node_of[child])
-                if child not in counted:
-                    on_path.add(child)
-                    stack.append((child, list(nodes[child][1])))
-                continue
-            stack.pop()
-            on_path.discard(at)
-            own, added, _ = nodes[at]
-            counted[at] = min(_COUNT_CAP, own + sum(counted[c] for c in added))
-    worst = max(counted, key=counted.__getitem__)
-    return counted[worst], _type_name(node_of[worst])
+        stack.pop()
+        on_path.discard(at)
+        done[at] = value(at, [done[c] for c in children(at)])
+    return None
 
 
 def _type_name(node: Any) -> str:
