@@ -87,6 +87,10 @@ def local_session(app_name: str, master: str = "local[2]", **config: str) -> Any
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.driver.bindAddress", "127.0.0.1")
+        # The JVM waits this long for the Python side to connect to a collect's local
+        # socket (15 s by default): on a loaded 2-core machine the driver took longer once,
+        # and PySpark reported it as an UnboundLocalError in _load_from_socket.
+        .config("spark.python.authenticate.socketTimeout", "120s")
     )
     for name, value in config.items():
         builder = builder.config(name.replace("__", "."), value)
