@@ -49,7 +49,9 @@ def test_long_poll_is_woken_by_an_append(client: TestClient) -> None:
     r = out["response"]
     assert r.status_code == 200
     assert [rec["value"] for rec in r.json()["records"]] == ["new"]
-    assert out["elapsed"] < 5 and woke_after < 1.0
+    # Woken by the append, not by max_wait_ms (10 s): a bound well under the wait, loose
+    # enough for a loaded 2-core machine (the produce itself once took ~2 s there).
+    assert out["elapsed"] < 5 and woke_after < 5
     assert client.app.state.logbus.waiters.waiting() == 0  # type: ignore[attr-defined]
 
 
