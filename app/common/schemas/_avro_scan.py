@@ -121,11 +121,6 @@ def free_of(named: dict[str, Any]) -> Callable[[Any], bool]:
     return free
 
 
-def takes_no_bytes(node: Any, named: dict[str, Any]) -> bool:
-    """Whether a value of ``node`` reads no bytes (see :func:`free_of`)."""
-    return free_of(named)(node)
-
-
 def zero_width_arrays(parsed: Any, named: dict[str, Any]) -> bool:
     """Whether some array of the schema has items that read no bytes."""
     free = free_of(named)

@@ -234,41 +234,76 @@ get_count(In *in, Py_ssize_t min_size, Py_ssize_t weight, Py_ssize_t *out)
     return OK;
 }
 
+/* One item of an array's or map's block, read into ``into`` (its list or dict). */
+typedef int (*ReadItem)(In *in, const Node *n, PyObject *into);
+
+/* An array's or map's blocks, each item read by ``read_item`` into ``into``: ``*out`` takes
+   ``into`` at the block of count 0; any other outcome frees it. ``min_size`` and ``weight``:
+   an item's, for get_count. */
+static inline int
+decode_blocks(In *in, const Node *n, PyObject *into, Py_ssize_t min_size, Py_ssize_t weight,
+              ReadItem read_item, PyObject **out)
+{
+    for (;;) {
+        Py_ssize_t count;
+        int r = get_count(in, min_size, weight, &count);
+        if (r == OK && count == 0) {
+            *out = into;
+            return OK;
+        }
+        for (Py_ssize_t i = 0; r == OK && i < count; i++)
+            r = read_item(in, n, into);
+        if (r != OK) {
+            Py_DECREF(into);
+            return r;
+        }
+    }
+}
+
+static int
+array_item(In *in, const Node *n, PyObject *list)
+{
+    /* Items that take bytes are charged one by one (their count is not bounded by the
+       bytes left until they are read); those that take none were, as their block's
+       count was read. */
+    Py_ssize_t each = n->child->min_size > 0 ? n->child->weight : 0;
+    PyObject *item;
+    int r = each > 0 ? charge(in, each) : OK;
+    if (r == OK)
+        r = decode(in, n->child, &item);
+    if (r == OK) {
+        r = PyList_Append(list, item) < 0 ? ERROR : OK;
+        Py_DECREF(item);
+    }
+    return r;
+}
+
 static int
 decode_array(In *in, const Node *n, PyObject **out)
 {
     PyObject *list = PyList_New(0);
     if (list == NULL)
         return ERROR;
-    for (;;) {
-        Py_ssize_t count;
-        int r = get_count(in, n->child->min_size, n->child->weight, &count);
-        if (r != OK) {
-            Py_DECREF(list);
-            return r;
-        }
-        if (count == 0)
-            break;
-        /* Items that take bytes are charged one by one (their count is not bounded by
-           the bytes left until they are read); those that take none were, above. */
-        Py_ssize_t each = n->child->min_size > 0 ? n->child->weight : 0;
-        for (Py_ssize_t i = 0; i < count; i++) {
-            PyObject *item;
-            r = each > 0 ? charge(in, each) : OK;
-            if (r == OK)
-                r = decode(in, n->child, &item);
-            if (r == OK) {
-                r = PyList_Append(list, item) < 0 ? ERROR : OK;
-                Py_DECREF(item);
-            }
-            if (r != OK) {
-                Py_DECREF(list);
-                return r;
-            }
-        }
+    return decode_blocks(in, n, list, n->child->min_size, n->child->weight, array_item, out);
+}
+
+static int
+map_entry(In *in, const Node *n, PyObject *dict)
+{
+    PyObject *key, *item;
+    int r = get_string(in, &key);
+    if (r != OK)
+        return r;
+    if (n->child->weight > 0)
+        r = charge(in, n->child->weight);
+    if (r == OK)
+        r = decode(in, n->child, &item);
+    if (r == OK) {
+        r = PyDict_SetItem(dict, key, item) < 0 ? ERROR : OK;
+        Py_DECREF(item);
     }
-    *out = list;
-    return OK;
+    Py_DECREF(key);
+    return r;
 }
 
 static int
@@ -278,38 +313,7 @@ decode_map(In *in, const Node *n, PyObject **out)
     if (dict == NULL)
         return ERROR;
     /* An entry takes at least its key's length byte. */
-    Py_ssize_t entry_size = n->child->min_size + 1;
-    for (;;) {
-        Py_ssize_t count;
-        int r = get_count(in, entry_size, 1, &count);
-        if (r != OK) {
-            Py_DECREF(dict);
-            return r;
-        }
-        if (count == 0)
-            break;
-        for (Py_ssize_t i = 0; i < count; i++) {
-            PyObject *key, *item;
-            r = get_string(in, &key);
-            if (r == OK) {
-                if (n->child->weight > 0)
-                    r = charge(in, n->child->weight);
-                if (r == OK)
-                    r = decode(in, n->child, &item);
-                if (r == OK) {
-                    r = PyDict_SetItem(dict, key, item) < 0 ? ERROR : OK;
-                    Py_DECREF(item);
-                }
-                Py_DECREF(key);
-            }
-            if (r != OK) {
-                Py_DECREF(dict);
-                return r;
-            }
-        }
-    }
-    *out = dict;
-    return OK;
+    return decode_blocks(in, n, dict, n->child->min_size + 1, 1, map_entry, out);
 }
 
 static int
@@ -581,6 +585,27 @@ read_value(Reader *self, const char *data, Py_ssize_t len, Py_ssize_t start, Py_
     return OK;
 }
 
+/* read_value over ``data`` (any buffer) for read() and read_within(): the value; DECLINED
+   for bytes left to fastavro (a ``start`` outside ``data`` too); NULL for REFUSE (a
+   ValueError) or an error. */
+static PyObject *
+read_buffer(Reader *self, PyObject *data, Py_ssize_t start, Py_ssize_t *left, Py_ssize_t limit)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    PyObject *value = NULL;
+    int r = DECLINE;
+    if (start >= 0 && start <= view.len)
+        r = read_value(self, view.buf, view.len, start, left, limit, &value);
+    PyBuffer_Release(&view);
+    if (r == OK)
+        return value;
+    if (r == DECLINE)
+        return Py_NewRef(DECLINED);
+    return NULL;
+}
+
 static PyObject *
 reader_read(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -591,21 +616,8 @@ reader_read(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t start = PyLong_AsSsize_t(args[1]);
     if (start == -1 && PyErr_Occurred())
         return NULL;
-    Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
-        return NULL;
-    PyObject *value = NULL;
-    int r = DECLINE;
     Py_ssize_t left = ((Reader *)self)->zero_width_items;
-    if (start >= 0 && start <= view.len)
-        r = read_value((Reader *)self, view.buf, view.len, start, &left,
-                       ((Reader *)self)->zero_width_items, &value);
-    PyBuffer_Release(&view);
-    if (r == OK)
-        return value;
-    if (r == DECLINE)
-        return Py_NewRef(DECLINED);
-    return NULL; /* REFUSE (a ValueError) or an error */
+    return read_buffer((Reader *)self, args[0], start, &left, ((Reader *)self)->zero_width_items);
 }
 
 /* read_within(data, start, left, limit) -> (value or DECLINED, left): read() against an
@@ -630,18 +642,9 @@ reader_read_within(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_ValueError, "left and limit must be >= 0");
         return NULL;
     }
-    Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+    PyObject *value = read_buffer((Reader *)self, args[0], start, &left, limit);
+    if (value == NULL)
         return NULL;
-    PyObject *value = NULL;
-    int r = DECLINE;
-    if (start >= 0 && start <= view.len)
-        r = read_value((Reader *)self, view.buf, view.len, start, &left, limit, &value);
-    PyBuffer_Release(&view);
-    if (r == DECLINE)
-        value = Py_NewRef(DECLINED);
-    else if (r != OK)
-        return NULL; /* REFUSE (a ValueError) or an error */
     return Py_BuildValue("(Nn)", value, left);
 }
 

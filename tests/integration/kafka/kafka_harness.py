@@ -13,7 +13,7 @@ import struct
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,11 @@ from typing import Any
 import httpx
 from ports import free_port
 
+from app.core.security.users import UsersFile
+
 REPO = Path(__file__).resolve().parents[3]
+# Every user's password on a sasl_acl_broker (HTTP Basic and SASL alike).
+SASL_PASSWORD = "correct horse battery"
 
 
 @dataclass
@@ -127,6 +131,82 @@ def stop_broker(broker: KafkaBroker) -> None:
         broker.proc.wait()
         raise AssertionError(f"broker ignored SIGTERM:\n{broker.log()}") from None
     assert code == 0, broker.log()
+
+
+def sasl_acl_broker(
+    tmp: Path, *env_pairs: tuple[str, str], users: tuple[str, ...] = ("admin", "reader")
+) -> Iterator[KafkaBroker]:
+    """A module fixture's body (``yield from``): one broker serving SASL_PLAINTEXT beside
+    HTTP Basic, ``authorizer=acl``, ``User:admin`` super, its ``users`` all with
+    SASL_PASSWORD, ``env_pairs`` set besides; stopped at the fixture's teardown."""
+    users_file = UsersFile(tmp / "users.json")
+    for name in users:
+        users_file.add(name, SASL_PASSWORD, n=2**14)
+    broker = start_broker(
+        tmp,
+        ("LOGBUS_USERS_FILE", str(tmp / "users.json")),
+        ("LOGBUS_AUTHENTICATION", "basic"),
+        ("LOGBUS_AUTHORIZER", "acl"),
+        ("LOGBUS_SUPER_USERS", "User:admin"),
+        ("LOGBUS_KAFKA_SECURITY_PROTOCOL", "SASL_PLAINTEXT"),
+        *env_pairs,
+    )
+    yield broker
+    stop_broker(broker)
+
+
+def admin_http(broker: KafkaBroker) -> httpx.Client:
+    """HTTP as the super user ``admin`` of a sasl_acl_broker."""
+    return httpx.Client(base_url=broker.url, auth=("admin", SASL_PASSWORD), timeout=30)
+
+
+def kafka_conf(broker: KafkaBroker, user: str) -> dict[str, Any]:
+    """librdkafka's settings to log in to a sasl_acl_broker as ``user`` (SCRAM-SHA-256)."""
+    return {
+        "bootstrap.servers": broker.bootstrap,
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "SCRAM-SHA-256",
+        "sasl.username": user,
+        "sasl.password": SASL_PASSWORD,
+    }
+
+
+def scram_admin(
+    broker: KafkaBroker, user: str, password: str = SASL_PASSWORD, **options: Any
+) -> Any:
+    """kafka-python's admin client logged in to a sasl_acl_broker as ``user``
+    (SCRAM-SHA-256); ``options``: its other settings."""
+    from kafka.admin import KafkaAdminClient
+
+    return KafkaAdminClient(
+        bootstrap_servers=broker.bootstrap,
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="SCRAM-SHA-256",
+        sasl_plain_username=user,
+        sasl_plain_password=password,
+        **options,
+    )
+
+
+def login(broker: KafkaBroker, user: str) -> Any:
+    """A kio connection (test_kafka_sasl.Wire) to a sasl_acl_broker, authenticated as
+    ``user`` with PLAIN."""
+    from kio.schema.errors import ErrorCode
+    from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+    from kio.schema.sasl_authenticate.v2.response import SaslAuthenticateResponse
+    from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+    from kio.schema.sasl_handshake.v1.response import SaslHandshakeResponse
+    from test_kafka_sasl import Wire
+
+    wire = Wire(broker)
+    handshake = wire.call(SaslHandshakeRequest(mechanism="PLAIN"), SaslHandshakeResponse)
+    assert handshake.error_code == ErrorCode.none
+    done = wire.call(
+        SaslAuthenticateRequest(auth_bytes=f"\0{user}\0{SASL_PASSWORD}".encode()),
+        SaslAuthenticateResponse,
+    )
+    assert done.error_code == ErrorCode.none
+    return wire
 
 
 def kio_call(broker: KafkaBroker, request: Any, response_type: type) -> Any:

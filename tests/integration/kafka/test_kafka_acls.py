@@ -8,49 +8,28 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient
-from kafka_harness import KafkaBroker, start_broker, stop_broker
-
-from app.core.security.users import UsersFile
-
-PASSWORD = "correct horse battery"
+from kafka_harness import (
+    KafkaBroker,
+    admin_http,
+    kafka_conf,
+    login,
+    sasl_acl_broker,
+    scram_admin,
+    start_broker,
+    stop_broker,
+)
 
 
 @pytest.fixture(scope="module")
 def acl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
-    tmp = tmp_path_factory.mktemp("kafka-acl")
-    users = UsersFile(tmp / "users.json")
-    for name in ("admin", "reader"):
-        users.add(name, PASSWORD, n=2**14)
-    broker = start_broker(
-        tmp,
-        ("LOGBUS_USERS_FILE", str(tmp / "users.json")),
-        ("LOGBUS_AUTHENTICATION", "basic"),
-        ("LOGBUS_AUTHORIZER", "acl"),
-        ("LOGBUS_SUPER_USERS", "User:admin"),
-        ("LOGBUS_KAFKA_SECURITY_PROTOCOL", "SASL_PLAINTEXT"),
+    yield from sasl_acl_broker(
+        tmp_path_factory.mktemp("kafka-acl"),
         # Three per request (the other tests send at most three): the cap's test sends four.
         ("LOGBUS_KAFKA_ACL_MAX_CHANGES_PER_REQUEST", "3"),
     )
-    yield broker
-    stop_broker(broker)
-
-
-def admin_http(broker: KafkaBroker) -> httpx.Client:
-    return httpx.Client(base_url=broker.url, auth=("admin", PASSWORD), timeout=30)
-
-
-def kafka_conf(broker: KafkaBroker, user: str) -> dict[str, Any]:
-    return {
-        "bootstrap.servers": broker.bootstrap,
-        "security.protocol": "SASL_PLAINTEXT",
-        "sasl.mechanism": "SCRAM-SHA-256",
-        "sasl.username": user,
-        "sasl.password": PASSWORD,
-    }
 
 
 def grant(broker: KafkaBroker, topic: str, operation: str) -> None:
@@ -62,26 +41,6 @@ def grant(broker: KafkaBroker, topic: str, operation: str) -> None:
             "operation": operation,
         }
         assert http.post("/acls", json={"acls": [acl]}).status_code == 201
-
-
-def login(broker: KafkaBroker, user: str) -> Any:
-    """A kio connection (test_kafka_sasl.Wire) authenticated as ``user`` with PLAIN."""
-    from kio.schema.errors import ErrorCode
-    from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
-    from kio.schema.sasl_authenticate.v2.response import SaslAuthenticateResponse
-    from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
-    from kio.schema.sasl_handshake.v1.response import SaslHandshakeResponse
-    from test_kafka_sasl import Wire
-
-    wire = Wire(broker)
-    handshake = wire.call(SaslHandshakeRequest(mechanism="PLAIN"), SaslHandshakeResponse)
-    assert handshake.error_code == ErrorCode.none
-    done = wire.call(
-        SaslAuthenticateRequest(auth_bytes=f"\0{user}\0{PASSWORD}".encode()),
-        SaslAuthenticateResponse,
-    )
-    assert done.error_code == ErrorCode.none
-    return wire
 
 
 def produce_one(broker: KafkaBroker, user: str, topic: str) -> KafkaError | None:
@@ -325,7 +284,6 @@ def test_acl_apis_share_the_http_acl_store(acl_broker: KafkaBroker) -> None:
 def test_acl_kinds_logbus_does_not_keep_are_named_in_the_answer(acl_broker: KafkaBroker) -> None:
     """kafka-python's admin client, which knows Kafka's USER resources and token operations
     and reads DescribeAcls' error code."""
-    from kafka.admin import KafkaAdminClient
     from kafka.admin._acls import (
         ACL,
         ACLFilter,
@@ -338,16 +296,7 @@ def test_acl_kinds_logbus_does_not_keep_are_named_in_the_answer(acl_broker: Kafk
     )
     from kafka.errors import ClusterAuthorizationFailedError, InvalidRequestError, NoError
 
-    def client(user: str) -> KafkaAdminClient:
-        return KafkaAdminClient(
-            bootstrap_servers=acl_broker.bootstrap,
-            security_protocol="SASL_PLAINTEXT",
-            sasl_mechanism="SCRAM-SHA-256",
-            sasl_plain_username=user,
-            sasl_plain_password=PASSWORD,
-        )
-
-    admin, reader = client("admin"), client("reader")
+    admin, reader = scram_admin(acl_broker, "admin"), scram_admin(acl_broker, "reader")
     try:
         user_acl = ACL(
             "User:reader",

@@ -15,9 +15,8 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
-from kafka_harness import KafkaBroker, start_broker, stop_broker
+from kafka_harness import KafkaBroker, admin_http, login, sasl_acl_broker
 from kio.schema.alter_client_quotas.v0 import request as alter_v0
 from kio.schema.alter_client_quotas.v0 import response as alter_v0_answer
 from kio.schema.alter_client_quotas.v1 import request as alter_v1
@@ -27,34 +26,16 @@ from kio.schema.describe_client_quotas.v0 import response as describe_v0_answer
 from kio.schema.describe_client_quotas.v1 import request as describe_v1
 from kio.schema.describe_client_quotas.v1 import response as describe_v1_answer
 from kio.schema.errors import ErrorCode
-from test_kafka_acls import PASSWORD, login
-
-from app.core.security.users import UsersFile
 
 EXACT, DEFAULT, SPECIFIED = 0, 1, 2
 
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
-    tmp = tmp_path_factory.mktemp("kafka-client-quotas")
-    users = UsersFile(tmp / "users.json")
-    for name in ("admin", "reader"):
-        users.add(name, PASSWORD, n=2**14)
-    started = start_broker(
-        tmp,
-        ("LOGBUS_USERS_FILE", str(tmp / "users.json")),
-        ("LOGBUS_AUTHENTICATION", "basic"),
-        ("LOGBUS_AUTHORIZER", "acl"),
-        ("LOGBUS_SUPER_USERS", "User:admin"),
-        ("LOGBUS_KAFKA_SECURITY_PROTOCOL", "SASL_PLAINTEXT"),
+    yield from sasl_acl_broker(
+        tmp_path_factory.mktemp("kafka-client-quotas"),
         ("LOGBUS_KAFKA_CLIENT_QUOTA_MAX_ENTRIES_PER_REQUEST", "3"),
     )
-    yield started
-    stop_broker(started)
-
-
-def http(broker: KafkaBroker) -> httpx.Client:
-    return httpx.Client(base_url=broker.url, auth=("admin", PASSWORD), timeout=30)
 
 
 def entity(m: Any, **parts: str | None) -> tuple[Any, ...]:
@@ -118,7 +99,7 @@ def test_what_kafka_alters_http_describes_and_back(broker: KafkaBroker) -> None:
         )
         == [(ErrorCode.none, None)] * 2
     )
-    with http(broker) as h:
+    with admin_http(broker) as h:
         seen = h.get("/quotas", params={"user": alice}).json()["quotas"]
         assert seen == [
             {"entity": [{"entity_type": "user", "entity_name": alice}],
@@ -344,7 +325,7 @@ def test_without_the_cluster_operations_nothing_is_described_or_changed(
     # DESCRIBE_CONFIGS on the cluster, granted over HTTP: describe, still not alter.
     acl = {"resource_type": "CLUSTER", "resource_name": "kafka-cluster",
            "principal": "User:reader", "operation": "DESCRIBE_CONFIGS"}  # fmt: skip
-    with http(broker) as h:
+    with admin_http(broker) as h:
         assert h.post("/acls", json={"acls": [acl]}).status_code == 201
     assert entries(describe(broker, ("user", EXACT, name), user="reader")) == {}
     again = alter(broker, [(entity(a, user=name), [op(a, "request_rate", 1)])], user="reader")

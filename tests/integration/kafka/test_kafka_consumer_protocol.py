@@ -267,6 +267,20 @@ def heartbeat(broker: KafkaBroker, **fields: Any) -> ConsumerGroupHeartbeatRespo
     return response
 
 
+def join(
+    broker: KafkaBroker, group: str, member: str, topic: str
+) -> ConsumerGroupHeartbeatResponse:
+    """``member``'s first heartbeat: it joins ``group`` subscribed to ``topic`` by name,
+    owning no partitions."""
+    return heartbeat(
+        broker,
+        group_id=group,
+        member_id=member,
+        subscribed_topic_names=(topic,),
+        topic_partitions=(),
+    )
+
+
 def test_heartbeat_answers_and_errors(broker: KafkaBroker) -> None:
     topic, group = _topic(broker, partitions=3), f"err-{uuid.uuid4().hex[:8]}"
     topic_id = _topic_id(broker, topic)
@@ -285,13 +299,7 @@ def test_heartbeat_answers_and_errors(broker: KafkaBroker) -> None:
     )
     assert refused.error_code == ErrorCode.unsupported_assignor
 
-    joined = heartbeat(
-        broker,
-        group_id=group,
-        member_id=member,
-        subscribed_topic_names=(topic,),
-        topic_partitions=(),
-    )
+    joined = join(broker, group, member, topic)
     assert (joined.error_code, joined.member_id, joined.member_epoch) == (ErrorCode.none, member, 1)
     assert joined.heartbeat_interval == datetime.timedelta(milliseconds=300)
     assert joined.assignment is not None
@@ -414,13 +422,7 @@ def test_heartbeats_kafka_refuses_whatever_the_group_are_invalid_request(
     topic, group = _topic(broker, partitions=1), f"inv-{uuid.uuid4().hex[:8]}"
     topic_id = _topic_id(broker, topic)
     member = uuid.uuid4().hex
-    joined = heartbeat(
-        broker,
-        group_id=group,
-        member_id=member,
-        subscribed_topic_names=(topic,),
-        topic_partitions=(),
-    )
+    joined = join(broker, group, member, topic)
     assert (joined.error_code, joined.member_epoch) == (ErrorCode.none, 1)
     owned = (TopicPartitions(topic_id=topic_id, partitions=(0,)),)  # type: ignore[arg-type]
     cases: list[dict[str, Any]] = [
@@ -488,13 +490,7 @@ def test_offset_fetch_v8_to_v10_and_offset_commit_v10(broker: KafkaBroker) -> No
     topic, group = _topic(broker, partitions=2), f"of-{uuid.uuid4().hex[:8]}"
     topic_id, nowhere = _topic_id(broker, topic), uuid.uuid4()
     member = uuid.uuid4().hex
-    joined = heartbeat(
-        broker,
-        group_id=group,
-        member_id=member,
-        subscribed_topic_names=(topic,),
-        topic_partitions=(),
-    )
+    joined = join(broker, group, member, topic)
     assert (joined.error_code, joined.member_epoch) == (ErrorCode.none, 1)
 
     committed = kio_call(

@@ -10,13 +10,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kafka.admin import KafkaAdminClient
 from kafka.admin._users import (
     ScramMechanism,
     UserScramCredentialDeletion,
     UserScramCredentialUpsertion,
 )
-from kafka_harness import KafkaBroker, start_broker, stop_broker, wait_for
+from kafka_harness import SASL_PASSWORD, KafkaBroker, login, sasl_acl_broker, scram_admin, wait_for
 from kio.schema.alter_user_scram_credentials.v0 import request as alter_m
 from kio.schema.alter_user_scram_credentials.v0.response import AlterUserScramCredentialsResponse
 from kio.schema.describe_user_scram_credentials.v0 import request as describe_m
@@ -24,40 +23,19 @@ from kio.schema.describe_user_scram_credentials.v0.response import (
     DescribeUserScramCredentialsResponse,
 )
 from kio.schema.errors import ErrorCode
-from test_kafka_acls import PASSWORD, login
-
-from app.core.security.users import UsersFile
 
 NEW_PASSWORD = "a brand new passphrase"
 
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
-    tmp = tmp_path_factory.mktemp("kafka-scram")
-    users = UsersFile(tmp / "users.json")
-    for name in ("admin", "reader", "carol", "dave"):
-        users.add(name, PASSWORD, n=2**14)
-    started = start_broker(
-        tmp,
-        ("LOGBUS_USERS_FILE", str(tmp / "users.json")),
-        ("LOGBUS_AUTHENTICATION", "basic"),
-        ("LOGBUS_AUTHORIZER", "acl"),
-        ("LOGBUS_SUPER_USERS", "User:admin"),
-        ("LOGBUS_KAFKA_SECURITY_PROTOCOL", "SASL_PLAINTEXT"),
+    yield from sasl_acl_broker(
+        tmp_path_factory.mktemp("kafka-scram"), users=("admin", "reader", "carol", "dave")
     )
-    yield started
-    stop_broker(started)
 
 
-def admin(broker: KafkaBroker, user: str = "admin", password: str = PASSWORD) -> Any:
-    return KafkaAdminClient(
-        bootstrap_servers=broker.bootstrap,
-        security_protocol="SASL_PLAINTEXT",
-        sasl_mechanism="SCRAM-SHA-256",
-        sasl_plain_username=user,
-        sasl_plain_password=password,
-        request_timeout_ms=10_000,
-    )
+def admin(broker: KafkaBroker, user: str = "admin", password: str = SASL_PASSWORD) -> Any:
+    return scram_admin(broker, user, password, request_timeout_ms=10_000)
 
 
 def can_login(broker: KafkaBroker, user: str, password: str) -> bool:
@@ -93,7 +71,7 @@ def test_kafka_python_describes_and_changes_what_the_users_file_keeps(broker: Ka
     finally:
         client.close()
     wait_for("the new credential", lambda: can_login(broker, "carol", NEW_PASSWORD), timeout=15)
-    assert not can_login(broker, "carol", PASSWORD)
+    assert not can_login(broker, "carol", SASL_PASSWORD)
 
 
 def alter(
@@ -172,4 +150,4 @@ def test_without_the_cluster_operations_nothing_is_described_or_changed(
     answered = alter(broker, [delete("admin")], [upsert("reader")], user="reader")
     assert {code for code, _ in answered.values()} == {ErrorCode.cluster_authorization_failed}
     assert set(answered) == {"admin", "reader"}
-    assert can_login(broker, "admin", PASSWORD)
+    assert can_login(broker, "admin", SASL_PASSWORD)

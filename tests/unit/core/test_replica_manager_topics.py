@@ -12,10 +12,12 @@ a write reaches this broker's view at once, as its watch would deliver it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import threading
 import time
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
@@ -86,21 +88,49 @@ class FakeZooKeeper:
         return True
 
 
+def replica_manager(logs: Any) -> ReplicaManager:
+    """Broker 1's replica manager over ``logs`` (its ZooKeeper never reached: each test
+    sets the store it needs)."""
+    settings = ReplicaConfig(zookeeper="127.0.0.1:1", broker_id=1, url="http://127.0.0.1:9")
+    return ReplicaManager(settings, logs, lambda log: None)
+
+
+@contextlib.contextmanager
+def broker_on_disk(tmp_path: Path) -> Iterator[tuple[LogManager, ReplicaManager]]:
+    """Broker 1's replica manager over a real log manager in ``tmp_path``, shut down after."""
+    logs = LogManager(tmp_path / "data")
+    logs.start()
+    try:
+        yield logs, replica_manager(logs)
+    finally:
+        logs.shutdown()
+
+
 def cluster_broker(zk_configs: dict[str, Any]) -> tuple[ReplicaManager, FakeZooKeeper]:
     """Broker 1's replica manager, whose view of the topic has no overrides yet, while
     ZooKeeper has ``zk_configs`` (written through another broker)."""
-    settings = ReplicaConfig(zookeeper="127.0.0.1:1", broker_id=1, url="http://127.0.0.1:9")
     # This broker's log manager: its view of the topic, no overrides yet.
     logs: Any = SimpleNamespace(
         default_config=LogConfig(),
         topic_overrides=lambda name: {},
         topic_config=lambda name: LogConfig(),
     )
-    replicas = ReplicaManager(settings, logs, lambda log: None)
+    replicas = replica_manager(logs)
     stale = TopicAssignment("id-1", ((1, 2, 3),), {})
     replicas.assignments[TOPIC] = stale
     zk = FakeZooKeeper(replicas, dataclasses.replace(stale, configs=zk_configs))
     replicas.store = zk  # type: ignore[assignment]
+    return replicas, zk
+
+
+def growing_cluster() -> tuple[ReplicaManager, FakeZooKeeper]:
+    """cluster_broker's, in a cluster of brokers 1-3 where a topic may be created or
+    grown: this broker's share checks pass, and its controller is not kicked."""
+    replicas, zk = cluster_broker({})
+    replicas.brokers = {1: None, 2: None, 3: None}  # type: ignore[dict-item]
+    replicas.logs.partition_budget = SimpleNamespace(check_per_topic=lambda *a: None)
+    replicas.logs.check_can_host = lambda *a: None
+    replicas.controller.kick = lambda: None  # type: ignore[method-assign]
     return replicas, zk
 
 
@@ -213,11 +243,7 @@ def test_an_assignment_of_a_deleted_topic_does_not_touch_the_one_created_again(
     topic's own first apply."""
 
     async def main() -> None:
-        logs = LogManager(tmp_path / "data")
-        logs.start()
-        try:
-            settings = ReplicaConfig(zookeeper="127.0.0.1:1", broker_id=1, url="http://127.0.0.1:9")
-            replicas = ReplicaManager(settings, logs, lambda log: None)
+        with broker_on_disk(tmp_path) as (logs, replicas):
             replicas.store = SimpleNamespace(  # type: ignore[assignment]
                 watch_state=lambda name, p, cb: None
             )
@@ -231,8 +257,6 @@ def test_an_assignment_of_a_deleted_topic_does_not_touch_the_one_created_again(
             await replicas._apply_assignment(TOPIC, new)
             assert replicas.assignments[TOPIC] == new
             assert sorted(replicas.partitions) == [(TOPIC, 0)]
-        finally:
-            logs.shutdown()
 
     asyncio.run(main())
 
@@ -281,11 +305,7 @@ def test_replicas_this_broker_cannot_create_are_reported_offline_its_view_follow
     state; a deleted topic's report goes with it."""
 
     async def main() -> None:
-        logs = LogManager(tmp_path / "data")
-        logs.start()
-        try:
-            settings = ReplicaConfig(zookeeper="127.0.0.1:1", broker_id=1, url="http://127.0.0.1:9")
-            replicas = ReplicaManager(settings, logs, lambda log: None)
+        with broker_on_disk(tmp_path) as (logs, replicas):
             replicas.brokers = {1: None, 2: None, 3: None}  # type: ignore[dict-item]
             store = OfflineStore()
             replicas.store = store  # type: ignore[assignment]
@@ -335,8 +355,6 @@ def test_replicas_this_broker_cannot_create_are_reported_offline_its_view_follow
 
             await replicas._drop_topic(TOPIC)
             assert store.reports[-1] == {}
-        finally:
-            logs.shutdown()
 
     asyncio.run(main())
 
@@ -351,11 +369,7 @@ def test_a_topic_this_broker_cannot_create_is_still_watched_and_created_at_its_n
     here until a restart."""
 
     async def main() -> None:
-        logs = LogManager(tmp_path / "data")
-        logs.start()
-        try:
-            settings = ReplicaConfig(zookeeper="127.0.0.1:1", broker_id=1, url="http://127.0.0.1:9")
-            replicas = ReplicaManager(settings, logs, lambda log: None)
+        with broker_on_disk(tmp_path) as (logs, replicas):
             replicas._loop = asyncio.get_running_loop()
             replicas.brokers = {1: None, 2: None, 3: None}  # type: ignore[dict-item]
             audit = TopicAssignment("id-9", ((2, 1), (1, 2), (2, 3)), {})
@@ -390,8 +404,6 @@ def test_a_topic_this_broker_cannot_create_is_still_watched_and_created_at_its_n
             assert sorted(replicas.partitions) == [("audit", 0), ("audit", 1), ("audit", 3)]
             await replicas._drop_topic("audit")
             assert store.reports[-1] == {}
-        finally:
-            logs.shutdown()
 
     asyncio.run(main())
 
@@ -450,11 +462,7 @@ def test_create_partitions_and_config_changes_honour_the_requests_timeout() -> N
     not delivered: REQUEST_TIMED_OUT after timeout_ms, at once with 0; written either way."""
 
     async def main() -> None:
-        replicas, zk = cluster_broker({})
-        replicas.brokers = {1: None, 2: None, 3: None}  # type: ignore[dict-item]
-        replicas.logs.partition_budget = SimpleNamespace(check_per_topic=lambda *a: None)
-        replicas.logs.check_can_host = lambda *a: None
-        replicas.controller.kick = lambda: None  # type: ignore[method-assign]
+        replicas, zk = growing_cluster()
         ctx = Context(
             state=SimpleNamespace(  # type: ignore[arg-type]
                 manager=replicas.logs,
@@ -505,11 +513,7 @@ def test_create_topics_honours_the_requests_timeout_through_both_doors() -> None
     from app.api.routers.topics import create_topic as http_create_topic
 
     async def main() -> None:
-        replicas, zk = cluster_broker({})
-        replicas.brokers = {1: None, 2: None, 3: None}  # type: ignore[dict-item]
-        replicas.logs.partition_budget = SimpleNamespace(check_per_topic=lambda *a: None)
-        replicas.logs.check_can_host = lambda *a: None
-        replicas.controller.kick = lambda: None  # type: ignore[method-assign]
+        replicas, zk = growing_cluster()
         state: Any = SimpleNamespace(
             manager=replicas.logs,
             topology=replicas,
