@@ -213,8 +213,10 @@ def test_quotas_and_credentials_share_a_node(
     assert config[SHA512].endswith(",iterations=4115") and SHA256 in config
     eventually(
         "both readers follow",
-        lambda: quotas.load().quotas.get(Entity("alice")) == {PRODUCE: 20.0, FETCH: 2048.0}
-        and one.iterations().get("alice") == {SHA256: 4096, SHA512: 4115},
+        lambda: (
+            quotas.load().quotas.get(Entity("alice")) == {PRODUCE: 20.0, FETCH: 2048.0}
+            and one.iterations().get("alice") == {SHA256: 4096, SHA512: 4115}
+        ),
     )
     assert logs_in(one, "alice", NEW, SHA512)
 
