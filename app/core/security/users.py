@@ -29,9 +29,12 @@ The file is written whole (temporary file, fsync, rename) by ``logbus users`` on
 broker's machine; a running broker rereads it when its modification time changes, so
 ``add``/``passwd``/``remove`` take effect without a restart. Never holds a password.
 
-The Kafka door's AlterUserScramCredentials changes the ``scram`` part of existing users
-(:meth:`UsersFile.alter_scram`, Kafka's per-user rules and error names) and
-DescribeUserScramCredentials reads it; a user is made only by ``logbus users add`` (it
+On one broker the Kafka door's AlterUserScramCredentials changes the ``scram`` part of
+existing users (:meth:`UsersFile.alter_scram`) and DescribeUserScramCredentials reads
+it; in a cluster those credentials go to ZooKeeper instead and this file's ``scram``
+serves only the users the door never altered (the rule:
+:mod:`app.core.security.scram_store`). Kafka's per-user rules and error names are
+:class:`ScramAlteration`'s, for both. A user is made only by ``logbus users add`` (it
 needs the scrypt hash HTTP Basic and PLAIN check, which a SCRAM upsertion does not carry).
 """
 
