@@ -155,16 +155,21 @@ def create_app(settings: Settings, manager: LogManager | None = None) -> FastAPI
         await txn_routes.start_coordinator(app, state)
         # The Kafka door (app/kafka): the same state, logs and coordinators as HTTP.
         kafka = None
+        scram = None
         if settings.kafka_listener:
             from app.kafka import security as kafka_security
             from app.kafka.listener import KafkaListener
 
+            # Its SCRAM credentials: ZooKeeper's in a cluster, else the users file's.
+            scram = kafka_security.scram_store(settings)
+            await asyncio.to_thread(scram.start)
             kafka = KafkaListener(
                 state,
                 lambda: getattr(app.state, "txn_coordinator", None),
                 lambda: getattr(app.state, "coordinator", None),
-                kafka_security.build(settings, guard),
+                kafka_security.build(settings, guard, scram),
                 app.state.logbus_quotas,
+                scram,
             )
             await kafka.start()
         app.state.kafka_listener = kafka
@@ -177,6 +182,8 @@ def create_app(settings: Settings, manager: LogManager | None = None) -> FastAPI
             state.ready = False
             if kafka is not None:
                 await kafka.stop()
+            if scram is not None:
+                await asyncio.to_thread(scram.close)
             state.waiters.close()
             await registry_routes.stop_registry(app)
             await txn_routes.stop_coordinator(app)

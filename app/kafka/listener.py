@@ -26,6 +26,7 @@ from app.kafka.fetch_sessions import FetchSessionCache
 if TYPE_CHECKING:
     from app.api.state import AppState
     from app.core.security.quotas import Quotas
+    from app.core.security.scram_store import ScramStore
     from app.kafka.security import KafkaSecurity
 
 log = logging.getLogger(__name__)
@@ -41,12 +42,15 @@ class KafkaListener:
         groups: Callable[[], Any],
         security: KafkaSecurity | None = None,
         quotas: Quotas | None = None,
+        scram: ScramStore | None = None,
     ) -> None:
         """``txn``, ``groups``: the coordinators as the app holds them now (None while
         they do not serve); ``security``: the door's (:mod:`app.kafka.security`), None
         for a PLAINTEXT listener without an authorizer; ``quotas``: the broker's client
         quotas, the same manager HTTP's requests are measured by and the store HTTP's
-        ``/quotas`` changes (DescribeClientQuotas, AlterClientQuotas)."""
+        ``/quotas`` changes (DescribeClientQuotas, AlterClientQuotas); ``scram``: the
+        broker's SCRAM credentials (Describe/AlterUserScramCredentials), started and
+        closed by its owner."""
         settings = state.settings
         assert settings.kafka_listener is not None
         self.host, self.port = split_host_port(settings.kafka_listener)
@@ -58,6 +62,7 @@ class KafkaListener:
         self._per_ip: collections.Counter[str] = collections.Counter()
         self._security = security
         self._quotas = quotas
+        self._scram = scram
         # One cache for the listener: a client may resume its session on a new connection.
         self._fetch_sessions = FetchSessionCache(
             settings.kafka_max_incremental_fetch_session_cache_slots,
@@ -93,6 +98,7 @@ class KafkaListener:
             self._security,
             quotas=self._quotas,
             fetch_sessions=self._fetch_sessions,
+            scram=self._scram,
         )
         conn = KafkaConnection(
             ctx,

@@ -10,8 +10,9 @@ the broker's own ``ssl_certfile``/``ssl_keyfile``/``ssl_ca_file``/``ssl_client_a
 
 SASL checks the same users as HTTP Basic (``users.json``; principal ``User:<name>``):
 PLAIN through the same :class:`~app.core.security.authn.BasicAuthenticator` (its cache
-of verified pairs too) when HTTP has one, SCRAM against the SCRAM credentials stored
-beside the scrypt hash (:mod:`app.core.security.sasl`). A PLAIN check is scrypt (hundreds
+of verified pairs too) when HTTP has one, SCRAM (:mod:`app.core.security.sasl`) against
+the broker's SCRAM store (:func:`scram_store`: the users file's credentials on one broker,
+ZooKeeper's combined with it in a cluster, :mod:`app.core.security.scram_store`). A PLAIN check is scrypt (hundreds
 of milliseconds by design): it runs in a worker thread, at most
 ``kafka_sasl_max_concurrent_checks`` at once (an asyncio semaphore: a flood of attempts
 waits on the loop, it neither pins the loop nor fills the thread pool).
@@ -37,6 +38,7 @@ from app.core.security.authn import (
     jwt_authenticator,
 )
 from app.core.security.sasl import OAUTHBEARER, PLAIN, ScramExchange
+from app.core.security.scram_store import FileScramStore, ScramStore
 from app.core.security.users import USERS_FILE
 
 if TYPE_CHECKING:
@@ -78,6 +80,8 @@ class KafkaSecurity:
     ssl_context: ssl.SSLContext | None
     max_checks: int = 2
     jwt: JwtAuthenticator | None = None
+    # The SCRAM credentials SCRAM logins are checked against (:func:`scram_store`).
+    scram_credentials: ScramStore | None = None
     _checks: asyncio.Semaphore | None = field(default=None, repr=False)
 
     @property
@@ -116,9 +120,9 @@ class KafkaSecurity:
         return jwt.authenticate(token)
 
     def scram(self, mechanism: str) -> ScramExchange:
-        basic = self.basic
-        assert basic is not None
-        return ScramExchange(mechanism, basic.scram_credential)
+        store = self.scram_credentials
+        assert store is not None
+        return ScramExchange(mechanism, store.credential)
 
     def allowed(self, principal: str, mechanism: str, host: str, action: Action) -> bool:
         guard = self.guard
@@ -143,8 +147,22 @@ def server_context(settings: Settings) -> ssl.SSLContext:
     return context
 
 
-def build(settings: Settings, guard: Security | None) -> KafkaSecurity | None:
-    """The door's security; None for a PLAINTEXT listener without an authorizer."""
+def scram_store(settings: Settings) -> ScramStore:
+    """The broker's SCRAM credentials: ZooKeeper's over the users file in a cluster
+    (``app/core/replication/zk_scram.py``), else the users file's; not started."""
+    users = settings.users_file or settings.data_dir / USERS_FILE
+    if settings.zookeeper:
+        from app.core.replication.zk_scram import ZkScramStore
+
+        return ZkScramStore(settings.zookeeper, settings.zookeeper_session_timeout_ms, users)
+    return FileScramStore(users)
+
+
+def build(
+    settings: Settings, guard: Security | None, scram: ScramStore | None = None
+) -> KafkaSecurity | None:
+    """The door's security; None for a PLAINTEXT listener without an authorizer.
+    ``scram``: the broker's SCRAM store (:func:`scram_store`), for SCRAM logins."""
     protocol = settings.kafka_security_protocol
     authorizing = guard is not None and guard.authorizer is not None
     if protocol == "PLAINTEXT" and not authorizing:
@@ -177,6 +195,7 @@ def build(settings: Settings, guard: Security | None) -> KafkaSecurity | None:
         context,
         settings.kafka_sasl_max_concurrent_checks,
         jwt,
+        scram if protocol in SASL_PROTOCOLS else None,
     )
 
 
@@ -188,4 +207,12 @@ def subject_name(der: bytes) -> str:
     return x509.load_der_x509_certificate(der).subject.rfc4514_string()
 
 
-__all__ = ["PLAIN", "KafkaSecurity", "Security", "build", "server_context", "subject_name"]
+__all__ = [
+    "PLAIN",
+    "KafkaSecurity",
+    "Security",
+    "build",
+    "scram_store",
+    "server_context",
+    "subject_name",
+]

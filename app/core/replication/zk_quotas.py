@@ -13,7 +13,11 @@ Layout (under the connect string's optional chroot)::
 A name is percent-encoded (Kafka's sanitized names); ``<default>`` is written as is. A
 node's value is Kafka's ``{"version": 1, "config": {"producer_byte_rate": "1048576"}}``
 (values as strings); a node without quotas holds an empty config (its children may have
-some). Every broker's ChildrenWatch on ``/config/changes`` reloads the whole set (quota
+some). A user's node also holds its SCRAM credentials
+(:mod:`app.core.replication.zk_scram`): this store reads only the quota keys
+(``producer_byte_rate``, ``consumer_byte_rate``, ``request_rate``) and a write changes
+them alone, every other key written back as read (:mod:`app.core.replication.zk_configs`).
+Every broker's ChildrenWatch on ``/config/changes`` reloads the whole set (quota
 sets are small) and hands it to ``on_change``; connection, change notices and
 compare-and-set are :class:`~app.core.replication.zk_watched.ZkWatchedStore`'s. Blocking
 kazoo calls: the broker runs writes in a worker thread; watch callbacks run on kazoo's
@@ -25,28 +29,24 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterable
-from urllib.parse import quote, unquote
 
-import orjson
 from kazoo.exceptions import NoNodeError
 
+from app.core.replication.zk_configs import (
+    CHANGE_PREFIX,
+    CHANGES,
+    CLIENTS,
+    USERS,
+    change_notice,
+    encode_config,
+    read_config,
+)
+from app.core.replication.zk_configs import decode_name as _decode
+from app.core.replication.zk_configs import encode_name as _encode
 from app.core.replication.zk_watched import ZkLayout, ZkWatchedStore
-from app.core.security.quotas import DEFAULT, Entity, QuotaConfig, check_values
+from app.core.security.quotas import KEYS, Entity, QuotaConfig, check_values
 
 _log = logging.getLogger(__name__)
-
-USERS = "/config/users"
-CLIENTS = "/config/clients"
-CHANGES = "/config/changes"
-CHANGE_PREFIX = "config_change_"
-
-
-def _encode(name: str) -> str:
-    return name if name == DEFAULT else quote(name, safe="")
-
-
-def _decode(name: str) -> str:
-    return name if name == DEFAULT else unquote(name)
 
 
 def entity_path(entity: Entity) -> str:
@@ -59,11 +59,10 @@ def entity_path(entity: Entity) -> str:
 
 
 def _values(data: bytes) -> dict[str, float]:
-    if not data:
-        return {}
-    obj = orjson.loads(data)
-    config = obj.get("config") or {} if isinstance(obj, dict) else {}
-    return check_values({k: float(v) for k, v in config.items()})
+    """The quotas of a node's value: its quota keys only (a user's SCRAM credentials and
+    any other key are other readers')."""
+    config = read_config(data)
+    return check_values({k: float(v) for k, v in config.items() if k in KEYS})
 
 
 class ZkQuotaStore(ZkWatchedStore[QuotaConfig]):
@@ -83,7 +82,7 @@ class ZkQuotaStore(ZkWatchedStore[QuotaConfig]):
             return {}
         try:
             return _values(data)
-        except (orjson.JSONDecodeError, ValueError, TypeError, AttributeError):
+        except (ValueError, TypeError):
             _log.warning("quota znode %s is not a quota config; ignored", path)
             return {}
 
@@ -110,27 +109,19 @@ class ZkQuotaStore(ZkWatchedStore[QuotaConfig]):
         return self._config
 
     def _update(self, entity: Entity, ops: list[tuple[str, float | None]]) -> None:
-        def change(current: dict[str, float]) -> dict[str, float]:
+        def change(current: dict[str, str]) -> dict[str, str]:
+            # The node's other keys (a user's SCRAM credentials) are written back as read.
             new = dict(current)
             for key, value in ops:
                 if value is None:
                     new.pop(key, None)
                 else:
-                    new[key] = value
+                    new[key] = repr(value)
             return new
 
         path = entity_path(entity)
-        if self._compare_and_set(
-            path,
-            lambda data: {} if data is None else _values(data),
-            change,
-            lambda new: orjson.dumps(
-                {"version": 1, "config": {k: repr(v) for k, v in sorted(new.items())}}
-            ),
-            create_unchanged=True,
-        ):
-            notice = {"version": 2, "entity_path": path.removeprefix("/config/")}
-            self._notify(orjson.dumps(notice))
+        if self._compare_and_set(path, read_config, change, encode_config, create_unchanged=True):
+            self._notify(change_notice(path))
 
     def alter(
         self, changes: Iterable[tuple[Entity, list[tuple[str, float | None]]]]

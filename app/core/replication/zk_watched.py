@@ -1,6 +1,7 @@
 """A small set of records kept in ZooKeeper that every broker reloads whole on a change
-notice: the base of the ACL store (:mod:`app.core.replication.zk_acls`) and the quota
-store (:mod:`app.core.replication.zk_quotas`), which differ only in their layout.
+notice: the base of the ACL store (:mod:`app.core.replication.zk_acls`), the quota
+store (:mod:`app.core.replication.zk_quotas`) and the SCRAM credential store
+(:mod:`app.core.replication.zk_scram`), which differ only in their layout.
 
 Format: the records' znodes live under the roots of the subclass's ``LAYOUT``; after each write the
 writer creates a PERSISTENT_SEQUENTIAL ``<changes>/<change_prefix><seq>`` node whose

@@ -34,7 +34,7 @@ from typing import Any, Protocol
 import orjson
 
 from app.common.errors import SaslAuthenticationFailed
-from app.core.security.users import ScramCredential, ScryptHash, UserEntry, UsersFile
+from app.core.security.users import ScryptHash, UserEntry, UsersFile
 
 # Cached successes per authenticator, at most; cleared whole when full.
 CACHE_SIZE = 10_000
@@ -51,9 +51,10 @@ class Identity:
     expires_at: float | None = None  # unix seconds; None: does not expire
 
 
-class _Reloading:
+class Reloading:
     """A file's parsed content, reparsed when its modification time changes (checked at
-    most once per RELOAD_CHECK_S)."""
+    most once per RELOAD_CHECK_S); also the users file of the SCRAM stores
+    (:mod:`app.core.security.scram_store`)."""
 
     def __init__(self, path: Path, parse: Callable[[Path], Any], on_reload: Callable[[], None]):
         self.path = path
@@ -86,7 +87,7 @@ class BasicAuthenticator:
     def __init__(self, users_path: Path, max_concurrent: int = 2) -> None:
         self._key = secrets.token_bytes(32)
         self._cache: dict[bytes, Identity] = {}
-        self._users = _Reloading(users_path, lambda p: UsersFile(p).entries(), self._cache.clear)
+        self._users = Reloading(users_path, lambda p: UsersFile(p).entries(), self._cache.clear)
         self._slots = threading.Semaphore(max_concurrent)
         # Checked for unknown names, so they cost what a wrong password costs.
         self._dummy = ScryptHash.make(secrets.token_hex(16))
@@ -120,13 +121,6 @@ class BasicAuthenticator:
         self._cache[self._cache_key(name, password)] = identity
         return identity
 
-    def scram_credential(self, name: str, mechanism: str) -> ScramCredential | None:
-        """The user's stored SCRAM credential for ``mechanism`` (``SCRAM-SHA-256``...);
-        None for an unknown name or a user written before SCRAM credentials existed."""
-        users: dict[str, UserEntry] = self._users.get()
-        entry = users.get(name)
-        return None if entry is None else entry.scram.get(mechanism)
-
 
 class JwtAuthenticator:
     mechanism = "bearer"
@@ -149,7 +143,7 @@ class JwtAuthenticator:
         self._jwt = jwt
         self._cache: dict[str, Identity] = {}
         self._jwks = (
-            _Reloading(jwks_file, self._parse_jwks, self._cache.clear)
+            Reloading(jwks_file, self._parse_jwks, self._cache.clear)
             if jwks_file is not None
             else None
         )

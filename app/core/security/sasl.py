@@ -6,9 +6,9 @@
   authorization id other than the user's own is refused, as Kafka's PLAIN server does.
 - SCRAM-SHA-256 / SCRAM-SHA-512 (RFC 5802/7677, Kafka's KIP-84): two round trips,
   client-first -> server-first, client-final -> server-final, driven by ``scramp`` (a
-  maintained implementation; its proof check is constant-time) against the credentials
-  ``logbus users add/passwd`` stores beside the scrypt hash (StoredKey, ServerKey, salt,
-  iterations). An unknown user, or one without a SCRAM credential for the mechanism,
+  maintained implementation; its proof check is constant-time) against the credential
+  the caller's lookup answers (StoredKey, ServerKey, salt, iterations: the broker's
+  SCRAM store, :mod:`app.core.security.scram_store`). An unknown user, or one without a SCRAM credential for the mechanism,
   gets a random credential, so the exchange fails at the proof exactly as a wrong
   password does and answers do not tell which names exist.
 

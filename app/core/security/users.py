@@ -29,9 +29,12 @@ The file is written whole (temporary file, fsync, rename) by ``logbus users`` on
 broker's machine; a running broker rereads it when its modification time changes, so
 ``add``/``passwd``/``remove`` take effect without a restart. Never holds a password.
 
-The Kafka door's AlterUserScramCredentials changes the ``scram`` part of existing users
-(:meth:`UsersFile.alter_scram`, Kafka's per-user rules and error names) and
-DescribeUserScramCredentials reads it; a user is made only by ``logbus users add`` (it
+On one broker the Kafka door's AlterUserScramCredentials changes the ``scram`` part of
+existing users (:meth:`UsersFile.alter_scram`) and DescribeUserScramCredentials reads
+it; in a cluster those credentials go to ZooKeeper instead and this file's ``scram``
+serves only the users the door never altered (the rule:
+:mod:`app.core.security.scram_store`). Kafka's per-user rules and error names are
+:class:`ScramAlteration`'s, for both. A user is made only by ``logbus users add`` (it
 needs the scrypt hash HTTP Basic and PLAIN check, which a SCRAM upsertion does not carry).
 """
 
@@ -44,7 +47,7 @@ import os
 import re
 import secrets
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -222,6 +225,108 @@ class ScramRefused(Exception):
 ScramUpsertion = tuple[str, str, int, bytes, bytes]
 
 
+class ScramAlteration:
+    """One AlterUserScramCredentials request's per-user rules (Kafka's), written once for
+    every SCRAM store (:meth:`UsersFile.alter_scram`, the cluster's ZooKeeper store):
+    :meth:`of` checks what needs no stored state (a (user, mechanism) twice
+    DUPLICATE_RESOURCE; iterations outside 4096-16384 or an empty salt or SaltedPassword
+    UNACCEPTABLE_CREDENTIAL) and turns each upsertion's SaltedPassword into a
+    credential; :meth:`apply` applies a user's alterations to the credentials the store
+    holds for it now (no such user, or a deletion of a credential it does not have,
+    RESOURCE_NOT_FOUND). A refused user has none of its alterations applied.
+
+    Immutable once made, so a store may :meth:`apply` again when a compare-and-set
+    retries. Mechanisms are SCRAM_MECHANISMS' names."""
+
+    def __init__(
+        self,
+        changes: dict[str, list[tuple[str, ScramCredential | None]]],
+        refused: dict[str, ScramRefused],
+    ) -> None:
+        self._changes = changes
+        self._refused = refused
+
+    @property
+    def users(self) -> list[str]:
+        """Every user the request names, in the order first named (deletions first)."""
+        return list(self._changes)
+
+    @classmethod
+    def of(
+        cls, deletions: Iterable[tuple[str, str]], upsertions: Iterable[ScramUpsertion]
+    ) -> ScramAlteration:
+        changes: dict[str, list[tuple[str, ScramCredential | None]]] = {}
+        refused: dict[str, ScramRefused] = {}
+        seen: set[tuple[str, str]] = set()
+
+        def note(name: str, mechanism: str) -> bool:
+            changes.setdefault(name, [])
+            if (name, mechanism) in seen:
+                refused.setdefault(
+                    name,
+                    ScramRefused(
+                        "DUPLICATE_RESOURCE",
+                        f"{name}: {mechanism} is altered more than once in the request",
+                    ),
+                )
+                return False
+            seen.add((name, mechanism))
+            return True
+
+        for name, mechanism in deletions:
+            if note(name, mechanism):
+                changes[name].append((mechanism, None))
+        for name, mechanism, iterations, salt, salted in upsertions:
+            if not note(name, mechanism):
+                continue
+            if not SCRAM_MIN_ITERATIONS <= iterations <= SCRAM_MAX_ITERATIONS:
+                refused.setdefault(
+                    name,
+                    ScramRefused(
+                        "UNACCEPTABLE_CREDENTIAL",
+                        f"{name}: {iterations} iterations, outside "
+                        f"{SCRAM_MIN_ITERATIONS}-{SCRAM_MAX_ITERATIONS}",
+                    ),
+                )
+            elif not salt or not salted:
+                refused.setdefault(
+                    name,
+                    ScramRefused("UNACCEPTABLE_CREDENTIAL", f"{name}: empty salt or password"),
+                )
+            else:
+                credential = ScramCredential.from_salted(mechanism, salt, iterations, salted)
+                changes[name].append((mechanism, credential))
+        return cls(changes, refused)
+
+    def apply(
+        self, name: str, current: Mapping[str, ScramCredential] | None
+    ) -> dict[str, ScramCredential] | ScramRefused:
+        """``name``'s credentials by mechanism once its alterations are applied to
+        ``current`` (None: the store has no such user), or why it is refused."""
+        refused = self._refused.get(name)
+        if refused is not None:
+            return refused
+        if current is None:
+            return ScramRefused(
+                "RESOURCE_NOT_FOUND",
+                f"no user {name!r}: `logbus users add` makes users (SCRAM and a "
+                "password hash for HTTP Basic and PLAIN)",
+            )
+        ops = self._changes.get(name, [])
+        missing = [m for m, c in ops if c is None and m not in current]
+        if missing:
+            return ScramRefused(
+                "RESOURCE_NOT_FOUND", f"{name} has no {missing[0]} credential to delete"
+            )
+        scram = dict(current)
+        for mechanism, new in ops:
+            if new is None:
+                del scram[mechanism]
+            else:
+                scram[mechanism] = new
+        return scram
+
+
 class UsersFile:
     """Read and change ``users.json`` (module docstring). Not thread-safe: one writer."""
 
@@ -276,92 +381,27 @@ class UsersFile:
             raise InvalidUser(f"no user {name!r}")
         self._write(users)
 
-    def scram_iterations(self) -> dict[str, dict[str, int]]:
-        """Each user with SCRAM credentials: its mechanisms' iteration counts."""
-        return {
-            name: {m: c.iterations for m, c in sorted(entry.scram.items())}
-            for name, entry in self.entries().items()
-            if entry.scram
-        }
-
     def alter_scram(
         self, deletions: Iterable[tuple[str, str]], upsertions: Iterable[ScramUpsertion]
     ) -> dict[str, ScramRefused | None]:
         """Kafka's AlterUserScramCredentials on existing users, in one write: per user (in
         the order first named) None when all its alterations are applied, else the first
-        refusal, and none of its alterations applied. A (user, mechanism) twice
-        DUPLICATE_RESOURCE; a user not in the file, or a deletion of a credential it does
-        not have, RESOURCE_NOT_FOUND; iterations outside 4096-16384 or an empty salt or
-        SaltedPassword UNACCEPTABLE_CREDENTIAL. Mechanisms are SCRAM_MECHANISMS' names."""
-        changes: dict[str, list[tuple[str, ScramCredential | None]]] = {}
-        refused: dict[str, ScramRefused] = {}
-        seen: set[tuple[str, str]] = set()
-
-        def note(name: str, mechanism: str) -> bool:
-            changes.setdefault(name, [])
-            if (name, mechanism) in seen:
-                refused.setdefault(
-                    name,
-                    ScramRefused(
-                        "DUPLICATE_RESOURCE",
-                        f"{name}: {mechanism} is altered more than once in the request",
-                    ),
-                )
-                return False
-            seen.add((name, mechanism))
-            return True
-
-        for name, mechanism in deletions:
-            if note(name, mechanism):
-                changes[name].append((mechanism, None))
-        for name, mechanism, iterations, salt, salted in upsertions:
-            if not note(name, mechanism):
-                continue
-            if not SCRAM_MIN_ITERATIONS <= iterations <= SCRAM_MAX_ITERATIONS:
-                refused.setdefault(
-                    name,
-                    ScramRefused(
-                        "UNACCEPTABLE_CREDENTIAL",
-                        f"{name}: {iterations} iterations, outside "
-                        f"{SCRAM_MIN_ITERATIONS}-{SCRAM_MAX_ITERATIONS}",
-                    ),
-                )
-            elif not salt or not salted:
-                refused.setdefault(
-                    name,
-                    ScramRefused("UNACCEPTABLE_CREDENTIAL", f"{name}: empty salt or password"),
-                )
-            else:
-                credential = ScramCredential.from_salted(mechanism, salt, iterations, salted)
-                changes[name].append((mechanism, credential))
+        refusal (:class:`ScramAlteration`'s rules), and none of its alterations applied."""
+        alteration = ScramAlteration.of(deletions, upsertions)
+        outcome: dict[str, ScramRefused | None] = {}
         with _WRITING:
             users = self.entries()
             changed = False
-            for name, ops in changes.items():
+            for name in alteration.users:
                 entry = users.get(name)
-                if name in refused:
+                applied = alteration.apply(name, None if entry is None else entry.scram)
+                if isinstance(applied, ScramRefused):
+                    outcome[name] = applied
                     continue
-                if entry is None:
-                    refused[name] = ScramRefused(
-                        "RESOURCE_NOT_FOUND",
-                        f"no user {name!r}: `logbus users add` makes users (SCRAM and a "
-                        "password hash for HTTP Basic and PLAIN)",
-                    )
-                    continue
-                scram = dict(entry.scram)
-                missing = [m for m, c in ops if c is None and m not in scram]
-                if missing:
-                    refused[name] = ScramRefused(
-                        "RESOURCE_NOT_FOUND", f"{name} has no {missing[0]} credential to delete"
-                    )
-                    continue
-                for mechanism, new in ops:
-                    if new is None:
-                        del scram[mechanism]
-                    else:
-                        scram[mechanism] = new
-                users[name] = UserEntry(entry.scrypt, scram)
+                assert entry is not None
+                users[name] = UserEntry(entry.scrypt, applied)
+                outcome[name] = None
                 changed = True
             if changed:
                 self._write(users)
-        return {name: refused.get(name) for name in changes}
+        return outcome

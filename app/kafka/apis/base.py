@@ -26,6 +26,7 @@ from app.kafka.encode import build, error_code, per_partition
 if TYPE_CHECKING:
     from app.api.state import AppState
     from app.core.security.quotas import Quotas
+    from app.core.security.scram_store import ScramStore
     from app.core.topology import Topology
     from app.kafka.fetch_sessions import FetchSessionCache
     from app.kafka.security import KafkaSecurity
@@ -98,6 +99,9 @@ class Context:
     quotas: Quotas | None = None
     # The listener's fetch sessions (KIP-227); None: every fetch is answered sessionless.
     fetch_sessions: FetchSessionCache | None = None
+    # The broker's SCRAM credentials (app/core/security/scram_store.py), which
+    # Describe/AlterUserScramCredentials read and change; None: a broker without them.
+    scram: ScramStore | None = None
 
 
 @cache

@@ -1,31 +1,34 @@
-"""DescribeUserScramCredentials and AlterUserScramCredentials on the SCRAM credentials
-``logbus users add/passwd`` keep beside each user's scrypt hash
-(:class:`~app.core.security.users.UsersFile`, the users file SaslAuthenticate's SCRAM
-exchange reads: a credential altered here holds for the next authentication, the file's
-change noticed within a second).
+"""DescribeUserScramCredentials and AlterUserScramCredentials on the broker's SCRAM store
+(:mod:`app.core.security.scram_store`, the one SaslAuthenticate's SCRAM exchange reads:
+a credential altered here holds for the next authentication, on every broker of a
+cluster within a second). One broker: the credentials ``logbus users add/passwd`` keep
+beside each user's scrypt hash in its users file. A cluster: ZooKeeper's, in Kafka's
+``/config/users/<user>`` nodes (``app/core/replication/zk_scram.py``), authoritative for
+every user the door has altered; users never altered keep their users file's
+credentials (the combination rule is the store module's). This module does not know
+which store it has.
 
 Describe answers each user's mechanisms and iteration counts (never a salt or key): every
 user with credentials when ``users`` is null or empty; a named user without any
 RESOURCE_NOT_FOUND, one named twice DUPLICATE_RESOURCE. Alter applies Kafka's per-user
-rules (:meth:`~app.core.security.users.UsersFile.alter_scram`): a mechanism code other
-than SCRAM-SHA-256 (1) and SCRAM-SHA-512 (2) UNSUPPORTED_SASL_MECHANISM, iterations
-outside 4096-16384 UNACCEPTABLE_CREDENTIAL, a (user, mechanism) twice DUPLICATE_RESOURCE,
-deleting a credential the user lacks RESOURCE_NOT_FOUND; a refused user has none of its
-alterations applied. Unlike Kafka, an upsertion does not create a user: Logbus users also
-need the scrypt hash HTTP Basic and PLAIN check (``logbus users add``), so an unknown
-user is RESOURCE_NOT_FOUND. The users file is this broker's (no ZooKeeper copy).
+rules (:class:`~app.core.security.users.ScramAlteration`, which both stores apply): a
+mechanism code other than SCRAM-SHA-256 (1) and SCRAM-SHA-512 (2)
+UNSUPPORTED_SASL_MECHANISM, iterations outside 4096-16384 UNACCEPTABLE_CREDENTIAL, a
+(user, mechanism) twice DUPLICATE_RESOURCE, deleting a credential the user lacks
+RESOURCE_NOT_FOUND; a refused user has none of its alterations applied. Unlike Kafka, an upsertion does not create a user: Logbus users also
+need the scrypt hash HTTP Basic and PLAIN check (``logbus users add``), so a user not in
+the receiving broker's users file is RESOURCE_NOT_FOUND.
 
 Authorized as Kafka's: DESCRIBE on the cluster for describe (else a top-level
 CLUSTER_AUTHORIZATION_FAILED), ALTER on the cluster for alter (else every user
 CLUSTER_AUTHORIZATION_FAILED); changes audited (names and mechanisms only).
 
-Concurrency: event loop; the users file is read and written in a worker thread.
+Concurrency: event loop; the store is read and written in a worker thread.
 """
 
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
@@ -33,7 +36,8 @@ from kio.schema.errors import ErrorCode
 from app.common.errors import ClusterAuthorizationFailed
 from app.core.security import audit
 from app.core.security.acl import Operation
-from app.core.security.users import USERS_FILE, ScramRefused, ScramUpsertion, UsersFile
+from app.core.security.scram_store import ScramStore
+from app.core.security.users import ScramRefused, ScramUpsertion
 from app.kafka import authorize
 from app.kafka.apis.base import NO_THROTTLE, Context, response_module
 from app.kafka.encode import build, error_code
@@ -44,9 +48,10 @@ MECHANISMS: Final = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
 CODES: Final = {name: code for code, name in MECHANISMS.items()}
 
 
-def _users(ctx: Context) -> UsersFile:
-    settings = ctx.state.settings
-    return UsersFile(Path(settings.users_file or settings.data_dir / USERS_FILE))
+def _store(ctx: Context) -> ScramStore:
+    store = ctx.scram
+    assert store is not None, "the Kafka listener is given the broker's SCRAM store"
+    return store
 
 
 async def describe_user_scram_credentials(ctx: Context, body: Any, version: int) -> Any:
@@ -79,7 +84,7 @@ async def describe_user_scram_credentials(ctx: Context, body: Any, version: int)
         authorize.check(ctx, Operation.DESCRIBE, None)
     except ClusterAuthorizationFailed as exc:
         return answer(error_code(exc), exc.message, [])
-    known = await asyncio.to_thread(_users(ctx).scram_iterations)
+    known = await asyncio.to_thread(_store(ctx).iterations)
     if not body.users:
         return answer(
             ErrorCode.none, None, [result(u, ErrorCode.none, None, i) for u, i in known.items()]
@@ -148,7 +153,7 @@ async def alter_user_scram_credentials(ctx: Context, body: Any, version: int) ->
     upsertions = [u for u in upsertions if u[0] not in outcome]
     applied: dict[str, ScramRefused | None] = {}
     if deletions or upsertions:
-        applied = await asyncio.to_thread(_users(ctx).alter_scram, deletions, upsertions)
+        applied = await asyncio.to_thread(_store(ctx).alter, deletions, upsertions)
     for name, refusal in applied.items():
         if refusal is None:
             outcome[name] = (ErrorCode.none, None)

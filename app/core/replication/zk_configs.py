@@ -1,0 +1,78 @@
+"""Kafka's dynamic-config znodes, shared by the stores that keep parts of them: client
+quotas (:mod:`app.core.replication.zk_quotas`) and SCRAM credentials
+(:mod:`app.core.replication.zk_scram`) live side by side in one user's node.
+
+Layout (under the connect string's optional chroot)::
+
+    /config/users/<user>[/clients/<client-id>]   a user's configs (or <default>'s)
+    /config/clients/<client-id>                  a client id's configs
+    /config/changes/config_change_<seq>          PERSISTENT_SEQUENTIAL change notices,
+                                                 {"version": 2, "entity_path": "users/alice"}
+
+A node's value is Kafka's ``{"version": 1, "config": {"<key>": "<value>"}}``, every value
+a string. A name is percent-encoded (Kafka's sanitized names); ``<default>`` is written
+as is.
+
+Invariant (what lets several stores share a node): a store reads only its own keys and
+ignores the others, and changes a node by compare-and-set of the whole config, read,
+its keys changed, every other key written back as it was (:func:`read_config` and
+:func:`encode_config` keep what they do not know). Pure functions; no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from urllib.parse import quote, unquote
+
+import orjson
+
+from app.core.security.quotas import DEFAULT
+
+USERS = "/config/users"
+CLIENTS = "/config/clients"
+CHANGES = "/config/changes"
+CHANGE_PREFIX = "config_change_"
+
+
+def encode_name(name: str) -> str:
+    return name if name == DEFAULT else quote(name, safe="")
+
+
+def decode_name(name: str) -> str:
+    return name if name == DEFAULT else unquote(name)
+
+
+def user_path(user: str) -> str:
+    return f"{USERS}/{encode_name(user)}"
+
+
+def read_config(data: bytes | None) -> dict[str, str]:
+    """Every config key of a node's value (empty for no node or an empty value);
+    ValueError when the value is not Kafka's config document."""
+    if not data:
+        return {}
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise ValueError("not a config document")
+    config = doc.get("config") or {}
+    if not isinstance(config, dict):
+        raise ValueError("config is not a mapping")
+    out: dict[str, str] = {}
+    for key, value in config.items():
+        # Kafka writes strings; a number written by hand is read as its text.
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise ValueError(f"config {key!r} is not a string")
+        out[key] = value if isinstance(value, str) else str(value)
+    return out
+
+
+def encode_config(config: Mapping[str, str]) -> bytes:
+    return orjson.dumps({"version": 1, "config": dict(sorted(config.items()))})
+
+
+def change_notice(path: str) -> bytes:
+    """The value of the change notice of the node at ``path``."""
+    return orjson.dumps({"version": 2, "entity_path": path.removeprefix("/config/")})
