@@ -102,7 +102,7 @@ def decode_entries(
         raise InvalidAcl(f"ACL znode {resource_path(rtype, pattern, name)}: {exc}") from None
 
 
-class ZkAclStore(ZkWatchedStore[AclSnapshot]):
+class ZkAclStore(ZkWatchedStore[frozenset[AclBinding], AclSnapshot]):
     """:class:`app.core.security.store.AclStore` over ZooKeeper (module docstring)."""
 
     LAYOUT = ZkLayout((LITERAL_ROOT, PREFIXED_ROOT), CHANGES, CHANGE_PREFIX, "ACLs")
@@ -131,13 +131,14 @@ class ZkAclStore(ZkWatchedStore[AclSnapshot]):
                     found.update(decode_entries(data, rtype, pattern, name))
         return frozenset(found)
 
-    def _reload(self) -> AclSnapshot:
-        bindings = self._read_all()
-        with self._lock:
-            if bindings != self._snapshot.bindings:
-                self._version += 1
-                self._snapshot = AclSnapshot(bindings, self._version)
-            return self._snapshot
+    def _install(self, read: frozenset[AclBinding]) -> AclSnapshot:
+        if read != self._snapshot.bindings:
+            self._version += 1
+            self._snapshot = AclSnapshot(read, self._version)
+        return self._snapshot
+
+    def _current(self) -> AclSnapshot:
+        return self._snapshot
 
     def load(self) -> AclSnapshot:
         return self._snapshot

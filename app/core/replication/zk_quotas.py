@@ -65,7 +65,7 @@ def _values(data: bytes) -> dict[str, float]:
     return check_values({k: float(v) for k, v in config.items() if k in KEYS})
 
 
-class ZkQuotaStore(ZkWatchedStore[QuotaConfig]):
+class ZkQuotaStore(ZkWatchedStore[QuotaConfig, QuotaConfig]):
     """The quota store of a cluster (module docstring); load/alter/watch/close as
     :class:`app.core.security.quotas.FileQuotaStore`."""
 
@@ -99,11 +99,12 @@ class ZkQuotaStore(ZkWatchedStore[QuotaConfig]):
             quotas[Entity(None, _decode(encoded))] = self._get(f"{CLIENTS}/{encoded}")
         return QuotaConfig(quotas)
 
-    def _reload(self) -> QuotaConfig:
-        config = self._read_all()
-        with self._lock:
-            self._config = config
-        return config
+    def _install(self, read: QuotaConfig) -> QuotaConfig:
+        self._config = read
+        return read
+
+    def _current(self) -> QuotaConfig:
+        return self._config
 
     def load(self) -> QuotaConfig:
         return self._config

@@ -135,7 +135,7 @@ def _with_credentials(
     return new
 
 
-class ZkScramStore(ZkWatchedStore[Managed]):
+class ZkScramStore(ZkWatchedStore[Managed, Managed]):
     """The SCRAM store of a cluster (module docstring), over this broker's users file at
     ``users_path``; :class:`~app.core.security.scram_store.ScramStore`'s interface."""
 
@@ -160,7 +160,7 @@ class ZkScramStore(ZkWatchedStore[Managed]):
             return {}
         return _credentials(name, config) if _managed(config) else None
 
-    def _reload(self) -> Managed:
+    def _read_all(self) -> Managed:
         managed: Managed = {}
         for encoded in self.client.get_children(USERS):
             name = decode_name(encoded)
@@ -169,9 +169,14 @@ class ZkScramStore(ZkWatchedStore[Managed]):
             found = self._read_user(name, f"{USERS}/{encoded}")
             if found is not None:
                 managed[name] = found
-        with self._lock:
-            self._managed = managed
         return managed
+
+    def _install(self, read: Managed) -> Managed:
+        self._managed = read
+        return read
+
+    def _current(self) -> Managed:
+        return self._managed
 
     def credential(self, name: str, mechanism: str) -> ScramCredential | None:
         found = effective(self._local.get(), self._managed, name)

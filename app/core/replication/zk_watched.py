@@ -10,11 +10,17 @@ value says what changed (Kafka's change notifications), and keeps the newest
 
 Invariants: a record is changed only by compare-and-set on its znode's version, retried
 when another writer got there first, so concurrent writers on several brokers never lose
-an update; a failed reload keeps the last set.
+an update; a failed reload keeps the last set. Reloads run both on kazoo's watch thread
+and in the writer's thread, and a whole-set read takes many round trips, so two may
+overlap: each takes a ticket before it reads, and only a read that started after the
+installed one's is installed. Without that, a slow read begun before a write could finish
+last and put back the set the write replaced (a revoked credential or deleted ACL valid
+again) until some later change. The latest-started read began after the last write it
+was told of (a write's own reload, or the notice's), so the newest set always wins.
 
 Concurrency: blocking kazoo calls (the broker runs writes in a worker thread); the
 ChildrenWatch callback runs on kazoo's thread and calls the listeners there. The
-subclass's ``_reload`` swaps its set under ``_lock``. Thread-safe.
+subclass's ``_install`` swaps its set under ``_lock``. Thread-safe.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ __all__ = ["ZkLayout", "ZkWatchedStore"]
 
 _log = logging.getLogger(__name__)
 
+R = TypeVar("R")
 T = TypeVar("T")
 V = TypeVar("V")
 
@@ -49,9 +56,10 @@ class ZkLayout(NamedTuple):
     what: str
 
 
-class ZkWatchedStore(Generic[T]):
-    """Connection, change notices and compare-and-set writes shared by the ZooKeeper
-    stores; ``T`` is the whole set a reload answers (module docstring)."""
+class ZkWatchedStore(Generic[R, T]):
+    """Connection, change notices, ordered reloads and compare-and-set writes shared by
+    the ZooKeeper stores; ``R`` is what a whole read of ZooKeeper answers, ``T`` the set
+    installed from it (module docstring)."""
 
     LAYOUT: ClassVar[ZkLayout]
     KEEP_CHANGES: ClassVar[int] = 100
@@ -61,10 +69,34 @@ class ZkWatchedStore(Generic[T]):
         self.client = KazooClient(hosts=connect, timeout=session_timeout_ms / 1000)
         self._lock = threading.Lock()
         self._listeners: list[Callable[[T], None]] = []
+        # Tickets of reloads begun, and of the one whose read is installed (module docstring).
+        self._reads_begun = 0
+        self._read_installed = 0
+
+    def _read_all(self) -> R:
+        """Read the whole set from ZooKeeper (blocking; no lock held)."""
+        raise NotImplementedError
+
+    def _install(self, read: R) -> T:
+        """Make ``read`` current and answer the set (called with ``_lock`` held)."""
+        raise NotImplementedError
+
+    def _current(self) -> T:
+        """The set installed now (called with ``_lock`` held)."""
+        raise NotImplementedError
 
     def _reload(self) -> T:
-        """Read the whole set from ZooKeeper and make it current."""
-        raise NotImplementedError
+        """Read the whole set from ZooKeeper and make it current, unless a read begun
+        later was installed first; answer the set now current."""
+        with self._lock:
+            self._reads_begun += 1
+            ticket = self._reads_begun
+        read = self._read_all()
+        with self._lock:
+            if ticket < self._read_installed:
+                return self._current()
+            self._read_installed = ticket
+            return self._install(read)
 
     def start(self, timeout_s: float = 30.0) -> None:
         ensure_chroot(self._connect, timeout_s)
