@@ -192,7 +192,9 @@ class Topology(Protocol):
 
     def offline_replicas(self, topic: str, partition: int) -> list[int]:
         """Replicas of the partition on brokers that are not live, or that their broker
-        could not make (reported offline)."""
+        could not make (reported offline), whichever broker they are on: in a cluster
+        every broker answers every broker's (from a watch-fed cache, no ZooKeeper read);
+        a lone broker has none (a log it cannot make fails the request instead)."""
         ...
 
     def topic_configs(self, topic: str) -> tuple[LogConfig, dict[str, object]]:
