@@ -445,7 +445,11 @@ class PartitionDescription(BaseModel):
     leader_epoch: int = Field(default=0, description="Bumped on every leader change.")
     replicas: list[int]
     isr: list[int] = Field(description="In-sync replicas: they hold every committed record.")
-    offline_replicas: list[int] = Field(default_factory=list)
+    offline_replicas: list[int] = Field(
+        default_factory=list,
+        description="Replicas on brokers that are down or that could not create their "
+        "replica (reported offline in ZooKeeper), whichever broker they are on.",
+    )
     log_start_offset: int | None = Field(
         description="As this broker's replica sees it; null where it holds no replica."
     )
@@ -518,6 +522,11 @@ class PartitionMetadata(BaseModel):
     leader_epoch: int = Field(default=0, description="Bumped on every leader change.")
     replicas: list[int]
     isr: list[int]
+    offline_replicas: list[int] = Field(
+        default_factory=list,
+        description="Replicas on brokers that are down or that could not create their "
+        "replica (reported offline in ZooKeeper), whichever broker they are on.",
+    )
 
 
 class TopicMetadata(BaseModel):

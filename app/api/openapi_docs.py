@@ -319,7 +319,9 @@ authorizer, describing needs DESCRIBE on the topic, and the configs are shown on
 principal with DESCRIBE_CONFIGS (implied by ALTER_CONFIGS); others get them empty."""
 
 METADATA = """Kafka's Metadata: the cluster id, the brokers (`id`, `url`), the controller's broker id,
-and every topic's partitions with leader, replicas and in-sync replicas.
+and every topic's partitions with leader, replicas, in-sync replicas and offline replicas
+(on brokers that are down, or that could not create their replica: every broker lists
+every broker's).
 
 `?topics=a,b` narrows the answer to those topics (missing ones are left out). With
 `allow_auto_topic_creation=true` and the broker's `auto_create_topics_enable` on, missing

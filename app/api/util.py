@@ -64,8 +64,11 @@ def topic_names(state: AppState) -> list[str]:
 
 def partition_info(state: AppState, topic: str, partition: int) -> dict[str, Any]:
     """Where a partition lives: ``partition``, ``leader``, ``leader_epoch``, ``replicas``,
-    ``isr``."""
-    return state.topology.partition_info(topic, partition)
+    ``isr``, ``offline_replicas`` (:meth:`Topology.offline_replicas`: every broker's)."""
+    topology = state.topology
+    info = topology.partition_info(topic, partition)
+    info["offline_replicas"] = topology.offline_replicas(topic, partition)
+    return info
 
 
 def leader_log(state: AppState, topic: str, partition: int) -> Log:

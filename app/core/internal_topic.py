@@ -33,6 +33,7 @@ from app.core.topology import LeadershipListener, NewTopic
 
 if TYPE_CHECKING:
     from app.core.log.log import AppendInfo, Log
+    from app.core.log.producer_state import UnnumberedBatch
 
 
 class ReplicaView(Protocol):
@@ -42,7 +43,7 @@ class ReplicaView(Protocol):
     @property
     def log(self) -> Log: ...
 
-    def append_as_leader(self, data: bytes, *, acks_all: bool) -> AppendInfo: ...
+    def append_as_leader(self, data: bytes | UnnumberedBatch, *, acks_all: bool) -> AppendInfo: ...
 
     async def wait_replicated(self, last_offset: int, timeout_ms: int) -> None: ...
 
@@ -144,9 +145,9 @@ class InternalTopicPlacement(Generic[TopologyT]):
             url = self.url
         return leader, url
 
-    def append(self, partition: int, batch: bytes) -> int:
-        """Append a RecordBatch to a partition this broker leads, acks=all; its last
-        offset. Raises NotLeaderOrFollower (not the leader, naming it) or
+    def append(self, partition: int, batch: bytes | UnnumberedBatch) -> int:
+        """Append a RecordBatch (or one the log numbers: TxnOffsetCommit's) to a
+        partition this broker leads, acks=all; its last offset. Raises NotLeaderOrFollower (not the leader, naming it) or
         NotEnoughReplicas (ISR below min.insync.replicas, nothing written)."""
         replica = self.topology.leader_partition(self.topic, partition)
         return replica.append_as_leader(batch, acks_all=True).last_offset

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from app.core.log.config import LogConfig
     from app.core.log.log import AppendInfo, Log
     from app.core.log.manager import LogManager
+    from app.core.log.producer_state import UnnumberedBatch
     from app.core.log.topic_rules import ConfigChange
 
 _log = logging.getLogger(__name__)
@@ -83,7 +84,7 @@ class LocalReplica:
         return None  # led here for good: the high watermark is the log end
 
     def append_as_leader(
-        self, data: bytes | bytearray | memoryview, *, acks_all: bool
+        self, data: bytes | bytearray | memoryview | UnnumberedBatch, *, acks_all: bool
     ) -> AppendInfo:
         return self.log.append(data)
 

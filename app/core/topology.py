@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from app.common.errors import OffsetNotAvailable
     from app.core.log.config import LogConfig
     from app.core.log.log import AppendInfo, Log
+    from app.core.log.producer_state import UnnumberedBatch
     from app.core.log.topic_rules import ConfigChange
     from app.core.replication.state import BrokerInfo
 
@@ -69,8 +70,8 @@ class NewTopic:
 
 
 # What one partition's append is: (this broker's leader replica, the leader epoch the
-# request was routed in, the RecordBatch v2 bytes).
-LeaderAppend = tuple["LeaderReplica", int, "bytes | bytearray | memoryview"]
+# request was routed in, the RecordBatch v2 bytes, or a batch the log numbers itself).
+LeaderAppend = tuple["LeaderReplica", int, "bytes | bytearray | memoryview | UnnumberedBatch"]
 
 
 class LeaderReplica(Protocol):
@@ -109,9 +110,10 @@ class LeaderReplica(Protocol):
         ...
 
     def append_as_leader(
-        self, data: bytes | bytearray | memoryview, *, acks_all: bool
+        self, data: bytes | bytearray | memoryview | UnnumberedBatch, *, acks_all: bool
     ) -> AppendInfo:
-        """Append in the epoch this broker leads now (the group coordinator's writes)."""
+        """Append in the epoch this broker leads now (the group coordinator's writes; an
+        :class:`~app.core.log.producer_state.UnnumberedBatch` is numbered by the log)."""
         ...
 
     def append_control(
@@ -190,7 +192,9 @@ class Topology(Protocol):
 
     def offline_replicas(self, topic: str, partition: int) -> list[int]:
         """Replicas of the partition on brokers that are not live, or that their broker
-        could not make (reported offline)."""
+        could not make (reported offline), whichever broker they are on: in a cluster
+        every broker answers every broker's (from a watch-fed cache, no ZooKeeper read);
+        a lone broker has none (a log it cannot make fails the request instead)."""
         ...
 
     def topic_configs(self, topic: str) -> tuple[LogConfig, dict[str, object]]:

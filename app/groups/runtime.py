@@ -95,6 +95,7 @@ from app.groups.txn_replay import replay_txn_batch
 if TYPE_CHECKING:
     from app.core.log.log import Log
     from app.core.log.manager import LogManager
+    from app.core.log.producer_state import UnnumberedBatch
 
 log = logging.getLogger(__name__)
 
@@ -330,10 +331,10 @@ class CoordinatorRuntime(InternalTopicRuntime[ReplayedPartition]):
         group_id: str,
         records: Sequence[tuple[bytes, bytes | None]],
         *,
-        batch: bytes | None = None,
+        batch: bytes | UnnumberedBatch | None = None,
     ) -> None:
         """Append ``records`` as one batch (or ``batch``, built by the caller: a
-        transactional one) to the group's partition."""
+        transactional one, which the log numbers) to the group's partition."""
         partition = partition_for(group_id, self.num_partitions())
         try:
             data = build_batch(records) if batch is None else batch

@@ -29,6 +29,7 @@ from app.common.batch import (
     build_batch,
 )
 from app.common.group_errors import FencedMemberEpoch, UnknownMemberId
+from app.core.log.producer_state import UnnumberedBatch
 from app.groups.hashing import partition_for
 from app.groups.model import Group, validate_group_id
 from app.groups.records import OffsetKey, encode_key
@@ -38,9 +39,6 @@ from app.groups.txn_replay import complete_pending
 if TYPE_CHECKING:
     from app.groups.offsets import CommittedOffset, OffsetCommit, OffsetStore
     from app.groups.runtime import CoordinatorRuntime
-
-
-_INT32_MAX = (1 << 31) - 1
 
 
 class TxnOffsetStore:
@@ -102,22 +100,20 @@ class TxnOffsetStore:
         latest = self.offsets.checked(offsets)
         if not latest:
             return []
-        part_log = self.rt.placement.offsets_log(partition)
-        entry = part_log.producer_state.producers.get(producer_id)
-        sequence = (
-            (entry.last_seq + 1) & _INT32_MAX
-            if entry is not None and entry.epoch == producer_epoch and entry.last_seq >= 0
-            else 0
-        )
-        batch = build_batch(
-            [
-                (encode_key(OffsetKey(group_id, t, p)), encode_record_value(v))
-                for (t, p), v in latest.items()
-            ],
-            producer_id=producer_id,
-            producer_epoch=producer_epoch,
-            base_sequence=sequence,
-            transactional=True,
+        # The log gives the batch the producer's next sequence there, under its lock, in
+        # the same hold as the append (UnnumberedBatch): read here, a concurrent append
+        # of the producer could take it first.
+        batch = UnnumberedBatch(
+            bytearray(
+                build_batch(
+                    [
+                        (encode_key(OffsetKey(group_id, t, p)), encode_record_value(v))
+                        for (t, p), v in latest.items()
+                    ]
+                )
+            ),
+            producer_id,
+            producer_epoch,
         )
         self.rt.append(group_id, [], batch=batch)
         if group is None:

@@ -19,12 +19,14 @@ from zookeeper import ZooKeeperServer
 from app.common.errors import KafkaStorageError, TopicAlreadyExists
 from app.core.replication.state import BrokerInfo, PartitionState, TopicAssignment
 from app.core.replication.zk import (
+    OFFLINE_REPLICAS,
     ZkStore,
     identity_path,
     split_connect,
     state_path,
     topic_path,
 )
+from app.core.replication.zk_offline import OfflineReplicaCache
 
 SESSION_MS = 4000
 
@@ -297,6 +299,38 @@ def test_offline_replica_reports_are_ephemeral_and_watched(
     assert reader.offline_replicas() == {("audit", "id2", 0): {2}}
     again.set_offline_replicas(2, {})
     assert reader.offline_replicas() == {}
+
+
+def test_the_offline_replica_cache_follows_every_brokers_report(
+    zookeeper: ZooKeeperServer, stores: list[ZkStore]
+) -> None:
+    """What metadata answers read: every broker's report, kept from watches (present at
+    start, changed, taken back and made again, gone with the session), by topic id."""
+    reader = new_store(zookeeper, stores)
+    one = new_store(zookeeper, stores)
+    two = new_store(zookeeper, stores)
+    one.set_offline_replicas(1, {"orders": ("id1", [0, 2])})
+    changes = threading.Event()
+    cache = OfflineReplicaCache()
+    cache.start(reader.client, changes.set)
+    assert cache.brokers("orders", "id1", 0) == {1}  # there when start returns
+    assert cache.brokers("orders", "id1", 1) == frozenset()
+    assert cache.brokers("orders", "other-id", 0) == frozenset()  # a new topic of the name
+    two.set_offline_replicas(2, {"orders": ("id1", [2])})
+    wait_until(lambda: cache.brokers("orders", "id1", 2) == {1, 2}, 10, "a second report")
+    assert changes.is_set()
+    one.set_offline_replicas(1, {})  # taken back: the node goes
+    wait_until(lambda: cache.brokers("orders", "id1", 0) == frozenset(), 10, "a report taken back")
+    assert cache.brokers("orders", "id1", 2) == {2}
+    one.set_offline_replicas(1, {"audit": ("id3", [1])})  # made again at the same path
+    wait_until(lambda: cache.brokers("audit", "id3", 1) == {1}, 10, "a report made again")
+    two.stop()  # its session ends: its report goes with it
+    wait_until(lambda: cache.brokers("orders", "id1", 2) == frozenset(), 10, "a session's end")
+    reader.client.create(f"{OFFLINE_REPLICAS}/7", b"[1, 2]")  # malformed: no report
+    reader.client.create(
+        f"{OFFLINE_REPLICAS}/8", b'{"audit": {"topic_id": "id3", "partitions": [1]}}'
+    )
+    wait_until(lambda: cache.brokers("audit", "id3", 1) == {1, 8}, 10, "a report after a bad one")
 
 
 def test_delete_topic_of_a_missing_topic_says_so(

@@ -81,6 +81,7 @@ def _written_description(manager: LogManager, topic: NewTopic) -> dict[str, Any]
                 "leader_epoch": -1,
                 "replicas": [],
                 "isr": [],
+                # No replicas known here yet, so none offline (a subset of them).
                 "offline_replicas": [],
                 "log_start_offset": None,
                 "high_watermark": None,

@@ -56,16 +56,17 @@ from app.api.security import visible
 from app.api.state import AppState
 from app.api.txn_markers import RemoteMarkerSender
 from app.api.util import INT_MAX, LONG_MAX, JSONBytes
-from app.common.batch import stamp_producer
 from app.common.errors import (
     ClusterAuthorizationFailed,
     InvalidRequest,
     TxnNotCoordinator,
 )
+from app.core.log.producer_state import UnnumberedBatch
 from app.core.log.topic_rules import MAX_TOPIC_NAME_LENGTH
 from app.core.replication.auth import HEADER as AUTH_HEADER
 from app.core.replication.auth import ID_HEADER
 from app.core.security.acl import ResourceType
+from app.core.topology import LeaderAppend
 from app.groups.coordinator import OFFSETS_TOPIC, GroupCoordinator, OffsetCommit
 from app.txn import TransactionCoordinator, TxnConfig
 from app.txn.model import TxnMarker
@@ -74,7 +75,6 @@ from app.txn.placement import write_marker
 router = APIRouter(tags=["transactions"], route_class=DocumentedRoute)
 
 SHORT_MAX = (1 << 15) - 1
-_INT32_MAX = (1 << 31) - 1
 # Transaction requests are small; the records of a JSON produce use max_request_bytes.
 BODY_LIMIT = 1024 * 1024
 
@@ -515,27 +515,22 @@ async def produce_in_transaction(
         await tc.add_partitions(
             transactional_id, producer_id, producer_epoch, {(topic, p) for p in built}
         )
-    # From here to the append nothing awaits: the sequences read are the ones the
-    # partitions expect (a binary produce of the same producer on a worker thread could
-    # still race; the partition then refuses one of them, OUT_OF_ORDER_SEQUENCE_NUMBER).
+    # Without base_sequence each partition's log numbers its batch with the producer's
+    # next sequence there, under its lock in the same hold as the append (UnnumberedBatch):
+    # a sequence read here could be taken by a concurrent append of the producer (a
+    # binary produce on a worker thread) and this batch refused or, with the same
+    # sequence range, answered as a retry of that one and dropped.
     # Under an append permit from the checks to the append (EndTxn waits for it).
     with tc.append_permit(producer_id):
-        work = []
+        work: list[LeaderAppend] = []
         for p in sorted(built):
             tc.check_produce(topic, p, producer_id, producer_epoch)
             replica = topology.leader_partition(topic, p)
-            entry = replica.log.producer_state.producers.get(producer_id)
-            if base_sequence is not None:
-                sequence = base_sequence
+            batch = UnnumberedBatch(bytearray(built[p]), producer_id, producer_epoch)
+            if base_sequence is None:
+                work.append((replica, replica.leader_epoch, batch))
             else:
-                sequence = (
-                    (entry.last_seq + 1) & _INT32_MAX
-                    if entry is not None and entry.epoch == producer_epoch and entry.last_seq >= 0
-                    else 0
-                )
-            buf = bytearray(built[p])
-            stamp_producer(buf, 0, producer_id, producer_epoch, sequence, transactional=True)
-            work.append((replica, replica.leader_epoch, buf))
+                work.append((replica, replica.leader_epoch, batch.number(base_sequence)))
         infos = topology.append_to_leaders(work, acks_all=True)
     await asyncio.gather(
         *(

@@ -29,7 +29,9 @@ Idempotent producers (batches with a producer id, see
 :mod:`app.core.log.producer_state`): their sequences are checked under the
 append lock before anything is written, an exact retry is answered with the
 original offsets and not written again, and the state is snapshotted on roll
-and close and rebuilt on load and truncation. Batches without a producer id
+and close and rebuilt on load and truncation. A batch the broker writes for a
+producer that keeps no sequence (``UnnumberedBatch``) is numbered under the same
+lock, in the hold that appends it. Batches without a producer id
 cost one integer compare each.
 
 Transactions (KIP-98, the partition's side; the coordinator that drives
@@ -100,6 +102,7 @@ from app.core.log.producer_state import (
     ActiveProducer,
     ProducerAppend,
     ProducerStateManager,
+    UnnumberedBatch,
     segment_headers,
     without_duplicates,
 )
@@ -257,16 +260,25 @@ class Log(LogCleanup):
     # -- appending ---------------------------------------------------------------
 
     def append(
-        self, data: bytes | bytearray | memoryview, *, leader_epoch: int | None = None
+        self,
+        data: bytes | bytearray | memoryview | UnnumberedBatch,
+        *,
+        leader_epoch: int | None = None,
     ) -> AppendInfo:
         """Validate, assign offsets, stamp and write one or more batches from a producer.
 
         Batches are stamped with ``leader_epoch``, by default :attr:`leader_epoch`
         (the epoch replication made this broker leader in; 0 for a lone broker).
 
-        A ``bytearray`` is stamped in place (no copy); other buffers are copied once.
+        A ``bytearray`` is stamped in place (no copy); other buffers are copied once. An
+        :class:`UnnumberedBatch` is given its producer's next sequence here
+        (:meth:`next_sequence`) and appended under the same hold of the lock.
         Raises the errors of :func:`app.common.batch.validate_batches`.
         """
+        if isinstance(data, UnnumberedBatch):
+            with self._lock:  # reentrant: the append below takes it again
+                sequence = self.next_sequence(data.producer_id, data.producer_epoch)
+                return self.append(data.number(sequence), leader_epoch=leader_epoch)
         if leader_epoch is None:
             leader_epoch = self.leader_epoch
         batches = validate_batches(data, self.config.max_message_bytes)
@@ -649,6 +661,13 @@ class Log(LogCleanup):
     def producer_state(self) -> ProducerStateManager:
         """Read-only use outside the log (tests, metrics); mutated under the log's lock."""
         return self._producer_state
+
+    def next_sequence(self, producer_id: int, producer_epoch: int) -> int:
+        """:meth:`ProducerStateManager.next_sequence` under the log's lock. True when
+        read; to number a batch with it, hand :meth:`append` an :class:`UnnumberedBatch`,
+        so that no append of the producer lands between the read and the write."""
+        with self._lock:
+            return self._producer_state.next_sequence(producer_id, producer_epoch)
 
     def active_producers(self) -> list[ActiveProducer]:
         """The partition's live idempotent and transactional producers, read under the

@@ -78,6 +78,7 @@ from app.common.batch import (
     ControlMarker,
     read_control_marker,
     read_header,
+    stamp_producer,
 )
 from app.common.errors import (
     InvalidProducerEpoch,
@@ -114,6 +115,7 @@ __all__ = [
     "ProducerEntry",
     "ProducerStateManager",
     "SnapshotCorrupt",
+    "UnnumberedBatch",
     "in_sequence",
     "last_sequence",
     "read_snapshot",
@@ -230,6 +232,37 @@ class ActiveProducer:
     current_txn_start_offset: int
 
 
+@dataclass(frozen=True, slots=True)
+class UnnumberedBatch:
+    """One built RecordBatch v2 (``batch``, a single batch at position 0, without a
+    producer) that the log numbers itself: :meth:`Log.append <app.core.log.log.Log.append>`
+    stamps it, in place, with ``producer_id``, ``producer_epoch`` and the producer's
+    next sequence on that partition (:meth:`ProducerStateManager.next_sequence`), and
+    appends it, in one hold of the log's lock. For a broker writing on behalf of a
+    producer that keeps no sequence of its own (a JSON produce inside a transaction,
+    TxnOffsetCommit): read outside the lock, the sequence could be taken by a
+    concurrent append of the producer before this batch lands, which the log then
+    refuses (OUT_OF_ORDER_SEQUENCE_NUMBER) or, where the two batches have the same
+    sequence range, answers as a retry of the other one, dropping this batch."""
+
+    batch: bytearray
+    producer_id: int
+    producer_epoch: int
+    transactional: bool = True
+
+    def number(self, sequence: int) -> bytearray:
+        """The batch, stamped with the producer and ``sequence`` (CRC recomputed)."""
+        stamp_producer(
+            self.batch,
+            0,
+            self.producer_id,
+            self.producer_epoch,
+            sequence,
+            transactional=self.transactional,
+        )
+        return self.batch
+
+
 class ProducerStateManager:
     """Idempotent-producer state of one partition, plus its snapshot files.
 
@@ -285,6 +318,16 @@ class ProducerStateManager:
             )
             for pid, e in sorted(self._producers.items())
         ]
+
+    def next_sequence(self, producer_id: int, producer_epoch: int) -> int:
+        """The base sequence the producer's next batch at ``producer_epoch`` must carry on
+        this partition: its last sequence + 1 (wrapping from 2^31 - 1 to 0) in that
+        epoch, 0 for a new epoch or an unknown producer (what :meth:`check` accepts). An
+        older epoch also answers 0, which :meth:`check` then refuses as a zombie's."""
+        entry = self._producers.get(producer_id)
+        if entry is None or entry.epoch != producer_epoch or entry.last_seq < 0:
+            return 0
+        return (entry.last_seq + 1) & INT32_MAX
 
     def first_unstable_offset(self, high_watermark: int) -> int | None:
         """The first offset of an open transaction or of a completed one whose marker is

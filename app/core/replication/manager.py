@@ -4,8 +4,10 @@ broker in a cluster, what the HTTP layer and the group coordinator use.
 :class:`ReplicaManager` joins the cluster (registers ``/brokers/ids/<id>``),
 runs this broker's :class:`~app.core.replication.controller.Controller`
 candidate, and mirrors the cluster's metadata from ZooKeeper watches: live
-brokers, topic assignments, and every partition's state. For the partitions
-this broker holds it keeps a :class:`~app.core.replication.partition.Partition`
+brokers, topic assignments, every partition's state, and every broker's offline
+replica reports (:mod:`app.core.replication.zk_offline`, for metadata answers). For
+the partitions this broker holds it keeps a
+:class:`~app.core.replication.partition.Partition`
 that becomes leader or follower as the state znode says, and a follower
 fetcher (:mod:`app.core.replication.fetcher`) for the followed ones.
 
@@ -49,6 +51,7 @@ from app.core.replication.partition import Partition, append_to_leaders
 from app.core.replication.state import NO_LEADER, BrokerInfo, PartitionState, TopicAssignment
 from app.core.replication.topic_admin import TopicAdmin
 from app.core.replication.zk import ZkStore
+from app.core.replication.zk_offline import OfflineReplicaCache
 from app.core.topology import (
     LeaderAppend,
     LeadershipListener,
@@ -122,6 +125,8 @@ class ReplicaManager(TopicAdmin):
         # partitions), published in /brokers/offline_replicas/<id> for the controller.
         self._offline: dict[str, tuple[str, list[int]]] = {}
         self._offline_lock = asyncio.Lock()
+        # Every broker's reports (this one's included), from watches: what metadata lists.
+        self.offline_reports = OfflineReplicaCache()
         self._isr_task: asyncio.Task[None] | None = None
         self._lost_session = False
         self._stopping = False
@@ -145,6 +150,9 @@ class ReplicaManager(TopicAdmin):
         self.topics_synced = asyncio.Event()
         self.fetcher = ReplicaFetcher(self)
         await asyncio.to_thread(self.store.start)
+        await asyncio.to_thread(
+            self.offline_reports.start, self.store.client, lambda: self._soon(self._changed_now)
+        )
         self.cluster_id = await asyncio.to_thread(self.store.cluster_id)
         self.auth = ReplicaAuth(await asyncio.to_thread(self.store.inter_broker_secret))
         self.logs.producer_ids.use_cluster_blocks(_ZkProducerIdBlocks(self.store))
@@ -642,17 +650,19 @@ class ReplicaManager(TopicAdmin):
         }
 
     def offline_replicas(self, topic: str, partition: int) -> list[int]:
-        """Replicas on brokers that are not live, and this broker's own where it could
-        not make its replica (reported offline: :meth:`_apply_assignment`)."""
+        """Replicas on brokers that are not live, and those their broker could not make
+        (reported offline: :meth:`_apply_assignment`), whichever broker they are on: the
+        reports come from the watch-fed :attr:`offline_reports` (no ZooKeeper read), this
+        broker's own also from its own record (known before its report lands)."""
         replicas = self.replicas_of(topic, partition)
+        topic_id = self.assignments[topic].topic_id
+        reported = self.offline_reports.brokers(topic, topic_id, partition)
         mine = self._offline.get(topic)
-        here_offline = (
-            mine is not None
-            and mine[0] == self.assignments[topic].topic_id
-            and partition in mine[1]
-        )
+        here_offline = mine is not None and mine[0] == topic_id and partition in mine[1]
         return [
-            r for r in replicas if r not in self.brokers or (r == self.broker_id and here_offline)
+            r
+            for r in replicas
+            if r not in self.brokers or r in reported or (r == self.broker_id and here_offline)
         ]
 
     def topic_configs(self, topic: str) -> tuple[LogConfig, dict[str, object]]:

@@ -49,6 +49,7 @@ from app.common.errors import (
     UnknownLeaderEpoch,
 )
 from app.core.log.log import AppendInfo, Log
+from app.core.log.producer_state import UnnumberedBatch
 from app.core.replication import faults
 from app.core.replication.rwlock import ReadWriteLock
 from app.core.replication.state import NO_LEADER, PartitionState
@@ -258,7 +259,7 @@ class Partition:
         )
 
     def append_as_leader(
-        self, data: bytes | bytearray | memoryview, *, acks_all: bool
+        self, data: bytes | bytearray | memoryview | UnnumberedBatch, *, acks_all: bool
     ) -> AppendInfo:
         """Append on the event loop in the epoch this broker leads now (the group
         coordinator's writes); see :func:`append_to_leaders`."""
@@ -593,7 +594,7 @@ class Partition:
 
 
 def append_to_leaders(
-    work: Sequence[tuple[Partition, int, bytes | bytearray | memoryview]],
+    work: Sequence[tuple[Partition, int, bytes | bytearray | memoryview | UnnumberedBatch]],
     *,
     acks_all: bool,
 ) -> list[AppendInfo]:

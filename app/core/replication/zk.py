@@ -87,6 +87,17 @@ def state_path(topic: str, partition: int) -> str:
     return f"{TOPICS}/{topic}/partitions/{partition}/state"
 
 
+def parse_offline_report(data: bytes) -> list[tuple[str, str, int]]:
+    """``(topic, topic id, partition)`` of each replica a ``/brokers/offline_replicas/<id>``
+    value names. Raises ValueError, TypeError, KeyError or AttributeError when malformed."""
+    raw: dict[str, Any] = orjson.loads(data)
+    return [
+        (topic, str(entry["topic_id"]), int(p))
+        for topic, entry in raw.items()
+        for p in entry["partitions"]
+    ]
+
+
 def split_connect(connect: str) -> tuple[str, str]:
     """``"h1:2181,h2:2181/logbus"`` -> ``("h1:2181,h2:2181", "/logbus")``."""
     hosts, slash, chroot = connect.partition("/")
@@ -275,10 +286,8 @@ class ZkStore:
                 continue
             try:
                 broker = int(child)
-                raw: dict[str, Any] = orjson.loads(data)
-                for topic, entry in raw.items():
-                    for p in entry["partitions"]:
-                        out.setdefault((topic, str(entry["topic_id"]), int(p)), set()).add(broker)
+                for key in parse_offline_report(data):
+                    out.setdefault(key, set()).add(broker)
             except (ValueError, TypeError, KeyError, AttributeError) as exc:
                 _log.warning("ignoring malformed %s/%s: %s", OFFLINE_REPLICAS, child, exc)
         return out

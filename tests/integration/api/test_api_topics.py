@@ -72,8 +72,22 @@ def test_metadata(client: TestClient) -> None:
             {
                 "name": "a",
                 "partitions": [
-                    {"partition": 0, "leader": 3, "leader_epoch": 0, "replicas": [3], "isr": [3]},
-                    {"partition": 1, "leader": 3, "leader_epoch": 0, "replicas": [3], "isr": [3]},
+                    {
+                        "partition": 0,
+                        "leader": 3,
+                        "leader_epoch": 0,
+                        "replicas": [3],
+                        "isr": [3],
+                        "offline_replicas": [],
+                    },
+                    {
+                        "partition": 1,
+                        "leader": 3,
+                        "leader_epoch": 0,
+                        "replicas": [3],
+                        "isr": [3],
+                        "offline_replicas": [],
+                    },
                 ],
             }
         ],
