@@ -18,7 +18,7 @@ from starlette.responses import Response
 
 from app.api.deps import serving_coordinator, start_into_state, stop_from_state
 from app.api.errors import router_error_responses
-from app.api.models import (
+from app.api.group_models import (
     FindCoordinatorRequest,
     FindCoordinatorResponse,
     GroupDescription,
