@@ -663,9 +663,10 @@ class Log(LogCleanup):
         return self._producer_state
 
     def next_sequence(self, producer_id: int, producer_epoch: int) -> int:
-        """:meth:`ProducerStateManager.next_sequence` under the log's lock. True when
-        read; to number a batch with it, hand :meth:`append` an :class:`UnnumberedBatch`,
-        so that no append of the producer lands between the read and the write."""
+        """:meth:`ProducerStateManager.next_sequence` under the log's lock: true when
+        read, stale once the lock is let go. To number a batch, hand :meth:`append` an
+        :class:`UnnumberedBatch`, so that no append of the producer lands between the read
+        and the write."""
         with self._lock:
             return self._producer_state.next_sequence(producer_id, producer_epoch)
 
