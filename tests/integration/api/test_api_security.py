@@ -157,7 +157,11 @@ def _tx(op: str, s: str) -> str:
 def _init_tx(tid: str, *, add: bool = False) -> Callable[[TestClient, Who, str], None]:
     def setup(c: TestClient, w: Who, s: str) -> None:
         name = tid.format(s=s)
-        r = c.post("/producers", json={"transactional_id": name}, headers=w.root)
+        # The longest timeout the broker allows (15 min): a transaction the coordinator
+        # aborted on its timer mid-test would write markers between a refused call's
+        # before and after, and read as that call's doing.
+        body = {"transactional_id": name, "transaction_timeout_ms": 900_000}
+        r = c.post("/producers", json=body, headers=w.root)
         assert r.status_code == 200, r.text
         PRODUCERS[name] = (r.json()["producer_id"], r.json()["producer_epoch"])
         if add:
