@@ -272,30 +272,22 @@ def test_a_topic_created_without_an_identity_takes_one_at_its_first_change(
     assert store.get_topic("legacy") == TopicAssignment("id2", ((1,),), {"retention.ms": 6})
 
 
-def test_offline_replica_reports_are_ephemeral_and_watched(
+def test_offline_replica_reports_are_ephemeral(
     zookeeper: ZooKeeperServer, stores: list[ZkStore]
 ) -> None:
+    """What the controller's round reads: every broker's current report (its changes are
+    watched by the OfflineReplicaCache, below)."""
     reader = new_store(zookeeper, stores)
     broker = new_store(zookeeper, stores)
-    kicks = threading.Event()
-    reader.watch_offline_replicas(kicks.set)
     assert reader.offline_replicas() == {}
-    kicks.clear()
     broker.set_offline_replicas(2, {"orders": ("id1", [3, 1])})
-    wait_until(kicks.is_set, 10, "the report's watch")
     assert reader.offline_replicas() == {("orders", "id1", 1): {2}, ("orders", "id1", 3): {2}}
-    kicks.clear()
     broker.set_offline_replicas(2, {"orders": ("id1", [1])})  # a changed report
-    wait_until(kicks.is_set, 10, "the changed report's watch")
     assert reader.offline_replicas() == {("orders", "id1", 1): {2}}
-    kicks.clear()
     broker.stop()  # its session ends: the report goes with it
-    wait_until(kicks.is_set, 10, "the report's end")
-    assert reader.offline_replicas() == {}
+    wait_until(lambda: reader.offline_replicas() == {}, 10, "the report's end")
     again = new_store(zookeeper, stores)
-    kicks.clear()
     again.set_offline_replicas(2, {"audit": ("id2", [0])})
-    wait_until(kicks.is_set, 10, "a new report of the same broker")
     assert reader.offline_replicas() == {("audit", "id2", 0): {2}}
     again.set_offline_replicas(2, {})
     assert reader.offline_replicas() == {}

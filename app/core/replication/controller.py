@@ -21,6 +21,8 @@ timer, it reads every partition's state and fixes what is wrong:
   assigned the partition but could not create its log, Kafka's offline replica) counts
   as dead for that partition alone: it is never elected, leaves the ISR, and a first
   state leaves it out, until its report goes (the broker restarted and made it);
+  the round reads the reports from ZooKeeper with the states; the owner's watch-fed
+  cache (:class:`~app.core.replication.zk_offline.OfflineReplicaCache`) kicks it;
 - every ``leader_imbalance_check_interval_ms`` the preferred replica (the
   first one) gets leadership back when it is alive and in the ISR.
 
@@ -134,7 +136,8 @@ class Controller:
             self._watching = True
             self.store.watch_brokers(lambda _: self.kick())
             self.store.watch_topics(lambda _: self.kick())
-            self.store.watch_offline_replicas(self.kick)
+            # Offline-replica reports are watched once per broker, by the ReplicaManager's
+            # OfflineReplicaCache, which kicks this controller on every change.
         preferred = time.monotonic() >= self._next_preferred
         self.reconcile(preferred=preferred)
         for topic in self._seen_topics:

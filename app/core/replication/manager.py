@@ -151,7 +151,7 @@ class ReplicaManager(TopicAdmin):
         self.fetcher = ReplicaFetcher(self)
         await asyncio.to_thread(self.store.start)
         await asyncio.to_thread(
-            self.offline_reports.start, self.store.client, lambda: self._soon(self._changed_now)
+            self.offline_reports.start, self.store.client, self._offline_reports_changed
         )
         self.cluster_id = await asyncio.to_thread(self.store.cluster_id)
         self.auth = ReplicaAuth(await asyncio.to_thread(self.store.inter_broker_secret))
@@ -166,6 +166,12 @@ class ReplicaManager(TopicAdmin):
         # Serve only once this broker knows the topics (and has created their logs).
         if not await wait_event(self.topics_synced, 60):
             raise TimeoutError("the topics were not read from ZooKeeper within 60 s")
+
+    def _offline_reports_changed(self) -> None:
+        # kazoo's thread: metadata answers change, and the controller (if this broker is
+        # it) re-elects around the replicas now offline or back.
+        self._soon(self._changed_now)
+        self.controller.kick()
 
     async def stop(self) -> None:
         self._stopping = True

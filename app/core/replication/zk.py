@@ -32,7 +32,6 @@ import contextlib
 import functools
 import logging
 import secrets
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -157,8 +156,6 @@ class ZkStore:
         )
         self._session_listeners: list[Callable[[str], None]] = []
         self.client.add_listener(self._on_state)
-        self._offline_watched: set[str] = set()
-        self._offline_lock = threading.Lock()
 
     def _on_state(self, state: str) -> None:
         # Runs on kazoo's thread; listeners only hand off.
@@ -291,31 +288,6 @@ class ZkStore:
             except (ValueError, TypeError, KeyError, AttributeError) as exc:
                 _log.warning("ignoring malformed %s/%s: %s", OFFLINE_REPLICAS, child, exc)
         return out
-
-    def watch_offline_replicas(self, cb: Callable[[], None]) -> None:
-        """``cb()`` on kazoo's thread whenever a broker's offline replicas change (a report
-        made, changed or gone)."""
-
-        def watcher(child: str) -> Callable[[bytes | None, Any], bool]:
-            def on_data(data: bytes | None, _stat: Any) -> bool:
-                cb()
-                if data is None:  # gone: a new report of this broker gets a new watch
-                    with self._offline_lock:
-                        self._offline_watched.discard(child)
-                    return False
-                return True
-
-            return on_data
-
-        def on_children(children: list[str]) -> None:
-            with self._offline_lock:
-                new = [c for c in children if c not in self._offline_watched]
-                self._offline_watched.update(new)
-            for child in new:
-                DataWatch(self.client, f"{OFFLINE_REPLICAS}/{child}", watcher(child))
-            cb()
-
-        ChildrenWatch(self.client, OFFLINE_REPLICAS, on_children)
 
     # -- producer ids --------------------------------------------------------------
 

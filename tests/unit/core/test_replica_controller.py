@@ -39,7 +39,6 @@ class FakeZk:
             "controller": [],
             "session": [],
             "topic": [],
-            "offline": [],
         }
         self.lock = threading.Lock()
         # (topic, topic id, partition) -> brokers that reported the replica offline.
@@ -73,9 +72,6 @@ class FakeZk:
 
     def offline_replicas(self) -> dict[tuple[str, str, int], set[int]]:
         return {k: set(v) for k, v in self.offline.items()}
-
-    def watch_offline_replicas(self, cb: Callable[[], None]) -> None:
-        self.watchers["offline"].append(cb)
 
     def add_session_listener(self, cb: Callable[[str], None]) -> None:
         self.watchers["session"].append(cb)
