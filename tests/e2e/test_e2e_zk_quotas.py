@@ -14,6 +14,7 @@ import pytest
 from cluster import Cluster
 from zookeeper import ZooKeeperServer
 
+from app.common.errors import LogbusError
 from app.core.replication.zk_quotas import ZkQuotaStore
 from app.core.security.quotas import DEFAULT, FETCH, PRODUCE, REQUEST, Entity, QuotaConfig
 
@@ -77,6 +78,28 @@ def test_quotas_reach_every_broker_within_a_second(stores: list[ZkQuotaStore]) -
         time.sleep(0.01)
     assert Entity("alice") not in reader.load().quotas
     assert reader.load().quotas[Entity("alice", "etl/1")] == {FETCH: 2048.0}
+
+
+def test_an_alteration_touching_an_unreadable_node_writes_nothing(
+    stores: list[ZkQuotaStore],
+) -> None:
+    """All or none: one damaged node (hand-written) refuses the whole alteration, with
+    what to fix, before any entity is written, and is left as it was."""
+    writer, _ = stores
+    writer.client.create("/config/users/mallory", b"[1, 2]", makepath=True)
+    with pytest.raises(LogbusError) as refused:
+        writer.alter(
+            [
+                (Entity("carol"), [(PRODUCE, 1.0)]),
+                (Entity("mallory"), [(PRODUCE, 2.0)]),
+            ]
+        )
+    assert refused.value.error_code == "UNKNOWN_SERVER_ERROR"
+    assert "/config/users/mallory cannot be read" in refused.value.message
+    assert "nothing was changed" in refused.value.message
+    assert writer.client.exists("/config/users/carol") is None
+    assert writer.client.get("/config/users/mallory")[0] == b"[1, 2]"
+    assert Entity("carol") not in writer.load().quotas
 
 
 @pytest.mark.slow

@@ -232,3 +232,23 @@ def test_an_unreadable_node_fails_closed(brokers: list[ZkScramStore]) -> None:
     )
     one._reload()
     assert one._managed["bob"] == {} and not logs_in(one, "bob", OLD)
+
+
+def test_an_alteration_of_an_unreadable_node_is_refused_and_the_others_go_on(
+    brokers: list[ZkScramStore],
+) -> None:
+    """bob's node was damaged by hand: changing his credentials would overwrite what it
+    holds unseen, so his alteration is refused with what to fix; alice's is made."""
+    one, _ = brokers
+    one.client.create("/config/users/bob", b"{not json")
+    outcome = one.alter([], [upsertion("alice", SHA256, NEW), upsertion("bob", SHA256, NEW)])
+    assert outcome["alice"] is None
+    refused = outcome["bob"]
+    assert refused is not None and refused.code == "UNKNOWN_SERVER_ERROR"
+    assert "/config/users/bob cannot be read" in refused.message
+    assert "repair or delete the node" in refused.message
+    assert one.client.get("/config/users/bob")[0] == b"{not json"  # untouched
+    assert logs_in(one, "alice", NEW) and not logs_in(one, "bob", NEW)
+    one.client.delete("/config/users/bob")  # repaired: the same alteration now goes through
+    assert one.alter([], [upsertion("bob", SHA256, NEW)]) == {"bob": None}
+    assert logs_in(one, "bob", NEW)

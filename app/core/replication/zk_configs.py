@@ -46,25 +46,38 @@ def user_path(user: str) -> str:
     return f"{USERS}/{encode_name(user)}"
 
 
+class UnreadableConfig(ValueError):
+    """A node's value is not Kafka's config document (hand-written or damaged): readers
+    log it and fail closed; a write refuses rather than overwrite what it cannot read."""
+
+
+def unreadable_message(path: str, exc: ValueError) -> str:
+    """What an alteration refused on an unreadable node answers: what to fix."""
+    return (
+        f"ZooKeeper node {path} cannot be read ({exc}); nothing was changed: repair or "
+        "delete the node, then alter again"
+    )
+
+
 def read_config(data: bytes | None) -> dict[str, str]:
     """Every config key of a node's value (empty for no node or an empty value);
-    ValueError when the value is not Kafka's config document."""
+    UnreadableConfig when the value is not Kafka's config document."""
     if not data:
         return {}
     try:
         doc = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
-        raise ValueError(f"not JSON: {exc}") from None
+        raise UnreadableConfig(f"not JSON: {exc}") from None
     if not isinstance(doc, dict):
-        raise ValueError("not a config document")
+        raise UnreadableConfig("not a config document")
     config = doc.get("config") or {}
     if not isinstance(config, dict):
-        raise ValueError("config is not a mapping")
+        raise UnreadableConfig("config is not a mapping")
     out: dict[str, str] = {}
     for key, value in config.items():
         # Kafka writes strings; a number written by hand is read as its text.
         if isinstance(value, bool) or not isinstance(value, str | int | float):
-            raise ValueError(f"config {key!r} is not a string")
+            raise UnreadableConfig(f"config {key!r} is not a string")
         out[key] = value if isinstance(value, str) else str(value)
     return out
 

@@ -32,14 +32,17 @@ from collections.abc import Iterable
 
 from kazoo.exceptions import NoNodeError
 
+from app.common.errors import LogbusError
 from app.core.replication.zk_configs import (
     CHANGE_PREFIX,
     CHANGES,
     CLIENTS,
     USERS,
+    UnreadableConfig,
     change_notice,
     encode_config,
     read_config,
+    unreadable_message,
 )
 from app.core.replication.zk_configs import decode_name as _decode
 from app.core.replication.zk_configs import encode_name as _encode
@@ -124,10 +127,34 @@ class ZkQuotaStore(ZkWatchedStore[QuotaConfig, QuotaConfig]):
         if self._compare_and_set(path, read_config, change, encode_config, create_unchanged=True):
             self._notify(change_notice(path))
 
+    def _check_readable(self, path: str) -> None:
+        try:
+            data, _ = self.client.get(path)
+        except NoNodeError:
+            return
+        try:
+            read_config(data)
+        except UnreadableConfig as exc:
+            raise LogbusError(unreadable_message(path, exc)) from None
+
     def alter(
         self, changes: Iterable[tuple[Entity, list[tuple[str, float | None]]]]
     ) -> QuotaConfig:
-        for entity, ops in changes:
-            self._update(entity, ops)
+        """All or none: a node that cannot be read (hand-written, damaged) refuses the
+        whole alteration before anything is written (LogbusError, UNKNOWN_SERVER_ERROR),
+        as overwriting it would drop what it holds (a user's SCRAM credentials) unseen."""
+        changes = list(changes)
+        for entity, _ in changes:
+            self._check_readable(entity_path(entity))
+        for done, (entity, ops) in enumerate(changes):
+            try:
+                self._update(entity, ops)
+            except UnreadableConfig as exc:  # damaged since the check: say what was written
+                path = entity_path(entity)
+                raise LogbusError(
+                    f"ZooKeeper node {path} became unreadable during the alteration ({exc}): "
+                    f"the {done} entities before it in the request were changed, it and "
+                    "those after it were not; repair or delete the node, then alter again"
+                ) from None
         self._trim_changes()
         return self._reload()

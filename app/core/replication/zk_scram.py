@@ -25,7 +25,8 @@ nothing. Kafka's per-user rules are :class:`~app.core.security.users.ScramAltera
 applied to what the node holds at the write (or, for a user not yet managed, to the
 receiving broker's users file credentials: the first alteration keeps the mechanisms it
 does not name). An upsertion needs the user in the receiving broker's users file
-(RESOURCE_NOT_FOUND otherwise). Fail closed: a user node that cannot be read makes its
+(RESOURCE_NOT_FOUND otherwise); an alteration of a user whose node cannot be read is
+refused (UNKNOWN_SERVER_ERROR, nothing written), the others go on. Fail closed: a user node that cannot be read makes its
 user managed without credentials, a SCRAM value that cannot be read leaves that
 mechanism absent (each logged); a failed reload keeps the last set.
 
@@ -48,10 +49,12 @@ from app.core.replication.zk_configs import (
     CHANGE_PREFIX,
     CHANGES,
     USERS,
+    UnreadableConfig,
     change_notice,
     decode_name,
     encode_config,
     read_config,
+    unreadable_message,
     user_path,
 )
 from app.core.replication.zk_watched import ZkLayout, ZkWatchedStore
@@ -201,7 +204,12 @@ class ZkScramStore(ZkWatchedStore[Managed, Managed]):
             return _with_credentials(config, applied)
 
         path = user_path(name)
-        if self._compare_and_set(path, read_config, change, encode_config):
+        try:
+            changed = self._compare_and_set(path, read_config, change, encode_config)
+        except UnreadableConfig as exc:
+            # Overwriting would drop what the node holds (its quotas, say) unseen.
+            return ScramRefused("UNKNOWN_SERVER_ERROR", f"{name}: {unreadable_message(path, exc)}")
+        if changed:
             self._notify(change_notice(path))
         return outcome[0]
 

@@ -35,7 +35,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from app.common.errors import ClusterAuthorizationFailed
+from app.common.errors import ClusterAuthorizationFailed, LogbusError
 from app.core.security.acl import Operation
 from app.core.security.quotas import (
     CLIENT_ID,
@@ -165,5 +165,8 @@ async def alter_client_quotas(ctx: Context, body: Any, version: int) -> Any:
         changes.append(change)
         results.append(result(entry, ErrorCode.none))
     if changes and not body.validate_only:
-        await quotas.alter(changes, ctx.session.principal)
+        try:
+            await quotas.alter(changes, ctx.session.principal)
+        except LogbusError as exc:  # the store refused the whole change (a damaged node)
+            return every(error_code(exc), exc.message)
     return build(m.AlterClientQuotasResponse, throttle_time=NO_THROTTLE, entries=tuple(results))
