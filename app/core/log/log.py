@@ -274,11 +274,27 @@ class Log(LogCleanup):
         :class:`UnnumberedBatch` is given its producer's next sequence here
         (:meth:`next_sequence`) and appended under the same hold of the lock.
         Raises the errors of :func:`app.common.batch.validate_batches`.
+
+        Lock order: the flush that ``flush.messages`` asks for and the append listeners
+        run after the log's lock is let go (:meth:`flush` takes its flush lock and then
+        the log's lock; taken the other way round, two flushers deadlock).
         """
         if isinstance(data, UnnumberedBatch):
-            with self._lock:  # reentrant: the append below takes it again
-                sequence = self.next_sequence(data.producer_id, data.producer_epoch)
-                return self.append(data.number(sequence), leader_epoch=leader_epoch)
+            with self._lock:  # reentrant: _append takes it again
+                sequence = self._producer_state.next_sequence(data.producer_id, data.producer_epoch)
+                info, written = self._append(data.number(sequence), leader_epoch)
+        else:
+            info, written = self._append(data, leader_epoch)
+        if written:
+            self._after_append(info.record_count)
+        return info
+
+    def _append(
+        self, data: bytes | bytearray | memoryview, leader_epoch: int | None
+    ) -> tuple[AppendInfo, bool]:
+        """:meth:`append` up to the write, without the flush and the listeners (the caller
+        runs them once it holds the log's lock no more); also whether anything was
+        written (False: every batch was a retry)."""
         if leader_epoch is None:
             leader_epoch = self.leader_epoch
         batches = validate_batches(data, self.config.max_message_bytes)
@@ -301,9 +317,10 @@ class Log(LogCleanup):
                     plan = self._producer_state.check(batches, first, now, log_append_time)
                     if plan.duplicates is not None:
                         if plan.all_duplicates:
-                            return duplicate_info(
+                            info = duplicate_info(
                                 batches, plan.duplicates, log_append_time, self._log_start_offset
                             )
+                            return info, False
                         buf, batches = without_duplicates(buf, batches, plan.duplicates)
                     break
             infos: list[BatchInfo] = []
@@ -338,8 +355,7 @@ class Log(LogCleanup):
             )
             if plan is not None and plan.duplicates is not None:
                 info = dataclasses.replace(info, duplicates=offsets_of(plan.duplicates))
-        self._after_append(records)
-        return info
+        return info, True
 
     def append_as_follower(self, data: bytes | bytearray | memoryview) -> AppendInfo:
         """Append replicated batches verbatim: offsets and epochs are already assigned."""

@@ -16,6 +16,7 @@ from log_helpers import check_log_dir
 from app.common.batch import TRANSACTIONAL_MASK, BatchBuilder, read_header
 from app.common.errors import InvalidProducerEpoch
 from app.core.log import Log
+from app.core.log.config import LogConfig
 from app.core.log.producer_state import INT32_MAX, BatchMetadata, ProducerEntry, UnnumberedBatch
 
 PID = 77
@@ -154,3 +155,54 @@ def test_concurrent_appends_of_one_producer_never_share_a_sequence(log: Log) -> 
     assert len(written) == len(set(written)) == total
     headers = [read_header(batch_at(log, o)) for o in range(0, total, size)]
     assert [h.base_sequence for h in headers] == list(range(0, total, size))
+
+
+class _FlushLockProbe:
+    """Stands in for the log's flush lock and asks, at each acquire, whether another
+    thread could take the log's lock then."""
+
+    def __init__(self, log: Log) -> None:
+        self.log = log
+        self.inner = threading.Lock()
+        self.log_lock_free: list[bool] = []
+
+    def __enter__(self) -> _FlushLockProbe:
+        result: list[bool] = []
+
+        def probe() -> None:
+            got = self.log._lock.acquire(blocking=False)
+            result.append(got)
+            if got:
+                self.log._lock.release()
+
+        other = threading.Thread(target=probe)
+        other.start()
+        other.join()
+        self.log_lock_free.extend(result)
+        self.inner.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.inner.release()
+
+
+def test_the_flush_an_unnumbered_append_triggers_runs_outside_the_log_lock(
+    tmp_path: Path,
+) -> None:
+    """flush.messages: the append that reaches it fsyncs, taking the flush lock and then
+    the log's lock (Log.flush). Any other flusher (the background thread's flush_rolled,
+    another appender) does the same, so an append that takes the flush lock while it still
+    holds the log's lock (the hold that numbered its batch) deadlocks with it: each waits
+    for the lock the other holds, and the JSON produce or TxnOffsetCommit holding it
+    blocks the event loop for good. The flush must start after the log's lock is let go,
+    as a numbered append's does."""
+    log = Log(tmp_path / "t-0", LogConfig().with_overrides({"flush.messages": 1}))
+    try:
+        probe = _FlushLockProbe(log)
+        log._flush_lock = probe  # type: ignore[assignment]
+        log.append(numbered(0, 1))
+        log.append(UnnumberedBatch(plain(b"x"), PID, 0))
+        assert log.recovery_point == 2  # both appends flushed
+        assert probe.log_lock_free == [True, True]
+    finally:
+        log.close()
