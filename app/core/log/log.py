@@ -34,8 +34,8 @@ producer that keeps no sequence (``UnnumberedBatch``) is numbered under the same
 lock, in the hold that appends it. Batches without a producer id
 cost one integer compare each.
 
-Transactions (KIP-98, the partition's side; the coordinator that drives
-them is not built yet): transactional batches (attributes bit 4) of a
+Transactions (KIP-98, the partition's side; :mod:`app.txn` is the coordinator
+that drives them): transactional batches (attributes bit 4) of a
 producer with an id and epoch are appended like idempotent ones and open the
 producer's transaction; :meth:`Log.append_control` writes the COMMIT or
 ABORT control batch that closes it (the coordinator's call), and an ABORT
@@ -57,7 +57,9 @@ Where the parts live: this module appends, reads, truncates, flushes and
 keeps the offsets; :mod:`app.core.log.view` is the segment snapshot readers
 work from (the read loop, the ``.txnindex`` and timestamp lookups);
 :mod:`app.core.log.log_cleanup` (a base class of :class:`Log`) removes and
-replaces segments (retention, the compaction swap, delayed file deletion).
+replaces segments (retention, the compaction swap, delayed file deletion);
+:mod:`app.core.log.log_producers` (another) keeps the producer state's load,
+snapshots, expiry and the last stable offset's bound.
 """
 
 from __future__ import annotations
@@ -97,13 +99,12 @@ from app.core.log.epoch import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
 from app.core.log.fileslice import FileSlice
 from app.core.log.loader import load_segments
 from app.core.log.log_cleanup import LogCleanup
+from app.core.log.log_producers import NO_UNSTABLE, LogProducers
 from app.core.log.producer_state import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
-    ActiveProducer,
     ProducerAppend,
     ProducerStateManager,
     UnnumberedBatch,
-    segment_headers,
     without_duplicates,
 )
 from app.core.log.results import AppendInfo, FetchInfo, duplicate_info, offsets_of
@@ -128,8 +129,6 @@ READ_COMMITTED = "read_committed"
 
 _log = logging.getLogger(__name__)
 
-_NO_UNSTABLE = 1 << 62
-
 AppendListener = Callable[["Log"], None]
 
 
@@ -149,7 +148,7 @@ def _check_client_transactional(attributes: int, producer_id: int) -> None:
         raise InvalidRecord("a transactional batch (attribute bit 4) needs a producer id")
 
 
-class Log(LogCleanup):
+class Log(LogCleanup, LogProducers):
     """One partition's log; see the module docstring for durability and concurrency."""
 
     def __init__(
@@ -209,7 +208,7 @@ class Log(LogCleanup):
         )
         # First offset of an open (or unreplicated completed) transaction, or a sentinel
         # past any offset: the LSO is min(this, HW), read without the lock.
-        self._first_unstable = _NO_UNSTABLE
+        self._first_unstable = NO_UNSTABLE
         self._reload_producer_state(
             clean_shutdown=clean_shutdown,
             # Recovery scanned the segments from the recovery point: replay from there so
@@ -452,13 +451,6 @@ class Log(LogCleanup):
         self._after_append(1)
         return info
 
-    def _update_first_unstable(self) -> None:
-        """Recompute the LSO bound (under the lock, after any change to producer state or HW)."""
-        state = self._producer_state
-        state.on_high_watermark(self._high_watermark)
-        first = state.first_unstable_offset(self._high_watermark)
-        self._first_unstable = _NO_UNSTABLE if first is None else first
-
     def _write(
         self, data: bytes | bytearray | memoryview, infos: Sequence[BatchInfo], now: int, first: int
     ) -> None:
@@ -670,73 +662,6 @@ class Log(LogCleanup):
         self.leader_epoch_cache.clear()
         self._producer_state.truncate_fully()
         self._update_first_unstable()
-
-    # -- idempotent producers (see app.core.log.producer_state) ----------------------
-
-    @property
-    def producer_state(self) -> ProducerStateManager:
-        """Read-only use outside the log (tests, metrics); mutated under the log's lock."""
-        return self._producer_state
-
-    def next_sequence(self, producer_id: int, producer_epoch: int) -> int:
-        """:meth:`ProducerStateManager.next_sequence` under the log's lock: true when
-        read, stale once the lock is let go. To number a batch, hand :meth:`append` an
-        :class:`UnnumberedBatch`, so that no append of the producer lands between the read
-        and the write."""
-        with self._lock:
-            return self._producer_state.next_sequence(producer_id, producer_epoch)
-
-    def active_producers(self) -> list[ActiveProducer]:
-        """The partition's live idempotent and transactional producers, read under the
-        log's lock (Kafka's DescribeProducers)."""
-        with self._lock:
-            return self._producer_state.active()
-
-    def remove_expired_producers(self, now: int | None = None) -> int:
-        """Forget producers idle for producer.id.expiration.ms; returns how many."""
-        with self._lock:
-            if self._closed:
-                return 0
-            return self._producer_state.remove_expired(self._clock() if now is None else now)
-
-    def _reload_producer_state(
-        self, *, clean_shutdown: bool, max_snapshot_offset: int | None = None
-    ) -> None:
-        view = self._view
-        state = self._producer_state
-        state.load(
-            self._log_start_offset,
-            self._log_end_offset,
-            lambda start: segment_headers(view.segments, view.bases, start),
-            clean_shutdown=clean_shutdown,
-            now=self._clock(),
-            segment_bases=view.bases,
-            max_snapshot_offset=max_snapshot_offset,
-        )
-        # Recovery may have cut the active segment's .log; its index entries past the end go.
-        view.segments[-1].txn_index.truncate_to(self._log_end_offset)
-        start = state.replayed_from
-        if start is not None:
-            # The replay saw every marker from ``start`` on: those entries are rewritten
-            # from it (a crash may have lost or torn them; a truncation cut their log).
-            for seg in view.from_offset(start):
-                seg.txn_index.truncate_to(start)
-            for txn in state.aborted_on_load:
-                view.segments[view.index_of(txn.last_offset)].txn_index.append(txn)
-        self._update_first_unstable()
-
-    def _snapshot_producer_state(self, offset: int, *, closing: bool = False) -> None:
-        state = self._producer_state
-        try:
-            if closing:
-                state.snapshot_on_close(offset, self._view.bases, self._log_start_offset)
-            else:
-                state.take_snapshot(offset, self._view.bases, self._log_start_offset)
-        except OSError:
-            # The state stays dirty, so the next roll or close writes it again.
-            _log.exception(
-                "%s-%s: producer snapshot at %d failed", self.topic, self.partition, offset
-            )
 
     # -- flushing ----------------------------------------------------------------
 
