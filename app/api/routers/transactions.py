@@ -531,7 +531,10 @@ async def produce_in_transaction(
                 work.append((replica, replica.leader_epoch, batch))
             else:
                 work.append((replica, replica.leader_epoch, batch.number(base_sequence)))
-        infos = topology.append_to_leaders(work, acks_all=True)
+        # On a worker thread, as every acks=all produce's append (records.py): a leader
+        # or ISR lock held by a leadership change, an fsync (flush.messages) or a slow
+        # disk must never hold the event loop. The permit may be let go on any thread.
+        infos = await asyncio.to_thread(topology.append_to_leaders, work, acks_all=True)
     await asyncio.gather(
         *(
             replica.wait_replicated(info.last_offset, 30_000, epoch)

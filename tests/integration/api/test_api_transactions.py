@@ -358,3 +358,31 @@ def test_a_retried_json_produce_with_its_sequence_is_written_once(client: TestCl
     assert r.status_code == 200, r.text
     assert end(client, "seq", pid, epoch).status_code == 200
     assert committed(client, "out") == [*values, "next"]
+
+
+@pytest.mark.parametrize("flush_messages", [None, "1"])
+def test_a_json_transactional_produce_appends_off_the_event_loop(
+    client: TestClient, flush_messages: str | None
+) -> None:
+    """As every acks=all produce: an append that may fsync (flush.messages) or wait for a
+    leader's lock would stall every connection if made on the event loop."""
+    import asyncio
+
+    configs = {} if flush_messages is None else {"flush.messages": flush_messages}
+    create_topic(client, "out", **configs)
+    on_loop: list[bool] = []
+
+    def where(_: Log) -> None:  # append listeners run on the appending thread
+        try:
+            asyncio.get_running_loop()
+            on_loop.append(True)
+        except RuntimeError:
+            on_loop.append(False)
+
+    _log(client, "out").add_append_listener(where)
+    pid, epoch = init(client, "t-loop")
+    r = produce(client, "t-loop", pid, epoch, "out", ["a", "b"])
+    assert r.status_code == 200, r.text
+    assert on_loop == [False]
+    assert end(client, "t-loop", pid, epoch).status_code == 200
+    assert committed(client, "out") == ["a", "b"]
