@@ -13,10 +13,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
 import scramp
+from kazoo.exceptions import ConnectionLoss
 from zookeeper import ZooKeeperServer
 
 from app.common.errors import SaslAuthenticationFailed
@@ -252,3 +254,30 @@ def test_an_alteration_of_an_unreadable_node_is_refused_and_the_others_go_on(
     one.client.delete("/config/users/bob")  # repaired: the same alteration now goes through
     assert one.alter([], [upsertion("bob", SHA256, NEW)]) == {"bob": None}
     assert logs_in(one, "bob", NEW)
+
+
+def test_a_revocation_whose_reload_lost_the_connection_still_lands(
+    brokers: list[ZkScramStore],
+) -> None:
+    """Broker 2's reload on the revocation's notice loses its connection mid-read: the
+    watch does not call back again for that notice, so without a retry alice's revoked
+    credential kept logging in on broker 2 until some later change."""
+    one, two = brokers
+    assert logs_in(two, "alice", OLD)
+    read_all = two._read_all
+    cut: list[bool] = []
+
+    def cut_once() -> Any:
+        if not cut:
+            cut.append(True)
+            raise ConnectionLoss()
+        return read_all()
+
+    two._read_all = cut_once  # type: ignore[method-assign]
+    assert one.alter([("alice", SHA256)], []) == {"alice": None}
+    assert not logs_in(one, "alice", OLD)
+    eventually("broker 2's reload was cut off", lambda: bool(cut))
+    eventually(
+        "broker 2 refuses alice's revoked credential", lambda: not logs_in(two, "alice", OLD)
+    )
+    assert logs_in(two, "alice", OLD, SHA512)  # the first alteration kept broker 1's

@@ -16,10 +16,14 @@ overlap: each takes a ticket before it reads, and only a read that started after
 installed one's is installed. Without that, a slow read begun before a write could finish
 last and put back the set the write replaced (a revoked credential or deleted ACL valid
 again) until some later change. The latest-started read began after the last write it
-was told of (a write's own reload, or the notice's), so the newest set always wins.
+was told of (a write's own reload, or the notice's), so the newest set always wins. A
+notice's reload cut off by a lost connection or session is retried until it succeeds or
+the client closes (the watch does not call back again for that change).
 
 Concurrency: blocking kazoo calls (the broker runs writes in a worker thread); the
-ChildrenWatch callback runs on kazoo's thread and calls the listeners there. The
+ChildrenWatch callback runs on kazoo's thread, retries its reload there while the
+connection is lost (as kazoo's own ChildrenWatch retries its read; close() interrupts
+it), and calls the listeners there. The
 subclass's ``_install`` swaps its set under ``_lock``. Thread-safe.
 """
 
@@ -34,6 +38,8 @@ from typing import ClassVar, Generic, NamedTuple, TypeVar
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch
+from kazoo.retry import InterruptedError as RetryInterrupted
+from kazoo.retry import KazooRetry
 
 from app.core.replication.zk import ensure_chroot
 
@@ -63,6 +69,7 @@ class ZkWatchedStore(Generic[R, T]):
 
     LAYOUT: ClassVar[ZkLayout]
     KEEP_CHANGES: ClassVar[int] = 100
+    RELOAD_RETRY_MAX_S: ClassVar[float] = 2.0
 
     def __init__(self, connect: str, session_timeout_ms: int) -> None:
         self._connect = connect
@@ -72,6 +79,19 @@ class ZkWatchedStore(Generic[R, T]):
         # Tickets of reloads begun, and of the one whose read is installed (module docstring).
         self._reads_begun = 0
         self._read_installed = 0
+        # A change notice's reload, retried on a lost connection or session (_on_changes)
+        # until close(), at most RELOAD_RETRY_MAX_S apart. Interrupted by close(): kazoo's
+        # stop() joins the callback thread the retry runs on.
+        self._closing = threading.Event()
+        self._reload_retry = KazooRetry(
+            max_tries=-1,
+            delay=0.1,
+            backoff=2,
+            max_delay=self.RELOAD_RETRY_MAX_S,
+            ignore_expire=True,
+            sleep_func=self.client.handler.sleep_func,
+            interrupt=self._closing.is_set,
+        )
 
     def _read_all(self) -> R:
         """Read the whole set from ZooKeeper (blocking; no lock held)."""
@@ -108,7 +128,13 @@ class ZkWatchedStore(Generic[R, T]):
 
     def _on_changes(self, children: list[str]) -> None:
         try:
-            current = self._reload()
+            # Retried while the connection is lost: this call is the only reload the change
+            # gets here (kazoo's ChildrenWatch re-arms on reconnection but calls back only
+            # when the children differ from those it last handed over), so giving up would
+            # keep the replaced set (a revoked credential, a deleted ACL) until a later one.
+            current = self._reload_retry.copy()(self._reload)
+        except RetryInterrupted:
+            return  # closing
         except Exception:
             _log.exception(
                 "reloading %s from ZooKeeper failed; keeping the last set", self.LAYOUT.what
@@ -170,6 +196,7 @@ class ZkWatchedStore(Generic[R, T]):
         self._listeners.append(on_change)
 
     def close(self) -> None:
+        self._closing.set()
         try:
             self.client.stop()
         finally:
