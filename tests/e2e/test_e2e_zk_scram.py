@@ -281,3 +281,57 @@ def test_a_revocation_whose_reload_lost_the_connection_still_lands(
         "broker 2 refuses alice's revoked credential", lambda: not logs_in(two, "alice", OLD)
     )
     assert logs_in(two, "alice", OLD, SHA512)  # the first alteration kept broker 1's
+
+
+def test_a_revocation_cut_off_right_after_its_write_still_reaches_every_broker(
+    brokers: list[ZkScramStore],
+) -> None:
+    """Broker 1 loses its connection the moment alice's node is written: the change
+    notice must have gone with the write. Written apart, the notice was lost, the
+    alteration's retry found nothing left to delete (RESOURCE_NOT_FOUND), and broker 2
+    went on accepting the revoked credential until some later change."""
+    one, two = brokers
+    assert logs_in(two, "alice", OLD)
+    client = one.client
+    node = "/config/users/alice"
+    armed: list[bool] = []
+
+    def after_the_write(method: Callable[..., Any]) -> Callable[..., Any]:
+        """``method``, but losing the connection once a write of alice's node is made."""
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if armed:
+                armed.clear()
+                raise ConnectionLoss()
+            answer = method(*args, **kwargs)
+            if method.__name__ in ("set", "create") and args and args[0] == node:
+                armed.append(True)
+            return answer
+
+        return call
+
+    def transaction() -> Any:
+        tx = real_transaction()
+        commit = tx.commit
+
+        def committed() -> Any:
+            answer = commit()
+            armed.append(True)
+            return answer
+
+        tx.commit = committed
+        return tx
+
+    real_transaction = client.transaction
+    for name in ("get", "set", "create", "delete", "get_children", "exists"):
+        setattr(client, name, after_the_write(getattr(client, name)))
+    client.transaction = transaction
+    with pytest.raises(ConnectionLoss):
+        one.alter([("alice", SHA256)], [])
+    # What the door's client would do: retry, and hear the credential is gone.
+    again = one.alter([("alice", SHA256)], [])["alice"]
+    assert again is not None and again.code == "RESOURCE_NOT_FOUND"
+    assert not logs_in(one, "alice", OLD)
+    eventually(
+        "broker 2 refuses alice's revoked credential", lambda: not logs_in(two, "alice", OLD)
+    )

@@ -13,8 +13,8 @@ is percent-encoded (a group id may hold ``/``). A resource node's value is Kafka
     {"version": 1, "acls": [{"principal": "User:alice", "permissionType": "Allow",
                              "operation": "Read", "host": "*"}]}
 
-Writes are compare-and-set on the resource node's version (retried on a conflict), and
-each is followed by a change node; every broker's ChildrenWatch on
+Writes are compare-and-set on the resource node's version (retried on a conflict), each
+with its change node in the same transaction; every broker's ChildrenWatch on
 ``/kafka-acl-changes`` reloads the whole set (ACL sets are small) and hands it to
 ``on_change``. A writer keeps the newest ``KEEP_CHANGES`` (100) change nodes and
 deletes older ones. Connection, change notices and compare-and-set are
@@ -150,14 +150,15 @@ class ZkAclStore(ZkWatchedStore[frozenset[AclBinding], AclSnapshot]):
         name: str,
         change: Callable[[set[AclBinding]], set[AclBinding]],
     ) -> None:
-        """Apply ``change`` to one resource's bindings by compare-and-set, then notify."""
-        if self._compare_and_set(
+        """Apply ``change`` to one resource's bindings by compare-and-set, its change
+        node written with it."""
+        self._compare_and_set(
             resource_path(rtype, pattern, name),
             lambda data: set() if data is None else set(decode_entries(data, rtype, pattern, name)),
             lambda current: change(set(current)),
             lambda new: encode_entries(list(new)) if new else None,
-        ):
-            self._notify(f"{ZK_TYPES[rtype]}:{pattern.value}:{name}".encode())
+            f"{ZK_TYPES[rtype]}:{pattern.value}:{name}".encode(),
+        )
 
     def create(self, bindings: Sequence[AclBinding]) -> AclSnapshot:
         apply_create(AclSnapshot(), bindings)  # validates every binding first

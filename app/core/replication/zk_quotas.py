@@ -124,8 +124,9 @@ class ZkQuotaStore(ZkWatchedStore[QuotaConfig, QuotaConfig]):
             return new
 
         path = entity_path(entity)
-        if self._compare_and_set(path, read_config, change, encode_config, create_unchanged=True):
-            self._notify(change_notice(path))
+        self._compare_and_set(
+            path, read_config, change, encode_config, change_notice(path), create_unchanged=True
+        )
 
     def _check_readable(self, path: str) -> None:
         try:

@@ -205,12 +205,10 @@ class ZkScramStore(ZkWatchedStore[Managed, Managed]):
 
         path = user_path(name)
         try:
-            changed = self._compare_and_set(path, read_config, change, encode_config)
+            self._compare_and_set(path, read_config, change, encode_config, change_notice(path))
         except UnreadableConfig as exc:
             # Overwriting would drop what the node holds (its quotas, say) unseen.
             return ScramRefused("UNKNOWN_SERVER_ERROR", f"{name}: {unreadable_message(path, exc)}")
-        if changed:
-            self._notify(change_notice(path))
         return outcome[0]
 
     def alter(

@@ -3,10 +3,10 @@ notice: the base of the ACL store (:mod:`app.core.replication.zk_acls`), the quo
 store (:mod:`app.core.replication.zk_quotas`) and the SCRAM credential store
 (:mod:`app.core.replication.zk_scram`), which differ only in their layout.
 
-Format: the records' znodes live under the roots of the subclass's ``LAYOUT``; after each write the
-writer creates a PERSISTENT_SEQUENTIAL ``<changes>/<change_prefix><seq>`` node whose
-value says what changed (Kafka's change notifications), and keeps the newest
-``KEEP_CHANGES`` of them.
+Format: the records' znodes live under the roots of the subclass's ``LAYOUT``; with each
+write, in the same ZooKeeper transaction, the writer creates a PERSISTENT_SEQUENTIAL
+``<changes>/<change_prefix><seq>`` node whose value says what changed (Kafka's change
+notifications), and keeps the newest ``KEEP_CHANGES`` of them.
 
 Invariants: a record is changed only by compare-and-set on its znode's version, retried
 when another writer got there first, so concurrent writers on several brokers never lose
@@ -36,7 +36,7 @@ from collections.abc import Callable
 from typing import ClassVar, Generic, NamedTuple, TypeVar
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
 from kazoo.recipe.watchers import ChildrenWatch
 from kazoo.retry import InterruptedError as RetryInterrupted
 from kazoo.retry import KazooRetry
@@ -149,16 +149,23 @@ class ZkWatchedStore(Generic[R, T]):
         read: Callable[[bytes | None], V],
         change: Callable[[V], V],
         encode: Callable[[V], bytes | None],
+        notice: bytes,
         *,
         create_unchanged: bool = False,
     ) -> bool:
         """Apply ``change`` to the record at ``path`` (``read(None)`` when it is absent),
         retrying on a conflicting write; False when nothing was written.
 
+        The write and its change notice (value ``notice``) are one ZooKeeper transaction:
+        both or neither. Apart, a connection lost between them left the record changed
+        with no broker told (a revoked credential valid on the others, and the client's
+        retry, finding nothing left to change, wrote no notice either).
+
         ``encode`` answers the new value's bytes, or None to delete the node (never asked
         for a node that does not exist). ``create_unchanged``: a missing node is created
         even when ``change`` leaves the value as it was.
         """
+        changes, prefix = self.LAYOUT.changes, self.LAYOUT.change_prefix
         while True:
             try:
                 data, stat = self.client.get(path)
@@ -170,21 +177,27 @@ class ZkWatchedStore(Generic[R, T]):
             if new == current and (version is not None or not create_unchanged):
                 return False
             payload = encode(new)
-            try:
-                if version is None:
-                    self.client.create(path, payload, makepath=True)
-                elif payload is None:
-                    self.client.delete(path, version=version)
-                else:
-                    self.client.set(path, payload, version=version)
+            tx = self.client.transaction()
+            if version is None:
+                # A transaction's create makes no parents (the quota node of a user's
+                # client id may have none yet).
+                self.client.ensure_path(path.rsplit("/", 1)[0])
+                tx.create(path, payload or b"")
+            elif payload is None:
+                tx.delete(path, version=version)
+            else:
+                tx.set_data(path, payload, version=version)
+            tx.create(f"{changes}/{prefix}", notice, sequence=True)
+            results = tx.commit()
+            if not any(isinstance(r, Exception) for r in results):
                 return True
-            except (BadVersionError, NodeExistsError, NoNodeError):
-                continue  # another writer changed it: read again
-
-    def _notify(self, notice: bytes) -> None:
-        """Tell every broker (their ChildrenWatch) to reload."""
-        changes, prefix = self.LAYOUT.changes, self.LAYOUT.change_prefix
-        self.client.create(f"{changes}/{prefix}", notice, sequence=True)
+            if isinstance(results[0], BadVersionError | NodeExistsError | NoNodeError):
+                continue  # another writer changed the record: read again
+            raise next(
+                r
+                for r in results
+                if isinstance(r, Exception) and not isinstance(r, RolledBackError)
+            )
 
     def _trim_changes(self) -> None:
         changes = self.LAYOUT.changes
