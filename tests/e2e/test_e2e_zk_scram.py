@@ -335,3 +335,22 @@ def test_a_revocation_cut_off_right_after_its_write_still_reaches_every_broker(
     eventually(
         "broker 2 refuses alice's revoked credential", lambda: not logs_in(two, "alice", OLD)
     )
+
+
+def test_a_user_named_dot_is_altered_in_a_node_zookeeper_accepts(
+    zookeeper: ZooKeeperServer, tmp_path: Path
+) -> None:
+    """'.' and '..' are valid user names (`logbus users add`) but node names ZooKeeper
+    refuses: kazoo raised ValueError, failing the whole request (users named after it
+    not altered, those before it altered and answered as failed). Their dots are encoded."""
+    connect = zookeeper.connect_string + CHROOT
+    store = ZkScramStore(connect, 6000, users_file(tmp_path / "u.json", ".", "..", "a.b"))
+    store.start()
+    try:
+        outcome = store.alter([], [upsertion(n, SHA256, NEW) for n in (".", "..", "a.b")])
+        assert outcome == {".": None, "..": None, "a.b": None}
+        assert sorted(store.client.get_children("/config/users")) == ["%2E", "%2E%2E", "a.b"]
+        for name in (".", "..", "a.b"):
+            assert logs_in(store, name, NEW) and not logs_in(store, name, OLD)
+    finally:
+        store.close()

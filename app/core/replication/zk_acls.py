@@ -8,7 +8,8 @@ Layout (under the connect string's optional chroot)::
     /kafka-acl-changes/acl_changes_<seq>         PERSISTENT_SEQUENTIAL, "<Type>:<PATTERN>:<name>"
 
 ``<Type>`` is Kafka's (``Topic``, ``Group``, ``Cluster``, ``TransactionalId``); ``<name>``
-is percent-encoded (a group id may hold ``/``). A resource node's value is Kafka's::
+is percent-encoded (a group id may hold ``/``; ``.`` and ``..``, which ZooKeeper refuses
+as node names, as ``%2E`` and ``%2E%2E``). A resource node's value is Kafka's::
 
     {"version": 1, "acls": [{"principal": "User:alice", "permissionType": "Allow",
                              "operation": "Read", "host": "*"}]}
@@ -25,12 +26,12 @@ broker runs writes in a worker thread; watch callbacks run on kazoo's thread. Th
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from urllib.parse import quote, unquote
+from urllib.parse import unquote
 
 import orjson
 from kazoo.exceptions import NoNodeError
 
-from app.core.replication.zk_watched import ZkLayout, ZkWatchedStore
+from app.core.replication.zk_watched import ZkLayout, ZkWatchedStore, node_name
 from app.core.security.acl import (
     AclBinding,
     AclFilter,
@@ -65,7 +66,7 @@ _OPS = {_camel(o.value): o for o in Operation if o is not Operation.ANY}
 
 def resource_path(rtype: ResourceType, pattern: PatternType, name: str) -> str:
     root = PREFIXED_ROOT if pattern is PatternType.PREFIXED else LITERAL_ROOT
-    return f"{root}/{ZK_TYPES[rtype]}/{quote(name, safe='')}"
+    return f"{root}/{ZK_TYPES[rtype]}/{node_name(name)}"
 
 
 def encode_entries(acls: Sequence[AclBinding]) -> bytes:

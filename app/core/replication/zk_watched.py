@@ -34,6 +34,7 @@ import logging
 import threading
 from collections.abc import Callable
 from typing import ClassVar, Generic, NamedTuple, TypeVar
+from urllib.parse import quote
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
@@ -43,13 +44,22 @@ from kazoo.retry import KazooRetry
 
 from app.core.replication.zk import ensure_chroot
 
-__all__ = ["ZkLayout", "ZkWatchedStore"]
+__all__ = ["ZkLayout", "ZkWatchedStore", "node_name"]
 
 _log = logging.getLogger(__name__)
 
 R = TypeVar("R")
 T = TypeVar("T")
 V = TypeVar("V")
+
+
+def node_name(name: str) -> str:
+    """``name`` as one znode's name: percent-encoded UTF-8 (Kafka's sanitized names;
+    ``urllib.parse.unquote`` reads it back), and ``.`` and ``..``, which ZooKeeper
+    refuses as a node's name, with their dots encoded too. Kafka's sanitizer leaves
+    those as they are (its brokers fail on them); its desanitizer reads ``%2E``."""
+    encoded = quote(name, safe="")
+    return encoded.replace(".", "%2E") if encoded in (".", "..") else encoded
 
 
 class ZkLayout(NamedTuple):
