@@ -354,3 +354,28 @@ def test_a_user_named_dot_is_altered_in_a_node_zookeeper_accepts(
             assert logs_in(store, name, NEW) and not logs_in(store, name, OLD)
     finally:
         store.close()
+
+
+def test_a_broker_without_the_user_can_still_revoke_its_credentials(
+    brokers: list[ZkScramStore],
+) -> None:
+    """carol is broker 1's user only. Her credentials in ZooKeeper serve on broker 1;
+    deleting them through broker 2 (whichever broker the admin client asks) must revoke
+    them, as Kafka deletes what ZooKeeper holds. It was RESOURCE_NOT_FOUND ("no user"), and carol kept logging in on broker 1.
+    Upserting her through broker 2 is still refused: no user there."""
+    one, two = brokers
+    assert one.alter([], [upsertion("carol", SHA256, NEW)]) == {"carol": None}
+    assert two.alter([("carol", SHA256)], []) == {"carol": None}
+    eventually(
+        "broker 1 refuses carol's revoked credential", lambda: not logs_in(one, "carol", NEW)
+    )
+    assert logs_in(one, "carol", OLD, SHA512)  # the mechanism not deleted
+    again = two.alter([("carol", SHA256)], [])["carol"]
+    assert again is not None and again.code == "RESOURCE_NOT_FOUND"
+    refused = two.alter([("carol", SHA512)], [upsertion("carol", SHA256, NEW)])["carol"]
+    assert refused is not None and refused.code == "RESOURCE_NOT_FOUND"
+    assert logs_in(one, "carol", OLD, SHA512) and not logs_in(one, "carol", NEW)
+    # A user ZooKeeper does not manage: broker 2 has no credential of carol's to delete.
+    gone = two.alter([("dave", SHA256)], [])["dave"]
+    assert gone is not None and gone.code == "RESOURCE_NOT_FOUND"
+    assert not two.client.exists("/config/users/dave")
