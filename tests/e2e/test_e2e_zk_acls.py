@@ -109,3 +109,31 @@ def test_concurrent_writers_lose_nothing(stores: list[ZkAclStore]) -> None:
         t.join()
     data, _ = a.client.get("/kafka-acl/Topic/orders")
     assert len(orjson.loads(data)["acls"]) == 4
+
+
+def test_a_group_named_dot_or_dot_dot_gets_its_own_node(stores: list[ZkAclStore]) -> None:
+    """'.' and '..' are group ids Kafka accepts but node names ZooKeeper refuses (kazoo
+    raised ValueError, the door dropped the connection): their dots are encoded."""
+    writer, reader = stores
+    granted = {
+        AclBinding(
+            ResourceType.GROUP,
+            name,
+            PatternType.LITERAL,
+            "User:a",
+            "*",
+            Operation.READ,
+            Permission.ALLOW,
+        )
+        for name in (".", "..", "...")
+    }
+    writer.create(sorted(granted, key=lambda b: b.name))
+    deadline = time.monotonic() + WATCH_BOUND_SECONDS
+    while reader.load().bindings != granted:
+        assert time.monotonic() < deadline, f"not reloaded within {WATCH_BOUND_SECONDS} s"
+        time.sleep(0.01)
+    assert sorted(writer.client.get_children("/kafka-acl/Group")) == ["%2E", "%2E%2E", "..."]
+    _, snapshot = writer.delete(
+        [AclFilter(resource_type=ResourceType.GROUP, name="..", pattern_type=PatternType.LITERAL)]
+    )
+    assert {b.name for b in snapshot.bindings} == {".", "..."}

@@ -124,3 +124,24 @@ def test_a_quota_set_on_one_broker_throttles_on_another(cluster: Cluster) -> Non
     assert all(a.status_code == 200 for a in answers)
     assert "logbus-throttle-time-ms" not in answers[0].headers
     assert "logbus-throttle-time-ms" in answers[-1].headers
+
+
+def test_names_zookeeper_refuses_as_nodes_are_encoded(stores: list[ZkQuotaStore]) -> None:
+    """'.' and '..' are client ids and user names Kafka accepts but node names ZooKeeper
+    refuses (kazoo raised ValueError, the door dropped the connection): their dots are
+    encoded; '/', '%' and unicode are percent-encoded as Kafka's sanitizer does."""
+    writer, reader = stores
+    expected = {
+        Entity(None, "."): {REQUEST: 1.0},
+        Entity(None, ".."): {REQUEST: 2.0},
+        Entity("..", "."): {FETCH: 3.0},
+        Entity("a/b%c", "ünï"): {PRODUCE: 4.0},
+    }
+    writer.alter([(entity, [(key, v)]) for entity, q in expected.items() for key, v in q.items()])
+    deadline = time.monotonic() + WATCH_BOUND_SECONDS
+    while reader.load().quotas != expected:
+        assert time.monotonic() < deadline, f"not reloaded within {WATCH_BOUND_SECONDS} s"
+        time.sleep(0.01)
+    assert sorted(writer.client.get_children("/config/clients")) == ["%2E", "%2E%2E"]
+    assert writer.client.exists("/config/users/%2E%2E/clients/%2E")
+    assert writer.client.exists("/config/users/a%2Fb%25c/clients/%C3%BCn%C3%AF")

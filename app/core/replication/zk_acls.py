@@ -8,13 +8,14 @@ Layout (under the connect string's optional chroot)::
     /kafka-acl-changes/acl_changes_<seq>         PERSISTENT_SEQUENTIAL, "<Type>:<PATTERN>:<name>"
 
 ``<Type>`` is Kafka's (``Topic``, ``Group``, ``Cluster``, ``TransactionalId``); ``<name>``
-is percent-encoded (a group id may hold ``/``). A resource node's value is Kafka's::
+is percent-encoded (a group id may hold ``/``; ``.`` and ``..``, which ZooKeeper refuses
+as node names, as ``%2E`` and ``%2E%2E``). A resource node's value is Kafka's::
 
     {"version": 1, "acls": [{"principal": "User:alice", "permissionType": "Allow",
                              "operation": "Read", "host": "*"}]}
 
-Writes are compare-and-set on the resource node's version (retried on a conflict), and
-each is followed by a change node; every broker's ChildrenWatch on
+Writes are compare-and-set on the resource node's version (retried on a conflict), each
+with its change node in the same transaction; every broker's ChildrenWatch on
 ``/kafka-acl-changes`` reloads the whole set (ACL sets are small) and hands it to
 ``on_change``. A writer keeps the newest ``KEEP_CHANGES`` (100) change nodes and
 deletes older ones. Connection, change notices and compare-and-set are
@@ -25,12 +26,12 @@ broker runs writes in a worker thread; watch callbacks run on kazoo's thread. Th
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from urllib.parse import quote, unquote
+from urllib.parse import unquote
 
 import orjson
 from kazoo.exceptions import NoNodeError
 
-from app.core.replication.zk_watched import ZkLayout, ZkWatchedStore
+from app.core.replication.zk_watched import ZkLayout, ZkWatchedStore, node_name
 from app.core.security.acl import (
     AclBinding,
     AclFilter,
@@ -65,7 +66,7 @@ _OPS = {_camel(o.value): o for o in Operation if o is not Operation.ANY}
 
 def resource_path(rtype: ResourceType, pattern: PatternType, name: str) -> str:
     root = PREFIXED_ROOT if pattern is PatternType.PREFIXED else LITERAL_ROOT
-    return f"{root}/{ZK_TYPES[rtype]}/{quote(name, safe='')}"
+    return f"{root}/{ZK_TYPES[rtype]}/{node_name(name)}"
 
 
 def encode_entries(acls: Sequence[AclBinding]) -> bytes:
@@ -150,14 +151,15 @@ class ZkAclStore(ZkWatchedStore[frozenset[AclBinding], AclSnapshot]):
         name: str,
         change: Callable[[set[AclBinding]], set[AclBinding]],
     ) -> None:
-        """Apply ``change`` to one resource's bindings by compare-and-set, then notify."""
-        if self._compare_and_set(
+        """Apply ``change`` to one resource's bindings by compare-and-set, its change
+        node written with it."""
+        self._compare_and_set(
             resource_path(rtype, pattern, name),
             lambda data: set() if data is None else set(decode_entries(data, rtype, pattern, name)),
             lambda current: change(set(current)),
             lambda new: encode_entries(list(new)) if new else None,
-        ):
-            self._notify(f"{ZK_TYPES[rtype]}:{pattern.value}:{name}".encode())
+            f"{ZK_TYPES[rtype]}:{pattern.value}:{name}".encode(),
+        )
 
     def create(self, bindings: Sequence[AclBinding]) -> AclSnapshot:
         apply_create(AclSnapshot(), bindings)  # validates every binding first

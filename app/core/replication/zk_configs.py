@@ -10,7 +10,8 @@ Layout (under the connect string's optional chroot)::
                                                  {"version": 2, "entity_path": "users/alice"}
 
 A node's value is Kafka's ``{"version": 1, "config": {"<key>": "<value>"}}``, every value
-a string. A name is percent-encoded (Kafka's sanitized names); ``<default>`` is written
+a string. A name is percent-encoded (Kafka's sanitized names; ``.`` and ``..``, which
+ZooKeeper refuses as node names, as ``%2E`` and ``%2E%2E``); ``<default>`` is written
 as is.
 
 Invariant (what lets several stores share a node): a store reads only its own keys and
@@ -22,10 +23,11 @@ its keys changed, every other key written back as it was (:func:`read_config` an
 from __future__ import annotations
 
 from collections.abc import Mapping
-from urllib.parse import quote, unquote
+from urllib.parse import unquote
 
 import orjson
 
+from app.core.replication.zk_watched import node_name
 from app.core.security.quotas import DEFAULT
 
 USERS = "/config/users"
@@ -35,7 +37,7 @@ CHANGE_PREFIX = "config_change_"
 
 
 def encode_name(name: str) -> str:
-    return name if name == DEFAULT else quote(name, safe="")
+    return name if name == DEFAULT else node_name(name)
 
 
 def decode_name(name: str) -> str:

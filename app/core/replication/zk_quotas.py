@@ -10,10 +10,11 @@ Layout (under the connect string's optional chroot)::
     /config/changes/config_change_<seq>        PERSISTENT_SEQUENTIAL, {"version": 2,
                                                "entity_path": "users/alice"}
 
-A name is percent-encoded (Kafka's sanitized names); ``<default>`` is written as is. A
-node's value is Kafka's ``{"version": 1, "config": {"producer_byte_rate": "1048576"}}``
-(values as strings); a node without quotas holds an empty config (its children may have
-some). A user's node also holds its SCRAM credentials
+A name is percent-encoded (Kafka's sanitized names; ``.`` and ``..`` as ``%2E`` and
+``%2E%2E``, :func:`~app.core.replication.zk_watched.node_name`); ``<default>`` is written
+as is. A node's value is Kafka's ``{"version": 1, "config": {"producer_byte_rate":
+"1048576"}}`` (values as strings); a node without quotas holds an empty config (its
+children may have some). A user's node also holds its SCRAM credentials
 (:mod:`app.core.replication.zk_scram`): this store reads only the quota keys
 (``producer_byte_rate``, ``consumer_byte_rate``, ``request_rate``) and a write changes
 them alone, every other key written back as read (:mod:`app.core.replication.zk_configs`).
@@ -124,8 +125,9 @@ class ZkQuotaStore(ZkWatchedStore[QuotaConfig, QuotaConfig]):
             return new
 
         path = entity_path(entity)
-        if self._compare_and_set(path, read_config, change, encode_config, create_unchanged=True):
-            self._notify(change_notice(path))
+        self._compare_and_set(
+            path, read_config, change, encode_config, change_notice(path), create_unchanged=True
+        )
 
     def _check_readable(self, path: str) -> None:
         try:

@@ -25,7 +25,9 @@ nothing. Kafka's per-user rules are :class:`~app.core.security.users.ScramAltera
 applied to what the node holds at the write (or, for a user not yet managed, to the
 receiving broker's users file credentials: the first alteration keeps the mechanisms it
 does not name). An upsertion needs the user in the receiving broker's users file
-(RESOURCE_NOT_FOUND otherwise); an alteration of a user whose node cannot be read is
+(RESOURCE_NOT_FOUND otherwise); a deletion does not: it deletes what ZooKeeper manages
+(RESOURCE_NOT_FOUND for a credential it does not hold), as Kafka, so a revocation holds
+whichever broker receives it; an alteration of a user whose node cannot be read is
 refused (UNKNOWN_SERVER_ERROR, nothing written), the others go on. Fail closed: a user node that cannot be read makes its
 user managed without credentials, a SCRAM value that cannot be read leaves that
 mechanism absent (each logged); a failed reload keeps the last set.
@@ -189,9 +191,11 @@ class ZkScramStore(ZkWatchedStore[Managed, Managed]):
         return iterations_of(self._users.entries(), self._managed)
 
     def _alter_user(
-        self, name: str, alteration: ScramAlteration, local: Credentials
+        self, name: str, alteration: ScramAlteration, local: Credentials | None
     ) -> ScramRefused | None:
-        """One user's alterations by compare-and-set of its node; its refusal or None."""
+        """One user's alterations by compare-and-set of its node; its refusal or None.
+        ``local``: its users file credentials, None when it is no user of this broker
+        (then only what ZooKeeper manages can be changed: deleted)."""
         outcome: list[ScramRefused | None] = [None]
 
         def change(config: dict[str, str]) -> dict[str, str]:
@@ -205,12 +209,10 @@ class ZkScramStore(ZkWatchedStore[Managed, Managed]):
 
         path = user_path(name)
         try:
-            changed = self._compare_and_set(path, read_config, change, encode_config)
+            self._compare_and_set(path, read_config, change, encode_config, change_notice(path))
         except UnreadableConfig as exc:
             # Overwriting would drop what the node holds (its quotas, say) unseen.
             return ScramRefused("UNKNOWN_SERVER_ERROR", f"{name}: {unreadable_message(path, exc)}")
-        if changed:
-            self._notify(change_notice(path))
         return outcome[0]
 
     def alter(
@@ -221,13 +223,17 @@ class ZkScramStore(ZkWatchedStore[Managed, Managed]):
         outcome: dict[str, ScramRefused | None] = {}
         for name in alteration.users:
             entry = local.get(name)
-            if entry is None:
-                # Not a user of this broker: refused without reading ZooKeeper.
+            if entry is None and alteration.upserts(name):
+                # An upsertion makes no user: refused without reading ZooKeeper.
                 refused = alteration.apply(name, None)
                 assert isinstance(refused, ScramRefused)
                 outcome[name] = refused
                 continue
-            outcome[name] = self._alter_user(name, alteration, entry.scram)
+            # Deletions of a user this broker does not have still apply to what ZooKeeper
+            # holds (Kafka's): the credentials serve on the brokers that have the user, and
+            # a revocation must not depend on which broker the admin client asked.
+            scram = None if entry is None else entry.scram
+            outcome[name] = self._alter_user(name, alteration, scram)
         self._trim_changes()
         self._reload()  # this broker holds the change at once, the others by the watch
         return outcome

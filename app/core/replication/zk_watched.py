@@ -3,10 +3,10 @@ notice: the base of the ACL store (:mod:`app.core.replication.zk_acls`), the quo
 store (:mod:`app.core.replication.zk_quotas`) and the SCRAM credential store
 (:mod:`app.core.replication.zk_scram`), which differ only in their layout.
 
-Format: the records' znodes live under the roots of the subclass's ``LAYOUT``; after each write the
-writer creates a PERSISTENT_SEQUENTIAL ``<changes>/<change_prefix><seq>`` node whose
-value says what changed (Kafka's change notifications), and keeps the newest
-``KEEP_CHANGES`` of them.
+Format: the records' znodes live under the roots of the subclass's ``LAYOUT``; with each
+write, in the same ZooKeeper transaction, the writer creates a PERSISTENT_SEQUENTIAL
+``<changes>/<change_prefix><seq>`` node whose value says what changed (Kafka's change
+notifications), and keeps the newest ``KEEP_CHANGES`` of them.
 
 Invariants: a record is changed only by compare-and-set on its znode's version, retried
 when another writer got there first, so concurrent writers on several brokers never lose
@@ -16,10 +16,14 @@ overlap: each takes a ticket before it reads, and only a read that started after
 installed one's is installed. Without that, a slow read begun before a write could finish
 last and put back the set the write replaced (a revoked credential or deleted ACL valid
 again) until some later change. The latest-started read began after the last write it
-was told of (a write's own reload, or the notice's), so the newest set always wins.
+was told of (a write's own reload, or the notice's), so the newest set always wins. A
+notice's reload cut off by a lost connection or session is retried until it succeeds or
+the client closes (the watch does not call back again for that change).
 
 Concurrency: blocking kazoo calls (the broker runs writes in a worker thread); the
-ChildrenWatch callback runs on kazoo's thread and calls the listeners there. The
+ChildrenWatch callback runs on kazoo's thread, retries its reload there while the
+connection is lost (as kazoo's own ChildrenWatch retries its read; close() interrupts
+it), and calls the listeners there. The
 subclass's ``_install`` swaps its set under ``_lock``. Thread-safe.
 """
 
@@ -30,20 +34,32 @@ import logging
 import threading
 from collections.abc import Callable
 from typing import ClassVar, Generic, NamedTuple, TypeVar
+from urllib.parse import quote
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
 from kazoo.recipe.watchers import ChildrenWatch
+from kazoo.retry import InterruptedError as RetryInterrupted
+from kazoo.retry import KazooRetry
 
 from app.core.replication.zk import ensure_chroot
 
-__all__ = ["ZkLayout", "ZkWatchedStore"]
+__all__ = ["ZkLayout", "ZkWatchedStore", "node_name"]
 
 _log = logging.getLogger(__name__)
 
 R = TypeVar("R")
 T = TypeVar("T")
 V = TypeVar("V")
+
+
+def node_name(name: str) -> str:
+    """``name`` as one znode's name: percent-encoded UTF-8 (Kafka's sanitized names;
+    ``urllib.parse.unquote`` reads it back), and ``.`` and ``..``, which ZooKeeper
+    refuses as a node's name, with their dots encoded too. Kafka's sanitizer leaves
+    those as they are (its brokers fail on them); its desanitizer reads ``%2E``."""
+    encoded = quote(name, safe="")
+    return encoded.replace(".", "%2E") if encoded in (".", "..") else encoded
 
 
 class ZkLayout(NamedTuple):
@@ -63,6 +79,7 @@ class ZkWatchedStore(Generic[R, T]):
 
     LAYOUT: ClassVar[ZkLayout]
     KEEP_CHANGES: ClassVar[int] = 100
+    RELOAD_RETRY_MAX_S: ClassVar[float] = 2.0
 
     def __init__(self, connect: str, session_timeout_ms: int) -> None:
         self._connect = connect
@@ -72,6 +89,19 @@ class ZkWatchedStore(Generic[R, T]):
         # Tickets of reloads begun, and of the one whose read is installed (module docstring).
         self._reads_begun = 0
         self._read_installed = 0
+        # A change notice's reload, retried on a lost connection or session (_on_changes)
+        # until close(), at most RELOAD_RETRY_MAX_S apart. Interrupted by close(): kazoo's
+        # stop() joins the callback thread the retry runs on.
+        self._closing = threading.Event()
+        self._reload_retry = KazooRetry(
+            max_tries=-1,
+            delay=0.1,
+            backoff=2,
+            max_delay=self.RELOAD_RETRY_MAX_S,
+            ignore_expire=True,
+            sleep_func=self.client.handler.sleep_func,
+            interrupt=self._closing.is_set,
+        )
 
     def _read_all(self) -> R:
         """Read the whole set from ZooKeeper (blocking; no lock held)."""
@@ -108,7 +138,13 @@ class ZkWatchedStore(Generic[R, T]):
 
     def _on_changes(self, children: list[str]) -> None:
         try:
-            current = self._reload()
+            # Retried while the connection is lost: this call is the only reload the change
+            # gets here (kazoo's ChildrenWatch re-arms on reconnection but calls back only
+            # when the children differ from those it last handed over), so giving up would
+            # keep the replaced set (a revoked credential, a deleted ACL) until a later one.
+            current = self._reload_retry.copy()(self._reload)
+        except RetryInterrupted:
+            return  # closing
         except Exception:
             _log.exception(
                 "reloading %s from ZooKeeper failed; keeping the last set", self.LAYOUT.what
@@ -123,16 +159,23 @@ class ZkWatchedStore(Generic[R, T]):
         read: Callable[[bytes | None], V],
         change: Callable[[V], V],
         encode: Callable[[V], bytes | None],
+        notice: bytes,
         *,
         create_unchanged: bool = False,
     ) -> bool:
         """Apply ``change`` to the record at ``path`` (``read(None)`` when it is absent),
         retrying on a conflicting write; False when nothing was written.
 
+        The write and its change notice (value ``notice``) are one ZooKeeper transaction:
+        both or neither. Apart, a connection lost between them left the record changed
+        with no broker told (a revoked credential valid on the others, and the client's
+        retry, finding nothing left to change, wrote no notice either).
+
         ``encode`` answers the new value's bytes, or None to delete the node (never asked
         for a node that does not exist). ``create_unchanged``: a missing node is created
         even when ``change`` leaves the value as it was.
         """
+        changes, prefix = self.LAYOUT.changes, self.LAYOUT.change_prefix
         while True:
             try:
                 data, stat = self.client.get(path)
@@ -144,21 +187,27 @@ class ZkWatchedStore(Generic[R, T]):
             if new == current and (version is not None or not create_unchanged):
                 return False
             payload = encode(new)
-            try:
-                if version is None:
-                    self.client.create(path, payload, makepath=True)
-                elif payload is None:
-                    self.client.delete(path, version=version)
-                else:
-                    self.client.set(path, payload, version=version)
+            tx = self.client.transaction()
+            if version is None:
+                # A transaction's create makes no parents (the quota node of a user's
+                # client id may have none yet).
+                self.client.ensure_path(path.rsplit("/", 1)[0])
+                tx.create(path, payload or b"")
+            elif payload is None:
+                tx.delete(path, version=version)
+            else:
+                tx.set_data(path, payload, version=version)
+            tx.create(f"{changes}/{prefix}", notice, sequence=True)
+            results = tx.commit()
+            if not any(isinstance(r, Exception) for r in results):
                 return True
-            except (BadVersionError, NodeExistsError, NoNodeError):
-                continue  # another writer changed it: read again
-
-    def _notify(self, notice: bytes) -> None:
-        """Tell every broker (their ChildrenWatch) to reload."""
-        changes, prefix = self.LAYOUT.changes, self.LAYOUT.change_prefix
-        self.client.create(f"{changes}/{prefix}", notice, sequence=True)
+            if isinstance(results[0], BadVersionError | NodeExistsError | NoNodeError):
+                continue  # another writer changed the record: read again
+            raise next(
+                r
+                for r in results
+                if isinstance(r, Exception) and not isinstance(r, RolledBackError)
+            )
 
     def _trim_changes(self) -> None:
         changes = self.LAYOUT.changes
@@ -170,6 +219,7 @@ class ZkWatchedStore(Generic[R, T]):
         self._listeners.append(on_change)
 
     def close(self) -> None:
+        self._closing.set()
         try:
             self.client.stop()
         finally:

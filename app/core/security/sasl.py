@@ -9,8 +9,10 @@
   maintained implementation; its proof check is constant-time) against the credential
   the caller's lookup answers (StoredKey, ServerKey, salt, iterations: the broker's
   SCRAM store, :mod:`app.core.security.scram_store`). An unknown user, or one without a SCRAM credential for the mechanism,
-  gets a random credential, so the exchange fails at the proof exactly as a wrong
-  password does and answers do not tell which names exist.
+  gets random keys with a salt of its name's (the same on every attempt, as a real
+  user's, until the broker restarts) and the default iterations, so the exchange fails at
+  the proof exactly as a wrong password does and answers do not tell which names exist
+  (short of a user whose iterations are not the default).
 
 - OAUTHBEARER (RFC 7628, Kafka's KIP-255): one client message, a GS2 header
   (``n,[a=authzid],``) and ``\x01``-separated ``key=value`` pairs ending ``\x01\x01``;
@@ -28,6 +30,8 @@ Concurrency: one :class:`ScramExchange` per connection, used by that connection 
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import secrets
 from collections.abc import Callable
 
@@ -42,6 +46,9 @@ MECHANISMS = (PLAIN, SCRAM_SHA_256, SCRAM_SHA_512, OAUTHBEARER)
 # The largest SASL token accepted (PLAIN: name + password; SCRAM: a few hundred bytes;
 # OAUTHBEARER: a JWT, a few KB with many claims).
 MAX_TOKEN_BYTES = 16 * 1024
+# Keys the salts answered for names without a credential (ScramExchange._auth_info): one
+# per process, so a name's salt is stable while the broker runs and guessable by no one.
+_DECOY_KEY = secrets.token_bytes(32)
 
 
 def parse_plain(token: bytes) -> tuple[str, str]:
@@ -120,10 +127,13 @@ class ScramExchange:
     def _auth_info(self, name: str) -> tuple[bytes, bytes, bytes, int]:
         found = self._credential(name, self.mechanism)
         if found is None:
-            # Random keys: no proof matches them, and the answer looks like any other.
+            # Random keys: no proof matches them. The salt is the name's own, the same on
+            # every attempt as a real user's is: a fresh one each time told two attempts
+            # at a name apart, so which names exist.
             size = 32 if self.mechanism == SCRAM_SHA_256 else 64
+            salt = hmac.new(_DECOY_KEY, f"{self.mechanism}\0{name}".encode(), hashlib.sha256)
             found = ScramCredential(
-                secrets.token_bytes(16),
+                salt.digest()[:16],
                 SCRAM_ITERATIONS,
                 secrets.token_bytes(size),
                 secrets.token_bytes(size),

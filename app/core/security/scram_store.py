@@ -19,7 +19,8 @@ The combination rule (cluster mode), per user:
 
 - only users of this broker's users file exist here: a name missing from it has no
   credential whatever ZooKeeper holds (``logbus users remove`` revokes every login on
-  that broker), and an upsertion of it is RESOURCE_NOT_FOUND;
+  that broker), and an upsertion of it is RESOURCE_NOT_FOUND (a deletion of it deletes
+  what ZooKeeper holds, which serves on the brokers that have the user);
 - a user ZooKeeper *manages* (its node holds a SCRAM credential or says it is managed:
   the door altered one of its credentials) has exactly ZooKeeper's credentials: a
   mechanism deleted there is absent, never the users file's copy (a revoked credential

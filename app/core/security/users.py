@@ -242,14 +242,21 @@ class ScramAlteration:
         self,
         changes: dict[str, list[tuple[str, ScramCredential | None]]],
         refused: dict[str, ScramRefused],
+        upserted: frozenset[str] = frozenset(),
     ) -> None:
         self._changes = changes
         self._refused = refused
+        self._upserted = upserted
 
     @property
     def users(self) -> list[str]:
         """Every user the request names, in the order first named (deletions first)."""
         return list(self._changes)
+
+    def upserts(self, name: str) -> bool:
+        """Whether the request upserts a credential of ``name`` (an upsertion refused by
+        :meth:`of` included)."""
+        return name in self._upserted
 
     @classmethod
     def of(
@@ -276,7 +283,9 @@ class ScramAlteration:
         for name, mechanism in deletions:
             if note(name, mechanism):
                 changes[name].append((mechanism, None))
+        upserted: set[str] = set()
         for name, mechanism, iterations, salt, salted in upsertions:
+            upserted.add(name)
             if not note(name, mechanism):
                 continue
             if not SCRAM_MIN_ITERATIONS <= iterations <= SCRAM_MAX_ITERATIONS:
@@ -296,7 +305,7 @@ class ScramAlteration:
             else:
                 credential = ScramCredential.from_salted(mechanism, salt, iterations, salted)
                 changes[name].append((mechanism, credential))
-        return cls(changes, refused)
+        return cls(changes, refused, frozenset(upserted))
 
     def apply(
         self, name: str, current: Mapping[str, ScramCredential] | None

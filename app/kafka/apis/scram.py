@@ -16,8 +16,9 @@ mechanism code other than SCRAM-SHA-256 (1) and SCRAM-SHA-512 (2)
 UNSUPPORTED_SASL_MECHANISM, iterations outside 4096-16384 UNACCEPTABLE_CREDENTIAL, a
 (user, mechanism) twice DUPLICATE_RESOURCE, deleting a credential the user lacks
 RESOURCE_NOT_FOUND; a refused user has none of its alterations applied. Unlike Kafka, an upsertion does not create a user: Logbus users also
-need the scrypt hash HTTP Basic and PLAIN check (``logbus users add``), so a user not in
-the receiving broker's users file is RESOURCE_NOT_FOUND.
+need the scrypt hash HTTP Basic and PLAIN check (``logbus users add``), so an upsertion of
+a user not in the receiving broker's users file is RESOURCE_NOT_FOUND (in a cluster a
+deletion of one still deletes what ZooKeeper holds, as Kafka).
 
 Authorized as Kafka's: DESCRIBE on the cluster for describe (else a top-level
 CLUSTER_AUTHORIZATION_FAILED), ALTER on the cluster for alter (else every user

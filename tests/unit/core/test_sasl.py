@@ -86,3 +86,25 @@ def test_scram_credentials_keep_no_password_and_refuse_few_iterations() -> None:
     assert cred.iterations >= 4096
     with pytest.raises(ValueError, match="iterations"):
         ScramCredential.from_json({**cred.to_json(), "iterations": 1000})
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_an_unknown_name_answers_like_a_known_one_every_time(mechanism: str) -> None:
+    """A known user's server-first message names the same salt and iterations on every
+    attempt; an unknown name's must too, or two attempts (no password, no login) tell
+    which names exist."""
+    stored = {("alice", mechanism): ScramCredential.make(mechanism, PASSWORD)}
+
+    def salt_and_iterations(user: str) -> tuple[str, str]:
+        exchange = ScramExchange(mechanism, lambda n, m: stored.get((n, m)))
+        client = scramp.ScramClient([mechanism], user, "any password")
+        fields = dict(
+            f.split("=", 1)
+            for f in exchange.step(client.get_client_first().encode()).decode().split(",")
+        )
+        return fields["s"], fields["i"]
+
+    assert salt_and_iterations("alice") == salt_and_iterations("alice")
+    assert salt_and_iterations("nobody") == salt_and_iterations("nobody")
+    assert salt_and_iterations("nobody") != salt_and_iterations("somebody")
+    assert salt_and_iterations("nobody")[1] == salt_and_iterations("alice")[1]

@@ -6,11 +6,13 @@ clients are made, never started."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kazoo.exceptions import ConnectionLoss
 
 from app.core.replication.zk_acls import ZkAclStore
 from app.core.replication.zk_quotas import ZkQuotaStore
@@ -115,3 +117,41 @@ def test_reloads_that_do_not_overlap_install_each_read_in_turn(tmp_path: Path) -
     for expected in sets:
         assert store._reload() == expected
         assert store.load() == expected
+
+
+@pytest.mark.parametrize(
+    ("name", "make", "before", "after", "held"), STORES, ids=[s[0] for s in STORES]
+)
+def test_a_watch_reload_cut_off_by_a_lost_connection_is_retried(
+    tmp_path: Path,
+    name: str,
+    make: Callable[[Path], Any],
+    before: Any,
+    after: Any,
+    held: Callable[[Any], Any],
+) -> None:
+    """The change notice's reload is the only one a change gets on the other brokers:
+    kazoo's ChildrenWatch re-arms after a reconnection but calls back only when the
+    children differ from those it last handed over, so a reload lost to the connection
+    must be retried, or the replaced set (a revoked credential, a deleted ACL) holds on
+    that broker until some later change."""
+    store = make(tmp_path)
+    answers: list[Any] = [before, ConnectionLoss(), after]
+
+    def read_all() -> Any:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    store._read_all = read_all
+    store._reload()  # the set before the change
+    told: list[Any] = []
+    store.watch(told.append)
+    # The notice of a change: its read loses the connection mid-way.
+    store._on_changes(["config_change_0000000001"])
+    deadline = time.monotonic() + 10
+    while held(store) != after:
+        assert time.monotonic() < deadline, f"the {name} store kept the set the change replaced"
+        time.sleep(0.01)
+    assert told and held(store) == after
