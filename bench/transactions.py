@@ -13,6 +13,11 @@ partition back to back, one request at a time on a keep-alive connection, for
 
 The two runs alternate ``rounds`` times; the medians and their ratio are reported. Run:
 ``python -m bench.transactions``.
+
+``python -m bench.transactions json``: the JSON produce (``records`` of 100-byte string
+values per request, one partition) inside a transaction
+(``POST /transactions/{id}/topics/{t}/records``, its append on a worker thread) against a
+plain ``acks=all`` JSON produce, the same alternation; requests/s of one client.
 """
 
 from __future__ import annotations
@@ -96,6 +101,53 @@ def run_once(
     return sent / elapsed
 
 
+def run_json_once(url: str, topic: str, seconds: float, records: int, txn: bool) -> float:
+    """Requests/s of one client sending JSON produces of ``records`` records back to back
+    (inside one transaction, committed at the end, when ``txn``)."""
+    c = Conn(url)
+    c.post("/topics", orjson.dumps({"name": topic, "partitions": 1}))
+    tid = f"bench-json-{topic}"
+    body = orjson.dumps(
+        {"value_format": "string", "records": [{"value": VALUE.decode(), "partition": 0}] * records}
+    )
+    path = f"/topics/{topic}/records?acks=all"
+    producer = b""
+    if txn:
+        got = orjson.loads(c.post("/producers", orjson.dumps({"transactional_id": tid})))
+        pid, epoch = got["producer_id"], got["producer_epoch"]
+        producer = orjson.dumps({"producer_id": pid, "producer_epoch": epoch})
+        path = (
+            f"/transactions/{tid}/topics/{topic}/records?producer_id={pid}&producer_epoch={epoch}"
+        )
+    sent = 0
+    start = time.perf_counter()
+    end = start + seconds
+    while time.perf_counter() < end:
+        c.post(path, body)
+        sent += 1
+    elapsed = time.perf_counter() - start
+    if txn:
+        c.post(f"/transactions/{tid}/commit", producer)
+    c.conn.close()
+    return sent / elapsed
+
+
+def main_json(rounds: int = 5, seconds: float = 3.0, records: int = 10) -> None:
+    plain: list[float] = []
+    txn: list[float] = []
+    with broker() as url:
+        for i in range(rounds):
+            plain.append(run_json_once(url, f"plain-{i}", seconds, records, False))
+            txn.append(run_json_once(url, f"txn-{i}", seconds, records, True))
+    mp, mt = statistics.median(plain), statistics.median(txn)
+    print(orjson.dumps(machine()).decode())
+    print(f"JSON produce acks=all requests/s: median {mp:,.0f} runs {[round(x) for x in plain]}")
+    print(
+        f"JSON produce in a transaction requests/s: median {mt:,.0f} runs {[round(x) for x in txn]}"
+    )
+    print(f"ratio transactional / plain: {mt / mp:.3f}")
+
+
 def main(rounds: int = 5, seconds: float = 3.0, batch_records: int = 100) -> None:
     idem: list[float] = []
     txn: list[float] = []
@@ -111,4 +163,9 @@ def main(rounds: int = 5, seconds: float = 3.0, batch_records: int = 100) -> Non
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    if sys.argv[1:] == ["json"]:
+        main_json()
+    else:
+        main()
