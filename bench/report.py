@@ -92,6 +92,7 @@ def rows(r: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     out += _robustness_rows(r)
     out += _edge_rows(r)
     out += _isolation_rows(r.get("isolation"))
+    out += _txn_json_rows(r.get("txn_json"))
     out += _security_rows(r)
     out += _kafka_door_rows(r.get("kafka_door"))
     if xadd:
@@ -454,6 +455,21 @@ def _isolation_rows(i: dict[str, Any] | None) -> list[tuple[str, str, str, str]]
             )
         )
     return out
+
+
+def _txn_json_rows(t: dict[str, Any] | None) -> list[tuple[str, str, str, str]]:
+    """The JSON produce in a transaction against a plain acks=all one (bench/transactions.py)."""
+    if not t:
+        return []
+    return [
+        (
+            "JSON produce in a transaction, 10 records a request, one client",
+            f"{_num(t['transactional_requests_per_s'])} requests/s",
+            f"plain acks=all JSON produce, same run: "
+            f"{_num(t['plain_acks_all_requests_per_s'])} requests/s",
+            f"{t['ratio']:.2f}x",
+        )
+    ]
 
 
 SECURITY_FIGURES = (

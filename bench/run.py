@@ -66,6 +66,7 @@ def collect(quick: bool) -> dict[str, Any]:
     _section("isolation", lambda: _isolation(quick), results)
     _section("copier", lambda: _copier(quick), results)
     _section("sdk_transactions", lambda: _sdk_transactions(quick), results)
+    _section("txn_json", lambda: _txn_json(quick), results)
     _section("spark_sink", lambda: _spark_sink(quick), results)
     _section("schemas", lambda: _schemas(quick), results)
     _section("schema_registry", lambda: _schema_registry(quick), results)
@@ -105,6 +106,13 @@ def _sdk_transactions(quick: bool) -> dict[str, Any]:
 
     common.warm_memory()
     return sdk_transactions.run(rounds=1 if quick else 5)
+
+
+def _txn_json(quick: bool) -> dict[str, Any]:
+    """The JSON produce in a transaction against a plain acks=all JSON produce, same run."""
+    from bench import transactions
+
+    return transactions.run_json(rounds=1 if quick else 5)
 
 
 def _spark_sink(quick: bool) -> dict[str, Any]:
@@ -222,6 +230,7 @@ SECTIONS: dict[str, Callable[[bool], dict[str, Any]]] = {
     "isolation": _isolation,
     "copier": _copier,
     "sdk_transactions": _sdk_transactions,
+    "txn_json": _txn_json,
     "spark_sink": _spark_sink,
     "schemas": _schemas,
     "kafka_protocol": _kafka_protocol,

@@ -25,6 +25,7 @@ from __future__ import annotations
 import http.client
 import statistics
 import time
+from typing import Any
 from urllib.parse import urlsplit
 
 import orjson
@@ -132,7 +133,9 @@ def run_json_once(url: str, topic: str, seconds: float, records: int, txn: bool)
     return sent / elapsed
 
 
-def main_json(rounds: int = 5, seconds: float = 3.0, records: int = 10) -> None:
+def run_json(rounds: int = 5, seconds: float = 3.0, records: int = 10) -> dict[str, Any]:
+    """The JSON produce in a transaction against a plain acks=all one, alternated on one
+    broker: both medians (requests/s), their runs and the ratio (bench.run's section)."""
     plain: list[float] = []
     txn: list[float] = []
     with broker() as url:
@@ -140,6 +143,19 @@ def main_json(rounds: int = 5, seconds: float = 3.0, records: int = 10) -> None:
             plain.append(run_json_once(url, f"plain-{i}", seconds, records, False))
             txn.append(run_json_once(url, f"txn-{i}", seconds, records, True))
     mp, mt = statistics.median(plain), statistics.median(txn)
+    return {
+        "plain_acks_all_requests_per_s": mp,
+        "transactional_requests_per_s": mt,
+        "plain_runs": plain,
+        "transactional_runs": txn,
+        "ratio": mt / mp,
+    }
+
+
+def main_json(rounds: int = 5, seconds: float = 3.0, records: int = 10) -> None:
+    result = run_json(rounds, seconds, records)
+    plain, txn = result["plain_runs"], result["transactional_runs"]
+    mp, mt = result["plain_acks_all_requests_per_s"], result["transactional_requests_per_s"]
     print(orjson.dumps(machine()).decode())
     print(f"JSON produce acks=all requests/s: median {mp:,.0f} runs {[round(x) for x in plain]}")
     print(
