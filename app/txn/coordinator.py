@@ -375,7 +375,10 @@ class TransactionCoordinator:
                 S.EMPTY,
                 producer_id=pid,
                 producer_epoch=epoch,
-                last_producer_epoch=meta.producer_epoch,
+                # KIP-360: a bump the producer asked for with its epoch keeps that epoch, so
+                # a retry of it is recognised; a new instance's (no epoch given) keeps none,
+                # else the instance it fenced could ask with its old epoch and fence it back.
+                last_producer_epoch=-1 if producer_id is None else meta.producer_epoch,
                 timeout_ms=timeout_ms,
                 partitions=set(),
                 pending_markers=set(),

@@ -150,5 +150,6 @@ class TxnMetadata:
     last_update_ms: int = -1
     coordinator_epoch: int = 0
     # The epoch before the last bump (Kafka's lastProducerEpoch): a retried InitProducerId
-    # of the producer that got the bumped one is recognised by it.
+    # of the producer that got the bumped one is recognised by it. -1 after the bump of a
+    # new instance (an InitProducerId naming no epoch): no older instance is recognised.
     last_producer_epoch: int = -1

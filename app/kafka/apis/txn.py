@@ -120,11 +120,13 @@ async def init_producer_id(ctx: Context, body: Any, version: int) -> Any:
     """An idempotent producer's id and epoch (the HTTP ``POST /producers``'s two paths): a
     transactional id goes to the transaction coordinator, else the broker's id block."""
     m = response_module(INIT_PRODUCER_ID, version)
-    # -1/-1 (and versions before 3): a new producer; Logbus's services take None for that.
+    # -1/-1 (and versions before 3): a new producer; Logbus's services take None for that,
+    # and refuse half a pair (INVALID_REQUEST, as Kafka): an id with epoch -1 passed on as
+    # -1 would match a last epoch of -1 and bump past the instance that fenced it.
     raw_id = int(getattr(body, "producer_id", -1))
     raw_epoch = int(getattr(body, "producer_epoch", -1))
     given_id = None if raw_id < 0 else raw_id
-    given_epoch = None if raw_id < 0 else raw_epoch
+    given_epoch = None if raw_epoch < 0 else raw_epoch
     try:
         if body.transactional_id is not None:
             authorize.check(

@@ -363,3 +363,55 @@ def test_offset_fetch_require_stable_waits_for_an_open_transaction(
     finally:
         reader.close()
     assert fetch(require_stable=True) == {0: (7, ErrorCode.none), 1: (-1, ErrorCode.none)}
+
+
+def _init_with(broker: KafkaBroker, tid: str, pid: int, epoch: int) -> Any:
+    """InitProducerId v4 naming the producer id and epoch held (KIP-360's epoch bump)."""
+    return kio_call(
+        broker,
+        InitProducerIdRequest(
+            transactional_id=tid,
+            transaction_timeout=datetime.timedelta(seconds=60),  # type: ignore[arg-type]
+            producer_id=pid,  # type: ignore[arg-type]
+            producer_epoch=epoch,  # type: ignore[arg-type]
+        ),
+        InitProducerIdResponse,
+    )
+
+
+def test_a_fenced_instance_cannot_bump_its_epoch_back_over_the_new_one(
+    kafka_broker: KafkaBroker,
+) -> None:
+    """KIP-360: an InitProducerId without a producer id (a new instance) bumps the epoch
+    and forgets the last one, so the instance it fenced, asking for an epoch bump with
+    the epoch it held (as librdkafka does after an abortable error), is PRODUCER_FENCED;
+    it must not get an epoch above the new instance's and fence it in turn."""
+    topic = _name("txn_zombie")  # an identifier: a keyword argument below
+    _create(kafka_broker, topic, 1)
+    tid = _name("tid-zombie")
+    pid, old = _init(kafka_broker, tid)
+    assert _init(kafka_broker, tid) == (pid, old + 1)  # the new instance
+    zombie = _init_with(kafka_broker, tid, pid, old)
+    assert zombie.error_code == ErrorCode.producer_fenced
+    assert (zombie.producer_id, zombie.producer_epoch) == (-1, -1)
+    # Half a pair (an id, no epoch) is INVALID_REQUEST, as Kafka answers: not a new
+    # producer, nor an epoch matching the last epoch the new instance's bump left at -1.
+    assert _init_with(kafka_broker, tid, pid, -1).error_code == ErrorCode.invalid_request
+    # The new instance is still the producer of the id.
+    assert _codes(_add(kafka_broker, tid, pid, old + 1, **{topic: [0]})) == {
+        (topic, 0): ErrorCode.none
+    }
+    aborted = kio_call(
+        kafka_broker,
+        EndTxnRequest(
+            transactional_id=tid, producer_id=pid, producer_epoch=old + 1, committed=False
+        ),  # type: ignore[arg-type]
+        EndTxnResponse,
+    )
+    assert aborted.error_code == ErrorCode.none
+    # Its own bump (the epoch it holds) is granted, and a retry of it (the answer lost)
+    # is recognised by the last epoch, not fenced.
+    bumped = _init_with(kafka_broker, tid, pid, old + 1)
+    assert (bumped.error_code, bumped.producer_id) == (ErrorCode.none, pid)
+    retried = _init_with(kafka_broker, tid, pid, old + 1)
+    assert retried.error_code == ErrorCode.none
