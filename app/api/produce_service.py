@@ -13,13 +13,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from app.api.schema_validation import NO_VALIDATION
 from app.api.state import AppState
-from app.common.batch import HEADER_SIZE, TRANSACTIONAL_MASK, read_header, validate_batches
+from app.common.batch import (
+    HEADER_SIZE,
+    TRANSACTIONAL_MASK,
+    BatchHeader,
+    read_header,
+    validate_batches,
+)
 from app.common.errors import (
     BrokerNotAvailable,
     InvalidTopic,
@@ -204,32 +210,45 @@ async def append_work(
     return await asyncio.to_thread(topology.append_to_leaders, leaders, acks_all=acks_all)
 
 
+def transactional_headers(body: bytes | bytearray) -> Iterator[BatchHeader]:
+    """The headers of ``body``'s transactional batches (attribute bit 4), from a walk over
+    its batch headers only (untrusted bytes: a batch claiming less than a header ends the
+    walk; a malformed body is left to ``Log.append``'s full validation)."""
+    pos, end = 0, len(body)
+    while end - pos >= HEADER_SIZE:
+        header = read_header(body, pos)
+        if header.attributes & TRANSACTIONAL_MASK:
+            yield header
+        if header.size < HEADER_SIZE:
+            break
+        pos += header.size
+
+
 def check_transactional(
-    coordinator: TransactionCoordinator | None, topic: str, partition: int, body: bytes | bytearray
+    coordinator: TransactionCoordinator | None,
+    topic: str,
+    partition: int,
+    body: bytes | bytearray,
+    transactional_id: str | None = None,
 ) -> contextlib.ExitStack:
     """Every transactional batch (attribute bit 4) of ``body`` must come from the current
     epoch of a producer whose ongoing transaction added ``topic-partition``
-    (``app/txn/coordinator.py: check_produce``): else INVALID_TXN_STATE, PRODUCER_FENCED or
-    INVALID_PRODUCER_EPOCH, before anything is written. A walk over the batch headers
-    only; a malformed body is left to ``Log.append``'s full validation.
+    (``app/txn/coordinator.py: check_produce``), and, when the request names a
+    ``transactional_id`` (Kafka's Produce), from that id's producer: else
+    INVALID_TXN_STATE, PRODUCER_FENCED, INVALID_PRODUCER_EPOCH or
+    INVALID_PRODUCER_ID_MAPPING, before anything is written.
 
     Returns the producers' append permits (``app/txn/permits.py``), to hold until the
     append returned (``with``): EndTxn waits for them before deciding.
     """
     permits = contextlib.ExitStack()
     try:
-        pos, end = 0, len(body)
-        while end - pos >= HEADER_SIZE:
-            header = read_header(body, pos)
-            if header.attributes & TRANSACTIONAL_MASK:
-                if coordinator is None:
-                    raise BrokerNotAvailable("the transaction coordinator is not serving")
-                pid, epoch = header.producer_id, header.producer_epoch
-                permits.enter_context(coordinator.append_permit(pid))
-                coordinator.check_produce(topic, partition, pid, epoch)
-            if header.size < HEADER_SIZE:
-                break
-            pos += header.size
+        for header in transactional_headers(body):
+            if coordinator is None:
+                raise BrokerNotAvailable("the transaction coordinator is not serving")
+            pid, epoch = header.producer_id, header.producer_epoch
+            permits.enter_context(coordinator.append_permit(pid))
+            coordinator.check_produce(topic, partition, pid, epoch, transactional_id)
     except BaseException:
         permits.close()
         raise
@@ -245,11 +264,13 @@ async def produce_raw(
     required_acks: int,
     timeout_ms: int,
     coordinator: TransactionCoordinator | None,
+    transactional_id: str | None = None,
 ) -> AppendInfo:
     """Append a partition's RecordBatch v2 bytes as they are: the binary produce of every
     door (HTTP ``POST .../batches``, Kafka's Produce).
 
-    Transactional batches only from a producer whose transaction added the partition;
+    Transactional batches only from a producer whose transaction added the partition
+    (and, when the request names ``transactional_id``, that id's producer);
     the topic auto-created when absent and ``auto_create_topics_enable`` (checked first,
     so a bad request leaves no topic behind); ``Log.append`` validates every batch (CRC,
     sizes, magic, the idempotent producer's sequence) before writing any. ``timeout_ms``
@@ -259,7 +280,7 @@ async def produce_raw(
     deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
     # Transactional batches: only from a producer whose transaction added the partition,
     # under its append permits until the append returned.
-    with check_transactional(coordinator, topic, partition, body):
+    with check_transactional(coordinator, topic, partition, body, transactional_id):
         plan = plan_topic(state, manager, topic)
         if plan.schema_validation != NO_VALIDATION:
             # Before anything is created or written (app/api/schema_validation.py).

@@ -13,7 +13,8 @@ Kafka's table (KIP-11, ``AclAuthorizer``/``KafkaApis``), as applied here:
 API                   operations checked
 ===================== ====================================================================
 Produce               WRITE topic (per topic); WRITE transactional id for a transactional
-                      request
+                      request, which transactional batches need (else every partition is
+                      TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
 Fetch                 READ topic (per partition)
 ListOffsets           DESCRIBE topic (per partition)
 OffsetForLeaderEpoch  DESCRIBE topic (per partition)

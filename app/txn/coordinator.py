@@ -549,9 +549,18 @@ class TransactionCoordinator:
 
     # -- the produce path ------------------------------------------------------------------
 
-    def check_produce(self, topic: str, partition: int, producer_id: int, epoch: int) -> None:
+    def check_produce(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        epoch: int,
+        transactional_id: str | None = None,
+    ) -> None:
         """A transactional batch of (``producer_id``, ``epoch``) for ``topic-partition``:
-        see the module docstring."""
+        see the module docstring. ``transactional_id``: the id the request names (Kafka's
+        Produce, whose principal may WRITE that id only); the producer must be its
+        producer, else INVALID_PRODUCER_ID_MAPPING (KIP-890's verification answers so)."""
         meta = self.state.for_producer(producer_id)
         if meta is None:
             if not self.placement.coordinates_every_key:
@@ -565,6 +574,13 @@ class TransactionCoordinator:
                 partition=partition,
             )
         tid = meta.transactional_id
+        if transactional_id is not None and transactional_id != tid:
+            raise InvalidProducerIdMapping(
+                f"producer {producer_id} is the producer of transactional id {tid!r}, not of "
+                f"{transactional_id!r}, which the request names",
+                transactional_id,
+                producer_id=producer_id,
+            )
         if epoch < meta.producer_epoch:
             raise ProducerFenced.of_transaction(tid, producer_id, epoch, meta.producer_epoch)
         if epoch > meta.producer_epoch:

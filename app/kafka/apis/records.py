@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from app.api.fetch_service import aborted_pairs, lookup_offset, read_log, wait_for_any
-from app.api.produce_service import produce_raw
+from app.api.produce_service import produce_raw, transactional_headers
 from app.api.schema_validation import SchemaValidationFailed
 from app.common.errors import (
     FencedLeaderEpoch,
@@ -27,6 +27,7 @@ from app.common.errors import (
     LogbusError,
     NotLeaderOrFollower,
     OffsetOutOfRange,
+    TransactionalIdAuthorizationFailed,
     UnknownTopicId,
     UnknownTopicOrPartition,
 )
@@ -137,6 +138,14 @@ async def produce(ctx: Context, body: Any, version: int) -> Any:
 
     async def one(topic: str, partition: int, records: bytes | None) -> Any:
         try:
+            if unidentified:
+                raise TransactionalIdAuthorizationFailed(
+                    "transactional batches need the request's transactional_id (and WRITE on "
+                    "it); this request names none",
+                    resource_type=ResourceType.TRANSACTIONAL_ID.value.upper(),
+                    resource_name="",
+                    operation=Operation.WRITE.value,
+                )
             authorize.check(ctx, Operation.WRITE, ResourceType.TOPIC, topic)
             if transactional_id is not None:
                 authorize.check(
@@ -147,7 +156,15 @@ async def produce(ctx: Context, body: Any, version: int) -> Any:
             if not records:
                 raise InvalidRecord(f"no record batches for {topic}-{partition}")
             info = await produce_raw(
-                state, manager, topic, partition, bytearray(records), acks, timeout_ms, coordinator
+                state,
+                manager,
+                topic,
+                partition,
+                bytearray(records),
+                acks,
+                timeout_ms,
+                coordinator,
+                transactional_id,
             )
         except LogbusError as exc:
             return build(
@@ -177,6 +194,16 @@ async def produce(ctx: Context, body: Any, version: int) -> Any:
             error_message=None,
         )
 
+    # Kafka's rule (KafkaApis.handleProduceRequest): transactional batches anywhere in the
+    # request need its transactional id, WRITE on which ``one`` checks; without one every
+    # partition is refused, or a principal with WRITE on the topic alone could write into
+    # the transaction of any producer id it learnt.
+    unidentified = transactional_id is None and any(
+        next(transactional_headers(p.records), None) is not None
+        for t in body.topic_data
+        for p in t.partition_data
+        if p.records
+    )
     topics = []
     for topic in body.topic_data:
         answers = await asyncio.gather(

@@ -686,3 +686,108 @@ def test_describe_producers_needs_read_on_the_topic(acl_broker: KafkaBroker) -> 
     assert f"operation=READ resource=TOPIC:{topic}" in acl_broker.log()
     grant(acl_broker, topic, "READ")
     assert codes() == [ErrorCode.none] * 2
+
+
+def test_transactional_batches_need_write_on_their_producers_transactional_id(
+    acl_broker: KafkaBroker,
+) -> None:
+    """Kafka's rule (``KafkaApis.handleProduceRequest``): a Produce carrying transactional
+    batches needs a transactional id the principal may WRITE, else every partition is
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED; and the batches' producer must be that id's
+    (the coordinator's check, as KIP-890's verification answers: INVALID_PRODUCER_ID_MAPPING).
+    WRITE on the topic alone, or on another id, does not let a principal write into a
+    transaction it may not write to (which its owner would then commit)."""
+    import datetime
+
+    from kio.schema.add_partitions_to_txn.v3.request import (
+        AddPartitionsToTxnRequest,
+        AddPartitionsToTxnTopic,
+    )
+    from kio.schema.add_partitions_to_txn.v3.response import AddPartitionsToTxnResponse
+    from kio.schema.errors import ErrorCode
+    from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
+    from kio.schema.init_producer_id.v4.response import InitProducerIdResponse
+    from kio.schema.produce.v9.request import (
+        PartitionProduceData,
+        ProduceRequest,
+        TopicProduceData,
+    )
+    from kio.schema.produce.v9.response import ProduceResponse
+
+    from app.common.batch import BatchBuilder
+
+    topic = f"txnacl-{uuid.uuid4().hex[:8]}"
+    owned, mine = f"owned-{uuid.uuid4().hex[:8]}", f"mine-{uuid.uuid4().hex[:8]}"
+    with admin_http(acl_broker) as http:
+        assert http.post("/topics", json={"name": topic, "partitions": 1}).status_code == 201
+        acl = {
+            "resource_type": "TRANSACTIONAL_ID",
+            "resource_name": mine,
+            "principal": "User:reader",
+            "operation": "WRITE",
+        }
+        assert http.post("/acls", json={"acls": [acl]}).status_code == 201
+    grant(acl_broker, topic, "WRITE")
+    admin = login(acl_broker, "admin")
+    init = admin.call(
+        InitProducerIdRequest(
+            transactional_id=owned,
+            transaction_timeout=datetime.timedelta(seconds=60),  # type: ignore[arg-type]
+            producer_id=-1,  # type: ignore[arg-type]
+            producer_epoch=-1,  # type: ignore[arg-type]
+        ),
+        InitProducerIdResponse,
+    )
+    assert init.error_code == ErrorCode.none
+    added = admin.call(
+        AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id=owned,
+            v3_and_below_producer_id=init.producer_id,
+            v3_and_below_producer_epoch=init.producer_epoch,
+            v3_and_below_topics=(AddPartitionsToTxnTopic(name=topic, partitions=(0,)),),  # type: ignore[arg-type]
+        ),
+        AddPartitionsToTxnResponse,
+    )
+    assert added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == (
+        ErrorCode.none
+    )
+    # The owner's transactional batch, as a principal who learnt its producer id would send it.
+    builder = BatchBuilder(
+        producer_id=init.producer_id,
+        producer_epoch=init.producer_epoch,
+        base_sequence=0,
+        transactional=True,
+    )
+    builder.append(b"injected")
+    records = builder.build()
+
+    def produce(wire: Any, transactional_id: str | None) -> ErrorCode:
+        answer = wire.call(
+            ProduceRequest(
+                transactional_id=transactional_id,
+                acks=-1,  # type: ignore[arg-type]
+                timeout=datetime.timedelta(seconds=30),  # type: ignore[arg-type]
+                topic_data=(
+                    TopicProduceData(
+                        name=topic,
+                        partition_data=(PartitionProduceData(index=0, records=records),),  # type: ignore[arg-type]
+                    ),
+                ),
+            ),
+            ProduceResponse,
+        )
+        return answer.responses[0].partition_responses[0].error_code  # type: ignore[no-any-return]
+
+    reader = login(acl_broker, "reader")
+    assert produce(reader, None) == ErrorCode.transactional_id_authorization_failed
+    assert produce(reader, mine) == ErrorCode.invalid_producer_id_mapping
+    assert produce(reader, owned) == ErrorCode.transactional_id_authorization_failed
+    with admin_http(acl_broker) as http:
+        r = http.get(
+            f"/topics/{topic}/partitions/0/records",
+            params={"offset": 0, "isolation_level": "read_uncommitted"},
+        )
+        assert r.status_code == 200, r.text
+        assert r.json()["records"] == []
+    # The owner itself writes in its transaction.
+    assert produce(admin, owned) == ErrorCode.none
