@@ -483,6 +483,17 @@ class ReplicaManager(TopicAdmin):
         self._changed_now()
 
     async def _drop_topic(self, name: str) -> None:
+        """Forget the deleted topic ``name``: its view, replicas, states, report and logs.
+
+        Under the assign lock, like every apply: one of the deleted topic in flight
+        finishes first (resumed after its report's write, it put the topic back in the
+        view, where the new topic of that name then looked older and was never made
+        here), and a topic created again under the name is applied after (this drop,
+        resumed after taking the report back, removed the new topic's replicas and logs)."""
+        async with self._assign_lock:
+            await self._drop_topic_now(name)
+
+    async def _drop_topic_now(self, name: str) -> None:
         self.assignments.pop(name, None)
         self._tell_topic_deleted(name)
         if name in self._offline:

@@ -25,6 +25,7 @@ from typing import Any
 
 import orjson
 import pytest
+from kazoo.exceptions import ConnectionLoss
 from kio.schema.errors import ErrorCode
 
 from app.api.produce_service import plan_topic
@@ -579,5 +580,137 @@ def test_create_topics_honours_the_requests_timeout_through_both_doors() -> None
         with pytest.raises(RequestTimedOut, match="timeout_ms=300"):
             await http("pages", 300)
         assert time.monotonic() - began < 5 and "pages" in zk.created
+
+    asyncio.run(main())
+
+
+class GatedOfflineStore(OfflineStore):
+    """OfflineStore whose next report write (once ``hold`` is set) waits for ``gate``, as a
+    slow ZooKeeper would, and whose next ``fail`` writes are lost with the connection."""
+
+    def __init__(self, assignment: TopicAssignment | None = None) -> None:
+        super().__init__(assignment)
+        self.hold = False
+        self.entered = threading.Event()
+        self.gate = threading.Event()
+        self.fail = 0
+
+    def set_offline_replicas(self, broker_id: int, offline: dict[str, Any]) -> None:
+        if self.hold:
+            self.hold = False
+            self.entered.set()
+            assert self.gate.wait(30), "the test never opened the gate"
+        if self.fail:
+            self.fail -= 1
+            raise ConnectionLoss()
+        super().set_offline_replicas(broker_id, offline)
+
+
+class ContendedLock(asyncio.Lock):
+    """An asyncio.Lock that tells when someone waits for it while it is held."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.contended = asyncio.Event()
+
+    async def acquire(self) -> bool:
+        if self.locked():
+            self.contended.set()
+        return await super().acquire()
+
+
+async def until_entered(store: GatedOfflineStore) -> None:
+    for _ in range(3000):
+        if store.entered.is_set():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the report write never started")
+
+
+def failing_create(*args: Any, **kwargs: Any) -> None:
+    raise PartitionLimitExceeded("no partitions left", 0, "max_partitions")
+
+
+def test_a_topic_deleted_while_its_offline_report_is_written_leaves_nothing_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The topic could not be created here; its report is being written when the topic is
+    deleted. The deletion waits for that apply: no assignment of the deleted topic stays
+    in this broker's view, and the topic created again under its name is made here. The
+    apply went on after its report and put the deleted topic's assignment back; the new
+    topic's apply then took it for its own, older, and never made its replicas here (nor
+    reported them offline: the controller could elect this broker without a log)."""
+
+    async def main() -> None:
+        with broker_on_disk(tmp_path) as (logs, replicas):
+            replicas._loop = asyncio.get_running_loop()
+            replicas.brokers = {1: None, 2: None}  # type: ignore[dict-item]
+            old = TopicAssignment("id-1", ((1, 2), (2, 1)), {})
+            store = GatedOfflineStore(old)
+            replicas.store = store  # type: ignore[assignment]
+            replicas._watched.add(TOPIC)
+            real = logs.create_topic
+            monkeypatch.setattr(logs, "create_topic", failing_create)
+            store.hold = True
+            applying = asyncio.create_task(replicas._apply_assignment(TOPIC, old))
+            await until_entered(store)
+            deleting = asyncio.create_task(replicas._sync_topics([]))
+            for _ in range(20):  # the deletion goes as far as it can meanwhile
+                await asyncio.sleep(0)
+            store.gate.set()
+            await asyncio.gather(applying, deleting)
+            assert replicas.topics() == [] and replicas.partitions == {}
+            assert store.reports[-1] == {}
+
+            monkeypatch.setattr(logs, "create_topic", real)
+            new = TopicAssignment("id-2", ((1, 2),), {})
+            store.assignment = new
+            await replicas._sync_topics([TOPIC])
+            assert replicas.assignments[TOPIC] == new
+            assert logs.topic_id(TOPIC) == "id-2" and logs.hosted_partitions(TOPIC) == [0]
+            assert sorted(replicas.partitions) == [(TOPIC, 0)]
+
+    asyncio.run(main())
+
+
+def test_a_topic_created_again_while_the_old_ones_report_is_taken_back_keeps_its_replicas(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The deleted topic's report is being taken back when the topic is created again
+    here: the new topic is applied after the deletion is done, and keeps its logs and
+    replicas. The deletion went on after its report and removed the new topic's
+    Partitions and logs, leaving its assignment: this broker, live and not reporting
+    them offline, was electable for replicas it had no log of."""
+
+    async def main() -> None:
+        with broker_on_disk(tmp_path) as (logs, replicas):
+            replicas._loop = asyncio.get_running_loop()
+            replicas.brokers = {1: None, 2: None}  # type: ignore[dict-item]
+            replicas._assign_lock = lock = ContendedLock()
+            old = TopicAssignment("id-1", ((1, 2), (2, 1)), {})
+            store = GatedOfflineStore(old)
+            replicas.store = store  # type: ignore[assignment]
+            real = logs.create_topic
+            monkeypatch.setattr(logs, "create_topic", failing_create)
+            await replicas._sync_topics([TOPIC])
+            assert store.reports[-1] == {TOPIC: ("id-1", [0, 1])}
+
+            monkeypatch.setattr(logs, "create_topic", real)
+            store.hold = True
+            deleting = asyncio.create_task(replicas._sync_topics([]))
+            await until_entered(store)
+            new = TopicAssignment("id-2", ((1, 2),), {})
+            store.assignment = new
+            creating = asyncio.create_task(replicas._sync_topics([TOPIC]))
+            waiter = asyncio.create_task(lock.contended.wait())
+            # The new topic is applied at once, or waits for the deletion to finish.
+            await asyncio.wait([creating, waiter], timeout=30, return_when="FIRST_COMPLETED")
+            waiter.cancel()
+            store.gate.set()
+            await asyncio.gather(deleting, creating)
+            assert replicas.assignments[TOPIC] == new
+            assert TOPIC in logs.topics() and logs.topic_id(TOPIC) == "id-2"
+            assert sorted(replicas.partitions) == [(TOPIC, 0)]
+            assert store.reports[-1] == {}
 
     asyncio.run(main())
