@@ -125,6 +125,9 @@ class ReplicaManager(TopicAdmin):
         # partitions), published in /brokers/offline_replicas/<id> for the controller.
         self._offline: dict[str, tuple[str, list[int]]] = {}
         self._offline_lock = asyncio.Lock()
+        # The last write of the report failed (ZooKeeper away): ZooKeeper may hold an
+        # older one. Changed under _offline_lock only.
+        self._offline_unsynced = False
         # Every broker's reports (this one's included), from watches: what metadata lists.
         self.offline_reports = OfflineReplicaCache()
         self._isr_task: asyncio.Task[None] | None = None
@@ -206,12 +209,20 @@ class ReplicaManager(TopicAdmin):
             return
         await self._publish_offline()
 
-    async def _publish_offline(self) -> None:
+    async def _publish_offline(self, *, if_unsynced: bool = False) -> None:
+        """Write this broker's whole report as it is now (writes in order, each one the
+        latest record). ``if_unsynced``: only if the last write failed; checked under the
+        lock, so a write in flight when the connection came back is waited for, and is
+        written again if it failed."""
         async with self._offline_lock:
+            if if_unsynced and not self._offline_unsynced:
+                return
             snapshot = dict(self._offline)
             try:
                 await asyncio.to_thread(self.store.set_offline_replicas, self.broker_id, snapshot)
-            except Exception as exc:  # ZooKeeper away: written again with the next session
+                self._offline_unsynced = False
+            except Exception as exc:  # ZooKeeper away: written again when it is back
+                self._offline_unsynced = True
                 _log.error("offline replicas %s not reported to ZooKeeper: %s", snapshot, exc)
 
     def _soon(self, fn: Callable[..., Any], *args: Any) -> None:
@@ -227,6 +238,14 @@ class ReplicaManager(TopicAdmin):
             self._lost_session = False
             # A new session: the ephemeral registration went with the old one.
             self._soon(self._spawn, self._register())
+        elif state == "connected":
+            # The same session: its ephemeral report stays, but a write of it that failed
+            # while the connection was down (a new offline replica, or one taken back)
+            # would otherwise wait for the next change or session.
+            self._soon(self._republish_offline)
+
+    def _republish_offline(self) -> None:
+        self._spawn(self._publish_offline(if_unsynced=True))
 
     def _spawn(self, coro: Any) -> None:
         task: asyncio.Task[None] = asyncio.ensure_future(coro)

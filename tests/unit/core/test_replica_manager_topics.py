@@ -714,3 +714,47 @@ def test_a_topic_created_again_while_the_old_ones_report_is_taken_back_keeps_its
             assert store.reports[-1] == {}
 
     asyncio.run(main())
+
+
+def test_a_report_lost_with_the_connection_is_written_again_when_it_comes_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ZooKeeper's connection drops while a report is written (the session lives on):
+    the report, and later its taking back, are written again once the connection is
+    back. They were written again only with a new session: the controller went on
+    electing this broker for replicas it had no log of, or, the report never taken
+    back, left it out of them for good."""
+
+    async def main() -> None:
+        with broker_on_disk(tmp_path) as (logs, replicas):
+            replicas._loop = asyncio.get_running_loop()
+            replicas.brokers = {1: None, 2: None}  # type: ignore[dict-item]
+            first = TopicAssignment("id-1", ((1, 2), (2, 1)), {})
+            store = GatedOfflineStore(first)
+            replicas.store = store  # type: ignore[assignment]
+            real = logs.create_topic
+            monkeypatch.setattr(logs, "create_topic", failing_create)
+            store.fail = 1
+            await replicas._sync_topics([TOPIC])
+            assert store.reports == [], "lost with the connection"
+            replicas._on_session("suspended")
+            replicas._on_session("connected")
+            await settled(replicas)
+            assert store.reports[-1] == {TOPIC: ("id-1", [0, 1])}
+
+            monkeypatch.setattr(logs, "create_topic", real)
+            store.fail = 1
+            changed = dataclasses.replace(first, configs={"retention.ms": 60_000})
+            await replicas._apply_assignment(TOPIC, changed)
+            assert store.reports[-1] == {TOPIC: ("id-1", [0, 1])}, "the take-back was lost"
+            replicas._on_session("suspended")
+            replicas._on_session("connected")
+            await settled(replicas)
+            assert store.reports[-1] == {}
+            count = len(store.reports)
+            replicas._on_session("suspended")
+            replicas._on_session("connected")
+            await settled(replicas)
+            assert len(store.reports) == count, "nothing to write again"
+
+    asyncio.run(main())
