@@ -113,6 +113,7 @@ class ReplicaManager(TopicAdmin):
         self.states: dict[tuple[str, int], tuple[PartitionState, int]] = {}
         self.partitions: dict[tuple[str, int], Partition] = {}
         self._watched: set[str] = set()  # read on kazoo's thread: stop watches of gone topics
+        self._watch_ids: dict[str, str] = {}  # topic -> id of its latest topic watch
         self._watched_lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._changed = asyncio.Event()
@@ -314,24 +315,44 @@ class ReplicaManager(TopicAdmin):
         await self._apply_assignment(name, assignment)
         # Watched whether or not its replicas could be made here: its later changes (new
         # partitions, configs, a retry of what failed) and its deletion reach this broker.
-        self.store.watch_topic(name, self._topic_watch(name, assignment.topic_id))
+        # Once per topic id: the topics' watch and a replaced topic's may both add it.
+        if self._watch_ids.get(name) != assignment.topic_id:
+            self._watch_ids[name] = assignment.topic_id
+            self.store.watch_topic(name, self._topic_watch(name, assignment.topic_id))
 
     def _topic_watch(self, name: str, topic_id: str) -> Callable[[TopicAssignment | None], bool]:
         """The topic znode's watch: a changed assignment (partitions added, configs
         changed: :meth:`create_partitions`, :meth:`alter_topic_config`) is applied on the
-        loop. Stops with the topic (or when a new topic of that name replaced it: that
-        one has a watch of its own)."""
+        loop. Stops once the topics' watch has seen the topic go.
+
+        Another topic id under the name: the topic was deleted and created again unseen
+        by the topics' children watch (kazoo's ChildrenWatch calls no one when the
+        children it reads are those it had: a reconnection after an outage that spanned
+        both, or both between two of its reads), so this watch replaces it here
+        (:meth:`_replaced`) and stops: the new topic gets a watch of its own. It watches
+        on through the deletion (no node) for that."""
 
         def on_data(assignment: TopicAssignment | None) -> bool:
             with self._watched_lock:
                 if name not in self._watched:
                     return False
-            if assignment is None or assignment.topic_id != topic_id:
+            if assignment is None:
+                return True
+            if assignment.topic_id != topic_id:
+                self._soon(self._spawn, self._replaced(name, topic_id))
                 return False
             self._soon(self._spawn, self._apply_assignment(name, assignment))
             return True
 
         return on_data
+
+    async def _replaced(self, name: str, old_id: str) -> None:
+        """The topic of id ``old_id`` is gone from under ``name``, another one there: drop
+        it (its replicas, logs and offline report) and add the one ZooKeeper has, unless
+        the topics' watch did (the topic known here is not the old one, or the name is
+        not watched)."""
+        if await self._drop_topic(name, only_id=old_id):
+            await self._add_topic(name)
 
     async def _apply_assignment(self, name: str, assignment: TopicAssignment) -> None:
         """Make this broker's view and replicas of ``name`` what ``assignment`` says:
@@ -501,8 +522,10 @@ class ReplicaManager(TopicAdmin):
                 self._tell_listeners(name, p, part.is_leader)
         self._changed_now()
 
-    async def _drop_topic(self, name: str) -> None:
+    async def _drop_topic(self, name: str, only_id: str | None = None) -> bool:
         """Forget the deleted topic ``name``: its view, replicas, states, report and logs.
+        ``only_id``: only if the topic known here is that one and still watched; False
+        when nothing was dropped.
 
         Under the assign lock, like every apply: one of the deleted topic in flight
         finishes first (resumed after its report's write, it put the topic back in the
@@ -510,7 +533,15 @@ class ReplicaManager(TopicAdmin):
         here), and a topic created again under the name is applied after (this drop,
         resumed after taking the report back, removed the new topic's replicas and logs)."""
         async with self._assign_lock:
+            if only_id is not None:
+                with self._watched_lock:
+                    if name not in self._watched:
+                        return False
+                known = self.assignments.get(name)
+                if (known.topic_id if known else self._local_topic_id(name)) != only_id:
+                    return False  # the topics' watch dropped it, and maybe added another
             await self._drop_topic_now(name)
+            return True
 
     async def _drop_topic_now(self, name: str) -> None:
         self.assignments.pop(name, None)

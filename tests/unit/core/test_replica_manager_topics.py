@@ -758,3 +758,58 @@ def test_a_report_lost_with_the_connection_is_written_again_when_it_comes_back(
             assert len(store.reports) == count, "nothing to write again"
 
     asyncio.run(main())
+
+
+def test_a_topic_created_again_unseen_by_the_topics_watch_replaces_the_old_one_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The topic is deleted and created again (another topic id) while this broker's
+    connection is down: on reconnection the topics' children watch finds the names it had
+    and calls no one (kazoo's ChildrenWatch), as when a deletion and a re-creation fall
+    between two of its reads. The old topic's own watch sees the new id (or the deletion,
+    then the new id): the old topic goes here, its offline report with it, and the new one
+    is made. The watch just stopped: this broker kept the old topic (its view, its
+    report, its replicas, which took the new topic's states) and never made nor reported
+    the new one's, so the controller elected it for replicas it had no log of."""
+
+    async def main() -> None:
+        with broker_on_disk(tmp_path) as (logs, replicas):
+            replicas._loop = asyncio.get_running_loop()
+            replicas.brokers = {1: None, 2: None}  # type: ignore[dict-item]
+            old = TopicAssignment("id-1", ((1, 2),), {})
+            store = OfflineStore(old)
+            replicas.store = store  # type: ignore[assignment]
+            real = logs.create_topic
+            monkeypatch.setattr(logs, "create_topic", failing_create)
+            await replicas._sync_topics([TOPIC])
+            assert store.reports[-1] == {TOPIC: ("id-1", [0])}
+            monkeypatch.setattr(logs, "create_topic", real)
+
+            new = TopicAssignment("id-2", ((1, 2), (2, 1)), {})
+            store.assignment = new
+            await replicas._sync_topics([TOPIC])  # the same names: nothing to do
+            old_watch = store.topic_watches[TOPIC]
+            assert old_watch(new) is False, "this watch ends: the new topic has its own"
+            await settled(replicas)
+            assert replicas.assignments[TOPIC] == new
+            assert logs.topic_id(TOPIC) == "id-2" and logs.hosted_partitions(TOPIC) == [0, 1]
+            assert sorted(replicas.partitions) == [(TOPIC, 0), (TOPIC, 1)]
+            assert store.reports[-1] == {}, "the deleted topic's report went"
+
+            # The deletion seen first (its mark, then no node), the new topic after.
+            newer = TopicAssignment("id-3", ((1, 2),), {})
+            store.assignment = newer
+            watch = store.topic_watches[TOPIC]
+            assert watch is not old_watch
+            assert watch(None) is True, "watched on while the topic is known here"
+            await replicas._sync_topics([TOPIC])
+            assert watch(newer) is False
+            await settled(replicas)
+            assert replicas.assignments[TOPIC] == newer and logs.topic_id(TOPIC) == "id-3"
+            assert sorted(replicas.partitions) == [(TOPIC, 0)]
+            # A stale watch of a replaced topic changes nothing more.
+            assert old_watch(newer) is False
+            await settled(replicas)
+            assert replicas.assignments[TOPIC] == newer and logs.topic_id(TOPIC) == "id-3"
+
+    asyncio.run(main())
