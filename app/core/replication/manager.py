@@ -193,11 +193,16 @@ class ReplicaManager(TopicAdmin):
         await asyncio.to_thread(self.store.stop)
 
     async def _register(self) -> None:
+        """Register this broker (at start, and with each new session). A new session's
+        report is written first (the old one's went with that session): registered, the
+        broker is live for the controller, which must not take its missing replicas for
+        live ones meanwhile. At start there is none yet (nor the old life's: the
+        registration waits for that session to end, and its report with it)."""
         wait_s = 2 * self.settings.zookeeper_session_timeout_ms / 1000 + 5
         info = BrokerInfo(self.broker_id, self.url, self.settings.kafka_listener)
-        await asyncio.to_thread(self.store.register_broker, info, wait_s)
         if self._offline:
-            await self._publish_offline()  # the old session's report went with it
+            await self._publish_offline()
+        await asyncio.to_thread(self.store.register_broker, info, wait_s)
 
     async def _report_offline(self, name: str, topic_id: str, partitions: list[int]) -> None:
         """This broker's replicas ``partitions`` of ``name`` (of id ``topic_id``) are
