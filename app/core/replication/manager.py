@@ -132,7 +132,8 @@ class ReplicaManager(TopicAdmin):
         # Every broker's reports (this one's included), from watches: what metadata lists.
         self.offline_reports = OfflineReplicaCache()
         self._isr_task: asyncio.Task[None] | None = None
-        self._lost_session = False
+        # The ZooKeeper session this broker's registration was last written in.
+        self._registered_session: int | None = None
         self._stopping = False
         self.topics_synced = asyncio.Event()
 
@@ -202,7 +203,10 @@ class ReplicaManager(TopicAdmin):
         info = BrokerInfo(self.broker_id, self.url, self.settings.kafka_listener)
         if self._offline:
             await self._publish_offline()
+        # Read before: a session that changes meanwhile only means one more registration.
+        session = self.store.session_id
         await asyncio.to_thread(self.store.register_broker, info, wait_s)
+        self._registered_session = session
 
     async def _report_offline(self, name: str, topic_id: str, partitions: list[int]) -> None:
         """This broker's replicas ``partitions`` of ``name`` (of id ``topic_id``) are
@@ -238,20 +242,19 @@ class ReplicaManager(TopicAdmin):
             loop.call_soon_threadsafe(fn, *args)
 
     def _on_session(self, state: str) -> None:
-        if state == "lost":
-            self._lost_session = True
-        elif state == "connected" and self._lost_session:
-            self._lost_session = False
-            # A new session: the ephemeral registration went with the old one.
-            self._soon(self._spawn, self._register())
-        elif state == "connected":
-            # The same session: its ephemeral report stays, but a write of it that failed
-            # while the connection was down (a new offline replica, or one taken back)
-            # would otherwise wait for the next change or session.
-            self._soon(self._republish_offline)
+        if state == "connected":
+            self._soon(self._on_connected)
 
-    def _republish_offline(self) -> None:
-        self._spawn(self._publish_offline(if_unsynced=True))
+    def _on_connected(self) -> None:
+        """On the loop, at each (re)connection. Not registered in this session (a new
+        one: the ephemeral registration and report went with the old; or its
+        registration failed, the connection lost again meanwhile): register. Else a
+        report write that failed while the connection was down (a new offline replica,
+        or one taken back) is made again, not left to the next change or session."""
+        if self._registered_session != self.store.session_id:
+            self._spawn(self._register())
+        else:
+            self._spawn(self._publish_offline(if_unsynced=True))
 
     def _spawn(self, coro: Any) -> None:
         task: asyncio.Task[None] = asyncio.ensure_future(coro)

@@ -457,6 +457,7 @@ def test_a_broker_back_with_a_new_session_is_never_live_without_its_offline_repo
                 zk.offline.setdefault((topic, topic_id, p), set()).add(broker_id)
 
     zk.register_broker = register_broker  # type: ignore[attr-defined]
+    zk.session_id = 7  # type: ignore[attr-defined]
     zk.set_offline_replicas = set_offline_replicas  # type: ignore[attr-defined]
     settings = ReplicaConfig(zookeeper="127.0.0.1:1", broker_id=1, url="http://127.0.0.1:9")
     replicas = ReplicaManager(settings, SimpleNamespace(), lambda log: None)  # type: ignore[arg-type]

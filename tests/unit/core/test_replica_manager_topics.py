@@ -268,6 +268,7 @@ class OfflineStore:
 
     def __init__(self, assignment: TopicAssignment | None = None) -> None:
         self.assignment = assignment
+        self.session_id = 1
         self.reports: list[dict[str, tuple[str, list[int]]]] = []
         self.topic_watches: dict[str, Any] = {}
 
@@ -732,6 +733,7 @@ def test_a_report_lost_with_the_connection_is_written_again_when_it_comes_back(
             first = TopicAssignment("id-1", ((1, 2), (2, 1)), {})
             store = GatedOfflineStore(first)
             replicas.store = store  # type: ignore[assignment]
+            replicas._registered_session = store.session_id
             real = logs.create_topic
             monkeypatch.setattr(logs, "create_topic", failing_create)
             store.fail = 1
@@ -811,5 +813,44 @@ def test_a_topic_created_again_unseen_by_the_topics_watch_replaces_the_old_one_h
             assert old_watch(newer) is False
             await settled(replicas)
             assert replicas.assignments[TOPIC] == newer and logs.topic_id(TOPIC) == "id-3"
+
+    asyncio.run(main())
+
+
+def test_a_registration_lost_with_the_connection_at_a_new_session_is_made_again(
+    tmp_path: Path,
+) -> None:
+    """The session expired; the connection drops again while the new session's
+    registration is written. The broker registers once the connection is back (same
+    session), its offline report with it. The failed registration was never tried
+    again (only a new session's "connected" did): the broker stayed unregistered, dead
+    to the controller, for as long as that session lived."""
+
+    async def main() -> None:
+        with broker_on_disk(tmp_path) as (_logs, replicas):
+            replicas._loop = asyncio.get_running_loop()
+            store = GatedOfflineStore()
+            replicas.store = store  # type: ignore[assignment]
+            replicas._offline = {TOPIC: ("id-1", [0])}
+            registrations: list[int] = []
+            failures = [ConnectionLoss()]
+
+            def register_broker(info: Any, wait_s: float) -> None:
+                if failures:
+                    raise failures.pop()
+                registrations.append(info.id)
+
+            store.register_broker = register_broker  # type: ignore[attr-defined]
+            replicas._registered_session = store.session_id
+            replicas._on_session("lost")
+            store.session_id = 2
+            replicas._on_session("connected")
+            await settled(replicas)
+            assert registrations == [] and failures == []
+            replicas._on_session("suspended")
+            replicas._on_session("connected")
+            await settled(replicas)
+            assert registrations == [1], "registered again"
+            assert store.reports[-1] == {TOPIC: ("id-1", [0])}
 
     asyncio.run(main())
