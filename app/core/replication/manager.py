@@ -113,6 +113,7 @@ class ReplicaManager(TopicAdmin):
         self.states: dict[tuple[str, int], tuple[PartitionState, int]] = {}
         self.partitions: dict[tuple[str, int], Partition] = {}
         self._watched: set[str] = set()  # read on kazoo's thread: stop watches of gone topics
+        self._watch_ids: dict[str, str] = {}  # topic -> id of its latest topic watch
         self._watched_lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._changed = asyncio.Event()
@@ -125,10 +126,14 @@ class ReplicaManager(TopicAdmin):
         # partitions), published in /brokers/offline_replicas/<id> for the controller.
         self._offline: dict[str, tuple[str, list[int]]] = {}
         self._offline_lock = asyncio.Lock()
+        # The last write of the report failed (ZooKeeper away): ZooKeeper may hold an
+        # older one. Changed under _offline_lock only.
+        self._offline_unsynced = False
         # Every broker's reports (this one's included), from watches: what metadata lists.
         self.offline_reports = OfflineReplicaCache()
         self._isr_task: asyncio.Task[None] | None = None
-        self._lost_session = False
+        # The ZooKeeper session this broker's registration was last written in.
+        self._registered_session: int | None = None
         self._stopping = False
         self.topics_synced = asyncio.Event()
 
@@ -189,11 +194,19 @@ class ReplicaManager(TopicAdmin):
         await asyncio.to_thread(self.store.stop)
 
     async def _register(self) -> None:
+        """Register this broker (at start, and with each new session). A new session's
+        report is written first (the old one's went with that session): registered, the
+        broker is live for the controller, which must not take its missing replicas for
+        live ones meanwhile. At start there is none yet (nor the old life's: the
+        registration waits for that session to end, and its report with it)."""
         wait_s = 2 * self.settings.zookeeper_session_timeout_ms / 1000 + 5
         info = BrokerInfo(self.broker_id, self.url, self.settings.kafka_listener)
-        await asyncio.to_thread(self.store.register_broker, info, wait_s)
         if self._offline:
-            await self._publish_offline()  # the old session's report went with it
+            await self._publish_offline()
+        # Read before: a session that changes meanwhile only means one more registration.
+        session = self.store.session_id
+        await asyncio.to_thread(self.store.register_broker, info, wait_s)
+        self._registered_session = session
 
     async def _report_offline(self, name: str, topic_id: str, partitions: list[int]) -> None:
         """This broker's replicas ``partitions`` of ``name`` (of id ``topic_id``) are
@@ -206,12 +219,20 @@ class ReplicaManager(TopicAdmin):
             return
         await self._publish_offline()
 
-    async def _publish_offline(self) -> None:
+    async def _publish_offline(self, *, if_unsynced: bool = False) -> None:
+        """Write this broker's whole report as it is now (writes in order, each one the
+        latest record). ``if_unsynced``: only if the last write failed; checked under the
+        lock, so a write in flight when the connection came back is waited for, and is
+        written again if it failed."""
         async with self._offline_lock:
+            if if_unsynced and not self._offline_unsynced:
+                return
             snapshot = dict(self._offline)
             try:
                 await asyncio.to_thread(self.store.set_offline_replicas, self.broker_id, snapshot)
-            except Exception as exc:  # ZooKeeper away: written again with the next session
+                self._offline_unsynced = False
+            except Exception as exc:  # ZooKeeper away: written again when it is back
+                self._offline_unsynced = True
                 _log.error("offline replicas %s not reported to ZooKeeper: %s", snapshot, exc)
 
     def _soon(self, fn: Callable[..., Any], *args: Any) -> None:
@@ -221,12 +242,19 @@ class ReplicaManager(TopicAdmin):
             loop.call_soon_threadsafe(fn, *args)
 
     def _on_session(self, state: str) -> None:
-        if state == "lost":
-            self._lost_session = True
-        elif state == "connected" and self._lost_session:
-            self._lost_session = False
-            # A new session: the ephemeral registration went with the old one.
-            self._soon(self._spawn, self._register())
+        if state == "connected":
+            self._soon(self._on_connected)
+
+    def _on_connected(self) -> None:
+        """On the loop, at each (re)connection. Not registered in this session (a new
+        one: the ephemeral registration and report went with the old; or its
+        registration failed, the connection lost again meanwhile): register. Else a
+        report write that failed while the connection was down (a new offline replica,
+        or one taken back) is made again, not left to the next change or session."""
+        if self._registered_session != self.store.session_id:
+            self._spawn(self._register())
+        else:
+            self._spawn(self._publish_offline(if_unsynced=True))
 
     def _spawn(self, coro: Any) -> None:
         task: asyncio.Task[None] = asyncio.ensure_future(coro)
@@ -295,24 +323,44 @@ class ReplicaManager(TopicAdmin):
         await self._apply_assignment(name, assignment)
         # Watched whether or not its replicas could be made here: its later changes (new
         # partitions, configs, a retry of what failed) and its deletion reach this broker.
-        self.store.watch_topic(name, self._topic_watch(name, assignment.topic_id))
+        # Once per topic id: the topics' watch and a replaced topic's may both add it.
+        if self._watch_ids.get(name) != assignment.topic_id:
+            self._watch_ids[name] = assignment.topic_id
+            self.store.watch_topic(name, self._topic_watch(name, assignment.topic_id))
 
     def _topic_watch(self, name: str, topic_id: str) -> Callable[[TopicAssignment | None], bool]:
         """The topic znode's watch: a changed assignment (partitions added, configs
         changed: :meth:`create_partitions`, :meth:`alter_topic_config`) is applied on the
-        loop. Stops with the topic (or when a new topic of that name replaced it: that
-        one has a watch of its own)."""
+        loop. Stops once the topics' watch has seen the topic go.
+
+        Another topic id under the name: the topic was deleted and created again unseen
+        by the topics' children watch (kazoo's ChildrenWatch calls no one when the
+        children it reads are those it had: a reconnection after an outage that spanned
+        both, or both between two of its reads), so this watch replaces it here
+        (:meth:`_replaced`) and stops: the new topic gets a watch of its own. It watches
+        on through the deletion (no node) for that."""
 
         def on_data(assignment: TopicAssignment | None) -> bool:
             with self._watched_lock:
                 if name not in self._watched:
                     return False
-            if assignment is None or assignment.topic_id != topic_id:
+            if assignment is None:
+                return True
+            if assignment.topic_id != topic_id:
+                self._soon(self._spawn, self._replaced(name, topic_id))
                 return False
             self._soon(self._spawn, self._apply_assignment(name, assignment))
             return True
 
         return on_data
+
+    async def _replaced(self, name: str, old_id: str) -> None:
+        """The topic of id ``old_id`` is gone from under ``name``, another one there: drop
+        it (its replicas, logs and offline report) and add the one ZooKeeper has, unless
+        the topics' watch did (the topic known here is not the old one, or the name is
+        not watched)."""
+        if await self._drop_topic(name, only_id=old_id):
+            await self._add_topic(name)
 
     async def _apply_assignment(self, name: str, assignment: TopicAssignment) -> None:
         """Make this broker's view and replicas of ``name`` what ``assignment`` says:
@@ -482,7 +530,28 @@ class ReplicaManager(TopicAdmin):
                 self._tell_listeners(name, p, part.is_leader)
         self._changed_now()
 
-    async def _drop_topic(self, name: str) -> None:
+    async def _drop_topic(self, name: str, only_id: str | None = None) -> bool:
+        """Forget the deleted topic ``name``: its view, replicas, states, report and logs.
+        ``only_id``: only if the topic known here is that one and still watched; False
+        when nothing was dropped.
+
+        Under the assign lock, like every apply: one of the deleted topic in flight
+        finishes first (resumed after its report's write, it put the topic back in the
+        view, where the new topic of that name then looked older and was never made
+        here), and a topic created again under the name is applied after (this drop,
+        resumed after taking the report back, removed the new topic's replicas and logs)."""
+        async with self._assign_lock:
+            if only_id is not None:
+                with self._watched_lock:
+                    if name not in self._watched:
+                        return False
+                known = self.assignments.get(name)
+                if (known.topic_id if known else self._local_topic_id(name)) != only_id:
+                    return False  # the topics' watch dropped it, and maybe added another
+            await self._drop_topic_now(name)
+            return True
+
+    async def _drop_topic_now(self, name: str) -> None:
         self.assignments.pop(name, None)
         self._tell_topic_deleted(name)
         if name in self._offline:

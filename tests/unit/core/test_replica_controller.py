@@ -424,3 +424,45 @@ def test_controller_thread_reacts_to_a_broker_watch() -> None:
     finally:
         c.stop()
     assert c._thread is not None and not c._thread.is_alive()
+
+
+def test_a_broker_back_with_a_new_session_is_never_live_without_its_offline_report() -> None:
+    """Broker 1's session expired (its registration and its offline report went with
+    it) while its replica of t-0 is still missing; broker 2, the last ISR member, is dead,
+    and t elects uncleanly. A controller round the moment broker 1 is registered again
+    finds its report there: broker 1 is not elected. The report was written after the
+    registration: that round took broker 1 for a live replica of t-0 and elected it,
+    without a log (then, its report in, left the partition leaderless with broker 1 for
+    its ISR)."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from app.core.replication.config import ReplicaConfig
+    from app.core.replication.manager import ReplicaManager
+
+    zk, controller = make(set())
+    zk.add_topic("t", (1, 2), configs={UNCLEAN: True})
+    zk.put("t", 0, PartitionState(NO_LEADER, 4, (2,)))
+    registered = []
+
+    def register_broker(info: BrokerInfo, wait_s: float) -> None:
+        zk.live.add(info.id)
+        registered.append(info.id)
+        controller.reconcile()  # a round right then (the broker watch kicks one)
+
+    def set_offline_replicas(broker_id: int, offline: dict[str, tuple[str, list[int]]]) -> None:
+        zk.offline = {k: v - {broker_id} for k, v in zk.offline.items()}
+        for topic, (topic_id, partitions) in offline.items():
+            for p in partitions:
+                zk.offline.setdefault((topic, topic_id, p), set()).add(broker_id)
+
+    zk.register_broker = register_broker  # type: ignore[attr-defined]
+    zk.session_id = 7  # type: ignore[attr-defined]
+    zk.set_offline_replicas = set_offline_replicas  # type: ignore[attr-defined]
+    settings = ReplicaConfig(zookeeper="127.0.0.1:1", broker_id=1, url="http://127.0.0.1:9")
+    replicas = ReplicaManager(settings, SimpleNamespace(), lambda log: None)  # type: ignore[arg-type]
+    replicas.store = cast(ZkStore, zk)
+    replicas._offline = {"t": ("id-t", [0])}
+    asyncio.run(replicas._register())
+    assert registered == [1] and zk.offline == {("t", "id-t", 0): {1}}
+    assert zk.writes == [] and zk.state("t").leader == NO_LEADER, "no leader without a log"

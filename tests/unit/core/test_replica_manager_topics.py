@@ -25,6 +25,7 @@ from typing import Any
 
 import orjson
 import pytest
+from kazoo.exceptions import ConnectionLoss
 from kio.schema.errors import ErrorCode
 
 from app.api.produce_service import plan_topic
@@ -267,6 +268,7 @@ class OfflineStore:
 
     def __init__(self, assignment: TopicAssignment | None = None) -> None:
         self.assignment = assignment
+        self.session_id = 1
         self.reports: list[dict[str, tuple[str, list[int]]]] = []
         self.topic_watches: dict[str, Any] = {}
 
@@ -579,5 +581,276 @@ def test_create_topics_honours_the_requests_timeout_through_both_doors() -> None
         with pytest.raises(RequestTimedOut, match="timeout_ms=300"):
             await http("pages", 300)
         assert time.monotonic() - began < 5 and "pages" in zk.created
+
+    asyncio.run(main())
+
+
+class GatedOfflineStore(OfflineStore):
+    """OfflineStore whose next report write (once ``hold`` is set) waits for ``gate``, as a
+    slow ZooKeeper would, and whose next ``fail`` writes are lost with the connection."""
+
+    def __init__(self, assignment: TopicAssignment | None = None) -> None:
+        super().__init__(assignment)
+        self.hold = False
+        self.entered = threading.Event()
+        self.gate = threading.Event()
+        self.fail = 0
+
+    def set_offline_replicas(self, broker_id: int, offline: dict[str, Any]) -> None:
+        if self.hold:
+            self.hold = False
+            self.entered.set()
+            assert self.gate.wait(30), "the test never opened the gate"
+        if self.fail:
+            self.fail -= 1
+            raise ConnectionLoss()
+        super().set_offline_replicas(broker_id, offline)
+
+
+class ContendedLock(asyncio.Lock):
+    """An asyncio.Lock that tells when someone waits for it while it is held."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.contended = asyncio.Event()
+
+    async def acquire(self) -> bool:
+        if self.locked():
+            self.contended.set()
+        return await super().acquire()
+
+
+async def until_entered(store: GatedOfflineStore) -> None:
+    for _ in range(3000):
+        if store.entered.is_set():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the report write never started")
+
+
+def failing_create(*args: Any, **kwargs: Any) -> None:
+    raise PartitionLimitExceeded("no partitions left", 0, "max_partitions")
+
+
+def test_a_topic_deleted_while_its_offline_report_is_written_leaves_nothing_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The topic could not be created here; its report is being written when the topic is
+    deleted. The deletion waits for that apply: no assignment of the deleted topic stays
+    in this broker's view, and the topic created again under its name is made here. The
+    apply went on after its report and put the deleted topic's assignment back; the new
+    topic's apply then took it for its own, older, and never made its replicas here (nor
+    reported them offline: the controller could elect this broker without a log)."""
+
+    async def main() -> None:
+        with broker_on_disk(tmp_path) as (logs, replicas):
+            replicas._loop = asyncio.get_running_loop()
+            replicas.brokers = {1: None, 2: None}  # type: ignore[dict-item]
+            old = TopicAssignment("id-1", ((1, 2), (2, 1)), {})
+            store = GatedOfflineStore(old)
+            replicas.store = store  # type: ignore[assignment]
+            replicas._watched.add(TOPIC)
+            real = logs.create_topic
+            monkeypatch.setattr(logs, "create_topic", failing_create)
+            store.hold = True
+            applying = asyncio.create_task(replicas._apply_assignment(TOPIC, old))
+            await until_entered(store)
+            deleting = asyncio.create_task(replicas._sync_topics([]))
+            for _ in range(20):  # the deletion goes as far as it can meanwhile
+                await asyncio.sleep(0)
+            store.gate.set()
+            await asyncio.gather(applying, deleting)
+            assert replicas.topics() == [] and replicas.partitions == {}
+            assert store.reports[-1] == {}
+
+            monkeypatch.setattr(logs, "create_topic", real)
+            new = TopicAssignment("id-2", ((1, 2),), {})
+            store.assignment = new
+            await replicas._sync_topics([TOPIC])
+            assert replicas.assignments[TOPIC] == new
+            assert logs.topic_id(TOPIC) == "id-2" and logs.hosted_partitions(TOPIC) == [0]
+            assert sorted(replicas.partitions) == [(TOPIC, 0)]
+
+    asyncio.run(main())
+
+
+def test_a_topic_created_again_while_the_old_ones_report_is_taken_back_keeps_its_replicas(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The deleted topic's report is being taken back when the topic is created again
+    here: the new topic is applied after the deletion is done, and keeps its logs and
+    replicas. The deletion went on after its report and removed the new topic's
+    Partitions and logs, leaving its assignment: this broker, live and not reporting
+    them offline, was electable for replicas it had no log of."""
+
+    async def main() -> None:
+        with broker_on_disk(tmp_path) as (logs, replicas):
+            replicas._loop = asyncio.get_running_loop()
+            replicas.brokers = {1: None, 2: None}  # type: ignore[dict-item]
+            replicas._assign_lock = lock = ContendedLock()
+            old = TopicAssignment("id-1", ((1, 2), (2, 1)), {})
+            store = GatedOfflineStore(old)
+            replicas.store = store  # type: ignore[assignment]
+            real = logs.create_topic
+            monkeypatch.setattr(logs, "create_topic", failing_create)
+            await replicas._sync_topics([TOPIC])
+            assert store.reports[-1] == {TOPIC: ("id-1", [0, 1])}
+
+            monkeypatch.setattr(logs, "create_topic", real)
+            store.hold = True
+            deleting = asyncio.create_task(replicas._sync_topics([]))
+            await until_entered(store)
+            new = TopicAssignment("id-2", ((1, 2),), {})
+            store.assignment = new
+            creating = asyncio.create_task(replicas._sync_topics([TOPIC]))
+            waiter = asyncio.create_task(lock.contended.wait())
+            # The new topic is applied at once, or waits for the deletion to finish.
+            await asyncio.wait([creating, waiter], timeout=30, return_when="FIRST_COMPLETED")
+            waiter.cancel()
+            store.gate.set()
+            await asyncio.gather(deleting, creating)
+            assert replicas.assignments[TOPIC] == new
+            assert TOPIC in logs.topics() and logs.topic_id(TOPIC) == "id-2"
+            assert sorted(replicas.partitions) == [(TOPIC, 0)]
+            assert store.reports[-1] == {}
+
+    asyncio.run(main())
+
+
+def test_a_report_lost_with_the_connection_is_written_again_when_it_comes_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ZooKeeper's connection drops while a report is written (the session lives on):
+    the report, and later its taking back, are written again once the connection is
+    back. They were written again only with a new session: the controller went on
+    electing this broker for replicas it had no log of, or, the report never taken
+    back, left it out of them for good."""
+
+    async def main() -> None:
+        with broker_on_disk(tmp_path) as (logs, replicas):
+            replicas._loop = asyncio.get_running_loop()
+            replicas.brokers = {1: None, 2: None}  # type: ignore[dict-item]
+            first = TopicAssignment("id-1", ((1, 2), (2, 1)), {})
+            store = GatedOfflineStore(first)
+            replicas.store = store  # type: ignore[assignment]
+            replicas._registered_session = store.session_id
+            real = logs.create_topic
+            monkeypatch.setattr(logs, "create_topic", failing_create)
+            store.fail = 1
+            await replicas._sync_topics([TOPIC])
+            assert store.reports == [], "lost with the connection"
+            replicas._on_session("suspended")
+            replicas._on_session("connected")
+            await settled(replicas)
+            assert store.reports[-1] == {TOPIC: ("id-1", [0, 1])}
+
+            monkeypatch.setattr(logs, "create_topic", real)
+            store.fail = 1
+            changed = dataclasses.replace(first, configs={"retention.ms": 60_000})
+            await replicas._apply_assignment(TOPIC, changed)
+            assert store.reports[-1] == {TOPIC: ("id-1", [0, 1])}, "the take-back was lost"
+            replicas._on_session("suspended")
+            replicas._on_session("connected")
+            await settled(replicas)
+            assert store.reports[-1] == {}
+            count = len(store.reports)
+            replicas._on_session("suspended")
+            replicas._on_session("connected")
+            await settled(replicas)
+            assert len(store.reports) == count, "nothing to write again"
+
+    asyncio.run(main())
+
+
+def test_a_topic_created_again_unseen_by_the_topics_watch_replaces_the_old_one_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The topic is deleted and created again (another topic id) while this broker's
+    connection is down: on reconnection the topics' children watch finds the names it had
+    and calls no one (kazoo's ChildrenWatch), as when a deletion and a re-creation fall
+    between two of its reads. The old topic's own watch sees the new id (or the deletion,
+    then the new id): the old topic goes here, its offline report with it, and the new one
+    is made. The watch just stopped: this broker kept the old topic (its view, its
+    report, its replicas, which took the new topic's states) and never made nor reported
+    the new one's, so the controller elected it for replicas it had no log of."""
+
+    async def main() -> None:
+        with broker_on_disk(tmp_path) as (logs, replicas):
+            replicas._loop = asyncio.get_running_loop()
+            replicas.brokers = {1: None, 2: None}  # type: ignore[dict-item]
+            old = TopicAssignment("id-1", ((1, 2),), {})
+            store = OfflineStore(old)
+            replicas.store = store  # type: ignore[assignment]
+            real = logs.create_topic
+            monkeypatch.setattr(logs, "create_topic", failing_create)
+            await replicas._sync_topics([TOPIC])
+            assert store.reports[-1] == {TOPIC: ("id-1", [0])}
+            monkeypatch.setattr(logs, "create_topic", real)
+
+            new = TopicAssignment("id-2", ((1, 2), (2, 1)), {})
+            store.assignment = new
+            await replicas._sync_topics([TOPIC])  # the same names: nothing to do
+            old_watch = store.topic_watches[TOPIC]
+            assert old_watch(new) is False, "this watch ends: the new topic has its own"
+            await settled(replicas)
+            assert replicas.assignments[TOPIC] == new
+            assert logs.topic_id(TOPIC) == "id-2" and logs.hosted_partitions(TOPIC) == [0, 1]
+            assert sorted(replicas.partitions) == [(TOPIC, 0), (TOPIC, 1)]
+            assert store.reports[-1] == {}, "the deleted topic's report went"
+
+            # The deletion seen first (its mark, then no node), the new topic after.
+            newer = TopicAssignment("id-3", ((1, 2),), {})
+            store.assignment = newer
+            watch = store.topic_watches[TOPIC]
+            assert watch is not old_watch
+            assert watch(None) is True, "watched on while the topic is known here"
+            await replicas._sync_topics([TOPIC])
+            assert watch(newer) is False
+            await settled(replicas)
+            assert replicas.assignments[TOPIC] == newer and logs.topic_id(TOPIC) == "id-3"
+            assert sorted(replicas.partitions) == [(TOPIC, 0)]
+            # A stale watch of a replaced topic changes nothing more.
+            assert old_watch(newer) is False
+            await settled(replicas)
+            assert replicas.assignments[TOPIC] == newer and logs.topic_id(TOPIC) == "id-3"
+
+    asyncio.run(main())
+
+
+def test_a_registration_lost_with_the_connection_at_a_new_session_is_made_again(
+    tmp_path: Path,
+) -> None:
+    """The session expired; the connection drops again while the new session's
+    registration is written. The broker registers once the connection is back (same
+    session), its offline report with it. The failed registration was never tried
+    again (only a new session's "connected" did): the broker stayed unregistered, dead
+    to the controller, for as long as that session lived."""
+
+    async def main() -> None:
+        with broker_on_disk(tmp_path) as (_logs, replicas):
+            replicas._loop = asyncio.get_running_loop()
+            store = GatedOfflineStore()
+            replicas.store = store  # type: ignore[assignment]
+            replicas._offline = {TOPIC: ("id-1", [0])}
+            registrations: list[int] = []
+            failures = [ConnectionLoss()]
+
+            def register_broker(info: Any, wait_s: float) -> None:
+                if failures:
+                    raise failures.pop()
+                registrations.append(info.id)
+
+            store.register_broker = register_broker  # type: ignore[attr-defined]
+            replicas._registered_session = store.session_id
+            replicas._on_session("lost")
+            store.session_id = 2
+            replicas._on_session("connected")
+            await settled(replicas)
+            assert registrations == [] and failures == []
+            replicas._on_session("suspended")
+            replicas._on_session("connected")
+            await settled(replicas)
+            assert registrations == [1], "registered again"
+            assert store.reports[-1] == {TOPIC: ("id-1", [0])}
 
     asyncio.run(main())
