@@ -28,9 +28,10 @@ does not name). An upsertion needs the user in the receiving broker's users file
 (RESOURCE_NOT_FOUND otherwise); a deletion does not: it deletes what ZooKeeper manages
 (RESOURCE_NOT_FOUND for a credential it does not hold), as Kafka, so a revocation holds
 whichever broker receives it; an alteration of a user whose node cannot be read is
-refused (UNKNOWN_SERVER_ERROR, nothing written), the others go on. Fail closed: a user node that cannot be read makes its
-user managed without credentials, a SCRAM value that cannot be read leaves that
-mechanism absent (each logged); a failed reload keeps the last set.
+refused (UNKNOWN_SERVER_ERROR, nothing written), the others go on. Fail closed: a user
+node that cannot be read makes its user managed without credentials, a SCRAM value that
+cannot be read leaves that mechanism absent (each logged); a failed reload keeps the
+last set.
 
 Concurrency: blocking kazoo calls (``alter``, ``iterations`` and ``start`` in a worker
 thread); :meth:`credential` is a dict lookup (the event loop's); the ChildrenWatch
